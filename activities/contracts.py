@@ -1,0 +1,54 @@
+"""Inputs and outputs of the activities that run on worker hosts.
+
+Workflows refer to these activities by name (they run in another process, the
+worker agent), so the dataclasses here are the whole contract between the
+control plane and the agents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RUN_TASK = "run_task"
+WORKER_SESSION = "worker_session"
+
+
+@dataclass
+class RunTaskInput:
+    """One attempt of one task, dispatched to the worker the scheduler chose."""
+
+    job_id: str
+    task_index: int
+    num_tasks: int
+    attempt: int
+    worker_id: str
+    argv: list[str] = field(default_factory=list)  # a command, or empty for a shipped callable
+    function_blob: str = ""                         # blob key of cloudpickle((fn, args, kwargs))
+    result_blob: str = ""                           # where a callable's return value goes
+    env: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    job_workflow_id: str = ""                       # told when the process starts
+
+
+@dataclass
+class RunTaskResult:
+    """How the attempt ended. A non-zero exit is an expected outcome, not an exception."""
+
+    exit_code: int
+    error: str = ""
+    result_blob: str = ""
+
+
+@dataclass
+class TaskStarted:
+    """Signal from the agent to the job: the task's process is running."""
+
+    task_index: int
+    attempt: int
+    worker_id: str
+
+
+@dataclass
+class WorkerSessionInput:
+    worker_id: str
+    session: str

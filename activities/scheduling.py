@@ -1,0 +1,69 @@
+"""The scheduling activity: decode a compact snapshot, run the pure scheduler, encode the plan.
+
+The snapshot and plan travel as zlib-compressed binary protobuf so that a
+10k-worker, 100k-task pass stays far below Temporal's 2 MB payload limit.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from temporalio import activity
+
+import scheduler
+from scheduler.proto import cluster_pb2 as pb
+from scheduler.proto.values import get_attr
+from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
+
+FIND_ASSIGNMENTS = "find_assignments"
+
+
+def resources_from_pb(r: pb.Resources) -> Resources:
+    return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
+
+
+def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    workers = [
+        WorkerSnapshot(
+            worker_id=w.worker_id,
+            free=resources_from_pb(w.free),
+            attributes={k: v for k, a in w.attributes.items() if (v := get_attr(a)) is not None},
+        )
+        for w in snap.workers
+    ]
+    jobs = [
+        PendingJob(
+            job_id=j.job_id,
+            task_indices=tuple(j.task_indices),
+            request=resources_from_pb(j.request),
+            constraints=tuple(
+                Constraint(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)  # type: ignore[arg-type]
+                for c in j.constraints
+            ),
+            group_by=j.group_by or None,
+            priority=j.priority,
+            waited_seconds=j.waited_seconds,
+            scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
+            tolerations=frozenset(j.tolerations),
+        )
+        for j in snap.jobs
+    ]
+    return workers, jobs
+
+
+def encode_plan(result: scheduler.SchedulingResult) -> bytes:
+    plan = pb.SchedulingPlan()
+    for a in result.assignments:
+        plan.assignments.add(job_id=a.job_id, task_index=a.task_index, worker_id=a.worker_id)
+    for job_id, index in result.timed_out:
+        plan.timed_out.add(job_id=job_id, task_index=index)
+    plan.pending_reasons.update(result.pending_reasons)
+    return zlib.compress(plan.SerializeToString(), 1)
+
+
+@activity.defn(name=FIND_ASSIGNMENTS)
+def find_assignments_activity(snapshot: bytes) -> bytes:
+    """Run one scheduling pass; a sync activity so a big pass runs off the event loop."""
+    workers, jobs = decode_snapshot(snapshot)
+    return encode_plan(scheduler.find_assignments(workers, jobs))

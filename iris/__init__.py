@@ -1,0 +1,33 @@
+"""Iris: durable multi-host accelerator jobs on Temporal. The public API."""
+
+from iris.client import AsyncIrisClient, IrisClient, Job
+from iris.types import (
+    Constraint,
+    CoschedulingConfig,
+    JobFailedError,
+    JobInfo,
+    JobState,
+    JobStatus,
+    ResourceSpec,
+    TaskState,
+    TaskStatus,
+    WorkerStatus,
+    get_job_info,
+)
+
+__all__ = [
+    "AsyncIrisClient",
+    "Constraint",
+    "CoschedulingConfig",
+    "IrisClient",
+    "Job",
+    "JobFailedError",
+    "JobInfo",
+    "JobState",
+    "JobStatus",
+    "ResourceSpec",
+    "TaskState",
+    "TaskStatus",
+    "WorkerStatus",
+    "get_job_info",
+]

@@ -1,0 +1,3 @@
+from iris.cli import main
+
+main()

@@ -1,0 +1,352 @@
+"""The `iris` command line: a thin layer over IrisClient, the controller and the worker agent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from iris.cli_parsing import parse_constraint, parse_pair, parse_value
+from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
+from iris.types import CoschedulingConfig, JobFailedError, JobState, JobStatus, ResourceSpec
+from iris.units import format_memory, parse_cpu, parse_memory
+
+app = typer.Typer(
+    help="Iris: durable multi-host accelerator jobs on Temporal.", no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+cluster_app = typer.Typer(help="The embedded local cluster.", no_args_is_help=True)
+job_app = typer.Typer(help="Jobs.", no_args_is_help=True)
+worker_app = typer.Typer(help="Workers.", no_args_is_help=True)
+controller_app = typer.Typer(help="The control plane.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
+app.add_typer(job_app, name="job")
+app.add_typer(worker_app, name="worker")
+app.add_typer(controller_app, name="controller")
+
+err = Console(stderr=True)
+out = Console()
+
+TemporalOpt = Annotated[
+    str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
+]
+StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
+
+
+def configure_logging() -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def _client(temporal: str | None, store: str | None = None) -> IrisClient:
+    if temporal is None:
+        err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
+    return IrisClient.connect(temporal, store=store)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code)
+
+
+def _describe(status: JobStatus) -> str:
+    counts = ", ".join(f"{k.lower()} {v}" for k, v in sorted(status.task_state_counts.items()))
+    line = f"{status.job_id}: {status.state} ({counts})"
+    if status.pending_reason:
+        line += f" — waiting: {status.pending_reason}"
+    return line
+
+
+# -- iris run -------------------------------------------------------------------------------------
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
+def run(
+    command: Annotated[list[str], typer.Argument(help="the command and its arguments, after --")],
+    name: Annotated[str | None, typer.Option(help="job name")] = None,
+    replicas: Annotated[int, typer.Option(help="number of tasks")] = 1,
+    cpu: Annotated[str, typer.Option(help="cores per task (0.5 = half)")] = "1",
+    memory: Annotated[str, typer.Option(help="memory per task, e.g. 2g")] = "1g",
+    tpu: Annotated[str | None, typer.Option(help="TPU variant, e.g. v5e-16")] = None,
+    gpu: Annotated[int, typer.Option(help="GPUs per task")] = 0,
+    constraint: Annotated[list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")] = None,
+    coschedule: Annotated[str | None, typer.Option(help="place all tasks on workers sharing this attribute")] = None,
+    max_task_failures: Annotated[int, typer.Option(help="tasks allowed to fail before the job fails")] = 0,
+    max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
+    max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
+    scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
+    env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
+    image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Submit CMD as a job, stream its logs prefixed by task index, exit 0 on success."""
+    try:
+        options: dict[str, Any] = dict(
+            name=name or Path(command[0]).name,
+            resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
+            constraints=[parse_constraint(c) for c in constraint or []],
+            coscheduling=CoschedulingConfig(coschedule) if coschedule else None,
+            env=dict(parse_pair(e, "--env") for e in env or []),
+            image=image,
+            max_task_failures=max_task_failures,
+            max_retries_failure=max_retries,
+            max_retries_preemption=max_preemptions,
+            scheduling_timeout=scheduling_timeout,
+        )
+    except ValueError as e:
+        _fail(str(e))
+    client = _client(temporal, store)
+    try:
+        job = client.submit_command(command, **options)
+    except ValueError as e:
+        _fail(str(e))
+    err.print(f"submitted [bold]{job.job_id}[/bold]")
+    if no_wait:
+        out.print(job.job_id)
+        return
+    last = [""]
+
+    def progress(status: JobStatus) -> None:
+        line = _describe(status)
+        if line != last[0]:
+            err.print(f"[dim]{line}[/dim]")
+            last[0] = line
+
+    try:
+        status = client.wait(job.job_id, timeout=None, stream_logs=True, raise_on_failure=False, on_progress=progress)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: killing {job.job_id}")
+        client.terminate(job.job_id)
+        raise typer.Exit(130) from None
+    if status.state != JobState.SUCCEEDED:
+        err.print(f"[red]{status.job_id} {status.state}[/red]: {status.error or status.pending_reason}")
+        failed = [t.exit_code for t in status.tasks if t.exit_code not in (None, 0)]
+        raise typer.Exit(failed[0] if failed and 0 < failed[0] < 256 else 1)
+    err.print(f"[green]{status.job_id} SUCCEEDED[/green]")
+
+
+# -- iris job ---------------------------------------------------------------------------------------
+
+
+@job_app.command("list")
+def job_list(temporal: TemporalOpt = None) -> None:
+    """List jobs, newest first."""
+    table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
+    for s in _client(temporal).list_jobs():
+        table.add_row(s.job_id, s.name, s.state, str(s.num_tasks), (s.error or s.pending_reason)[:80])
+    out.print(table)
+
+
+@job_app.command("status")
+def job_status(job_id: str, temporal: TemporalOpt = None) -> None:
+    """Show a job and its tasks (and why it is pending, if it is)."""
+    try:
+        s = _client(temporal).job_status(job_id)
+    except KeyError as e:
+        _fail(str(e.args[0]), 1)
+    out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]")
+    if s.pending_reason:
+        out.print(f"pending: {s.pending_reason}")
+    if s.error:
+        out.print(f"error: {s.error}")
+    table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")
+    for t in s.tasks:
+        table.add_row(
+            str(t.task_index), t.state, t.worker_id, str(t.attempt), str(t.failure_count),
+            str(t.preemption_count), "" if t.exit_code is None else str(t.exit_code), t.error[:60],
+        )
+    out.print(table)
+
+
+@job_app.command("logs")
+def job_logs(
+    job_id: str,
+    task: Annotated[int | None, typer.Option("--task", help="only this task index")] = None,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends")] = False,
+    temporal: TemporalOpt = None,
+) -> None:
+    """Print task logs, prefixed by task index."""
+    client = _client(temporal)
+    status = client.job_status(job_id)
+    indices = [task] if task is not None else list(range(status.num_tasks))
+    if not follow:
+        for i in indices:
+            for line in client.fetch_task_logs(job_id, i):
+                out.print(f"[{i}] {line}", markup=False, highlight=False)
+        return
+    cursors: dict[int, Any] = {}
+
+    def show(_: JobStatus) -> None:
+        for i in indices:
+            lines, cursors[i] = client._async.read_new_logs(job_id, i, cursors.get(i))
+            for line in lines:
+                print(f"[{i}] {line}", flush=True)
+
+    client.wait(job_id, timeout=None, raise_on_failure=False, on_progress=show)
+
+
+@job_app.command("kill")
+def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
+    """Kill a job: running tasks are stopped, pending ones dequeued."""
+    _client(temporal).terminate(job_id)
+    err.print(f"kill requested for {job_id}")
+
+
+# -- iris worker ---------------------------------------------------------------------------------------
+
+
+@worker_app.command("list")
+def worker_list(temporal: TemporalOpt = None) -> None:
+    """List registered workers."""
+    table = Table("WORKER", "HEALTHY", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
+    for w in _client(temporal).list_workers():
+        attrs = " ".join(f"{k}={v}" for k, v in sorted(w.attributes.items()))
+        table.add_row(w.worker_id, "yes" if w.healthy else "NO", f"{w.cpu:g}", format_memory(w.memory_bytes),
+                      str(len(w.running_tasks)), attrs)
+    out.print(table)
+
+
+@worker_app.command("serve")
+def worker_serve(
+    worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
+    runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
+    attribute: Annotated[list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")] = None,
+    cpu: Annotated[str | None, typer.Option(help="cores to offer (default: all)")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
+    tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """The agent on one worker host: register, heartbeat, run tasks."""
+    import socket
+
+    from temporalio.client import Client
+
+    from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
+    from worker_agent.runtime import ProcessRuntime
+
+    configure_logging()
+    if runtime != "process":
+        _fail(f"--runtime {runtime!r} is not available yet; use 'process'")
+    try:
+        attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
+        cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
+        memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
+    except ValueError as e:
+        _fail(str(e))
+    wid = worker_id or socket.gethostname()
+    if temporal is None or store is None:
+        _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    config = AgentConfig(
+        worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
+        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid),
+    )
+
+    async def main() -> None:
+        client = await Client.connect(temporal)
+        await WorkerAgent(client, config, ProcessRuntime()).serve()
+
+    try:
+        asyncio.run(main())
+    except RegistrationRefused as e:
+        _fail(f"worker {wid}: {e}", 3)
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 * 1024**3
+
+
+# -- iris controller -------------------------------------------------------------------------------------
+
+
+@controller_app.command("serve")
+def controller_serve(
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+    namespace: Annotated[str, typer.Option(help="Temporal namespace")] = "default",
+) -> None:
+    """The control-plane process: Iris workflows and control activities."""
+    from iris.controller import serve
+
+    configure_logging()
+    if temporal is None or store is None:
+        _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    asyncio.run(serve(temporal, namespace, store))
+
+
+# -- iris cluster -------------------------------------------------------------------------------------
+
+
+@cluster_app.command("up")
+def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")] = None) -> None:
+    """Start the embedded local cluster in the background."""
+    from iris.config import default_config, load_config
+    from iris.local_cluster import LocalCluster
+
+    try:
+        cfg = load_config(config) if config else default_config()
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    err.print("starting the local cluster…")
+    info = LocalCluster().up(cfg)
+    out.print(f"Temporal: {info.address}\nUI: {info.ui_url}\nworkers: {len(info.worker_ids)}")
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Stop the local cluster; its state on disk survives."""
+    from iris.local_cluster import LocalCluster
+
+    LocalCluster().down()
+    err.print("local cluster stopped")
+
+
+@cluster_app.command("status")
+def cluster_status(temporal: TemporalOpt = None) -> None:
+    """Temporal address, UI URL, workers and queue depth."""
+    from iris.local_cluster import LocalCluster
+
+    info = LocalCluster().status() if temporal is None else None
+    if temporal is None and info is None:
+        out.print("local cluster: not running (iris cluster up)")
+        raise typer.Exit(1)
+    client = _client(temporal or (info.address if info else None))
+    summary = client._run(client._async.summary())
+    out.print(f"Temporal: {temporal or info.address if info else temporal}")  # type: ignore[union-attr]
+    if info is not None:
+        out.print(f"UI: {info.ui_url}")
+    out.print(
+        f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
+        f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except JobFailedError as e:
+        err.print(f"[red]{e}[/red]")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

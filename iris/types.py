@@ -1,0 +1,138 @@
+"""The public value types of Iris; each validates itself at construction."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from iris.units import parse_cpu, parse_memory
+from scheduler.types import Constraint  # one value type for client and scheduler
+from workflows.states import JobState, TaskState
+
+__all__ = [
+    "CoschedulingConfig",
+    "Constraint",
+    "JobFailedError",
+    "JobInfo",
+    "JobState",
+    "JobStatus",
+    "ResourceSpec",
+    "TaskState",
+    "TaskStatus",
+    "WorkerStatus",
+    "get_job_info",
+]
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """Per-task resources and the number of tasks. `cpu` in cores (0.5 = half), `memory` like "2g"."""
+
+    cpu: float | int | str = 1
+    memory: str | int = "1g"
+    gpus: int = 0
+    tpu: str | None = None
+    replicas: int = 1
+    cpu_millis: int = field(init=False)
+    memory_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpu_millis", parse_cpu(self.cpu, "resources.cpu"))
+        object.__setattr__(self, "memory_bytes", parse_memory(self.memory, "resources.memory"))
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"resources.replicas must be an integer >= 1, got {self.replicas!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
+            raise ValueError(f"resources.gpus must be an integer >= 0, got {self.gpus!r}")
+        if self.tpu is not None and (not isinstance(self.tpu, str) or not self.tpu):
+            raise ValueError(f"resources.tpu must be a TPU variant like 'v5e-16', got {self.tpu!r}")
+
+
+@dataclass(frozen=True)
+class CoschedulingConfig:
+    """Place every task of the job on workers that share one value of `group_by` (one TPU slice)."""
+
+    group_by: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_by, str) or not self.group_by:
+            raise ValueError(f"coscheduling.group_by must be an attribute name, got {self.group_by!r}")
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    task_index: int
+    task_id: str
+    state: TaskState
+    worker_id: str
+    attempt: int
+    failure_count: int
+    preemption_count: int
+    exit_code: int | None
+    error: str
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    name: str
+    state: JobState
+    num_tasks: int
+    task_state_counts: dict[str, int]
+    error: str
+    pending_reason: str
+    submitted_at: float
+    finished_at: float | None
+    tasks: tuple[TaskStatus, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE)
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    worker_id: str
+    healthy: bool
+    attributes: dict[str, str | int | float | bool]
+    cpu: float
+    memory_bytes: int
+    running_tasks: tuple[str, ...]
+    gpus: int = 0
+    tpus: int = 0
+
+
+class JobFailedError(RuntimeError):
+    """A job ended FAILED, KILLED or UNSCHEDULABLE; `.status` has the details."""
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
+        detail = status.error or status.pending_reason
+        super().__init__(f"job {status.job_id} {status.state}" + (f": {detail}" if detail else ""))
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Who this task is, inside a running task."""
+
+    job_id: str
+    task_id: str
+    task_index: int
+    num_tasks: int
+    attempt: int
+    worker_id: str
+
+
+def get_job_info() -> JobInfo | None:
+    """The current task's identity from its environment; None outside an Iris task."""
+    env = os.environ
+    if "IRIS_JOB_ID" not in env:
+        return None
+    return JobInfo(
+        job_id=env["IRIS_JOB_ID"],
+        task_id=env.get("IRIS_TASK_ID", ""),
+        task_index=int(env.get("IRIS_TASK_INDEX", "0")),
+        num_tasks=int(env.get("IRIS_NUM_TASKS", "1")),
+        attempt=int(env.get("IRIS_ATTEMPT", "0")),
+        worker_id=env.get("IRIS_WORKER_ID", ""),
+    )

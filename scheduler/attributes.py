@@ -1,0 +1,180 @@
+"""Attribute semantics: how one constraint is evaluated on one worker's attributes.
+
+This module is the single definition of what a constraint means. The index
+(`scheduler.index`) answers the same question for many workers at once and is
+property-tested against `evaluate` here, so any change of meaning starts here.
+
+Typing rules (decided once, used everywhere):
+
+- Values are `str`, numbers (`int` and `float`, compared numerically, so
+  `1 == 1.0`) or `bool`. Python makes `bool` a subclass of `int`; we do not:
+  booleans are their own type, so `True` never EQ `1` and `True` is never
+  ordered against numbers. A boolean EQ only matches a boolean.
+- EQ/NE compare values of the same kind; values of different kinds are never
+  equal (so NE between kinds holds).
+- GT/GE/LT/LE compare numbers only; a string or boolean attribute never
+  satisfies an ordering constraint (a constraint with a non-numeric ordering
+  value is rejected when the Constraint is built).
+- A missing attribute fails every operator except NOT_EXISTS (NE included:
+  "zone != a" does not select workers that have no zone at all).
+- NaN equals nothing and orders against nothing (IEEE semantics).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from scheduler.types import ORDERING_OPS, TAINT_PREFIX, UNARY_OPS, AttrValue, Constraint, Op
+
+# A hashable normalisation of a value that keeps booleans apart from numbers
+# while letting 1 and 1.0 meet: ("b", True), ("n", 1), ("s", "x").
+ValueKey = tuple[str, AttrValue]
+
+
+def value_kind(value: AttrValue) -> str:
+    """Return "b", "n" or "s": the comparison kind of an attribute value (bool is not a number)."""
+    if isinstance(value, bool):
+        return "b"
+    if isinstance(value, (int, float)):
+        return "n"
+    return "s"
+
+
+def value_key(value: AttrValue) -> ValueKey:
+    """Return the normalised, hashable key under which `value` is indexed for equality."""
+    return (value_kind(value), value)
+
+
+def is_number(value: object) -> bool:
+    """Tell whether a value takes part in ordering comparisons (int/float, not bool, not NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def values_equal(a: AttrValue, b: AttrValue) -> bool:
+    """Compare two attribute values with the kind rules above (bools only equal bools)."""
+    return value_kind(a) == value_kind(b) and a == b
+
+
+def evaluate(constraint: Constraint, attributes: Mapping[str, AttrValue]) -> bool:
+    """Evaluate one constraint against one worker's attributes: the reference semantics."""
+    key, op, want = constraint.key, constraint.op, constraint.value
+    present = key in attributes
+    match op:
+        case Op.EXISTS:
+            return present
+        case Op.NOT_EXISTS:
+            return not present
+    if not present or want is None:
+        return False
+    have = attributes[key]
+    match op:
+        case Op.EQ:
+            return values_equal(have, want)
+        case Op.NE:
+            return not values_equal(have, want)
+    if not (is_number(have) and is_number(want)):
+        return False
+    number, bound = cast(float, have), cast(float, want)  # exact int/float comparison, no conversion
+    match op:
+        case Op.GT:
+            return number > bound
+        case Op.GE:
+            return number >= bound
+        case Op.LT:
+            return number < bound
+        case Op.LE:
+            return number <= bound
+    raise AssertionError(f"unhandled operator {op}")  # pragma: no cover - Op is closed
+
+
+def evaluate_all(constraints: Iterable[Constraint], attributes: Mapping[str, AttrValue]) -> bool:
+    """Tell whether every constraint holds on the attributes (the brute-force matcher)."""
+    return all(evaluate(c, attributes) for c in constraints)
+
+
+def taint_constraints(
+    constraints: Iterable[Constraint], tolerations: Iterable[str], taint_keys: Iterable[str]
+) -> tuple[Constraint, ...]:
+    """Return the implicit NOT_EXISTS constraints a job gets for the taints it does not tolerate.
+
+    A taint `taint:<name>` repels a job unless `<name>` is in its tolerations or
+    the job mentions the key `taint:<name>` in a constraint of its own (an
+    explicit mention is a toleration: the job said what it wants of that key).
+    """
+    mentioned = {c.key for c in constraints}
+    tolerated = set(tolerations)
+    return tuple(
+        Constraint(key, Op.NOT_EXISTS)
+        for key in sorted(taint_keys)
+        if key not in mentioned and key[len(TAINT_PREFIX) :] not in tolerated
+    )
+
+
+def describe(constraint: Constraint) -> str:
+    """Render a constraint the way users write it: "zone=a", "cores>=8", "gpu", "!taint:x"."""
+    symbol = {Op.EQ: "=", Op.NE: "!=", Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<="}
+    if constraint.op == Op.EXISTS:
+        return constraint.key
+    if constraint.op == Op.NOT_EXISTS:
+        return f"!{constraint.key}"
+    value = constraint.value
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{constraint.key}{symbol[constraint.op]}{shown}"
+
+
+def _coerce(item: Any) -> Constraint:
+    """Build a Constraint from a Constraint, a mapping {key, op, value} or a (key, op[, value]) tuple."""
+    if isinstance(item, Constraint):
+        return Constraint(item.key, item.op, item.value)  # re-run validation
+    if isinstance(item, Mapping):
+        return Constraint(item.get("key"), item.get("op"), item.get("value"))  # type: ignore[arg-type]
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        return Constraint(*item)
+    raise ValueError(f"constraint must be a Constraint, mapping or (key, op, value) tuple, got {item!r}")
+
+
+def validate_constraints(constraints: Iterable[Any]) -> None:
+    """Raise ValueError, naming the field, for any constraint the scheduler could never honour.
+
+    This is the submission-time check: a bad request fails at submit instead of
+    pending forever. Beyond what Constraint validates on construction (operator
+    arity, ordering on numbers only), it rejects NaN values and constraint sets
+    that contradict themselves on one key (EXISTS and NOT_EXISTS, two different
+    EQ values, NOT_EXISTS next to a value operator).
+    """
+    by_key: dict[str, list[Constraint]] = {}
+    for index, item in enumerate(constraints):
+        try:
+            constraint = _coerce(item)
+        except ValueError as error:
+            raise ValueError(f"constraints[{index}]: {error}") from None
+        if isinstance(constraint.value, float) and math.isnan(constraint.value):
+            raise ValueError(f"constraints[{index}]: value for {constraint.key!r} must not be NaN")
+        by_key.setdefault(constraint.key, []).append(constraint)
+    for key, group in by_key.items():
+        ops = {c.op for c in group}
+        if Op.NOT_EXISTS in ops and len(ops) > 1:
+            raise ValueError(
+                f"constraints on {key!r} contradict: NOT_EXISTS with {sorted(ops - {Op.NOT_EXISTS})}"
+            )
+        equals = {value_key(c.value) for c in group if c.op == Op.EQ and c.value is not None}
+        if len(equals) > 1:
+            raise ValueError(f"constraints on {key!r} contradict: EQ to {len(equals)} different values")
+
+
+__all__ = [
+    "ORDERING_OPS",
+    "UNARY_OPS",
+    "ValueKey",
+    "describe",
+    "evaluate",
+    "evaluate_all",
+    "is_number",
+    "taint_constraints",
+    "validate_constraints",
+    "value_key",
+    "value_kind",
+    "values_equal",
+]

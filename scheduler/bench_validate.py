@@ -1,0 +1,116 @@
+"""Check a bench OUTPUT.json against its INPUT.json: every rule of the bench spec, nothing else assumed.
+
+    python -m scheduler.bench_validate INPUT.json OUTPUT.json
+
+Checks: every assignment names a known job, an existing task index and a known
+worker; no task is assigned twice; the sum of requests on a worker never
+exceeds its free cpu, memory, gpus or tpus; every constraint of the job holds
+on the worker (brute-force evaluation of the reference semantics, independent
+of the scheduler's index); a coscheduled job has all of its tasks assigned on
+workers sharing one value of `coschedule_group_by`, or none. Exit status 1 and
+one line per violation when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from scheduler.attributes import evaluate, values_equal
+from scheduler.types import Constraint
+
+_DIMENSIONS = ("cpu", "memory_bytes", "gpus", "tpus")
+
+
+def _holds(raw: Mapping[str, Any], attributes: Mapping[str, Any]) -> bool:
+    """Evaluate one JSON constraint; an ordering op with a non-numeric value never matches."""
+    try:
+        constraint = Constraint(raw["key"], raw["op"], raw.get("value"))
+    except ValueError:
+        return False
+    return evaluate(constraint, attributes)
+
+
+def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]:
+    """Return every violation of the bench rules (empty when the output is valid)."""
+    errors: list[str] = []
+    workers = {str(w["id"]): w for w in doc_in["workers"]}
+    jobs = {str(j["id"]): j for j in doc_in["jobs"]}
+    used: dict[str, dict[str, Fraction]] = {}
+    seen: set[tuple[str, int]] = set()
+    per_job: dict[str, list[tuple[int, str]]] = {}
+    if not isinstance(doc_out.get("seconds"), (int, float)):
+        errors.append("output has no numeric 'seconds'")
+    for number, item in enumerate(doc_out.get("assignments", [])):
+        job_id, index, worker_id = str(item.get("job")), item.get("task_index"), str(item.get("worker"))
+        job, worker = jobs.get(job_id), workers.get(worker_id)
+        if job is None or worker is None:
+            errors.append(f"assignment {number}: unknown job {job_id!r} or worker {worker_id!r}")
+            continue
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < int(job["replicas"]):
+            errors.append(f"assignment {number}: job {job_id} has no task {index!r}")
+            continue
+        if (job_id, index) in seen:
+            errors.append(f"task {job_id}/{index} assigned twice")
+            continue
+        seen.add((job_id, index))
+        per_job.setdefault(job_id, []).append((index, worker_id))
+        attributes = worker.get("attributes") or {}
+        for raw in job.get("constraints") or []:
+            if not _holds(raw, attributes):
+                errors.append(f"task {job_id}/{index} on {worker_id}: constraint {raw} does not hold")
+        total = used.setdefault(worker_id, dict.fromkeys(_DIMENSIONS, Fraction(0)))
+        for dimension in _DIMENSIONS:
+            total[dimension] += Fraction(str(job.get(dimension, 0)))
+    for worker_id, total in used.items():
+        worker = workers[worker_id]
+        for dimension in _DIMENSIONS:
+            if total[dimension] > Fraction(str(worker.get(dimension, 0))):
+                errors.append(
+                    f"worker {worker_id}: {dimension} over capacity ({float(total[dimension])} > "
+                    f"{worker.get(dimension, 0)})"
+                )
+    for job_id, placed in per_job.items():
+        key = jobs[job_id].get("coschedule_group_by")
+        if not key:
+            continue
+        if len(placed) != int(jobs[job_id]["replicas"]):
+            errors.append(f"coscheduled job {job_id}: {len(placed)} of {jobs[job_id]['replicas']} tasks assigned")
+        values = [(workers[w].get("attributes") or {}).get(key) for _, w in placed]
+        first = values[0]
+        if first is None or not all(v is not None and values_equal(v, first) for v in values):
+            errors.append(f"coscheduled job {job_id}: workers do not share one value of {key}: {values}")
+    return errors
+
+
+def count_placed(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> tuple[int, int]:
+    """Return (tasks assigned, coscheduled jobs placed) of an output."""
+    gangs = {str(j["id"]) for j in doc_in["jobs"] if j.get("coschedule_group_by")}
+    assignments = doc_out.get("assignments", [])
+    placed_gangs = {str(a["job"]) for a in assignments if str(a["job"]) in gangs}
+    return len(assignments), len(placed_gangs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: validate OUTPUT.json against INPUT.json and print a verdict."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2:
+        print("usage: python -m scheduler.bench_validate INPUT.json OUTPUT.json", file=sys.stderr)
+        return 2
+    with open(args[0]) as handle:
+        doc_in = json.load(handle)
+    with open(args[1]) as handle:
+        doc_out = json.load(handle)
+    errors = validate(doc_in, doc_out)
+    for error in errors[:50]:
+        print(error)
+    tasks, gangs = count_placed(doc_in, doc_out)
+    verdict = "INVALID" if errors else "valid"
+    print(f"{verdict}: {tasks} tasks placed, {gangs} coscheduled jobs placed, {len(errors)} violations")
+    return 1 if errors else 0
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,431 @@
+"""One scheduling pass: a snapshot of workers and a queue of jobs in, a plan out.
+
+`find_assignments` is pure: it copies free capacity into flat per-pass arrays
+(the "transient copy"), never touches its inputs and returns a
+`SchedulingResult` that the caller commits.
+
+The pipeline for each job, in queue order
+-----------------------------------------
+1. **Timeout**: a job whose `waited_seconds` exceeds its
+   `scheduling_timeout_seconds` is reported in `timed_out`, never placed.
+2. **Feasibility** (cached): the job's constraints plus one implicit
+   NOT_EXISTS per taint it does not tolerate, answered by the class/posting
+   index (`scheduler.index`) once per distinct (constraints, tolerations).
+3. **Capacity and ranking**, per bucket of identical requests:
+   - *Plain tasks* walk the bucket's candidate list in best-fit order, putting
+     as many tasks on a worker as fit at once (min over resources of
+     free // request). The order keeps whole groups free for gangs: workers
+     outside any group (no `tpu-name` or other group_by key) first, tightest
+     first (fewest free tpus, then gpus, cpu, memory); then workers of groups
+     already partially used; then untouched groups. Free capacity only
+     shrinks within a pass, so a worker that cannot take the bucket's request
+     now never will, and each bucket keeps a cursor: the work is
+     O(candidates + tasks) per bucket, not per task.
+   - *Gangs* (`group_by` set) need `len(task_indices)` distinct workers of one
+     group: all or nothing. Among the groups where they fit, the gang takes
+     the one with the fewest fitting workers left over (best fit), preferring
+     partially used groups on ties; inside it, task i goes to the worker with
+     the i-th smallest numeric `tpu-worker-id` (worker id order otherwise).
+     Group counts are cached per bucket and refreshed only for groups whose
+     version changed, and once a gang of size n fails in a bucket every later
+     gang of size >= n in that bucket fails without a search.
+4. **Reason**: a job left with unplaced tasks gets a pending reason counting
+   the workers each filter rejected (cached per bucket).
+
+Queue order, backfill and starvation (the policy)
+-------------------------------------------------
+- Jobs are tried strictly in order: higher `priority` band first, the caller's
+  FIFO order inside a band (stable sort). An earlier job always gets first pick,
+  so a later job never takes capacity an earlier job could use in this pass.
+- Backfill: a job that cannot be placed reserves nothing and does not stop the
+  walk, so a large stuck job never blocks the small ones behind it.
+- Starvation: backfill alone lets a stream of small jobs keep a big gang from
+  ever finding a whole free group. A job that has waited at least
+  `SchedulingPolicy.starvation_seconds` and still does not fit gets a
+  reservation for the rest of the pass: a gang holds the group closest to
+  fitting (the most free fitting workers among groups with enough matching
+  workers), a plain job holds one matching worker per unplaced task (those
+  with the most free of its main resource). Later jobs in the pass cannot use
+  reserved workers, so as their running tasks finish the capacity drains
+  towards the starving job, which is early in the queue and gets it first in
+  the next pass. The trade-off: while a reservation stands, capacity on the
+  reserved workers may sit idle even though smaller jobs could use it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from scheduler.attributes import is_number, taint_constraints, value_kind
+from scheduler.index import ClusterIndex
+from scheduler.types import (
+    Assignment,
+    AttrValue,
+    Constraint,
+    PendingJob,
+    Resources,
+    WorkerSnapshot,
+)
+
+TPU_WORKER_ID = "tpu-worker-id"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPolicy:
+    """Tunables of a pass; the defaults are what the control plane runs."""
+
+    # A job pending at least this long reserves capacity when it does not fit.
+    starvation_seconds: float = 600.0
+    # Attributes that make workers part of a group to be kept whole for gangs,
+    # in addition to every group_by key of the pending jobs.
+    group_keys: tuple[str, ...] = ("tpu-name",)
+
+
+DEFAULT_POLICY = SchedulingPolicy()
+
+
+@dataclass(slots=True)
+class Feasibility:
+    """The workers that satisfy one (constraints, taints) combination, in plain-task order."""
+
+    constraints: tuple[Constraint, ...]
+    candidates: list[int]
+    mask: bytearray | None = None
+
+
+@dataclass(slots=True)
+class PlainBucket:
+    """Plain tasks with one request and one feasibility: a cursor over the candidates."""
+
+    feasibility: Feasibility
+    request: Resources
+    cursor: int = 0
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class GroupCandidate:
+    """A group that has at least one feasible worker for a gang bucket, with its cached fit count."""
+
+    gid: int
+    members: list[int]  # feasible members in task order (tpu-worker-id)
+    seen_version: int = -1
+    fitting: int = 0
+
+
+@dataclass(slots=True)
+class GangBucket:
+    """Gangs with one request, feasibility and group key: the candidate groups and failure memo."""
+
+    feasibility: Feasibility
+    request: Resources
+    group_by: str
+    groups: list[GroupCandidate]  # live: groups where the request still fits at least once
+    all_groups: list[GroupCandidate] = field(default_factory=list)  # for reasons and reservations
+    min_failed: int = 1 << 62
+    reasons: dict[int, str] = field(default_factory=dict)
+
+
+def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:
+    """Sort key inside a group: numeric tpu-worker-id first, then worker id."""
+    value = worker.attributes.get(TPU_WORKER_ID)
+    if is_number(value):
+        return (0, float(value), worker.worker_id)  # type: ignore[arg-type]
+    return (1, 0.0, worker.worker_id)
+
+
+def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, str, AttrValue | None], ...]:
+    """Hashable identity of a constraint list that keeps True apart from 1 (dataclass eq does not)."""
+    return tuple(
+        (c.key, c.op.value, "" if c.value is None else value_kind(c.value), c.value) for c in constraints
+    )
+
+
+class PassState:
+    """The transient state of one pass (indexes, free capacity copy, buckets); built, run once, discarded."""
+
+    def __init__(
+        self, workers: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob], policy: SchedulingPolicy
+    ) -> None:
+        self.workers = workers
+        self.jobs = jobs
+        self.policy = policy
+        gang_keys = {job.group_by for job in jobs if job.group_by}
+        self.group_keys: list[str] = list(dict.fromkeys([*policy.group_keys, *sorted(gang_keys)]))
+        self.index = ClusterIndex.build(workers, extra_unique=self.group_keys)
+        self.free_cpu = [w.free.cpu_millis for w in workers]
+        self.free_mem = [w.free.memory_bytes for w in workers]
+        self.free_gpu = [w.free.gpus for w in workers]
+        self.free_tpu = [w.free.tpus for w in workers]
+        self.reserved = bytearray(len(workers))
+        self._build_groups()
+        self._build_order()
+        self.feasibility_by_id: dict[tuple[int, int], Feasibility] = {}
+        self.feasibility: dict[object, Feasibility] = {}
+        self.plain_buckets: dict[tuple[int, Resources], PlainBucket] = {}
+        self.gang_buckets: dict[tuple[int, Resources, str], GangBucket] = {}
+        self.assignments: list[Assignment] = []
+        self.timed_out: list[tuple[str, int]] = []
+        self.reasons: dict[str, str] = {}
+
+    # -- snapshot structures -------------------------------------------------
+
+    def _build_groups(self) -> None:
+        """Group workers by every group key: members in task order, versions, initial partial use."""
+        self.group_ids: dict[tuple[str, str, AttrValue], int] = {}
+        self.group_members: list[list[int]] = []
+        self.groups_of_key: dict[str, list[int]] = {key: [] for key in self.group_keys}
+        self.worker_groups: list[tuple[int, ...]] = [()] * len(self.workers)
+        for row, worker in enumerate(self.workers):
+            attributes = worker.attributes
+            gids: list[int] = []
+            for key in self.group_keys:
+                if key in attributes:
+                    ident = (key, attributes[key].__class__.__name__, attributes[key])
+                    gid = self.group_ids.get(ident)
+                    if gid is None:
+                        gid = self.group_ids[ident] = len(self.group_members)
+                        self.group_members.append([])
+                        self.groups_of_key[key].append(gid)
+                    self.group_members[gid].append(row)
+                    gids.append(gid)
+            if gids:
+                self.worker_groups[row] = tuple(gids)
+        workers = self.workers
+        for members in self.group_members:
+            members.sort(key=lambda row: _member_order(workers[row]))
+        self.group_version = [0] * len(self.group_members)
+        self.group_used = [
+            any(
+                workers[row].capacity is not None and workers[row].capacity != workers[row].free
+                for row in members
+            )
+            for members in self.group_members
+        ]
+
+    def _build_order(self) -> None:
+        """Rank workers for plain tasks: non-group tightest first, then used groups, then whole ones."""
+        position: dict[int, int] = {}
+        for members in self.group_members:
+            for place, row in enumerate(members):
+                position.setdefault(row, place)
+        keys: list[tuple[int, ...]] = []
+        for row in range(len(self.workers)):
+            gids = self.worker_groups[row]
+            if not gids:
+                keys.append(
+                    (0, self.free_tpu[row], self.free_gpu[row], self.free_cpu[row], self.free_mem[row], row)
+                )
+            else:
+                gid = gids[0]
+                keys.append((1, 0 if self.group_used[gid] else 1, gid, position[row]))
+        self.order = sorted(range(len(self.workers)), key=keys.__getitem__)
+        self.rank = [0] * len(self.workers)
+        for place, row in enumerate(self.order):
+            self.rank[row] = place
+
+    def feasibility_for(self, job: PendingJob) -> Feasibility:
+        """Return the cached feasible workers for the job's constraints and tolerations."""
+        memo_key = (id(job.constraints), id(job.tolerations))
+        found = self.feasibility_by_id.get(memo_key)
+        if found is not None:
+            return found
+        taints = (
+            taint_constraints(job.constraints, job.tolerations, self.index.taint_keys)
+            if self.index.taint_keys
+            else ()
+        )
+        full = (*job.constraints, *taints)
+        key = _constraint_key(full)
+        found = self.feasibility.get(key)
+        if found is None:
+            rows = self.index.matching_workers(full)
+            if len(rows) * 4 < len(self.workers):
+                candidates = sorted(rows, key=self.rank.__getitem__)
+            else:
+                candidates = [row for row in self.order if row in rows]
+            found = self.feasibility[key] = Feasibility(full, candidates)
+        self.feasibility_by_id[memo_key] = found
+        return found
+
+    # -- capacity bookkeeping -----------------------------------------------
+
+    def _touch(self, row: int) -> None:
+        """Invalidate cached group counts of the worker's groups and mark them used."""
+        for gid in self.worker_groups[row]:
+            self.group_version[gid] += 1
+            self.group_used[gid] = True
+
+    def _reserve(self, row: int) -> None:
+        """Hold a worker for a starving job: nobody later in this pass may use it."""
+        self.reserved[row] = 1
+        for gid in self.worker_groups[row]:
+            self.group_version[gid] += 1
+
+    # -- plain tasks ---------------------------------------------------------
+
+    def place_plain(self, job: PendingJob, bucket: PlainBucket) -> int:
+        """Place as many of the job's tasks as fit, walking the bucket's cursor; return how many."""
+        candidates = bucket.feasibility.candidates
+        end = len(candidates)
+        cursor = bucket.cursor
+        tasks = job.task_indices
+        total = len(tasks)
+        placed = 0
+        request = bucket.request
+        rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+        fc, fm, fg, ft = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu
+        reserved, worker_groups, workers = self.reserved, self.worker_groups, self.workers
+        out = self.assignments
+        job_id = job.job_id
+        while placed < total and cursor < end:
+            row = candidates[cursor]
+            if reserved[row]:
+                cursor += 1
+                continue
+            take = total - placed
+            if rc:
+                take = min(take, fc[row] // rc)
+            if rm:
+                take = min(take, fm[row] // rm)
+            if rg:
+                take = min(take, fg[row] // rg)
+            if rt:
+                take = min(take, ft[row] // rt)
+            if take <= 0:
+                cursor += 1
+                continue
+            fc[row] -= take * rc
+            fm[row] -= take * rm
+            fg[row] -= take * rg
+            ft[row] -= take * rt
+            worker_id = workers[row].worker_id
+            out.extend([Assignment(job_id, index, worker_id) for index in tasks[placed : placed + take]])
+            placed += take
+            if worker_groups[row]:
+                self._touch(row)
+            if fc[row] < rc or fm[row] < rm or fg[row] < rg or ft[row] < rt:
+                cursor += 1
+        bucket.cursor = cursor
+        return placed
+
+    def reserve_plain(self, job: PendingJob, bucket: PlainBucket, count: int) -> int:
+        """Hold up to `count` feasible workers with the most free of the job's main resource."""
+        request = bucket.request
+        if request.tpus:
+            column = self.free_tpu
+        elif request.gpus:
+            column = self.free_gpu
+        elif request.cpu_millis or not request.memory_bytes:
+            column = self.free_cpu
+        else:
+            column = self.free_mem
+        reserved = self.reserved
+        chosen = heapq.nlargest(
+            count,
+            (row for row in bucket.feasibility.candidates if not reserved[row]),
+            key=column.__getitem__,
+        )
+        for row in chosen:
+            self._reserve(row)
+        return len(chosen)
+
+    # -- gangs ---------------------------------------------------------------
+
+    def gang_bucket(self, job: PendingJob, feasibility: Feasibility) -> GangBucket:
+        """Return (building on first use) the gang bucket for the job's request and group key."""
+        group_by = job.group_by or ""
+        key = (id(feasibility), job.request, group_by)
+        bucket = self.gang_buckets.get(key)
+        if bucket is not None:
+            return bucket
+        if feasibility.mask is None:
+            mask = bytearray(len(self.workers))
+            for row in feasibility.candidates:
+                mask[row] = 1
+            feasibility.mask = mask
+        mask = feasibility.mask
+        groups = []
+        for gid in self.groups_of_key.get(group_by, ()):
+            members = [row for row in self.group_members[gid] if mask[row]]
+            if members:
+                groups.append(GroupCandidate(gid, members))
+        bucket = GangBucket(feasibility, job.request, group_by, groups, list(groups))
+        self.gang_buckets[key] = bucket
+        return bucket
+
+    def _fitting(self, group: GroupCandidate, request: Resources) -> int:
+        """Count the group's feasible members that can take one task now (cached by group version)."""
+        version = self.group_version[group.gid]
+        if group.seen_version == version:
+            return group.fitting
+        rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+        fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved
+        count = 0
+        for row in group.members:
+            if not reserved[row] and fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt:
+                count += 1
+        group.seen_version, group.fitting = version, count
+        return count
+
+    def place_gang(self, job: PendingJob, bucket: GangBucket) -> bool:
+        """Place every task of the gang in one group (best fit) or none; return whether it was placed."""
+        need = len(job.task_indices)
+        if need >= bucket.min_failed:
+            return False
+        best: GroupCandidate | None = None
+        best_key = (1 << 62, 2)
+        dead = False
+        for group in bucket.groups:
+            fitting = self._fitting(group, bucket.request)
+            if fitting == 0:
+                dead = True
+                continue
+            if fitting < need:
+                continue
+            key = (fitting - need, 0 if self.group_used[group.gid] else 1)
+            if key < best_key:
+                best, best_key = group, key
+                if key == (0, 0):
+                    break
+        if dead:
+            bucket.groups = [
+                g for g in bucket.groups if g.fitting > 0 or g.seen_version != self.group_version[g.gid]
+            ]
+        if best is None:
+            bucket.min_failed = need
+            return False
+        request = bucket.request
+        rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+        fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved
+        chosen = [
+            row
+            for row in best.members
+            if not reserved[row] and fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt
+        ][:need]
+        for index, row in zip(sorted(job.task_indices), chosen, strict=True):
+            fc[row] -= rc
+            fm[row] -= rm
+            fg[row] -= rg
+            ft[row] -= rt
+            self.assignments.append(Assignment(job.job_id, index, self.workers[row].worker_id))
+            self._touch(row)
+        return True
+
+    def reserve_gang(self, bucket: GangBucket, need: int) -> str | None:
+        """Hold the group closest to fitting a starving gang; return its name (None if none ever could)."""
+        best: GroupCandidate | None = None
+        best_fitting = -1
+        for group in bucket.all_groups:
+            if len(group.members) >= need:
+                fitting = self._fitting(group, bucket.request)
+                if fitting > best_fitting:
+                    best, best_fitting = group, fitting
+        if best is None:
+            return None
+        for row in best.members:
+            if not self.reserved[row]:
+                self._reserve(row)
+        return str(self.workers[best.members[0]].attributes[bucket.group_by])

@@ -1,0 +1,173 @@
+"""The scheduler's data model: values that validate themselves at construction.
+
+Everything here is plain, immutable and free of I/O so that the scheduling
+function can run inside a deterministic Temporal activity and in isolation.
+Resources are integers (cpu in millicores, memory in bytes) so that capacity
+arithmetic is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+AttrValue = str | int | float | bool
+
+TAINT_PREFIX = "taint:"
+
+
+class Op(StrEnum):
+    """Constraint operators; ordering ops compare numbers with numbers, strings with strings."""
+
+    EQ = "EQ"
+    NE = "NE"
+    EXISTS = "EXISTS"
+    NOT_EXISTS = "NOT_EXISTS"
+    GT = "GT"
+    GE = "GE"
+    LT = "LT"
+    LE = "LE"
+
+
+UNARY_OPS = frozenset({Op.EXISTS, Op.NOT_EXISTS})
+ORDERING_OPS = frozenset({Op.GT, Op.GE, Op.LT, Op.LE})
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A resource vector; also used for free capacity. cpu is in millicores."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    tpus: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_millis", "memory_bytes", "gpus", "tpus"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+
+    def fits_in(self, free: Resources) -> bool:
+        return (
+            self.cpu_millis <= free.cpu_millis
+            and self.memory_bytes <= free.memory_bytes
+            and self.gpus <= free.gpus
+            and self.tpus <= free.tpus
+        )
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(
+            self.cpu_millis + other.cpu_millis,
+            self.memory_bytes + other.memory_bytes,
+            self.gpus + other.gpus,
+            self.tpus + other.tpus,
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        """Subtract, clamping at zero (capacity is never negative)."""
+        return Resources(
+            max(0, self.cpu_millis - other.cpu_millis),
+            max(0, self.memory_bytes - other.memory_bytes),
+            max(0, self.gpus - other.gpus),
+            max(0, self.tpus - other.tpus),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """One requirement on a worker attribute, e.g. Constraint("tpu-topology", Op.EQ, "v5e-16")."""
+
+    key: str
+    op: Op
+    value: AttrValue | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError(f"constraint key must be a non-empty string, got {self.key!r}")
+        try:
+            op = Op(self.op)
+        except ValueError:
+            raise ValueError(
+                f"constraint op for {self.key!r} must be one of {', '.join(Op)}, got {self.op!r}"
+            ) from None
+        object.__setattr__(self, "op", op)
+        if op in UNARY_OPS:
+            if self.value is not None:
+                raise ValueError(f"constraint {self.key} {op} takes no value, got {self.value!r}")
+            return
+        if self.value is None:
+            raise ValueError(f"constraint {self.key} {op} needs a value")
+        if not isinstance(self.value, (str, int, float, bool)):
+            raise ValueError(
+                f"constraint value for {self.key!r} must be str, int, float or bool, "
+                f"got {type(self.value).__name__}"
+            )
+        if op in ORDERING_OPS and (isinstance(self.value, bool) or not isinstance(self.value, (int, float))):
+            raise ValueError(
+                f"constraint {self.key} {op} needs a number, got {self.value!r}: "
+                "ordering operators compare numeric attributes only"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """A healthy worker as the scheduler sees it: its id, free capacity and typed attributes.
+
+    `capacity` is the worker's total capacity when the caller knows it. It only
+    lets the scheduler tell a partially used group (some capacity already taken)
+    from an untouched one, so that plain tasks fill used groups first; None means
+    unknown and is treated as "nothing running yet".
+    """
+
+    worker_id: str
+    free: Resources
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    capacity: Resources | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """The pending tasks of one job, in queue order. All tasks share one request.
+
+    `task_indices` are the job's tasks still waiting (a coscheduled job is placed
+    only when all of them fit in one group). `waited_seconds` is how long the job
+    has waited; when `scheduling_timeout_seconds` is set and exceeded, its tasks
+    are reported as timed out instead of being placed. `tolerations` names the
+    taints (without the `taint:` prefix) the job accepts.
+    """
+
+    job_id: str
+    task_indices: tuple[int, ...]
+    request: Resources
+    constraints: tuple[Constraint, ...] = ()
+    group_by: str | None = None
+    priority: int = 0
+    waited_seconds: float = 0.0
+    scheduling_timeout_seconds: float | None = None
+    tolerations: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A proposed placement; the caller commits it."""
+
+    job_id: str
+    task_index: int
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingResult:
+    """The plan of one pass.
+
+    `pending_reasons` has a short, user-readable reason for every job with tasks
+    left unplaced in this pass (and not timed out).
+    """
+
+    assignments: tuple[Assignment, ...] = ()
+    timed_out: tuple[tuple[str, int], ...] = ()  # (job_id, task_index)
+    pending_reasons: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,315 @@
+"""The embedded local cluster: real Temporal dev servers in a temporary IRIS_HOME, always stopped after.
+
+The controller and worker commands are replaced by small stand-ins here (the real ones
+are exercised by the end-to-end tests), so these tests check process management and
+readiness on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+
+from iris import local_cluster
+from iris.config import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
+from iris.local_cluster import (
+    SEARCH_ATTRIBUTES,
+    ClusterInfo,
+    Component,
+    LocalCluster,
+    iris_home,
+    pid_alive,
+    temporal_binary,
+    temporal_command,
+    worker_command,
+)
+
+TEMPORAL_ONLY: tuple[Component, ...] = ("temporal",)
+
+FAKE_CONTROLLER = textwrap.dedent(
+    """
+    # Stand-in for `iris controller serve`: hosts an `iris-scheduler` workflow whose
+    # healthy_worker_count query answers the number given on the command line.
+    import asyncio, sys
+    from temporalio import workflow
+    from temporalio.client import Client
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+    @workflow.defn(name="FakeScheduler")
+    class FakeScheduler:
+        def __init__(self) -> None:
+            self.count = 0
+
+        @workflow.run
+        async def run(self, count: int) -> None:
+            self.count = count
+            await workflow.wait_condition(lambda: False)
+
+        @workflow.query
+        def healthy_worker_count(self) -> int:
+            return self.count
+
+    async def main() -> None:
+        client = await Client.connect(sys.argv[1])
+        async with Worker(client, task_queue="fake", workflows=[FakeScheduler],
+                          workflow_runner=UnsandboxedWorkflowRunner()):
+            await client.start_workflow(
+                "FakeScheduler", int(sys.argv[2]), id="iris-scheduler", task_queue="fake"
+            )
+            await asyncio.Event().wait()
+
+    asyncio.run(main())
+    """
+)
+
+# Stand-in for `iris worker serve`: a process with a child of its own (like a running task).
+FAKE_WORKER = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+    """A LocalCluster in a fresh IRIS_HOME, brought down (all processes stopped) after the test."""
+    home = tmp_path / "iris-home"
+    monkeypatch.setenv("IRIS_HOME", str(home))
+    cluster = LocalCluster(home)
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def fake_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the controller and worker commands by the stand-ins above."""
+    script = tmp_path / "fake_controller.py"
+    script.write_text(FAKE_CONTROLLER)
+
+    def controller_command(*, address: str, store_url: str) -> list[str]:
+        return [sys.executable, str(script), address, "2"]
+
+    def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
+        return [sys.executable, "-c", FAKE_WORKER, spec.worker_id]
+
+    monkeypatch.setattr(local_cluster, "controller_command", controller_command)
+    monkeypatch.setattr(local_cluster, "worker_command", worker_command)
+
+
+def two_workers() -> ClusterConfig:
+    """A config with two plain local workers, w-0 and w-1."""
+    return ClusterConfig(
+        worker_groups=(WorkerGroupConfig(name="w", count=2, cpu_millis=500, memory_bytes=10**9),)
+    )
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in group `pgid`, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def test_iris_home_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """IRIS_HOME picks the state directory; without it the default is ~/.iris."""
+    monkeypatch.setenv("IRIS_HOME", str(tmp_path))
+    assert iris_home() == tmp_path
+    monkeypatch.delenv("IRIS_HOME")
+    assert iris_home() == Path.home() / ".iris"
+
+
+def test_temporal_command_flags_exist_in_this_cli() -> None:
+    """Every flag the local cluster passes to `temporal server start-dev` is one this CLI version knows."""
+    argv = temporal_command(
+        binary=temporal_binary(), port=1, ui_port=2, db_path=Path("x.db"), dynamic_config={"a.b": "1"}
+    )
+    help_text = subprocess.run(
+        [*argv[:3], "--help"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    options = subprocess.run(
+        [argv[0], "options"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout  # global flags such as --log-level
+    for flag in {a for a in argv if a.startswith("--")}:
+        assert f"{flag} " in help_text + options, flag
+
+
+def test_temporal_command_passes_dynamic_config_verbatim() -> None:
+    """Dynamic config entries become `--dynamic-config-value K=V` with the value unchanged."""
+    argv = temporal_command(
+        binary=Path("temporal"),
+        port=7,
+        ui_port=8,
+        db_path=Path("/h/temporal.db"),
+        dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"},
+    )
+    i = argv.index("--dynamic-config-value")
+    assert argv[i + 1] == "limit.historyCount.suggestContinueAsNew=20"
+    with pytest.raises(ValueError, match="dynamic_config: invalid key"):
+        temporal_command(binary=Path("t"), port=7, ui_port=8, db_path=Path("d"), dynamic_config={"a=b": "1"})
+
+
+def test_worker_command_formats_resources_and_attributes() -> None:
+    """Cores go as a float, memory as bytes, bools as true/false and ints as digits."""
+    spec = LocalWorkerSpec(
+        worker_id="slice-0",
+        cpu_millis=500,
+        memory_bytes=2048,
+        attributes={"tpu-worker-id": 0, "taint:spot": True, "zone": "z"},
+        runtime=Runtime.DOCKER,
+    )
+    argv = worker_command(spec, address="127.0.0.1:1", store_url="file:///s")
+    assert argv[:3] == [sys.executable, "-m", "iris"]
+    assert argv[3:] == [
+        "worker", "serve",
+        "--temporal", "127.0.0.1:1",
+        "--store", "file:///s",
+        "--worker-id", "slice-0",
+        "--cpu", "0.5",
+        "--memory", "2048",
+        "--runtime", "docker",
+        "--attribute", "tpu-worker-id=0",
+        "--attribute", "taint:spot=true",
+        "--attribute", "zone=z",
+    ]  # fmt: skip
+
+
+async def test_temporal_starts_with_search_attributes_and_stops_cleanly(cluster: LocalCluster) -> None:
+    """`up` starts a dev server a client can reach, with IrisJobState registered; `down` leaves no process."""
+    info = cluster.up(components=TEMPORAL_ONLY)
+    assert info.running
+    assert info.address.startswith("127.0.0.1:")
+    assert cluster.status() == info
+
+    client = await Client.connect(info.address)
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="default")
+    )
+    for name in SEARCH_ATTRIBUTES:
+        assert response.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+
+    pid = info.pids["temporal"]
+    cluster.down()
+    assert not pid_alive(pid)
+    assert process_group_members(pid) == []
+    assert cluster.status() is None
+    assert (cluster.home / "temporal.db").exists()
+
+
+def test_second_up_is_a_no_op_and_restart_reuses_the_db(cluster: LocalCluster) -> None:
+    """`up` on a running cluster starts nothing; after `down`, `up` reopens the same temporal.db."""
+    first = cluster.up(components=TEMPORAL_ONLY)
+    again = cluster.up(components=TEMPORAL_ONLY)
+    assert again.already_running
+    assert again.pids == first.pids
+    db = cluster.home / "temporal.db"
+    inode = db.stat().st_ino
+
+    cluster.down()
+    second = cluster.up(components=TEMPORAL_ONLY)
+    assert second.running
+    assert second.pids != first.pids
+    assert db.stat().st_ino == inode
+    assert f"--db-filename {db}" in (cluster.home / "logs" / "temporal.log").read_text().rsplit("===", 1)[1]
+
+
+def test_concurrent_up_starts_one_cluster(cluster: LocalCluster) -> None:
+    """Two `up` calls at once (threads here, processes in life) share one cluster thanks to the lock file."""
+    results: list[ClusterInfo] = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(LocalCluster(cluster.home).up(components=TEMPORAL_ONLY))
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2
+    assert results[0].pids == results[1].pids
+    assert sorted(r.already_running for r in results) == [False, True]
+
+
+def test_stale_state_is_cleaned_up(cluster: LocalCluster) -> None:
+    """If Temporal died without `down`, status says not running and the next `up` starts afresh."""
+    first = cluster.up(components=TEMPORAL_ONLY)
+    assert cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
+    stale = cluster.status()
+    assert stale is not None
+    assert not stale.running
+    assert stale.dead == ["temporal"]
+    fresh = cluster.up(components=TEMPORAL_ONLY)
+    assert fresh.running
+    assert not fresh.already_running
+    assert fresh.pids["temporal"] != first.pids["temporal"]
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_full_stack_waits_for_workers_and_stops_their_tasks(cluster: LocalCluster) -> None:
+    """With controller and workers, `up` waits for the healthy count; `down` kills workers' process trees."""
+    info = cluster.up(two_workers(), ready_timeout=30)
+    assert info.worker_ids == ["w-0", "w-1"]
+    assert sorted(info.pids) == ["controller", "temporal", "worker-w-0", "worker-w-1"]
+    assert info.dead == []
+    worker_pid = info.pids["worker-w-0"]
+    assert os.getpgid(worker_pid) == worker_pid  # detached: its own session and group
+
+    cluster.down()
+    for pid in info.pids.values():
+        assert not pid_alive(pid)
+        assert process_group_members(pid) == []  # the workers' `sleep` children too
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_killed_worker_can_be_restarted(cluster: LocalCluster) -> None:
+    """A worker killed with SIGKILL shows as dead and `start_worker` brings the same id back."""
+    config = two_workers()
+    cluster.up(config, wait=False)
+    assert cluster.kill_process("w-1", signal.SIGKILL, wait=5.0)
+    status = cluster.status()
+    assert status is not None
+    assert status.running
+    assert status.dead == ["worker-w-1"]
+
+    spec = config.local_workers()[1]
+    pid = cluster.start_worker(spec)
+    status = cluster.status()
+    assert status is not None
+    assert status.dead == []
+    assert status.pids["worker-w-1"] == pid
+    with pytest.raises(ValueError, match="worker_id: worker 'w-1' is already running"):
+        cluster.start_worker(spec)
+
+
+def test_failed_controller_stops_everything_and_names_the_logs(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the controller exits during startup, `up` fails fast naming its log, and nothing keeps running."""
+    monkeypatch.setattr(
+        local_cluster,
+        "controller_command",
+        lambda *, address, store_url: [sys.executable, "-c", "raise SystemExit('no controller here')"],
+    )
+    with pytest.raises(RuntimeError, match=r"controller exited.*controller\.log") as failure:
+        cluster.up(ClusterConfig(), components=("temporal", "controller"), ready_timeout=30)
+    assert "no controller here" in (cluster.home / "logs" / "controller.log").read_text()
+    assert cluster.status() is None
+    state = (cluster.home / "cluster.json").read_text()
+    assert '"pids": {}' in state, failure.value

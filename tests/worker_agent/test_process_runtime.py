@@ -1,0 +1,217 @@
+"""Tests for ProcessRuntime: logs, environment, start errors, and kills that leave no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from worker_agent.runtime import ContainerRuntime, ProcessRuntime, TaskSpec, TaskStartError, task_environment
+from worker_agent.storage import LogStore
+
+
+def _group_is_gone(pgid: int) -> bool:
+    """True when no live (non-zombie) process is left in the group."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdecimal():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                return False
+    return True
+
+
+async def _eventually_gone(pgid: int, within: float = 3.0) -> bool:
+    deadline = time.monotonic() + within
+    while not _group_is_gone(pgid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _spec(log_store: LogStore, script: str, **kwargs: object) -> TaskSpec:
+    return TaskSpec(argv=["sh", "-c", script], log=log_store.open_writer("job", 0, 0), **kwargs)  # type: ignore[arg-type]
+
+
+def test_process_runtime_satisfies_the_protocol() -> None:
+    """ProcessRuntime type-checks as a ContainerRuntime and is named 'process'."""
+    runtime: ContainerRuntime = ProcessRuntime()
+    assert runtime.name == "process"
+
+
+async def test_stdout_and_stderr_go_to_the_log(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """Both streams land interleaved in the attempt's log and the exit code is returned."""
+    spec = _spec(log_store, "echo out; echo err >&2; exit 3")
+    task = await runtime.start(spec)
+    assert await task.wait() == 3
+    spec.log.close()
+    assert log_store.read_lines("job", 0) == ["out", "err"]
+    assert not task.is_running()
+
+
+async def test_stdin_is_empty(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """A task reading stdin gets EOF at once instead of hanging."""
+    spec = _spec(log_store, "cat; echo done")
+    task = await runtime.start(spec)
+    assert await asyncio.wait_for(task.wait(), 5) == 0
+    assert log_store.read_lines("job", 0) == ["done"]
+
+
+async def test_environment_is_minimal_plus_spec(
+    runtime: ProcessRuntime, log_store: LogStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The task sees the spec's variables and PATH but not the agent's other variables."""
+    monkeypatch.setenv("AGENT_SECRET", "hunter2")
+    spec = _spec(
+        log_store,
+        'echo "x=$IRIS_TASK_INDEX secret=$AGENT_SECRET unbuf=$PYTHONUNBUFFERED cwd=$(pwd)"',
+        env={"IRIS_TASK_INDEX": "7"},
+        cwd=str(tmp_path),
+    )
+    task = await runtime.start(spec)
+    assert await task.wait() == 0
+    assert [f"x=7 secret= unbuf=1 cwd={tmp_path}"] == log_store.read_lines("job", 0)
+
+
+def test_task_environment_lets_the_spec_override_defaults() -> None:
+    """Spec variables win over inherited ones and over PYTHONUNBUFFERED; PATH has a fallback."""
+    env = task_environment({"PATH": "/opt/bin", "PYTHONUNBUFFERED": "0"}, host_env={"HOME": "/h", "X": "1"})
+    assert env == {"HOME": "/h", "PATH": "/opt/bin", "PYTHONUNBUFFERED": "0"}
+    assert os.defpath == task_environment({}, host_env={})["PATH"]
+
+
+async def test_missing_executable_is_a_task_start_error(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """An executable that is not on PATH gives a clear TaskStartError."""
+    spec = TaskSpec(argv=["iris-no-such-binary", "--x"], log=log_store.open_writer("job", 0, 0))
+    with pytest.raises(TaskStartError) as info:
+        await runtime.start(spec)
+    assert str(info.value) == "cannot start task: executable 'iris-no-such-binary' not found"
+
+
+async def test_missing_cwd_is_a_task_start_error(
+    runtime: ProcessRuntime, log_store: LogStore, tmp_path: Path
+) -> None:
+    """A working directory that does not exist is reported as such, not as a missing executable."""
+    spec = _spec(log_store, "true", cwd=str(tmp_path / "nope"))
+    with pytest.raises(TaskStartError, match=r"working directory .*nope.* is unusable"):
+        await runtime.start(spec)
+
+
+async def test_non_executable_file_is_a_task_start_error(
+    runtime: ProcessRuntime, log_store: LogStore, tmp_path: Path
+) -> None:
+    """A file without the execute bit is a permission error at start."""
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    spec = TaskSpec(argv=[str(script)], log=log_store.open_writer("job", 0, 0))
+    with pytest.raises(TaskStartError, match="permission denied"):
+        await runtime.start(spec)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"argv": []}, {"argv": ["a\x00b"]}, {"env": {"A=B": "x"}}, {"env": {"": "x"}}, {"cwd": ""}],
+)
+def test_task_spec_validates_at_construction(kwargs: dict[str, object], log_store: LogStore) -> None:
+    """Empty commands, NUL bytes and malformed variable names are rejected when the spec is built."""
+    fields: dict[str, object] = {"argv": ["true"], "log": log_store.open_writer("job", 0, 0), **kwargs}
+    with pytest.raises(ValueError):
+        TaskSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_task_spec_copies_its_inputs(log_store: LogStore) -> None:
+    """Mutating the caller's list and dict afterwards does not change the spec."""
+    argv, env = ["echo", "a"], {"K": "v"}
+    spec = TaskSpec(argv=argv, env=env, log=log_store.open_writer("job", 0, 0))
+    argv.append("b")
+    env["K"] = "changed"
+    assert spec.argv == ("echo", "a")
+    assert spec.env == {"K": "v"}
+
+
+async def test_kill_takes_down_a_term_ignoring_task_and_its_grandchild(
+    runtime: ProcessRuntime, log_store: LogStore
+) -> None:
+    """kill(grace=0.5) SIGKILLs a task that traps TERM, and its background sleep, leaving no process."""
+    spec = _spec(log_store, "trap '' TERM; sleep 300 & echo started; wait; wait; wait")
+    task = await runtime.start(spec)
+    await _wait_for_line(log_store, "started")
+    started = time.monotonic()
+    code = await task.kill(grace_seconds=0.5)
+    assert code == -signal.SIGKILL
+    assert time.monotonic() - started < 3
+    assert await _eventually_gone(task.pgid)
+    assert not task.is_running()
+
+
+async def test_kill_of_a_cooperative_task_is_quick(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """A task that exits on SIGTERM is reported as killed by SIGTERM well before the grace ends."""
+    task = await runtime.start(_spec(log_store, "exec sleep 300"))
+    started = time.monotonic()
+    assert await task.kill(grace_seconds=10) == -signal.SIGTERM
+    assert time.monotonic() - started < 2
+
+
+async def test_kill_is_idempotent_and_safe_alongside_wait(
+    runtime: ProcessRuntime, log_store: LogStore
+) -> None:
+    """Concurrent wait and kills all return the same exit code; a later kill is a no-op."""
+    task = await runtime.start(_spec(log_store, "exec sleep 300"))
+    waiter = asyncio.create_task(task.wait())
+    codes = await asyncio.gather(task.kill(grace_seconds=1), task.kill(grace_seconds=1))
+    assert codes == [-signal.SIGTERM, -signal.SIGTERM]
+    assert await waiter == -signal.SIGTERM
+    assert await task.kill() == -signal.SIGTERM
+
+
+async def test_wait_sweeps_processes_left_behind(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """When the main process exits, a background child it left in the group is killed too."""
+    task = await runtime.start(_spec(log_store, "sleep 300 & exit 0"))
+    assert await asyncio.wait_for(task.wait(), 5) == 0
+    assert await _eventually_gone(task.pgid)
+
+
+async def test_cancelled_kill_still_sigkills(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """Cancelling kill during its grace period does not leave the task running."""
+    task = await runtime.start(_spec(log_store, "trap '' TERM; echo started; while :; do sleep 0.1; done"))
+    await _wait_for_line(log_store, "started")
+    killer = asyncio.create_task(task.kill(grace_seconds=30))
+    await asyncio.sleep(0.2)
+    killer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await killer
+    assert await asyncio.wait_for(task.wait(), 5) == -signal.SIGKILL
+    assert await _eventually_gone(task.pgid)
+
+
+async def test_image_is_ignored_by_the_process_runtime(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """A spec naming an image still runs as a host process."""
+    spec = TaskSpec(argv=["true"], log=log_store.open_writer("job", 0, 0), image="python:3.11")
+    task = await runtime.start(spec)
+    assert await task.wait() == 0
+
+
+def test_negative_grace_is_rejected() -> None:
+    """A negative straggler grace is a construction error."""
+    with pytest.raises(ValueError):
+        ProcessRuntime(straggler_grace_seconds=-1)
+
+
+async def _wait_for_line(log_store: LogStore, line: str, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while line not in log_store.read_lines("job", 0):
+        assert time.monotonic() < deadline, f"{line!r} never appeared in the log"
+        await asyncio.sleep(0.02)

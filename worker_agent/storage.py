@@ -1,0 +1,414 @@
+"""URL-addressed blob and log stores shared by the client, the worker agent and the task runner.
+
+Why this module exists: a task's pickled function, its result and its logs must be reachable by
+several processes (client, agent, task runner, CLI) through one string they can pass around, a
+store URL. Today the only backend is a directory (local, or a shared mount); the URL scheme leaves
+room for ``gs://`` and ``s3://`` later without changing callers.
+
+Keys come partly from users (job ids and names may hold ``..``, ``/``, NUL or shell
+metacharacters), so every key component is percent-encoded before it touches the filesystem
+(anything outside ``[A-Za-z0-9._-]``, plus the components ``.`` and ``..``); the resolved path is
+then checked to lie under the store root as a second line of defence. The encoding is injective,
+so distinct keys never share a file.
+
+This module uses only the standard library: the task runner imports it on every task start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import string
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+from urllib.parse import unquote, urlsplit
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+__all__ = [
+    "BlobNotFoundError",
+    "BlobStore",
+    "LogCursor",
+    "LogStore",
+    "LogStoreError",
+    "LogWriter",
+    "StorageError",
+    "encode_component",
+    "join_key",
+    "parse_store_url",
+]
+
+_SAFE_CHARS: Final = frozenset(string.ascii_letters + string.digits + "._-")
+# Filesystems cap a name at 255 bytes; longer encoded components are shortened with a digest.
+_MAX_COMPONENT_CHARS: Final = 200
+_DIGEST_CHARS: Final = 32
+_BLOB_FILE_MODE: Final = 0o644
+
+
+class StorageError(Exception):
+    """A store could not perform an operation (I/O failure, bad layout, key outside the root)."""
+
+
+class BlobNotFoundError(StorageError, LookupError):
+    """The requested blob does not exist; carries the key and the path that was looked at."""
+
+    def __init__(self, key: str, path: Path) -> None:
+        super().__init__(f"blob {key!r} is missing: no file at {path}")
+        self.key = key
+        self.path = path
+
+
+class LogStoreError(StorageError):
+    """A log could not be opened, written or read (disk full, unwritable directory, ...)."""
+
+
+def parse_store_url(url: str) -> Path:
+    """Turn a store URL (``file:///abs/path`` or a plain absolute path) into the root directory.
+
+    Any other scheme is rejected by name, so a typo such as ``gcs://`` fails at construction
+    rather than as a confusing file-not-found later.
+    """
+    if url.startswith("/"):
+        return Path(url)
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file store URL {url!r} names host {parts.netloc!r}; only local paths work")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise ValueError(f"file store URL {url!r} must hold an absolute path")
+        return Path(path)
+    if parts.scheme:
+        raise ValueError(
+            f"unsupported store URL scheme {parts.scheme!r} in {url!r}; "
+            "use file:///abs/path or an absolute path"
+        )
+    raise ValueError(f"store URL {url!r} must be file:///abs/path or an absolute path")
+
+
+def encode_component(component: str) -> str:
+    """Encode one key component into a file name that cannot escape or alias another component.
+
+    Percent-encodes (UTF-8) every character outside ``[A-Za-z0-9._-]`` (so ``%`` itself is always
+    encoded, which keeps the mapping injective), spells ``.`` and ``..`` as ``%2E`` runs, and
+    shortens names longer than the filesystem allows with a SHA-256 digest after a ``~`` (a
+    character no encoded name otherwise contains).
+    """
+    if not component:
+        raise ValueError("key components must be non-empty")
+    pieces: list[str] = []
+    for char in component:
+        if char in _SAFE_CHARS:
+            pieces.append(char)
+        else:
+            pieces.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+    encoded = "".join(pieces)
+    if encoded in (".", ".."):
+        encoded = encoded.replace(".", "%2E")
+    if len(encoded) > _MAX_COMPONENT_CHARS:
+        digest = hashlib.sha256(encoded.encode("ascii")).hexdigest()[:_DIGEST_CHARS]
+        encoded = f"{encoded[: _MAX_COMPONENT_CHARS - _DIGEST_CHARS - 1]}~{digest}"
+    return encoded
+
+
+def join_key(*parts: str) -> str:
+    """Build a key in which each part is exactly one component, even if it contains ``/``.
+
+    Use it for untrusted names: ``join_key("jobs", job_id, "fn")`` keeps a job id such as
+    ``a/../b`` inside a single, harmless component.
+    """
+    if not parts:
+        raise ValueError("join_key needs at least one part")
+    return "/".join(_escape_part(part) for part in parts)
+
+
+def _escape_part(part: str) -> str:
+    if not part:
+        raise ValueError("key parts must be non-empty")
+    return part.replace("%", "%25").replace("/", "%2F")
+
+
+def _split_key(key: str) -> list[str]:
+    if not isinstance(key, str):
+        raise TypeError(f"store keys are str, got {type(key).__name__}")
+    components = key.split("/")
+    if any(not component for component in components):
+        raise ValueError(f"invalid key {key!r}: empty path component (leading, trailing or doubled '/')")
+    return [encode_component(component) for component in components]
+
+
+def _contained_path(root: Path, components: list[str], what: str) -> Path:
+    """Join encoded components under root and check the resolved result stays under root."""
+    path = root.joinpath(*components)
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise StorageError(f"{what} resolves outside the store root {root} (a symlink?)")
+    return path
+
+
+def _require_absolute(root: Path) -> None:
+    if not root.is_absolute():
+        raise ValueError(f"store root must be an absolute path, got {str(root)!r}")
+
+
+@dataclass(frozen=True)
+class BlobStore:
+    """Immutable byte blobs under ``/``-separated keys, in one directory.
+
+    Writes are atomic (temporary file, fsync, rename), so a reader sees either no blob or the
+    whole blob, never a torn one, even if the writer dies mid-write.
+    """
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        _require_absolute(self.root)
+
+    @classmethod
+    def from_url(cls, url: str) -> BlobStore:
+        """Open the store named by ``url`` (``file:///abs/path`` or an absolute path)."""
+        return cls(root=parse_store_url(url))
+
+    @property
+    def url(self) -> str:
+        """The URL that reopens this store in another process (e.g. the task runner)."""
+        return self.root.as_uri()
+
+    def path_for(self, key: str) -> Path:
+        """The file that holds ``key`` (for messages and debugging; it may not exist)."""
+        return _contained_path(self.root, _split_key(key), f"blob key {key!r}")
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``, replacing any previous blob atomically."""
+        path = self.path_for(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".partial")
+            tmp = Path(tmp_name)
+            try:
+                with os.fdopen(fd, "wb") as tmp_file:
+                    tmp_file.write(data)
+                    tmp_file.flush()
+                    os.fchmod(tmp_file.fileno(), _BLOB_FILE_MODE)
+                    os.fsync(tmp_file.fileno())
+                tmp.replace(path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+        except OSError as exc:
+            raise StorageError(f"cannot store blob {key!r} at {path}: {exc.strerror or exc}") from exc
+
+    def get(self, key: str) -> bytes:
+        """Return the blob under ``key``; raise BlobNotFoundError if there is none."""
+        path = self.path_for(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise BlobNotFoundError(key, path) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read blob {key!r} at {path}: {exc.strerror or exc}") from exc
+
+    def exists(self, key: str) -> bool:
+        """Whether a blob is stored under ``key``."""
+        return self.path_for(key).is_file()
+
+    def delete(self, key: str) -> None:
+        """Remove the blob under ``key``; a missing blob is not an error (idempotent)."""
+        path = self.path_for(key)
+        try:
+            path.unlink(missing_ok=True)
+        except IsADirectoryError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot delete blob {key!r} at {path}: {exc.strerror or exc}") from exc
+
+    def delete_prefix(self, prefix: str) -> None:
+        """Remove the blob ``prefix`` and every blob whose key starts with ``prefix + '/'``.
+
+        Prefixes match whole components (``jobs/a`` does not remove ``jobs/ab``); idempotent.
+        """
+        path = self.path_for(prefix)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {prefix!r} at {path}: {exc.strerror or exc}") from exc
+
+
+class LogWriter(io.FileIO):
+    """An unbuffered, append-mode log file whose I/O errors surface as LogStoreError.
+
+    It is a real file with a descriptor, so a runtime can hand it to a subprocess as stdout and
+    stderr; the agent can also write its own marker lines through it. Writes through this object
+    are complete (short writes are retried); writes by a child process go to the descriptor
+    directly and are the child's to handle.
+    """
+
+    def __init__(self, path: Path) -> None:
+        try:
+            super().__init__(path, "ab")
+        except OSError as exc:
+            raise LogStoreError(f"cannot open log file {path}: {exc.strerror or exc}") from exc
+
+    def write(self, data: ReadableBuffer, /) -> int:
+        """Append all of ``data``; raise LogStoreError (e.g. disk full) instead of OSError."""
+        view = memoryview(data).cast("B")
+        written = 0
+        try:
+            while written < len(view):
+                count = super().write(view[written:])
+                if not count:
+                    raise LogStoreError(f"cannot write log file {self.name!s}: no progress")
+                written += count
+        except OSError as exc:
+            raise LogStoreError(f"cannot write log file {self.name!s}: {exc.strerror or exc}") from exc
+        return written
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """Where a follower stopped reading: one byte offset per attempt, in attempt order.
+
+    Offsets only ever point just past a newline (or at the end of a finished attempt), so a
+    cursor never splits a line. It is a plain value, so a CLI can keep it between polls.
+    """
+
+    offsets: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        attempts = [attempt for attempt, _ in self.offsets]
+        if attempts != sorted(set(attempts)):
+            raise ValueError(f"cursor attempts must be unique and increasing, got {attempts}")
+        if any(attempt < 0 or offset < 0 for attempt, offset in self.offsets):
+            raise ValueError(f"cursor attempts and offsets must be non-negative, got {self.offsets}")
+
+    def offset(self, attempt: int) -> int:
+        """Bytes of ``attempt``'s log already returned (0 for an attempt never seen)."""
+        return dict(self.offsets).get(attempt, 0)
+
+
+def _split_lines(data: bytes) -> list[str]:
+    """Split log bytes into text lines without their newline (``\\r\\n`` tolerated)."""
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    return [part.removesuffix(b"\r").decode("utf-8", "replace") for part in parts]
+
+
+_ATTEMPT_PREFIX: Final = "attempt-"
+_ATTEMPT_SUFFIX: Final = ".log"
+
+
+@dataclass(frozen=True)
+class LogStore:
+    """Task logs laid out as ``<root>/<job id>/task-<index>/attempt-<n>.log``.
+
+    One file per attempt keeps retries apart and lets a follower resume by byte offset; readers
+    merge attempts in order.
+    """
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        _require_absolute(self.root)
+
+    @classmethod
+    def from_url(cls, url: str) -> LogStore:
+        """Open the log store named by ``url`` (``file:///abs/path`` or an absolute path)."""
+        return cls(root=parse_store_url(url))
+
+    @property
+    def url(self) -> str:
+        """The URL that reopens this store in another process."""
+        return self.root.as_uri()
+
+    def task_dir(self, job_id: str, task_index: int) -> Path:
+        """The directory holding every attempt's log of one task."""
+        if isinstance(task_index, bool) or not isinstance(task_index, int) or task_index < 0:
+            raise ValueError(f"task_index must be a non-negative int, got {task_index!r}")
+        components = [encode_component(job_id), f"task-{task_index}"]
+        return _contained_path(self.root, components, f"log of job {job_id!r}")
+
+    def path_for(self, job_id: str, task_index: int, attempt: int) -> Path:
+        """The log file of one attempt (it may not exist yet)."""
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise ValueError(f"attempt must be a non-negative int, got {attempt!r}")
+        return self.task_dir(job_id, task_index) / f"{_ATTEMPT_PREFIX}{attempt}{_ATTEMPT_SUFFIX}"
+
+    def open_writer(self, job_id: str, task_index: int, attempt: int) -> LogWriter:
+        """Open (creating if needed) one attempt's log for appending; the caller closes it."""
+        path = self.path_for(job_id, task_index, attempt)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogStoreError(
+                f"cannot create log directory {path.parent} for job {job_id!r} task {task_index}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        return LogWriter(path)
+
+    def attempts(self, job_id: str, task_index: int) -> list[int]:
+        """Attempt numbers that have a log, ascending (empty if the task has none yet)."""
+        directory = self.task_dir(job_id, task_index)
+        try:
+            names = [entry.name for entry in directory.iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise LogStoreError(f"cannot list logs in {directory}: {exc.strerror or exc}") from exc
+        found = []
+        for name in names:
+            number = name.removeprefix(_ATTEMPT_PREFIX).removesuffix(_ATTEMPT_SUFFIX)
+            if name.startswith(_ATTEMPT_PREFIX) and name.endswith(_ATTEMPT_SUFFIX) and number.isdecimal():
+                found.append(int(number))
+        return sorted(found)
+
+    def read_lines(self, job_id: str, task_index: int) -> list[str]:
+        """Every line of every attempt, in attempt order, without trailing newlines."""
+        lines: list[str] = []
+        for attempt in self.attempts(job_id, task_index):
+            lines.extend(_split_lines(self._read_from(self.path_for(job_id, task_index, attempt), 0)))
+        return lines
+
+    def read_new(
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None
+    ) -> tuple[list[str], LogCursor]:
+        """Lines written since ``cursor`` (all lines for None) and the cursor to pass next time.
+
+        Only complete lines are returned from the newest attempt, since its writer may be midway
+        through one; an attempt that has a successor is finished, so its unterminated last line
+        is returned too.
+        """
+        cursor = cursor or LogCursor()
+        offsets = dict(cursor.offsets)
+        attempts = self.attempts(job_id, task_index)
+        lines: list[str] = []
+        for position, attempt in enumerate(attempts):
+            start = offsets.get(attempt, 0)
+            data = self._read_from(self.path_for(job_id, task_index, attempt), start)
+            if position == len(attempts) - 1:
+                data = data[: data.rfind(b"\n") + 1]
+            lines.extend(_split_lines(data))
+            offsets[attempt] = start + len(data)
+        return lines, LogCursor(offsets=tuple(sorted(offsets.items())))
+
+    @staticmethod
+    def _read_from(path: Path, offset: int) -> bytes:
+        try:
+            with open(path, "rb") as log_file:
+                log_file.seek(offset)
+                return log_file.read()
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise LogStoreError(f"cannot read log file {path}: {exc.strerror or exc}") from exc

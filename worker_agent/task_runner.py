@@ -1,0 +1,183 @@
+"""Run one shipped callable: ``python -m worker_agent.task_runner --store URL --function KEY --result KEY``.
+
+Why a separate process: the user's code runs in a fresh interpreter in its own process group, so
+the agent can kill it (and everything it spawned) without harming itself, and a crash, a leak or
+a ``sys.exit`` in user code stays the task's problem.
+
+Contract with the agent (see ``task_runner_argv``, ``read_result``, ``read_task_error``):
+
+- the function blob holds ``cloudpickle.dumps((fn, args, kwargs))`` (``iris.code_shipping``);
+- on success the pickled return value is stored under the result key and the exit code is 0
+  (a returned coroutine is run to completion with ``asyncio.run``);
+- on failure a one-line reason is stored under ``<result key>.error``, the full traceback goes
+  to stderr (the task's log) and the exit code is 1. An exit by signal leaves no error blob.
+
+Imports are kept to what every run needs (startup time is paid on every task attempt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final
+
+import cloudpickle
+
+from worker_agent.storage import BlobNotFoundError, BlobStore, StorageError
+
+__all__ = [
+    "ERROR_SUFFIX",
+    "error_key",
+    "main",
+    "read_result",
+    "read_task_error",
+    "task_runner_argv",
+]
+
+ERROR_SUFFIX: Final = ".error"
+_MAX_ERROR_CHARS: Final = 1000
+EXIT_FAILURE: Final = 1
+
+
+def error_key(result_key: str) -> str:
+    """The blob key where a failed run stores its one-line reason."""
+    return result_key + ERROR_SUFFIX
+
+
+def task_runner_argv(
+    store_url: str, function_key: str, result_key: str, python: str | None = None
+) -> list[str]:
+    """The command line that runs one shipped callable (``python`` defaults to this interpreter)."""
+    return [
+        python or sys.executable,
+        "-m",
+        "worker_agent.task_runner",
+        "--store",
+        store_url,
+        "--function",
+        function_key,
+        "--result",
+        result_key,
+    ]
+
+
+def read_task_error(store: BlobStore, result_key: str) -> str | None:
+    """The one-line failure reason a run left, or None if it left none."""
+    try:
+        return store.get(error_key(result_key)).decode("utf-8", "replace")
+    except BlobNotFoundError:
+        return None
+
+
+def read_result(store: BlobStore, result_key: str) -> Any:
+    """The unpickled return value of a successful run; BlobNotFoundError if there is none."""
+    return cloudpickle.loads(store.get(result_key))
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` on one line, bounded, e.g. ``ZeroDivisionError: division by zero``."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+class _TaskRunError(Exception):
+    """Internal: a run failed for ``reason``; the traceback of the cause is already known."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _load_call(store: BlobStore, function_key: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    try:
+        payload = store.get(function_key)
+    except StorageError as exc:
+        raise _TaskRunError(f"task function blob is missing: {exc}") from exc
+    try:
+        call = cloudpickle.loads(payload)
+    except Exception as exc:
+        raise _TaskRunError(f"cannot unpickle the task's function: {describe_exception(exc)}") from exc
+    if not (
+        isinstance(call, tuple)
+        and len(call) == 3
+        and callable(call[0])
+        and isinstance(call[1], tuple | list)
+        and isinstance(call[2], dict)
+    ):
+        raise _TaskRunError(
+            f"task function blob is malformed: expected (fn, args, kwargs), got {type(call).__name__}"
+        )
+    fn, args, kwargs = call
+    return fn, tuple(args), kwargs
+
+
+def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        value = fn(*args, **kwargs)
+        if isinstance(value, Coroutine):
+            import asyncio  # only async tasks pay for importing asyncio
+
+            value = asyncio.run(value)
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return None
+        raise _TaskRunError(f"task called sys.exit({exc.code!r})") from exc
+    except BaseException as exc:
+        raise _TaskRunError(describe_exception(exc)) from exc
+    return value
+
+
+def run(store: BlobStore, function_key: str, result_key: str) -> None:
+    """Load, call and store the result of one shipped callable; raise _TaskRunError on failure."""
+    store.delete(error_key(result_key))  # a stale reason from an earlier run must not linger
+    fn, args, kwargs = _load_call(store, function_key)
+    value = _call(fn, args, kwargs)
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as exc:
+        raise _TaskRunError(f"cannot pickle the task's return value: {describe_exception(exc)}") from exc
+    try:
+        store.put(result_key, data)
+    except StorageError as exc:
+        raise _TaskRunError(f"cannot store the task's result: {exc}") from exc
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m worker_agent.task_runner", description="Run one callable shipped by Iris."
+    )
+    parser.add_argument("--store", required=True, help="blob store URL (file:///abs/path)")
+    parser.add_argument("--function", required=True, help="key of the pickled (fn, args, kwargs)")
+    parser.add_argument("--result", required=True, help="key for the pickled return value")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the callable named on the command line; 0 on success, 1 after recording the failure."""
+    args = _parse_args(argv)
+    try:
+        store = BlobStore.from_url(args.store)
+    except ValueError as exc:
+        print(f"iris task runner: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        run(store, args.function, args.result)
+    except (_TaskRunError, StorageError) as failure:
+        reason = failure.reason if isinstance(failure, _TaskRunError) else str(failure)
+        traceback.print_exception(failure.__cause__ or failure, file=sys.stderr)
+        print(f"iris task failed: {reason}", file=sys.stderr)
+        try:
+            store.put(error_key(args.result), reason.encode("utf-8", "replace"))
+        except StorageError as exc:
+            print(f"iris task runner: cannot record the failure: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

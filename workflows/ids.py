@@ -1,0 +1,19 @@
+"""Names shared by the control plane, the worker agents and the client."""
+
+from __future__ import annotations
+
+SCHEDULER_WORKFLOW_ID = "iris-scheduler"
+CONTROL_TASK_QUEUE = "iris-control"
+
+
+def worker_task_queue(worker_id: str) -> str:
+    """Each worker agent polls its own queue, so a task only ever reaches the worker it was placed on."""
+    return f"iris-worker-{worker_id}"
+
+
+def worker_workflow_id(worker_id: str) -> str:
+    return f"iris-worker-{worker_id}"
+
+
+def task_workflow_id(job_id: str, task_index: int) -> str:
+    return f"{job_id}/task-{task_index}"

@@ -1,0 +1,247 @@
+"""JobWorkflow: expands a job into TaskWorkflow children and derives the job's state.
+
+The job keeps a table of its tasks (updated by the agent's "task_started"
+signal, by retries and by each child's result), sends the scheduler one
+batched enqueue signal, and kills what is still running when the job fails,
+is terminated, or when one task of a coscheduled job dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import TaskStarted
+    from scheduler.proto import cluster_pb2 as pb
+    from scheduler.proto.values import get_attr
+    from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, task_workflow_id
+    from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
+    from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, derive_job_state
+    from workflows.task_workflow import TaskInput, TaskResult, TaskWorkflow
+
+JOB_STATE = SearchAttributeKey.for_keyword("IrisJobState")
+JOB_NAME = SearchAttributeKey.for_keyword("IrisJobName")
+JOB_USER = SearchAttributeKey.for_keyword("IrisUser")
+START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
+MAX_REPLICAS = 10_000  # keeps a job's history far below the 51,200-event limit
+
+
+def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
+    constraints = []
+    for c in req.constraints:
+        constraints.append(ConstraintSpec(c.key, c.op, get_attr(c.value) if c.HasField("value") else None))
+    return SchedulingSpec(
+        cpu_millis=req.resources.cpu_millis,
+        memory_bytes=req.resources.memory_bytes,
+        gpus=req.resources.gpus,
+        tpus=req.resources.tpus,
+        constraints=constraints,
+        group_by=req.coschedule_group_by,
+        priority=req.priority,
+        scheduling_timeout_seconds=req.scheduling_timeout_seconds,
+        tolerations=list(req.tolerations),
+    )
+
+
+@workflow.defn(name="JobWorkflow")
+class JobWorkflow:
+    def __init__(self) -> None:
+        self.status = pb.JobStatus()
+        self.req = pb.JobRequest()
+        self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self._kill_reason = ""
+        self._failing = False
+
+    # -- queries and signals -----------------------------------------------------------------
+
+    @workflow.query
+    def job_status(self) -> pb.JobStatus:
+        return self.status
+
+    @workflow.signal
+    def kill(self, reason: str) -> None:
+        """Terminate the job: cancel every task, which stops its process first."""
+        if not self._kill_reason:
+            self._kill_reason = reason or "killed by user"
+            self._cancel_running()
+
+    @workflow.signal
+    def task_started(self, msg: TaskStarted) -> None:
+        if not 0 <= msg.task_index < len(self.status.tasks):
+            return
+        row = self.status.tasks[msg.task_index]
+        if row.state in TERMINAL_TASK_STATES or msg.attempt < row.attempt:
+            return
+        row.state, row.attempt, row.worker_id = TaskState.RUNNING, msg.attempt, msg.worker_id
+        self._refresh_state()
+
+    @workflow.signal
+    def task_retrying(self, msg: TaskRetrying) -> None:
+        if not 0 <= msg.task_index < len(self.status.tasks):
+            return
+        row = self.status.tasks[msg.task_index]
+        if row.state in TERMINAL_TASK_STATES:
+            return
+        row.state, row.attempt, row.error = TaskState.PENDING, msg.attempt, msg.error
+        row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
+        self._refresh_state()
+
+    # -- the run -----------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, req: pb.JobRequest) -> pb.JobStatus:
+        self.req = req
+        job_id = workflow.info().workflow_id
+        self.status = pb.JobStatus(
+            job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
+            num_tasks=req.replicas, submitted_at=req.submitted_at,
+        )
+        problem = self._check(req)
+        if problem:
+            return self._finish(JobState.FAILED, problem)
+        for i in range(req.replicas):
+            self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
+        self._refresh_state()
+        try:
+            await self._start_tasks(job_id, req)
+            if not self._kill_reason:
+                await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+                    "enqueue",
+                    Enqueue(job_id, scheduling_spec(req), dict.fromkeys(range(req.replicas), 0), req.submitted_at),
+                )
+            await self._collect()
+        except asyncio.CancelledError:
+            # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
+            self.kill("job workflow cancelled")
+            await self._collect()
+        state = derive_job_state(
+            (TaskState(t.state) for t in self.status.tasks),
+            failed_tasks=self._failed_tasks(),
+            max_task_failures=req.max_task_failures,
+            killed=bool(self._kill_reason),
+        )
+        return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
+
+    def _check(self, req: pb.JobRequest) -> str:
+        """The client validates first; this only keeps a hand-made request from wedging the job."""
+        if not 1 <= req.replicas <= MAX_REPLICAS:
+            return f"replicas must be between 1 and {MAX_REPLICAS}, got {req.replicas}"
+        if req.entrypoint.WhichOneof("kind") is None:
+            return "entrypoint: neither a function nor a command was given"
+        return ""
+
+    async def _start_tasks(self, job_id: str, req: pb.JobRequest) -> None:
+        spec = scheduling_spec(req)
+        kind = req.entrypoint.WhichOneof("kind")
+        argv = list(req.entrypoint.command.argv) if kind == "command" else []
+        for start in range(0, req.replicas, START_BATCH):
+            if self._kill_reason:
+                break
+            batch = range(start, min(start + START_BATCH, req.replicas))
+            handles = await asyncio.gather(
+                *(
+                    workflow.start_child_workflow(
+                        TaskWorkflow.run,
+                        TaskInput(
+                            job_id=job_id,
+                            task_index=i,
+                            num_tasks=req.replicas,
+                            spec=spec,
+                            argv=argv,
+                            function_blob=req.entrypoint.function_blob,
+                            env=dict(req.env),
+                            image=req.image,
+                            max_retries_failure=req.max_retries_failure,
+                            max_retries_preemption=req.max_retries_preemption,
+                            submitted_at=req.submitted_at,
+                        ),
+                        id=task_workflow_id(job_id, i),
+                        task_queue=CONTROL_TASK_QUEUE,
+                        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                        static_summary=f"{req.name or job_id} task {i}/{req.replicas}",
+                    )
+                    for i in batch
+                )
+            )
+            self._children.update(zip(batch, handles, strict=True))
+        if self._kill_reason:
+            self._cancel_running()
+            for i in range(len(self._children), req.replicas):
+                row = self.status.tasks[i]
+                row.state, row.error = TaskState.KILLED, "killed before it started"
+
+    async def _collect(self) -> None:
+        """Wait for every child, reacting to each result as it arrives."""
+        waiting = {h: i for i, h in self._children.items() if not h.done()}
+        for i, h in self._children.items():
+            if h.done() and self.status.tasks[i].state not in TERMINAL_TASK_STATES:
+                waiting[h] = i
+        while waiting:
+            done, _ = await asyncio.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
+            for handle in done:
+                index = waiting.pop(handle)
+                self._record(index, handle)
+
+    def _record(self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> None:
+        row = self.status.tasks[index]
+        try:
+            result: TaskResult = handle.result()
+        except BaseException as err:  # the child itself failed or was terminated from outside
+            result = TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
+        row.state, row.worker_id, row.attempt = result.state, result.worker_id, result.attempt
+        row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
+        row.error, row.result_blob = result.error, result.result_blob
+        row.has_exit_code = result.exit_code is not None
+        row.exit_code = result.exit_code or 0
+        state = TaskState(result.state)
+        if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
+            self.status.error = f"task {index} {state.lower()}: {result.error}"
+        gang_broken = bool(self.req.coschedule_group_by) and state in (TaskState.FAILED, TaskState.WORKER_FAILED)
+        if (
+            gang_broken
+            or state == TaskState.UNSCHEDULABLE
+            or self._failed_tasks() > self.req.max_task_failures
+        ) and not self._failing:
+            self._failing = True
+            self._cancel_running()
+        self._refresh_state()
+
+    def _failed_tasks(self) -> int:
+        return sum(1 for t in self.status.tasks if t.state in (TaskState.FAILED, TaskState.WORKER_FAILED))
+
+    def _cancel_running(self) -> None:
+        for handle in self._children.values():
+            if not handle.done():
+                handle.cancel()
+
+    def _refresh_state(self) -> None:
+        counts: dict[str, int] = {}
+        for t in self.status.tasks:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        self.status.task_state_counts.clear()
+        self.status.task_state_counts.update(counts)
+        if self._kill_reason or self._failing:
+            return  # the final state is decided once every task has stopped
+        state = derive_job_state(
+            (TaskState(t.state) for t in self.status.tasks),
+            failed_tasks=self._failed_tasks(),
+            max_task_failures=self.req.max_task_failures,
+            killed=False,
+        )
+        self._set_state(state)
+
+    def _set_state(self, state: JobState) -> None:
+        if self.status.state != state:
+            self.status.state = state
+            workflow.upsert_search_attributes([JOB_STATE.value_set(str(state))])
+            workflow.set_current_details(f"{state}: {dict(self.status.task_state_counts)}")
+
+    def _finish(self, state: JobState, error: str) -> pb.JobStatus:
+        self.status.error = error if state != JobState.SUCCEEDED else ""
+        self.status.finished_at = workflow.now().timestamp()
+        self._set_state(state)
+        return self.status

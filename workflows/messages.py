@@ -1,0 +1,91 @@
+"""Signals and queries exchanged between the Iris workflows.
+
+All are small dataclasses: a signal carries ids and numbers, never payloads
+(pickles and results live in the blob store).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ConstraintSpec:
+    key: str
+    op: str
+    # Any, not a union: Temporal's converter would coerce True and 1.0 to 1 through a union hint.
+    value: Any = None
+
+
+@dataclass
+class SchedulingSpec:
+    """What the scheduler needs to know about a job to place its tasks."""
+
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int = 0
+    tpus: int = 0
+    constraints: list[ConstraintSpec] = field(default_factory=list)
+    group_by: str = ""
+    priority: int = 0
+    scheduling_timeout_seconds: float = 0.0  # 0 = wait forever
+    tolerations: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Enqueue:
+    """Ask the scheduler to place these tasks (one signal per job, or per retried task)."""
+
+    job_id: str
+    spec: SchedulingSpec
+    attempts: dict[int, int]  # task index -> attempt being placed
+    submitted_at: float = 0.0  # workflow time of the job's submission: FIFO key
+
+
+@dataclass
+class Release:
+    """A task attempt no longer needs its place: dequeue it or free its capacity. Idempotent."""
+
+    job_id: str
+    task_index: int
+    attempt: int
+
+
+@dataclass
+class Assigned:
+    """The scheduler committed capacity for this attempt on `worker_id`."""
+
+    attempt: int
+    worker_id: str
+
+
+@dataclass
+class Unschedulable:
+    attempt: int
+    reason: str
+
+
+@dataclass
+class WorkerLost:
+    worker_id: str
+    session: str
+    reason: str
+
+
+@dataclass
+class RegisterResult:
+    accepted: bool
+    reason: str = ""
+
+
+@dataclass
+class TaskRetrying:
+    """A task goes back to the queue; the job updates its table."""
+
+    task_index: int
+    attempt: int
+    failure_count: int
+    preemption_count: int
+    last_state: str
+    error: str = ""

@@ -1,0 +1,367 @@
+"""SchedulerWorkflow: the singleton that owns the worker registry and committed capacity.
+
+It wakes at once on submission, registration and completion (signals set a
+dirty flag) and on a 1 s timer that is armed only while tasks are pending, so
+an idle cluster writes no history. Each pass calls the pure scheduler as a
+local activity on a compact snapshot, then commits capacity *before* it tells
+a task where to run. Every handler is idempotent; state lives in one dataclass
+handed whole to continue-as-new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from scheduler.proto import cluster_pb2 as pb
+    from scheduler.proto.values import get_attr, set_attr
+    from workflows.ids import task_workflow_id
+    from workflows.messages import (
+        Assigned,
+        Enqueue,
+        RegisterResult,
+        Release,
+        SchedulingSpec,
+        Unschedulable,
+        WorkerLost,
+    )
+
+FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
+PASS_INTERVAL = timedelta(seconds=1)
+MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
+SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
+
+
+@dataclass
+class WorkerEntry:
+    worker_id: str
+    session: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    attributes: dict[str, Any]  # str | int | float | bool; Any keeps JSON types intact
+    runtime: str = "process"
+    healthy: bool = True
+
+
+@dataclass
+class PendingEntry:
+    job_id: str
+    spec: SchedulingSpec
+    attempts: dict[int, int]  # task index -> attempt waiting for a place
+    submitted_at: float
+
+
+@dataclass
+class Placement:
+    job_id: str
+    task_index: int
+    attempt: int
+    worker_id: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+
+
+@dataclass
+class SchedulerState:
+    store_url: str = ""
+    workers: dict[str, WorkerEntry] = field(default_factory=dict)
+    pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
+    placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
+    pending_reasons: dict[str, str] = field(default_factory=dict)
+
+
+def _validate_metadata(meta: pb.WorkerMetadata) -> str:
+    """A reason to refuse this registration, or "" when it is acceptable."""
+    if not meta.worker_id:
+        return "worker_id is empty"
+    if len(meta.worker_id) > 200 or any(c in meta.worker_id for c in "/\x00\n"):
+        return f"worker_id {meta.worker_id!r} must be at most 200 characters without '/', NUL or newlines"
+    cap = meta.capacity
+    for name in ("cpu_millis", "memory_bytes", "gpus", "tpus"):
+        if getattr(cap, name) < 0:
+            return f"capacity.{name} is negative ({getattr(cap, name)})"
+    if cap.cpu_millis == 0 and cap.memory_bytes == 0:
+        return "capacity is empty: a worker needs some cpu or memory"
+    for key, value in meta.attributes.items():
+        if not key:
+            return "attribute with an empty key"
+        if value.WhichOneof("kind") is None:
+            return f"attribute {key!r} has no value (supported: string, int, float, bool)"
+    if meta.runtime and meta.runtime not in SUPPORTED_RUNTIMES:
+        return f"runtime {meta.runtime!r} is not one of {', '.join(SUPPORTED_RUNTIMES)}"
+    return ""
+
+
+@workflow.defn(name="SchedulerWorkflow")
+class SchedulerWorkflow:
+    def __init__(self) -> None:
+        self.state = SchedulerState()
+        self._dirty = False
+        self._signals_in_flight = 0
+
+    @workflow.run
+    async def run(self, state: SchedulerState | None = None) -> None:
+        if state is not None:
+            self.state = state
+            self._dirty = True
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
+                )
+            except asyncio.TimeoutError:
+                pass
+            self._dirty = False
+            if self.state.pending:
+                await self._scheduling_pass()
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0
+                )
+                workflow.continue_as_new(self.state)
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    def _used(self) -> dict[str, list[int]]:
+        """Committed cpu, memory, gpus, tpus per worker, from the placements."""
+        used: dict[str, list[int]] = {}
+        for p in self.state.placements.values():
+            u = used.setdefault(p.worker_id, [0, 0, 0, 0])
+            u[0] += p.cpu_millis
+            u[1] += p.memory_bytes
+            u[2] += p.gpus
+            u[3] += p.tpus
+        return used
+
+    def _snapshot(self) -> bytes:
+        now = workflow.now().timestamp()
+        snap = pb.SchedulingSnapshot()
+        used = self._used()
+        for w in self.state.workers.values():
+            if not w.healthy:
+                continue
+            u = used.get(w.worker_id, [0, 0, 0, 0])
+            sw = snap.workers.add(worker_id=w.worker_id)
+            sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
+            sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
+            sw.free.gpus = max(0, w.gpus - u[2])
+            sw.free.tpus = max(0, w.tpus - u[3])
+            for key, value in w.attributes.items():
+                set_attr(sw.attributes[key], value)
+        for entry in self.state.pending.values():
+            spec = entry.spec
+            sj = snap.jobs.add(
+                job_id=entry.job_id,
+                task_indices=sorted(entry.attempts),
+                group_by=spec.group_by,
+                priority=spec.priority,
+                waited_seconds=max(0.0, now - entry.submitted_at),
+                scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
+                tolerations=spec.tolerations,
+            )
+            sj.request.cpu_millis = spec.cpu_millis
+            sj.request.memory_bytes = spec.memory_bytes
+            sj.request.gpus = spec.gpus
+            sj.request.tpus = spec.tpus
+            for c in spec.constraints:
+                sc = sj.constraints.add(key=c.key, op=c.op)
+                if c.value is not None:
+                    set_attr(sc.value, c.value)
+        return zlib.compress(snap.SerializeToString(), 1)
+
+    async def _scheduling_pass(self) -> None:
+        plan_bytes = await workflow.execute_local_activity(
+            FIND_ASSIGNMENTS,
+            self._snapshot(),
+            result_type=bytes,
+            start_to_close_timeout=timedelta(seconds=60),
+        )
+        plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
+        # Handlers may have run while the activity did: re-check everything before committing.
+        used = self._used()
+        for a in plan.assignments:
+            entry = self.state.pending.get(a.job_id)
+            worker = self.state.workers.get(a.worker_id)
+            if entry is None or a.task_index not in entry.attempts or worker is None or not worker.healthy:
+                continue
+            spec = entry.spec
+            need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
+            capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
+            u = used.setdefault(a.worker_id, [0, 0, 0, 0])
+            if any(u[i] + need[i] > capacity[i] for i in range(4)):
+                continue
+            for i in range(4):
+                u[i] += need[i]
+            attempt = entry.attempts.pop(a.task_index)
+            if not entry.attempts:
+                del self.state.pending[a.job_id]
+            key = task_workflow_id(a.job_id, a.task_index)
+            self.state.placements[key] = Placement(
+                a.job_id, a.task_index, attempt, a.worker_id,
+                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
+            )
+            await self._send(key, "assigned", Assigned(attempt=attempt, worker_id=a.worker_id), a)
+        for t in plan.timed_out:
+            entry = self.state.pending.get(t.job_id)
+            if entry is None or t.task_index not in entry.attempts:
+                continue
+            attempt = entry.attempts.pop(t.task_index)
+            if not entry.attempts:
+                del self.state.pending[t.job_id]
+            reason = self.state.pending_reasons.get(t.job_id, "")
+            await self._send(
+                task_workflow_id(t.job_id, t.task_index),
+                "unschedulable",
+                Unschedulable(attempt=attempt, reason=reason or "scheduling timeout passed"),
+                None,
+            )
+        self.state.pending_reasons = {
+            job_id: reason for job_id, reason in plan.pending_reasons.items() if job_id in self.state.pending
+        }
+
+    async def _send(self, workflow_id: str, signal: str, arg: Any, placed: pb.SchedulingAssignment | None) -> None:
+        """Signal a task without blocking the loop; a task that is gone gives its place back."""
+        await workflow.wait_condition(lambda: self._signals_in_flight < MAX_SIGNALS_IN_FLIGHT)
+        self._signals_in_flight += 1
+
+        async def deliver() -> None:
+            try:
+                await workflow.get_external_workflow_handle(workflow_id).signal(signal, arg)
+            except Exception:
+                if placed is not None:
+                    self._release(placed.job_id, placed.task_index, arg.attempt)
+            finally:
+                self._signals_in_flight -= 1
+
+        asyncio.create_task(deliver())  # noqa: RUF006 - tracked by _signals_in_flight
+
+    def _release(self, job_id: str, task_index: int, attempt: int) -> None:
+        entry = self.state.pending.get(job_id)
+        if entry is not None and entry.attempts.get(task_index) == attempt:
+            del entry.attempts[task_index]
+            if not entry.attempts:
+                del self.state.pending[job_id]
+                self.state.pending_reasons.pop(job_id, None)
+        key = task_workflow_id(job_id, task_index)
+        placement = self.state.placements.get(key)
+        if placement is not None and placement.attempt == attempt:
+            del self.state.placements[key]
+            self._dirty = True
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    @workflow.signal
+    def configure(self, store_url: str) -> None:
+        self.state.store_url = store_url
+
+    @workflow.signal
+    def enqueue(self, request: Enqueue) -> None:
+        """Add tasks to the queue; an attempt already queued or placed is not added twice."""
+        entry = self.state.pending.get(request.job_id)
+        if entry is None:
+            entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or workflow.now().timestamp())
+            self.state.pending[request.job_id] = entry
+        for index, attempt in request.attempts.items():
+            placed = self.state.placements.get(task_workflow_id(request.job_id, index))
+            if placed is not None and placed.attempt >= attempt:
+                continue
+            if entry.attempts.get(index, -1) < attempt:
+                entry.attempts[index] = attempt
+        if not entry.attempts:
+            del self.state.pending[request.job_id]
+        self._dirty = True
+
+    @workflow.signal
+    def release(self, request: Release) -> None:
+        self._release(request.job_id, request.task_index, request.attempt)
+
+    @workflow.signal
+    def worker_lost(self, lost: WorkerLost) -> None:
+        worker = self.state.workers.get(lost.worker_id)
+        if worker is not None and worker.session == lost.session:
+            worker.healthy = False
+            workflow.logger.warning("worker %s lost: %s", lost.worker_id, lost.reason)
+
+    @workflow.update
+    def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
+        """Add or refresh a worker; a restarted agent (new session) replaces its old entry."""
+        cap = meta.capacity
+        self.state.workers[meta.worker_id] = WorkerEntry(
+            worker_id=meta.worker_id,
+            session=meta.agent_session,
+            cpu_millis=cap.cpu_millis,
+            memory_bytes=cap.memory_bytes,
+            gpus=cap.gpus,
+            tpus=cap.tpus,
+            attributes={k: get_attr(v) for k, v in meta.attributes.items()},
+            runtime=meta.runtime or "process",
+            healthy=True,
+        )
+        self._dirty = True
+        return RegisterResult(accepted=True)
+
+    @register_worker.validator
+    def _check_registration(self, meta: pb.WorkerMetadata) -> None:
+        """Refuse malformed metadata before it reaches history; the reason goes back to the agent."""
+        reason = _validate_metadata(meta)
+        existing = self.state.workers.get(meta.worker_id)
+        if not reason and existing is not None and existing.healthy and existing.session != meta.agent_session:
+            cap = meta.capacity
+            if (existing.cpu_millis, existing.memory_bytes, existing.gpus, existing.tpus) != (
+                cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.tpus
+            ):
+                reason = (
+                    f"worker_id {meta.worker_id!r} is already registered and healthy with different "
+                    "resources; stop the other agent or pick another id"
+                )
+        if reason:
+            raise ApplicationError(f"registration refused: {reason}", type="InvalidWorker", non_retryable=True)
+
+    @workflow.query
+    def healthy_worker_count(self) -> int:
+        return sum(1 for w in self.state.workers.values() if w.healthy)
+
+    @workflow.query
+    def pending_reason(self, job_id: str) -> str:
+        return self.state.pending_reasons.get(job_id, "")
+
+    @workflow.query
+    def summary(self) -> pb.ClusterSummary:
+        return pb.ClusterSummary(
+            store_url=self.state.store_url,
+            healthy_workers=self.healthy_worker_count(),
+            total_workers=len(self.state.workers),
+            pending_tasks=sum(len(e.attempts) for e in self.state.pending.values()),
+            running_tasks=len(self.state.placements),
+        )
+
+    @workflow.query
+    def workers(self) -> pb.WorkerList:
+        out = pb.WorkerList()
+        for w in self.state.workers.values():
+            status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy)
+            status.capacity.cpu_millis = w.cpu_millis
+            status.capacity.memory_bytes = w.memory_bytes
+            status.capacity.gpus = w.gpus
+            status.capacity.tpus = w.tpus
+            for key, value in w.attributes.items():
+                set_attr(status.attributes[key], value)
+            for key, p in self.state.placements.items():
+                if p.worker_id == w.worker_id:
+                    status.running_tasks.append(key)
+                    status.committed.cpu_millis += p.cpu_millis
+                    status.committed.memory_bytes += p.memory_bytes
+                    status.committed.gpus += p.gpus
+                    status.committed.tpus += p.tpus
+        return out

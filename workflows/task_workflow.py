@@ -1,0 +1,211 @@
+"""TaskWorkflow: the attempt loop of one task.
+
+Per attempt: wait for the scheduler's assignment, run `run_task` on the
+assigned worker's own task queue, classify the outcome, give the capacity
+back, and retry within the task's failure and preemption budgets. Retries go
+back through the scheduler rather than Temporal's activity retry, so a retry
+never returns to a dead worker's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import RUN_TASK, RunTaskInput, RunTaskResult
+    from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
+    from workflows.messages import Assigned, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
+    from workflows.states import TaskEvent, TaskState, next_task_state
+
+DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
+HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
+RUN_FOREVER = timedelta(days=3650)
+WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
+
+
+@dataclass
+class TaskInput:
+    job_id: str
+    task_index: int
+    num_tasks: int
+    spec: SchedulingSpec
+    argv: list[str] = field(default_factory=list)
+    function_blob: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    max_retries_failure: int = 0
+    max_retries_preemption: int = 100
+    submitted_at: float = 0.0
+    enqueued_by_job: bool = True
+
+
+@dataclass
+class TaskResult:
+    task_index: int
+    state: str
+    worker_id: str = ""
+    attempt: int = 0
+    failure_count: int = 0
+    preemption_count: int = 0
+    exit_code: int | None = None
+    error: str = ""
+    result_blob: str = ""
+
+
+def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
+    """Per attempt, so a failed attempt's leftovers never pass for a later attempt's outcome."""
+    return f"jobs/{job_id}/results/task-{task_index}/attempt-{attempt}"
+
+
+@workflow.defn(name="TaskWorkflow")
+class TaskWorkflow:
+    def __init__(self) -> None:
+        self.state = TaskState.PENDING
+        self.attempt = 0
+        self._assigned: Assigned | None = None
+        self._unschedulable: Unschedulable | None = None
+        self.result = TaskResult(task_index=-1, state=TaskState.PENDING)
+
+    @workflow.signal
+    def assigned(self, msg: Assigned) -> None:
+        if msg.attempt == self.attempt and self.state == TaskState.PENDING:
+            self._assigned = msg
+
+    @workflow.signal
+    def unschedulable(self, msg: Unschedulable) -> None:
+        if msg.attempt == self.attempt and self.state == TaskState.PENDING:
+            self._unschedulable = msg
+
+    @workflow.query
+    def status(self) -> TaskResult:
+        self.result.state = self.state
+        self.result.attempt = self.attempt
+        return self.result
+
+    def _move(self, event: TaskEvent) -> None:
+        self.state = next_task_state(self.state, event)
+        workflow.set_current_details(f"{self.state} (attempt {self.attempt})")
+
+    @workflow.run
+    async def run(self, inp: TaskInput) -> TaskResult:
+        self.result = TaskResult(task_index=inp.task_index, state=self.state)
+        scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        needs_enqueue = not inp.enqueued_by_job
+        try:
+            while True:
+                if needs_enqueue:
+                    await scheduler.signal(
+                        "enqueue",
+                        Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt}, inp.submitted_at),
+                    )
+                needs_enqueue = True
+                await workflow.wait_condition(lambda: self._assigned is not None or self._unschedulable is not None)
+                if self._unschedulable is not None:
+                    self._move(TaskEvent.TIMED_OUT)
+                    self.result.error = f"unschedulable: {self._unschedulable.reason}"
+                    return self.status()
+                assert self._assigned is not None
+                self.result.worker_id = self._assigned.worker_id
+                self._move(TaskEvent.ASSIGNED)
+                event, error = await self._run_attempt(inp, self._assigned.worker_id)
+                self._assigned = None
+                release = scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+                if event == TaskEvent.DISPATCH_FAILED:
+                    self._move(event)
+                    self.attempt += 1
+                    await release
+                    continue
+                self._move(event)
+                self.result.error = error
+                if event == TaskEvent.FAILED:
+                    self.result.failure_count += 1
+                    exhausted = self.result.failure_count > inp.max_retries_failure
+                elif event == TaskEvent.WORKER_LOST:
+                    self.result.preemption_count += 1
+                    exhausted = self.result.preemption_count > inp.max_retries_preemption
+                else:
+                    await release
+                    return self.status()
+                if exhausted:
+                    await release
+                    return self.status()
+                last_state = self.state
+                self._move(TaskEvent.RETRY)
+                self.attempt += 1
+                parent = workflow.info().parent
+                notify = (
+                    workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                        "task_retrying",
+                        TaskRetrying(
+                            inp.task_index, self.attempt, self.result.failure_count,
+                            self.result.preemption_count, last_state, error,
+                        ),
+                    )
+                    if parent
+                    else None
+                )
+                await release
+                if notify is not None:
+                    await notify
+        except asyncio.CancelledError:
+            return await self._killed(inp)
+
+    async def _killed(self, inp: TaskInput) -> TaskResult:
+        """Cancelled by the job: the attempt is already stopped (WAIT_CANCELLATION_COMPLETED)."""
+        if self.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING):
+            self.state = TaskState.KILLED
+        self.result.error = self.result.error or "killed"
+        scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+        return self.status()
+
+    async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str]:
+        """Run one attempt; map how it ended to a task event and an error message."""
+        request = RunTaskInput(
+            job_id=inp.job_id,
+            task_index=inp.task_index,
+            num_tasks=inp.num_tasks,
+            attempt=self.attempt,
+            worker_id=worker_id,
+            argv=inp.argv,
+            function_blob=inp.function_blob,
+            result_blob=result_blob_key(inp.job_id, inp.task_index, self.attempt) if inp.function_blob else "",
+            env=inp.env,
+            image=inp.image,
+            job_workflow_id=workflow.info().parent.workflow_id if workflow.info().parent else "",
+        )
+        try:
+            result = await workflow.execute_activity(
+                RUN_TASK,
+                request,
+                result_type=RunTaskResult,
+                task_queue=worker_task_queue(worker_id),
+                schedule_to_start_timeout=DISPATCH_TIMEOUT,
+                start_to_close_timeout=RUN_FOREVER,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"task {inp.task_index} attempt {self.attempt} on {worker_id}",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            if isinstance(cause, TimeoutError):
+                if cause.type == TimeoutType.SCHEDULE_TO_START:
+                    return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up"
+                return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({cause.type.name})"
+            if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
+                return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down"
+            return TaskEvent.FAILED, f"worker {worker_id}: {cause.message if cause else err.message}"
+        self.result.exit_code = result.exit_code
+        self.result.result_blob = result.result_blob
+        if result.exit_code == 0 and not result.error:
+            return TaskEvent.SUCCEEDED, ""
+        return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}"
