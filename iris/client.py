@@ -95,6 +95,7 @@ class AsyncIrisClient:
         """Ship `fn(*args, **kwargs)` as a job; returns the job id."""
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        options.setdefault("name", getattr(fn, "__name__", None) or "job")
         req = build_request(**options)
         payload = pickle_callable(fn, args, kwargs or {})
         return await self._start(req, payload=payload)

@@ -84,8 +84,8 @@ def _env(env: Any) -> dict[str, str]:
 
 def build_request(
     *,
-    name: str | None,
-    resources: ResourceSpec | None,
+    name: str | None = None,
+    resources: ResourceSpec | None = None,
     constraints: Any = None,
     coscheduling: CoschedulingConfig | None = None,
     env: Any = None,

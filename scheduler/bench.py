@@ -40,7 +40,9 @@ def _resources(item: Mapping[str, Any]) -> Resources:
 def parse_workers(doc: Document) -> list[WorkerSnapshot]:
     """Build the worker snapshots of a bench input."""
     return [
-        WorkerSnapshot(worker_id=str(item["id"]), free=_resources(item), attributes=item.get("attributes") or {})
+        WorkerSnapshot(
+            worker_id=str(item["id"]), free=_resources(item), attributes=item.get("attributes") or {}
+        )
         for item in doc["workers"]
     ]
 
@@ -101,7 +103,9 @@ def schedule_document(doc: Document) -> tuple[list[Assignment], float]:
 def output_document(assignments: Sequence[Assignment], seconds: float) -> dict[str, Any]:
     """Render assignments in the bench's OUTPUT.json shape."""
     return {
-        "assignments": [{"job": a.job_id, "task_index": a.task_index, "worker": a.worker_id} for a in assignments],
+        "assignments": [
+            {"job": a.job_id, "task_index": a.task_index, "worker": a.worker_id} for a in assignments
+        ],
         "seconds": seconds,
     }
 

@@ -23,7 +23,7 @@ from scheduler.types import Assignment, PendingJob, WorkerSnapshot
 def first_fit(
     workers: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob], *, budget_seconds: float | None = None
 ) -> tuple[list[Assignment], int]:
-    """Place jobs in queue order by first fit; return (assignments, jobs processed before the budget ran out)."""
+    """Place jobs in queue order by first fit; return (assignments, jobs processed within the budget)."""
     start = time.perf_counter()
     free = [[w.free.cpu_millis, w.free.memory_bytes, w.free.gpus, w.free.tpus] for w in workers]
     out: list[Assignment] = []
@@ -68,6 +68,7 @@ def _gang(
     need = len(job.task_indices)
     for rows in groups.values():
         if len(rows) >= need:
+
             def order(row: int) -> tuple[int, float, str]:
                 value = workers[row].attributes.get("tpu-worker-id")
                 return (0, float(value), "") if is_number(value) else (1, 0.0, workers[row].worker_id)  # type: ignore[arg-type]

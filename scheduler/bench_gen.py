@@ -25,7 +25,16 @@ from typing import Any
 GIB = 1 << 30
 ZONES = ("us-central2-b", "us-east5-a", "europe-west4-a")
 # topology -> hosts per slice
-TOPOLOGIES = {"v4-16": 2, "v5p-16": 2, "v4-32": 4, "v5e-16": 4, "v6e-16": 4, "v5e-32": 8, "v5p-64": 8, "v5e-64": 16}
+TOPOLOGIES = {
+    "v4-16": 2,
+    "v5p-16": 2,
+    "v4-32": 4,
+    "v5e-16": 4,
+    "v6e-16": 4,
+    "v5e-32": 8,
+    "v5p-64": 8,
+    "v5e-64": 16,
+}
 TAINTS = ("taint:maintenance", "taint:preemptible")
 
 
@@ -53,24 +62,51 @@ def generate(workers: int, tasks: int, seed: int) -> dict[str, Any]:
                 "zone": zone,
             }
             fleet.append(
-                {"id": f"{name}-w{host}", "cpu": 112, "memory_bytes": 192 * GIB, "gpus": 0, "tpus": 4,
-                 "attributes": attributes}
+                {
+                    "id": f"{name}-w{host}",
+                    "cpu": 112,
+                    "memory_bytes": 192 * GIB,
+                    "gpus": 0,
+                    "tpus": 4,
+                    "attributes": attributes,
+                }
             )
     while len(fleet) < workers:
         index = len(fleet)
         zone = rng.choice(ZONES)
         if rng.random() < 0.15:
             attributes = {"gpu-type": rng.choice(("a100", "h100")), "zone": zone, "cpu-generation": 3}
-            fleet.append({"id": f"gpu-{index}", "cpu": 96, "memory_bytes": 768 * GIB, "gpus": 8, "tpus": 0,
-                          "attributes": attributes})
+            fleet.append(
+                {
+                    "id": f"gpu-{index}",
+                    "cpu": 96,
+                    "memory_bytes": 768 * GIB,
+                    "gpus": 8,
+                    "tpus": 0,
+                    "attributes": attributes,
+                }
+            )
         else:
             cores = rng.choice((16, 32, 64, 96))
-            attributes = {"pool": "cpu", "zone": zone, "cpu-generation": rng.choice((2, 3, 4)),
-                          "local-ssd": rng.random() < 0.5, "cpu-ghz": rng.choice((2.2, 2.6, 3.1))}
-            fleet.append({"id": f"cpu-{index}", "cpu": cores, "memory_bytes": cores * 4 * GIB, "gpus": 0,
-                          "tpus": 0, "attributes": attributes})
-    for host in rng.sample(fleet, k=max(1, workers // 30)):
-        host["attributes"][rng.choice(TAINTS)] = True
+            attributes = {
+                "pool": "cpu",
+                "zone": zone,
+                "cpu-generation": rng.choice((2, 3, 4)),
+                "local-ssd": rng.random() < 0.5,
+                "cpu-ghz": rng.choice((2.2, 2.6, 3.1)),
+            }
+            fleet.append(
+                {
+                    "id": f"cpu-{index}",
+                    "cpu": cores,
+                    "memory_bytes": cores * 4 * GIB,
+                    "gpus": 0,
+                    "tpus": 0,
+                    "attributes": attributes,
+                }
+            )
+    for tainted in rng.sample(fleet, k=max(1, workers // 30)):
+        tainted["attributes"][rng.choice(TAINTS)] = True
     rng.shuffle(fleet)  # fleets are not listed in a convenient order
 
     jobs: list[dict[str, Any]] = []
@@ -81,14 +117,28 @@ def generate(workers: int, tasks: int, seed: int) -> dict[str, Any]:
         _, topology = rng.choice(slices) if slices else ("", "v4-16")
         if kind < 0.12 and slices and TOPOLOGIES[topology] <= remaining:
             hosts = TOPOLOGIES[topology]
-            job.update(replicas=hosts, cpu=8, memory_bytes=32 * GIB, tpus=4, coschedule_group_by="tpu-name",
-                       constraints=[{"key": "tpu-topology", "op": "EQ", "value": topology},
-                                    *_taint_constraints(rng, 0.0)])
+            job.update(
+                replicas=hosts,
+                cpu=8,
+                memory_bytes=32 * GIB,
+                tpus=4,
+                coschedule_group_by="tpu-name",
+                constraints=[
+                    {"key": "tpu-topology", "op": "EQ", "value": topology},
+                    *_taint_constraints(rng, 0.0),
+                ],
+            )
         elif kind < 0.20:
-            job.update(replicas=rng.choice((1, 1, 2, 4, 8)), cpu=rng.choice((8, 16, 32)),
-                       memory_bytes=rng.choice((64, 128)) * GIB, gpus=rng.choice((1, 2, 4, 8)),
-                       constraints=[{"key": "gpu-type", "op": "EQ", "value": rng.choice(("a100", "h100"))},
-                                    *_taint_constraints(rng, 0.1)])
+            job.update(
+                replicas=rng.choice((1, 1, 2, 4, 8)),
+                cpu=rng.choice((8, 16, 32)),
+                memory_bytes=rng.choice((64, 128)) * GIB,
+                gpus=rng.choice((1, 2, 4, 8)),
+                constraints=[
+                    {"key": "gpu-type", "op": "EQ", "value": rng.choice(("a100", "h100"))},
+                    *_taint_constraints(rng, 0.1),
+                ],
+            )
         elif kind < 0.45:
             options = [
                 {"key": "zone", "op": "EQ", "value": rng.choice(ZONES)},
@@ -99,12 +149,19 @@ def generate(workers: int, tasks: int, seed: int) -> dict[str, Any]:
                 {"key": "zone", "op": "NE", "value": rng.choice(ZONES)},
             ]
             picked = rng.sample(options, k=rng.choice((1, 2)))
-            job.update(replicas=rng.choice((1, 2, 4, 8, 16, 32, 64)), cpu=rng.choice((0.5, 1, 2, 4)),
-                       memory_bytes=rng.choice((1, 2, 4, 8)) * GIB,
-                       constraints=[*picked, *_taint_constraints(rng, 0.1)])
+            job.update(
+                replicas=rng.choice((1, 2, 4, 8, 16, 32, 64)),
+                cpu=rng.choice((0.5, 1, 2, 4)),
+                memory_bytes=rng.choice((1, 2, 4, 8)) * GIB,
+                constraints=[*picked, *_taint_constraints(rng, 0.1)],
+            )
         else:
-            job.update(replicas=rng.choice((1, 1, 2, 4, 8, 16, 32, 64, 128)), cpu=rng.choice((0.5, 1, 2, 4)),
-                       memory_bytes=rng.choice((1, 2, 4, 8)) * GIB, constraints=_taint_constraints(rng, 0.1))
+            job.update(
+                replicas=rng.choice((1, 1, 2, 4, 8, 16, 32, 64, 128)),
+                cpu=rng.choice((0.5, 1, 2, 4)),
+                memory_bytes=rng.choice((1, 2, 4, 8)) * GIB,
+                constraints=_taint_constraints(rng, 0.1),
+            )
         job["replicas"] = min(job["replicas"], remaining)
         remaining -= job["replicas"]
         jobs.append(job)
@@ -123,42 +180,93 @@ def generate_fragmented(workers: int) -> dict[str, Any]:
         name = f"slice-{count}"
         (big if hosts == 8 else small).append(name)
         for host in range(hosts):
-            fleet.append({"id": f"{name}-w{host}", "cpu": 16, "memory_bytes": 64 * GIB, "gpus": 0, "tpus": 4,
-                          "attributes": {"tpu-name": name, "tpu-worker-id": host,
-                                         "tpu-topology": "v5p-64" if hosts == 8 else "v4-16"}})
+            fleet.append(
+                {
+                    "id": f"{name}-w{host}",
+                    "cpu": 16,
+                    "memory_bytes": 64 * GIB,
+                    "gpus": 0,
+                    "tpus": 4,
+                    "attributes": {
+                        "tpu-name": name,
+                        "tpu-worker-id": host,
+                        "tpu-topology": "v5p-64" if hosts == 8 else "v4-16",
+                    },
+                }
+            )
         count += 1
     cpu_hosts = workers - len(fleet)
     for index in range(cpu_hosts):
-        fleet.append({"id": f"cpu-{index}", "cpu": 16, "memory_bytes": 64 * GIB, "gpus": 0, "tpus": 0,
-                      "attributes": {"pool": "cpu"}})
+        fleet.append(
+            {
+                "id": f"cpu-{index}",
+                "cpu": 16,
+                "memory_bytes": 64 * GIB,
+                "gpus": 0,
+                "tpus": 0,
+                "attributes": {"pool": "cpu"},
+            }
+        )
     jobs: list[dict[str, Any]] = []
     # Plain tasks that exactly fill the CPU hosts (two 8-core tasks per host).
     for index in range(cpu_hosts * 2 // 16):
-        jobs.append({"id": f"plain-{index}", "replicas": 16, "cpu": 8, "memory_bytes": 8 * GIB, "gpus": 0,
-                     "tpus": 0, "constraints": [], "coschedule_group_by": None})
+        jobs.append(
+            {
+                "id": f"plain-{index}",
+                "replicas": 16,
+                "cpu": 8,
+                "memory_bytes": 8 * GIB,
+                "gpus": 0,
+                "tpus": 0,
+                "constraints": [],
+                "coschedule_group_by": None,
+            }
+        )
     # Small gangs that any slice could host, then whole-slice gangs for the big ones.
     for index in range(len(small)):
-        jobs.append({"id": f"small-gang-{index}", "replicas": 2, "cpu": 12, "memory_bytes": 16 * GIB,
-                     "gpus": 0, "tpus": 4, "constraints": [{"key": "tpu-name", "op": "EXISTS"}],
-                     "coschedule_group_by": "tpu-name"})
+        jobs.append(
+            {
+                "id": f"small-gang-{index}",
+                "replicas": 2,
+                "cpu": 12,
+                "memory_bytes": 16 * GIB,
+                "gpus": 0,
+                "tpus": 4,
+                "constraints": [{"key": "tpu-name", "op": "EXISTS"}],
+                "coschedule_group_by": "tpu-name",
+            }
+        )
     for index in range(len(big)):
-        jobs.append({"id": f"big-gang-{index}", "replicas": 8, "cpu": 12, "memory_bytes": 16 * GIB,
-                     "gpus": 0, "tpus": 4, "constraints": [{"key": "tpu-topology", "op": "EQ", "value": "v5p-64"}],
-                     "coschedule_group_by": "tpu-name"})
+        jobs.append(
+            {
+                "id": f"big-gang-{index}",
+                "replicas": 8,
+                "cpu": 12,
+                "memory_bytes": 16 * GIB,
+                "gpus": 0,
+                "tpus": 4,
+                "constraints": [{"key": "tpu-topology", "op": "EQ", "value": "v5p-64"}],
+                "coschedule_group_by": "tpu-name",
+            }
+        )
     return {"workers": fleet, "jobs": jobs}
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: write a generated bench input."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("output")
     parser.add_argument("--workers", type=int, default=4000)
     parser.add_argument("--tasks", type=int, default=30000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fragmented", action="store_true")
     args = parser.parse_args(argv)
-    doc = generate_fragmented(args.workers) if args.fragmented else generate(
-        args.workers, args.tasks, args.seed
+    doc = (
+        generate_fragmented(args.workers)
+        if args.fragmented
+        else generate(args.workers, args.tasks, args.seed)
     )
     with open(args.output, "w") as handle:
         json.dump(doc, handle)

@@ -78,7 +78,9 @@ def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]
         if not key:
             continue
         if len(placed) != int(jobs[job_id]["replicas"]):
-            errors.append(f"coscheduled job {job_id}: {len(placed)} of {jobs[job_id]['replicas']} tasks assigned")
+            errors.append(
+                f"coscheduled job {job_id}: {len(placed)} of {jobs[job_id]['replicas']} tasks assigned"
+            )
         values = [(workers[w].get("attributes") or {}).get(key) for _, w in placed]
         first = values[0]
         if first is None or not all(v is not None and values_equal(v, first) for v in values):
@@ -111,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = "INVALID" if errors else "valid"
     print(f"{verdict}: {tasks} tasks placed, {gangs} coscheduled jobs placed, {len(errors)} violations")
     return 1 if errors else 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

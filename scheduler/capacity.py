@@ -23,8 +23,15 @@ class CapacityTree:
 
     __slots__ = ("cpu", "gpu", "mem", "rows", "size", "tpu")
 
-    def __init__(self, rows: Sequence[int], cpu: Sequence[int], mem: Sequence[int], gpu: Sequence[int],
-                 tpu: Sequence[int], reserved: bytearray) -> None:
+    def __init__(
+        self,
+        rows: Sequence[int],
+        cpu: Sequence[int],
+        mem: Sequence[int],
+        gpu: Sequence[int],
+        tpu: Sequence[int],
+        reserved: bytearray,
+    ) -> None:
         size = 1
         while size < len(rows):
             size *= 2

@@ -55,10 +55,11 @@ Queue order, backfill and starvation (the policy)
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
 from scheduler.attributes import is_number, taint_constraints, value_kind
+from scheduler.capacity import CapacityTree
 from scheduler.index import ClusterIndex
 from scheduler.types import (
     Assignment,
@@ -70,6 +71,28 @@ from scheduler.types import (
 )
 
 TPU_WORKER_ID = "tpu-worker-id"
+
+# Building 100k frozen dataclasses through __init__ costs a call to
+# object.__setattr__ per field; setting the slots directly halves the cost of
+# emitting a large plan. Used only while Assignment has exactly these slots.
+_FAST_ASSIGNMENT = getattr(Assignment, "__slots__", None) == ("job_id", "task_index", "worker_id")
+_set_job = Assignment.job_id.__set__  # type: ignore[attr-defined,misc]
+_set_task = Assignment.task_index.__set__  # type: ignore[attr-defined,misc]
+_set_worker = Assignment.worker_id.__set__  # type: ignore[attr-defined,misc]
+
+
+def _emit(out: list[Assignment], job_id: str, indices: Sequence[int], worker_id: str) -> None:
+    """Append one Assignment per task index, all on the same worker."""
+    if not _FAST_ASSIGNMENT:
+        out.extend([Assignment(job_id, index, worker_id) for index in indices])
+        return
+    new, append = object.__new__, out.append
+    for index in indices:
+        item = new(Assignment)
+        _set_job(item, job_id)
+        _set_task(item, index)
+        _set_worker(item, worker_id)
+        append(item)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +111,18 @@ DEFAULT_POLICY = SchedulingPolicy()
 
 @dataclass(slots=True)
 class Feasibility:
-    """The workers that satisfy one (constraints, taints) combination, in plain-task order."""
+    """The workers that satisfy one (constraints, taints) combination.
+
+    `classes` lists the feasible worker classes in plain-task order when every
+    constraint is class-level; it is None when a constraint names a unique key,
+    and placement then walks `rows` (the feasible workers) one by one.
+    """
 
     constraints: tuple[Constraint, ...]
-    candidates: list[int]
-    mask: bytearray | None = None
+    classes: list[int] | None
+    rows: Set[int] | None = None  # feasible worker rows, built on demand
+    ordered: list[int] | None = None  # feasible rows in plain-task order, built on demand
+    mask: bytearray | None = None  # 0/1 per worker row, built on demand
 
 
 @dataclass(slots=True)
@@ -101,7 +131,8 @@ class PlainBucket:
 
     feasibility: Feasibility
     request: Resources
-    cursor: int = 0
+    cursor: int = 0  # index into feasibility.classes, or into feasibility.ordered without classes
+    current: int = -1  # the worker that took the last task, tried first for the next one
     reason: str | None = None
 
 
@@ -225,6 +256,32 @@ class PassState:
         self.rank = [0] * len(self.workers)
         for place, row in enumerate(self.order):
             self.rank[row] = place
+        # Class members in plain-task order, classes ordered by their first member.
+        self.members: list[list[int]] = [[] for _ in self.index.class_members]
+        self.position = [0] * len(self.workers)
+        class_of = self.index.class_of
+        for row in self.order:
+            members = self.members[class_of[row]]
+            self.position[row] = len(members)
+            members.append(row)
+        self.class_rank = {
+            class_id: self.rank[members[0]] for class_id, members in enumerate(self.members) if members
+        }
+        self.trees: list[CapacityTree | None] = [None] * len(self.members)
+
+    def tree(self, class_id: int) -> CapacityTree:
+        """Return the class's capacity tree, built on first use (most passes touch few classes)."""
+        tree = self.trees[class_id]
+        if tree is None:
+            tree = self.trees[class_id] = CapacityTree(
+                self.members[class_id],
+                self.free_cpu,
+                self.free_mem,
+                self.free_gpu,
+                self.free_tpu,
+                self.reserved,
+            )
+        return tree
 
     def feasibility_for(self, job: PendingJob) -> Feasibility:
         """Return the cached feasible workers for the job's constraints and tolerations."""
@@ -241,19 +298,44 @@ class PassState:
         key = _constraint_key(full)
         found = self.feasibility.get(key)
         if found is None:
-            rows = self.index.matching_workers(full)
-            if len(rows) * 4 < len(self.workers):
-                candidates = sorted(rows, key=self.rank.__getitem__)
-            else:
-                candidates = [row for row in self.order if row in rows]
-            found = self.feasibility[key] = Feasibility(full, candidates)
+            classes = None
+            if not any(c.key in self.index.unique for c in full):
+                class_ok = self.index.class_index.match_all(full)
+                classes = sorted(
+                    (c for c in class_ok if c in self.class_rank), key=self.class_rank.__getitem__
+                )
+            found = self.feasibility[key] = Feasibility(full, classes)
         self.feasibility_by_id[memo_key] = found
         return found
 
+    def rows(self, feasibility: Feasibility) -> Set[int]:
+        """Return the feasible worker rows (built once per feasibility, from the index)."""
+        if feasibility.rows is None:
+            feasibility.rows = self.index.matching_workers(feasibility.constraints)
+        return feasibility.rows
+
+    def ordered(self, feasibility: Feasibility) -> list[int]:
+        """Return the feasible workers in plain-task order (built once per feasibility)."""
+        if feasibility.ordered is None:
+            rows = self.rows(feasibility)
+            if len(rows) * 4 < len(self.workers):
+                feasibility.ordered = sorted(rows, key=self.rank.__getitem__)
+            else:
+                feasibility.ordered = [row for row in self.order if row in rows]
+        return feasibility.ordered
+
     # -- capacity bookkeeping -----------------------------------------------
 
-    def _touch(self, row: int) -> None:
-        """Invalidate cached group counts of the worker's groups and mark them used."""
+    def _consume(self, row: int, count: int, request: Resources) -> None:
+        """Take `count` times the request from a worker's free capacity and refresh what caches it."""
+        fc, fm, fg, ft = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu
+        fc[row] -= count * request.cpu_millis
+        fm[row] -= count * request.memory_bytes
+        fg[row] -= count * request.gpus
+        ft[row] -= count * request.tpus
+        tree = self.trees[self.index.class_of[row]]
+        if tree is not None:
+            tree.update(self.position[row], fc[row], fm[row], fg[row], ft[row])
         for gid in self.worker_groups[row]:
             self.group_version[gid] += 1
             self.group_used[gid] = True
@@ -261,30 +343,30 @@ class PassState:
     def _reserve(self, row: int) -> None:
         """Hold a worker for a starving job: nobody later in this pass may use it."""
         self.reserved[row] = 1
+        tree = self.trees[self.index.class_of[row]]
+        if tree is not None:
+            tree.update(self.position[row], -1, -1, -1, -1)
         for gid in self.worker_groups[row]:
             self.group_version[gid] += 1
 
     # -- plain tasks ---------------------------------------------------------
 
     def place_plain(self, job: PendingJob, bucket: PlainBucket) -> int:
-        """Place as many of the job's tasks as fit, walking the bucket's cursor; return how many."""
-        candidates = bucket.feasibility.candidates
-        end = len(candidates)
-        cursor = bucket.cursor
+        """Place as many of the job's tasks as fit, several per worker at once; return how many."""
         tasks = job.task_indices
         total = len(tasks)
         placed = 0
         request = bucket.request
         rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
-        fc, fm, fg, ft = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu
-        reserved, worker_groups, workers = self.reserved, self.worker_groups, self.workers
+        fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved
         out = self.assignments
         job_id = job.job_id
-        while placed < total and cursor < end:
-            row = candidates[cursor]
-            if reserved[row]:
-                cursor += 1
-                continue
+        row = bucket.current
+        while placed < total:
+            if row < 0 or reserved[row] or fc[row] < rc or fm[row] < rm or fg[row] < rg or ft[row] < rt:
+                row = self._next_fit(bucket)
+                if row < 0:
+                    break
             take = total - placed
             if rc:
                 take = min(take, fc[row] // rc)
@@ -294,22 +376,38 @@ class PassState:
                 take = min(take, fg[row] // rg)
             if rt:
                 take = min(take, ft[row] // rt)
-            if take <= 0:
-                cursor += 1
-                continue
-            fc[row] -= take * rc
-            fm[row] -= take * rm
-            fg[row] -= take * rg
-            ft[row] -= take * rt
-            worker_id = workers[row].worker_id
-            out.extend([Assignment(job_id, index, worker_id) for index in tasks[placed : placed + take]])
+            self._consume(row, take, request)
+            worker_id = self.workers[row].worker_id
+            _emit(out, job_id, tasks[placed : placed + take], worker_id)
             placed += take
-            if worker_groups[row]:
-                self._touch(row)
-            if fc[row] < rc or fm[row] < rm or fg[row] < rg or ft[row] < rt:
-                cursor += 1
-        bucket.cursor = cursor
+        bucket.current = row
         return placed
+
+    def _next_fit(self, bucket: PlainBucket) -> int:
+        """Return the first worker in plain-task order that fits the bucket's request, or -1.
+
+        Class by class through capacity trees; a class with no fit now has none
+        later in the pass either, so the bucket's cursor moves past it for good.
+        """
+        request = bucket.request
+        rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+        classes = bucket.feasibility.classes
+        if classes is not None:
+            while bucket.cursor < len(classes):
+                class_id = classes[bucket.cursor]
+                position = self.tree(class_id).first_fit(rc, rm, rg, rt)
+                if position >= 0:
+                    return self.members[class_id][position]
+                bucket.cursor += 1
+            return -1
+        ordered = self.ordered(bucket.feasibility)
+        fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved
+        while bucket.cursor < len(ordered):
+            row = ordered[bucket.cursor]
+            if not reserved[row] and fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt:
+                return row
+            bucket.cursor += 1
+        return -1
 
     def reserve_plain(self, job: PendingJob, bucket: PlainBucket, count: int) -> int:
         """Hold up to `count` feasible workers with the most free of the job's main resource."""
@@ -325,7 +423,7 @@ class PassState:
         reserved = self.reserved
         chosen = heapq.nlargest(
             count,
-            (row for row in bucket.feasibility.candidates if not reserved[row]),
+            (row for row in self.rows(bucket.feasibility) if not reserved[row]),
             key=column.__getitem__,
         )
         for row in chosen:
@@ -343,7 +441,7 @@ class PassState:
             return bucket
         if feasibility.mask is None:
             mask = bytearray(len(self.workers))
-            for row in feasibility.candidates:
+            for row in self.rows(feasibility):
                 mask[row] = 1
             feasibility.mask = mask
         mask = feasibility.mask
@@ -406,12 +504,8 @@ class PassState:
             if not reserved[row] and fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt
         ][:need]
         for index, row in zip(sorted(job.task_indices), chosen, strict=True):
-            fc[row] -= rc
-            fm[row] -= rm
-            fg[row] -= rg
-            ft[row] -= rt
+            self._consume(row, 1, request)
             self.assignments.append(Assignment(job.job_id, index, self.workers[row].worker_id))
-            self._touch(row)
         return True
 
     def reserve_gang(self, bucket: GangBucket, need: int) -> str | None:

@@ -78,7 +78,10 @@ def read_result(store: BlobStore, result_key: str) -> Any:
 
 def describe_exception(exc: BaseException) -> str:
     """``Type: message`` on one line, bounded, e.g. ``ZeroDivisionError: division by zero``."""
-    message = " ".join(str(exc).split())
+    try:
+        message = " ".join(str(exc).split())
+    except Exception:  # a user exception whose __str__ itself fails
+        message = "<unprintable message>"
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
 
@@ -94,8 +97,10 @@ class _TaskRunError(Exception):
 def _load_call(store: BlobStore, function_key: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     try:
         payload = store.get(function_key)
-    except StorageError as exc:
+    except BlobNotFoundError as exc:
         raise _TaskRunError(f"task function blob is missing: {exc}") from exc
+    except StorageError as exc:
+        raise _TaskRunError(f"cannot read the task function blob: {exc}") from exc
     try:
         call = cloudpickle.loads(payload)
     except Exception as exc:
@@ -160,7 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         store = BlobStore.from_url(args.store)
-    except ValueError as exc:
+        for key in (args.function, args.result):
+            store.path_for(key)  # a malformed key fails here, before any user code runs
+    except (ValueError, StorageError) as exc:
         print(f"iris task runner: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:

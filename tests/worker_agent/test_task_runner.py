@@ -179,3 +179,25 @@ async def test_failure_under_the_process_runtime_logs_the_traceback(
     assert "Traceback (most recent call last):" in lines
     assert lines[-1] == "iris task failed: ZeroDivisionError: division by zero"
     assert read_task_error(blob_store, "job/result") == "ZeroDivisionError: division by zero"
+
+
+def test_malformed_key_exits_1(blob_store: BlobStore, capsys: pytest.CaptureFixture[str]) -> None:
+    """A result key with an empty component is rejected before anything runs."""
+    assert main(["--store", blob_store.url, "--function", "job/fn", "--result", "job//r"]) == 1
+    assert "empty path component" in capsys.readouterr().err
+
+
+def test_unprintable_exception_is_still_reported(blob_store: BlobStore) -> None:
+    """An exception whose __str__ fails still yields a one-line reason."""
+    _ship(blob_store, _raise_unprintable)
+    assert _run(blob_store) == 1
+    assert read_task_error(blob_store, "job/result") == "_UnprintableError: <unprintable message>"
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+def _raise_unprintable() -> None:
+    raise _UnprintableError()

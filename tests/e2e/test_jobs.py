@@ -1,0 +1,274 @@
+"""Jobs on a real local cluster: identity, results, logs, retries, failure and kill semantics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from iris import (
+    Constraint,
+    CoschedulingConfig,
+    IrisClient,
+    JobFailedError,
+    JobState,
+    ResourceSpec,
+    TaskState,
+    get_job_info,
+)
+from iris.config import LocalWorkerSpec
+
+from .conftest import Cluster
+
+SMALL = ResourceSpec(cpu=0.5, memory="256m")
+
+
+def whoami(tag: str) -> dict[str, object]:
+    info = get_job_info()
+    assert info is not None
+    return {
+        "tag": tag,
+        "task_index": info.task_index,
+        "num_tasks": info.num_tasks,
+        "env_index": os.environ["IRIS_TASK_INDEX"],
+        "env_num": os.environ["IRIS_NUM_TASKS"],
+        "job_id": info.job_id,
+        "attempt": info.attempt,
+    }
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_four_replicas_see_their_identity_and_return_values(client: IrisClient) -> None:
+    """A 4-replica callable job: each task sees its own index and the job's size, and returns a value."""
+    job = client.submit(whoami, "hi", resources=ResourceSpec(cpu=0.5, memory="256m", replicas=4))
+    status = job.wait(timeout=60)
+    assert JobState.SUCCEEDED == status.state
+    results = job.results()
+    assert [0, 1, 2, 3] == [r["task_index"] for r in results]
+    assert ["0", "1", "2", "3"] == [r["env_index"] for r in results]
+    assert {4} == {r["num_tasks"] for r in results}
+    assert {"4"} == {r["env_num"] for r in results}
+    assert {job.job_id} == {r["job_id"] for r in results}
+    assert {"hi"} == {r["tag"] for r in results}
+
+
+def test_logs_are_streamed_while_running_and_kept_after(client: IrisClient) -> None:
+    """Each task's output can be read while it runs and in full after the job ends."""
+    script = "import sys,time\nfor i in range(3):\n print('line', i, flush=True); time.sleep(0.7)\n"
+    job = client.submit_command(
+        [sys.executable, "-c", script], resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2)
+    )
+    early = wait_until(lambda: client.fetch_task_logs(job.job_id, 1), timeout=30)
+    assert JobState.RUNNING == job.status().state
+    assert "line 0" == early[0]
+    job.wait(timeout=60)
+    for index in (0, 1):
+        assert ["line 0", "line 1", "line 2"] == client.fetch_task_logs(job.job_id, index)
+
+
+def test_constraint_only_one_group_satisfies(client: IrisClient) -> None:
+    """Tasks constrained to tpu-worker-id >= 2 land only on slice hosts 2 and 3."""
+    job = client.submit_command(
+        ["true"],
+        resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2),
+        constraints=[Constraint("tpu-name", "EQ", "slice-a"), Constraint("tpu-worker-id", "GE", 2)],
+    )
+    job.wait(timeout=60)
+    assert {"slice-a-2", "slice-a-3"} >= {t.worker_id for t in client.list_tasks(job.job_id)}
+
+
+def test_coscheduled_job_places_task_i_on_tpu_worker_id_i(client: IrisClient) -> None:
+    """A coscheduled 4-task v5e-16 job runs on the slice with task i on the host with tpu-worker-id i."""
+    job = client.submit_command(
+        ["true"],
+        resources=ResourceSpec(cpu=1, memory="1g", replicas=4),
+        constraints=[Constraint("tpu-topology", "EQ", "v5e-16")],
+        coscheduling=CoschedulingConfig(group_by="tpu-name"),
+    )
+    job.wait(timeout=60)
+    assert [f"slice-a-{i}" for i in range(4)] == [t.worker_id for t in client.list_tasks(job.job_id)]
+
+
+def test_coscheduled_job_waits_while_no_slice_has_enough_free_hosts(client: IrisClient) -> None:
+    """While one slice host is busy, a whole-slice gang stays pending with a reason, then runs."""
+    blocker = client.submit_command(
+        ["sleep", "4"],
+        resources=ResourceSpec(cpu=1, memory="1g"),
+        constraints=[Constraint("tpu-worker-id", "EQ", 3)],
+    )
+    wait_until(lambda: blocker.status().state == JobState.RUNNING)
+    gang = client.submit_command(
+        ["true"],
+        resources=ResourceSpec(cpu=1, memory="1g", replicas=4),
+        constraints=[Constraint("tpu-topology", "EQ", "v5e-16")],
+        coscheduling=CoschedulingConfig(group_by="tpu-name"),
+    )
+    status = wait_until(lambda: (s := gang.status()).pending_reason and s)
+    assert JobState.PENDING == status.state
+    assert "tpu-name" in status.pending_reason
+    assert JobState.SUCCEEDED == gang.wait(timeout=60).state
+
+
+def test_failing_task_is_retried_then_fails_the_job_with_exit_code(client: IrisClient) -> None:
+    """A task that always exits 3 runs 1 + max_retries_failure times, then the job fails with exit code 3."""
+    job = client.submit_command(
+        ["sh", "-c", "echo attempt $IRIS_ATTEMPT; exit 3"], resources=SMALL, max_retries_failure=2
+    )
+    with pytest.raises(JobFailedError) as failed:
+        job.wait(timeout=60)
+    status = failed.value.status
+    assert JobState.FAILED == status.state
+    task = status.tasks[0]
+    assert (TaskState.FAILED, 3, 3, 2) == (task.state, task.failure_count, task.exit_code, task.attempt)
+    assert "exit code 3" in status.error
+    assert ["attempt 0", "attempt 1", "attempt 2"] == client.fetch_task_logs(job.job_id, 0)
+
+
+def test_callable_exception_is_reported(client: IrisClient) -> None:
+    """An exception in a shipped function fails the task with the exception's type and message."""
+
+    def boom() -> None:
+        raise ValueError("bad shard 7")
+
+    job = client.submit(boom, resources=SMALL)
+    status = job.wait(timeout=60, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    assert "ValueError: bad shard 7" in status.tasks[0].error
+
+
+def test_coscheduled_failure_kills_siblings(client: IrisClient, tmp_path: Path) -> None:
+    """When task 0 of a gang exits 1, its sleeping siblings' processes are killed and the job fails fast."""
+    script = (
+        f'echo $$ > {tmp_path}/pid-$IRIS_TASK_INDEX; '
+        'if [ "$IRIS_TASK_INDEX" = 0 ]; then sleep 2; exit 1; fi; sleep 300'
+    )
+    job = client.submit_command(
+        ["sh", "-c", script],
+        resources=ResourceSpec(cpu=1, memory="1g", replicas=4),
+        coscheduling=CoschedulingConfig(group_by="tpu-name"),
+    )
+    wait_until(lambda: len(list(tmp_path.glob("pid-*"))) == 4, timeout=30)
+    started = time.monotonic()
+    status = job.wait(timeout=60, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    assert time.monotonic() - started < 10
+    assert [TaskState.FAILED, TaskState.KILLED, TaskState.KILLED, TaskState.KILLED] == [
+        t.state for t in status.tasks
+    ]
+    for i in (1, 2, 3):
+        assert pid_gone(int((tmp_path / f"pid-{i}").read_text()))
+
+
+def test_terminate_kills_running_tasks(client: IrisClient, tmp_path: Path) -> None:
+    """terminate() stops every running task process and the job ends KILLED."""
+    job = client.submit_command(
+        ["sh", "-c", f"echo $$ > {tmp_path}/pid-$IRIS_TASK_INDEX; sleep 300"],
+        resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2),
+    )
+    wait_until(lambda: len(list(tmp_path.glob("pid-*"))) == 2, timeout=30)
+    job.terminate()
+    status = job.wait(timeout=30, raise_on_failure=False)
+    assert JobState.KILLED == status.state
+    assert [TaskState.KILLED, TaskState.KILLED] == [t.state for t in status.tasks]
+    for i in (0, 1):
+        assert pid_gone(int((tmp_path / f"pid-{i}").read_text()))
+
+
+def test_scheduling_timeout_makes_job_unschedulable(client: IrisClient) -> None:
+    """A job no worker can hold becomes UNSCHEDULABLE once its scheduling timeout passes."""
+    job = client.submit_command(["true"], resources=ResourceSpec(cpu=64, memory="1g"), scheduling_timeout=1.5)
+    status = job.wait(timeout=30, raise_on_failure=False)
+    assert JobState.UNSCHEDULABLE == status.state
+    assert TaskState.UNSCHEDULABLE == status.tasks[0].state
+    assert "cpu" in status.error
+
+
+def test_pending_job_shows_reason_and_runs_when_a_worker_registers(cluster: Cluster, client: IrisClient) -> None:
+    """`iris run` shows why its job waits, `iris job status` too, and the job runs once a fitting worker joins."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "iris", "run", "--name", "late", "-c", "pool=late", "--cpu", "0.5",
+         "--memory", "256m", "--", "echo", "ran on the late worker"],
+        env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert run.stderr is not None
+        submitted = run.stderr.readline()
+        while "submitted" not in submitted:
+            submitted = run.stderr.readline()
+        job_id = submitted.split()[-1]
+        waiting = run.stderr.readline()
+        while "waiting:" not in waiting:
+            waiting = run.stderr.readline()
+        assert "pool=late" in waiting
+        shown = subprocess.run(
+            [sys.executable, "-m", "iris", "job", "status", job_id],
+            env=cluster.env, capture_output=True, text=True, timeout=60,
+        )
+        assert "PENDING" in shown.stdout
+        assert "pool=late" in shown.stdout
+        cluster.local.start_worker(
+            LocalWorkerSpec(worker_id="late-0", cpu_millis=1000, memory_bytes=2**30, attributes={"pool": "late"})
+        )
+        stdout, _ = run.communicate(timeout=60)
+        assert 0 == run.returncode
+        assert "[0] ran on the late worker" in stdout
+    finally:
+        run.kill()
+        cluster.local.kill_process("late-0", wait=10)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"constraints": ["zone=us"]}, "constraints"),
+        ({"resources": ResourceSpec(replicas=3), "constraints": [Constraint("tpu-topology", "EQ", "v5e-16")],
+          "coscheduling": CoschedulingConfig("tpu-name")}, "replicas"),
+        ({"env": {"IRIS_TASK_INDEX": "9"}}, "env"),
+        ({"max_retries_failure": -1}, "max_retries_failure"),
+        ({"scheduling_timeout": -5}, "scheduling_timeout"),
+    ],
+)
+def test_bad_submission_options_raise_and_start_nothing(client: IrisClient, options: dict, field: str) -> None:
+    """Invalid submissions raise ValueError naming the field, and no job is created."""
+    before = {j.job_id for j in client.list_jobs()}
+    with pytest.raises(ValueError, match=field):
+        client.submit_command(["true"], **options)
+    assert before == {j.job_id for j in client.list_jobs()}
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: Constraint("zone", "SORTA", "x"), "op"),
+        (lambda: Constraint("zone", "GT", "us"), "GT"),
+        (lambda: ResourceSpec(replicas=0), "replicas"),
+        (lambda: ResourceSpec(memory="lots"), "memory"),
+        (lambda: ResourceSpec(cpu=-1), "cpu"),
+    ],
+)
+def test_bad_values_raise_naming_the_field(build, field: str) -> None:  # type: ignore[no-untyped-def]
+    """Unknown ops, replicas < 1 and unparseable sizes are ValueErrors that name the field."""
+    with pytest.raises(ValueError, match=field):
+        build()
