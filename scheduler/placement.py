@@ -12,15 +12,20 @@ The pipeline for each job, in queue order
    NOT_EXISTS per taint it does not tolerate, answered by the class/posting
    index (`scheduler.index`) once per distinct (constraints, tolerations).
 3. **Capacity and ranking**, per bucket of identical requests:
-   - *Plain tasks* walk the bucket's candidate list in best-fit order, putting
-     as many tasks on a worker as fit at once (min over resources of
-     free // request). The order keeps whole groups free for gangs: workers
-     outside any group (no `tpu-name` or other group_by key) first, tightest
-     first (fewest free tpus, then gpus, cpu, memory); then workers of groups
-     already partially used; then untouched groups. Free capacity only
-     shrinks within a pass, so a worker that cannot take the bucket's request
-     now never will, and each bucket keeps a cursor: the work is
-     O(candidates + tasks) per bucket, not per task.
+   - *Plain tasks* go, several at a time (as many as fit: min over resources
+     of free // request), to the first worker in best-fit order that fits.
+     The order keeps whole groups free for gangs: workers outside any group
+     (no `tpu-name` or other group_by key) first, tightest first (fewest free
+     tpus, then gpus, cpu, memory); then workers of groups already partially
+     used when the pass starts (known from `WorkerSnapshot.capacity`); then
+     untouched groups. The order is applied class by class (classes ranked by
+     their best worker, members in that order inside a class) so that "first
+     worker that fits" is a pruned descent in the class's capacity tree
+     (`scheduler.capacity`) instead of a scan. Free capacity only shrinks in a
+     pass, so a class where the request fits nowhere is skipped for good by
+     that bucket, and the worker that took the last task is tried first for
+     the next job of the bucket. With a constraint on a unique key (a host
+     name) the bucket walks its feasible workers in order with a cursor.
    - *Gangs* (`group_by` set) need `len(task_indices)` distinct workers of one
      group: all or nothing. Among the groups where they fit, the gang takes
      the one with the fewest fitting workers left over (best fit), preferring

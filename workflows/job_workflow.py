@@ -55,6 +55,7 @@ class JobWorkflow:
         self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
         self._kill_reason = ""
         self._failing = False
+        self._gang_break: TaskResult | None = None  # the result that broke this gang attempt
 
     # -- queries and signals -----------------------------------------------------------------
 
@@ -107,13 +108,11 @@ class JobWorkflow:
             self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
         self._refresh_state()
         try:
-            await self._start_tasks(job_id, req)
-            if not self._kill_reason:
-                await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
-                    "enqueue",
-                    Enqueue(job_id, scheduling_spec(req), dict.fromkeys(range(req.replicas), 0), req.submitted_at),
-                )
-            await self._collect()
+            if req.coschedule_group_by:
+                await self._run_gang(job_id, req)
+            else:
+                await self._start_tasks(job_id, req, attempt=0)
+                await self._collect()
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
             self.kill("job workflow cancelled")
@@ -121,10 +120,44 @@ class JobWorkflow:
         state = derive_job_state(
             (TaskState(t.state) for t in self.status.tasks),
             failed_tasks=self._failed_tasks(),
-            max_task_failures=req.max_task_failures,
+            max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
             killed=bool(self._kill_reason),
         )
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
+
+    async def _run_gang(self, job_id: str, req: pb.JobRequest) -> None:
+        """Run a coscheduled job: the gang is placed, killed and retried as one unit.
+
+        When any member fails or loses its worker, its siblings are killed and,
+        within the job's retry budgets, the whole gang goes back to the queue
+        together, so it lands again on one healthy group.
+        """
+        attempt = failures = preemptions = 0
+        while True:
+            self._gang_break = None
+            await self._start_tasks(job_id, req, attempt=attempt)
+            await self._collect()
+            cause = self._gang_break
+            if cause is None or self._kill_reason:
+                return
+            if cause.state not in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PENDING):
+                return  # UNSCHEDULABLE: final
+            # A dispatch failure is not the gang's fault: place it again without spending a budget.
+            failures += cause.state == TaskState.FAILED and not cause.dispatch_failed
+            preemptions += cause.state == TaskState.WORKER_FAILED
+            for row in self.status.tasks:
+                row.failure_count, row.preemption_count = failures, preemptions
+            if failures > req.max_retries_failure or preemptions > req.max_retries_preemption:
+                return
+            attempt += 1
+            self._failing = False
+            self._children.clear()
+            for row in self.status.tasks:
+                row.state, row.attempt, row.worker_id = TaskState.PENDING, attempt, ""
+                row.has_exit_code, row.exit_code = False, 0
+            self.status.error = ""
+            workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, attempt, cause.error)
+            self._refresh_state()
 
     def _check(self, req: pb.JobRequest) -> str:
         """The client validates first; this only keeps a hand-made request from wedging the job."""
@@ -134,8 +167,10 @@ class JobWorkflow:
             return "entrypoint: neither a function nor a command was given"
         return ""
 
-    async def _start_tasks(self, job_id: str, req: pb.JobRequest) -> None:
+    async def _start_tasks(self, job_id: str, req: pb.JobRequest, attempt: int) -> None:
+        """Start every task child in batches, then enqueue them all with one signal."""
         spec = scheduling_spec(req)
+        gang = bool(req.coschedule_group_by)
         kind = req.entrypoint.WhichOneof("kind")
         argv = list(req.entrypoint.command.argv) if kind == "command" else []
         for start in range(0, req.replicas, START_BATCH):
@@ -155,9 +190,11 @@ class JobWorkflow:
                             function_blob=req.entrypoint.function_blob,
                             env=dict(req.env),
                             image=req.image,
-                            max_retries_failure=req.max_retries_failure,
-                            max_retries_preemption=req.max_retries_preemption,
+                            max_retries_failure=0 if gang else req.max_retries_failure,
+                            max_retries_preemption=0 if gang else req.max_retries_preemption,
                             submitted_at=req.submitted_at,
+                            first_attempt=attempt,
+                            gang=gang,
                         ),
                         id=task_workflow_id(job_id, i),
                         task_queue=CONTROL_TASK_QUEUE,
@@ -173,6 +210,10 @@ class JobWorkflow:
             for i in range(len(self._children), req.replicas):
                 row = self.status.tasks[i]
                 row.state, row.error = TaskState.KILLED, "killed before it started"
+            return
+        await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+            "enqueue", Enqueue(job_id, spec, dict.fromkeys(range(req.replicas), attempt), req.submitted_at)
+        )
 
     async def _collect(self) -> None:
         """Wait for every child, reacting to each result as it arrives."""
@@ -193,14 +234,19 @@ class JobWorkflow:
         except BaseException as err:  # the child itself failed or was terminated from outside
             result = TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
         row.state, row.worker_id, row.attempt = result.state, result.worker_id, result.attempt
-        row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
+        if not self.req.coschedule_group_by:  # a gang's budgets are counted by the job (_run_gang)
+            row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
         row.error, row.result_blob = result.error, result.result_blob
         row.has_exit_code = result.exit_code is not None
         row.exit_code = result.exit_code or 0
         state = TaskState(result.state)
         if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
             self.status.error = f"task {index} {state.lower()}: {result.error}"
-        gang_broken = bool(self.req.coschedule_group_by) and state in (TaskState.FAILED, TaskState.WORKER_FAILED)
+        gang_broken = bool(self.req.coschedule_group_by) and (
+            state in (TaskState.FAILED, TaskState.WORKER_FAILED) or result.dispatch_failed
+        )
+        if gang_broken and self._gang_break is None and not self._failing:
+            self._gang_break = result
         if (
             gang_broken
             or state == TaskState.UNSCHEDULABLE

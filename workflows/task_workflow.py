@@ -43,6 +43,9 @@ class TaskInput:
     max_retries_preemption: int = 100
     submitted_at: float = 0.0
     enqueued_by_job: bool = True
+    first_attempt: int = 0
+    # A gang member runs exactly one attempt: its job retries the whole gang as a unit.
+    gang: bool = False
 
 
 @dataclass
@@ -56,6 +59,7 @@ class TaskResult:
     exit_code: int | None = None
     error: str = ""
     result_blob: str = ""
+    dispatch_failed: bool = False  # a gang member whose worker never picked it up
 
 
 def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
@@ -95,6 +99,7 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
         self.result = TaskResult(task_index=inp.task_index, state=self.state)
+        self.attempt = inp.first_attempt
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         needs_enqueue = not inp.enqueued_by_job
         try:
@@ -118,6 +123,10 @@ class TaskWorkflow:
                 release = scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
                 if event == TaskEvent.DISPATCH_FAILED:
                     self._move(event)
+                    if inp.gang:
+                        self.result.dispatch_failed, self.result.error = True, error
+                        await release
+                        return self.status()
                     self.attempt += 1
                     await release
                     continue

@@ -1,0 +1,60 @@
+"""Coscheduled jobs are retried as a unit: a broken gang is killed whole and placed again whole."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec, TaskState
+from iris.config import parse_config
+
+from .conftest import TEST_FLEET, Cluster
+from .test_jobs import pid_gone, wait_until
+
+GANG = dict(resources=ResourceSpec(cpu=1, memory="1g", replicas=4), coscheduling=CoschedulingConfig("tpu-name"))
+
+
+def test_gang_member_failure_retries_the_whole_gang(client: IrisClient, tmp_path: Path) -> None:
+    """Task 0 fails on the first attempt: all four tasks are killed and rerun together as attempt 1."""
+    script = (
+        f'echo "$IRIS_ATTEMPT $$" >> {tmp_path}/task-$IRIS_TASK_INDEX; '
+        'if [ "$IRIS_ATTEMPT" = 0 ]; then if [ "$IRIS_TASK_INDEX" = 0 ]; then sleep 1; exit 1; fi; sleep 300; fi'
+    )
+    job = client.submit_command(["sh", "-c", script], max_retries_failure=1, **GANG)  # type: ignore[arg-type]
+    status = job.wait(timeout=90)
+    assert JobState.SUCCEEDED == status.state
+    assert [1, 1, 1, 1] == [t.attempt for t in status.tasks]
+    assert [1, 1, 1, 1] == [t.failure_count for t in status.tasks]
+    assert [f"slice-a-{i}" for i in range(4)] == [t.worker_id for t in status.tasks]
+    for i in range(4):
+        runs = (tmp_path / f"task-{i}").read_text().split("\n")[:-1]
+        assert ["0", "1"] == [r.split()[0] for r in runs]
+        assert pid_gone(int(runs[0].split()[1]))
+
+
+def test_gang_waits_for_a_whole_slice_after_a_host_dies(cluster: Cluster, client: IrisClient, tmp_path: Path) -> None:
+    """SIGKILL one slice host under a running gang: siblings are killed, the gang waits, and reruns whole."""
+    script = f'echo "$IRIS_ATTEMPT $$" >> {tmp_path}/task-$IRIS_TASK_INDEX; [ "$IRIS_ATTEMPT" != 0 ] || sleep 300'
+    job = client.submit_command(["sh", "-c", script], **GANG)  # type: ignore[arg-type]
+    wait_until(lambda: len(list(tmp_path.glob("task-*"))) == 4, timeout=30)
+    host = next(w for w in parse_config(TEST_FLEET, "t").local_workers() if w.worker_id == "slice-a-2")
+    killed_at = time.monotonic()
+    cluster.local.kill_process("slice-a-2", signal.SIGKILL, wait=5)
+    try:
+        waiting = wait_until(
+            lambda: (s := job.status()).state == JobState.PENDING and s.pending_reason and s, timeout=40
+        )
+        detection = time.monotonic() - killed_at
+        print(f"gang host loss detected and gang re-queued after {detection:.1f} s")
+        assert all(t.state == TaskState.PENDING for t in waiting.tasks)
+        assert [1, 1, 1, 1] == [t.preemption_count for t in waiting.tasks]
+        for i in (0, 1, 3):
+            first = (tmp_path / f"task-{i}").read_text().split("\n")[0]
+            assert pid_gone(int(first.split()[1]))
+    finally:
+        cluster.local.start_worker(host)
+    status = job.wait(timeout=90)
+    assert JobState.SUCCEEDED == status.state
+    assert [1, 1, 1, 1] == [t.attempt for t in status.tasks]
+    assert [f"slice-a-{i}" for i in range(4)] == [t.worker_id for t in status.tasks]
