@@ -28,6 +28,7 @@ def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]
         WorkerSnapshot(
             worker_id=w.worker_id,
             free=resources_from_pb(w.free),
+            capacity=resources_from_pb(w.capacity) if w.HasField("capacity") else None,
             attributes={k: v for k, a in w.attributes.items() if (v := get_attr(a)) is not None},
         )
         for w in snap.workers

@@ -57,7 +57,8 @@ def _client(temporal: str | None, store: str | None = None) -> IrisClient:
     return IrisClient.connect(temporal, store=store)
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print the error and exit; typed as returning so callers can `raise _fail(...)` for the checker."""
     err.print(f"[red]error:[/red] {message}")
     raise typer.Exit(code)
 
@@ -82,7 +83,9 @@ def run(
     memory: Annotated[str, typer.Option(help="memory per task, e.g. 2g")] = "1g",
     tpu: Annotated[str | None, typer.Option(help="TPU variant, e.g. v5e-16")] = None,
     gpu: Annotated[int, typer.Option(help="GPUs per task")] = 0,
-    constraint: Annotated[list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")] = None,
+    constraint: Annotated[
+        list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")
+    ] = None,
     coschedule: Annotated[str | None, typer.Option(help="place all tasks on workers sharing this attribute")] = None,
     max_task_failures: Annotated[int, typer.Option(help="tasks allowed to fail before the job fails")] = 0,
     max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
@@ -225,7 +228,9 @@ def worker_list(temporal: TemporalOpt = None) -> None:
 def worker_serve(
     worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
     runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
-    attribute: Annotated[list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")] = None,
+    attribute: Annotated[
+        list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")
+    ] = None,
     cpu: Annotated[str | None, typer.Option(help="cores to offer (default: all)")] = None,
     memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
@@ -252,14 +257,15 @@ def worker_serve(
         _fail(str(e))
     wid = worker_id or socket.gethostname()
     if temporal is None or store is None:
-        _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+        raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    address = temporal
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid),
     )
 
     async def main() -> None:
-        client = await Client.connect(temporal)
+        client = await Client.connect(address)
         await WorkerAgent(client, config, ProcessRuntime()).serve()
 
     try:
@@ -289,7 +295,7 @@ def controller_serve(
 
     configure_logging()
     if temporal is None or store is None:
-        _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+        raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     asyncio.run(serve(temporal, namespace, store))
 
 

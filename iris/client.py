@@ -25,6 +25,7 @@ from scheduler.proto.values import get_attr
 from worker_agent.storage import BlobStore, LogCursor, LogStore
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow
+from workflows.states import TERMINAL_JOB_STATES
 
 T = TypeVar("T")
 ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
@@ -143,7 +144,7 @@ class AsyncIrisClient:
             if "not found" in str(err).lower():
                 raise KeyError(f"no such job: {job_id}") from None
             raise
-        if st.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE) and st.finished_at:
+        if st.finished_at and JobState(st.state) in TERMINAL_JOB_STATES:
             self._results[job_id] = st
         return st
 
@@ -186,7 +187,8 @@ class AsyncIrisClient:
         st = await self._raw_status(job_id)
         out = []
         for t in st.tasks:
-            out.append(unpickle_result(await asyncio.to_thread(self.blobs.get, t.result_blob)) if t.result_blob else None)
+            data = await asyncio.to_thread(self.blobs.get, t.result_blob) if t.result_blob else None
+            out.append(unpickle_result(data) if data is not None else None)
         return out
 
     async def list_jobs(self, limit: int = 200) -> list[JobStatus]:

@@ -365,7 +365,7 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
 
 async def wait_for_temporal(
     address: str,
-    timeout: float = 30.0,  # noqa: ASYNC109 -- a plain seconds budget is the simplest API for sync callers
+    timeout: float = 30.0,
     *,
     abort_if: Callable[[], str | None] | None = None,
     log_file: Path | None = None,
@@ -396,7 +396,7 @@ async def wait_for_temporal(
 async def wait_until_ready(
     address: str,
     expected_workers: int,
-    timeout: float = 60.0,  # noqa: ASYNC109 -- a plain seconds budget is the simplest API for sync callers
+    timeout: float = 60.0,
     *,
     log_files: Sequence[Path | str] = (),
     abort_if: Callable[[], str | None] | None = None,
@@ -573,6 +573,42 @@ class LocalCluster:
             time.sleep(_POLL_SECONDS)
         return True
 
+    def restart_process(self, name: str, timeout: float = 30.0) -> int:
+        """Start a recorded process that died (`temporal`, `controller` or a worker) exactly as before; its pid.
+
+        The same command line means the same ports, SQLite file, store and worker id, so
+        a fault test can kill any component and bring it back. For `temporal`, wait up to
+        `timeout` seconds until the server answers again. ValueError if `name` still runs.
+        """
+        with self._locked():
+            state = self._read_state()
+            if state is None or not state["pids"]:
+                raise RuntimeError(f"local cluster in {self.home} is not running; start it with `iris cluster up`")
+            if name not in state["pids"] and worker_process_name(name) in state["pids"]:
+                name = worker_process_name(name)
+            argv = state.get("argv", {}).get(name)
+            if argv is None:
+                raise ValueError(
+                    f"name: no recorded process {name!r} (known: {', '.join(sorted(state['pids']))})"
+                )
+            if pid_alive(state["pids"][name], state["start_ticks"].get(name)):
+                raise ValueError(f"name: {name!r} is still running (pid {state['pids'][name]})")
+            log_file = self.log_path(name)
+            offset = log_file.stat().st_size if log_file.exists() else 0
+            self._spawn_recorded(state, name, argv)
+            pid, ticks = state["pids"][name], state["start_ticks"][name]
+        if name == TEMPORAL:
+
+            def exited() -> str | None:
+                return None if pid_alive(pid, ticks) else "the server process exited"
+
+            try:
+                _run_sync(wait_for_temporal(state["address"], timeout, abort_if=exited, log_file=log_file))
+            except RuntimeError as e:
+                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{_log_since(log_file, offset)}") from None
+        log.info("local_cluster.restarted", process=name, pid=pid)
+        return int(pid)
+
     # -- internals
 
     @contextlib.contextmanager
@@ -622,10 +658,14 @@ class LocalCluster:
         )
 
     def _spawn_recorded(self, state: dict[str, Any], name: str, argv: Sequence[str]) -> None:
-        """Start process `name` and record it in `state` and on disk at once, so `down` can always find it."""
+        """Start process `name` and record it in `state` and on disk at once, so `down` can always find it.
+
+        The command line is recorded too, so `restart_process` can bring the process back as it was.
+        """
         pid = _spawn(argv, self.log_path(name), _child_env(self.home))
         state["pids"][name] = pid
         state["start_ticks"][name] = start_ticks(pid)
+        state.setdefault("argv", {})[name] = list(argv)
         self._write_state(state)
 
     def _start(
@@ -700,7 +740,7 @@ class LocalCluster:
                 raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{output}") from None
         raise AssertionError("unreachable")
 
-    async def _wait_ready(self, expected_workers: int, timeout: float) -> None:  # noqa: ASYNC109 -- as above
+    async def _wait_ready(self, expected_workers: int, timeout: float) -> None:
         """wait_until_ready, failing fast if the controller or a worker process exits meanwhile."""
         state = self._read_state()
         assert state is not None

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
 from workflows.states import JobState, TaskState
 
 __all__ = [
-    "CoschedulingConfig",
     "Constraint",
+    "CoschedulingConfig",
     "JobFailedError",
     "JobInfo",
     "JobState",

@@ -121,7 +121,7 @@ def describe(constraint: Constraint) -> str:
         return f"!{constraint.key}"
     value = constraint.value
     shown = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"{constraint.key}{symbol[constraint.op]}{shown}"
+    return f"{constraint.key}{symbol[Op(constraint.op)]}{shown}"
 
 
 def _coerce(item: Any) -> Constraint:

@@ -175,7 +175,7 @@ def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:
 def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, str, AttrValue | None], ...]:
     """Hashable identity of a constraint list that keeps True apart from 1 (dataclass eq does not)."""
     return tuple(
-        (c.key, c.op.value, "" if c.value is None else value_kind(c.value), c.value) for c in constraints
+        (c.key, str(c.op), "" if c.value is None else value_kind(c.value), c.value) for c in constraints
     )
 
 

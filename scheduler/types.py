@@ -82,7 +82,7 @@ class Constraint:
     """One requirement on a worker attribute, e.g. Constraint("tpu-topology", Op.EQ, "v5e-16")."""
 
     key: str
-    op: Op
+    op: Op | str  # a string is accepted and normalized to Op at construction
     value: AttrValue | None = None
 
     def __post_init__(self) -> None:

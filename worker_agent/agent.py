@@ -10,6 +10,8 @@ runs and killing the process group when cancelled).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 from temporalio import activity
@@ -46,11 +48,15 @@ log = structlog.get_logger("iris.agent")
 
 HEARTBEAT_SECONDS = 1.0
 KILL_GRACE_SECONDS = 5.0
+# The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
+# that has not started or beaten for longer than this is over, whatever the server thinks.
+SESSION_SILENCE_SECONDS = 45.0
+WORKER_RESTART_SECONDS = 2.0  # pause before polling again after the Temporal worker itself failed
 WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.task_workflow.WORKER_SHUTDOWN
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
 
 
-class RegistrationRefused(Exception):
+class RegistrationRefused(Exception):  # noqa: N818 - the name the CLI and callers already use
     """The scheduler refused this worker's metadata; the message says why."""
 
 
@@ -80,36 +86,91 @@ def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
     return meta
 
 
+class AgentAlreadyRunning(RegistrationRefused):
+    """Another agent with the same worker id (the same state directory) runs on this host."""
+
+
+def _leader_ticks(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of process `pid`, or None if it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
 class ProcessGroupLedger:
-    """Records the process groups of running tasks on disk.
+    """Records the process groups of running tasks on disk, under a lock held for the agent's life.
 
     If the agent is SIGKILLed its tasks live on in their own sessions; the next
     agent start with the same state directory kills them, so a task never runs
-    twice on one host after a restart.
+    twice on one host after a restart. The lock (`flock`, released by the kernel
+    when the agent dies) keeps a second agent with the same worker id from
+    touching the tasks of one that is alive. Each entry holds its leader's start
+    time, so a group number reused by an unrelated process is never signalled.
     """
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
+        self._lock_file: IO[str] | None = None
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
+    def lock(self) -> None:
+        """Take the state directory for this agent; AgentAlreadyRunning if another live agent holds it."""
+        if self.directory is None or self._lock_file is not None:
+            return
+        f = open(self.directory.parent / "agent.lock", "a+")  # noqa: SIM115 - held until unlock()
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise AgentAlreadyRunning(
+                f"another agent (pid {holder}) already serves this worker id on this host "
+                f"(state directory {self.directory.parent} is locked)"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._lock_file = f
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the descriptor releases the flock
+            self._lock_file = None
+
     def add(self, pgid: int) -> None:
         if self.directory is not None:
-            (self.directory / str(pgid)).touch()
+            ticks = _leader_ticks(pgid)
+            (self.directory / str(pgid)).write_text("" if ticks is None else str(ticks))
 
     def remove(self, pgid: int) -> None:
         if self.directory is not None:
             (self.directory / str(pgid)).unlink(missing_ok=True)
 
     def kill_leftovers(self) -> list[int]:
+        """SIGKILL the recorded groups of a dead agent's tasks; the groups killed."""
         killed: list[int] = []
         if self.directory is None:
             return killed
         for entry in self.directory.iterdir():
             if entry.name.isdigit():
+                pgid = int(entry.name)
+                with contextlib.suppress(OSError, ValueError):
+                    recorded = entry.read_text().strip()
+                    ticks = _leader_ticks(pgid)
+                    # A live leader with another start time is a new process that reused the number.
+                    # A dead leader is fine: a pgid is never reused while its group has members.
+                    if recorded and ticks is not None and ticks != int(recorded):
+                        entry.unlink(missing_ok=True)
+                        continue
                 try:
-                    os.killpg(int(entry.name), signal.SIGKILL)
-                    killed.append(int(entry.name))
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
                 except (ProcessLookupError, PermissionError):
                     pass
             entry.unlink(missing_ok=True)
@@ -126,57 +187,130 @@ class WorkerAgent:
         self.logs = LogStore.from_url(config.store_url.rstrip("/") + "/logs")
         self.ledger = ProcessGroupLedger(config.state_dir)
         self.log = log.bind(worker_id=config.worker_id)
+        self._session_lost = asyncio.Event()
+        self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def register(self, timeout: float = 120.0) -> None:
-        """Register with the scheduler, waiting for the control plane to come up."""
+        """Register with the scheduler and start this session's WorkerWorkflow, waiting for the control plane.
+
+        RegistrationRefused if the scheduler rejects the metadata; RuntimeError if Temporal or
+        the scheduler does not answer within `timeout` seconds.
+        """
         handle = self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
         meta = metadata(self.config, self.session)
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         delay = 0.2
         while True:
             try:
                 await handle.execute_update("register_worker", meta)
+                await self.client.start_workflow(
+                    WORKER_WORKFLOW,
+                    WorkerSessionInput(self.config.worker_id, self.session),
+                    id=worker_workflow_id(self.config.worker_id),
+                    task_queue=CONTROL_TASK_QUEUE,
+                    id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+                    static_summary=f"worker {self.config.worker_id}",
+                )
                 break
             except WorkflowUpdateFailedError as err:
                 cause = err.cause
                 raise RegistrationRefused(getattr(cause, "message", str(cause))) from err
             except RPCError as err:
-                if asyncio.get_running_loop().time() > deadline:
+                if loop.time() > deadline:
                     raise RuntimeError(f"could not reach the Iris scheduler: {err}") from err
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        await self.client.start_workflow(
-            WORKER_WORKFLOW,
-            WorkerSessionInput(self.config.worker_id, self.session),
-            id=worker_workflow_id(self.config.worker_id),
-            task_queue=CONTROL_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-            static_summary=f"worker {self.config.worker_id}",
-        )
+        self._last_beat = loop.time()
+        self._session_lost.clear()
         self.log.info("worker_registered", session=self.session, attributes=self.config.attributes)
 
-    async def serve(self) -> None:
-        """Run until SIGTERM/SIGINT; running tasks are killed and reported as preempted."""
-        killed = self.ledger.kill_leftovers()
-        if killed:
-            self.log.warning("killed_leftover_tasks", process_groups=killed)
-        worker = Worker(
-            self.client,
-            task_queue=worker_task_queue(self.config.worker_id),
-            activities=[self.run_task, self.worker_session],
-            max_concurrent_activities=1000,
-            graceful_shutdown_timeout=timedelta(0),
-        )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        async with worker:
-            await self.register()
-            await stop.wait()
+    async def serve(self, *, reregister_timeout: float = 3600.0) -> None:
+        """Run until SIGTERM/SIGINT; running tasks are killed and reported as preempted.
+
+        The agent outlives faults of the rest of the cluster: when its session ends
+        without it stopping (the agent was paused past the heartbeat timeout, the
+        Temporal server was down or lost its state) it registers a fresh session, and
+        when the Temporal worker itself fails it starts a new one. AgentAlreadyRunning
+        if another agent with this worker id runs here.
+        """
+        self.ledger.lock()
+        try:
+            killed = self.ledger.kill_leftovers()
+            if killed:
+                self.log.warning("killed_leftover_tasks", process_groups=killed)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            registered = False
+            while not stop.is_set():
+                worker = Worker(
+                    self.client,
+                    task_queue=worker_task_queue(self.config.worker_id),
+                    activities=[self.run_task, self.worker_session],
+                    max_concurrent_activities=1000,
+                    graceful_shutdown_timeout=timedelta(0),
+                )
+                running = asyncio.create_task(worker.run())
+                try:
+                    if not registered:
+                        await self._until_done(running, self.register())
+                        registered = True
+                    failed = await self._supervise(running, stop, reregister_timeout)
+                finally:
+                    if not running.done():
+                        await worker.shutdown()
+                    with contextlib.suppress(BaseException):
+                        await running
+                if failed is not None:
+                    self.log.error("temporal_worker_failed", error=failed, restart_in=WORKER_RESTART_SECONDS)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), WORKER_RESTART_SECONDS)
             self.log.info("worker_stopping")
+        finally:
+            self.ledger.unlock()
+
+    @staticmethod
+    async def _until_done(running: asyncio.Task[None], work: Any) -> None:
+        """Await `work` unless the Temporal worker fails first (then raise its error)."""
+        job = asyncio.ensure_future(work)
+        done, _ = await asyncio.wait({job, running}, return_when=asyncio.FIRST_COMPLETED)
+        if job in done:
+            job.result()
+            return
+        job.cancel()
+        with contextlib.suppress(BaseException):
+            await job
+        running.result()
+        raise RuntimeError("the Temporal worker stopped")
+
+    async def _supervise(self, running: asyncio.Task[None], stop: asyncio.Event, timeout: float) -> str | None:
+        """Keep the session alive until `stop`; the Temporal worker's error if it failed, else None."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            if running.done():
+                err = running.exception() if not running.cancelled() else None
+                return f"{type(err).__name__}: {err}" if err else "stopped polling"
+            silent = loop.time() - self._last_beat > SESSION_SILENCE_SECONDS
+            if self._session_lost.is_set() or silent:
+                old, self.session = self.session, uuid.uuid4().hex
+                self.log.warning(
+                    "worker_session_lost", old_session=old, new_session=self.session,
+                    reason="session heartbeats stopped" if silent else "session ended",
+                )
+                self._session_lost.clear()
+                await self._until_done(running, self.register(timeout))
+                continue
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._session_lost.wait())]
+            try:
+                await asyncio.wait([*waits, running], timeout=HEARTBEAT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        return None
 
     # -- activities --------------------------------------------------------------------------
 
@@ -185,13 +319,22 @@ class WorkerAgent:
         """Heartbeat until cancelled; a session of an older agent start ends at once."""
         if session.session != self.session:
             raise ApplicationError("stale worker session", non_retryable=True)
+        loop = asyncio.get_running_loop()
         try:
-            while True:
+            while session.session == self.session:
                 activity.heartbeat()
+                self._last_beat = loop.time()
                 await asyncio.sleep(HEARTBEAT_SECONDS)
+            raise ApplicationError("replaced by a newer session", non_retryable=True)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
+            if session.session == self.session:
+                # The server dropped the session (heartbeat timeout while paused or cut off,
+                # workflow terminated): without a new one the scheduler never sees us again.
+                details = activity.cancellation_details()
+                self.log.warning("worker_session_cancelled", session=session.session, details=str(details))
+                self._session_lost.set()
             raise
 
     @activity.defn(name=RUN_TASK)

@@ -222,7 +222,7 @@ class JobWorkflow:
             if h.done() and self.status.tasks[i].state not in TERMINAL_TASK_STATES:
                 waiting[h] = i
         while waiting:
-            done, _ = await asyncio.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await workflow.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
             for handle in done:
                 index = waiting.pop(handle)
                 self._record(index, handle)

@@ -11,6 +11,7 @@ handed whole to continue-as-new.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -116,12 +117,10 @@ class SchedulerWorkflow:
             self.state = state
             self._dirty = True
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
                 )
-            except asyncio.TimeoutError:
-                pass
             self._dirty = False
             if self.state.pending:
                 await self._scheduling_pass()
@@ -157,6 +156,8 @@ class SchedulerWorkflow:
             sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
             sw.free.gpus = max(0, w.gpus - u[2])
             sw.free.tpus = max(0, w.tpus - u[3])
+            sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
+            sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
             for key, value in w.attributes.items():
                 set_attr(sw.attributes[key], value)
         for entry in self.state.pending.values():

@@ -187,7 +187,7 @@ class TaskWorkflow:
             result_blob=result_blob_key(inp.job_id, inp.task_index, self.attempt) if inp.function_blob else "",
             env=inp.env,
             image=inp.image,
-            job_workflow_id=workflow.info().parent.workflow_id if workflow.info().parent else "",
+            job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
         )
         try:
             result = await workflow.execute_activity(
@@ -209,10 +209,11 @@ class TaskWorkflow:
             if isinstance(cause, TimeoutError):
                 if cause.type == TimeoutType.SCHEDULE_TO_START:
                     return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up"
-                return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({cause.type.name})"
+                kind = cause.type.name if cause.type else "timeout"
+                return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})"
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down"
-            return TaskEvent.FAILED, f"worker {worker_id}: {cause.message if cause else err.message}"
+            return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}"
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
         if result.exit_code == 0 and not result.error:

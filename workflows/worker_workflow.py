@@ -42,7 +42,7 @@ class WorkerWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             )
         except ActivityError as err:
-            reason = str(err.cause.message if err.cause else err.message)
+            reason = str(err.cause) if err.cause else err.message
         await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
             "worker_lost", WorkerLost(session.worker_id, session.session, reason)
         )

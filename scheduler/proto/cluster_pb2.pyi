@@ -207,7 +207,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., committed: _Optional[_Union[Resources, _Mapping]] = ..., running_tasks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SchedulingWorker(_message.Message):
-    __slots__ = ("worker_id", "free", "attributes")
+    __slots__ = ("worker_id", "free", "attributes", "capacity")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -218,10 +218,12 @@ class SchedulingWorker(_message.Message):
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     FREE_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     free: Resources
     attributes: _containers.MessageMap[str, AttributeValue]
-    def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
+    capacity: Resources
+    def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
     __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations")

@@ -1,0 +1,44 @@
+"""Determinism: every workflow history the e2e session produced replays against today's code.
+
+Runs after the other e2e modules (alphabetical order), so it sees jobs, tasks,
+gang retries, kills, timeouts, the scheduler and worker liveness. With
+IRIS_RECORD_HISTORIES=DIR set, it also saves one history per workflow type
+there; tests/test_replay_recorded.py replays those checked-in histories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from workflows import ALL_WORKFLOWS
+
+from .conftest import Cluster
+
+
+async def _replay_all(address: str) -> dict[str, int]:
+    client = await Client.connect(address)
+    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    counts: dict[str, int] = {}
+    record = os.environ.get("IRIS_RECORD_HISTORIES")
+    async for wf in client.list_workflows():
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
+        counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1
+        if record and counts[wf.workflow_type] <= 3:
+            name = f"{wf.workflow_type}-{counts[wf.workflow_type]}.json"
+            recorded = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
+            (Path(record) / name).write_text(json.dumps(recorded))
+    return counts
+
+
+def test_every_history_replays_deterministically(cluster: Cluster) -> None:
+    """Replaying every job, task, scheduler and worker history of this session raises no non-determinism."""
+    counts = asyncio.run(_replay_all(cluster.info.address))
+    assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= set(counts)
