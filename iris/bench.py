@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -101,9 +101,7 @@ class BareWorkflow:
     @workflow.run
     async def run(self) -> float:
         """Run the activity with default retries; the result is its `time.time()` at start."""
-        result: float = await workflow.execute_activity(
-            bare_noop, start_to_close_timeout=timedelta(seconds=30)
-        )
+        result: float = await workflow.execute_activity(bare_noop, start_to_close_timeout=timedelta(seconds=30))
         return result
 
 
@@ -121,6 +119,61 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system, including reaped children such as task processes) of `pid`; Linux only."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # from field 3 (state) on
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, summed over cores; Linux only."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    values = [int(x) for x in first[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(values[:8]) - idle) / tick, sum(values[:8]) / tick
+
+
+class CpuMeter:
+    """CPU seconds used by named processes (and by the whole machine) between `start` and `stop`."""
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self.pids = dict(pids)
+        self._before: dict[str, float | None] = {}
+        self._machine: tuple[float, float] | None = None
+        self._wall = 0.0
+        self.used: dict[str, float] = {}
+        """Per process; `machine busy` is every process on the host (other users' included)."""
+
+    def start(self) -> None:
+        """Take the first reading."""
+        self._before = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._machine = machine_cpu_seconds()
+        self._wall = time.monotonic()
+
+    def stop(self) -> dict[str, float]:
+        """Take the second reading; CPU seconds per process, plus `machine busy` and `wall`."""
+        used: dict[str, float] = {}
+        for name, pid in self.pids.items():
+            before, after = self._before.get(name), process_cpu_seconds(pid)
+            if before is not None and after is not None:
+                used[name] = round(after - before, 2)
+        machine = machine_cpu_seconds()
+        if machine is not None and self._machine is not None:
+            used["machine busy"] = round(machine[0] - self._machine[0], 2)
+        used["wall"] = round(time.monotonic() - self._wall, 2)
+        self.used = used
+        return used
 
 
 @dataclass(frozen=True)
@@ -158,6 +211,8 @@ class Throughput:
     elapsed: float
     accepted: float
     """Seconds until every start/submit call had returned."""
+    cpu: dict[str, float] = field(default_factory=dict, compare=False)
+    """CPU seconds per process during the run (see CpuMeter)."""
 
     @property
     def rate(self) -> float:
@@ -171,6 +226,7 @@ class Throughput:
             "elapsed_s": self.elapsed,
             "accepted_s": self.accepted,
             "rate_per_s": self.rate,
+            "cpu_s": self.cpu,
         }
 
 
@@ -249,17 +305,25 @@ class BenchResult:
 
 
 async def _timed_gather(
-    count: int, start: Callable[[int], Awaitable[_T]], finish: Callable[[_T], Awaitable[object]]
+    count: int,
+    start: Callable[[int], Awaitable[_T]],
+    finish: Callable[[_T], Awaitable[object]],
+    pids: Mapping[str, int],
 ) -> Throughput:
-    """Start `count` units concurrently, then await every one; the elapsed times."""
+    """Start `count` units concurrently, then await every one; the elapsed times and CPU of `pids`."""
+    meter = CpuMeter(pids)
+    meter.start()
     t0 = time.perf_counter()
     handles = await asyncio.gather(*(start(i) for i in range(count)))
     accepted = time.perf_counter() - t0
     await asyncio.gather(*(finish(h) for h in handles))
-    return Throughput(count=count, elapsed=time.perf_counter() - t0, accepted=accepted)
+    elapsed = time.perf_counter() - t0
+    return Throughput(count=count, elapsed=elapsed, accepted=accepted, cpu=meter.stop())
 
 
-async def measure_raw(client: Client, samples: int, count: int) -> tuple[Latency, Latency, Throughput]:
+async def measure_raw(
+    client: Client, samples: int, count: int, pids: Mapping[str, int]
+) -> tuple[Latency, Latency, Throughput]:
     """The bare dev server: sequential start-to-activity latency, then `count` workflows at once.
 
     The worker runs unsandboxed: the bare workflow imports nothing and does nothing
@@ -278,9 +342,7 @@ async def measure_raw(client: Client, samples: int, count: int) -> tuple[Latency
 
         async def one(i: int) -> tuple[float, float]:
             t0 = time.time()
-            began: float = await client.execute_workflow(
-                BareWorkflow.run, id=f"{queue}-lat-{i}", task_queue=queue
-            )
+            began: float = await client.execute_workflow(BareWorkflow.run, id=f"{queue}-lat-{i}", task_queue=queue)
             return began - t0, time.time() - t0
 
         for i in range(WARMUP_SAMPLES):
@@ -294,7 +356,7 @@ async def measure_raw(client: Client, samples: int, count: int) -> tuple[Latency
             result: object = await handle.result()
             return result
 
-        throughput = await _timed_gather(count, start, finish)
+        throughput = await _timed_gather(count, start, finish, pids)
     return (
         Latency(tuple(p[0] for p in pairs)),
         Latency(tuple(p[1] for p in pairs)),
@@ -332,7 +394,7 @@ async def iris_latency_sample(iris: AsyncIrisClient, name: str) -> tuple[str, fl
 
 
 async def measure_iris(
-    iris: AsyncIrisClient, samples: int, count: int
+    iris: AsyncIrisClient, samples: int, count: int, pids: Mapping[str, int]
 ) -> tuple[Latency, Latency, Latency, Throughput, tuple[str, float, float, float]]:
     """Sequential submit-to-running latency (after warm-up), then `count` one-task jobs at once.
 
@@ -350,7 +412,7 @@ async def measure_iris(
     async def finish(job_id: str) -> None:
         await _wait_succeeded(iris, job_id)
 
-    throughput = await _timed_gather(count, start, finish)
+    throughput = await _timed_gather(count, start, finish, pids)
     return (
         Latency(tuple(r[2] - r[1] for r in rows)),
         Latency(tuple(r[4] - r[1] for r in rows)),
@@ -442,13 +504,21 @@ def bench_config() -> ClusterConfig:
     return parse_config(BENCH_FLEET, "iris.bench fleet")
 
 
-async def run_bench(info: ClusterInfo, jobs: int, samples: int, timeline: bool = True) -> BenchResult:
-    """Measure raw and Iris against the running cluster `info`."""
+async def run_bench(
+    info: ClusterInfo,
+    jobs: int,
+    samples: int,
+    timeline: bool = True,
+    dynamic_config: Mapping[str, str] | None = None,
+) -> BenchResult:
+    """Measure raw and Iris against the running cluster `info` (started with `dynamic_config`)."""
     machine = machine_info()
+    machine["dynamic_config"] = dict(dynamic_config or {})
     iris = await AsyncIrisClient.connect(info.address, store=info.store_url)
     client = iris.temporal
-    raw_latency, raw_done, raw_throughput = await measure_raw(client, samples, jobs)
-    iris_latency, iris_done, submit_call, iris_throughput, last = await measure_iris(iris, samples, jobs)
+    pids = {"bench": os.getpid(), **info.pids}
+    raw_latency, raw_done, raw_throughput = await measure_raw(client, samples, jobs, pids)
+    iris_latency, iris_done, submit_call, iris_throughput, last = await measure_iris(iris, samples, jobs, pids)
     machine["loadavg_end"] = list(os.getloadavg())
     result = BenchResult(
         machine=machine,
@@ -490,6 +560,7 @@ def format_report(result: BenchResult, show_timeline: bool = True) -> str:
         f"end={'/'.join(f'{x:.2f}' for x in m.get('loadavg_end', m['loadavg_start']))}",
         f"         {m['platform']}, python {m['python']}, temporalio {m['temporalio']}",
         f"         {m['temporal_cli']}",
+        f"         dev-server dynamic config beyond the defaults: {m.get('dynamic_config') or 'none'}",
         "",
     ]
     rows: list[tuple[str, str, str, str]] = [
@@ -532,11 +603,20 @@ def format_report(result: BenchResult, show_timeline: bool = True) -> str:
             "",
         ),
     ]
+    names = sorted((set(result.raw_throughput.cpu) | set(result.iris_throughput.cpu)) - {"wall", "machine busy"})
+    for name in [*names, "machine busy"]:
+        raw_cpu, iris_cpu = result.raw_throughput.cpu.get(name), result.iris_throughput.cpu.get(name)
+        rows.append(
+            (
+                f"  CPU seconds in it: {name}",
+                "" if raw_cpu is None else f"{raw_cpu:.1f}",
+                "" if iris_cpu is None else f"{iris_cpu:.1f}",
+                "",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for n, row in enumerate(rows):
-        lines.append(
-            f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}"
-        )
+        lines.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}")
         if n == 0:
             lines.append("-" * (sum(widths) + 6))
     lines.append("")
@@ -550,9 +630,7 @@ def format_report(result: BenchResult, show_timeline: bool = True) -> str:
         f"target: Iris throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of raw: {result.throughput_ratio:.0%} -> "
         f"{'MET' if met['iris_throughput_ge_40pct_raw'] else 'MISSED'}"
     )
-    lines.append(
-        f"samples: {len(result.raw_latency.samples)} sequential per side after {WARMUP_SAMPLES} warm-ups"
-    )
+    lines.append(f"samples: {len(result.raw_latency.samples)} sequential per side after {WARMUP_SAMPLES} warm-ups")
     if show_timeline and result.timeline:
         lines += [
             "",
@@ -602,11 +680,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="skip the event timeline of one job on the submit-to-running path",
     )
+    parser.add_argument(
+        "--dynamic-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra dev-server dynamic config (JSON value), e.g. history.transferProcessorMaxPollRPS=1000",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.latency_samples < 1:
         parser.error("--jobs and --latency-samples must be >= 1")
+    try:
+        args.dynamic_config = dict(parse_dynamic_config(item) for item in args.dynamic_config)
+    except ValueError as err:
+        parser.error(str(err))
     return args
+
+
+def parse_dynamic_config(item: str) -> tuple[str, str]:
+    """`KEY=VALUE` from the command line; VALUE must be JSON (`1000`, `true`, `"text"`)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--dynamic-config: expected KEY=VALUE, got {item!r}")
+    try:
+        json.loads(value)
+    except ValueError:
+        raise ValueError(f"--dynamic-config {key}: the value must be JSON, got {value!r}") from None
+    return key.strip(), value
 
 
 def _quiet_logging() -> None:
@@ -647,13 +748,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _sigterm_as_interrupt():
             started = time.monotonic()
             print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
-            info = cluster.up(bench_config())
+            info = cluster.up(bench_config(), dynamic_config=args.dynamic_config or None)
             print(
                 f"cluster up in {time.monotonic() - started:.1f} s at {info.address}; measuring ...",
                 file=sys.stderr,
                 flush=True,
             )
-            result = asyncio.run(run_bench(info, args.jobs, args.latency_samples, not args.no_timeline))
+            result = asyncio.run(
+                run_bench(info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config)
+            )
     except KeyboardInterrupt:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130

@@ -113,8 +113,12 @@ def build_request(
     topology = resources.tpu or next(
         (c.value for c in cons if c.key == "tpu-topology" and c.op == Op.EQ and isinstance(c.value, str)), None
     )
+    if resources.tpu:
+        try:
+            scheduler.tpu_vm_count(resources.tpu)
+        except ValueError as err:
+            raise ValueError(f"resources.tpu: {err}") from None
     if resources.tpu and not any(c.key == "tpu-topology" for c in cons):
-        scheduler.tpu_vm_count(resources.tpu)  # unknown variant: ValueError naming it
         cons.append(Constraint("tpu-topology", Op.EQ, resources.tpu))
     if coscheduling is not None and topology is not None:
         try:

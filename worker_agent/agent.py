@@ -17,7 +17,7 @@ import signal
 import socket
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -343,6 +343,17 @@ class WorkerAgent:
         tlog = self.log.bind(job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt)
         if inp.worker_id != self.config.worker_id:
             raise ApplicationError(f"task for worker {inp.worker_id} reached {self.config.worker_id}")
+        late = _delivered_late()
+        if late is not None:
+            # The server handed the task to a poll this agent made before it was paused or cut
+            # off; the attempt has timed out there and been retried elsewhere. Running it now
+            # would run the task twice, so refuse it the way a shutdown would (a preemption).
+            tlog.warning("stale_task_refused", seconds_since_dispatch=round(late, 1))
+            raise ApplicationError(
+                f"task reached worker {self.config.worker_id} {late:.0f} s after dispatch "
+                "(agent paused or cut off); not started",
+                type=WORKER_SHUTDOWN,
+            )
         argv = inp.argv or task_runner_argv(self.blobs.url, inp.function_blob, inp.result_blob)
         env = {
             **inp.env,
@@ -409,6 +420,19 @@ class WorkerAgent:
             )
         except RPCError as err:
             self.log.warning("task_started_signal_failed", job_id=inp.job_id, error=str(err))
+
+
+def _delivered_late() -> float | None:
+    """Seconds since the server started this activity, if more than its heartbeat timeout (else None).
+
+    Past that, the server has timed the attempt out already: nothing this agent does counts.
+    """
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    if not timeout or info.started_time is None:
+        return None
+    age = (datetime.now(UTC) - info.started_time).total_seconds()
+    return age if age > timeout.total_seconds() else None
 
 
 def default_state_dir(worker_id: str) -> Path:

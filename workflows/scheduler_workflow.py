@@ -104,6 +104,57 @@ def _validate_metadata(meta: pb.WorkerMetadata) -> str:
     return ""
 
 
+def committed(state: SchedulerState) -> dict[str, list[int]]:
+    """Committed cpu, memory, gpus, tpus per worker, from the placements."""
+    used: dict[str, list[int]] = {}
+    for p in state.placements.values():
+        u = used.setdefault(p.worker_id, [0, 0, 0, 0])
+        u[0] += p.cpu_millis
+        u[1] += p.memory_bytes
+        u[2] += p.gpus
+        u[3] += p.tpus
+    return used
+
+
+def encode_snapshot(state: SchedulerState, now: float) -> bytes:
+    """The scheduling activity's input: healthy workers' free capacity and the queue, zlib(protobuf)."""
+    snap = pb.SchedulingSnapshot()
+    used = committed(state)
+    for w in state.workers.values():
+        if not w.healthy:
+            continue
+        u = used.get(w.worker_id, [0, 0, 0, 0])
+        sw = snap.workers.add(worker_id=w.worker_id)
+        sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
+        sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
+        sw.free.gpus = max(0, w.gpus - u[2])
+        sw.free.tpus = max(0, w.tpus - u[3])
+        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
+        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
+        for key, value in w.attributes.items():
+            set_attr(sw.attributes[key], value)
+    for entry in state.pending.values():
+        spec = entry.spec
+        sj = snap.jobs.add(
+            job_id=entry.job_id,
+            task_indices=sorted(entry.attempts),
+            group_by=spec.group_by,
+            priority=spec.priority,
+            waited_seconds=max(0.0, now - entry.submitted_at),
+            scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
+            tolerations=spec.tolerations,
+        )
+        sj.request.cpu_millis = spec.cpu_millis
+        sj.request.memory_bytes = spec.memory_bytes
+        sj.request.gpus = spec.gpus
+        sj.request.tpus = spec.tpus
+        for c in spec.constraints:
+            sc = sj.constraints.add(key=c.key, op=c.op)
+            if c.value is not None:
+                set_attr(sc.value, c.value)
+    return zlib.compress(snap.SerializeToString(), 1)
+
+
 @workflow.defn(name="SchedulerWorkflow")
 class SchedulerWorkflow:
     def __init__(self) -> None:
@@ -132,65 +183,16 @@ class SchedulerWorkflow:
 
     # -- the pass ----------------------------------------------------------------------------
 
-    def _used(self) -> dict[str, list[int]]:
-        """Committed cpu, memory, gpus, tpus per worker, from the placements."""
-        used: dict[str, list[int]] = {}
-        for p in self.state.placements.values():
-            u = used.setdefault(p.worker_id, [0, 0, 0, 0])
-            u[0] += p.cpu_millis
-            u[1] += p.memory_bytes
-            u[2] += p.gpus
-            u[3] += p.tpus
-        return used
-
-    def _snapshot(self) -> bytes:
-        now = workflow.now().timestamp()
-        snap = pb.SchedulingSnapshot()
-        used = self._used()
-        for w in self.state.workers.values():
-            if not w.healthy:
-                continue
-            u = used.get(w.worker_id, [0, 0, 0, 0])
-            sw = snap.workers.add(worker_id=w.worker_id)
-            sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
-            sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
-            sw.free.gpus = max(0, w.gpus - u[2])
-            sw.free.tpus = max(0, w.tpus - u[3])
-            sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
-            sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
-            for key, value in w.attributes.items():
-                set_attr(sw.attributes[key], value)
-        for entry in self.state.pending.values():
-            spec = entry.spec
-            sj = snap.jobs.add(
-                job_id=entry.job_id,
-                task_indices=sorted(entry.attempts),
-                group_by=spec.group_by,
-                priority=spec.priority,
-                waited_seconds=max(0.0, now - entry.submitted_at),
-                scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
-                tolerations=spec.tolerations,
-            )
-            sj.request.cpu_millis = spec.cpu_millis
-            sj.request.memory_bytes = spec.memory_bytes
-            sj.request.gpus = spec.gpus
-            sj.request.tpus = spec.tpus
-            for c in spec.constraints:
-                sc = sj.constraints.add(key=c.key, op=c.op)
-                if c.value is not None:
-                    set_attr(sc.value, c.value)
-        return zlib.compress(snap.SerializeToString(), 1)
-
     async def _scheduling_pass(self) -> None:
         plan_bytes = await workflow.execute_local_activity(
             FIND_ASSIGNMENTS,
-            self._snapshot(),
+            encode_snapshot(self.state, workflow.now().timestamp()),
             result_type=bytes,
             start_to_close_timeout=timedelta(seconds=60),
         )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         # Handlers may have run while the activity did: re-check everything before committing.
-        used = self._used()
+        used = committed(self.state)
         for a in plan.assignments:
             entry = self.state.pending.get(a.job_id)
             worker = self.state.workers.get(a.worker_id)
