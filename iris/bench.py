@@ -480,8 +480,31 @@ def count_workflow_tasks(events: Sequence[TimelineEvent], before_ms: float) -> d
 # ---------------------------------------------------------------------------- the run
 
 
+def code_version() -> str:
+    """The commit of the code under test and how many files differ from it (other edits run too)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return f"{root} (not a git checkout)"
+    return f"{root} at {head}" + (f" + {len(dirty)} modified files" if dirty else "")
+
+
 def machine_info() -> dict[str, Any]:
-    """What the figures depend on: cores, load, versions."""
+    """What the figures depend on: cores, load, versions, the code under test."""
     try:
         cli = subprocess.run(
             [str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=10, check=False
@@ -496,6 +519,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "temporalio": temporalio.__version__,
         "temporal_cli": cli,
+        "code": code_version(),
     }
 
 
@@ -559,7 +583,7 @@ def format_report(result: BenchResult, show_timeline: bool = True) -> str:
         f"loadavg start={'/'.join(f'{x:.2f}' for x in m['loadavg_start'])} "
         f"end={'/'.join(f'{x:.2f}' for x in m.get('loadavg_end', m['loadavg_start']))}",
         f"         {m['platform']}, python {m['python']}, temporalio {m['temporalio']}",
-        f"         {m['temporal_cli']}",
+        f"         {m['temporal_cli']}; code {m['code']}",
         f"         dev-server dynamic config beyond the defaults: {m.get('dynamic_config') or 'none'}",
         "",
     ]

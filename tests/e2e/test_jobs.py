@@ -272,3 +272,19 @@ def test_bad_values_raise_naming_the_field(build, field: str) -> None:  # type: 
     """Unknown ops, replicas < 1 and unparseable sizes are ValueErrors that name the field."""
     with pytest.raises(ValueError, match=field):
         build()
+
+
+def test_temporal_ui_can_filter_jobs_by_state_and_name(client: IrisClient) -> None:
+    """The job's search attributes follow its state, so `IrisJobState="SUCCEEDED"` finds it in the UI."""
+    job = client.submit_command(["true"], name="ui-filter-me", resources=SMALL)
+    job.wait(timeout=60)
+
+    async def ids(query: str) -> set[str]:
+        return {wf.id async for wf in client._async.temporal.list_workflows(query)}
+
+    def found() -> bool:
+        query = 'IrisJobState="SUCCEEDED" AND IrisJobName="ui-filter-me"'
+        return job.job_id in client._run(ids(query))
+
+    wait_until(found, timeout=20)
+    assert job.job_id not in client._run(ids('IrisJobState="RUNNING"'))

@@ -1,0 +1,181 @@
+"""Fault injection on real local clusters: real processes, real signals, no mocks.
+
+Each destructive test gets its own `LocalCluster` in a fresh IRIS_HOME from
+`make_cluster`; the teardown stops the cluster and then SIGKILLs any process
+whose command line still names that home (a task orphaned by a killed agent),
+so no test leaves a process behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from iris import IrisClient, JobStatus, WorkerStatus
+from iris.config import LocalWorkerSpec, parse_config
+from iris.local_cluster import ClusterInfo, LocalCluster
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> T:
+    """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {what or predicate}")
+        time.sleep(interval)
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of `pid` from /proc, or None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[2])
+
+
+def pid_running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids (not ours) whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and pid_running(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class FaultCluster:
+    """A running local cluster, its client, and a scratch directory its tasks can write to."""
+
+    local: LocalCluster
+    info: ClusterInfo
+    client: IrisClient
+    specs: dict[str, LocalWorkerSpec]
+    work: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for `iris` CLI subprocesses pointed at this cluster."""
+        return {
+            **os.environ,
+            "IRIS_TEMPORAL_ADDRESS": self.info.address,
+            "IRIS_STORE": self.info.store_url,
+            "IRIS_HOME": str(self.local.home),
+        }
+
+    @property
+    def store_root(self) -> Path:
+        return self.local.home / "store"
+
+    def workers(self) -> dict[str, WorkerStatus]:
+        """worker id -> WorkerStatus, as the scheduler reports them."""
+        return {w.worker_id: w for w in self.client.list_workers()}
+
+    def healthy(self, worker_id: str) -> bool:
+        w = self.workers().get(worker_id)
+        return bool(w is not None and w.healthy)
+
+    def status(self, job_id: str) -> JobStatus:
+        return self.client.job_status(job_id)
+
+    def alive(self) -> list[str]:
+        """Names of the recorded cluster processes that are running."""
+        info = self.local.status()
+        assert info is not None
+        return sorted(n for n in info.pids if n not in info.dead)
+
+
+def fleet(*groups: Mapping[str, Any]) -> dict[str, Any]:
+    """A cluster config with these local worker groups."""
+    return {"local": {"worker_groups": list(groups)}}
+
+
+def group(name: str, cpu: float, memory: str = "1g", count: int = 1, **attributes: Any) -> dict[str, Any]:
+    """One local worker group: `count` workers `<name>-<i>` with `cpu` cores and these attributes."""
+    return {"name": name, "count": count, "resources": {"cpu": cpu, "memory": memory}, "attributes": attributes}
+
+
+def _kill_leftovers(home: Path) -> None:
+    """SIGKILL whatever still names `home` on its command line (orphaned task processes)."""
+    for pid in processes_mentioning(str(home)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_cluster(
+    home: Path, groups: Sequence[Mapping[str, Any]], dynamic_config: Mapping[str, str] | None = None
+) -> FaultCluster:
+    """Start a cluster in `home` with these worker groups and wait until every worker is healthy."""
+    local = LocalCluster(home)
+    config = parse_config(fleet(*groups), "fault fleet")
+    try:
+        info = local.up(config, dynamic_config=dynamic_config)
+    except BaseException:
+        _kill_leftovers(home)
+        raise
+    client = IrisClient.connect(info.address, store=info.store_url)
+    work = home / "work"
+    work.mkdir(exist_ok=True)
+    return FaultCluster(local, info, client, {s.worker_id: s for s in config.local_workers()}, work)
+
+
+def stop_cluster(fc: FaultCluster) -> None:
+    """Continue what a test paused, stop every cluster process, then kill orphaned tasks."""
+    info = fc.local.status()
+    if info is not None:  # a SIGSTOPped process would not act on SIGTERM until continued
+        for name in info.pids:
+            with contextlib.suppress(ValueError):
+                fc.local.kill_process(name, signal.SIGCONT)
+    fc.local.down()
+    _kill_leftovers(fc.local.home)
+
+
+@pytest.fixture
+def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., FaultCluster]]:
+    """Factory: start a fresh cluster with the given worker groups; everything is stopped after the test."""
+    started: list[FaultCluster] = []
+
+    def make(*groups: Mapping[str, Any], dynamic_config: Mapping[str, str] | None = None) -> FaultCluster:
+        fc = start_cluster(tmp_path_factory.mktemp("iris-fault"), groups, dynamic_config)
+        started.append(fc)
+        return fc
+
+    yield make
+    for fc in started:
+        stop_cluster(fc)

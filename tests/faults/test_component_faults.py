@@ -1,0 +1,228 @@
+"""Kill or pause each component of a real local cluster and check that no work is lost or run twice.
+
+Every test starts its own cluster (the faults are destructive) and prints what
+it measured, e.g. how long it took to notice a SIGKILLed worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from pathlib import Path
+
+from temporalio.client import Client
+
+from iris import Constraint, JobState, ResourceSpec, TaskState, get_job_info
+from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
+
+from .conftest import FaultCluster, group, pid_running, wait_until
+
+HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
+DISPATCH = DISPATCH_TIMEOUT.total_seconds()
+SLACK = 6.0  # a loaded 2-core machine: timers, workflow tasks and polls all add latency
+ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+
+
+def test_sigkilled_worker_is_detected_its_task_retried_and_its_orphan_killed_on_return(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A SIGKILLed agent's task is retried elsewhere as a preemption; back with the same id, it re-registers and kills its orphan."""
+    c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"))
+    runs = c.work / "runs"
+    script = (
+        f'echo "$IRIS_ATTEMPT $IRIS_WORKER_ID $$" >> {runs}; '
+        'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi; sleep 1'
+    )
+    job = c.client.submit_command(["sh", "-c", script], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    first = wait_until(lambda: runs.exists() and runs.read_text().split(), what="attempt 0 started")
+    assert ["0", "victim-0"] == first[:2]  # best fit: the tighter worker takes it
+    orphan = int(first[2])
+    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
+
+    killed_at = time.monotonic()
+    assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
+    retried = wait_until(
+        lambda: (t := c.status(job.job_id).tasks[0]).preemption_count >= 1 and t,
+        timeout=HEARTBEAT + 3 * SLACK, interval=0.05, what="task seen as preempted",
+    )
+    detection = time.monotonic() - killed_at
+    print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
+          f"(heartbeat timeout {HEARTBEAT:.0f} s)")
+    assert 0 == retried.failure_count
+    assert detection < HEARTBEAT + SLACK
+
+    final = job.wait(timeout=60)
+    task = final.tasks[0]
+    assert (TaskState.SUCCEEDED, "spare-0", 1, 0, 1) == (
+        task.state, task.worker_id, task.preemption_count, task.failure_count, task.attempt
+    )
+    victim = c.workers()["victim-0"]
+    assert (False, ()) == (victim.healthy, victim.running_tasks)
+    assert pid_running(orphan)  # its agent is dead: nobody could stop it yet
+
+    later = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    assert "spare-0" == later.wait(timeout=60).tasks[0].worker_id  # the dead worker gets no new work
+
+    restarted_at = time.monotonic()
+    c.local.start_worker(c.specs["victim-0"])
+    wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim healthy again")
+    print(f"agent restart -> healthy again: {time.monotonic() - restarted_at:.1f} s")
+    assert not pid_running(orphan)  # the new agent killed it before registering
+    assert 2 == len(runs.read_text().splitlines())  # attempt 0 (killed) and attempt 1, nothing else
+    pinned = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("role", "EQ", "victim")])
+    assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id
+
+
+def record_run(directory: str, seconds: float) -> int:
+    """Task body: append start and end (with attempt and time) to a shared file; return 10 * index."""
+    info = get_job_info()
+    assert info is not None
+    path = Path(directory) / "runs"
+    with path.open("a") as f:
+        f.write(f"{info.task_index} {info.attempt} start {time.time()}\n")
+    time.sleep(seconds)
+    with path.open("a") as f:
+        f.write(f"{info.task_index} {info.attempt} end {time.time()}\n")
+    return info.task_index * 10
+
+
+def read_runs(path: Path) -> dict[tuple[int, int], dict[str, float]]:
+    """(task index, attempt) -> {"start": t, "end": t} from the lines `record_run` wrote."""
+    runs: dict[tuple[int, int], dict[str, float]] = {}
+    for line in path.read_text().splitlines():
+        index, attempt, what, when = line.split()
+        runs.setdefault((int(index), int(attempt)), {})[what] = float(when)
+    return runs
+
+
+def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """With the controller SIGKILLed mid-job and restarted, a 3-task job succeeds with the right results, each task run once."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
+    job = c.client.submit(record_run, str(c.work), 4.0, resources=ResourceSpec(cpu=1, memory="100m", replicas=3))
+    runs = c.work / "runs"
+    wait_until(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 2, what="two tasks started")
+    assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
+    assert "controller" not in c.alive()
+    time.sleep(2.0)  # tasks keep running and heartbeating to Temporal meanwhile
+    c.local.restart_process("controller")
+
+    status = c.client.wait(job.job_id, timeout=90)
+    assert JobState.SUCCEEDED == status.state
+    assert [0, 10, 20] == job.results()
+    runs_by_key = read_runs(runs)
+    assert [(0, 0), (1, 0), (2, 0)] == sorted(runs_by_key)  # each task once, no retry
+    assert all({"start", "end"} == set(r) for r in runs_by_key.values())  # every run finished
+    for index in range(3):
+        spans = sorted((r["start"], r["end"]) for (i, _), r in runs_by_key.items() if i == index)
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+    assert [0, 0, 0] == [t.preemption_count + t.failure_count for t in status.tasks]
+
+
+async def _all_jobs(address: str) -> dict[str, str]:
+    client = await Client.connect(address)
+    return {wf.id: wf.status.name async for wf in client.list_workflows("WorkflowType='JobWorkflow'")}
+
+
+def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """After the dev server is SIGKILLed and restarted on its SQLite file, every job is listed correctly and all finish; agents and controller survive."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
+    done = c.client.submit_command(["true"], resources=ONE_CPU)
+    assert JobState.SUCCEEDED == done.wait(timeout=60).state
+    jobs = [c.client.submit_command(["sleep", "4"], resources=ONE_CPU) for _ in range(3)]
+    wait_until(lambda: sum(j.status().state == JobState.RUNNING for j in jobs) == 2, what="two running")
+    assert JobState.PENDING == jobs[2].status().state  # no capacity left for the third
+
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    time.sleep(3.0)
+    assert ["controller", "worker-cpu-0", "worker-cpu-1"] == c.alive()  # nobody dies with the server
+    down_at = time.monotonic()
+    c.local.restart_process("temporal")
+
+    def listed() -> dict[str, str] | None:
+        try:
+            return asyncio.run(_all_jobs(c.info.address))
+        except Exception:  # the restarted server may still be warming up
+            return None
+
+    ids = wait_until(listed, timeout=30, what="jobs listed again")
+    assert {done.job_id, *(j.job_id for j in jobs)} == set(ids)
+    assert JobState.SUCCEEDED == c.status(done.job_id).state
+    for j in jobs:
+        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=90).state
+    print(f"\ntemporal restart -> all 3 jobs done: {time.monotonic() - down_at:.1f} s; "
+          f"preemptions {[t.preemption_count for j in jobs for t in j.status().tasks]}")
+    assert [0, 0, 0] == [t.failure_count for j in jobs for t in j.status().tasks]
+    wait_until(lambda: all(w.healthy for w in c.workers().values()), timeout=30, what="workers healthy again")
+    assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
+    assert JobState.SUCCEEDED == c.client.submit_command(["true"], resources=ONE_CPU).wait(timeout=60).state
+
+
+def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run on it after SIGCONT, and its capacity comes back."""
+    c: FaultCluster = make_cluster(group("paused", cpu=8, zone="z", role="paused"), group("other", cpu=16, zone="z"))
+    runs = c.work / "runs"
+    assert c.local.kill_process("paused-0", signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    job = c.client.submit_command(
+        ["sh", "-c", f'echo "$IRIS_TASK_INDEX $IRIS_ATTEMPT $IRIS_WORKER_ID" >> {runs}; sleep 1'],
+        resources=ResourceSpec(cpu=1, memory="100m", replicas=8),
+        constraints=[Constraint("zone", "EQ", "z")],
+    )
+    wait_until(lambda: len(c.workers()["paused-0"].running_tasks) == 8, what="all 8 placed on the paused worker")
+    wait_until(
+        lambda: runs.exists() and len(runs.read_text().splitlines()) == 8,
+        timeout=2 * DISPATCH + HEARTBEAT + 2 * SLACK, interval=0.05, what="all 8 started elsewhere",
+    )
+    moved = time.monotonic() - stopped_at
+    status = job.wait(timeout=60)
+    tasks = status.tasks
+    dispatch_failures = [t.attempt - t.preemption_count for t in tasks]
+    print(f"\nagent SIGSTOP -> all 8 tasks running elsewhere: {moved:.1f} s; per task "
+          f"(attempt, preemptions): {[(t.attempt, t.preemption_count) for t in tasks]}")
+    assert {"other-0"} == {t.worker_id for t in tasks}
+    assert [0] * 8 == [t.failure_count for t in tasks]
+    assert any(d > 0 for d in dispatch_failures)  # some were never picked up: released at the dispatch timeout
+    paused = c.workers()["paused-0"]
+    assert (False, ()) == (paused.healthy, paused.running_tasks)  # nothing committed on it while paused
+
+    assert c.local.kill_process("paused-0", signal.SIGCONT)
+    wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
+    time.sleep(2.0)  # time for the polls it made before the pause to hand it stale tasks
+    assert [] == [line for line in runs.read_text().splitlines() if "paused-0" in line]
+    full = c.client.submit_command(
+        ["true"], resources=ResourceSpec(cpu=8, memory="100m"), constraints=[Constraint("role", "EQ", "paused")]
+    )
+    assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
+
+
+async def _scheduler_runs(address: str) -> list[dict[str, object]]:
+    """The input state of every run of the scheduler workflow, oldest first."""
+    client = await Client.connect(address)
+    runs = [wf async for wf in client.list_workflows("WorkflowId='iris-scheduler'")]
+    states = []
+    for wf in sorted(runs, key=lambda w: w.start_time):
+        handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
+        async for event in handle.fetch_history_events():
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            states.append(json.loads(payloads[0].data) if payloads else None)
+            break
+    return states
+
+
+def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """With continue-as-new suggested after 20 events, the scheduler starts new runs carrying pending and placed tasks, and every job succeeds."""
+    c: FaultCluster = make_cluster(
+        group("cpu", cpu=1, count=2), dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"}
+    )
+    jobs = [
+        c.client.submit_command(["sleep", "0.5"], resources=ResourceSpec(cpu=0.5, memory="64m", replicas=3))
+        for _ in range(10)
+    ]
+    for j in jobs:
+        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=120).state
+    states = asyncio.run(_scheduler_runs(c.info.address))
+    carried = [s for s in states[1:] if s and (s.get("pending") or s.get("placements"))]
+    print(f"\nscheduler runs: {len(states)}, of which {len(carried)} started with queued or placed tasks")
+    assert len(states) > 1
+    assert carried  # a new run took over work in flight, and that work still finished
+    assert {"cpu-0", "cpu-1"} == {w for s in states[1:] if s for w in s["workers"]}
