@@ -37,6 +37,20 @@ class RunTaskResult:
     exit_code: int
     error: str = ""
     result_blob: str = ""
+    released: bool = False  # the agent already gave the capacity back to the scheduler
+
+
+@dataclass
+class Release:
+    """A task attempt no longer needs its place: dequeue it or free its capacity. Idempotent.
+
+    Sent by the agent when a task's process exits (the fast path) and by the
+    task workflow on every other path.
+    """
+
+    job_id: str
+    task_index: int
+    attempt: int
 
 
 @dataclass

@@ -14,8 +14,12 @@ same server, from this process:
   observes it; throughput is N one-task `true` jobs submitted at once, all awaited.
 
 Then it prints a table with the targets (Iris submit-to-running median < 0.5 s, Iris
-throughput >= 40 % of raw) and, with `--timeline`, the merged history events of one
-job, its task and the scheduler on the submit-to-running path, so the hops can be counted.
+throughput >= 40 % of raw), what each throughput run cost (workflow tasks and history
+events per job, CPU seconds per process), and (unless `--no-timeline`) the merged history
+events of the last latency job, its task and the scheduler, so the hops can be counted.
+
+The bare workflow runs on an unsandboxed in-process worker (it imports nothing and does
+nothing non-deterministic), so this module needs no sandbox-safe imports.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import platform
 import shutil
@@ -41,21 +46,20 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+import structlog
+import temporalio
 from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-with workflow.unsafe.imports_passed_through():
-    import structlog
-    import temporalio
-    from temporalio.api.enums.v1 import EventType
-    from temporalio.api.history.v1 import HistoryEvent
-    from temporalio.client import Client
-
-    from iris.client import AsyncIrisClient
-    from iris.config import ClusterConfig, parse_config
-    from iris.local_cluster import ClusterInfo, LocalCluster, temporal_binary
-    from iris.types import JobState, ResourceSpec
-    from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
+from iris.client import AsyncIrisClient
+from iris.config import ClusterConfig, parse_config
+from iris.local_cluster import ClusterInfo, LocalCluster, temporal_binary
+from iris.types import JobState, ResourceSpec
+from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
 
 _T = TypeVar("_T")
 
@@ -75,8 +79,8 @@ BENCH_FLEET: dict[str, Any] = {
 }
 """Two local workers with room for 2 x 160 tasks of 0.1 cpu / 32 MiB: capacity never limits the run.
 
-The default fleet (`iris.config.default_config`: 2 x 2 cores, 4 GiB) fits only 2 x 4 tasks
-of the default 1 GiB, or 2 x 20 of 0.1 cpu, which would measure queueing, not Iris.
+The default fleet (`iris.config.default_config`: 2 workers x 2 cores, 4 GiB) fits only 2 x 4
+tasks of the default 1 GiB, or 2 x 20 of 0.1 cpu, so 200 jobs at once would measure queueing.
 """
 LATENCY_COMMAND = ["sh", "-c", "date +%s.%N"]
 THROUGHPUT_COMMAND = ["true"]
@@ -213,6 +217,14 @@ class Throughput:
     """Seconds until every start/submit call had returned."""
     cpu: dict[str, float] = field(default_factory=dict, compare=False)
     """CPU seconds per process during the run (see CpuMeter)."""
+    started_at: float = 0.0
+    """Wall-clock time of the first start/submit call."""
+    ended_at: float = 0.0
+    """Wall-clock time the last unit was seen finished."""
+    workflow_tasks: dict[str, int] = field(default_factory=dict, compare=False)
+    """Workflow tasks completed during the run, per kind of workflow (see `count_history`)."""
+    events: dict[str, int] = field(default_factory=dict, compare=False)
+    """History events written during the run, per kind of workflow."""
 
     @property
     def rate(self) -> float:
@@ -227,6 +239,8 @@ class Throughput:
             "accepted_s": self.accepted,
             "rate_per_s": self.rate,
             "cpu_s": self.cpu,
+            "workflow_tasks": self.workflow_tasks,
+            "history_events": self.events,
         }
 
 
@@ -309,16 +323,75 @@ async def _timed_gather(
     start: Callable[[int], Awaitable[_T]],
     finish: Callable[[_T], Awaitable[object]],
     pids: Mapping[str, int],
-) -> Throughput:
-    """Start `count` units concurrently, then await every one; the elapsed times and CPU of `pids`."""
+) -> tuple[Throughput, list[_T]]:
+    """Start `count` units concurrently, then await every one; the figures (with CPU of `pids`), the handles."""
     meter = CpuMeter(pids)
     meter.start()
+    wall = time.time()
     t0 = time.perf_counter()
     handles = await asyncio.gather(*(start(i) for i in range(count)))
     accepted = time.perf_counter() - t0
     await asyncio.gather(*(finish(h) for h in handles))
     elapsed = time.perf_counter() - t0
-    return Throughput(count=count, elapsed=elapsed, accepted=accepted, cpu=meter.stop())
+    figures = Throughput(
+        count=count,
+        elapsed=elapsed,
+        accepted=accepted,
+        cpu=meter.stop(),
+        started_at=wall,
+        ended_at=wall + elapsed,
+    )
+    return figures, handles
+
+
+async def count_history(
+    client: Client, workflow_id: str, since: float = -math.inf, until: float = math.inf
+) -> tuple[int, int]:
+    """(workflow tasks completed, events) of `workflow_id` between `since` and `until` (wall clock).
+
+    Earlier runs are followed through continue-as-new while they may still hold events in the window.
+    A workflow that does not exist counts zero (e.g. a job that runs its task without a child).
+    """
+    tasks = events = 0
+    run_id: str | None = None
+    while True:
+        try:
+            history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return tasks, events
+            raise
+        previous, first_at = "", math.inf
+        for event in history.events:
+            at = event.event_time.seconds + event.event_time.nanos / 1e9
+            if event.event_id == 1:
+                previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
+                first_at = at
+            if since <= at <= until:
+                events += 1
+                tasks += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+        if not previous or first_at < since:
+            return tasks, events
+        run_id = previous
+
+
+async def count_histories(
+    client: Client, groups: Mapping[str, Sequence[str]], since: float = -math.inf, until: float = math.inf
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Workflow tasks and events per group of workflow ids (a few fetches at a time)."""
+    limit = asyncio.Semaphore(16)
+
+    async def one(workflow_id: str) -> tuple[int, int]:
+        async with limit:
+            return await count_history(client, workflow_id, since, until)
+
+    tasks: dict[str, int] = {}
+    events: dict[str, int] = {}
+    for name, ids in groups.items():
+        counts = await asyncio.gather(*(one(i) for i in ids))
+        tasks[name] = sum(c[0] for c in counts)
+        events[name] = sum(c[1] for c in counts)
+    return tasks, events
 
 
 async def measure_raw(
@@ -356,7 +429,10 @@ async def measure_raw(
             result: object = await handle.result()
             return result
 
-        throughput = await _timed_gather(count, start, finish, pids)
+        throughput, handles = await _timed_gather(count, start, finish, pids)
+    tasks, events = await count_histories(client, {"bare": [h.id for h in handles]})
+    throughput.workflow_tasks.update(tasks)
+    throughput.events.update(events)
     return (
         Latency(tuple(p[0] for p in pairs)),
         Latency(tuple(p[1] for p in pairs)),
@@ -365,10 +441,12 @@ async def measure_raw(
 
 
 def _resources() -> ResourceSpec:
+    """Every bench task's request: small, so all 200 throughput jobs fit on the bench fleet at once."""
     return ResourceSpec(cpu=TASK_CPU, memory=TASK_MEMORY)
 
 
 async def _wait_succeeded(iris: AsyncIrisClient, job_id: str) -> None:
+    """Wait for `job_id`; a job that ends in any other state than SUCCEEDED fails the bench."""
     status = await iris.wait(job_id, timeout=JOB_TIMEOUT_SECONDS)
     if status.state != JobState.SUCCEEDED:
         raise RuntimeError(f"bench job {job_id} ended {status.state}: {status.error or status.tasks}")
@@ -412,7 +490,17 @@ async def measure_iris(
     async def finish(job_id: str) -> None:
         await _wait_succeeded(iris, job_id)
 
-    throughput = await _timed_gather(count, start, finish, pids)
+    throughput, job_ids = await _timed_gather(count, start, finish, pids)
+    tasks, events = await count_histories(
+        iris.temporal, {"job": job_ids, "task": [task_workflow_id(j, 0) for j in job_ids]}
+    )
+    throughput.workflow_tasks.update(tasks)
+    throughput.events.update(events)
+    sched_tasks, sched_events = await count_histories(
+        iris.temporal, {"scheduler": [SCHEDULER_WORKFLOW_ID]}, throughput.started_at, throughput.ended_at
+    )
+    throughput.workflow_tasks.update(sched_tasks)
+    throughput.events.update(sched_events)
     return (
         Latency(tuple(r[2] - r[1] for r in rows)),
         Latency(tuple(r[4] - r[1] for r in rows)),
@@ -458,7 +546,12 @@ async def fetch_timeline(client: Client, job_id: str, t0: float, t_end: float) -
     names = {job_id: "job", task_workflow_id(job_id, 0): "task", SCHEDULER_WORKFLOW_ID: "scheduler"}
     events: list[TimelineEvent] = []
     for workflow_id, label in names.items():
-        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        try:
+            history = await client.get_workflow_handle(workflow_id).fetch_history()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                continue  # e.g. a job that runs its task without a child workflow
+            raise
         for event in history.events:
             at = event.event_time.seconds + event.event_time.nanos / 1e9
             if t0 - 0.01 <= at <= t_end + 0.01:
@@ -572,7 +665,25 @@ async def run_bench(
 
 
 def _ms(seconds: float) -> str:
+    """Seconds as whole milliseconds, e.g. `391 ms`."""
     return f"{seconds * 1000:.0f} ms"
+
+
+def per_unit(counts: Mapping[str, int], units: int) -> str:
+    """`counts` per unit: the total and, for several kinds, the split, e.g. `13.1 (job 5.0 + task 4.0 + ...)`."""
+    if not counts:
+        return ""
+    total = f"{sum(counts.values()) / units:.1f}"
+    if len(counts) == 1:
+        return total
+    return total + " (" + " + ".join(f"{k} {v / units:.1f}" for k, v in counts.items()) + ")"
+
+
+def server_ms_per_workflow_task(figures: Throughput) -> float | None:
+    """The dev server's CPU milliseconds per workflow task completed during a throughput run."""
+    tasks = sum(figures.workflow_tasks.values())
+    cpu = figures.cpu.get("temporal")
+    return None if not tasks or cpu is None else cpu * 1000 / tasks
 
 
 def format_report(result: BenchResult, show_timeline: bool = True) -> str:
@@ -627,6 +738,20 @@ def format_report(result: BenchResult, show_timeline: bool = True) -> str:
             "",
         ),
     ]
+    for label, attr in (("workflow tasks per job/wf", "workflow_tasks"), ("history events per job/wf", "events")):
+        raw_counts, iris_counts = getattr(result.raw_throughput, attr), getattr(result.iris_throughput, attr)
+        rows.append(
+            (
+                f"  {label}",
+                per_unit(raw_counts, result.raw_throughput.count),
+                per_unit(iris_counts, result.iris_throughput.count),
+                "",
+            )
+        )
+    raw_server = server_ms_per_workflow_task(result.raw_throughput)
+    iris_server = server_ms_per_workflow_task(result.iris_throughput)
+    if raw_server is not None and iris_server is not None:
+        rows.append(("  temporal CPU ms per workflow task", f"{raw_server:.1f}", f"{iris_server:.1f}", ""))
     names = sorted((set(result.raw_throughput.cpu) | set(result.iris_throughput.cpu)) - {"wall", "machine busy"})
     for name in [*names, "machine busy"]:
         raw_cpu, iris_cpu = result.raw_throughput.cpu.get(name), result.iris_throughput.cpu.get(name)

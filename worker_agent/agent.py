@@ -32,6 +32,7 @@ from temporalio.worker import Worker
 from activities.contracts import (
     RUN_TASK,
     WORKER_SESSION,
+    Release,
     RunTaskInput,
     RunTaskResult,
     TaskStarted,
@@ -47,6 +48,10 @@ from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, worker_task
 log = structlog.get_logger("iris.agent")
 
 HEARTBEAT_SECONDS = 1.0
+# The SDK forwards at most one heartbeat per 0.8 x heartbeat timeout (4.8 s of the workflows' 6 s)
+# unless told otherwise. Every 2 s instead: a kill reaches a task within ~2 s rather than ~5 s, and
+# a Temporal outage of up to ~4 s (not ~1 s) does not make every running task look lost.
+HEARTBEAT_FORWARD_SECONDS = 2.0
 KILL_GRACE_SECONDS = 5.0
 # The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
 # that has not started or beaten for longer than this is over, whatever the server thinks.
@@ -253,6 +258,8 @@ class WorkerAgent:
                     activities=[self.run_task, self.worker_session],
                     max_concurrent_activities=1000,
                     graceful_shutdown_timeout=timedelta(0),
+                    max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
+                    default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
                 )
                 running = asyncio.create_task(worker.run())
                 try:
@@ -266,7 +273,9 @@ class WorkerAgent:
                     with contextlib.suppress(BaseException):
                         await running
                 if failed is not None:
+                    # Its shutdown ended the session activity too: the next worker starts a new session.
                     self.log.error("temporal_worker_failed", error=failed, restart_in=WORKER_RESTART_SECONDS)
+                    self.session, registered = uuid.uuid4().hex, False
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), WORKER_RESTART_SECONDS)
             self.log.info("worker_stopping")
@@ -391,12 +400,28 @@ class WorkerAgent:
                 self.ledger.remove(running.pid)
                 started.cancel()
         tlog.info("task_exited", exit_code=exit_code)
+        released = await self._release(inp)
         if exit_code == 0:
-            return RunTaskResult(exit_code=0, result_blob=inp.result_blob)
+            return RunTaskResult(exit_code=0, result_blob=inp.result_blob, released=released)
         error = read_task_error(self.blobs, inp.result_blob) if inp.result_blob else None
         if error is None:
             error = f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}"
-        return RunTaskResult(exit_code=exit_code, error=error)
+        return RunTaskResult(exit_code=exit_code, error=error, released=released)
+
+    async def _release(self, inp: RunTaskInput) -> bool:
+        """Give the task's capacity back to the scheduler now that its process is gone.
+
+        Done here rather than by the task workflow because a workflow's last
+        signal costs it a whole workflow task; on failure the workflow releases.
+        """
+        try:
+            await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+                "release", Release(inp.job_id, inp.task_index, inp.attempt)
+            )
+            return True
+        except RPCError as err:
+            self.log.warning("release_signal_failed", job_id=inp.job_id, error=str(err))
+            return False
 
     async def _wait_heartbeating(self, running: Any) -> int:
         waiter = asyncio.ensure_future(running.wait())

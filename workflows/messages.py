@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import Release
+
+__all__ = ["Release"]  # re-exported: the agent sends it too
+
 
 @dataclass
 class ConstraintSpec:
@@ -41,15 +45,6 @@ class Enqueue:
     spec: SchedulingSpec
     attempts: dict[int, int]  # task index -> attempt being placed
     submitted_at: float = 0.0  # workflow time of the job's submission: FIFO key
-
-
-@dataclass
-class Release:
-    """A task attempt no longer needs its place: dequeue it or free its capacity. Idempotent."""
-
-    job_id: str
-    task_index: int
-    attempt: int
 
 
 @dataclass

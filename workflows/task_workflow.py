@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -74,6 +75,7 @@ class TaskWorkflow:
         self.attempt = 0
         self._assigned: Assigned | None = None
         self._unschedulable: Unschedulable | None = None
+        self._agent_released = False
         self.result = TaskResult(task_index=-1, state=TaskState.PENDING)
 
     @workflow.signal
@@ -105,10 +107,8 @@ class TaskWorkflow:
         try:
             while True:
                 if needs_enqueue:
-                    await scheduler.signal(
-                        "enqueue",
-                        Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt}, inp.submitted_at),
-                    )
+                    request = Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt}, inp.submitted_at)
+                    await self._send(scheduler, "enqueue", request)
                 needs_enqueue = True
                 await workflow.wait_condition(lambda: self._assigned is not None or self._unschedulable is not None)
                 if self._unschedulable is not None:
@@ -118,17 +118,18 @@ class TaskWorkflow:
                 assert self._assigned is not None
                 self.result.worker_id = self._assigned.worker_id
                 self._move(TaskEvent.ASSIGNED)
+                self._agent_released = False
                 event, error = await self._run_attempt(inp, self._assigned.worker_id)
                 self._assigned = None
-                release = scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+                if not self._agent_released:
+                    # Awaited: the server drops a signal whose sender completes in the same workflow task.
+                    await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
                 if event == TaskEvent.DISPATCH_FAILED:
                     self._move(event)
                     if inp.gang:
                         self.result.dispatch_failed, self.result.error = True, error
-                        await release
                         return self.status()
                     self.attempt += 1
-                    await release
                     continue
                 self._move(event)
                 self.result.error = error
@@ -139,29 +140,19 @@ class TaskWorkflow:
                     self.result.preemption_count += 1
                     exhausted = self.result.preemption_count > inp.max_retries_preemption
                 else:
-                    await release
                     return self.status()
                 if exhausted:
-                    await release
                     return self.status()
                 last_state = self.state
                 self._move(TaskEvent.RETRY)
                 self.attempt += 1
-                parent = workflow.info().parent
-                notify = (
-                    workflow.get_external_workflow_handle(parent.workflow_id).signal(
-                        "task_retrying",
-                        TaskRetrying(
-                            inp.task_index, self.attempt, self.result.failure_count,
-                            self.result.preemption_count, last_state, error,
-                        ),
+                if parent := workflow.info().parent:
+                    retrying = TaskRetrying(
+                        inp.task_index, self.attempt, self.result.failure_count,
+                        self.result.preemption_count, last_state, error,
                     )
-                    if parent
-                    else None
-                )
-                await release
-                if notify is not None:
-                    await notify
+                    job = workflow.get_external_workflow_handle(parent.workflow_id)
+                    await self._send(job, "task_retrying", retrying)
         except asyncio.CancelledError:
             return await self._killed(inp)
 
@@ -173,6 +164,17 @@ class TaskWorkflow:
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
         return self.status()
+
+    @staticmethod
+    async def _send(handle: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any) -> None:
+        """Signal without waiting for delivery, which would cost a workflow task.
+
+        Only for a workflow that goes on running: the server drops a signal
+        whose sender has completed by the time it is delivered. The yield lets
+        the signal issue its command in this workflow task.
+        """
+        asyncio.get_running_loop().create_task(handle.signal(signal, arg))
+        await asyncio.sleep(0)
 
     async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str]:
         """Run one attempt; map how it ended to a task event and an error message."""
@@ -216,6 +218,7 @@ class TaskWorkflow:
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}"
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
+        self._agent_released = result.released
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, ""
         return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}"

@@ -1,0 +1,58 @@
+"""`python -m iris.bench` end to end on a tiny run, plus its pure helpers.
+
+The bench starts (and must always stop) its own local cluster, so it runs as a
+subprocess: its logging setup and signal handlers stay out of the test session.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iris.bench import Latency, parse_dynamic_config, per_unit, percentile
+from iris.local_cluster import LocalCluster
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    assert 2.5 == percentile([4.0, 1.0, 3.0, 2.0], 50)
+    assert 1.0 == percentile([1.0], 90)
+    assert 9.1 == pytest.approx(percentile([float(i) for i in range(11)], 91))
+    assert 3.0 == Latency((3.0, 1.0, 5.0)).median
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+
+
+def test_dynamic_config_needs_key_and_json_value() -> None:
+    assert ("history.x", "1000") == parse_dynamic_config("history.x=1000")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_dynamic_config("history.x")
+    with pytest.raises(ValueError, match="must be JSON"):
+        parse_dynamic_config("history.x=fast")
+
+
+def test_per_unit_splits_by_workflow_kind() -> None:
+    assert "2.0" == per_unit({"bare": 8}, 4)
+    assert "3.5 (job 2.0 + task 1.5)" == per_unit({"job": 8, "task": 6}, 4)
+    assert "" == per_unit({}, 4)
+
+
+def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
+    home, out = tmp_path / "home", tmp_path / "bench.json"
+    argv = [sys.executable, "-m", "iris.bench", "--jobs", "4", "--latency-samples", "2"]
+    argv += ["--home", str(home), "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    assert "throughput (4 wf / 4 jobs at once)" in proc.stdout
+    assert "target: Iris throughput" in proc.stdout
+    figures = json.loads(out.read_text())
+    assert 2 == len(figures["iris"]["submit_to_running"]["samples_s"])
+    assert 0 < figures["iris"]["submit_to_running"]["median_s"] < 30
+    assert 4 == figures["iris"]["throughput"]["count"]
+    assert 8 == figures["raw"]["throughput"]["workflow_tasks"]["bare"]  # 2 per bare workflow
+    assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
+    assert figures["timeline"]["events"], "no timeline of the last latency job"
+    assert LocalCluster(home).status() is None  # every process stopped, pids forgotten
