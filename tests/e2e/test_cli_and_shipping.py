@@ -1,0 +1,80 @@
+"""The user's own code reaches the workers, and the `iris` CLI reads what the client writes."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from iris import IrisClient, JobState, ResourceSpec
+
+from .conftest import Cluster
+
+SMALL = ResourceSpec(cpu=0.5, memory="256m")
+
+
+@pytest.fixture
+def private_module(tmp_path: Path) -> object:
+    """A package that exists only on the submitter's side (a temp dir the workers never see)."""
+    pkg = tmp_path / "only_here_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "maths.py").write_text(
+        "from only_here_pkg.consts import BASE\n\ndef scaled(x):\n    return {'value': BASE * x, 'file': __file__}\n"
+    )
+    (pkg / "consts.py").write_text("BASE = 7\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield importlib.import_module("only_here_pkg.maths")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m.startswith("only_here_pkg")]:
+            del sys.modules[name]
+
+
+def test_function_from_a_module_only_the_submitter_has_runs_on_a_worker(
+    client: IrisClient, private_module: object
+) -> None:
+    """A function from a local package the workers cannot import is shipped by value and runs."""
+    job = client.submit(private_module.scaled, 6, resources=SMALL)  # type: ignore[attr-defined]
+    job.wait(timeout=60)
+    assert 42 == job.results()[0]["value"]
+
+
+def _iris(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "iris", *args], env=cluster.env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_lists_workers_jobs_and_logs(cluster: Cluster, client: IrisClient) -> None:
+    """`iris worker list`, `job list`, `job logs` and `cluster status` show the cluster's state."""
+    job = client.submit_command(["sh", "-c", "echo out-$IRIS_TASK_INDEX"], name="cli-seen",
+                                resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2))
+    job.wait(timeout=60)
+    workers = _iris(cluster, "worker", "list")
+    assert 0 == workers.returncode, workers.stderr
+    assert "slice-a-3" in workers.stdout and "tpu-topology=v5e-16" in workers.stdout
+    jobs = _iris(cluster, "job", "list")
+    assert job.job_id in jobs.stdout and "SUCCEEDED" in jobs.stdout
+    logs = _iris(cluster, "job", "logs", job.job_id)
+    assert ["[0] out-0", "[1] out-1"] == logs.stdout.splitlines()
+    one = _iris(cluster, "job", "logs", job.job_id, "--task", "1")
+    assert ["[1] out-1"] == one.stdout.splitlines()
+    status = _iris(cluster, "cluster", "status")
+    assert 0 == status.returncode, status.stderr
+    assert "healthy of" in status.stdout and "pending tasks" in status.stdout
+
+
+def test_iris_run_exits_with_the_task_exit_code_and_kill_ends_a_job(cluster: Cluster, client: IrisClient) -> None:
+    """`iris run` returns non-zero when the job fails, and `iris job kill` ends a running job KILLED."""
+    failed = _iris(cluster, "run", "--cpu", "0.5", "--memory", "256m", "--", "sh", "-c", "echo bye; exit 4")
+    assert 4 == failed.returncode
+    assert "[0] bye" in failed.stdout
+    started = _iris(cluster, "run", "--no-wait", "--cpu", "0.5", "--memory", "256m", "--", "sleep", "300")
+    job_id = started.stdout.strip()
+    assert 0 == _iris(cluster, "job", "kill", job_id).returncode
+    assert JobState.KILLED == client.wait(job_id, timeout=60, raise_on_failure=False).state
