@@ -51,6 +51,7 @@ class Release:
     job_id: str
     task_index: int
     attempt: int
+    dispatch_failed_on: str = ""  # the worker that never picked this attempt up, if that is why
 
 
 @dataclass

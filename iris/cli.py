@@ -206,8 +206,11 @@ def job_logs(
 @job_app.command("kill")
 def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
     """Kill a job: running tasks are stopped, pending ones dequeued."""
-    _client(temporal).terminate(job_id)
-    err.print(f"kill requested for {job_id}")
+    try:
+        requested = _client(temporal).terminate(job_id)
+    except KeyError as e:
+        raise _fail(str(e.args[0]), 1) from None
+    err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
 
 # -- iris worker ---------------------------------------------------------------------------------------

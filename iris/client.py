@@ -198,8 +198,17 @@ class AsyncIrisClient:
         statuses = await asyncio.gather(*(self.status(i) for i in ids), return_exceptions=True)
         return [s for s in statuses if isinstance(s, JobStatus)]
 
-    async def terminate(self, job_id: str, reason: str = "killed by user") -> None:
-        await self.temporal.get_workflow_handle(job_id).signal("kill", reason)
+    async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
+        """Ask the job to stop; False if it had already finished (idempotent). KeyError if unknown."""
+        try:
+            await self.temporal.get_workflow_handle(job_id).signal("kill", reason)
+        except RPCError as err:
+            if "already completed" in str(err):
+                return False
+            if "not found" in str(err).lower():
+                raise KeyError(f"no such job: {job_id}") from None
+            raise
+        return True
 
     async def list_workers(self) -> list[WorkerStatus]:
         workers = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
@@ -267,8 +276,8 @@ class Job:
     def logs(self, task_index: int = 0) -> list[str]:
         return self._client.fetch_task_logs(self.job_id, task_index)
 
-    def terminate(self) -> None:
-        self._client.terminate(self.job_id)
+    def terminate(self) -> bool:
+        return self._client.terminate(self.job_id)
 
 
 class IrisClient:
@@ -335,8 +344,9 @@ class IrisClient:
     def fetch_task_logs(self, job_id: str, task_index: int = 0) -> list[str]:
         return self._async.fetch_task_logs(job_id, task_index)
 
-    def terminate(self, job_id: str) -> None:
-        self._run(self._async.terminate(job_id))
+    def terminate(self, job_id: str) -> bool:
+        """Kill the job's tasks; False if it had already finished."""
+        return self._run(self._async.terminate(job_id))
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())

@@ -210,7 +210,8 @@ class WorkerAgent:
         delay = 0.2
         while True:
             try:
-                await handle.execute_update("register_worker", meta)
+                # The liveness monitor starts first: a worker is never registered without one, so
+                # an agent that dies right after registering is still reported lost.
                 await self.client.start_workflow(
                     WORKER_WORKFLOW,
                     WorkerSessionInput(self.config.worker_id, self.session),
@@ -219,6 +220,7 @@ class WorkerAgent:
                     id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
                     static_summary=f"worker {self.config.worker_id}",
                 )
+                await handle.execute_update("register_worker", meta)
                 break
             except WorkflowUpdateFailedError as err:
                 cause = err.cause

@@ -36,6 +36,8 @@ with workflow.unsafe.imports_passed_through():
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
+QUARANTINE = timedelta(seconds=30)
+QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
 
@@ -51,6 +53,8 @@ class WorkerEntry:
     attributes: dict[str, Any]  # str | int | float | bool; Any keeps JSON types intact
     runtime: str = "process"
     healthy: bool = True
+    suspect_until: float = 0.0  # workflow time; a worker that failed a dispatch gets no work until then
+    dispatch_failures: int = 0  # consecutive; doubles the quarantine
 
 
 @dataclass
@@ -121,7 +125,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     snap = pb.SchedulingSnapshot()
     used = committed(state)
     for w in state.workers.values():
-        if not w.healthy:
+        if not w.healthy or w.suspect_until > now:
             continue
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
@@ -157,16 +161,16 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
 
 @workflow.defn(name="SchedulerWorkflow")
 class SchedulerWorkflow:
-    def __init__(self) -> None:
-        self.state = SchedulerState()
-        self._dirty = False
+    @workflow.init
+    def __init__(self, state: SchedulerState | None = None) -> None:
+        # State is taken here, not in run(): signals delivered in a new run's first workflow
+        # task are handled before run() starts and must land on the carried-over state.
+        self.state = state or SchedulerState()
+        self._dirty = state is not None
         self._signals_in_flight = 0
 
     @workflow.run
     async def run(self, state: SchedulerState | None = None) -> None:
-        if state is not None:
-            self.state = state
-            self._dirty = True
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -288,6 +292,14 @@ class SchedulerWorkflow:
     @workflow.signal
     def release(self, request: Release) -> None:
         self._release(request.job_id, request.task_index, request.attempt)
+        worker = self.state.workers.get(request.dispatch_failed_on)
+        if worker is not None:
+            # Registered but not polling (paused, or died before its liveness monitor started):
+            # keep work away from it for a while, longer each time, until it registers again.
+            worker.dispatch_failures += 1
+            quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** (worker.dispatch_failures - 1))
+            worker.suspect_until = workflow.now().timestamp() + quarantine.total_seconds()
+            workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id, quarantine)
 
     @workflow.signal
     def worker_lost(self, lost: WorkerLost) -> None:

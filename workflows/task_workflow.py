@@ -123,7 +123,9 @@ class TaskWorkflow:
                 self._assigned = None
                 if not self._agent_released:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
-                    await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+                    failed_on = self.result.worker_id if event == TaskEvent.DISPATCH_FAILED else ""
+                    release = Release(inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on)
+                    await scheduler.signal("release", release)
                 if event == TaskEvent.DISPATCH_FAILED:
                     self._move(event)
                     if inp.gang:

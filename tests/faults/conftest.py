@@ -26,7 +26,9 @@ from iris.local_cluster import ClusterInfo, LocalCluster
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> T:
+def wait_until(
+    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = ""
+) -> T:
     """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
@@ -36,6 +38,11 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {timeout} s: {what or predicate}")
         time.sleep(interval)
+
+
+def lines(path: Path) -> list[str]:
+    """The lines of a file tasks append to; none while it does not exist."""
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -166,8 +173,11 @@ def stop_cluster(fc: FaultCluster) -> None:
     _kill_leftovers(fc.local.home)
 
 
+MakeCluster = Callable[..., FaultCluster]
+
+
 @pytest.fixture
-def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., FaultCluster]]:
+def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeCluster]:
     """Factory: start a fresh cluster with the given worker groups; everything is stopped after the test."""
     started: list[FaultCluster] = []
 

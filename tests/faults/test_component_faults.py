@@ -7,17 +7,19 @@ it measured, e.g. how long it took to notice a SIGKILLed worker.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
-from iris import Constraint, JobState, ResourceSpec, TaskState, get_job_info
+from iris import Constraint, JobState, ResourceSpec, TaskState, TaskStatus, get_job_info
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
-from .conftest import FaultCluster, group, pid_running, wait_until
+from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 
 HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
 DISPATCH = DISPATCH_TIMEOUT.total_seconds()
@@ -25,8 +27,9 @@ SLACK = 6.0  # a loaded 2-core machine: timers, workflow tasks and polls all add
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 
 
-def test_sigkilled_worker_is_detected_its_task_retried_and_its_orphan_killed_on_return(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    """A SIGKILLed agent's task is retried elsewhere as a preemption; back with the same id, it re-registers and kills its orphan."""
+def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_cluster: MakeCluster) -> None:
+    """A SIGKILLed agent's task is retried elsewhere as a preemption, and the agent restarted
+    with the same id re-registers and kills the task process it left behind."""
     c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"))
     runs = c.work / "runs"
     script = (
@@ -34,17 +37,18 @@ def test_sigkilled_worker_is_detected_its_task_retried_and_its_orphan_killed_on_
         'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi; sleep 1'
     )
     job = c.client.submit_command(["sh", "-c", script], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
-    first = wait_until(lambda: runs.exists() and runs.read_text().split(), what="attempt 0 started")
+    first = wait_until(lambda: lines(runs), what="attempt 0 started")[0].split()
     assert ["0", "victim-0"] == first[:2]  # best fit: the tighter worker takes it
     orphan = int(first[2])
     wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
 
     killed_at = time.monotonic()
     assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
-    retried = wait_until(
-        lambda: (t := c.status(job.job_id).tasks[0]).preemption_count >= 1 and t,
-        timeout=HEARTBEAT + 3 * SLACK, interval=0.05, what="task seen as preempted",
-    )
+    def preempted() -> TaskStatus | None:
+        task = c.status(job.job_id).tasks[0]
+        return task if task.preemption_count >= 1 else None
+
+    retried = wait_until(preempted, timeout=HEARTBEAT + 3 * SLACK, interval=0.05, what="task seen as preempted")
     detection = time.monotonic() - killed_at
     print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
           f"(heartbeat timeout {HEARTBEAT:.0f} s)")
@@ -68,7 +72,7 @@ def test_sigkilled_worker_is_detected_its_task_retried_and_its_orphan_killed_on_
     wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim healthy again")
     print(f"agent restart -> healthy again: {time.monotonic() - restarted_at:.1f} s")
     assert not pid_running(orphan)  # the new agent killed it before registering
-    assert 2 == len(runs.read_text().splitlines())  # attempt 0 (killed) and attempt 1, nothing else
+    assert 2 == len(lines(runs))  # attempt 0 (killed) and attempt 1, nothing else
     pinned = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("role", "EQ", "victim")])
     assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id
 
@@ -95,12 +99,13 @@ def read_runs(path: Path) -> dict[tuple[int, int], dict[str, float]]:
     return runs
 
 
-def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    """With the controller SIGKILLed mid-job and restarted, a 3-task job succeeds with the right results, each task run once."""
+def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: MakeCluster) -> None:
+    """With the controller SIGKILLed mid-job and restarted, a 3-task job succeeds with the right
+    results and each task ran exactly once."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
     job = c.client.submit(record_run, str(c.work), 4.0, resources=ResourceSpec(cpu=1, memory="100m", replicas=3))
     runs = c.work / "runs"
-    wait_until(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 2, what="two tasks started")
+    wait_until(lambda: len(lines(runs)) >= 2, what="two tasks started")
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     assert "controller" not in c.alive()
     time.sleep(2.0)  # tasks keep running and heartbeating to Temporal meanwhile
@@ -114,23 +119,24 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster) -
     assert all({"start", "end"} == set(r) for r in runs_by_key.values())  # every run finished
     for index in range(3):
         spans = sorted((r["start"], r["end"]) for (i, _), r in runs_by_key.items() if i == index)
-        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
     assert [0, 0, 0] == [t.preemption_count + t.failure_count for t in status.tasks]
 
 
 async def _all_jobs(address: str) -> dict[str, str]:
     client = await Client.connect(address)
-    return {wf.id: wf.status.name async for wf in client.list_workflows("WorkflowType='JobWorkflow'")}
+    return {wf.id: str(wf.status) async for wf in client.list_workflows("WorkflowType='JobWorkflow'")}
 
 
-def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    """After the dev server is SIGKILLed and restarted on its SQLite file, every job is listed correctly and all finish; agents and controller survive."""
+def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster: MakeCluster) -> None:
+    """After the dev server is SIGKILLed and restarted on its SQLite file, every job is listed
+    with its state and all finish, while agents and controller stay up."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
     done = c.client.submit_command(["true"], resources=ONE_CPU)
     assert JobState.SUCCEEDED == done.wait(timeout=60).state
     jobs = [c.client.submit_command(["sleep", "4"], resources=ONE_CPU) for _ in range(3)]
     wait_until(lambda: sum(j.status().state == JobState.RUNNING for j in jobs) == 2, what="two running")
-    assert JobState.PENDING == jobs[2].status().state  # no capacity left for the third
+    assert [JobState.PENDING] == [s for j in jobs if (s := j.status().state) != JobState.RUNNING]  # no room left
 
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
     time.sleep(3.0)
@@ -157,8 +163,9 @@ def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster) -> No
     assert JobState.SUCCEEDED == c.client.submit_command(["true"], resources=ONE_CPU).wait(timeout=60).state
 
 
-def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run on it after SIGCONT, and its capacity comes back."""
+def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_cluster: MakeCluster) -> None:
+    """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run
+    on it after SIGCONT, and its capacity comes back."""
     c: FaultCluster = make_cluster(group("paused", cpu=8, zone="z", role="paused"), group("other", cpu=16, zone="z"))
     runs = c.work / "runs"
     assert c.local.kill_process("paused-0", signal.SIGSTOP)
@@ -170,7 +177,7 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_clu
     )
     wait_until(lambda: len(c.workers()["paused-0"].running_tasks) == 8, what="all 8 placed on the paused worker")
     wait_until(
-        lambda: runs.exists() and len(runs.read_text().splitlines()) == 8,
+        lambda: len(lines(runs)) == 8,
         timeout=2 * DISPATCH + HEARTBEAT + 2 * SLACK, interval=0.05, what="all 8 started elsewhere",
     )
     moved = time.monotonic() - stopped_at
@@ -188,14 +195,14 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_clu
     assert c.local.kill_process("paused-0", signal.SIGCONT)
     wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
     time.sleep(2.0)  # time for the polls it made before the pause to hand it stale tasks
-    assert [] == [line for line in runs.read_text().splitlines() if "paused-0" in line]
+    assert [] == [line for line in lines(runs) if "paused-0" in line]
     full = c.client.submit_command(
         ["true"], resources=ResourceSpec(cpu=8, memory="100m"), constraints=[Constraint("role", "EQ", "paused")]
     )
     assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
 
 
-async def _scheduler_runs(address: str) -> list[dict[str, object]]:
+async def _scheduler_runs(address: str) -> list[dict[str, Any] | None]:
     """The input state of every run of the scheduler workflow, oldest first."""
     client = await Client.connect(address)
     runs = [wf async for wf in client.list_workflows("WorkflowId='iris-scheduler'")]
@@ -204,13 +211,15 @@ async def _scheduler_runs(address: str) -> list[dict[str, object]]:
         handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
         async for event in handle.fetch_history_events():
             payloads = event.workflow_execution_started_event_attributes.input.payloads
-            states.append(json.loads(payloads[0].data) if payloads else None)
+            is_json = payloads and payloads[0].metadata.get("encoding") == b"json/plain"
+            states.append(json.loads(payloads[0].data) if is_json else None)  # the first run's input is null
             break
     return states
 
 
-def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_cluster) -> None:  # type: ignore[no-untyped-def]
-    """With continue-as-new suggested after 20 events, the scheduler starts new runs carrying pending and placed tasks, and every job succeeds."""
+def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_cluster: MakeCluster) -> None:
+    """With continue-as-new suggested after 20 events, the scheduler starts new runs carrying
+    pending and placed tasks, and every job succeeds."""
     c: FaultCluster = make_cluster(
         group("cpu", cpu=1, count=2), dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"}
     )
@@ -218,8 +227,9 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
         c.client.submit_command(["sleep", "0.5"], resources=ResourceSpec(cpu=0.5, memory="64m", replicas=3))
         for _ in range(10)
     ]
+    deadline = time.monotonic() + 60  # ~15 s when healthy
     for j in jobs:
-        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=120).state
+        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=max(1.0, deadline - time.monotonic())).state
     states = asyncio.run(_scheduler_runs(c.info.address))
     carried = [s for s in states[1:] if s and (s.get("pending") or s.get("placements"))]
     print(f"\nscheduler runs: {len(states)}, of which {len(carried)} started with queued or placed tasks")
