@@ -2,7 +2,7 @@
 
 A change that makes old histories non-deterministic breaks running jobs on
 upgrade; this catches it without a server. Re-record with:
-IRIS_RECORD_HISTORIES=tests/histories python -m pytest tests/e2e/test_replay.py
+IRIS_RECORD_HISTORIES=tests/histories/vN python -m pytest tests/e2e/test_replay.py
 """
 
 from __future__ import annotations
@@ -16,16 +16,19 @@ from temporalio.worker import Replayer
 
 from workflows import ALL_WORKFLOWS
 
-HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+# One folder per recorded version of the workflow code: v1 is the first release, later folders
+# are re-recorded after workflow changes. Every version must keep replaying.
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*/*.json"))
 
 
 def test_recorded_histories_exist() -> None:
     """Every workflow type has at least one recorded history to replay."""
-    types = {p.name.rsplit("-", 1)[0] for p in HISTORIES}
-    assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= types
+    for version in {p.parent for p in HISTORIES}:
+        types = {p.name.rsplit("-", 1)[0] for p in version.glob("*.json")}
+        assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= types, version
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+@pytest.mark.parametrize("path", HISTORIES, ids=[f"{p.parent.name}/{p.stem}" for p in HISTORIES])
 async def test_recorded_history_replays(path: Path) -> None:
     """The recorded history replays without a non-determinism error."""
     recorded = json.loads(path.read_text())  # noqa: ASYNC240 - a small fixture file
