@@ -7,15 +7,14 @@ them with `LocalCluster.start_worker` and stop them again.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from iris import IrisClient
 from iris.config import parse_config
-from iris.local_cluster import ClusterInfo, LocalCluster
+from iris.local_cluster import LocalCluster
+from tests.support import Cluster
 
 TEST_FLEET = {
     "local": {
@@ -31,22 +30,6 @@ TEST_FLEET = {
         ]
     }
 }
-
-
-@dataclass
-class Cluster:
-    local: LocalCluster
-    info: ClusterInfo
-
-    @property
-    def env(self) -> dict[str, str]:
-        """Environment for `iris` CLI subprocesses pointed at this cluster."""
-        return {
-            **os.environ,
-            "IRIS_TEMPORAL_ADDRESS": self.info.address,
-            "IRIS_STORE": self.info.store_url,
-            "IRIS_HOME": str(self.local.home),
-        }
 
 
 @pytest.fixture(scope="session")

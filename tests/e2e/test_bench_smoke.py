@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from iris.bench import Latency, parse_dynamic_config, per_unit, percentile
+from iris.bench.__main__ import parse_dynamic_config
+from iris.bench.figures import Latency, percentile
+from iris.bench.report import per_unit
 from iris.local_cluster import LocalCluster
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from iris import IrisClient, JobState, ResourceSpec
-
-from .conftest import Cluster
+from tests.support import Cluster
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
 

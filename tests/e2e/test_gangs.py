@@ -8,9 +8,9 @@ from pathlib import Path
 
 from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec, TaskState
 from iris.config import parse_config
+from tests.support import Cluster, pid_gone, wait_until
 
-from .conftest import TEST_FLEET, Cluster
-from .test_jobs import pid_gone, wait_until
+from .conftest import TEST_FLEET
 
 GANG = dict(resources=ResourceSpec(cpu=1, memory="1g", replicas=4), coscheduling=CoschedulingConfig("tpu-name"))
 

@@ -21,8 +21,7 @@ from iris import (
     get_job_info,
 )
 from iris.config import LocalWorkerSpec
-
-from .conftest import Cluster
+from tests.support import Cluster, pid_gone, wait_until
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
@@ -39,25 +38,6 @@ def whoami(tag: str) -> dict[str, object]:
         "job_id": info.job_id,
         "attempt": info.attempt,
     }
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.2):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z"
 
 
 def test_four_replicas_see_their_identity_and_return_values(client: IrisClient) -> None:

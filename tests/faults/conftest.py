@@ -11,66 +11,19 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from iris import IrisClient, JobStatus, WorkerStatus
 from iris.config import LocalWorkerSpec, parse_config
-from iris.local_cluster import ClusterInfo, LocalCluster
+from iris.local_cluster import LocalCluster
+from tests.support import Cluster, group_members, lines, pid_running, proc_stat, wait_until
 
-T = TypeVar("T")
-
-
-def wait_until(
-    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = ""
-) -> T:
-    """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {what or predicate}")
-        time.sleep(interval)
-
-
-def lines(path: Path) -> list[str]:
-    """The lines of a file tasks append to; none while it does not exist."""
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, process group) of `pid` from /proc, or None if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[2])
-
-
-def pid_running(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie."""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X")
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = proc_stat(int(entry.name))
-            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
-                members.append(int(entry.name))
-    return members
-
+__all__ = ["group_members", "lines", "pid_running", "proc_stat", "wait_until"]  # re-exported for the tests
 
 def processes_mentioning(text: str) -> list[int]:
     """Pids (not ours) whose command line contains `text`."""
@@ -87,24 +40,12 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 @dataclass
-class FaultCluster:
+class FaultCluster(Cluster):
     """A running local cluster, its client, and a scratch directory its tasks can write to."""
 
-    local: LocalCluster
-    info: ClusterInfo
     client: IrisClient
     specs: dict[str, LocalWorkerSpec]
     work: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        """Environment for `iris` CLI subprocesses pointed at this cluster."""
-        return {
-            **os.environ,
-            "IRIS_TEMPORAL_ADDRESS": self.info.address,
-            "IRIS_STORE": self.info.store_url,
-            "IRIS_HOME": str(self.local.home),
-        }
 
     @property
     def store_root(self) -> Path:

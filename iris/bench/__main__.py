@@ -1,0 +1,184 @@
+"""The command line: parse the options, start the cluster, measure both sides, report, always stop the cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from iris.bench.baseline import measure_raw
+from iris.bench.figures import WARMUP_SAMPLES
+from iris.bench.history import job_timeline
+from iris.bench.host import machine_info
+from iris.bench.iris_jobs import bench_config, measure_iris
+from iris.bench.report import BenchResult, format_report
+from iris.client import AsyncIrisClient
+from iris.local_cluster import ClusterInfo, LocalCluster
+
+
+async def run_bench(
+    info: ClusterInfo,
+    jobs: int,
+    samples: int,
+    timeline: bool = True,
+    dynamic_config: Mapping[str, str] | None = None,
+) -> BenchResult:
+    """Measure raw and Iris against the running cluster `info` (started with `dynamic_config`)."""
+    machine = machine_info()
+    machine["dynamic_config"] = dict(dynamic_config or {})
+    iris = await AsyncIrisClient.connect(info.address, store=info.store_url)
+    pids = {"bench": os.getpid(), **info.pids}
+    raw = await measure_raw(iris.temporal, samples, jobs, pids)
+    figures = await measure_iris(iris, samples, jobs, pids)
+    machine["loadavg_end"] = list(os.getloadavg())
+    result = BenchResult(machine=machine, raw=raw, iris=figures)
+    if timeline:
+        last = figures.last
+        result.timeline = await job_timeline(
+            iris.temporal, last.job_id, last.submitted_at, last.running_at, last.done_at
+        )
+    return result
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m iris.bench",
+        description="Iris latency and throughput vs the bare Temporal dev server, on one local cluster.",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=200,
+        help="workflows (raw) and one-task jobs (Iris) started at once (default 200)",
+    )
+    parser.add_argument(
+        "--latency-samples",
+        type=int,
+        default=20,
+        help=f"sequential latency samples per side, after {WARMUP_SAMPLES} warm-ups (default 20)",
+    )
+    parser.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="cluster home (default: a temporary directory, removed afterwards)",
+    )
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    parser.add_argument(
+        "--no-timeline",
+        action="store_true",
+        help="skip the event timeline of one job on the submit-to-running path",
+    )
+    parser.add_argument(
+        "--dynamic-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra dev-server dynamic config (JSON value), e.g. history.transferProcessorMaxPollRPS=1000",
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.latency_samples < 1:
+        parser.error("--jobs and --latency-samples must be >= 1")
+    try:
+        args.dynamic_config = dict(parse_dynamic_config(item) for item in args.dynamic_config)
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def parse_dynamic_config(item: str) -> tuple[str, str]:
+    """`KEY=VALUE` from the command line; VALUE must be JSON (`1000`, `true`, `"text"`)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--dynamic-config: expected KEY=VALUE, got {item!r}")
+    try:
+        json.loads(value)
+    except ValueError:
+        raise ValueError(f"--dynamic-config {key}: the value must be JSON, got {value!r}") from None
+    return key.strip(), value
+
+
+def _quiet_logging() -> None:
+    """Only warnings from the local cluster's structlog output, on stderr, so the report stays readable."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while the bench runs, so the cluster is stopped either way."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
+    args = parse_args(argv)
+    _quiet_logging()
+    created = args.home is None
+    home = Path(tempfile.mkdtemp(prefix="iris-bench-")) if created else args.home.expanduser().resolve()
+    cluster = LocalCluster(home)
+    existing = cluster.status()
+    if existing is not None and existing.running:
+        print(f"error: a local cluster already runs in {home}; use another --home", file=sys.stderr)
+        return 2
+    result: BenchResult | None = None
+    try:
+        with _sigterm_as_interrupt():
+            started = time.monotonic()
+            print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
+            info = cluster.up(bench_config(), dynamic_config=args.dynamic_config or None)
+            print(
+                f"cluster up in {time.monotonic() - started:.1f} s at {info.address}; measuring ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            result = asyncio.run(
+                run_bench(info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config)
+            )
+    except KeyboardInterrupt:
+        print("interrupted; stopping the cluster", file=sys.stderr)
+        return 130
+    finally:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
+        try:
+            cluster.down()
+            if created:
+                shutil.rmtree(home, ignore_errors=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    print(format_report(result))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        print(f"figures written to {args.json}")
+    if args.check and not all(result.targets().values()):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Iris's side: one-task jobs through the client, timed from submit to the task's process starting.
+
+The latency job prints `date +%s.%N` and the bench reads it back from the task's log, so
+"running" is the moment the process really started, not when some workflow said so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
+from iris.bench.history import count_histories
+from iris.client import AsyncIrisClient
+from iris.config import ClusterConfig, parse_config
+from iris.types import JobState, ResourceSpec
+from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
+
+TASK_CPU = 0.1
+TASK_MEMORY = "32m"
+BENCH_FLEET: dict[str, Any] = {
+    "local": {
+        "worker_groups": [
+            {"name": "bench", "count": 2, "resources": {"cpu": 16, "memory": "16g"}},
+        ]
+    }
+}
+"""Two local workers with room for 2 x 160 tasks of 0.1 cpu / 32 MiB: capacity never limits the run.
+
+The default fleet (`iris.config.default_config`: 2 workers x 2 cores, 4 GiB) fits only 2 x 4
+tasks of the default 1 GiB, or 2 x 20 of 0.1 cpu, so 200 jobs at once would measure queueing.
+"""
+LATENCY_COMMAND = ["sh", "-c", "date +%s.%N"]
+THROUGHPUT_COMMAND = ["true"]
+JOB_TIMEOUT_SECONDS = 120.0
+
+
+def bench_config() -> ClusterConfig:
+    """The bench fleet (see BENCH_FLEET)."""
+    return parse_config(BENCH_FLEET, "iris.bench fleet")
+
+
+def _resources() -> ResourceSpec:
+    """Every bench task's request: small, so all 200 throughput jobs fit on the bench fleet at once."""
+    return ResourceSpec(cpu=TASK_CPU, memory=TASK_MEMORY)
+
+
+async def _wait_succeeded(iris: AsyncIrisClient, job_id: str) -> None:
+    """Wait for `job_id`; a job that ends in any other state than SUCCEEDED fails the bench."""
+    status = await iris.wait(job_id, timeout=JOB_TIMEOUT_SECONDS)
+    if status.state != JobState.SUCCEEDED:
+        raise RuntimeError(f"bench job {job_id} ended {status.state}: {status.error or status.tasks}")
+
+
+def _process_start(lines: Sequence[str], job_id: str) -> float:
+    """The `date +%s.%N` the latency job printed (its last parseable line)."""
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            return float(line.strip())
+    raise RuntimeError(f"bench job {job_id} printed no timestamp; its log: {list(lines)!r}")
+
+
+@dataclass(frozen=True)
+class JobSample:
+    """One latency job: wall-clock times of submit, process start and SUCCEEDED seen, and the submit call's cost."""
+
+    job_id: str
+    submitted_at: float
+    running_at: float
+    submit_call: float
+    """Seconds `submit_command` took to return."""
+    done_at: float
+
+
+async def iris_latency_sample(iris: AsyncIrisClient, name: str) -> JobSample:
+    """One one-task job on the idle cluster, from just before `submit_command` to SUCCEEDED seen."""
+    t0 = time.time()
+    job_id = await iris.submit_command(LATENCY_COMMAND, resources=_resources(), name=name)
+    submitted = time.time() - t0
+    await _wait_succeeded(iris, job_id)
+    done = time.time()
+    running = _process_start(iris.fetch_task_logs(job_id, 0), job_id)
+    return JobSample(job_id, t0, running, submitted, done)
+
+
+@dataclass(frozen=True)
+class IrisFigures:
+    """Iris's figures: submit->running, submit->SUCCEEDED seen, the submit call, throughput."""
+
+    latency: Latency
+    done: Latency
+    submit_call: Latency
+    throughput: Throughput
+    last: JobSample
+    """The last latency sample, whose history the timeline shows."""
+
+
+async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Mapping[str, int]) -> IrisFigures:
+    """Sequential submit-to-running latency (after warm-up), then `count` one-task jobs at once."""
+    for i in range(WARMUP_SAMPLES):
+        await iris_latency_sample(iris, f"bench-warmup-{i}")
+    rows = [await iris_latency_sample(iris, f"bench-latency-{i}") for i in range(samples)]
+
+    async def start(i: int) -> str:
+        return await iris.submit_command(THROUGHPUT_COMMAND, resources=_resources(), name=f"bench-tput-{i}")
+
+    async def finish(job_id: str) -> None:
+        await _wait_succeeded(iris, job_id)
+
+    throughput, job_ids = await timed_gather(count, start, finish, pids)
+    throughput.add_history(
+        await count_histories(iris.temporal, {"job": job_ids, "task": [task_workflow_id(j, 0) for j in job_ids]})
+    )
+    throughput.add_history(
+        await count_histories(
+            iris.temporal, {"scheduler": [SCHEDULER_WORKFLOW_ID]}, throughput.started_at, throughput.ended_at
+        )
+    )
+    return IrisFigures(
+        latency=Latency(tuple(r.running_at - r.submitted_at for r in rows)),
+        done=Latency(tuple(r.done_at - r.submitted_at for r in rows)),
+        submit_call=Latency(tuple(r.submit_call for r in rows)),
+        throughput=throughput,
+        last=rows[-1],
+    )

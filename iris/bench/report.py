@@ -1,0 +1,212 @@
+"""The bench's verdict: raw and Iris side by side, the targets, the timeline; as text and as JSON.
+
+Every figure is printed next to its raw counterpart with the ratio, because absolute
+numbers depend on the machine and the ratio is what the targets are written against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from iris.bench.baseline import RawFigures
+from iris.bench.figures import WARMUP_SAMPLES, Throughput
+from iris.bench.history import Timeline
+from iris.bench.iris_jobs import IrisFigures
+
+TARGET_LATENCY_SECONDS = 0.5
+"""Issue target: Iris submit-to-running median on an idle cluster."""
+TARGET_THROUGHPUT_RATIO = 0.40
+"""Issue target: Iris jobs/s as a fraction of the bare dev server's workflows/s."""
+
+Row = tuple[str, str, str, str]
+"""One line of the figures table: label, raw, Iris, ratio."""
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured."""
+
+    machine: dict[str, Any]
+    raw: RawFigures
+    iris: IrisFigures
+    timeline: Timeline = field(default_factory=Timeline)
+
+    @property
+    def latency_ratio(self) -> float:
+        """Iris submit-to-running median / raw start-to-activity median (lower is better)."""
+        return self.iris.latency.median / self.raw.latency.median
+
+    @property
+    def throughput_ratio(self) -> float:
+        """Iris jobs/s / raw workflows/s (higher is better)."""
+        return self.iris.throughput.rate / self.raw.throughput.rate
+
+    def targets(self) -> dict[str, bool]:
+        """Whether each target from the issue is met."""
+        return {
+            "iris_submit_to_running_median_lt_0.5s": self.iris.latency.median < TARGET_LATENCY_SECONDS,
+            "iris_throughput_ge_40pct_raw": self.throughput_ratio >= TARGET_THROUGHPUT_RATIO,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as one JSON document."""
+        return {
+            "machine": self.machine,
+            "raw": {
+                "start_to_activity": self.raw.latency.summary(),
+                "start_to_result": self.raw.done.summary(),
+                "throughput": self.raw.throughput.summary(),
+            },
+            "iris": {
+                "submit_to_running": self.iris.latency.summary(),
+                "submit_to_succeeded_observed": self.iris.done.summary(),
+                "submit_call": self.iris.submit_call.summary(),
+                "throughput": self.iris.throughput.summary(),
+            },
+            "ratios": {"latency_median": self.latency_ratio, "throughput": self.throughput_ratio},
+            "targets": self.targets(),
+            "timeline": self.timeline.to_json(),
+        }
+
+
+def _ms(seconds: float) -> str:
+    """Seconds as whole milliseconds, e.g. `391 ms`."""
+    return f"{seconds * 1000:.0f} ms"
+
+
+def per_unit(counts: Mapping[str, int], units: int) -> str:
+    """`counts` per unit: the total and, for several kinds, the split, e.g. `13.1 (job 5.0 + task 4.0 + ...)`."""
+    if not counts:
+        return ""
+    total = f"{sum(counts.values()) / units:.1f}"
+    if len(counts) == 1:
+        return total
+    return total + " (" + " + ".join(f"{k} {v / units:.1f}" for k, v in counts.items()) + ")"
+
+
+def server_ms_per_workflow_task(figures: Throughput) -> float | None:
+    """The dev server's CPU milliseconds per workflow task completed during a throughput run."""
+    tasks = sum(figures.workflow_tasks.values())
+    cpu = figures.cpu.get("temporal")
+    return None if not tasks or cpu is None else cpu * 1000 / tasks
+
+
+def _latency_row(label: str, raw: float, iris: float) -> Row:
+    """Raw and Iris seconds as milliseconds, and how many times raw Iris took."""
+    return label, _ms(raw), _ms(iris), f"{iris / raw:.1f}x"
+
+
+def _machine_lines(m: Mapping[str, Any]) -> list[str]:
+    """The machine and versions the figures were taken on."""
+    return [
+        f"machine: nproc={m['nproc']} cpu_count={m['cpu_count']} "
+        f"loadavg start={'/'.join(f'{x:.2f}' for x in m['loadavg_start'])} "
+        f"end={'/'.join(f'{x:.2f}' for x in m.get('loadavg_end', m['loadavg_start']))}",
+        f"         {m['platform']}, python {m['python']}, temporalio {m['temporalio']}",
+        f"         {m['temporal_cli']}; code {m['code']}",
+        f"         dev-server dynamic config beyond the defaults: {m.get('dynamic_config') or 'none'}",
+        "",
+    ]
+
+
+def _cost_rows(raw: Throughput, iris: Throughput) -> list[Row]:
+    """What each throughput run cost: workflow tasks and events per unit, server ms per task, CPU per process."""
+    rows: list[Row] = []
+    for label, attr in (("workflow tasks per job/wf", "workflow_tasks"), ("history events per job/wf", "events")):
+        rows.append(
+            (f"  {label}", per_unit(getattr(raw, attr), raw.count), per_unit(getattr(iris, attr), iris.count), "")
+        )
+    raw_server, iris_server = server_ms_per_workflow_task(raw), server_ms_per_workflow_task(iris)
+    if raw_server is not None and iris_server is not None:
+        rows.append(("  temporal CPU ms per workflow task", f"{raw_server:.1f}", f"{iris_server:.1f}", ""))
+    names = sorted((set(raw.cpu) | set(iris.cpu)) - {"wall", "machine busy"})
+    for name in [*names, "machine busy"]:
+        raw_cpu, iris_cpu = raw.cpu.get(name), iris.cpu.get(name)
+        rows.append(
+            (
+                f"  CPU seconds in it: {name}",
+                "" if raw_cpu is None else f"{raw_cpu:.1f}",
+                "" if iris_cpu is None else f"{iris_cpu:.1f}",
+                "",
+            )
+        )
+    return rows
+
+
+def _figure_rows(result: BenchResult) -> list[Row]:
+    """The table: the header, latency, throughput, then what the throughput runs cost."""
+    raw, iris = result.raw, result.iris
+    return [
+        ("figure", "raw", "Iris", "ratio"),
+        _latency_row(
+            "latency median (raw: start->activity; Iris: submit->running)", raw.latency.median, iris.latency.median
+        ),
+        _latency_row("latency p90", raw.latency.p90, iris.latency.p90),
+        _latency_row(
+            "done median (raw: start->result; Iris: submit->SUCCEEDED seen)", raw.done.median, iris.done.median
+        ),
+        _latency_row("done p90", raw.done.p90, iris.done.p90),
+        ("Iris submit_command call median", "", _ms(iris.submit_call.median), ""),
+        (
+            f"throughput ({raw.throughput.count} wf / {iris.throughput.count} jobs at once)",
+            f"{raw.throughput.rate:.1f}/s",
+            f"{iris.throughput.rate:.1f}/s",
+            f"{result.throughput_ratio:.0%}",
+        ),
+        (
+            "  all accepted after / all done after",
+            f"{raw.throughput.accepted:.2f} s / {raw.throughput.elapsed:.2f} s",
+            f"{iris.throughput.accepted:.2f} s / {iris.throughput.elapsed:.2f} s",
+            "",
+        ),
+        *_cost_rows(raw.throughput, iris.throughput),
+    ]
+
+
+def _table_lines(rows: list[Row]) -> list[str]:
+    """The rows in aligned columns, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines: list[str] = []
+    for n, row in enumerate(rows):
+        lines.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}")
+        if n == 0:
+            lines.append("-" * (sum(widths) + 6))
+    return lines
+
+
+def _target_lines(result: BenchResult) -> list[str]:
+    """Each target, the figure against it, MET or MISSED; and how many samples there were."""
+    met = result.targets()
+    return [
+        f"target: Iris submit->running median < {TARGET_LATENCY_SECONDS * 1000:.0f} ms: "
+        f"{_ms(result.iris.latency.median)} -> "
+        f"{'MET' if met['iris_submit_to_running_median_lt_0.5s'] else 'MISSED'}",
+        f"target: Iris throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of raw: {result.throughput_ratio:.0%} -> "
+        f"{'MET' if met['iris_throughput_ge_40pct_raw'] else 'MISSED'}",
+        f"samples: {len(result.raw.latency.samples)} sequential per side after {WARMUP_SAMPLES} warm-ups",
+    ]
+
+
+def _timeline_lines(timeline: Timeline) -> list[str]:
+    """The merged events of the last latency job, and the workflow tasks before its process started."""
+    lines = ["", f"timeline of {timeline.job_id} (ms after the client's submit; server event times):"]
+    for e in timeline.events:
+        detail = f"  {e.detail}" if e.detail else ""
+        lines.append(f"  {e.at_ms:>8.1f}  {e.workflow:<9} #{e.event_id:<3} {e.event}{detail}")
+    before = timeline.workflow_tasks_before_running
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(before.items()))
+    lines.append(
+        f"workflow tasks completed before the process started ({timeline.running_ms:.0f} ms): "
+        f"{counts} (total {sum(before.values())})"
+    )
+    return lines
+
+
+def format_report(result: BenchResult, show_timeline: bool = True) -> str:
+    """The human-readable report: machine, the figures table, the targets, the timeline."""
+    lines = [*_machine_lines(result.machine), *_table_lines(_figure_rows(result)), "", *_target_lines(result)]
+    if show_timeline and result.timeline.events:
+        lines += _timeline_lines(result.timeline)
+    return "\n".join(lines)

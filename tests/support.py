@@ -1,0 +1,84 @@
+"""Helpers shared by the end-to-end and fault suites: a running cluster, polling, the process table."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from iris.local_cluster import ClusterInfo, LocalCluster
+
+
+@dataclass
+class Cluster:
+    """A running local cluster started by a test fixture."""
+
+    local: LocalCluster
+    info: ClusterInfo
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for `iris` CLI subprocesses pointed at this cluster."""
+        return {
+            **os.environ,
+            "IRIS_TEMPORAL_ADDRESS": self.info.address,
+            "IRIS_STORE": self.info.store_url,
+            "IRIS_HOME": str(self.local.home),
+        }
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = ""
+) -> T:
+    """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not within {timeout} s: {what or predicate}")
+        time.sleep(interval)
+
+
+def lines(path: Path) -> list[str]:
+    """The lines of a file tasks append to; none while it does not exist."""
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, process group) of `pid` from /proc, or None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[0], int(fields[2])
+
+
+def pid_running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether `pid` has exited (gone, or a zombie nobody reaped yet)."""
+    return not pid_running(pid)
