@@ -23,12 +23,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.scheduling import find_assignments_activity
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
+from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
 
-SEARCH_ATTRIBUTES = ("IrisJobState", "IrisJobName", "IrisUser")
 
 
 async def ensure_search_attributes(client: Client) -> None:

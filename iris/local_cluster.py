@@ -23,11 +23,9 @@ import dataclasses
 import fcntl
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -40,13 +38,24 @@ import structlog
 from temporalio.client import Client
 
 from iris.config import AttributeValue, ClusterConfig, LocalWorkerSpec, default_config
+from iris.processes import (
+    group_alive,
+    log_since,
+    owned,
+    pid_alive,
+    port_free,
+    port_open,
+    signal_group,
+    spawn,
+    start_ticks,
+    stop_groups,
+)
+from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
+from workflows.ids import SEARCH_ATTRIBUTES as JOB_SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
 
-SCHEDULER_WORKFLOW_ID = "iris-scheduler"
-"""The controller's singleton scheduler workflow, queried for readiness."""
-HEALTHY_WORKER_QUERY = "healthy_worker_count"
-SEARCH_ATTRIBUTES = {"IrisJobState": "Keyword", "IrisUser": "Keyword", "IrisJobName": "Keyword"}
+SEARCH_ATTRIBUTES = dict.fromkeys(JOB_SEARCH_ATTRIBUTES, "Keyword")
 """Registered by the dev server at start, so workflows can upsert them without an operator call."""
 TEMPORAL = "temporal"
 CONTROLLER = "controller"
@@ -58,7 +67,6 @@ _HOST = "127.0.0.1"
 _STOP_GRACE_SECONDS = 10.0
 _POLL_SECONDS = 0.05
 _PORT_ATTEMPTS = 3
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 """Processes this interpreter started, kept so they can be reaped (no zombies, no ResourceWarning)."""
 
 _T = TypeVar("_T")
@@ -203,157 +211,6 @@ def _child_env(home: Path) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["IRIS_HOME"] = str(home)
     return env
-
-
-def _spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
-    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        out.write(f"\n=== {stamp} starting: {shlex.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=dict(env),
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc.pid
-
-
-def _read_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, start time in ticks) from /proc, or None off Linux or if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # fields from #3 (state) on; the name may hold spaces
-    return fields[0], int(fields[2]), int(fields[19])
-
-
-def start_ticks(pid: int) -> int | None:
-    """When `pid` started (Linux), recorded so a pid reused after a reboot is not mistaken for ours."""
-    stat = _read_stat(pid)
-    return None if stat is None else stat[2]
-
-
-def _reap(pid: int) -> None:
-    """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
-    proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
-        return
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def pid_alive(pid: int, ticks: int | None = None) -> bool:
-    """Whether `pid` runs (not a zombie) and, when `ticks` is known, is the same process we started."""
-    _reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # another user's process: the pid was reused, ours is gone
-    stat = _read_stat(pid)
-    if stat is None:
-        return True
-    state, _, started = stat
-    return state != "Z" and (ticks is None or started == ticks)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process remains in process group `pgid`."""
-    _reap(pgid)
-    proc_dir = Path("/proc")
-    if not (proc_dir / "self").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in proc_dir.iterdir():
-        if entry.name.isdigit():
-            stat = _read_stat(int(entry.name))
-            if stat is not None and stat[1] == pgid and stat[0] != "Z":
-                return True
-    return False
-
-
-def _owned(pid: int, ticks: int | None) -> bool:
-    """False when a *different* process now holds `pid` (never signal its group)."""
-    stat = _read_stat(pid)
-    return stat is None or ticks is None or stat[2] == ticks or stat[0] == "Z"
-
-
-def _signal_group(pid: int, sig: int, ticks: int | None) -> None:
-    """Send `sig` to the process group led by our process `pid` (the worker and its tasks)."""
-    if not _owned(pid, ticks):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _wait_groups(
-    groups: Mapping[str, tuple[int, int | None]], timeout: float
-) -> dict[str, tuple[int, int | None]]:
-    """Wait up to `timeout` seconds for the groups to exit; those still alive."""
-    deadline = time.monotonic() + timeout
-    live = {name: e for name, e in groups.items() if _group_alive(e[0])}
-    while live and time.monotonic() < deadline:
-        time.sleep(_POLL_SECONDS)
-        live = {name: e for name, e in live.items() if _group_alive(e[0])}
-    return live
-
-
-def _stop_groups(groups: Mapping[str, tuple[int, int | None]], grace: float) -> None:
-    """SIGTERM each (pid, start ticks) group, wait up to `grace` seconds, then SIGKILL what is left."""
-    live = {name: e for name, e in groups.items() if _owned(*e) and _group_alive(e[0])}
-    for pid, ticks in live.values():
-        _signal_group(pid, signal.SIGTERM, ticks)
-    live = _wait_groups(live, grace)
-    if live:
-        log.warning("local_cluster.sigkill", processes=sorted(live), grace_seconds=grace)
-        for pid, ticks in live.values():
-            _signal_group(pid, signal.SIGKILL, ticks)
-        live = _wait_groups(live, 5.0)
-    if live:
-        log.error("local_cluster.unkillable", processes=sorted(live))
-
-
-def _port_open(port: int) -> bool:
-    """Whether something accepts TCP connections on the loopback `port`."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((_HOST, port)) == 0
-
-
-def _port_free(port: int) -> bool:
-    """Whether the loopback `port` can be bound now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((_HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def _log_since(path: Path, offset: int, limit: int = 2000) -> str:
-    """The end of what `path` gained after `offset` (this start's output, not earlier runs')."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return text[-limit:].strip()
 
 
 def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
@@ -571,11 +428,11 @@ class LocalCluster:
                 f"name: no process {name!r} in the local cluster (known: {', '.join(sorted(pids))})"
             )
         pid, ticks = pids[name], state.get("start_ticks", {}).get(name)
-        if not _owned(pid, ticks) or not _group_alive(pid):
+        if not owned(pid, ticks) or not group_alive(pid):
             return False
-        _signal_group(pid, sig, ticks)
+        signal_group(pid, sig, ticks)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _group_alive(pid):
+        while time.monotonic() < deadline and group_alive(pid):
             time.sleep(_POLL_SECONDS)
         return True
 
@@ -611,7 +468,7 @@ class LocalCluster:
             try:
                 _run_sync(wait_for_temporal(state["address"], timeout, abort_if=exited, log_file=log_file))
             except RuntimeError as e:
-                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{_log_since(log_file, offset)}") from None
+                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{log_since(log_file, offset)}") from None
         log.info("local_cluster.restarted", process=name, pid=pid)
         return int(pid)
 
@@ -651,7 +508,7 @@ class LocalCluster:
         ticks: dict[str, int | None] = state.get("start_ticks", {})
         dead = [name for name, pid in pids.items() if not pid_alive(pid, ticks.get(name))]
         port = int(state["address"].rsplit(":", 1)[1])
-        running = TEMPORAL in pids and TEMPORAL not in dead and _port_open(port)
+        running = TEMPORAL in pids and TEMPORAL not in dead and port_open(port)
         return ClusterInfo(
             address=state["address"],
             ui_url=state["ui_url"],
@@ -668,7 +525,7 @@ class LocalCluster:
 
         The command line is recorded too, so `restart_process` can bring the process back as it was.
         """
-        pid = _spawn(argv, self.log_path(name), _child_env(self.home))
+        pid = spawn(argv, self.log_path(name), _child_env(self.home))
         state["pids"][name] = pid
         state["start_ticks"][name] = start_ticks(pid)
         state.setdefault("argv", {})[name] = list(argv)
@@ -715,9 +572,9 @@ class LocalCluster:
         log_file = self.log_path(TEMPORAL)
         for attempt in range(_PORT_ATTEMPTS):
             port = previous.get("temporal_port") if attempt == 0 else None
-            port = port if isinstance(port, int) and _port_free(port) else free_port()
+            port = port if isinstance(port, int) and port_free(port) else free_port()
             ui_port = previous.get("ui_port") if attempt == 0 else None
-            if not (isinstance(ui_port, int) and ui_port != port and _port_free(ui_port)):
+            if not (isinstance(ui_port, int) and ui_port != port and port_free(ui_port)):
                 ui_port = free_port()
                 while ui_port == port:
                     ui_port = free_port()
@@ -739,7 +596,7 @@ class LocalCluster:
                 _run_sync(wait_for_temporal(address, timeout, abort_if=exited, log_file=log_file))
                 return
             except RuntimeError as e:
-                output = _log_since(log_file, offset)
+                output = log_since(log_file, offset)
                 if "address already in use" in output and attempt + 1 < _PORT_ATTEMPTS:
                     log.warning("local_cluster.port_taken", port=port, ui_port=ui_port)
                     continue
@@ -771,7 +628,7 @@ class LocalCluster:
             {n: e for n, e in entries.items() if n == TEMPORAL},
         ]
         for tier in tiers:
-            _stop_groups(tier, _STOP_GRACE_SECONDS)
+            stop_groups(tier, _STOP_GRACE_SECONDS)
         state["pids"], state["start_ticks"] = {}, {}
         self._write_state(state)
         log.info("local_cluster.down", home=str(self.home))

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
 CONTROL_TASK_QUEUE = "iris-control"
+HEALTHY_WORKER_QUERY = "healthy_worker_count"
+
+# Keyword search attributes on every job workflow: the Temporal UI filters by them.
+JOB_STATE_ATTRIBUTE = "IrisJobState"
+JOB_NAME_ATTRIBUTE = "IrisJobName"
+JOB_USER_ATTRIBUTE = "IrisUser"
+SEARCH_ATTRIBUTES = (JOB_STATE_ATTRIBUTE, JOB_NAME_ATTRIBUTE, JOB_USER_ATTRIBUTE)
 
 
 def worker_task_queue(worker_id: str) -> str:

@@ -18,14 +18,21 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import TaskStarted
     from scheduler.proto import cluster_pb2 as pb
     from scheduler.proto.values import get_attr
-    from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, task_workflow_id
+    from workflows.ids import (
+        CONTROL_TASK_QUEUE,
+        JOB_NAME_ATTRIBUTE,
+        JOB_STATE_ATTRIBUTE,
+        JOB_USER_ATTRIBUTE,
+        SCHEDULER_WORKFLOW_ID,
+        task_workflow_id,
+    )
     from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, derive_job_state
     from workflows.task_workflow import TaskInput, TaskResult, TaskWorkflow
 
-JOB_STATE = SearchAttributeKey.for_keyword("IrisJobState")
-JOB_NAME = SearchAttributeKey.for_keyword("IrisJobName")
-JOB_USER = SearchAttributeKey.for_keyword("IrisUser")
+JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
+JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
+JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 MAX_REPLICAS = 10_000  # keeps a job's history far below the 51,200-event limit
 

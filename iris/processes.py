@@ -1,0 +1,178 @@
+"""The process table, for the local cluster: spawn detached processes, and find and stop them safely.
+
+A pid alone is not an identity (pids are reused), so processes are recorded
+with their start time from /proc and only signalled while that still matches.
+Processes run in their own sessions, so whole groups are stopped, and zombies
+count as dead because nothing may reap them when the caller is PID 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("iris.local_cluster")
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # spawned by this process, reaped here
+_POLL_SECONDS = 0.05
+_HOST = "127.0.0.1"
+
+
+def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
+    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        out.write(f"\n=== {stamp} starting: {shlex.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+        )
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+def read_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, process group, start time in ticks) from /proc, or None off Linux or if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # fields from #3 (state) on; the name may hold spaces
+    return fields[0], int(fields[2]), int(fields[19])
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started (Linux), recorded so a pid reused after a reboot is not mistaken for ours."""
+    stat = read_stat(pid)
+    return None if stat is None else stat[2]
+
+
+def reap(pid: int) -> None:
+    """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
+    proc = _CHILDREN.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            del _CHILDREN[pid]
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def pid_alive(pid: int, ticks: int | None = None) -> bool:
+    """Whether `pid` runs (not a zombie) and, when `ticks` is known, is the same process we started."""
+    reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's process: the pid was reused, ours is gone
+    stat = read_stat(pid)
+    if stat is None:
+        return True
+    state, _, started = stat
+    return state != "Z" and (ticks is None or started == ticks)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process remains in process group `pgid`."""
+    reap(pgid)
+    proc_dir = Path("/proc")
+    if not (proc_dir / "self").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in proc_dir.iterdir():
+        if entry.name.isdigit():
+            stat = read_stat(int(entry.name))
+            if stat is not None and stat[1] == pgid and stat[0] != "Z":
+                return True
+    return False
+
+
+def owned(pid: int, ticks: int | None) -> bool:
+    """False when a *different* process now holds `pid` (never signal its group)."""
+    stat = read_stat(pid)
+    return stat is None or ticks is None or stat[2] == ticks or stat[0] == "Z"
+
+
+def signal_group(pid: int, sig: int, ticks: int | None) -> None:
+    """Send `sig` to the process group led by our process `pid` (the worker and its tasks)."""
+    if not owned(pid, ticks):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def wait_groups(
+    groups: Mapping[str, tuple[int, int | None]], timeout: float
+) -> dict[str, tuple[int, int | None]]:
+    """Wait up to `timeout` seconds for the groups to exit; those still alive."""
+    deadline = time.monotonic() + timeout
+    live = {name: e for name, e in groups.items() if group_alive(e[0])}
+    while live and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        live = {name: e for name, e in live.items() if group_alive(e[0])}
+    return live
+
+
+def stop_groups(groups: Mapping[str, tuple[int, int | None]], grace: float) -> None:
+    """SIGTERM each (pid, start ticks) group, wait up to `grace` seconds, then SIGKILL what is left."""
+    live = {name: e for name, e in groups.items() if owned(*e) and group_alive(e[0])}
+    for pid, ticks in live.values():
+        signal_group(pid, signal.SIGTERM, ticks)
+    live = wait_groups(live, grace)
+    if live:
+        log.warning("local_cluster.sigkill", processes=sorted(live), grace_seconds=grace)
+        for pid, ticks in live.values():
+            signal_group(pid, signal.SIGKILL, ticks)
+        live = wait_groups(live, 5.0)
+    if live:
+        log.error("local_cluster.unkillable", processes=sorted(live))
+
+
+def port_open(port: int) -> bool:
+    """Whether something accepts TCP connections on the loopback `port`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((_HOST, port)) == 0
+
+
+def port_free(port: int) -> bool:
+    """Whether the loopback `port` can be bound now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((_HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def log_since(path: Path, offset: int, limit: int = 2000) -> str:
+    """The end of what `path` gained after `offset` (this start's output, not earlier runs')."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:].strip()
