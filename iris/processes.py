@@ -20,6 +20,8 @@ from pathlib import Path
 
 import structlog
 
+from worker_agent.runtime import process_group_alive
+
 log = structlog.get_logger("iris.local_cluster")
 
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # spawned by this process, reaped here
@@ -90,23 +92,9 @@ def pid_alive(pid: int, ticks: int | None = None) -> bool:
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process remains in process group `pgid`."""
+    """Whether any live (non-zombie) process remains in process group `pgid` (reaping our own child first)."""
     reap(pgid)
-    proc_dir = Path("/proc")
-    if not (proc_dir / "self").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in proc_dir.iterdir():
-        if entry.name.isdigit():
-            stat = read_stat(int(entry.name))
-            if stat is not None and stat[1] == pgid and stat[0] != "Z":
-                return True
-    return False
+    return process_group_alive(pgid)
 
 
 def owned(pid: int, ticks: int | None) -> bool:

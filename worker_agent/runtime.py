@@ -182,7 +182,7 @@ def _group_members(pgid: int) -> list[int] | None:
     return members
 
 
-def _group_alive(pgid: int) -> bool:
+def process_group_alive(pgid: int) -> bool:
     """Whether any non-zombie process remains in group ``pgid``."""
     try:
         os.killpg(pgid, 0)
@@ -263,7 +263,7 @@ class ProcessTask:
         """
         if self._group_gone:
             return False
-        if _group_alive(self.pgid):
+        if process_group_alive(self.pgid):
             return True
         if self._process.returncode is not None:
             self._group_gone = True
