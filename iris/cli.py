@@ -334,13 +334,17 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     """Temporal address, UI URL, workers and queue depth."""
     from iris.local_cluster import LocalCluster
 
-    info = LocalCluster().status() if temporal is None else None
-    if temporal is None and info is None:
-        out.print("local cluster: not running (iris cluster up)")
+    info = None if temporal is not None else LocalCluster().status()
+    if temporal is not None:
+        address = temporal
+    elif info is not None and info.running:
+        address = info.address
+    else:
+        out.print("local cluster: not running (start it with `iris cluster up`)")
         raise typer.Exit(1)
-    client = _client(temporal or (info.address if info else None))
+    client = _client(address)
     summary = client._run(client._async.summary())
-    out.print(f"Temporal: {temporal or info.address if info else temporal}")  # type: ignore[union-attr]
+    out.print(f"Temporal: {address}")
     if info is not None:
         out.print(f"UI: {info.ui_url}")
     out.print(
