@@ -9,6 +9,7 @@ is terminated, or when one task of a coscheduled job dies.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -52,6 +53,15 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         scheduling_timeout_seconds=req.scheduling_timeout_seconds,
         tolerations=list(req.tolerations),
     )
+
+
+@dataclass
+class GangProgress:
+    """A gang's attempt number and spent budgets, carried across continue-as-new."""
+
+    attempt: int = 0
+    failures: int = 0
+    preemptions: int = 0
 
 
 @workflow.defn(name="JobWorkflow")
@@ -101,7 +111,8 @@ class JobWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, req: pb.JobRequest) -> pb.JobStatus:
+    async def run(self, req: pb.JobRequest, gang: GangProgress | None = None) -> pb.JobStatus:
+        """Run the job; `gang` is handed over by continue-as-new between attempts of a gang."""
         self.req = req
         job_id = workflow.info().workflow_id
         self.status = pb.JobStatus(
@@ -113,10 +124,13 @@ class JobWorkflow:
             return self._finish(JobState.FAILED, problem)
         for i in range(req.replicas):
             self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
+        if gang is not None:
+            for row in self.status.tasks:
+                row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
         self._refresh_state()
         try:
             if req.coschedule_group_by:
-                await self._run_gang(job_id, req)
+                await self._run_gang(job_id, req, gang or GangProgress())
             else:
                 await self._start_tasks(job_id, req, attempt=0)
                 await self._collect()
@@ -132,38 +146,41 @@ class JobWorkflow:
         )
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
-    async def _run_gang(self, job_id: str, req: pb.JobRequest) -> None:
+    async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:
         """Run a coscheduled job: the gang is placed, killed and retried as one unit.
 
         When any member fails or loses its worker, its siblings are killed and,
         within the job's retry budgets, the whole gang goes back to the queue
-        together, so it lands again on one healthy group.
+        together, so it lands again on one healthy group. Between attempts no
+        task runs, so that is where a long-retrying gang continues-as-new.
         """
-        attempt = failures = preemptions = 0
         while True:
             self._gang_break = None
-            await self._start_tasks(job_id, req, attempt=attempt)
+            await self._start_tasks(job_id, req, attempt=progress.attempt)
             await self._collect()
             cause = self._gang_break
             if cause is None or self._kill_reason:
                 return
             if cause.state not in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PENDING):
                 return  # UNSCHEDULABLE: final
-            # A dispatch failure is not the gang's fault: place it again without spending a budget.
-            failures += cause.state == TaskState.FAILED and not cause.dispatch_failed
-            preemptions += cause.state == TaskState.WORKER_FAILED
+            # PENDING is a dispatch failure, not the gang's fault: it is placed again without spending a budget.
+            progress.failures += int(cause.state == TaskState.FAILED)
+            progress.preemptions += int(cause.state == TaskState.WORKER_FAILED)
             for row in self.status.tasks:
-                row.failure_count, row.preemption_count = failures, preemptions
-            if failures > req.max_retries_failure or preemptions > req.max_retries_preemption:
+                row.failure_count, row.preemption_count = progress.failures, progress.preemptions
+            if progress.failures > req.max_retries_failure or progress.preemptions > req.max_retries_preemption:
                 return
-            attempt += 1
+            progress.attempt += 1
+            workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, progress.attempt, cause.error)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(args=[req, progress])
             self._failing = False
             self._children.clear()
             for row in self.status.tasks:
-                row.state, row.attempt, row.worker_id = TaskState.PENDING, attempt, ""
+                row.state, row.attempt, row.worker_id = TaskState.PENDING, progress.attempt, ""
                 row.has_exit_code, row.exit_code = False, 0
             self.status.error = ""
-            workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, attempt, cause.error)
             self._refresh_state()
 
     def _check(self, req: pb.JobRequest) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from iris import Constraint, JobState, ResourceSpec, TaskState, TaskStatus, get_job_info
+from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskState, TaskStatus, get_job_info
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
@@ -217,11 +217,22 @@ async def _scheduler_runs(address: str) -> list[dict[str, Any] | None]:
     return states
 
 
+async def _runs_of(address: str, workflow_id: str) -> int:
+    client = await Client.connect(address)
+    return len([wf async for wf in client.list_workflows(f"WorkflowId='{workflow_id}'")])
+
+
 def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_cluster: MakeCluster) -> None:
     """With continue-as-new suggested after 20 events, the scheduler starts new runs carrying
-    pending and placed tasks, and every job succeeds."""
+    pending and placed tasks, a gang retried across job runs keeps its budgets, and every job succeeds."""
     c: FaultCluster = make_cluster(
-        group("cpu", cpu=1, count=2), dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"}
+        group("cpu", cpu=1, count=2, slice="s"), dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"}
+    )
+    gang = c.client.submit_command(
+        ["sh", "-c", '[ "$IRIS_ATTEMPT" -ge 2 ] || exit 1'],
+        resources=ResourceSpec(cpu=0.5, memory="64m", replicas=2),
+        coscheduling=CoschedulingConfig("slice"),
+        max_retries_failure=2,
     )
     jobs = [
         c.client.submit_command(["sleep", "0.5"], resources=ResourceSpec(cpu=0.5, memory="64m", replicas=3))
@@ -236,3 +247,8 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
     assert len(states) > 1
     assert carried  # a new run took over work in flight, and that work still finished
     assert {"cpu-0", "cpu-1"} == {w for s in states[1:] if s for w in s["workers"]}
+    finished = c.client.wait(gang.job_id, timeout=60)
+    assert [2, 2] == [t.attempt for t in finished.tasks]
+    assert [2, 2] == [t.failure_count for t in finished.tasks]
+    job_runs = asyncio.run(_runs_of(c.info.address, gang.job_id))
+    assert job_runs > 1  # the gang's job continued-as-new between attempts
