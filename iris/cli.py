@@ -40,12 +40,14 @@ TemporalOpt = Annotated[
 StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
 
 
-def configure_logging() -> None:
+def configure_logging(json: bool = True) -> None:
+    """Logs go to stderr, one event per line: JSON for the daemons, readable for interactive commands."""
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
+            renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
@@ -354,6 +356,7 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
 
 
 def main() -> None:
+    configure_logging(json=False)  # `serve` commands switch to JSON
     try:
         app()
     except JobFailedError as e:
