@@ -35,7 +35,10 @@ JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
-MAX_REPLICAS = 10_000  # keeps a job's history far below the 51,200-event limit
+# A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
+# pending children: a larger job would fail to start its tasks. (Its history, ~8 events a task,
+# also stays far below the 51,200-event limit.)
+MAX_REPLICAS = 2_000
 
 
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
