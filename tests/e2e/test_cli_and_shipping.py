@@ -77,3 +77,13 @@ def test_iris_run_exits_with_the_task_exit_code_and_kill_ends_a_job(cluster: Clu
     job_id = started.stdout.strip()
     assert 0 == _iris(cluster, "job", "kill", job_id).returncode
     assert JobState.KILLED == client.wait(job_id, timeout=60, raise_on_failure=False).state
+
+
+def test_job_logs_follow_prints_until_the_job_ends(cluster: Cluster, client: IrisClient) -> None:
+    """`iris job logs -f` streams lines as the task writes them and returns when the job ends."""
+    script = "for i in 1 2 3; do echo tick-$i; sleep 0.6; done"
+    job = client.submit_command(["sh", "-c", script], resources=SMALL)
+    followed = _iris(cluster, "job", "logs", job.job_id, "-f")
+    assert 0 == followed.returncode, followed.stderr
+    assert ["[0] tick-1", "[0] tick-2", "[0] tick-3"] == followed.stdout.splitlines()
+    assert JobState.SUCCEEDED == job.status().state
