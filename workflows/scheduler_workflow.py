@@ -195,30 +195,8 @@ class SchedulerWorkflow:
             start_to_close_timeout=timedelta(seconds=60),
         )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
-        # Handlers may have run while the activity did: re-check everything before committing.
-        used = committed(self.state)
-        for a in plan.assignments:
-            entry = self.state.pending.get(a.job_id)
-            worker = self.state.workers.get(a.worker_id)
-            if entry is None or a.task_index not in entry.attempts or worker is None or not worker.healthy:
-                continue
-            spec = entry.spec
-            need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
-            capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
-            u = used.setdefault(a.worker_id, [0, 0, 0, 0])
-            if any(u[i] + need[i] > capacity[i] for i in range(4)):
-                continue
-            for i in range(4):
-                u[i] += need[i]
-            attempt = entry.attempts.pop(a.task_index)
-            if not entry.attempts:
-                del self.state.pending[a.job_id]
-            key = task_workflow_id(a.job_id, a.task_index)
-            self.state.placements[key] = Placement(
-                a.job_id, a.task_index, attempt, a.worker_id,
-                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
-            )
-            await self._send(key, "assigned", Assigned(attempt=attempt, worker_id=a.worker_id), a)
+        for key, assigned, placed in self._commit(plan):
+            await self._send(key, "assigned", assigned, placed)
         for t in plan.timed_out:
             entry = self.state.pending.get(t.job_id)
             if entry is None or t.task_index not in entry.attempts:
@@ -236,6 +214,56 @@ class SchedulerWorkflow:
         self.state.pending_reasons = {
             job_id: reason for job_id, reason in plan.pending_reasons.items() if job_id in self.state.pending
         }
+
+    def _commit(self, plan: pb.SchedulingPlan) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
+        """Commit the plan's capacity, re-checked against the state now, before anyone is told.
+
+        Handlers may have run while the scheduling activity did (a worker lost, a
+        task released or killed), so each placement is checked again; a gang is
+        committed whole or not at all. No await in here: the check and the commit
+        see one state.
+        """
+        used = committed(self.state)
+        by_job: dict[str, list[pb.SchedulingAssignment]] = {}
+        for a in plan.assignments:
+            by_job.setdefault(a.job_id, []).append(a)
+        accepted = []
+        for job_id, assignments in by_job.items():
+            entry = self.state.pending.get(job_id)
+            if entry is None:
+                continue
+            spec = entry.spec
+            need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
+            trial = {w: list(u) for w, u in used.items()} if spec.group_by else used
+            fitting = []
+            for a in assignments:
+                worker = self.state.workers.get(a.worker_id)
+                ok = a.task_index in entry.attempts and worker is not None and worker.healthy
+                if ok and worker is not None:
+                    u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
+                    capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
+                    ok = all(u[i] + need[i] <= capacity[i] for i in range(4))
+                    if ok:
+                        for i in range(4):
+                            u[i] += need[i]
+                if ok:
+                    fitting.append(a)
+                elif spec.group_by:
+                    fitting = []  # all or nothing: the gang waits for the next pass
+                    break
+            if spec.group_by and fitting:
+                used = trial
+            for a in fitting:
+                attempt = entry.attempts.pop(a.task_index)
+                key = task_workflow_id(job_id, a.task_index)
+                self.state.placements[key] = Placement(
+                    job_id, a.task_index, attempt, a.worker_id,
+                    spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
+                )
+                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
+            if not entry.attempts:
+                del self.state.pending[job_id]
+        return accepted
 
     async def _send(self, workflow_id: str, signal: str, arg: Any, placed: pb.SchedulingAssignment | None) -> None:
         """Signal a task without blocking the loop; a task that is gone gives its place back."""

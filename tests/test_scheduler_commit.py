@@ -1,0 +1,60 @@
+"""The scheduler workflow's commit step: a plan is re-checked against the state as it is now."""
+
+from __future__ import annotations
+
+from scheduler.proto import cluster_pb2 as pb
+from workflows.messages import SchedulingSpec
+from workflows.scheduler_workflow import PendingEntry, Placement, SchedulerState, SchedulerWorkflow, WorkerEntry
+
+
+def _state(group_by: str = "", tasks: int = 2) -> SchedulerState:
+    workers = {f"w{i}": WorkerEntry(f"w{i}", "s", 1000, 2**30, 0, 0, {"slice": "a"}) for i in range(tasks)}
+    spec = SchedulingSpec(cpu_millis=1000, memory_bytes=2**20, group_by=group_by)
+    return SchedulerState(workers=workers, pending={"j": PendingEntry("j", spec, dict.fromkeys(range(tasks), 0), 0.0)})
+
+
+def _plan(tasks: int = 2) -> pb.SchedulingPlan:
+    plan = pb.SchedulingPlan()
+    for i in range(tasks):
+        plan.assignments.add(job_id="j", task_index=i, worker_id=f"w{i}")
+    return plan
+
+
+def _scheduler(state: SchedulerState) -> SchedulerWorkflow:
+    return SchedulerWorkflow(state)
+
+
+def test_plain_job_commits_what_still_fits() -> None:
+    """A worker lost while the plan was computed gets nothing; the other placement is committed."""
+    state = _state()
+    state.workers["w1"].healthy = False
+    accepted = _scheduler(state)._commit(_plan())
+    assert ["j/task-0"] == [key for key, _, _ in accepted]
+    assert {"j/task-0"} == set(state.placements)
+    assert {1: 0} == state.pending["j"].attempts
+
+
+def test_gang_commits_all_or_nothing() -> None:
+    """When one member's worker was lost meanwhile, no member of the gang is committed."""
+    state = _state(group_by="slice", tasks=4)
+    state.workers["w2"].healthy = False
+    accepted = _scheduler(state)._commit(_plan(4))
+    assert [] == accepted
+    assert {} == state.placements
+    assert {0: 0, 1: 0, 2: 0, 3: 0} == state.pending["j"].attempts
+
+
+def test_capacity_taken_meanwhile_is_not_committed_twice() -> None:
+    """A placement that appeared while the plan was computed counts against the worker's capacity."""
+    state = _state()
+    state.placements["k/task-0"] = Placement("k", 0, 0, "w0", 1000, 2**20, 0, 0)
+    accepted = _scheduler(state)._commit(_plan())
+    assert ["j/task-1"] == [key for key, _, _ in accepted]
+
+
+def test_whole_gang_committed_when_everything_still_holds() -> None:
+    """With nothing changed, every member is placed and the job leaves the queue."""
+    state = _state(group_by="slice", tasks=4)
+    accepted = _scheduler(state)._commit(_plan(4))
+    assert [f"w{i}" for i in range(4)] == [assigned.worker_id for _, assigned, _ in accepted]
+    assert "j" not in state.pending
