@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
@@ -170,8 +170,10 @@ class AsyncIrisClient:
                 if done:
                     try:
                         final = result.result()
-                    except Exception:
-                        final = await self._raw_status(job_id)
+                    except WorkflowFailureError as err:  # the job did not succeed: its status is the details
+                        details = getattr(err.cause, "details", ())
+                        final = details[0] if details and isinstance(details[0], pb.JobStatus) else None
+                        final = final or await self._raw_status(job_id)
                     status = _job_status(final)
                     if on_progress:
                         on_progress(status)

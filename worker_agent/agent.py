@@ -208,18 +208,21 @@ class WorkerAgent:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         delay = 0.2
+        monitor_started = False
         while True:
             try:
-                # The liveness monitor starts first: a worker is never registered without one, so
-                # an agent that dies right after registering is still reported lost.
-                await self.client.start_workflow(
-                    WORKER_WORKFLOW,
-                    WorkerSessionInput(self.config.worker_id, self.session),
-                    id=worker_workflow_id(self.config.worker_id),
-                    task_queue=CONTROL_TASK_QUEUE,
-                    id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-                    static_summary=f"worker {self.config.worker_id}",
-                )
+                if not monitor_started:
+                    # The liveness monitor starts first: a worker is never registered without one,
+                    # so an agent that dies right after registering is still reported lost.
+                    await self.client.start_workflow(
+                        WORKER_WORKFLOW,
+                        WorkerSessionInput(self.config.worker_id, self.session),
+                        id=worker_workflow_id(self.config.worker_id),
+                        task_queue=CONTROL_TASK_QUEUE,
+                        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+                        static_summary=f"worker {self.config.worker_id}",
+                    )
+                    monitor_started = True
                 await handle.execute_update("register_worker", meta)
                 break
             except WorkflowUpdateFailedError as err:

@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import TaskStarted
@@ -34,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+FAIL_UNSUCCESSFUL_JOBS = "fail-unsuccessful-jobs"  # workflow.patched id
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
 # pending children: a larger job would fail to start its tasks. (Its history, ~8 events a task,
@@ -314,7 +316,17 @@ class JobWorkflow:
             workflow.set_current_details(f"{state}: {dict(self.status.task_state_counts)}")
 
     def _finish(self, state: JobState, error: str) -> pb.JobStatus:
+        """Record the final state; a job that did not succeed also fails its workflow.
+
+        Failing the workflow makes the Temporal UI's status and "Failures" view
+        agree with the job (the JobStatus rides along as the failure's details).
+        Patched so that histories of jobs that ended before this still replay.
+        """
         self.status.error = error if state != JobState.SUCCEEDED else ""
         self.status.finished_at = workflow.now().timestamp()
         self._set_state(state)
+        if state != JobState.SUCCEEDED and workflow.patched(FAIL_UNSUCCESSFUL_JOBS):
+            raise ApplicationError(
+                f"job {state}: {self.status.error}", self.status, type=f"Job{state.title()}", non_retryable=True
+            )
         return self.status
