@@ -24,7 +24,7 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*/*.json"))
 def test_recorded_histories_exist() -> None:
     """Every workflow type has at least one recorded history to replay."""
     for version in {p.parent for p in HISTORIES}:
-        types = {p.name.rsplit("-", 1)[0] for p in version.glob("*.json")}
+        types = {p.name.split("-", 1)[0] for p in version.glob("*.json")}
         assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= types, version
 
 

@@ -25,16 +25,21 @@ async def _replay_all(address: str) -> dict[str, int]:
     client = await Client.connect(address)
     replayer = Replayer(workflows=ALL_WORKFLOWS)
     counts: dict[str, int] = {}
+    recorded: dict[str, int] = {}
     record = os.environ.get("IRIS_RECORD_HISTORIES")
     async for wf in client.list_workflows():
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
         counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1
-        if record and counts[wf.workflow_type] <= 3:
-            name = f"{wf.workflow_type}-{counts[wf.workflow_type]}.json"
-            recorded = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
-            (Path(record) / name).write_text(json.dumps(recorded))
+        # Record a couple of each type *and* ending (completed, failed, still running...), so
+        # every path a workflow can close by is in the fixtures.
+        kind = f"{wf.workflow_type}-{wf.status.name.lower() if wf.status else 'unknown'}"
+        recorded[kind] = recorded.get(kind, 0) + 1
+        if record and recorded[kind] <= 2:
+            name = f"{kind}-{recorded[kind]}.json"
+            fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
+            (Path(record) / name).write_text(json.dumps(fixture))
     return counts
 
 
