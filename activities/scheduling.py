@@ -11,8 +11,8 @@ import zlib
 from temporalio import activity
 
 import scheduler
-from scheduler.proto import cluster_pb2 as pb
-from scheduler.proto.values import get_attr
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import get_attr
 from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
 
 FIND_ASSIGNMENTS = "find_assignments"

@@ -17,11 +17,11 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import get_attr
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.submission import build_request, command_argv, make_job_id
 from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
-from scheduler.proto import cluster_pb2 as pb
-from scheduler.proto.values import get_attr
 from worker_agent.storage import BlobStore, LogCursor, LogStore
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow

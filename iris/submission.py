@@ -15,9 +15,9 @@ from datetime import timedelta
 from typing import Any
 
 import scheduler
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
-from scheduler.proto import cluster_pb2 as pb
-from scheduler.proto.values import set_attr
 from scheduler.types import TAINT_PREFIX, Op
 from workflows.job_workflow import MAX_REPLICAS
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.proto import cluster_pb2 as pb
+from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_workflow import PendingEntry, Placement, SchedulerState, SchedulerWorkflow, WorkerEntry
 

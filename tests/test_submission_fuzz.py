@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from iris.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
-from scheduler.proto import cluster_pb2 as pb
 from workflows.job_workflow import scheduling_spec
 from workflows.scheduler_workflow import PendingEntry, SchedulerState, WorkerEntry, encode_snapshot
 

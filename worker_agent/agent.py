@@ -38,8 +38,8 @@ from activities.contracts import (
     TaskStarted,
     WorkerSessionInput,
 )
-from scheduler.proto import cluster_pb2 as pb
-from scheduler.proto.values import set_attr
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
 from worker_agent.runtime import ContainerRuntime, ProcessRuntime, TaskSpec, TaskStartError
 from worker_agent.storage import BlobStore, LogStore, StorageError
 from worker_agent.task_runner import read_task_error, task_runner_argv

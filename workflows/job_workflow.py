@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import TaskStarted
-    from scheduler.proto import cluster_pb2 as pb
-    from scheduler.proto.values import get_attr
+    from activities.proto import cluster_pb2 as pb
+    from activities.proto.values import get_attr
     from workflows.ids import (
         CONTROL_TASK_QUEUE,
         JOB_NAME_ATTRIBUTE,

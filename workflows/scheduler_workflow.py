@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from scheduler.proto import cluster_pb2 as pb
-    from scheduler.proto.values import get_attr, set_attr
+    from activities.proto import cluster_pb2 as pb
+    from activities.proto.values import get_attr, set_attr
     from workflows.ids import task_workflow_id
     from workflows.messages import (
         Assigned,

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
-from scheduler.proto import cluster_pb2 as pb
-from scheduler.proto.values import set_attr
 from worker_agent.agent import HEARTBEAT_FORWARD_SECONDS, KILL_GRACE_SECONDS
 from worker_agent.storage import BlobStore, LogStore
 from workflows.task_workflow import DISPATCH_TIMEOUT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.proto import cluster_pb2 as pb
+from activities.proto import cluster_pb2 as pb
 
 
 def set_attr(out: pb.AttributeValue, value: Any) -> None:
