@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
-from workflows.states import JobState, TaskState
+from workflows.states import TERMINAL_JOB_STATES, JobState, TaskState
 
 __all__ = [
     "Constraint",
@@ -86,7 +86,7 @@ class JobStatus:
 
     @property
     def done(self) -> bool:
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE)
+        return self.state in TERMINAL_JOB_STATES
 
 
 @dataclass(frozen=True)

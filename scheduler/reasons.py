@@ -42,10 +42,6 @@ def constraint_rejection(constraint: Constraint, count: int) -> str:
     return f"{count} lack {describe(constraint)}"
 
 
-# Order in which capacity dimensions are checked and charged.
-DIMENSIONS = ("cpu", "memory", "gpus", "tpus")
-
-
 def capacity_rejection(dimension: str, count: int, request: Resources) -> str:
     """Phrase the workers short of one resource: "2 have < 64 free cpu"."""
     wanted = {

@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import Release
-
-__all__ = ["Release"]  # re-exported: the agent sends it too
+from activities.contracts import Release as Release  # re-exported: the agent sends it too
 
 
 @dataclass
