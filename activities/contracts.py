@@ -1,16 +1,19 @@
-"""Inputs and outputs of the activities that run on worker hosts.
+"""Inputs and outputs of the activities that workflows call by name.
 
-Workflows refer to these activities by name (they run in another process, the
-worker agent), so the dataclasses here are the whole contract between the
-control plane and the agents.
+Most run on worker hosts (another process, the worker agent), so the
+dataclasses here are the whole contract between the control plane and the
+agents; `Delivery` is the input of the control plane's own signal-sending
+local activity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
+DELIVER_SIGNALS = "deliver_signals"
 
 
 @dataclass
@@ -67,3 +70,15 @@ class TaskStarted:
 class WorkerSessionInput:
     worker_id: str
     session: str
+
+
+@dataclass
+class Delivery:
+    """One signal for `deliver_signals` to send: the target workflow, the signal's name, its one argument.
+
+    `arg` travels as the JSON of its dataclass and is typed again by the receiver's handler.
+    """
+
+    workflow_id: str
+    signal: str
+    arg: Any

@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_signals
 from workflows import ALL_WORKFLOWS
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 from workflows.scheduler_workflow import SchedulerWorkflow
@@ -73,7 +74,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor) -> Wor
         client,
         task_queue=CONTROL_TASK_QUEUE,
         workflows=ALL_WORKFLOWS,
-        activities=[find_assignments_activity],
+        activities=[find_assignments_activity, deliver_signals],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
         workflow_runner=SandboxedWorkflowRunner(

@@ -2,7 +2,7 @@
 
 The job keeps a table of its tasks (updated by the agent's "task_started"
 signal, by retries and by each child's result), sends the scheduler one
-batched enqueue signal, and kills what is still running when the job fails,
+batched enqueue signal (from a local activity), and kills what is still running when the job fails,
 is terminated, or when one task of a coscheduled job dies.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -17,7 +18,7 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import TaskStarted
+    from activities.contracts import DELIVER_SIGNALS, Delivery, TaskStarted
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr
     from workflows.ids import (
@@ -36,6 +37,7 @@ JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 FAIL_UNSUCCESSFUL_JOBS = "fail-unsuccessful-jobs"  # workflow.patched id
+SIGNALS_BY_ACTIVITY = "signals-by-activity"  # workflow.patched id: the enqueue goes through DELIVER_SIGNALS
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
 # pending children: a larger job would fail to start its tasks. (Its history, ~8 events a task,
@@ -240,9 +242,24 @@ class JobWorkflow:
                 row = self.status.tasks[i]
                 row.state, row.error = TaskState.KILLED, "killed before it started"
             return
-        await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
-            "enqueue", Enqueue(job_id, spec, dict.fromkeys(range(req.replicas), attempt), req.submitted_at)
-        )
+        enqueue = Enqueue(job_id, spec, dict.fromkeys(range(req.replicas), attempt), req.submitted_at)
+        if workflow.patched(SIGNALS_BY_ACTIVITY):
+            await self._enqueue(enqueue)
+        else:  # how runs that began before the patch go on, so their histories replay
+            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("enqueue", enqueue)
+
+    async def _enqueue(self, enqueue: Enqueue) -> None:
+        """Hand the tasks to the scheduler through a local activity, which costs no extra workflow task.
+
+        The scheduler is started by the controller before it serves; should it not
+        exist yet, the job tries again each second rather than fail.
+        """
+        delivery = Delivery(SCHEDULER_WORKFLOW_ID, "enqueue", enqueue)
+        while await workflow.execute_local_activity(
+            DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
+        ):
+            workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", enqueue.job_id)
+            await workflow.sleep(1)
 
     async def _collect(self) -> None:
         """Wait for every child, reacting to each result as it arrives."""

@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import DELIVER_SIGNALS, Delivery
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr, set_attr
     from workflows.ids import task_workflow_id
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
+SIGNALS_BY_ACTIVITY = "signals-by-activity"  # workflow.patched id: tasks are told through DELIVER_SIGNALS
 PASS_INTERVAL = timedelta(seconds=1)
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
@@ -195,8 +197,39 @@ class SchedulerWorkflow:
             start_to_close_timeout=timedelta(seconds=60),
         )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
-        for key, assigned, placed in self._commit(plan):
-            await self._send(key, "assigned", assigned, placed)
+        if workflow.patched(SIGNALS_BY_ACTIVITY):
+            await self._announce(plan)
+        else:  # how runs that began before the patch go on, so their histories replay
+            for key, assigned, placed in self._commit(plan):
+                await self._send(key, "assigned", assigned, placed)
+            for key, unschedulable in self._take_timed_out(plan):
+                await self._send(key, "unschedulable", unschedulable, None)
+        self.state.pending_reasons = {
+            job_id: reason for job_id, reason in plan.pending_reasons.items() if job_id in self.state.pending
+        }
+
+    async def _announce(self, plan: pb.SchedulingPlan) -> None:
+        """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
+        outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
+            (Delivery(key, "assigned", assigned), placed) for key, assigned, placed in self._commit(plan)
+        ]
+        outgoing += [(Delivery(key, "unschedulable", arg), None) for key, arg in self._take_timed_out(plan)]
+        if not outgoing:
+            return
+        gone = await workflow.execute_local_activity(
+            DELIVER_SIGNALS,
+            [delivery for delivery, _ in outgoing],
+            result_type=list[int],
+            start_to_close_timeout=timedelta(seconds=60),
+        )
+        for index in gone:
+            delivery, placed = outgoing[index]
+            if placed is not None:
+                self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+
+    def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:
+        """Take the tasks whose scheduling timeout passed out of the queue; what to tell each."""
+        told = []
         for t in plan.timed_out:
             entry = self.state.pending.get(t.job_id)
             if entry is None or t.task_index not in entry.attempts:
@@ -205,15 +238,13 @@ class SchedulerWorkflow:
             if not entry.attempts:
                 del self.state.pending[t.job_id]
             reason = self.state.pending_reasons.get(t.job_id, "")
-            await self._send(
-                task_workflow_id(t.job_id, t.task_index),
-                "unschedulable",
-                Unschedulable(attempt=attempt, reason=reason or "scheduling timeout passed"),
-                None,
+            told.append(
+                (
+                    task_workflow_id(t.job_id, t.task_index),
+                    Unschedulable(attempt=attempt, reason=reason or "scheduling timeout passed"),
+                )
             )
-        self.state.pending_reasons = {
-            job_id: reason for job_id, reason in plan.pending_reasons.items() if job_id in self.state.pending
-        }
+        return told
 
     def _commit(self, plan: pb.SchedulingPlan) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
