@@ -55,6 +55,11 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     assert 0 < figures["iris"]["submit_to_running"]["median_s"] < 30
     assert 4 == figures["iris"]["throughput"]["count"]
     assert 8 == figures["raw"]["throughput"]["workflow_tasks"]["bare"]  # 2 per bare workflow
+    pairs = figures["raw"]["parent_child_throughput"]
+    assert 4 == pairs["count"]
+    assert 8 == pairs["workflow_tasks"]["child"]  # the child is the bare workflow
+    assert pairs["workflow_tasks"]["parent"] >= 8  # start, child started, child completed (some may batch)
+    assert "bare parent+child pairs" in proc.stdout
     assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
     assert figures["timeline"]["events"], "no timeline of the last latency job"
     assert LocalCluster(home).status() is None  # every process stopped, pids forgotten
