@@ -170,9 +170,14 @@ class SchedulerWorkflow:
         self.state = state or SchedulerState()
         self._dirty = state is not None
         self._signals_in_flight = 0
+        self._signals_by_activity = True
 
     @workflow.run
     async def run(self, state: SchedulerState | None = None) -> None:
+        # Decided once, before any local activity runs: a patch first checked right after a local
+        # activity can fall into a later workflow task than on replay, which then fails as
+        # non-deterministic (seen when a run was evicted and replayed).
+        self._signals_by_activity = workflow.patched(SIGNALS_BY_ACTIVITY)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -197,7 +202,7 @@ class SchedulerWorkflow:
             start_to_close_timeout=timedelta(seconds=60),
         )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
-        if workflow.patched(SIGNALS_BY_ACTIVITY):
+        if self._signals_by_activity:
             await self._announce(plan)
         else:  # how runs that began before the patch go on, so their histories replay
             for key, assigned, placed in self._commit(plan):
