@@ -11,9 +11,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowFailureError
+import structlog
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
@@ -26,6 +28,12 @@ from worker_agent.storage import BlobStore, LogCursor, LogStore
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
+
+log = structlog.get_logger("iris.client")
+
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""How long a status query waits for the controller before Iris answers from Temporal alone."""
+CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
 
 T = TypeVar("T")
 ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
@@ -134,27 +142,65 @@ class AsyncIrisClient:
     # -- reading state ---------------------------------------------------------------------------
 
     async def _raw_status(self, job_id: str) -> pb.JobStatus:
+        return (await self._answered_status(job_id))[0]
+
+    async def _answered_status(self, job_id: str) -> tuple[pb.JobStatus, bool]:
+        """The job's status, and whether the controller answered (else it is Temporal's view alone)."""
         cached = self._results.get(job_id)
         if cached is not None:
-            return cached
+            return cached, True
         handle = self.temporal.get_workflow_handle(job_id)
         try:
-            st = await handle.query("job_status", result_type=pb.JobStatus)
+            st = await handle.query("job_status", result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
         except RPCError as err:
             if "not found" in str(err).lower():
                 raise KeyError(f"no such job: {job_id}") from None
-            raise
+            st = await self._status_without_controller(job_id)
+            if not st.finished_at:
+                return st, False
         if st.finished_at and JobState(st.state) in TERMINAL_JOB_STATES:
             self._results[job_id] = st
-        return st
+        return st, True
+
+    async def _status_without_controller(self, job_id: str) -> pb.JobStatus:
+        """The job's status from Temporal alone, for when the controller cannot answer a query.
+
+        A query is answered by the controller's workflow worker; while it is down (or
+        stalled), a finished job's status still comes whole from its workflow's result
+        in the history, and a live job's state from its `IrisJobState` search attribute.
+        """
+        handle = self.temporal.get_workflow_handle(job_id, result_type=pb.JobStatus)
+        desc = await handle.describe()
+        if desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING:
+            try:
+                return await handle.result()
+            except WorkflowFailureError as err:  # an unsuccessful job: its status is the failure's details
+                details = getattr(err.cause, "details", ())
+                if details and isinstance(details[0], pb.JobStatus):
+                    return details[0]
+        attrs = desc.typed_search_attributes
+        log.warning("controller_not_answering", job_id=job_id, state=attrs.get(JOB_STATE))
+        return pb.JobStatus(
+            job_id=job_id,
+            name=attrs.get(JOB_NAME) or "",
+            user=attrs.get(JOB_USER) or "",
+            state=attrs.get(JOB_STATE) or JobState.PENDING,
+            submitted_at=desc.start_time.timestamp(),
+        )
 
     async def status(self, job_id: str) -> JobStatus:
-        st = await self._raw_status(job_id)
+        st, answered = await self._answered_status(job_id)
         reason = ""
-        if st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
-            reason = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                "pending_reason", job_id, result_type=str
-            )
+        if not answered:
+            reason = CONTROLLER_DOWN_REASON if st.state in ("", JobState.PENDING) else ""
+        elif st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
+            try:
+                reason = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                    "pending_reason", job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
+                )
+            except RPCError as err:
+                log.warning("scheduler_not_answering", job_id=job_id, error=err.message)
+                reason = CONTROLLER_DOWN_REASON
         return _job_status(st, reason)
 
     async def wait(self, job_id: str, timeout: float | None = None, poll: float = 0.5,

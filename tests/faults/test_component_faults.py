@@ -16,7 +16,16 @@ from typing import Any
 
 from temporalio.client import Client
 
-from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskState, TaskStatus, get_job_info
+from iris import (
+    Constraint,
+    CoschedulingConfig,
+    IrisClient,
+    JobState,
+    ResourceSpec,
+    TaskState,
+    TaskStatus,
+    get_job_info,
+)
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
@@ -121,6 +130,38 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: M
         spans = sorted((r["start"], r["end"]) for (i, _), r in runs_by_key.items() if i == index)
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
     assert [0, 0, 0] == [t.preemption_count + t.failure_count for t in status.tasks]
+
+
+def test_status_answers_from_temporal_while_the_controller_is_down(make_cluster: MakeCluster) -> None:
+    """With the controller SIGSTOPped, `status` still answers within seconds: a finished job in full
+    (from its history), a running one by its state, a pending one saying why there is no reason;
+    and a fresh client (no cache) gets the same, so nothing waits on the missing controller."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
+    done = c.client.submit_command(["sh", "-c", "exit 3"], resources=ONE_CPU)
+    assert JobState.FAILED == done.wait(timeout=60, raise_on_failure=False).state
+    running = c.client.submit_command(["sleep", "60"], resources=ONE_CPU)
+    wait_until(lambda: running.status().state == JobState.RUNNING, what="running")
+    queued = c.client.submit_command(["true"], resources=ONE_CPU)  # no room left: stays PENDING
+    wait_until(lambda: queued.status().pending_reason != "", what="a pending reason")
+
+    assert c.local.kill_process("controller", signal.SIGSTOP)
+    try:
+        fresh = IrisClient.connect(c.info.address, store=c.info.store_url)
+        started = time.monotonic()
+        finished = fresh.job_status(done.job_id)
+        assert JobState.FAILED == finished.state
+        assert [3] == [t.exit_code for t in finished.tasks]  # the whole status, from the job's history
+        assert JobState.RUNNING == fresh.job_status(running.job_id).state
+        pending = fresh.job_status(queued.job_id)
+        assert JobState.PENDING == pending.state
+        assert "controller" in pending.pending_reason
+        elapsed = time.monotonic() - started
+        print(f"\nthree statuses with the controller stopped: {elapsed:.1f} s")
+        assert elapsed < 30  # each gives up on the controller after a few seconds, not the RPC's minute
+    finally:
+        c.local.kill_process("controller", signal.SIGCONT)
+    running.terminate()
+    assert JobState.SUCCEEDED == queued.wait(timeout=60).state  # and the controller carries on
 
 
 async def _all_jobs(address: str) -> dict[str, str]:
