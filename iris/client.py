@@ -69,6 +69,12 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
     )
 
 
+def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
+    """The status an unsuccessful job failed its workflow with (its details); None if it was ended otherwise."""
+    details = getattr(err.cause, "details", ())
+    return details[0] if details and isinstance(details[0], pb.JobStatus) else None
+
+
 class AsyncIrisClient:
     def __init__(self, client: Client, store_url: str) -> None:
         self.temporal = client
@@ -174,10 +180,10 @@ class AsyncIrisClient:
         if desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING:
             try:
                 return await handle.result()
-            except WorkflowFailureError as err:  # an unsuccessful job: its status is the failure's details
-                details = getattr(err.cause, "details", ())
-                if details and isinstance(details[0], pb.JobStatus):
-                    return details[0]
+            except WorkflowFailureError as err:
+                failed = _failed_job_status(err)
+                if failed is not None:
+                    return failed
         attrs = desc.typed_search_attributes
         log.warning("controller_not_answering", job_id=job_id, state=attrs.get(JOB_STATE))
         return pb.JobStatus(
@@ -216,9 +222,8 @@ class AsyncIrisClient:
                 if done:
                     try:
                         final = result.result()
-                    except WorkflowFailureError as err:  # the job did not succeed: its status is the details
-                        details = getattr(err.cause, "details", ())
-                        final = details[0] if details and isinstance(details[0], pb.JobStatus) else None
+                    except WorkflowFailureError as err:
+                        final = _failed_job_status(err)
                         final = final or await self._raw_status(job_id)
                     status = _job_status(final)
                     if on_progress:

@@ -5,6 +5,9 @@ from __future__ import annotations
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
 CONTROL_TASK_QUEUE = "iris-control"
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
+# workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
+# the deliver_signals local activity instead of signal commands.
+SIGNALS_BY_ACTIVITY = "signals-by-activity"
 
 # Keyword search attributes on every job workflow: the Temporal UI filters by them.
 JOB_STATE_ATTRIBUTE = "IrisJobState"

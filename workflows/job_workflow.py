@@ -2,8 +2,9 @@
 
 The job keeps a table of its tasks (updated by the agent's "task_started"
 signal, by retries and by each child's result), sends the scheduler one
-batched enqueue signal (from a local activity), and kills what is still running when the job fails,
-is terminated, or when one task of a coscheduled job dies.
+batched enqueue signal (from a local activity), and kills what is still
+running when the job fails, is terminated, or when one task of a coscheduled
+job dies.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         JOB_STATE_ATTRIBUTE,
         JOB_USER_ATTRIBUTE,
         SCHEDULER_WORKFLOW_ID,
+        SIGNALS_BY_ACTIVITY,
         task_workflow_id,
     )
     from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
@@ -37,7 +39,6 @@ JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 FAIL_UNSUCCESSFUL_JOBS = "fail-unsuccessful-jobs"  # workflow.patched id
-SIGNALS_BY_ACTIVITY = "signals-by-activity"  # workflow.patched id: the enqueue goes through DELIVER_SIGNALS
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
 # pending children: a larger job would fail to start its tasks. (Its history, ~8 events a task,

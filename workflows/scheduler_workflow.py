@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import DELIVER_SIGNALS, Delivery
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr, set_attr
-    from workflows.ids import task_workflow_id
+    from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
     from workflows.messages import (
         Assigned,
         Enqueue,
@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
-SIGNALS_BY_ACTIVITY = "signals-by-activity"  # workflow.patched id: tasks are told through DELIVER_SIGNALS
 PASS_INTERVAL = timedelta(seconds=1)
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
