@@ -82,3 +82,17 @@ def group_members(pgid: int) -> list[int]:
 def pid_gone(pid: int) -> bool:
     """Whether `pid` has exited (gone, or a zombie nobody reaped yet)."""
     return not pid_running(pid)
+
+
+def engines_required() -> bool:
+    """Under CI (CI=true) or IRIS_REQUIRE_ENGINES=1 a missing engine (dockerd, containerd, sshd) fails the run."""
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("IRIS_REQUIRE_ENGINES") == "1"
+
+
+def missing_engine(reason: str) -> None:
+    """Skip the test because an engine is missing, or fail it where engines are required."""
+    import pytest
+
+    if engines_required():
+        pytest.fail(f"required engine missing: {reason}")
+    pytest.skip(reason)

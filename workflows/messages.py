@@ -82,3 +82,28 @@ class TaskRetrying:
     preemption_count: int
     last_state: str
     error: str = ""
+
+
+@dataclass
+class CordonWorkers:
+    """Signal `cordon_workers` to the scheduler: no new work on these workers (or again, with cordoned=False).
+
+    With `drain`, their running tasks are also preempted (retried elsewhere, counted as preemptions),
+    as `kubectl drain` does; without it they run to the end.
+    """
+
+    worker_ids: list[str]
+    cordoned: bool = True
+    drain: bool = False
+    reason: str = ""
+
+
+@dataclass
+class RemoveWorkers:
+    """Signal `remove_workers` to the scheduler: these workers are gone for good (their slice was deleted).
+
+    They leave the scheduler's state at once; their running tasks are treated as preempted.
+    """
+
+    worker_ids: list[str]
+    reason: str

@@ -1,0 +1,1 @@
+"""Platforms that create, bootstrap and delete slices; one module per platform (see base.py)."""
