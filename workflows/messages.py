@@ -88,13 +88,11 @@ class TaskRetrying:
 class CordonWorkers:
     """Signal `cordon_workers` to the scheduler: no new work on these workers (or again, with cordoned=False).
 
-    With `drain`, their running tasks are also preempted (retried elsewhere, counted as preemptions),
-    as `kubectl drain` does; without it they run to the end.
+    Running tasks run to their end (Slurm's drain): a drained worker is a cordoned one with no tasks left.
     """
 
     worker_ids: list[str]
     cordoned: bool = True
-    drain: bool = False
     reason: str = ""
 
 
