@@ -1,0 +1,173 @@
+"""The autoscaler's demand function: which groups grow, which idle slices go, and why not."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import Constraint, Op, Resources, WorkerSnapshot
+from scheduler.autoscale import GroupShape, SliceView, plan_scaling, slice_hosts
+from tests.scheduler.sched_helpers import GIB, gang, job, worker
+
+TPU = GroupShape(
+    name="tpu-v5e-16",
+    hosts_per_slice=4,
+    host_capacity=Resources(16000, 64 * GIB, 0, 4),
+    attributes={"tpu-topology": "v5e-16"},
+    max_slices=2,
+    scale_down_delay=30,
+)
+CPU = GroupShape(name="cpu", hosts_per_slice=2, host_capacity=Resources(2000, 8 * GIB), max_slices=5)
+
+
+def busy(hosts: list[WorkerSnapshot]) -> list[WorkerSnapshot]:
+    """The same hosts with one core in use."""
+    return [
+        WorkerSnapshot(h.worker_id, Resources(h.free.cpu_millis - 1000, h.free.memory_bytes), h.attributes, h.capacity)
+        for h in hosts
+    ]
+
+
+def test_a_gang_on_an_empty_group_asks_for_one_slice() -> None:
+    """A coscheduled 4-host job with nothing to run on creates exactly one slice of the matching group."""
+    plan = plan_scaling([CPU, TPU], [], [gang("train", 4, "v5e-16")], [], now=100.0)
+    assert {"tpu-v5e-16": 1} == dict(plan.create)
+    assert {} == dict(plan.unmet)
+
+
+def test_two_gangs_with_room_for_one_slice_leave_the_second_waiting_with_a_reason() -> None:
+    """max_slices caps the group; the job that does not get a slice is told why."""
+    one = GroupShape(**{**TPU.__dict__, "max_slices": 1})
+    plan = plan_scaling([one], [], [gang("a", 4, "v5e-16"), gang("b", 4, "v5e-16")], [], now=0.0)
+    assert {"tpu-v5e-16": 1} == dict(plan.create)
+    assert "at max_slices (1)" in plan.unmet["b"]
+    assert "at max_slices (1)" == plan.group_reasons["tpu-v5e-16"]
+
+
+def test_plain_tasks_pack_into_as_few_slices_as_fit() -> None:
+    """Ten one-core tasks on 2-host, 2-core slices need three slices (four tasks per slice)."""
+    plan = plan_scaling([CPU], [], [job("many", tasks=10, cpu=1)], [], now=0.0)
+    assert {"cpu": 3} == dict(plan.create)
+
+
+def test_work_that_fits_on_free_workers_creates_nothing() -> None:
+    """Pending tasks that existing workers can take (the scheduler just has not run yet) are no demand."""
+    plan = plan_scaling([CPU], [], [job("small", tasks=2)], [worker("w0", cpu=4)], now=0.0)
+    assert {} == dict(plan.create)
+
+
+def test_a_slice_still_booting_absorbs_the_demand_it_was_made_for() -> None:
+    """While a slice is CREATING, the gang it was created for does not create a second one."""
+    booting = SliceView("tpu-v5e-16-a", "tpu-v5e-16", "CREATING", tuple(f"tpu-v5e-16-a-{i}" for i in range(4)))
+    plan = plan_scaling([TPU], [booting], [gang("train", 4, "v5e-16")], [], now=5.0)
+    assert {} == dict(plan.create)
+
+
+def test_a_job_no_group_can_host_says_what_each_group_lacks() -> None:
+    """The reason names every group and what it lacks, so `pending_reason` can explain the wait."""
+    plan = plan_scaling([CPU, TPU], [], [gang("big", 4, "v4-32")], [], now=0.0)
+    assert {} == dict(plan.create)
+    reason = plan.unmet["big"]
+    assert "cpu:" in reason and "tpu-v5e-16:" in reason
+    assert "tpu-topology" in reason
+
+
+def test_a_gang_grouped_by_an_attribute_slices_lack_is_unmet() -> None:
+    """Coscheduling on an attribute the group's hosts do not have can never be satisfied by scaling."""
+    pending = job("odd", tasks=2, constraints=(), group_by="rack")
+    plan = plan_scaling([CPU], [], [pending], [], now=0.0)
+    assert {} == dict(plan.create)
+    assert "odd" in plan.unmet
+
+
+def test_min_slices_are_created_and_a_gang_claims_one_instead_of_adding_another() -> None:
+    """min_slices is owed with an empty queue, and pending work uses those slices first."""
+    kept = GroupShape(**{**TPU.__dict__, "min_slices": 1})
+    assert {"tpu-v5e-16": 1} == dict(plan_scaling([kept], [], [], [], now=0.0).create)
+    assert {"tpu-v5e-16": 1} == dict(plan_scaling([kept], [], [gang("g", 4, "v5e-16")], [], now=0.0).create)
+
+
+def test_backoff_and_scale_up_delay_block_with_a_reason() -> None:
+    """A backing-off group and one inside its scale_up_delay create nothing and say why."""
+    backing = GroupShape(**{**TPU.__dict__, "backoff_until": 160.0, "backoff_reason": "QuotaExhausted: no v5e"})
+    plan = plan_scaling([backing], [], [gang("g", 4, "v5e-16")], [], now=100.0)
+    assert {} == dict(plan.create)
+    assert "backing off for 60s: QuotaExhausted: no v5e" == plan.group_reasons["tpu-v5e-16"]
+    assert "backing off" in plan.unmet["g"]
+
+    delayed = GroupShape(**{**TPU.__dict__, "scale_up_delay": 30.0, "last_scale_up": 90.0})
+    plan = plan_scaling([delayed], [], [gang("g", 4, "v5e-16")], [], now=100.0)
+    assert "scale_up_delay 30s: next scale-up in 20s" == plan.group_reasons["tpu-v5e-16"]
+    later = plan_scaling([delayed], [], [gang("g", 4, "v5e-16")], [], now=121.0)
+    assert {"tpu-v5e-16": 1} == dict(later.create)
+
+
+def test_timed_out_jobs_are_no_demand() -> None:
+    """A job whose scheduling timeout passed is about to be UNSCHEDULABLE, not a reason to grow."""
+    late = gang("late", 4, "v5e-16", waited_seconds=10.0, scheduling_timeout_seconds=5.0)
+    assert {} == dict(plan_scaling([TPU], [], [late], [], now=0.0).create)
+
+
+def ready(slice_id: str, group: GroupShape = TPU, idle_since: float | None = None) -> SliceView:
+    hosts = slice_hosts(group, slice_id)
+    return SliceView(slice_id, group.name, "READY", tuple(h.worker_id for h in hosts), idle_since)
+
+
+def test_an_idle_slice_is_removed_after_its_delay_and_not_before() -> None:
+    """idle_since starts when every host is empty; the slice goes once scale_down_delay has passed."""
+    s = ready("s1")
+    hosts = slice_hosts(TPU, "s1")
+    first = plan_scaling([TPU], [s], [], hosts, now=100.0)
+    assert 100.0 == first.idle_since["s1"]
+    assert () == first.remove
+    s = ready("s1", idle_since=first.idle_since["s1"])
+    assert () == plan_scaling([TPU], [s], [], hosts, now=129.0).remove
+    assert ("s1",) == plan_scaling([TPU], [s], [], hosts, now=130.0).remove
+
+
+def test_a_busy_slice_is_not_idle() -> None:
+    """One host with a task running keeps the slice, and resets its idle clock."""
+    s = ready("s1", idle_since=0.0)
+    plan = plan_scaling([TPU], [s], [], busy(slice_hosts(TPU, "s1")), now=1000.0)
+    assert plan.idle_since["s1"] is None
+    assert () == plan.remove
+
+
+def test_a_slice_about_to_get_pending_work_is_not_removed() -> None:
+    """An idle slice that the queue's next job fits on stays."""
+    s = ready("s1", idle_since=0.0)
+    plan = plan_scaling([TPU], [s], [gang("g", 4, "v5e-16")], slice_hosts(TPU, "s1"), now=1000.0)
+    assert () == plan.remove
+    assert {} == dict(plan.create)
+
+
+@pytest.mark.parametrize("min_slices", [0, 1, 2])
+def test_scale_down_keeps_min_slices_and_removes_the_longest_idle_first(min_slices: int) -> None:
+    """Idle slices go oldest-idle first, never below min_slices."""
+    group = GroupShape(**{**TPU.__dict__, "min_slices": min_slices, "max_slices": 3})
+    slices = [ready("a", group, 50.0), ready("b", group, 10.0)]
+    hosts = slice_hosts(group, "a") + slice_hosts(group, "b")
+    plan = plan_scaling([group], slices, [], hosts, now=1000.0)
+    assert ("b", "a")[: max(0, 2 - min_slices)] == plan.remove
+
+
+def test_unregistered_hosts_keep_a_ready_slice_from_counting_as_idle() -> None:
+    """A READY slice whose workers are not (or no longer) registered is not scaled down as idle."""
+    plan = plan_scaling([TPU], [ready("s1", idle_since=0.0)], [], [], now=1000.0)
+    assert plan.idle_since["s1"] is None
+
+
+def test_slices_of_unknown_groups_are_ignored_and_bad_shapes_are_refused() -> None:
+    """A slice from a group no longer configured does not count; invalid values fail at construction."""
+    stray = SliceView("x", "gone", "READY", ("x-0",))
+    assert {"cpu": 1} == dict(plan_scaling([CPU], [stray], [job("j", tasks=1)], [], now=0.0).create)
+    with pytest.raises(ValueError, match="min_slices"):
+        GroupShape(name="g", hosts_per_slice=1, host_capacity=Resources(1000), min_slices=3, max_slices=2)
+    with pytest.raises(ValueError, match="state"):
+        SliceView("s", "g", "FAILED")
+
+
+def test_constraints_see_the_group_and_slice_attributes() -> None:
+    """Jobs may select a group by `iris-scale-group` like any worker attribute."""
+    pinned = job("p", tasks=1, constraints=(Constraint("iris-scale-group", Op.EQ, "cpu"),))
+    plan = plan_scaling([TPU, CPU], [], [pinned], [], now=0.0)
+    assert {"cpu": 1} == dict(plan.create)
