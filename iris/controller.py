@@ -69,6 +69,12 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
 SANDBOX_PASSTHROUGH = ("workflows", "scheduler", "activities")
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
 def control_worker(client: Client, executor: concurrent.futures.Executor) -> Worker:
     return Worker(
         client,
@@ -77,9 +83,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor) -> Wor
         activities=[find_assignments_activity, deliver_signals],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        workflow_runner=workflow_runner(),
     )
 
 
