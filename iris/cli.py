@@ -15,6 +15,7 @@ from rich.table import Table
 
 from iris.cli_parsing import parse_constraint, parse_pair, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
+from iris.connection import TemporalSettings
 from iris.types import CoschedulingConfig, JobFailedError, JobState, JobStatus, ResourceSpec
 from iris.units import format_memory, parse_cpu, parse_memory
 
@@ -30,6 +31,8 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(job_app, name="job")
 app.add_typer(worker_app, name="worker")
 app.add_typer(controller_app, name="controller")
+temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
+app.add_typer(temporal_app, name="temporal")
 
 err = Console(stderr=True)
 out = Console()
@@ -53,10 +56,22 @@ def configure_logging(json: bool = True) -> None:
     )
 
 
+def _settings(temporal: str | None) -> TemporalSettings:
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    try:
+        return TemporalSettings.load(address=temporal)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
 def _client(temporal: str | None, store: str | None = None) -> IrisClient:
-    if temporal is None:
+    settings = _settings(temporal)
+    if settings.address is None:
         err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
-    return IrisClient.connect(temporal, store=store)
+    try:
+        return IrisClient.connect(store=store, settings=settings)
+    except RuntimeError as e:  # the SDK's "cannot connect" (refused, TLS handshake, bad credentials)
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -246,8 +261,6 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
-    from temporalio.client import Client
-
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
     from worker_agent.runtime import ProcessRuntime
 
@@ -261,16 +274,18 @@ def worker_serve(
     except ValueError as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
-    if temporal is None or store is None:
+    settings = _settings(temporal)
+    if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    address = temporal
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid),
     )
 
     async def main() -> None:
-        client = await Client.connect(address)
+        from iris.controller import connect
+
+        client = await connect(settings)
         await WorkerAgent(client, config, ProcessRuntime()).serve()
 
     try:
@@ -293,15 +308,46 @@ def _host_memory() -> int:
 def controller_serve(
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
-    namespace: Annotated[str, typer.Option(help="Temporal namespace")] = "default",
+    namespace: Annotated[
+        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+    ] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.controller import serve
 
     configure_logging()
-    if temporal is None or store is None:
+    try:
+        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(temporal, namespace, store))
+    asyncio.run(serve(settings, store))
+
+
+# -- iris temporal -------------------------------------------------------------------------------------
+
+
+@temporal_app.command("setup")
+def temporal_setup(temporal: TemporalOpt = None) -> None:
+    """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
+    from iris.temporal_setup import setup
+
+    settings = _settings(temporal)
+    if settings.address is None:
+        raise _fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
+
+    async def main() -> list[Any]:
+        return await setup(await settings.connect())
+
+    try:
+        steps = asyncio.run(main())
+    except RuntimeError as e:
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
+    for step in steps:
+        out.print(str(step), markup=False, highlight=False)
+    if any(step.outcome == "failed" for step in steps):
+        raise typer.Exit(1)
 
 
 # -- iris cluster -------------------------------------------------------------------------------------
