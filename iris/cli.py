@@ -234,7 +234,7 @@ def worker_serve(
     worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
     runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
     containerd_socket: Annotated[
-        str, typer.Option(help="containerd's CRI socket (--runtime containerd)")
+        str, typer.Option(help="containerd's CRI socket (--runtime containerd)", envvar="CONTAINERD_ADDRESS")
     ] = "/run/containerd/containerd.sock",
     docker_host: Annotated[
         str | None, typer.Option(help="Docker engine URL (--runtime docker; default: DOCKER_HOST)")

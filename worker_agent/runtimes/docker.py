@@ -166,7 +166,7 @@ class DockerRuntime:
                 command=list(spec.argv),
                 environment=container_environment(spec.env),
                 working_dir=spec.cwd,
-                labels=spec.labels(),
+                labels={**spec.labels(), LABEL_WORKER_ID: self._worker_id},
                 host_config=host_config,
                 name=container_name(spec),
                 stdin_open=False,
@@ -235,6 +235,8 @@ class DockerRuntime:
         )
         recovered = []
         for container in found:
+            if TaskHandle(container["Id"]) in self._running:
+                continue  # started by this agent: not a leftover
             labels = container.get("Labels") or {}
             await self._remove(container["Id"])
             recovered.append(
@@ -243,6 +245,13 @@ class DockerRuntime:
                 )
             )
         return recovered
+
+    async def listed(self) -> list[TaskHandle]:
+        """Ids of the containers the engine lists for this worker (running or not)."""
+        found = await self._call(
+            self._client.containers, all=True, filters={"label": f"{LABEL_WORKER_ID}={self._worker_id}"}
+        )
+        return [TaskHandle(c["Id"]) for c in found]
 
     async def close(self) -> None:
         """Close the engine connection and the thread pool; running containers are left alone."""
