@@ -72,7 +72,10 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         return DockerRuntime(
             worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
         )
-    from worker_agent.runtimes.containerd import ContainerdRuntime
+    try:
+        from worker_agent.runtimes.containerd import ContainerdRuntime
+    except ImportError as exc:
+        raise ValueError(f"--runtime containerd is not available in this build ({exc})") from None
 
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python
