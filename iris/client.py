@@ -277,6 +277,7 @@ class AsyncIrisClient:
                 running_tasks=tuple(w.running_tasks),
                 gpus=w.capacity.gpus,
                 tpus=w.capacity.tpus,
+                cordoned=w.cordoned,
             )
             for w in workers.workers
         ]
