@@ -248,6 +248,18 @@ def worker_list(temporal: TemporalOpt = None) -> None:
 def worker_serve(
     worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
     runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
+    containerd_socket: Annotated[
+        str, typer.Option(help="containerd's CRI socket (--runtime containerd)", envvar="CONTAINERD_ADDRESS")
+    ] = "/run/containerd/containerd.sock",
+    docker_host: Annotated[
+        str | None, typer.Option(help="Docker engine URL (--runtime docker; default: DOCKER_HOST)")
+    ] = None,
+    default_image: Annotated[
+        str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
+    ] = None,
+    task_user: Annotated[
+        str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
+    ] = "auto",
     attribute: Annotated[
         list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")
     ] = None,
@@ -262,11 +274,9 @@ def worker_serve(
     import socket
 
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
-    from worker_agent.runtime import ProcessRuntime
+    from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
 
     configure_logging()
-    if runtime != "process":
-        _fail(f"--runtime {runtime!r} is not available yet; use 'process'")
     try:
         attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
@@ -279,14 +289,28 @@ def worker_serve(
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
-        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid),
+        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
     )
+    options = RuntimeOptions(
+        worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
+        containerd_socket=containerd_socket,
+    )
+    try:
+        task_runtime = make_runtime(runtime, options)
+        config.task_dir = shared_task_dir(runtime, options)
+    except ValueError as e:
+        _fail(str(e))
 
     async def main() -> None:
+<<<<<<< HEAD
         from iris.controller import connect
 
         client = await connect(settings)
         await WorkerAgent(client, config, ProcessRuntime()).serve()
+=======
+        client = await Client.connect(address)
+        await WorkerAgent(client, config, task_runtime).serve()
+>>>>>>> main
 
     try:
         asyncio.run(main())

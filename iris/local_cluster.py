@@ -188,7 +188,11 @@ def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> li
         "--cpu", str(spec.cpu_millis / 1000),
         "--memory", str(spec.memory_bytes),
         "--runtime", str(spec.runtime),
+        # A local cluster is one user's: its tasks run as that user (and reach its Python).
+        "--task-user", "",
     ]  # fmt: skip
+    if spec.image:
+        argv += ["--default-image", spec.image]
     if spec.gpus:
         argv += ["--gpus", str(spec.gpus)]
     if spec.tpus:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from worker_agent.runtime import process_group_alive
+from worker_agent.runtimes.process import process_group_alive
 
 log = structlog.get_logger("iris.local_cluster")
 
