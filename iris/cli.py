@@ -302,15 +302,10 @@ def worker_serve(
         _fail(str(e))
 
     async def main() -> None:
-<<<<<<< HEAD
         from iris.controller import connect
 
         client = await connect(settings)
-        await WorkerAgent(client, config, ProcessRuntime()).serve()
-=======
-        client = await Client.connect(address)
         await WorkerAgent(client, config, task_runtime).serve()
->>>>>>> main
 
     try:
         asyncio.run(main())
