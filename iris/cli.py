@@ -15,6 +15,7 @@ from rich.table import Table
 
 from iris.cli_parsing import parse_constraint, parse_pair, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
+from iris.connection import TemporalSettings
 from iris.types import CoschedulingConfig, JobFailedError, JobState, JobStatus, ResourceSpec
 from iris.units import format_memory, parse_cpu, parse_memory
 
@@ -30,12 +31,20 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(job_app, name="job")
 app.add_typer(worker_app, name="worker")
 app.add_typer(controller_app, name="controller")
+temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
+app.add_typer(temporal_app, name="temporal")
 
 err = Console(stderr=True)
 out = Console()
 
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
+]
+HealthPortOpt = Annotated[
+    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
+]
+HealthHostOpt = Annotated[
+    str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
 ]
 StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
 
@@ -53,10 +62,22 @@ def configure_logging(json: bool = True) -> None:
     )
 
 
+def _settings(temporal: str | None) -> TemporalSettings:
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    try:
+        return TemporalSettings.load(address=temporal)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
 def _client(temporal: str | None, store: str | None = None) -> IrisClient:
-    if temporal is None:
+    settings = _settings(temporal)
+    if settings.address is None:
         err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
-    return IrisClient.connect(temporal, store=store)
+    try:
+        return IrisClient.connect(store=store, settings=settings)
+    except RuntimeError as e:  # the SDK's "cannot connect" (refused, TLS handshake, bad credentials)
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -254,11 +275,11 @@ def worker_serve(
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
 ) -> None:
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
-
-    from temporalio.client import Client
 
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
@@ -271,9 +292,9 @@ def worker_serve(
     except ValueError as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
-    if temporal is None or store is None:
+    settings = _settings(temporal)
+    if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    address = temporal
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
@@ -289,8 +310,27 @@ def worker_serve(
         _fail(str(e))
 
     async def main() -> None:
-        client = await Client.connect(address)
-        await WorkerAgent(client, config, task_runtime).serve()
+        from iris import observability
+        from iris.controller import connect
+
+        if health_port is None:
+            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            return
+        metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
+        client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+
+        async def checks() -> dict[str, bool]:
+            return {
+                "temporal_reachable": await observability.temporal_reachable(client),
+                "pollers_running": observability.heartbeat_fresh(metrics),
+            }
+
+        health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
+        await health.start()
+        try:
+            await WorkerAgent(client, config, task_runtime).serve()
+        finally:
+            await health.stop()
 
     try:
         asyncio.run(main())
@@ -312,15 +352,48 @@ def _host_memory() -> int:
 def controller_serve(
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
-    namespace: Annotated[str, typer.Option(help="Temporal namespace")] = "default",
+    namespace: Annotated[
+        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+    ] = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.controller import serve
 
     configure_logging()
-    if temporal is None or store is None:
+    try:
+        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(temporal, namespace, store))
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host))
+
+
+# -- iris temporal -------------------------------------------------------------------------------------
+
+
+@temporal_app.command("setup")
+def temporal_setup(temporal: TemporalOpt = None) -> None:
+    """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
+    from iris.temporal_setup import setup
+
+    settings = _settings(temporal)
+    if settings.address is None:
+        raise _fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
+
+    async def main() -> list[Any]:
+        return await setup(await settings.connect())
+
+    try:
+        steps = asyncio.run(main())
+    except RuntimeError as e:
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
+    for step in steps:
+        out.print(str(step), markup=False, highlight=False)
+    if any(step.outcome == "failed" for step in steps):
+        raise typer.Exit(1)
 
 
 # -- iris cluster -------------------------------------------------------------------------------------

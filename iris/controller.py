@@ -11,44 +11,29 @@ import asyncio
 import concurrent.futures
 import contextlib
 import signal
+from datetime import timedelta
+from typing import Any
 
 import structlog
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from iris import observability
+from iris.connection import TemporalSettings
+from iris.temporal_setup import ensure_search_attributes
+from iris.types import JobState
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
+from workflows.ids import CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
 
-
-
-async def ensure_search_attributes(client: Client) -> None:
-    """Register Iris's keyword search attributes if the server lacks them (idempotent)."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [name for name in SEARCH_ATTRIBUTES if name not in existing.custom_attributes]
-    if missing:
-        try:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=client.namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
-                )
-            )
-        except RPCError as err:
-            if "already" not in str(err).lower():
-                raise
-        log.info("search_attributes_added", names=missing)
 
 
 async def ensure_scheduler(client: Client, store_url: str) -> None:
@@ -83,23 +68,83 @@ def control_worker(client: Client, executor: concurrent.futures.Executor) -> Wor
     )
 
 
-async def connect(address: str, namespace: str, timeout: float = 60.0) -> Client:
+async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: Any) -> Client:
     """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
-            return await Client.connect(address, namespace=namespace)
+            return await settings.connect(**kwargs)
         except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
             if loop.time() > deadline:
                 raise
-            log.warning("temporal_unreachable", temporal=address, error=str(err))
+            log.warning("temporal_unreachable", **settings.describe(), error=str(err))
             await asyncio.sleep(1.0)
 
 
-async def serve(address: str, namespace: str, store_url: str) -> None:
-    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process."""
-    client = await connect(address, namespace)
+async def serve(
+    settings: TemporalSettings, store_url: str, health_port: int | None = None, health_host: str = "127.0.0.1"
+) -> None:
+    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
+
+    With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    """
+    probe = ControllerProbe()
+    health = None
+    if health_port is None:
+        client = await connect(settings)
+    else:
+        sdk_port = observability.free_loopback_port()
+        client = await connect(
+            settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+        )
+        probe.client = client
+        health = observability.HealthServer(
+            health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
+        )
+        await health.start()
+    try:
+        await _serve(client, settings, store_url, probe)
+    finally:
+        if health is not None:
+            await health.stop()
+
+
+class ControllerProbe:
+    """What `/health` and `/metrics` read: Temporal's answer, whether the control worker polls, job counts."""
+
+    def __init__(self) -> None:
+        self.interceptor = observability.MetricsInterceptor()
+        self.client: Client | None = None
+        self.polling = False
+
+    async def checks(self) -> dict[str, bool]:
+        reachable = self.client is not None and await observability.temporal_reachable(self.client)
+        return {"temporal_reachable": reachable, "pollers_running": self.polling}
+
+    async def refresh(self) -> None:
+        """Jobs by state from visibility and the scheduler's queue, read at scrape time."""
+        if self.client is None:
+            return
+        client = self.client
+        states = [s.value for s in JobState]
+
+        async def count(state: str) -> int:
+            found = await client.count_workflows(f"WorkflowType='JobWorkflow' AND {JOB_STATE_ATTRIBUTE}='{state}'")
+            return found.count
+
+        for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
+            observability.JOBS.labels(state).set(n)
+        summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "summary", result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+        )
+        observability.PENDING_TASKS.set(summary.pending_tasks)
+        observability.PLACED_TASKS.set(summary.running_tasks)
+        observability.WORKERS.labels("true").set(summary.healthy_workers)
+        observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
+
+
+async def _serve(client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -111,10 +156,15 @@ async def serve(address: str, namespace: str, store_url: str) -> None:
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
-                    await ensure_search_attributes(client)
+                    for step in await ensure_search_attributes(client):
+                        if step.outcome == "created":
+                            log.info("search_attribute_added", step=str(step))
+                        elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
+                            log.warning("search_attribute_missing", step=str(step))
                     await ensure_scheduler(client, store_url)
                     ready = True
-                    log.info("controller_serving", temporal=address, namespace=namespace, store=store_url)
+                    log.info("controller_serving", **settings.describe(), store=store_url)
+                probe.polling = True
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
@@ -122,6 +172,7 @@ async def serve(address: str, namespace: str, store_url: str) -> None:
                 log.warning("controller_setup_failed", error=str(err))
                 await asyncio.sleep(1.0)
             finally:
+                probe.polling = False
                 if not running.done():
                     await worker.shutdown()
                 with contextlib.suppress(BaseException):
