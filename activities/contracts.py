@@ -9,11 +9,24 @@ local activity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
+
+
+class RuntimeName(StrEnum):
+    """How a worker runs a task: a host process, or a container through Docker or containerd's CRI.
+
+    The one list of runtime names: the CLI, the config schema, scale groups and the agent's runtime
+    modules all take their names from here.
+    """
+
+    PROCESS = "process"
+    DOCKER = "docker"
+    CONTAINERD = "containerd"
 
 
 @dataclass
@@ -31,6 +44,8 @@ class RunTaskInput:
     env: dict[str, str] = field(default_factory=dict)
     image: str = ""
     job_workflow_id: str = ""                       # told when the process starts
+    cpu_millis: int = 0                             # the job's request; container runtimes enforce it
+    memory_bytes: int = 0                           # (0 = no limit)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from iris.cli_parsing import parse_constraint, parse_pair, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
+from iris.connection import TemporalSettings
 from iris.types import CoschedulingConfig, JobFailedError, JobState, JobStatus, ResourceSpec
 from iris.units import format_memory, parse_cpu, parse_memory
 
@@ -30,6 +31,8 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(job_app, name="job")
 app.add_typer(worker_app, name="worker")
 app.add_typer(controller_app, name="controller")
+temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
+app.add_typer(temporal_app, name="temporal")
 
 err = Console(stderr=True)
 out = Console()
@@ -53,10 +56,22 @@ def configure_logging(json: bool = True) -> None:
     )
 
 
+def _settings(temporal: str | None) -> TemporalSettings:
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    try:
+        return TemporalSettings.load(address=temporal)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
 def _client(temporal: str | None, store: str | None = None) -> IrisClient:
-    if temporal is None:
+    settings = _settings(temporal)
+    if settings.address is None:
         err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
-    return IrisClient.connect(temporal, store=store)
+    try:
+        return IrisClient.connect(store=store, settings=settings)
+    except RuntimeError as e:  # the SDK's "cannot connect" (refused, TLS handshake, bad credentials)
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -233,6 +248,18 @@ def worker_list(temporal: TemporalOpt = None) -> None:
 def worker_serve(
     worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
     runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
+    containerd_socket: Annotated[
+        str, typer.Option(help="containerd's CRI socket (--runtime containerd)", envvar="CONTAINERD_ADDRESS")
+    ] = "/run/containerd/containerd.sock",
+    docker_host: Annotated[
+        str | None, typer.Option(help="Docker engine URL (--runtime docker; default: DOCKER_HOST)")
+    ] = None,
+    default_image: Annotated[
+        str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
+    ] = None,
+    task_user: Annotated[
+        str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
+    ] = "auto",
     attribute: Annotated[
         list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")
     ] = None,
@@ -246,14 +273,10 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
-    from temporalio.client import Client
-
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
-    from worker_agent.runtime import ProcessRuntime
+    from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
 
     configure_logging()
-    if runtime != "process":
-        _fail(f"--runtime {runtime!r} is not available yet; use 'process'")
     try:
         attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
@@ -261,17 +284,28 @@ def worker_serve(
     except ValueError as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
-    if temporal is None or store is None:
+    settings = _settings(temporal)
+    if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    address = temporal
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
-        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid),
+        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
     )
+    options = RuntimeOptions(
+        worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
+        containerd_socket=containerd_socket,
+    )
+    try:
+        task_runtime = make_runtime(runtime, options)
+        config.task_dir = shared_task_dir(runtime, options)
+    except ValueError as e:
+        _fail(str(e))
 
     async def main() -> None:
-        client = await Client.connect(address)
-        await WorkerAgent(client, config, ProcessRuntime()).serve()
+        from iris.controller import connect
+
+        client = await connect(settings)
+        await WorkerAgent(client, config, task_runtime).serve()
 
     try:
         asyncio.run(main())
@@ -293,15 +327,46 @@ def _host_memory() -> int:
 def controller_serve(
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
-    namespace: Annotated[str, typer.Option(help="Temporal namespace")] = "default",
+    namespace: Annotated[
+        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+    ] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.controller import serve
 
     configure_logging()
-    if temporal is None or store is None:
+    try:
+        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(temporal, namespace, store))
+    asyncio.run(serve(settings, store))
+
+
+# -- iris temporal -------------------------------------------------------------------------------------
+
+
+@temporal_app.command("setup")
+def temporal_setup(temporal: TemporalOpt = None) -> None:
+    """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
+    from iris.temporal_setup import setup
+
+    settings = _settings(temporal)
+    if settings.address is None:
+        raise _fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
+
+    async def main() -> list[Any]:
+        return await setup(await settings.connect())
+
+    try:
+        steps = asyncio.run(main())
+    except RuntimeError as e:
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
+    for step in steps:
+        out.print(str(step), markup=False, highlight=False)
+    if any(step.outcome == "failed" for step in steps):
+        raise typer.Exit(1)
 
 
 # -- iris cluster -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris.code_shipping import pickle_callable, unpickle_result
+from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
 from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.storage import BlobStore, LogCursor, LogStore
@@ -76,32 +77,38 @@ def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
 
 
 class AsyncIrisClient:
-    def __init__(self, client: Client, store_url: str) -> None:
+    def __init__(self, client: Client, store_url: str, user: str | None = None) -> None:
         self.temporal = client
         self.store_url = store_url
+        self.user = user
         self.blobs = BlobStore.from_url(store_url)
         self.logs = LogStore.from_url(store_url.rstrip("/") + "/logs")
         self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
 
     @classmethod
     async def connect(
-        cls, address: str | None = None, namespace: str = "default", *, store: str | None = None
+        cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
+        settings: TemporalSettings | None = None,
     ) -> AsyncIrisClient:
-        """Connect to `address`, or to the embedded local cluster (started if it is not running)."""
-        address = address or os.environ.get(ADDRESS_ENV)
+        """Connect to `address`, or to the embedded local cluster (started if it is not running).
+
+        TLS, API key and namespace come from `settings`, else from the IRIS_TEMPORAL_* environment.
+        """
+        settings = settings or TemporalSettings.load(address=address, namespace=namespace)
         store = store or os.environ.get(STORE_ENV)
-        if address is None:
+        if settings.address is None:
             from iris.local_cluster import ensure_running
 
             info = await asyncio.to_thread(ensure_running)
-            address, store = info.address, store or info.store_url
-        client = await Client.connect(address, namespace=namespace)
+            settings = settings.model_copy(update={"address": info.address})
+            store = store or info.store_url
+        client = await settings.connect()
         if store is None:
             summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "summary", result_type=pb.ClusterSummary
             )
             store = summary.store_url
-        return cls(client, store)
+        return cls(client, store, user=settings.user())
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -124,6 +131,8 @@ class AsyncIrisClient:
     async def _start(self, req: pb.JobRequest, payload: bytes | None = None) -> str:
         job_id = make_job_id(req.name)
         req.job_id = job_id
+        if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
+            req.user = self.user
         if payload is not None:
             key = f"jobs/{job_id}/function"
             await asyncio.to_thread(self.blobs.put, key, payload)
@@ -277,6 +286,7 @@ class AsyncIrisClient:
                 running_tasks=tuple(w.running_tasks),
                 gpus=w.capacity.gpus,
                 tpus=w.capacity.tpus,
+                cordoned=w.cordoned,
             )
             for w in workers.workers
         ]
@@ -341,9 +351,11 @@ class IrisClient:
         self._loop = loop
 
     @classmethod
-    def connect(cls, address: str | None = None, namespace: str = "default", *, store: str | None = None) -> IrisClient:
+    def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
+                settings: TemporalSettings | None = None) -> IrisClient:
+        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster."""
         loop = _LoopThread()
-        return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store)), loop)
+        return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings)), loop)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from activities.contracts import RuntimeName
 from iris.units import parse_cpu, parse_memory
 
 AttributeValue = str | int | float | bool
@@ -36,12 +37,8 @@ _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-class Runtime(StrEnum):
-    """How a worker runs a task: a plain subprocess or a container."""
-
-    PROCESS = "process"
-    DOCKER = "docker"
-    CONTAINERD = "containerd"
+Runtime = RuntimeName
+"""How a worker runs a task (the names live in the shared contract module)."""
 
 
 class Platform(StrEnum):
@@ -92,6 +89,22 @@ def _check_attributes(attributes: object, field_name: str = "attributes") -> Non
             raise ValueError(f"{field_name}.{key}: attribute value must be finite, got {value!r}")
 
 
+def _check_runtime(config: Any) -> None:
+    """Normalize `config.runtime` to a Runtime, or say which names exist."""
+    try:
+        object.__setattr__(config, "runtime", Runtime(config.runtime))
+    except ValueError:
+        raise ValueError(
+            f"runtime: must be one of {', '.join(r.value for r in Runtime)}, got {config.runtime!r}"
+        ) from None
+
+
+def _check_image(image: object, field_name: str = "image") -> None:
+    """An image reference is one token: it becomes a command-line value and an engine argument."""
+    if not isinstance(image, str) or any(c.isspace() or c == "\0" for c in image):
+        raise ValueError(f"{field_name}: must be an image reference like 'python:3.11', got {image!r}")
+
+
 def _check_resources(cpu_millis: object, memory_bytes: object, gpus: object, tpus: object) -> None:
     """Capacities are exact non-negative integers (millicores, bytes, devices)."""
     _check_int(cpu_millis, "resources.cpu (millicores)", 0)
@@ -111,6 +124,7 @@ class LocalWorkerSpec:
     runtime: Runtime = Runtime.PROCESS
     gpus: int = 0
     tpus: int = 0
+    image: str = ""  # the default container image of a docker/containerd worker
 
 
 @dataclass(frozen=True)
@@ -126,18 +140,15 @@ class WorkerGroupConfig:
     runtime: Runtime = Runtime.PROCESS
     gpus: int = 0
     tpus: int = 0
+    image: str = ""  # the default container image of a docker/containerd worker
 
     def __post_init__(self) -> None:
         _check_name(self.name, "worker group")
+        _check_image(self.image)
         _check_int(self.count, "count", 1)
         _check_resources(self.cpu_millis, self.memory_bytes, self.gpus, self.tpus)
         _check_attributes(self.attributes)
-        try:
-            object.__setattr__(self, "runtime", Runtime(self.runtime))
-        except ValueError:
-            raise ValueError(
-                f"runtime: must be one of {', '.join(r.value for r in Runtime)}, got {self.runtime!r}"
-            ) from None
+        _check_runtime(self)
         if self.index_attribute is not None:
             _check_attribute_key(self.index_attribute, "index_attribute")
             if self.index_attribute in self.attributes:
@@ -162,6 +173,7 @@ class WorkerGroupConfig:
                     runtime=self.runtime,
                     gpus=self.gpus,
                     tpus=self.tpus,
+                    image=self.image,
                 )
             )
         return specs
@@ -185,9 +197,15 @@ class ScaleGroupConfig:
     tpus: int = 0
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
     """The platform's own settings (the mapping under the key named after the platform, e.g. `gcp:`)."""
+    runtime: Runtime = Runtime.PROCESS
+    """How the group's agents run tasks (`iris worker serve --runtime`)."""
+    image: str = ""
+    """The default container image of the group's agents (`--default-image`)."""
 
     def __post_init__(self) -> None:
         _check_name(self.name, "scale group")
+        _check_runtime(self)
+        _check_image(self.image)
         try:
             object.__setattr__(self, "platform", Platform(self.platform))
         except ValueError:
@@ -384,6 +402,7 @@ def _parse_worker_group(data: object, source: str, path: str) -> WorkerGroupConf
         "attributes": _attributes(node),
         "index_attribute": node.get("index_attribute", None),
         "runtime": node.get("runtime", Runtime.PROCESS.value),
+        "image": node.get("image", "") or "",
         **_parse_resources(node),
     }
     node.finish()
@@ -444,6 +463,8 @@ def _parse_scale_group(data: object, source: str, path: str) -> ScaleGroupConfig
             node.get("scale_down_delay", 300), f"{source}: {node.where('scale_down_delay')}"
         ),
         "extra": dict(extra),
+        "runtime": node.get("runtime", Runtime.PROCESS.value),
+        "image": node.get("image", "") or "",
         **_parse_resources(node),
     }
     node.finish()

@@ -11,10 +11,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import signal
+from typing import Any
 
 import structlog
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
@@ -23,32 +22,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from iris.connection import TemporalSettings
+from iris.temporal_setup import ensure_search_attributes
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
+from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
 
-
-
-async def ensure_search_attributes(client: Client) -> None:
-    """Register Iris's keyword search attributes if the server lacks them (idempotent)."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [name for name in SEARCH_ATTRIBUTES if name not in existing.custom_attributes]
-    if missing:
-        try:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=client.namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
-                )
-            )
-        except RPCError as err:
-            if "already" not in str(err).lower():
-                raise
-        log.info("search_attributes_added", names=missing)
 
 
 async def ensure_scheduler(client: Client, store_url: str) -> None:
@@ -83,23 +64,23 @@ def control_worker(client: Client, executor: concurrent.futures.Executor) -> Wor
     )
 
 
-async def connect(address: str, namespace: str, timeout: float = 60.0) -> Client:
+async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: Any) -> Client:
     """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
-            return await Client.connect(address, namespace=namespace)
+            return await settings.connect(**kwargs)
         except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
             if loop.time() > deadline:
                 raise
-            log.warning("temporal_unreachable", temporal=address, error=str(err))
+            log.warning("temporal_unreachable", **settings.describe(), error=str(err))
             await asyncio.sleep(1.0)
 
 
-async def serve(address: str, namespace: str, store_url: str) -> None:
+async def serve(settings: TemporalSettings, store_url: str) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process."""
-    client = await connect(address, namespace)
+    client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -111,10 +92,14 @@ async def serve(address: str, namespace: str, store_url: str) -> None:
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
-                    await ensure_search_attributes(client)
+                    for step in await ensure_search_attributes(client):
+                        if step.outcome == "created":
+                            log.info("search_attribute_added", step=str(step))
+                        elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
+                            log.warning("search_attribute_missing", step=str(step))
                     await ensure_scheduler(client, store_url)
                     ready = True
-                    log.info("controller_serving", temporal=address, namespace=namespace, store=store_url)
+                    log.info("controller_serving", **settings.describe(), store=store_url)
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()

@@ -188,7 +188,11 @@ def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> li
         "--cpu", str(spec.cpu_millis / 1000),
         "--memory", str(spec.memory_bytes),
         "--runtime", str(spec.runtime),
+        # A local cluster is one user's: its tasks run as that user (and reach its Python).
+        "--task-user", "",
     ]  # fmt: skip
+    if spec.image:
+        argv += ["--default-image", spec.image]
     if spec.gpus:
         argv += ["--gpus", str(spec.gpus)]
     if spec.tpus:
@@ -201,9 +205,40 @@ def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> li
 # ---------------------------------------------------------------------------- processes
 
 
+# What a daemon inherits from whoever ran `iris cluster up`: enough to run Python, reach container
+# engines and clouds, and read the codec key; not the rest of their shell (tokens, history, ...).
+_DAEMON_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_HOST",
+    "CI",
+})  # fmt: skip
+_DAEMON_ENV_PREFIXES = ("LC_", "DOCKER_", "CONTAINERD_", "AWS_", "CLOUDSDK_", "IRIS_")
+# The local cluster hands its daemons the dev server's address itself; a user's settings for a team's
+# Temporal (TLS files, API key, namespace) would point them elsewhere.
+_DAEMON_ENV_EXCLUDED_PREFIXES = ("IRIS_TEMPORAL_",)
+
+
+def private_directory(path: Path) -> Path:
+    """Create `path` (and parents) readable by its owner only: IRIS_HOME holds logs, state and the store."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def daemon_environment(source: Mapping[str, str]) -> dict[str, str]:
+    """The part of `source` a cluster daemon (server, controller, agent) may inherit: an allowlist."""
+    return {
+        name: value
+        for name, value in source.items()
+        if (name in _DAEMON_ENV_NAMES or name.startswith(_DAEMON_ENV_PREFIXES))
+        and not name.startswith(_DAEMON_ENV_EXCLUDED_PREFIXES)
+    }
+
+
 def _child_env(home: Path) -> dict[str, str]:
-    """The environment of every cluster process: ours, plus the path to this source tree and IRIS_HOME."""
-    env = dict(os.environ)
+    """The environment of every cluster process: a minimal part of ours, this source tree and IRIS_HOME."""
+    env = daemon_environment(os.environ)
     source_root = str(Path(__file__).resolve().parent.parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if source_root not in paths:
@@ -477,8 +512,8 @@ class LocalCluster:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold `cluster.lock` (fcntl, released if this process dies) for one state change."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "cluster.lock", "a") as f:
+        private_directory(self.home)
+        with open(os.open(self.home / "cluster.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -499,7 +534,8 @@ class LocalCluster:
     def _write_state(self, state: Mapping[str, Any]) -> None:
         """Replace `cluster.json` atomically, so readers never see a partial file."""
         tmp = self.state_path.with_name(f".cluster.json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.state_path)
 
     def _info(self, state: Mapping[str, Any]) -> ClusterInfo:

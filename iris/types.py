@@ -99,6 +99,7 @@ class WorkerStatus:
     running_tasks: tuple[str, ...]
     gpus: int = 0
     tpus: int = 0
+    cordoned: bool = False  # no new work goes there (e.g. its slice is draining)
 
 
 class JobFailedError(RuntimeError):

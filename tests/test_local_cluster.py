@@ -167,13 +167,14 @@ def test_temporal_command_passes_dynamic_config_verbatim() -> None:
 
 
 def test_worker_command_formats_resources_and_attributes() -> None:
-    """Cores go as a float, memory as bytes, bools as true/false and ints as digits."""
+    """Cores go as a float, memory as bytes, bools as true/false and ints as digits; tasks run as the user."""
     spec = LocalWorkerSpec(
         worker_id="slice-0",
         cpu_millis=500,
         memory_bytes=2048,
         attributes={"tpu-worker-id": 0, "taint:spot": True, "zone": "z"},
         runtime=Runtime.DOCKER,
+        image="python:3.11",
     )
     argv = worker_command(spec, address="127.0.0.1:1", store_url="file:///s")
     assert argv[:3] == [sys.executable, "-m", "iris"]
@@ -185,6 +186,8 @@ def test_worker_command_formats_resources_and_attributes() -> None:
         "--cpu", "0.5",
         "--memory", "2048",
         "--runtime", "docker",
+        "--task-user", "",
+        "--default-image", "python:3.11",
         "--attribute", "tpu-worker-id=0",
         "--attribute", "taint:spot=true",
         "--attribute", "zone=z",
@@ -314,3 +317,19 @@ def test_failed_controller_stops_everything_and_names_the_logs(
     assert cluster.status() is None
     state = (cluster.home / "cluster.json").read_text()
     assert '"pids": {}' in state, failure.value
+
+
+def test_cluster_home_and_its_files_are_private_to_the_user(cluster: LocalCluster) -> None:
+    """IRIS_HOME is 0700; the state file, the database and every process log are 0600 (a shared host's other users
+    cannot read job names, arguments or outputs)."""
+    import stat
+
+    cluster.up(components=TEMPORAL_ONLY)
+    try:
+        assert 0o700 == stat.S_IMODE(cluster.home.stat().st_mode)
+        files = [cluster.state_path, cluster.home / "temporal.db", *cluster.home.glob("**/*.log")]
+        assert len(files) >= 3
+        for path in files:
+            assert (path.name, 0o600) == (path.name, stat.S_IMODE(path.stat().st_mode))
+    finally:
+        cluster.down()

@@ -15,6 +15,7 @@ import fcntl
 import os
 import signal
 import socket
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,8 +41,10 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
-from worker_agent.runtime import ContainerRuntime, ProcessRuntime, TaskSpec, TaskStartError
+from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskHandle, TaskSpec, TaskStartError
+from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobStore, LogStore, StorageError
+from worker_agent.task_area import TaskArea
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, worker_task_queue, worker_workflow_id
 
@@ -76,6 +79,8 @@ class AgentConfig:
     attributes: dict[str, Any] = field(default_factory=dict)
     runtime: str = "process"
     state_dir: Path | None = None  # where running task process groups are recorded
+    task_dir: Path | None = None  # root of the tasks' own directories (default: beside state_dir)
+    default_image: str = ""  # container image for jobs that name none
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
@@ -95,25 +100,12 @@ class AgentAlreadyRunning(RegistrationRefused):
     """Another agent with the same worker id (the same state directory) runs on this host."""
 
 
-def _leader_ticks(pid: int) -> int | None:
-    """Start time (clock ticks since boot) of process `pid`, or None if it is gone or a zombie."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
+class AgentStateLock:
+    """A lock on the agent's state directory, held for the agent's life.
 
-
-class ProcessGroupLedger:
-    """Records the process groups of running tasks on disk, under a lock held for the agent's life.
-
-    If the agent is SIGKILLed its tasks live on in their own sessions; the next
-    agent start with the same state directory kills them, so a task never runs
-    twice on one host after a restart. The lock (`flock`, released by the kernel
-    when the agent dies) keeps a second agent with the same worker id from
-    touching the tasks of one that is alive. Each entry holds its leader's start
-    time, so a group number reused by an unrelated process is never signalled.
+    The lock (`flock`, released by the kernel when the agent dies) keeps a second agent with
+    the same worker id from touching the tasks of one that is alive: only the holder may
+    recover (kill) what an earlier agent of this worker left running.
     """
 
     def __init__(self, directory: Path | None) -> None:
@@ -148,49 +140,17 @@ class ProcessGroupLedger:
             self._lock_file.close()  # closing the descriptor releases the flock
             self._lock_file = None
 
-    def add(self, pgid: int) -> None:
-        if self.directory is not None:
-            ticks = _leader_ticks(pgid)
-            (self.directory / str(pgid)).write_text("" if ticks is None else str(ticks))
-
-    def remove(self, pgid: int) -> None:
-        if self.directory is not None:
-            (self.directory / str(pgid)).unlink(missing_ok=True)
-
-    def kill_leftovers(self) -> list[int]:
-        """SIGKILL the recorded groups of a dead agent's tasks; the groups killed."""
-        killed: list[int] = []
-        if self.directory is None:
-            return killed
-        for entry in self.directory.iterdir():
-            if entry.name.isdigit():
-                pgid = int(entry.name)
-                with contextlib.suppress(OSError, ValueError):
-                    recorded = entry.read_text().strip()
-                    ticks = _leader_ticks(pgid)
-                    # A live leader with another start time is a new process that reused the number.
-                    # A dead leader is fine: a pgid is never reused while its group has members.
-                    if recorded and ticks is not None and ticks != int(recorded):
-                        entry.unlink(missing_ok=True)
-                        continue
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                    killed.append(pgid)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            entry.unlink(missing_ok=True)
-        return killed
-
 
 class WorkerAgent:
     def __init__(self, client: Client, config: AgentConfig, runtime: ContainerRuntime | None = None) -> None:
         self.client = client
         self.config = config
-        self.runtime = runtime or ProcessRuntime()
+        self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir)
         self.session = uuid.uuid4().hex
         self.blobs = BlobStore.from_url(config.store_url)
         self.logs = LogStore.from_url(config.store_url.rstrip("/") + "/logs")
-        self.ledger = ProcessGroupLedger(config.state_dir)
+        self.state_lock = AgentStateLock(config.state_dir)
+        self.task_root = config.task_dir or _default_task_dir(config.state_dir)
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
         self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
@@ -246,11 +206,14 @@ class WorkerAgent:
         when the Temporal worker itself fails it starts a new one. AgentAlreadyRunning
         if another agent with this worker id runs here.
         """
-        self.ledger.lock()
+        self.state_lock.lock()
         try:
-            killed = self.ledger.kill_leftovers()
-            if killed:
-                self.log.warning("killed_leftover_tasks", process_groups=killed)
+            recovered = await self.runtime.recover()
+            if recovered:
+                self.log.warning(
+                    "killed_leftover_tasks", runtime=str(self.runtime.name),
+                    tasks=[r.task_id or r.handle for r in recovered],
+                )
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -285,7 +248,8 @@ class WorkerAgent:
                         await asyncio.wait_for(stop.wait(), WORKER_RESTART_SECONDS)
             self.log.info("worker_stopping")
         finally:
-            self.ledger.unlock()
+            self.state_lock.unlock()
+            await self.runtime.close()
 
     @staticmethod
     async def _until_done(running: asyncio.Task[None], work: Any) -> None:
@@ -368,7 +332,6 @@ class WorkerAgent:
                 "(agent paused or cut off); not started",
                 type=WORKER_SHUTDOWN,
             )
-        argv = inp.argv or task_runner_argv(self.blobs.url, inp.function_blob, inp.result_blob)
         env = {
             **inp.env,
             "IRIS_JOB_ID": inp.job_id,
@@ -378,40 +341,64 @@ class WorkerAgent:
             "IRIS_ATTEMPT": str(inp.attempt),
             "IRIS_WORKER_ID": self.config.worker_id,
         }
+        area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:
+            await asyncio.to_thread(area.create)
+            if inp.function_blob:
+                await asyncio.to_thread(area.stage_function, self.blobs, inp.function_blob)
             writer = self.logs.open_writer(inp.job_id, inp.task_index, inp.attempt)
-        except StorageError as err:
-            return RunTaskResult(exit_code=-1, error=f"cannot open the task's log: {err}")
-        with writer:
-            try:
-                running = await self.runtime.start(
-                    TaskSpec(argv=argv, log=writer, env=env, image=inp.image or None)
-                )
-            except (TaskStartError, ValueError) as err:
-                tlog.warning("task_start_failed", error=str(err))
-                return RunTaskResult(exit_code=-1, error=str(err))
-            self.ledger.add(running.pid)
-            tlog.info("task_started", pid=running.pid)
-            started = asyncio.create_task(self._tell_started(inp))
-            try:
-                exit_code = await self._wait_heartbeating(running)
-            except asyncio.CancelledError:
-                exit_code = await running.kill(KILL_GRACE_SECONDS)
-                tlog.info("task_killed", exit_code=exit_code)
-                if activity.is_worker_shutdown():
-                    raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
-                raise
-            finally:
-                self.ledger.remove(running.pid)
-                started.cancel()
-        tlog.info("task_exited", exit_code=exit_code)
+        except (StorageError, OSError) as err:
+            await asyncio.to_thread(area.remove)
+            return RunTaskResult(exit_code=-1, error=f"cannot prepare the task: {err}")
+        argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
+        try:
+            with writer:
+                spec = TaskSpec(
+                    argv=argv, log=writer, env=env, cwd=str(area.work_dir),
+                    image=inp.image or self.config.default_image or None,
+                    job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
+                    worker_id=self.config.worker_id, cpu_millis=inp.cpu_millis, memory_bytes=inp.memory_bytes,
+                    mounts=[Mount(str(area.path), read_only=False)],
+                )  # fmt: skip
+                ended = await self._run(spec, inp, tlog)
+            if isinstance(ended, RunTaskResult):
+                return ended
+            if inp.result_blob:
+                await asyncio.to_thread(area.publish_outputs, self.blobs, inp.result_blob)
+        finally:
+            await asyncio.to_thread(area.remove)
+        exit_code = ended.exit_code
+        tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None)
         released = await self._release(inp)
         if exit_code == 0:
             return RunTaskResult(exit_code=0, result_blob=inp.result_blob, released=released)
         error = read_task_error(self.blobs, inp.result_blob) if inp.result_blob else None
         if error is None:
-            error = f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}"
+            error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}")
         return RunTaskResult(exit_code=exit_code, error=error, released=released)
+
+    async def _run(self, spec: TaskSpec, inp: RunTaskInput, tlog: Any) -> TaskExit | RunTaskResult:
+        """Start the task, heartbeat until it ends, kill it if the attempt is cancelled.
+
+        A task that cannot start is a result (the attempt's failure), not an exception.
+        """
+        try:
+            handle = await self.runtime.start(spec)
+        except (TaskStartError, ValueError) as err:
+            tlog.warning("task_start_failed", error=str(err))
+            return RunTaskResult(exit_code=-1, error=str(err))
+        tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
+        started = asyncio.create_task(self._tell_started(inp))
+        try:
+            return await self._wait_heartbeating(handle)
+        except asyncio.CancelledError:
+            ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
+            tlog.info("task_killed", exit_code=ended.exit_code)
+            if activity.is_worker_shutdown():
+                raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
+            raise
+        finally:
+            started.cancel()
 
     async def _release(self, inp: RunTaskInput) -> bool:
         """Give the task's capacity back to the scheduler now that its process is gone.
@@ -428,14 +415,14 @@ class WorkerAgent:
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=str(err))
             return False
 
-    async def _wait_heartbeating(self, running: Any) -> int:
-        waiter = asyncio.ensure_future(running.wait())
+    async def _wait_heartbeating(self, handle: TaskHandle) -> TaskExit:
+        waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
                 activity.heartbeat()
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
-                    return int(waiter.result())
+                    return waiter.result()
         finally:
             if not waiter.done():
                 waiter.cancel()
@@ -463,6 +450,13 @@ def _delivered_late() -> float | None:
         return None
     age = (datetime.now(UTC) - info.started_time).total_seconds()
     return age if age > timeout.total_seconds() else None
+
+
+def _default_task_dir(state_dir: Path | None) -> Path:
+    """Beside the state directory, or in the temp dir for an agent without one."""
+    if state_dir is not None:
+        return state_dir.parent / "tasks"
+    return Path(tempfile.gettempdir()) / f"iris-tasks-{os.getuid()}"
 
 
 def default_state_dir(worker_id: str) -> Path:

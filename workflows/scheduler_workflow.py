@@ -27,9 +27,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
     from workflows.messages import (
         Assigned,
+        CordonWorkers,
         Enqueue,
         RegisterResult,
         Release,
+        RemoveWorkers,
         SchedulingSpec,
         Unschedulable,
         WorkerLost,
@@ -56,6 +58,7 @@ class WorkerEntry:
     healthy: bool = True
     suspect_until: float = 0.0  # workflow time; a worker that failed a dispatch gets no work until then
     dispatch_failures: int = 0  # consecutive; doubles the quarantine
+    cordoned: bool = False  # no new work; running tasks go on (a draining slice)
 
 
 @dataclass
@@ -126,7 +129,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     snap = pb.SchedulingSnapshot()
     used = committed(state)
     for w in state.workers.values():
-        if not w.healthy or w.suspect_until > now:
+        if not w.healthy or w.cordoned or w.suspect_until > now:
             continue
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
@@ -170,6 +173,8 @@ class SchedulerWorkflow:
         self._dirty = state is not None
         self._signals_in_flight = 0
         self._signals_by_activity = True
+        # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
+        self._snapshot: bytes | None = None
 
     @workflow.run
     async def run(self, state: SchedulerState | None = None) -> None:
@@ -193,14 +198,22 @@ class SchedulerWorkflow:
 
     # -- the pass ----------------------------------------------------------------------------
 
+    def _changed(self) -> None:
+        """The state changed: wake the loop and forget the cached snapshot."""
+        self._dirty = True
+        self._snapshot = None
+
     async def _scheduling_pass(self) -> None:
+        self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
         plan_bytes = await workflow.execute_local_activity(
             FIND_ASSIGNMENTS,
-            encode_snapshot(self.state, workflow.now().timestamp()),
+            snapshot,
             result_type=bytes,
             start_to_close_timeout=timedelta(seconds=60),
         )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
+        if plan.assignments or plan.timed_out:
+            self._snapshot = None
         if self._signals_by_activity:
             await self._announce(plan)
         else:  # how runs that began before the patch go on, so their histories replay
@@ -320,6 +333,7 @@ class SchedulerWorkflow:
         entry = self.state.pending.get(job_id)
         if entry is not None and entry.attempts.get(task_index) == attempt:
             del entry.attempts[task_index]
+            self._snapshot = None
             if not entry.attempts:
                 del self.state.pending[job_id]
                 self.state.pending_reasons.pop(job_id, None)
@@ -327,7 +341,7 @@ class SchedulerWorkflow:
         placement = self.state.placements.get(key)
         if placement is not None and placement.attempt == attempt:
             del self.state.placements[key]
-            self._dirty = True
+            self._changed()
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -350,7 +364,7 @@ class SchedulerWorkflow:
                 entry.attempts[index] = attempt
         if not entry.attempts:
             del self.state.pending[request.job_id]
-        self._dirty = True
+        self._changed()
 
     @workflow.signal
     def release(self, request: Release) -> None:
@@ -362,6 +376,7 @@ class SchedulerWorkflow:
             worker.dispatch_failures += 1
             quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** (worker.dispatch_failures - 1))
             worker.suspect_until = workflow.now().timestamp() + quarantine.total_seconds()
+            self._snapshot = None
             workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id, quarantine)
 
     @workflow.signal
@@ -369,7 +384,39 @@ class SchedulerWorkflow:
         worker = self.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
             worker.healthy = False
+            self._snapshot = None
             workflow.logger.warning("worker %s lost: %s", lost.worker_id, lost.reason)
+
+    @workflow.signal
+    def cordon_workers(self, request: CordonWorkers) -> None:
+        """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
+        changed = [
+            w for worker_id in request.worker_ids
+            if (w := self.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
+        ]
+        for worker in changed:
+            worker.cordoned = request.cordoned
+        if changed:
+            self._changed()
+            workflow.logger.info(
+                "%s %d workers: %s", "cordoned" if request.cordoned else "uncordoned", len(changed), request.reason
+            )
+
+    @workflow.signal
+    def remove_workers(self, request: RemoveWorkers) -> None:
+        """These workers are gone for good: forget them and the capacity their tasks held.
+
+        Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
+        """
+        gone = {worker_id for worker_id in request.worker_ids if worker_id in self.state.workers}
+        if not gone:
+            return
+        for worker_id in gone:
+            del self.state.workers[worker_id]
+        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
+            del self.state.placements[key]
+        self._changed()
+        workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
 
     @workflow.update
     def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
@@ -386,7 +433,7 @@ class SchedulerWorkflow:
             runtime=meta.runtime or "process",
             healthy=True,
         )
-        self._dirty = True
+        self._changed()
         return RegisterResult(accepted=True)
 
     @register_worker.validator
@@ -427,19 +474,32 @@ class SchedulerWorkflow:
     @workflow.query
     def workers(self) -> pb.WorkerList:
         out = pb.WorkerList()
+        by_worker: dict[str, pb.WorkerStatus] = {}
         for w in self.state.workers.values():
-            status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy)
+            status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy, cordoned=w.cordoned)
             status.capacity.cpu_millis = w.cpu_millis
             status.capacity.memory_bytes = w.memory_bytes
             status.capacity.gpus = w.gpus
             status.capacity.tpus = w.tpus
             for key, value in w.attributes.items():
                 set_attr(status.attributes[key], value)
-            for key, p in self.state.placements.items():
-                if p.worker_id == w.worker_id:
-                    status.running_tasks.append(key)
-                    status.committed.cpu_millis += p.cpu_millis
-                    status.committed.memory_bytes += p.memory_bytes
-                    status.committed.gpus += p.gpus
-                    status.committed.tpus += p.tpus
+            by_worker[w.worker_id] = status
+        for key, p in self.state.placements.items():  # one pass over placements, not one per worker
+            held = by_worker.get(p.worker_id)
+            if held is not None:
+                held.running_tasks.append(key)
+                held.committed.cpu_millis += p.cpu_millis
+                held.committed.memory_bytes += p.memory_bytes
+                held.committed.gpus += p.gpus
+                held.committed.tpus += p.tpus
         return out
+
+    @workflow.query
+    def autoscale_snapshot(self) -> bytes:
+        """zlib(SchedulingSnapshot): the healthy, uncordoned workers' free capacity and the queue.
+
+        The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
+        """
+        if self._snapshot is None:
+            self._snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+        return self._snapshot

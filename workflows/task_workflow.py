@@ -192,6 +192,8 @@ class TaskWorkflow:
             env=inp.env,
             image=inp.image,
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
+            cpu_millis=inp.spec.cpu_millis,
+            memory_bytes=inp.spec.memory_bytes,
         )
         try:
             result = await workflow.execute_activity(

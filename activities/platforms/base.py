@@ -68,8 +68,9 @@ class ScaleGroupSpec:
     gpus: int = 0
     tpus: int = 0
     attributes: dict[str, Any] = field(default_factory=dict)
-    runtime: str = "process"
+    runtime: str = "process"  # an activities.contracts.RuntimeName; the agents' --runtime
     settings: dict[str, Any] = field(default_factory=dict)
+    image: str = ""  # the agents' --default-image (container runtimes)
 
 
 @dataclass

@@ -184,7 +184,7 @@ class JobStatus(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "healthy", "attributes", "capacity", "committed", "running_tasks")
+    __slots__ = ("worker_id", "healthy", "attributes", "capacity", "committed", "running_tasks", "cordoned")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -198,13 +198,15 @@ class WorkerStatus(_message.Message):
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     healthy: bool
     attributes: _containers.MessageMap[str, AttributeValue]
     capacity: Resources
     committed: Resources
     running_tasks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, worker_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., committed: _Optional[_Union[Resources, _Mapping]] = ..., running_tasks: _Optional[_Iterable[str]] = ...) -> None: ...
+    cordoned: bool
+    def __init__(self, worker_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., committed: _Optional[_Union[Resources, _Mapping]] = ..., running_tasks: _Optional[_Iterable[str]] = ..., cordoned: _Optional[bool] = ...) -> None: ...
 
 class SchedulingWorker(_message.Message):
     __slots__ = ("worker_id", "free", "attributes", "capacity")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import worker_agent
-from worker_agent.runtime import ProcessRuntime, ProcessTask, TaskSpec
+from worker_agent.runtimes.base import TaskHandle, TaskSpec
+from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobStore, LogStore
 
 REPO_ROOT = Path(worker_agent.__file__).resolve().parents[1]
@@ -32,13 +33,13 @@ class TrackingRuntime(ProcessRuntime):
 
     def __init__(self) -> None:
         super().__init__(straggler_grace_seconds=0.5)
-        self.started: list[ProcessTask] = []
+        self.started: list[TaskHandle] = []
 
-    async def start(self, spec: TaskSpec) -> ProcessTask:
+    async def start(self, spec: TaskSpec) -> TaskHandle:
         """Start the task and remember it."""
-        task = await super().start(spec)
-        self.started.append(task)
-        return task
+        handle = await super().start(spec)
+        self.started.append(handle)
+        return handle
 
 
 @pytest.fixture
@@ -49,6 +50,5 @@ async def runtime(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TrackingRunt
     monkeypatch.setenv("PYTHONPATH", f"{REPO_ROOT}{os.pathsep}{pythonpath}" if pythonpath else str(REPO_ROOT))
     tracking = TrackingRuntime()
     yield tracking
-    for task in tracking.started:
-        if task.is_running():
-            await task.kill(grace_seconds=0)
+    for handle in tracking.started:
+        await tracking.kill(handle, grace_seconds=0)

@@ -6,11 +6,13 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
 
-from worker_agent.runtime import ContainerRuntime, ProcessRuntime, TaskSpec, TaskStartError, task_environment
+from worker_agent.runtimes.base import ContainerRuntime, TaskExit, TaskSpec, TaskStartError, task_environment
+from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
 
 
@@ -41,6 +43,11 @@ async def _eventually_gone(pgid: int, within: float = 3.0) -> bool:
     return True
 
 
+async def _code(ended: Awaitable[TaskExit]) -> int:
+    """The exit code of a wait or kill."""
+    return (await ended).exit_code
+
+
 def _spec(log_store: LogStore, script: str, **kwargs: object) -> TaskSpec:
     return TaskSpec(argv=["sh", "-c", script], log=log_store.open_writer("job", 0, 0), **kwargs)  # type: ignore[arg-type]
 
@@ -55,17 +62,17 @@ async def test_stdout_and_stderr_go_to_the_log(runtime: ProcessRuntime, log_stor
     """Both streams land interleaved in the attempt's log and the exit code is returned."""
     spec = _spec(log_store, "echo out; echo err >&2; exit 3")
     task = await runtime.start(spec)
-    assert await task.wait() == 3
+    assert await _code(runtime.wait(task)) == 3
     spec.log.close()
     assert log_store.read_lines("job", 0) == ["out", "err"]
-    assert not task.is_running()
+    assert await runtime.stats(task) is None
 
 
 async def test_stdin_is_empty(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """A task reading stdin gets EOF at once instead of hanging."""
     spec = _spec(log_store, "cat; echo done")
     task = await runtime.start(spec)
-    assert await asyncio.wait_for(task.wait(), 5) == 0
+    assert await asyncio.wait_for(_code(runtime.wait(task)), 5) == 0
     assert log_store.read_lines("job", 0) == ["done"]
 
 
@@ -81,7 +88,7 @@ async def test_environment_is_minimal_plus_spec(
         cwd=str(tmp_path),
     )
     task = await runtime.start(spec)
-    assert await task.wait() == 0
+    assert await _code(runtime.wait(task)) == 0
     assert [f"x=7 secret= unbuf=1 cwd={tmp_path}"] == log_store.read_lines("job", 0)
 
 
@@ -150,18 +157,18 @@ async def test_kill_takes_down_a_term_ignoring_task_and_its_grandchild(
     task = await runtime.start(spec)
     await _wait_for_line(log_store, "started")
     started = time.monotonic()
-    code = await task.kill(grace_seconds=0.5)
+    code = await _code(runtime.kill(task, grace_seconds=0.5))
     assert code == -signal.SIGKILL
     assert time.monotonic() - started < 3
-    assert await _eventually_gone(task.pgid)
-    assert not task.is_running()
+    assert await _eventually_gone(int(task))
+    assert await runtime.stats(task) is None
 
 
 async def test_kill_of_a_cooperative_task_is_quick(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """A task that exits on SIGTERM is reported as killed by SIGTERM well before the grace ends."""
     task = await runtime.start(_spec(log_store, "exec sleep 300"))
     started = time.monotonic()
-    assert await task.kill(grace_seconds=10) == -signal.SIGTERM
+    assert await _code(runtime.kill(task, grace_seconds=10)) == -signal.SIGTERM
     assert time.monotonic() - started < 2
 
 
@@ -170,38 +177,40 @@ async def test_kill_is_idempotent_and_safe_alongside_wait(
 ) -> None:
     """Concurrent wait and kills all return the same exit code; a later kill is a no-op."""
     task = await runtime.start(_spec(log_store, "exec sleep 300"))
-    waiter = asyncio.create_task(task.wait())
-    codes = await asyncio.gather(task.kill(grace_seconds=1), task.kill(grace_seconds=1))
+    waiter = asyncio.create_task(_code(runtime.wait(task)))
+    codes = await asyncio.gather(
+        _code(runtime.kill(task, grace_seconds=1)), _code(runtime.kill(task, grace_seconds=1))
+    )
     assert codes == [-signal.SIGTERM, -signal.SIGTERM]
     assert await waiter == -signal.SIGTERM
-    assert await task.kill() == -signal.SIGTERM
+    assert await _code(runtime.kill(task)) == -signal.SIGTERM
 
 
 async def test_wait_sweeps_processes_left_behind(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """When the main process exits, a background child it left in the group is killed too."""
     task = await runtime.start(_spec(log_store, "sleep 300 & exit 0"))
-    assert await asyncio.wait_for(task.wait(), 5) == 0
-    assert await _eventually_gone(task.pgid)
+    assert await asyncio.wait_for(_code(runtime.wait(task)), 5) == 0
+    assert await _eventually_gone(int(task))
 
 
 async def test_cancelled_kill_still_sigkills(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """Cancelling kill during its grace period does not leave the task running."""
     task = await runtime.start(_spec(log_store, "trap '' TERM; echo started; while :; do sleep 0.1; done"))
     await _wait_for_line(log_store, "started")
-    killer = asyncio.create_task(task.kill(grace_seconds=30))
+    killer = asyncio.create_task(_code(runtime.kill(task, grace_seconds=30)))
     await asyncio.sleep(0.2)
     killer.cancel()
     with pytest.raises(asyncio.CancelledError):
         await killer
-    assert await asyncio.wait_for(task.wait(), 5) == -signal.SIGKILL
-    assert await _eventually_gone(task.pgid)
+    assert await asyncio.wait_for(_code(runtime.wait(task)), 5) == -signal.SIGKILL
+    assert await _eventually_gone(int(task))
 
 
 async def test_image_is_ignored_by_the_process_runtime(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """A spec naming an image still runs as a host process."""
     spec = TaskSpec(argv=["true"], log=log_store.open_writer("job", 0, 0), image="python:3.11")
     task = await runtime.start(spec)
-    assert await task.wait() == 0
+    assert await _code(runtime.wait(task)) == 0
 
 
 def test_negative_grace_is_rejected() -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from worker_agent.runtime import ProcessRuntime, TaskSpec
+from worker_agent.runtimes.base import TaskSpec
+from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, BlobStore, LogStore
 from worker_agent.task_runner import error_key, main, read_result, read_task_error, task_runner_argv
 
@@ -158,7 +159,7 @@ async def test_runs_under_the_process_runtime(
     task = await runtime.start(
         TaskSpec(argv=task_runner_argv(blob_store.url, "job/fn", "job/result"), log=log)
     )
-    assert await asyncio.wait_for(task.wait(), 30) == 0
+    assert (await asyncio.wait_for(runtime.wait(task), 30)).exit_code == 0
     log.close()
     assert log_store.read_lines("job", 0) == ["hello from the task"]
     assert read_result(blob_store, "job/result") is None
@@ -173,7 +174,7 @@ async def test_failure_under_the_process_runtime_logs_the_traceback(
     task = await runtime.start(
         TaskSpec(argv=task_runner_argv(blob_store.url, "job/fn", "job/result"), log=log)
     )
-    assert await asyncio.wait_for(task.wait(), 30) == 1
+    assert (await asyncio.wait_for(runtime.wait(task), 30)).exit_code == 1
     log.close()
     lines = log_store.read_lines("job", 0)
     assert "Traceback (most recent call last):" in lines

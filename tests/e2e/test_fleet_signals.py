@@ -1,0 +1,75 @@
+"""The scheduler's fleet interface on a real cluster: cordon, remove, and the autoscaler's snapshot."""
+
+from __future__ import annotations
+
+import sys
+import zlib
+
+from temporalio.client import Client
+
+from activities.proto import cluster_pb2 as pb
+from iris import Constraint, IrisClient, JobState, ResourceSpec
+from iris.config import LocalWorkerSpec
+from tests.support import Cluster, wait_until
+from workflows.ids import SCHEDULER_WORKFLOW_ID
+from workflows.messages import CordonWorkers, RemoveWorkers
+
+CPU_WORKERS = ["cpu-0", "cpu-1"]
+ON_CPU = {"resources": ResourceSpec(cpu=0.5, memory="256m"), "constraints": [Constraint("pool", "EQ", "cpu")]}
+
+
+async def _snapshot(temporal: Client) -> pb.SchedulingSnapshot:
+    data = await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("autoscale_snapshot", result_type=bytes)
+    return pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+
+
+def _cordoned(client: IrisClient) -> set[str]:
+    return {w.worker_id for w in client.list_workers() if w.cordoned}
+
+
+async def test_cordon_keeps_running_work_holds_new_work_and_is_undone(cluster: Cluster, client: IrisClient) -> None:
+    """Cordoned workers finish what runs there, get nothing new, and leave the autoscaler's snapshot."""
+    temporal = await Client.connect(cluster.info.address)
+    scheduler = temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+    script = "import time; time.sleep(3)"
+    running = client.submit_command([sys.executable, "-c", script], **ON_CPU)  # type: ignore[arg-type]
+    wait_until(lambda: running.status().state == JobState.RUNNING, timeout=60, what="first job running")
+    await scheduler.signal("cordon_workers", CordonWorkers(CPU_WORKERS, reason="test drain"))
+    try:
+        wait_until(lambda: _cordoned(client) == set(CPU_WORKERS), timeout=30, what="workers listed as cordoned")
+        held = client.submit_command(["true"], **ON_CPU)  # type: ignore[arg-type]
+        assert JobState.SUCCEEDED == running.wait(timeout=60).state  # running work goes on
+        pending = wait_until(
+            lambda: (s := held.status()).pending_reason and s, timeout=30, what="held job has a pending reason"
+        )
+        assert JobState.PENDING == pending.state
+        snap = await _snapshot(temporal)
+        assert not {w.worker_id for w in snap.workers} & set(CPU_WORKERS)
+        assert {"slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3"} <= {w.worker_id for w in snap.workers}
+        assert held.job_id in {j.job_id for j in snap.jobs}
+        assert JobState.PENDING == held.status().state
+    finally:
+        await scheduler.signal("cordon_workers", CordonWorkers(CPU_WORKERS, cordoned=False, reason="test done"))
+    assert JobState.SUCCEEDED == held.wait(timeout=60).state
+    assert set() == _cordoned(client)
+    snap = await _snapshot(temporal)
+    assert set(CPU_WORKERS) <= {w.worker_id for w in snap.workers}
+    assert held.job_id not in {j.job_id for j in snap.jobs}
+
+
+async def test_removed_workers_leave_the_list_at_once(cluster: Cluster, client: IrisClient) -> None:
+    """A worker whose slice was deleted is gone from the list and the snapshot right after the signal."""
+    spec = LocalWorkerSpec("doomed-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "doomed"})
+    cluster.local.start_worker(spec)
+    try:
+        wait_until(lambda: "doomed-0" in {w.worker_id for w in client.list_workers()}, timeout=60, what="registered")
+        temporal = await Client.connect(cluster.info.address)
+        await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+            "remove_workers", RemoveWorkers(["doomed-0"], reason="slice deleted")
+        )
+        wait_until(
+            lambda: "doomed-0" not in {w.worker_id for w in client.list_workers()}, timeout=30, what="removed"
+        )
+        assert "doomed-0" not in {w.worker_id for w in (await _snapshot(temporal)).workers}
+    finally:
+        cluster.local.kill_process("doomed-0", wait=10)

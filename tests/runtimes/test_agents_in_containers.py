@@ -1,0 +1,235 @@
+"""Jobs through real agents whose runtime is Docker or containerd, on a real Temporal and controller.
+
+Two agents per engine (a two-host gang `dk`/`ct`), started with `LocalCluster.start_worker` and
+pointed at the session's private engines; every test asks the engine itself what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iris import Constraint, CoschedulingConfig, IrisClient, JobFailedError, JobState, ResourceSpec
+from iris.config import LocalWorkerSpec, Runtime
+from iris.local_cluster import LocalCluster
+from tests.support import Cluster, wait_until
+from worker_agent.runtimes.base import LABEL_JOB_ID
+from worker_agent.runtimes.engines import PYTHON_IMAGE
+
+pytestmark = pytest.mark.e2e
+
+GANGS = {"docker": "dk", "containerd": "ct"}
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set variables for processes spawned inside the block (worker agents inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@dataclass
+class EngineFleet:
+    """The cluster, a client, and how to reach one engine and its two agents."""
+
+    cluster: Cluster
+    client: IrisClient
+    engine: str
+    engine_env: dict[str, str]
+    engine_handle: Any
+
+    def workers(self) -> list[LocalWorkerSpec]:
+        gang = GANGS[self.engine]
+        attributes: list[dict[str, str | int]] = [
+            {"engine": self.engine, "gang": gang, "tpu-worker-id": i} for i in range(2)
+        ]
+        return [
+            LocalWorkerSpec(
+                worker_id=f"{gang}-{i}",
+                cpu_millis=2000,
+                memory_bytes=2 << 30,
+                runtime=Runtime(self.engine),
+                attributes=dict(attrs),
+                image=PYTHON_IMAGE,
+            )
+            for i, attrs in enumerate(attributes)
+        ]
+
+    def containers(self, job_id: str) -> list[str]:
+        """Ids of the engine's containers (any state) labelled with ``job_id``."""
+        if self.engine == "docker":
+            import docker
+
+            api = docker.APIClient(base_url=self.engine_handle.url, timeout=30)
+            try:
+                return [c["Id"] for c in api.containers(all=True, filters={"label": f"{LABEL_JOB_ID}={job_id}"})]
+            finally:
+                api.close()
+        from worker_agent.runtimes.cri_client import CriClient
+
+        with CriClient(str(self.engine_handle.socket)) as cri:
+            return [c.id for c in cri.list_containers({LABEL_JOB_ID: job_id})]
+
+    def submit(self, fn: Any, *args: Any, **options: Any) -> Any:
+        """Submit ``fn`` to this engine's agents."""
+        options.setdefault("constraints", [Constraint("engine", "EQ", self.engine)])
+        return self.client.submit(fn, *args, **options)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Temporal and a controller; the engine agents are added per engine."""
+    home = tmp_path_factory.mktemp("iris-containers")
+    local = LocalCluster(home)
+    info = local.up(components=("temporal", "controller"))
+    try:
+        yield Cluster(local, info)
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="module", params=list(GANGS))
+def fleet(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[EngineFleet]:
+    """Two agents of one engine's runtime registered with the cluster."""
+    engine = request.param
+    if engine == "docker":
+        handle = request.getfixturevalue("dockerd")
+        env = {"DOCKER_HOST": handle.url}
+    else:
+        handle = request.getfixturevalue("containerd")
+        env = {"CONTAINERD_ADDRESS": str(handle.socket)}
+    client = IrisClient.connect(cluster.info.address, store=cluster.info.store_url)
+    result = EngineFleet(cluster, client, engine, env, handle)
+    with _environment(**env):
+        for spec in result.workers():
+            cluster.local.start_worker(spec)
+    wanted = {s.worker_id for s in result.workers()}
+    wait_until(
+        lambda: wanted <= {w.worker_id for w in client.list_workers() if w.healthy}, timeout=60, what="agents up"
+    )
+    yield result
+    for spec in result.workers():
+        cluster.local.kill_process(spec.worker_id, signal.SIGTERM, wait=20)
+
+
+def report_from_inside(store_dir: str) -> dict[str, str]:
+    """Runs in the task's container: who it is, what cgroup it is in, whether the shared store is visible."""
+    import os
+    from pathlib import Path
+
+    print("hello from the container", flush=True)
+    return {
+        "task_id": os.environ["IRIS_TASK_ID"],
+        "num_tasks": os.environ["IRIS_NUM_TASKS"],
+        "cgroup": open("/proc/self/cgroup").read(),
+        "store_visible": str(Path(store_dir).exists()),
+    }
+
+
+def hog_memory() -> None:
+    """Allocate far past a 64 MiB limit."""
+    chunks = [bytearray(16 << 20) for _ in range(40)]
+    print(len(chunks))
+
+
+def fail_first_or_sleep() -> None:
+    """Task 0 fails after a second; the others sleep until killed."""
+    import os
+    import time
+
+    if os.environ["IRIS_TASK_INDEX"] == "0":
+        time.sleep(1)
+        raise RuntimeError("task 0 broke")
+    time.sleep(300)
+
+
+def sleep_long() -> None:
+    import time
+
+    print("sleeping", flush=True)
+    time.sleep(300)
+
+
+def test_callable_runs_in_a_container_with_its_identity(fleet: EngineFleet) -> None:
+    """A shipped callable runs in the job's image: its IRIS_* identity, a container cgroup, no shared store, logs."""
+    store_dir = fleet.cluster.info.store_url.removeprefix("file://")
+    assert Path(store_dir).is_dir()  # on the host; the task must not see it
+    job = fleet.submit(report_from_inside, store_dir, name=f"inside-{fleet.engine}", image=PYTHON_IMAGE)
+    job.wait(timeout=120)
+    [seen] = job.results()
+    assert f"{job.job_id}/task-0" == seen["task_id"]
+    assert "1" == seen["num_tasks"]
+    assert ("docker" if fleet.engine == "docker" else "k8s.io") in seen["cgroup"]
+    assert "False" == seen["store_visible"]
+    assert "hello from the container" in fleet.client.fetch_task_logs(job.job_id, 0)
+    assert [] == fleet.containers(job.job_id)
+
+
+def test_memory_limit_kills_and_reports(fleet: EngineFleet) -> None:
+    """A task over its 64 MiB request is OOM-killed; the job fails saying so."""
+    job = fleet.submit(hog_memory, name=f"hog-{fleet.engine}", resources=ResourceSpec(cpu=1, memory="64m"))
+    with pytest.raises(JobFailedError):
+        job.wait(timeout=120)
+    [task] = fleet.client.list_tasks(job.job_id)
+    assert "OOM-killed: the task exceeded its memory limit of 64 MiB (ask for more memory)" == task.error
+    assert [] == fleet.containers(job.job_id)
+
+
+def test_gang_failure_kills_sibling_containers(fleet: EngineFleet) -> None:
+    """When task 0 of a coscheduled pair fails, task 1's container is stopped and removed."""
+    job = fleet.submit(
+        fail_first_or_sleep, name=f"gang-{fleet.engine}", resources=ResourceSpec(cpu=1, memory="256m", replicas=2),
+        coscheduling=CoschedulingConfig("gang"),
+    )  # fmt: skip
+    with pytest.raises(JobFailedError):
+        job.wait(timeout=120)
+    wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="sibling container removed")
+
+
+def test_job_kill_leaves_no_container(fleet: EngineFleet) -> None:
+    """`iris job kill` on a running containerized task leaves nothing in the engine."""
+    job = fleet.submit(sleep_long, name=f"kill-{fleet.engine}")
+    wait_until(lambda: fleet.containers(job.job_id), timeout=90, what="container started")
+    wait_until(lambda: "sleeping" in fleet.client.fetch_task_logs(job.job_id, 0), timeout=60, what="task running")
+    result = subprocess.run(
+        [sys.executable, "-m", "iris", "job", "kill", job.job_id],
+        env=fleet.cluster.env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert 0 == result.returncode, result.stderr
+    wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="container removed after kill")
+    assert JobState.KILLED == job.status().state
+
+
+def test_restarted_agent_removes_containers_it_lost(fleet: EngineFleet) -> None:
+    """SIGKILL an agent under a running task: its container survives; the restarted agent removes it."""
+    worker = fleet.workers()[0]
+    job = fleet.submit(
+        sleep_long, name=f"orphan-{fleet.engine}",
+        constraints=[Constraint("engine", "EQ", fleet.engine), Constraint("tpu-worker-id", "EQ", 0)],
+        max_retries_preemption=0,
+    )  # fmt: skip
+    wait_until(lambda: "sleeping" in fleet.client.fetch_task_logs(job.job_id, 0), timeout=90, what="task running")
+    fleet.cluster.local.kill_process(worker.worker_id, signal.SIGKILL, wait=10)
+    assert fleet.containers(job.job_id), "the container outlives its agent"
+    with _environment(**fleet.engine_env):
+        fleet.cluster.local.restart_process(worker.worker_id)
+    wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="leftover container removed")
+    fleet.client.terminate(job.job_id)
+

@@ -1,0 +1,1 @@
+"""Task runtimes behind one protocol (``base.ContainerRuntime``): host processes, Docker, containerd (CRI)."""

@@ -1,0 +1,414 @@
+"""The process runtime: each task attempt is a host process in its own session and process group.
+
+Kill semantics matter more than they look: an accelerator (a TPU chip, a GPU) stays locked while
+any process of a dead task lingers, so a task runs in its own process group (its own session) and
+killing it signals the whole group: SIGTERM, a grace period, then SIGKILL. When the task's main
+process exits on its own, processes it left behind in its group are swept the same way. A
+process that calls ``setsid`` itself leaves the group and escapes this; containers (cgroups) are
+the answer to that, not this runtime. CPU and memory limits are not enforced here either.
+
+A restarted agent finds its predecessor's tasks through a ledger of process groups on disk
+(``ProcessGroupLedger``) and kills them. On a shared host, tasks run as an unprivileged user
+(``run_as``; ``iris worker serve`` picks ``nobody`` when the agent runs as root) so they cannot
+read the agent's store; each task's own paths (``spec.mounts`` that are writable) are handed to
+that user.
+
+The agent must reap orphans it inherits: if it runs as PID 1 in a container, run it under an
+init (``docker run --init``/tini), otherwise swept grandchildren stay zombies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from worker_agent.runtimes.base import (
+    DEFAULT_INHERITED_ENV,
+    FinishedTasks,
+    RecoveredTask,
+    RuntimeName,
+    TaskExit,
+    TaskHandle,
+    TaskSpec,
+    TaskStartError,
+    TaskStats,
+    default_python,
+    task_environment,
+)
+
+__all__ = [
+    "ProcessGroupLedger",
+    "ProcessRuntime",
+    "ProcessTask",
+    "TaskUser",
+    "process_group_alive",
+]
+
+logger = structlog.get_logger(__name__)
+
+_POLL_SECONDS: Final = 0.02
+_MAX_POLL_SECONDS: Final = 0.2
+_REAP_SECONDS: Final = 1.0
+
+
+def _group_members(pgid: int) -> list[int] | None:
+    """Live (non-zombie) processes in group ``pgid`` per /proc; None where /proc is unavailable."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdecimal():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # the process exited while we looked
+        # Format: "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process remains in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    members = _group_members(pgid)
+    return True if members is None else bool(members)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _start_failure(spec: TaskSpec, exc: OSError) -> str:
+    """A user-facing reason for a failed exec, telling a bad cwd from a bad executable."""
+    if spec.cwd is not None and exc.filename == spec.cwd:
+        return f"cannot start task: working directory {spec.cwd!r} is unusable ({exc.strerror})"
+    executable = spec.argv[0]
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start task: executable {executable!r} not found"
+    if isinstance(exc, PermissionError):
+        return f"cannot start task: permission denied running {executable!r}"
+    return f"cannot start task {executable!r}: {exc.strerror or exc}"
+
+
+class ProcessTask:
+    """A task running as a host process that leads its own process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process, straggler_grace_seconds: float) -> None:
+        self._process = process
+        self._straggler_grace = straggler_grace_seconds
+        self._lock = asyncio.Lock()
+        self._group_gone = False
+
+    @property
+    def pid(self) -> int:
+        """Process id of the main process, which is also the task's process-group id."""
+        return self._process.pid
+
+    @property
+    def pgid(self) -> int:
+        """The task's process-group id (the main process started a new session)."""
+        return self._process.pid
+
+    def is_running(self) -> bool:
+        """Whether the main process or anything left in its process group is alive."""
+        return self._process.returncode is None or self._alive()
+
+    async def wait(self) -> int:
+        """Wait for the main process to exit, then sweep what it left behind in its group."""
+        code = await self._process.wait()
+        async with self._lock:
+            await self._terminate_group(self._straggler_grace)
+        return code
+
+    async def kill(self, grace_seconds: float = 10.0) -> int:
+        """SIGTERM the group, wait up to ``grace_seconds`` for all of it to exit, then SIGKILL.
+
+        Idempotent: on a task already gone it only returns the exit code. If this call is
+        cancelled during the grace period the group is still SIGKILLed.
+        """
+        if grace_seconds < 0:
+            raise ValueError(f"grace_seconds must be >= 0, got {grace_seconds}")
+        async with self._lock:
+            await self._terminate_group(grace_seconds)
+            code = await self._process.wait()
+        logger.debug("task killed", pid=self.pid, exit_code=code)
+        return code
+
+    def _alive(self) -> bool:
+        """Whether the group has live members; latched to False once the group has emptied.
+
+        The latch matters: after the main process is reaped and its group has emptied, the
+        number may be reused by an unrelated process group, which must never be signalled.
+        """
+        if self._group_gone:
+            return False
+        if process_group_alive(self.pgid):
+            return True
+        if self._process.returncode is not None:
+            self._group_gone = True
+        return False
+
+    async def _terminate_group(self, grace_seconds: float) -> None:
+        if not self._alive():
+            return
+        _signal_group(self.pgid, signal.SIGTERM)
+        try:
+            await self._wait_group_gone(grace_seconds)
+        finally:
+            if self._alive():
+                _signal_group(self.pgid, signal.SIGKILL)
+                await self._wait_group_gone(_REAP_SECONDS)
+
+    async def _wait_group_gone(self, seconds: float) -> None:
+        """Poll (with backoff) until the group is empty or ``seconds`` pass."""
+        pause = _POLL_SECONDS
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while self._alive():
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, _MAX_POLL_SECONDS)
+
+
+def _leader_ticks(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of process `pid`, or None if it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+class ProcessGroupLedger:
+    """Records the process groups of running tasks on disk, so a restarted agent can kill them.
+
+    If the agent is SIGKILLed its tasks live on in their own sessions; the next agent start
+    with the same directory kills them, so a task never runs twice on one host after a
+    restart. Each entry holds its leader's start time, so a group number reused by an
+    unrelated process is never signalled. (The agent's lock on its state directory keeps a
+    second live agent with the same worker id away from these entries.)
+    """
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def add(self, pgid: int) -> None:
+        if self.directory is not None:
+            ticks = _leader_ticks(pgid)
+            (self.directory / str(pgid)).write_text("" if ticks is None else str(ticks))
+
+    def remove(self, pgid: int) -> None:
+        if self.directory is not None:
+            (self.directory / str(pgid)).unlink(missing_ok=True)
+
+    def kill_leftovers(self) -> list[int]:
+        """SIGKILL the recorded groups of a dead agent's tasks; the groups killed."""
+        killed: list[int] = []
+        if self.directory is None:
+            return killed
+        for entry in self.directory.iterdir():
+            if entry.name.isdigit():
+                pgid = int(entry.name)
+                with contextlib.suppress(OSError, ValueError):
+                    recorded = entry.read_text().strip()
+                    ticks = _leader_ticks(pgid)
+                    # A live leader with another start time is a new process that reused the number.
+                    # A dead leader is fine: a pgid is never reused while its group has members.
+                    if recorded and ticks is not None and ticks != int(recorded):
+                        entry.unlink(missing_ok=True)
+                        continue
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                    killed.append(pgid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            entry.unlink(missing_ok=True)
+        return killed
+
+
+@dataclass(frozen=True)
+class TaskUser:
+    """The unprivileged account tasks run as: its name, uid, gid and home."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def lookup(cls, name: str) -> TaskUser:
+        """The account called ``name``; ValueError naming it if there is no such user."""
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise ValueError(f"task user {name!r} does not exist on this host") from None
+        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+class ProcessRuntime:
+    """Runs each task as a fresh host subprocess in its own session and process group.
+
+    stdin is /dev/null; stdout and stderr both go to the spec's log file; the environment is
+    ``task_environment(spec.env, inherit_env)``. ``spec.image`` is ignored (logged), so jobs
+    that name an image still run on a process-only local cluster. With ``run_as``, the task
+    runs as that user, its writable mounts are handed to it and its ``HOME`` is its cwd.
+    The handle is the task's process-group id.
+    """
+
+    def __init__(
+        self,
+        *,
+        inherit_env: Iterable[str] = DEFAULT_INHERITED_ENV,
+        straggler_grace_seconds: float = 2.0,
+        ledger_dir: Path | None = None,
+        run_as: TaskUser | None = None,
+    ) -> None:
+        if straggler_grace_seconds < 0:
+            raise ValueError(f"straggler_grace_seconds must be >= 0, got {straggler_grace_seconds}")
+        self._inherit_env = tuple(inherit_env)
+        self._straggler_grace = straggler_grace_seconds
+        self._ledger = ProcessGroupLedger(ledger_dir)
+        self._run_as = run_as
+        self._tasks: dict[TaskHandle, ProcessTask] = {}
+        self._finished = FinishedTasks()
+
+    @property
+    def name(self) -> RuntimeName:
+        """Always ``process``."""
+        return RuntimeName.PROCESS
+
+    @property
+    def python(self) -> str:
+        """The agent's own interpreter runs shipped callables."""
+        return default_python()
+
+    @property
+    def run_as(self) -> TaskUser | None:
+        """The user tasks run as (None: the agent's own user)."""
+        return self._run_as
+
+    def task(self, handle: TaskHandle) -> ProcessTask:
+        """The process behind ``handle``; KeyError if this runtime did not start it or forgot it."""
+        return self._tasks[handle]
+
+    async def start(self, spec: TaskSpec) -> TaskHandle:
+        """Start the process; raise TaskStartError with a user-facing reason if it cannot start."""
+        if spec.image is not None:
+            logger.info("process runtime ignores the task image", image=spec.image)
+        executable = spec.argv[0]
+        env = task_environment(spec.env, self._inherit_env)
+        user = self._run_as
+        if user is not None:
+            for mount in spec.mounts:
+                if not mount.read_only:
+                    _hand_over(Path(mount.path), user)
+            env.update({"USER": user.name, "LOGNAME": user.name, "HOME": spec.cwd or "/"})
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=spec.log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=spec.cwd,
+                start_new_session=True,
+                user=None if user is None else user.uid,
+                group=None if user is None else user.gid,
+                extra_groups=None if user is None else [],
+            )
+        except OSError as exc:
+            raise TaskStartError(_start_failure(spec, exc)) from exc
+        except (ValueError, subprocess.SubprocessError) as exc:
+            raise TaskStartError(f"cannot start task {executable!r}: {exc}") from exc
+        handle = TaskHandle(str(process.pid))
+        self._ledger.add(process.pid)
+        self._tasks[handle] = ProcessTask(process, self._straggler_grace)
+        logger.debug("task started", pid=process.pid, argv=list(spec.argv))
+        return handle
+
+    async def wait(self, handle: TaskHandle) -> TaskExit:
+        """Wait for the main process, sweep its group, and forget it."""
+        task = self._tasks.get(handle)
+        if task is None:
+            return self._known_exit(handle)
+        code = await task.wait()
+        self._forget(handle)
+        return self._finished.record(handle, TaskExit(code))
+
+    async def kill(self, handle: TaskHandle, grace_seconds: float = 10.0) -> TaskExit:
+        """SIGTERM the group, SIGKILL after ``grace_seconds``; idempotent while the handle is known."""
+        task = self._tasks.get(handle)
+        if task is None:
+            return self._known_exit(handle)
+        code = await task.kill(grace_seconds)
+        self._forget(handle)
+        return self._finished.record(handle, TaskExit(code))
+
+    async def stats(self, handle: TaskHandle) -> TaskStats | None:
+        """Memory (resident) and CPU time of the group's live processes, from /proc."""
+        task = self._tasks.get(handle)
+        if task is None or not task.is_running():
+            return None
+        return _group_stats(task.pgid)
+
+    async def recover(self) -> list[RecoveredTask]:
+        """SIGKILL the process groups an earlier agent recorded in the ledger."""
+        return [
+            RecoveredTask(TaskHandle(str(pgid)), job_id="", task_id="", action="killed")
+            for pgid in self._ledger.kill_leftovers()
+        ]
+
+    async def close(self) -> None:
+        """Nothing to release: processes are children of the agent."""
+
+    def _known_exit(self, handle: TaskHandle) -> TaskExit:
+        exit = self._finished.get(handle)
+        if exit is None:
+            raise KeyError(f"no task {handle} in this process runtime")
+        return exit
+
+    def _forget(self, handle: TaskHandle) -> None:
+        if self._tasks.pop(handle, None) is not None:
+            self._ledger.remove(int(handle))
+
+
+def _group_stats(pgid: int) -> TaskStats:
+    """Resident memory and CPU time summed over the live members of group ``pgid`` (from /proc)."""
+    memory, ticks = 0, 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid in _group_members(pgid) or []:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = stat[stat.rfind(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])
+            memory += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+    return TaskStats(memory_bytes=memory, cpu_seconds=ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _hand_over(path: Path, user: TaskUser) -> None:
+    """Give ``path`` and everything under it to ``user`` (the task's own writable area)."""
+    for root, dirs, files in os.walk(path):
+        for name in [*dirs, *files]:
+            os.lchown(Path(root) / name, user.uid, user.gid)
+    os.chown(path, user.uid, user.gid)

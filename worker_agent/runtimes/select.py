@@ -1,0 +1,82 @@
+"""Build the runtime an agent was asked for, by name: the one place that maps names to classes.
+
+Container runtimes import their engine clients (docker SDK, gRPC) only when chosen, so a
+process-only worker does not need them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from worker_agent.runtimes.base import ContainerRuntime, RuntimeName
+from worker_agent.runtimes.process import ProcessRuntime, TaskUser
+
+__all__ = ["DEFAULT_CONTAINERD_SOCKET", "RuntimeOptions", "make_runtime", "shared_task_dir", "task_user"]
+
+DEFAULT_CONTAINERD_SOCKET: Final = "/run/containerd/containerd.sock"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """Settings of the runtimes, as ``iris worker serve`` takes them.
+
+    - ``task_user``: who process tasks run as; ``"auto"`` means ``nobody`` when the agent runs
+      as root and the agent's own user otherwise, ``""`` the agent's own user always.
+    - ``docker_host``: the Docker engine's URL (None: ``DOCKER_HOST`` or the default socket).
+    - ``containerd_socket``: containerd's CRI socket.
+    - ``container_python``: the interpreter on an image's PATH that runs shipped callables.
+    """
+
+    worker_id: str
+    ledger_dir: Path | None = None
+    task_user: str = "auto"
+    docker_host: str | None = None
+    containerd_socket: str = DEFAULT_CONTAINERD_SOCKET
+    container_python: str = "python3"
+
+
+def task_user(name: str) -> TaskUser | None:
+    """The user process tasks run as, from the ``task_user`` setting; ValueError if unknown."""
+    if name == "auto":
+        return TaskUser.lookup("nobody") if os.geteuid() == 0 else None
+    return TaskUser.lookup(name) if name else None
+
+
+def shared_task_dir(name: str, options: RuntimeOptions) -> Path | None:
+    """Where task areas go when process tasks run as another user: a temp dir they can traverse.
+
+    None (the agent's default, beside its state) otherwise: containers mount their area and
+    same-user processes reach it anyway.
+    """
+    if name != RuntimeName.PROCESS or task_user(options.task_user) is None:
+        return None
+    return Path(tempfile.gettempdir()) / "iris-tasks" / options.worker_id.replace("/", "_")
+
+
+def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
+    """The runtime called ``name``; ValueError naming the choices (or the engine's problem) otherwise."""
+    try:
+        runtime = RuntimeName(name)
+    except ValueError:
+        choices = ", ".join(r.value for r in RuntimeName)
+        raise ValueError(f"--runtime: must be one of {choices}, got {name!r}") from None
+    if runtime is RuntimeName.PROCESS:
+        return ProcessRuntime(ledger_dir=options.ledger_dir, run_as=task_user(options.task_user))
+    if runtime is RuntimeName.DOCKER:
+        from worker_agent.runtimes.docker import DockerRuntime
+
+        return DockerRuntime(
+            worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
+        )
+    try:
+        from worker_agent.runtimes.containerd import ContainerdRuntime
+    except ImportError as exc:
+        raise ValueError(f"--runtime containerd is not available in this build ({exc})") from None
+
+    return ContainerdRuntime(
+        worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python
+    )

@@ -1,0 +1,83 @@
+"""A task attempt's own directory on the worker host: its inputs, its outputs, its working directory.
+
+Why: a task must not read other jobs' logs and results nor overwrite their function blobs, so it
+never sees the shared store. The agent copies the task's inputs (its pickled function) into a
+small store of the task's own (``store/``, same keys as the shared store), runs the task there
+with ``work/`` as its working directory, and afterwards copies the task's outputs (its result or
+error blob) back to the shared store. Container runtimes mount this directory and nothing else of
+the host's paths; the process runtime hands it to the unprivileged user tasks run as.
+
+Layout: ``<root>/<job id, encoded>/task-<index>-attempt-<attempt>/{store,work}``; the root and
+job directories are traversable but not listable by others (0711), so a task finds its own area
+but cannot enumerate its neighbours'.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from worker_agent.storage import BlobNotFoundError, BlobStore, encode_component
+from worker_agent.task_runner import error_key
+
+__all__ = ["TaskArea"]
+
+_TRAVERSE_ONLY: Final = 0o711
+_PRIVATE: Final = 0o700
+
+
+@dataclass(frozen=True)
+class TaskArea:
+    """The directory of one attempt; create with ``TaskArea.create``, drop with ``remove``."""
+
+    path: Path
+
+    @classmethod
+    def at(cls, root: Path, job_id: str, task_index: int, attempt: int) -> TaskArea:
+        """The area of this attempt under ``root`` (not created yet)."""
+        return cls(root / encode_component(job_id) / f"task-{task_index}-attempt-{attempt}")
+
+    def create(self) -> None:
+        """Make the area fresh and empty (one left by a crashed agent for this attempt is replaced)."""
+        for directory in (self.path.parent.parent, self.path.parent):
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(_TRAVERSE_ONLY)
+        self.remove()
+        self.path.mkdir(mode=_PRIVATE)
+        self.store_dir.mkdir()
+        self.work_dir.mkdir()
+
+    @property
+    def store_dir(self) -> Path:
+        """The task's own store: its inputs in, its outputs out, under the shared store's keys."""
+        return self.path / "store"
+
+    @property
+    def work_dir(self) -> Path:
+        """The task's working directory (writable scratch space)."""
+        return self.path / "work"
+
+    @property
+    def store_url(self) -> str:
+        """The URL the task runner is given for the task's own store."""
+        return self.store_dir.as_uri()
+
+    def stage_function(self, shared: BlobStore, function_key: str) -> None:
+        """Copy the pickled function from the shared store; BlobNotFoundError if it is missing."""
+        BlobStore(self.store_dir).put(function_key, shared.get(function_key))
+
+    def publish_outputs(self, shared: BlobStore, result_key: str) -> None:
+        """Copy the task's result and its error note (whichever it wrote) to the shared store."""
+        own = BlobStore(self.store_dir)
+        for key in (result_key, error_key(result_key)):
+            try:
+                data = own.get(key)
+            except BlobNotFoundError:
+                continue
+            shared.put(key, data)
+
+    def remove(self) -> None:
+        """Delete the area and everything the task left in it."""
+        shutil.rmtree(self.path, ignore_errors=True)
