@@ -34,6 +34,7 @@ NODEPOOL_PLURAL = "nodepools"
 NODEPOOL_KIND = "NodePool"
 WORKER_CONTAINER = "iris-worker"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+TLS_DIR = "/etc/iris/tls"  # where the controller Deployment and worker Pods mount the Temporal TLS files
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 _DURATION_UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -68,7 +69,8 @@ class Settings(BaseModel):
     health_port: int = Field(default=8081, ge=1, le=65535)  # the agent's /health, probed for readiness
     gpu_resource: str = "nvidia.com/gpu"
     rdma: int = Field(default=0, ge=0)  # `rdma/ib` devices per worker Pod (InfiniBand instance types)
-    env_secret: str | None = None  # a Secret whose keys become the agent's environment (Temporal TLS/API key)
+    env_secret: str | None = None  # a Secret whose keys become the agent's environment (Temporal address, API key)
+    tls_secret: str | None = None  # a Secret of TLS files mounted at TLS_DIR (IRIS_TEMPORAL_TLS_* point there)
     image_pull_secrets: tuple[str, ...] = ()
     max_restarts: int = Field(default=3, ge=0)  # a worker container crash-looping past this fails the slice
 
@@ -191,10 +193,18 @@ def pod_manifest(
     }
     if group.gpus:
         spec["tolerations"] = [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
     if group.runtime == "containerd":
         # The agent starts task containers through the node's CRI socket, not inside its own Pod.
-        container["volumeMounts"] = [{"name": "containerd", "mountPath": CONTAINERD_SOCKET}]
-        spec["volumes"] = [{"name": "containerd", "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"}}]
+        mounts.append({"name": "containerd", "mountPath": CONTAINERD_SOCKET})
+        volumes.append({"name": "containerd", "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"}})
+    if settings.tls_secret:
+        mounts.append({"name": "temporal-tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "temporal-tls", "secret": {"secretName": settings.tls_secret}})
+    if mounts:
+        container["volumeMounts"] = mounts
+        spec["volumes"] = volumes
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     return {

@@ -15,6 +15,7 @@ Every request lands in `calls` with its method, path, labels and status code.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -172,6 +173,18 @@ class FakeKubernetes:
                 ],
             }  # fmt: skip
             self._bump(pod)
+
+    async def wait_for_pod(self, namespace: str, name: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The Pod once a client has created it (polling: the server runs in its own thread)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            with self.lock:
+                pod = self.pods.get((namespace, name))
+            if pod is not None:
+                return pod
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"Pod {namespace}/{name} not created within {timeout} s")
+            await asyncio.sleep(0.02)
 
     def calls_to(self, method: str, prefix: str = "") -> list[Call]:
         with self.lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -31,20 +32,12 @@ def log(fake: FakeKubernetes) -> list[tuple[str, str, int]]:
         return [(c.method, c.path, c.status) for c in fake.calls]
 
 
-async def wait_for(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.02)
-
-
 async def ready_slice(fake: FakeKubernetes, platform: CoreweavePlatform, group: ScaleGroupSpec, slice_id: str) -> None:
     """Create a slice, let its node join, bootstrap it and mark the agent Pod Ready."""
     await platform.create_slice(slice_id, group)
     fake.set_ready_nodes(f"iris-{slice_id}", 1)
     boot = asyncio.create_task(platform.bootstrap(slice_id, group, CONTROL))
-    await wait_for(lambda: ("iris", f"iris-worker-{slice_id}") in fake.pods, "worker Pod created")
+    await fake.wait_for_pod("iris", f"iris-worker-{slice_id}")
     fake.set_pod_ready("iris", f"iris-worker-{slice_id}", host_ip="10.0.0.7")
     await asyncio.wait_for(boot, 30)
 
@@ -75,7 +68,7 @@ async def test_nodepool_and_pod_lifecycle_to_ready(
     assert ["h100-s1-0"] == [h.worker_id for h in described.hosts]
 
     boot = asyncio.create_task(platform.bootstrap("h100-s1", group, CONTROL))
-    await wait_for(lambda: ("iris", "iris-worker-h100-s1") in fake_k8s.pods, "worker Pod created")
+    await fake_k8s.wait_for_pod("iris", "iris-worker-h100-s1")
     await asyncio.sleep(0.2)
     assert not boot.done(), "bootstrap returned before the Pod was Ready"
     fake_k8s.set_pod_ready("iris", "iris-worker-h100-s1", host_ip="10.0.0.7")
@@ -153,7 +146,7 @@ async def test_failed_pod_deletes_pod_and_nodepool(
     await platform.create_slice("h100-f", group)
     fake_k8s.set_ready_nodes("iris-h100-f", 1)
     boot = asyncio.create_task(platform.bootstrap("h100-f", group, CONTROL))
-    await wait_for(lambda: ("iris", "iris-worker-h100-f") in fake_k8s.pods, "worker Pod created")
+    await fake_k8s.wait_for_pod("iris", "iris-worker-h100-f")
     fake_k8s.set_pod_waiting("iris", "iris-worker-h100-f", "InvalidImageName", message="bad tag")
 
     with pytest.raises(SliceFailed, match="InvalidImageName"):
@@ -185,13 +178,17 @@ async def test_node_that_never_joins_times_out_and_is_deleted(
     fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
 ) -> None:
     """A NodePool still without a ready node after node_ready_timeout fails the slice and is deleted."""
-    group = coreweave_group(node_ready_timeout="1s")
-    platform = CoreweavePlatform(group)
+    group = coreweave_group(node_ready_timeout="20m")
+    skew = timedelta()
+    platform = CoreweavePlatform(group, now=lambda: datetime.now(UTC) + skew)
     await platform.create_slice("h100-t", group)
     described = await platform.describe("h100-t")
     assert described is not None and PlatformState.CREATING == described.state
-    await asyncio.sleep(2.1)  # creationTimestamp has one-second resolution
-    with pytest.raises(SliceFailed, match="not ready after 1 s"):
+    skew = timedelta(minutes=19)  # judged by the NodePool's creationTimestamp, not by when we looked
+    described = await platform.describe("h100-t")
+    assert described is not None and PlatformState.CREATING == described.state
+    skew = timedelta(minutes=21)
+    with pytest.raises(SliceFailed, match="not ready after 1200 s"):
         await platform.describe("h100-t")
     assert {} == fake_k8s.nodepools
 
