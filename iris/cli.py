@@ -330,18 +330,22 @@ def controller_serve(
     namespace: Annotated[
         str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
     ] = None,
+    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
-    from iris.controller import serve
+    from iris.config import load_config
+    from iris.controller import autoscaler_config, serve
 
     configure_logging()
     try:
         settings = TemporalSettings.load(address=temporal, namespace=namespace)
+        cluster_config = load_config(config) if config else None
+        autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
     except ValueError as e:
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(settings, store))
+    asyncio.run(serve(settings, store, cluster_config))
 
 
 # -- iris temporal -------------------------------------------------------------------------------------
