@@ -40,6 +40,12 @@ out = Console()
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
 ]
+HealthPortOpt = Annotated[
+    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
+]
+HealthHostOpt = Annotated[
+    str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
+]
 StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
 
 
@@ -269,6 +275,8 @@ def worker_serve(
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
 ) -> None:
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
@@ -302,10 +310,27 @@ def worker_serve(
         _fail(str(e))
 
     async def main() -> None:
+        from iris import observability
         from iris.controller import connect
 
-        client = await connect(settings)
-        await WorkerAgent(client, config, task_runtime).serve()
+        if health_port is None:
+            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            return
+        metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
+        client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+
+        async def checks() -> dict[str, bool]:
+            return {
+                "temporal_reachable": await observability.temporal_reachable(client),
+                "pollers_running": observability.heartbeat_fresh(metrics),
+            }
+
+        health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
+        await health.start()
+        try:
+            await WorkerAgent(client, config, task_runtime).serve()
+        finally:
+            await health.stop()
 
     try:
         asyncio.run(main())
@@ -330,7 +355,12 @@ def controller_serve(
     namespace: Annotated[
         str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
     ] = None,
+<<<<<<< HEAD
     config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
+=======
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
+>>>>>>> main
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.config import load_config
@@ -345,7 +375,11 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+<<<<<<< HEAD
     asyncio.run(serve(settings, store, cluster_config))
+=======
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host))
+>>>>>>> main
 
 
 # -- iris temporal -------------------------------------------------------------------------------------

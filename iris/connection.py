@@ -19,12 +19,13 @@ import getpass
 import json
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
@@ -119,6 +120,7 @@ class TemporalSettings(BaseSettings):
         data_converter: DataConverter | None = None,
         runtime: Runtime | None = None,
         address: str | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> Client:
         """A Temporal client for these settings (RuntimeError when the server cannot be reached)."""
         target = address or self.address
@@ -135,6 +137,7 @@ class TemporalSettings(BaseSettings):
             tls=self.tls_config(),
             api_key=self.api_key.get_secret_value() if self.api_key else None,
             identity=f"{self.user()}@{socket.gethostname()}",
+            interceptors=list(interceptors),
             **kwargs,
         )
 

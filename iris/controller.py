@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import signal
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -20,6 +21,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+<<<<<<< HEAD
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
@@ -27,11 +29,22 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from activities.slices import SliceActivities
 from iris.config import ClusterConfig, ScaleGroupConfig
+=======
+from activities.proto import cluster_pb2 as pb
+from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_signals
+from iris import observability
+>>>>>>> main
 from iris.connection import TemporalSettings
 from iris.temporal_setup import ensure_search_attributes
+from iris.types import JobState
 from workflows import ALL_WORKFLOWS
+<<<<<<< HEAD
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
 from workflows.ids import AUTOSCALER_WORKFLOW_ID, CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
+=======
+from workflows.ids import CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
+>>>>>>> main
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
@@ -123,6 +136,7 @@ async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: A
             await asyncio.sleep(1.0)
 
 
+<<<<<<< HEAD
 async def serve(settings: TemporalSettings, store_url: str, config: ClusterConfig | None = None) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
@@ -132,6 +146,71 @@ async def serve(settings: TemporalSettings, store_url: str, config: ClusterConfi
     client = await connect(settings)
     control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
                                   store_url=store_url)  # fmt: skip
+=======
+async def serve(
+    settings: TemporalSettings, store_url: str, health_port: int | None = None, health_host: str = "127.0.0.1"
+) -> None:
+    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
+
+    With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    """
+    probe = ControllerProbe()
+    health = None
+    if health_port is None:
+        client = await connect(settings)
+    else:
+        sdk_port = observability.free_loopback_port()
+        client = await connect(
+            settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+        )
+        probe.client = client
+        health = observability.HealthServer(
+            health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
+        )
+        await health.start()
+    try:
+        await _serve(client, settings, store_url, probe)
+    finally:
+        if health is not None:
+            await health.stop()
+
+
+class ControllerProbe:
+    """What `/health` and `/metrics` read: Temporal's answer, whether the control worker polls, job counts."""
+
+    def __init__(self) -> None:
+        self.interceptor = observability.MetricsInterceptor()
+        self.client: Client | None = None
+        self.polling = False
+
+    async def checks(self) -> dict[str, bool]:
+        reachable = self.client is not None and await observability.temporal_reachable(self.client)
+        return {"temporal_reachable": reachable, "pollers_running": self.polling}
+
+    async def refresh(self) -> None:
+        """Jobs by state from visibility and the scheduler's queue, read at scrape time."""
+        if self.client is None:
+            return
+        client = self.client
+        states = [s.value for s in JobState]
+
+        async def count(state: str) -> int:
+            found = await client.count_workflows(f"WorkflowType='JobWorkflow' AND {JOB_STATE_ATTRIBUTE}='{state}'")
+            return found.count
+
+        for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
+            observability.JOBS.labels(state).set(n)
+        summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "summary", result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+        )
+        observability.PENDING_TASKS.set(summary.pending_tasks)
+        observability.PLACED_TASKS.set(summary.running_tasks)
+        observability.WORKERS.labels("true").set(summary.healthy_workers)
+        observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
+
+
+async def _serve(client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe) -> None:
+>>>>>>> main
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -152,6 +231,7 @@ async def serve(settings: TemporalSettings, store_url: str, config: ClusterConfi
                     await ensure_autoscaler(client, scaling)
                     ready = True
                     log.info("controller_serving", **settings.describe(), store=store_url)
+                probe.polling = True
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
@@ -159,6 +239,7 @@ async def serve(settings: TemporalSettings, store_url: str, config: ClusterConfi
                 log.warning("controller_setup_failed", error=str(err))
                 await asyncio.sleep(1.0)
             finally:
+                probe.polling = False
                 if not running.done():
                     await worker.shutdown()
                 with contextlib.suppress(BaseException):
