@@ -355,12 +355,9 @@ def controller_serve(
     namespace: Annotated[
         str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
     ] = None,
-<<<<<<< HEAD
-    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
-=======
     health_port: HealthPortOpt = None,
     health_host: HealthHostOpt = "127.0.0.1",
->>>>>>> main
+    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.config import load_config
@@ -375,11 +372,7 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-<<<<<<< HEAD
-    asyncio.run(serve(settings, store, cluster_config))
-=======
-    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host))
->>>>>>> main
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
 
 
 # -- iris temporal -------------------------------------------------------------------------------------

@@ -21,30 +21,21 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-<<<<<<< HEAD
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
-from activities.scheduling import find_assignments_activity
-from activities.signals import deliver_signals
-from activities.slices import SliceActivities
-from iris.config import ClusterConfig, ScaleGroupConfig
-=======
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from activities.slices import SliceActivities
 from iris import observability
->>>>>>> main
+from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows import ALL_WORKFLOWS
-<<<<<<< HEAD
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
-from workflows.ids import AUTOSCALER_WORKFLOW_ID, CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
-=======
-from workflows.ids import CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
->>>>>>> main
+from workflows.ids import AUTOSCALER_WORKFLOW_ID, CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
@@ -136,24 +127,19 @@ async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: A
             await asyncio.sleep(1.0)
 
 
-<<<<<<< HEAD
-async def serve(settings: TemporalSettings, store_url: str, config: ClusterConfig | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
-
-    `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
-    """
-    scaling = autoscaler_config(config)
-    client = await connect(settings)
-    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
-                                  store_url=store_url)  # fmt: skip
-=======
 async def serve(
-    settings: TemporalSettings, store_url: str, health_port: int | None = None, health_host: str = "127.0.0.1"
+    settings: TemporalSettings,
+    store_url: str,
+    health_port: int | None = None,
+    health_host: str = "127.0.0.1",
+    config: ClusterConfig | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
     With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
     """
+    scaling = autoscaler_config(config)
     probe = ControllerProbe()
     health = None
     if health_port is None:
@@ -169,7 +155,7 @@ async def serve(
         )
         await health.start()
     try:
-        await _serve(client, settings, store_url, probe)
+        await _serve(client, settings, store_url, probe, scaling)
     finally:
         if health is not None:
             await health.stop()
@@ -209,8 +195,11 @@ class ControllerProbe:
         observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
 
 
-async def _serve(client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe) -> None:
->>>>>>> main
+async def _serve(
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig
+) -> None:
+    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
+                                  store_url=store_url)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
