@@ -357,18 +357,22 @@ def controller_serve(
     ] = None,
     health_port: HealthPortOpt = None,
     health_host: HealthHostOpt = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
-    from iris.controller import serve
+    from iris.config import load_config
+    from iris.controller import autoscaler_config, serve
 
     configure_logging()
     try:
         settings = TemporalSettings.load(address=temporal, namespace=namespace)
+        cluster_config = load_config(config) if config else None
+        autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
     except ValueError as e:
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host))
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
 
 
 # -- iris temporal -------------------------------------------------------------------------------------
