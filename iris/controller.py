@@ -90,10 +90,20 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
     )
 
 
-# Iris's own workflow and data modules hold no mutable module state, so the sandbox may share
-# them between workflow runs instead of re-importing them for each one (measured: about 40% of
-# the controller's CPU per job went to those re-imports). Determinism is still checked by replay.
-SANDBOX_PASSTHROUGH = ("workflows", "scheduler", "activities")
+# Modules the sandbox shares between workflow runs instead of re-importing them for each: only
+# pure ones (the scheduler, generated protos, leaf contract and state modules). Every module that
+# defines a workflow is re-imported inside the sandbox, so a workflow that reads the clock, the
+# filesystem or a random source fails its workflow task instead of passing unnoticed.
+SANDBOX_PASSTHROUGH = (
+    "scheduler",
+    "activities.contracts",
+    "activities.proto",
+    "workflows.ids",
+    "workflows.messages",
+    "workflows.states",
+    "workflows.scheduler_state",
+    "workflows.slice_lifecycle",
+)
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

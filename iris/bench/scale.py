@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
@@ -179,7 +180,10 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                 task_started = at
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 attrs = event.workflow_task_failed_event_attributes
-                figures.failed_workflow_tasks.append(f"{attrs.cause}: {attrs.failure.message[:200]}")
+                cause = WorkflowTaskFailedCause.Name(attrs.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
+                figures.failed_workflow_tasks.append(
+                    f"event {event.event_id} of {len(events)}: {cause} {attrs.failure.message[:200]}".strip()
+                )
             elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
                 data = event.marker_recorded_event_attributes.details.get("data")
                 if data is not None and any(b"find_assignments" in p.data for p in data.payloads):
@@ -342,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stop(controller)
         _stop(server)
         server_log.close()
+        shutil.rmtree(home, ignore_errors=True)
     print(figures.report())
     if args.json is not None:
         args.json.write_text(json.dumps(figures.__dict__, indent=2) + "\n")
