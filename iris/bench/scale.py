@@ -206,6 +206,22 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
         )
 
 
+async def save_histories(client: Client, out: Path) -> None:
+    """Every scheduler run's history and one WorkerWorkflow's, in tests/histories' fixture format."""
+    out.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before any await
+    query = f"WorkflowId = '{SCHEDULER_WORKFLOW_ID}' OR WorkflowType = 'WorkerWorkflow'"
+    seen: dict[str, int] = {}
+    async for wf in client.list_workflows(query):
+        status = wf.status.name.lower() if wf.status else "unknown"
+        kind = f"{wf.workflow_type}-{status.replace('_', '')}"
+        seen[kind] = seen.get(kind, 0) + 1
+        if wf.workflow_type == "WorkerWorkflow" and seen[kind] > 1:
+            continue
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
+        (out / f"{kind}-scale-{seen[kind]}.json").write_text(json.dumps(fixture))
+
+
 async def run_scale(
     client: Client, controller_pid: int, workers: int, pending: int, hosts_per_agent: int, tasks_per_job: int,
     timeout: float,
@@ -292,6 +308,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks-per-job", type=int, default=10, help="tasks per enqueued job (default 10)")
     parser.add_argument("--timeout", type=float, default=840.0, help="give up placing after this many s (840)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    parser.add_argument(
+        "--continue-as-new-events", type=int, default=0, metavar="N",
+        help="have the server suggest continue-as-new after N events (default: its own limit)",
+    )
+    parser.add_argument(
+        "--save-histories", type=Path, default=None, metavar="DIR",
+        help="write every scheduler run's history (and one WorkerWorkflow's) there, as replay fixtures",
+    )
     args = parser.parse_args(argv)
     for name in ("workers", "pending", "hosts_per_agent", "tasks_per_job"):
         if getattr(args, name) < 1:
@@ -305,8 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="iris-scale-"))
     port = free_port()
+    dynamic = {"limit.historyCount.suggestContinueAsNew": str(args.continue_as_new_events)}
     argv_server = temporal_command(
-        binary=temporal_binary(), port=port, ui_port=free_port(), db_path=home / "temporal.db"
+        binary=temporal_binary(), port=port, ui_port=free_port(), db_path=home / "temporal.db",
+        dynamic_config=dynamic if args.continue_as_new_events else None,
     )
     server_log = (home / "temporal.log").open("wb")
     server = subprocess.Popen(argv_server, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -332,10 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         async def go() -> ScaleFigures:
             client = await Client.connect(address)
             assert controller is not None
-            return await run_scale(
+            figures = await run_scale(
                 client, controller.pid, args.workers, args.pending, args.hosts_per_agent, args.tasks_per_job,
                 args.timeout,
             )
+            if args.save_histories is not None:
+                await save_histories(client, args.save_histories)
+            return figures
 
         figures = asyncio.run(go())
     except KeyboardInterrupt:
