@@ -54,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
+PASS_BY_ACTIVITY = "scheduling-pass-activity"  # workflow.patched id: big passes are regular activities
+LOCAL_PASS_MAX_BYTES = 8 * 1024  # compressed snapshot size up to which a pass runs as a local activity
 PASS_INTERVAL = timedelta(seconds=1)
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
@@ -75,6 +77,7 @@ class SchedulerWorkflow:
         self._dirty = state is not None or packed is not None
         self._signals_in_flight = 0
         self._signals_by_activity = True
+        self._pass_by_activity = True
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
@@ -86,6 +89,7 @@ class SchedulerWorkflow:
         # activity can fall into a later workflow task than on replay, which then fails as
         # non-deterministic (seen when a run was evicted and replayed).
         self._signals_by_activity = workflow.patched(SIGNALS_BY_ACTIVITY)
+        self._pass_by_activity = workflow.patched(PASS_BY_ACTIVITY)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -137,12 +141,19 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
-        plan_bytes = await workflow.execute_local_activity(
-            FIND_ASSIGNMENTS,
-            snapshot,
-            result_type=bytes,
-            start_to_close_timeout=timedelta(seconds=60),
-        )
+        if self._pass_by_activity and len(snapshot) > LOCAL_PASS_MAX_BYTES:
+            # A big pass is a regular activity, not a local one: the workflow task ends as soon as
+            # it is scheduled, so signals that arrive while it runs are handled in their own short
+            # tasks. A local activity held the task open for the whole pass, and more than 100
+            # signals buffered meanwhile made the server force-fail it (seen at 1,000 workers).
+            # Small passes stay local: no extra round trip on an idle cluster's submit path.
+            plan_bytes = await workflow.execute_activity(
+                FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
+            )
+        else:  # runs that began before the patch
+            plan_bytes = await workflow.execute_local_activity(
+                FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=60)
+            )
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
