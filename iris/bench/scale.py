@@ -81,8 +81,9 @@ class ScaleFigures:
             f"  register all workers   {self.register_seconds:8.1f} s",
             f"  enqueue all tasks      {self.enqueue_seconds:8.1f} s",
             f"  place all tasks        {self.place_seconds:8.1f} s  ({self.placed}/{self.pending} placed)",
-            f"  scheduling passes      {self.passes:8d}     ({self.local_passes} small, local) big-pass time median {self.pass_seconds_median:.2f} s,"
-            f" max {self.pass_seconds_max:.2f} s (scheduling activity scheduled -> completed)",
+            f"  scheduling passes      {self.passes:8d}     ({self.local_passes} small ones as local activities)",
+            f"  big pass time          {self.pass_seconds_median:8.2f} s median, {self.pass_seconds_max:.2f} s max"
+            " (scheduling activity scheduled -> completed)",
             f"  scheduler runs         {self.runs:8d}     continue-as-new input: "
             + (f"max {max(cans) / 1024:.0f} KiB, last {cans[-1] / 1024:.0f} KiB" if cans else "none"),
             f"  history events         {self.events_total:8d}     max per run {self.events_max_run},"
