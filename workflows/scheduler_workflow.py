@@ -54,8 +54,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
-PASS_BY_ACTIVITY = "scheduling-pass-activity"  # workflow.patched id: big passes are regular activities
-LOCAL_PASS_MAX_BYTES = 8 * 1024  # compressed snapshot size up to which a pass runs as a local activity
+PASS_BY_ACTIVITY = "scheduling-pass-activity"  # workflow.patched id: the pass is a regular activity
+MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
+ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
 PASS_INTERVAL = timedelta(seconds=1)
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
@@ -141,12 +142,14 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
-        if self._pass_by_activity and len(snapshot) > LOCAL_PASS_MAX_BYTES:
-            # A big pass is a regular activity, not a local one: the workflow task ends as soon as
-            # it is scheduled, so signals that arrive while it runs are handled in their own short
-            # tasks. A local activity held the task open for the whole pass, and more than 100
-            # signals buffered meanwhile made the server force-fail it (seen at 1,000 workers).
-            # Small passes stay local: no extra round trip on an idle cluster's submit path.
+        if self._pass_by_activity:
+            # A regular activity, not a local one, for two reasons. The plan is in history before
+            # anything is committed or announced: a controller that dies mid-pass replays the same
+            # plan, so no task is told two different workers (a local activity's plan was only
+            # recorded with the task that also sent the "assigned" signals). And the workflow task
+            # ends while the pass runs, so signals arriving meanwhile are handled in short tasks of
+            # their own (a local activity held the task open, and more than 100 buffered signals
+            # made the server force-fail it, seen at 1,000 workers).
             plan_bytes = await workflow.execute_activity(
                 FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
             )
@@ -174,22 +177,26 @@ class SchedulerWorkflow:
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
+        limit = MAX_COMMIT_PER_PASS if self._pass_by_activity else None
         outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
-            (Delivery(key, "assigned", assigned), placed) for key, assigned, placed in self._commit(plan)
+            (Delivery(key, "assigned", assigned), placed) for key, assigned, placed in self._commit(plan, limit)
         ]
         outgoing += [(Delivery(key, "unschedulable", arg), None) for key, arg in self._take_timed_out(plan)]
-        if not outgoing:
-            return
-        gone = await workflow.execute_local_activity(
-            DELIVER_SIGNALS,
-            [delivery for delivery, _ in outgoing],
-            result_type=list[int],
-            start_to_close_timeout=timedelta(seconds=60),
-        )
-        for index in gone:
-            delivery, placed = outgoing[index]
-            if placed is not None:
-                self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+        # Newer runs send in batches, one workflow task each, so no task holds the 100,000
+        # deliveries of a big pass (the deadlock detector fires after 2 s of workflow code).
+        size = ANNOUNCE_BATCH if self._pass_by_activity else max(1, len(outgoing))
+        for start in range(0, len(outgoing), size):
+            batch = outgoing[start : start + size]
+            gone = await workflow.execute_local_activity(
+                DELIVER_SIGNALS,
+                [delivery for delivery, _ in batch],
+                result_type=list[int],
+                start_to_close_timeout=timedelta(seconds=60),
+            )
+            for index in gone:
+                delivery, placed = batch[index]
+                if placed is not None:
+                    self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
 
     def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:
         """Take the tasks whose scheduling timeout passed out of the queue; what to tell each."""
@@ -210,7 +217,9 @@ class SchedulerWorkflow:
             )
         return told
 
-    def _commit(self, plan: pb.SchedulingPlan) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
+    def _commit(
+        self, plan: pb.SchedulingPlan, limit: int | None = None
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
         Handlers may have run while the scheduling activity did (a worker lost, a
@@ -222,8 +231,11 @@ class SchedulerWorkflow:
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
-        accepted = []
+        accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
         for job_id, assignments in by_job.items():
+            if limit is not None and len(accepted) >= limit:
+                self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
+                break
             entry = self.state.pending.get(job_id)
             if entry is None:
                 continue

@@ -363,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     server_log = (home / "temporal.log").open("wb")
     server = subprocess.Popen(argv_server, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
     controller: subprocess.Popen[bytes] | None = None
+    clean = False
     try:
         deadline = time.monotonic() + 60
         while not port_open(port):
@@ -393,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return figures
 
         figures = asyncio.run(go())
+        clean = not figures.limits_hit
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -401,7 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _stop(controller)
         _stop(server)
         server_log.close()
-        shutil.rmtree(home, ignore_errors=True)
+        if clean:
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            print(f"logs kept in {home}", file=sys.stderr)
     print(figures.report())
     if args.json is not None:
         args.json.write_text(json.dumps(figures.__dict__, indent=2) + "\n")

@@ -9,11 +9,15 @@ from pathlib import Path
 
 
 def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
-    """40 hosts in 4 agent sessions take 300 tasks; no limit is hit and a silent agent's hosts are lost."""
+    """40 hosts in 4 agent sessions take 300 tasks; no limit is hit and a silent agent's hosts are lost.
+
+    The server suggests continue-as-new every 25 events here, so the scheduler's state travels packed
+    between runs several times while it works.
+    """
     out = tmp_path / "scale.json"
     run = subprocess.run(
         [sys.executable, "-m", "iris.bench", "scale", "--workers", "40", "--pending", "300",
-         "--hosts-per-agent", "10", "--timeout", "120", "--json", str(out)],
+         "--hosts-per-agent", "10", "--timeout", "120", "--continue-as-new-events", "25", "--json", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert 0 == run.returncode, run.stdout + run.stderr[-3000:]
@@ -21,5 +25,6 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert 300 == figures["placed"]
     assert [] == figures["limits_hit"]
     assert figures["passes"] >= 1
+    assert figures["runs"] >= 2 and figures["continue_as_new_bytes"]  # the state was carried over, packed
     assert figures["lost_detect_seconds"] is not None  # the quiet agent's 10 hosts were reported lost
     assert "limits hit: none" in run.stdout
