@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import urllib.error
 import urllib.request
 
@@ -47,14 +46,11 @@ def metadata_host() -> str:
 
 
 def metadata_server_configured() -> bool:
-    """Cheap check whether asking is worth it: $GCE_METADATA_HOST is set or the metadata name resolves."""
-    if os.environ.get(METADATA_HOST_ENV):
-        return True
-    try:
-        socket.getaddrinfo(DEFAULT_METADATA_HOST, 80)
-    except OSError:
-        return False
-    return True
+    """Whether to ask without being told to: only when $GCE_METADATA_HOST names a server.
+
+    (No probe of metadata.google.internal: off GCP its DNS lookup can stall every agent start.)
+    """
+    return bool(os.environ.get(METADATA_HOST_ENV))
 
 
 def _get(key: str, timeout: float) -> str | None:
@@ -115,7 +111,7 @@ def read_tpu_attributes(timeout: float = 2.0) -> dict[str, AttributeValue]:
 
 
 def tpu_attributes_if_available(required: bool | None, timeout: float = 2.0) -> dict[str, AttributeValue]:
-    """The TPU attributes when `required` (a flag said this is a TPU VM), or when None and a server answers.
+    """The TPU attributes when `required` (a flag said this is a TPU VM), or when None and $GCE_METADATA_HOST is set.
 
     Raises MetadataUnavailable only when required; otherwise absence is an empty dict.
     """

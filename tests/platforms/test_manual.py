@@ -112,7 +112,7 @@ async def test_unreachable_host_is_not_free(sshd: Sshd, tmp_path: Path) -> None:
     g = group(sshd, hosts=[f"127.0.0.1:{free_port()}"])
     with pytest.raises(QuotaExhausted, match="0 of 1 free \\(1 unreachable\\)"):
         await ManualPlatform(g).create_slice("nowhere", g)
-    with pytest.raises(SshError, match="cannot tell the state of slice nowhere: .*refused"):
+    with pytest.raises(SshError, match=r"cannot tell the state of slice nowhere: .*refused"):
         await ManualPlatform(g).describe("nowhere")  # unknown, not "gone": the host may hold it
 
 
