@@ -63,7 +63,7 @@ class Settings(BaseModel):
     image: str = Field(min_length=1)  # the worker image (`iris worker serve` on its PATH)
     kubeconfig: str | None = None  # None: in-cluster config (the controller runs as a Pod)
     node_ready_timeout: Seconds = 2700.0  # bare metal takes 20-30 minutes to join
-    pod_ready_timeout: Seconds = 900.0  # image pull + agent start + first /health
+    pod_ready_timeout: Seconds = 600.0  # image pull + agent start + first /health
     pod_delete_timeout: Seconds = 120.0  # terminate waits this long for Pods before deleting the NodePool
     poll_interval: Seconds = 10.0
     health_port: int = Field(default=8081, ge=1, le=65535)  # the agent's /health, probed for readiness
@@ -146,6 +146,7 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
         "--memory", str(group.memory_bytes),
         "--gpus", str(group.gpus),
         "--health-port", str(settings.health_port),
+        "--health-host", "0.0.0.0",  # the kubelet probes the Pod's (host network: the node's) address
     ]  # fmt: skip
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
         args += ["--attribute", _attribute_arg(key, value)]

@@ -30,10 +30,21 @@ def iris_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def group(sshd: Sshd, name: str = "ssh-pool", hosts_per_slice: int = 1, **manual: Any) -> ScaleGroupSpec:
-    settings = {"hosts": sshd.hosts, "user": sshd.user, "identity_file": str(sshd.client_key),
-                "worker_command": worker_command(), **manual}
-    return ScaleGroupSpec(name=name, platform="manual", hosts_per_slice=hosts_per_slice, cpu_millis=1000,
-                          memory_bytes=1 << 30, settings=settings)
+    settings = {
+        "hosts": sshd.hosts,
+        "user": sshd.user,
+        "identity_file": str(sshd.client_key),
+        "worker_command": worker_command(),
+        **manual,
+    }
+    return ScaleGroupSpec(
+        name=name,
+        platform="manual",
+        hosts_per_slice=hosts_per_slice,
+        cpu_millis=1000,
+        memory_bytes=1 << 30,
+        settings=settings,
+    )
 
 
 async def test_claim_conflict_and_free(sshd: Sshd) -> None:
@@ -122,6 +133,11 @@ def test_settings_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"^manual\.hosts: Field required"):
         parse_settings({})
     assert ["10.0.0.5", "10.0.0.6:2222"] == parse_settings(
-        {"hosts": ["10.0.0.5", "10.0.0.6:2222"], "user": "root", "identity_file": "~/.ssh/iris_ed25519",
-         "known_hosts": None, "worker_command": None}
+        {
+            "hosts": ["10.0.0.5", "10.0.0.6:2222"],
+            "user": "root",
+            "identity_file": "~/.ssh/iris_ed25519",
+            "known_hosts": None,
+            "worker_command": None,
+        }
     ).hosts
