@@ -347,6 +347,12 @@ def worker_serve(
     memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
+    tpu_vm: Annotated[
+        bool | None,
+        typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
+                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
+                          "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
+    ] = None,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -357,13 +363,15 @@ def worker_serve(
 
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
+    from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
 
     configure_logging()
     try:
         attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
+        attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
-    except ValueError as e:
+    except (ValueError, MetadataUnavailable) as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
     settings = _settings(temporal)
