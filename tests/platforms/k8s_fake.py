@@ -133,6 +133,13 @@ class FakeKubernetes:
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
 
+    def seed_nodepool(self, name: str, labels: dict[str, str], ready: int = 1) -> None:
+        """A NodePool that exists before the test's clients start (e.g. left behind by a dead controller)."""
+        with self.lock:
+            body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
+            pool = self._create(self.nodepools, name, body, "NodePool")
+            pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
+
     def set_ready_nodes(self, name: str, ready: int) -> None:
         with self.lock:
             pool = self.nodepools[name]
