@@ -425,7 +425,7 @@ def cluster_down() -> None:
 
 @cluster_app.command("status")
 def cluster_status(temporal: TemporalOpt = None) -> None:
-    """Temporal address, UI URL, workers and queue depth."""
+    """Temporal address, UI URL, store URL, workers and queue depth."""
     from iris.local_cluster import LocalCluster
 
     info = None if temporal is not None else LocalCluster().status()
@@ -441,6 +441,7 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     out.print(f"Temporal: {address}")
     if info is not None:
         out.print(f"UI: {info.ui_url}")
+    out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"

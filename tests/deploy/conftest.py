@@ -96,6 +96,44 @@ def health(port: int) -> tuple[int, dict[str, object]]:
         return status, {}
 
 
+@dataclass(frozen=True)
+class S3:
+    """A real S3-compatible server (moto in server mode) on loopback, with one bucket."""
+
+    endpoint: str
+    bucket: str
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3]:
+    """moto's S3 server on 127.0.0.1; AWS_* point this process (and the daemons it starts) at it."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    saved = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="iris-test")
+        yield S3(f"http://127.0.0.1:{port}", "iris-test")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
 @dataclass
 class Deployment:
     local: LocalCluster
@@ -117,4 +155,4 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         local.down()
 
 
-__all__ = ["Daemons", "Deployment", "free_port", "get", "health"]
+__all__ = ["S3", "Daemons", "Deployment", "free_port", "get", "health"]
