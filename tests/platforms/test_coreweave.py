@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -177,13 +178,17 @@ async def test_node_that_never_joins_times_out_and_is_deleted(
     fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
 ) -> None:
     """A NodePool still without a ready node after node_ready_timeout fails the slice and is deleted."""
-    group = coreweave_group(node_ready_timeout="1s")
-    platform = CoreweavePlatform(group)
+    group = coreweave_group(node_ready_timeout="20m")
+    skew = timedelta()
+    platform = CoreweavePlatform(group, now=lambda: datetime.now(UTC) + skew)
     await platform.create_slice("h100-t", group)
     described = await platform.describe("h100-t")
     assert described is not None and PlatformState.CREATING == described.state
-    await asyncio.sleep(2.1)  # creationTimestamp has one-second resolution
-    with pytest.raises(SliceFailed, match="not ready after 1 s"):
+    skew = timedelta(minutes=19)  # judged by the NodePool's creationTimestamp, not by when we looked
+    described = await platform.describe("h100-t")
+    assert described is not None and PlatformState.CREATING == described.state
+    skew = timedelta(minutes=21)
+    with pytest.raises(SliceFailed, match="not ready after 1200 s"):
         await platform.describe("h100-t")
     assert {} == fake_k8s.nodepools
 
