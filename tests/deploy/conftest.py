@@ -32,11 +32,13 @@ class Daemons:
     address: str
     store_url: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Set for every daemon started after it changes (e.g. the codec key)."""
 
     def env(self, **extra: str) -> dict[str, str]:
         source_root = str(Path(__file__).resolve().parents[2])
         return {**daemon_environment(os.environ), "PYTHONPATH": source_root, "PYTHONUNBUFFERED": "1",
-                "IRIS_HOME": str(self.home), **extra}
+                "IRIS_HOME": str(self.home), **self.extra_env, **extra}
 
     def start(self, name: str, args: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process at teardown
@@ -45,6 +47,15 @@ class Daemons:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=self.env(**env),
         )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_plain(self, name: str, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+        """Start any command (not an Iris daemon with --temporal/--store) under the same cleanup."""
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed right after the fork
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=self.env(**env))
         log.close()
         self.procs[name] = proc
         return proc
