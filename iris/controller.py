@@ -21,15 +21,21 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
+from activities.platforms import platform_for
+from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from activities.slices import SliceActivities
 from iris import observability
+from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
+from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
+from workflows.ids import AUTOSCALER_WORKFLOW_ID, CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
@@ -48,23 +54,66 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
     await handle.signal(SchedulerWorkflow.configure, store_url)
 
 
+def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
+    """A configured scale group as the autoscaler takes it; its platform settings are checked here.
+
+    ValueError (naming the group and the field) when the platform is unknown or its block is wrong.
+    """
+    platform = getattr(cfg.platform, "value", cfg.platform)
+    spec = ScaleGroupSpec(
+        name=cfg.name, platform=str(platform), hosts_per_slice=cfg.hosts_per_slice, cpu_millis=cfg.cpu_millis,
+        memory_bytes=cfg.memory_bytes, gpus=cfg.gpus, tpus=cfg.tpus, attributes=dict(cfg.attributes),
+        runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra),
+    )  # fmt: skip
+    platform_for(spec)
+    return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds)
+
+
+def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
+    return AutoscalerConfig(groups=[scale_group(g) for g in (config.scale_groups if config else ())])
+
+
+async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
+    """Start the singleton autoscaler if needed and hand it this controller's scale groups.
+
+    With several controllers, the last one to start configures it: give them one config file.
+    """
+    await client.start_workflow(
+        AutoscalerWorkflow.run,
+        None,
+        id=AUTOSCALER_WORKFLOW_ID,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary="Iris autoscaler (singleton)",
+        start_signal="configure",
+        start_signal_args=[config],
+    )
+
+
 # Iris's own workflow and data modules hold no mutable module state, so the sandbox may share
 # them between workflow runs instead of re-importing them for each one (measured: about 40% of
 # the controller's CPU per job went to those re-imports). Determinism is still checked by replay.
 SANDBOX_PASSTHROUGH = ("workflows", "scheduler", "activities")
 
 
-def control_worker(client: Client, executor: concurrent.futures.Executor) -> Worker:
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def control_worker(client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress) -> Worker:
     return Worker(
         client,
         task_queue=CONTROL_TASK_QUEUE,
         workflows=ALL_WORKFLOWS,
-        activities=[find_assignments_activity, deliver_signals],
+        activities=[
+            find_assignments_activity, deliver_signals, autoscale_plan, start_slice_workflow, known_slices,
+            *SliceActivities(control).all(),
+        ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        workflow_runner=workflow_runner(),
     )
 
 
@@ -83,12 +132,18 @@ async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: A
 
 
 async def serve(
-    settings: TemporalSettings, store_url: str, health_port: int | None = None, health_host: str = "127.0.0.1"
+    settings: TemporalSettings,
+    store_url: str,
+    health_port: int | None = None,
+    health_host: str = "127.0.0.1",
+    config: ClusterConfig | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
     With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
     """
+    scaling = autoscaler_config(config)
     probe = ControllerProbe()
     health = None
     if health_port is None:
@@ -104,7 +159,7 @@ async def serve(
         )
         await health.start()
     try:
-        await _serve(client, settings, store_url, probe)
+        await _serve(client, settings, store_url, probe, scaling)
     finally:
         if health is not None:
             await health.stop()
@@ -144,7 +199,11 @@ class ControllerProbe:
         observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
 
 
-async def _serve(client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe) -> None:
+async def _serve(
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig
+) -> None:
+    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
+                                  store_url=store_url)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -152,7 +211,7 @@ async def _serve(client: Client, settings: TemporalSettings, store_url: str, pro
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         ready = False
         while not stop.is_set():
-            worker = control_worker(client, executor)
+            worker = control_worker(client, executor, control)
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
@@ -162,6 +221,7 @@ async def _serve(client: Client, settings: TemporalSettings, store_url: str, pro
                         elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
                             log.warning("search_attribute_missing", step=str(step))
                     await ensure_scheduler(client, store_url)
+                    await ensure_autoscaler(client, scaling)
                     ready = True
                     log.info("controller_serving", **settings.describe(), store=store_url)
                 probe.polling = True

@@ -35,9 +35,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import structlog
+import yaml
 from temporalio.client import Client
 
-from iris.config import AttributeValue, ClusterConfig, LocalWorkerSpec, default_config
+from activities.platforms.base import ControlPlaneAddress
+from activities.platforms.local import format_attribute as format_attribute  # re-exported
+from activities.platforms.local import worker_argv
+from iris.config import ClusterConfig, LocalWorkerSpec, default_config
 from iris.processes import (
     group_alive,
     log_since,
@@ -166,40 +170,50 @@ def temporal_command(
     return argv
 
 
-def controller_command(*, address: str, store_url: str) -> list[str]:
-    """`iris controller serve` run by this interpreter."""
-    return [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+def controller_command(*, address: str, store_url: str, config_path: Path | None = None) -> list[str]:
+    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any)."""
+    argv = [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+    return argv + (["--config", str(config_path)] if config_path is not None else [])
 
 
-def format_attribute(value: AttributeValue) -> str:
-    """An attribute value as `--attribute` text; the worker types numbers and true/false back."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
+    """The config's scale groups as a YAML document `load_config` reads back to the same groups."""
+    groups = []
+    for g in config.scale_groups:
+        platform = str(getattr(g.platform, "value", g.platform))
+        doc: dict[str, Any] = {
+            "name": g.name,
+            "platform": platform,
+            "hosts_per_slice": g.hosts_per_slice,
+            "min_slices": g.min_slices,
+            "max_slices": g.max_slices,
+            "resources": {"cpu": g.cpu_millis / 1000, "memory": g.memory_bytes, "gpus": g.gpus, "tpus": g.tpus},
+            "attributes": dict(g.attributes),
+            "scale_up_delay": g.scale_up_delay_seconds,
+            "scale_down_delay": g.scale_down_delay_seconds,
+        }
+        if g.extra:
+            doc[platform] = dict(g.extra)
+        runtime = getattr(g, "runtime", None)
+        if runtime is not None and str(getattr(runtime, "value", runtime)) != "process":
+            doc["runtime"] = str(getattr(runtime, "value", runtime))
+        groups.append(doc)
+    return {"scale_groups": groups}
 
 
 def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
-    """`iris worker serve` for one local worker, with its capacity and attributes as flags."""
-    argv = [
-        sys.executable, "-m", "iris", "worker", "serve",
-        "--temporal", address,
-        "--store", store_url,
-        "--worker-id", spec.worker_id,
-        "--cpu", str(spec.cpu_millis / 1000),
-        "--memory", str(spec.memory_bytes),
-        "--runtime", str(spec.runtime),
-        # A local cluster is one user's: its tasks run as that user (and reach its Python).
-        "--task-user", "",
-    ]  # fmt: skip
-    if spec.image:
-        argv += ["--default-image", spec.image]
-    if spec.gpus:
-        argv += ["--gpus", str(spec.gpus)]
-    if spec.tpus:
-        argv += ["--tpus", str(spec.tpus)]
-    for key, value in spec.attributes.items():
-        argv += ["--attribute", f"{key}={format_attribute(value)}"]
-    return argv
+    """`iris worker serve` for one local worker: the command the local platform starts its slice hosts with."""
+    return worker_argv(
+        worker_id=spec.worker_id,
+        control=ControlPlaneAddress(temporal_address=address, namespace="default", store_url=store_url),
+        cpu_millis=spec.cpu_millis,
+        memory_bytes=spec.memory_bytes,
+        attributes=spec.attributes,
+        runtime=str(spec.runtime),
+        gpus=spec.gpus,
+        tpus=spec.tpus,
+        image=spec.image,
+    )
 
 
 # ---------------------------------------------------------------------------- processes
@@ -382,13 +396,14 @@ class LocalCluster:
             raise ValueError(
                 f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
             )
+        asked_for_config = config is not None  # no config = "whatever is running", never a mismatch
         config = config if config is not None else default_config()
         with self._locked():
             state = self._read_state()
             current = self._info(state) if state is not None and state.get("pids") else None
             if current is not None and current.running:
                 requested = [s.worker_id for s in config.local_workers()] if "workers" in components else None
-                if requested is not None and requested != current.worker_ids:
+                if asked_for_config and requested is not None and requested != current.worker_ids:
                     log.warning(
                         "local_cluster.already_running",
                         message="already running; run `iris cluster down` first to apply a new config",
@@ -587,7 +602,11 @@ class LocalCluster:
         }
         self._start_temporal(state, previous, dynamic_config, temporal_timeout)
         if CONTROLLER in components:
-            argv = controller_command(address=state["address"], store_url=state["store_url"])
+            scaling: dict[str, Path] = {}
+            if config.scale_groups:  # the controller reads its scale groups from a file, as in production
+                scaling["config_path"] = self.home / "scale-groups.yaml"
+                scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
+            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
             self._spawn_recorded(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():

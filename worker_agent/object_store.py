@@ -30,12 +30,12 @@ from worker_agent.storage import (
     BlobNotFoundError,
     BlobStore,
     LogCursor,
+    LogReading,
     LogStore,
     LogStoreError,
     LogWriter,
     StorageError,
     _split_key,
-    _split_lines,
     encode_component,
 )
 
@@ -70,9 +70,13 @@ class Logs(Protocol):
     def url(self) -> str: ...
     def open_writer(self, job_id: str, task_index: int, attempt: int) -> LogWriter: ...
     def read_lines(self, job_id: str, task_index: int) -> list[str]: ...
+    def read_bytes(self, job_id: str, task_index: int) -> bytes: ...
     def read_new(
-        self, job_id: str, task_index: int, cursor: LogCursor | None = None
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
     ) -> tuple[list[str], LogCursor]: ...
+    def read_new_bytes(
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
+    ) -> tuple[bytes, LogCursor]: ...
 
 
 def is_local(url: str) -> bool:
@@ -105,7 +109,7 @@ def open_log_store(url: str) -> Logs:
     """The log store named by `url` (usually `<store>/logs`)."""
     if is_local(url):
         return LogStore.from_url(url)
-    return ObjectLogStore(url)
+    return ObjectLogStore(url)  # reading (cursor, attempts merged) is LogReading's, as for LogStore
 
 
 @dataclass
@@ -191,7 +195,7 @@ class _ShippingLogWriter(LogWriter):
 
 
 @dataclass
-class ObjectLogStore:
+class ObjectLogStore(LogReading):
     """Task logs as chunk objects, `<root>/<job>/task-<i>/attempt-<n>/chunk-<seq>`, read back by byte offset."""
 
     url: str
@@ -242,36 +246,13 @@ class ObjectLogStore:
         numbers = [n.removeprefix("attempt-") for n in names if n.startswith("attempt-")]
         return sorted(int(n) for n in numbers if n.isdecimal())
 
-    def _read_from(self, prefix: str, offset: int) -> bytes:
+    def read_attempt(self, job_id: str, task_index: int, attempt: int, offset: int) -> bytes:
         """The attempt's bytes from `offset` on, fetching only the chunks that hold them."""
         parts, position = [], 0
-        for path, size in self._chunks(prefix):
+        for path, size in self._chunks(self._attempt_prefix(job_id, task_index, attempt)):
             end = position + size
             if end > offset:
                 data: bytes = self.fs.cat_file(path)
                 parts.append(data[max(0, offset - position):])
             position = end
         return b"".join(parts)
-
-    def read_lines(self, job_id: str, task_index: int) -> list[str]:
-        lines: list[str] = []
-        for attempt in self.attempts(job_id, task_index):
-            lines.extend(_split_lines(self._read_from(self._attempt_prefix(job_id, task_index, attempt), 0)))
-        return lines
-
-    def read_new(
-        self, job_id: str, task_index: int, cursor: LogCursor | None = None
-    ) -> tuple[list[str], LogCursor]:
-        """Same contract as `LogStore.read_new`: complete lines only from the newest attempt."""
-        cursor = cursor or LogCursor()
-        offsets = dict(cursor.offsets)
-        attempts = self.attempts(job_id, task_index)
-        lines: list[str] = []
-        for position, attempt in enumerate(attempts):
-            start = offsets.get(attempt, 0)
-            data = self._read_from(self._attempt_prefix(job_id, task_index, attempt), start)
-            if position == len(attempts) - 1:
-                data = data[: data.rfind(b"\n") + 1]
-            lines.extend(_split_lines(data))
-            offsets[attempt] = start + len(data)
-        return lines, LogCursor(offsets=tuple(sorted(offsets.items())))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
+AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
 # workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
@@ -13,7 +14,9 @@ SIGNALS_BY_ACTIVITY = "signals-by-activity"
 JOB_STATE_ATTRIBUTE = "IrisJobState"
 JOB_NAME_ATTRIBUTE = "IrisJobName"
 JOB_USER_ATTRIBUTE = "IrisUser"
-SEARCH_ATTRIBUTES = (JOB_STATE_ATTRIBUTE, JOB_NAME_ATTRIBUTE, JOB_USER_ATTRIBUTE)
+# Keyword search attribute of every slice workflow (CREATING, READY, ...): the UI's fleet view.
+SLICE_STATE_ATTRIBUTE = "IrisSliceState"
+SEARCH_ATTRIBUTES = (JOB_STATE_ATTRIBUTE, JOB_NAME_ATTRIBUTE, JOB_USER_ATTRIBUTE, SLICE_STATE_ATTRIBUTE)
 
 
 def worker_task_queue(worker_id: str) -> str:

@@ -155,6 +155,16 @@ class _Kube:
                 raise
 
 
+_CLIENTS: dict[Settings, _Kube] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _kube_for(settings: Settings) -> _Kube:
+    """One API client per cluster config: activities build a platform per call, connections are reused."""
+    with _CLIENTS_LOCK:
+        return _CLIENTS.setdefault(settings, _Kube(settings))
+
+
 def _quota_refusal(e: ApiException) -> bool:
     """An admission webhook refusing a NodePool for quota answers 403/422 with the reason in the body."""
     return e.status in (403, 422) and any(w in (e.body or "").lower() for w in QUOTA_WORDS)
@@ -172,7 +182,7 @@ class CoreweavePlatform:
             )
         check_label_value(group.name, "scale group name")
         self.group = group
-        self._kube = _Kube(self.settings)
+        self._kube = _kube_for(self.settings)
         self._now = now or (lambda: datetime.now(UTC))
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:

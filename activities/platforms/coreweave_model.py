@@ -63,7 +63,7 @@ class Settings(BaseModel):
     image: str = Field(min_length=1)  # the worker image (`iris worker serve` on its PATH)
     kubeconfig: str | None = None  # None: in-cluster config (the controller runs as a Pod)
     node_ready_timeout: Seconds = 2700.0  # bare metal takes 20-30 minutes to join
-    pod_ready_timeout: Seconds = 900.0  # image pull + agent start + first /health
+    pod_ready_timeout: Seconds = 600.0  # image pull + agent start + first /health
     pod_delete_timeout: Seconds = 120.0  # terminate waits this long for Pods before deleting the NodePool
     poll_interval: Seconds = 10.0
     health_port: int = Field(default=8081, ge=1, le=65535)  # the agent's /health, probed for readiness
@@ -146,6 +146,7 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
         "--memory", str(group.memory_bytes),
         "--gpus", str(group.gpus),
         "--health-port", str(settings.health_port),
+        "--health-host", "0.0.0.0",  # the kubelet probes the Pod's (host network: the node's) address
     ]  # fmt: skip
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
         args += ["--attribute", _attribute_arg(key, value)]
@@ -240,6 +241,8 @@ class Assessment:
 
 # Words in a NodePool condition's type/reason that mean "no capacity or quota for this instance type".
 QUOTA_WORDS = ("quota", "capacity", "stockout")
+# Condition types that are True when something is wrong.
+PROBLEM_TYPE_WORDS = ("exceeded", "insufficient", "stockout")
 # Condition types that, when False for another reason, mean the NodePool itself is unusable.
 INVALID_CONDITION_TYPES = ("Valid", "Validated")
 # Pod waiting reasons no amount of waiting fixes.
@@ -266,8 +269,11 @@ def _condition_text(cond: Mapping[str, Any]) -> str:
 def _nodepool_problem(nodepool: Mapping[str, Any]) -> tuple[Verdict, str] | None:
     """A quota/capacity condition, or a NodePool the provider refuses outright."""
     for cond in nodepool.get("status", {}).get("conditions") or []:
-        words = f"{cond.get('type', '')} {cond.get('reason', '')}".lower()
-        failing = cond.get("status") == "False" or "exceeded" in words or "insufficient" in words
+        kind = str(cond.get("type", "")).lower()
+        # Most conditions say something good when True ("AtTarget"); a few name the problem ("QuotaExceeded").
+        names_problem = any(w in kind for w in PROBLEM_TYPE_WORDS)
+        failing = cond.get("status") == ("True" if names_problem else "False")
+        words = f"{kind} {cond.get('reason', '')}".lower()
         if failing and any(w in words for w in QUOTA_WORDS):
             return Verdict.QUOTA, _condition_text(cond)
         if cond.get("type") in INVALID_CONDITION_TYPES and cond.get("status") == "False":

@@ -9,7 +9,8 @@ and a resourceVersion from one counter, as a real server does. Errors are `Statu
 JSON. Request bodies are always read before answering (keep-alive connections).
 
 Nothing becomes ready by itself: the test drives status (`set_ready_nodes`,
-`add_condition`, `set_pod_ready`, `set_pod_waiting`) or hooks `on_pod_created`.
+`add_condition`, `set_pod_ready`, `set_pod_waiting`) or hooks object creation and
+deletion (`FakeKubelet` in fake_kubelet.py plays the node that way).
 Every request lands in `calls` with its method, path, labels and status code.
 """
 
@@ -84,8 +85,10 @@ class FakeKubernetes:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[Call] = []
         self._version = 0
+        self.on_nodepool_created: Callable[[dict[str, Any]], None] | None = None
         self.on_pod_created: Callable[[dict[str, Any]], None] | None = None
-        self.on_pod_deleted: Callable[[dict[str, Any]], None] | None = None
+        # Given, a deleted Pod keeps a deletionTimestamp and this runs (in a thread) until it calls remove_pod.
+        self.on_pod_deleting: Callable[[dict[str, Any]], None] | None = None
         self.reject_nodepool_create: tuple[int, str, str] | None = None  # (code, reason, message)
         self.pod_delete_delay = 0.0  # seconds a deleted Pod lingers with a deletionTimestamp
         self._server: ThreadingHTTPServer | None = None
@@ -130,6 +133,13 @@ class FakeKubernetes:
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
 
+    def seed_nodepool(self, name: str, labels: dict[str, str], ready: int = 1) -> None:
+        """A NodePool that exists before the test's clients start (e.g. left behind by a dead controller)."""
+        with self.lock:
+            body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
+            pool = self._create(self.nodepools, name, body, "NodePool")
+            pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
+
     def set_ready_nodes(self, name: str, ready: int) -> None:
         with self.lock:
             pool = self.nodepools[name]
@@ -158,6 +168,14 @@ class FakeKubernetes:
                     for c in pod["spec"]["containers"]
                 ],
             }  # fmt: skip
+            self._bump(pod)
+
+    def set_pod_failed(self, namespace: str, name: str, reason: str) -> None:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                return
+            pod["status"] = {"phase": "Failed", "reason": reason, "conditions": [{"type": "Ready", "status": "False"}]}
             self._bump(pod)
 
     def set_pod_waiting(self, namespace: str, name: str, reason: str, restarts: int = 0, message: str = "") -> None:
@@ -232,6 +250,8 @@ class FakeKubernetes:
                 return 409, _status(409, "AlreadyExists", f'nodepools "{new_name}" already exists', new_name)
             pool = self._create(self.nodepools, new_name, body, "NodePool")
             pool["status"] = {"readyNodes": 0, "currentNodes": 0, "conditions": []}
+            if self.on_nodepool_created is not None:
+                self.on_nodepool_created(pool)
             return 201, pool
         if name is not None and name not in self.nodepools:
             return 404, _status(404, "NotFound", f'nodepools.compute.coreweave.com "{name}" not found', name)
@@ -260,20 +280,23 @@ class FakeKubernetes:
             return 200, self.pods[(ns, name)]
         if name is not None and method == "DELETE":
             pod = self.pods[(ns, name)]
-            if self.pod_delete_delay > 0:
+            if self.on_pod_deleting is not None or self.pod_delete_delay > 0:
+                first = "deletionTimestamp" not in pod["metadata"]
                 pod["metadata"].setdefault("deletionTimestamp", _now())
                 self._bump(pod)
-                threading.Timer(self.pod_delete_delay, self._remove_pod, (ns, name)).start()
+                if self.on_pod_deleting is not None and first:
+                    threading.Thread(target=self.on_pod_deleting, args=(pod,), daemon=True).start()
+                elif self.on_pod_deleting is None:
+                    threading.Timer(self.pod_delete_delay, self.remove_pod, (ns, name)).start()
             else:
-                self._remove_pod(ns, name)
+                self.remove_pod(ns, name)
             return 200, pod
         return 405, _status(405, "MethodNotAllowed", f"{method} not supported here")
 
-    def _remove_pod(self, ns: str, name: str) -> None:
+    def remove_pod(self, ns: str, name: str) -> None:
+        """The Pod's containers have stopped: it disappears from the API."""
         with self.lock:
-            pod = self.pods.pop((ns, name), None)
-        if pod is not None and self.on_pod_deleted is not None:
-            self.on_pod_deleted(pod)
+            self.pods.pop((ns, name), None)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -11,6 +11,7 @@ import pytest
 
 from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
 from activities.platforms.manual import ManualPlatform, parse_settings
+from activities.platforms.ssh import SshError
 from tests.sshd import Sshd, start_sshd, worker_command
 
 
@@ -30,10 +31,21 @@ def iris_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def group(sshd: Sshd, name: str = "ssh-pool", hosts_per_slice: int = 1, **manual: Any) -> ScaleGroupSpec:
-    settings = {"hosts": sshd.hosts, "user": sshd.user, "identity_file": str(sshd.client_key),
-                "worker_command": worker_command(), **manual}
-    return ScaleGroupSpec(name=name, platform="manual", hosts_per_slice=hosts_per_slice, cpu_millis=1000,
-                          memory_bytes=1 << 30, settings=settings)
+    settings = {
+        "hosts": sshd.hosts,
+        "user": sshd.user,
+        "identity_file": str(sshd.client_key),
+        "worker_command": worker_command(),
+        **manual,
+    }
+    return ScaleGroupSpec(
+        name=name,
+        platform="manual",
+        hosts_per_slice=hosts_per_slice,
+        cpu_millis=1000,
+        memory_bytes=1 << 30,
+        settings=settings,
+    )
 
 
 async def test_claim_conflict_and_free(sshd: Sshd) -> None:
@@ -111,6 +123,8 @@ async def test_unreachable_host_is_not_free(sshd: Sshd, tmp_path: Path) -> None:
     g = group(sshd, hosts=[f"127.0.0.1:{free_port()}"])
     with pytest.raises(QuotaExhausted, match="0 of 1 free \\(1 unreachable\\)"):
         await ManualPlatform(g).create_slice("nowhere", g)
+    with pytest.raises(SshError, match=r"cannot tell the state of slice nowhere: .*refused"):
+        await ManualPlatform(g).describe("nowhere")  # unknown, not "gone": the host may hold it
 
 
 def test_settings_errors_name_the_field() -> None:
@@ -122,6 +136,11 @@ def test_settings_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match=r"^manual\.hosts: Field required"):
         parse_settings({})
     assert ["10.0.0.5", "10.0.0.6:2222"] == parse_settings(
-        {"hosts": ["10.0.0.5", "10.0.0.6:2222"], "user": "root", "identity_file": "~/.ssh/iris_ed25519",
-         "known_hosts": None, "worker_command": None}
+        {
+            "hosts": ["10.0.0.5", "10.0.0.6:2222"],
+            "user": "root",
+            "identity_file": "~/.ssh/iris_ed25519",
+            "known_hosts": None,
+            "worker_command": None,
+        }
     ).hosts
