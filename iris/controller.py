@@ -96,6 +96,12 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
 SANDBOX_PASSTHROUGH = ("workflows", "scheduler", "activities")
 
 
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
 def control_worker(client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress) -> Worker:
     return Worker(
         client,
@@ -107,9 +113,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        workflow_runner=workflow_runner(),
     )
 
 

@@ -396,13 +396,14 @@ class LocalCluster:
             raise ValueError(
                 f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
             )
+        asked_for_config = config is not None  # no config = "whatever is running", never a mismatch
         config = config if config is not None else default_config()
         with self._locked():
             state = self._read_state()
             current = self._info(state) if state is not None and state.get("pids") else None
             if current is not None and current.running:
                 requested = [s.worker_id for s in config.local_workers()] if "workers" in components else None
-                if requested is not None and requested != current.worker_ids:
+                if asked_for_config and requested is not None and requested != current.worker_ids:
                     log.warning(
                         "local_cluster.already_running",
                         message="already running; run `iris cluster down` first to apply a new config",

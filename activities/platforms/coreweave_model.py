@@ -241,6 +241,8 @@ class Assessment:
 
 # Words in a NodePool condition's type/reason that mean "no capacity or quota for this instance type".
 QUOTA_WORDS = ("quota", "capacity", "stockout")
+# Condition types that are True when something is wrong.
+PROBLEM_TYPE_WORDS = ("exceeded", "insufficient", "stockout")
 # Condition types that, when False for another reason, mean the NodePool itself is unusable.
 INVALID_CONDITION_TYPES = ("Valid", "Validated")
 # Pod waiting reasons no amount of waiting fixes.
@@ -267,8 +269,11 @@ def _condition_text(cond: Mapping[str, Any]) -> str:
 def _nodepool_problem(nodepool: Mapping[str, Any]) -> tuple[Verdict, str] | None:
     """A quota/capacity condition, or a NodePool the provider refuses outright."""
     for cond in nodepool.get("status", {}).get("conditions") or []:
-        words = f"{cond.get('type', '')} {cond.get('reason', '')}".lower()
-        failing = cond.get("status") == "False" or "exceeded" in words or "insufficient" in words
+        kind = str(cond.get("type", "")).lower()
+        # Most conditions say something good when True ("AtTarget"); a few name the problem ("QuotaExceeded").
+        names_problem = any(w in kind for w in PROBLEM_TYPE_WORDS)
+        failing = cond.get("status") == ("True" if names_problem else "False")
+        words = f"{kind} {cond.get('reason', '')}".lower()
         if failing and any(w in words for w in QUOTA_WORDS):
             return Verdict.QUOTA, _condition_text(cond)
         if cond.get("type") in INVALID_CONDITION_TYPES and cond.get("status") == "False":
