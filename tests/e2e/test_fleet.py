@@ -24,6 +24,7 @@ from temporalio.worker import Replayer
 
 from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec, SliceState
 from iris.config import parse_config
+from iris.fleet import SLICE_STATE
 from iris.local_cluster import LocalCluster
 from tests.support import Cluster, wait_until
 from workflows import ALL_WORKFLOWS
@@ -206,14 +207,16 @@ def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
     """`iris worker drain` returns once the worker's task finished; `iris slice terminate` stops the slice."""
-    job = gang_job(fleet_client, tmp_path, seconds=4.0)
+    job = gang_job(fleet_client, tmp_path, seconds=12.0)
     wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
     worker = next(t.worker_id for t in job.status().tasks if t.task_index == 0)
     slice_id = worker.rsplit("-", 1)[0]
     drained = cli(fleet, "worker", "drain", worker, timeout=120)
+    drained_at = time.time()
     assert 0 == drained.returncode, drained.stderr
     assert "waiting for 1 running tasks" in drained.stderr
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
+    assert ran(tmp_path, job)[0][2] <= drained_at  # the task ran to its end: drained, not killed
     assert {worker} == {w.worker_id for w in fleet_client.list_workers() if w.cordoned}
     listed = cli(fleet, "slice", "list")
     assert slice_id in listed.stdout and "READY" in listed.stdout, listed.stdout
@@ -284,19 +287,22 @@ async def _replay_fleet_histories(address: str) -> dict[str, int]:
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
         kind = f"{wf.workflow_type}-{wf.status.name.lower() if wf.status else 'unknown'}"
+        if wf.workflow_type == "SliceWorkflow":  # one kind per way a slice ends
+            kind += f"-{(wf.typed_search_attributes.get(SLICE_STATE) or 'unknown').lower()}"
         counts[kind] = counts.get(kind, 0) + 1
-        if wf.workflow_type == "SliceWorkflow" and wf.status is not None and wf.status.name == "COMPLETED":
+        if kind == "SliceWorkflow-completed-terminated":
             events.append(len(history.events))
         if record and counts[kind] <= 2:
             fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
             (Path(record) / f"{kind}-{counts[kind]}.json").write_text(json.dumps(fixture))
     if events:
-        print(f"\nfleet: history events per slice lifetime: {sorted(events)}")
+        print(f"\nfleet: history events per slice lifetime (created, ran, scaled down): {sorted(events)}")
     return counts
 
 
 def test_every_slice_and_autoscaler_history_replays(fleet: Cluster) -> None:
     """Every slice and autoscaler history of this module replays against today's workflow code."""
     counts = asyncio.run(_replay_fleet_histories(fleet.info.address))
-    assert counts.get("SliceWorkflow-completed", 0) >= 3, counts
+    assert counts.get("SliceWorkflow-completed-terminated", 0) >= 3, counts
+    assert counts.get("SliceWorkflow-completed-failed", 0) >= 2, counts
     assert counts.get("AutoscalerWorkflow-running", 0) >= 1, counts
