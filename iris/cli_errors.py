@@ -67,11 +67,16 @@ def _is_tty(stream: Any) -> bool:
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """The one-line message and exit code for an exception a command raised."""
+    from pydantic import ValidationError
     from temporalio.service import RPCError
 
     from iris.types import JobFailedError
 
     match exc:
+        case ValidationError():  # a value built in code (a config, settings) refused its input
+            errors = exc.errors()
+            where = ".".join(str(part) for part in errors[0]["loc"])
+            return f"{exc.title}: {where + ': ' if where else ''}{errors[0]['msg']}", USAGE
         case CliError():
             return exc.message, exc.code
         case JobFailedError():

@@ -122,6 +122,9 @@ def coreweave_cluster(
                           "health_port": free_port()},
         }],
     }  # fmt: skip
+    # Left behind by an earlier controller of this cluster: no SliceWorkflow owns it.
+    fake.seed_nodepool("iris-h100-orphan", {"iris-managed": "true", "iris-scale-group": "h100",
+                                            "iris-slice-id": "h100-orphan"})  # fmt: skip
     local = LocalCluster(home)
     try:
         info = local.up(parse_config(config, "coreweave test cluster"))
@@ -130,6 +133,17 @@ def coreweave_cluster(
         local.down()
         node.stop()
         fake.stop()
+
+
+def test_autoscaler_deletes_an_orphaned_nodepool_of_its_group(coreweave_cluster: CoreweaveCluster) -> None:
+    """A NodePool with the group's labels that no SliceWorkflow owns is deleted when the autoscaler starts."""
+    _, fake, _ = coreweave_cluster
+    wait_until(lambda: "iris-h100-orphan" not in fake.nodepools, timeout=60, what="the orphan NodePool is deleted")
+    with fake.lock:
+        lists = [c.selector for c in fake.calls if c.method == "GET" and c.path == NODEPOOLS]
+        deletes = [c.path for c in fake.calls if c.method == "DELETE"]
+    assert {"iris-managed": "true", "iris-scale-group": "h100"} in lists
+    assert f"{NODEPOOLS}/iris-h100-orphan" in deletes
 
 
 def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_when_idle(
@@ -161,7 +175,7 @@ def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_whe
     with fake.lock:
         calls = list(fake.calls)
     writes = [(c.method, c.path.rsplit("/", 1)[-1] if c.method == "DELETE" else c.path) for c in calls
-              if c.method in ("POST", "DELETE") and c.status in (200, 201)]  # fmt: skip
+              if c.method in ("POST", "DELETE") and c.status in (200, 201) and "orphan" not in c.path]  # fmt: skip
     assert [("POST", NODEPOOLS), ("POST", PODS), ("DELETE", pod_key[1]), ("DELETE", f"iris-{k8s_name_of(slice_id)}")
             ] == writes  # fmt: skip
     assert all(c.labels.get("iris-scale-group") == "h100" for c in calls if c.method == "POST")
