@@ -29,6 +29,7 @@ from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
 from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.storage import BlobStore, LogCursor, LogStore
+from workflows.details import job_request_markdown
 from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
@@ -164,6 +165,7 @@ class AsyncIrisClient:
                 ]
             ),
             static_summary=f"{req.name}: {req.replicas} x {what}",
+            static_details=job_request_markdown(req),
         )
         return job_id
 
