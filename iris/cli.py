@@ -508,7 +508,7 @@ def cluster_down() -> None:
 
 @cluster_app.command("status")
 def cluster_status(temporal: TemporalOpt = None) -> None:
-    """Temporal address, UI URL, workers and queue depth."""
+    """Temporal address, UI URL, store URL, workers and queue depth."""
     from iris.local_cluster import LocalCluster
 
     info = None if temporal is not None else LocalCluster().status()
@@ -523,10 +523,47 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     out.print(f"Temporal: {address}")
     if info is not None:
         out.print(f"UI: {info.ui_url}")
+    out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
     )
+
+
+# -- payload encryption --------------------------------------------------------------------------------
+
+
+@app.command("codec-server")
+def codec_server(
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8081,
+    host: Annotated[str, typer.Option(help="address to listen on (keep it loopback: it decrypts)")] = "127.0.0.1",
+    ui_origin: Annotated[
+        list[str] | None, typer.Option("--ui-origin", help="Temporal UI origin allowed to call it, e.g. http://localhost:8233")
+    ] = None,
+) -> None:
+    """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE)."""
+    from aiohttp import web
+
+    from iris.codec import EncryptionCodec, load_key
+    from iris.codec_server import make_app
+
+    try:
+        key = load_key()
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if key is None:
+        raise _fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
+    codec = EncryptionCodec(key)
+    err.print(f"codec server for key {codec.key_id} on http://{host}:{port}")
+    web.run_app(make_app(codec, tuple(ui_origin or ())), host=host, port=port, print=None)
+
+
+@app.command("codec-key")
+def codec_key() -> None:
+    """Print a new random payload encryption key (base64), for IRIS_CODEC_KEY or a key file."""
+    from iris.codec import generate_key
+
+    out.print(generate_key(), markup=False, highlight=False)
 
 
 def main() -> None:
