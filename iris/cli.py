@@ -36,8 +36,15 @@ app.add_typer(controller_app, name="controller")
 temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
 
-err = Console(stderr=True)
-out = Console()
+def _console(stderr: bool = False) -> Console:
+    """Rich output that never wraps a line: at the terminal's width on a terminal, unbounded in a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(stderr=stderr, soft_wrap=True, width=None if tty else 1_000_000)
+
+
+err = _console(stderr=True)
+out = _console()
 
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
@@ -214,6 +221,10 @@ def run(
         )
         build_request(**options)  # every check, before anything connects or starts
         command_argv(command)
+        for text in (*command, name or "", *(env or []), *(constraint or [])):
+            text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
+    except UnicodeError:
+        raise
     except ValueError as e:
         raise _fail(_as_flags(str(e))) from None
     client = _client(temporal, store, start=True)
