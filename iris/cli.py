@@ -36,8 +36,15 @@ app.add_typer(controller_app, name="controller")
 temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
 
-err = Console(stderr=True)
-out = Console()
+def _console(stderr: bool = False) -> Console:
+    """Rich output that never wraps a line: at the terminal's width on a terminal, unbounded in a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(stderr=stderr, soft_wrap=True, width=None if tty else 1_000_000)
+
+
+err = _console(stderr=True)
+out = _console()
 
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
@@ -214,6 +221,10 @@ def run(
         )
         build_request(**options)  # every check, before anything connects or starts
         command_argv(command)
+        for text in (*command, name or "", *(env or []), *(constraint or [])):
+            text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
+    except UnicodeError:
+        raise
     except ValueError as e:
         raise _fail(_as_flags(str(e))) from None
     client = _client(temporal, store, start=True)
@@ -531,6 +542,55 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
 
 
 # -- payload encryption --------------------------------------------------------------------------------
+
+
+# -- images --------------------------------------------------------------------------------------------
+
+build_app = typer.Typer(help="Images.", invoke_without_command=True)
+app.add_typer(build_app, name="build")
+TagOpt = Annotated[str, typer.Option(help="image tag")]
+DockerHostOpt = Annotated[str | None, typer.Option("--docker-host", envvar="DOCKER_HOST", help="docker engine URL")]
+
+
+@build_app.callback()
+def build(
+    ctx: typer.Context,
+    tag: TagOpt = "latest",
+    context: Annotated[Path, typer.Option(help="the Iris source checkout (build context)")] = Path(),
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="K=V passed to the Dockerfiles")] = None,
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Build the iris-controller, iris-worker and iris-task images (then `iris build push --registry R`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from iris.build import BuildError, build_images
+
+    try:
+        args = dict(parse_pair(a, "--build-arg") for a in build_arg or [])
+        built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for image in built:
+        out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
+
+
+@build_app.command("push")
+def build_push(
+    registry: Annotated[str, typer.Option(help="registry (and path) to push to, e.g. ghcr.io/acme")],
+    tag: TagOpt = "latest",
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Push the built images to REGISTRY/<name>:<tag>."""
+    from iris.build import BuildError, push_images
+
+    try:
+        pushed = push_images(registry, tag=tag, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for ref in pushed:
+        out.print(f"pushed {ref}", markup=False, highlight=False)
 
 
 @app.command("codec-server")
