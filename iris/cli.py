@@ -544,6 +544,55 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
 # -- payload encryption --------------------------------------------------------------------------------
 
 
+# -- images --------------------------------------------------------------------------------------------
+
+build_app = typer.Typer(help="Images.", invoke_without_command=True)
+app.add_typer(build_app, name="build")
+TagOpt = Annotated[str, typer.Option(help="image tag")]
+DockerHostOpt = Annotated[str | None, typer.Option("--docker-host", envvar="DOCKER_HOST", help="docker engine URL")]
+
+
+@build_app.callback()
+def build(
+    ctx: typer.Context,
+    tag: TagOpt = "latest",
+    context: Annotated[Path, typer.Option(help="the Iris source checkout (build context)")] = Path(),
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="K=V passed to the Dockerfiles")] = None,
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Build the iris-controller, iris-worker and iris-task images (then `iris build push --registry R`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from iris.build import BuildError, build_images
+
+    try:
+        args = dict(parse_pair(a, "--build-arg") for a in build_arg or [])
+        built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for image in built:
+        out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
+
+
+@build_app.command("push")
+def build_push(
+    registry: Annotated[str, typer.Option(help="registry (and path) to push to, e.g. ghcr.io/acme")],
+    tag: TagOpt = "latest",
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Push the built images to REGISTRY/<name>:<tag>."""
+    from iris.build import BuildError, push_images
+
+    try:
+        pushed = push_images(registry, tag=tag, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for ref in pushed:
+        out.print(f"pushed {ref}", markup=False, highlight=False)
+
+
 @app.command("codec-server")
 def codec_server(
     port: Annotated[int, typer.Option(help="port to listen on")] = 8081,
