@@ -174,7 +174,11 @@ class GcpPlatform:
         if vms is not None and vms != group.hosts_per_slice:
             raise ValueError(f"scale group {group.name}: hosts_per_slice must be {vms} for gcp.accelerator_type "
                              f"{self.settings.accelerator_type} (one host per TPU VM), got {group.hosts_per_slice}")
-        self.client = tpu_client(self.settings.api_endpoint)
+
+    @property
+    def client(self) -> tpu_v2.TpuClient:
+        """Made on first use, so checking a config needs no credentials."""
+        return tpu_client(self.settings.api_endpoint)
 
     def _node_name(self, slice_id: str) -> str:
         return f"{self.settings.parent}/nodes/{node_id_for(slice_id)}"
