@@ -62,7 +62,7 @@ def test_job_runs_on_a_coreweave_slice_and_terminate_stops_its_worker(
         attributes={"gpu-type": "h100"}, runtime="process",
         settings={"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:test",
                   "kubeconfig": str(fake.write_kubeconfig(tmp_path / "kubeconfig")), "poll_interval": 0.2,
-                  "health_port": free_port()},
+                  "health_port": free_port(), "host_dir": str(tmp_path / "node")},
     )  # fmt: skip
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)
     platform = CoreweavePlatform(group)
@@ -122,12 +122,13 @@ def coreweave_cluster(
             "attributes": {"gpu-type": "h100"}, "scale_up_delay": "0s", "scale_down_delay": "3s",
             "coreweave": {"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:test",
                           "kubeconfig": str(fake.write_kubeconfig(home / "kubeconfig")), "poll_interval": 0.5,
-                          "health_port": free_port()},
+                          "health_port": free_port(), "host_dir": str(home / "node")},
         }, {
             "name": "b200", "platform": "coreweave", "max_slices": 1, "runtime": "process",
             "resources": {"cpu": 2, "memory": "2g", "gpus": 8}, "attributes": {"gpu-type": "b200"},
             "coreweave": {"namespace": "iris", "instance_type": "gd-8xb200", "image": "iris-worker:test",
-                          "kubeconfig": str(home / "kubeconfig"), "poll_interval": 0.5, "health_port": free_port()},
+                          "kubeconfig": str(home / "kubeconfig"), "poll_interval": 0.5, "health_port": free_port(),
+                          "host_dir": str(home / "node")},
         }],
     }  # fmt: skip
     node.stocked_out.add("gd-8xb200")
