@@ -133,7 +133,7 @@ def test_settings_and_vm_count_are_checked(fake_tpu: FakeTpu) -> None:
 def test_readme_config_is_valid() -> None:
     """The README's manual and gcp scale groups load and pass both platforms' checks as written."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Hosts over SSH and Cloud TPU"):]
+    section = readme[readme.index("## Hosts over SSH and Cloud TPU") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert block is not None
     config = parse_config(yaml.safe_load(block[1]), "README")
