@@ -98,7 +98,8 @@ async def test_nodepool_and_pod_lifecycle_to_ready(
     assert {"path": "/health", "port": 8081} == container["readinessProbe"]["httpGet"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert {"IRIS_TEMPORAL_ADDRESS": "temporal.iris.svc:7233", "IRIS_TEMPORAL_NAMESPACE": "default",
-            "IRIS_STORE": "s3://bucket/iris", "AWS_REGION": "us-east", "IRIS_HOME": "/var/lib/iris"} == env  # fmt: skip
+            "IRIS_STORE": "s3://bucket/iris", "AWS_REGION": "us-east", "IRIS_HOME": "/var/lib/iris",
+            "PYTHONPATH": "/var/lib/iris/code"} == env  # fmt: skip
     # The agent's home is the node's directory at the same path (containerd mounts task areas from the node),
     # and the CRI socket is the node's.
     assert [{"name": "iris-home", "hostPath": {"path": "/var/lib/iris", "type": "DirectoryOrCreate"}},
