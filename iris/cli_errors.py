@@ -81,6 +81,10 @@ def describe(exc: BaseException) -> tuple[str, int]:
             return exc.message, exc.code
         case JobFailedError():
             return str(exc), FAILURE
+        case UnicodeError():  # an argument that is not UTF-8 (the shell passed raw bytes)
+            bad = getattr(exc, "object", "")[getattr(exc, "start", 0):getattr(exc, "end", 0)]
+            shown = repr(bad.encode("utf-8", "surrogateescape")) if isinstance(bad, str) else repr(bad)
+            return f"text must be valid UTF-8, got the bytes {shown}", USAGE
         case KeyError():
             return str(exc.args[0]) if exc.args else "not found", FAILURE
         case ValueError():

@@ -40,6 +40,7 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
     ContainerRuntime,
@@ -51,7 +52,7 @@ from worker_agent.runtimes.base import (
     TaskStartError,
 )
 from worker_agent.runtimes.process import ProcessRuntime
-from worker_agent.storage import BlobNotFoundError, BlobStore, LogStore, StorageError
+from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
@@ -154,8 +155,8 @@ class WorkerAgent:
         self.config = config
         self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir)
         self.session = uuid.uuid4().hex
-        self.blobs = BlobStore.from_url(config.store_url)
-        self.logs = LogStore.from_url(config.store_url.rstrip("/") + "/logs")
+        self.blobs = open_blob_store(config.store_url)
+        self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or _default_task_dir(config.state_dir)
         self._staged_runner: str | None = None

@@ -128,7 +128,7 @@ def nodepool_manifest(slice_id: str, group: ScaleGroupSpec, settings: Settings) 
         "spec": {
             "instanceType": settings.instance_type,
             "autoscaling": False,
-            "targetNodes": group.hosts_per_slice,
+            "targetNodes": 1,
             "nodeLabels": labels,
         },
     }

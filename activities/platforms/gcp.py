@@ -53,8 +53,10 @@ log = structlog.get_logger(__name__)
 
 KIND = "gcp"  # the remote state directory's name under the Iris home on each VM
 CALL_TIMEOUT = 60.0  # one API call
-CREATE_TIMEOUT = 30 * 60.0  # a TPU node's create operation (minutes for big slices); then describe polls
-DELETE_TIMEOUT = 15 * 60.0
+# How long create/terminate wait for their operation: less than the slice activities' own 10 minutes.
+# A create still running then is CREATING (the caller polls describe); a delete still running, DELETING.
+CREATE_TIMEOUT = 5 * 60.0
+DELETE_TIMEOUT = 5 * 60.0
 STOP_AGENT_TIMEOUT = 30.0  # a VM about to be deleted gets this long to stop its agent cleanly
 
 State = tpu_v2.Node.State
@@ -252,6 +254,8 @@ class GcpPlatform:
             await self._call(operation.result, timeout=DELETE_TIMEOUT)
         except gexc.NotFound:
             pass
+        except (concurrent.futures.TimeoutError, gexc.RetryError):
+            log.warning("gcp_node_delete_slow", slice_id=slice_id, waited=DELETE_TIMEOUT)
 
     async def describe(self, slice_id: str) -> SliceInfo | None:
         """The node's state and its VMs' internal addresses; None when there is no node."""
@@ -296,8 +300,8 @@ class GcpPlatform:
     async def terminate(self, slice_id: str) -> None:
         """Stop the agents (best effort: the VMs are going) and delete the node; no node is fine."""
         info = await self.describe(slice_id)
-        if info is None:
-            return
+        if info is None or info.state == PlatformState.DELETING:
+            return  # gone, or an earlier call's delete is under way
         if info.state == PlatformState.READY:
             node_id = node_id_for(slice_id)
 

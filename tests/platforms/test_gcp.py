@@ -25,11 +25,20 @@ def fake_tpu() -> Iterator[FakeTpu]:
 
 
 def gcp_group(fake: FakeTpu, name: str = "tpu-v5e-16", hosts: int = 4, **settings: Any) -> ScaleGroupSpec:
-    block = {"project": "proj", "zone": "us-central2-b", "accelerator_type": "v5litepod-16",
-             "runtime_version": "v2-alpha-tpuv5-lite", "spot": True, "network": "iris-net",
-             "service_account": "iris@proj.iam.gserviceaccount.com", "api_endpoint": fake.endpoint, **settings}
-    return ScaleGroupSpec(name=name, platform="gcp", hosts_per_slice=hosts, cpu_millis=1000,
-                          memory_bytes=1 << 30, settings=block)
+    block = {
+        "project": "proj",
+        "zone": "us-central2-b",
+        "accelerator_type": "v5litepod-16",
+        "runtime_version": "v2-alpha-tpuv5-lite",
+        "spot": True,
+        "network": "iris-net",
+        "service_account": "iris@proj.iam.gserviceaccount.com",
+        "api_endpoint": fake.endpoint,
+        **settings,
+    }
+    return ScaleGroupSpec(
+        name=name, platform="gcp", hosts_per_slice=hosts, cpu_millis=1000, memory_bytes=1 << 30, settings=block
+    )
 
 
 async def test_create_describe_list_delete(fake_tpu: FakeTpu) -> None:
@@ -48,7 +57,10 @@ async def test_create_describe_list_delete(fake_tpu: FakeTpu) -> None:
     node = create[0].node
     assert slice_labels("tpu-v5e-16", "tpu-v5e-16-abc") == dict(node.labels)
     assert ("v5litepod-16", "v2-alpha-tpuv5-lite", True, "iris-net", "iris@proj.iam.gserviceaccount.com") == (
-        node.accelerator_type, node.runtime_version, node.scheduling_config.spot, node.network_config.network,
+        node.accelerator_type,
+        node.runtime_version,
+        node.scheduling_config.spot,
+        node.network_config.network,
         node.service_account.email,
     )
     assert "GetOperation" in fake_tpu.methods()  # the client polled the create operation to its end

@@ -109,8 +109,9 @@ class FakeTpu:
             op.polls += 1
             if op.error is not None:
                 code, message = op.error
-                return operations_pb2.Operation(name=request.name, done=True,
-                                                error=status_pb2.Status(code=code, message=message))
+                return operations_pb2.Operation(
+                    name=request.name, done=True, error=status_pb2.Status(code=code, message=message)
+                )
             if op.polls < self.polls_to_ready:
                 return operations_pb2.Operation(name=request.name, done=False)
             response = any_pb2.Any()
@@ -146,16 +147,23 @@ class FakeTpu:
             )
 
         op_out = operations_pb2.Operation.SerializeToString
-        tpu = grpc.method_handlers_generic_handler(TPU_SERVICE, {
-            "GetNode": unary("GetNode", self._get_node, tpu_v2.GetNodeRequest, tpu_v2.Node.serialize),
-            "ListNodes": unary("ListNodes", self._list_nodes, tpu_v2.ListNodesRequest,
-                               tpu_v2.ListNodesResponse.serialize),
-            "CreateNode": unary("CreateNode", self._create_node, tpu_v2.CreateNodeRequest, op_out),
-            "DeleteNode": unary("DeleteNode", self._delete_node, tpu_v2.DeleteNodeRequest, op_out),
-        })
-        ops = grpc.method_handlers_generic_handler(OPERATIONS_SERVICE, {
-            "GetOperation": unary("GetOperation", self._get_operation, operations_pb2.GetOperationRequest, op_out),
-        })
+        tpu = grpc.method_handlers_generic_handler(
+            TPU_SERVICE,
+            {
+                "GetNode": unary("GetNode", self._get_node, tpu_v2.GetNodeRequest, tpu_v2.Node.serialize),
+                "ListNodes": unary(
+                    "ListNodes", self._list_nodes, tpu_v2.ListNodesRequest, tpu_v2.ListNodesResponse.serialize
+                ),
+                "CreateNode": unary("CreateNode", self._create_node, tpu_v2.CreateNodeRequest, op_out),
+                "DeleteNode": unary("DeleteNode", self._delete_node, tpu_v2.DeleteNodeRequest, op_out),
+            },
+        )
+        ops = grpc.method_handlers_generic_handler(
+            OPERATIONS_SERVICE,
+            {
+                "GetOperation": unary("GetOperation", self._get_operation, operations_pb2.GetOperationRequest, op_out),
+            },
+        )
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self._server.add_generic_rpc_handlers((tpu, ops))
         self.port = self._server.add_insecure_port("127.0.0.1:0")
@@ -186,8 +194,8 @@ class FakeMetadata:
                 prefix = "/computeMetadata/v1/instance/attributes/"
                 if self.headers.get("Metadata-Flavor") != "Google":
                     self._answer(403, "Missing required header: Metadata-Flavor")
-                elif self.path.startswith(prefix) and self.path[len(prefix):] in fake.attributes:
-                    self._answer(200, fake.attributes[self.path[len(prefix):]])
+                elif self.path.startswith(prefix) and self.path[len(prefix) :] in fake.attributes:
+                    self._answer(200, fake.attributes[self.path[len(prefix) :]])
                 else:
                     self._answer(404, "not found")
 
@@ -219,8 +227,13 @@ class FakeMetadata:
 
 def tpu_vm_attributes(node_id: str, accelerator_type: str, topology: str, worker: int, vms: int) -> dict[str, str]:
     """A TPU VM's metadata attributes as the real metadata server lays them out."""
-    env = {"ACCELERATOR_TYPE": accelerator_type, "NODE_ID": node_id, "TOPOLOGY": topology,
-           "WORKER_ID": str(worker), "ZONE": "us-central2-b"}
+    env = {
+        "ACCELERATOR_TYPE": accelerator_type,
+        "NODE_ID": node_id,
+        "TOPOLOGY": topology,
+        "WORKER_ID": str(worker),
+        "ZONE": "us-central2-b",
+    }
     return {
         "accelerator-type": accelerator_type,
         "agent-worker-number": str(worker),
