@@ -34,19 +34,9 @@ NODEPOOL_PLURAL = "nodepools"
 NODEPOOL_KIND = "NodePool"
 WORKER_CONTAINER = "iris-worker"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
-# The init container copies the task runner's packages (worker_agent, cloudpickle) here, under host_dir,
-# and the agent imports them from there: containerd mounts the runner code into task containers from the
-# path the agent sees, which must be a path on the node, not inside the agent's image.
-RUNNER_CODE_SUBDIR = "code"
-COPY_RUNNER_CODE = """\
-import pathlib, shutil, sys
-import cloudpickle, worker_agent
-target = pathlib.Path(sys.argv[1])
-for module in (worker_agent, cloudpickle):
-    source = pathlib.Path(module.__file__).resolve().parent
-    shutil.rmtree(target / source.name, ignore_errors=True)
-    shutil.copytree(source, target / source.name, ignore=shutil.ignore_patterns("__pycache__"))
-"""
+# Task directories the node's containerd mounts into task containers: a node path, mounted into
+# the agent's Pod at the same path, so the agent and the engine see the same files.
+TASK_DIR = "/var/lib/iris/tasks"
 TLS_DIR = "/etc/iris/tls"  # where the controller Deployment and worker Pods mount the Temporal TLS files
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -166,6 +156,8 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
     ]  # fmt: skip
     if group.image:
         args += ["--default-image", group.image]
+    if group.runtime == "containerd":
+        args += ["--task-dir", TASK_DIR]
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
         args += ["--attribute", _attribute_arg(key, value)]
     return args
@@ -176,9 +168,7 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """The agent Pod: on the slice's node (nodeSelector), host networking, GPU/RDMA limits, ready on /health."""
     labels = slice_labels(group.name, slice_id)
-    code_dir = f"{settings.host_dir.rstrip('/')}/{RUNNER_CODE_SUBDIR}"
     env = {
-        **({"PYTHONPATH": code_dir} if group.runtime == "containerd" else {}),
         "IRIS_HOME": settings.host_dir,
         "IRIS_TEMPORAL_ADDRESS": control.temporal_address,
         "IRIS_TEMPORAL_NAMESPACE": control.namespace,
@@ -220,16 +210,11 @@ def pod_manifest(
         {"name": "iris-home", "hostPath": {"path": settings.host_dir, "type": "DirectoryOrCreate"}}
     ]
     if group.runtime == "containerd":
-        # The agent starts task containers through the node's CRI socket, not inside its own Pod, so what it
-        # mounts into them (task areas, the runner's code) must live on the node, under host_dir.
+        # The agent starts task containers through the node's CRI socket, not inside its own Pod.
         mounts.append({"name": "containerd", "mountPath": CONTAINERD_SOCKET})
         volumes.append({"name": "containerd", "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"}})
-        spec["initContainers"] = [{
-            "name": "runner-code",
-            "image": settings.image,
-            "command": ["python", "-c", COPY_RUNNER_CODE, code_dir],
-            "volumeMounts": [{"name": "iris-home", "mountPath": settings.host_dir}],
-        }]  # fmt: skip
+        mounts.append({"name": "iris-tasks", "mountPath": TASK_DIR})
+        volumes.append({"name": "iris-tasks", "hostPath": {"path": TASK_DIR, "type": "DirectoryOrCreate"}})
     if settings.tls_secret:
         mounts.append({"name": "temporal-tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "temporal-tls", "secret": {"secretName": settings.tls_secret}})
