@@ -16,7 +16,7 @@ import structlog
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -24,15 +24,20 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
+from workflows.ids import CONTROL_TASK_QUEUE, KIND_ATTRIBUTE, SCHEDULER_KIND, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
+INDEXED_TYPES = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
 
 
 
 async def ensure_search_attributes(client: Client) -> None:
-    """Register Iris's keyword search attributes if the server lacks them (idempotent)."""
+    """Register Iris's search attributes if the server lacks them (idempotent)."""
     existing = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
@@ -42,7 +47,7 @@ async def ensure_search_attributes(client: Client) -> None:
             await client.operator_service.add_search_attributes(
                 AddSearchAttributesRequest(
                     namespace=client.namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
+                    search_attributes={name: INDEXED_TYPES[SEARCH_ATTRIBUTES[name]] for name in missing},
                 )
             )
         except RPCError as err:
@@ -58,6 +63,7 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
         id=SCHEDULER_WORKFLOW_ID,
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, SCHEDULER_KIND)]),
         static_summary="Iris scheduler (singleton)",
     )
     await handle.signal(SchedulerWorkflow.configure, store_url)

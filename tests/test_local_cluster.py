@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
 from iris import local_cluster
 from iris.config import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
+from iris.controller import INDEXED_TYPES
 from iris.local_cluster import (
     SEARCH_ATTRIBUTES,
     ClusterInfo,
@@ -205,8 +205,8 @@ async def test_temporal_starts_with_search_attributes_and_stops_cleanly(cluster:
     response = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace="default")
     )
-    for name in SEARCH_ATTRIBUTES:
-        assert response.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        assert response.custom_attributes[name] == INDEXED_TYPES[kind]
 
     pid = info.pids["temporal"]
     cluster.down()
