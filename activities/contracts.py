@@ -89,8 +89,20 @@ class TaskStarted:
 
 @dataclass
 class WorkerSessionInput:
+    """The liveness session of one agent process: the host it runs for, and any more it serves.
+
+    An agent that registers through `register_workers` sets `announced`: its
+    WorkerWorkflow then takes the scheduler's `registered` reply and hands it to
+    the agent through the `registration` update. One session may cover many hosts
+    (`more_worker_ids`, heartbeating on `task_queue`): N missed beats make all of
+    them lost at once, which is how one process can carry a thousand simulated hosts.
+    """
+
     worker_id: str
     session: str
+    announced: bool = False
+    more_worker_ids: list[str] = field(default_factory=list)
+    task_queue: str = ""  # where the session activity runs; default: the worker's own queue
 
 
 @dataclass

@@ -16,6 +16,7 @@ from activities.proto.values import get_attr
 from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
 
 FIND_ASSIGNMENTS = "find_assignments"
+MAX_REASON = 300  # characters of a pending reason that are kept
 
 
 def resources_from_pb(r: pb.Resources) -> Resources:
@@ -23,7 +24,10 @@ def resources_from_pb(r: pb.Resources) -> Resources:
 
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    return snapshot_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(data)))
+
+
+def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
     workers = [
         WorkerSnapshot(
             worker_id=w.worker_id,
@@ -53,18 +57,37 @@ def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]
     return workers, jobs
 
 
-def encode_plan(result: scheduler.SchedulingResult) -> bytes:
+def cap_reason(reason: str) -> str:
+    """A pending reason short enough to keep for every job of a 100k-task queue."""
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
+
+
+def reason_crc(reason: str) -> int:
+    return zlib.crc32(reason.encode())
+
+
+def encode_plan(result: scheduler.SchedulingResult, known: dict[str, int] | None = None) -> bytes:
+    """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds)."""
+    known = known or {}
     plan = pb.SchedulingPlan()
     for a in result.assignments:
         plan.assignments.add(job_id=a.job_id, task_index=a.task_index, worker_id=a.worker_id)
     for job_id, index in result.timed_out:
         plan.timed_out.add(job_id=job_id, task_index=index)
-    plan.pending_reasons.update(result.pending_reasons)
+    for job_id, reason in result.pending_reasons.items():
+        reason = cap_reason(reason)
+        if reason_crc(reason) != known.get(job_id, 0):
+            plan.pending_reasons[job_id] = reason
     return zlib.compress(plan.SerializeToString(), 1)
 
 
 @activity.defn(name=FIND_ASSIGNMENTS)
 def find_assignments_activity(snapshot: bytes) -> bytes:
-    """Run one scheduling pass; a sync activity so a big pass runs off the event loop."""
-    workers, jobs = decode_snapshot(snapshot)
-    return encode_plan(scheduler.find_assignments(workers, jobs))
+    """Run one scheduling pass; a sync activity so a big pass runs off the event loop.
+
+    Decoding, scheduling and diffing the reasons all happen here, not in the workflow task.
+    """
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
+    workers, jobs = snapshot_from_pb(snap)
+    known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
+    return encode_plan(scheduler.find_assignments(workers, jobs), known)

@@ -13,14 +13,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from iris.cli_errors import USAGE, CliError, exit_now, run_cli
 from iris.cli_parsing import parse_constraint, parse_pair, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
-from iris.types import CoschedulingConfig, JobFailedError, JobState, JobStatus, ResourceSpec
+from iris.connection import TemporalSettings
+from iris.submission import build_request, command_argv
+from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec
 from iris.units import format_memory, parse_cpu, parse_memory
 
 app = typer.Typer(
     help="Iris: durable multi-host accelerator jobs on Temporal.", no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,  # errors are one line, printed by iris.cli_errors.run_cli
 )
 cluster_app = typer.Typer(help="The embedded local cluster.", no_args_is_help=True)
 job_app = typer.Typer(help="Jobs.", no_args_is_help=True)
@@ -30,12 +33,20 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(job_app, name="job")
 app.add_typer(worker_app, name="worker")
 app.add_typer(controller_app, name="controller")
+temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
+app.add_typer(temporal_app, name="temporal")
 
 err = Console(stderr=True)
 out = Console()
 
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
+]
+HealthPortOpt = Annotated[
+    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
+]
+HealthHostOpt = Annotated[
+    str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
 ]
 StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
 
@@ -53,16 +64,81 @@ def configure_logging(json: bool = True) -> None:
     )
 
 
-def _client(temporal: str | None, store: str | None = None) -> IrisClient:
-    if temporal is None:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("iris")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        out.print(f"iris {_version()}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Iris: durable multi-host accelerator jobs on Temporal."""
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version of Iris."""
+    out.print(f"iris {_version()}", markup=False, highlight=False)
+
+
+NO_LOCAL_CLUSTER = "no local cluster running (start it with `iris cluster up`)"
+
+
+def _settings(temporal: str | None) -> TemporalSettings:
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    try:
+        return TemporalSettings.load(address=temporal)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+
+
+def _client(temporal: str | None, store: str | None = None, *, start: bool = False) -> IrisClient:
+    """A client of `--temporal`, else of the local cluster; only `start=True` (iris run) may start one.
+
+    Read commands never start a cluster: a stopped one stays stopped and the user is told how to start it.
+    Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
+    """
+    settings = _settings(temporal)
+    if settings.address is None and not start:
+        from iris.local_cluster import LocalCluster
+
+        info = LocalCluster().status()
+        if info is None or not info.running:
+            raise CliError(NO_LOCAL_CLUSTER)
+        settings = settings.model_copy(update={"address": info.address})
+        store = store or info.store_url
+    elif settings.address is None:
         err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
-    return IrisClient.connect(temporal, store=store)
+    client = IrisClient.connect(store=store, settings=settings)
+    _open_clients.append(client)
+    return client
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    """Print the error and exit; typed as returning so callers can `raise _fail(...)` for the checker."""
-    err.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
+_open_clients: list[IrisClient] = []
+"""Clients this command opened, closed before the process exits."""
+
+
+def _close_clients() -> None:
+    while _open_clients:
+        _open_clients.pop().close()
+
+
+def _fail(message: str, code: int = USAGE) -> CliError:
+    """Stop the command with one line on stderr (see iris.cli_errors); `raise _fail(...)` reads as intended."""
+    raise CliError(message, code)
 
 
 def _describe(status: JobStatus) -> str:
@@ -71,6 +147,23 @@ def _describe(status: JobStatus) -> str:
     if status.pending_reason:
         line += f" — waiting: {status.pending_reason}"
     return line
+
+
+_FLAG_OF_FIELD = {
+    "resources.replicas": "--replicas", "resources.cpu": "--cpu", "resources.memory": "--memory",
+    "resources.tpu": "--tpu", "resources.gpus": "--gpu", "coscheduling.group_by": "--coschedule",
+    "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
+    "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
+    "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
+}
+
+
+def _as_flags(message: str) -> str:
+    """A submission error names the API field (`max_retries_failure`); on the command line, name the flag."""
+    for field_name, flag in _FLAG_OF_FIELD.items():
+        if message.startswith(field_name) and message[len(field_name):len(field_name) + 1] in (" ", ":", "[", "."):
+            return flag + message[len(field_name):]
+    return message
 
 
 # -- iris run -------------------------------------------------------------------------------------
@@ -99,13 +192,19 @@ def run(
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Submit CMD as a job, stream its logs prefixed by task index, exit 0 on success."""
+    """Submit CMD as a job, stream its logs prefixed by task index, exit 0 on success.
+
+    Tasks run on workers, not in this terminal: their stdin is empty (/dev/null), so pass input as
+    arguments, environment (-e) or files in the store; their stdout and stderr are the job's logs.
+    """
+    if name is not None and not name.strip():
+        raise _fail("--name: must not be empty")
     try:
         options: dict[str, Any] = dict(
-            name=name or Path(command[0]).name,
+            name=name if name is not None else Path(command[0]).name,
             resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
             constraints=[parse_constraint(c) for c in constraint or []],
-            coscheduling=CoschedulingConfig(coschedule) if coschedule else None,
+            coscheduling=CoschedulingConfig(coschedule) if coschedule is not None else None,
             env=dict(parse_pair(e, "--env") for e in env or []),
             image=image,
             max_task_failures=max_task_failures,
@@ -113,13 +212,12 @@ def run(
             max_retries_preemption=max_preemptions,
             scheduling_timeout=scheduling_timeout,
         )
+        build_request(**options)  # every check, before anything connects or starts
+        command_argv(command)
     except ValueError as e:
-        _fail(str(e))
-    client = _client(temporal, store)
-    try:
-        job = client.submit_command(command, **options)
-    except ValueError as e:
-        _fail(str(e))
+        raise _fail(_as_flags(str(e))) from None
+    client = _client(temporal, store, start=True)
+    job = client.submit_command(command, **options)
     err.print(f"submitted [bold]{job.job_id}[/bold]")
     if no_wait:
         out.print(job.job_id)
@@ -160,15 +258,12 @@ def job_list(temporal: TemporalOpt = None) -> None:
 @job_app.command("status")
 def job_status(job_id: str, temporal: TemporalOpt = None) -> None:
     """Show a job and its tasks (and why it is pending, if it is)."""
-    try:
-        s = _client(temporal).job_status(job_id)
-    except KeyError as e:
-        _fail(str(e.args[0]), 1)
-    out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]")
+    s = _client(temporal).job_status(job_id)
+    out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
     if s.pending_reason:
-        out.print(f"pending: {s.pending_reason}")
+        out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
-        out.print(f"error: {s.error}")
+        out.print(f"error: {s.error}", markup=False, highlight=False)
     table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")
     for t in s.tasks:
         table.add_row(
@@ -183,35 +278,35 @@ def job_logs(
     job_id: str,
     task: Annotated[int | None, typer.Option("--task", help="only this task index")] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends")] = False,
+    prefix: Annotated[
+        bool | None,
+        typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
+    ] = None,
     temporal: TemporalOpt = None,
 ) -> None:
-    """Print task logs, prefixed by task index."""
+    """Print task logs: the tasks' bytes unchanged; on a terminal each line gets its task index."""
+    from iris.log_output import LogFollower, LogPrinter
+
     client = _client(temporal)
     status = client.job_status(job_id)
+    if task is not None and not 0 <= task < status.num_tasks:
+        raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
     indices = [task] if task is not None else list(range(status.num_tasks))
-    if not follow:
-        for i in indices:
-            for line in client.fetch_task_logs(job_id, i):
-                out.print(f"[{i}] {line}", markup=False, highlight=False)
-        return
-    cursors: dict[int, Any] = {}
-
-    def show(_: JobStatus) -> None:
-        for i in indices:
-            lines, cursors[i] = client._async.read_new_logs(job_id, i, cursors.get(i))
-            for line in lines:
-                print(f"[{i}] {line}", flush=True)
-
-    client.wait(job_id, timeout=None, raise_on_failure=False, on_progress=show)
+    with LogPrinter(sys.stdout, prefix=prefix) as printer:
+        follower = LogFollower(client.log_store, job_id, printer, indices)
+        if not follow:
+            follower.poll(status.num_tasks, final=True)
+            return
+        client.wait(
+            job_id, timeout=None, raise_on_failure=False,
+            on_progress=lambda st: follower.poll(st.num_tasks, final=st.done),
+        )
 
 
 @job_app.command("kill")
 def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
     """Kill a job: running tasks are stopped, pending ones dequeued."""
-    try:
-        requested = _client(temporal).terminate(job_id)
-    except KeyError as e:
-        raise _fail(str(e.args[0]), 1) from None
+    requested = _client(temporal).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
 
@@ -254,11 +349,11 @@ def worker_serve(
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
 ) -> None:
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
-
-    from temporalio.client import Client
 
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
@@ -271,9 +366,9 @@ def worker_serve(
     except ValueError as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
-    if temporal is None or store is None:
+    settings = _settings(temporal)
+    if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    address = temporal
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
@@ -289,8 +384,27 @@ def worker_serve(
         _fail(str(e))
 
     async def main() -> None:
-        client = await Client.connect(address)
-        await WorkerAgent(client, config, task_runtime).serve()
+        from iris import observability
+        from iris.controller import connect
+
+        if health_port is None:
+            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            return
+        metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
+        client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+
+        async def checks() -> dict[str, bool]:
+            return {
+                "temporal_reachable": await observability.temporal_reachable(client),
+                "pollers_running": observability.heartbeat_fresh(metrics),
+            }
+
+        health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
+        await health.start()
+        try:
+            await WorkerAgent(client, config, task_runtime).serve()
+        finally:
+            await health.stop()
 
     try:
         asyncio.run(main())
@@ -312,15 +426,52 @@ def _host_memory() -> int:
 def controller_serve(
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
-    namespace: Annotated[str, typer.Option(help="Temporal namespace")] = "default",
+    namespace: Annotated[
+        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+    ] = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
-    from iris.controller import serve
+    from iris.config import load_config
+    from iris.controller import autoscaler_config, serve
 
     configure_logging()
-    if temporal is None or store is None:
+    try:
+        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+        cluster_config = load_config(config) if config else None
+        autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(temporal, namespace, store))
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
+
+
+# -- iris temporal -------------------------------------------------------------------------------------
+
+
+@temporal_app.command("setup")
+def temporal_setup(temporal: TemporalOpt = None) -> None:
+    """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
+    from iris.temporal_setup import setup
+
+    settings = _settings(temporal)
+    if settings.address is None:
+        raise _fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
+
+    async def main() -> list[Any]:
+        return await setup(await settings.connect())
+
+    try:
+        steps = asyncio.run(main())
+    except RuntimeError as e:
+        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
+    for step in steps:
+        out.print(str(step), markup=False, highlight=False)
+    if any(step.outcome == "failed" for step in steps):
+        raise typer.Exit(1)
 
 
 # -- iris cluster -------------------------------------------------------------------------------------
@@ -332,10 +483,7 @@ def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")]
     from iris.config import default_config, load_config
     from iris.local_cluster import LocalCluster
 
-    try:
-        cfg = load_config(config) if config else default_config()
-    except (ValueError, OSError) as e:
-        _fail(str(e))
+    cfg = load_config(config) if config else default_config()
     err.print("starting the local cluster…")
     info = LocalCluster().up(cfg)
     out.print(f"Temporal: {info.address}\nUI: {info.ui_url}\nworkers: {len(info.worker_ids)}")
@@ -361,8 +509,7 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     elif info is not None and info.running:
         address = info.address
     else:
-        out.print("local cluster: not running (start it with `iris cluster up`)")
-        raise typer.Exit(1)
+        raise CliError(NO_LOCAL_CLUSTER)
     client = _client(address)
     summary = client._run(client._async.summary())
     out.print(f"Temporal: {address}")
@@ -376,11 +523,8 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
 
 def main() -> None:
     configure_logging(json=False)  # `serve` commands switch to JSON
-    try:
-        app()
-    except JobFailedError as e:
-        err.print(f"[red]{e}[/red]")
-        sys.exit(1)
+    code = run_cli(app, prog_name="iris", before_exit=_close_clients)
+    exit_now(code)
 
 
 if __name__ == "__main__":

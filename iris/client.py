@@ -7,7 +7,10 @@ public API promises, running the async client on a private event loop thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -15,13 +18,20 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import structlog
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris.code_shipping import pickle_callable, unpickle_result
+from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
 from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.storage import BlobStore, LogCursor, LogStore
@@ -110,33 +120,49 @@ def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
     return details[0] if details and isinstance(details[0], pb.JobStatus) else None
 
 
+def _connect_reason(err: Exception) -> str:
+    """The readable part of the SDK's connect error ("Connection refused", "dns error", ...)."""
+    text = str(err)
+    found = re.search(r'message: "([^"]+)"', text) or re.search(r'ConnectError\("([^"]+)"', text)
+    return found.group(1) if found else text
+
+
 class AsyncIrisClient:
-    def __init__(self, client: Client, store_url: str) -> None:
+    def __init__(self, client: Client, store_url: str, user: str | None = None) -> None:
         self.temporal = client
         self.store_url = store_url
+        self.user = user
         self.blobs = BlobStore.from_url(store_url)
         self.logs = LogStore.from_url(store_url.rstrip("/") + "/logs")
         self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
 
     @classmethod
     async def connect(
-        cls, address: str | None = None, namespace: str = "default", *, store: str | None = None
+        cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
+        settings: TemporalSettings | None = None,
     ) -> AsyncIrisClient:
-        """Connect to `address`, or to the embedded local cluster (started if it is not running)."""
-        address = address or os.environ.get(ADDRESS_ENV)
+        """Connect to `address`, or to the embedded local cluster (started if it is not running).
+
+        TLS, API key and namespace come from `settings`, else from the IRIS_TEMPORAL_* environment.
+        """
+        settings = settings or TemporalSettings.load(address=address, namespace=namespace)
         store = store or os.environ.get(STORE_ENV)
-        if address is None:
+        if settings.address is None:
             from iris.local_cluster import ensure_running
 
             info = await asyncio.to_thread(ensure_running)
-            address, store = info.address, store or info.store_url
-        client = await Client.connect(address, namespace=namespace)
+            settings = settings.model_copy(update={"address": info.address})
+            store = store or info.store_url
+        try:
+            client = await settings.connect()
+        except RuntimeError as err:  # the SDK's connect errors are RuntimeErrors carrying a Rust debug string
+            raise ConnectionError(f"cannot reach Temporal at {settings.address}: {_connect_reason(err)}") from None
         if store is None:
             summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "summary", result_type=pb.ClusterSummary
             )
             store = summary.store_url
-        return cls(client, store)
+        return cls(client, store, user=settings.user())
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -159,6 +185,8 @@ class AsyncIrisClient:
     async def _start(self, req: pb.JobRequest, payload: bytes | None = None) -> str:
         job_id = make_job_id(req.name)
         req.job_id = job_id
+        if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
+            req.user = self.user
         if payload is not None:
             key = f"jobs/{job_id}/function"
             await asyncio.to_thread(self.blobs.put, key, payload)
@@ -195,12 +223,17 @@ class AsyncIrisClient:
         cached = self._results.get(job_id)
         if cached is not None:
             return cached, True
+        if not isinstance(job_id, str) or not job_id or "\0" in job_id:
+            raise KeyError(f"no such job: {job_id!r}")
         handle = self.temporal.get_workflow_handle(job_id)
         try:
             st = await handle.query("job_status", result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
-        except RPCError as err:
-            if "not found" in str(err).lower():
+        except (RPCError, WorkflowQueryFailedError) as err:
+            if "not found" in str(err).lower() and isinstance(err, RPCError):
                 raise KeyError(f"no such job: {job_id}") from None
+            await self._require_job(job_id)  # the scheduler, a task or a worker has no job_status query
+            if isinstance(err, WorkflowQueryFailedError):
+                raise
             st = await self._status_without_controller(job_id)
             if not st.finished_at:
                 return st, False
@@ -307,8 +340,18 @@ class AsyncIrisClient:
         finally:
             result.cancel()
 
-    async def results(self, job_id: str) -> list[Any]:
+    async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
+        """Each task's return value by task index; JobFailedError unless the job succeeded (or `partial`).
+
+        With `partial=True`, tasks without a result (failed, killed, still running) give None.
+        """
         st = await self._raw_status(job_id)
+        if not partial and JobState(st.state or JobState.PENDING) != JobState.SUCCEEDED:
+            status = _job_status(st)
+            if not status.done:
+                raise JobFailedError(status, f"job {job_id} has not finished ({status.state}); "
+                                     "wait() for it, or ask for results(partial=True)")
+            raise JobFailedError(status)
         out = []
         for t in st.tasks:
             data = await asyncio.to_thread(self.blobs.get, t.result_blob) if t.result_blob else None
@@ -329,8 +372,22 @@ class AsyncIrisClient:
     async def _listed_status(self, wf: WorkflowExecution) -> JobStatus:
         return _visible_status(wf.id, await wf.memo(), wf.typed_search_attributes, wf.start_time.timestamp())
 
+    async def _require_job(self, job_id: str) -> None:
+        """KeyError unless `job_id` names a job (not the scheduler, a task or a worker workflow)."""
+        if not isinstance(job_id, str) or not job_id or "\0" in job_id:
+            raise KeyError(f"no such job: {job_id!r}")
+        try:
+            desc = await self.temporal.get_workflow_handle(job_id).describe()
+        except RPCError as err:
+            if "not found" in str(err).lower():
+                raise KeyError(f"no such job: {job_id}") from None
+            raise
+        if desc.workflow_type != JobWorkflow.__name__:
+            raise KeyError(f"no such job: {job_id} (it is Iris's {desc.workflow_type}, not a job)")
+
     async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
         """Ask the job to stop; False if it had already finished (idempotent). KeyError if unknown."""
+        await self._require_job(job_id)
         try:
             await self.temporal.get_workflow_handle(job_id).signal("kill", reason)
         except RPCError as err:
@@ -381,7 +438,29 @@ class _LoopThread:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self.loop.is_closed():
+            coro.close()
+            raise RuntimeError("this IrisClient was closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Cancel what is still running on the loop, stop it and join its thread (idempotent)."""
+        if self.loop.is_closed():
+            return
+
+        async def cancel_pending() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self.thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(cancel_pending(), self.loop).result(timeout)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class Job:
@@ -402,8 +481,13 @@ class Job:
         return self._client.wait(self.job_id, timeout=timeout, stream_logs=stream_logs,
                                  raise_on_failure=raise_on_failure)
 
-    def results(self) -> list[Any]:
-        return self._client._run(self._client._async.results(self.job_id))
+    def results(self, partial: bool = False) -> list[Any]:
+        """Each task's return value by task index.
+
+        JobFailedError (naming the failed tasks' errors) if the job did not succeed, unless
+        `partial=True`, which gives None for every task that has no result.
+        """
+        return self._client._run(self._client._async.results(self.job_id, partial=partial))
 
     def logs(self, task_index: int = 0) -> list[str]:
         return self._client.fetch_task_logs(self.job_id, task_index)
@@ -420,16 +504,37 @@ class IrisClient:
         self._loop = loop
 
     @classmethod
-    def connect(cls, address: str | None = None, namespace: str = "default", *, store: str | None = None) -> IrisClient:
+    def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
+                settings: TemporalSettings | None = None) -> IrisClient:
+        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster."""
         loop = _LoopThread()
-        return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store)), loop)
+        try:
+            return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings)), loop)
+        except BaseException:
+            loop.close()
+            raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
 
+    def close(self) -> None:
+        """Stop the client's private event loop and its thread; the client cannot be used afterwards."""
+        self._loop.close()
+
+    def __enter__(self) -> IrisClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def store_url(self) -> str:
         return self._async.store_url
+
+    @property
+    def log_store(self) -> LogStore:
+        """Where the tasks' logs are (for byte-exact reading, as `iris job logs` does)."""
+        return self._async.logs
 
     def submit(self, fn: Callable[..., Any], *args: Any, **options: Any) -> Job:
         return Job(self, self._run(self._async.submit(fn, *args, **options)))
@@ -445,14 +550,14 @@ class IrisClient:
 
     def wait(self, job_id: str, timeout: float | None = 600, stream_logs: bool = False,
              raise_on_failure: bool = True, on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
-        cursors: dict[int, LogCursor | None] = {}
+        from iris.log_output import LogFollower, LogPrinter
+
+        follower = LogFollower(self._async.logs, job_id, LogPrinter(sys.stdout, prefix=True)) if stream_logs else None
 
         def progress(status: JobStatus) -> None:
-            if stream_logs:
-                for i in range(status.num_tasks):
-                    lines, cursors[i] = self._async.read_new_logs(job_id, i, cursors.get(i))
-                    for line in lines:
-                        print(f"[{i}] {line}", flush=True)
+            if follower is not None:
+                sys.stdout.flush()
+                follower.poll(status.num_tasks, final=status.done)
             if on_progress:
                 on_progress(status)
 

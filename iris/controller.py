@@ -11,49 +11,43 @@ import asyncio
 import concurrent.futures
 import contextlib
 import signal
+from datetime import timedelta
+from typing import Any
 
 import structlog
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
+from activities.platforms import platform_for
+from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
+from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from activities.slices import SliceActivities
+from iris import observability
+from iris.config import ClusterConfig, ScaleGroupConfig
+from iris.connection import TemporalSettings
+from iris.temporal_setup import ensure_search_attributes
+from iris.types import JobState
 from workflows import ALL_WORKFLOWS
-from workflows.ids import CONTROL_TASK_QUEUE, KIND_ATTRIBUTE, SCHEDULER_KIND, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
+from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
+from workflows.ids import (
+    AUTOSCALER_WORKFLOW_ID,
+    CONTROL_TASK_QUEUE,
+    JOB_STATE_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_KIND,
+    SCHEDULER_WORKFLOW_ID,
+)
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
-INDEXED_TYPES = {
-    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-}
 
-
-
-async def ensure_search_attributes(client: Client) -> None:
-    """Register Iris's search attributes if the server lacks them (idempotent)."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [name for name in SEARCH_ATTRIBUTES if name not in existing.custom_attributes]
-    if missing:
-        try:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=client.namespace,
-                    search_attributes={name: INDEXED_TYPES[SEARCH_ATTRIBUTES[name]] for name in missing},
-                )
-            )
-        except RPCError as err:
-            if "already" not in str(err).lower():
-                raise
-        log.info("search_attributes_added", names=missing)
 
 
 async def ensure_scheduler(client: Client, store_url: str) -> None:
@@ -69,43 +63,156 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
     await handle.signal(SchedulerWorkflow.configure, store_url)
 
 
+def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
+    """A configured scale group as the autoscaler takes it; its platform settings are checked here.
+
+    ValueError (naming the group and the field) when the platform is unknown or its block is wrong.
+    """
+    platform = getattr(cfg.platform, "value", cfg.platform)
+    spec = ScaleGroupSpec(
+        name=cfg.name, platform=str(platform), hosts_per_slice=cfg.hosts_per_slice, cpu_millis=cfg.cpu_millis,
+        memory_bytes=cfg.memory_bytes, gpus=cfg.gpus, tpus=cfg.tpus, attributes=dict(cfg.attributes),
+        runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra),
+    )  # fmt: skip
+    platform_for(spec)
+    return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds)
+
+
+def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
+    return AutoscalerConfig(groups=[scale_group(g) for g in (config.scale_groups if config else ())])
+
+
+async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
+    """Start the singleton autoscaler if needed and hand it this controller's scale groups.
+
+    With several controllers, the last one to start configures it: give them one config file.
+    """
+    await client.start_workflow(
+        AutoscalerWorkflow.run,
+        None,
+        id=AUTOSCALER_WORKFLOW_ID,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary="Iris autoscaler (singleton)",
+        start_signal="configure",
+        start_signal_args=[config],
+    )
+
+
 # Iris's own workflow and data modules hold no mutable module state, so the sandbox may share
 # them between workflow runs instead of re-importing them for each one (measured: about 40% of
 # the controller's CPU per job went to those re-imports). Determinism is still checked by replay.
 SANDBOX_PASSTHROUGH = ("workflows", "scheduler", "activities")
 
 
-def control_worker(client: Client, executor: concurrent.futures.Executor) -> Worker:
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def control_worker(client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress) -> Worker:
     return Worker(
         client,
         task_queue=CONTROL_TASK_QUEUE,
         workflows=ALL_WORKFLOWS,
-        activities=[find_assignments_activity, deliver_signals],
+        activities=[
+            find_assignments_activity, deliver_signals, autoscale_plan, start_slice_workflow, known_slices,
+            *SliceActivities(control).all(),
+        ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-        ),
+        workflow_runner=workflow_runner(),
     )
 
 
-async def connect(address: str, namespace: str, timeout: float = 60.0) -> Client:
+async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: Any) -> Client:
     """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         try:
-            return await Client.connect(address, namespace=namespace)
+            return await settings.connect(**kwargs)
         except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
             if loop.time() > deadline:
                 raise
-            log.warning("temporal_unreachable", temporal=address, error=str(err))
+            log.warning("temporal_unreachable", **settings.describe(), error=str(err))
             await asyncio.sleep(1.0)
 
 
-async def serve(address: str, namespace: str, store_url: str) -> None:
-    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process."""
-    client = await connect(address, namespace)
+async def serve(
+    settings: TemporalSettings,
+    store_url: str,
+    health_port: int | None = None,
+    health_host: str = "127.0.0.1",
+    config: ClusterConfig | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
+
+    With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
+    """
+    scaling = autoscaler_config(config)
+    probe = ControllerProbe()
+    health = None
+    if health_port is None:
+        client = await connect(settings)
+    else:
+        sdk_port = observability.free_loopback_port()
+        client = await connect(
+            settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+        )
+        probe.client = client
+        health = observability.HealthServer(
+            health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
+        )
+        await health.start()
+    try:
+        await _serve(client, settings, store_url, probe, scaling)
+    finally:
+        if health is not None:
+            await health.stop()
+
+
+class ControllerProbe:
+    """What `/health` and `/metrics` read: Temporal's answer, whether the control worker polls, job counts."""
+
+    def __init__(self) -> None:
+        self.interceptor = observability.MetricsInterceptor()
+        self.client: Client | None = None
+        self.polling = False
+
+    async def checks(self) -> dict[str, bool]:
+        reachable = self.client is not None and await observability.temporal_reachable(self.client)
+        return {"temporal_reachable": reachable, "pollers_running": self.polling}
+
+    async def refresh(self) -> None:
+        """Jobs by state from visibility and the scheduler's queue, read at scrape time."""
+        if self.client is None:
+            return
+        client = self.client
+        states = [s.value for s in JobState]
+
+        async def count(state: str) -> int:
+            found = await client.count_workflows(f"WorkflowType='JobWorkflow' AND {JOB_STATE_ATTRIBUTE}='{state}'")
+            return found.count
+
+        for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
+            observability.JOBS.labels(state).set(n)
+        summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "summary", result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+        )
+        observability.PENDING_TASKS.set(summary.pending_tasks)
+        observability.PLACED_TASKS.set(summary.running_tasks)
+        observability.WORKERS.labels("true").set(summary.healthy_workers)
+        observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
+
+
+async def _serve(
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig
+) -> None:
+    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
+                                  store_url=store_url)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -113,14 +220,20 @@ async def serve(address: str, namespace: str, store_url: str) -> None:
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         ready = False
         while not stop.is_set():
-            worker = control_worker(client, executor)
+            worker = control_worker(client, executor, control)
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
-                    await ensure_search_attributes(client)
+                    for step in await ensure_search_attributes(client):
+                        if step.outcome == "created":
+                            log.info("search_attribute_added", step=str(step))
+                        elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
+                            log.warning("search_attribute_missing", step=str(step))
                     await ensure_scheduler(client, store_url)
+                    await ensure_autoscaler(client, scaling)
                     ready = True
-                    log.info("controller_serving", temporal=address, namespace=namespace, store=store_url)
+                    log.info("controller_serving", **settings.describe(), store=store_url)
+                probe.polling = True
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
@@ -128,6 +241,7 @@ async def serve(address: str, namespace: str, store_url: str) -> None:
                 log.warning("controller_setup_failed", error=str(err))
                 await asyncio.sleep(1.0)
             finally:
+                probe.polling = False
                 if not running.done():
                     await worker.shutdown()
                 with contextlib.suppress(BaseException):

@@ -35,9 +35,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import structlog
+import yaml
 from temporalio.client import Client
 
-from iris.config import AttributeValue, ClusterConfig, LocalWorkerSpec, default_config
+from activities.platforms.base import ControlPlaneAddress
+from activities.platforms.local import format_attribute as format_attribute  # re-exported
+from activities.platforms.local import worker_argv
+from iris.config import ClusterConfig, LocalWorkerSpec, default_config
 from iris.processes import (
     group_alive,
     log_since,
@@ -163,48 +167,89 @@ def temporal_command(
     return argv
 
 
-def controller_command(*, address: str, store_url: str) -> list[str]:
-    """`iris controller serve` run by this interpreter."""
-    return [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+def controller_command(*, address: str, store_url: str, config_path: Path | None = None) -> list[str]:
+    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any)."""
+    argv = [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+    return argv + (["--config", str(config_path)] if config_path is not None else [])
 
 
-def format_attribute(value: AttributeValue) -> str:
-    """An attribute value as `--attribute` text; the worker types numbers and true/false back."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
+    """The config's scale groups as a YAML document `load_config` reads back to the same groups."""
+    groups = []
+    for g in config.scale_groups:
+        platform = str(getattr(g.platform, "value", g.platform))
+        doc: dict[str, Any] = {
+            "name": g.name,
+            "platform": platform,
+            "hosts_per_slice": g.hosts_per_slice,
+            "min_slices": g.min_slices,
+            "max_slices": g.max_slices,
+            "resources": {"cpu": g.cpu_millis / 1000, "memory": g.memory_bytes, "gpus": g.gpus, "tpus": g.tpus},
+            "attributes": dict(g.attributes),
+            "scale_up_delay": g.scale_up_delay_seconds,
+            "scale_down_delay": g.scale_down_delay_seconds,
+        }
+        if g.extra:
+            doc[platform] = dict(g.extra)
+        runtime = getattr(g, "runtime", None)
+        if runtime is not None and str(getattr(runtime, "value", runtime)) != "process":
+            doc["runtime"] = str(getattr(runtime, "value", runtime))
+        groups.append(doc)
+    return {"scale_groups": groups}
 
 
 def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
-    """`iris worker serve` for one local worker, with its capacity and attributes as flags."""
-    argv = [
-        sys.executable, "-m", "iris", "worker", "serve",
-        "--temporal", address,
-        "--store", store_url,
-        "--worker-id", spec.worker_id,
-        "--cpu", str(spec.cpu_millis / 1000),
-        "--memory", str(spec.memory_bytes),
-        "--runtime", str(spec.runtime),
-        # A local cluster is one user's: its tasks run as that user (and reach its Python).
-        "--task-user", "",
-    ]  # fmt: skip
-    if spec.image:
-        argv += ["--default-image", spec.image]
-    if spec.gpus:
-        argv += ["--gpus", str(spec.gpus)]
-    if spec.tpus:
-        argv += ["--tpus", str(spec.tpus)]
-    for key, value in spec.attributes.items():
-        argv += ["--attribute", f"{key}={format_attribute(value)}"]
-    return argv
+    """`iris worker serve` for one local worker: the command the local platform starts its slice hosts with."""
+    return worker_argv(
+        worker_id=spec.worker_id,
+        control=ControlPlaneAddress(temporal_address=address, namespace="default", store_url=store_url),
+        cpu_millis=spec.cpu_millis,
+        memory_bytes=spec.memory_bytes,
+        attributes=spec.attributes,
+        runtime=str(spec.runtime),
+        gpus=spec.gpus,
+        tpus=spec.tpus,
+        image=spec.image,
+    )
 
 
 # ---------------------------------------------------------------------------- processes
 
 
+# What a daemon inherits from whoever ran `iris cluster up`: enough to run Python, reach container
+# engines and clouds, and read the codec key; not the rest of their shell (tokens, history, ...).
+_DAEMON_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "KUBECONFIG", "GOOGLE_APPLICATION_CREDENTIALS", "GCE_METADATA_HOST",
+    "CI",
+})  # fmt: skip
+_DAEMON_ENV_PREFIXES = ("LC_", "DOCKER_", "CONTAINERD_", "AWS_", "CLOUDSDK_", "IRIS_")
+# The local cluster hands its daemons the dev server's address itself; a user's settings for a team's
+# Temporal (TLS files, API key, namespace) would point them elsewhere.
+_DAEMON_ENV_EXCLUDED_PREFIXES = ("IRIS_TEMPORAL_",)
+
+
+def private_directory(path: Path) -> Path:
+    """Create `path` (and parents) readable by its owner only: IRIS_HOME holds logs, state and the store."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def daemon_environment(source: Mapping[str, str]) -> dict[str, str]:
+    """The part of `source` a cluster daemon (server, controller, agent) may inherit: an allowlist."""
+    return {
+        name: value
+        for name, value in source.items()
+        if (name in _DAEMON_ENV_NAMES or name.startswith(_DAEMON_ENV_PREFIXES))
+        and not name.startswith(_DAEMON_ENV_EXCLUDED_PREFIXES)
+    }
+
+
 def _child_env(home: Path) -> dict[str, str]:
-    """The environment of every cluster process: ours, plus the path to this source tree and IRIS_HOME."""
-    env = dict(os.environ)
+    """The environment of every cluster process: a minimal part of ours, this source tree and IRIS_HOME."""
+    env = daemon_environment(os.environ)
     source_root = str(Path(__file__).resolve().parent.parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if source_root not in paths:
@@ -348,13 +393,14 @@ class LocalCluster:
             raise ValueError(
                 f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
             )
+        asked_for_config = config is not None  # no config = "whatever is running", never a mismatch
         config = config if config is not None else default_config()
         with self._locked():
             state = self._read_state()
             current = self._info(state) if state is not None and state.get("pids") else None
             if current is not None and current.running:
                 requested = [s.worker_id for s in config.local_workers()] if "workers" in components else None
-                if requested is not None and requested != current.worker_ids:
+                if asked_for_config and requested is not None and requested != current.worker_ids:
                     log.warning(
                         "local_cluster.already_running",
                         message="already running; run `iris cluster down` first to apply a new config",
@@ -478,8 +524,8 @@ class LocalCluster:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold `cluster.lock` (fcntl, released if this process dies) for one state change."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "cluster.lock", "a") as f:
+        private_directory(self.home)
+        with open(os.open(self.home / "cluster.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -500,7 +546,8 @@ class LocalCluster:
     def _write_state(self, state: Mapping[str, Any]) -> None:
         """Replace `cluster.json` atomically, so readers never see a partial file."""
         tmp = self.state_path.with_name(f".cluster.json.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.state_path)
 
     def _info(self, state: Mapping[str, Any]) -> ClusterInfo:
@@ -552,7 +599,11 @@ class LocalCluster:
         }
         self._start_temporal(state, previous, dynamic_config, temporal_timeout)
         if CONTROLLER in components:
-            argv = controller_command(address=state["address"], store_url=state["store_url"])
+            scaling: dict[str, Path] = {}
+            if config.scale_groups:  # the controller reads its scale groups from a file, as in production
+                scaling["config_path"] = self.home / "scale-groups.yaml"
+                scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
+            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
             self._spawn_recorded(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():

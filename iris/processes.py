@@ -30,9 +30,13 @@ _HOST = "127.0.0.1"
 
 
 def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
-    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
+    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid.
+
+    The log and everything the process creates are private to the user (umask 077): a daemon's
+    files hold job names, arguments and outputs.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         out.write(f"\n=== {stamp} starting: {shlex.join(argv)}\n".encode())
         out.flush()
@@ -43,6 +47,7 @@ def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=dict(env),
+            umask=0o077,
         )
     _CHILDREN[proc.pid] = proc
     return proc.pid

@@ -99,7 +99,8 @@ def build_request(
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint)."""
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
-        raise ValueError(f"name must be a non-empty string of at most {MAX_NAME_LENGTH} characters, got {name!r}")
+        shown = f"{len(name)} characters" if isinstance(name, str) and len(name) > MAX_NAME_LENGTH else repr(name)
+        raise ValueError(f"name must be a non-empty string of at most {MAX_NAME_LENGTH} characters, got {shown}")
     if name is not None and any(ch in name for ch in "\0\n\r"):
         raise ValueError("name must not contain NUL or newlines")
     resources = ResourceSpec() if resources is None else resources

@@ -105,10 +105,21 @@ class WorkerStatus:
 class JobFailedError(RuntimeError):
     """A job ended FAILED, KILLED or UNSCHEDULABLE; `.status` has the details."""
 
-    def __init__(self, status: JobStatus) -> None:
+    def __init__(self, status: JobStatus, message: str | None = None) -> None:
         self.status = status
-        detail = status.error or status.pending_reason
-        super().__init__(f"job {status.job_id} {status.state}" + (f": {detail}" if detail else ""))
+        if message is None:
+            detail = status.error or status.pending_reason
+            message = f"job {status.job_id} {status.state}" + (f": {detail}" if detail else "")
+            failed = [f"task {t.task_index}: {t.error}" for t in status.tasks if t.error and t.error not in detail]
+            if failed:  # the failed tasks' own errors, a few of them, when the job's error does not say them
+                more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+                message += "; " + "; ".join(failed[:5]) + more
+        super().__init__(message)
+
+    @property
+    def task_errors(self) -> dict[int, str]:
+        """The error of each task that has one, by task index."""
+        return {t.task_index: t.error for t in self.status.tasks if t.error}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from temporalio.client import Client
 
 from iris import local_cluster
 from iris.config import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
-from iris.controller import INDEXED_TYPES
 from iris.local_cluster import (
     SEARCH_ATTRIBUTES,
     ClusterInfo,
@@ -34,6 +33,7 @@ from iris.local_cluster import (
     temporal_command,
     worker_command,
 )
+from iris.temporal_setup import INDEXED_TYPES
 
 TEMPORAL_ONLY: tuple[Component, ...] = ("temporal",)
 
@@ -317,3 +317,19 @@ def test_failed_controller_stops_everything_and_names_the_logs(
     assert cluster.status() is None
     state = (cluster.home / "cluster.json").read_text()
     assert '"pids": {}' in state, failure.value
+
+
+def test_cluster_home_and_its_files_are_private_to_the_user(cluster: LocalCluster) -> None:
+    """IRIS_HOME is 0700; the state file, the database and every process log are 0600 (a shared host's other users
+    cannot read job names, arguments or outputs)."""
+    import stat
+
+    cluster.up(components=TEMPORAL_ONLY)
+    try:
+        assert 0o700 == stat.S_IMODE(cluster.home.stat().st_mode)
+        files = [cluster.state_path, cluster.home / "temporal.db", *cluster.home.glob("**/*.log")]
+        assert len(files) >= 3
+        for path in files:
+            assert (path.name, 0o600) == (path.name, stat.S_IMODE(path.stat().st_mode))
+    finally:
+        cluster.down()

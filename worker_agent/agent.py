@@ -1,7 +1,7 @@
 """The worker agent: the daemon on one worker host.
 
-It registers the host with the scheduler (an update, so a refusal comes back
-with its reason), starts its WorkerWorkflow, and polls its own task queue for
+It starts its WorkerWorkflow and registers the host with the scheduler through
+it (worker_agent.registration: a refusal comes back with its reason), and polls its own task queue for
 two activities: `worker_session` (liveness, heartbeats only) and `run_task`
 (one attempt of one task through a ContainerRuntime, heartbeating while it
 runs and killing the process group when cancelled).
@@ -24,8 +24,7 @@ from typing import IO, Any
 
 import structlog
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -42,12 +41,13 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskHandle, TaskSpec, TaskStartError
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobStore, LogStore, StorageError
 from worker_agent.task_area import TaskArea
 from worker_agent.task_runner import read_task_error, task_runner_argv
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, worker_task_queue, worker_workflow_id
+from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
 
 log = structlog.get_logger("iris.agent")
 
@@ -62,7 +62,6 @@ KILL_GRACE_SECONDS = 5.0
 SESSION_SILENCE_SECONDS = 45.0
 WORKER_RESTART_SECONDS = 2.0  # pause before polling again after the Temporal worker itself failed
 WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.task_workflow.WORKER_SHUTDOWN
-WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
 
 
 class RegistrationRefused(Exception):  # noqa: N818 - the name the CLI and callers already use
@@ -164,36 +163,11 @@ class WorkerAgent:
         RegistrationRefused if the scheduler rejects the metadata; RuntimeError if Temporal or
         the scheduler does not answer within `timeout` seconds.
         """
-        handle = self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
-        meta = metadata(self.config, self.session)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        delay = 0.2
-        monitor_started = False
-        while True:
-            try:
-                if not monitor_started:
-                    # The liveness monitor starts first: a worker is never registered without one,
-                    # so an agent that dies right after registering is still reported lost.
-                    await self.client.start_workflow(
-                        WORKER_WORKFLOW,
-                        WorkerSessionInput(self.config.worker_id, self.session),
-                        id=worker_workflow_id(self.config.worker_id),
-                        task_queue=CONTROL_TASK_QUEUE,
-                        id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
-                        static_summary=f"worker {self.config.worker_id}",
-                    )
-                    monitor_started = True
-                await handle.execute_update("register_worker", meta)
-                break
-            except WorkflowUpdateFailedError as err:
-                cause = err.cause
-                raise RegistrationRefused(getattr(cause, "message", str(cause))) from err
-            except RPCError as err:
-                if loop.time() > deadline:
-                    raise RuntimeError(f"could not reach the Iris scheduler: {err}") from err
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        session = WorkerSessionInput(self.config.worker_id, self.session, announced=True)
+        refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout)
+        if refused:
+            raise RegistrationRefused(next(iter(refused.values())))
         self._last_beat = loop.time()
         self._session_lost.clear()
         self.log.info("worker_registered", session=self.session, attributes=self.config.attributes)

@@ -380,27 +380,43 @@ class LogStore:
             lines.extend(_split_lines(self._read_from(self.path_for(job_id, task_index, attempt), 0)))
         return lines
 
+    def read_bytes(self, job_id: str, task_index: int) -> bytes:
+        """Every attempt's bytes as written, in attempt order (a newline ends an attempt that lacked one)."""
+        data, _ = self.read_new_bytes(job_id, task_index, None, final=True)
+        return data
+
     def read_new(
-        self, job_id: str, task_index: int, cursor: LogCursor | None = None
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
     ) -> tuple[list[str], LogCursor]:
         """Lines written since ``cursor`` (all lines for None) and the cursor to pass next time.
 
         Only complete lines are returned from the newest attempt, since its writer may be midway
         through one; an attempt that has a successor is finished, so its unterminated last line
-        is returned too.
+        is returned too, and so is the newest attempt's once the caller knows the task ended
+        (``final``): a last line without a newline is output too.
         """
+        data, cursor = self.read_new_bytes(job_id, task_index, cursor, final=final)
+        return _split_lines(data), cursor
+
+    def read_new_bytes(
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
+    ) -> tuple[bytes, LogCursor]:
+        """The bytes behind `read_new`, unchanged (no decoding, ``\r`` kept) for byte-exact output."""
         cursor = cursor or LogCursor()
         offsets = dict(cursor.offsets)
         attempts = self.attempts(job_id, task_index)
-        lines: list[str] = []
+        chunks: list[bytes] = []
         for position, attempt in enumerate(attempts):
             start = offsets.get(attempt, 0)
             data = self._read_from(self.path_for(job_id, task_index, attempt), start)
-            if position == len(attempts) - 1:
+            newest = position == len(attempts) - 1
+            if newest and not final:
                 data = data[: data.rfind(b"\n") + 1]
-            lines.extend(_split_lines(data))
             offsets[attempt] = start + len(data)
-        return lines, LogCursor(offsets=tuple(sorted(offsets.items())))
+            chunks.append(data)
+            if data and not newest and not data.endswith(b"\n"):
+                chunks.append(b"\n")  # the next attempt starts on its own line
+        return b"".join(chunks), LogCursor(offsets=tuple(sorted(offsets.items())))
 
     @staticmethod
     def _read_from(path: Path, offset: int) -> bytes:

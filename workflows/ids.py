@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
+AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
 # workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
@@ -16,12 +17,15 @@ JOB_STATE_ATTRIBUTE = "IrisJobState"
 JOB_NAME_ATTRIBUTE = "IrisJobName"
 JOB_USER_ATTRIBUTE = "IrisUser"
 JOB_TASKS_ATTRIBUTE = "IrisTasks"  # a job's task count, e.g. `IrisTasks > 1000`
+# Keyword search attribute of every slice workflow (CREATING, READY, ...): the UI's fleet view.
+SLICE_STATE_ATTRIBUTE = "IrisSliceState"
 SEARCH_ATTRIBUTES: dict[str, str] = {
     KIND_ATTRIBUTE: "Keyword",
     JOB_STATE_ATTRIBUTE: "Keyword",
     JOB_NAME_ATTRIBUTE: "Keyword",
     JOB_USER_ATTRIBUTE: "Keyword",
     JOB_TASKS_ATTRIBUTE: "Int",
+    SLICE_STATE_ATTRIBUTE: "Keyword",
 }
 """Name -> Temporal type (`Keyword`, `Int`): the dev server's flags and the controller's registration."""
 JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND = "Job", "Task", "Worker", "Scheduler"

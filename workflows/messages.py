@@ -105,3 +105,10 @@ class RemoveWorkers:
 
     worker_ids: list[str]
     reason: str
+
+
+@dataclass
+class RegistrationReply:
+    """Signal `registered`, scheduler -> WorkerWorkflow: the hosts of its batch that were refused, and why."""
+
+    refused: dict[str, str] = field(default_factory=dict)

@@ -5,7 +5,12 @@ dirty flag) and on a 1 s timer that is armed only while tasks are pending, so
 an idle cluster writes no history. Each pass calls the pure scheduler as a
 local activity on a compact snapshot, then commits capacity *before* it tells
 a task where to run. Every handler is idempotent; state lives in one dataclass
-handed whole to continue-as-new.
+handed to continue-as-new packed (zlib of positional JSON, see scheduler_state).
+
+Registration is a signal carrying a batch of hosts (`register_workers`), sent
+by each agent's WorkerWorkflow and answered with a `registered` signal, so
+10,000 agents do not queue updates on this one workflow. Lost workers stay
+listed as unhealthy for LOST_RETENTION, then leave.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import zlib
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -23,18 +27,30 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import DELIVER_SIGNALS, Delivery
     from activities.proto import cluster_pb2 as pb
-    from activities.proto.values import get_attr, set_attr
+    from activities.proto.values import set_attr
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
     from workflows.messages import (
         Assigned,
         CordonWorkers,
         Enqueue,
         RegisterResult,
+        RegistrationReply,
         Release,
         RemoveWorkers,
-        SchedulingSpec,
         Unschedulable,
         WorkerLost,
+    )
+    from workflows.scheduler_state import (
+        PendingEntry,
+        Placement,
+        SchedulerState,
+        WorkerEntry,
+        committed,
+        encode_snapshot,
+        pack,
+        refusal,
+        unpack,
+        worker_from_metadata,
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
@@ -42,142 +58,30 @@ PASS_INTERVAL = timedelta(seconds=1)
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
-SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
+LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
+PURGE_INTERVAL = timedelta(minutes=1)
 
-
-@dataclass
-class WorkerEntry:
-    worker_id: str
-    session: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    attributes: dict[str, Any]  # str | int | float | bool; Any keeps JSON types intact
-    runtime: str = "process"
-    healthy: bool = True
-    suspect_until: float = 0.0  # workflow time; a worker that failed a dispatch gets no work until then
-    dispatch_failures: int = 0  # consecutive; doubles the quarantine
-    cordoned: bool = False  # no new work; running tasks go on (a draining slice)
-
-
-@dataclass
-class PendingEntry:
-    job_id: str
-    spec: SchedulingSpec
-    attempts: dict[int, int]  # task index -> attempt waiting for a place
-    submitted_at: float
-
-
-@dataclass
-class Placement:
-    job_id: str
-    task_index: int
-    attempt: int
-    worker_id: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-
-
-@dataclass
-class SchedulerState:
-    store_url: str = ""
-    workers: dict[str, WorkerEntry] = field(default_factory=dict)
-    pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
-    placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
-    pending_reasons: dict[str, str] = field(default_factory=dict)
-
-
-def _validate_metadata(meta: pb.WorkerMetadata) -> str:
-    """A reason to refuse this registration, or "" when it is acceptable."""
-    if not meta.worker_id:
-        return "worker_id is empty"
-    if len(meta.worker_id) > 200 or any(c in meta.worker_id for c in "/\x00\n"):
-        return f"worker_id {meta.worker_id!r} must be at most 200 characters without '/', NUL or newlines"
-    cap = meta.capacity
-    for name in ("cpu_millis", "memory_bytes", "gpus", "tpus"):
-        if getattr(cap, name) < 0:
-            return f"capacity.{name} is negative ({getattr(cap, name)})"
-    if cap.cpu_millis == 0 and cap.memory_bytes == 0:
-        return "capacity is empty: a worker needs some cpu or memory"
-    for key, value in meta.attributes.items():
-        if not key:
-            return "attribute with an empty key"
-        if value.WhichOneof("kind") is None:
-            return f"attribute {key!r} has no value (supported: string, int, float, bool)"
-    if meta.runtime and meta.runtime not in SUPPORTED_RUNTIMES:
-        return f"runtime {meta.runtime!r} is not one of {', '.join(SUPPORTED_RUNTIMES)}"
-    return ""
-
-
-def committed(state: SchedulerState) -> dict[str, list[int]]:
-    """Committed cpu, memory, gpus, tpus per worker, from the placements."""
-    used: dict[str, list[int]] = {}
-    for p in state.placements.values():
-        u = used.setdefault(p.worker_id, [0, 0, 0, 0])
-        u[0] += p.cpu_millis
-        u[1] += p.memory_bytes
-        u[2] += p.gpus
-        u[3] += p.tpus
-    return used
-
-
-def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """The scheduling activity's input: healthy workers' free capacity and the queue, zlib(protobuf)."""
-    snap = pb.SchedulingSnapshot()
-    used = committed(state)
-    for w in state.workers.values():
-        if not w.healthy or w.cordoned or w.suspect_until > now:
-            continue
-        u = used.get(w.worker_id, [0, 0, 0, 0])
-        sw = snap.workers.add(worker_id=w.worker_id)
-        sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
-        sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
-        sw.free.gpus = max(0, w.gpus - u[2])
-        sw.free.tpus = max(0, w.tpus - u[3])
-        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
-        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
-        for key, value in w.attributes.items():
-            set_attr(sw.attributes[key], value)
-    for entry in state.pending.values():
-        spec = entry.spec
-        sj = snap.jobs.add(
-            job_id=entry.job_id,
-            task_indices=sorted(entry.attempts),
-            group_by=spec.group_by,
-            priority=spec.priority,
-            waited_seconds=max(0.0, now - entry.submitted_at),
-            scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
-            tolerations=spec.tolerations,
-        )
-        sj.request.cpu_millis = spec.cpu_millis
-        sj.request.memory_bytes = spec.memory_bytes
-        sj.request.gpus = spec.gpus
-        sj.request.tpus = spec.tpus
-        for c in spec.constraints:
-            sc = sj.constraints.add(key=c.key, op=c.op)
-            if c.value is not None:
-                set_attr(sc.value, c.value)
-    return zlib.compress(snap.SerializeToString(), 1)
+__all__ = ["PendingEntry", "Placement", "SchedulerState", "SchedulerWorkflow", "WorkerEntry", "encode_snapshot"]
 
 
 @workflow.defn(name="SchedulerWorkflow")
 class SchedulerWorkflow:
     @workflow.init
-    def __init__(self, state: SchedulerState | None = None) -> None:
+    def __init__(self, state: SchedulerState | None = None, packed: bytes | None = None) -> None:
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state.
-        self.state = state or SchedulerState()
-        self._dirty = state is not None
+        # Runs continued before packing existed carry the dataclass itself.
+        self.state = unpack(packed) if packed else state or SchedulerState()
+        self._dirty = state is not None or packed is not None
         self._signals_in_flight = 0
         self._signals_by_activity = True
+        self._replies: list[Delivery] = []  # registration answers not sent yet
+        self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
 
     @workflow.run
-    async def run(self, state: SchedulerState | None = None) -> None:
+    async def run(self, state: SchedulerState | None = None, packed: bytes | None = None) -> None:
         # Decided once, before any local activity runs: a patch first checked right after a local
         # activity can fall into a later workflow task than on replay, which then fails as
         # non-deterministic (seen when a run was evicted and replayed).
@@ -190,11 +94,39 @@ class SchedulerWorkflow:
             self._dirty = False
             if self.state.pending:
                 await self._scheduling_pass()
+            if self._replies:
+                await self._send_replies()
+            self._purge_lost()
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0
                 )
-                workflow.continue_as_new(self.state)
+                while self._replies:  # answers owed to registrations that came in meanwhile
+                    await self._send_replies()
+                self._purge_lost(force=True)
+                workflow.continue_as_new(args=[None, pack(self.state)])
+
+    async def _send_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        if self._signals_by_activity:
+            await workflow.execute_local_activity(
+                DELIVER_SIGNALS, replies, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
+            )
+        else:
+            for reply in replies:
+                await self._send(reply.workflow_id, reply.signal, reply.arg, None)
+
+    def _purge_lost(self, force: bool = False) -> None:
+        """Remove workers lost more than LOST_RETENTION ago (checked at most once per PURGE_INTERVAL)."""
+        now = workflow.now().timestamp()
+        if not force and now - self._last_purge < PURGE_INTERVAL.total_seconds():
+            return
+        self._last_purge = now
+        cutoff = now - LOST_RETENTION.total_seconds()
+        gone = [w.worker_id for w in self.state.workers.values() if not w.healthy and 0 < w.lost_at < cutoff]
+        if gone:
+            self._forget(gone)
+            workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
 
     # -- the pass ----------------------------------------------------------------------------
 
@@ -221,9 +153,13 @@ class SchedulerWorkflow:
                 await self._send(key, "assigned", assigned, placed)
             for key, unschedulable in self._take_timed_out(plan):
                 await self._send(key, "unschedulable", unschedulable, None)
-        self.state.pending_reasons = {
-            job_id: reason for job_id, reason in plan.pending_reasons.items() if job_id in self.state.pending
-        }
+        # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
+        reasons = self.state.pending_reasons
+        for job_id, reason in plan.pending_reasons.items():
+            if job_id in self.state.pending:
+                reasons[job_id] = reason
+        for job_id in [job_id for job_id in reasons if job_id not in self.state.pending]:
+            del reasons[job_id]
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
@@ -254,7 +190,7 @@ class SchedulerWorkflow:
             attempt = entry.attempts.pop(t.task_index)
             if not entry.attempts:
                 del self.state.pending[t.job_id]
-            reason = self.state.pending_reasons.get(t.job_id, "")
+            reason = plan.pending_reasons.get(t.job_id) or self.state.pending_reasons.get(t.job_id, "")
             told.append(
                 (
                     task_workflow_id(t.job_id, t.task_index),
@@ -384,6 +320,7 @@ class SchedulerWorkflow:
         worker = self.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
             worker.healthy = False
+            worker.lost_at = workflow.now().timestamp()
             self._snapshot = None
             workflow.logger.warning("worker %s lost: %s", lost.worker_id, lost.reason)
 
@@ -408,48 +345,49 @@ class SchedulerWorkflow:
 
         Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
         """
-        gone = {worker_id for worker_id in request.worker_ids if worker_id in self.state.workers}
-        if not gone:
-            return
+        gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
+        if gone:
+            self._forget(gone)
+            workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
+
+    def _forget(self, worker_ids: list[str]) -> None:
+        gone = set(worker_ids)
         for worker_id in gone:
-            del self.state.workers[worker_id]
+            self.state.workers.pop(worker_id, None)
         for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
             del self.state.placements[key]
         self._changed()
-        workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
+
+    @workflow.signal
+    def register_workers(self, batch: pb.WorkerBatch) -> None:
+        """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
+        refused = {}
+        for meta in batch.workers:
+            reason = refusal(self.state, meta)
+            if reason:
+                refused[meta.worker_id] = f"registration refused: {reason}"
+                workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
+            else:
+                self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+        if batch.reply_to:
+            self._replies.append(Delivery(batch.reply_to, "registered", RegistrationReply(refused)))
+        self._changed()
 
     @workflow.update
     def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
-        """Add or refresh a worker; a restarted agent (new session) replaces its old entry."""
-        cap = meta.capacity
-        self.state.workers[meta.worker_id] = WorkerEntry(
-            worker_id=meta.worker_id,
-            session=meta.agent_session,
-            cpu_millis=cap.cpu_millis,
-            memory_bytes=cap.memory_bytes,
-            gpus=cap.gpus,
-            tpus=cap.tpus,
-            attributes={k: get_attr(v) for k, v in meta.attributes.items()},
-            runtime=meta.runtime or "process",
-            healthy=True,
-        )
+        """Add or refresh a worker; a restarted agent (new session) replaces its old entry.
+
+        Agents of earlier releases register this way; today's send `register_workers` through their
+        WorkerWorkflow.
+        """
+        self.state.workers[meta.worker_id] = worker_from_metadata(meta)
         self._changed()
         return RegisterResult(accepted=True)
 
     @register_worker.validator
     def _check_registration(self, meta: pb.WorkerMetadata) -> None:
         """Refuse malformed metadata before it reaches history; the reason goes back to the agent."""
-        reason = _validate_metadata(meta)
-        existing = self.state.workers.get(meta.worker_id)
-        if not reason and existing is not None and existing.healthy and existing.session != meta.agent_session:
-            cap = meta.capacity
-            if (existing.cpu_millis, existing.memory_bytes, existing.gpus, existing.tpus) != (
-                cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.tpus
-            ):
-                reason = (
-                    f"worker_id {meta.worker_id!r} is already registered and healthy with different "
-                    "resources; stop the other agent or pick another id"
-                )
+        reason = refusal(self.state, meta)
         if reason:
             raise ApplicationError(f"registration refused: {reason}", type="InvalidWorker", non_retryable=True)
 

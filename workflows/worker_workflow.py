@@ -5,10 +5,16 @@ heartbeats every second. Heartbeats add no history events, so an idle worker
 costs nothing; when they stop for HEARTBEAT_TIMEOUT (or the agent shuts
 down), the scheduler is told the worker is lost and this workflow ends. A
 restarted agent registers a new session and starts a fresh WorkerWorkflow.
+
+Registration (for agents that set `announced`): the agent signals the
+scheduler `register_workers` with this workflow as `reply_to`, then waits on
+this workflow's `registration` update, which returns the scheduler's answer.
+No update ever waits on the singleton, so 10,000 agents can register at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -18,7 +24,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import WORKER_SESSION, WorkerSessionInput
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
-    from workflows.messages import WorkerLost
+    from workflows.messages import RegistrationReply, WorkerLost
 
 SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
 SESSION_START_TIMEOUT = timedelta(seconds=30)
@@ -26,25 +32,53 @@ SESSION_START_TIMEOUT = timedelta(seconds=30)
 
 @workflow.defn(name="WorkerWorkflow")
 class WorkerWorkflow:
+    def __init__(self) -> None:
+        self._reply: RegistrationReply | None = None
+
     @workflow.run
     async def run(self, session: WorkerSessionInput) -> str:
+        hosts = [session.worker_id, *session.more_worker_ids]
         workflow.set_current_details(f"worker {session.worker_id}: healthy")
         reason = "session ended"
+        liveness = asyncio.ensure_future(self._session(session))
+        if session.announced:
+            await workflow.wait_condition(lambda: self._reply is not None or liveness.done())
+            refused = self._reply.refused if self._reply is not None else {}
+            hosts = [h for h in hosts if h not in refused]
+            if not hosts:  # nothing to watch: end the session instead of waiting for it to time out
+                liveness.cancel()
         try:
-            await workflow.execute_activity(
-                WORKER_SESSION,
-                session,
-                task_queue=worker_task_queue(session.worker_id),
-                schedule_to_start_timeout=SESSION_START_TIMEOUT,
-                start_to_close_timeout=timedelta(days=3650),
-                heartbeat_timeout=SESSION_HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
-            )
+            await liveness
         except ActivityError as err:
             reason = str(err.cause) if err.cause else err.message
-        await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
-            "worker_lost", WorkerLost(session.worker_id, session.session, reason)
-        )
+        except asyncio.CancelledError:
+            reason = "registration refused"
+        scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        for host in hosts:
+            await scheduler.signal("worker_lost", WorkerLost(host, session.session, reason))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
+
+    @staticmethod
+    async def _session(session: WorkerSessionInput) -> None:
+        await workflow.execute_activity(
+            WORKER_SESSION,
+            session,
+            task_queue=session.task_queue or worker_task_queue(session.worker_id),
+            schedule_to_start_timeout=SESSION_START_TIMEOUT,
+            start_to_close_timeout=timedelta(days=3650),
+            heartbeat_timeout=SESSION_HEARTBEAT_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+        )
+
+    @workflow.signal
+    def registered(self, reply: RegistrationReply) -> None:
+        self._reply = reply
+
+    @workflow.update
+    async def registration(self) -> RegistrationReply:
+        """The scheduler's answer to this session's `register_workers`, once it came."""
+        await workflow.wait_condition(lambda: self._reply is not None)
+        assert self._reply is not None
+        return self._reply

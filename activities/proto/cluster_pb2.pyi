@@ -124,6 +124,14 @@ class WorkerMetadata(_message.Message):
     agent_session: str
     def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ...) -> None: ...
 
+class WorkerBatch(_message.Message):
+    __slots__ = ("workers", "reply_to")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    REPLY_TO_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerMetadata]
+    reply_to: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ...) -> None: ...
+
 class TaskStatus(_message.Message):
     __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob")
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -228,7 +236,7 @@ class SchedulingWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +246,7 @@ class SchedulingJob(_message.Message):
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULING_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_CRC_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_indices: _containers.RepeatedScalarFieldContainer[int]
     request: Resources
@@ -247,7 +256,8 @@ class SchedulingJob(_message.Message):
     waited_seconds: float
     scheduling_timeout_seconds: float
     tolerations: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ...) -> None: ...
+    reason_crc: int
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs")

@@ -137,6 +137,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
+        from iris.bench.scale import main as scale_main
+
+        return scale_main(argv[1:])
     args = parse_args(argv)
     _quiet_logging()
     created = args.home is None

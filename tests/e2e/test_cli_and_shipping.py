@@ -60,9 +60,11 @@ def test_cli_lists_workers_jobs_and_logs(cluster: Cluster, client: IrisClient) -
     jobs = _iris(cluster, "job", "list")
     assert job.job_id in jobs.stdout and "SUCCEEDED" in jobs.stdout
     logs = _iris(cluster, "job", "logs", job.job_id)
-    assert ["[0] out-0", "[1] out-1"] == logs.stdout.splitlines()
+    assert ["out-0", "out-1"] == logs.stdout.splitlines()  # piped: the tasks' bytes, no prefixes
+    prefixed = _iris(cluster, "job", "logs", job.job_id, "--prefix")
+    assert ["[0] out-0", "[1] out-1"] == prefixed.stdout.splitlines()
     one = _iris(cluster, "job", "logs", job.job_id, "--task", "1")
-    assert ["[1] out-1"] == one.stdout.splitlines()
+    assert ["out-1"] == one.stdout.splitlines()
     status = _iris(cluster, "cluster", "status")
     assert 0 == status.returncode, status.stderr
     assert "healthy of" in status.stdout and "pending tasks" in status.stdout
@@ -85,5 +87,5 @@ def test_job_logs_follow_prints_until_the_job_ends(cluster: Cluster, client: Iri
     job = client.submit_command(["sh", "-c", script], resources=SMALL)
     followed = _iris(cluster, "job", "logs", job.job_id, "-f")
     assert 0 == followed.returncode, followed.stderr
-    assert ["[0] tick-1", "[0] tick-2", "[0] tick-3"] == followed.stdout.splitlines()
+    assert ["tick-1", "tick-2", "tick-3"] == followed.stdout.splitlines()
     assert JobState.SUCCEEDED == job.status().state

@@ -16,9 +16,8 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from tests.support import Cluster
 from workflows import ALL_WORKFLOWS
-
-from .conftest import Cluster
 
 
 async def _replay_all(address: str) -> dict[str, int]:

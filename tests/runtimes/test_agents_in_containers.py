@@ -214,7 +214,7 @@ def test_job_kill_leaves_no_container(fleet: EngineFleet) -> None:
     )  # fmt: skip
     assert 0 == result.returncode, result.stderr
     wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="container removed after kill")
-    assert JobState.KILLED == job.status().state
+    wait_until(lambda: job.status().state == JobState.KILLED, timeout=30, what="job reported KILLED")
 
 
 def test_restarted_agent_removes_containers_it_lost(fleet: EngineFleet) -> None:

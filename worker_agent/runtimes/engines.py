@@ -282,14 +282,16 @@ class PrivateContainerd:
             _stop_process(self._process)
         _kill_processes_mentioning(str(self.socket))
         _unmount_under(self.base)
-        run_dirs = [Path("/run/containerd/io.containerd.runtime.v2.task/k8s.io"), Path("/run/containerd/runc/k8s.io")]
         _remove_empty_cgroups(["k8s.io"])
-        for directory in run_dirs:
-            if directory.is_dir():
-                for entry in directory.iterdir():
-                    if not any(True for _ in entry.iterdir()) if entry.is_dir() else False:
-                        with contextlib.suppress(OSError):
-                            entry.rmdir()
+        # containerd keeps shim sockets and runc state under /run/containerd whatever `state` says;
+        # drop the directories it left empty unless a system containerd lives there.
+        run_dir = Path("/run/containerd")
+        if run_dir.is_dir() and not (run_dir / "containerd.sock").exists():
+            for directory in sorted((p for p in run_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -72,10 +72,7 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         return DockerRuntime(
             worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
         )
-    try:
-        from worker_agent.runtimes.containerd import ContainerdRuntime
-    except ImportError as exc:
-        raise ValueError(f"--runtime containerd is not available in this build ({exc})") from None
+    from worker_agent.runtimes.containerd import ContainerdRuntime
 
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python

@@ -1,0 +1,166 @@
+"""The autoscaler's side effects: read the scheduler's demand and plan, start slice workflows, recover slices.
+
+`autoscale_plan` is a local activity: it asks the scheduler for its compact
+snapshot (the `autoscale_snapshot` query), decodes it as the scheduling activity
+does and runs the pure `scheduler.autoscale.plan_scaling`. Only the small plan
+goes into the autoscaler's history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.service import RPCError
+
+from activities.platforms.base import ScaleGroupSpec
+from activities.scheduling import decode_snapshot
+from scheduler.autoscale import GroupShape, SliceView, plan_scaling
+from scheduler.types import Resources
+
+log = structlog.get_logger("iris.autoscaler")
+
+AUTOSCALE_PLAN = "autoscale_plan"
+START_SLICE = "start_slice_workflow"
+KNOWN_SLICES = "known_slices"
+SCHEDULER_WORKFLOW_ID = "iris-scheduler"  # workflows.ids (activities import no workflows)
+CONTROL_TASK_QUEUE = "iris-control"
+SLICE_STATE = SearchAttributeKey.for_keyword("IrisSliceState")  # workflows.ids.SLICE_STATE_ATTRIBUTE
+
+
+@dataclass
+class GroupInput:
+    """One scale group as the planner needs it, with the autoscaler's timing and backoff."""
+
+    spec: ScaleGroupSpec
+    min_slices: int
+    max_slices: int
+    scale_up_delay: float
+    scale_down_delay: float
+    last_scale_up: float | None = None
+    backoff_until: float | None = None
+    backoff_reason: str = ""
+
+
+@dataclass
+class SliceViewInput:
+    slice_id: str
+    group: str
+    state: str
+    worker_ids: list[str] = field(default_factory=list)
+    idle_since: float | None = None
+
+
+@dataclass
+class PlanInput:
+    groups: list[GroupInput]
+    slices: list[SliceViewInput]
+    now: float
+
+
+@dataclass
+class PlanResult:
+    create: dict[str, int] = field(default_factory=dict)
+    remove: list[str] = field(default_factory=list)
+    idle_since: dict[str, float | None] = field(default_factory=dict)
+    unmet: dict[str, str] = field(default_factory=dict)
+    group_reasons: dict[str, str] = field(default_factory=dict)
+    pending_jobs: int = 0
+    error: str = ""  # the scheduler could not be read: plan nothing this time
+
+
+@dataclass
+class StartSlice:
+    """Start SliceWorkflow `slice_id` (idempotent: an existing one with this id is kept)."""
+
+    slice_id: str
+    workflow_input: Any  # workflows.slice_workflow.SliceInput, as JSON
+    summary: str
+
+
+@dataclass
+class KnownSlice:
+    slice_id: str
+    group: str
+    state: str
+    worker_ids: list[str] = field(default_factory=list)
+
+
+def group_shape(g: GroupInput) -> GroupShape:
+    s = g.spec
+    return GroupShape(
+        name=s.name,
+        hosts_per_slice=s.hosts_per_slice,
+        host_capacity=Resources(cpu_millis=s.cpu_millis, memory_bytes=s.memory_bytes, gpus=s.gpus, tpus=s.tpus),
+        attributes=dict(s.attributes),
+        min_slices=g.min_slices,
+        max_slices=g.max_slices,
+        scale_up_delay=g.scale_up_delay,
+        scale_down_delay=g.scale_down_delay,
+        last_scale_up=g.last_scale_up,
+        backoff_until=g.backoff_until,
+        backoff_reason=g.backoff_reason,
+    )
+
+
+@activity.defn(name=AUTOSCALE_PLAN)
+async def autoscale_plan(inp: PlanInput) -> PlanResult:
+    """Read the scheduler's snapshot and plan this tick's scale-ups and scale-downs."""
+    client = activity.client()
+    try:
+        data = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("autoscale_snapshot", result_type=bytes)
+    except RPCError as e:
+        return PlanResult(error=f"scheduler not answering: {e.message}")
+    workers, pending = decode_snapshot(data)
+    plan = plan_scaling(
+        [group_shape(g) for g in inp.groups],
+        [SliceView(s.slice_id, s.group, s.state, tuple(s.worker_ids), s.idle_since) for s in inp.slices],
+        pending,
+        workers,
+        inp.now,
+    )
+    return PlanResult(
+        create=dict(plan.create),
+        remove=list(plan.remove),
+        idle_since=dict(plan.idle_since),
+        unmet=dict(plan.unmet),
+        group_reasons=dict(plan.group_reasons),
+        pending_jobs=len(pending),
+    )
+
+
+@activity.defn(name=START_SLICE)
+async def start_slice_workflow(req: StartSlice) -> None:
+    """Start the slice's workflow with id = slice id; a retried start finds the first one, never a second."""
+    client = activity.client()
+    await client.start_workflow(
+        "SliceWorkflow",
+        req.workflow_input,
+        id=req.slice_id,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        static_summary=req.summary,
+    )
+    log.info("slice.workflow_started", slice_id=req.slice_id)
+
+
+async def running_slices(client: Client) -> list[KnownSlice]:
+    """Every running SliceWorkflow, from visibility (state from its search attribute, ids from its memo)."""
+    found = []
+    async for wf in client.list_workflows("WorkflowType='SliceWorkflow' AND ExecutionStatus='Running'"):
+        memo = await wf.memo()
+        state = wf.typed_search_attributes.get(SLICE_STATE) or "CREATING"
+        found.append(KnownSlice(wf.id, str(memo.get("scale_group", "")), state,
+                                list(memo.get("worker_ids", []))))  # fmt: skip
+    return found
+
+
+@activity.defn(name=KNOWN_SLICES)
+async def known_slices() -> list[KnownSlice]:
+    """Running slices, for an autoscaler that starts without carried-over state."""
+    return await running_slices(activity.client())

@@ -1,0 +1,373 @@
+"""LocalPlatform: a slice is `hosts_per_slice` detached `iris worker serve` processes on this machine.
+
+What a cloud keeps for us, this platform keeps on disk and in the process table,
+never in memory, so every step survives a controller restart and is idempotent:
+
+- `$IRIS_HOME/slices/<slice id>.json` is the slice's "infrastructure" record
+  (written by `create_slice`, removed by `terminate`), carrying the Iris labels;
+- every worker process is marked with environment variables (`IRIS_MANAGED`,
+  `IRIS_SLICE_ID`, `IRIS_SCALE_GROUP`, `IRIS_HOST_INDEX`) and found again by
+  reading them back with psutil; each runs in its own session, so terminating
+  stops its whole process group (SIGTERM, a grace period, then SIGKILL).
+
+`iris cluster up` starts its static `local.worker_groups` with the same
+`worker_argv` and `spawn_worker`, so there is one way to start a local worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.platforms.base import (
+    MANAGED_LABEL,
+    SCALE_GROUP_LABEL,
+    SLICE_ID_LABEL,
+    AttributeValue,
+    ControlPlaneAddress,
+    HostInfo,
+    PlatformState,
+    QuotaExhausted,
+    ScaleGroupSpec,
+    SliceFailed,
+    SliceInfo,
+    host_attributes,
+    slice_labels,
+    worker_id_for,
+)
+
+log = structlog.get_logger("iris.platforms.local")
+
+# Environment markers of a slice's worker process (the process-table equivalent of cloud labels).
+MANAGED_ENV = "IRIS_MANAGED"
+SLICE_ENV = "IRIS_SLICE_ID"
+GROUP_ENV = "IRIS_SCALE_GROUP"
+INDEX_ENV = "IRIS_HOST_INDEX"
+STOP_GRACE_SECONDS = 10.0
+
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # spawned by this process: reaped, so no zombies linger
+
+
+class Settings(BaseModel):
+    """The `local:` block of a scale group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker_command: list[str] | None = Field(
+        default=None, description="the agent command before its flags; default: this Python's `iris worker serve`"
+    )
+    max_hosts: int | None = Field(
+        default=None, ge=1, description="quota: local slice hosts this machine runs at once, all groups together"
+    )
+
+
+def iris_home() -> Path:
+    """`$IRIS_HOME`, else `~/.iris` (as the local cluster and the agent read it)."""
+    return Path(os.environ.get("IRIS_HOME") or "~/.iris").expanduser()
+
+
+def format_attribute(value: AttributeValue) -> str:
+    """An attribute value as `--attribute` text; the worker types numbers and true/false back."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def worker_argv(
+    *,
+    worker_id: str,
+    control: ControlPlaneAddress,
+    cpu_millis: int,
+    memory_bytes: int,
+    attributes: Mapping[str, AttributeValue],
+    runtime: str = "process",
+    gpus: int = 0,
+    tpus: int = 0,
+    image: str = "",
+    command: Sequence[str] | None = None,
+) -> list[str]:
+    """`iris worker serve` for one local worker, with its capacity and attributes as flags.
+
+    A local worker is its user's: its tasks run as that user (and reach its Python).
+    """
+    argv = [
+        *(command or [sys.executable, "-m", "iris", "worker", "serve"]),
+        "--temporal", control.temporal_address,
+        "--store", control.store_url,
+        "--worker-id", worker_id,
+        "--cpu", str(cpu_millis / 1000),
+        "--memory", str(memory_bytes),
+        "--runtime", str(runtime),
+        "--task-user", "",
+    ]  # fmt: skip
+    if image:
+        argv += ["--default-image", image]
+    if gpus:
+        argv += ["--gpus", str(gpus)]
+    if tpus:
+        argv += ["--tpus", str(tpus)]
+    for key, value in attributes.items():
+        argv += ["--attribute", f"{key}={format_attribute(value)}"]
+    return argv
+
+
+def spawn_worker(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
+    """Start a worker detached (own session, stdin closed, output appended to `log_path`); its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, env=dict(env),
+        )  # fmt: skip
+    _CHILDREN[proc.pid] = proc
+    return proc.pid
+
+
+def _reap() -> None:
+    for pid, proc in list(_CHILDREN.items()):
+        if proc.poll() is not None:
+            del _CHILDREN[pid]
+
+
+def _log_tail(path: Path, limit: int = 400) -> str:
+    try:
+        text = path.read_bytes()[-limit:].decode(errors="replace")
+    except OSError:
+        return ""
+    return " | ".join(line for line in text.splitlines() if line.strip())[-limit:]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def slice_processes(labels: Mapping[str, str] | None = None) -> dict[str, dict[int, psutil.Process]]:
+    """Live slice worker processes by slice id and host index, found by their environment markers.
+
+    Only session leaders whose command line names the host's worker id count, so a task that
+    inherited an agent's environment is never mistaken for the agent.
+    """
+    _reap()
+    found: dict[str, dict[int, psutil.Process]] = {}
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) != proc.pid:
+                continue
+            env = proc.environ()
+            if env.get(MANAGED_ENV) != "true" or SLICE_ENV not in env or INDEX_ENV not in env:
+                continue
+            slice_id, index = env[SLICE_ENV], int(env[INDEX_ENV])
+            if worker_id_for(slice_id, index) not in proc.cmdline():
+                continue
+            if labels and any(_env_label(env, k) != v for k, v in labels.items()):
+                continue
+            if _alive(proc):
+                found.setdefault(slice_id, {})[index] = proc
+        except (psutil.Error, OSError, ValueError):
+            continue
+    return found
+
+
+def _env_label(env: Mapping[str, str], label: str) -> str | None:
+    return {MANAGED_LABEL: env.get(MANAGED_ENV), SCALE_GROUP_LABEL: env.get(GROUP_ENV),
+            SLICE_ID_LABEL: env.get(SLICE_ENV)}.get(label)  # fmt: skip
+
+
+def stop_process_groups(procs: Sequence[psutil.Process], grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM each process's group, wait up to `grace` s, then SIGKILL what is left of it."""
+    groups = [p.pid for p in procs]
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+        time.sleep(0.2)
+    for pgid in groups:
+        if _group_alive(pgid):
+            log.warning("local_slice.sigkill", pgid=pgid, grace_seconds=grace)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+        time.sleep(0.2)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a non-zombie process remains in group `pgid` (zombies may have no one to reap them)."""
+    _reap()
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
+
+
+class LocalPlatform:
+    """Slices of local worker processes; see the module docstring for where their state lives."""
+
+    name = "local"
+
+    def __init__(self, group: ScaleGroupSpec, home: Path | None = None) -> None:
+        self.group = group
+        self.settings = Settings.model_validate(group.settings)
+        self.home = home or iris_home()
+
+    # -- the record of a slice
+
+    def _record_path(self, slice_id: str) -> Path:
+        return self.home / "slices" / f"{slice_id}.json"
+
+    def _records(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for path in sorted((self.home / "slices").glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                record = json.loads(path.read_text())
+                out[record["slice_id"]] = record
+        return out
+
+    def _write_record(self, record: Mapping[str, Any]) -> None:
+        path = self._record_path(record["slice_id"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True))
+        tmp.replace(path)
+
+    def log_path(self, worker_id: str) -> Path:
+        """Where a slice worker writes its output (the local cluster's naming: logs/worker-<id>.log)."""
+        return self.home / "logs" / f"worker-{worker_id}.log"
+
+    # -- the Platform protocol
+
+    async def create_slice(self, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
+        """Record the slice (or find the record a previous call wrote); QuotaExhausted past `max_hosts`."""
+        existing = await self.describe(slice_id)
+        if existing is not None:
+            return existing
+        if self.settings.max_hosts is not None:
+            used = sum(int(r.get("hosts_per_slice", 0)) for r in self._records().values())
+            if used + group.hosts_per_slice > self.settings.max_hosts:
+                raise QuotaExhausted(
+                    f"local: {group.hosts_per_slice} more hosts would exceed max_hosts {self.settings.max_hosts} "
+                    f"({used} in use)"
+                )
+        self._write_record(
+            {
+                "slice_id": slice_id,
+                "scale_group": group.name,
+                "hosts_per_slice": group.hosts_per_slice,
+                "labels": slice_labels(group.name, slice_id),
+                "created_at": time.time(),
+                "bootstrapped": False,
+            }
+        )
+        log.info("local_slice.created", slice_id=slice_id, group=group.name, hosts=group.hosts_per_slice)
+        info = await self.describe(slice_id)
+        assert info is not None
+        return info
+
+    async def describe(self, slice_id: str) -> SliceInfo | None:
+        return await asyncio.to_thread(self._describe, slice_id)
+
+    def _describe(self, slice_id: str, procs: Mapping[int, psutil.Process] | None = None) -> SliceInfo | None:
+        record = self._records().get(slice_id)
+        procs = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
+        if record is None and not procs:
+            return None
+        if record is None:  # processes without a record: a half-terminated slice, still Iris's to clean up
+            group = next((p.environ().get(GROUP_ENV, "") for p in procs.values()), "")
+            count, labels, bootstrapped = max(procs) + 1, slice_labels(group, slice_id), True
+        else:
+            group, count = record["scale_group"], int(record["hosts_per_slice"])
+            labels, bootstrapped = record["labels"], bool(record.get("bootstrapped"))
+        hosts = [
+            HostInfo(
+                index=i,
+                address="127.0.0.1",
+                worker_id=worker_id_for(slice_id, i),
+                state=f"pid {procs[i].pid}" if i in procs else ("exited" if bootstrapped else "not started"),
+            )
+            for i in range(count)
+        ]
+        state, error = PlatformState.READY, ""
+        if record is None:
+            state, error = PlatformState.DELETING, "record gone; processes left over"
+        elif bootstrapped and len(procs) < count:
+            gone = [h.worker_id for h in hosts if h.index not in procs]
+            state = PlatformState.PREEMPTED
+            error = f"worker process exited: {', '.join(gone)}; {_log_tail(self.log_path(gone[0]))}"
+        return SliceInfo(slice_id=slice_id, scale_group=group, state=state, hosts=hosts, labels=labels, error=error)
+
+    async def bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
+        """Start every host's agent that is not running yet (all of them the first time)."""
+        await asyncio.to_thread(self._bootstrap, slice_id, group, control)
+
+    def _bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
+        record = self._records().get(slice_id)
+        if record is None:
+            raise SliceFailed(f"local slice {slice_id} does not exist (terminated?)")
+        running = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        env = {**os.environ, **control.extra_env, "PYTHONUNBUFFERED": "1", "IRIS_HOME": str(self.home)}
+        env.update({MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name})
+        record["bootstrapped"] = True  # recorded first: a crash after a spawn still lets terminate find it
+        self._write_record(record)
+        for i in range(group.hosts_per_slice):
+            if i in running:
+                continue
+            worker_id = worker_id_for(slice_id, i)
+            argv = worker_argv(
+                worker_id=worker_id, control=control, cpu_millis=group.cpu_millis, memory_bytes=group.memory_bytes,
+                attributes=host_attributes(group, slice_id, i), runtime=group.runtime, gpus=group.gpus,
+                tpus=group.tpus, command=self.settings.worker_command,
+            )  # fmt: skip
+            pid = spawn_worker(argv, self.log_path(worker_id), {**env, INDEX_ENV: str(i)})
+            log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=pid)
+
+    async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
+        return await asyncio.to_thread(self._list, labels)
+
+    def _list(self, labels: Mapping[str, str]) -> list[SliceInfo]:
+        by_slice = slice_processes(labels)
+        ids = set(by_slice)
+        for slice_id, record in self._records().items():
+            if all(record["labels"].get(k) == v for k, v in labels.items()):
+                ids.add(slice_id)
+        infos = [self._describe(s, by_slice.get(s, {})) for s in sorted(ids)]
+        return [i for i in infos if i is not None]
+
+    async def terminate(self, slice_id: str) -> None:
+        """Stop every host's process group (grace, then kill), then drop the record; gone already is fine."""
+        await asyncio.to_thread(self._terminate, slice_id)
+
+    def _terminate(self, slice_id: str) -> None:
+        procs = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        stop_process_groups(list(procs.values()))
+        with contextlib.suppress(FileNotFoundError):
+            self._record_path(slice_id).unlink()
+        log.info("local_slice.terminated", slice_id=slice_id, processes=len(procs))

@@ -1,0 +1,271 @@
+"""Durable slice activities over a Platform: create, wait, bootstrap, register, watch, drain, terminate.
+
+SliceWorkflow calls these by name. Every one is idempotent (a platform step is
+keyed by the slice id), so Temporal may retry any of them. The long waits
+heartbeat, so a controller that dies under them is noticed within the heartbeat
+timeout and the wait resumes on another controller.
+
+A platform's `QuotaExhausted` and `SliceFailed` become non-retryable
+`ApplicationError`s of those types: the workflow tells them apart from transient
+failures, and the autoscaler backs the group off on quota.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.platforms import platform_for
+from activities.platforms.base import (
+    MANAGED_LABEL,
+    QUOTA_EXHAUSTED,
+    SCALE_GROUP_LABEL,
+    SLICE_FAILED,
+    ControlPlaneAddress,
+    Platform,
+    PlatformState,
+    QuotaExhausted,
+    ScaleGroupSpec,
+    SliceFailed,
+    SliceInfo,
+    worker_id_for,
+)
+from activities.proto import cluster_pb2 as pb
+
+log = structlog.get_logger("iris.slices")
+
+SLICE_CREATE = "slice_create"
+SLICE_WAIT_READY = "slice_wait_ready"
+SLICE_BOOTSTRAP = "slice_bootstrap"
+SLICE_WAIT_REGISTERED = "slice_wait_registered"
+SLICE_WATCH = "slice_watch"
+SLICE_WAIT_DRAINED = "slice_wait_drained"
+SLICE_TERMINATE = "slice_terminate"
+CLEANUP_ORPHANS = "cleanup_orphan_slices"
+INVALID_SCALE_GROUP = "InvalidScaleGroup"
+
+SCHEDULER_WORKFLOW_ID = "iris-scheduler"  # workflows.ids.SCHEDULER_WORKFLOW_ID (activities import no workflows)
+POLL_SECONDS = 1.0
+WATCH_SECONDS = 3.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class SliceRequest:
+    """One slice of one scale group: the input of every platform step."""
+
+    slice_id: str
+    group: ScaleGroupSpec
+
+
+@dataclass
+class RegistrationWait:
+    slice_id: str
+    group: ScaleGroupSpec
+    timeout_seconds: float = 300.0
+
+
+@dataclass
+class DrainWait:
+    worker_ids: list[str]
+    timeout_seconds: float
+
+
+@dataclass
+class OrphanCleanup:
+    groups: list[ScaleGroupSpec] = field(default_factory=list)
+
+
+def slice_worker_ids(slice_id: str, group: ScaleGroupSpec) -> list[str]:
+    return [worker_id_for(slice_id, i) for i in range(group.hosts_per_slice)]
+
+
+async def _platform_call(group: ScaleGroupSpec, step: Callable[[Platform], Awaitable[T]]) -> T:
+    """Run one platform step, turning its expected failures into typed, non-retryable errors."""
+    try:
+        platform = platform_for(group)
+    except ValueError as e:
+        raise ApplicationError(str(e), type=INVALID_SCALE_GROUP, non_retryable=True) from None
+    try:
+        return await step(platform)
+    except QuotaExhausted as e:
+        raise ApplicationError(str(e), type=QUOTA_EXHAUSTED, non_retryable=True) from None
+    except SliceFailed as e:
+        raise ApplicationError(str(e), type=SLICE_FAILED, non_retryable=True) from None
+
+
+async def _heartbeating(awaitable: Awaitable[T], every: float = 2.0) -> T:
+    """Await a long platform call while heartbeating, so the activity is not taken for dead."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=every)
+        if done:
+            return task.result()
+        activity.heartbeat()
+
+
+async def healthy_workers(client: Client) -> dict[str, pb.WorkerStatus]:
+    """The scheduler's workers by id (a query: the controller answers it)."""
+    workers = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("workers", result_type=pb.WorkerList)
+    return {w.worker_id: w for w in workers.workers}
+
+
+class SliceActivities:
+    """The slice activities of one controller; `control` is where bootstrapped agents find it."""
+
+    def __init__(self, control: ControlPlaneAddress) -> None:
+        self.control = control
+
+    @activity.defn(name=SLICE_CREATE)
+    async def create(self, req: SliceRequest) -> SliceInfo:
+        """Ask the platform for the slice (or find the one an earlier attempt asked for)."""
+        info = await _platform_call(req.group, lambda p: _heartbeating(p.create_slice(req.slice_id, req.group)))
+        log.info("slice.created", slice_id=req.slice_id, group=req.group.name, state=info.state)
+        return info
+
+    @activity.defn(name=SLICE_WAIT_READY)
+    async def wait_ready(self, req: SliceRequest) -> SliceInfo:
+        """Describe the slice until every host is reachable; SliceFailed if the platform gives up on it."""
+        while True:
+            info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
+            if info is None:
+                raise ApplicationError(f"slice {req.slice_id} vanished while being created", type=SLICE_FAILED,
+                                       non_retryable=True)  # fmt: skip
+            if info.state == PlatformState.READY:
+                return info
+            if info.state in (PlatformState.FAILED, PlatformState.PREEMPTED, PlatformState.DELETING):
+                raise ApplicationError(f"slice {req.slice_id} {info.state.lower()}: {info.error}", type=SLICE_FAILED,
+                                       non_retryable=True)  # fmt: skip
+            activity.heartbeat(info.state)
+            await asyncio.sleep(POLL_SECONDS)
+
+    @activity.defn(name=SLICE_BOOTSTRAP)
+    async def bootstrap(self, req: SliceRequest) -> None:
+        """Start the worker agent on every host (again where one is missing)."""
+        await _platform_call(
+            req.group, lambda p: _heartbeating(p.bootstrap(req.slice_id, req.group, self.control))
+        )
+
+    @activity.defn(name=SLICE_WAIT_REGISTERED)
+    async def wait_registered(self, req: RegistrationWait) -> None:
+        """Wait until every host's worker is healthy in the scheduler; SliceFailed if a host dies or time runs out."""
+        client = activity.client()
+        wanted = slice_worker_ids(req.slice_id, req.group)
+        deadline = time.monotonic() + req.timeout_seconds
+        missing = list(wanted)
+        while True:
+            with contextlib.suppress(RPCError):  # the scheduler not answering is "not yet"
+                workers = await healthy_workers(client)
+                missing = [w for w in wanted if w not in workers or not workers[w].healthy]
+                if not missing:
+                    return
+            info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
+            if info is None or info.state != PlatformState.READY:
+                why = "is gone" if info is None else f"is {info.state.lower()}: {info.error}"
+                raise ApplicationError(f"bootstrap failed: slice {req.slice_id} {why}", type=SLICE_FAILED,
+                                       non_retryable=True)  # fmt: skip
+            if time.monotonic() > deadline:
+                raise ApplicationError(
+                    f"bootstrap failed: {len(missing)} of {len(wanted)} workers did not register within "
+                    f"{req.timeout_seconds:g}s ({', '.join(missing)})",
+                    type=SLICE_FAILED, non_retryable=True,
+                )  # fmt: skip
+            activity.heartbeat(len(wanted) - len(missing))
+            await asyncio.sleep(POLL_SECONDS)
+
+    @activity.defn(name=SLICE_WATCH)
+    async def watch(self, req: SliceRequest) -> str:
+        """Watch a READY slice; return why it is lost (preempted or gone). Runs until then or cancelled."""
+        while True:
+            try:
+                info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
+            except ApplicationError:
+                raise
+            except Exception as e:  # a flaky platform API is not a lost slice: look again
+                log.warning("slice.watch_failed", slice_id=req.slice_id, error=str(e))
+                info = SliceInfo(req.slice_id, req.group.name, PlatformState.READY)
+            if info is None:
+                return f"slice {req.slice_id} is gone from its platform"
+            if info.state != PlatformState.READY:
+                return f"slice {req.slice_id} {info.state.lower()}: {info.error}".rstrip(": ")
+            activity.heartbeat()
+            await asyncio.sleep(WATCH_SECONDS)
+
+    @activity.defn(name=SLICE_WAIT_DRAINED)
+    async def wait_drained(self, req: DrainWait) -> int:
+        """Wait until the workers run no task, at most `timeout_seconds`; the tasks still running then."""
+        client = activity.client()
+        deadline = time.monotonic() + req.timeout_seconds
+        while True:
+            running = -1
+            with contextlib.suppress(RPCError):
+                workers = await healthy_workers(client)
+                running = sum(len(workers[w].running_tasks) for w in req.worker_ids if w in workers)
+            if running == 0 or time.monotonic() >= deadline:
+                return max(running, 0)
+            activity.heartbeat(running)
+            await asyncio.sleep(POLL_SECONDS)
+
+    @activity.defn(name=SLICE_TERMINATE)
+    async def terminate(self, req: SliceRequest) -> None:
+        """Delete the slice (agents stopped first); a slice that is already gone is fine."""
+        await _platform_call(req.group, lambda p: _heartbeating(p.terminate(req.slice_id)))
+        log.info("slice.terminated", slice_id=req.slice_id, group=req.group.name)
+
+    @activity.defn(name=CLEANUP_ORPHANS)
+    async def cleanup_orphans(self, req: OrphanCleanup) -> list[str]:
+        """Terminate every slice Iris made for these groups whose SliceWorkflow no longer runs."""
+        return await cleanup_orphans(activity.client(), req.groups, heartbeat=activity.heartbeat)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.create, self.wait_ready, self.bootstrap, self.wait_registered, self.watch,
+                self.wait_drained, self.terminate, self.cleanup_orphans]  # fmt: skip
+
+
+async def slice_workflow_running(client: Client, slice_id: str) -> bool:
+    """Whether the SliceWorkflow with this id runs (it owns the slice); False when it ended or never existed."""
+    try:
+        desc = await client.get_workflow_handle(slice_id).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return desc.status == WorkflowExecutionStatus.RUNNING
+
+
+async def cleanup_orphans(
+    client: Client, groups: list[ScaleGroupSpec], heartbeat: Callable[..., None] | None = None
+) -> list[str]:
+    """Find each group's slices by label and terminate those no running SliceWorkflow owns; their ids.
+
+    A SliceWorkflow is started before its platform slice is created, so a slice without a
+    running workflow is one whose workflow ended (or was terminated) and left it behind.
+    """
+    cleaned = []
+    for group in groups:
+        try:
+            platform = platform_for(group)
+            found = await platform.list_slices({MANAGED_LABEL: "true", SCALE_GROUP_LABEL: group.name})
+        except Exception as e:  # one broken group must not stop the others' cleanup
+            log.warning("slice.orphan_scan_failed", group=group.name, error=str(e))
+            continue
+        for info in found:
+            if await slice_workflow_running(client, info.slice_id):
+                continue
+            log.warning("slice.orphan", slice_id=info.slice_id, group=group.name, state=info.state)
+            await platform.terminate(info.slice_id)
+            cleaned.append(info.slice_id)
+            if heartbeat is not None:
+                heartbeat(info.slice_id)
+    return cleaned

@@ -1,0 +1,352 @@
+"""`python -m iris.bench scale`: the singleton scheduler at fleet scale, against a real dev server.
+
+Synthetic agents register `--workers` hosts (one liveness session per agent
+process serving `--hosts-per-agent` of them, heartbeating every second) and
+`--pending` tasks are enqueued in jobs of `--tasks-per-job`, as JobWorkflows
+would. The real scheduler (scale_controller, its own process) places them;
+signals to the absent task workflows are counted, not sent. Then one agent
+stops beating, to show its hosts are reported lost. Figures come from the
+scheduler's own histories; the exit code is 1 when a Temporal limit was hit or
+work was left unplaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import Worker
+
+from activities.contracts import WORKER_SESSION, WorkerSessionInput
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
+from iris.local_cluster import free_port, temporal_binary, temporal_command
+from iris.processes import port_open
+from worker_agent.registration import register_hosts
+from workflows.ids import SCHEDULER_WORKFLOW_ID
+from workflows.messages import Enqueue, SchedulingSpec
+
+AGENT_QUEUE = "iris-bench-agents"
+PAYLOAD_LIMIT = 2 * 1024 * 1024  # Temporal's default blob size error limit
+HISTORY_EVENT_LIMIT = 51_200
+HOST_CPU_MILLIS = 8_000
+TASK_CPU_MILLIS = 500  # 16 tasks fit a host: 10,000 hosts hold 160,000
+CONCURRENCY = 64  # registrations / enqueues in flight
+
+
+@dataclass
+class ScaleFigures:
+    workers: int
+    pending: int
+    agents: int
+    register_seconds: float = 0.0
+    enqueue_seconds: float = 0.0
+    place_seconds: float = 0.0
+    placed: int = 0
+    passes: int = 0
+    pass_seconds_median: float = 0.0
+    pass_seconds_max: float = 0.0
+    runs: int = 0
+    continue_as_new_bytes: list[int] = field(default_factory=list)
+    events_total: int = 0
+    events_max_run: int = 0
+    largest_payload: int = 0
+    failed_workflow_tasks: list[str] = field(default_factory=list)
+    controller_peak_rss_mb: float = 0.0
+    lost_detect_seconds: float | None = None
+    limits_hit: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        cans = self.continue_as_new_bytes
+        lines = [
+            f"scheduler scale: {self.workers} workers ({self.agents} agent sessions), {self.pending} pending tasks",
+            f"  register all workers   {self.register_seconds:8.1f} s",
+            f"  enqueue all tasks      {self.enqueue_seconds:8.1f} s",
+            f"  place all tasks        {self.place_seconds:8.1f} s  ({self.placed}/{self.pending} placed)",
+            f"  scheduling passes      {self.passes:8d}     pass time median {self.pass_seconds_median:.2f} s,"
+            f" max {self.pass_seconds_max:.2f} s (workflow task start -> plan recorded)",
+            f"  scheduler runs         {self.runs:8d}     continue-as-new input: "
+            + (f"max {max(cans) / 1024:.0f} KiB, last {cans[-1] / 1024:.0f} KiB" if cans else "none"),
+            f"  history events         {self.events_total:8d}     max per run {self.events_max_run},"
+            f" per pass {self.events_total / max(1, self.passes):.1f},"
+            f" per task {self.events_total / max(1, self.pending):.3f},"
+            f" per host {self.events_total / max(1, self.workers):.3f}",
+            f"  largest payload        {self.largest_payload / 1024:8.0f} KiB (limit {PAYLOAD_LIMIT // 1024} KiB)",
+            f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
+            "  agent lost -> hosts unhealthy "
+            + (f"{self.lost_detect_seconds:.1f} s" if self.lost_detect_seconds is not None else "not seen"),
+            "  limits hit: " + ("; ".join(self.limits_hit) if self.limits_hit else "none"),
+        ]
+        return "\n".join(lines)
+
+
+def host_metadata(index: int, session: str) -> pb.WorkerMetadata:
+    meta = pb.WorkerMetadata(worker_id=f"bench-{index:05d}", runtime="process", host="bench", agent_session=session)
+    meta.capacity.cpu_millis = HOST_CPU_MILLIS
+    meta.capacity.memory_bytes = 32 << 30
+    for key, value in {"pool": "bench", "zone": f"zone-{index % 4}"}.items():
+        set_attr(meta.attributes[key], value)
+    return meta
+
+
+class SyntheticAgents:
+    """Many agent sessions in one process: each heartbeats for its hosts until told to go quiet."""
+
+    def __init__(self) -> None:
+        self.quiet: set[str] = set()
+
+    @activity.defn(name=WORKER_SESSION)
+    async def worker_session(self, session: WorkerSessionInput) -> None:
+        while True:
+            if session.session not in self.quiet:
+                activity.heartbeat()
+            await asyncio.sleep(1.0)
+
+
+def controller_peak_rss_mb(pid: int) -> float:
+    """VmHWM of the controller process (Linux), in MB."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _gather_limited(coros: Sequence[Any], limit: int = CONCURRENCY) -> list[Any]:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Any) -> Any:
+        async with gate:
+            return await coro
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+async def _summary(client: Client) -> pb.ClusterSummary:
+    return await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("summary", result_type=pb.ClusterSummary)
+
+
+def _payload_sizes(obj: Any) -> list[int]:
+    """Sizes of every Payload inside a history event (walks the proto)."""
+    sizes = []
+    for desc, value in obj.ListFields():
+        if desc.message_type is None:
+            continue
+        if hasattr(value, "ListFields"):
+            items = [value]
+        else:
+            items = list(value.values()) if desc.message_type.GetOptions().map_entry else list(value)
+        for item in items:
+            if not hasattr(item, "ListFields"):  # a map of scalars
+                continue
+            if item.DESCRIPTOR.full_name == "temporal.api.common.v1.Payload":
+                sizes.append(len(item.data))
+            else:
+                sizes.extend(_payload_sizes(item))
+    return sizes
+
+
+async def read_histories(client: Client, figures: ScaleFigures) -> None:
+    """Passes, pass times, events, continue-as-new sizes and failures from every scheduler run."""
+    pass_times: list[float] = []
+    async for wf in client.list_workflows(f"WorkflowId = '{SCHEDULER_WORKFLOW_ID}'"):
+        figures.runs += 1
+        if wf.status not in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+            figures.limits_hit.append(f"scheduler run {wf.run_id} ended {wf.status}")
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        events = list(history.events)
+        figures.events_total += len(events)
+        figures.events_max_run = max(figures.events_max_run, len(events))
+        task_started = 0.0
+        for event in events:
+            figures.largest_payload = max([figures.largest_payload, *_payload_sizes(event)])
+            at = event.event_time.ToDatetime().timestamp()
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                task_started = at
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                attrs = event.workflow_task_failed_event_attributes
+                figures.failed_workflow_tasks.append(f"{attrs.cause}: {attrs.failure.message[:200]}")
+            elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+                data = event.marker_recorded_event_attributes.details.get("data")
+                if data is not None and any(b"find_assignments" in p.data for p in data.payloads):
+                    pass_times.append(max(0.0, at - task_started))
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                carried = event.workflow_execution_continued_as_new_event_attributes.input.payloads
+                figures.continue_as_new_bytes.append(sum(len(p.data) for p in carried))
+    figures.passes = len(pass_times)
+    if pass_times:
+        pass_times.sort()
+        figures.pass_seconds_median = pass_times[len(pass_times) // 2]
+        figures.pass_seconds_max = pass_times[-1]
+    if figures.largest_payload > PAYLOAD_LIMIT:
+        figures.limits_hit.append(f"a payload of {figures.largest_payload} bytes (limit {PAYLOAD_LIMIT})")
+    if figures.events_max_run > HISTORY_EVENT_LIMIT:
+        figures.limits_hit.append(f"a scheduler run of {figures.events_max_run} events (limit {HISTORY_EVENT_LIMIT})")
+    if figures.failed_workflow_tasks:
+        figures.limits_hit.append(
+            f"{len(figures.failed_workflow_tasks)} failed workflow tasks, first: {figures.failed_workflow_tasks[0]}"
+        )
+
+
+async def run_scale(
+    client: Client, controller_pid: int, workers: int, pending: int, hosts_per_agent: int, tasks_per_job: int,
+    timeout: float,
+) -> ScaleFigures:
+    agents = SyntheticAgents()
+    sessions = [
+        WorkerSessionInput(
+            f"bench-{start:05d}", f"bench-session-{start}", announced=True,
+            more_worker_ids=[f"bench-{i:05d}" for i in range(start + 1, min(workers, start + hosts_per_agent))],
+            task_queue=AGENT_QUEUE,
+        )
+        for start in range(0, workers, hosts_per_agent)
+    ]
+    figures = ScaleFigures(workers=workers, pending=pending, agents=len(sessions))
+    deadline = time.monotonic() + timeout
+    async with Worker(
+        client, task_queue=AGENT_QUEUE, activities=[agents.worker_session],
+        max_concurrent_activities=len(sessions) + 10,
+    ):
+        started = time.monotonic()
+
+        async def register(session: WorkerSessionInput) -> dict[str, str]:
+            first = int(session.worker_id.split("-")[1])
+            hosts = [host_metadata(first + i, session.session) for i in range(1 + len(session.more_worker_ids))]
+            return await register_hosts(client, session, hosts, timeout=max(30.0, deadline - time.monotonic()))
+
+        refused = [r for r in await _gather_limited([register(s) for s in sessions]) if r]
+        if refused:
+            figures.limits_hit.append(f"{len(refused)} agents had hosts refused, e.g. {refused[0]}")
+        while (await _summary(client)).healthy_workers < workers and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+        figures.register_seconds = time.monotonic() - started
+
+        started = time.monotonic()
+        spec = SchedulingSpec(cpu_millis=TASK_CPU_MILLIS, memory_bytes=1 << 30)
+        scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        jobs = [(f"bench-job-{j:06d}", min(tasks_per_job, pending - j * tasks_per_job))
+                for j in range((pending + tasks_per_job - 1) // tasks_per_job)]
+        await _gather_limited([
+            scheduler.signal("enqueue", Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time()))
+            for job_id, n in jobs
+        ])
+        figures.enqueue_seconds = time.monotonic() - started
+        while time.monotonic() < deadline:
+            summary = await _summary(client)
+            figures.placed = summary.running_tasks
+            if summary.pending_tasks == 0 and summary.running_tasks >= pending:
+                break
+            await asyncio.sleep(1.0)
+        figures.place_seconds = time.monotonic() - started
+        if figures.placed < pending:
+            figures.limits_hit.append(f"{pending - figures.placed} tasks left unplaced after {timeout:.0f} s")
+
+        # Liveness: one agent goes quiet; all its hosts must be reported lost (heartbeat timeout 6 s).
+        quiet = sessions[-1]
+        before = (await _summary(client)).healthy_workers
+        agents.quiet.add(quiet.session)
+        started = time.monotonic()
+        while time.monotonic() < min(deadline + 60, started + 60):
+            if (await _summary(client)).healthy_workers <= before - 1 - len(quiet.more_worker_ids):
+                figures.lost_detect_seconds = time.monotonic() - started
+                break
+            await asyncio.sleep(0.5)
+    figures.controller_peak_rss_mb = controller_peak_rss_mb(controller_pid)
+    await read_histories(client, figures)
+    return figures
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m iris.bench scale", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=1000, help="synthetic worker hosts (default 1000)")
+    parser.add_argument("--pending", type=int, default=10000, help="tasks enqueued at once (default 10000)")
+    parser.add_argument("--hosts-per-agent", type=int, default=100, help="hosts per liveness session (default 100)")
+    parser.add_argument("--tasks-per-job", type=int, default=10, help="tasks per enqueued job (default 10)")
+    parser.add_argument("--timeout", type=float, default=840.0, help="give up placing after this many s (840)")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
+    args = parser.parse_args(argv)
+    for name in ("workers", "pending", "hosts_per_agent", "tasks_per_job"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.pending > args.workers * (HOST_CPU_MILLIS // TASK_CPU_MILLIS):
+        parser.error(f"--pending: at most {HOST_CPU_MILLIS // TASK_CPU_MILLIS} tasks per worker fit")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="iris-scale-"))
+    port = free_port()
+    argv_server = temporal_command(
+        binary=temporal_binary(), port=port, ui_port=free_port(), db_path=home / "temporal.db"
+    )
+    server_log = (home / "temporal.log").open("wb")
+    server = subprocess.Popen(argv_server, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
+    controller: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not port_open(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                print(f"error: the dev server did not start; see {home / 'temporal.log'}", file=sys.stderr)
+                return 2
+            time.sleep(0.2)
+        address = f"127.0.0.1:{port}"
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "iris.bench.scale_controller", address],
+            stdout=subprocess.PIPE, stderr=(home / "controller.log").open("wb"), start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert controller.stdout is not None
+        if controller.stdout.readline().strip() != b"ready":
+            print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
+            return 2
+
+        async def go() -> ScaleFigures:
+            client = await Client.connect(address)
+            assert controller is not None
+            return await run_scale(
+                client, controller.pid, args.workers, args.pending, args.hosts_per_agent, args.tasks_per_job,
+                args.timeout,
+            )
+
+        figures = asyncio.run(go())
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if controller is not None:
+            _stop(controller)
+        _stop(server)
+        server_log.close()
+    print(figures.report())
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures.__dict__, indent=2) + "\n")
+    return 1 if figures.limits_hit else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

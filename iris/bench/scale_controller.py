@@ -1,0 +1,66 @@
+"""The control plane of `python -m iris.bench scale`: the real scheduler, with task signals counted, not sent.
+
+The scale bench has no job or task workflows (100,000 of them would measure the
+dev server, not the scheduler), so `assigned`/`unschedulable` signals to tasks
+are accepted here without an RPC; every other signal (the answers to
+registrations) goes out through the real `deliver_signals`. Everything else is
+the controller's own worker: the same workflows, sandbox and scheduling activity.
+Run as `python -m iris.bench.scale_controller ADDRESS` so its memory is its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import signal
+import sys
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_signals
+from iris.controller import ensure_scheduler, workflow_runner
+from workflows.ids import CONTROL_TASK_QUEUE
+from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.worker_workflow import WorkerWorkflow
+
+TASK_SIGNALS = ("assigned", "unschedulable")
+
+
+@activity.defn(name=DELIVER_SIGNALS)
+async def deliver_or_count(deliveries: list[Delivery]) -> list[int]:
+    """Signals to (absent) task workflows count as delivered; the rest are really sent."""
+    real = [(i, d) for i, d in enumerate(deliveries) if d.signal not in TASK_SIGNALS]
+    if not real:
+        return []
+    gone = await deliver_signals([d for _, d in real])
+    return [real[i][0] for i in gone]
+
+
+async def serve(address: str) -> None:
+    client = await Client.connect(address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
+        worker = Worker(
+            client,
+            task_queue=CONTROL_TASK_QUEUE,
+            workflows=[SchedulerWorkflow, WorkerWorkflow],
+            activities=[find_assignments_activity, deliver_or_count],
+            activity_executor=executor,
+            max_concurrent_workflow_tasks=200,
+            workflow_runner=workflow_runner(),
+        )
+        async with worker:
+            await ensure_scheduler(client, "memory://bench")
+            print("ready", flush=True)
+            await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1]))

@@ -1,0 +1,59 @@
+"""`/health` and `/metrics` of a controller and an agent, against a real Temporal, answering as it changes."""
+
+from __future__ import annotations
+
+import re
+import signal
+
+import pytest
+
+from iris import IrisClient, ResourceSpec
+from tests.deploy.conftest import Deployment, free_port, get, health
+from tests.support import wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in Prometheus text, or None if absent."""
+    label_text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = rf"^{re.escape(name)}{{{re.escape(label_text)}}} (\S+)$" if labels else rf"^{re.escape(name)} (\S+)$"
+    found = re.search(pattern, text, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def test_health_and_metrics_follow_the_daemons_and_temporal(deployment: Deployment) -> None:
+    """Both daemons answer 200 with their checks; metrics count the job's work; without Temporal, 503."""
+    d = deployment.daemons
+    controller_port, worker_port = free_port(), free_port()
+    d.controller("controller", controller_port)
+    d.worker("w1", worker_port)
+    for port in (controller_port, worker_port):
+        _, body = wait_until(lambda p=port: (s := health(p))[0] == 200 and s, timeout=90, what="health 200")
+        assert {"status": "ok", "checks": {"temporal_reachable": True, "pollers_running": True}} == body
+
+    client = IrisClient.connect(deployment.info.address, store=deployment.info.store_url)
+    ok = client.submit_command(["python", "-c", "print(1)"], name="fine", resources=ResourceSpec(cpu=0.5))
+    bad = client.submit_command(["python", "-c", "raise SystemExit(3)"], name="bad", resources=ResourceSpec(cpu=0.5))
+    ok.wait(timeout=120)
+    bad.wait(timeout=120, raise_on_failure=False)
+
+    _, controller_metrics = get(f"http://127.0.0.1:{controller_port}/metrics")
+    assert 1 <= (metric(controller_metrics, "iris_jobs", state="SUCCEEDED") or 0)
+    assert 1 <= (metric(controller_metrics, "iris_jobs", state="FAILED") or 0)
+    assert 0 == metric(controller_metrics, "iris_pending_tasks")
+    assert 1 == metric(controller_metrics, "iris_workers", healthy="true")
+    assert 1 <= (metric(controller_metrics, "iris_scheduling_pass_seconds_count") or 0)
+    assert re.search(r"^temporal_\w+", controller_metrics, re.MULTILINE), "the SDK's own metrics are appended"
+
+    _, worker_metrics = get(f"http://127.0.0.1:{worker_port}/metrics")
+    assert 2 == metric(worker_metrics, "iris_tasks_started_total")
+    assert 1 == metric(worker_metrics, "iris_tasks_finished_total", outcome="succeeded")
+    assert 1 == metric(worker_metrics, "iris_tasks_finished_total", outcome="failed")
+    assert 1 <= (metric(worker_metrics, "iris_worker_heartbeats_total") or 0)
+
+    deployment.local.kill_process("temporal", signal.SIGKILL, wait=10)
+    for port in (controller_port, worker_port):
+        _, body = wait_until(lambda p=port: (s := health(p))[0] == 503 and s, timeout=60, what="health 503")
+        assert "unavailable" == body["status"]
+        assert {"temporal_reachable": False} == {"temporal_reachable": body["checks"]["temporal_reachable"]}

@@ -1,0 +1,25 @@
+"""`python -m iris.bench scale` end to end, tiny: synthetic agents, the real scheduler, a real dev server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
+    """40 hosts in 4 agent sessions take 300 tasks; no limit is hit and a silent agent's hosts are lost."""
+    out = tmp_path / "scale.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "iris.bench", "scale", "--workers", "40", "--pending", "300",
+         "--hosts-per-agent", "10", "--timeout", "120", "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert 0 == run.returncode, run.stdout + run.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert 300 == figures["placed"]
+    assert [] == figures["limits_hit"]
+    assert figures["passes"] >= 1
+    assert figures["lost_detect_seconds"] is not None  # the quiet agent's 10 hosts were reported lost
+    assert "limits hit: none" in run.stdout

@@ -1,0 +1,137 @@
+"""Bad commands, options and ids end with exit 1 or 2 and one line naming what is wrong, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from iris import IrisClient, ResourceSpec
+from iris.local_cluster import LocalCluster
+
+from .conftest import assert_one_line_error, iris
+
+SMALL = ["--cpu", "0.5", "--memory", "256m"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["jbo", "list"], ["No such command 'jbo'", "Did you mean 'job'"]),
+        (["job", "lst"], ["No such command 'lst'", "Did you mean 'list'"]),
+        (["job", "logs", "j", "--tsk", "1"], ["--tsk", "--task"]),
+        (["run", "--nme", "x", "--", "true"], ["--nme", "--name"]),
+        (["run", "--replicas", "abc", "--", "true"], ["--replicas"]),
+        (["run", "--"], ["command"]),
+    ],
+)
+def test_a_typo_in_a_command_or_option_gets_a_suggestion(
+    no_cluster_env: dict[str, str], args: list[str], fragments: list[str]
+) -> None:
+    """Click's usage errors are one line, exit 2, and name the closest command or option."""
+    assert_one_line_error(iris(*args, env=no_cluster_env), 2, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--name", ""], ["--name", "empty"]),
+        (["--name", "x" * 5000], ["--name", "5000 characters"]),
+        (["--replicas", "0"], ["--replicas"]),
+        (["--replicas", "100000"], ["--replicas", "at most"]),
+        (["--cpu", "-1"], ["cpu"]),
+        (["--memory", "12q"], ["memory", "12q"]),
+        (["--tpu", "bogus"], ["--tpu", "bogus"]),
+        (["--max-retries", "-1"], ["--max-retries"]),
+        (["--scheduling-timeout", "-5"], ["--scheduling-timeout"]),
+        (["--coschedule", ""], ["--coschedule"]),
+        (["--image", ""], ["--image"]),
+        (["-c", ""], ["--constraint"]),
+        (["-c", "=1"], ["--constraint"]),
+        (["-c", "k>abc"], ["k", "number"]),
+        (["--env", "NOEQUALS"], ["--env", "KEY=VALUE"]),
+        (["--env", "IRIS_X=1"], ["IRIS_X", "reserved"]),
+    ],
+)
+def test_bad_run_options_are_rejected_before_anything_starts(
+    no_cluster_env: dict[str, str], args: list[str], fragments: list[str]
+) -> None:
+    """`iris run` checks every option first: exit 2, one line naming the flag, and no cluster was started."""
+    result = iris("run", *SMALL, *args, "--", "true", env=no_cluster_env)
+    assert_one_line_error(result, 2, *fragments)
+    assert LocalCluster(no_cluster_env["IRIS_HOME"]).status() is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["job", "list"],
+        ["job", "status", "some-job"],
+        ["job", "logs", "some-job"],
+        ["job", "kill", "some-job"],
+        ["worker", "list"],
+        ["cluster", "status"],
+    ],
+)
+def test_read_commands_never_start_a_cluster(no_cluster_env: dict[str, str], args: list[str]) -> None:
+    """With no cluster running, a read command says how to start one (exit 1) and starts nothing."""
+    result = iris(*args, env=no_cluster_env)
+    assert_one_line_error(result, 1, "no local cluster running (start it with `iris cluster up`)")
+    assert LocalCluster(no_cluster_env["IRIS_HOME"]).status() is None
+
+
+def test_version_is_printed_by_the_flag_and_the_command(no_cluster_env: dict[str, str]) -> None:
+    """`iris --version` and `iris version` print the same `iris X.Y.Z` line."""
+    flag = iris("--version", env=no_cluster_env)
+    command = iris("version", env=no_cluster_env)
+    assert 0 == flag.returncode and 0 == command.returncode
+    assert flag.stdout == command.stdout
+    assert flag.stdout.startswith("iris ") and len(flag.stdout.splitlines()) == 1
+
+
+def test_run_help_says_what_stdin_a_task_gets(no_cluster_env: dict[str, str]) -> None:
+    """Tasks do not read the terminal: `iris run --help` says their stdin is empty."""
+    result = iris("run", "--help", env={**no_cluster_env, "COLUMNS": "200"})
+    assert 0 == result.returncode
+    assert "stdin is empty (/dev/null)" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "kill"])
+@pytest.mark.parametrize(
+    ("job_id", "fragment"),
+    [("nosuch-1234", "no such job: nosuch-1234"), ("iris-scheduler", "not a job"), ("", "no such job")],
+)
+def test_unknown_and_non_job_ids_are_errors(
+    cluster_env: dict[str, str], command: str, job_id: str, fragment: str
+) -> None:
+    """A job id that names nothing, or Iris's own scheduler workflow, is `no such job` (exit 1), never "ok"."""
+    assert_one_line_error(iris("job", command, job_id, env=cluster_env), 1, fragment)
+
+
+@pytest.mark.parametrize("task", ["-1", "2", "99"])
+def test_logs_of_a_task_the_job_does_not_have(
+    cluster_env: dict[str, str], client: IrisClient, task: str
+) -> None:
+    """`--task` outside the job's tasks is a usage error naming the valid range, not silence or a traceback."""
+    job = client.submit_command(["true"], resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2))
+    result = iris("job", "logs", job.job_id, "--task", task, env=cluster_env)
+    assert_one_line_error(result, 2, "--task", "0..1", task)
+
+
+def test_unreachable_temporal_is_one_line(no_cluster_env: dict[str, str]) -> None:
+    """`--temporal` pointing at nothing fails in one line that names Temporal."""
+    result = iris("job", "list", "--temporal", "127.0.0.1:1", env=no_cluster_env, timeout=120)
+    assert_one_line_error(result, 1, "cannot reach Temporal at 127.0.0.1:1")
+
+
+def test_a_closed_pipe_ends_quietly(cluster_env: dict[str, str], client: IrisClient) -> None:
+    """`iris job logs J | head -1` stops without a BrokenPipe traceback."""
+    job = client.submit_command(["sh", "-c", "seq 1 200000"], resources=ResourceSpec(cpu=0.5, memory="256m"))
+    job.wait(timeout=120)
+    pipeline = subprocess.run(
+        f"'{sys.executable}' -m iris job logs {job.job_id} | head -1",
+        shell=True, env=cluster_env, capture_output=True, text=True, timeout=120,
+    )
+    assert "1\n" == pipeline.stdout
+    assert "Traceback" not in pipeline.stderr and "Error" not in pipeline.stderr, pipeline.stderr

@@ -1,0 +1,50 @@
+"""The Python client does what a new user expects: failed results raise, connecting does not nag."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from iris import IrisClient, JobFailedError, JobState, ResourceSpec
+from iris.config import parse_config
+from tests.support import Cluster
+
+
+def test_results_of_a_failed_job_raise_unless_partial(client: IrisClient) -> None:
+    """`results()` on a FAILED job raises JobFailedError naming the task's error; `partial=True` gives None."""
+    job = client.submit(_fail_on_odd, resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2),
+                        max_task_failures=0)
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    with pytest.raises(JobFailedError) as raised:
+        job.results()
+    assert "odd task 1" in str(raised.value)
+    assert 1 in raised.value.task_errors
+    partial = job.results(partial=True)
+    assert 2 == len(partial) and partial[1] is None
+
+
+def _fail_on_odd() -> int:
+    import os
+
+    index = int(os.environ["IRIS_TASK_INDEX"])
+    if index % 2:
+        raise RuntimeError(f"odd task {index}")
+    return index
+
+
+def test_connecting_without_a_config_does_not_warn_about_one(cluster: Cluster) -> None:
+    """`IrisClient.connect()` reaches a cluster started from a config without "already running" advice.
+
+    Asking for a different config explicitly still warns, since that config is not applied.
+    """
+    with capture_logs() as without_config:
+        info = cluster.local.up(None)
+    assert info.already_running
+    assert [] == [e for e in without_config if e["event"] == "local_cluster.already_running"]
+    other = parse_config({"local": {"worker_groups": [{"name": "x", "resources": {"cpu": 1, "memory": "1g"}}]}}, "t")
+    with capture_logs() as with_config:
+        cluster.local.up(other)
+    assert ["local_cluster.already_running"] == [
+        e["event"] for e in with_config if e["event"] == "local_cluster.already_running"
+    ]

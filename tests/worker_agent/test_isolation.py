@@ -1,0 +1,93 @@
+"""A task's own area and, for the process runtime on a shared host, an unprivileged task user."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from worker_agent.runtimes.base import Mount, TaskSpec
+from worker_agent.runtimes.cri_client import CriLogParser
+from worker_agent.runtimes.process import ProcessRuntime, TaskUser
+from worker_agent.runtimes.select import task_user
+from worker_agent.storage import BlobStore, LogStore
+from worker_agent.task_area import TaskArea
+from worker_agent.task_runner import error_key
+
+
+def test_task_area_stages_inputs_and_publishes_only_outputs(tmp_path: Path, blob_store: BlobStore) -> None:
+    """The area holds a copy of the function blob; only the result and error blobs go back to the store."""
+    blob_store.put("jobs/j/function", b"pickled")
+    blob_store.put("jobs/other/function", b"someone else's")
+    area = TaskArea.at(tmp_path / "tasks", "j", 0, 1)
+    area.create()
+    area.stage_function(blob_store, "jobs/j/function")
+    own = BlobStore(area.store_dir)
+    assert b"pickled" == own.get("jobs/j/function")
+    assert not own.exists("jobs/other/function")
+    own.put("jobs/j/results/task-0/attempt-1", b"result")
+    own.put(error_key("jobs/j/results/task-0/attempt-1"), b"why")
+    own.put("jobs/other/function", b"overwritten")  # a task writing where it should not
+    area.publish_outputs(blob_store, "jobs/j/results/task-0/attempt-1")
+    assert b"result" == blob_store.get("jobs/j/results/task-0/attempt-1")
+    assert b"why" == blob_store.get(error_key("jobs/j/results/task-0/attempt-1"))
+    assert b"someone else's" == blob_store.get("jobs/other/function")
+    area.remove()
+    assert not area.path.exists()
+
+
+def test_task_area_directories_hide_neighbours(tmp_path: Path) -> None:
+    """Parents are traverse-only (0711) and each area is private (0700), even for a hostile job name."""
+    area = TaskArea.at(tmp_path / "tasks", "../../etc", 3, 0)
+    area.create()
+    assert area.path.is_relative_to(tmp_path / "tasks")
+    assert 0o711 == stat.S_IMODE((tmp_path / "tasks").stat().st_mode)
+    assert 0o711 == stat.S_IMODE(area.path.parent.stat().st_mode)
+    assert 0o700 == stat.S_IMODE(area.path.stat().st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running tasks as another user needs root")
+async def test_process_tasks_run_as_the_task_user(tmp_path: Path, log_store: LogStore) -> None:
+    """As root, a task runs as `nobody`: it writes its own area but cannot read the agent's files."""
+    secret = tmp_path / "agent-only"
+    secret.write_text("store contents")
+    secret.chmod(0o600)
+    area = TaskArea.at(tmp_path / "tasks", "job", 0, 0)
+    area.create()
+    runtime = ProcessRuntime(run_as=TaskUser.lookup("nobody"))
+    spec = TaskSpec(
+        argv=["sh", "-c", f"id -u; echo ok > out; cat {secret} || echo denied"],
+        log=log_store.open_writer("job", 0, 0),
+        cwd=str(area.work_dir),
+        mounts=[Mount(str(area.path), read_only=False)],
+    )
+    handle = await runtime.start(spec)
+    assert 0 == (await runtime.wait(handle)).exit_code
+    lines = log_store.read_lines("job", 0)
+    assert str(TaskUser.lookup("nobody").uid) == lines[0]
+    assert "denied" == lines[-1]
+    assert "ok\n" == (area.work_dir / "out").read_text()
+
+
+def test_task_user_setting() -> None:
+    """'auto' is nobody for a root agent and the agent's own user otherwise; '' is always the agent's."""
+    assert task_user("") is None
+    expected = TaskUser.lookup("nobody") if os.geteuid() == 0 else None
+    assert expected == task_user("auto")
+    with pytest.raises(ValueError, match="task user 'no-such-user-x' does not exist"):
+        task_user("no-such-user-x")
+
+
+def test_cri_log_records_become_the_tasks_bytes() -> None:
+    """Full records end lines, partial ones join the next, records split across reads are kept whole."""
+    parser = CriLogParser()
+    data = (
+        b"2026-01-01T00:00:00.000000001Z stdout F hello world\n"
+        b"2026-01-01T00:00:00.000000002Z stderr P a long \n"
+        b"2026-01-01T00:00:00.000000003Z stderr F line\n"
+        b"2026-01-01T00:00:00.000000004Z stdout F  two  spaces\n"
+    )
+    out = parser.feed(data[:30]) + parser.feed(data[30:100]) + parser.feed(data[100:]) + parser.finish()
+    assert b"hello world\na long line\n two  spaces\n" == out

@@ -1,0 +1,312 @@
+"""AutoscalerWorkflow: the singleton that grows and shrinks the fleet in whole slices.
+
+Every few seconds a local activity reads the scheduler's snapshot and runs the
+pure planner (`scheduler.autoscale.plan_scaling`); the workflow then starts a
+SliceWorkflow per new slice (through an activity, id = slice id, so a retried
+start never makes a second one) and asks idle slices to scale down. Slices are
+not its children: each tells it of its state changes with a `slice_state`
+signal. A group backs off exponentially after a quota error or after repeated
+failures to bring a slice up, and says why in `status`.
+
+State lives in one dataclass handed whole to continue-as-new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.autoscaling import (
+        AUTOSCALE_PLAN,
+        KNOWN_SLICES,
+        START_SLICE,
+        GroupInput,
+        KnownSlice,
+        PlanInput,
+        PlanResult,
+        SliceViewInput,
+        StartSlice,
+    )
+    from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
+    from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
+    from workflows.ids import AUTOSCALER_WORKFLOW_ID
+    from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
+
+BUSY_TICK = timedelta(seconds=2)  # while work is pending or slices are on their way
+IDLE_TICK = timedelta(seconds=5)
+BACKOFF_BASE_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 600.0
+FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
+PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
+IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
+
+
+@dataclass
+class ScaleGroup:
+    """One configured scale group: what its slices are, and how many of them may exist when."""
+
+    spec: ScaleGroupSpec
+    min_slices: int = 0
+    max_slices: int = 1
+    scale_up_delay: float = 0.0
+    scale_down_delay: float = 300.0
+
+
+@dataclass
+class AutoscalerConfig:
+    """Signal `configure`: the scale groups (from the controller's config file) and slice timeouts."""
+
+    groups: list[ScaleGroup] = field(default_factory=list)
+    registration_timeout_seconds: float = 300.0
+    drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
+
+
+@dataclass
+class SliceEntry:
+    slice_id: str
+    group: str
+    state: str
+    worker_ids: list[str] = field(default_factory=list)
+    idle_since: float | None = None
+    error: str = ""
+
+
+@dataclass
+class GroupRuntime:
+    last_scale_up: float | None = None
+    backoff_until: float | None = None
+    backoff_reason: str = ""
+    failures: int = 0  # slices of this group that failed in a row
+    last_error: str = ""
+
+
+@dataclass
+class AutoscalerState:
+    config: AutoscalerConfig | None = None
+    slices: dict[str, SliceEntry] = field(default_factory=dict)
+    groups: dict[str, GroupRuntime] = field(default_factory=dict)
+    unmet: dict[str, str] = field(default_factory=dict)
+    group_reasons: dict[str, str] = field(default_factory=dict)
+    recovered: bool = False  # running slices were read back from visibility (first run only)
+    cleanup_needed: bool = False  # orphan cleanup after a (re)configuration
+
+
+@dataclass
+class GroupStatus:
+    name: str
+    platform: str
+    min_slices: int
+    max_slices: int
+    slices: dict[str, list[str]]  # state -> slice ids
+    reason: str = ""  # why it is not scaling up now ("" when it is free to)
+    backoff_reason: str = ""
+    backoff_seconds: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class AutoscalerStatus:
+    groups: list[GroupStatus] = field(default_factory=list)
+    unmet: dict[str, str] = field(default_factory=dict)  # job id -> why no group will take it
+
+
+@workflow.defn(name="AutoscalerWorkflow")
+class AutoscalerWorkflow:
+    @workflow.init
+    def __init__(self, state: AutoscalerState | None = None) -> None:
+        self.state = state or AutoscalerState()
+        self._wake = False
+        self._busy = True
+
+    @workflow.run
+    async def run(self, state: AutoscalerState | None = None) -> None:
+        if not self.state.recovered:
+            await self._recover()
+        while True:
+            await workflow.wait_condition(lambda: self.state.config is not None)
+            if self.state.cleanup_needed:
+                await self._cleanup_orphans()
+            config = self.state.config
+            if config is not None and config.groups:
+                plan = await workflow.execute_local_activity(
+                    AUTOSCALE_PLAN, self._plan_input(config), result_type=PlanResult,
+                    start_to_close_timeout=timedelta(seconds=30),
+                )  # fmt: skip
+                if plan.error:
+                    workflow.logger.warning("autoscaler: no plan this tick: %s", plan.error)
+                else:
+                    await self._apply(config, plan)
+            self._publish()
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self.state)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._wake, timeout=BUSY_TICK if self._busy else IDLE_TICK)
+            self._wake = False
+
+    # -- one tick ---------------------------------------------------------------------------------
+
+    def _plan_input(self, config: AutoscalerConfig) -> PlanInput:
+        groups = []
+        for g in config.groups:
+            rt = self.state.groups.setdefault(g.spec.name, GroupRuntime())
+            groups.append(GroupInput(g.spec, g.min_slices, g.max_slices, g.scale_up_delay, g.scale_down_delay,
+                                     rt.last_scale_up, rt.backoff_until, rt.backoff_reason))  # fmt: skip
+        slices = [SliceViewInput(s.slice_id, s.group, s.state, s.worker_ids, s.idle_since)
+                  for s in self.state.slices.values()]  # fmt: skip
+        return PlanInput(groups, slices, workflow.now().timestamp())
+
+    async def _apply(self, config: AutoscalerConfig, plan: PlanResult) -> None:
+        for slice_id, since in plan.idle_since.items():
+            if slice_id in self.state.slices:
+                self.state.slices[slice_id].idle_since = since
+        self.state.unmet, self.state.group_reasons = plan.unmet, plan.group_reasons
+        by_name = {g.spec.name: g for g in config.groups}
+        for slice_id in plan.remove:
+            entry = self.state.slices.get(slice_id)
+            if entry is None:
+                continue
+            entry.state = "DRAINING"
+            delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
+            try:
+                await workflow.get_external_workflow_handle(slice_id).signal(
+                    "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds)
+                )
+            except Exception as err:  # its workflow ended: it is gone already
+                workflow.logger.warning("autoscaler: %s not told to scale down: %s", slice_id, err)
+                self.state.slices.pop(slice_id, None)
+        for group_name, count in plan.create.items():
+            group = by_name.get(group_name)
+            for _ in range(count if group is not None else 0):
+                assert group is not None
+                await self._start_slice(config, group)
+        self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
+            s.state != "READY" for s in self.state.slices.values()
+        )
+
+    async def _start_slice(self, config: AutoscalerConfig, group: ScaleGroup) -> None:
+        spec = group.spec
+        slice_id = f"{spec.name}-{workflow.uuid4().hex[:8]}"
+        now = workflow.now().timestamp()
+        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, "CREATING")
+        self.state.groups.setdefault(spec.name, GroupRuntime()).last_scale_up = now
+        inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds)
+        summary = f"slice {slice_id}: group {spec.name}, {spec.hosts_per_slice} x {spec.platform} hosts"
+        try:
+            await workflow.execute_activity(
+                START_SLICE, StartSlice(slice_id, inp, summary), start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10)),
+            )  # fmt: skip
+        except ActivityError as err:
+            self.state.slices.pop(slice_id, None)
+            self._failed(spec.name, f"could not start slice workflow: {err.cause or err}", "")
+            return
+        workflow.logger.info("autoscaler: started slice %s of %s", slice_id, spec.name)
+
+    async def _recover(self) -> None:
+        """A fresh autoscaler (not a continue-as-new) adopts the slices that are running already."""
+        known: list[KnownSlice] = await workflow.execute_activity(
+            KNOWN_SLICES, start_to_close_timeout=timedelta(seconds=60), result_type=list[KnownSlice],
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+        )  # fmt: skip
+        for k in known:
+            if k.slice_id not in self.state.slices and k.state not in ("FAILED", "TERMINATED"):
+                self.state.slices[k.slice_id] = SliceEntry(k.slice_id, k.group, k.state, k.worker_ids)
+        self.state.recovered = True
+
+    async def _cleanup_orphans(self) -> None:
+        config = self.state.config
+        self.state.cleanup_needed = False
+        if config is None or not config.groups:
+            return
+        try:
+            cleaned: list[str] = await workflow.execute_activity(
+                CLEANUP_ORPHANS, OrphanCleanup([g.spec for g in config.groups]), result_type=list[str],
+                start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )  # fmt: skip
+        except ActivityError as err:
+            workflow.logger.warning("autoscaler: orphan cleanup failed: %s", err.cause or err)
+            return
+        if cleaned:
+            workflow.logger.warning("autoscaler: terminated orphan slices %s", cleaned)
+
+    def _failed(self, group: str, error: str, error_type: str) -> None:
+        """A slice of `group` failed: count it, and back the group off (at once on quota)."""
+        rt = self.state.groups.setdefault(group, GroupRuntime())
+        rt.failures += 1
+        rt.last_error = error
+        quota = error_type == QUOTA_EXHAUSTED
+        if quota or rt.failures >= FAILURES_BEFORE_BACKOFF:
+            k = rt.failures if quota else rt.failures - FAILURES_BEFORE_BACKOFF + 1
+            delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (k - 1))
+            rt.backoff_until = workflow.now().timestamp() + delay
+            rt.backoff_reason = (
+                f"quota exhausted: {error}" if quota else f"{rt.failures} slices failed in a row, last: {error}"
+            )
+            workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
+
+    def _publish(self) -> None:
+        counts: dict[str, int] = {}
+        for s in self.state.slices.values():
+            counts[s.state] = counts.get(s.state, 0) + 1
+        summary = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) or "no slices"
+        waiting = f"; {len(self.state.unmet)} jobs no group will take" if self.state.unmet else ""
+        workflow.set_current_details(f"{summary}{waiting}")
+
+    # -- handlers -------------------------------------------------------------------------------
+
+    @workflow.signal
+    def configure(self, config: AutoscalerConfig) -> None:
+        self.state.config = config
+        self.state.cleanup_needed = True
+        self._wake = True
+
+    @workflow.signal
+    def slice_state(self, update: SliceUpdate) -> None:
+        """A slice moved: keep its state; count failures, clear them when a slice comes up."""
+        entry = self.state.slices.get(update.slice_id)
+        if update.state in ("FAILED", "TERMINATED"):
+            self.state.slices.pop(update.slice_id, None)
+        elif entry is None:
+            self.state.slices[update.slice_id] = SliceEntry(update.slice_id, update.group, update.state,
+                                                            list(update.worker_ids))  # fmt: skip
+        elif entry.state != "DRAINING" or update.state == "DRAINING":
+            entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
+        rt = self.state.groups.setdefault(update.group, GroupRuntime())
+        if update.state == "READY":
+            rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
+        elif update.state == "FAILED" and update.error_type != PREEMPTED:
+            self._failed(update.group, update.error, update.error_type)
+        self._wake = True
+
+    @workflow.query
+    def status(self) -> AutoscalerStatus:
+        now = workflow.now().timestamp()
+        out = AutoscalerStatus(unmet=dict(self.state.unmet))
+        config = self.state.config or AutoscalerConfig()
+        for g in config.groups:
+            name = g.spec.name
+            rt = self.state.groups.get(name, GroupRuntime())
+            by_state: dict[str, list[str]] = {}
+            for s in self.state.slices.values():
+                if s.group == name:
+                    by_state.setdefault(s.state, []).append(s.slice_id)
+            backing_off = rt.backoff_until is not None and rt.backoff_until > now
+            out.groups.append(
+                GroupStatus(
+                    name=name, platform=g.spec.platform, min_slices=g.min_slices, max_slices=g.max_slices,
+                    slices=by_state, reason=self.state.group_reasons.get(name, ""),
+                    backoff_reason=rt.backoff_reason if backing_off else "",
+                    backoff_seconds=math.ceil(rt.backoff_until - now) if backing_off and rt.backoff_until else 0.0,
+                    last_error=rt.last_error,
+                )
+            )  # fmt: skip
+        return out
