@@ -36,8 +36,15 @@ app.add_typer(controller_app, name="controller")
 temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
 
-err = Console(stderr=True)
-out = Console()
+def _console(stderr: bool = False) -> Console:
+    """Rich output that never wraps a line: at the terminal's width on a terminal, unbounded in a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(stderr=stderr, soft_wrap=True, width=None if tty else 1_000_000)
+
+
+err = _console(stderr=True)
+out = _console()
 
 TemporalOpt = Annotated[
     str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
@@ -214,6 +221,10 @@ def run(
         )
         build_request(**options)  # every check, before anything connects or starts
         command_argv(command)
+        for text in (*command, name or "", *(env or []), *(constraint or [])):
+            text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
+    except UnicodeError:
+        raise
     except ValueError as e:
         raise _fail(_as_flags(str(e))) from None
     client = _client(temporal, store, start=True)
@@ -347,6 +358,12 @@ def worker_serve(
     memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
+    tpu_vm: Annotated[
+        bool | None,
+        typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
+                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
+                          "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
+    ] = None,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -357,13 +374,15 @@ def worker_serve(
 
     from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
+    from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
 
     configure_logging()
     try:
         attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
+        attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
-    except ValueError as e:
+    except (ValueError, MetadataUnavailable) as e:
         _fail(str(e))
     wid = worker_id or socket.gethostname()
     settings = _settings(temporal)
@@ -500,7 +519,7 @@ def cluster_down() -> None:
 
 @cluster_app.command("status")
 def cluster_status(temporal: TemporalOpt = None) -> None:
-    """Temporal address, UI URL, workers and queue depth."""
+    """Temporal address, UI URL, store URL, workers and queue depth."""
     from iris.local_cluster import LocalCluster
 
     info = None if temporal is not None else LocalCluster().status()
@@ -515,10 +534,96 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     out.print(f"Temporal: {address}")
     if info is not None:
         out.print(f"UI: {info.ui_url}")
+    out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
     )
+
+
+# -- payload encryption --------------------------------------------------------------------------------
+
+
+# -- images --------------------------------------------------------------------------------------------
+
+build_app = typer.Typer(help="Images.", invoke_without_command=True)
+app.add_typer(build_app, name="build")
+TagOpt = Annotated[str, typer.Option(help="image tag")]
+DockerHostOpt = Annotated[str | None, typer.Option("--docker-host", envvar="DOCKER_HOST", help="docker engine URL")]
+
+
+@build_app.callback()
+def build(
+    ctx: typer.Context,
+    tag: TagOpt = "latest",
+    context: Annotated[Path, typer.Option(help="the Iris source checkout (build context)")] = Path(),
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="K=V passed to the Dockerfiles")] = None,
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Build the iris-controller, iris-worker and iris-task images (then `iris build push --registry R`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from iris.build import BuildError, build_images
+
+    try:
+        args = dict(parse_pair(a, "--build-arg") for a in build_arg or [])
+        built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for image in built:
+        out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
+
+
+@build_app.command("push")
+def build_push(
+    registry: Annotated[str, typer.Option(help="registry (and path) to push to, e.g. ghcr.io/acme")],
+    tag: TagOpt = "latest",
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Push the built images to REGISTRY/<name>:<tag>."""
+    from iris.build import BuildError, push_images
+
+    try:
+        pushed = push_images(registry, tag=tag, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for ref in pushed:
+        out.print(f"pushed {ref}", markup=False, highlight=False)
+
+
+@app.command("codec-server")
+def codec_server(
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8081,
+    host: Annotated[str, typer.Option(help="address to listen on (keep it loopback: it decrypts)")] = "127.0.0.1",
+    ui_origin: Annotated[
+        list[str] | None, typer.Option("--ui-origin", help="Temporal UI origin allowed to call it, e.g. http://localhost:8233")
+    ] = None,
+) -> None:
+    """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE)."""
+    from aiohttp import web
+
+    from iris.codec import EncryptionCodec, load_key
+    from iris.codec_server import make_app
+
+    try:
+        key = load_key()
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if key is None:
+        raise _fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
+    codec = EncryptionCodec(key)
+    err.print(f"codec server for key {codec.key_id} on http://{host}:{port}")
+    web.run_app(make_app(codec, tuple(ui_origin or ())), host=host, port=port, print=None)
+
+
+@app.command("codec-key")
+def codec_key() -> None:
+    """Print a new random payload encryption key (base64), for IRIS_CODEC_KEY or a key file."""
+    from iris.codec import generate_key
+
+    out.print(generate_key(), markup=False, highlight=False)
 
 
 def main() -> None:

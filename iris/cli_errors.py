@@ -67,15 +67,24 @@ def _is_tty(stream: Any) -> bool:
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """The one-line message and exit code for an exception a command raised."""
+    from pydantic import ValidationError
     from temporalio.service import RPCError
 
     from iris.types import JobFailedError
 
     match exc:
+        case ValidationError():  # a value built in code (a config, settings) refused its input
+            errors = exc.errors()
+            where = ".".join(str(part) for part in errors[0]["loc"])
+            return f"{exc.title}: {where + ': ' if where else ''}{errors[0]['msg']}", USAGE
         case CliError():
             return exc.message, exc.code
         case JobFailedError():
             return str(exc), FAILURE
+        case UnicodeError():  # an argument that is not UTF-8 (the shell passed raw bytes)
+            bad = getattr(exc, "object", "")[getattr(exc, "start", 0):getattr(exc, "end", 0)]
+            shown = repr(bad.encode("utf-8", "surrogateescape")) if isinstance(bad, str) else repr(bad)
+            return f"text must be valid UTF-8, got the bytes {shown}", USAGE
         case KeyError():
             return str(exc.args[0]) if exc.args else "not found", FAILURE
         case ValueError():

@@ -34,7 +34,9 @@ from iris.code_shipping import pickle_callable, unpickle_result
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
 from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
-from worker_agent.storage import BlobStore, LogCursor, LogStore
+from worker_agent.object_store import Logs, open_blob_store, open_log_store
+from worker_agent.storage import LogCursor
+from workflows.details import job_request_markdown
 from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
@@ -132,8 +134,8 @@ class AsyncIrisClient:
         self.temporal = client
         self.store_url = store_url
         self.user = user
-        self.blobs = BlobStore.from_url(store_url)
-        self.logs = LogStore.from_url(store_url.rstrip("/") + "/logs")
+        self.blobs = open_blob_store(store_url)
+        self.logs = open_log_store(store_url.rstrip("/") + "/logs")
         self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
 
     @classmethod
@@ -210,6 +212,7 @@ class AsyncIrisClient:
                 state=JobState.PENDING, num_tasks=req.replicas, submitted_at=req.submitted_at
             ).to_memo(),
             static_summary=f"{req.name}: {req.replicas} x {what}",
+            static_details=job_request_markdown(req),
         )
         return job_id
 
@@ -532,7 +535,7 @@ class IrisClient:
         return self._async.store_url
 
     @property
-    def log_store(self) -> LogStore:
+    def log_store(self) -> Logs:
         """Where the tasks' logs are (for byte-exact reading, as `iris job logs` does)."""
         return self._async.logs
 

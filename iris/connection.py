@@ -30,6 +30,8 @@ from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
+from iris import codec
+
 ENV_PREFIX = "IRIS_TEMPORAL_"
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 
@@ -127,6 +129,8 @@ class TemporalSettings(BaseSettings):
         if target is None:
             raise ValueError(f"{ENV_PREFIX}ADDRESS: no Temporal address given (--temporal HOST:PORT)")
         kwargs: dict[str, Any] = {}
+        if data_converter is None:  # payloads encrypted when IRIS_CODEC_KEY(_FILE) is set
+            data_converter = codec.data_converter(codec.load_key())
         if data_converter is not None:
             kwargs["data_converter"] = data_converter
         if runtime is not None:

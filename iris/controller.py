@@ -72,7 +72,7 @@ def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
     spec = ScaleGroupSpec(
         name=cfg.name, platform=str(platform), hosts_per_slice=cfg.hosts_per_slice, cpu_millis=cfg.cpu_millis,
         memory_bytes=cfg.memory_bytes, gpus=cfg.gpus, tpus=cfg.tpus, attributes=dict(cfg.attributes),
-        runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra),
+        runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra), image=cfg.image,
     )  # fmt: skip
     platform_for(spec)
     return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds)

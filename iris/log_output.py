@@ -9,9 +9,12 @@ asked) each line gets its task index, `[i] `, in front; never inside a line.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from worker_agent.storage import LogCursor, LogStore
+from worker_agent.storage import LogCursor
+
+if TYPE_CHECKING:
+    from worker_agent.object_store import Logs
 
 
 def _binary(stream: IO[Any]) -> IO[bytes]:
@@ -81,7 +84,7 @@ class LogPrinter:
 class LogFollower:
     """Prints what each task of a job wrote since the last poll; `final` flushes unterminated last lines."""
 
-    def __init__(self, logs: LogStore, job_id: str, printer: LogPrinter, tasks: Sequence[int] | None = None) -> None:
+    def __init__(self, logs: Logs, job_id: str, printer: LogPrinter, tasks: Sequence[int] | None = None) -> None:
         self.logs = logs
         self.job_id = job_id
         self.printer = printer

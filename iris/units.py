@@ -36,7 +36,7 @@ def parse_memory(value: str | int | float, field: str = "memory") -> int:
     if isinstance(value, bool):
         raise ValueError(f"{field}: expected a size like '2g' or a number of bytes, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0 or value != value:  # negative or NaN
+        if not 0 <= value < float("inf"):  # negative, NaN or infinite
             raise ValueError(f"{field}: must be a non-negative size, got {value!r}")
         return int(value)
     if not isinstance(value, str):

@@ -2,9 +2,9 @@
 
 `start_sshd` generates a host key and a client key, writes an sshd_config in a temporary
 directory (127.0.0.1 only, one or more ports, key auth only) and runs `/usr/sbin/sshd -D`.
-Each port stands for one "host". The client key's authorized_keys entry sets `IRIS_HOME`
-for the session, so remote state (claims, agent pid and log files) lands in the test's
-own directory instead of the user's home.
+Each port stands for one "host". Sessions get `HOME` (sshd's SetEnv) and `IRIS_HOME`
+(the client key's authorized_keys entry) in the test's directory, so remote state (claims,
+agent pid and log files) lands there instead of the user's home.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Sshd:
     client_key: Path
     remote_home: Path  # IRIS_HOME of every session
     user: str = field(default_factory=getpass.getuser)
+    env: dict[str, str] = field(default_factory=dict)  # sshd's SetEnv: every session gets these
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,6 +64,7 @@ class Sshd:
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "PubkeyAuthentication yes\nStrictModes no\nUsePAM no\nPermitUserEnvironment yes\n"
             "LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
+            + ("SetEnv " + " ".join(f'"{k}={v}"' for k, v in self.env.items()) + "\n" if self.env else "")
         )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         with open(self.directory / "sshd.log", "ab") as log:
@@ -94,8 +96,11 @@ class Sshd:
         self.start()
 
 
-def start_sshd(directory: Path, hosts: int = 1) -> Sshd:
-    """Generate keys, configure and start an sshd with `hosts` loopback ports; skip when sshd is missing."""
+def start_sshd(directory: Path, hosts: int = 1, env: dict[str, str] | None = None) -> Sshd:
+    """Generate keys, configure and start an sshd with `hosts` loopback ports; skip when sshd is missing.
+
+    `env` is set in every session (e.g. PATH with this venv's `iris`, $GCE_METADATA_HOST).
+    """
     if not SSHD.exists() or shutil.which("ssh-keygen") is None:
         missing_engine("openssh-server (/usr/sbin/sshd) and ssh-keygen are not installed")
     if os.geteuid() != 0:
@@ -103,7 +108,9 @@ def start_sshd(directory: Path, hosts: int = 1) -> Sshd:
     directory.mkdir(parents=True, exist_ok=True)
     remote_home = directory / "remote-home"
     remote_home.mkdir()
-    server = Sshd(directory, [free_port() for _ in range(hosts)], directory / "client_ed25519", remote_home)
+    # HOME too: the login shell then reads no ~/.bashrc of the real user (which may put another `iris` first)
+    server = Sshd(directory, [free_port() for _ in range(hosts)], directory / "client_ed25519", remote_home,
+                  env={"HOME": str(remote_home), **(env or {})})
     keygen(server.host_key)
     keygen(server.client_key)
     public = server.client_key.with_suffix(".pub").read_text().strip()

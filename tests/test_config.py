@@ -41,7 +41,7 @@ local:
       runtime: docker                     # process (default) | docker | containerd (with the runtimes work)
       resources: {cpu: 1, memory: 1g}
 
-scale_groups:                             # slices the autoscaler creates and deletes
+scale_groups:                             # slices the autoscaler creates and deletes (with the autoscaler work)
   - name: tpu-v5e-16
     platform: local                       # local | manual | gcp | coreweave (+ its own settings)
     hosts_per_slice: 4
@@ -51,6 +51,32 @@ scale_groups:                             # slices the autoscaler creates and de
     attributes: {tpu-topology: v5e-16}    # each host also gets tpu-name = <slice id>, tpu-worker-id = i
     scale_up_delay: 0s
     scale_down_delay: 30s
+  - name: ssh-pool
+    platform: manual                      # fixed hosts reached over SSH
+    hosts_per_slice: 2
+    max_slices: 1
+    resources: {cpu: 1, memory: 1g}
+    manual:
+      hosts: ["10.0.0.5", "10.0.0.6:2222"]  # host[:port]
+      user: root
+      identity_file: ~/.ssh/iris_ed25519
+      known_hosts: null                   # default: accept-new into $IRIS_HOME/known_hosts
+      worker_command: null                # default: `iris worker serve` on the host's PATH
+  - name: tpu-v5e-32
+    platform: gcp
+    hosts_per_slice: 8
+    gcp: {project: my-proj, zone: us-central2-b, accelerator_type: v5litepod-32,
+          runtime_version: v2-alpha-tpuv5-lite, spot: false,
+          api_endpoint: null,                # host:port of the TPU API; null = Google's; a loopback
+                                             # endpoint is reached without TLS, as emulators are
+          ssh: {user: iris, identity_file: ~/.ssh/iris_ed25519, port: 22}}
+          # on a TPU VM the agent reads tpu-name, tpu-worker-id, tpu-topology, accelerator type and
+          # VM count from the metadata server ($GCE_METADATA_HOST when set, as google-auth does)
+  - name: h100
+    platform: coreweave                   # one slice = one NodePool = one bare-metal node
+    hosts_per_slice: 1
+    runtime: containerd
+    coreweave: {namespace: iris, instance_type: gd-8xh100ib-i128, image: iris-worker:latest, kubeconfig: null}
 """
 
 EXPECTED = ClusterConfig(
@@ -78,6 +104,45 @@ EXPECTED = ClusterConfig(
             attributes={"tpu-topology": "v5e-16"},
             scale_up_delay_seconds=0.0,
             scale_down_delay_seconds=30.0,
+        ),
+        ScaleGroupConfig(
+            name="ssh-pool",
+            platform=Platform.MANUAL,
+            hosts_per_slice=2,
+            min_slices=0,
+            max_slices=1,
+            cpu_millis=1000,
+            memory_bytes=GiB,
+            extra={
+                "hosts": ["10.0.0.5", "10.0.0.6:2222"], "user": "root", "identity_file": "~/.ssh/iris_ed25519",
+                "known_hosts": None, "worker_command": None,
+            },
+        ),
+        ScaleGroupConfig(
+            name="tpu-v5e-32",
+            platform=Platform.GCP,
+            hosts_per_slice=8,
+            min_slices=0,
+            max_slices=1,  # DEFAULT_MAX_SLICES
+            cpu_millis=0,  # no resources: the hosts say what they have
+            memory_bytes=0,
+            extra={
+                "project": "my-proj", "zone": "us-central2-b", "accelerator_type": "v5litepod-32",
+                "runtime_version": "v2-alpha-tpuv5-lite", "spot": False, "api_endpoint": None,
+                "ssh": {"user": "iris", "identity_file": "~/.ssh/iris_ed25519", "port": 22},
+            },
+        ),
+        ScaleGroupConfig(
+            name="h100",
+            platform=Platform.COREWEAVE,
+            hosts_per_slice=1,
+            min_slices=0,
+            max_slices=1,
+            cpu_millis=0,
+            memory_bytes=0,
+            runtime=Runtime.CONTAINERD,
+            extra={"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:latest",
+                   "kubeconfig": None},
         ),
     ),
 )
@@ -191,14 +256,17 @@ def test_platform_settings_go_to_extra() -> None:
 scale_groups:
   - name: v5e
     platform: gcp
-    gcp: {project: p, zone: us-central2-b}
+    gcp: {project: p, zone: us-central2-b, accelerator_type: v5litepod-8, runtime_version: v2-alpha-tpuv5-lite}
     max_slices: 1
     resources: {cpu: 8, memory: 16g}
     scale_down_delay: 1h
 """
     )
     group = config.scale_groups[0]
-    assert group.extra == {"project": "p", "zone": "us-central2-b"}
+    assert group.extra == {
+        "project": "p", "zone": "us-central2-b", "accelerator_type": "v5litepod-8",
+        "runtime_version": "v2-alpha-tpuv5-lite",
+    }
     assert group.scale_down_delay_seconds == 3600.0
 
 
@@ -249,7 +317,12 @@ S = "config.yaml: scale_groups[0]"
         (with_worker(cont=2), f"{W}.cont: unknown key; did you mean 'count'?"),
         (with_worker(name=None), f"{W}.name: is required"),
         (with_worker(name="a"), f"{W}.name: duplicate group name 'a'"),
-        (with_worker(name="has space"), f"{W}.name: worker group name must be"),
+        (with_worker(name="has space"), f"{W}.name: group name must be"),
+        (with_worker(name="g" * 5000), f"{W}.name: group name must be 1-63 letters"),
+        (with_worker(count=5000), f"{W}.count: 5000 local workers would start 5000 processes on this machine"),
+        (with_worker(resourcez={}), f"{W}.resourcez: unknown key; did you mean 'resources'?"),
+        (with_worker(attributes={"a\0b": 1}), f"{W}.attributes.a\0b: attribute key must be"),
+        (with_worker(image="two words"), f"{W}.image: must be an image reference"),
         (with_worker(runtime="vm"), f"{W}.runtime: must be one of process, docker, containerd, got 'vm'"),
         (with_worker(attributes={"x": [1, 2]}), f"{W}.attributes.x: attribute value must be a string"),
         (with_worker(attributes={"x": {"y": 1}}), f"{W}.attributes.x: attribute value must be a string"),
@@ -265,7 +338,8 @@ S = "config.yaml: scale_groups[0]"
         (with_scale(gcp={"zone": "z"}), f"{S}.gcp: settings for platform 'gcp' but platform is 'local'"),
         (with_scale(platform="gcp", gcp="zone-a"), f"{S}.gcp: platform settings must be a mapping"),
         (with_scale(min_slices=3), f"{S}.min_slices: must be <= max_slices (2), got 3"),
-        (with_scale(max_slices=None), f"{S}.max_slices: is required"),
+        (with_scale(max_slices=None, min_slices=2), f"{S}.min_slices: must be <= max_slices (1), got 2"),
+        (with_scale(platform="coreweave", coreweave={"instance_typ": "x"}), f"{S}.coreweave.instance_typ: unknown key"),
         (with_scale(max_slices=0), f"{S}.max_slices: must be an integer >= 1"),
         (with_scale(hosts_per_slice=0), f"{S}.hosts_per_slice: must be an integer >= 1"),
         (
@@ -300,12 +374,14 @@ def test_load_config_reports_bad_yaml_and_missing_file(tmp_path: Path) -> None:
 
 def test_dataclasses_validate_when_built_in_code() -> None:
     """Configs built in Python obey the same rules as parsed ones (validated at construction)."""
-    with pytest.raises(ValueError, match="count: must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"(?s)count.*must be an integer >= 1"):
         WorkerGroupConfig(name="a", count=0, cpu_millis=1000, memory_bytes=GiB)
-    with pytest.raises(ValueError, match="runtime: must be one of"):
+    with pytest.raises(ValueError, match=r"(?s)count.*at most 64"):
+        WorkerGroupConfig(name="a", count=5000, cpu_millis=1000, memory_bytes=GiB)
+    with pytest.raises(ValueError, match=r"(?s)runtime.*must be one of"):
         WorkerGroupConfig(name="a", count=1, cpu_millis=1000, memory_bytes=GiB, runtime="vm")  # type: ignore[arg-type]
     group = WorkerGroupConfig(name="a", count=1, cpu_millis=1000, memory_bytes=GiB)
-    with pytest.raises(ValueError, match="name: duplicate group name 'a'"):
+    with pytest.raises(ValueError, match=r"worker_groups\[1\]\.name: duplicate group name 'a'"):
         ClusterConfig(worker_groups=(group, group))
 
 

@@ -41,10 +41,11 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskHandle, TaskSpec, TaskStartError
 from worker_agent.runtimes.process import ProcessRuntime
-from worker_agent.storage import BlobStore, LogStore, StorageError
+from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_area import TaskArea
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
@@ -147,8 +148,8 @@ class WorkerAgent:
         self.config = config
         self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir)
         self.session = uuid.uuid4().hex
-        self.blobs = BlobStore.from_url(config.store_url)
-        self.logs = LogStore.from_url(config.store_url.rstrip("/") + "/logs")
+        self.blobs = open_blob_store(config.store_url)
+        self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or _default_task_dir(config.state_dir)
         self.log = log.bind(worker_id=config.worker_id)
@@ -318,13 +319,18 @@ class WorkerAgent:
         }
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:
+            step = "cannot prepare the task's directory"
             await asyncio.to_thread(area.create)
             if inp.function_blob:
+                step = "task function blob is missing"
                 await asyncio.to_thread(area.stage_function, self.blobs, inp.function_blob)
+            step = "cannot open the task's log"
             writer = self.logs.open_writer(inp.job_id, inp.task_index, inp.attempt)
         except (StorageError, OSError) as err:
             await asyncio.to_thread(area.remove)
-            return RunTaskResult(exit_code=-1, error=f"cannot prepare the task: {err}", started=False)
+            if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
+                step = "cannot read the task function blob"
+            return RunTaskResult(exit_code=-1, error=f"{step}: {err}", started=False)
         argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
         try:
             with writer:

@@ -35,6 +35,7 @@ __all__ = [
     "BlobNotFoundError",
     "BlobStore",
     "LogCursor",
+    "LogReading",
     "LogStore",
     "LogStoreError",
     "LogWriter",
@@ -309,8 +310,68 @@ _ATTEMPT_PREFIX: Final = "attempt-"
 _ATTEMPT_SUFFIX: Final = ".log"
 
 
+class LogReading:
+    """Reading a task's logs, attempt by attempt, with a cursor; shared by every log store backend.
+
+    A backend provides `attempts` and `read_attempt`; the merging of attempts and the rule that
+    only complete lines of a live attempt are returned live here once.
+    """
+
+    def attempts(self, job_id: str, task_index: int) -> list[int]:
+        raise NotImplementedError
+
+    def read_attempt(self, job_id: str, task_index: int, attempt: int, offset: int) -> bytes:
+        raise NotImplementedError
+
+    def read_lines(self, job_id: str, task_index: int) -> list[str]:
+        """Every line of every attempt, in attempt order, without trailing newlines."""
+        lines: list[str] = []
+        for attempt in self.attempts(job_id, task_index):
+            lines.extend(_split_lines(self.read_attempt(job_id, task_index, attempt, 0)))
+        return lines
+
+    def read_bytes(self, job_id: str, task_index: int) -> bytes:
+        """Every attempt's bytes as written, in attempt order (a newline ends an attempt that lacked one)."""
+        data, _ = self.read_new_bytes(job_id, task_index, None, final=True)
+        return data
+
+    def read_new(
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
+    ) -> tuple[list[str], LogCursor]:
+        """Lines written since ``cursor`` (all lines for None) and the cursor to pass next time.
+
+        Only complete lines are returned from the newest attempt, since its writer may be midway
+        through one; an attempt that has a successor is finished, so its unterminated last line
+        is returned too, and so is the newest attempt's once the caller knows the task ended
+        (``final``): a last line without a newline is output too.
+        """
+        data, cursor = self.read_new_bytes(job_id, task_index, cursor, final=final)
+        return _split_lines(data), cursor
+
+    def read_new_bytes(
+        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
+    ) -> tuple[bytes, LogCursor]:
+        """The bytes behind `read_new`, unchanged (no decoding, ``\r`` kept) for byte-exact output."""
+        cursor = cursor or LogCursor()
+        offsets = dict(cursor.offsets)
+        attempts = self.attempts(job_id, task_index)
+        chunks: list[bytes] = []
+        for position, attempt in enumerate(attempts):
+            start = offsets.get(attempt, 0)
+            data = self.read_attempt(job_id, task_index, attempt, start)
+            newest = position == len(attempts) - 1
+            if newest and not final:
+                data = data[: data.rfind(b"\n") + 1]
+            offsets[attempt] = start + len(data)
+            chunks.append(data)
+            if data and not newest and not data.endswith(b"\n"):
+                chunks.append(b"\n")  # the next attempt starts on its own line
+        return b"".join(chunks), LogCursor(offsets=tuple(sorted(offsets.items())))
+
+
+
 @dataclass(frozen=True)
-class LogStore:
+class LogStore(LogReading):
     """Task logs laid out as ``<root>/<job id>/task-<index>/attempt-<n>.log``.
 
     One file per attempt keeps retries apart and lets a follower resume by byte offset; readers
@@ -373,50 +434,9 @@ class LogStore:
                 found.append(int(number))
         return sorted(found)
 
-    def read_lines(self, job_id: str, task_index: int) -> list[str]:
-        """Every line of every attempt, in attempt order, without trailing newlines."""
-        lines: list[str] = []
-        for attempt in self.attempts(job_id, task_index):
-            lines.extend(_split_lines(self._read_from(self.path_for(job_id, task_index, attempt), 0)))
-        return lines
-
-    def read_bytes(self, job_id: str, task_index: int) -> bytes:
-        """Every attempt's bytes as written, in attempt order (a newline ends an attempt that lacked one)."""
-        data, _ = self.read_new_bytes(job_id, task_index, None, final=True)
-        return data
-
-    def read_new(
-        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
-    ) -> tuple[list[str], LogCursor]:
-        """Lines written since ``cursor`` (all lines for None) and the cursor to pass next time.
-
-        Only complete lines are returned from the newest attempt, since its writer may be midway
-        through one; an attempt that has a successor is finished, so its unterminated last line
-        is returned too, and so is the newest attempt's once the caller knows the task ended
-        (``final``): a last line without a newline is output too.
-        """
-        data, cursor = self.read_new_bytes(job_id, task_index, cursor, final=final)
-        return _split_lines(data), cursor
-
-    def read_new_bytes(
-        self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
-    ) -> tuple[bytes, LogCursor]:
-        """The bytes behind `read_new`, unchanged (no decoding, ``\r`` kept) for byte-exact output."""
-        cursor = cursor or LogCursor()
-        offsets = dict(cursor.offsets)
-        attempts = self.attempts(job_id, task_index)
-        chunks: list[bytes] = []
-        for position, attempt in enumerate(attempts):
-            start = offsets.get(attempt, 0)
-            data = self._read_from(self.path_for(job_id, task_index, attempt), start)
-            newest = position == len(attempts) - 1
-            if newest and not final:
-                data = data[: data.rfind(b"\n") + 1]
-            offsets[attempt] = start + len(data)
-            chunks.append(data)
-            if data and not newest and not data.endswith(b"\n"):
-                chunks.append(b"\n")  # the next attempt starts on its own line
-        return b"".join(chunks), LogCursor(offsets=tuple(sorted(offsets.items())))
+    def read_attempt(self, job_id: str, task_index: int, attempt: int, offset: int) -> bytes:
+        """One attempt's log from byte ``offset`` on (empty if it has none)."""
+        return self._read_from(self.path_for(job_id, task_index, attempt), offset)
 
     @staticmethod
     def _read_from(path: Path, offset: int) -> bytes:

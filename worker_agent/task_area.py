@@ -17,10 +17,13 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from worker_agent.storage import BlobNotFoundError, BlobStore, encode_component
 from worker_agent.task_runner import error_key
+
+if TYPE_CHECKING:
+    from worker_agent.object_store import Blobs
 
 __all__ = ["TaskArea"]
 
@@ -64,11 +67,11 @@ class TaskArea:
         """The URL the task runner is given for the task's own store."""
         return self.store_dir.as_uri()
 
-    def stage_function(self, shared: BlobStore, function_key: str) -> None:
+    def stage_function(self, shared: Blobs, function_key: str) -> None:
         """Copy the pickled function from the shared store; BlobNotFoundError if it is missing."""
         BlobStore(self.store_dir).put(function_key, shared.get(function_key))
 
-    def publish_outputs(self, shared: BlobStore, result_key: str) -> None:
+    def publish_outputs(self, shared: Blobs, result_key: str) -> None:
         """Copy the task's result and its error note (whichever it wrote) to the shared store."""
         own = BlobStore(self.store_dir)
         for key in (result_key, error_key(result_key)):

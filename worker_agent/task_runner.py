@@ -21,11 +21,14 @@ import argparse
 import sys
 import traceback
 from collections.abc import Coroutine, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import cloudpickle
 
 from worker_agent.storage import BlobNotFoundError, BlobStore, StorageError
+
+if TYPE_CHECKING:
+    from worker_agent.object_store import Blobs
 
 __all__ = [
     "ERROR_SUFFIX",
@@ -63,7 +66,7 @@ def task_runner_argv(
     ]
 
 
-def read_task_error(store: BlobStore, result_key: str) -> str | None:
+def read_task_error(store: Blobs, result_key: str) -> str | None:
     """The one-line failure reason a run left, or None if it left none."""
     try:
         return store.get(error_key(result_key)).decode("utf-8", "replace")

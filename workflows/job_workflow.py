@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import DELIVER_SIGNALS, Delivery, TaskStarted
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr
+    from workflows.details import job_status_markdown
     from workflows.ids import (
         CONTROL_TASK_QUEUE,
         JOB_NAME_ATTRIBUTE,
@@ -418,7 +419,7 @@ class JobWorkflow:
         if self.status.state != state:
             self.status.state = state
             workflow.upsert_search_attributes([JOB_STATE.value_set(str(state))])
-            workflow.set_current_details(f"{state}: {dict(self.status.task_state_counts)}")
+            workflow.set_current_details(job_status_markdown(self.status))  # UI metadata, not history
 
     def _finish(self, state: JobState, error: str) -> pb.JobStatus:
         """Record the final state; a job that did not succeed also fails its workflow.

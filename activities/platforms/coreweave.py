@@ -19,6 +19,7 @@ calls from the fake API server's request log and checks the two agree.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -131,9 +132,8 @@ class _Kube:
 
     # Worker Pods live in the configured namespace.
     def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
-        pod = k8s.V1Pod.from_dict(body)  # checks field types against the Pod schema before sending
-        assert pod is not None
-        return self._pod_dict(self._apis()[0].create_namespaced_pod(self._settings.namespace, pod))
+        # A plain dict body: every supported client version serializes it as is.
+        return self._pod_dict(self._apis()[0].create_namespaced_pod(self._settings.namespace, cast(Any, body)))
 
     def get_pod(self, name: str) -> dict[str, Any] | None:
         try:
@@ -165,9 +165,22 @@ def _kube_for(settings: Settings) -> _Kube:
         return _CLIENTS.setdefault(settings, _Kube(settings))
 
 
-def _quota_refusal(e: ApiException) -> bool:
-    """An admission webhook refusing a NodePool for quota answers 403/422 with the reason in the body."""
-    return e.status in (403, 422) and any(w in (e.body or "").lower() for w in QUOTA_WORDS)
+class KubernetesApiError(RuntimeError):
+    """A refused API call, in one line: which call, the HTTP status, and the server's own message."""
+
+    def __init__(self, call: str, e: ApiException) -> None:
+        self.status = int(e.status or 0)
+        try:
+            message = str(json.loads(e.body or "{}").get("message") or e.reason)
+        except (ValueError, AttributeError):
+            message = str(e.reason)
+        self.message = message
+        super().__init__(f"kubernetes {call}: {self.status} {e.reason}: {message}")
+
+    @property
+    def quota(self) -> bool:
+        """An admission webhook refusing a NodePool for quota answers 403/422 and says so."""
+        return self.status in (403, 422) and any(w in self.message.lower() for w in QUOTA_WORDS)
 
 
 class CoreweavePlatform:
@@ -186,23 +199,26 @@ class CoreweavePlatform:
         self._now = now or (lambda: datetime.now(UTC))
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(fn, *args)
+        """A blocking client call, in a thread; a refusal becomes a one-line KubernetesApiError."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except ApiException as e:
+            raise KubernetesApiError(fn.__name__, e) from None
 
     async def create_slice(self, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
         """POST the NodePool; a 409 means an earlier attempt made it, so read that one instead."""
         check_label_value(slice_id, "slice id")
         body = nodepool_manifest(slice_id, group, self.settings)
-        body["spec"]["targetNodes"] = 1
         logger = log.bind(slice_id=slice_id, scale_group=group.name, nodepool=nodepool_name(slice_id))
         try:
             await self._call(self._kube.create_nodepool, body)
             logger.info("nodepool_created", instance_type=self.settings.instance_type)
-        except ApiException as e:
+        except KubernetesApiError as e:
             if e.status == 409:
                 logger.info("nodepool_exists")
-            elif _quota_refusal(e):
+            elif e.quota:
                 logger.warning("nodepool_refused_quota", status=e.status)
-                raise QuotaExhausted(f"NodePool refused: {e.reason}: {(e.body or '')[:300]}") from e
+                raise QuotaExhausted(f"NodePool refused: {e.message}") from None
             else:
                 raise
         return SliceInfo(slice_id, group.name, PlatformState.CREATING, labels=slice_labels(group.name, slice_id))
@@ -242,31 +258,31 @@ class CoreweavePlatform:
         return self._info(slice_id, nodepool.get("metadata", {}).get("labels") or {}, verdict)
 
     async def bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
-        """Start the agent Pod on the slice's node and wait until it is Ready (its /health answers)."""
+        """Start the agent Pod on the slice's node and wait until it is Ready (its /health answers).
+
+        Idempotent: a Pod an earlier attempt created is waited for, a Pod that vanished is created again.
+        """
         logger = log.bind(slice_id=slice_id, pod=pod_name(slice_id))
-        nodepool, pod = await self._read(slice_id)
-        if nodepool is None:
-            raise SliceFailed(f"NodePool {nodepool_name(slice_id)} is gone")
-        verdict = assess(nodepool, pod, self.settings, self._now())
-        if verdict.verdict is Verdict.CREATING:
-            raise RuntimeError(f"bootstrap of {slice_id} before its node is ready: {verdict.reason}")
-        if pod is None:
-            try:
-                await self._call(self._kube.create_pod, pod_manifest(slice_id, group, self.settings, control))
-                logger.info("worker_pod_created", image=self.settings.image)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
         while True:
             nodepool, pod = await self._read(slice_id)
             if nodepool is None:
                 raise SliceFailed(f"NodePool {nodepool_name(slice_id)} is gone")
             verdict = assess(nodepool, pod, self.settings, self._now())
-            if verdict.verdict is Verdict.READY and pod is not None:
-                logger.info("worker_pod_ready", address=verdict.address)
-                return
-            if verdict.verdict in (Verdict.QUOTA, Verdict.FAILED, Verdict.PREEMPTED):
-                await self._fail(slice_id, Assessment(Verdict.FAILED, verdict.reason))
+            match verdict.verdict:
+                case Verdict.CREATING:
+                    raise RuntimeError(f"bootstrap of {slice_id} before its node is ready: {verdict.reason}")
+                case Verdict.QUOTA | Verdict.FAILED | Verdict.PREEMPTED | Verdict.DELETING:
+                    await self._fail(slice_id, Assessment(Verdict.FAILED, verdict.reason))
+                case Verdict.READY if pod is not None:
+                    logger.info("worker_pod_ready", address=verdict.address)
+                    return
+            if pod is None:
+                try:
+                    await self._call(self._kube.create_pod, pod_manifest(slice_id, group, self.settings, control))
+                    logger.info("worker_pod_created", image=self.settings.image)
+                except KubernetesApiError as e:
+                    if e.status != 409:
+                        raise
             if activity.in_activity():
                 activity.heartbeat(verdict.pod_state or verdict.reason)
             await asyncio.sleep(self.settings.poll_interval)
@@ -295,7 +311,8 @@ class CoreweavePlatform:
         selector = label_selector({MANAGED_LABEL: "true", **labels})
         nodepools = await self._call(self._kube.list_nodepools, selector)
         pods = await self._call(self._kube.list_pods, selector)
-        by_slice_pod = {p["metadata"]["labels"][SLICE_ID_LABEL]: p for p in pods}
+        by_slice_pod = {p["metadata"]["labels"].get(SLICE_ID_LABEL, ""): p for p in pods}
+        by_slice_pod.pop("", None)  # not one of ours after all
         now = self._now()
         slices = []
         for nodepool in nodepools:

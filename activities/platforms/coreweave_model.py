@@ -125,7 +125,7 @@ def nodepool_manifest(slice_id: str, group: ScaleGroupSpec, settings: Settings) 
         "spec": {
             "instanceType": settings.instance_type,
             "autoscaling": False,
-            "targetNodes": group.hosts_per_slice,
+            "targetNodes": 1,
             "nodeLabels": labels,
         },
     }
@@ -148,6 +148,8 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
         "--health-port", str(settings.health_port),
         "--health-host", "0.0.0.0",  # the kubelet probes the Pod's (host network: the node's) address
     ]  # fmt: skip
+    if group.image:
+        args += ["--default-image", group.image]
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
         args += ["--attribute", _attribute_arg(key, value)]
     return args

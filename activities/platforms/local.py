@@ -344,7 +344,7 @@ class LocalPlatform:
             argv = worker_argv(
                 worker_id=worker_id, control=control, cpu_millis=group.cpu_millis, memory_bytes=group.memory_bytes,
                 attributes=host_attributes(group, slice_id, i), runtime=group.runtime, gpus=group.gpus,
-                tpus=group.tpus, command=self.settings.worker_command,
+                tpus=group.tpus, image=group.image, command=self.settings.worker_command,
             )  # fmt: skip
             pid = spawn_worker(argv, self.log_path(worker_id), {**env, INDEX_ENV: str(i)})
             log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=pid)

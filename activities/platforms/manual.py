@@ -141,12 +141,11 @@ if [ -f "$d/agent.pid" ] && kill -0 "$(cat "$d/agent.pid")" 2>/dev/null; then ca
         return list(await asyncio.gather(*(self._status(a) for a in self.settings.hosts)))
 
     def _slices(self, statuses: list[_HostStatus]) -> dict[str, SliceInfo]:
-        """Group the claims by slice; a slice missing hosts is CREATING (and says which hosts are unreachable)."""
+        """Group the claims by slice; a slice that does not yet hold all its hosts is CREATING."""
         members: dict[str, list[_HostStatus]] = {}
         for status in statuses:
             if status.claim.get("slice_id"):
                 members.setdefault(status.claim["slice_id"], []).append(status)
-        unreachable = [s.error for s in statuses if s.error]
         slices = {}
         for slice_id, hosts in members.items():
             first = hosts[0].claim
@@ -162,7 +161,6 @@ if [ -f "$d/agent.pid" ] && kill -0 "$(cat "$d/agent.pid")" 2>/dev/null; then ca
                 slice_id=slice_id, scale_group=str(first.get("scale_group", "")),
                 state=PlatformState.READY if complete else PlatformState.CREATING,
                 hosts=infos, labels=dict(first.get("labels", {})),
-                error="" if complete or not unreachable else "; ".join(unreachable),
             )
         return slices
 
@@ -231,8 +229,17 @@ rm -f "$d/claim.json"
         await remote_agent.run_checked(transport, free, "freeing the host")
 
     async def describe(self, slice_id: str) -> SliceInfo | None:
-        """The slice's hosts (address, worker id, agent running or not) from their claims; None if none holds it."""
-        return self._slices(await self._statuses()).get(slice_id)
+        """The slice's hosts (address, worker id, agent running or not) from their claims; None if none holds it.
+
+        When a host does not answer and the slice is not complete without it, the answer is
+        unknown, not "gone": that is an SshError (the caller looks again later).
+        """
+        statuses = await self._statuses()
+        info = self._slices(statuses).get(slice_id)
+        unreachable = [s.error for s in statuses if s.error]
+        if unreachable and (info is None or info.state != PlatformState.READY):
+            raise SshError(f"manual: cannot tell the state of slice {slice_id}: {'; '.join(unreachable)}")
+        return info
 
     async def bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
         """Start the agent on every host of the slice; a host whose agent already runs is left alone."""
@@ -240,8 +247,7 @@ rm -f "$d/claim.json"
         if info is None:
             raise SshError(f"manual: slice {slice_id} holds no hosts (terminated?)")
         if info.state != PlatformState.READY:
-            raise SshError(f"manual: slice {slice_id} has {len(info.hosts)} of {group.hosts_per_slice} hosts"
-                           + (f": {info.error}" if info.error else ""))
+            raise SshError(f"manual: slice {slice_id} has {len(info.hosts)} of {group.hosts_per_slice} hosts")
 
         async def start(host: HostInfo) -> None:
             argv = remote_agent.agent_argv(host.worker_id, host_attributes(group, slice_id, host.index), group,
@@ -255,8 +261,12 @@ rm -f "$d/claim.json"
         await asyncio.gather(*(start(h) for h in info.hosts))
 
     async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
-        """Every slice whose claims carry all of `labels`, read from the hosts."""
-        slices = self._slices(await self._statuses()).values()
+        """Every slice whose claims carry all of `labels`, read from the hosts that answer."""
+        statuses = await self._statuses()
+        for status in statuses:
+            if status.error:
+                log.warning("manual_host_unreachable", host=status.address, error=status.error)
+        slices = self._slices(statuses).values()
         return [s for s in slices if all(s.labels.get(k) == v for k, v in labels.items())]
 
     async def terminate(self, slice_id: str) -> None:

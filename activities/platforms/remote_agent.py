@@ -57,6 +57,8 @@ def agent_argv(
     argv = ["--worker-id", worker_id, "--runtime", group.runtime,
             "--cpu", f"{group.cpu_millis}m", "--memory", str(group.memory_bytes),
             "--temporal", control.temporal_address, "--store", control.store_url]
+    if group.image:
+        argv += ["--default-image", group.image]
     if group.gpus:
         argv += ["--gpus", str(group.gpus)]
     if group.tpus:

@@ -92,6 +92,7 @@ class SshTarget:
     identity_file: Path | None = None  # None: the agent/default keys asyncssh finds
     known_hosts: Path | None = None  # None: accept-new into $IRIS_HOME/known_hosts
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    host_key_alias: str | None = None  # the name its key is recorded under, when addresses get reused (cloud VMs)
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -107,7 +108,8 @@ class SshTarget:
     @property
     def known_hosts_name(self) -> str:
         """The host's name in a known_hosts file (OpenSSH writes `[host]:port` for a port other than 22)."""
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        name = self.host_key_alias or self.host
+        return name if self.port == 22 else f"[{name}]:{self.port}"
 
 
 class _HostKeyPolicy(asyncssh.SSHClient):
@@ -168,13 +170,14 @@ class SshTransport:
             raise SshError(f"ssh {t.label}: cannot read known_hosts {path}: {e.strerror}") from None
         known = asyncssh.import_known_hosts(text)
         port = t.port if t.port != 22 else None
-        recorded = bool(asyncssh.match_known_hosts(known, t.host, t.host, port)[0])
+        name = t.host_key_alias or t.host
+        recorded = bool(asyncssh.match_known_hosts(known, name, "" if t.host_key_alias else t.host, port)[0])
         policy = _HostKeyPolicy(accept_new=t.known_hosts is None and not recorded)
         keys = [str(t.identity_file.expanduser())] if t.identity_file is not None else ()
         try:
             conn, _ = await asyncssh.create_connection(
                 lambda: policy, t.host, t.port, username=t.user, known_hosts=known, client_keys=keys,
-                connect_timeout=t.connect_timeout, config=None, agent_path=None,
+                connect_timeout=t.connect_timeout, config=None, agent_path=None, host_key_alias=t.host_key_alias,
                 # a remote-command channel only: nothing the user's ~/.ssh/config could change
             )
         except asyncssh.HostKeyNotVerifiable:

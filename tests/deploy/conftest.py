@@ -32,11 +32,13 @@ class Daemons:
     address: str
     store_url: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Set for every daemon started after it changes (e.g. the codec key)."""
 
     def env(self, **extra: str) -> dict[str, str]:
         source_root = str(Path(__file__).resolve().parents[2])
         return {**daemon_environment(os.environ), "PYTHONPATH": source_root, "PYTHONUNBUFFERED": "1",
-                "IRIS_HOME": str(self.home), **extra}
+                "IRIS_HOME": str(self.home), **self.extra_env, **extra}
 
     def start(self, name: str, args: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process at teardown
@@ -45,6 +47,15 @@ class Daemons:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=self.env(**env),
         )
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def start_plain(self, name: str, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+        """Start any command (not an Iris daemon with --temporal/--store) under the same cleanup."""
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed right after the fork
+        proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=self.env(**env))
         log.close()
         self.procs[name] = proc
         return proc
@@ -96,6 +107,44 @@ def health(port: int) -> tuple[int, dict[str, object]]:
         return status, {}
 
 
+@dataclass(frozen=True)
+class S3:
+    """A real S3-compatible server (moto in server mode) on loopback, with one bucket."""
+
+    endpoint: str
+    bucket: str
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3]:
+    """moto's S3 server on 127.0.0.1; AWS_* point this process (and the daemons it starts) at it."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    saved = {k: os.environ.get(k) for k in [*S3_ENV, "AWS_ENDPOINT_URL"]}
+    os.environ.update(S3_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}").create_bucket(Bucket="iris-test")
+        yield S3(f"http://127.0.0.1:{port}", "iris-test")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
 @dataclass
 class Deployment:
     local: LocalCluster
@@ -117,4 +166,4 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         local.down()
 
 
-__all__ = ["Daemons", "Deployment", "free_port", "get", "health"]
+__all__ = ["S3", "Daemons", "Deployment", "free_port", "get", "health"]

@@ -68,6 +68,7 @@ def test_cli_lists_workers_jobs_and_logs(cluster: Cluster, client: IrisClient) -
     status = _iris(cluster, "cluster", "status")
     assert 0 == status.returncode, status.stderr
     assert "healthy of" in status.stdout and "pending tasks" in status.stdout
+    assert f"Store: {cluster.info.store_url}" in status.stdout.splitlines()
 
 
 def test_iris_run_exits_with_the_task_exit_code_and_kill_ends_a_job(cluster: Cluster, client: IrisClient) -> None:

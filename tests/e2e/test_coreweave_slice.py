@@ -4,12 +4,15 @@ The platform talks to the fake Kubernetes API through the real client; the fake'
 "kubelet" runs the worker Pod's own command line as a local process, so the agent the
 platform configured (worker id, attributes, Temporal address, store, health port)
 registers with the session's real cluster and runs a job placed by the slice's labels.
+The second test goes through the whole fleet path: a controller configured with a
+CoreWeave scale group, the autoscaler, SliceWorkflow, and scale-down when idle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,14 +20,17 @@ import pytest
 
 from activities.platforms.base import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.coreweave import CoreweavePlatform
+from activities.platforms.coreweave_model import nodepool_name
 from iris import Constraint, IrisClient, JobState, ResourceSpec, get_job_info
-from iris.local_cluster import daemon_environment, free_port
+from iris.config import parse_config
+from iris.local_cluster import LocalCluster, daemon_environment, free_port
 from tests.platforms.fake_kubelet import FakeKubelet
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 from tests.support import Cluster, pid_running, wait_until
 
 pytestmark = pytest.mark.e2e
 PODS = "/api/v1/namespaces/iris/pods"
+CoreweaveCluster = tuple[Cluster, FakeKubernetes, FakeKubelet]
 
 
 @pytest.fixture
@@ -91,3 +97,89 @@ def test_job_runs_on_a_coreweave_slice_and_terminate_stops_its_worker(
     assert ("POST", NODEPOOLS) == calls[0]
     assert calls.index(("POST", PODS)) < calls.index(("DELETE", f"{PODS}/iris-worker-cw-e2e"))
     assert calls.index(("DELETE", f"{PODS}/iris-worker-cw-e2e")) < calls.index(("DELETE", f"{NODEPOOLS}/iris-cw-e2e"))
+
+
+# -- through the autoscaler ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def coreweave_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Cluster, FakeKubernetes, FakeKubelet]]:
+    """A local cluster with no fixed workers and one CoreWeave scale group whose API server is the fake."""
+    home = tmp_path_factory.mktemp("iris-coreweave")
+    fake = FakeKubernetes()
+    fake.start()
+    node = FakeKubelet(fake, {**daemon_environment(os.environ), "IRIS_HOME": str(home), "PYTHONUNBUFFERED": "1"}, home)
+    config = {
+        "local": {"worker_groups": []},
+        "scale_groups": [{
+            "name": "h100", "platform": "coreweave", "hosts_per_slice": 1, "min_slices": 0, "max_slices": 1,
+            "runtime": "process", "resources": {"cpu": 2, "memory": "2g", "gpus": 8},
+            "attributes": {"gpu-type": "h100"}, "scale_up_delay": "0s", "scale_down_delay": "3s",
+            "coreweave": {"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:test",
+                          "kubeconfig": str(fake.write_kubeconfig(home / "kubeconfig")), "poll_interval": 0.5,
+                          "health_port": free_port()},
+        }],
+    }  # fmt: skip
+    # Left behind by an earlier controller of this cluster: no SliceWorkflow owns it.
+    fake.seed_nodepool("iris-h100-orphan", {"iris-managed": "true", "iris-scale-group": "h100",
+                                            "iris-slice-id": "h100-orphan"})  # fmt: skip
+    local = LocalCluster(home)
+    try:
+        info = local.up(parse_config(config, "coreweave test cluster"))
+        yield Cluster(local, info), fake, node
+    finally:
+        local.down()
+        node.stop()
+        fake.stop()
+
+
+def test_autoscaler_deletes_an_orphaned_nodepool_of_its_group(coreweave_cluster: CoreweaveCluster) -> None:
+    """A NodePool with the group's labels that no SliceWorkflow owns is deleted when the autoscaler starts."""
+    _, fake, _ = coreweave_cluster
+    wait_until(lambda: "iris-h100-orphan" not in fake.nodepools, timeout=60, what="the orphan NodePool is deleted")
+    with fake.lock:
+        lists = [c.selector for c in fake.calls if c.method == "GET" and c.path == NODEPOOLS]
+        deletes = [c.path for c in fake.calls if c.method == "DELETE"]
+    assert {"iris-managed": "true", "iris-scale-group": "h100"} in lists
+    assert f"{NODEPOOLS}/iris-h100-orphan" in deletes
+
+
+def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_when_idle(
+    coreweave_cluster: CoreweaveCluster,
+) -> None:
+    """A GPU job on an empty group: the autoscaler makes a NodePool + worker Pod, the job runs there, and the
+    idle slice's Pod and NodePool are deleted after scale_down_delay (the agent process is gone)."""
+    cluster, fake, node = coreweave_cluster
+    client = IrisClient.connect(cluster.info.address, store=cluster.info.store_url)
+    submitted = time.monotonic()
+    job = client.submit(
+        where_am_i, resources=ResourceSpec(cpu=1, memory="512m", gpus=1),
+        constraints=[Constraint("gpu-type", "EQ", "h100")],
+    )  # fmt: skip
+    assert JobState.SUCCEEDED == job.wait(timeout=240).state
+    ran = time.monotonic()
+    ((worker_id, env_worker_id, index),) = [tuple(r) for r in job.results()]
+    assert worker_id == env_worker_id and 0 == index
+    (pod_key,) = node.processes
+    slice_id = worker_id.removesuffix("-0")
+    assert f"iris-worker-{k8s_name_of(slice_id)}" == pod_key[1]
+    process = node.processes[pod_key]
+
+    wait_until(lambda: not fake.pods and not fake.nodepools, timeout=120, what="the idle slice is deleted")
+    gone = time.monotonic()
+    print(f"coreweave slice: empty group -> job done {ran - submitted:.1f} s; done -> slice deleted {gone - ran:.1f} s")
+    assert not pid_running(process.pid), "deleting the Pod stopped the agent"
+
+    with fake.lock:
+        calls = list(fake.calls)
+    writes = [(c.method, c.path.rsplit("/", 1)[-1] if c.method == "DELETE" else c.path) for c in calls
+              if c.method in ("POST", "DELETE") and c.status in (200, 201) and "orphan" not in c.path]  # fmt: skip
+    assert [("POST", NODEPOOLS), ("POST", PODS), ("DELETE", pod_key[1]), ("DELETE", f"iris-{k8s_name_of(slice_id)}")
+            ] == writes  # fmt: skip
+    assert all(c.labels.get("iris-scale-group") == "h100" for c in calls if c.method == "POST")
+
+
+def k8s_name_of(slice_id: str) -> str:
+    return nodepool_name(slice_id).removeprefix("iris-")

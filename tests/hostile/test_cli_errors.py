@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from iris import IrisClient, ResourceSpec
+from iris import Constraint, IrisClient, ResourceSpec
 from iris.local_cluster import LocalCluster
 
 from .conftest import assert_one_line_error, iris
@@ -52,6 +53,8 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
         (["-c", "k>abc"], ["k", "number"]),
         (["--env", "NOEQUALS"], ["--env", "KEY=VALUE"]),
         (["--env", "IRIS_X=1"], ["IRIS_X", "reserved"]),
+        (["-c", "k\x01=1"], ["--constraint[0].key", "control characters"]),
+        (["--name", os.fsdecode(b"caf\xe9")], ["valid UTF-8", "xe9"]),
     ],
 )
 def test_bad_run_options_are_rejected_before_anything_starts(
@@ -135,3 +138,21 @@ def test_a_closed_pipe_ends_quietly(cluster_env: dict[str, str], client: IrisCli
     )
     assert "1\n" == pipeline.stdout
     assert "Traceback" not in pipeline.stderr and "Error" not in pipeline.stderr, pipeline.stderr
+
+
+def test_a_nul_in_a_constraint_is_refused_by_the_client(client: IrisClient) -> None:
+    """From Python (argv cannot carry NUL), a NUL byte in a constraint key or value is a ValueError naming it."""
+    with pytest.raises(ValueError, match=r"constraints\[0\]\.key must not contain control characters"):
+        client.submit_command(["true"], constraints=[Constraint("a\0b", "EQ", 1)])
+    with pytest.raises(ValueError, match=r"constraints\[0\]\.value must not contain NUL"):
+        client.submit_command(["true"], constraints=[Constraint("a", "EQ", "x\0")])
+
+
+def test_a_failed_run_says_why_on_one_unwrapped_line(cluster_env: dict[str, str]) -> None:
+    """`iris run` of a missing program exits non-zero and names it on one line, however long (no wrapping)."""
+    program = "no-such-program-" + "x" * 100
+    result = iris("run", "--cpu", "0.5", "--memory", "256m", "--", program, env=cluster_env)
+    assert 1 == result.returncode
+    assert "Traceback" not in result.stderr
+    [line] = [ln for ln in result.stderr.splitlines() if "FAILED:" in ln]
+    assert f"executable '{program}' not found" in line

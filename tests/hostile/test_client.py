@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from iris import IrisClient, JobFailedError, JobState, ResourceSpec
+from iris import Constraint, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config import parse_config
 from tests.support import Cluster
 
@@ -48,3 +48,28 @@ def test_connecting_without_a_config_does_not_warn_about_one(cluster: Cluster) -
     assert ["local_cluster.already_running"] == [
         e["event"] for e in with_config if e["event"] == "local_cluster.already_running"
     ]
+
+
+def test_job_details_in_the_temporal_ui_are_markdown(client: IrisClient) -> None:
+    """The UI shows a job's request as a Markdown table and its state, counts and errors as Markdown."""
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    job = client.submit_command(
+        ["sh", "-c", "echo hi; exit 3"], name="ui-details", resources=ResourceSpec(cpu=0.5, memory="256m"),
+        constraints=[Constraint("pool", "EQ", "cpu")],
+    )
+    assert JobState.FAILED == job.wait(timeout=120, raise_on_failure=False).state
+
+    async def read() -> tuple[str, str]:
+        handle = client._async.temporal.get_workflow_handle(job.job_id)
+        static = await (await handle.describe()).static_details()
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        return static or "", metadata.current_details
+
+    static, current = client._run(read())
+    assert "| **Runs** | `sh -c 'echo hi; exit 3'` |" in static.splitlines()
+    assert "| **Tasks** | 1 x 0.5 cpu, 256 MiB |" in static.splitlines()
+    assert "| **Constraints** | `pool = cpu` |" in static.splitlines()
+    assert current.startswith("**FAILED** — 1 task: 1 failed")
+    assert "| 0 | FAILED | 0 | exit code 3 |" in current.splitlines()
+    assert "{" not in current and "{" not in static  # no Python dict repr

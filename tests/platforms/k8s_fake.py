@@ -90,6 +90,7 @@ class FakeKubernetes:
         # Given, a deleted Pod keeps a deletionTimestamp and this runs (in a thread) until it calls remove_pod.
         self.on_pod_deleting: Callable[[dict[str, Any]], None] | None = None
         self.reject_nodepool_create: tuple[int, str, str] | None = None  # (code, reason, message)
+        self.refusals: dict[tuple[str, str], tuple[int, str, str]] = {}  # (method, path) -> (code, reason, message)
         self.pod_delete_delay = 0.0  # seconds a deleted Pod lingers with a deletionTimestamp
         self._server: ThreadingHTTPServer | None = None
 
@@ -132,6 +133,13 @@ class FakeKubernetes:
     def _bump(self, obj: dict[str, Any]) -> None:
         self._version += 1
         obj["metadata"]["resourceVersion"] = str(self._version)
+
+    def seed_nodepool(self, name: str, labels: dict[str, str], ready: int = 1) -> None:
+        """A NodePool that exists before the test's clients start (e.g. left behind by a dead controller)."""
+        with self.lock:
+            body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
+            pool = self._create(self.nodepools, name, body, "NodePool")
+            pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
 
     def set_ready_nodes(self, name: str, ready: int) -> None:
         with self.lock:
@@ -205,6 +213,9 @@ class FakeKubernetes:
 
     def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, dict[str, Any]]:
         with self.lock:
+            if (method, path) in self.refusals:
+                code, reason, message = self.refusals[(method, path)]
+                return code, _status(code, reason, message)
             if m := _NODEPOOL_RE.match(path):
                 return self._nodepools(method, m.group(1), query, body)
             if m := _POD_RE.match(path):

@@ -15,7 +15,7 @@ from activities.platforms.base import (
     ScaleGroupSpec,
     SliceFailed,
 )
-from activities.platforms.coreweave import CoreweavePlatform
+from activities.platforms.coreweave import CoreweavePlatform, KubernetesApiError
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 
 PODS = "/api/v1/namespaces/iris/pods"
@@ -30,6 +30,13 @@ def log(fake: FakeKubernetes) -> list[tuple[str, str, int]]:
     """The request log as (method, path, status)."""
     with fake.lock:
         return [(c.method, c.path, c.status) for c in fake.calls]
+
+
+async def wait_until_async(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 async def ready_slice(fake: FakeKubernetes, platform: CoreweavePlatform, group: ScaleGroupSpec, slice_id: str) -> None:
@@ -155,6 +162,36 @@ async def test_failed_pod_deletes_pod_and_nodepool(
     calls = log(fake_k8s)
     pod_delete = calls.index(("DELETE", f"{PODS}/iris-worker-h100-f", 200))
     assert pod_delete < calls.index(("DELETE", f"{NODEPOOLS}/iris-h100-f", 200))
+
+
+async def test_bootstrap_recreates_a_pod_that_vanished(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """A worker Pod deleted behind Iris's back while bootstrap waits is created again, not waited on forever."""
+    group = coreweave_group()
+    platform = CoreweavePlatform(group)
+    await platform.create_slice("h100-v", group)
+    fake_k8s.set_ready_nodes("iris-h100-v", 1)
+    boot = asyncio.create_task(platform.bootstrap("h100-v", group, CONTROL))
+    first = await fake_k8s.wait_for_pod("iris", "iris-worker-h100-v")
+    fake_k8s.remove_pod("iris", "iris-worker-h100-v")
+    await wait_until_async(lambda: fake_k8s.pods.get(("iris", "iris-worker-h100-v"), first) is not first)
+    fake_k8s.set_pod_ready("iris", "iris-worker-h100-v")
+    await asyncio.wait_for(boot, 30)
+    assert [201, 201] == [c.status for c in fake_k8s.calls_to("POST", PODS)]
+
+
+async def test_a_refused_call_is_one_readable_line(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """An API refusal (here RBAC) surfaces as one line naming the call, the status and the server's message."""
+    group = coreweave_group()
+    platform = CoreweavePlatform(group)
+    message = 'nodepools.compute.coreweave.com "iris-h100-x" is forbidden: User cannot get resource "nodepools"'
+    fake_k8s.refusals[("GET", f"{NODEPOOLS}/iris-h100-x")] = (403, "Forbidden", message)
+    with pytest.raises(KubernetesApiError) as refused:
+        await platform.describe("h100-x")
+    assert f"kubernetes get_nodepool: 403 Forbidden: {message}" == str(refused.value)
 
 
 async def test_crash_looping_pod_fails_describe_after_max_restarts(

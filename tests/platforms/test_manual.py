@@ -11,6 +11,7 @@ import pytest
 
 from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
 from activities.platforms.manual import ManualPlatform, parse_settings
+from activities.platforms.ssh import SshError
 from tests.sshd import Sshd, start_sshd, worker_command
 
 
@@ -122,6 +123,8 @@ async def test_unreachable_host_is_not_free(sshd: Sshd, tmp_path: Path) -> None:
     g = group(sshd, hosts=[f"127.0.0.1:{free_port()}"])
     with pytest.raises(QuotaExhausted, match="0 of 1 free \\(1 unreachable\\)"):
         await ManualPlatform(g).create_slice("nowhere", g)
+    with pytest.raises(SshError, match=r"cannot tell the state of slice nowhere: .*refused"):
+        await ManualPlatform(g).describe("nowhere")  # unknown, not "gone": the host may hold it
 
 
 def test_settings_errors_name_the_field() -> None:

@@ -69,11 +69,23 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
     if runtime is RuntimeName.DOCKER:
         from worker_agent.runtimes.docker import DockerRuntime
 
-        return DockerRuntime(
-            worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
-        )
-    from worker_agent.runtimes.containerd import ContainerdRuntime
+        try:
+            return DockerRuntime(
+                worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
+            )
+        except ValueError as exc:
+            raise ValueError(f"--docker-host: {exc}") from None
+    import grpc
 
+    from worker_agent.runtimes.containerd import ContainerdRuntime
+    from worker_agent.runtimes.cri_client import CriClient
+
+    try:
+        with CriClient(options.containerd_socket, timeout=10) as cri:
+            cri.version()
+    except grpc.RpcError as exc:
+        detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        raise ValueError(f"--containerd-socket: no CRI answers at {options.containerd_socket} ({detail})") from None
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python
     )

@@ -1,0 +1,317 @@
+"""`platform: gcp`: one Cloud TPU node per slice, through google-cloud-tpu's `tpu_v2` client.
+
+The node is named after the slice and labelled `iris-managed`, `iris-scale-group`,
+`iris-slice-id`, so a restarted controller finds it (`get_node`) and orphans are
+listed by label. Its VMs' internal addresses come from the node's network
+endpoints, in worker order; bootstrap starts the agent on each over SSH with
+`--tpu-vm`, so the agent also reads the TPU's own facts from the metadata server.
+Quota, resource-exhausted and stockout answers become `QuotaExhausted`; a READY
+node the cloud takes back (PREEMPTED, TERMINATED) is described as PREEMPTED.
+
+The client library is synchronous; its calls run in a thread. A loopback
+`api_endpoint` (an emulator, or the tests' fake) is reached over an insecure
+gRPC channel with anonymous credentials; any other one with Google's defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import getpass
+import ipaddress
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+from google.api_core import exceptions as gexc
+from google.cloud import tpu_v2
+from pydantic import BaseModel, ConfigDict, Field
+
+from activities.platforms import remote_agent
+from activities.platforms.base import (
+    MANAGED_LABEL,
+    SCALE_GROUP_LABEL,
+    SLICE_ID_LABEL,
+    ControlPlaneAddress,
+    HostInfo,
+    PlatformState,
+    QuotaExhausted,
+    ScaleGroupSpec,
+    SliceFailed,
+    SliceInfo,
+    host_attributes,
+    slice_labels,
+    worker_id_for,
+)
+from activities.platforms.ssh import SshError, SshTarget, SshTransport
+from scheduler.tpu import tpu_vm_count
+
+log = structlog.get_logger(__name__)
+
+KIND = "gcp"  # the remote state directory's name under the Iris home on each VM
+CALL_TIMEOUT = 60.0  # one API call
+# How long create/terminate wait for their operation: less than the slice activities' own 10 minutes.
+# A create still running then is CREATING (the caller polls describe); a delete still running, DELETING.
+CREATE_TIMEOUT = 5 * 60.0
+DELETE_TIMEOUT = 5 * 60.0
+STOP_AGENT_TIMEOUT = 30.0  # a VM about to be deleted gets this long to stop its agent cleanly
+
+State = tpu_v2.Node.State
+# The node's state as the platform reports it. A node the cloud took back is PREEMPTED
+# (its tasks count as preempted); a stopped or hidden node cannot run Iris work: FAILED.
+NODE_STATES: dict[Any, PlatformState] = {
+    State.STATE_UNSPECIFIED: PlatformState.CREATING,
+    State.CREATING: PlatformState.CREATING,
+    State.STARTING: PlatformState.CREATING,
+    State.RESTARTING: PlatformState.CREATING,
+    State.REIMAGING: PlatformState.CREATING,
+    State.UNHIDING: PlatformState.CREATING,
+    State.REPAIRING: PlatformState.CREATING,
+    State.READY: PlatformState.READY,
+    State.PREEMPTED: PlatformState.PREEMPTED,
+    State.TERMINATED: PlatformState.PREEMPTED,
+    State.DELETING: PlatformState.DELETING,
+    State.STOPPING: PlatformState.FAILED,
+    State.STOPPED: PlatformState.FAILED,
+    State.HIDING: PlatformState.FAILED,
+    State.HIDDEN: PlatformState.FAILED,
+    State.UNKNOWN: PlatformState.FAILED,
+}
+
+# Words in an API error that mean "no capacity for you now" rather than "this request is wrong".
+_QUOTA_WORDS = re.compile(r"quota|stockout|resource[_ ]exhausted|capacity|no more .* available", re.IGNORECASE)
+
+
+class SshSettings(BaseModel):
+    """How the controller reaches the TPU VMs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    user: str | None = None  # default: the controller's user name
+    identity_file: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class Settings(BaseModel):
+    """The `gcp:` block of a scale group."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project: str = Field(min_length=1)
+    zone: str = Field(min_length=1)
+    accelerator_type: str = Field(min_length=1)
+    runtime_version: str = Field(min_length=1)
+    spot: bool = False
+    network: str | None = None
+    service_account: str | None = None
+    api_endpoint: str | None = None  # host:port; None = Google's
+    ssh: SshSettings = SshSettings()
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+
+def node_id_for(slice_id: str) -> str:
+    """A valid TPU node id for a slice: lowercase letters, digits and hyphens, starting with a letter."""
+    node_id = re.sub(r"[^a-z0-9-]", "-", slice_id.lower()).strip("-")
+    return node_id if node_id[:1].isalpha() else f"iris-{node_id}"
+
+
+def _is_loopback(endpoint: str) -> bool:
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_clients: dict[str | None, tpu_v2.TpuClient] = {}
+_clients_lock = threading.Lock()
+
+
+def tpu_client(api_endpoint: str | None) -> tpu_v2.TpuClient:
+    """One client (one channel) per endpoint for the process: platforms are made per call, channels are not."""
+    with _clients_lock:
+        client = _clients.get(api_endpoint)
+        if client is None:
+            if api_endpoint and _is_loopback(api_endpoint):
+                import grpc
+                from google.auth.credentials import AnonymousCredentials
+                from google.cloud.tpu_v2.services.tpu.transports import TpuGrpcTransport
+
+                transport = TpuGrpcTransport(
+                    channel=grpc.insecure_channel(api_endpoint), credentials=AnonymousCredentials()
+                )
+                client = tpu_v2.TpuClient(transport=transport)
+            else:
+                options = {"api_endpoint": api_endpoint} if api_endpoint else None
+                client = tpu_v2.TpuClient(client_options=options)
+            _clients[api_endpoint] = client
+        return client
+
+
+def _reason(error: Exception) -> str:
+    message = getattr(error, "message", None) or str(error)
+    return " ".join(str(message).split())
+
+
+class GcpPlatform:
+    """Slices as Cloud TPU nodes; the node (its name and labels) is the durable record."""
+
+    def __init__(self, group: ScaleGroupSpec) -> None:
+        self.group = group
+        self.settings = Settings.model_validate(group.settings)
+        try:
+            vms = tpu_vm_count(self.settings.accelerator_type)
+        except ValueError:
+            vms = None  # a type Iris's table does not know: the node's network endpoints will tell
+        if vms is not None and vms != group.hosts_per_slice:
+            raise ValueError(f"scale group {group.name}: hosts_per_slice must be {vms} for gcp.accelerator_type "
+                             f"{self.settings.accelerator_type} (one host per TPU VM), got {group.hosts_per_slice}")
+        self.client = tpu_client(self.settings.api_endpoint)
+
+    def _node_name(self, slice_id: str) -> str:
+        return f"{self.settings.parent}/nodes/{node_id_for(slice_id)}"
+
+    async def _call(self, fn: Any, /, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, **kwargs)
+
+    async def _get(self, slice_id: str) -> tpu_v2.Node | None:
+        try:
+            return await self._call(self.client.get_node, name=self._node_name(slice_id), timeout=CALL_TIMEOUT)
+        except gexc.NotFound:
+            return None
+
+    def _info(self, node: tpu_v2.Node) -> SliceInfo:
+        labels = dict(node.labels)
+        slice_id = labels.get(SLICE_ID_LABEL) or node.name.rsplit("/", 1)[-1]
+        port = self.settings.ssh.port
+        hosts = [
+            HostInfo(index=i, address=e.ip_address if port == 22 else f"{e.ip_address}:{port}",
+                     worker_id=worker_id_for(slice_id, i), state=node.state.name)
+            for i, e in enumerate(node.network_endpoints)
+        ]
+        state = NODE_STATES.get(node.state, PlatformState.FAILED)
+        error = node.health_description or "; ".join(s.details for s in node.symptoms if s.details)
+        if state == PlatformState.PREEMPTED and not error:
+            error = f"node {node.state.name.lower()}"
+        return SliceInfo(slice_id=slice_id, scale_group=labels.get(SCALE_GROUP_LABEL, ""), state=state,
+                         hosts=hosts, labels=labels, error=error)
+
+    # -- the Platform protocol --------------------------------------------------------------------------
+
+    async def create_slice(self, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
+        """Create the slice's node (or find it) and wait for the create operation; quota -> QuotaExhausted."""
+        node = await self._get(slice_id)
+        if node is not None:
+            return self._info(node)
+        s = self.settings
+        request = tpu_v2.Node(
+            accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
+            labels=slice_labels(group.name, slice_id),
+            scheduling_config=tpu_v2.SchedulingConfig(spot=s.spot),
+            network_config=tpu_v2.NetworkConfig(network=s.network or "", enable_external_ips=False),
+        )
+        if s.service_account:
+            request.service_account = tpu_v2.ServiceAccount(email=s.service_account)
+        log.info("gcp_node_create", slice_id=slice_id, node=self._node_name(slice_id), type=s.accelerator_type)
+        try:
+            operation = await self._call(self.client.create_node, parent=s.parent, node_id=node_id_for(slice_id),
+                                         node=request, timeout=CALL_TIMEOUT)
+            await self._call(operation.result, timeout=CREATE_TIMEOUT)
+        except gexc.AlreadyExists:
+            pass  # an earlier attempt's create is under way: describe tells how far it got
+        except (concurrent.futures.TimeoutError, gexc.RetryError):
+            pass  # still creating after CREATE_TIMEOUT: the caller polls describe
+        except gexc.GoogleAPICallError as e:
+            await self._delete_quietly(slice_id)
+            reason = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {s.zone}): {_reason(e)}"
+            if isinstance(e, gexc.ResourceExhausted) or _QUOTA_WORDS.search(_reason(e)):
+                raise QuotaExhausted(reason) from None
+            raise SliceFailed(reason) from None
+        info = await self.describe(slice_id)
+        if info is None:
+            raise SliceFailed(f"gcp: node {node_id_for(slice_id)} vanished right after its create operation")
+        return info
+
+    async def _delete_quietly(self, slice_id: str) -> None:
+        """Delete what a failed create may have left; errors are logged, the create's error is what matters."""
+        try:
+            await self._delete(slice_id)
+        except Exception as e:
+            log.warning("gcp_cleanup_failed", slice_id=slice_id, error=_reason(e))
+
+    async def _delete(self, slice_id: str) -> None:
+        try:
+            operation = await self._call(self.client.delete_node, name=self._node_name(slice_id),
+                                         timeout=CALL_TIMEOUT)
+            await self._call(operation.result, timeout=DELETE_TIMEOUT)
+        except gexc.NotFound:
+            pass
+        except (concurrent.futures.TimeoutError, gexc.RetryError):
+            log.warning("gcp_node_delete_slow", slice_id=slice_id, waited=DELETE_TIMEOUT)
+
+    async def describe(self, slice_id: str) -> SliceInfo | None:
+        """The node's state and its VMs' internal addresses; None when there is no node."""
+        node = await self._get(slice_id)
+        return None if node is None else self._info(node)
+
+    def _transport(self, node_id: str, host: HostInfo) -> SshTransport:
+        ssh = self.settings.ssh
+        address = host.address.rsplit(":", 1)[0] if ssh.port != 22 else host.address
+        return SshTransport(SshTarget(
+            host=address, port=ssh.port, user=ssh.user or getpass.getuser(),
+            identity_file=Path(ssh.identity_file).expanduser() if ssh.identity_file else None,
+            # VM addresses are reused by later slices: the host key belongs to this node's VM
+            host_key_alias=f"{node_id}-{host.index}",
+        ))
+
+    async def bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
+        """Start the agent on every VM over SSH (a VM whose agent runs is left alone)."""
+        info = await self.describe(slice_id)
+        if info is None or info.state != PlatformState.READY:
+            why = "has no node" if info is None else f"is {info.state.value}"
+            raise SshError(f"gcp: cannot bootstrap slice {slice_id}: it {why}")
+        node_id = node_id_for(slice_id)
+
+        async def start(host: HostInfo) -> None:
+            attributes = host_attributes(group, slice_id, host.index)
+            argv = [*remote_agent.agent_argv(host.worker_id, attributes, group, control), "--tpu-vm"]
+            script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id),
+                                               remote_agent.DEFAULT_WORKER_COMMAND, argv, control)
+            out = await remote_agent.run_checked(self._transport(node_id, host), script, "starting the agent")
+            log.info("gcp_agent", slice_id=slice_id, host=host.address, worker_id=host.worker_id, result=out.strip())
+
+        await asyncio.gather(*(start(h) for h in info.hosts))
+
+    async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
+        """Every Iris node in the zone whose labels include `labels`."""
+        pages = await self._call(self.client.list_nodes, parent=self.settings.parent, timeout=CALL_TIMEOUT)
+        nodes = await asyncio.to_thread(list, pages)
+        wanted = {MANAGED_LABEL: "true", **labels}
+        return [self._info(n) for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items())]
+
+    async def terminate(self, slice_id: str) -> None:
+        """Stop the agents (best effort: the VMs are going) and delete the node; no node is fine."""
+        info = await self.describe(slice_id)
+        if info is None or info.state == PlatformState.DELETING:
+            return  # gone, or an earlier call's delete is under way
+        if info.state == PlatformState.READY:
+            node_id = node_id_for(slice_id)
+
+            async def stop(host: HostInfo) -> None:
+                script = remote_agent.stop_script(remote_agent.host_dir(KIND, host.worker_id), host.worker_id)
+                try:
+                    await self._transport(node_id, host).run(script, timeout=STOP_AGENT_TIMEOUT)
+                except SshError as e:
+                    log.warning("gcp_agent_stop_failed", slice_id=slice_id, host=host.address, error=str(e))
+
+            await asyncio.gather(*(stop(h) for h in info.hosts))
+        log.info("gcp_node_delete", slice_id=slice_id, node=self._node_name(slice_id))
+        await self._delete(slice_id)

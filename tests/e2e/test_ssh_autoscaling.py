@@ -1,0 +1,211 @@
+"""The whole fleet path over SSH: a controller with `platform: manual` and `platform: gcp` scale groups, the
+autoscaler, SliceWorkflow, agents started over a real sshd, a coscheduled job, and scale-down when idle.
+
+One sshd on loopback serves both: two ports are the manual pool's two hosts; a third is the
+port every TPU VM of the fake TPU API is reached on. The "VMs" find this venv's `iris` on
+PATH and the fake metadata server through $GCE_METADATA_HOST, as on a TPU VM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from google.cloud import tpu_v2
+from temporalio.client import Client
+
+from activities.platforms.remote_agent import host_key
+from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris.config import parse_config
+from iris.local_cluster import LocalCluster
+from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
+from tests.sshd import Sshd, start_sshd, worker_command
+from tests.support import Cluster, lines, pid_gone, wait_until
+from workflows.ids import AUTOSCALER_WORKFLOW_ID
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class SshFleet:
+    cluster: Cluster
+    client: IrisClient
+    sshd: Sshd
+    tpu: FakeTpu
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
+    """A local cluster with no fixed workers and two scale groups reached over SSH (empty at start)."""
+    home = tmp_path_factory.mktemp("iris-ssh-fleet")
+    metadata = FakeMetadata(tpu_vm_attributes("any", "v4-16", "2x2x2", worker=0, vms=2))
+    tpu = FakeTpu().start()
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GCE_METADATA_HOST": metadata.host}
+    sshd = start_sshd(tmp_path_factory.mktemp("sshd"), hosts=3, env=env)
+    manual_hosts, tpu_port = sshd.hosts[:2], sshd.ports[2]
+    common = {"min_slices": 0, "max_slices": 1, "resources": {"cpu": 1, "memory": "1g"},
+              "scale_up_delay": "0s", "scale_down_delay": "3s"}
+    config = {
+        "local": {"worker_groups": []},
+        "scale_groups": [
+            {"name": "ssh-pool", "platform": "manual", "hosts_per_slice": 2, "attributes": {"pool": "ssh"},
+             "manual": {"hosts": manual_hosts, "user": sshd.user, "identity_file": str(sshd.client_key),
+                        "worker_command": worker_command()}, **common},
+            {"name": "tpu-v4-16", "platform": "gcp", "hosts_per_slice": 2, "attributes": {"tpu-topology": "v4-16"},
+             "gcp": {"project": "proj", "zone": "us-central2-b", "accelerator_type": "v4-16",
+                     "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": tpu.endpoint,
+                     "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": tpu_port}}, **common},
+        ],
+    }
+    local = LocalCluster(home)
+    try:
+        info = local.up(parse_config(config, "ssh fleet test cluster"))
+        cluster = Cluster(local, info)
+        yield SshFleet(cluster, IrisClient.connect(info.address, store=info.store_url), sshd, tpu)
+    finally:
+        local.down()
+        for pid in agent_pids(sshd, "manual") + agent_pids(sshd, "gcp"):  # agents of slices still up: the "VMs" go
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        sshd.stop()
+        tpu.stop()
+        metadata.stop()
+
+
+def agent_pids(sshd: Sshd, kind: str) -> list[int]:
+    return [int(p.read_text()) for p in sorted((sshd.remote_home / kind).glob("*/agent.pid"))]
+
+
+def test_manual_group_grows_for_a_gang_and_shrinks_when_idle(fleet: SshFleet) -> None:
+    """A coscheduled 2-task job on the empty manual group: a slice is claimed over SSH, its agents run the job,
+    and after scale_down_delay the idle slice's agents are stopped and its hosts freed."""
+    submitted = time.monotonic()
+    job = fleet.client.submit_command(
+        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        coscheduling=CoschedulingConfig("tpu-name"), constraints=[Constraint("pool", "EQ", "ssh")],
+    )
+    status = job.wait(timeout=240)
+    ran = time.monotonic()
+    assert JobState.SUCCEEDED == status.state
+    slice_id = status.tasks[0].worker_id.removesuffix("-0")
+    assert slice_id.startswith("ssh-pool-")
+    assert [f"{slice_id}-0", f"{slice_id}-1"] == [t.worker_id for t in status.tasks]
+    claims = sorted((fleet.sshd.remote_home / "manual").glob("*/claim.json"))
+    assert sorted(host_key(h) for h in fleet.sshd.hosts[:2]) == sorted(p.parent.name for p in claims)
+    pids = agent_pids(fleet.sshd, "manual")
+    assert 2 == len(pids)
+
+    wait_until(lambda: all(pid_gone(p) for p in pids), timeout=120, what="the idle slice's agents stopped")
+    wait_until(lambda: not list((fleet.sshd.remote_home / "manual").glob("*/claim.json")), timeout=60,
+               what="the hosts freed")
+    gone = time.monotonic()
+    print(f"manual slice: empty group -> gang done {ran - submitted:.1f} s; done -> agents stopped {gone - ran:.1f} s")
+
+
+def test_gcp_group_grows_for_a_tpu_gang_and_deletes_the_node_when_idle(fleet: SshFleet) -> None:
+    """A coscheduled v4-16 job on the empty gcp group: a TPU node is created through the API, its VMs' agents
+    (started over SSH, TPU facts from the metadata server) run the job, and the idle node is deleted."""
+    submitted = time.monotonic()
+    job = fleet.client.submit_command(
+        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        coscheduling=CoschedulingConfig("tpu-name"), constraints=[Constraint("tpu-topology", "EQ", "v4-16")],
+    )
+    status = job.wait(timeout=240)
+    ran = time.monotonic()
+    assert JobState.SUCCEEDED == status.state
+    slice_id = status.tasks[0].worker_id.removesuffix("-0")
+    assert slice_id.startswith("tpu-v4-16-")
+    workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
+    assert ("v4-16", "2x2x2", 2) == tuple(
+        workers[f"{slice_id}-1"][k] for k in ("tpu-accelerator-type", "tpu-chip-topology", "tpu-vm-count")
+    )
+    pids = agent_pids(fleet.sshd, "gcp")
+    assert 2 == len(pids)
+
+    wait_until(lambda: not fleet.tpu.nodes, timeout=120, what="the idle slice's node deleted")
+    gone = time.monotonic()
+    wait_until(lambda: all(pid_gone(p) for p in pids), timeout=60, what="its agents stopped")
+    print(f"gcp slice: empty group -> gang done {ran - submitted:.1f} s; done -> node deleted {gone - ran:.1f} s")
+    creates = [r for m, r in fleet.tpu.requests if m == "CreateNode"]
+    assert 1 == len(creates)
+    assert {"iris-managed": "true", "iris-scale-group": "tpu-v4-16", "iris-slice-id": slice_id} == dict(
+        creates[0].node.labels
+    )
+    assert 1 == fleet.tpu.methods().count("DeleteNode")
+
+
+def group_status(fleet: SshFleet, name: str) -> dict[str, object]:
+    """The autoscaler's view of one group (its `status` query)."""
+
+    async def query() -> dict[str, object]:
+        client = await Client.connect(fleet.cluster.info.address)
+        status = await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).query("status")
+        return next(g for g in status["groups"] if g["name"] == name)
+
+    return asyncio.run(query())
+
+
+TPU_GANG = dict(resources=ResourceSpec(cpu=1, memory="512m", replicas=2), coscheduling=CoschedulingConfig("tpu-name"),
+                constraints=[Constraint("tpu-topology", "EQ", "v4-16")])
+
+
+def test_gcp_stockout_backs_the_group_off_then_it_recovers(fleet: SshFleet) -> None:
+    """The TPU API answers the create with RESOURCE_EXHAUSTED: the group backs off and says why, creates nothing,
+    and once the backoff ends the next create succeeds and the job runs."""
+    fleet.tpu.fail_next_create = (8, "There is no more capacity in the zone us-central2-b; try another zone")
+    creates_before = fleet.tpu.methods().count("CreateNode")
+    job = fleet.client.submit_command(["true"], **TPU_GANG)  # type: ignore[arg-type]
+    status = wait_until(lambda: (g := group_status(fleet, "tpu-v4-16"))["backoff_reason"] and g, timeout=60,
+                        interval=0.5, what="the group backs off")
+    assert "quota exhausted: " in str(status["backoff_reason"]) and "no more capacity" in str(status["backoff_reason"])
+    assert {} == fleet.tpu.nodes  # the refused create left nothing behind
+    assert JobState.SUCCEEDED == job.wait(timeout=240).state
+    assert 2 == fleet.tpu.methods().count("CreateNode") - creates_before
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the tasks can write to: agents started as root run process tasks as `nobody`."""
+    path = Path(tempfile.mkdtemp(prefix="iris-ssh-e2e-"))
+    path.chmod(0o777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_preempted_tpu_slice_is_replaced_and_its_gang_retried(fleet: SshFleet, shared_dir: Path) -> None:
+    """The cloud preempts a READY node under a running gang (its VMs vanish): the tasks are retried as
+    preemptions on a new slice, and the preempted node is deleted."""
+    tmp_path = shared_dir
+    script = f'echo "$IRIS_ATTEMPT $$" >> {tmp_path}/task-$IRIS_TASK_INDEX; [ "$IRIS_ATTEMPT" != 0 ] || sleep 300'
+    job = fleet.client.submit_command(["sh", "-c", script], **TPU_GANG)  # type: ignore[arg-type]
+    wait_until(lambda: len(lines(tmp_path / "task-0")) == 1 and len(lines(tmp_path / "task-1")) == 1, timeout=240,
+               what="the gang runs")
+    first_slice = job.status().tasks[0].worker_id.removesuffix("-0")
+    node = f"projects/proj/locations/us-central2-b/nodes/{first_slice}"
+    # the preemption: the node says so and everything on its VMs dies at once
+    fleet.tpu.set_state(node, tpu_v2.Node.State.PREEMPTED)
+    for pid in agent_pids(fleet.sshd, "gcp"):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    for i in (0, 1):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(lines(tmp_path / f"task-{i}")[0].split()[1]), signal.SIGKILL)
+
+    status = job.wait(timeout=240)
+    assert JobState.SUCCEEDED == status.state
+    assert ([1, 1], [1, 1]) == ([t.attempt for t in status.tasks], [t.preemption_count for t in status.tasks])
+    second_slice = status.tasks[0].worker_id.removesuffix("-0")
+    assert second_slice != first_slice and second_slice.startswith("tpu-v4-16-")
+    wait_until(lambda: node not in fleet.tpu.nodes, timeout=60, what="the preempted node deleted")

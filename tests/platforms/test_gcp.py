@@ -1,0 +1,124 @@
+"""GcpPlatform through the real google-cloud-tpu client against a fake TPU gRPC service on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google.cloud import tpu_v2
+
+from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
+from activities.platforms.gcp import GcpPlatform
+from tests.platforms.tpu_fake import FakeTpu
+
+PARENT = "projects/proj/locations/us-central2-b"
+
+
+@pytest.fixture
+def fake_tpu() -> Iterator[FakeTpu]:
+    fake = FakeTpu().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def gcp_group(fake: FakeTpu, name: str = "tpu-v5e-16", hosts: int = 4, **settings: Any) -> ScaleGroupSpec:
+    block = {
+        "project": "proj",
+        "zone": "us-central2-b",
+        "accelerator_type": "v5litepod-16",
+        "runtime_version": "v2-alpha-tpuv5-lite",
+        "spot": True,
+        "network": "iris-net",
+        "service_account": "iris@proj.iam.gserviceaccount.com",
+        "api_endpoint": fake.endpoint,
+        **settings,
+    }
+    return ScaleGroupSpec(
+        name=name, platform="gcp", hosts_per_slice=hosts, cpu_millis=1000, memory_bytes=1 << 30, settings=block
+    )
+
+
+async def test_create_describe_list_delete(fake_tpu: FakeTpu) -> None:
+    """create makes one labelled node and waits for its operation; describe gives the VMs in worker order;
+    a second create finds the node; list finds it by label; terminate deletes it."""
+    group = gcp_group(fake_tpu)
+    platform = GcpPlatform(group)
+    info = await platform.create_slice("tpu-v5e-16-abc", group)
+    assert (PlatformState.READY, 4) == (info.state, len(info.hosts))
+    assert [(i, f"tpu-v5e-16-abc-{i}", "127.0.0.1") for i in range(4)] == [
+        (h.index, h.worker_id, h.address) for h in info.hosts
+    ]
+    create = [r for m, r in fake_tpu.requests if m == "CreateNode"]
+    assert 1 == len(create)
+    assert (PARENT, "tpu-v5e-16-abc") == (create[0].parent, create[0].node_id)
+    node = create[0].node
+    assert slice_labels("tpu-v5e-16", "tpu-v5e-16-abc") == dict(node.labels)
+    assert ("v5litepod-16", "v2-alpha-tpuv5-lite", True, "iris-net", "iris@proj.iam.gserviceaccount.com") == (
+        node.accelerator_type,
+        node.runtime_version,
+        node.scheduling_config.spot,
+        node.network_config.network,
+        node.service_account.email,
+    )
+    assert "GetOperation" in fake_tpu.methods()  # the client polled the create operation to its end
+
+    before = len(fake_tpu.requests)
+    again = await GcpPlatform(group).create_slice("tpu-v5e-16-abc", group)  # a retry, or a restarted controller
+    assert info.hosts == again.hosts
+    assert ["GetNode"] == fake_tpu.methods()[before:]  # found by name: no second node
+
+    other = gcp_group(fake_tpu, name="other")
+    await GcpPlatform(other).create_slice("other-1", other)
+    found = await GcpPlatform(group).list_slices({"iris-scale-group": "tpu-v5e-16"})
+    assert ["tpu-v5e-16-abc"] == [s.slice_id for s in found]
+    assert {"tpu-v5e-16-abc", "other-1"} == {s.slice_id for s in await platform.list_slices({})}
+    assert PARENT == next(r for m, r in fake_tpu.requests if m == "ListNodes").parent
+
+    await platform.terminate("tpu-v5e-16-abc")
+    assert f"{PARENT}/nodes/tpu-v5e-16-abc" == next(r for m, r in fake_tpu.requests if m == "DeleteNode").name
+    assert await platform.describe("tpu-v5e-16-abc") is None
+    await platform.terminate("tpu-v5e-16-abc")  # already gone: fine
+    assert 1 == fake_tpu.methods().count("DeleteNode")
+    await platform.terminate("other-1")
+
+
+async def test_stockout_is_quota_exhausted(fake_tpu: FakeTpu) -> None:
+    """A create operation failing with RESOURCE_EXHAUSTED (code 8) is QuotaExhausted, and no node is left."""
+    group = gcp_group(fake_tpu)
+    fake_tpu.fail_next_create = (8, "There is no more capacity in the zone us-central2-b")
+    with pytest.raises(QuotaExhausted, match="no more capacity"):
+        await GcpPlatform(group).create_slice("tpu-v5e-16-q", group)
+    assert {} == fake_tpu.nodes
+    assert await GcpPlatform(group).describe("tpu-v5e-16-q") is None
+
+
+async def test_quota_words_in_another_code_are_quota(fake_tpu: FakeTpu) -> None:
+    """Quota refusals that arrive under another status (e.g. FAILED_PRECONDITION) are still QuotaExhausted."""
+    group = gcp_group(fake_tpu)
+    fake_tpu.fail_next_create = (9, "Quota 'TPUV5sLitepodPerProjectPerZoneForTPUAPI' exhausted. Limit 16")
+    with pytest.raises(QuotaExhausted, match="Quota 'TPUV5s"):
+        await GcpPlatform(group).create_slice("tpu-v5e-16-q2", group)
+
+
+async def test_preempted_node_is_described_preempted(fake_tpu: FakeTpu) -> None:
+    """A READY spot node that the cloud preempts (or terminates) is PREEMPTED in describe."""
+    group = gcp_group(fake_tpu)
+    platform = GcpPlatform(group)
+    await platform.create_slice("tpu-v5e-16-p", group)
+    for state in (tpu_v2.Node.State.PREEMPTED, tpu_v2.Node.State.TERMINATED):
+        fake_tpu.set_state(f"{PARENT}/nodes/tpu-v5e-16-p", state)
+        info = await platform.describe("tpu-v5e-16-p")
+        assert info is not None and (PlatformState.PREEMPTED, f"node {state.name.lower()}") == (info.state, info.error)
+    await platform.terminate("tpu-v5e-16-p")
+    assert await platform.describe("tpu-v5e-16-p") is None
+
+
+def test_settings_and_vm_count_are_checked(fake_tpu: FakeTpu) -> None:
+    """hosts_per_slice must match the accelerator type's VM count; unknown keys are refused."""
+    with pytest.raises(ValueError, match=r"hosts_per_slice must be 4 for gcp\.accelerator_type v5litepod-16"):
+        GcpPlatform(gcp_group(fake_tpu, hosts=2))
+    with pytest.raises(ValueError, match="zonez"):
+        GcpPlatform(gcp_group(fake_tpu, zonez="x"))

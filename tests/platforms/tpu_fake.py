@@ -1,0 +1,242 @@
+"""A fake Cloud TPU API (gRPC, google.cloud.tpu.v2.Tpu + google.longrunning.Operations) and a fake GCE
+metadata server (HTTP), both on 127.0.0.1, for the real `tpu_v2.TpuClient` and the real agent to talk to.
+
+The TPU fake keeps nodes in memory: CreateNode answers an unfinished operation with the
+node CREATING; the operation finishes (node READY, one network endpoint per VM) after
+`polls_to_ready` GetOperation calls. DeleteNode likewise. `fail_next_create` makes the
+next create operation end with a gRPC status (8 = RESOURCE_EXHAUSTED for a stockout).
+Every request is logged as (method, request message) for the tests to assert on.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.cloud import tpu_v2
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, empty_pb2
+from google.rpc import status_pb2
+
+from scheduler.tpu import tpu_vm_count
+
+TPU_SERVICE = "google.cloud.tpu.v2.Tpu"
+OPERATIONS_SERVICE = "google.longrunning.Operations"
+
+
+@dataclass
+class _PendingOp:
+    node_name: str
+    kind: str  # "create" | "delete"
+    polls: int = 0
+    error: tuple[int, str] | None = None
+
+
+@dataclass
+class FakeTpu:
+    """In-memory TPU nodes behind a real gRPC server."""
+
+    vm_address: str = "127.0.0.1"  # every VM's internal address (the tests' sshd)
+    polls_to_ready: int = 1
+    nodes: dict[str, tpu_v2.Node] = field(default_factory=dict)
+    requests: list[tuple[str, Any]] = field(default_factory=list)
+    fail_next_create: tuple[int, str] | None = None
+    _ops: dict[str, _PendingOp] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: grpc.Server | None = None
+    port: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def methods(self) -> list[str]:
+        """The methods called so far, in order (GetOperation polls included)."""
+        return [m for m, _ in self.requests]
+
+    # -- Tpu ---------------------------------------------------------------------------------------------
+
+    def _get_node(self, request: tpu_v2.GetNodeRequest, context: grpc.ServicerContext) -> tpu_v2.Node:
+        with self._lock:
+            node = self.nodes.get(request.name)
+        if node is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"node {request.name} not found")
+        return node
+
+    def _list_nodes(self, request: tpu_v2.ListNodesRequest, context: grpc.ServicerContext) -> Any:
+        with self._lock:
+            nodes = [n for name, n in self.nodes.items() if name.startswith(request.parent + "/")]
+        return tpu_v2.ListNodesResponse(nodes=nodes)
+
+    def _create_node(self, request: tpu_v2.CreateNodeRequest, context: grpc.ServicerContext) -> Any:
+        name = f"{request.parent}/nodes/{request.node_id}"
+        with self._lock:
+            if name in self.nodes:
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"node {name} already exists")
+            error, self.fail_next_create = self.fail_next_create, None
+            if error is None:
+                node = tpu_v2.Node(request.node)
+                node.name = name
+                node.state = tpu_v2.Node.State.CREATING
+                self.nodes[name] = node
+            return self._new_op(_PendingOp(name, "create", error=error))
+
+    def _delete_node(self, request: tpu_v2.DeleteNodeRequest, context: grpc.ServicerContext) -> Any:
+        with self._lock:
+            node = self.nodes.get(request.name)
+            if node is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"node {request.name} not found")
+            node.state = tpu_v2.Node.State.DELETING
+            return self._new_op(_PendingOp(request.name, "delete"))
+
+    def _new_op(self, op: _PendingOp) -> operations_pb2.Operation:
+        name = f"{op.node_name.rsplit('/nodes/', 1)[0]}/operations/op-{len(self._ops)}"
+        self._ops[name] = op
+        return operations_pb2.Operation(name=name, done=False)
+
+    # -- Operations --------------------------------------------------------------------------------------
+
+    def _get_operation(self, request: operations_pb2.GetOperationRequest, context: grpc.ServicerContext) -> Any:
+        with self._lock:
+            op = self._ops.get(request.name)
+            if op is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"operation {request.name} not found")
+            op.polls += 1
+            if op.error is not None:
+                code, message = op.error
+                return operations_pb2.Operation(
+                    name=request.name, done=True, error=status_pb2.Status(code=code, message=message)
+                )
+            if op.polls < self.polls_to_ready:
+                return operations_pb2.Operation(name=request.name, done=False)
+            response = any_pb2.Any()
+            if op.kind == "create":
+                node = self.nodes[op.node_name]
+                if node.state == tpu_v2.Node.State.CREATING:
+                    vms = tpu_vm_count(node.accelerator_type)
+                    node.network_endpoints = [
+                        tpu_v2.NetworkEndpoint(ip_address=self.vm_address, port=8470) for _ in range(vms)
+                    ]
+                    node.state = tpu_v2.Node.State.READY
+                response.Pack(tpu_v2.Node.pb(node))
+            else:
+                self.nodes.pop(op.node_name, None)
+                response.Pack(empty_pb2.Empty())
+            return operations_pb2.Operation(name=request.name, done=True, response=response)
+
+    # -- server ------------------------------------------------------------------------------------------
+
+    def _logged(self, method: str, fn: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
+        def handler(request: Any, context: grpc.ServicerContext) -> Any:
+            with self._lock:
+                self.requests.append((method, request))
+            return fn(request, context)
+
+        return handler
+
+    def start(self) -> FakeTpu:
+        def unary(method: str, fn: Any, request_type: Any, response_serializer: Any) -> grpc.RpcMethodHandler:
+            deserialize = request_type.deserialize if hasattr(request_type, "deserialize") else request_type.FromString
+            return grpc.unary_unary_rpc_method_handler(
+                self._logged(method, fn), request_deserializer=deserialize, response_serializer=response_serializer
+            )
+
+        op_out = operations_pb2.Operation.SerializeToString
+        tpu = grpc.method_handlers_generic_handler(
+            TPU_SERVICE,
+            {
+                "GetNode": unary("GetNode", self._get_node, tpu_v2.GetNodeRequest, tpu_v2.Node.serialize),
+                "ListNodes": unary(
+                    "ListNodes", self._list_nodes, tpu_v2.ListNodesRequest, tpu_v2.ListNodesResponse.serialize
+                ),
+                "CreateNode": unary("CreateNode", self._create_node, tpu_v2.CreateNodeRequest, op_out),
+                "DeleteNode": unary("DeleteNode", self._delete_node, tpu_v2.DeleteNodeRequest, op_out),
+            },
+        )
+        ops = grpc.method_handlers_generic_handler(
+            OPERATIONS_SERVICE,
+            {
+                "GetOperation": unary("GetOperation", self._get_operation, operations_pb2.GetOperationRequest, op_out),
+            },
+        )
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self._server.add_generic_rpc_handlers((tpu, ops))
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None)
+
+    def set_state(self, slice_node_name: str, state: Any) -> None:
+        """What the cloud does on its own (e.g. a spot node PREEMPTED)."""
+        with self._lock:
+            self.nodes[slice_node_name].state = state
+
+
+class FakeMetadata:
+    """A GCE metadata server answering a TPU VM's instance attributes (only with `Metadata-Flavor: Google`)."""
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.requests: list[tuple[str, str | None]] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake.requests.append((self.path, self.headers.get("Metadata-Flavor")))
+                prefix = "/computeMetadata/v1/instance/attributes/"
+                if self.headers.get("Metadata-Flavor") != "Google":
+                    self._answer(403, "Missing required header: Metadata-Flavor")
+                elif self.path.startswith(prefix) and self.path[len(prefix) :] in fake.attributes:
+                    self._answer(200, fake.attributes[self.path[len(prefix) :]])
+                else:
+                    self._answer(404, "not found")
+
+            def _answer(self, code: int, body: str) -> None:
+                data = body.encode()
+                self.send_response(code)
+                self.send_header("Metadata-Flavor", "Google")
+                self.send_header("Content-Type", "application/text")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def host(self) -> str:
+        """The value of $GCE_METADATA_HOST that points at this server."""
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def tpu_vm_attributes(node_id: str, accelerator_type: str, topology: str, worker: int, vms: int) -> dict[str, str]:
+    """A TPU VM's metadata attributes as the real metadata server lays them out."""
+    env = {
+        "ACCELERATOR_TYPE": accelerator_type,
+        "NODE_ID": node_id,
+        "TOPOLOGY": topology,
+        "WORKER_ID": str(worker),
+        "ZONE": "us-central2-b",
+    }
+    return {
+        "accelerator-type": accelerator_type,
+        "agent-worker-number": str(worker),
+        "tpu-env": "".join(f"{k}: '{v}'\n" for k, v in env.items()),
+        "worker-network-endpoints": ",".join(f"uid{i}:8470:10.0.0.{i + 2}" for i in range(vms)),
+    }
