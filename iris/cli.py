@@ -349,6 +349,10 @@ def worker_serve(
     default_image: Annotated[
         str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
     ] = None,
+    task_dir: Annotated[
+        Path | None,
+        typer.Option(help="root of the tasks' own directories; with docker/containerd a path the engine's host sees"),
+    ] = None,
     task_user: Annotated[
         str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
     ] = "auto",
@@ -399,7 +403,7 @@ def worker_serve(
     )
     try:
         task_runtime = make_runtime(runtime, options)
-        config.task_dir = shared_task_dir(runtime, options)
+        config.task_dir = task_dir.resolve() if task_dir is not None else shared_task_dir(runtime, options)
     except ValueError as e:
         _fail(str(e))
 

@@ -42,10 +42,18 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
-from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskHandle, TaskSpec, TaskStartError
+from worker_agent.runtimes.base import (
+    ContainerRuntime,
+    Mount,
+    RuntimeName,
+    TaskExit,
+    TaskHandle,
+    TaskSpec,
+    TaskStartError,
+)
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, StorageError
-from worker_agent.task_area import TaskArea
+from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
 
@@ -151,6 +159,7 @@ class WorkerAgent:
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or _default_task_dir(config.state_dir)
+        self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
         self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
@@ -338,7 +347,7 @@ class WorkerAgent:
                     image=inp.image or self.config.default_image or None,
                     job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                     worker_id=self.config.worker_id, cpu_millis=inp.cpu_millis, memory_bytes=inp.memory_bytes,
-                    mounts=[Mount(str(area.path), read_only=False)],
+                    mounts=[Mount(str(area.path), read_only=False)], runner_code=await self._runner_code(),
                 )  # fmt: skip
                 ended = await self._run(spec, inp, tlog)
             if isinstance(ended, RunTaskResult):
@@ -356,6 +365,14 @@ class WorkerAgent:
         if error is None:
             error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}")
         return RunTaskResult(exit_code=exit_code, error=error, released=released)
+
+    async def _runner_code(self) -> str | None:
+        """For container runtimes, the task runner's code staged under the task root (once)."""
+        if self.runtime.name == RuntimeName.PROCESS:
+            return None
+        if self._staged_runner is None:
+            self._staged_runner = str(await asyncio.to_thread(stage_runner_code, self.task_root))
+        return self._staged_runner
 
     async def _run(self, spec: TaskSpec, inp: RunTaskInput, tlog: Any) -> TaskExit | RunTaskResult:
         """Start the task, heartbeat until it ends, kill it if the attempt is cancelled.

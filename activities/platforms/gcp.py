@@ -205,6 +205,10 @@ class GcpPlatform:
         error = node.health_description or "; ".join(s.details for s in node.symptoms if s.details)
         if state == PlatformState.PREEMPTED and not error:
             error = f"node {node.state.name.lower()}"
+        expected = self.group.hosts_per_slice
+        if state == PlatformState.READY and labels.get(SCALE_GROUP_LABEL) == self.group.name and len(hosts) != expected:
+            # the node is the authority on its VM count: a slice that is not hosts_per_slice hosts cannot serve
+            state, error = PlatformState.FAILED, f"node has {len(hosts)} VMs, the group's hosts_per_slice is {expected}"
         return SliceInfo(slice_id=slice_id, scale_group=labels.get(SCALE_GROUP_LABEL, ""), state=state,
                          hosts=hosts, labels=labels, error=error)
 

@@ -122,6 +122,17 @@ async def test_preempted_node_is_described_preempted(fake_tpu: FakeTpu) -> None:
     assert await platform.describe("tpu-v5e-16-p") is None
 
 
+async def test_vm_count_comes_from_the_node(fake_tpu: FakeTpu) -> None:
+    """For a type Iris's table does not know, the node's network endpoints are the VM count: a READY node with
+    another count than hosts_per_slice is FAILED, saying why."""
+    group = gcp_group(fake_tpu, hosts=4, accelerator_type="v9x-16")
+    platform = GcpPlatform(group)  # unknown to the table: no check at start
+    fake_tpu.vms_per_node = 2
+    info = await platform.create_slice("tpu-v9x-16-a", group)
+    assert (PlatformState.FAILED, "node has 2 VMs, the group's hosts_per_slice is 4") == (info.state, info.error)
+    await platform.terminate("tpu-v9x-16-a")
+
+
 def test_settings_and_vm_count_are_checked(fake_tpu: FakeTpu) -> None:
     """hosts_per_slice must match the accelerator type's VM count; unknown keys are refused."""
     with pytest.raises(ValueError, match=r"hosts_per_slice must be 4 for gcp\.accelerator_type v5litepod-16"):
@@ -133,7 +144,7 @@ def test_settings_and_vm_count_are_checked(fake_tpu: FakeTpu) -> None:
 def test_readme_config_is_valid() -> None:
     """The README's manual and gcp scale groups load and pass both platforms' checks as written."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Hosts over SSH and Cloud TPU"):]
+    section = readme[readme.index("## Hosts over SSH and Cloud TPU") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.S)
     assert block is not None
     config = parse_config(yaml.safe_load(block[1]), "README")
