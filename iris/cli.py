@@ -259,18 +259,18 @@ def run(
 
 
 @job_app.command("list")
-def job_list(temporal: TemporalOpt = None) -> None:
+def job_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """List jobs, newest first."""
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in _client(temporal).list_jobs():
+    for s in _client(temporal, store).list_jobs():
         table.add_row(s.job_id, s.name, s.state, str(s.num_tasks), (s.error or s.pending_reason)[:80])
     out.print(table)
 
 
 @job_app.command("status")
-def job_status(job_id: str, temporal: TemporalOpt = None) -> None:
+def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Show a job and its tasks (and why it is pending, if it is)."""
-    s = _client(temporal).job_status(job_id)
+    s = _client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
@@ -295,11 +295,12 @@ def job_logs(
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
     ] = None,
     temporal: TemporalOpt = None,
+    store: StoreOpt = None,
 ) -> None:
     """Print task logs: the tasks' bytes unchanged; on a terminal each line gets its task index."""
     from iris.log_output import LogFollower, LogPrinter
 
-    client = _client(temporal)
+    client = _client(temporal, store)
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
@@ -316,9 +317,9 @@ def job_logs(
 
 
 @job_app.command("kill")
-def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
+def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Kill a job: running tasks are stopped, pending ones dequeued."""
-    requested = _client(temporal).terminate(job_id)
+    requested = _client(temporal, store).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
 
@@ -326,10 +327,10 @@ def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
 
 
 @worker_app.command("list")
-def worker_list(temporal: TemporalOpt = None) -> None:
+def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """List registered workers."""
     table = Table("WORKER", "HEALTHY", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
-    for w in _client(temporal).list_workers():
+    for w in _client(temporal, store).list_workers():
         attrs = " ".join(f"{k}={v}" for k, v in sorted(w.attributes.items()))
         table.add_row(w.worker_id, "yes" if w.healthy else "NO", f"{w.cpu:g}", format_memory(w.memory_bytes),
                       str(len(w.running_tasks)), attrs)

@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.contracts import (
+    PROCESS_STARTED,
     RUN_TASK,
     WORKER_SESSION,
     Release,
@@ -338,7 +339,7 @@ class WorkerAgent:
             await asyncio.to_thread(area.remove)
             if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
                 step = "cannot read the task function blob"
-            return RunTaskResult(exit_code=-1, error=f"{step}: {err}")
+            return RunTaskResult(exit_code=-1, error=f"{step}: {err}", started=False)
         argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
         try:
             with writer:
@@ -383,7 +384,7 @@ class WorkerAgent:
             handle = await self.runtime.start(spec)
         except (TaskStartError, ValueError) as err:
             tlog.warning("task_start_failed", error=str(err))
-            return RunTaskResult(exit_code=-1, error=str(err))
+            return RunTaskResult(exit_code=-1, error=str(err), started=False)
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         try:
@@ -416,7 +417,7 @@ class WorkerAgent:
         waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
-                activity.heartbeat()
+                activity.heartbeat(PROCESS_STARTED)
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
                     return waiter.result()
