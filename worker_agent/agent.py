@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.contracts import (
+    PROCESS_STARTED,
     RUN_TASK,
     WORKER_SESSION,
     Release,
@@ -158,7 +159,7 @@ class WorkerAgent:
         self.blobs = open_blob_store(config.store_url)
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
-        self.task_root = config.task_dir or _default_task_dir(config.state_dir)
+        self.task_root = config.task_dir or default_task_dir(config.state_dir)
         self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
@@ -338,7 +339,7 @@ class WorkerAgent:
             await asyncio.to_thread(area.remove)
             if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
                 step = "cannot read the task function blob"
-            return RunTaskResult(exit_code=-1, error=f"{step}: {err}")
+            return RunTaskResult(exit_code=-1, error=f"{step}: {err}", started=False)
         argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
         try:
             with writer:
@@ -383,7 +384,7 @@ class WorkerAgent:
             handle = await self.runtime.start(spec)
         except (TaskStartError, ValueError) as err:
             tlog.warning("task_start_failed", error=str(err))
-            return RunTaskResult(exit_code=-1, error=str(err))
+            return RunTaskResult(exit_code=-1, error=str(err), started=False)
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         try:
@@ -416,7 +417,7 @@ class WorkerAgent:
         waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
-                activity.heartbeat()
+                activity.heartbeat(PROCESS_STARTED)
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
                     return waiter.result()
@@ -449,7 +450,7 @@ def _delivered_late() -> float | None:
     return age if age > timeout.total_seconds() else None
 
 
-def _default_task_dir(state_dir: Path | None) -> Path:
+def default_task_dir(state_dir: Path | None) -> Path:
     """Beside the state directory, or in the temp dir for an agent without one."""
     if state_dir is not None:
         return state_dir.parent / "tasks"
