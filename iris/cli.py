@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -377,7 +378,13 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
-    from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
+    from worker_agent.agent import (
+        AgentConfig,
+        RegistrationRefused,
+        WorkerAgent,
+        default_state_dir,
+        default_task_dir,
+    )
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
     from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
 
@@ -402,8 +409,13 @@ def worker_serve(
         containerd_socket=containerd_socket,
     )
     try:
+        config.task_dir = (
+            task_dir.resolve() if task_dir is not None
+            else shared_task_dir(runtime, options) or default_task_dir(config.state_dir)
+        )  # fmt: skip
+        # containerd writes a task's log where the agent must read it: beside the task directories.
+        options = dataclasses.replace(options, cri_log_dir=config.task_dir / ".cri-logs")
         task_runtime = make_runtime(runtime, options)
-        config.task_dir = task_dir.resolve() if task_dir is not None else shared_task_dir(runtime, options)
     except ValueError as e:
         _fail(str(e))
 

@@ -159,7 +159,7 @@ class WorkerAgent:
         self.blobs = open_blob_store(config.store_url)
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
-        self.task_root = config.task_dir or _default_task_dir(config.state_dir)
+        self.task_root = config.task_dir or default_task_dir(config.state_dir)
         self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
@@ -450,7 +450,7 @@ def _delivered_late() -> float | None:
     return age if age > timeout.total_seconds() else None
 
 
-def _default_task_dir(state_dir: Path | None) -> Path:
+def default_task_dir(state_dir: Path | None) -> Path:
     """Beside the state directory, or in the temp dir for an agent without one."""
     if state_dir is not None:
         return state_dir.parent / "tasks"

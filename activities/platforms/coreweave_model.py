@@ -34,9 +34,6 @@ NODEPOOL_PLURAL = "nodepools"
 NODEPOOL_KIND = "NodePool"
 WORKER_CONTAINER = "iris-worker"
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
-# Task directories the node's containerd mounts into task containers: a node path, mounted into
-# the agent's Pod at the same path, so the agent and the engine see the same files.
-TASK_DIR = "/var/lib/iris/tasks"
 TLS_DIR = "/etc/iris/tls"  # where the controller Deployment and worker Pods mount the Temporal TLS files
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -156,8 +153,6 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
     ]  # fmt: skip
     if group.image:
         args += ["--default-image", group.image]
-    if group.runtime == "containerd":
-        args += ["--task-dir", TASK_DIR]
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
         args += ["--attribute", _attribute_arg(key, value)]
     return args
@@ -213,8 +208,6 @@ def pod_manifest(
         # The agent starts task containers through the node's CRI socket, not inside its own Pod.
         mounts.append({"name": "containerd", "mountPath": CONTAINERD_SOCKET})
         volumes.append({"name": "containerd", "hostPath": {"path": CONTAINERD_SOCKET, "type": "Socket"}})
-        mounts.append({"name": "iris-tasks", "mountPath": TASK_DIR})
-        volumes.append({"name": "iris-tasks", "hostPath": {"path": TASK_DIR, "type": "DirectoryOrCreate"}})
     if settings.tls_secret:
         mounts.append({"name": "temporal-tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "temporal-tls", "secret": {"secretName": settings.tls_secret}})
