@@ -17,13 +17,15 @@ Every request lands in `calls` with its method, path, labels and status code.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,37 @@ def parse_selector(text: str) -> dict[str, str]:
     return selector
 
 
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A key and a self-signed certificate for 127.0.0.1 (its own CA), as ca.crt / tls.key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "ca.crt", directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
 def _status(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict[str, Any]:
     return {
         "kind": "Status",
@@ -77,9 +110,11 @@ def _status(code: int, reason: str, message: str, name: str = "", kind: str = ""
 class FakeKubernetes:
     """The server and its state; `start()` binds 127.0.0.1 on a free port."""
 
-    TOKEN = "fake-token"
-
-    def __init__(self) -> None:
+    def __init__(self, tls_dir: Path | None = None, token: str = "fake-token") -> None:
+        """`tls_dir`: serve HTTPS with a self-signed certificate for 127.0.0.1 written there (`ca_path`),
+        as an in-cluster client expects (it always speaks https to the API server)."""
+        self.tls_dir = tls_dir
+        self.token = token
         self.lock = threading.RLock()
         self.nodepools: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -104,6 +139,11 @@ class FakeKubernetes:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls_dir is not None:
+            cert, key = _self_signed(self.tls_dir)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, name="fake-k8s", daemon=True).start()
 
     def stop(self) -> None:
@@ -112,16 +152,25 @@ class FakeKubernetes:
             self._server.server_close()
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls_dir else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_path(self) -> Path:
+        assert self.tls_dir is not None
+        return self.tls_dir / "ca.crt"
 
     def write_kubeconfig(self, path: Path, namespace: str = "iris") -> Path:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": self.TOKEN}}],
+            "users": [{"name": "fake", "user": {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
         }
@@ -303,6 +352,12 @@ class FakeKubernetes:
             self.pods.pop((ns, name), None)
 
 
+def _bearer(header: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive)."""
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_fake: FakeKubernetes
@@ -334,7 +389,7 @@ class _Handler(BaseHTTPRequestHandler):
             labels=dict(labels or {}),
             selector=parse_selector(query.get("labelSelector", "")),
             query=query,
-            authorized=self.headers.get("Authorization") == f"Bearer {fake.TOKEN}",
+            authorized=_bearer(self.headers.get("Authorization", "")) == fake.token,
             items=len(answer["items"]) if "items" in answer else -1,
         )
         with fake.lock:
