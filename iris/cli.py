@@ -259,11 +259,20 @@ def run(
 
 
 @job_app.command("list")
-def job_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
-    """List jobs, newest first."""
+def job_list(
+    state: Annotated[str | None, typer.Option("--state", help="only jobs in this state, e.g. RUNNING")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="only this user's jobs")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="only jobs of this name")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 200,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """List jobs, newest first (from Temporal's visibility: no workflow is queried)."""
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in _client(temporal, store).list_jobs():
-        table.add_row(s.job_id, s.name, s.state, str(s.num_tasks), (s.error or s.pending_reason)[:80])
+    for s in _client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
+        counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(s.task_state_counts.items()))
+        tasks = f"{s.num_tasks} ({counts})" if counts and s.num_tasks > 1 else str(s.num_tasks)
+        table.add_row(s.job_id, s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
     out.print(table)
 
 

@@ -8,6 +8,8 @@ the tests see what a hundred polling users would cost the controller: nothing, f
 from __future__ import annotations
 
 import getpass
+import subprocess
+import sys
 import uuid
 from typing import Any
 
@@ -112,3 +114,22 @@ def test_a_task_that_ends_at_once_still_records_running(client: IrisClient) -> N
     result = client._run(handle.result())
     states = [t.split("@")[0].split()[0] for t in result.transitions]
     assert ["ASSIGNED", "RUNNING", "SUCCEEDED"] == states
+
+
+def test_cli_job_list_filters_and_names_a_bad_state(cluster: Cluster, client: IrisClient) -> None:
+    """`iris job list --name N --state S` shows only matching jobs; a bad state is one line, exit 2."""
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    job = client.submit_command(["true"], name=name, resources=SMALL)
+    job.wait(timeout=120)
+    shown = subprocess.run([sys.executable, "-m", "iris", "job", "list", "--name", name, "--state", "succeeded"],
+                           env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert 0 == shown.returncode, shown.stderr
+    assert job.job_id in shown.stdout
+    empty = subprocess.run([sys.executable, "-m", "iris", "job", "list", "--name", name, "--state", "FAILED"],
+                           env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert job.job_id not in empty.stdout
+    bad = subprocess.run([sys.executable, "-m", "iris", "job", "list", "--state", "DONE"],
+                         env=cluster.env, capture_output=True, text=True, timeout=60)
+    assert 2 == bad.returncode
+    assert "state must be one of" in bad.stderr
+    assert "Traceback" not in bad.stderr
