@@ -177,9 +177,14 @@ def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_whe
     assert f"iris-worker-{k8s_name_of(slice_id)}" == pod_key[1]
     process = node.processes[pod_key]
 
-    wait_until(lambda: not fake.pods and not fake.nodepools, timeout=120, what="the idle slice is deleted")
+    pool_name = f"iris-{k8s_name_of(slice_id)}"
+    wait_until(lambda: pod_key not in fake.pods and pool_name not in fake.nodepools, timeout=120,
+               what="the idle slice is deleted")  # fmt: skip
     gone = time.monotonic()
     print(f"coreweave slice: empty group -> job done {ran - submitted:.1f} s; done -> slice deleted {gone - ran:.1f} s")
+    with fake.lock:
+        own = [c for c in fake.calls if c.path.endswith((f"/{pool_name}", f"/{pod_key[1]}"))]
+    print(f"coreweave slice: {len(own)} API calls on its NodePool and Pod over {gone - submitted:.0f} s")
     assert not pid_running(process.pid), "deleting the Pod stopped the agent"
 
     with fake.lock:

@@ -99,16 +99,13 @@ async def test_nodepool_and_pod_lifecycle_to_ready(
     env = {e["name"]: e["value"] for e in container["env"]}
     assert {"IRIS_TEMPORAL_ADDRESS": "temporal.iris.svc:7233", "IRIS_TEMPORAL_NAMESPACE": "default",
             "IRIS_STORE": "s3://bucket/iris", "AWS_REGION": "us-east", "IRIS_HOME": "/var/lib/iris"} == env  # fmt: skip
-    # The agent's home and its task directory are the node's at the same paths (containerd mounts task areas
-    # and the runner's code from the node), and the CRI socket is the node's.
-    assert "/var/lib/iris/tasks" == args[args.index("--task-dir") + 1]
+    # The agent's home (its task areas, the runner code it stages) is the node's directory at the same path,
+    # since containerd mounts them from the node; the CRI socket is the node's.
     assert [{"name": "iris-home", "hostPath": {"path": "/var/lib/iris", "type": "DirectoryOrCreate"}},
-            {"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}},
-            {"name": "iris-tasks", "hostPath": {"path": "/var/lib/iris/tasks", "type": "DirectoryOrCreate"}},
+            {"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}
             ] == spec["volumes"]  # fmt: skip
     assert [{"name": "iris-home", "mountPath": "/var/lib/iris"},
-            {"name": "containerd", "mountPath": "/run/containerd/containerd.sock"},
-            {"name": "iris-tasks", "mountPath": "/var/lib/iris/tasks"},
+            {"name": "containerd", "mountPath": "/run/containerd/containerd.sock"}
             ] == container["volumeMounts"]  # fmt: skip
 
     described = await platform.describe("h100-s1")

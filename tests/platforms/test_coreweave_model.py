@@ -91,5 +91,5 @@ def test_process_runtime_needs_no_task_dir_on_the_node() -> None:
                            memory_bytes=1 << 30, runtime="process")  # fmt: skip
     pod = pod_manifest("cpu-x", group, SETTINGS, ControlPlaneAddress("t:7233", "default", "file:///s"))
     (agent,) = pod["spec"]["containers"]
-    assert "--task-dir" not in agent["args"]
+    assert "--runtime" in agent["args"] and "process" == agent["args"][agent["args"].index("--runtime") + 1]
     assert ["iris-home"] == [v["name"] for v in pod["spec"]["volumes"]]
