@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import re
 import sys
 import threading
@@ -23,10 +24,11 @@ from temporalio.client import (
     WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowHandle,
     WorkflowQueryFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
@@ -46,6 +48,8 @@ log = structlog.get_logger("iris.client")
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long a status query waits for the controller before Iris answers from Temporal alone."""
+MAX_DESCRIBE_INTERVAL = 5.0
+"""Longest pause between describes of a job `wait` watches when the server refuses another long poll."""
 CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
 
 T = TypeVar("T")
@@ -329,7 +333,13 @@ class AsyncIrisClient:
                     except RPCError as err:
                         if "not found" in str(err).lower():
                             raise KeyError(f"no such job: {job_id}") from None
-                        raise
+                        if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                            raise
+                        # Too many long polls on this namespace (the server caps them, ~1,200 on the dev
+                        # server): watch the job through describe instead, and poll again once it closed.
+                        log.info("long_poll_refused", job_id=job_id, error=err.message)
+                        result = asyncio.ensure_future(self._result_when_closed(handle, poll))
+                        continue
                     if JobState(final.state) in TERMINAL_JOB_STATES:
                         self._results[job_id] = final
                     status = _job_status(final)
@@ -342,6 +352,21 @@ class AsyncIrisClient:
                     on_progress(await self.visible_status(job_id))
         finally:
             result.cancel()
+
+    async def _result_when_closed(self, handle: WorkflowHandle[Any, pb.JobStatus], poll: float) -> pb.JobStatus:
+        """The job's result, reading its history only once describe says it has closed (no long poll)."""
+        delay = poll
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, MAX_DESCRIBE_INTERVAL)
+            try:
+                desc = await handle.describe()
+            except RPCError as err:
+                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                continue
+            if desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING:
+                return await handle.result()
 
     async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
         """Each task's return value by task index; JobFailedError unless the job succeeded (or `partial`).
