@@ -54,13 +54,10 @@ from iris.processes import (
     start_ticks,
     stop_groups,
 )
-from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
-from workflows.ids import SEARCH_ATTRIBUTES as JOB_SEARCH_ATTRIBUTES
+from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
 
-SEARCH_ATTRIBUTES = dict.fromkeys(JOB_SEARCH_ATTRIBUTES, "Keyword")
-"""Registered by the dev server at start, so workflows can upsert them without an operator call."""
 TEMPORAL = "temporal"
 CONTROLLER = "controller"
 

@@ -25,6 +25,7 @@ SMALL = ["--cpu", "0.5", "--memory", "256m"]
         (["run", "--nme", "x", "--", "true"], ["--nme", "--name"]),
         (["run", "--replicas", "abc", "--", "true"], ["--replicas"]),
         (["run", "--"], ["command"]),
+        (["job", "list", "--stor", "x"], ["--stor", "--store"]),
     ],
 )
 def test_a_typo_in_a_command_or_option_gets_a_suggestion(
