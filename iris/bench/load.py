@@ -18,6 +18,7 @@ import asyncio
 import collections
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -213,9 +214,13 @@ def main(argv: Sequence[str]) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        cluster.down()
-        if created:
-            shutil.rmtree(home, ignore_errors=True)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
+        try:
+            cluster.down()
+            if created:
+                shutil.rmtree(home, ignore_errors=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     print(show(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
