@@ -36,6 +36,7 @@ from iris.types import JobState
 from workflows import ALL_WORKFLOWS
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
 from workflows.ids import (
+    AUTOSCALER_KIND,
     AUTOSCALER_WORKFLOW_ID,
     CONTROL_TASK_QUEUE,
     JOB_STATE_ATTRIBUTE,
@@ -93,6 +94,7 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
         id=AUTOSCALER_WORKFLOW_ID,
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
         static_summary="Iris autoscaler (singleton)",
         start_signal="configure",
         start_signal_args=[config],

@@ -29,6 +29,9 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 }
 """Name -> Temporal type (`Keyword`, `Int`): the dev server's flags and the controller's registration."""
 JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND = "Job", "Task", "Worker", "Scheduler"
+SLICE_KIND, AUTOSCALER_KIND = "Slice", "Autoscaler"
+KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALER_KIND)
+"""Every value IrisKind takes: the README's saved queries filter the Temporal UI by them."""
 
 
 def worker_task_queue(worker_id: str) -> str:
