@@ -565,6 +565,9 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
     )
+    from iris.cli_fleet import print_fleet_status
+
+    print_fleet_status(client)
 
 
 # -- payload encryption --------------------------------------------------------------------------------
@@ -657,6 +660,13 @@ def main() -> None:
     code = run_cli(app, prog_name="iris", before_exit=_close_clients)
     exit_now(code)
 
+
+# The fleet commands live in their own module.
+from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
+
+app.add_typer(slice_app, name="slice")
+worker_app.command("cordon")(worker_cordon)
+worker_app.command("drain")(worker_drain)
 
 if __name__ == "__main__":
     main()

@@ -32,10 +32,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
+from iris import fleet
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
-from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
+from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.object_store import Logs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
@@ -445,6 +446,24 @@ class AsyncIrisClient:
             for w in workers.workers
         ]
 
+    async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
+        return await fleet.list_slices(self.temporal, include_ended)
+
+    async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
+                           on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
+        """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
+        await fleet.cordon_worker(self.temporal, worker_id, reason="drained by user")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            worker = next((w for w in await self.list_workers() if w.worker_id == worker_id), None)
+            if worker is None or not worker.running_tasks:
+                return worker or WorkerStatus(worker_id, False, {}, 0.0, 0, (), cordoned=True)
+            if on_progress:
+                on_progress(worker)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
+            await asyncio.sleep(poll)
+
     async def summary(self) -> pb.ClusterSummary:
         return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
             "summary", result_type=pb.ClusterSummary
@@ -618,6 +637,23 @@ class IrisClient:
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())
+
+    def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
+        """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""
+        return self._run(self._async.list_slices(include_ended))
+
+    def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
+        """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
+        return self._run(fleet.terminate_slice(self._async.temporal, slice_id, drain_timeout))
+
+    def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
+        """No new work on this worker (its running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
+        self._run(fleet.cordon_worker(self._async.temporal, worker_id, cordoned))
+
+    def drain_worker(self, worker_id: str, timeout: float | None = None,
+                     on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
+        """Cordon the worker and wait until its running tasks have finished."""
+        return self._run(self._async.drain_worker(worker_id, timeout, on_progress=on_progress))
 
 
 __all__ = ["AsyncIrisClient", "IrisClient", "Job", "JobFailedError"]

@@ -191,9 +191,11 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
         }
         if g.extra:
             doc[platform] = dict(g.extra)
-        runtime = getattr(g, "runtime", None)
-        if runtime is not None and str(getattr(runtime, "value", runtime)) != "process":
-            doc["runtime"] = str(getattr(runtime, "value", runtime))
+        runtime = str(getattr(g.runtime, "value", g.runtime))
+        if runtime != "process":
+            doc["runtime"] = runtime
+        if g.image:
+            doc["image"] = g.image
         groups.append(doc)
     return {"scale_groups": groups}
 

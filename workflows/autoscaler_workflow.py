@@ -147,8 +147,10 @@ class AutoscalerWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.state)
+            # No scale group, no timer: an autoscaler with nothing to scale writes no history.
+            tick = (BUSY_TICK if self._busy else IDLE_TICK) if config is not None and config.groups else None
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._wake, timeout=BUSY_TICK if self._busy else IDLE_TICK)
+                await workflow.wait_condition(lambda: self._wake, timeout=tick)
             self._wake = False
 
     # -- one tick ---------------------------------------------------------------------------------

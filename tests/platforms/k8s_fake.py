@@ -187,7 +187,7 @@ class FakeKubernetes:
         """A NodePool that exists before the test's clients start (e.g. left behind by a dead controller)."""
         with self.lock:
             body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
-            pool = self._create(self.nodepools, name, body, "NodePool")
+            pool = self._create(self.nodepools, name, body)
             pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
 
     def set_ready_nodes(self, name: str, ready: int) -> None:
@@ -271,7 +271,7 @@ class FakeKubernetes:
                 return self._pods(method, m.group(1), m.group(2), query, body)
             return 404, _status(404, "NotFound", f"the server could not find the requested resource ({path})")
 
-    def _create(self, store: dict[Any, dict[str, Any]], key: Any, body: dict[str, Any], kind: str) -> dict[str, Any]:
+    def _create(self, store: dict[Any, dict[str, Any]], key: Any, body: dict[str, Any]) -> dict[str, Any]:
         obj = json.loads(json.dumps(body))
         meta = obj.setdefault("metadata", {})
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
@@ -301,7 +301,7 @@ class FakeKubernetes:
                 return code, _status(code, reason, message, new_name, "nodepools")
             if new_name in self.nodepools:
                 return 409, _status(409, "AlreadyExists", f'nodepools "{new_name}" already exists', new_name)
-            pool = self._create(self.nodepools, new_name, body, "NodePool")
+            pool = self._create(self.nodepools, new_name, body)
             pool["status"] = {"readyNodes": 0, "currentNodes": 0, "conditions": []}
             if self.on_nodepool_created is not None:
                 self.on_nodepool_created(pool)
@@ -321,7 +321,7 @@ class FakeKubernetes:
             new_name = body["metadata"]["name"]
             if (ns, new_name) in self.pods:
                 return 409, _status(409, "AlreadyExists", f'pods "{new_name}" already exists', new_name, "pods")
-            pod = self._create(self.pods, (ns, new_name), body, "Pod")
+            pod = self._create(self.pods, (ns, new_name), body)
             pod["metadata"]["namespace"] = ns
             pod["status"] = {"phase": "Pending", "conditions": []}
             if self.on_pod_created is not None:
