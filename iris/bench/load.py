@@ -18,6 +18,7 @@ import asyncio
 import collections
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -34,6 +35,7 @@ from temporalio.client import (
     OutboundInterceptor,
     QueryWorkflowInput,
 )
+from temporalio.service import RPCError
 
 from iris.bench.history import count_histories
 from iris.bench.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
@@ -103,7 +105,10 @@ async def polling_load(info: ClusterInfo, users: int, per_user: int) -> dict[str
         waiting = asyncio.ensure_future(wait_all())
         while not waiting.done():
             await asyncio.wait({waiting}, timeout=LIST_EVERY_SECONDS)
-            await iris.list_jobs(limit=per_user, name=name)
+            try:
+                await iris.list_jobs(limit=per_user, name=name)
+            except RPCError as err:  # an overloaded server: counted and reported, not fatal to the load
+                counter.calls[f"list failed ({err.message})"] += 1
         waiting.result()
 
     t0 = time.perf_counter()
@@ -209,9 +214,13 @@ def main(argv: Sequence[str]) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        cluster.down()
-        if created:
-            shutil.rmtree(home, ignore_errors=True)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
+        try:
+            cluster.down()
+            if created:
+                shutil.rmtree(home, ignore_errors=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
     print(show(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
