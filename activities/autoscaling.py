@@ -14,7 +14,13 @@ from typing import Any
 import structlog
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.service import RPCError
 
 from activities.platforms.base import ScaleGroupSpec
@@ -30,6 +36,8 @@ KNOWN_SLICES = "known_slices"
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"  # workflows.ids (activities import no workflows)
 CONTROL_TASK_QUEUE = "iris-control"
 SLICE_STATE = SearchAttributeKey.for_keyword("IrisSliceState")  # workflows.ids.SLICE_STATE_ATTRIBUTE
+KIND = SearchAttributeKey.for_keyword("IrisKind")  # workflows.ids.KIND_ATTRIBUTE
+SLICE_KIND = "Slice"  # workflows.ids.SLICE_KIND
 
 
 @dataclass
@@ -144,6 +152,9 @@ async def start_slice_workflow(req: StartSlice) -> None:
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(KIND, SLICE_KIND)]
+        ),
         static_summary=req.summary,
     )
     log.info("slice.workflow_started", slice_id=req.slice_id)

@@ -48,6 +48,11 @@ class RunTaskInput:
     memory_bytes: int = 0                           # (0 = no limit)
 
 
+PROCESS_STARTED = "process-started"
+"""`run_task`'s heartbeat detail once the task's process runs: a heartbeat timeout without it means the
+attempt never started anything, so the task workflow re-queues it as a dispatch failure."""
+
+
 @dataclass
 class RunTaskResult:
     """How the attempt ended. A non-zero exit is an expected outcome, not an exception."""
@@ -56,6 +61,7 @@ class RunTaskResult:
     error: str = ""
     result_blob: str = ""
     released: bool = False  # the agent already gave the capacity back to the scheduler
+    started: bool = True  # False when the process never started (it could not be prepared or launched)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -258,18 +259,27 @@ def run(
 
 
 @job_app.command("list")
-def job_list(temporal: TemporalOpt = None) -> None:
-    """List jobs, newest first."""
+def job_list(
+    state: Annotated[str | None, typer.Option("--state", help="only jobs in this state, e.g. RUNNING")] = None,
+    user: Annotated[str | None, typer.Option("--user", help="only this user's jobs")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="only jobs of this name")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 200,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """List jobs, newest first (from Temporal's visibility: no workflow is queried)."""
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in _client(temporal).list_jobs():
-        table.add_row(s.job_id, s.name, s.state, str(s.num_tasks), (s.error or s.pending_reason)[:80])
+    for s in _client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
+        counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(s.task_state_counts.items()))
+        tasks = f"{s.num_tasks} ({counts})" if counts and s.num_tasks > 1 else str(s.num_tasks)
+        table.add_row(s.job_id, s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
     out.print(table)
 
 
 @job_app.command("status")
-def job_status(job_id: str, temporal: TemporalOpt = None) -> None:
+def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Show a job and its tasks (and why it is pending, if it is)."""
-    s = _client(temporal).job_status(job_id)
+    s = _client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
@@ -294,11 +304,12 @@ def job_logs(
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
     ] = None,
     temporal: TemporalOpt = None,
+    store: StoreOpt = None,
 ) -> None:
     """Print task logs: the tasks' bytes unchanged; on a terminal each line gets its task index."""
     from iris.log_output import LogFollower, LogPrinter
 
-    client = _client(temporal)
+    client = _client(temporal, store)
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
@@ -315,9 +326,9 @@ def job_logs(
 
 
 @job_app.command("kill")
-def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
+def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Kill a job: running tasks are stopped, pending ones dequeued."""
-    requested = _client(temporal).terminate(job_id)
+    requested = _client(temporal, store).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
 
@@ -325,10 +336,10 @@ def job_kill(job_id: str, temporal: TemporalOpt = None) -> None:
 
 
 @worker_app.command("list")
-def worker_list(temporal: TemporalOpt = None) -> None:
+def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """List registered workers."""
     table = Table("WORKER", "HEALTHY", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
-    for w in _client(temporal).list_workers():
+    for w in _client(temporal, store).list_workers():
         attrs = " ".join(f"{k}={v}" for k, v in sorted(w.attributes.items()))
         table.add_row(w.worker_id, "yes" if w.healthy else "NO", f"{w.cpu:g}", format_memory(w.memory_bytes),
                       str(len(w.running_tasks)), attrs)
@@ -347,6 +358,10 @@ def worker_serve(
     ] = None,
     default_image: Annotated[
         str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
+    ] = None,
+    task_dir: Annotated[
+        Path | None,
+        typer.Option(help="root of the tasks' own directories; with docker/containerd a path the engine's host sees"),
     ] = None,
     task_user: Annotated[
         str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
@@ -372,7 +387,13 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
-    from worker_agent.agent import AgentConfig, RegistrationRefused, WorkerAgent, default_state_dir
+    from worker_agent.agent import (
+        AgentConfig,
+        RegistrationRefused,
+        WorkerAgent,
+        default_state_dir,
+        default_task_dir,
+    )
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
     from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
 
@@ -397,8 +418,13 @@ def worker_serve(
         containerd_socket=containerd_socket,
     )
     try:
+        config.task_dir = (
+            task_dir.resolve() if task_dir is not None
+            else shared_task_dir(runtime, options) or default_task_dir(config.state_dir)
+        )  # fmt: skip
+        # containerd writes a task's log where the agent must read it: beside the task directories.
+        options = dataclasses.replace(options, cri_log_dir=config.task_dir / ".cri-logs")
         task_runtime = make_runtime(runtime, options)
-        config.task_dir = shared_task_dir(runtime, options)
     except ValueError as e:
         _fail(str(e))
 
@@ -539,9 +565,61 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
     )
+    from iris.cli_fleet import print_fleet_status
+
+    print_fleet_status(client)
 
 
 # -- payload encryption --------------------------------------------------------------------------------
+
+
+# -- images --------------------------------------------------------------------------------------------
+
+build_app = typer.Typer(help="Images.", invoke_without_command=True)
+app.add_typer(build_app, name="build")
+TagOpt = Annotated[str, typer.Option(help="image tag")]
+DockerHostOpt = Annotated[str | None, typer.Option("--docker-host", envvar="DOCKER_HOST", help="docker engine URL")]
+
+
+@build_app.callback()
+def build(
+    ctx: typer.Context,
+    tag: TagOpt = "latest",
+    context: Annotated[Path, typer.Option(help="the Iris source checkout (build context)")] = Path(),
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="K=V passed to the Dockerfiles")] = None,
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Build the iris-controller, iris-worker and iris-task images (then `iris build push --registry R`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from iris.build import BuildError, build_images
+
+    try:
+        args = dict(parse_pair(a, "--build-arg") for a in build_arg or [])
+        built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for image in built:
+        out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
+
+
+@build_app.command("push")
+def build_push(
+    registry: Annotated[str, typer.Option(help="registry (and path) to push to, e.g. ghcr.io/acme")],
+    tag: TagOpt = "latest",
+    docker_host: DockerHostOpt = None,
+) -> None:
+    """Push the built images to REGISTRY/<name>:<tag>."""
+    from iris.build import BuildError, push_images
+
+    try:
+        pushed = push_images(registry, tag=tag, docker_host=docker_host,
+                             on_line=lambda line: err.print(line, markup=False, highlight=False))
+    except (ValueError, BuildError) as e:
+        raise _fail(str(e), 1) from None
+    for ref in pushed:
+        out.print(f"pushed {ref}", markup=False, highlight=False)
 
 
 @app.command("codec-server")
@@ -582,6 +660,13 @@ def main() -> None:
     code = run_cli(app, prog_name="iris", before_exit=_close_clients)
     exit_now(code)
 
+
+# The fleet commands live in their own module.
+from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
+
+app.add_typer(slice_app, name="slice")
+worker_app.command("cordon")(worker_cordon)
+worker_app.command("drain")(worker_drain)
 
 if __name__ == "__main__":
     main()

@@ -9,36 +9,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import structlog
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
+from iris import fleet
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
-from iris.types import JobFailedError, JobState, JobStatus, TaskState, TaskStatus, WorkerStatus
+from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.object_store import Logs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID
-from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_USER, JobWorkflow
+from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
+from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
+from workflows.visibility import JobView
 
 log = structlog.get_logger("iris.client")
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long a status query waits for the controller before Iris answers from Temporal alone."""
+MAX_DESCRIBE_INTERVAL = 5.0
+"""Longest pause between describes of a job `wait` watches when the server refuses another long poll."""
 CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
 
 T = TypeVar("T")
@@ -73,6 +85,40 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
         finished_at=st.finished_at or None,
         tasks=tasks,
     )
+
+
+def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttributes, started: float) -> JobStatus:
+    """A job as visibility shows it (memo and search attributes), without its task table.
+
+    A job started before the memo existed still has its state, name and user as search attributes.
+    """
+    view = JobView.from_memo(memo)
+    state = view.state or attrs.get(JOB_STATE) or JobState.PENDING
+    return JobStatus(
+        job_id=job_id,
+        name=attrs.get(JOB_NAME) or "",
+        state=JobState(state),
+        num_tasks=view.num_tasks or attrs.get(JOB_TASKS) or 0,
+        task_state_counts=dict(view.counts),
+        error=view.error,
+        pending_reason=view.pending_reason,
+        submitted_at=view.submitted_at or started,
+        finished_at=view.finished_at or None,
+    )
+
+
+def _visibility_query(state: str | None, user: str | None, name: str | None) -> str:
+    """The list filter: every job workflow (also those started before IrisKind), narrowed by keyword."""
+    clauses = ["WorkflowType = 'JobWorkflow'"]
+    for attr, value in ((JOB_STATE, state), (JOB_USER, user), (JOB_NAME, name)):
+        if value is not None:
+            clauses.append(f"{attr.name} = {_quoted(value)}")
+    return " AND ".join(clauses)
+
+
+def _quoted(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
@@ -163,8 +209,13 @@ class AsyncIrisClient:
                     SearchAttributePair(JOB_STATE, JobState.PENDING.value),
                     SearchAttributePair(JOB_NAME, req.name),
                     SearchAttributePair(JOB_USER, req.user),
+                    SearchAttributePair(JOB_TASKS, req.replicas),
+                    SearchAttributePair(KIND, JOB_KIND),
                 ]
             ),
+            memo=JobView(
+                state=JobState.PENDING, num_tasks=req.replicas, submitted_at=req.submitted_at
+            ).to_memo(),
             static_summary=f"{req.name}: {req.replicas} x {what}",
             static_details=job_request_markdown(req),
         )
@@ -225,29 +276,54 @@ class AsyncIrisClient:
         )
 
     async def status(self, job_id: str) -> JobStatus:
+        """The job now: a finished job from its result (history), a live one's task table by query.
+
+        Pending reasons come from the job's memo (the scheduler tells the job when its reason
+        changes); a job whose memo has none yet asks the scheduler, as before.
+        """
         st, answered = await self._answered_status(job_id)
         reason = ""
         if not answered:
             reason = CONTROLLER_DOWN_REASON if st.state in ("", JobState.PENDING) else ""
         elif st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
-            try:
-                reason = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                    "pending_reason", job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
-                )
-            except RPCError as err:
-                log.warning("scheduler_not_answering", job_id=job_id, error=err.message)
-                reason = CONTROLLER_DOWN_REASON
+            reason = st.pending_reason or await self._scheduler_reason(job_id)
         return _job_status(st, reason)
+
+    async def _scheduler_reason(self, job_id: str) -> str:
+        try:
+            return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "pending_reason", job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
+            )
+        except RPCError as err:
+            log.warning("scheduler_not_answering", job_id=job_id, error=err.message)
+            return CONTROLLER_DOWN_REASON
+
+    async def visible_status(self, job_id: str) -> JobStatus:
+        """The job as visibility holds it (one describe call, no workflow queried); no task table."""
+        try:
+            desc = await self.temporal.get_workflow_handle(job_id).describe()
+        except RPCError as err:
+            if "not found" in str(err).lower():
+                raise KeyError(f"no such job: {job_id}") from None
+            raise
+        return _visible_status(job_id, await desc.memo(), desc.typed_search_attributes, desc.start_time.timestamp())
 
     async def wait(self, job_id: str, timeout: float | None = None, poll: float = 0.5,
                    on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
-        """Wait for the job to finish, calling `on_progress` with its status every `poll` seconds."""
+        """Wait for the job to finish: a long poll on its workflow's result, no query.
+
+        With `on_progress`, it is called every `poll` seconds with the job as visibility
+        shows it (state, counts, pending reason; no task table), then once with the final status.
+        """
         handle = self.temporal.get_workflow_handle(job_id, result_type=pb.JobStatus)
         deadline = None if timeout is None else time.monotonic() + timeout
         result = asyncio.ensure_future(handle.result())
         try:
             while True:
-                wait_for = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+                wait_for = None if on_progress is None else poll
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    wait_for = left if wait_for is None else min(wait_for, left)
                 done, _ = await asyncio.wait({result}, timeout=wait_for)
                 if done:
                     try:
@@ -255,6 +331,18 @@ class AsyncIrisClient:
                     except WorkflowFailureError as err:
                         final = _failed_job_status(err)
                         final = final or await self._raw_status(job_id)
+                    except RPCError as err:
+                        if "not found" in str(err).lower():
+                            raise KeyError(f"no such job: {job_id}") from None
+                        if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                            raise
+                        # Too many long polls on this namespace (the server caps them, ~1,200 on the dev
+                        # server): watch the job through describe instead, and poll again once it closed.
+                        log.info("long_poll_refused", job_id=job_id, error=err.message)
+                        result = asyncio.ensure_future(self._result_when_closed(handle, poll))
+                        continue
+                    if JobState(final.state) in TERMINAL_JOB_STATES:
+                        self._results[job_id] = final
                     status = _job_status(final)
                     if on_progress:
                         on_progress(status)
@@ -262,9 +350,24 @@ class AsyncIrisClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
                 if on_progress:
-                    on_progress(await self.status(job_id))
+                    on_progress(await self.visible_status(job_id))
         finally:
             result.cancel()
+
+    async def _result_when_closed(self, handle: WorkflowHandle[Any, pb.JobStatus], poll: float) -> pb.JobStatus:
+        """The job's result, reading its history only once describe says it has closed (no long poll)."""
+        delay = poll
+        while True:
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, MAX_DESCRIBE_INTERVAL)
+            try:
+                desc = await handle.describe()
+            except RPCError as err:
+                if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                continue
+            if desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING:
+                return await handle.result()
 
     async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
         """Each task's return value by task index; JobFailedError unless the job succeeded (or `partial`).
@@ -284,12 +387,19 @@ class AsyncIrisClient:
             out.append(unpickle_result(data) if data is not None else None)
         return out
 
-    async def list_jobs(self, limit: int = 200) -> list[JobStatus]:
-        ids = []
-        async for wf in self.temporal.list_workflows("WorkflowType='JobWorkflow'", limit=limit):
-            ids.append(wf.id)
-        statuses = await asyncio.gather(*(self.status(i) for i in ids), return_exceptions=True)
-        return [s for s in statuses if isinstance(s, JobStatus)]
+    async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
+                        name: str | None = None, page_size: int = 200) -> list[JobStatus]:
+        """Jobs newest first, from one paged visibility listing (no workflow is queried); no task tables."""
+        if state is not None and state.upper() not in JobState.__members__:
+            raise ValueError(f"state must be one of {', '.join(JobState)}, got {state!r}")
+        query = _visibility_query(state and state.upper(), user, name)
+        out: list[JobStatus] = []
+        async for wf in self.temporal.list_workflows(query, limit=limit, page_size=page_size):
+            out.append(await self._listed_status(wf))
+        return out
+
+    async def _listed_status(self, wf: WorkflowExecution) -> JobStatus:
+        return _visible_status(wf.id, await wf.memo(), wf.typed_search_attributes, wf.start_time.timestamp())
 
     async def _require_job(self, job_id: str) -> None:
         """KeyError unless `job_id` names a job (not the scheduler, a task or a worker workflow)."""
@@ -335,6 +445,24 @@ class AsyncIrisClient:
             )
             for w in workers.workers
         ]
+
+    async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
+        return await fleet.list_slices(self.temporal, include_ended)
+
+    async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
+                           on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
+        """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
+        await fleet.cordon_worker(self.temporal, worker_id, reason="drained by user")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            worker = next((w for w in await self.list_workers() if w.worker_id == worker_id), None)
+            if worker is None or not worker.running_tasks:
+                return worker or WorkerStatus(worker_id, False, {}, 0.0, 0, (), cordoned=True)
+            if on_progress:
+                on_progress(worker)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
+            await asyncio.sleep(poll)
 
     async def summary(self) -> pb.ClusterSummary:
         return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
@@ -480,13 +608,16 @@ class IrisClient:
             if on_progress:
                 on_progress(status)
 
-        status = self._run(self._async.wait(job_id, timeout=timeout, poll=0.5, on_progress=progress))
+        watch = progress if stream_logs or on_progress else None
+        status = self._run(self._async.wait(job_id, timeout=timeout, poll=0.5, on_progress=watch))
         if raise_on_failure and status.state != JobState.SUCCEEDED:
             raise JobFailedError(status)
         return status
 
-    def list_jobs(self) -> list[JobStatus]:
-        return self._run(self._async.list_jobs())
+    def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
+                  name: str | None = None) -> list[JobStatus]:
+        """Jobs newest first (at most `limit`), optionally only those in `state`, of `user`, named `name`."""
+        return self._run(self._async.list_jobs(limit, state=state, user=user, name=name))
 
     def list_tasks(self, job_id: str) -> list[TaskStatus]:
         return list(self.job_status(job_id).tasks)
@@ -506,6 +637,23 @@ class IrisClient:
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())
+
+    def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
+        """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""
+        return self._run(self._async.list_slices(include_ended))
+
+    def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
+        """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
+        return self._run(fleet.terminate_slice(self._async.temporal, slice_id, drain_timeout))
+
+    def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
+        """No new work on this worker (its running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
+        self._run(fleet.cordon_worker(self._async.temporal, worker_id, cordoned))
+
+    def drain_worker(self, worker_id: str, timeout: float | None = None,
+                     on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
+        """Cordon the worker and wait until its running tasks have finished."""
+        return self._run(self._async.drain_worker(worker_id, timeout, on_progress=on_progress))
 
 
 __all__ = ["AsyncIrisClient", "IrisClient", "Job", "JobFailedError"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -35,10 +35,19 @@ from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows import ALL_WORKFLOWS
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
-from workflows.ids import AUTOSCALER_WORKFLOW_ID, CONTROL_TASK_QUEUE, JOB_STATE_ATTRIBUTE, SCHEDULER_WORKFLOW_ID
+from workflows.ids import (
+    AUTOSCALER_KIND,
+    AUTOSCALER_WORKFLOW_ID,
+    CONTROL_TASK_QUEUE,
+    JOB_STATE_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_KIND,
+    SCHEDULER_WORKFLOW_ID,
+)
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
 
@@ -49,6 +58,7 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
         id=SCHEDULER_WORKFLOW_ID,
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, SCHEDULER_KIND)]),
         static_summary="Iris scheduler (singleton)",
     )
     await handle.signal(SchedulerWorkflow.configure, store_url)
@@ -84,6 +94,7 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
         id=AUTOSCALER_WORKFLOW_ID,
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
         static_summary="Iris autoscaler (singleton)",
         start_signal="configure",
         start_signal_args=[config],

@@ -38,9 +38,9 @@ import structlog
 import yaml
 from temporalio.client import Client
 
-from activities.platforms.base import ControlPlaneAddress
+from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
-from activities.platforms.local import worker_argv
+from activities.platforms.local import slice_processes, worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec, default_config
 from iris.processes import (
     group_alive,
@@ -54,13 +54,10 @@ from iris.processes import (
     start_ticks,
     stop_groups,
 )
-from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
-from workflows.ids import SEARCH_ATTRIBUTES as JOB_SEARCH_ATTRIBUTES
+from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
 
-SEARCH_ATTRIBUTES = dict.fromkeys(JOB_SEARCH_ATTRIBUTES, "Keyword")
-"""Registered by the dev server at start, so workflows can upsert them without an operator call."""
 TEMPORAL = "temporal"
 CONTROLLER = "controller"
 
@@ -194,9 +191,11 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
         }
         if g.extra:
             doc[platform] = dict(g.extra)
-        runtime = getattr(g, "runtime", None)
-        if runtime is not None and str(getattr(runtime, "value", runtime)) != "process":
-            doc["runtime"] = str(getattr(runtime, "value", runtime))
+        runtime = str(getattr(g.runtime, "value", g.runtime))
+        if runtime != "process":
+            doc["runtime"] = runtime
+        if g.image:
+            doc["image"] = g.image
         groups.append(doc)
     return {"scale_groups": groups}
 
@@ -677,8 +676,14 @@ class LocalCluster:
         if state is None or not state["pids"]:
             return
         entries = {n: (pid, state["start_ticks"].get(n)) for n, pid in state["pids"].items()}
+        # The autoscaler's slice workers are not recorded here; they are found by their labels.
+        slice_workers = {
+            worker_process_name(worker_id_for(slice_id, index)): (proc.pid, start_ticks(proc.pid))
+            for slice_id, hosts in slice_processes(self.home).items()
+            for index, proc in hosts.items()
+        }
         tiers = [
-            {n: e for n, e in entries.items() if n not in (CONTROLLER, TEMPORAL)},
+            {**slice_workers, **{n: e for n, e in entries.items() if n not in (CONTROLLER, TEMPORAL)}},
             {n: e for n, e in entries.items() if n == CONTROLLER},
             {n: e for n, e in entries.items() if n == TEMPORAL},
         ]

@@ -8,7 +8,8 @@ asked) each line gets its task index, `[i] `, in front; never inside a line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import io
+from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from worker_agent.storage import LogCursor
@@ -17,10 +18,30 @@ if TYPE_CHECKING:
     from worker_agent.object_store import Logs
 
 
-def _binary(stream: IO[Any]) -> IO[bytes]:
-    """The byte stream under a text stream (sys.stdout.buffer), or the stream itself if it takes bytes."""
+class _TextSink:
+    """Bytes written to a text-only stream (a notebook's stdout has no `.buffer`), decoded as UTF-8."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data.decode("utf-8", "replace"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _binary(stream: IO[Any]) -> Any:
+    """The byte stream under a text stream (sys.stdout.buffer), the stream itself if it takes bytes, else a sink."""
     buffer = getattr(stream, "buffer", None)
-    return buffer if buffer is not None else stream
+    if buffer is not None:
+        return buffer
+    if isinstance(stream, io.TextIOBase) or not hasattr(stream, "readinto"):
+        try:
+            stream.write(b"")
+        except TypeError:
+            return _TextSink(stream)
+    return stream
 
 
 class LogPrinter:
@@ -58,10 +79,6 @@ class LogPrinter:
             data = body
         self._out.write(data)
         self._open_line = None if data.endswith(b"\n") else task_index
-
-    def write_lines(self, task_index: int, lines: Iterable[str]) -> None:
-        """Output already-split text lines of one task (each gets its newline back)."""
-        self.write(task_index, "".join(f"{line}\n" for line in lines).encode("utf-8", "surrogateescape"))
 
     def end(self) -> None:
         """Finish an unterminated last line on a terminal (a pipe gets the bytes exactly as written)."""

@@ -19,7 +19,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.types import TAINT_PREFIX, Op
-from workflows.job_workflow import MAX_REPLICAS
+from workflows.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
 
 RESERVED_ENV_PREFIX = "IRIS_"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -111,13 +111,15 @@ def build_request(
     if not isinstance(resources, ResourceSpec):
         raise ValueError(f"resources must be a ResourceSpec, got {type(resources).__name__}")
     if resources.replicas > MAX_REPLICAS:
-        raise ValueError(
-            f"resources.replicas must be at most {MAX_REPLICAS} (Temporal's limit on running child workflows "
-            f"of one job), got {resources.replicas}"
-        )
+        raise ValueError(f"resources.replicas must be at most {MAX_REPLICAS}, got {resources.replicas}")
     cons = _constraints(constraints)
     if coscheduling is not None and not isinstance(coscheduling, CoschedulingConfig):
         raise ValueError(f"coscheduling must be a CoschedulingConfig, got {type(coscheduling).__name__}")
+    if coscheduling is not None and resources.replicas > MAX_GANG_REPLICAS:
+        raise ValueError(
+            f"resources.replicas of a coscheduled job must be at most {MAX_GANG_REPLICAS} (a gang's tasks are "
+            f"all pending at once), got {resources.replicas}"
+        )
     topology = resources.tpu or next(
         (c.value for c in cons if c.key == "tpu-topology" and c.op == Op.EQ and isinstance(c.value, str)), None
     )

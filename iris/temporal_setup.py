@@ -22,6 +22,11 @@ from workflows.ids import SEARCH_ATTRIBUTES
 
 DEFAULT_RETENTION = timedelta(days=7)
 NEW_NAMESPACE_WAIT_SECONDS = 60.0
+INDEXED_TYPES = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
+"""workflows.ids.SEARCH_ATTRIBUTES' type names as the operator API spells them."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,7 @@ async def ensure_namespace(client: Client, retention: timedelta = DEFAULT_RETENT
 
 
 async def ensure_search_attributes(client: Client, wait: float = 0.0) -> list[SetupStep]:
-    """Add Iris's keyword search attributes the namespace lacks; one step per attribute.
+    """Add Iris's search attributes the namespace lacks; one step per attribute.
 
     A namespace just registered reaches every frontend only after its cache refreshes (seconds):
     `wait` is how long to keep asking while the server still says it does not exist.
@@ -79,20 +84,22 @@ async def ensure_search_attributes(client: Client, wait: float = 0.0) -> list[Se
                 return [SetupStep("search attributes", "failed", err.message)]
             await asyncio.sleep(1.0)
     missing = [name for name in SEARCH_ATTRIBUTES if name not in existing.custom_attributes]
-    steps = [SetupStep(f"search attribute {name} (Keyword)", "exists") for name in SEARCH_ATTRIBUTES
+    steps = [SetupStep(f"search attribute {name} ({kind})", "exists") for name, kind in SEARCH_ATTRIBUTES.items()
              if name not in missing]
     if missing:
         try:
             await client.operator_service.add_search_attributes(
                 AddSearchAttributesRequest(
                     namespace=client.namespace,
-                    search_attributes=dict.fromkeys(missing, IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD),
+                    search_attributes={name: INDEXED_TYPES[SEARCH_ATTRIBUTES[name]] for name in missing},
                 )
             )
             outcome, detail = "created", ""
         except RPCError as err:
             outcome, detail = ("exists", "") if "already" in err.message.lower() else ("failed", err.message)
-        steps += [SetupStep(f"search attribute {name} (Keyword)", outcome, detail) for name in missing]
+        steps += [
+            SetupStep(f"search attribute {name} ({SEARCH_ATTRIBUTES[name]})", outcome, detail) for name in missing
+        ]
     return steps
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
+from workflows.slice_lifecycle import SliceState
 from workflows.states import TERMINAL_JOB_STATES, JobState, TaskState
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "JobState",
     "JobStatus",
     "ResourceSpec",
+    "SliceState",
+    "SliceStatus",
     "TaskState",
     "TaskStatus",
     "WorkerStatus",
@@ -100,6 +103,19 @@ class WorkerStatus:
     gpus: int = 0
     tpus: int = 0
     cordoned: bool = False  # no new work goes there (e.g. its slice is draining)
+
+
+@dataclass(frozen=True)
+class SliceStatus:
+    """One slice of a scale group, as `list_slices` reads it from Temporal's visibility."""
+
+    slice_id: str
+    scale_group: str
+    state: SliceState
+    hosts: tuple[str, ...]
+    worker_ids: tuple[str, ...]
+    created_at: float
+    error: str
 
 
 class JobFailedError(RuntimeError):

@@ -8,6 +8,7 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v containerd >/dev/null 2>&1 || need+=(containerd)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)  # validates docker-compose.yml
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup-engines: need root to install ${need[*]} (tests that need them will skip)" >&2

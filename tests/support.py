@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -96,3 +97,20 @@ def missing_engine(reason: str) -> None:
     if engines_required():
         pytest.fail(f"required engine missing: {reason}")
     pytest.skip(reason)
+
+
+def forget_workers(cluster: Cluster, worker_ids: list[str]) -> None:
+    """Tell the scheduler the slice is gone, as SliceWorkflow does after terminate (for tests that call a platform
+    directly), so the slice's dead workers do not linger in a shared cluster's worker list."""
+    from temporalio.client import Client
+
+    from workflows.ids import SCHEDULER_WORKFLOW_ID
+    from workflows.messages import RemoveWorkers
+
+    async def signal() -> None:
+        temporal = await Client.connect(cluster.info.address)
+        await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+            "remove_workers", RemoveWorkers(worker_ids, reason="slice terminated by the test")
+        )
+
+    asyncio.run(signal())

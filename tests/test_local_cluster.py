@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
@@ -34,6 +33,7 @@ from iris.local_cluster import (
     temporal_command,
     worker_command,
 )
+from iris.temporal_setup import INDEXED_TYPES
 
 TEMPORAL_ONLY: tuple[Component, ...] = ("temporal",)
 
@@ -205,8 +205,8 @@ async def test_temporal_starts_with_search_attributes_and_stops_cleanly(cluster:
     response = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace="default")
     )
-    for name in SEARCH_ATTRIBUTES:
-        assert response.custom_attributes[name] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        assert response.custom_attributes[name] == INDEXED_TYPES[kind]
 
     pid = info.pids["temporal"]
     cluster.down()

@@ -3,6 +3,7 @@
 A change that makes old histories non-deterministic breaks running jobs on
 upgrade; this catches it without a server. Re-record with:
 IRIS_RECORD_HISTORIES=tests/histories/vN python -m pytest tests/e2e/test_replay.py
+(slices and the autoscaler: IRIS_RECORD_HISTORIES=tests/histories/fleet-vN ... tests/e2e/test_fleet.py)
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*/*.json"))
 
 
 def test_recorded_histories_exist() -> None:
-    """Every workflow type has at least one recorded history to replay."""
+    """Every workflow type has at least one recorded history to replay.
+
+    `vN` folders hold the job path's workflows; `fleet-vN` folders the slice and autoscaler
+    workflows (recorded by tests/e2e/test_fleet.py, which runs its own fleet cluster).
+    """
     for version in {p.parent for p in HISTORIES}:
         types = {p.name.split("-", 1)[0] for p in version.glob("*.json")}
-        assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= types, version
+        core = {"SliceWorkflow", "AutoscalerWorkflow"} if version.name.startswith("fleet-") else {
+            "JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"}  # fmt: skip
+        assert core <= types, version
+    assert {w.__name__ for w in ALL_WORKFLOWS} <= {p.name.split("-", 1)[0] for p in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[f"{p.parent.name}/{p.stem}" for p in HISTORIES])

@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.contracts import (
+    PROCESS_STARTED,
     RUN_TASK,
     WORKER_SESSION,
     Release,
@@ -42,10 +43,18 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
-from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskHandle, TaskSpec, TaskStartError
+from worker_agent.runtimes.base import (
+    ContainerRuntime,
+    Mount,
+    RuntimeName,
+    TaskExit,
+    TaskHandle,
+    TaskSpec,
+    TaskStartError,
+)
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, StorageError
-from worker_agent.task_area import TaskArea
+from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
 
@@ -150,7 +159,8 @@ class WorkerAgent:
         self.blobs = open_blob_store(config.store_url)
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
-        self.task_root = config.task_dir or _default_task_dir(config.state_dir)
+        self.task_root = config.task_dir or default_task_dir(config.state_dir)
+        self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
         self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
@@ -329,7 +339,7 @@ class WorkerAgent:
             await asyncio.to_thread(area.remove)
             if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
                 step = "cannot read the task function blob"
-            return RunTaskResult(exit_code=-1, error=f"{step}: {err}")
+            return RunTaskResult(exit_code=-1, error=f"{step}: {err}", started=False)
         argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
         try:
             with writer:
@@ -338,7 +348,7 @@ class WorkerAgent:
                     image=inp.image or self.config.default_image or None,
                     job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                     worker_id=self.config.worker_id, cpu_millis=inp.cpu_millis, memory_bytes=inp.memory_bytes,
-                    mounts=[Mount(str(area.path), read_only=False)],
+                    mounts=[Mount(str(area.path), read_only=False)], runner_code=await self._runner_code(),
                 )  # fmt: skip
                 ended = await self._run(spec, inp, tlog)
             if isinstance(ended, RunTaskResult):
@@ -357,6 +367,14 @@ class WorkerAgent:
             error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}")
         return RunTaskResult(exit_code=exit_code, error=error, released=released)
 
+    async def _runner_code(self) -> str | None:
+        """For container runtimes, the task runner's code staged under the task root (once)."""
+        if self.runtime.name == RuntimeName.PROCESS:
+            return None
+        if self._staged_runner is None:
+            self._staged_runner = str(await asyncio.to_thread(stage_runner_code, self.task_root))
+        return self._staged_runner
+
     async def _run(self, spec: TaskSpec, inp: RunTaskInput, tlog: Any) -> TaskExit | RunTaskResult:
         """Start the task, heartbeat until it ends, kill it if the attempt is cancelled.
 
@@ -366,7 +384,7 @@ class WorkerAgent:
             handle = await self.runtime.start(spec)
         except (TaskStartError, ValueError) as err:
             tlog.warning("task_start_failed", error=str(err))
-            return RunTaskResult(exit_code=-1, error=str(err))
+            return RunTaskResult(exit_code=-1, error=str(err), started=False)
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         try:
@@ -399,7 +417,7 @@ class WorkerAgent:
         waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
-                activity.heartbeat()
+                activity.heartbeat(PROCESS_STARTED)
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
                     return waiter.result()
@@ -432,7 +450,7 @@ def _delivered_late() -> float | None:
     return age if age > timeout.total_seconds() else None
 
 
-def _default_task_dir(state_dir: Path | None) -> Path:
+def default_task_dir(state_dir: Path | None) -> Path:
     """Beside the state directory, or in the temp dir for an agent without one."""
     if state_dir is not None:
         return state_dir.parent / "tasks"

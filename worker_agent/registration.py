@@ -13,12 +13,18 @@ from __future__ import annotations
 import asyncio
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from activities.contracts import WorkerSessionInput
 from activities.proto import cluster_pb2 as pb
-from workflows.ids import CONTROL_TASK_QUEUE, SCHEDULER_WORKFLOW_ID, worker_workflow_id
+from workflows.ids import (
+    CONTROL_TASK_QUEUE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+    WORKER_KIND,
+    worker_workflow_id,
+)
 
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
 REGISTER_WORKERS = "register_workers"
@@ -50,6 +56,9 @@ async def register_hosts(
                     id=monitor_id,
                     task_queue=CONTROL_TASK_QUEUE,
                     id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+                    search_attributes=TypedSearchAttributes(
+                        [SearchAttributePair(SearchAttributeKey.for_keyword(KIND_ATTRIBUTE), WORKER_KIND)]
+                    ),
                     static_summary=f"worker {session.worker_id}" + (
                         f" and {len(session.more_worker_ids)} more" if session.more_worker_ids else ""
                     ),

@@ -14,7 +14,9 @@ but cannot enumerate its neighbours'.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -25,7 +27,7 @@ from worker_agent.task_runner import error_key
 if TYPE_CHECKING:
     from worker_agent.object_store import Blobs
 
-__all__ = ["TaskArea"]
+__all__ = ["TaskArea", "stage_runner_code"]
 
 _TRAVERSE_ONLY: Final = 0o711
 _PRIVATE: Final = 0o700
@@ -84,3 +86,45 @@ class TaskArea:
     def remove(self) -> None:
         """Delete the area and everything the task left in it."""
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+_RUNNER_MODULES: Final = ("__init__.py", "task_runner.py", "storage.py")
+
+
+def stage_runner_code(root: Path) -> Path:
+    """A read-only copy of the task runner's code under ``root``, made once per version; its directory.
+
+    Containers mount this copy rather than the agent's own install, so the runner reaches a task
+    even when the agent runs in a container of its own (its packages are not on the engine's
+    host, but ``root`` must be). The directory is named by a digest of the files, so an upgraded
+    agent never mixes versions, and it is created by an atomic rename, so concurrent agents on
+    one host may race safely.
+    """
+    import cloudpickle
+
+    import worker_agent
+
+    agent_dir = Path(worker_agent.__file__ or "").resolve().parent
+    pickle_dir = Path(cloudpickle.__file__ or "").resolve().parent
+    sources = [agent_dir / name for name in _RUNNER_MODULES] + sorted(pickle_dir.glob("*.py"))
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    target = root / ".runner" / digest.hexdigest()[:16]
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    split = len(_RUNNER_MODULES)
+    for package, files in (("worker_agent", sources[:split]), ("cloudpickle", sources[split:])):
+        (building / package).mkdir()
+        for source in files:
+            shutil.copyfile(source, building / package / source.name)
+            (building / package / source.name).chmod(0o644)
+        (building / package).chmod(0o755)
+    building.chmod(0o755)
+    try:
+        building.rename(target)
+    except OSError:  # another agent staged the same version first
+        shutil.rmtree(building, ignore_errors=True)
+    return target

@@ -46,6 +46,7 @@ BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
+IDLE_WITHOUT_TIMER = "autoscaler-idle-without-timer"  # workflow.patched id
 
 
 @dataclass
@@ -124,9 +125,12 @@ class AutoscalerWorkflow:
         self.state = state or AutoscalerState()
         self._wake = False
         self._busy = True
+        self._idle_without_timer = True
 
     @workflow.run
     async def run(self, state: AutoscalerState | None = None) -> None:
+        # Runs that began before this patch armed the tick timer even without scale groups.
+        self._idle_without_timer = workflow.patched(IDLE_WITHOUT_TIMER)
         if not self.state.recovered:
             await self._recover()
         while True:
@@ -147,8 +151,12 @@ class AutoscalerWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.state)
+            # No scale group, no timer: an autoscaler with nothing to scale writes no history.
+            tick: timedelta | None = BUSY_TICK if self._busy else IDLE_TICK
+            if self._idle_without_timer and (config is None or not config.groups):
+                tick = None
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self._wake, timeout=BUSY_TICK if self._busy else IDLE_TICK)
+                await workflow.wait_condition(lambda: self._wake, timeout=tick)
             self._wake = False
 
     # -- one tick ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -27,24 +27,34 @@ with workflow.unsafe.imports_passed_through():
         CONTROL_TASK_QUEUE,
         JOB_NAME_ATTRIBUTE,
         JOB_STATE_ATTRIBUTE,
+        JOB_TASKS_ATTRIBUTE,
         JOB_USER_ATTRIBUTE,
+        KIND_ATTRIBUTE,
         SCHEDULER_WORKFLOW_ID,
         SIGNALS_BY_ACTIVITY,
+        TASK_KIND,
         task_workflow_id,
     )
     from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, derive_job_state
     from workflows.task_workflow import TaskInput, TaskResult, TaskWorkflow
+    from workflows.visibility import MAX_ERROR_CHARS, MAX_JOB_ERROR_CHARS, MAX_REASON_CHARS, JobView, cap_text
 
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 FAIL_UNSUCCESSFUL_JOBS = "fail-unsuccessful-jobs"  # workflow.patched id
+# workflow.patched id: the job publishes a memo, tags its tasks IrisKind=Task and starts them in waves.
+VISIBLE_JOBS = "visible-jobs-in-waves"
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
-# pending children: a larger job would fail to start its tasks. (Its history, ~8 events a task,
-# also stays far below the 51,200-event limit.)
-MAX_REPLICAS = 2_000
+# pending children: a larger job starts its tasks in waves, at most MAX_PENDING_CHILDREN at once.
+MAX_PENDING_CHILDREN = 1_000
+MAX_REPLICAS = 100_000
+MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every member pending at once
+LEGACY_MAX_REPLICAS = 2_000  # the cap of runs that began before VISIBLE_JOBS
 
 
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
@@ -82,6 +92,10 @@ class JobWorkflow:
         self._kill_reason = ""
         self._failing = False
         self._gang_break: TaskResult | None = None  # the result that broke this gang attempt
+        self._visible = False  # VISIBLE_JOBS patch, decided once at the start of the run
+        self._published = JobView()
+        self._next_task = 0  # the next task index to start, for jobs started in waves
+        self._stale = False  # the memo lags the status (see _publish)
 
     # -- queries and signals -----------------------------------------------------------------
 
@@ -107,13 +121,19 @@ class JobWorkflow:
         self._refresh_state()
 
     @workflow.signal
+    def pending_reason(self, reason: str) -> None:
+        """Why the scheduler cannot place this job's pending tasks yet ("" once it can); sent on change."""
+        self.status.pending_reason = cap_text(reason, MAX_REASON_CHARS)
+        self._publish()
+
+    @workflow.signal
     def task_retrying(self, msg: TaskRetrying) -> None:
         if not 0 <= msg.task_index < len(self.status.tasks):
             return
         row = self.status.tasks[msg.task_index]
         if row.state in TERMINAL_TASK_STATES:
             return
-        row.state, row.attempt, row.error = TaskState.PENDING, msg.attempt, msg.error
+        row.state, row.attempt, row.error = TaskState.PENDING, msg.attempt, cap_text(msg.error, MAX_ERROR_CHARS)
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
         self._refresh_state()
 
@@ -124,6 +144,10 @@ class JobWorkflow:
         """Run the job; `gang` is handed over by continue-as-new between attempts of a gang."""
         self.req = req
         job_id = workflow.info().workflow_id
+        # Decided before any command, so a replay takes the same branch (see scheduler_workflow.py).
+        self._visible = workflow.patched(VISIBLE_JOBS)
+        if self._visible:
+            asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
         self.status = pb.JobStatus(
             job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
             num_tasks=req.replicas, submitted_at=req.submitted_at,
@@ -194,22 +218,46 @@ class JobWorkflow:
 
     def _check(self, req: pb.JobRequest) -> str:
         """The client validates first; this only keeps a hand-made request from wedging the job."""
-        if not 1 <= req.replicas <= MAX_REPLICAS:
-            return f"replicas must be between 1 and {MAX_REPLICAS}, got {req.replicas}"
+        cap = MAX_REPLICAS if self._visible else LEGACY_MAX_REPLICAS
+        if req.coschedule_group_by and self._visible:
+            cap = MAX_GANG_REPLICAS
+        if not 1 <= req.replicas <= cap:
+            return f"replicas must be between 1 and {cap}, got {req.replicas}"
         if req.entrypoint.WhichOneof("kind") is None:
             return "entrypoint: neither a function nor a command was given"
         return ""
 
     async def _start_tasks(self, job_id: str, req: pb.JobRequest, attempt: int) -> None:
-        """Start every task child in batches, then enqueue them all with one signal."""
+        """Start the task children (all of them, or a first wave for a large job) and enqueue them."""
+        self._next_task = 0
+        end = req.replicas
+        if self._visible and not req.coschedule_group_by:
+            end = min(end, MAX_PENDING_CHILDREN)
+        await self._start_range(job_id, req, attempt, end)
+
+    async def _start_next_wave(self) -> None:
+        """Start more of a large job's tasks once a wave's worth of its pending children has ended."""
+        req = self.req
+        if self._next_task >= req.replicas or self._kill_reason or self._failing:
+            return
+        pending = sum(1 for h in self._children.values() if not h.done())
+        if pending > MAX_PENDING_CHILDREN - START_BATCH:
+            return
+        end = min(req.replicas, self._next_task + MAX_PENDING_CHILDREN - pending)
+        await self._start_range(workflow.info().workflow_id, req, 0, end)
+
+    async def _start_range(self, job_id: str, req: pb.JobRequest, attempt: int, end: int) -> None:
+        """Start task children `_next_task` .. `end` - 1 in batches, then enqueue them with one signal."""
         spec = scheduling_spec(req)
         gang = bool(req.coschedule_group_by)
         kind = req.entrypoint.WhichOneof("kind")
         argv = list(req.entrypoint.command.argv) if kind == "command" else []
-        for start in range(0, req.replicas, START_BATCH):
+        first = self._next_task
+        tagged = TypedSearchAttributes([SearchAttributePair(KIND, TASK_KIND)]) if self._visible else None
+        for start in range(first, end, START_BATCH):
             if self._kill_reason:
                 break
-            batch = range(start, min(start + START_BATCH, req.replicas))
+            batch = range(start, min(start + START_BATCH, end))
             handles = await asyncio.gather(
                 *(
                     workflow.start_child_workflow(
@@ -233,22 +281,28 @@ class JobWorkflow:
                         task_queue=CONTROL_TASK_QUEUE,
                         parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                         static_summary=f"{req.name or job_id} task {i}/{req.replicas}",
+                        search_attributes=tagged,
                     )
                     for i in batch
                 )
             )
             self._children.update(zip(batch, handles, strict=True))
+            self._next_task = batch.stop
         if self._kill_reason:
             self._cancel_running()
-            for i in range(len(self._children), req.replicas):
-                row = self.status.tasks[i]
-                row.state, row.error = TaskState.KILLED, "killed before it started"
+            self._kill_unstarted()
             return
-        enqueue = Enqueue(job_id, spec, dict.fromkeys(range(req.replicas), attempt), req.submitted_at)
+        enqueue = Enqueue(job_id, spec, dict.fromkeys(range(first, end), attempt), req.submitted_at)
         if workflow.patched(SIGNALS_BY_ACTIVITY):
             await self._enqueue(enqueue)
         else:  # how runs that began before the patch go on, so their histories replay
             await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("enqueue", enqueue)
+
+    def _kill_unstarted(self) -> None:
+        for i in range(len(self._children), self.req.replicas):
+            row = self.status.tasks[i]
+            row.state, row.error = TaskState.KILLED, "killed before it started"
+        self._next_task = self.req.replicas
 
     async def _enqueue(self, enqueue: Enqueue) -> None:
         """Hand the tasks to the scheduler through a local activity, which costs no extra workflow task.
@@ -274,6 +328,12 @@ class JobWorkflow:
             for handle in done:
                 index = waiting.pop(handle)
                 self._record(index, handle)
+            if self._next_task < self.req.replicas and self._visible and not self.req.coschedule_group_by:
+                started = self._next_task
+                await self._start_next_wave()
+                waiting.update((self._children[i], i) for i in range(started, self._next_task))
+        if self._next_task < self.req.replicas and self._visible and not self.req.coschedule_group_by:
+            self._kill_unstarted()  # the job failed or was killed before its last waves started
 
     def _record(self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> None:
         row = self.status.tasks[index]
@@ -284,12 +344,12 @@ class JobWorkflow:
         row.state, row.worker_id, row.attempt = result.state, result.worker_id, result.attempt
         if not self.req.coschedule_group_by:  # a gang's budgets are counted by the job (_run_gang)
             row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
-        row.error, row.result_blob = result.error, result.result_blob
+        row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
         row.has_exit_code = result.exit_code is not None
         row.exit_code = result.exit_code or 0
         state = TaskState(result.state)
         if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
-            self.status.error = f"task {index} {state.lower()}: {result.error}"
+            self.status.error = cap_text(f"task {index} {state.lower()}: {result.error}", MAX_JOB_ERROR_CHARS)
         gang_broken = bool(self.req.coschedule_group_by) and (
             state in (TaskState.FAILED, TaskState.WORKER_FAILED) or result.dispatch_failed
         )
@@ -318,6 +378,7 @@ class JobWorkflow:
             counts[t.state] = counts.get(t.state, 0) + 1
         self.status.task_state_counts.clear()
         self.status.task_state_counts.update(counts)
+        self._publish()
         if self._kill_reason or self._failing:
             return  # the final state is decided once every task has stopped
         state = derive_job_state(
@@ -327,6 +388,32 @@ class JobWorkflow:
             killed=False,
         )
         self._set_state(state)
+
+    def _view(self) -> JobView:
+        st = self.status
+        return JobView(
+            state=st.state, counts=dict(st.task_state_counts), error=st.error,
+            pending_reason=st.pending_reason if st.state == JobState.PENDING or st.task_state_counts.get(
+                TaskState.PENDING) else "",
+            num_tasks=st.num_tasks, submitted_at=st.submitted_at, finished_at=st.finished_at,
+        )  # fmt: skip
+
+    def _publish(self) -> None:
+        """Mark the memo stale; `_publisher` upserts it once per workflow task, however many changes it saw."""
+        self._stale = True
+
+    async def _publisher(self) -> None:
+        self._stale = True
+        while True:
+            await workflow.wait_condition(lambda: self._stale)
+            self._flush()
+
+    def _flush(self) -> None:
+        self._stale = False
+        view = self._view()
+        if view != self._published:
+            self._published = view
+            workflow.upsert_memo(view.to_memo())
 
     def _set_state(self, state: JobState) -> None:
         if self.status.state != state:
@@ -341,9 +428,11 @@ class JobWorkflow:
         agree with the job (the JobStatus rides along as the failure's details).
         Patched so that histories of jobs that ended before this still replay.
         """
-        self.status.error = error if state != JobState.SUCCEEDED else ""
+        self.status.error = cap_text(error, MAX_JOB_ERROR_CHARS) if state != JobState.SUCCEEDED else ""
         self.status.finished_at = workflow.now().timestamp()
         self._set_state(state)
+        if self._visible:
+            self._flush()
         if state != JobState.SUCCEEDED and workflow.patched(FAIL_UNSUCCESSFUL_JOBS):
             raise ApplicationError(
                 f"job {state}: {self.status.error}", self.status, type=f"Job{state.title()}", non_retryable=True

@@ -58,6 +58,8 @@ PASS_BY_ACTIVITY = "scheduling-pass-activity"  # workflow.patched id: the pass i
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
 ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
 PASS_INTERVAL = timedelta(seconds=1)
+# workflow.patched id: changed pending reasons are signalled to their jobs, which publish them in their memo.
+REASONS_TO_JOBS = "pending-reasons-to-jobs"
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -79,6 +81,7 @@ class SchedulerWorkflow:
         self._signals_in_flight = 0
         self._signals_by_activity = True
         self._pass_by_activity = True
+        self._reasons_to_jobs = True
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
@@ -91,6 +94,7 @@ class SchedulerWorkflow:
         # non-deterministic (seen when a run was evicted and replayed).
         self._signals_by_activity = workflow.patched(SIGNALS_BY_ACTIVITY)
         self._pass_by_activity = workflow.patched(PASS_BY_ACTIVITY)
+        self._reasons_to_jobs = workflow.patched(REASONS_TO_JOBS)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -169,11 +173,18 @@ class SchedulerWorkflow:
                 await self._send(key, "unschedulable", unschedulable, None)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
+        changed = []
         for job_id, reason in plan.pending_reasons.items():
             if job_id in self.state.pending:
                 reasons[job_id] = reason
+                changed.append(Delivery(job_id, "pending_reason", reason))
         for job_id in [job_id for job_id in reasons if job_id not in self.state.pending]:
             del reasons[job_id]
+        if changed and self._reasons_to_jobs:
+            # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
+            await workflow.execute_local_activity(
+                DELIVER_SIGNALS, changed, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
+            )
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""

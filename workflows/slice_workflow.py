@@ -235,7 +235,8 @@ class SliceWorkflow:
                 "created_at": self.created_at,
             }
         )
-        detail = f"{self.state}: {self.inp.group.name}, {len(self.worker_ids)} hosts"
+        hosts = f" ({', '.join(self.hosts)})" if self.hosts else ""
+        detail = f"{self.state}: {self.inp.group.name}, {len(self.worker_ids)} hosts{hosts}"
         workflow.set_current_details(f"{detail}; {self.error}" if self.error else detail)
         if self.inp.notify:
             update = SliceUpdate(self.inp.slice_id, self.inp.group.name, str(self.state), self.worker_ids,

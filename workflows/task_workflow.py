@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RUN_TASK, RunTaskInput, RunTaskResult
+    from activities.contracts import PROCESS_STARTED, RUN_TASK, RunTaskInput, RunTaskResult
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
     from workflows.messages import Assigned, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
     from workflows.states import TaskEvent, TaskState, next_task_state
@@ -28,6 +28,10 @@ DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
+# workflow.patched id: a heartbeat timeout before the process started is a dispatch failure (re-queued,
+# no budget spent), not a lost worker.
+UNSTARTED_IS_DISPATCH_FAILURE = "unstarted-is-dispatch-failure"
+MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
 
 
 @dataclass
@@ -61,6 +65,8 @@ class TaskResult:
     error: str = ""
     result_blob: str = ""
     dispatch_failed: bool = False  # a gang member whose worker never picked it up
+    # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
+    transitions: list[str] = field(default_factory=list)
 
 
 def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
@@ -94,9 +100,11 @@ class TaskWorkflow:
         self.result.attempt = self.attempt
         return self.result
 
-    def _move(self, event: TaskEvent) -> None:
+    def _move(self, event: TaskEvent, note: str = "") -> None:
         self.state = next_task_state(self.state, event)
         workflow.set_current_details(f"{self.state} (attempt {self.attempt})")
+        self.result.transitions.append(f"{self.state}@{self.attempt}{' ' + note if note else ''}")
+        del self.result.transitions[:-MAX_TRANSITIONS]
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
@@ -117,9 +125,12 @@ class TaskWorkflow:
                     return self.status()
                 assert self._assigned is not None
                 self.result.worker_id = self._assigned.worker_id
-                self._move(TaskEvent.ASSIGNED)
+                self._move(TaskEvent.ASSIGNED, self._assigned.worker_id)
                 self._agent_released = False
-                event, error = await self._run_attempt(inp, self._assigned.worker_id)
+                event, error, started = await self._run_attempt(inp, self._assigned.worker_id)
+                if started and self.state == TaskState.ASSIGNED:
+                    # The process ran, even if it ended before anyone heard it started: record RUNNING.
+                    self._move(TaskEvent.STARTED)
                 self._assigned = None
                 if not self._agent_released:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
@@ -178,8 +189,8 @@ class TaskWorkflow:
         asyncio.get_running_loop().create_task(handle.signal(signal, arg))
         await asyncio.sleep(0)
 
-    async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str]:
-        """Run one attempt; map how it ended to a task event and an error message."""
+    async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str, bool]:
+        """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
         request = RunTaskInput(
             job_id=inp.job_id,
             task_index=inp.task_index,
@@ -214,15 +225,19 @@ class TaskWorkflow:
                 raise asyncio.CancelledError() from err
             if isinstance(cause, TimeoutError):
                 if cause.type == TimeoutType.SCHEDULE_TO_START:
-                    return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up"
+                    return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up", False
                 kind = cause.type.name if cause.type else "timeout"
-                return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})"
+                started = PROCESS_STARTED in cause.last_heartbeat_details
+                if not started and workflow.patched(UNSTARTED_IS_DISPATCH_FAILURE):
+                    error = f"worker {worker_id} timed out ({kind}) before the task started"
+                    return TaskEvent.DISPATCH_FAILED, error, False
+                return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})", started
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
-                return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down"
-            return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}"
+                return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down", False
+            return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
         self._agent_released = result.released
         if result.exit_code == 0 and not result.error:
-            return TaskEvent.SUCCEEDED, ""
-        return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}"
+            return TaskEvent.SUCCEEDED, "", True
+        return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}", result.started

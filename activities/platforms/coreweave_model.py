@@ -73,6 +73,9 @@ class Settings(BaseModel):
     tls_secret: str | None = None  # a Secret of TLS files mounted at TLS_DIR (IRIS_TEMPORAL_TLS_* point there)
     image_pull_secrets: tuple[str, ...] = ()
     max_restarts: int = Field(default=3, ge=0)  # a worker container crash-looping past this fails the slice
+    # The node directory that is the agent's IRIS_HOME, mounted at the same path: task areas the agent hands
+    # to containerd must exist on the node where the agent sees them, and its state outlives a restart.
+    host_dir: str = Field(default="/var/lib/iris", pattern=r"^/")
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, where: str = "coreweave") -> Settings:
@@ -161,6 +164,7 @@ def pod_manifest(
     """The agent Pod: on the slice's node (nodeSelector), host networking, GPU/RDMA limits, ready on /health."""
     labels = slice_labels(group.name, slice_id)
     env = {
+        "IRIS_HOME": settings.host_dir,
         "IRIS_TEMPORAL_ADDRESS": control.temporal_address,
         "IRIS_TEMPORAL_NAMESPACE": control.namespace,
         "IRIS_STORE": control.store_url,
@@ -196,8 +200,10 @@ def pod_manifest(
     }
     if group.gpus:
         spec["tolerations"] = [{"key": settings.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = [{"name": "iris-home", "mountPath": settings.host_dir}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "iris-home", "hostPath": {"path": settings.host_dir, "type": "DirectoryOrCreate"}}
+    ]
     if group.runtime == "containerd":
         # The agent starts task containers through the node's CRI socket, not inside its own Pod.
         mounts.append({"name": "containerd", "mountPath": CONTAINERD_SOCKET})
@@ -205,9 +211,8 @@ def pod_manifest(
     if settings.tls_secret:
         mounts.append({"name": "temporal-tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "temporal-tls", "secret": {"secretName": settings.tls_secret}})
-    if mounts:
-        container["volumeMounts"] = mounts
-        spec["volumes"] = volumes
+    container["volumeMounts"] = mounts
+    spec["volumes"] = volumes
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     return {

@@ -174,7 +174,11 @@ class GcpPlatform:
         if vms is not None and vms != group.hosts_per_slice:
             raise ValueError(f"scale group {group.name}: hosts_per_slice must be {vms} for gcp.accelerator_type "
                              f"{self.settings.accelerator_type} (one host per TPU VM), got {group.hosts_per_slice}")
-        self.client = tpu_client(self.settings.api_endpoint)
+
+    @property
+    def client(self) -> tpu_v2.TpuClient:
+        """Made on first use, so checking a config needs no credentials."""
+        return tpu_client(self.settings.api_endpoint)
 
     def _node_name(self, slice_id: str) -> str:
         return f"{self.settings.parent}/nodes/{node_id_for(slice_id)}"
@@ -201,6 +205,10 @@ class GcpPlatform:
         error = node.health_description or "; ".join(s.details for s in node.symptoms if s.details)
         if state == PlatformState.PREEMPTED and not error:
             error = f"node {node.state.name.lower()}"
+        expected = self.group.hosts_per_slice
+        if state == PlatformState.READY and labels.get(SCALE_GROUP_LABEL) == self.group.name and len(hosts) != expected:
+            # the node is the authority on its VM count: a slice that is not hosts_per_slice hosts cannot serve
+            state, error = PlatformState.FAILED, f"node has {len(hosts)} VMs, the group's hosts_per_slice is {expected}"
         return SliceInfo(slice_id=slice_id, scale_group=labels.get(SCALE_GROUP_LABEL, ""), state=state,
                          hosts=hosts, labels=labels, error=error)
 

@@ -160,11 +160,12 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def slice_processes(labels: Mapping[str, str] | None = None) -> dict[str, dict[int, psutil.Process]]:
-    """Live slice worker processes by slice id and host index, found by their environment markers.
+def slice_processes(home: Path, labels: Mapping[str, str] | None = None) -> dict[str, dict[int, psutil.Process]]:
+    """Live slice worker processes of the Iris in `home`, by slice id and host index, found by their markers.
 
     Only session leaders whose command line names the host's worker id count, so a task that
-    inherited an agent's environment is never mistaken for the agent.
+    inherited an agent's environment is never mistaken for the agent; another IRIS_HOME's
+    slices (another local cluster on this machine) are never this one's.
     """
     _reap()
     found: dict[str, dict[int, psutil.Process]] = {}
@@ -174,6 +175,8 @@ def slice_processes(labels: Mapping[str, str] | None = None) -> dict[str, dict[i
                 continue
             env = proc.environ()
             if env.get(MANAGED_ENV) != "true" or SLICE_ENV not in env or INDEX_ENV not in env:
+                continue
+            if env.get("IRIS_HOME") != str(home):
                 continue
             slice_id, index = env[SLICE_ENV], int(env[INDEX_ENV])
             if worker_id_for(slice_id, index) not in proc.cmdline():
@@ -297,7 +300,7 @@ class LocalPlatform:
 
     def _describe(self, slice_id: str, procs: Mapping[int, psutil.Process] | None = None) -> SliceInfo | None:
         record = self._records().get(slice_id)
-        procs = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
+        procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
         if record is None and not procs:
             return None
         if record is None:  # processes without a record: a half-terminated slice, still Iris's to clean up
@@ -332,7 +335,7 @@ class LocalPlatform:
         record = self._records().get(slice_id)
         if record is None:
             raise SliceFailed(f"local slice {slice_id} does not exist (terminated?)")
-        running = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        running = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
         env = {**os.environ, **control.extra_env, "PYTHONUNBUFFERED": "1", "IRIS_HOME": str(self.home)}
         env.update({MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name})
         record["bootstrapped"] = True  # recorded first: a crash after a spawn still lets terminate find it
@@ -353,7 +356,7 @@ class LocalPlatform:
         return await asyncio.to_thread(self._list, labels)
 
     def _list(self, labels: Mapping[str, str]) -> list[SliceInfo]:
-        by_slice = slice_processes(labels)
+        by_slice = slice_processes(self.home, labels)
         ids = set(by_slice)
         for slice_id, record in self._records().items():
             if all(record["labels"].get(k) == v for k, v in labels.items()):
@@ -366,7 +369,7 @@ class LocalPlatform:
         await asyncio.to_thread(self._terminate, slice_id)
 
     def _terminate(self, slice_id: str) -> None:
-        procs = slice_processes({SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
         stop_process_groups(list(procs.values()))
         with contextlib.suppress(FileNotFoundError):
             self._record_path(slice_id).unlink()

@@ -218,15 +218,15 @@ else rm -f "$tmp"; head -n 1 "$d/claim.json"; fi
     async def _release(self, address: str, slice_id: str, index: int) -> None:
         """Stop this slice's agent on the host, then delete the claim (only while the claim is this slice's)."""
         d = remote_agent.host_dir(KIND, address)
-        transport = self.transport(address)
         stop = remote_agent.stop_script(d, worker_id_for(slice_id, index))
-        await remote_agent.run_checked(transport, stop, "stopping the agent")
         free = f"""d={d}
 [ -f "$d/claim.json" ] || exit 0
 {self._owner_guard(slice_id).replace("exit 4", "exit 0")}
 rm -f "$d/claim.json"
 """
-        await remote_agent.run_checked(transport, free, "freeing the host")
+        # one SSH session: the claim goes only once the agent is stopped
+        script = f"(\n{stop}\n) && (\n{free}\n)"
+        await remote_agent.run_checked(self.transport(address), script, "stopping the agent and freeing the host")
 
     async def describe(self, slice_id: str) -> SliceInfo | None:
         """The slice's hosts (address, worker id, agent running or not) from their claims; None if none holds it.

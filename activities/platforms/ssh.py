@@ -177,8 +177,9 @@ class SshTransport:
         try:
             conn, _ = await asyncssh.create_connection(
                 lambda: policy, t.host, t.port, username=t.user, known_hosts=known, client_keys=keys,
-                connect_timeout=t.connect_timeout, config=None, agent_path=None, host_key_alias=t.host_key_alias,
-                # a remote-command channel only: nothing the user's ~/.ssh/config could change
+                connect_timeout=t.connect_timeout, host_key_alias=t.host_key_alias,
+                # nothing from ~/.ssh/config; an ssh-agent only when no key file is named
+                config=None, agent_path=None if t.identity_file is not None else (),
             )
         except asyncssh.HostKeyNotVerifiable:
             if recorded:

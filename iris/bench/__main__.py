@@ -142,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from iris.bench.scale import main as scale_main
 
         return scale_main(argv[1:])
+    if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
+        from iris.bench.load import main as load_main
+
+        return load_main(argv)
     args = parse_args(argv)
     _quiet_logging()
     created = args.home is None

@@ -6,15 +6,18 @@ The latency job prints `date +%s.%N` and the bench reads it back from the task's
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from iris.bench.history import count_histories
-from iris.client import AsyncIrisClient
+from iris.bench.host import CpuMeter
+from iris.client import AsyncIrisClient, IrisClient
 from iris.config import ClusterConfig, parse_config
 from iris.types import JobState, ResourceSpec
 from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
@@ -36,6 +39,7 @@ tasks of the default 1 GiB, or 2 x 20 of 0.1 cpu, so 200 jobs at once would meas
 LATENCY_COMMAND = ["sh", "-c", "date +%s.%N"]
 THROUGHPUT_COMMAND = ["true"]
 JOB_TIMEOUT_SECONDS = 120.0
+PUBLIC_API_THREADS = 16
 
 
 def bench_config() -> ClusterConfig:
@@ -94,6 +98,8 @@ class IrisFigures:
     done: Latency
     submit_call: Latency
     throughput: Throughput
+    public_api: Throughput
+    """`count` one-task jobs through the blocking IrisClient from PUBLIC_API_THREADS threads: what users see."""
     last: JobSample
     """The last latency sample, whose history the timeline shows."""
 
@@ -119,10 +125,36 @@ async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Ma
             iris.temporal, {"scheduler": [SCHEDULER_WORKFLOW_ID]}, throughput.started_at, throughput.ended_at
         )
     )
+    public_api = await asyncio.to_thread(measure_public_api, iris.temporal.service_client.config.target_host,
+                                         iris.store_url, count, pids)
     return IrisFigures(
         latency=Latency(tuple(r.running_at - r.submitted_at for r in rows)),
         done=Latency(tuple(r.done_at - r.submitted_at for r in rows)),
         submit_call=Latency(tuple(r.submit_call for r in rows)),
         throughput=throughput,
+        public_api=public_api,
         last=rows[-1],
     )
+
+
+def measure_public_api(address: str, store: str, count: int, pids: Mapping[str, int],
+                       threads: int = PUBLIC_API_THREADS) -> Throughput:
+    """Submit `count` one-task jobs from `threads` threads of one blocking IrisClient, then wait for all."""
+    client = IrisClient.connect(address, store=store)
+    meter = CpuMeter(pids)
+    meter.start()
+    wall = time.time()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        jobs = list(pool.map(
+            lambda i: client.submit_command(THROUGHPUT_COMMAND, resources=_resources(), name=f"bench-api-{i}"),
+            range(count),
+        ))
+        accepted = time.perf_counter() - t0
+        finals = list(pool.map(lambda job: job.wait(timeout=JOB_TIMEOUT_SECONDS), jobs))
+    elapsed = time.perf_counter() - t0
+    failed = [s.job_id for s in finals if s.state != JobState.SUCCEEDED]
+    if failed:
+        raise RuntimeError(f"bench jobs did not succeed: {failed[:5]}")
+    return Throughput(count=count, elapsed=elapsed, accepted=accepted, cpu=meter.stop(), started_at=wall,
+                      ended_at=wall + elapsed)

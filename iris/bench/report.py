@@ -15,10 +15,10 @@ from iris.bench.figures import WARMUP_SAMPLES, Throughput
 from iris.bench.history import Timeline
 from iris.bench.iris_jobs import IrisFigures
 
-TARGET_LATENCY_SECONDS = 0.5
+TARGET_LATENCY_SECONDS = 0.1
 """Issue target: Iris submit-to-running median on an idle cluster."""
-TARGET_THROUGHPUT_RATIO = 0.40
-"""Issue target: Iris jobs/s as a fraction of the bare dev server's workflows/s."""
+TARGET_PAIR_RATIO = 0.80
+"""Issue target: Iris jobs/s through the public API (16 threads) as a fraction of bare parent+child pairs/s."""
 
 Row = tuple[str, str, str, str]
 """One line of the figures table: label, raw, Iris, ratio."""
@@ -44,6 +44,11 @@ class BenchResult:
         return self.iris.throughput.rate / self.raw.throughput.rate
 
     @property
+    def public_api_ratio(self) -> float:
+        """Iris jobs/s through the blocking client's threads / bare parent+child pairs/s (higher is better)."""
+        return self.iris.public_api.rate / self.raw.parent_child.rate
+
+    @property
     def parent_child_ratio(self) -> float:
         """Bare parent+child pairs/s / raw workflows/s: the ceiling of a job shaped as one child per task."""
         return self.raw.parent_child.rate / self.raw.throughput.rate
@@ -51,8 +56,8 @@ class BenchResult:
     def targets(self) -> dict[str, bool]:
         """Whether each target from the issue is met."""
         return {
-            "iris_submit_to_running_median_lt_0.5s": self.iris.latency.median < TARGET_LATENCY_SECONDS,
-            "iris_throughput_ge_40pct_raw": self.throughput_ratio >= TARGET_THROUGHPUT_RATIO,
+            "iris_submit_to_running_median_lt_100ms": self.iris.latency.median < TARGET_LATENCY_SECONDS,
+            "iris_public_api_ge_80pct_parent_child": self.public_api_ratio >= TARGET_PAIR_RATIO,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -70,11 +75,13 @@ class BenchResult:
                 "submit_to_succeeded_observed": self.iris.done.summary(),
                 "submit_call": self.iris.submit_call.summary(),
                 "throughput": self.iris.throughput.summary(),
+                "public_api_throughput": self.iris.public_api.summary(),
             },
             "ratios": {
                 "latency_median": self.latency_ratio,
                 "throughput": self.throughput_ratio,
                 "parent_child_throughput": self.parent_child_ratio,
+                "public_api_vs_parent_child": self.public_api_ratio,
             },
             "targets": self.targets(),
             "timeline": self.timeline.to_json(),
@@ -173,6 +180,12 @@ def _figure_rows(result: BenchResult) -> list[Row]:
         ),
         ("    workflow tasks per pair", per_unit(raw.parent_child.workflow_tasks, raw.parent_child.count), "", ""),
         (
+            f"  Iris public API, {iris.public_api.count} jobs from 16 threads, vs the pairs",
+            f"{raw.parent_child.rate:.1f}/s",
+            f"{iris.public_api.rate:.1f}/s",
+            f"{result.public_api_ratio:.0%}",
+        ),
+        (
             "  all accepted after / all done after",
             f"{raw.throughput.accepted:.2f} s / {raw.throughput.elapsed:.2f} s",
             f"{iris.throughput.accepted:.2f} s / {iris.throughput.elapsed:.2f} s",
@@ -199,10 +212,11 @@ def _target_lines(result: BenchResult) -> list[str]:
     return [
         f"target: Iris submit->running median < {TARGET_LATENCY_SECONDS * 1000:.0f} ms: "
         f"{_ms(result.iris.latency.median)} -> "
-        f"{'MET' if met['iris_submit_to_running_median_lt_0.5s'] else 'MISSED'}",
-        f"target: Iris throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of raw: {result.throughput_ratio:.0%} -> "
-        f"{'MET' if met['iris_throughput_ge_40pct_raw'] else 'MISSED'} "
-        f"(bare parent+child pairs, the shape's ceiling: {result.parent_child_ratio:.0%} of raw)",
+        f"{'MET' if met['iris_submit_to_running_median_lt_100ms'] else 'MISSED'}",
+        f"target: Iris throughput (public API, 16 threads) >= {TARGET_PAIR_RATIO:.0%} of bare parent+child pairs: "
+        f"{result.public_api_ratio:.0%} -> {'MET' if met['iris_public_api_ge_80pct_parent_child'] else 'MISSED'} "
+        f"(async client, all at once: {result.throughput_ratio:.0%} of raw one-activity workflows; "
+        f"the pairs: {result.parent_child_ratio:.0%} of raw)",
         f"samples: {len(result.raw.latency.samples)} sequential per side after {WARMUP_SAMPLES} warm-ups",
     ]
 

@@ -49,11 +49,12 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
     assert "throughput (4 wf / 4 jobs at once)" in proc.stdout
-    assert "target: Iris throughput" in proc.stdout
+    assert "target: Iris throughput (public API, 16 threads)" in proc.stdout
     figures = json.loads(out.read_text())
     assert 2 == len(figures["iris"]["submit_to_running"]["samples_s"])
     assert 0 < figures["iris"]["submit_to_running"]["median_s"] < 30
     assert 4 == figures["iris"]["throughput"]["count"]
+    assert 4 == figures["iris"]["public_api_throughput"]["count"]
     assert 8 == figures["raw"]["throughput"]["workflow_tasks"]["bare"]  # 2 per bare workflow
     pairs = figures["raw"]["parent_child_throughput"]
     assert 4 == pairs["count"]
@@ -63,3 +64,32 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
     assert figures["timeline"]["events"], "no timeline of the last latency job"
     assert LocalCluster(home).status() is None  # every process stopped, pids forgotten
+
+
+def test_polling_bench_counts_no_workflow_query(tmp_path: Path) -> None:
+    """`python -m iris.bench polling` on a tiny load: users' list and wait calls never query a workflow."""
+    out = tmp_path / "polling.json"
+    argv = [sys.executable, "-m", "iris.bench", "polling", "--users", "2", "--jobs-per-user", "2"]
+    argv += ["--home", str(tmp_path / "home"), "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    assert "target: no workflow query from list/wait: MET" in proc.stdout
+    figures = json.loads(out.read_text())
+    assert 4 == figures["jobs"]
+    assert 0 == figures["workflow_queries"]
+    assert figures["calls"]["list"] >= 2  # every user listed its jobs at least once
+    assert LocalCluster(tmp_path / "home").status() is None
+
+
+def test_fanout_bench_runs_one_job_to_the_end(tmp_path: Path) -> None:
+    """`python -m iris.bench fanout` with a few replicas: the job succeeds and the figures are written."""
+    out = tmp_path / "fanout.json"
+    argv = [sys.executable, "-m", "iris.bench", "fanout", "--replicas", "6"]
+    argv += ["--home", str(tmp_path / "home"), "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    figures = json.loads(out.read_text())
+    assert "SUCCEEDED" == figures["state"]
+    assert {"SUCCEEDED": 6} == figures["counts"]
+    assert figures["job_history_events"] > 6
+    assert LocalCluster(tmp_path / "home").status() is None

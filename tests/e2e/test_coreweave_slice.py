@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
 from activities.platforms.base import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.coreweave import CoreweavePlatform
@@ -27,6 +28,8 @@ from iris.local_cluster import LocalCluster, daemon_environment, free_port
 from tests.platforms.fake_kubelet import FakeKubelet
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 from tests.support import Cluster, pid_running, wait_until
+from workflows.autoscaler_workflow import AutoscalerStatus, GroupStatus
+from workflows.ids import AUTOSCALER_WORKFLOW_ID
 
 pytestmark = pytest.mark.e2e
 PODS = "/api/v1/namespaces/iris/pods"
@@ -59,7 +62,7 @@ def test_job_runs_on_a_coreweave_slice_and_terminate_stops_its_worker(
         attributes={"gpu-type": "h100"}, runtime="process",
         settings={"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:test",
                   "kubeconfig": str(fake.write_kubeconfig(tmp_path / "kubeconfig")), "poll_interval": 0.2,
-                  "health_port": free_port()},
+                  "health_port": free_port(), "host_dir": str(tmp_path / "node")},
     )  # fmt: skip
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)
     platform = CoreweavePlatform(group)
@@ -119,9 +122,16 @@ def coreweave_cluster(
             "attributes": {"gpu-type": "h100"}, "scale_up_delay": "0s", "scale_down_delay": "3s",
             "coreweave": {"namespace": "iris", "instance_type": "gd-8xh100ib-i128", "image": "iris-worker:test",
                           "kubeconfig": str(fake.write_kubeconfig(home / "kubeconfig")), "poll_interval": 0.5,
-                          "health_port": free_port()},
+                          "health_port": free_port(), "host_dir": str(home / "node")},
+        }, {
+            "name": "b200", "platform": "coreweave", "max_slices": 1, "runtime": "process",
+            "resources": {"cpu": 2, "memory": "2g", "gpus": 8}, "attributes": {"gpu-type": "b200"},
+            "coreweave": {"namespace": "iris", "instance_type": "gd-8xb200", "image": "iris-worker:test",
+                          "kubeconfig": str(home / "kubeconfig"), "poll_interval": 0.5, "health_port": free_port(),
+                          "host_dir": str(home / "node")},
         }],
     }  # fmt: skip
+    node.stocked_out.add("gd-8xb200")
     # Left behind by an earlier controller of this cluster: no SliceWorkflow owns it.
     fake.seed_nodepool("iris-h100-orphan", {"iris-managed": "true", "iris-scale-group": "h100",
                                             "iris-slice-id": "h100-orphan"})  # fmt: skip
@@ -167,15 +177,21 @@ def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_whe
     assert f"iris-worker-{k8s_name_of(slice_id)}" == pod_key[1]
     process = node.processes[pod_key]
 
-    wait_until(lambda: not fake.pods and not fake.nodepools, timeout=120, what="the idle slice is deleted")
+    pool_name = f"iris-{k8s_name_of(slice_id)}"
+    wait_until(lambda: pod_key not in fake.pods and pool_name not in fake.nodepools, timeout=120,
+               what="the idle slice is deleted")  # fmt: skip
     gone = time.monotonic()
     print(f"coreweave slice: empty group -> job done {ran - submitted:.1f} s; done -> slice deleted {gone - ran:.1f} s")
+    with fake.lock:
+        own = [c for c in fake.calls if c.path.endswith((f"/{pool_name}", f"/{pod_key[1]}"))]
+    print(f"coreweave slice: {len(own)} API calls on its NodePool and Pod over {gone - submitted:.0f} s")
     assert not pid_running(process.pid), "deleting the Pod stopped the agent"
 
     with fake.lock:
         calls = list(fake.calls)
     writes = [(c.method, c.path.rsplit("/", 1)[-1] if c.method == "DELETE" else c.path) for c in calls
-              if c.method in ("POST", "DELETE") and c.status in (200, 201) and "orphan" not in c.path]  # fmt: skip
+              if c.method in ("POST", "DELETE") and c.status in (200, 201)
+              and c.labels.get("iris-slice-id") == slice_id]  # fmt: skip
     assert [("POST", NODEPOOLS), ("POST", PODS), ("DELETE", pod_key[1]), ("DELETE", f"iris-{k8s_name_of(slice_id)}")
             ] == writes  # fmt: skip
     assert all(c.labels.get("iris-scale-group") == "h100" for c in calls if c.method == "POST")
@@ -183,3 +199,40 @@ def test_autoscaler_brings_up_a_coreweave_slice_for_a_gpu_job_and_removes_it_whe
 
 def k8s_name_of(slice_id: str) -> str:
     return nodepool_name(slice_id).removeprefix("iris-")
+
+
+def test_a_stocked_out_instance_type_backs_its_group_off_as_quota(coreweave_cluster: CoreweaveCluster) -> None:
+    """A NodePool whose instance type has no capacity is deleted, and the autoscaler backs the group off
+    with the quota reason the NodePool gave, instead of retrying at once."""
+    cluster, fake, _ = coreweave_cluster
+    client = IrisClient.connect(cluster.info.address, store=cluster.info.store_url)
+    job = client.submit(
+        where_am_i, resources=ResourceSpec(cpu=1, memory="512m", gpus=1),
+        constraints=[Constraint("gpu-type", "EQ", "b200")],
+    )  # fmt: skip
+    try:
+        group = wait_until(lambda: (g := autoscaler_group(cluster, "b200")).backoff_reason and g, timeout=90,
+                           what="the b200 group backs off")  # fmt: skip
+        assert group.backoff_reason.startswith("quota exhausted: ")
+        assert "InsufficientCapacity" in group.backoff_reason and group.backoff_seconds > 0
+        assert JobState.PENDING == job.status().state
+        wait_until(lambda: not any(n.startswith("iris-b200-") for n in fake.nodepools), timeout=30,
+                   what="the refused NodePool is deleted")  # fmt: skip
+        with fake.lock:
+            created = [c for c in fake.calls if c.method == "POST" and c.labels.get("iris-scale-group") == "b200"]
+        assert 1 == len(created), "no second NodePool while the group backs off"
+    finally:
+        client.terminate(job.job_id)
+
+
+def autoscaler_group(cluster: Cluster, name: str) -> GroupStatus:
+    """The autoscaler's published status of one group (its `status` query)."""
+
+    async def query() -> AutoscalerStatus:
+        temporal = await Client.connect(cluster.info.address)
+        status: AutoscalerStatus = await temporal.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).query(
+            "status", result_type=AutoscalerStatus
+        )
+        return status
+
+    return next(g for g in asyncio.run(query()).groups if g.name == name)

@@ -17,7 +17,7 @@ from activities.platforms.remote_agent import host_key
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
 from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
 from tests.sshd import Sshd, start_sshd
-from tests.support import Cluster, pid_gone, wait_until
+from tests.support import Cluster, forget_workers, pid_gone, wait_until
 
 TAINT = "taint:gcp-e2e"  # keeps the rest of the suite's jobs off these workers
 SLICE = "tpu-v4-16-e2e"
@@ -102,6 +102,7 @@ def test_tpu_slice_bootstrap_register_run_delete(
             pids.append(int(pid_file.read_text()))
     finally:
         asyncio.run(platform.terminate(SLICE))
+        forget_workers(cluster, [f"{SLICE}-0", f"{SLICE}-1"])
     for pid in pids:
         wait_until(lambda p=pid: pid_gone(p), timeout=30, what=f"agent {pid} gone")
     assert {} == fake_tpu.nodes
@@ -109,3 +110,4 @@ def test_tpu_slice_bootstrap_register_run_delete(
     assert "DeleteNode" in fake_tpu.methods()
     known = (tmp_path / "controller-home" / "known_hosts").read_text()
     assert f"[{SLICE}-0]:{sshd.ports[0]} " in known and f"[{SLICE}-1]:{sshd.ports[0]} " in known
+

@@ -226,7 +226,7 @@ def test_pending_job_shows_reason_and_runs_when_a_worker_registers(cluster: Clus
         ({"resources": ResourceSpec(replicas=3), "constraints": [Constraint("tpu-topology", "EQ", "v5e-16")],
           "coscheduling": CoschedulingConfig("tpu-name")}, "replicas"),
         ({"env": {"IRIS_TASK_INDEX": "9"}}, "env"),
-        ({"resources": ResourceSpec(replicas=2001)}, "replicas"),
+        ({"resources": ResourceSpec(replicas=100_001)}, "replicas"),
         ({"max_retries_failure": -1}, "max_retries_failure"),
         ({"scheduling_timeout": -5}, "scheduling_timeout"),
     ],

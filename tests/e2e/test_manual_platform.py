@@ -14,7 +14,7 @@ from activities.platforms.manual import ManualPlatform
 from activities.platforms.remote_agent import host_key
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
 from tests.sshd import Sshd, start_sshd, worker_command
-from tests.support import Cluster, pid_gone, pid_running, wait_until
+from tests.support import Cluster, forget_workers, pid_gone, pid_running, wait_until
 
 TAINT = "taint:manual-e2e"  # keeps the rest of the suite's jobs off these workers
 
@@ -86,8 +86,10 @@ def test_bootstrap_register_run_terminate(
         assert [(h.index, h.address) for h in info.hosts] == [(h.index, h.address) for h in described.hosts]
     finally:
         asyncio.run(platform.terminate(slice_id))
+        forget_workers(cluster, [f"{slice_id}-0", f"{slice_id}-1"])
     for pid in pids.values():
         assert pid is not None
         wait_until(lambda p=pid: pid_gone(p), timeout=30, what=f"agent {pid} gone")
     assert [] == asyncio.run(platform.list_slices({"iris-scale-group": "ssh-pool"}))
     assert all(agent_pid(sshd, h.address) is None for h in info.hosts)
+

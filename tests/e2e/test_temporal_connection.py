@@ -94,8 +94,8 @@ def test_temporal_setup_creates_a_namespace_and_search_attributes_once(
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert 0 == first.returncode, first.stderr
     assert f"namespace {namespace}: created" in first.stdout
-    for name in SEARCH_ATTRIBUTES:
-        assert f"search attribute {name} (Keyword): created" in first.stdout
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        assert f"search attribute {name} ({kind}): created" in first.stdout
     second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert 0 == second.returncode, second.stderr
     assert f"namespace {namespace}: exists" in second.stdout

@@ -10,6 +10,7 @@ import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
 from iris.local_cluster import LocalCluster
+from workflows.job_workflow import MAX_REPLICAS
 
 from .conftest import assert_one_line_error, iris
 
@@ -25,6 +26,7 @@ SMALL = ["--cpu", "0.5", "--memory", "256m"]
         (["run", "--nme", "x", "--", "true"], ["--nme", "--name"]),
         (["run", "--replicas", "abc", "--", "true"], ["--replicas"]),
         (["run", "--"], ["command"]),
+        (["job", "list", "--stor", "x"], ["--stor", "--store"]),
     ],
 )
 def test_a_typo_in_a_command_or_option_gets_a_suggestion(
@@ -40,7 +42,7 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
         (["--name", ""], ["--name", "empty"]),
         (["--name", "x" * 5000], ["--name", "5000 characters"]),
         (["--replicas", "0"], ["--replicas"]),
-        (["--replicas", "100000"], ["--replicas", "at most"]),
+        (["--replicas", str(MAX_REPLICAS + 1)], ["--replicas", "at most"]),
         (["--cpu", "-1"], ["cpu"]),
         (["--memory", "12q"], ["memory", "12q"]),
         (["--tpu", "bogus"], ["--tpu", "bogus"]),
@@ -60,8 +62,12 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
 def test_bad_run_options_are_rejected_before_anything_starts(
     no_cluster_env: dict[str, str], args: list[str], fragments: list[str]
 ) -> None:
-    """`iris run` checks every option first: exit 2, one line naming the flag, and no cluster was started."""
-    result = iris("run", *SMALL, *args, "--", "true", env=no_cluster_env)
+    """`iris run` checks every option before it connects: exit 2 and one line naming the flag.
+
+    It points at an unreachable Temporal, so an option that is (wrongly) accepted fails with "cannot
+    reach Temporal" (exit 1) instead of starting a cluster and submitting a job.
+    """
+    result = iris("run", "--temporal", "127.0.0.1:1", *SMALL, *args, "--", "true", env=no_cluster_env)
     assert_one_line_error(result, 2, *fragments)
     assert LocalCluster(no_cluster_env["IRIS_HOME"]).status() is None
 

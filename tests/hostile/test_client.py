@@ -73,3 +73,36 @@ def test_job_details_in_the_temporal_ui_are_markdown(client: IrisClient) -> None
     assert current.startswith("**FAILED** — 1 task: 1 failed")
     assert "| 0 | FAILED | 0 | exit code 3 |" in current.splitlines()
     assert "{" not in current and "{" not in static  # no Python dict repr
+
+
+def test_every_iris_workflow_has_an_iris_kind(client: IrisClient) -> None:
+    """Each Iris workflow in the Temporal UI carries `IrisKind`, so the README's saved queries can filter by it."""
+    from temporalio.common import SearchAttributeKey
+
+    from activities import autoscaling
+    from workflows import ALL_WORKFLOWS
+    from workflows.ids import KIND_ATTRIBUTE, KINDS, SLICE_KIND
+
+    job = client.submit_command(["true"], name="kinds", resources=ResourceSpec(cpu=0.5, memory="256m"))
+    job.wait(timeout=120)
+    kind = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
+    types = ", ".join(f"'{w.__name__}'" for w in ALL_WORKFLOWS)
+
+    async def kinds_by_type() -> dict[str, set[str | None]]:
+        found: dict[str, set[str | None]] = {}
+        async for wf in client._async.temporal.list_workflows(f"WorkflowType IN ({types})"):
+            found.setdefault(wf.workflow_type, set()).add(wf.typed_search_attributes.get(kind))
+        return found
+
+    async def ids(query: str) -> set[str]:
+        return {wf.id async for wf in client._async.temporal.list_workflows(query)}
+
+    found = client._run(kinds_by_type())
+    expected = {"JobWorkflow": {"Job"}, "TaskWorkflow": {"Task"}, "WorkerWorkflow": {"Worker"},
+                "SchedulerWorkflow": {"Scheduler"}}
+    assert expected == {t: k for t, k in found.items() if t in expected}
+    assert all(k <= set(KINDS) for k in found.values()), found  # slices and the autoscaler too, when present
+    assert (autoscaling.KIND.name, autoscaling.SLICE_KIND) == (KIND_ATTRIBUTE, SLICE_KIND)
+    assert job.job_id in client._run(ids('IrisKind = "Job" AND IrisJobState = "SUCCEEDED"'))
+    assert f"{job.job_id}/task-0" in client._run(ids('IrisKind = "Task"'))
+    assert "iris-worker-cpu-0" in client._run(ids('IrisKind = "Worker" AND ExecutionStatus = "Running"'))

@@ -75,3 +75,12 @@ def test_a_line_split_across_chunks_gets_one_prefix() -> None:
     printer.write(0, b"ld")
     printer.end()
     assert b"[0] hello\n[0] wor\n[1] other\n[0] ld\n" == out.getvalue()
+
+
+def test_logs_reach_a_text_only_stream() -> None:
+    """A stdout without a byte buffer (a notebook's) still gets the logs, decoded as UTF-8."""
+    out = io.StringIO()
+    printer = LogPrinter(out, prefix=True)
+    printer.write(2, "héllo\nwörld".encode())
+    printer.end()
+    assert "[2] héllo\n[2] wörld\n" == out.getvalue()

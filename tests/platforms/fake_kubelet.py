@@ -35,11 +35,18 @@ class FakeKubelet:
         self.log_dir = log_dir
         self.processes: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
         self._stopping: set[tuple[str, str]] = set()
+        self.stocked_out: set[str] = set()  # instance types with no capacity: their NodePools say so
         fake.on_nodepool_created = self._node_joins
         fake.on_pod_created = self._run_pod
         fake.on_pod_deleting = self._stop_pod
 
     def _node_joins(self, pool: dict[str, Any]) -> None:
+        if pool["spec"]["instanceType"] in self.stocked_out:
+            pool["status"]["conditions"].append(
+                {"type": "AtTarget", "status": "False", "reason": "InsufficientCapacity",
+                 "message": f"no {pool['spec']['instanceType']} available in this region"}
+            )  # fmt: skip
+            return
         target = pool["spec"]["targetNodes"]
         pool["status"].update(readyNodes=target, currentNodes=target)
 

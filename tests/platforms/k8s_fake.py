@@ -17,13 +17,15 @@ Every request lands in `calls` with its method, path, labels and status code.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,37 @@ def parse_selector(text: str) -> dict[str, str]:
     return selector
 
 
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A key and a self-signed certificate for 127.0.0.1 (its own CA), as ca.crt / tls.key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-kube-apiserver")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / "ca.crt", directory / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
 def _status(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict[str, Any]:
     return {
         "kind": "Status",
@@ -77,9 +110,11 @@ def _status(code: int, reason: str, message: str, name: str = "", kind: str = ""
 class FakeKubernetes:
     """The server and its state; `start()` binds 127.0.0.1 on a free port."""
 
-    TOKEN = "fake-token"
-
-    def __init__(self) -> None:
+    def __init__(self, tls_dir: Path | None = None, token: str = "fake-token") -> None:
+        """`tls_dir`: serve HTTPS with a self-signed certificate for 127.0.0.1 written there (`ca_path`),
+        as an in-cluster client expects (it always speaks https to the API server)."""
+        self.tls_dir = tls_dir
+        self.token = token
         self.lock = threading.RLock()
         self.nodepools: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -104,6 +139,11 @@ class FakeKubernetes:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls_dir is not None:
+            cert, key = _self_signed(self.tls_dir)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert, key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, name="fake-k8s", daemon=True).start()
 
     def stop(self) -> None:
@@ -112,16 +152,25 @@ class FakeKubernetes:
             self._server.server_close()
 
     @property
-    def url(self) -> str:
+    def port(self) -> int:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls_dir else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def ca_path(self) -> Path:
+        assert self.tls_dir is not None
+        return self.tls_dir / "ca.crt"
 
     def write_kubeconfig(self, path: Path, namespace: str = "iris") -> Path:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": self.TOKEN}}],
+            "users": [{"name": "fake", "user": {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
         }
@@ -138,7 +187,7 @@ class FakeKubernetes:
         """A NodePool that exists before the test's clients start (e.g. left behind by a dead controller)."""
         with self.lock:
             body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
-            pool = self._create(self.nodepools, name, body, "NodePool")
+            pool = self._create(self.nodepools, name, body)
             pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
 
     def set_ready_nodes(self, name: str, ready: int) -> None:
@@ -222,7 +271,7 @@ class FakeKubernetes:
                 return self._pods(method, m.group(1), m.group(2), query, body)
             return 404, _status(404, "NotFound", f"the server could not find the requested resource ({path})")
 
-    def _create(self, store: dict[Any, dict[str, Any]], key: Any, body: dict[str, Any], kind: str) -> dict[str, Any]:
+    def _create(self, store: dict[Any, dict[str, Any]], key: Any, body: dict[str, Any]) -> dict[str, Any]:
         obj = json.loads(json.dumps(body))
         meta = obj.setdefault("metadata", {})
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
@@ -252,7 +301,7 @@ class FakeKubernetes:
                 return code, _status(code, reason, message, new_name, "nodepools")
             if new_name in self.nodepools:
                 return 409, _status(409, "AlreadyExists", f'nodepools "{new_name}" already exists', new_name)
-            pool = self._create(self.nodepools, new_name, body, "NodePool")
+            pool = self._create(self.nodepools, new_name, body)
             pool["status"] = {"readyNodes": 0, "currentNodes": 0, "conditions": []}
             if self.on_nodepool_created is not None:
                 self.on_nodepool_created(pool)
@@ -272,7 +321,7 @@ class FakeKubernetes:
             new_name = body["metadata"]["name"]
             if (ns, new_name) in self.pods:
                 return 409, _status(409, "AlreadyExists", f'pods "{new_name}" already exists', new_name, "pods")
-            pod = self._create(self.pods, (ns, new_name), body, "Pod")
+            pod = self._create(self.pods, (ns, new_name), body)
             pod["metadata"]["namespace"] = ns
             pod["status"] = {"phase": "Pending", "conditions": []}
             if self.on_pod_created is not None:
@@ -301,6 +350,12 @@ class FakeKubernetes:
         """The Pod's containers have stopped: it disappears from the API."""
         with self.lock:
             self.pods.pop((ns, name), None)
+
+
+def _bearer(header: str) -> str:
+    """The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive)."""
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -334,7 +389,7 @@ class _Handler(BaseHTTPRequestHandler):
             labels=dict(labels or {}),
             selector=parse_selector(query.get("labelSelector", "")),
             query=query,
-            authorized=self.headers.get("Authorization") == f"Bearer {fake.TOKEN}",
+            authorized=_bearer(self.headers.get("Authorization", "")) == fake.token,
             items=len(answer["items"]) if "items" in answer else -1,
         )
         with fake.lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -97,10 +98,15 @@ async def test_nodepool_and_pod_lifecycle_to_ready(
     assert {"path": "/health", "port": 8081} == container["readinessProbe"]["httpGet"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert {"IRIS_TEMPORAL_ADDRESS": "temporal.iris.svc:7233", "IRIS_TEMPORAL_NAMESPACE": "default",
-            "IRIS_STORE": "s3://bucket/iris", "AWS_REGION": "us-east"} == env  # fmt: skip
-    assert [{"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}] == (
-        spec["volumes"]
-    )
+            "IRIS_STORE": "s3://bucket/iris", "AWS_REGION": "us-east", "IRIS_HOME": "/var/lib/iris"} == env  # fmt: skip
+    # The agent's home (its task areas, the runner code it stages) is the node's directory at the same path,
+    # since containerd mounts them from the node; the CRI socket is the node's.
+    assert [{"name": "iris-home", "hostPath": {"path": "/var/lib/iris", "type": "DirectoryOrCreate"}},
+            {"name": "containerd", "hostPath": {"path": "/run/containerd/containerd.sock", "type": "Socket"}}
+            ] == spec["volumes"]  # fmt: skip
+    assert [{"name": "iris-home", "mountPath": "/var/lib/iris"},
+            {"name": "containerd", "mountPath": "/run/containerd/containerd.sock"}
+            ] == container["volumeMounts"]  # fmt: skip
 
     described = await platform.describe("h100-s1")
     assert described is not None and PlatformState.READY == described.state
@@ -318,3 +324,31 @@ def test_settings_errors_name_the_field(coreweave_group: Callable[..., ScaleGrou
     with pytest.raises(ValueError, match="hosts_per_slice must be 1"):
         CoreweavePlatform(ScaleGroupSpec(**{**good.__dict__, "hosts_per_slice": 2}))
     assert 1200.0 == CoreweavePlatform(coreweave_group(node_ready_timeout="20m")).settings.node_ready_timeout
+
+
+async def test_in_cluster_config_by_default(
+    coreweave_group: Callable[..., ScaleGroupSpec], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a kubeconfig the platform uses the Pod's ServiceAccount: its token, its CA, https to the service."""
+    from kubernetes.config import incluster_config
+
+    fake = FakeKubernetes(tls_dir=tmp_path / "tls", token="service-account-token")
+    fake.start()
+    try:
+        (tmp_path / "token").write_text("service-account-token")
+        monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+        monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(fake.ca_path))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(fake.port))
+        group = coreweave_group(kubeconfig=None, namespace="iris-in-cluster")
+        platform = CoreweavePlatform(group)
+        await platform.create_slice("h100-ic", group)
+        assert await platform.describe("h100-ic") is not None
+        await platform.terminate("h100-ic")
+        with fake.lock:
+            assert [("POST", NODEPOOLS), ("GET", f"{NODEPOOLS}/iris-h100-ic")] == [
+                (c.method, c.path) for c in fake.calls[:2]
+            ]
+            assert all(c.authorized for c in fake.calls), "every call carries the ServiceAccount token"
+    finally:
+        fake.stop()

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from activities.platforms.coreweave_model import Settings, Verdict, assess, k8s_name
+from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
+from activities.platforms.coreweave_model import Settings, Verdict, assess, k8s_name, pod_manifest
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings(instance_type="gd-8xh100ib-i128", image="w", node_ready_timeout=600, pod_ready_timeout=300)
@@ -82,3 +83,13 @@ def test_names_are_dns_safe_and_distinct() -> None:
     assert upper != lower and upper.startswith("iris-h100-x-")
     long = k8s_name("iris-worker-", "g" * 80)
     assert len(long) <= 63 and long != k8s_name("iris-worker-", "g" * 79)
+
+
+def test_process_runtime_needs_no_task_dir_on_the_node() -> None:
+    """A process-runtime agent runs tasks inside its own container: no node task directory, no CRI socket."""
+    group = ScaleGroupSpec(name="cpu", platform="coreweave", hosts_per_slice=1, cpu_millis=1000,
+                           memory_bytes=1 << 30, runtime="process")  # fmt: skip
+    pod = pod_manifest("cpu-x", group, SETTINGS, ControlPlaneAddress("t:7233", "default", "file:///s"))
+    (agent,) = pod["spec"]["containers"]
+    assert "--runtime" in agent["args"] and "process" == agent["args"][agent["args"].index("--runtime") + 1]
+    assert ["iris-home"] == [v["name"] for v in pod["spec"]["volumes"]]

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from google.cloud import tpu_v2
 
 from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
 from activities.platforms.gcp import GcpPlatform
+from activities.platforms.manual import ManualPlatform
+from iris.config import parse_config
+from iris.controller import scale_group
 from tests.platforms.tpu_fake import FakeTpu
 
 PARENT = "projects/proj/locations/us-central2-b"
@@ -116,9 +122,32 @@ async def test_preempted_node_is_described_preempted(fake_tpu: FakeTpu) -> None:
     assert await platform.describe("tpu-v5e-16-p") is None
 
 
+async def test_vm_count_comes_from_the_node(fake_tpu: FakeTpu) -> None:
+    """For a type Iris's table does not know, the node's network endpoints are the VM count: a READY node with
+    another count than hosts_per_slice is FAILED, saying why."""
+    group = gcp_group(fake_tpu, hosts=4, accelerator_type="v9x-16")
+    platform = GcpPlatform(group)  # unknown to the table: no check at start
+    fake_tpu.vms_per_node = 2
+    info = await platform.create_slice("tpu-v9x-16-a", group)
+    assert (PlatformState.FAILED, "node has 2 VMs, the group's hosts_per_slice is 4") == (info.state, info.error)
+    await platform.terminate("tpu-v9x-16-a")
+
+
 def test_settings_and_vm_count_are_checked(fake_tpu: FakeTpu) -> None:
     """hosts_per_slice must match the accelerator type's VM count; unknown keys are refused."""
     with pytest.raises(ValueError, match=r"hosts_per_slice must be 4 for gcp\.accelerator_type v5litepod-16"):
         GcpPlatform(gcp_group(fake_tpu, hosts=2))
     with pytest.raises(ValueError, match="zonez"):
         GcpPlatform(gcp_group(fake_tpu, zonez="x"))
+
+
+def test_readme_config_is_valid() -> None:
+    """The README's manual and gcp scale groups load and pass both platforms' checks as written."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Hosts over SSH and Cloud TPU") :]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    config = parse_config(yaml.safe_load(block[1]), "README")
+    groups = {g.name: scale_group(g).spec for g in config.scale_groups}
+    assert ["10.0.0.5", "10.0.0.6:2222"] == ManualPlatform(groups["ssh-pool"]).settings.hosts
+    assert "us-central2-b" == GcpPlatform(groups["tpu-v5e-32"]).settings.zone

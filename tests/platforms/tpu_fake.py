@@ -43,6 +43,7 @@ class FakeTpu:
 
     vm_address: str = "127.0.0.1"  # every VM's internal address (the tests' sshd)
     polls_to_ready: int = 1
+    vms_per_node: int | None = None  # None: the accelerator type's VM count from Iris's table
     nodes: dict[str, tpu_v2.Node] = field(default_factory=dict)
     requests: list[tuple[str, Any]] = field(default_factory=list)
     fail_next_create: tuple[int, str] | None = None
@@ -118,7 +119,7 @@ class FakeTpu:
             if op.kind == "create":
                 node = self.nodes[op.node_name]
                 if node.state == tpu_v2.Node.State.CREATING:
-                    vms = tpu_vm_count(node.accelerator_type)
+                    vms = self.vms_per_node or tpu_vm_count(node.accelerator_type)
                     node.network_endpoints = [
                         tpu_v2.NetworkEndpoint(ip_address=self.vm_address, port=8470) for _ in range(vms)
                     ]

@@ -71,7 +71,8 @@ def make_engine_runtime(name: str, request: pytest.FixtureRequest, worker_id: st
     from worker_agent.runtimes.containerd import ContainerdRuntime
 
     engine = request.getfixturevalue("containerd")
-    return ContainerdRuntime(worker_id=worker_id, socket=str(engine.socket))
+    logs = engine.base / "cri-logs" / worker_id  # removed with the engine
+    return ContainerdRuntime(worker_id=worker_id, socket=str(engine.socket), log_dir=logs)
 
 
 @pytest.fixture(params=ENGINES)

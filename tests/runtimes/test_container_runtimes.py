@@ -147,5 +147,7 @@ async def test_recover_kills_only_this_workers_leftovers(
         await restarted.close()
     finally:
         for runtime in (mine, other):
-            await runtime.recover()
             await runtime.close()
+            sweeper = make_engine_runtime(name, request, worker_id=str(runtime._worker_id))  # type: ignore[attr-defined]
+            await sweeper.recover()
+            await sweeper.close()

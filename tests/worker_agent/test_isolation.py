@@ -91,3 +91,22 @@ def test_cri_log_records_become_the_tasks_bytes() -> None:
     )
     out = parser.feed(data[:30]) + parser.feed(data[30:100]) + parser.feed(data[100:]) + parser.finish()
     assert b"hello world\na long line\n two  spaces\n" == out
+
+
+def test_runner_code_is_staged_once_and_importable(tmp_path: Path) -> None:
+    """The staged copy holds the runner and cloudpickle, is reused, and imports without the agent's install."""
+    import subprocess
+    import sys
+
+    from worker_agent.task_area import stage_runner_code
+
+    staged = stage_runner_code(tmp_path)
+    assert staged == stage_runner_code(tmp_path)
+    probe = (
+        f"import sys; sys.path.insert(0, {str(staged)!r});"
+        "import worker_agent.task_runner, cloudpickle; print(worker_agent.task_runner.__file__, cloudpickle.__file__)"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, check=True)
+    runner_file, pickle_file = result.stdout.split()
+    assert runner_file.startswith(str(staged))
+    assert pickle_file.startswith(str(staged))

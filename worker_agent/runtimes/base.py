@@ -115,6 +115,8 @@ class TaskSpec:
     - ``job_id``/``task_index``/``attempt``/``worker_id``: who the task is (container labels).
     - ``cpu_millis``/``memory_bytes``: limits container runtimes enforce (0: none).
     - ``mounts``: the task's own paths; a container sees these and nothing else of the host.
+    - ``runner_code``: a host directory with a copy of the task runner's code for containers
+      (see ``runner_code_mounts``); None mounts it from this process's own packages.
     """
 
     argv: Sequence[str]
@@ -129,6 +131,7 @@ class TaskSpec:
     cpu_millis: int = 0
     memory_bytes: int = 0
     mounts: Sequence[Mount] = ()
+    runner_code: str | None = None
 
     def __post_init__(self) -> None:
         argv = tuple(self.argv)
@@ -308,13 +311,18 @@ def container_environment(spec_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def runner_code_mounts() -> list[tuple[str, str]]:
+def runner_code_mounts(staged: str | None = None) -> list[tuple[str, str]]:
     """(host dir, container dir) pairs, read-only: the task runner's package and cloudpickle.
 
     The runner (``python -m worker_agent.task_runner``) imports only this package's
     ``task_runner`` and ``storage`` modules, the standard library and cloudpickle, so mounting
-    those two packages lets any image with a matching Python run a shipped callable.
+    those lets any image with a matching Python run a shipped callable. ``staged`` is a copy the
+    agent made where the engine's host can see it (``task_area.stage_runner_code``; needed when
+    the agent itself runs in a container); without it, the packages are mounted from where this
+    process imports them.
     """
+    if staged is not None:
+        return [(f"{staged}/{name}", f"{RUNNER_CODE_DIR}/{name}") for name in ("worker_agent", "cloudpickle")]
     import cloudpickle
 
     import worker_agent

@@ -182,7 +182,8 @@ class ContainerdRuntime:
         labels: dict[str, str],
     ) -> str:
         mounts = [cri.Mount(container_path=m.path, host_path=m.path, readonly=m.read_only) for m in spec.mounts]
-        mounts += [cri.Mount(container_path=dst, host_path=src, readonly=True) for src, dst in runner_code_mounts()]
+        runner = runner_code_mounts(spec.runner_code)
+        mounts += [cri.Mount(container_path=dst, host_path=src, readonly=True) for src, dst in runner]
         resources = cri.LinuxContainerResources(memory_limit_in_bytes=spec.memory_bytes)
         if spec.cpu_millis:
             resources.cpu_period = _CPU_PERIOD_US

@@ -63,6 +63,7 @@ logger = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 _API_TIMEOUT_SECONDS: Final = 60
 _LOG_DRAIN_SECONDS: Final = 10.0
+_POOL_SIZE: Final = 256
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 _ACCELERATOR_GLOBS: Final = ("accel*", "vfio/*", "nvidia[0-9]*", "nvidiactl", "nvidia-uvm*")  # under /dev
 
@@ -107,16 +108,20 @@ class DockerRuntime:
         pass_devices: bool = True,
     ) -> None:
         try:
+            # Each running task holds two long requests (its wait and its log stream): a pool sized
+            # for many tasks keeps connections from being opened and dropped for every call.
             if docker_host:
-                self._client = docker.APIClient(base_url=docker_host, timeout=_API_TIMEOUT_SECONDS)
+                self._client = docker.APIClient(
+                    base_url=docker_host, timeout=_API_TIMEOUT_SECONDS, max_pool_size=_POOL_SIZE
+                )
             else:
-                self._client = docker.from_env(timeout=_API_TIMEOUT_SECONDS).api
+                self._client = docker.from_env(timeout=_API_TIMEOUT_SECONDS, max_pool_size=_POOL_SIZE).api
         except DockerException as exc:
             raise ValueError(f"cannot reach the Docker engine at {docker_host or 'DOCKER_HOST'}: {exc}") from exc
         self._worker_id = worker_id
         self._python = python
         self._devices = accelerator_devices() if pass_devices else []
-        self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="iris-docker")
+        self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="iris-docker")
         self._running: dict[TaskHandle, _Running] = {}
         self._finished = FinishedTasks()
 
@@ -149,7 +154,7 @@ class DockerRuntime:
             )
         await self._ensure_image(spec.image)
         binds = [f"{m.path}:{m.path}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts]
-        binds += [f"{host}:{inside}:ro" for host, inside in runner_code_mounts()]
+        binds += [f"{host}:{inside}:ro" for host, inside in runner_code_mounts(spec.runner_code)]
         host_config = self._client.create_host_config(
             binds=binds,
             network_mode="host",

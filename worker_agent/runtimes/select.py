@@ -29,6 +29,7 @@ class RuntimeOptions:
     - ``docker_host``: the Docker engine's URL (None: ``DOCKER_HOST`` or the default socket).
     - ``containerd_socket``: containerd's CRI socket.
     - ``container_python``: the interpreter on an image's PATH that runs shipped callables.
+    - ``cri_log_dir``: where containerd writes task logs for the agent to follow (a path both see).
     """
 
     worker_id: str
@@ -37,6 +38,7 @@ class RuntimeOptions:
     docker_host: str | None = None
     containerd_socket: str = DEFAULT_CONTAINERD_SOCKET
     container_python: str = "python3"
+    cri_log_dir: Path | None = None
 
 
 def task_user(name: str) -> TaskUser | None:
@@ -87,5 +89,6 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         detail = exc.details() if isinstance(exc, grpc.Call) else str(exc)
         raise ValueError(f"--containerd-socket: no CRI answers at {options.containerd_socket} ({detail})") from None
     return ContainerdRuntime(
-        worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python
+        worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python,
+        log_dir=options.cri_log_dir,
     )

@@ -1,0 +1,74 @@
+"""What a job publishes to Temporal's visibility, and the caps that keep its payloads small.
+
+The job workflow upserts a memo (state, counts, error, pending reason) and its
+state search attribute whenever they change, so the client lists and watches
+jobs from visibility alone (one list call, one describe) instead of querying
+workflows. Pure functions: the workflow and the client share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_ERROR_CHARS = 300
+"""A task's error as kept in the job's table: 2,000 tasks x 300 chars stays far below the 2 MB payload limit."""
+MAX_JOB_ERROR_CHARS = 2_000
+MAX_REASON_CHARS = 500
+MAX_TABLE_ROWS = 2_000
+"""Task rows in a job's query answer and result beyond which plain successes are left out (see compact_tasks)."""
+
+MEMO_STATE = "state"
+MEMO_COUNTS = "counts"
+MEMO_ERROR = "error"
+MEMO_REASON = "pending_reason"
+MEMO_TASKS = "num_tasks"
+MEMO_SUBMITTED = "submitted_at"
+MEMO_FINISHED = "finished_at"
+
+
+def cap_text(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was cut (so a reader knows it is partial)."""
+    if len(text) <= limit:
+        return text
+    note = f" ... [{len(text) - limit} more characters cut]"
+    return text[: max(0, limit - len(note))] + note
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as visibility holds it: what `list_jobs` and `wait` read without touching the workflow."""
+
+    state: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+    pending_reason: str = ""
+    num_tasks: int = 0
+    submitted_at: float = 0.0
+    finished_at: float = 0.0
+
+    def to_memo(self) -> dict[str, Any]:
+        return {
+            MEMO_STATE: self.state,
+            MEMO_COUNTS: dict(self.counts),
+            MEMO_ERROR: cap_text(self.error, MAX_JOB_ERROR_CHARS),
+            MEMO_REASON: cap_text(self.pending_reason, MAX_REASON_CHARS),
+            MEMO_TASKS: self.num_tasks,
+            MEMO_SUBMITTED: self.submitted_at,
+            MEMO_FINISHED: self.finished_at,
+        }
+
+    @classmethod
+    def from_memo(cls, memo: Mapping[str, Any]) -> JobView:
+        """Tolerant of missing keys: a job started before the memo existed has none."""
+        counts = memo.get(MEMO_COUNTS) or {}
+        return cls(
+            state=str(memo.get(MEMO_STATE) or ""),
+            counts={str(k): int(v) for k, v in counts.items()} if isinstance(counts, Mapping) else {},
+            error=str(memo.get(MEMO_ERROR) or ""),
+            pending_reason=str(memo.get(MEMO_REASON) or ""),
+            num_tasks=int(memo.get(MEMO_TASKS) or 0),
+            submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
+            finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
+        )
