@@ -286,10 +286,13 @@ async def run_scale(
         scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
         jobs = [(f"bench-job-{j:06d}", min(tasks_per_job, pending - j * tasks_per_job))
                 for j in range((pending + tasks_per_job - 1) // tasks_per_job)]
-        await _gather_limited([
-            scheduler.signal("enqueue", Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time()))
-            for job_id, n in jobs
-        ])
+        try:
+            await _gather_limited([
+                scheduler.signal("enqueue", Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time()))
+                for job_id, n in jobs
+            ])
+        except RPCError as err:  # e.g. the server's per-run signal limit: a limit hit, reported as such
+            figures.limits_hit.append(f"enqueue refused by the server: {err}")
         figures.enqueue_seconds = time.monotonic() - started
         while time.monotonic() < deadline:
             summary = await _summary(client)
