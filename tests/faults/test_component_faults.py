@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 from temporalio.client import Client
 
@@ -26,6 +24,7 @@ from iris import (
     TaskStatus,
     get_job_info,
 )
+from workflows.scheduler_state import SchedulerState, unpack
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
@@ -243,17 +242,18 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_clu
     assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
 
 
-async def _scheduler_runs(address: str) -> list[dict[str, Any] | None]:
-    """The input state of every run of the scheduler workflow, oldest first."""
+async def _scheduler_runs(address: str) -> list[SchedulerState | None]:
+    """The input state of every run of the scheduler workflow, oldest first (None for the first run)."""
     client = await Client.connect(address)
     runs = [wf async for wf in client.list_workflows("WorkflowId='iris-scheduler'")]
-    states = []
+    states: list[SchedulerState | None] = []
     for wf in sorted(runs, key=lambda w: w.start_time):
         handle = client.get_workflow_handle(wf.id, run_id=wf.run_id)
         async for event in handle.fetch_history_events():
             payloads = event.workflow_execution_started_event_attributes.input.payloads
-            is_json = payloads and payloads[0].metadata.get("encoding") == b"json/plain"
-            states.append(json.loads(payloads[0].data) if is_json else None)  # the first run's input is null
+            # A continued run's input is (None, packed state); the first run's is null.
+            packed = [p.data for p in payloads if p.metadata.get("encoding") == b"binary/plain"]
+            states.append(unpack(packed[0]) if packed else None)
             break
     return states
 
@@ -283,11 +283,11 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
     for j in jobs:
         assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=max(1.0, deadline - time.monotonic())).state
     states = asyncio.run(_scheduler_runs(c.info.address))
-    carried = [s for s in states[1:] if s and (s.get("pending") or s.get("placements"))]
+    carried = [s for s in states[1:] if s and (s.pending or s.placements)]
     print(f"\nscheduler runs: {len(states)}, of which {len(carried)} started with queued or placed tasks")
     assert len(states) > 1
     assert carried  # a new run took over work in flight, and that work still finished
-    assert {"cpu-0", "cpu-1"} == {w for s in states[1:] if s for w in s["workers"]}
+    assert {"cpu-0", "cpu-1"} == {w for s in states[1:] if s for w in s.workers}
     finished = c.client.wait(gang.job_id, timeout=60)
     assert [2, 2] == [t.attempt for t in finished.tasks]
     assert [2, 2] == [t.failure_count for t in finished.tasks]
