@@ -32,12 +32,14 @@ from temporalio.worker import Worker
 from activities.contracts import (
     PROCESS_STARTED,
     RUN_TASK,
+    SCHEDULER_WORKFLOW_ID,
     WORKER_SESSION,
     Release,
     RunTaskInput,
     RunTaskResult,
     TaskStarted,
     WorkerSessionInput,
+    worker_task_queue,
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
@@ -56,7 +58,6 @@ from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
-from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
 
 log = structlog.get_logger("iris.agent")
 

@@ -16,15 +16,15 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from activities.contracts import WorkerSessionInput
-from activities.proto import cluster_pb2 as pb
-from workflows.ids import (
+from activities.contracts import (
     CONTROL_TASK_QUEUE,
     KIND_ATTRIBUTE,
     SCHEDULER_WORKFLOW_ID,
     WORKER_KIND,
+    WorkerSessionInput,
     worker_workflow_id,
 )
+from activities.proto import cluster_pb2 as pb
 
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
 REGISTER_WORKERS = "register_workers"
