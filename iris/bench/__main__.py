@@ -121,6 +121,17 @@ def _quiet_logging() -> None:
     )
 
 
+def _stop_cluster(cluster: LocalCluster, home: Path, created: bool) -> None:
+    """Stop the bench's cluster and remove a home it created; a second Ctrl-C must not skip this."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cluster.down()
+        if created:
+            shutil.rmtree(home, ignore_errors=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM like Ctrl-C while the bench runs, so the cluster is stopped either way."""
@@ -173,13 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
-        try:
-            cluster.down()
-            if created:
-                shutil.rmtree(home, ignore_errors=True)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        _stop_cluster(cluster, home, created)
     print(format_report(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")

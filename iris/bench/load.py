@@ -17,8 +17,6 @@ import argparse
 import asyncio
 import collections
 import json
-import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -189,7 +187,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
     """Start a local cluster with the bench fleet, run one bench, print (and write `--json`), stop the cluster."""
-    from iris.bench.__main__ import _quiet_logging, _sigterm_as_interrupt
+    from iris.bench.__main__ import _quiet_logging, _sigterm_as_interrupt, _stop_cluster
 
     args = parse_args(argv)
     _quiet_logging()
@@ -214,13 +212,7 @@ def main(argv: Sequence[str]) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip cleanup
-        try:
-            cluster.down()
-            if created:
-                shutil.rmtree(home, ignore_errors=True)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        _stop_cluster(cluster, home, created)
     print(show(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
