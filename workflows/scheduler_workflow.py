@@ -60,6 +60,12 @@ ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
 PASS_INTERVAL = timedelta(seconds=1)
 # workflow.patched id: changed pending reasons are signalled to their jobs, which publish them in their memo.
 REASONS_TO_JOBS = "pending-reasons-to-jobs"
+# workflow.patched id: registration replies, pending reasons and big announce batches are sent by a
+# regular activity. A local activity keeps the workflow task open while it runs; when deliveries are
+# slow (a loaded server, thousands of them) and more than ~100 signals arrive meanwhile, the server
+# force-closes the task and everything it did is redone.
+DELIVERIES_BY_ACTIVITY = "deliveries-by-activity"
+LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local activity: it is the latency path
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -82,6 +88,7 @@ class SchedulerWorkflow:
         self._signals_by_activity = True
         self._pass_by_activity = True
         self._reasons_to_jobs = True
+        self._deliveries_by_activity = True
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
@@ -95,6 +102,7 @@ class SchedulerWorkflow:
         self._signals_by_activity = workflow.patched(SIGNALS_BY_ACTIVITY)
         self._pass_by_activity = workflow.patched(PASS_BY_ACTIVITY)
         self._reasons_to_jobs = workflow.patched(REASONS_TO_JOBS)
+        self._deliveries_by_activity = workflow.patched(DELIVERIES_BY_ACTIVITY)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -107,9 +115,7 @@ class SchedulerWorkflow:
                 await self._send_replies()
             self._purge_lost()
             if workflow.info().is_continue_as_new_suggested():
-                await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0
-                )
+                await workflow.wait_condition(lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0)
                 while self._replies:  # answers owed to registrations that came in meanwhile
                     await self._send_replies()
                 self._purge_lost(force=True)
@@ -118,9 +124,7 @@ class SchedulerWorkflow:
     async def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
         if self._signals_by_activity:
-            await workflow.execute_local_activity(
-                DELIVER_SIGNALS, replies, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
-            )
+            await self._deliver(replies, urgent=False)
         else:
             for reply in replies:
                 await self._send(reply.workflow_id, reply.signal, reply.arg, None)
@@ -182,9 +186,21 @@ class SchedulerWorkflow:
             del reasons[job_id]
         if changed and self._reasons_to_jobs:
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
-            await workflow.execute_local_activity(
-                DELIVER_SIGNALS, changed, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
+            await self._deliver(changed, urgent=False)
+
+    async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:
+        """Send signals by activity; the indices of those whose workflow is gone.
+
+        Only a small, urgent batch (task assignments) goes by local activity, which saves a
+        workflow task on the submit-to-running path; everything else by a regular activity.
+        """
+        if self._deliveries_by_activity and not (urgent and len(deliveries) <= LOCAL_DELIVERY_MAX):
+            return await workflow.execute_activity(
+                DELIVER_SIGNALS, deliveries, result_type=list[int], start_to_close_timeout=timedelta(seconds=120)
             )
+        return await workflow.execute_local_activity(
+            DELIVER_SIGNALS, deliveries, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
+        )
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
@@ -198,12 +214,7 @@ class SchedulerWorkflow:
         size = ANNOUNCE_BATCH if self._pass_by_activity else max(1, len(outgoing))
         for start in range(0, len(outgoing), size):
             batch = outgoing[start : start + size]
-            gone = await workflow.execute_local_activity(
-                DELIVER_SIGNALS,
-                [delivery for delivery, _ in batch],
-                result_type=list[int],
-                start_to_close_timeout=timedelta(seconds=60),
-            )
+            gone = await self._deliver([delivery for delivery, _ in batch], urgent=True)
             for index in gone:
                 delivery, placed = batch[index]
                 if placed is not None:
@@ -275,8 +286,14 @@ class SchedulerWorkflow:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
                 self.state.placements[key] = Placement(
-                    job_id, a.task_index, attempt, a.worker_id,
-                    spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
+                    job_id,
+                    a.task_index,
+                    attempt,
+                    a.worker_id,
+                    spec.cpu_millis,
+                    spec.memory_bytes,
+                    spec.gpus,
+                    spec.tpus,
                 )
                 accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
             if not entry.attempts:
@@ -362,7 +379,8 @@ class SchedulerWorkflow:
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
         changed = [
-            w for worker_id in request.worker_ids
+            w
+            for worker_id in request.worker_ids
             if (w := self.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
         ]
         for worker in changed:

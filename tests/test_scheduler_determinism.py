@@ -1,0 +1,106 @@
+"""The scheduler's loop replays the same commands whenever its signals arrive.
+
+A worker that caches no workflow replays the whole history on every workflow
+task, so any command that depends on *when* a signal arrived (rather than on
+what history records) fails a task as non-deterministic at once. The load
+mixes what a scale-up produces: bursts of registrations (each owed a reply),
+jobs that fit and jobs that never do (so passes run on the 1 s timer and
+publish pending reasons), and completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import uuid
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.proto import cluster_pb2 as pb
+from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_signals
+from iris.controller import workflow_runner
+from workflows.messages import Enqueue, Release, SchedulingSpec
+from workflows.scheduler_workflow import SchedulerWorkflow
+
+TEMPORAL = Path(sys.executable).with_name("temporal")
+SLOW_DELIVERY = 9.0  # seconds: past 80% of the 10 s workflow task timeout, the task is heartbeated
+SPEC_FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
+SPEC_NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
+
+
+def _batch(agent: int, hosts: int, round_: int) -> pb.WorkerBatch:
+    batch = pb.WorkerBatch(reply_to=f"no-such-agent-{agent}-{round_}")  # a reply to nobody is dropped
+    for host in range(hosts):
+        meta = batch.workers.add(worker_id=f"a{agent}-h{host}", host="127.0.0.1", agent_session=f"s{agent}")
+        meta.capacity.cpu_millis = 1000
+        meta.capacity.memory_bytes = 2**30
+    return batch
+
+
+async def _load(client: Client, workflow_id: str) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    sends = []
+    for round_ in range(12):
+        for agent in range(6):
+            sends.append(handle.signal("register_workers", _batch(agent, 4, round_)))
+        for job in range(4):
+            spec = SPEC_NEVER if job == 0 else SPEC_FITS
+            job_id = f"job-{round_}-{job}"
+            sends.append(handle.signal("enqueue", Enqueue(job_id, spec, {0: 0, 1: 0})))
+        await asyncio.gather(*sends)
+        sends.clear()
+        await asyncio.sleep(0.15 * (round_ % 3))
+        for job in range(1, 4):
+            sends.append(handle.signal("release", Release(f"job-{max(0, round_ - 1)}-{job}", 0, 0)))
+    await asyncio.gather(*sends)
+
+
+@activity.defn(name=DELIVER_SIGNALS)
+async def slow_deliver_signals(deliveries: list[Delivery]) -> list[int]:
+    """Replies and reasons as slow as on a loaded controller: longer than a workflow task may stay open."""
+    if any(d.signal != "assigned" for d in deliveries):
+        await asyncio.sleep(SLOW_DELIVERY)
+    return await deliver_signals(deliveries)
+
+
+async def test_signal_bursts_during_passes_replay_deterministically() -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL),
+        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"],
+    )
+    queue = f"sched-determinism-{uuid.uuid4().hex[:8]}"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
+                activities=[find_assignments_activity, slow_deliver_signals], activity_executor=executor,
+                workflow_runner=workflow_runner(),
+            ):  # fmt: skip
+                handle = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+                await _load(env.client, queue)
+                await asyncio.sleep(12)  # the last passes and replies
+                failures = [
+                    WorkflowTaskFailedCause.Name(e.workflow_task_failed_event_attributes.cause)
+                    async for e in handle.fetch_history_events()
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+                ]  # e.g. FORCE_CLOSE_COMMAND: >100 signals came while a local activity held the task open
+                assert [] == failures
+                assert 24 == await _healthy(env.client, queue)  # every registration was applied once
+                history = await handle.fetch_history()
+                await handle.terminate("test done")
+        result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None
+    finally:
+        await env.shutdown()
+
+
+async def _healthy(client: Client, workflow_id: str) -> int:
+    return int(await client.get_workflow_handle(workflow_id).query("healthy_worker_count"))
