@@ -66,6 +66,9 @@ REASONS_TO_JOBS = "pending-reasons-to-jobs"
 # force-closes the task and everything it did is redone.
 DELIVERIES_BY_ACTIVITY = "deliveries-by-activity"
 LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local activity: it is the latency path
+# workflow.patched id: a worker that registers again (its agent restarted) stays cordoned, as a
+# drained node stays drained across a Slurm daemon restart; before, registering undid the cordon.
+KEEP_CORDON = "cordon-survives-registration"
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -420,7 +423,7 @@ class SchedulerWorkflow:
                 refused[meta.worker_id] = f"registration refused: {reason}"
                 workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
             else:
-                self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+                self._admit(meta)
         if batch.reply_to:
             self._replies.append(Delivery(batch.reply_to, "registered", RegistrationReply(refused)))
         self._changed()
@@ -432,9 +435,16 @@ class SchedulerWorkflow:
         Agents of earlier releases register this way; today's send `register_workers` through their
         WorkerWorkflow.
         """
-        self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+        self._admit(meta)
         self._changed()
         return RegisterResult(accepted=True)
+
+    def _admit(self, meta: pb.WorkerMetadata) -> None:
+        """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
+        before = self.state.workers.get(meta.worker_id)
+        entry = self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+        if before is not None and before.cordoned and workflow.patched(KEEP_CORDON):
+            entry.cordoned = True
 
     @register_worker.validator
     def _check_registration(self, meta: pb.WorkerMetadata) -> None:

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from activities.proto import cluster_pb2 as pb
 from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config import LocalWorkerSpec
-from tests.support import Cluster, wait_until
+from tests.support import Cluster, forget_workers, wait_until
 from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import CordonWorkers, RemoveWorkers
 
@@ -57,6 +57,29 @@ async def test_cordon_keeps_running_work_holds_new_work_and_is_undone(cluster: C
     assert held.job_id not in {j.job_id for j in snap.jobs}
 
 
+def test_a_cordon_survives_the_workers_restart(cluster: Cluster, client: IrisClient) -> None:
+    """A drained worker whose agent restarts (a new session registers) still gets no new work."""
+    spec = LocalWorkerSpec("restarted-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "restarted"})
+    cluster.local.start_worker(spec)
+    try:
+        wait_until(lambda: "restarted-0" in {w.worker_id for w in client.list_workers()}, timeout=60, what="up")
+        client.cordon_worker("restarted-0")
+        cluster.local.kill_process("restarted-0", wait=10)
+        wait_until(
+            lambda: not any(w.worker_id == "restarted-0" and w.healthy for w in client.list_workers()),
+            timeout=60, what="the stopped agent noticed",
+        )  # fmt: skip
+        cluster.local.start_worker(spec)
+        wait_until(
+            lambda: any(w.worker_id == "restarted-0" and w.healthy for w in client.list_workers()),
+            timeout=60, what="registered again",
+        )  # fmt: skip
+        assert "restarted-0" in _cordoned(client)
+    finally:
+        cluster.local.kill_process("restarted-0", wait=10)
+        forget_workers(cluster, ["restarted-0"])
+
+
 async def test_removed_workers_leave_the_list_at_once(cluster: Cluster, client: IrisClient) -> None:
     """A worker whose slice was deleted is gone from the list and the snapshot right after the signal."""
     spec = LocalWorkerSpec("doomed-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "doomed"})
@@ -67,9 +90,7 @@ async def test_removed_workers_leave_the_list_at_once(cluster: Cluster, client: 
         await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
             "remove_workers", RemoveWorkers(["doomed-0"], reason="slice deleted")
         )
-        wait_until(
-            lambda: "doomed-0" not in {w.worker_id for w in client.list_workers()}, timeout=30, what="removed"
-        )
+        wait_until(lambda: "doomed-0" not in {w.worker_id for w in client.list_workers()}, timeout=30, what="removed")
         assert "doomed-0" not in {w.worker_id for w in (await _snapshot(temporal)).workers}
     finally:
         cluster.local.kill_process("doomed-0", wait=10)
