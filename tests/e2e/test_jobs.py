@@ -22,6 +22,7 @@ from iris import (
 )
 from iris.config import LocalWorkerSpec
 from tests.support import Cluster, pid_gone, wait_until
+from worker_agent.runtimes.cgroups import CgroupLimits
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
@@ -269,3 +270,14 @@ def test_temporal_ui_can_filter_jobs_by_state_and_name(client: IrisClient) -> No
 
     wait_until(found, timeout=20)
     assert job.job_id not in client._run(ids('IrisJobState="RUNNING"'))
+
+
+@pytest.mark.skipif(CgroupLimits.detect() is None, reason="no writable cgroup hierarchy (agents not root)")
+def test_a_process_task_over_its_memory_fails_saying_so(client: IrisClient) -> None:
+    """A host-process task allocating past its 64 MiB request is OOM-killed; the job fails with that reason."""
+    hog = "chunks = [bytearray(16 << 20) for _ in range(32)]"
+    job = client.submit_command([sys.executable, "-c", hog], resources=ResourceSpec(cpu=0.5, memory="64m"))
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    (task,) = client.list_tasks(job.job_id)
+    assert "OOM-killed: the task exceeded its memory limit of 64 MiB (ask for more memory)" in task.error, task

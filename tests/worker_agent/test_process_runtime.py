@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from worker_agent.runtimes.base import ContainerRuntime, TaskExit, TaskSpec, TaskStartError, task_environment
+from worker_agent.runtimes.cgroups import CgroupLimits
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
 
@@ -224,3 +226,45 @@ async def _wait_for_line(log_store: LogStore, line: str, within: float = 5.0) ->
     while line not in log_store.read_lines("job", 0):
         assert time.monotonic() < deadline, f"{line!r} never appeared in the log"
         await asyncio.sleep(0.02)
+
+
+
+needs_cgroups = pytest.mark.skipif(
+    CgroupLimits.detect() is None, reason="no writable cgroup hierarchy here (the agent is not root)"
+)
+SHOW_CGROUP = "print(open('/proc/self/cgroup').read(), flush=True); "
+
+
+def _memory_group(log_store: LogStore) -> Path:
+    """The memory cgroup directory the task printed it was in."""
+    for line in log_store.read_lines("job", 0):
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if path.startswith("/iris/task-") and (controllers == "" or "memory" in controllers.split(",")):
+            return Path("/sys/fs/cgroup") / ("" if controllers == "" else "memory") / path.lstrip("/")
+    raise AssertionError(f"the task was in no iris cgroup: {log_store.read_lines('job', 0)}")
+
+
+@needs_cgroups
+async def test_memory_limit_is_enforced_and_reported(log_store: LogStore) -> None:
+    """A process allocating past its 64 MiB is OOM-killed by the kernel, the exit says so, its cgroup goes."""
+    code = SHOW_CGROUP + "import time; chunks = [bytearray(16 << 20) for _ in range(32)]; time.sleep(5)"
+    runtime = ProcessRuntime()
+    spec = TaskSpec(argv=[sys.executable, "-c", code], log=log_store.open_writer("job", 0, 0), memory_bytes=64 << 20)
+    ended = await asyncio.wait_for(runtime.wait(await runtime.start(spec)), 60)
+    assert ended.oom_killed, ended
+    assert "OOM-killed: the task exceeded its memory limit of 64 MiB (ask for more memory)" == ended.reason
+    assert not _memory_group(log_store).exists()
+
+
+@needs_cgroups
+async def test_a_task_within_its_limits_succeeds_and_its_cgroup_goes(log_store: LogStore) -> None:
+    """Within its memory the task runs to success inside its own cgroup, removed after it ends."""
+    runtime = ProcessRuntime()
+    code = SHOW_CGROUP + "chunk = bytearray(16 << 20)"
+    spec = TaskSpec(
+        argv=[sys.executable, "-c", code], log=log_store.open_writer("job", 0, 0),
+        memory_bytes=256 << 20, cpu_millis=500,
+    )  # fmt: skip
+    ended = await asyncio.wait_for(runtime.wait(await runtime.start(spec)), 60)
+    assert TaskExit(0) == ended
+    assert not _memory_group(log_store).exists()

@@ -5,7 +5,9 @@ any process of a dead task lingers, so a task runs in its own process group (its
 killing it signals the whole group: SIGTERM, a grace period, then SIGKILL. When the task's main
 process exits on its own, processes it left behind in its group are swept the same way. A
 process that calls ``setsid`` itself leaves the group and escapes this; containers (cgroups) are
-the answer to that, not this runtime. CPU and memory limits are not enforced here either.
+the answer to that, not this runtime. The job's memory and cpu are enforced with one cgroup per
+attempt when the agent can write the cgroup hierarchy (``cgroups.py``; root on a usual host);
+a task the kernel OOM-kills there is reported as such, as the container runtimes report it.
 
 A restarted agent finds its predecessor's tasks through a ledger of process groups on disk
 (``ProcessGroupLedger``) and kills them. On a shared host, tasks run as an unprivileged user
@@ -25,6 +27,7 @@ import os
 import pwd
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +46,10 @@ from worker_agent.runtimes.base import (
     TaskStartError,
     TaskStats,
     default_python,
+    oom_reason,
     task_environment,
 )
+from worker_agent.runtimes.cgroups import CgroupLimits, TaskCgroup
 
 __all__ = [
     "ProcessGroupLedger",
@@ -283,6 +288,7 @@ class ProcessRuntime:
         straggler_grace_seconds: float = 2.0,
         ledger_dir: Path | None = None,
         run_as: TaskUser | None = None,
+        limits: bool = True,
     ) -> None:
         if straggler_grace_seconds < 0:
             raise ValueError(f"straggler_grace_seconds must be >= 0, got {straggler_grace_seconds}")
@@ -292,6 +298,10 @@ class ProcessRuntime:
         self._run_as = run_as
         self._tasks: dict[TaskHandle, ProcessTask] = {}
         self._finished = FinishedTasks()
+        # The job's memory/cpu become a cgroup per attempt when this agent may create them.
+        self._limits = CgroupLimits.detect() if limits else None
+        self._groups: dict[TaskHandle, tuple[TaskCgroup, int]] = {}
+        self._said_unlimited = False
 
     @property
     def name(self) -> RuntimeName:
@@ -342,6 +352,7 @@ class ProcessRuntime:
         except (ValueError, subprocess.SubprocessError) as exc:
             raise TaskStartError(f"cannot start task {executable!r}: {exc}") from exc
         handle = TaskHandle(str(process.pid))
+        self._limit(handle, process.pid, spec)
         self._ledger.add(process.pid)
         self._tasks[handle] = ProcessTask(process, self._straggler_grace)
         logger.debug("task started", pid=process.pid, argv=list(spec.argv))
@@ -354,7 +365,7 @@ class ProcessRuntime:
             return self._known_exit(handle)
         code = await task.wait()
         self._forget(handle)
-        return self._finished.record(handle, TaskExit(code))
+        return self._finished.record(handle, self._exit(handle, code))
 
     async def kill(self, handle: TaskHandle, grace_seconds: float = 10.0) -> TaskExit:
         """SIGTERM the group, SIGKILL after ``grace_seconds``; idempotent while the handle is known."""
@@ -363,7 +374,7 @@ class ProcessRuntime:
             return self._known_exit(handle)
         code = await task.kill(grace_seconds)
         self._forget(handle)
-        return self._finished.record(handle, TaskExit(code))
+        return self._finished.record(handle, self._exit(handle, code))
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
         """Memory (resident) and CPU time of the group's live processes, from /proc."""
@@ -373,11 +384,44 @@ class ProcessRuntime:
         return _group_stats(task.pgid)
 
     async def recover(self) -> list[RecoveredTask]:
-        """SIGKILL the process groups an earlier agent recorded in the ledger."""
-        return [
+        """SIGKILL the process groups an earlier agent recorded in the ledger; drop its empty cgroups."""
+        killed = [
             RecoveredTask(TaskHandle(str(pgid)), job_id="", task_id="", action="killed")
             for pgid in self._ledger.kill_leftovers()
         ]
+        if self._limits is not None:
+            self._limits.remove_stale()
+        return killed
+
+    def _limit(self, handle: TaskHandle, pid: int, spec: TaskSpec) -> None:
+        """Put the new process in a cgroup with the job's memory and cpu, when this host allows it."""
+        if not (spec.memory_bytes or spec.cpu_millis):
+            return
+        if self._limits is None:
+            if not self._said_unlimited:
+                self._said_unlimited = True
+                logger.warning("process_limits_not_enforced", why="no writable cgroup hierarchy on this host")
+            return
+        group = None
+        try:
+            group = self._limits.create(f"task-{uuid.uuid4().hex}", spec.memory_bytes, spec.cpu_millis)
+            group.add(pid)
+        except OSError as exc:
+            logger.warning("process_limits_not_enforced", pid=pid, error=str(exc))
+            if group is not None:
+                group.remove()
+            return
+        self._groups[handle] = (group, spec.memory_bytes)
+
+    def _exit(self, handle: TaskHandle, code: int) -> TaskExit:
+        """The exit, saying so when the kernel OOM-killed the task in its cgroup; the cgroup goes."""
+        limited = self._groups.pop(handle, None)
+        if limited is None:
+            return TaskExit(code)
+        group, memory_bytes = limited
+        oom = code != 0 and group.oom_kills() > 0
+        group.remove()
+        return TaskExit(code, oom_reason(memory_bytes), oom_killed=True) if oom else TaskExit(code)
 
     async def close(self) -> None:
         """Nothing to release: processes are children of the agent."""
