@@ -92,6 +92,8 @@ class RunTaskInput:
     job_workflow_id: str = ""                       # told when the process starts
     cpu_millis: int = 0                             # the job's request; container runtimes enforce it
     memory_bytes: int = 0                           # (0 = no limit)
+    bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
+    setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
 
 
 PROCESS_STARTED = "process-started"

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from iris.bundle import zip_bundle
 from iris.cli_errors import USAGE, CliError, exit_now, run_cli
 from iris.cli_parsing import parse_constraint, parse_pair, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
@@ -163,6 +164,7 @@ _FLAG_OF_FIELD = {
     "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
+    "bundle": "--bundle", "setup": "--setup",
 }
 
 
@@ -196,6 +198,12 @@ def run(
     scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
     env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
     image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
+    bundle: Annotated[
+        str | None, typer.Option(help="ship this directory: the tasks' working directory, importable")
+    ] = None,
+    setup: Annotated[
+        list[str] | None, typer.Option(help="shell command run once per job and host in the bundle first")
+    ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -219,8 +227,14 @@ def run(
             max_retries_failure=max_retries,
             max_retries_preemption=max_preemptions,
             scheduling_timeout=scheduling_timeout,
+            setup=setup or None,
         )
+        if setup and bundle is None:
+            raise ValueError("setup: needs --bundle (the directory it runs in)")
         build_request(**options)  # every check, before anything connects or starts
+        if bundle is not None:
+            zip_bundle(bundle)  # a missing or oversized directory is an error before anything starts
+            options["bundle"] = bundle
         command_argv(command)
         for text in (*command, name or "", *(env or []), *(constraint or [])):
             text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit

@@ -33,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris import fleet
+from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv, make_job_id
@@ -179,17 +180,21 @@ class AsyncIrisClient:
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
         options.setdefault("name", getattr(fn, "__name__", None) or "job")
+        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         req = build_request(**options)
         payload = pickle_callable(fn, args, kwargs or {})
-        return await self._start(req, payload=payload)
+        return await self._start(req, payload=payload, bundle=bundle)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
         argv = command_argv(command)
+        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         req = build_request(**options)
         req.entrypoint.command.argv.extend(argv)
-        return await self._start(req)
+        return await self._start(req, bundle=bundle)
 
-    async def _start(self, req: pb.JobRequest, payload: bytes | None = None) -> str:
+    async def _start(
+        self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None
+    ) -> str:
         job_id = make_job_id(req.name)
         req.job_id = job_id
         if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
@@ -198,6 +203,11 @@ class AsyncIrisClient:
             key = f"jobs/{job_id}/function"
             await asyncio.to_thread(self.blobs.put, key, payload)
             req.entrypoint.function_blob = key
+        if bundle is not None:
+            key, data = bundle
+            if not await asyncio.to_thread(self.blobs.exists, key):  # content-addressed: uploaded once
+                await asyncio.to_thread(self.blobs.put, key, data)
+            req.bundle_blob = key
         what = " ".join(req.entrypoint.command.argv)[:80] if req.entrypoint.command.argv else "python callable"
         await self.temporal.start_workflow(
             JobWorkflow.run,
@@ -474,6 +484,17 @@ class AsyncIrisClient:
 
     def read_new_logs(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
         return self.logs.read_new(job_id, task_index, cursor)
+
+
+def _bundle(directory: Any, setup: Any) -> tuple[str, bytes] | None:
+    """The zipped bundle of `directory` (validated before anything is uploaded or started)."""
+    if directory is None:
+        if setup:
+            raise ValueError("setup: needs a bundle (the directory it runs in)")
+        return None
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ValueError(f"bundle must be a directory path, got {type(directory).__name__}")
+    return zip_bundle(directory)
 
 
 class _LoopThread:

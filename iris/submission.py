@@ -17,6 +17,7 @@ from typing import Any
 import scheduler
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from iris.bundle import setup_commands
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.types import TAINT_PREFIX, Op
 from workflows.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
@@ -100,6 +101,7 @@ def build_request(
     scheduling_timeout: float | timedelta | None = None,
     priority: int = 0,
     tolerations: Sequence[str] = (),
+    setup: str | Sequence[str] | None = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint)."""
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
@@ -157,6 +159,7 @@ def build_request(
         priority=_check_int(priority, "priority", minimum=-(2**31)),
         submitted_at=time.time(),
         tpu_variant=resources.tpu or "",
+        setup=setup_commands(setup),
     )
     req.resources.cpu_millis = resources.cpu_millis
     req.resources.memory_bytes = resources.memory_bytes

@@ -17,7 +17,8 @@ import signal
 import socket
 import tempfile
 import uuid
-from dataclasses import dataclass, field
+import zipfile
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +44,7 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.bundles import Bundles
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
@@ -161,6 +163,7 @@ class WorkerAgent:
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or default_task_dir(config.state_dir)
+        self.bundles = Bundles(self.task_root / "bundles", self.blobs)
         self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
@@ -334,9 +337,14 @@ class WorkerAgent:
             if inp.function_blob:
                 step = "task function blob is missing"
                 await asyncio.to_thread(area.stage_function, self.blobs, inp.function_blob)
+            bundle = None
+            if inp.bundle_blob:
+                step = "cannot fetch the job's code bundle"
+                bundle = await self.bundles.prepare(inp.job_id, inp.bundle_blob)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (str(bundle), inp.env.get("PYTHONPATH", "")) if p)
             step = "cannot open the task's log"
             writer = self.logs.open_writer(inp.job_id, inp.task_index, inp.attempt)
-        except (StorageError, OSError) as err:
+        except (StorageError, OSError, zipfile.BadZipFile) as err:
             await asyncio.to_thread(area.remove)
             if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
                 step = "cannot read the task function blob"
@@ -344,14 +352,19 @@ class WorkerAgent:
         argv = inp.argv or task_runner_argv(area.store_url, inp.function_blob, inp.result_blob, self.runtime.python)
         try:
             with writer:
+                mounts = [Mount(str(area.path), read_only=False)]
+                if bundle is not None:
+                    mounts.append(Mount(str(bundle), read_only=False))
                 spec = TaskSpec(
-                    argv=argv, log=writer, env=env, cwd=str(area.work_dir),
+                    argv=argv, log=writer, env=env, cwd=str(bundle or area.work_dir),
                     image=inp.image or self.config.default_image or None,
                     job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                     worker_id=self.config.worker_id, cpu_millis=inp.cpu_millis, memory_bytes=inp.memory_bytes,
-                    mounts=[Mount(str(area.path), read_only=False)], runner_code=await self._runner_code(),
+                    mounts=mounts, runner_code=await self._runner_code(),
                 )  # fmt: skip
-                ended = await self._run(spec, inp, tlog)
+                ended = await self._set_up(spec, inp, bundle, tlog) if inp.setup and bundle else None
+                if ended is None:
+                    ended = await self._run(spec, inp, tlog)
             if isinstance(ended, RunTaskResult):
                 return ended
             if inp.result_blob:
@@ -367,6 +380,28 @@ class WorkerAgent:
         if error is None:
             error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}")
         return RunTaskResult(exit_code=exit_code, error=error, released=released)
+
+    async def _set_up(
+        self, spec: TaskSpec, inp: RunTaskInput, bundle: Path, tlog: Any
+    ) -> TaskExit | RunTaskResult | None:
+        """Run the job's setup commands once per job on this host, through the task's runtime.
+
+        None when the setup is (or was already) done; otherwise how it failed, as the attempt's result.
+        """
+        async with self.bundles.lock(inp.job_id):
+            if self.bundles.is_set_up(bundle):
+                return None
+            script = " && ".join(f"({cmd})" for cmd in inp.setup)
+            tlog.info("job_setup_started", commands=len(inp.setup))
+            ended = await self._run(replace(spec, argv=["/bin/sh", "-c", script]), inp, tlog)
+            if isinstance(ended, TaskExit) and ended.exit_code == 0:
+                self.bundles.mark_set_up(bundle)
+                return None
+        if isinstance(ended, TaskExit):
+            code = ended.exit_code
+            why = ended.reason or (f"exit code {code}" if code > 0 else f"killed by signal {-code}")
+            return RunTaskResult(exit_code=code or -1, error=f"the job's setup failed ({why}): {script[:200]}")
+        return ended
 
     async def _runner_code(self) -> str | None:
         """For container runtimes, the task runner's code staged under the task root (once)."""

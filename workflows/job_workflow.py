@@ -276,6 +276,8 @@ class JobWorkflow:
                             submitted_at=req.submitted_at,
                             first_attempt=attempt,
                             gang=gang,
+                            bundle_blob=req.bundle_blob,
+                            setup=list(req.setup),
                         ),
                         id=task_workflow_id(job_id, i),
                         task_queue=CONTROL_TASK_QUEUE,

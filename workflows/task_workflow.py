@@ -51,6 +51,8 @@ class TaskInput:
     first_attempt: int = 0
     # A gang member runs exactly one attempt: its job retries the whole gang as a unit.
     gang: bool = False
+    bundle_blob: str = ""  # the job's code bundle; the agent unpacks it as the working directory
+    setup: list[str] = field(default_factory=list)  # run once per job and host before the task
 
 
 @dataclass
@@ -202,6 +204,8 @@ class TaskWorkflow:
             result_blob=result_blob_key(inp.job_id, inp.task_index, self.attempt) if inp.function_blob else "",
             env=inp.env,
             image=inp.image,
+            bundle_blob=inp.bundle_blob,
+            setup=list(inp.setup),
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
