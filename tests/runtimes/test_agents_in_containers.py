@@ -182,6 +182,26 @@ def test_callable_runs_in_a_container_with_its_identity(fleet: EngineFleet) -> N
     assert [] == fleet.containers(job.job_id)
 
 
+def use_the_bundle() -> str:
+    import helper  # type: ignore[import-not-found]  # from the job's bundle
+
+    return helper.greet() + " " + open("setup-output.txt").read().strip()
+
+
+def test_a_callable_runs_in_its_bundle_after_setup_inside_the_container(fleet: EngineFleet, tmp_path: Path) -> None:
+    """The bundle is the task's working directory in the container; the setup ran in the image first."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helper.py").write_text("def greet():\n    return 'hello from the bundle'\n")
+    setup = "/usr/local/bin/python3 -c \"import sys; print(sys.prefix)\" > setup-output.txt"
+    job = fleet.submit(use_the_bundle, name=f"bundle-{fleet.engine}", bundle=project, setup=setup)
+    job.wait(timeout=120)
+    [seen] = job.results()
+    assert seen.startswith("hello from the bundle /"), seen
+    assert not (project / "setup-output.txt").exists()  # it ran on the worker's copy, not the submitter's
+    assert [] == fleet.containers(job.job_id)
+
+
 def test_memory_limit_kills_and_reports(fleet: EngineFleet) -> None:
     """A task over its 64 MiB request is OOM-killed; the job fails saying so."""
     job = fleet.submit(hog_memory, name=f"hog-{fleet.engine}", resources=ResourceSpec(cpu=1, memory="64m"))

@@ -368,11 +368,12 @@ def write_python_image(target: Path) -> Path:
 
     The layer holds this interpreter at its real path (``/usr/local/bin/python3`` links to it),
     its standard library without tests and GUI modules, the shared libraries these need, and
-    ``sleep``; enough to run Iris's task runner (whose code the runtime mounts) and plain commands.
+    ``sleep`` and ``/bin/sh``; enough to run Iris's task runner (whose code the runtime mounts) and plain commands.
     """
     python = Path(sys.executable).resolve()
     stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
     sleep = Path(shutil.which("sleep") or "/usr/bin/sleep").resolve()
+    shell = Path("/bin/sh").resolve()  # a job's setup commands run under /bin/sh
     dynload = [p for p in (stdlib / "lib-dynload").glob("*.so")]
     layer_bytes = io.BytesIO()
     with tarfile.open(fileobj=layer_bytes, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -387,8 +388,9 @@ def write_python_image(target: Path) -> Path:
             info = tarfile.TarInfo(name.lstrip("/"))
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
-        for path in [python, sleep, *sorted(_needed_libraries([python, sleep, *dynload]))]:
+        for path in [python, sleep, shell, *sorted(_needed_libraries([python, sleep, shell, *dynload]))]:
             layer.add_path(path)
+        layer.add_symlink("/bin/sh", str(shell))
         layer.add_tree(stdlib, _STDLIB_SKIP)
         layer.add_path(Path("/usr/local/bin"))
         if _IMAGE_PYTHON not in layer.added:
