@@ -1,0 +1,78 @@
+"""The autoscaler across continue-as-new: with a new run suggested every 20 history events, slices
+created by one run are tracked, used and scaled down by later runs, and every run replays."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris.config import parse_config
+from iris.local_cluster import LocalCluster
+from tests.e2e.test_fleet import slice_hosts
+from tests.support import Cluster, wait_until
+from workflows import ALL_WORKFLOWS
+from workflows.ids import AUTOSCALER_WORKFLOW_ID
+
+FLEET = {
+    "scale_groups": [
+        {
+            "name": "pair", "platform": "local", "hosts_per_slice": 2, "max_slices": 1,
+            "resources": {"cpu": 0.5, "memory": "256m"}, "attributes": {"pool": "pair"},
+            "scale_down_delay": "2s",
+        },
+    ]
+}  # fmt: skip
+GANG = {
+    "resources": ResourceSpec(cpu=0.5, memory="128m", replicas=2),
+    "constraints": [Constraint("pool", "EQ", "pair")],
+    "coscheduling": CoschedulingConfig("tpu-name"),
+}
+
+
+@pytest.fixture(scope="module")
+def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    home = tmp_path_factory.mktemp("iris-autoscaler-can")
+    local = LocalCluster(home)
+    info = local.up(
+        parse_config(FLEET, "test config"), dynamic_config={"limit.historyCount.suggestContinueAsNew": "20"}
+    )
+    try:
+        yield Cluster(local, info)
+    finally:
+        local.down()
+        for procs in slice_hosts(home).values():
+            for p in procs:
+                p.kill()
+
+
+async def _autoscaler_runs(address: str) -> list[int]:
+    """History length of every autoscaler run, after replaying each against today's code."""
+    client = await Client.connect(address)
+    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    lengths = []
+    async for wf in client.list_workflows(f"WorkflowId='{AUTOSCALER_WORKFLOW_ID}'"):
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"run {wf.run_id}: {result.replay_failure}"
+        lengths.append(len(history.events))
+    return lengths
+
+
+def test_slices_outlive_autoscaler_runs(small_history: Cluster) -> None:
+    client = IrisClient.connect(small_history.info.address, store=small_history.info.store_url)
+    home = small_history.local.home
+    for round_ in range(2):  # the second slice is made by a later run than the first's scale-down
+        job = client.submit_command([sys.executable, "-c", "import time; time.sleep(2)"], **GANG)  # type: ignore[arg-type]
+        assert JobState.SUCCEEDED == job.wait(timeout=180).state, f"round {round_}"
+        (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks}
+        wait_until(lambda s=slice_id: s not in slice_hosts(home), timeout=120, what=f"slice of round {round_} gone")
+    runs = asyncio.run(_autoscaler_runs(small_history.info.address))
+    assert len(runs) > 3, runs  # it continued as new many times meanwhile
+    assert all(n < 200 for n in runs), runs  # each run stayed small
+    assert [] == [s for s in client.list_slices() if s.state.value not in ("TERMINATED", "FAILED")]
