@@ -66,9 +66,9 @@ def test_a_failing_setup_fails_the_task_saying_so(client: IrisClient, tmp_path: 
 
 
 def test_bad_bundles_are_refused_at_submit(client: IrisClient, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="^bundle: .* is not a directory"):
+    with pytest.raises(ValueError, match=r"^bundle: .* is not a directory"):
         client.submit_command(["true"], bundle=tmp_path / "missing")
-    with pytest.raises(ValueError, match="^setup: needs a bundle"):
+    with pytest.raises(ValueError, match=r"^setup: needs a bundle"):
         client.submit_command(["true"], setup="pip install x")
     with pytest.raises(ValueError, match=r"^setup\[0\]"):
         client.submit_command(["true"], bundle=tmp_path, setup=[""])

@@ -203,11 +203,6 @@ def test_a_quota_refusal_surfaces_as_quota_exhausted(fleet: Cluster, fleet_clien
         job.terminate()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="since the 10:06 merge the drained slice was sometimes scaled down (its workers gone) before "
-    "`iris worker drain` returned; not yet explained",
-)
 def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
@@ -233,12 +228,6 @@ def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     assert 1 == missing.returncode and "no such slice: no-such-slice" in missing.stderr
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="seen once under load: after the controller restart the SchedulerWorkflow's replay fails "
-    "(TMPRL1100: marker find_assignments vs command deliver_signals: how many registration-reply batches "
-    "it sent depended on when register_workers signals arrived during a local activity), so the job never runs",
-)
 def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
