@@ -16,17 +16,19 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from activities.contracts import DELIVER_SIGNALS, Delivery
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import workflow_runner
+from workflows import scheduler_workflow
 from workflows.messages import Enqueue, Release, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -104,3 +106,34 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
 
 async def _healthy(client: Client, workflow_id: str) -> int:
     return int(await client.get_workflow_handle(workflow_id).query("healthy_worker_count"))
+
+
+async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SIGNAL_BUDGET received signals the scheduler starts a new run carrying every worker.
+
+    (The server refuses signals past a per-run limit; the budget keeps every run well below it.)
+    """
+    monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL))
+    queue = f"sched-budget-{uuid.uuid4().hex[:8]}"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
+                activities=[find_assignments_activity, deliver_signals], activity_executor=executor,
+                workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
+            ):  # fmt: skip
+                await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+                handle = env.client.get_workflow_handle(queue)
+                for agent in range(100):
+                    await handle.signal("register_workers", _batch(agent, 1, 0))
+                for _ in range(100):
+                    if await _healthy(env.client, queue) == 100:
+                        break
+                    await asyncio.sleep(0.1)
+                assert 100 == await _healthy(env.client, queue)
+                runs = [wf async for wf in env.client.list_workflows(f"WorkflowId='{queue}'")]
+                assert len(runs) >= 2, runs
+                await handle.terminate("test done")
+    finally:
+        await env.shutdown()

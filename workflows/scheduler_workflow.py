@@ -69,6 +69,13 @@ LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local act
 # workflow.patched id: a worker that registers again (its agent restarted) stays cordoned, as a
 # drained node stays drained across a Slurm daemon restart; before, registering undid the cordon.
 KEEP_CORDON = "cordon-survives-registration"
+# workflow.patched id: a run also continues as new after SIGNAL_BUDGET received signals, and sends
+# owed registration replies once before it does (not until none are owed). The server refuses
+# signals past a per-run limit (`history.maximumSignalsPerExecution`, 10,000 by default), which a
+# storm of registrations or enqueues reached while the run waited to continue; senders retry a
+# refused signal (deliver_signals fails and is retried) and it lands on the new run.
+SIGNALS_PER_RUN = "continue-as-new-on-signal-count"
+SIGNAL_BUDGET = 5_000
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -92,6 +99,8 @@ class SchedulerWorkflow:
         self._pass_by_activity = True
         self._reasons_to_jobs = True
         self._deliveries_by_activity = True
+        self._signals_per_run = True
+        self._signals_received = 0
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
@@ -106,6 +115,7 @@ class SchedulerWorkflow:
         self._pass_by_activity = workflow.patched(PASS_BY_ACTIVITY)
         self._reasons_to_jobs = workflow.patched(REASONS_TO_JOBS)
         self._deliveries_by_activity = workflow.patched(DELIVERIES_BY_ACTIVITY)
+        self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -117,12 +127,24 @@ class SchedulerWorkflow:
             if self._replies:
                 await self._send_replies()
             self._purge_lost()
-            if workflow.info().is_continue_as_new_suggested():
+            if workflow.info().is_continue_as_new_suggested() or self._signal_budget_spent():
                 await workflow.wait_condition(lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0)
-                while self._replies:  # answers owed to registrations that came in meanwhile
-                    await self._send_replies()
+                if self._signals_per_run:
+                    # One round: while 10,000 agents register, every round brings new registrations,
+                    # and waiting for the last one let a run pass the server's signal limit. An
+                    # agent without its answer registers again (idempotent) and the next run answers.
+                    if self._replies:
+                        await self._send_replies()
+                    if self._replies:
+                        workflow.logger.info("%d registrations answered by the next run", len(self._replies))
+                else:
+                    while self._replies:  # answers owed to registrations that came in meanwhile
+                        await self._send_replies()
                 self._purge_lost(force=True)
                 workflow.continue_as_new(args=[None, pack(self.state)])
+
+    def _signal_budget_spent(self) -> bool:
+        return self._signals_per_run and self._signals_received >= SIGNAL_BUDGET
 
     async def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
@@ -337,11 +359,13 @@ class SchedulerWorkflow:
 
     @workflow.signal
     def configure(self, store_url: str) -> None:
+        self._signals_received += 1
         self.state.store_url = store_url
 
     @workflow.signal
     def enqueue(self, request: Enqueue) -> None:
         """Add tasks to the queue; an attempt already queued or placed is not added twice."""
+        self._signals_received += 1
         entry = self.state.pending.get(request.job_id)
         if entry is None:
             entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or workflow.now().timestamp())
@@ -358,6 +382,7 @@ class SchedulerWorkflow:
 
     @workflow.signal
     def release(self, request: Release) -> None:
+        self._signals_received += 1
         self._release(request.job_id, request.task_index, request.attempt)
         worker = self.state.workers.get(request.dispatch_failed_on)
         if worker is not None:
@@ -371,6 +396,7 @@ class SchedulerWorkflow:
 
     @workflow.signal
     def worker_lost(self, lost: WorkerLost) -> None:
+        self._signals_received += 1
         worker = self.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
             worker.healthy = False
@@ -381,6 +407,7 @@ class SchedulerWorkflow:
     @workflow.signal
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
+        self._signals_received += 1
         changed = [
             w
             for worker_id in request.worker_ids
@@ -400,6 +427,7 @@ class SchedulerWorkflow:
 
         Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
         """
+        self._signals_received += 1
         gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
         if gone:
             self._forget(gone)
@@ -416,6 +444,7 @@ class SchedulerWorkflow:
     @workflow.signal
     def register_workers(self, batch: pb.WorkerBatch) -> None:
         """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
+        self._signals_received += 1
         refused = {}
         for meta in batch.workers:
             reason = refusal(self.state, meta)
