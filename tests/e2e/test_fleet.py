@@ -209,7 +209,9 @@ def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     """`iris worker drain` returns once the worker's task finished; `iris slice terminate` stops the slice."""
     job = gang_job(fleet_client, tmp_path, seconds=12.0)
     wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
-    worker = next(t.worker_id for t in job.status().tasks if t.task_index == 0)
+    # The job is RUNNING once one task runs; the others' places show up in its status moments later.
+    worker = wait_until(lambda: next(t.worker_id for t in job.status().tasks if t.task_index == 0), timeout=30,
+                        what="task 0's worker in the job's status")  # fmt: skip
     slice_id = worker.rsplit("-", 1)[0]
     drained = cli(fleet, "worker", "drain", worker, timeout=120)
     drained_at = time.time()
