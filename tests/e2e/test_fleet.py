@@ -206,9 +206,10 @@ def test_a_quota_refusal_surfaces_as_quota_exhausted(fleet: Cluster, fleet_clien
 @pytest.mark.xfail(
     strict=False,
     reason="1 run in ~14 (once in CI): after `iris worker drain` returned, the drained worker was no longer "
-    "listed. Suspected: the autoscaler had picked the previous test's idle slice for scale-down just as this "
-    "job was placed on it, and the slice's drain then ended its task; scale-down should cordon first and "
-    "give up when the slice got work meanwhile (issue 9)",
+    "listed. The job can land on the previous test's idle slice just as the autoscaler picks it for scale-down; "
+    "the slice then drains (the task runs to its end) and removes its workers within a second of the drain "
+    "returning. The test should wait for that slice to be gone first; scale-down could give up on a slice "
+    "that got work (issue 9)",
 )
 def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
