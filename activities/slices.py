@@ -50,6 +50,7 @@ SLICE_BOOTSTRAP = "slice_bootstrap"
 SLICE_WAIT_REGISTERED = "slice_wait_registered"
 SLICE_WATCH = "slice_watch"
 SLICE_WAIT_DRAINED = "slice_wait_drained"
+SLICE_STILL_BUSY = "slice_still_busy"
 SLICE_TERMINATE = "slice_terminate"
 CLEANUP_ORPHANS = "cleanup_orphan_slices"
 INVALID_SCALE_GROUP = "InvalidScaleGroup"
@@ -80,6 +81,11 @@ class RegistrationWait:
 class DrainWait:
     worker_ids: list[str]
     timeout_seconds: float
+
+
+@dataclass
+class BusyCheck:
+    worker_ids: list[str]
 
 
 @dataclass
@@ -217,6 +223,23 @@ class SliceActivities:
             activity.heartbeat(running)
             await asyncio.sleep(POLL_SECONDS)
 
+    @activity.defn(name=SLICE_STILL_BUSY)
+    async def still_busy(self, req: BusyCheck) -> str:
+        """Why a slice asked to cordon only if idle must stay ("" = cordoned and idle: safe to remove).
+
+        Asked after the `only_if_idle` cordon reached the scheduler: it cordons all of the
+        workers or none, and commits no placement on a cordoned one, so an idle, cordoned
+        slice stays idle.
+        """
+        workers = await healthy_workers(activity.client())
+        mine = [workers[w] for w in req.worker_ids if w in workers]
+        running = sum(len(w.running_tasks) for w in mine)
+        if running:
+            return f"{running} tasks placed on it"
+        if not all(w.cordoned for w in mine):
+            return "it had work when it was asked to cordon"
+        return ""
+
     @activity.defn(name=SLICE_TERMINATE)
     async def terminate(self, req: SliceRequest) -> None:
         """Delete the slice (agents stopped first); a slice that is already gone is fine."""
@@ -230,7 +253,7 @@ class SliceActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.create, self.wait_ready, self.bootstrap, self.wait_registered, self.watch,
-                self.wait_drained, self.terminate, self.cleanup_orphans]  # fmt: skip
+                self.wait_drained, self.still_busy, self.terminate, self.cleanup_orphans]  # fmt: skip
 
 
 async def slice_workflow_running(client: Client, slice_id: str) -> bool:

@@ -47,6 +47,9 @@ FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs 
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
 IDLE_WITHOUT_TIMER = "autoscaler-idle-without-timer"  # workflow.patched id
+# workflow.patched id: a slice asked to scale down for being idle may answer READY (it got work
+# as it was picked); before, a DRAINING slice stayed DRAINING here whatever it said.
+SLICE_MAY_STAY = "autoscaler-slice-may-stay"
 
 
 @dataclass
@@ -185,7 +188,7 @@ class AutoscalerWorkflow:
             delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
             try:
                 await workflow.get_external_workflow_handle(slice_id).signal(
-                    "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds)
+                    "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
                 )
             except Exception as err:  # its workflow ended: it is gone already
                 workflow.logger.warning("autoscaler: %s not told to scale down: %s", slice_id, err)
@@ -286,6 +289,8 @@ class AutoscalerWorkflow:
         elif entry is None:
             self.state.slices[update.slice_id] = SliceEntry(update.slice_id, update.group, update.state,
                                                             list(update.worker_ids))  # fmt: skip
+        elif entry.state == "DRAINING" and update.state == "READY" and workflow.patched(SLICE_MAY_STAY):
+            entry.state, entry.idle_since = "READY", None  # it stays: idle counts again from now
         elif entry.state != "DRAINING" or update.state == "DRAINING":
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
         rt = self.state.groups.setdefault(update.group, GroupRuntime())

@@ -89,11 +89,14 @@ class CordonWorkers:
     """Signal `cordon_workers` to the scheduler: no new work on these workers (or again, with cordoned=False).
 
     Running tasks run to their end (Slurm's drain): a drained worker is a cordoned one with no tasks left.
+    With `only_if_idle`, all of them are cordoned or none: none when any holds a placement. An idle
+    slice's scale-down asks this way, so a job placed on it as it was picked keeps its slice.
     """
 
     worker_ids: list[str]
     cordoned: bool = True
     reason: str = ""
+    only_if_idle: bool = False
 
 
 @dataclass

@@ -79,6 +79,9 @@ KEEP_CORDON = "cordon-survives-registration"
 # refused signal (deliver_signals fails and is retried) and it lands on the new run.
 SIGNALS_PER_RUN = "continue-as-new-on-signal-count"
 SIGNAL_BUDGET = 5_000
+# workflow.patched id: a plan's placement on a worker cordoned while the pass ran is not committed.
+# Before, a slice picked for scale-down could be given a job after its cordon, and drained under it.
+COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -110,6 +113,7 @@ class SchedulerWorkflow:
         self._reasons_to_jobs = True
         self._deliveries_by_activity = True
         self._signals_per_run = True
+        self._commit_skips_cordoned = True
         self._signals_received = 0
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
@@ -126,6 +130,7 @@ class SchedulerWorkflow:
         self._reasons_to_jobs = workflow.patched(REASONS_TO_JOBS)
         self._deliveries_by_activity = workflow.patched(DELIVERIES_BY_ACTIVITY)
         self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
+        self._commit_skips_cordoned = workflow.patched(COMMIT_SKIPS_CORDONED)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
@@ -303,6 +308,8 @@ class SchedulerWorkflow:
             for a in assignments:
                 worker = self.state.workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
+                if ok and worker is not None and worker.cordoned and self._commit_skips_cordoned:
+                    ok = False  # cordoned while the pass ran
                 if ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
@@ -419,6 +426,12 @@ class SchedulerWorkflow:
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
         self._signals_received += 1
+        if request.only_if_idle and request.cordoned:
+            asked = set(request.worker_ids)
+            busy = sum(1 for p in self.state.placements.values() if p.worker_id in asked)
+            if busy:
+                workflow.logger.info("not cordoned (%d tasks placed there): %s", busy, request.reason)
+                return
         changed = [
             w
             for worker_id in request.worker_ids

@@ -1,8 +1,9 @@
 """A slice's lifecycle as one transition table (pure: no Temporal, no I/O).
 
     CREATING ──created──▶ BOOTSTRAPPING ──registered──▶ READY ──scale_down──▶ DRAINING ──drained──▶ TERMINATED
-       │                      │                            │
-       └──error──▶ FAILED ◀───┴──error                     └──lost (preempted / gone)──▶ FAILED
+       │                      │                          │ ▲ │
+       └──error──▶ FAILED ◀───┴──error                   │ └─┴─busy: an idle-only scale-down found work on it
+                                                         └──lost (preempted / gone)──▶ FAILED
 
 `transition(state, event)` looks the pair up and returns the next state and the
 side effects to perform, as data; SliceWorkflow performs them. FAILED always
@@ -37,6 +38,7 @@ class SliceEvent(StrEnum):
     SCALE_DOWN = "scale_down"  # the autoscaler or a user asked for the slice to go
     LOST = "lost"  # a READY slice was preempted or vanished
     DRAINED = "drained"  # its workers run nothing more (or the drain timeout passed)
+    BUSY = "busy"  # an idle-only scale-down found work placed on the slice: it stays
 
 
 class Effect(StrEnum):
@@ -64,6 +66,7 @@ TRANSITIONS: dict[tuple[SliceState, SliceEvent], Step] = {
     (SliceState.BOOTSTRAPPING, SliceEvent.ERROR): Step(SliceState.FAILED, _GONE),
     (SliceState.BOOTSTRAPPING, SliceEvent.SCALE_DOWN): Step(SliceState.DRAINING, (Effect.CORDON,)),
     (SliceState.READY, SliceEvent.SCALE_DOWN): Step(SliceState.DRAINING, (Effect.CORDON, Effect.DRAIN)),
+    (SliceState.READY, SliceEvent.BUSY): Step(SliceState.READY, (Effect.WATCH,)),
     (SliceState.READY, SliceEvent.LOST): Step(SliceState.FAILED, _GONE),
     (SliceState.READY, SliceEvent.ERROR): Step(SliceState.FAILED, _GONE),
     (SliceState.DRAINING, SliceEvent.DRAINED): Step(SliceState.TERMINATED, _GONE),

@@ -28,11 +28,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.slices import (
         SLICE_BOOTSTRAP,
         SLICE_CREATE,
+        SLICE_STILL_BUSY,
         SLICE_TERMINATE,
         SLICE_WAIT_DRAINED,
         SLICE_WAIT_READY,
         SLICE_WAIT_REGISTERED,
         SLICE_WATCH,
+        BusyCheck,
         DrainWait,
         RegistrationWait,
         SliceRequest,
@@ -61,10 +63,16 @@ class SliceInput:
 
 @dataclass
 class ScaleDown:
-    """Signal `scale_down`: cordon, let running tasks finish for up to `drain_timeout_seconds`, terminate."""
+    """Signal `scale_down`: cordon, let running tasks finish for up to `drain_timeout_seconds`, terminate.
+
+    `only_if_idle` (the autoscaler's idle scale-down): a READY slice that has work placed on it
+    when the cordon reaches the scheduler stays READY. The autoscaler decides on a snapshot; a
+    job can land on the slice between that snapshot and the cordon.
+    """
 
     reason: str
     drain_timeout_seconds: float = 0.0
+    only_if_idle: bool = False
 
 
 @dataclass
@@ -124,7 +132,14 @@ class SliceWorkflow:
         if self.state == SliceState.BOOTSTRAPPING:
             return await self._until_scale_down(self._bootstrap())
         if self.state == SliceState.READY:
-            return await self._until_scale_down(self._watch())
+            event = await self._until_scale_down(self._watch())
+            if event == SliceEvent.SCALE_DOWN and self.scale_down is not None and self.scale_down.only_if_idle:
+                busy = await self._still_busy()
+                if busy and self.scale_down.only_if_idle:  # not overridden meanwhile by `iris slice terminate`
+                    workflow.logger.info("slice %s stays: %s", self.inp.slice_id, busy)
+                    self.scale_down = None
+                    return SliceEvent.BUSY
+            return event
         assert self.state == SliceState.DRAINING
         return SliceEvent.DRAINED
 
@@ -178,6 +193,18 @@ class SliceWorkflow:
         except ActivityError as err:
             return self._failed(err, "bootstrap")
         return SliceEvent.REGISTERED
+
+    async def _still_busy(self) -> str:
+        """Cordon only if idle, then look: why the slice must stay ("" when it may go)."""
+        await self._tell_scheduler("cordon_workers", CordonWorkers(
+            self.worker_ids, True, f"slice {self.inp.slice_id} idle", only_if_idle=True))  # fmt: skip
+        try:
+            why: str = await self._step(SLICE_STILL_BUSY, BusyCheck(self.worker_ids), timeout=timedelta(seconds=60),
+                                        result_type=str)  # fmt: skip
+        except ActivityError as err:  # cannot tell: scale down as asked (running tasks still drain)
+            workflow.logger.warning("slice %s: could not check for work: %s", self.inp.slice_id, _failure(err)[0])
+            return ""
+        return why
 
     async def _watch(self) -> SliceEvent:
         req = SliceRequest(self.inp.slice_id, self.inp.group)
@@ -250,8 +277,11 @@ class SliceWorkflow:
 
     @workflow.signal(name="scale_down")
     def request_scale_down(self, request: ScaleDown) -> None:
-        """Scale this slice down (idempotent: the first request's drain timeout holds)."""
-        if self.scale_down is None:
+        """Scale this slice down (idempotent: the first request's drain timeout holds).
+
+        A request that is not idle-only (`iris slice terminate`) overrides an idle-only one.
+        """
+        if self.scale_down is None or (self.scale_down.only_if_idle and not request.only_if_idle):
             self.scale_down = request
 
     @workflow.query

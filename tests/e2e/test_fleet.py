@@ -28,6 +28,7 @@ from iris.fleet import SLICE_STATE
 from iris.local_cluster import LocalCluster
 from tests.support import Cluster, wait_until
 from workflows import ALL_WORKFLOWS
+from workflows.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0
 FLEET = {
@@ -203,14 +204,40 @@ def test_a_quota_refusal_surfaces_as_quota_exhausted(fleet: Cluster, fleet_clien
         job.terminate()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="1 run in ~14 (once in CI): after `iris worker drain` returned, the drained worker was no longer "
-    "listed. The job can land on the previous test's idle slice just as the autoscaler picks it for scale-down; "
-    "the slice then drains (the task runs to its end) and removes its workers within a second of the drain "
-    "returning. The test should wait for that slice to be gone first; scale-down could give up on a slice "
-    "that got work (issue 9)",
-)
+async def _ask_idle_scale_down(address: str, slice_id: str) -> str:
+    """Send the autoscaler's idle-only scale-down to a slice; the answer of its check for work."""
+    handle = (await Client.connect(address)).get_workflow_handle(slice_id)
+    await handle.signal("scale_down", ScaleDown("idle (sent by the test)", 600.0, only_if_idle=True))
+    for _ in range(300):
+        scheduled: set[int] = set()
+        async for event in handle.fetch_history_events():
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "slice_still_busy":
+                scheduled.add(event.event_id)
+            done = event.activity_task_completed_event_attributes
+            if event.HasField("activity_task_completed_event_attributes") and done.scheduled_event_id in scheduled:
+                return str(json.loads(done.result.payloads[0].data))
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{slice_id} never checked for work")
+
+
+def test_a_slice_picked_for_idle_scale_down_as_a_job_lands_on_it_stays(
+    fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
+) -> None:
+    """The autoscaler decides on a snapshot; a slice that got work since stays READY and uncordoned, its job runs."""
+    job = gang_job(fleet_client, tmp_path, seconds=6.0)
+    wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
+    (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks if t.worker_id}
+    answer = asyncio.run(_ask_idle_scale_down(fleet.info.address, slice_id))
+    assert "4 tasks placed on it" == answer
+    mine = {f"{slice_id}-{i}" for i in range(4)}
+    assert not [w for w in fleet_client.list_workers() if w.worker_id in mine and w.cordoned]
+    assert SliceState.READY == {s.slice_id: s.state for s in fleet_client.list_slices()}[slice_id]
+    assert JobState.SUCCEEDED == job.wait(timeout=60).state
+    assert mine == {w for w, _, _ in ran(tmp_path, job)}
+    # Idle for real now: the autoscaler's own scale-down removes it.
+    wait_until(lambda: slice_id not in slice_hosts(fleet.local.home), timeout=90, what="idle slice gone")
+
+
 def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:

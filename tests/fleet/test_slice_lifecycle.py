@@ -73,3 +73,14 @@ def test_the_happy_path_and_scale_down() -> None:
     assert SliceState.TERMINATED == state
     assert [Effect.BOOTSTRAP, Effect.WATCH, Effect.CORDON, Effect.DRAIN, Effect.TERMINATE,
             Effect.REMOVE_WORKERS] == effects  # fmt: skip
+
+
+def test_a_busy_slice_stays_ready_and_keeps_being_watched() -> None:
+    """An idle-only scale-down that finds work leaves the slice READY; nothing is cordoned or terminated."""
+    step = transition(SliceState.READY, SliceEvent.BUSY)
+    assert SliceState.READY == step.next
+    assert (Effect.WATCH,) == step.effects
+    for state in LIVE:
+        if state != SliceState.READY:
+            with pytest.raises(InvalidTransition):
+                transition(state, SliceEvent.BUSY)
