@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from activities.contracts import DELIVER_SIGNALS, Delivery
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import find_assignments_activity
+from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import workflow_runner
 from workflows import scheduler_workflow
@@ -135,5 +136,61 @@ async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytes
                 runs = [wf async for wf in env.client.list_workflows(f"WorkflowId='{queue}'")]
                 assert len(runs) >= 2, runs
                 await handle.terminate("test done")
+    finally:
+        await env.shutdown()
+
+
+SLOW_PASS = 5.0
+
+
+@activity.defn(name=FIND_ASSIGNMENTS)
+def _first_pass_slow(snapshot: bytes) -> bytes:
+    """The real pass; the first one of a test takes SLOW_PASS seconds longer (a loaded controller)."""
+    if not getattr(_first_pass_slow, "done", False):
+        _first_pass_slow.done = True  # type: ignore[attr-defined]
+        time.sleep(SLOW_PASS)
+    return find_assignments_activity(snapshot)  # type: ignore[no-any-return]
+
+
+async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_without_waiting_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Signals pouring in during a slow pass: the run continues as new at its budget, the next run places the work.
+
+    Waiting for the pass let one run take in an enqueue storm past the server's per-run signal limit.
+    """
+    monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL))
+    queue = f"sched-budget-pass-{uuid.uuid4().hex[:8]}"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
+                activities=[_first_pass_slow, deliver_signals], activity_executor=executor,
+                workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
+            ):  # fmt: skip
+                started = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+                handle = env.client.get_workflow_handle(queue)
+                await handle.signal("register_workers", _batch(0, 2, 0))
+                await handle.signal("enqueue", Enqueue("job-0", SPEC_FITS, {0: 0, 1: 0}))
+                await asyncio.sleep(1.0)  # the first pass is under way (and slow)
+                for agent in range(1, 121):  # 3x the budget, all while the first pass runs
+                    await handle.signal("register_workers", _batch(agent, 1, 0))
+                for _ in range(100):  # placed (then given back: these tasks have no workflow to tell)
+                    summary = await handle.query("summary", result_type=pb.ClusterSummary)
+                    if summary.pending_tasks == 0:
+                        break
+                    await asyncio.sleep(0.2)
+                first = env.client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
+                history = [e async for e in first.fetch_history_events()]
+                await handle.terminate("test done")
+        assert 0 == summary.pending_tasks, summary
+        signals = [e for e in history if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+        assert 40 <= len(signals) < 80, f"the first run took {len(signals)} signals (budget 40)"
+        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == history[-1].event_type
+        passes = {e.event_id for e in history if e.activity_task_scheduled_event_attributes.activity_type.name
+                  == FIND_ASSIGNMENTS}  # fmt: skip
+        finished = [e for e in history if e.activity_task_completed_event_attributes.scheduled_event_id in passes]
+        assert passes and not finished  # the first run did not wait for its pass
     finally:
         await env.shutdown()

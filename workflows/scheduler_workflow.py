@@ -82,6 +82,11 @@ SIGNAL_BUDGET = 5_000
 # workflow.patched id: a plan's placement on a worker cordoned while the pass ran is not committed.
 # Before, a slice picked for scale-down could be given a job after its cordon, and drained under it.
 COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"
+# workflow.patched id: a run whose signal budget is spent continues as new at once, before a pass
+# or during one (the pass's plan is dropped, nothing of it committed; the next run passes afresh).
+# Before, it waited for the pass and its announcements, and an enqueue storm meanwhile (10,000
+# jobs in 13 s at 10k workers) took it past the server's per-run signal limit.
+BUDGET_STOPS_PASS = "signal-budget-stops-pass"
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -114,6 +119,7 @@ class SchedulerWorkflow:
         self._deliveries_by_activity = True
         self._signals_per_run = True
         self._commit_skips_cordoned = True
+        self._budget_stops_pass = True
         self._signals_received = 0
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
@@ -131,13 +137,14 @@ class SchedulerWorkflow:
         self._deliveries_by_activity = workflow.patched(DELIVERIES_BY_ACTIVITY)
         self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
         self._commit_skips_cordoned = workflow.patched(COMMIT_SKIPS_CORDONED)
+        self._budget_stops_pass = workflow.patched(BUDGET_STOPS_PASS)
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
                 )
             self._dirty = False
-            if self.state.pending:
+            if self.state.pending and not (self._budget_stops_pass and self._signal_budget_spent()):
                 await self._scheduling_pass()
             if self._replies:
                 await self._send_replies()
@@ -198,9 +205,15 @@ class SchedulerWorkflow:
             # ends while the pass runs, so signals arriving meanwhile are handled in short tasks of
             # their own (a local activity held the task open, and more than 100 buffered signals
             # made the server force-fail it, seen at 1,000 workers).
-            plan_bytes = await workflow.execute_activity(
+            passing = workflow.start_activity(
                 FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
             )
+            if self._budget_stops_pass:
+                await workflow.wait_condition(lambda: passing.done() or self._signal_budget_spent())
+                if not passing.done():
+                    workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
+                    return
+            plan_bytes = await passing
         else:  # runs that began before the patch
             plan_bytes = await workflow.execute_local_activity(
                 FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=60)

@@ -32,6 +32,10 @@ WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raise
 # no budget spent), not a lost worker.
 UNSTARTED_IS_DISPATCH_FAILURE = "unstarted-is-dispatch-failure"
 MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
+# workflow.patched id: a retry's enqueue that the server refuses (no scheduler running, its per-run
+# signal limit) is sent again with backoff; before, it was lost and the task waited forever.
+ENQUEUE_UNTIL_DELIVERED = "enqueue-until-delivered"
+ENQUEUE_BACKOFF_MAX = 60.0  # seconds between attempts to deliver a refused enqueue, at most
 
 
 @dataclass
@@ -118,7 +122,8 @@ class TaskWorkflow:
             while True:
                 if needs_enqueue:
                     request = Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt}, inp.submitted_at)
-                    await self._send(scheduler, "enqueue", request)
+                    asyncio.get_running_loop().create_task(self._enqueue(scheduler, request))
+                    await asyncio.sleep(0)  # the signal's command goes out in this workflow task
                 needs_enqueue = True
                 await workflow.wait_condition(lambda: self._assigned is not None or self._unschedulable is not None)
                 if self._unschedulable is not None:
@@ -190,6 +195,25 @@ class TaskWorkflow:
         """
         asyncio.get_running_loop().create_task(handle.signal(signal, arg))
         await asyncio.sleep(0)
+
+    async def _enqueue(self, scheduler: workflow.ExternalWorkflowHandle[Any], request: Enqueue) -> None:
+        """Enqueue this attempt; sent again with backoff while the server refuses the signal.
+
+        Not awaited by the attempt loop (waiting for delivery would cost a workflow task on the
+        path to running). The scheduler ignores an attempt it already has.
+        """
+        delay = 1.0
+        while True:
+            try:
+                await scheduler.signal("enqueue", request)
+                return
+            except Exception as err:
+                stale = self.state != TaskState.PENDING or self.attempt not in request.attempts.values()
+                if stale or not workflow.patched(ENQUEUE_UNTIL_DELIVERED):
+                    return
+                workflow.logger.warning("enqueue of %s refused, again in %gs: %s", request.job_id, delay, err)
+                await workflow.sleep(delay)
+                delay = min(delay * 2, ENQUEUE_BACKOFF_MAX)
 
     async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
