@@ -270,7 +270,9 @@ def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slic
 ) -> None:
     """SIGKILL the controller after the slice's hosts started, before READY: after a restart one slice, 4 hosts."""
     before = {s.slice_id for s in fleet_client.list_slices(include_ended=True)}
-    job = gang_job(fleet_client, tmp_path)
+    # It runs a few seconds: the first status after the restart waits for the controller to answer,
+    # and a job of no length was done (its slice going) by then, with no host ever counted.
+    job = gang_job(fleet_client, tmp_path, seconds=3.0)
     hosts = wait_until(lambda: slice_hosts(fleet.local.home) or None, timeout=120, interval=0.05,
                        what="the new slice's first host process")  # fmt: skip
     (slice_id,) = hosts
@@ -279,8 +281,10 @@ def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slic
     time.sleep(2)
     fleet.local.restart_process("controller")
     most = 0
-    while not job.status().done:
+    while True:  # count first: the status call may take a while
         most = max(most, len(slice_hosts(fleet.local.home).get(slice_id, [])), len(slice_hosts(fleet.local.home)))
+        if job.status().done:
+            break
         time.sleep(0.3)
     assert JobState.SUCCEEDED == job.wait(timeout=10).state
     assert state_at_kill in (SliceState.CREATING, SliceState.BOOTSTRAPPING)
