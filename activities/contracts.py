@@ -58,9 +58,17 @@ def task_workflow_id(job_id: str, task_index: int) -> str:
     return f"{job_id}/task-{task_index}"
 
 
+def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
+    """Where a callable task's return value is stored; per attempt, so a failed attempt's leftovers
+    never pass for a later attempt's outcome."""
+    return f"jobs/{job_id}/results/task-{task_index}/attempt-{attempt}"
+
+
 RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
+ENQUEUE = "enqueue"  # the scheduler's signal: one job's (or one retried task's) tasks to place
+ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
 
 
 class RuntimeName(StrEnum):

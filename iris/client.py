@@ -44,7 +44,7 @@ from workflows.details import job_request_markdown
 from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JobView
+from workflows.visibility import JobView, expand_row
 
 log = structlog.get_logger("iris.client")
 
@@ -63,7 +63,7 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
     tasks = tuple(
         TaskStatus(
             task_index=t.task_index,
-            task_id=t.task_id,
+            task_id=expand_row(st.job_id, st.compact, t)[0],
             state=TaskState(t.state),
             worker_id=t.worker_id,
             attempt=t.attempt,
@@ -393,9 +393,16 @@ class AsyncIrisClient:
             raise JobFailedError(status)
         out = []
         for t in st.tasks:
-            data = await asyncio.to_thread(self.blobs.get, t.result_blob) if t.result_blob else None
+            key = expand_row(st.job_id, st.compact, t)[1] if t.state == TaskState.SUCCEEDED else t.result_blob
+            data = await asyncio.to_thread(self._result_data, key, st.compact) if key else None
             out.append(unpickle_result(data) if data is not None else None)
         return out
+
+    def _result_data(self, key: str, derived: bool) -> bytes | None:
+        """A task's stored result; a key derived for a compact table may have nothing (a command's task)."""
+        if derived and not self.blobs.exists(key):
+            return None
+        return self.blobs.get(key)
 
     async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
                         name: str | None = None, page_size: int = 200) -> list[JobStatus]:

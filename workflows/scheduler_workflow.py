@@ -78,7 +78,7 @@ KEEP_CORDON = "cordon-survives-registration"
 # storm of registrations or enqueues reached while the run waited to continue; senders retry a
 # refused signal (deliver_signals fails and is retried) and it lands on the new run.
 SIGNALS_PER_RUN = "continue-as-new-on-signal-count"
-SIGNAL_BUDGET = 5_000
+SIGNAL_BUDGET = 2_000
 # workflow.patched id: a plan's placement on a worker cordoned while the pass ran is not committed.
 # Before, a slice picked for scale-down could be given a job after its cordon, and drained under it.
 COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"
@@ -94,6 +94,13 @@ LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy th
 PURGE_INTERVAL = timedelta(minutes=1)
 
 __all__ = ["PendingEntry", "Placement", "SchedulerState", "SchedulerWorkflow", "WorkerEntry", "encode_snapshot"]
+
+
+def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
+    """Decode an enqueue batch by hand, as `_decode_enqueue` does one."""
+    if raw.payload.metadata.get("encoding") == b"json/plain":
+        return [enqueue_from_json(obj) for obj in json.loads(raw.payload.data)]
+    return workflow.payload_converter().from_payload(raw.payload, list[Enqueue])  # type: ignore[no-any-return]
 
 
 def _decode_enqueue(raw: RawValue) -> Enqueue:
@@ -396,7 +403,16 @@ class SchedulerWorkflow:
     def enqueue(self, raw: RawValue) -> None:
         """Add tasks to the queue; an attempt already queued or placed is not added twice."""
         self._signals_received += 1
-        request = _decode_enqueue(raw)
+        self._enqueue(_decode_enqueue(raw))
+
+    @workflow.signal
+    def enqueue_batch(self, raw: RawValue) -> None:
+        """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
+        self._signals_received += 1
+        for request in _decode_enqueues(raw):
+            self._enqueue(request)
+
+    def _enqueue(self, request: Enqueue) -> None:
         entry = self.state.pending.get(request.job_id)
         if entry is None:
             entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or workflow.now().timestamp())

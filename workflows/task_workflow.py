@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import PROCESS_STARTED, RUN_TASK, RunTaskInput, RunTaskResult
+    from activities.contracts import PROCESS_STARTED, RUN_TASK, RunTaskInput, RunTaskResult, result_blob_key
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
     from workflows.messages import Assigned, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
     from workflows.states import TaskEvent, TaskState, next_task_state
@@ -73,11 +73,6 @@ class TaskResult:
     dispatch_failed: bool = False  # a gang member whose worker never picked it up
     # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
     transitions: list[str] = field(default_factory=list)
-
-
-def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
-    """Per attempt, so a failed attempt's leftovers never pass for a later attempt's outcome."""
-    return f"jobs/{job_id}/results/task-{task_index}/attempt-{attempt}"
 
 
 @workflow.defn(name="TaskWorkflow")

@@ -12,12 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import result_blob_key, task_workflow_id
+from activities.proto import cluster_pb2 as pb
+
 MAX_ERROR_CHARS = 300
 """A task's error as kept in the job's table: 2,000 tasks x 300 chars stays far below the 2 MB payload limit."""
 MAX_JOB_ERROR_CHARS = 2_000
 MAX_REASON_CHARS = 500
 MAX_TABLE_ROWS = 2_000
-"""Task rows in a job's query answer and result beyond which plain successes are left out (see compact_tasks)."""
+"""Tasks beyond which a job's query answer and result are compact (see compact_status)."""
+MAX_LISTED_ERRORS = 200
+"""Task errors a compact table keeps (the first ones by task index); the job's own error stays whole."""
 
 MEMO_STATE = "state"
 MEMO_COUNTS = "counts"
@@ -72,3 +77,35 @@ class JobView:
             submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
             finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
         )
+
+
+def compact_status(status: pb.JobStatus) -> pb.JobStatus:
+    """The job's status as its query answers and its result returns: whole up to MAX_TABLE_ROWS tasks.
+
+    Past that, rows leave out what the client derives (task ids, result keys) and errors
+    past the first MAX_LISTED_ERRORS, so 10,000 rows stay near 1 MB (the payload limit is
+    2 MB; whole rows with 300-character errors were ~4.5 MB at 10,000 tasks).
+    """
+    if len(status.tasks) <= MAX_TABLE_ROWS:
+        return status
+    out = pb.JobStatus()
+    out.CopyFrom(status)
+    out.compact = True
+    errors = 0
+    for row in out.tasks:
+        row.task_id = ""
+        if row.result_blob == result_blob_key(out.job_id, row.task_index, row.attempt):
+            row.result_blob = ""
+        if row.error:
+            errors += 1
+            if errors > MAX_LISTED_ERRORS:
+                row.error = ""
+    return out
+
+
+def expand_row(job_id: str, compact: bool, row: pb.TaskStatus) -> tuple[str, str]:
+    """A row's task id and the result key to read (maybe absent: a command has none), compact or not."""
+    if not compact:
+        return row.task_id, row.result_blob
+    key = row.result_blob or result_blob_key(job_id, row.task_index, row.attempt)
+    return task_workflow_id(job_id, row.task_index), key

@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 from activities.contracts import WORKER_SESSION, WorkerSessionInput
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from activities.signals import coalescer
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
 from worker_agent.registration import register_hosts
@@ -47,7 +48,8 @@ PAYLOAD_LIMIT = 2 * 1024 * 1024  # Temporal's default blob size error limit
 HISTORY_EVENT_LIMIT = 51_200
 HOST_CPU_MILLIS = 8_000
 TASK_CPU_MILLIS = 500  # 16 tasks fit a host: 10,000 hosts hold 160,000
-CONCURRENCY = 64  # registrations / enqueues in flight
+CONCURRENCY = 64  # registrations in flight
+ENQUEUE_SENDERS = 64  # enqueues in flight (the --enqueue-senders default): each is one job starting
 
 
 @dataclass
@@ -258,6 +260,7 @@ async def run_scale(
     hosts_per_agent: int,
     tasks_per_job: int,
     timeout: float,
+    enqueue_senders: int = ENQUEUE_SENDERS,
 ) -> ScaleFigures:
     agents = SyntheticAgents()
     sessions = [
@@ -294,7 +297,6 @@ async def run_scale(
 
         started = time.monotonic()
         spec = SchedulingSpec(cpu_millis=TASK_CPU_MILLIS, memory_bytes=1 << 30)
-        scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
         jobs = [
             (f"bench-job-{j:06d}", min(tasks_per_job, pending - j * tasks_per_job))
             for j in range((pending + tasks_per_job - 1) // tasks_per_job)
@@ -302,11 +304,11 @@ async def run_scale(
         refusals: list[str] = []
 
         async def enqueue(job_id: str, n: int) -> None:
-            """One job's enqueue; a refused signal is sent again, as a JobWorkflow's enqueue activity retries."""
+            """One job's enqueue, coalesced as a controller's are; refused, it is sent again (as a job's would be)."""
             request = Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time())
             for pause in (0.2, 0.5, 1.0, 2.0, *[5.0] * 60):
                 try:
-                    await scheduler.signal("enqueue", request)
+                    await coalescer(client, SCHEDULER_WORKFLOW_ID).send(request)  # as deliver_signals sends it
                     return
                 except RPCError as err:  # e.g. the server's per-run signal limit
                     refusals.append(str(err))
@@ -314,7 +316,7 @@ async def run_scale(
             raise RuntimeError(f"enqueue of {job_id} refused for 5 minutes: {refusals[-1]}")
 
         try:
-            await _gather_limited([enqueue(job_id, n) for job_id, n in jobs])
+            await _gather_limited([enqueue(job_id, n) for job_id, n in jobs], limit=enqueue_senders)
         except RuntimeError as err:
             figures.limits_hit.append(str(err))
         figures.refused_signals = len(refusals)
@@ -379,6 +381,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pending", type=int, default=10000, help="tasks enqueued at once (default 10000)")
     parser.add_argument("--hosts-per-agent", type=int, default=100, help="hosts per liveness session (default 100)")
     parser.add_argument("--tasks-per-job", type=int, default=10, help="tasks per enqueued job (default 10)")
+    parser.add_argument(
+        "--enqueue-senders", type=int, default=ENQUEUE_SENDERS,
+        help=f"job enqueues in flight at once (default {ENQUEUE_SENDERS}; each is one job starting)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=840.0, help="give up placing after this many s (840)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the figures here")
     parser.add_argument(
@@ -451,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.hosts_per_agent,
                 args.tasks_per_job,
                 args.timeout,
+                args.enqueue_senders,
             )
             if args.save_histories is not None:
                 await save_histories(client, args.save_histories)
