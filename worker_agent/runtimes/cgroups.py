@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,31 @@ class TaskCgroup:
         """Move ``pid`` (the task's main process, before it forks) into the group."""
         for directory in {d for d in (self.memory_dir, self.cpu_dir) if d is not None}:
             (directory / "cgroup.procs").write_text(str(pid))
+
+    def joiner(self) -> Callable[[], None]:
+        """A `preexec_fn`: the forked child moves itself into the group before it execs the task.
+
+        Moved after the start instead, a quick task ran (and allocated) outside its limits for a
+        moment. Best effort, and only plain system calls (a forked child of a threaded process must
+        not take locks); the agent moves the process again after the start in any case.
+        """
+        paths = tuple(str(d / "cgroup.procs") for d in {self.memory_dir, self.cpu_dir} if d is not None)
+
+        def join() -> None:
+            pid = b"%d" % os.getpid()
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_WRONLY)
+                except OSError:
+                    continue
+                try:
+                    os.write(fd, pid)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+
+        return join
 
     def oom_kills(self) -> int:
         """How many processes of the group the kernel OOM-killed."""

@@ -334,6 +334,7 @@ class ProcessRuntime:
                 if not mount.read_only:
                     _hand_over(Path(mount.path), user)
             env.update({"USER": user.name, "LOGNAME": user.name, "HOME": spec.cwd or "/"})
+        group = self._new_group(spec)
         try:
             process = await asyncio.create_subprocess_exec(
                 *spec.argv,
@@ -346,13 +347,19 @@ class ProcessRuntime:
                 user=None if user is None else user.uid,
                 group=None if user is None else user.gid,
                 extra_groups=None if user is None else [],
+                preexec_fn=None if group is None else group.joiner(),
             )
         except OSError as exc:
+            if group is not None:
+                group.remove()
             raise TaskStartError(_start_failure(spec, exc)) from exc
         except (ValueError, subprocess.SubprocessError) as exc:
+            if group is not None:
+                group.remove()
             raise TaskStartError(f"cannot start task {executable!r}: {exc}") from exc
         handle = TaskHandle(str(process.pid))
-        self._limit(handle, process.pid, spec)
+        if group is not None:
+            self._limit(handle, process.pid, group, spec)
         self._ledger.add(process.pid)
         self._tasks[handle] = ProcessTask(process, self._straggler_grace)
         logger.debug("task started", pid=process.pid, argv=list(spec.argv))
@@ -393,23 +400,28 @@ class ProcessRuntime:
             self._limits.remove_stale()
         return killed
 
-    def _limit(self, handle: TaskHandle, pid: int, spec: TaskSpec) -> None:
-        """Put the new process in a cgroup with the job's memory and cpu, when this host allows it."""
+    def _new_group(self, spec: TaskSpec) -> TaskCgroup | None:
+        """A cgroup with the job's memory and cpu for the next task, when it asks and this host allows it."""
         if not (spec.memory_bytes or spec.cpu_millis):
-            return
+            return None
         if self._limits is None:
             if not self._said_unlimited:
                 self._said_unlimited = True
                 logger.warning("process_limits_not_enforced", why="no writable cgroup hierarchy on this host")
-            return
-        group = None
+            return None
         try:
-            group = self._limits.create(f"task-{uuid.uuid4().hex}", spec.memory_bytes, spec.cpu_millis)
+            return self._limits.create(f"task-{uuid.uuid4().hex}", spec.memory_bytes, spec.cpu_millis)
+        except OSError as exc:
+            logger.warning("process_limits_not_enforced", error=str(exc))
+            return None
+
+    def _limit(self, handle: TaskHandle, pid: int, group: TaskCgroup, spec: TaskSpec) -> None:
+        """Make sure the started process is in its group (it joined before exec, unless it could not)."""
+        try:
             group.add(pid)
         except OSError as exc:
             logger.warning("process_limits_not_enforced", pid=pid, error=str(exc))
-            if group is not None:
-                group.remove()
+            group.remove()
             return
         self._groups[handle] = (group, spec.memory_bytes)
 
