@@ -68,6 +68,9 @@ RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
 ENQUEUE = "enqueue"  # the scheduler's signal: one job's (or one retried task's) tasks to place
+REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
+REGISTER_AGAIN = "register_again"  # signal to a WorkerWorkflow: send the session's registration again
+SCHEDULER_RESTARTED = "scheduler_restarted"  # signal to a TaskWorkflow: enqueue again, or claim your place
 ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
 
 
@@ -159,6 +162,9 @@ class WorkerSessionInput:
     announced: bool = False
     more_worker_ids: list[str] = field(default_factory=list)
     task_queue: str = ""  # where the session activity runs; default: the worker's own queue
+    # base64 of the WorkerBatch the agent registered: sent again when a scheduler that started
+    # empty asks (`register_again`), so it learns the fleet without waiting for agents to restart.
+    registration: str = ""
 
 
 @dataclass

@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 
 from activities.contracts import Delivery
 from activities.proto import cluster_pb2 as pb
+from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import send_signals
 from iris.controller import workflow_runner
@@ -40,7 +41,7 @@ async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_sign
         with concurrent.futures.ThreadPoolExecutor(2) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity], activity_executor=executor,
+                activities=[find_assignments_activity, rebuild_scheduler], activity_executor=executor,
                 workflow_runner=workflow_runner(),
             ):  # fmt: skip
                 handle = await env.client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID,

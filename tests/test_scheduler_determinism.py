@@ -26,6 +26,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from activities.contracts import DELIVER_SIGNALS, Delivery
 from activities.proto import cluster_pb2 as pb
+from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import workflow_runner
@@ -84,7 +85,8 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, slow_deliver_signals], activity_executor=executor,
+                activities=[find_assignments_activity, slow_deliver_signals, rebuild_scheduler],
+                activity_executor=executor,
                 workflow_runner=workflow_runner(),
             ):  # fmt: skip
                 handle = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
@@ -121,7 +123,7 @@ async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytes
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, deliver_signals], activity_executor=executor,
+                activities=[find_assignments_activity, deliver_signals, rebuild_scheduler], activity_executor=executor,
                 workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
             ):  # fmt: skip
                 await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
@@ -166,7 +168,7 @@ async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_withou
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[_first_pass_slow, deliver_signals], activity_executor=executor,
+                activities=[_first_pass_slow, deliver_signals, rebuild_scheduler], activity_executor=executor,
                 workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
             ):  # fmt: skip
                 started = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.proto import cluster_pb2 as pb
+from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import workflow_runner
@@ -45,7 +46,7 @@ async def test_an_enqueue_refused_while_no_scheduler_runs_arrives_once_one_does(
         with concurrent.futures.ThreadPoolExecutor(2) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=[SchedulerWorkflow, TaskWorkflow],
-                activities=[find_assignments_activity, deliver_signals], activity_executor=executor,
+                activities=[find_assignments_activity, deliver_signals, rebuild_scheduler], activity_executor=executor,
                 workflow_runner=workflow_runner(),
             ):  # fmt: skip
                 spec = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)

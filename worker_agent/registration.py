@@ -11,6 +11,8 @@ signal is sent again if no answer comes (registering is idempotent).
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -43,6 +45,7 @@ async def register_hosts(
     deadline = loop.time() + timeout
     monitor_id = worker_workflow_id(session.worker_id)
     batch = pb.WorkerBatch(workers=hosts, reply_to=monitor_id)
+    session = dataclasses.replace(session, registration=base64.b64encode(batch.SerializeToString()).decode())
     delay = 0.2
     monitor_started = False
     while True:

@@ -46,6 +46,17 @@ class Enqueue:
 
 
 @dataclass
+class Claim:
+    """Signal `claim`, task -> a scheduler that started empty: this attempt holds a place on `worker_id`."""
+
+    job_id: str
+    task_index: int
+    attempt: int
+    worker_id: str
+    spec: SchedulingSpec
+
+
+@dataclass
 class Assigned:
     """The scheduler committed capacity for this attempt on `worker_id`."""
 

@@ -23,16 +23,17 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DELIVER_SIGNALS, Delivery
+    from activities.contracts import DELIVER_SIGNALS, REBUILD_SCHEDULER, Delivery
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
     from workflows.messages import (
         Assigned,
+        Claim,
         CordonWorkers,
         Enqueue,
         RegisterResult,
@@ -87,6 +88,11 @@ COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"
 # Before, it waited for the pass and its announcements, and an enqueue storm meanwhile (10,000
 # jobs in 13 s at 10k workers) took it past the server's per-run signal limit.
 BUDGET_STOPS_PASS = "signal-budget-stops-pass"
+# workflow.patched id: a run that starts with no state (not continued from another) asks the live
+# workers and tasks to report again (activities.recovery); before, a terminated scheduler came
+# back knowing no worker and no task, and queued work waited forever.
+REBUILD_WHEN_EMPTY = "rebuild-when-started-empty"
+REBUILD_GRACE = timedelta(seconds=5)  # after asking, how long claims may still come in before passes resume
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
@@ -118,6 +124,9 @@ class SchedulerWorkflow:
         # task are handled before run() starts and must land on the carried-over state.
         # Runs continued before packing existed carry the dataclass itself.
         self.state = unpack(packed) if packed else state or SchedulerState()
+        self._started_empty = state is None and not packed
+        self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
+        self._rebuilt_at: float | None = None
         self._dirty = state is not None or packed is not None
         self._signals_in_flight = 0
         self._signals_by_activity = True
@@ -145,13 +154,23 @@ class SchedulerWorkflow:
         self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
         self._commit_skips_cordoned = workflow.patched(COMMIT_SKIPS_CORDONED)
         self._budget_stops_pass = workflow.patched(BUDGET_STOPS_PASS)
+        if self._started_empty and workflow.patched(REBUILD_WHEN_EMPTY):
+            # Not awaited: the loop serves the reports (and anything new) as they come in.
+            self._rebuilding = workflow.start_activity(
+                REBUILD_SCHEDULER, result_type=dict[str, int], start_to_close_timeout=timedelta(minutes=30),
+                heartbeat_timeout=timedelta(minutes=2), retry_policy=RetryPolicy(maximum_attempts=5),
+            )  # fmt: skip
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
                 )
             self._dirty = False
-            if self.state.pending and not (self._budget_stops_pass and self._signal_budget_spent()):
+            if (
+                self.state.pending
+                and not (self._budget_stops_pass and self._signal_budget_spent())
+                and not self._rebuild_holds()
+            ):
                 await self._scheduling_pass()
             if self._replies:
                 await self._send_replies()
@@ -171,6 +190,20 @@ class SchedulerWorkflow:
                         await self._send_replies()
                 self._purge_lost(force=True)
                 workflow.continue_as_new(args=[None, pack(self.state)])
+
+    def _rebuild_holds(self) -> bool:
+        """No pass while a scheduler that started empty hears from the fleet: a queued task must not
+        be put where a running task, whose claim has not come in yet, holds the place."""
+        if self._rebuilding is None:
+            return False
+        if not self._rebuilding.done():
+            return True
+        if self._rebuilding.exception() is not None or not self._rebuilding.result().get("TaskWorkflow"):
+            return False  # it could not ask, or there was no task to ask: nothing more will come
+        now = workflow.now().timestamp()
+        if self._rebuilt_at is None:
+            self._rebuilt_at = now
+        return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
 
     def _signal_budget_spent(self) -> bool:
         return self._signals_per_run and self._signals_received >= SIGNAL_BUDGET
@@ -425,6 +458,24 @@ class SchedulerWorkflow:
                 entry.attempts[index] = attempt
         if not entry.attempts:
             del self.state.pending[request.job_id]
+        self._changed()
+
+    @workflow.signal
+    def claim(self, claim: Claim) -> None:
+        """A task holds a place this scheduler does not know of (it started empty): book it."""
+        self._signals_received += 1
+        key = task_workflow_id(claim.job_id, claim.task_index)
+        held = self.state.placements.get(key)
+        if held is not None and held.attempt >= claim.attempt:
+            return
+        spec = claim.spec
+        self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
+                                               spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)  # fmt: skip
+        entry = self.state.pending.get(claim.job_id)
+        if entry is not None and entry.attempts.get(claim.task_index, -1) <= claim.attempt:
+            entry.attempts.pop(claim.task_index, None)
+            if not entry.attempts:
+                del self.state.pending[claim.job_id]
         self._changed()
 
     @workflow.signal

@@ -10,6 +10,7 @@ never returns to a dead worker's queue.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -19,10 +20,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import PROCESS_STARTED, RUN_TASK, RunTaskInput, RunTaskResult, result_blob_key
+    from activities.contracts import (
+        PROCESS_STARTED,
+        RUN_TASK,
+        SCHEDULER_RESTARTED,
+        RunTaskInput,
+        RunTaskResult,
+        result_blob_key,
+    )
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
-    from workflows.messages import Assigned, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
-    from workflows.states import TaskEvent, TaskState, next_task_state
+    from workflows.messages import Assigned, Claim, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
+    from workflows.states import TERMINAL_TASK_STATES, TaskEvent, TaskState, next_task_state
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
@@ -84,6 +92,8 @@ class TaskWorkflow:
         self._unschedulable: Unschedulable | None = None
         self._agent_released = False
         self.result = TaskResult(task_index=-1, state=TaskState.PENDING)
+        self._input: TaskInput | None = None
+        self._reporting: asyncio.Task[None] | None = None
 
     @workflow.signal
     def assigned(self, msg: Assigned) -> None:
@@ -94,6 +104,35 @@ class TaskWorkflow:
     def unschedulable(self, msg: Unschedulable) -> None:
         if msg.attempt == self.attempt and self.state == TaskState.PENDING:
             self._unschedulable = msg
+
+    @workflow.signal(name=SCHEDULER_RESTARTED)
+    def scheduler_restarted(self) -> None:
+        """A scheduler that started empty asks where this task stands: it enqueues again or claims its place."""
+        if self._input is not None and self._reporting is None:
+            self._reporting = asyncio.get_running_loop().create_task(self._report(self._input))
+
+    async def _report(self, inp: TaskInput) -> None:
+        scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        try:
+            if self._assigned is not None:
+                worker = self._assigned.worker_id
+            elif self.state in (TaskState.ASSIGNED, TaskState.RUNNING):
+                worker = self.result.worker_id
+            elif self.state == TaskState.PENDING and self._unschedulable is None:
+                await self._enqueue(scheduler, Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt},
+                                                       inp.submitted_at))  # fmt: skip
+                return
+            else:
+                return
+            claim = Claim(inp.job_id, inp.task_index, self.attempt, worker, inp.spec)
+            attempt = self.attempt
+
+            def still_held() -> bool:
+                return self.attempt == attempt and self.state not in TERMINAL_TASK_STATES
+
+            await self._until_delivered(scheduler, "claim", claim, still_held)
+        finally:
+            self._reporting = None
 
     @workflow.query
     def status(self) -> TaskResult:
@@ -109,6 +148,7 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
+        self._input = inp
         self.result = TaskResult(task_index=inp.task_index, state=self.state)
         self.attempt = inp.first_attempt
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
@@ -197,16 +237,23 @@ class TaskWorkflow:
         Not awaited by the attempt loop (waiting for delivery would cost a workflow task on the
         path to running). The scheduler ignores an attempt it already has.
         """
+        def still_waiting() -> bool:
+            return self.state == TaskState.PENDING and self.attempt in request.attempts.values()
+
+        await self._until_delivered(scheduler, "enqueue", request, still_waiting)
+
+    async def _until_delivered(self, scheduler: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any,
+                               wanted: Callable[[], bool]) -> None:  # fmt: skip
+        """Signal the scheduler; while the server refuses (no scheduler, its signal limit), again with backoff."""
         delay = 1.0
         while True:
             try:
-                await scheduler.signal("enqueue", request)
+                await scheduler.signal(signal, arg)
                 return
             except Exception as err:
-                stale = self.state != TaskState.PENDING or self.attempt not in request.attempts.values()
-                if stale or not workflow.patched(ENQUEUE_UNTIL_DELIVERED):
+                if not wanted() or not workflow.patched(ENQUEUE_UNTIL_DELIVERED):
                     return
-                workflow.logger.warning("enqueue of %s refused, again in %gs: %s", request.job_id, delay, err)
+                workflow.logger.warning("%s refused, again in %gs: %s", signal, delay, err)
                 await workflow.sleep(delay)
                 delay = min(delay * 2, ENQUEUE_BACKOFF_MAX)
 

@@ -15,6 +15,7 @@ No update ever waits on the singleton, so 10,000 agents can register at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import timedelta
 
 from temporalio import workflow
@@ -22,7 +23,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import WORKER_SESSION, WorkerSessionInput
+    from activities.contracts import REGISTER_AGAIN, WORKER_SESSION, WorkerSessionInput
+    from activities.proto import cluster_pb2 as pb
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
     from workflows.messages import RegistrationReply, WorkerLost
 
@@ -34,9 +36,12 @@ SESSION_START_TIMEOUT = timedelta(seconds=30)
 class WorkerWorkflow:
     def __init__(self) -> None:
         self._reply: RegistrationReply | None = None
+        self._input: WorkerSessionInput | None = None
+        self._registering: asyncio.Task[None] | None = None
 
     @workflow.run
     async def run(self, session: WorkerSessionInput) -> str:
+        self._input = session
         hosts = [session.worker_id, *session.more_worker_ids]
         workflow.set_current_details(f"worker {session.worker_id}: healthy")
         reason = "session ended"
@@ -75,6 +80,21 @@ class WorkerWorkflow:
     @workflow.signal
     def registered(self, reply: RegistrationReply) -> None:
         self._reply = reply
+
+    @workflow.signal(name=REGISTER_AGAIN)
+    def register_again(self) -> None:
+        """A scheduler that started empty asks: send the agent's registration again, as the agent did."""
+        if self._input is not None and self._input.registration and self._registering is None:
+            self._registering = asyncio.get_running_loop().create_task(self._register(self._input.registration))
+
+    async def _register(self, registration: str) -> None:
+        batch = pb.WorkerBatch.FromString(base64.b64decode(registration))
+        try:
+            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("register_workers", batch)
+        except Exception as err:  # no scheduler (again): the next one asks again
+            workflow.logger.warning("registration not sent again: %s", err)
+        finally:
+            self._registering = None
 
     @workflow.update
     async def registration(self) -> RegistrationReply:

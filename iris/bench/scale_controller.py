@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import ensure_scheduler, workflow_runner
@@ -51,7 +52,7 @@ async def serve(address: str) -> None:
             client,
             task_queue=CONTROL_TASK_QUEUE,
             workflows=[SchedulerWorkflow, WorkerWorkflow],
-            activities=[find_assignments_activity, deliver_or_count],
+            activities=[find_assignments_activity, deliver_or_count, rebuild_scheduler],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=workflow_runner(),

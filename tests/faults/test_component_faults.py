@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from iris import (
     Constraint,
@@ -293,3 +293,37 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
     assert [2, 2] == [t.failure_count for t in finished.tasks]
     job_runs = asyncio.run(_runs_of(c.info.address, gang.job_id))
     assert job_runs > 1  # the gang's job continued-as-new between attempts
+
+
+def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers_and_tasks(
+    make_cluster: MakeCluster,
+) -> None:
+    """Terminate the singleton scheduler and restart the controller: the fresh scheduler learns the
+    worker again, books the running task's place (so nothing is put beside it) and queues the waiting job."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
+    running = c.client.submit_command(["sleep", "8"], resources=ONE_CPU)
+    wait_until(lambda: c.status(running.job_id).state == JobState.RUNNING, what="first job running")
+    waiting = c.client.submit_command(["true"], resources=ONE_CPU)  # no room until the first ends
+    wait_until(lambda: c.status(waiting.job_id).pending_reason, what="second job waiting with a reason")
+
+    async def scheduler_run() -> tuple[str, bool]:
+        desc = await (await Client.connect(c.info.address)).get_workflow_handle("iris-scheduler").describe()
+        return desc.run_id, desc.status == WorkflowExecutionStatus.RUNNING
+
+    async def terminate_scheduler() -> None:
+        temporal = await Client.connect(c.info.address)
+        await temporal.get_workflow_handle("iris-scheduler").terminate("test: the singleton is lost")
+
+    lost_run, _ = asyncio.run(scheduler_run())
+    asyncio.run(terminate_scheduler())
+    c.local.kill_process("controller", signal.SIGTERM, wait=30)
+    c.local.restart_process("controller")  # starts a scheduler, which finds itself empty
+    wait_until(lambda: (run := asyncio.run(scheduler_run()))[0] != lost_run and run[1], timeout=60,
+               what="a new scheduler running")  # fmt: skip
+    worker = wait_until(lambda: (w := c.workers().get("cpu-0")) and w.running_tasks and w, timeout=60,
+                        what="the worker registered again, the running task's place claimed")  # fmt: skip
+    assert worker.healthy
+    assert (f"{running.job_id}/task-0",) == tuple(worker.running_tasks)
+    assert JobState.PENDING == c.status(waiting.job_id).state  # not placed beside the running task
+    assert JobState.SUCCEEDED == c.client.wait(running.job_id, timeout=60).state
+    assert JobState.SUCCEEDED == c.client.wait(waiting.job_id, timeout=60).state
