@@ -79,7 +79,7 @@ KEEP_CORDON = "cordon-survives-registration"
 # storm of registrations or enqueues reached while the run waited to continue; senders retry a
 # refused signal (deliver_signals fails and is retried) and it lands on the new run.
 SIGNALS_PER_RUN = "continue-as-new-on-signal-count"
-SIGNAL_BUDGET = 2_000
+SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives while a run closes
 # workflow.patched id: a plan's placement on a worker cordoned while the pass ran is not committed.
 # Before, a slice picked for scale-down could be given a job after its cordon, and drained under it.
 COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"

@@ -72,6 +72,7 @@ class ScaleFigures:
     largest_payload: int = 0
     failed_workflow_tasks: list[str] = field(default_factory=list)
     force_closed_tasks: int = 0
+    unhandled_command_tasks: int = 0
     refused_signals: int = 0
     controller_peak_rss_mb: float = 0.0
     lost_detect_seconds: float | None = None
@@ -97,6 +98,8 @@ class ScaleFigures:
             f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
             f"  force-closed tasks     {self.force_closed_tasks:8d}     (server flushed >100 buffered signals;"
             " the task is retried, nothing is lost)",
+            f"  closing tasks redone   {self.unhandled_command_tasks:8d}     (signals came in as a run continued"
+            " as new; it took them first)",
             f"  enqueues refused       {self.refused_signals:8d}     (sent again, as a job's enqueue activity does)",
             "  agent lost -> hosts unhealthy "
             + (f"{self.lost_detect_seconds:.1f} s" if self.lost_detect_seconds is not None else "not seen"),
@@ -202,6 +205,9 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                 cause = WorkflowTaskFailedCause.Name(attrs.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
                 if cause == "FORCE_CLOSE_COMMAND":  # more than 100 signals buffered during one task
                     figures.force_closed_tasks += 1
+                    continue
+                if cause == "UNHANDLED_COMMAND":  # signals came in as the run closed: it goes on with them
+                    figures.unhandled_command_tasks += 1
                     continue
                 figures.failed_workflow_tasks.append(
                     f"event {event.event_id} of {len(events)}: {cause} {attrs.failure.message[:200]}".strip()

@@ -301,7 +301,7 @@ def test_a_slice_whose_workflow_was_terminated_by_hand_is_cleaned_up_when_the_co
     """Orphans: a slice left running by a terminated SliceWorkflow is deleted at the controller's next start."""
     job = gang_job(fleet_client, tmp_path, seconds=60.0)  # keeps the slice busy, so it is not scaled down
     wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
-    (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks}
+    (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks if t.worker_id}
 
     async def terminate_workflow() -> None:
         temporal = await Client.connect(fleet.info.address)
