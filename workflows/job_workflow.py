@@ -10,6 +10,8 @@ job dies.
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
-    from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, derive_job_state
+    from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.task_workflow import TaskInput, TaskResult, TaskWorkflow
     from workflows.visibility import (
         MAX_ERROR_CHARS,
@@ -105,6 +107,9 @@ class JobWorkflow:
         self._published = JobView()
         self._next_task = 0  # the next task index to start, for jobs started in waves
         self._stale = False  # the memo lags the status (see _publish)
+        self._counts: dict[str, int] = {}  # tasks per state, kept by _set_row: no scan of the table per change
+        self._ended: deque[int] = deque()  # task indexes whose child ended, in the order Temporal resolved them
+        self._open = 0  # children of a plain job started and not yet recorded as ended
 
     # -- queries and signals -----------------------------------------------------------------
 
@@ -126,7 +131,8 @@ class JobWorkflow:
         row = self.status.tasks[msg.task_index]
         if row.state in TERMINAL_TASK_STATES or msg.attempt < row.attempt:
             return
-        row.state, row.attempt, row.worker_id = TaskState.RUNNING, msg.attempt, msg.worker_id
+        self._set_row(row, TaskState.RUNNING)
+        row.attempt, row.worker_id = msg.attempt, msg.worker_id
         self._refresh_state()
 
     @workflow.signal
@@ -142,7 +148,8 @@ class JobWorkflow:
         row = self.status.tasks[msg.task_index]
         if row.state in TERMINAL_TASK_STATES:
             return
-        row.state, row.attempt, row.error = TaskState.PENDING, msg.attempt, cap_text(msg.error, MAX_ERROR_CHARS)
+        self._set_row(row, TaskState.PENDING)
+        row.attempt, row.error = msg.attempt, cap_text(msg.error, MAX_ERROR_CHARS)
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
         self._refresh_state()
 
@@ -166,6 +173,7 @@ class JobWorkflow:
             return self._finish(JobState.FAILED, problem)
         for i in range(req.replicas):
             self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
+        self._counts = {TaskState.PENDING: req.replicas}
         if gang is not None:
             for row in self.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
@@ -175,13 +183,14 @@ class JobWorkflow:
                 await self._run_gang(job_id, req, gang or GangProgress())
             else:
                 await self._start_tasks(job_id, req, attempt=0)
-                await self._collect()
+                await self._collect_plain()
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
             self.kill("job workflow cancelled")
-            await self._collect()
-        state = derive_job_state(
-            (TaskState(t.state) for t in self.status.tasks),
+            await (self._collect() if req.coschedule_group_by else self._collect_plain())
+        state = job_state_from_counts(
+            self._counts,
+            req.replicas,
             failed_tasks=self._failed_tasks(),
             max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
             killed=bool(self._kill_reason),
@@ -220,7 +229,8 @@ class JobWorkflow:
             self._failing = False
             self._children.clear()
             for row in self.status.tasks:
-                row.state, row.attempt, row.worker_id = TaskState.PENDING, progress.attempt, ""
+                self._set_row(row, TaskState.PENDING)
+                row.attempt, row.worker_id = progress.attempt, ""
                 row.has_exit_code, row.exit_code = False, 0
             self.status.error = ""
             self._refresh_state()
@@ -249,10 +259,9 @@ class JobWorkflow:
         req = self.req
         if self._next_task >= req.replicas or self._kill_reason or self._failing:
             return
-        pending = sum(1 for h in self._children.values() if not h.done())
-        if pending > MAX_PENDING_CHILDREN - START_BATCH:
+        if self._open > MAX_PENDING_CHILDREN - START_BATCH:
             return
-        end = min(req.replicas, self._next_task + MAX_PENDING_CHILDREN - pending)
+        end = min(req.replicas, self._next_task + MAX_PENDING_CHILDREN - self._open)
         await self._start_range(workflow.info().workflow_id, req, 0, end)
 
     async def _start_range(self, job_id: str, req: pb.JobRequest, attempt: int, end: int) -> None:
@@ -299,6 +308,10 @@ class JobWorkflow:
             )
             self._children.update(zip(batch, handles, strict=True))
             self._next_task = batch.stop
+            if not gang:
+                self._open += len(batch)
+                for i, handle in zip(batch, handles, strict=True):
+                    handle.add_done_callback(functools.partial(_note_end, self._ended, i))
         if self._kill_reason:
             self._cancel_running()
             self._kill_unstarted()
@@ -312,7 +325,8 @@ class JobWorkflow:
     def _kill_unstarted(self) -> None:
         for i in range(len(self._children), self.req.replicas):
             row = self.status.tasks[i]
-            row.state, row.error = TaskState.KILLED, "killed before it started"
+            self._set_row(row, TaskState.KILLED)
+            row.error = "killed before it started"
         self._next_task = self.req.replicas
 
     async def _enqueue(self, enqueue: Enqueue) -> None:
@@ -328,8 +342,28 @@ class JobWorkflow:
             workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", enqueue.job_id)
             await workflow.sleep(1)
 
+    async def _collect_plain(self) -> None:
+        """Wait for every child of a plain job, starting the next waves as earlier tasks end.
+
+        Each child's end is queued by a done-callback, so recording it costs the
+        same at 10 or 10,000 pending children (waiting on all of them at once is
+        a scan per ended child).
+        """
+        while True:
+            while self._ended:
+                index = self._ended.popleft()
+                self._open -= 1
+                self._record(index, self._children[index])
+            if self._next_task < self.req.replicas and self._visible:
+                await self._start_next_wave()
+            if self._open == 0 and not self._ended:
+                break
+            await workflow.wait_condition(lambda: bool(self._ended))
+        if self._next_task < self.req.replicas and self._visible:
+            self._kill_unstarted()  # the job failed or was killed before its last waves started
+
     async def _collect(self) -> None:
-        """Wait for every child, reacting to each result as it arrives."""
+        """Wait for every member of a gang, reacting to each result as it arrives."""
         waiting = {h: i for i, h in self._children.items() if not h.done()}
         for i, h in self._children.items():
             if h.done() and self.status.tasks[i].state not in TERMINAL_TASK_STATES:
@@ -339,12 +373,6 @@ class JobWorkflow:
             for handle in done:
                 index = waiting.pop(handle)
                 self._record(index, handle)
-            if self._next_task < self.req.replicas and self._visible and not self.req.coschedule_group_by:
-                started = self._next_task
-                await self._start_next_wave()
-                waiting.update((self._children[i], i) for i in range(started, self._next_task))
-        if self._next_task < self.req.replicas and self._visible and not self.req.coschedule_group_by:
-            self._kill_unstarted()  # the job failed or was killed before its last waves started
 
     def _record(self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> None:
         row = self.status.tasks[index]
@@ -352,7 +380,8 @@ class JobWorkflow:
             result: TaskResult = handle.result()
         except BaseException as err:  # the child itself failed or was terminated from outside
             result = TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
-        row.state, row.worker_id, row.attempt = result.state, result.worker_id, result.attempt
+        self._set_row(row, TaskState(result.state))
+        row.worker_id, row.attempt = result.worker_id, result.attempt
         if not self.req.coschedule_group_by:  # a gang's budgets are counted by the job (_run_gang)
             row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
         row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
@@ -376,7 +405,19 @@ class JobWorkflow:
         self._refresh_state()
 
     def _failed_tasks(self) -> int:
-        return sum(1 for t in self.status.tasks if t.state in (TaskState.FAILED, TaskState.WORKER_FAILED))
+        return self._counts.get(TaskState.FAILED, 0) + self._counts.get(TaskState.WORKER_FAILED, 0)
+
+    def _set_row(self, row: pb.TaskStatus, state: TaskState) -> None:
+        """Move one task row to `state`, keeping the per-state counts in step."""
+        if row.state == state:
+            return
+        left = self._counts.get(row.state, 0) - 1
+        if left > 0:
+            self._counts[row.state] = left
+        else:
+            self._counts.pop(row.state, None)
+        self._counts[state] = self._counts.get(state, 0) + 1
+        row.state = state
 
     def _cancel_running(self) -> None:
         for handle in self._children.values():
@@ -384,16 +425,14 @@ class JobWorkflow:
                 handle.cancel()
 
     def _refresh_state(self) -> None:
-        counts: dict[str, int] = {}
-        for t in self.status.tasks:
-            counts[t.state] = counts.get(t.state, 0) + 1
         self.status.task_state_counts.clear()
-        self.status.task_state_counts.update(counts)
+        self.status.task_state_counts.update(self._counts)
         self._publish()
         if self._kill_reason or self._failing:
             return  # the final state is decided once every task has stopped
-        state = derive_job_state(
-            (TaskState(t.state) for t in self.status.tasks),
+        state = job_state_from_counts(
+            self._counts,
+            len(self.status.tasks),
             failed_tasks=self._failed_tasks(),
             max_task_failures=self.req.max_task_failures,
             killed=False,
@@ -450,3 +489,8 @@ class JobWorkflow:
                 f"job {state}: {self.status.error}", result, type=f"Job{state.title()}", non_retryable=True
             )
         return result
+
+
+def _note_end(ended: deque[int], index: int, _handle: object) -> None:
+    """Done-callback of a plain job's child: queue its index for `_collect_plain`."""
+    ended.append(index)

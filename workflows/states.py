@@ -7,7 +7,8 @@ stored independently (see `derive_job_state`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
 
@@ -81,22 +82,33 @@ def next_task_state(state: TaskState, event: TaskEvent) -> TaskState:
 def derive_job_state(
     task_states: Iterable[TaskState], *, failed_tasks: int, max_task_failures: int, killed: bool
 ) -> JobState:
-    """Job state from its tasks.
+    """Job state from its tasks (see `job_state_from_counts`, which a job keeps up to date instead)."""
+    counts = Counter(map(str, task_states))
+    return job_state_from_counts(
+        counts, sum(counts.values()), failed_tasks=failed_tasks, max_task_failures=max_task_failures, killed=killed
+    )
+
+
+def job_state_from_counts(
+    counts: Mapping[str, int], num_tasks: int, *, failed_tasks: int, max_task_failures: int, killed: bool
+) -> JobState:
+    """Job state from how many of its `num_tasks` tasks are in each state.
 
     FAILED once more tasks failed for good than `max_task_failures` allows;
     UNSCHEDULABLE if any task timed out waiting; KILLED if the user terminated
     it; SUCCEEDED when every task succeeded; RUNNING once any task runs.
+    Counts rather than rows, so a 10,000-task job decides in constant time per change.
     """
-    states = list(task_states)
     if killed:
         return JobState.KILLED
     if failed_tasks > max_task_failures:
         return JobState.FAILED
-    if any(s == TaskState.UNSCHEDULABLE for s in states):
+    if counts.get(TaskState.UNSCHEDULABLE, 0):
         return JobState.UNSCHEDULABLE
-    if states and all(s in TERMINAL_TASK_STATES for s in states):
-        succeeded = sum(1 for s in states if s == TaskState.SUCCEEDED)
-        return JobState.SUCCEEDED if succeeded + failed_tasks == len(states) else JobState.FAILED
-    if any(s in (TaskState.RUNNING, TaskState.SUCCEEDED) for s in states):
+    ended = sum(counts.get(s, 0) for s in TERMINAL_TASK_STATES)
+    if num_tasks and ended == num_tasks:
+        succeeded = counts.get(TaskState.SUCCEEDED, 0)
+        return JobState.SUCCEEDED if succeeded + failed_tasks == num_tasks else JobState.FAILED
+    if counts.get(TaskState.RUNNING, 0) or counts.get(TaskState.SUCCEEDED, 0):
         return JobState.RUNNING
     return JobState.PENDING

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -20,7 +21,7 @@ from temporalio.client import (
     QueryWorkflowInput,
 )
 
-from iris import IrisClient, JobState, ResourceSpec
+from iris import IrisClient, JobState, JobStatus, ResourceSpec
 from iris.client import AsyncIrisClient, _LoopThread
 from tests.support import Cluster
 from workflows.ids import task_workflow_id
@@ -28,6 +29,7 @@ from workflows.task_workflow import TaskResult
 from workflows.visibility import MAX_ERROR_CHARS, MAX_JOB_ERROR_CHARS
 
 SMALL = ResourceSpec(cpu=0.2, memory="64m")
+TERMINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE)
 
 
 class QueryCounter(Interceptor):
@@ -66,6 +68,21 @@ def fail_loudly(size: int) -> None:
     raise ValueError("x" * size)
 
 
+def listed_once_settled(client: IrisClient, name: str, state: str | None = None, job_id: str = "") -> list[JobStatus]:
+    """`list_jobs(name=..., state=...)` once visibility shows the job (`job_id`, else the newest) ended.
+
+    Temporal's visibility store is written after the history, so for a few
+    milliseconds after `wait` returns a list may still show the job running.
+    """
+    deadline = time.monotonic() + 10
+    while True:
+        listed = client.list_jobs(name=name, state=state)
+        ended = [j for j in listed if j.state in TERMINAL and (j.job_id == job_id or not job_id)]
+        if ended or time.monotonic() > deadline:
+            return listed
+        time.sleep(0.05)
+
+
 def test_wait_and_list_read_visibility_not_workflows(counted: tuple[IrisClient, QueryCounter]) -> None:
     """`wait` (with progress) and `list_jobs` filtered by name, state and user send no workflow query."""
     client, counter = counted
@@ -76,7 +93,7 @@ def test_wait_and_list_read_visibility_not_workflows(counted: tuple[IrisClient, 
     status = client.wait(job.job_id, timeout=120, on_progress=lambda s: seen.append(s.state))
     assert JobState.SUCCEEDED == status.state
     assert 3 == len(status.tasks)
-    listed = client.list_jobs(name=name)
+    listed = listed_once_settled(client, name)
     assert [job.job_id] == [j.job_id for j in listed]
     assert JobState.SUCCEEDED == listed[0].state
     assert {"SUCCEEDED": 3} == listed[0].task_state_counts
@@ -101,7 +118,7 @@ def test_long_errors_are_cut_in_the_table_and_the_job(client: IrisClient) -> Non
     assert "characters cut" in status.tasks[0].error
     assert len(status.tasks[0].error) <= MAX_ERROR_CHARS
     assert len(status.error) <= MAX_JOB_ERROR_CHARS
-    listed = client.list_jobs(name="fail_loudly", state="FAILED")
+    listed = listed_once_settled(client, "fail_loudly", state="FAILED", job_id=job.job_id)
     assert job.job_id in {j.job_id for j in listed}
 
 
