@@ -64,6 +64,16 @@ def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
     return f"jobs/{job_id}/results/task-{task_index}/attempt-{attempt}"
 
 
+def launch_blob_key(job_id: str) -> str:
+    """Where a job's command, env and setup are stored when too big to copy into each task."""
+    return f"jobs/{job_id}/launch"
+
+
+INLINE_LAUNCH_BYTES = 2_048
+"""A job's argv + env + setup up to this size ride inline in every task's input; bigger ones are
+stored once and referenced, so a 10,000-task job does not copy them 10,000 times into histories."""
+
+
 RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
@@ -105,6 +115,7 @@ class RunTaskInput:
     memory_bytes: int = 0                           # (0 = no limit)
     bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
+    launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
 
 
 PROCESS_STARTED = "process-started"

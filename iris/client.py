@@ -30,13 +30,14 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import launch_blob_key
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris import fleet
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.connection import TemporalSettings
-from iris.submission import build_request, command_argv, make_job_id
+from iris.submission import build_request, command_argv, make_job_id, split_launch
 from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.object_store import Logs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
@@ -209,6 +210,11 @@ class AsyncIrisClient:
                 await asyncio.to_thread(self.blobs.put, key, data)
             req.bundle_blob = key
         what = " ".join(req.entrypoint.command.argv)[:80] if req.entrypoint.command.argv else "python callable"
+        details = job_request_markdown(req)  # before a big command moves out of the request
+        launch = split_launch(req)
+        if launch is not None:
+            req.launch_blob = launch_blob_key(job_id)
+            await asyncio.to_thread(self.blobs.put, req.launch_blob, launch)
         await self.temporal.start_workflow(
             JobWorkflow.run,
             req,
@@ -227,7 +233,7 @@ class AsyncIrisClient:
                 state=JobState.PENDING, num_tasks=req.replicas, submitted_at=req.submitted_at
             ).to_memo(),
             static_summary=f"{req.name}: {req.replicas} x {what}",
-            static_details=job_request_markdown(req),
+            static_details=details,
         )
         return job_id
 

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import scheduler
+from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
@@ -186,3 +187,24 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
+
+
+def split_launch(req: pb.JobRequest) -> bytes | None:
+    """Move a big command, env and setup out of `req`: the serialized pb.Launch to store, or None.
+
+    Inline they are copied into every task's workflow input and every attempt's
+    activity input; past INLINE_LAUNCH_BYTES they are stored once and each task
+    carries the key (the caller stores the blob and sets `req.launch_blob`).
+    """
+    argv = list(req.entrypoint.command.argv)
+    size = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in req.env.items())
+    size += sum(len(s) + 1 for s in req.setup)
+    if size <= INLINE_LAUNCH_BYTES:
+        return None
+    launch = pb.Launch(argv=argv, env=dict(req.env), setup=list(req.setup))
+    if req.entrypoint.HasField("command"):
+        del req.entrypoint.command.argv[:]
+        req.entrypoint.command.SetInParent()  # still a command job, its argv now in the blob
+    req.env.clear()
+    del req.setup[:]
+    return launch.SerializeToString()

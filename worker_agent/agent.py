@@ -45,6 +45,7 @@ from activities.contracts import (
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.bundles import Bundles
+from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
@@ -164,6 +165,7 @@ class WorkerAgent:
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or default_task_dir(config.state_dir)
         self.bundles = Bundles(self.task_root / "bundles", self.blobs)
+        self.launches = Launches(self.blobs)
         self._staged_runner: str | None = None
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
@@ -321,6 +323,10 @@ class WorkerAgent:
                 "(agent paused or cut off); not started",
                 type=WORKER_SHUTDOWN,
             )
+        try:
+            inp = await self.launches.resolve(inp)
+        except LaunchUnreadableError as err:
+            return RunTaskResult(exit_code=-1, error=str(err), started=False)
         env = {
             **inp.env,
             "IRIS_JOB_ID": inp.job_id,

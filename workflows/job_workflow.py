@@ -296,6 +296,7 @@ class JobWorkflow:
                             gang=gang,
                             bundle_blob=req.bundle_blob,
                             setup=list(req.setup),
+                            launch_blob=req.launch_blob,
                         ),
                         id=task_workflow_id(job_id, i),
                         task_queue=CONTROL_TASK_QUEUE,

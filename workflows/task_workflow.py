@@ -65,6 +65,7 @@ class TaskInput:
     gang: bool = False
     bundle_blob: str = ""  # the job's code bundle; the agent unpacks it as the working directory
     setup: list[str] = field(default_factory=list)  # run once per job and host before the task
+    launch_blob: str = ""  # argv, env and setup stored once for the job (a big command); see JobRequest
 
 
 @dataclass
@@ -272,6 +273,7 @@ class TaskWorkflow:
             image=inp.image,
             bundle_blob=inp.bundle_blob,
             setup=list(inp.setup),
+            launch_blob=inp.launch_blob,
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
