@@ -34,7 +34,6 @@ from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
-from workflows import ALL_WORKFLOWS
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
 from workflows.ids import (
     AUTOSCALER_KIND,
@@ -45,6 +44,7 @@ from workflows.ids import (
     SCHEDULER_KIND,
     SCHEDULER_WORKFLOW_ID,
 )
+from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 log = structlog.get_logger("iris.controller")

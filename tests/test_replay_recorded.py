@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from workflows import ALL_WORKFLOWS
+from workflows.registry import ALL_WORKFLOWS
 
 # One folder per recorded version of the workflow code: v1 is the first release, later folders
 # are re-recorded after workflow changes. Every version must keep replaying.

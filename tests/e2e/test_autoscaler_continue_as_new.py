@@ -16,8 +16,8 @@ from iris.config import parse_config
 from iris.local_cluster import LocalCluster
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, wait_until
-from workflows import ALL_WORKFLOWS
 from workflows.ids import AUTOSCALER_WORKFLOW_ID
+from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {
     "scale_groups": [

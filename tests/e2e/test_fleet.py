@@ -27,7 +27,7 @@ from iris.config import parse_config
 from iris.fleet import SLICE_STATE
 from iris.local_cluster import LocalCluster
 from tests.support import Cluster, wait_until
-from workflows import ALL_WORKFLOWS
+from workflows.registry import ALL_WORKFLOWS
 from workflows.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0

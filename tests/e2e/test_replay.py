@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from tests.support import Cluster
-from workflows import ALL_WORKFLOWS
+from workflows.registry import ALL_WORKFLOWS
 
 
 async def _replay_all(address: str) -> dict[str, int]:

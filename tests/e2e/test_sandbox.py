@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 from iris.controller import SANDBOX_PASSTHROUGH, workflow_runner
 from tests.sandbox_probe import ClockReadingWorkflow
 from tests.support import Cluster
-from workflows import ALL_WORKFLOWS
+from workflows.registry import ALL_WORKFLOWS
 
 
 def test_no_module_defining_a_workflow_escapes_the_sandbox() -> None:
