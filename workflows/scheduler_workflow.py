@@ -95,6 +95,10 @@ REBUILD_WHEN_EMPTY = "rebuild-when-started-empty"
 REBUILD_GRACE = timedelta(seconds=5)  # after asking, how long claims may still come in before passes resume
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
+QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing (and 2**n must not overflow)
+# workflow.patched id: dispatch failures inside a worker's quarantine count once, and a task that
+# ran on the worker resets its count.
+DISPATCH_FAILURES_BY_INCIDENT = "dispatch-failures-by-incident"
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
@@ -481,16 +485,32 @@ class SchedulerWorkflow:
     @workflow.signal
     def release(self, request: Release) -> None:
         self._signals_received += 1
+        placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
         self._release(request.job_id, request.task_index, request.attempt)
         worker = self.state.workers.get(request.dispatch_failed_on)
         if worker is not None:
-            # Registered but not polling (paused, or died before its liveness monitor started):
-            # keep work away from it for a while, longer each time, until it registers again.
-            worker.dispatch_failures += 1
-            quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** (worker.dispatch_failures - 1))
-            worker.suspect_until = workflow.now().timestamp() + quarantine.total_seconds()
-            self._snapshot = None
-            workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id, quarantine)
+            self._dispatch_failed(worker)
+        elif placement is not None and placement.attempt == request.attempt:
+            ran_on = self.state.workers.get(placement.worker_id)
+            if ran_on is not None and ran_on.dispatch_failures and workflow.patched(DISPATCH_FAILURES_BY_INCIDENT):
+                ran_on.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
+
+    def _dispatch_failed(self, worker: WorkerEntry) -> None:
+        """Registered but not polling (paused, hung, or died before its liveness monitor started):
+        keep work away from it for a while, longer each time, until it registers again.
+
+        Tasks dispatched together time out together: failures inside the current
+        quarantine are one incident, not one doubling each (160 at once made a
+        timedelta overflow that failed every workflow task of the scheduler).
+        """
+        now = workflow.now().timestamp()
+        if worker.suspect_until > now and workflow.patched(DISPATCH_FAILURES_BY_INCIDENT):
+            return
+        worker.dispatch_failures += 1
+        quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS))
+        worker.suspect_until = now + quarantine.total_seconds()
+        self._snapshot = None
+        workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id, quarantine)
 
     @workflow.signal
     def worker_lost(self, lost: WorkerLost) -> None:

@@ -268,3 +268,32 @@ async def test_a_task_within_its_limits_succeeds_and_its_cgroup_goes(log_store: 
     ended = await asyncio.wait_for(runtime.wait(await runtime.start(spec)), 60)
     assert TaskExit(0) == ended
     assert not _memory_group(log_store).exists()
+
+
+@needs_cgroups
+async def test_a_limited_task_is_in_its_group_from_its_first_instruction(log_store: LogStore) -> None:
+    """The task joins its cgroup before exec, with the pid the runtime reports, and keeps its exit code."""
+    runtime = ProcessRuntime()
+    code = SHOW_CGROUP + "import os, sys; print('pid', os.getpid(), flush=True); sys.exit(3)"
+    spec = TaskSpec(argv=[sys.executable, "-c", code], log=log_store.open_writer("job", 0, 0), memory_bytes=128 << 20)
+    handle = await runtime.start(spec)
+    ended = await asyncio.wait_for(runtime.wait(handle), 60)
+    assert 3 == ended.exit_code
+    assert f"pid {handle}" in log_store.read_lines("job", 0)
+    _memory_group(log_store)  # the first line the task printed names its own group
+
+
+@needs_cgroups
+@pytest.mark.parametrize(("argv", "reason"), [
+    (["iris-no-such-command"], "cannot start task: executable 'iris-no-such-command' not found"),
+    (["./missing.sh"], "cannot start task: executable './missing.sh' not found"),
+])  # fmt: skip
+async def test_a_limited_task_with_a_bad_executable_is_refused_by_name(
+    log_store: LogStore, argv: list[str], reason: str
+) -> None:
+    """With limits too, a missing executable is a start error naming it, not an anonymous exit 127."""
+    runtime = ProcessRuntime()
+    spec = TaskSpec(argv=argv, log=log_store.open_writer("job", 0, 0), memory_bytes=128 << 20)
+    with pytest.raises(TaskStartError) as info:
+        await runtime.start(spec)
+    assert reason == str(info.value)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,8 @@ logger = structlog.get_logger(__name__)
 ROOT = Path("/sys/fs/cgroup")
 PARENT = "iris"  # every task's group lives under this one, so leftovers are easy to find
 CFS_PERIOD_US = 100_000
+# `sh -c` script: write the shell's pid ($$) to the two cgroup.procs paths given first, then exec the rest.
+JOIN_THEN_EXEC = '{ echo $$ >"$1"; } 2>/dev/null; { echo $$ >"$2"; } 2>/dev/null; shift 2; exec "$@"'
 STALE_SECONDS = 60.0  # an empty task group older than this is a leftover of a dead agent
 
 
@@ -45,30 +47,18 @@ class TaskCgroup:
         for directory in {d for d in (self.memory_dir, self.cpu_dir) if d is not None}:
             (directory / "cgroup.procs").write_text(str(pid))
 
-    def joiner(self) -> Callable[[], None]:
-        """A `preexec_fn`: the forked child moves itself into the group before it execs the task.
+    def joined(self, argv: Sequence[str]) -> list[str]:
+        """`argv` behind a shell that moves itself into the group, then execs the task (same pid).
 
         Moved after the start instead, a quick task ran (and allocated) outside its limits for a
-        moment. Best effort, and only plain system calls (a forked child of a threaded process must
-        not take locks); the agent moves the process again after the start in any case.
+        moment. A `preexec_fn` did this in the forked child until it deadlocked there once in
+        ~5,000 starts (a forked child of a threaded process must not run Python), freezing the
+        agent's event loop inside `Popen`. Best effort: the agent moves the process again after
+        the start in any case.
         """
-        paths = tuple(str(d / "cgroup.procs") for d in {self.memory_dir, self.cpu_dir} if d is not None)
-
-        def join() -> None:
-            pid = b"%d" % os.getpid()
-            for path in paths:
-                try:
-                    fd = os.open(path, os.O_WRONLY)
-                except OSError:
-                    continue
-                try:
-                    os.write(fd, pid)
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-
-        return join
+        paths = [str(d / "cgroup.procs") for d in {self.memory_dir, self.cpu_dir} if d is not None]
+        paths += ["/dev/null"] * (2 - len(paths))
+        return ["/bin/sh", "-c", JOIN_THEN_EXEC, "iris-join", *paths, *argv]
 
     def oom_kills(self) -> int:
         """How many processes of the group the kernel OOM-killed."""

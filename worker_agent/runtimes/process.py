@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -113,6 +115,18 @@ def _start_failure(spec: TaskSpec, exc: OSError) -> str:
     if isinstance(exc, PermissionError):
         return f"cannot start task: permission denied running {executable!r}"
     return f"cannot start task {executable!r}: {exc.strerror or exc}"
+
+
+def _unrunnable(spec: TaskSpec, env: Mapping[str, str]) -> OSError | None:
+    """Why exec would fail on the task's executable (as the error exec would raise), or None."""
+    executable = spec.argv[0]
+    if os.sep in executable:
+        path = Path(spec.cwd or ".", executable)
+        if not path.is_file():
+            return FileNotFoundError(errno.ENOENT, "not found", executable)
+        return None if os.access(path, os.X_OK) else PermissionError(errno.EACCES, "not executable", executable)
+    found = shutil.which(executable, path=env.get("PATH", os.defpath))
+    return None if found else FileNotFoundError(errno.ENOENT, "not found", executable)
 
 
 class ProcessTask:
@@ -335,9 +349,16 @@ class ProcessRuntime:
                     _hand_over(Path(mount.path), user)
             env.update({"USER": user.name, "LOGNAME": user.name, "HOME": spec.cwd or "/"})
         group = self._new_group(spec)
+        argv = list(spec.argv)
+        if group is not None:
+            missing = _unrunnable(spec, env)  # behind the joining shell, a bad executable would be exit 127
+            if missing is not None:
+                group.remove()
+                raise TaskStartError(_start_failure(spec, missing))
+            argv = group.joined(argv)
         try:
             process = await asyncio.create_subprocess_exec(
-                *spec.argv,
+                *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=spec.log,
                 stderr=subprocess.STDOUT,
@@ -347,7 +368,6 @@ class ProcessRuntime:
                 user=None if user is None else user.uid,
                 group=None if user is None else user.gid,
                 extra_groups=None if user is None else [],
-                preexec_fn=None if group is None else group.joiner(),
             )
         except OSError as exc:
             if group is not None:
@@ -419,6 +439,8 @@ class ProcessRuntime:
         """Make sure the started process is in its group (it joined before exec, unless it could not)."""
         try:
             group.add(pid)
+        except ProcessLookupError:
+            pass  # already exited (a quick task): it joined before exec, so its group still tells an OOM kill
         except OSError as exc:
             logger.warning("process_limits_not_enforced", pid=pid, error=str(exc))
             group.remove()
