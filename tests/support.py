@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import os
+import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker, WorkflowRunner
+
+from iris.controller import workflow_runner
 from iris.local_cluster import ClusterInfo, LocalCluster
+
+TEMPORAL = Path(sys.executable).with_name("temporal")
+WAL_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
 
 @dataclass
@@ -114,3 +126,24 @@ def forget_workers(cluster: Cluster, worker_ids: list[str]) -> None:
         )
 
     asyncio.run(signal())
+
+
+@contextlib.asynccontextmanager
+async def workflows_on_dev_server(
+    name: str, workflows: Sequence[type], activities: Sequence[Callable[..., Any]], runner: WorkflowRunner | None = None
+) -> AsyncIterator[tuple[Client, str]]:
+    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue.
+
+    Yields the client and the queue; the worker and the server are stopped on the way out.
+    """
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
+    queue = f"{name}-{uuid.uuid4().hex[:8]}"
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
+                activity_executor=executor, workflow_runner=runner or workflow_runner(),
+            ):  # fmt: skip
+                yield env.client, queue
+    finally:
+        await env.shutdown()

@@ -8,63 +8,43 @@ the server's 10,000-signal limit; coalesced, a storm is a few signals a second.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import sys
-import uuid
-from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from activities.contracts import Delivery
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import send_signals
-from iris.controller import workflow_runner
+from tests.support import workflows_on_dev_server
 from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
-TEMPORAL = Path(sys.executable).with_name("temporal")
 JOBS = 400
 
 
 async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_signals() -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL),
-        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"],
-    )
-    queue = f"coalescing-{uuid.uuid4().hex[:8]}"
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as executor:
-            async with Worker(
-                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, rebuild_scheduler], activity_executor=executor,
-                workflow_runner=workflow_runner(),
-            ):  # fmt: skip
-                handle = await env.client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID,
-                                                         task_queue=queue)  # fmt: skip
-                never_fits = SchedulingSpec(cpu_millis=10**9, memory_bytes=1)  # stays queued: no worker is that big
-                # Each job's local activity sends its own enqueue; they run side by side in one controller.
-                sends = [
-                    send_signals(env.client, [Delivery(SCHEDULER_WORKFLOW_ID, "enqueue",
-                                                       Enqueue(f"job-{j}", never_fits, {0: 0, 1: 0}))])
-                    for j in range(JOBS)
-                ]
-                assert [[]] * JOBS == await asyncio.gather(*sends)  # every one delivered
-                for _ in range(100):
-                    summary = await handle.query("summary", result_type=pb.ClusterSummary)
-                    if summary.pending_tasks == 2 * JOBS:
-                        break
-                    await asyncio.sleep(0.1)
-                assert 2 * JOBS == summary.pending_tasks
-                signals = [e async for e in handle.fetch_history_events()
-                           if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
-                assert len(signals) < JOBS / 4, f"{len(signals)} signals for {JOBS} jobs"
-                assert {"enqueue_batch"} == {e.workflow_execution_signaled_event_attributes.signal_name
-                                             for e in signals}  # fmt: skip
-                await handle.terminate("test done")
-    finally:
-        await env.shutdown()
+    activities = [find_assignments_activity, rebuild_scheduler]
+    async with workflows_on_dev_server("coalescing", [SchedulerWorkflow], activities) as (client, queue):
+        handle = await client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        never_fits = SchedulingSpec(cpu_millis=10**9, memory_bytes=1)  # stays queued: no worker is that big
+        # Each job's local activity sends its own enqueue; they run side by side in one controller.
+        sends = [
+            send_signals(client, [Delivery(SCHEDULER_WORKFLOW_ID, "enqueue",
+                                           Enqueue(f"job-{j}", never_fits, {0: 0, 1: 0}))])
+            for j in range(JOBS)
+        ]
+        assert [[]] * JOBS == await asyncio.gather(*sends)  # every one delivered
+        for _ in range(100):
+            summary = await handle.query("summary", result_type=pb.ClusterSummary)
+            if summary.pending_tasks == 2 * JOBS:
+                break
+            await asyncio.sleep(0.1)
+        assert 2 * JOBS == summary.pending_tasks
+        signals = [e async for e in handle.fetch_history_events()
+                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
+        assert len(signals) < JOBS / 4, f"{len(signals)} signals for {JOBS} jobs"
+        assert {"enqueue_batch"} == {e.workflow_execution_signaled_event_attributes.signal_name
+                                     for e in signals}  # fmt: skip
+        await handle.terminate("test done")

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import uuid
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
-from iris.controller import workflow_runner
-from tests.test_scheduler_determinism import SPEC_NEVER, TEMPORAL, _batch
+from tests.support import workflows_on_dev_server
+from tests.test_scheduler_determinism import SPEC_NEVER, _batch
 from workflows.messages import Enqueue, Release
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -23,36 +19,24 @@ BURST = 60  # dispatch failures at once: counted one doubling each, 30 s * 2**59
 
 async def test_a_burst_of_dispatch_failures_is_one_incident_and_scheduling_goes_on() -> None:
     """60 tasks that timed out together on one worker: no failed workflow task, and the next job gets a pass."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL),
-        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"],
-    )
-    queue = f"sched-quarantine-{uuid.uuid4().hex[:8]}"
-    try:
-        with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, deliver_signals, rebuild_scheduler],
-                activity_executor=executor, workflow_runner=workflow_runner(),
-            ):  # fmt: skip
-                handle = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
-                await handle.signal("register_workers", _batch(0, 1, 0))
-                await asyncio.gather(*(
-                    handle.signal("release", Release("gone", i, 0, dispatch_failed_on="a0-h0")) for i in range(BURST)
-                ))  # fmt: skip
-                await handle.signal("enqueue", Enqueue("never-fits", SPEC_NEVER, {0: 0}))
-                reason = ""
-                for _ in range(100):
-                    reason = await handle.query("pending_reason", "never-fits")
-                    if reason:
-                        break
-                    await asyncio.sleep(0.1)
-                failed = [
-                    e.event_id async for e in handle.fetch_history_events()
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-                ]  # fmt: skip
-                await handle.terminate("test done")
-        assert [] == failed
-        assert reason, "no scheduling pass ran after the burst"
-    finally:
-        await env.shutdown()
+    activities = [find_assignments_activity, deliver_signals, rebuild_scheduler]
+    async with workflows_on_dev_server("sched-quarantine", [SchedulerWorkflow], activities) as (client, queue):
+        handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+        await handle.signal("register_workers", _batch(0, 1, 0))
+        await asyncio.gather(*(
+            handle.signal("release", Release("gone", i, 0, dispatch_failed_on="a0-h0")) for i in range(BURST)
+        ))  # fmt: skip
+        await handle.signal("enqueue", Enqueue("never-fits", SPEC_NEVER, {0: 0}))
+        reason = ""
+        for _ in range(100):
+            reason = await handle.query("pending_reason", "never-fits")
+            if reason:
+                break
+            await asyncio.sleep(0.1)
+        failed = [
+            e.event_id async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]  # fmt: skip
+        await handle.terminate("test done")
+    assert [] == failed
+    assert reason, "no scheduling pass ran after the burst"
