@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.worker import Replayer
 
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
@@ -37,6 +38,9 @@ async def test_a_burst_of_dispatch_failures_is_one_incident_and_scheduling_goes_
             e.event_id async for e in handle.fetch_history_events()
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         ]  # fmt: skip
+        history = await handle.fetch_history()
         await handle.terminate("test done")
     assert [] == failed
     assert reason, "no scheduling pass ran after the burst"
+    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None  # the burst's history, patch marker included, replays
