@@ -11,30 +11,24 @@ publish pending reasons), and completions.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from activities.contracts import DELIVER_SIGNALS, Delivery
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_signals
-from iris.controller import workflow_runner
+from tests.support import workflows_on_dev_server
 from workflows import scheduler_workflow
 from workflows.messages import Enqueue, Release, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
-TEMPORAL = Path(sys.executable).with_name("temporal")
 SLOW_DELIVERY = 9.0  # seconds: past 80% of the 10 s workflow task timeout, the task is heartbeated
 SPEC_FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 SPEC_NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
@@ -76,35 +70,22 @@ async def slow_deliver_signals(deliveries: list[Delivery]) -> list[int]:
 
 
 async def test_signal_bursts_during_passes_replay_deterministically() -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL),
-        dev_server_extra_args=["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"],
-    )
-    queue = f"sched-determinism-{uuid.uuid4().hex[:8]}"
-    try:
-        with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, slow_deliver_signals, rebuild_scheduler],
-                activity_executor=executor,
-                workflow_runner=workflow_runner(),
-            ):  # fmt: skip
-                handle = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
-                await _load(env.client, queue)
-                await asyncio.sleep(12)  # the last passes and replies
-                failures = [
-                    WorkflowTaskFailedCause.Name(e.workflow_task_failed_event_attributes.cause)
-                    async for e in handle.fetch_history_events()
-                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-                ]  # e.g. FORCE_CLOSE_COMMAND: >100 signals came while a local activity held the task open
-                assert [] == failures
-                assert 24 == await _healthy(env.client, queue)  # every registration was applied once
-                history = await handle.fetch_history()
-                await handle.terminate("test done")
-        result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None
-    finally:
-        await env.shutdown()
+    activities = [find_assignments_activity, slow_deliver_signals, rebuild_scheduler]
+    async with workflows_on_dev_server("sched-determinism", [SchedulerWorkflow], activities) as (client, queue):
+        handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+        await _load(client, queue)
+        await asyncio.sleep(12)  # the last passes and replies
+        failures = [
+            WorkflowTaskFailedCause.Name(e.workflow_task_failed_event_attributes.cause)
+            async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]  # e.g. FORCE_CLOSE_COMMAND: >100 signals came while a local activity held the task open
+        assert [] == failures
+        assert 24 == await _healthy(client, queue)  # every registration was applied once
+        history = await handle.fetch_history()
+        await handle.terminate("test done")
+    result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
 
 
 async def _healthy(client: Client, workflow_id: str) -> int:
@@ -117,29 +98,21 @@ async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytes
     (The server refuses signals past a per-run limit; the budget keeps every run well below it.)
     """
     monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL))
-    queue = f"sched-budget-{uuid.uuid4().hex[:8]}"
-    try:
-        with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[find_assignments_activity, deliver_signals, rebuild_scheduler], activity_executor=executor,
-                workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
-            ):  # fmt: skip
-                await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
-                handle = env.client.get_workflow_handle(queue)
-                for agent in range(100):
-                    await handle.signal("register_workers", _batch(agent, 1, 0))
-                for _ in range(100):
-                    if await _healthy(env.client, queue) == 100:
-                        break
-                    await asyncio.sleep(0.1)
-                assert 100 == await _healthy(env.client, queue)
-                runs = [wf async for wf in env.client.list_workflows(f"WorkflowId='{queue}'")]
-                assert len(runs) >= 2, runs
-                await handle.terminate("test done")
-    finally:
-        await env.shutdown()
+    activities = [find_assignments_activity, deliver_signals, rebuild_scheduler]
+    unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
+    async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
+        await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+        handle = client.get_workflow_handle(queue)
+        for agent in range(100):
+            await handle.signal("register_workers", _batch(agent, 1, 0))
+        for _ in range(100):
+            if await _healthy(client, queue) == 100:
+                break
+            await asyncio.sleep(0.1)
+        assert 100 == await _healthy(client, queue)
+        runs = [wf async for wf in client.list_workflows(f"WorkflowId='{queue}'")]
+        assert len(runs) >= 2, runs
+        await handle.terminate("test done")
 
 
 SLOW_PASS = 5.0
@@ -162,37 +135,29 @@ async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_withou
     Waiting for the pass let one run take in an enqueue storm past the server's per-run signal limit.
     """
     monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL))
-    queue = f"sched-budget-pass-{uuid.uuid4().hex[:8]}"
-    try:
-        with concurrent.futures.ThreadPoolExecutor(4) as executor:
-            async with Worker(
-                env.client, task_queue=queue, workflows=[SchedulerWorkflow],
-                activities=[_first_pass_slow, deliver_signals, rebuild_scheduler], activity_executor=executor,
-                workflow_runner=UnsandboxedWorkflowRunner(),  # the patched budget is seen by the workflow
-            ):  # fmt: skip
-                started = await env.client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
-                handle = env.client.get_workflow_handle(queue)
-                await handle.signal("register_workers", _batch(0, 2, 0))
-                await handle.signal("enqueue", Enqueue("job-0", SPEC_FITS, {0: 0, 1: 0}))
-                await asyncio.sleep(1.0)  # the first pass is under way (and slow)
-                for agent in range(1, 121):  # 3x the budget, all while the first pass runs
-                    await handle.signal("register_workers", _batch(agent, 1, 0))
-                for _ in range(100):  # placed (then given back: these tasks have no workflow to tell)
-                    summary = await handle.query("summary", result_type=pb.ClusterSummary)
-                    if summary.pending_tasks == 0:
-                        break
-                    await asyncio.sleep(0.2)
-                first = env.client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
-                history = [e async for e in first.fetch_history_events()]
-                await handle.terminate("test done")
-        assert 0 == summary.pending_tasks, summary
-        signals = [e for e in history if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-        assert 40 <= len(signals) < 80, f"the first run took {len(signals)} signals (budget 40)"
-        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == history[-1].event_type
-        passes = {e.event_id for e in history if e.activity_task_scheduled_event_attributes.activity_type.name
-                  == FIND_ASSIGNMENTS}  # fmt: skip
-        finished = [e for e in history if e.activity_task_completed_event_attributes.scheduled_event_id in passes]
-        assert passes and not finished  # the first run did not wait for its pass
-    finally:
-        await env.shutdown()
+    activities = [_first_pass_slow, deliver_signals, rebuild_scheduler]
+    unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
+    async with workflows_on_dev_server("sched-pass", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
+        started = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+        handle = client.get_workflow_handle(queue)
+        await handle.signal("register_workers", _batch(0, 2, 0))
+        await handle.signal("enqueue", Enqueue("job-0", SPEC_FITS, {0: 0, 1: 0}))
+        await asyncio.sleep(1.0)  # the first pass is under way (and slow)
+        for agent in range(1, 121):  # 3x the budget, all while the first pass runs
+            await handle.signal("register_workers", _batch(agent, 1, 0))
+        for _ in range(100):  # placed (then given back: these tasks have no workflow to tell)
+            summary = await handle.query("summary", result_type=pb.ClusterSummary)
+            if summary.pending_tasks == 0:
+                break
+            await asyncio.sleep(0.2)
+        first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
+        history = [e async for e in first.fetch_history_events()]
+        await handle.terminate("test done")
+    assert 0 == summary.pending_tasks, summary
+    signals = [e for e in history if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    assert 40 <= len(signals) < 80, f"the first run took {len(signals)} signals (budget 40)"
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == history[-1].event_type
+    passes = {e.event_id for e in history if e.activity_task_scheduled_event_attributes.activity_type.name
+          == FIND_ASSIGNMENTS}  # fmt: skip
+    finished = [e for e in history if e.activity_task_completed_event_attributes.scheduled_event_id in passes]
+    assert passes and not finished  # the first run did not wait for its pass
