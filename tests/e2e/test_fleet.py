@@ -224,9 +224,14 @@ def test_a_slice_picked_for_idle_scale_down_as_a_job_lands_on_it_stays(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
     """The autoscaler decides on a snapshot; a slice that got work since stays READY and uncordoned, its job runs."""
-    job = gang_job(fleet_client, tmp_path, seconds=6.0)
+    # Long enough that the gang still runs when the slice checks for work on a loaded machine.
+    job = gang_job(fleet_client, tmp_path, seconds=20.0)
     wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
     (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks if t.worker_id}
+    # A fresh slice runs tasks as soon as its hosts register, a moment before it is READY;
+    # the autoscaler only scales down READY slices.
+    wait_until(lambda: {s.slice_id: s.state for s in fleet_client.list_slices()}.get(slice_id) == SliceState.READY,
+               timeout=60, what="slice READY")  # fmt: skip
     answer = asyncio.run(_ask_idle_scale_down(fleet.info.address, slice_id))
     assert "4 tasks placed on it" == answer
     mine = {f"{slice_id}-{i}" for i in range(4)}

@@ -7,7 +7,7 @@ from structlog.testing import capture_logs
 
 from iris import Constraint, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config import parse_config
-from tests.support import Cluster
+from tests.support import Cluster, wait_until
 
 
 def test_results_of_a_failed_job_raise_unless_partial(client: IrisClient) -> None:
@@ -103,6 +103,8 @@ def test_every_iris_workflow_has_an_iris_kind(client: IrisClient) -> None:
     assert expected == {t: k for t, k in found.items() if t in expected}
     assert all(k <= set(KINDS) for k in found.values()), found  # slices and the autoscaler too, when present
     assert (autoscaling.KIND.name, autoscaling.SLICE_KIND) == (KIND_ATTRIBUTE, SLICE_KIND)
-    assert job.job_id in client._run(ids('IrisKind = "Job" AND IrisJobState = "SUCCEEDED"'))
+    # Visibility is written just after the history: the job's final state shows up a moment after `wait`.
+    wait_until(lambda: job.job_id in client._run(ids('IrisKind = "Job" AND IrisJobState = "SUCCEEDED"')),
+               timeout=10, what="the job listed as SUCCEEDED")  # fmt: skip
     assert f"{job.job_id}/task-0" in client._run(ids('IrisKind = "Task"'))
     assert "iris-worker-cpu-0" in client._run(ids('IrisKind = "Worker" AND ExecutionStatus = "Running"'))
