@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from temporalio.client import WorkflowHistory
 
 from activities.contracts import INLINE_LAUNCH_BYTES, launch_blob_key
@@ -44,3 +45,21 @@ def test_a_small_command_stays_inline(client: IrisClient) -> None:
     assert JobState.SUCCEEDED == job.wait(timeout=120).state
     assert not client._async.blobs.exists(launch_blob_key(job.job_id))
     assert "inline" in client.fetch_task_logs(job.job_id, 0)
+
+
+def test_a_missing_launch_fails_the_task_saying_so(client: IrisClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the stored command and env cannot be read, the task fails with that reason, not a crash of the agent."""
+    store = type(client._async.blobs)  # frozen: the client's store class, in this (the submitter's) process only
+    real_put = store.put
+    def put_all_but_launches(self: object, key: str, data: bytes) -> None:
+        if not key.endswith("/launch"):
+            real_put(self, key, data)
+
+    monkeypatch.setattr(store, "put", put_all_but_launches)
+    job = client.submit_command(["true"], env={"BIG": "x" * 8_000}, resources=ResourceSpec(cpu=0.2, memory="128m"))
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    assert "cannot read the job's command and environment" in status.tasks[0].error
+    monkeypatch.undo()
+    after = client.submit_command(["true"], resources=ResourceSpec(cpu=0.2, memory="128m"))
+    assert JobState.SUCCEEDED == after.wait(timeout=120).state  # the agent carries on
