@@ -81,6 +81,7 @@ ENQUEUE = "enqueue"  # the scheduler's signal: one job's (or one retried task's)
 REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
 REGISTER_AGAIN = "register_again"  # signal to a WorkerWorkflow: send the session's registration again
 SCHEDULER_RESTARTED = "scheduler_restarted"  # signal to a TaskWorkflow: enqueue again, or claim your place
+TASK_ENDED = "task_ended"  # signal to a JobWorkflow that continues as new: one task's result (a TaskResult)
 ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
 
 

@@ -5,6 +5,14 @@ signal, by retries and by each child's result), sends the scheduler one
 batched enqueue signal (from a local activity), and kills what is still
 running when the job fails, is terminated, or when one task of a coscheduled
 job dies.
+
+A plain job that could outgrow one history (more tasks than a wave, or a large
+retry budget) continues as new when the server suggests it, with its tasks
+still running: they are started with ParentClosePolicy.ABANDON and send their
+result to the job's workflow id (TASK_ENDED), which reaches whichever run is
+current; the next run takes over the table, the open tasks and the waves
+(`pb.JobHandover`), and cancels open tasks by their workflow ids. This is
+Temporal's sliding-window pattern for batches larger than one history.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DELIVER_SIGNALS, Delivery, TaskStarted
+    from activities.contracts import DELIVER_SIGNALS, TASK_ENDED, Delivery, TaskStarted
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr
     from workflows.details import job_status_markdown
@@ -74,6 +82,19 @@ ADAPTIVE_WAVES = "adaptive-waves"
 WAVE_FLOOR = 400  # open children of a large job while few of its tasks run
 WAVE_AHEAD = 200  # open children beyond the job's running tasks (queued, placed, starting)
 WAVE_STEP = 200  # the next wave starts once this many places are free under the cap
+# workflow.patched id: a plain job that may outgrow one history continues as new on the server's
+# suggestion, its running tasks handed over to the next run (see the module docstring). A job's
+# history takes ~4 events per task and ~2-4 per retry; Temporal ends a history at 51,200 events.
+HANDOVER = "plain-jobs-continue-as-new"
+HANDOVER_ATTEMPTS = 2_000  # a plain job of more tasks x (1 + failure retries) than this may hand over
+
+
+def may_outgrow_history(req: pb.JobRequest) -> bool:
+    """Whether a plain job can take more events than one history holds (decided once, from its request).
+
+    Small jobs with small budgets keep the cheaper shape: no marker, no extra signal per task.
+    """
+    return req.replicas > WAVE_FLOOR or req.replicas * (1 + req.max_retries_failure) > HANDOVER_ATTEMPTS
 
 
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
@@ -104,7 +125,12 @@ class GangProgress:
 
 @workflow.defn(name="JobWorkflow")
 class JobWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(
+        self, req: pb.JobRequest, gang: GangProgress | None = None, handover: pb.JobHandover | None = None
+    ) -> None:
+        """Takes a handed-over table before any handler runs: signals buffered across continue-as-new
+        (a task's end, a task's start) are delivered before the run method begins."""
         self.status = pb.JobStatus()
         self.req = pb.JobRequest()
         self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
@@ -116,9 +142,15 @@ class JobWorkflow:
         self._next_task = 0  # the next task index to start, for jobs started in waves
         self._stale = False  # the memo lags the status (see _publish)
         self._counts: dict[str, int] = {}  # tasks per state, kept by _set_row: no scan of the table per change
-        self._ended: deque[int] = deque()  # task indexes whose child ended, in the order Temporal resolved them
-        self._open = 0  # children of a plain job started and not yet recorded as ended
+        # Task indexes whose child ended, in the order Temporal resolved them (or the TASK_ENDED
+        # signal brought them, with the result); an index may come twice (child and signal).
+        self._ended: deque[tuple[int, TaskResult | None]] = deque()
+        self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._adaptive = False  # ADAPTIVE_WAVES patch, decided when the first wave starts
+        self._handover = False  # HANDOVER patch: this job continues as new with its tasks running
+        if handover is not None:
+            self.req = req
+            self._take_over(handover)
 
     # -- queries and signals -----------------------------------------------------------------
 
@@ -150,6 +182,12 @@ class JobWorkflow:
         self.status.pending_reason = cap_text(reason, MAX_REASON_CHARS)
         self._publish()
 
+    @workflow.signal(name=TASK_ENDED)
+    def task_ended(self, result: TaskResult) -> None:
+        """A task of a job that continues as new ended; it reaches this run even if an earlier one started it."""
+        if 0 <= result.task_index < len(self.status.tasks):
+            self._ended.append((result.task_index, result))
+
     @workflow.signal
     def task_retrying(self, msg: TaskRetrying) -> None:
         if not 0 <= msg.task_index < len(self.status.tasks):
@@ -165,24 +203,29 @@ class JobWorkflow:
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, req: pb.JobRequest, gang: GangProgress | None = None) -> pb.JobStatus:
-        """Run the job; `gang` is handed over by continue-as-new between attempts of a gang."""
+    async def run(
+        self, req: pb.JobRequest, gang: GangProgress | None = None, handover: pb.JobHandover | None = None
+    ) -> pb.JobStatus:
+        """Run the job; continue-as-new hands over `gang` between attempts of a gang, and `handover`
+        (the table and the tasks still running) for a plain job."""
         self.req = req
         job_id = workflow.info().workflow_id
         # Decided before any command, so a replay takes the same branch (see scheduler_workflow.py).
         self._visible = workflow.patched(VISIBLE_JOBS)
         if self._visible:
             asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
-        self.status = pb.JobStatus(
-            job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
-            num_tasks=req.replicas, submitted_at=req.submitted_at,
-        )
+        if handover is None:
+            self.status = pb.JobStatus(
+                job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
+                num_tasks=req.replicas, submitted_at=req.submitted_at,
+            )
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
-        for i in range(req.replicas):
-            self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
-        self._counts = {TaskState.PENDING: req.replicas}
+        if handover is None:
+            for i in range(req.replicas):
+                self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
+            self._counts = {TaskState.PENDING: req.replicas}
         if gang is not None:
             for row in self.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
@@ -191,7 +234,8 @@ class JobWorkflow:
             if req.coschedule_group_by:
                 await self._run_gang(job_id, req, gang or GangProgress())
             else:
-                await self._start_tasks(job_id, req, attempt=0)
+                if handover is None:
+                    await self._start_tasks(job_id, req, attempt=0)
                 await self._collect_plain()
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
@@ -263,7 +307,21 @@ class JobWorkflow:
             if req.replicas > WAVE_FLOOR:  # small jobs start whole: no patch marker in their history
                 self._adaptive = workflow.patched(ADAPTIVE_WAVES)
             end = min(end, WAVE_FLOOR if self._adaptive else MAX_PENDING_CHILDREN)
+            if may_outgrow_history(req):
+                self._handover = workflow.patched(HANDOVER)
         await self._start_range(job_id, req, attempt, end)
+
+    def _take_over(self, handover: pb.JobHandover) -> None:
+        """Begin where the previous run of this plain job left off (it continued as new)."""
+        self.status.CopyFrom(handover.status)
+        self._counts = {}
+        for row in self.status.tasks:
+            self._counts[row.state] = self._counts.get(row.state, 0) + 1
+        self._open = set(handover.open_tasks)
+        self._next_task = handover.next_task
+        self._adaptive = handover.adaptive
+        self._handover = True
+        self._published = self._view()  # the memo and search attributes came along with continue-as-new
 
     async def _start_next_wave(self) -> None:
         """Start more of a large job's tasks once a wave's worth of its pending children has ended."""
@@ -271,9 +329,9 @@ class JobWorkflow:
         if self._next_task >= req.replicas or self._kill_reason or self._failing:
             return
         cap = self._open_cap()
-        if self._open > cap - (WAVE_STEP if self._adaptive else START_BATCH):
+        if len(self._open) > cap - (WAVE_STEP if self._adaptive else START_BATCH):
             return
-        end = min(req.replicas, self._next_task + cap - self._open)
+        end = min(req.replicas, self._next_task + cap - len(self._open))
         await self._start_range(workflow.info().workflow_id, req, 0, end)
 
     def _open_cap(self) -> int:
@@ -287,7 +345,7 @@ class JobWorkflow:
         """More of the job's tasks started running, so the cap grew by a wave (long tasks end rarely)."""
         return (
             self._adaptive and self._next_task < self.req.replicas and not self._kill_reason and not self._failing
-            and self._open <= self._open_cap() - WAVE_STEP
+            and len(self._open) <= self._open_cap() - WAVE_STEP
         )  # fmt: skip
 
     async def _start_range(self, job_id: str, req: pb.JobRequest, attempt: int, end: int) -> None:
@@ -298,6 +356,9 @@ class JobWorkflow:
         argv = list(req.entrypoint.command.argv) if kind == "command" else []
         first = self._next_task
         tagged = TypedSearchAttributes([SearchAttributePair(KIND, TASK_KIND)]) if self._visible else None
+        # A job that continues as new must not take its running tasks with it: they are abandoned and
+        # report their end by signal (REQUEST_CANCEL would cancel them when the run closes).
+        closing = workflow.ParentClosePolicy.ABANDON if self._handover else workflow.ParentClosePolicy.REQUEST_CANCEL
         for start in range(first, end, START_BATCH):
             if self._kill_reason:
                 break
@@ -323,10 +384,11 @@ class JobWorkflow:
                             bundle_blob=req.bundle_blob,
                             setup=list(req.setup),
                             launch_blob=req.launch_blob,
+                            report_end=self._handover,
                         ),
                         id=task_workflow_id(job_id, i),
                         task_queue=CONTROL_TASK_QUEUE,
-                        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                        parent_close_policy=closing,
                         static_summary=f"{req.name or job_id} task {i}/{req.replicas}",
                         search_attributes=tagged,
                     )
@@ -336,7 +398,7 @@ class JobWorkflow:
             self._children.update(zip(batch, handles, strict=True))
             self._next_task = batch.stop
             if not gang:
-                self._open += len(batch)
+                self._open.update(batch)
                 for i, handle in zip(batch, handles, strict=True):
                     handle.add_done_callback(functools.partial(_note_end, self._ended, i))
         if self._kill_reason:
@@ -350,7 +412,7 @@ class JobWorkflow:
             await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("enqueue", enqueue)
 
     def _kill_unstarted(self) -> None:
-        for i in range(len(self._children), self.req.replicas):
+        for i in range(self._next_task, self.req.replicas):
             row = self.status.tasks[i]
             self._set_row(row, TaskState.KILLED)
             row.error = "killed before it started"
@@ -377,17 +439,48 @@ class JobWorkflow:
         a scan per ended child).
         """
         while True:
-            while self._ended:
-                index = self._ended.popleft()
-                self._open -= 1
-                self._record(index, self._children[index])
+            self._record_ended()
             if self._next_task < self.req.replicas and self._visible:
                 await self._start_next_wave()
-            if self._open == 0 and not self._ended:
+            if not self._open and not self._ended:
                 break
-            await workflow.wait_condition(lambda: bool(self._ended) or self._wave_due())
+            if self._handover_due():
+                await self._continue_as_new()
+            await workflow.wait_condition(lambda: bool(self._ended) or self._wave_due() or self._handover_due())
         if self._next_task < self.req.replicas and self._visible:
             self._kill_unstarted()  # the job failed or was killed before its last waves started
+
+    def _record_ended(self) -> None:
+        while self._ended:
+            index, result = self._ended.popleft()
+            if index not in self._open:
+                continue  # recorded already: its child's end and its TASK_ENDED signal both came
+            self._open.discard(index)
+            self._record(index, result if result is not None else _child_result(index, self._children[index]))
+
+    def _handover_due(self) -> bool:
+        """The server suggests a new run, and this job has tasks to hand over.
+
+        A job being killed or failing winds down in this run: it only waits for its open tasks.
+        """
+        return (
+            self._handover and bool(self._open) and not self._kill_reason and not self._failing
+            and workflow.info().is_continue_as_new_suggested()
+        )  # fmt: skip
+
+    async def _continue_as_new(self) -> None:
+        """Hand the job over to a new run with its tasks still running."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._record_ended()
+        if not self._handover_due():
+            return
+        handover = pb.JobHandover(
+            status=compact_status(self.status), open_tasks=sorted(self._open),
+            next_task=self._next_task, adaptive=self._adaptive,
+        )  # fmt: skip
+        self._flush()
+        workflow.logger.info("job %s continues as new with %d tasks open", self.status.job_id, len(self._open))
+        workflow.continue_as_new(args=[self.req, None, handover])
 
     async def _collect(self) -> None:
         """Wait for every member of a gang, reacting to each result as it arrives."""
@@ -399,14 +492,10 @@ class JobWorkflow:
             done, _ = await workflow.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
             for handle in done:
                 index = waiting.pop(handle)
-                self._record(index, handle)
+                self._record(index, _child_result(index, handle))
 
-    def _record(self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> None:
+    def _record(self, index: int, result: TaskResult) -> None:
         row = self.status.tasks[index]
-        try:
-            result: TaskResult = handle.result()
-        except BaseException as err:  # the child itself failed or was terminated from outside
-            result = TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
         self._set_row(row, TaskState(result.state))
         row.worker_id, row.attempt = result.worker_id, result.attempt
         if not self.req.coschedule_group_by:  # a gang's budgets are counted by the job (_run_gang)
@@ -450,6 +539,21 @@ class JobWorkflow:
         for handle in self._children.values():
             if not handle.done():
                 handle.cancel()
+        adopted = sorted(self._open.difference(self._children))  # started by an earlier run of this job
+        if adopted:
+            asyncio.get_running_loop().create_task(self._cancel_adopted(adopted))
+
+    async def _cancel_adopted(self, indexes: list[int]) -> None:
+        """Cancel tasks an earlier run started; each then reports its end (KILLED) by signal."""
+        job_id = workflow.info().workflow_id
+
+        async def cancel(index: int) -> None:
+            try:
+                await workflow.get_external_workflow_handle(task_workflow_id(job_id, index)).cancel()
+            except Exception as err:  # it ended meanwhile; its TASK_ENDED signal is on the way
+                workflow.logger.info("task %d of %s not cancelled: %s", index, job_id, err)
+
+        await asyncio.gather(*(cancel(i) for i in indexes))
 
     def _refresh_state(self) -> None:
         self.status.task_state_counts.clear()
@@ -518,6 +622,14 @@ class JobWorkflow:
         return result
 
 
-def _note_end(ended: deque[int], index: int, _handle: object) -> None:
+def _note_end(ended: deque[tuple[int, TaskResult | None]], index: int, _handle: object) -> None:
     """Done-callback of a plain job's child: queue its index for `_collect_plain`."""
-    ended.append(index)
+    ended.append((index, None))
+
+
+def _child_result(index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> TaskResult:
+    try:
+        result: TaskResult = handle.result()
+    except BaseException as err:  # the child itself failed or was terminated from outside
+        return TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
+    return result

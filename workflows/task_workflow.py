@@ -10,6 +10,7 @@ never returns to a dead worker's queue.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,9 +22,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        DELIVER_SIGNALS,
         PROCESS_STARTED,
         RUN_TASK,
         SCHEDULER_RESTARTED,
+        TASK_ENDED,
+        Delivery,
         RunTaskInput,
         RunTaskResult,
         result_blob_key,
@@ -66,6 +70,9 @@ class TaskInput:
     bundle_blob: str = ""  # the job's code bundle; the agent unpacks it as the working directory
     setup: list[str] = field(default_factory=list)  # run once per job and host before the task
     launch_blob: str = ""  # argv, env and setup stored once for the job (a big command); see JobRequest
+    # The job continues as new, so the run that started this task may be gone when it ends: the
+    # task then sends its result to the job's workflow id (TASK_ENDED), which reaches the current run.
+    report_end: bool = False
 
 
 @dataclass
@@ -149,6 +156,24 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
+        result = await self._attempts(inp)
+        if inp.report_end:
+            await self._report_end(inp, result)
+        return result
+
+    async def _report_end(self, inp: TaskInput, result: TaskResult) -> None:
+        """Send the result to the job's current run: a local activity, so the task ends in this workflow task.
+
+        A job that no longer runs (it was terminated) is not an error: nobody is left to tell.
+        """
+        parent = workflow.info().parent
+        ended = dataclasses.replace(result, transitions=[])  # the job's table does not keep them
+        delivery = Delivery(parent.workflow_id if parent else inp.job_id, TASK_ENDED, ended)
+        await workflow.execute_local_activity(
+            DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
+        )
+
+    async def _attempts(self, inp: TaskInput) -> TaskResult:
         self._input = inp
         self.result = TaskResult(task_index=inp.task_index, state=self.state)
         self.attempt = inp.first_attempt

@@ -216,6 +216,18 @@ class JobStatus(_message.Message):
     compact: bool
     def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ...) -> None: ...
 
+class JobHandover(_message.Message):
+    __slots__ = ("status", "open_tasks", "next_task", "adaptive")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
+    ADAPTIVE_FIELD_NUMBER: _ClassVar[int]
+    status: JobStatus
+    open_tasks: _containers.RepeatedScalarFieldContainer[int]
+    next_task: int
+    adaptive: bool
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., open_tasks: _Optional[_Iterable[int]] = ..., next_task: _Optional[int] = ..., adaptive: _Optional[bool] = ...) -> None: ...
+
 class WorkerStatus(_message.Message):
     __slots__ = ("worker_id", "healthy", "attributes", "capacity", "committed", "running_tasks", "cordoned")
     class AttributesEntry(_message.Message):

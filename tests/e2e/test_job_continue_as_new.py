@@ -1,0 +1,123 @@
+"""A plain job that may outgrow one history continues as new with its tasks still running.
+
+The server suggests continue-as-new every 60 history events here, so a 30-task job hands itself
+over many times: tasks started by one run end in a later one, retries are counted across runs,
+every run replays, and killing a job kills the tasks an earlier run started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.worker import Replayer
+
+from iris import IrisClient, JobState, ResourceSpec
+from iris.config import parse_config
+from iris.local_cluster import LocalCluster
+from tests.support import Cluster, wait_until
+from workflows.job_workflow import HANDOVER_ATTEMPTS
+from workflows.registry import ALL_WORKFLOWS
+
+FLEET = {
+    "local": {
+        "worker_groups": [
+            {"name": "cpu", "count": 2, "resources": {"cpu": 4, "memory": "4g"}, "attributes": {"pool": "cpu"}},
+        ]
+    }
+}
+REPLICAS = 30
+RETRIES = HANDOVER_ATTEMPTS  # a failure budget large enough that the job may outgrow one history
+
+
+@pytest.fixture(scope="module")
+def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("iris-job-can"))
+    info = local.up(
+        parse_config(FLEET, "test fleet"), dynamic_config={"limit.historyCount.suggestContinueAsNew": "60"}
+    )
+    try:
+        yield Cluster(local, info)
+    finally:
+        local.down()
+
+
+@pytest.fixture(scope="module")
+def client(small_history: Cluster) -> Iterator[IrisClient]:
+    with IrisClient.connect(small_history.info.address, store=small_history.info.store_url) as c:
+        yield c
+
+
+async def _runs(address: str, job_id: str) -> list[tuple[WorkflowExecutionStatus | None, int]]:
+    """Status and history length of every run of the job, oldest first, after replaying each."""
+    client = await Client.connect(address)
+    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    runs = []
+    async for wf in client.list_workflows(f"WorkflowId='{job_id}'"):
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, f"run {wf.run_id}: {result.replay_failure}"
+        runs.append((wf.start_time, wf.status, len(history.events)))
+    return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
+
+
+def _flaky(marks: Path) -> list[str]:
+    """Every third task fails its first attempt; every task runs a second so runs overlap tasks."""
+    code = (
+        "import os, pathlib, sys, time; i = int(os.environ['IRIS_TASK_INDEX']); time.sleep(1); "
+        f"mark = pathlib.Path({str(marks)!r}) / str(i); "
+        "first = not mark.exists(); mark.touch(); sys.exit(1 if first and i % 3 == 0 else 0)"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_job_hands_over_running_tasks_to_its_next_runs(
+    client: IrisClient, small_history: Cluster, tmp_path: Path
+) -> None:
+    resources = ResourceSpec(cpu=0.1, memory="16m", replicas=REPLICAS)
+    job = client.submit_command(_flaky(tmp_path), name="handover", resources=resources, max_retries_failure=RETRIES)
+    status = job.wait(timeout=300)
+    assert JobState.SUCCEEDED == status.state
+    assert {"SUCCEEDED": REPLICAS} == status.task_state_counts
+    assert [1 if t.task_index % 3 == 0 else 0 for t in status.tasks] == [t.failure_count for t in status.tasks]
+    assert [f"{job.job_id}/task-{i}" for i in range(REPLICAS)] == [t.task_id for t in status.tasks]
+    runs = asyncio.run(_runs(small_history.info.address, job.job_id))
+    assert len(runs) > 2, runs  # it continued as new, more than once
+    assert all(s == WorkflowExecutionStatus.CONTINUED_AS_NEW for s, _ in runs[:-1]), runs
+    assert WorkflowExecutionStatus.COMPLETED == runs[-1][0]
+    assert all(n < 300 for _, n in runs), runs  # no run holds the whole job
+    listed = wait_until(lambda: [j for j in client.list_jobs(state="SUCCEEDED") if j.job_id == job.job_id],
+                        timeout=10, what="the job listed from visibility")  # fmt: skip
+    assert {"SUCCEEDED": REPLICAS} == listed[0].task_state_counts
+
+
+def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
+    client: IrisClient, small_history: Cluster
+) -> None:
+    resources = ResourceSpec(cpu=0.1, memory="16m", replicas=20)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    job = client.submit_command(sleeper, name="handover-kill", resources=resources, max_retries_failure=RETRIES)
+    address = small_history.info.address
+
+    def handed_over_while_running() -> bool:
+        st = job.status()
+        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
+
+    wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
+    assert job.terminate()
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert JobState.KILLED == status.state
+    assert {"KILLED": 20} == status.task_state_counts
+
+    async def task_runs_open() -> list[str]:
+        temporal = await Client.connect(address)
+        query = f"WorkflowId STARTS_WITH '{job.job_id}/' AND ExecutionStatus='Running'"
+        return [wf.id async for wf in temporal.list_workflows(query)]
+
+    wait_until(lambda: not asyncio.run(task_runs_open()), timeout=30, what="every task workflow closed")
+    wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
+               what="no task left on a worker")  # fmt: skip
