@@ -19,7 +19,7 @@ from activities.contracts import result_blob_key, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from iris.client import AsyncIrisClient, _job_status
 from worker_agent.object_store import open_blob_store
-from workflows.job_workflow import MAX_REPLICAS
+from workflows.job_workflow import MAX_REPLICAS, pack_handover, unpack_handover
 from workflows.visibility import MAX_ERROR_CHARS, MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_status
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
@@ -68,3 +68,17 @@ def test_results_of_a_compact_callable_job_are_read_from_the_derived_keys(tmp_pa
     assert [i * i for i in range(n)] == asyncio.run(client.results("job-fn"))
     client._results["job-cmd"] = compact_status(_status("job-cmd", n, "SUCCEEDED"))
     assert [None] * n == asyncio.run(client.results("job-cmd"))  # a command's tasks return nothing
+
+
+def test_a_job_hands_over_its_largest_table_far_below_the_payload_limit() -> None:
+    """What a 10,000-task job carries into its next run: every row, with budgets and exit codes."""
+    status = _status("job-big", MAX_REPLICAS, "RUNNING", error="Traceback: " + "x" * MAX_ERROR_CHARS)
+    for row in status.tasks:
+        row.worker_id = f"tpu-v5e-256-slice-{row.task_index % 500:04d}-w{row.task_index % 64}"
+        row.failure_count, row.preemption_count, row.has_exit_code, row.exit_code = 1, 2, True, 1
+    handover = pb.JobHandover(status=compact_status(status), open_tasks=range(9_000, MAX_REPLICAS),
+                              next_task=MAX_REPLICAS, adaptive=True)  # fmt: skip
+    assert _payload_bytes(handover) > PAYLOAD_LIMIT * 3 // 4  # as Temporal's default JSON: near the limit
+    packed = pack_handover(handover)
+    assert _payload_bytes(packed) < PAYLOAD_LIMIT // 8
+    assert handover == unpack_handover(packed)
