@@ -3,7 +3,8 @@
 A change that makes old histories non-deterministic breaks running jobs on
 upgrade; this catches it without a server. Re-record with:
 IRIS_RECORD_HISTORIES=tests/histories/vN python -m pytest tests/e2e/test_replay.py
-(slices and the autoscaler: IRIS_RECORD_HISTORIES=tests/histories/fleet-vN ... tests/e2e/test_fleet.py)
+(slices and the autoscaler: IRIS_RECORD_HISTORIES=tests/histories/fleet-vN ... tests/e2e/test_fleet.py;
+jobs that continue as new: IRIS_RECORD_HISTORIES=tests/histories/handover-vN ... tests/e2e/test_job_continue_as_new.py)
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ def test_recorded_histories_exist() -> None:
     """Every workflow type has at least one recorded history to replay.
 
     `vN` folders hold the job path's workflows; `fleet-vN` folders the slice and autoscaler
-    workflows (recorded by tests/e2e/test_fleet.py, which runs its own fleet cluster).
+    workflows (recorded by tests/e2e/test_fleet.py, which runs its own fleet cluster);
+    `handover-vN` the runs of jobs that continued as new (tests/e2e/test_job_continue_as_new.py).
     """
     for version in {p.parent for p in HISTORIES}:
         types = {p.name.split("-", 1)[0] for p in version.glob("*.json")}
         core = {"SliceWorkflow", "AutoscalerWorkflow"} if version.name.startswith("fleet-") else {
             "JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"}  # fmt: skip
+        if version.name.startswith("handover-"):
+            core = {"JobWorkflow", "TaskWorkflow"}
         assert core <= types, version
     assert {w.__name__ for w in ALL_WORKFLOWS} <= {p.name.split("-", 1)[0] for p in HISTORIES}
 

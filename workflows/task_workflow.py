@@ -10,6 +10,7 @@ never returns to a dead worker's queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -165,13 +166,17 @@ class TaskWorkflow:
         """Send the result to the job's current run: a local activity, so the task ends in this workflow task.
 
         A job that no longer runs (it was terminated) is not an error: nobody is left to tell.
+        Shielded: a kill that arrives now must not stop the job from hearing how the task ended.
         """
         parent = workflow.info().parent
         ended = dataclasses.replace(result, transitions=[])  # the job's table does not keep them
         delivery = Delivery(parent.workflow_id if parent else inp.job_id, TASK_ENDED, ended)
-        await workflow.execute_local_activity(
+        report = asyncio.ensure_future(workflow.execute_local_activity(
             DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
-        )
+        ))  # fmt: skip
+        while not report.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(report)
 
     async def _attempts(self, inp: TaskInput) -> TaskResult:
         self._input = inp

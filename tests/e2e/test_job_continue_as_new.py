@@ -2,12 +2,16 @@
 
 The server suggests continue-as-new every 60 history events here, so a 30-task job hands itself
 over many times: tasks started by one run end in a later one, retries are counted across runs,
-every run replays, and killing a job kills the tasks an earlier run started.
+every run replays, and killing a job kills the tasks an earlier run started. With
+IRIS_RECORD_HISTORIES=DIR set, the runs' histories (and a task's) are saved there as replay
+fixtures for tests/test_replay_recorded.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,16 +56,25 @@ def client(small_history: Cluster) -> Iterator[IrisClient]:
         yield c
 
 
-async def _runs(address: str, job_id: str) -> list[tuple[WorkflowExecutionStatus | None, int]]:
-    """Status and history length of every run of the job, oldest first, after replaying each."""
+async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[WorkflowExecutionStatus | None, int]]:
+    """Status and history length of every run of the job, oldest first, after replaying each.
+
+    With `record` (a name) and IRIS_RECORD_HISTORIES set, also saves each run and task 0's history.
+    """
     client = await Client.connect(address)
     replayer = Replayer(workflows=ALL_WORKFLOWS)
     runs = []
-    async for wf in client.list_workflows(f"WorkflowId='{job_id}'"):
+    folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""
+    async for wf in client.list_workflows(f"WorkflowId='{job_id}' OR WorkflowId='{job_id}/task-0'"):
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, f"run {wf.run_id}: {result.replay_failure}"
-        runs.append((wf.start_time, wf.status, len(history.events)))
+        if folder:
+            name = f"{wf.workflow_type}-{record}-{wf.status.name.lower() if wf.status else ''}-{wf.run_id[-8:]}.json"
+            fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
+            (Path(folder) / name).write_text(json.dumps(fixture))
+        if wf.id == job_id:
+            runs.append((wf.start_time, wf.status, len(history.events)))
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
 
 
@@ -85,7 +98,7 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
     assert {"SUCCEEDED": REPLICAS} == status.task_state_counts
     assert [1 if t.task_index % 3 == 0 else 0 for t in status.tasks] == [t.failure_count for t in status.tasks]
     assert [f"{job.job_id}/task-{i}" for i in range(REPLICAS)] == [t.task_id for t in status.tasks]
-    runs = asyncio.run(_runs(small_history.info.address, job.job_id))
+    runs = asyncio.run(_runs(small_history.info.address, job.job_id, record="handover"))
     assert len(runs) > 2, runs  # it continued as new, more than once
     assert all(s == WorkflowExecutionStatus.CONTINUED_AS_NEW for s, _ in runs[:-1]), runs
     assert WorkflowExecutionStatus.COMPLETED == runs[-1][0]
@@ -119,5 +132,6 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
         return [wf.id async for wf in temporal.list_workflows(query)]
 
     wait_until(lambda: not asyncio.run(task_runs_open()), timeout=30, what="every task workflow closed")
+    asyncio.run(_runs(address, job.job_id, record="killed"))
     wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
                what="no task left on a worker")  # fmt: skip
