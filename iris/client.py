@@ -110,8 +110,11 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
 
 
 def _visibility_query(state: str | None, user: str | None, name: str | None) -> str:
-    """The list filter: every job workflow (also those started before IrisKind), narrowed by keyword."""
-    clauses = ["WorkflowType = 'JobWorkflow'"]
+    """The list filter: every job workflow (also those started before IrisKind), narrowed by keyword.
+
+    A job that continued as new has a closed run per hand-over; only its current run is the job.
+    """
+    clauses = ["WorkflowType = 'JobWorkflow'", "ExecutionStatus != 'ContinuedAsNew'"]
     for attr, value in ((JOB_STATE, state), (JOB_USER, user), (JOB_NAME, name)):
         if value is not None:
             clauses.append(f"{attr.name} = {_quoted(value)}")

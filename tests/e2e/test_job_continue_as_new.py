@@ -106,6 +106,7 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
     listed = wait_until(lambda: [j for j in client.list_jobs(state="SUCCEEDED") if j.job_id == job.job_id],
                         timeout=10, what="the job listed from visibility")  # fmt: skip
     assert {"SUCCEEDED": REPLICAS} == listed[0].task_state_counts
+    assert 1 == sum(j.job_id == job.job_id for j in client.list_jobs())  # once, not once per run
 
 
 def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
