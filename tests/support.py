@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import os
 import sys
 import time
@@ -14,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker import Replayer, Worker, WorkflowRunner
 
 from iris.controller import workflow_runner
 from iris.local_cluster import ClusterInfo, LocalCluster
+from workflows.registry import ALL_WORKFLOWS
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
 WAL_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
@@ -147,3 +149,20 @@ async def workflows_on_dev_server(
                 yield env.client, queue
     finally:
         await env.shutdown()
+
+
+async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") -> WorkflowHistory:
+    """Fetch one run's history and replay it against the current workflow code.
+
+    With `record` (a name) and IRIS_RECORD_HISTORIES=DIR set, the history is also saved there as a
+    replay fixture for tests/test_replay_recorded.py.
+    """
+    history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+    result = await Replayer(workflows=ALL_WORKFLOWS).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{wf.id} run {wf.run_id}: {result.replay_failure}"
+    folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""
+    if folder:
+        name = f"{wf.workflow_type}-{record}-{wf.status.name.lower() if wf.status else ''}-{wf.run_id[-8:]}.json"
+        fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
+        (Path(folder) / name).write_text(json.dumps(fixture))
+    return history

@@ -227,6 +227,8 @@ class JobWorkflow:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
             self._counts = {TaskState.PENDING: req.replicas}
+        if isinstance(gang, dict):  # started with fewer arguments than `run` takes: decoded untyped
+            gang = GangProgress(**gang)
         if gang is not None:
             for row in self.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
@@ -279,7 +281,7 @@ class JobWorkflow:
             workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, progress.attempt, cause.error)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(args=[req, progress])
+                workflow.continue_as_new(args=[req, progress, b""])  # every argument, or none is typed
             self._failing = False
             self._children.clear()
             for row in self.status.tasks:

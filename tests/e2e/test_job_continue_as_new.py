@@ -10,22 +10,18 @@ fixtures for tests/test_replay_recorded.py.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.worker import Replayer
 
 from iris import IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
 from iris.local_cluster import LocalCluster
-from tests.support import Cluster, wait_until
+from tests.support import Cluster, replay_run, wait_until
 from workflows.job_workflow import HANDOVER_ATTEMPTS
-from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {
     "local": {
@@ -62,17 +58,9 @@ async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[Workf
     With `record` (a name) and IRIS_RECORD_HISTORIES set, also saves each run and task 0's history.
     """
     client = await Client.connect(address)
-    replayer = Replayer(workflows=ALL_WORKFLOWS)
     runs = []
-    folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""
     async for wf in client.list_workflows(f"WorkflowId='{job_id}' OR WorkflowId='{job_id}/task-0'"):
-        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"run {wf.run_id}: {result.replay_failure}"
-        if folder:
-            name = f"{wf.workflow_type}-{record}-{wf.status.name.lower() if wf.status else ''}-{wf.run_id[-8:]}.json"
-            fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
-            (Path(folder) / name).write_text(json.dumps(fixture))
+        history = await replay_run(client, wf, record)
         if wf.id == job_id:
             runs.append((wf.start_time, wf.status, len(history.events)))
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]

@@ -24,6 +24,7 @@ from iris import (
     TaskStatus,
     get_job_info,
 )
+from tests.support import replay_run
 from workflows.scheduler_state import SchedulerState, unpack
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
@@ -258,9 +259,11 @@ async def _scheduler_runs(address: str) -> list[SchedulerState | None]:
     return states
 
 
-async def _runs_of(address: str, workflow_id: str) -> int:
+async def _runs_of(address: str, workflow_id: str, record: str = "") -> int:
+    """How many runs the workflow had; each one replays (and is recorded, see `replay_run`)."""
     client = await Client.connect(address)
-    return len([wf async for wf in client.list_workflows(f"WorkflowId='{workflow_id}'")])
+    runs = client.list_workflows(f"WorkflowId='{workflow_id}'")
+    return len([await replay_run(client, wf, record) async for wf in runs])
 
 
 def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_cluster: MakeCluster) -> None:
@@ -291,7 +294,7 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
     finished = c.client.wait(gang.job_id, timeout=60)
     assert [2, 2] == [t.attempt for t in finished.tasks]
     assert [2, 2] == [t.failure_count for t in finished.tasks]
-    job_runs = asyncio.run(_runs_of(c.info.address, gang.job_id))
+    job_runs = asyncio.run(_runs_of(c.info.address, gang.job_id, record="gang"))
     assert job_runs > 1  # the gang's job continued-as-new between attempts
 
 
