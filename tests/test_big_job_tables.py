@@ -17,9 +17,11 @@ from temporalio.converter import DataConverter
 
 from activities.contracts import result_blob_key, task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from iris import ResourceSpec
 from iris.client import AsyncIrisClient, _job_status
+from iris.submission import build_request
 from worker_agent.object_store import open_blob_store
-from workflows.job_workflow import MAX_REPLICAS, pack_handover, unpack_handover
+from workflows.job_workflow import MAX_REPLICAS, may_outgrow_history, pack_handover, unpack_handover
 from workflows.visibility import MAX_ERROR_CHARS, MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_status
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
@@ -82,3 +84,14 @@ def test_a_job_hands_over_its_largest_table_far_below_the_payload_limit() -> Non
     packed = pack_handover(handover)
     assert _payload_bytes(packed) < PAYLOAD_LIMIT // 8
     assert handover == unpack_handover(packed)
+
+
+def test_jobs_whose_budgets_allow_more_than_5000_attempts_hand_over() -> None:
+    """Preemptions count: with the default budget of 100, a job of 50 tasks may hand over, one of 49 does not."""
+    def hands_over(replicas: int, **budgets: int) -> bool:
+        return may_outgrow_history(build_request(resources=ResourceSpec(replicas=replicas), **budgets))
+
+    assert (hands_over(49), hands_over(50)) == (False, True)
+    assert (hands_over(1, max_retries_failure=4_899), hands_over(1, max_retries_failure=4_900)) == (False, True)
+    assert hands_over(401, max_retries_preemption=0)  # past one wave, whatever the budgets
+    assert not hands_over(400, max_retries_preemption=0)

@@ -87,15 +87,18 @@ WAVE_STEP = 200  # the next wave starts once this many places are free under the
 # suggestion, its running tasks handed over to the next run (see the module docstring). A job's
 # history takes ~4 events per task and ~2-4 per retry; Temporal ends a history at 51,200 events.
 HANDOVER = "plain-jobs-continue-as-new"
-HANDOVER_ATTEMPTS = 2_000  # a plain job of more tasks x (1 + failure retries) than this may hand over
+HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than this may hand over
 
 
 def may_outgrow_history(req: pb.JobRequest) -> bool:
     """Whether a plain job can take more events than one history holds (decided once, from its request).
 
-    Small jobs with small budgets keep the cheaper shape: no marker, no extra signal per task.
+    Every attempt the budgets allow counts, preemptions too: 5,000 attempts at ~4-8 events each stay
+    inside one history. Small jobs with small budgets keep the cheaper shape: no marker, no extra
+    signal per task.
     """
-    return req.replicas > WAVE_FLOOR or req.replicas * (1 + req.max_retries_failure) > HANDOVER_ATTEMPTS
+    attempts = req.replicas * (1 + req.max_retries_failure + req.max_retries_preemption)
+    return req.replicas > WAVE_FLOOR or attempts > HANDOVER_ATTEMPTS
 
 
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
