@@ -82,6 +82,7 @@ REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started em
 REGISTER_AGAIN = "register_again"  # signal to a WorkerWorkflow: send the session's registration again
 SCHEDULER_RESTARTED = "scheduler_restarted"  # signal to a TaskWorkflow: enqueue again, or claim your place
 TASK_ENDED = "task_ended"  # signal to a JobWorkflow that continues as new: one task's result (a TaskResult)
+FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose workflow closed without reporting
 ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
 
 
@@ -189,3 +190,11 @@ class Delivery:
     workflow_id: str
     signal: str
     arg: Any
+
+
+@dataclass
+class LostTask:
+    """A task whose workflow closed without reporting its end to the job: terminated, failed, timed out."""
+
+    index: int
+    status: str  # the workflow's execution status, e.g. "TERMINATED"

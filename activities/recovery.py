@@ -1,4 +1,5 @@
-"""A scheduler that started empty asks the fleet and the queue to report again.
+"""Recovery: a scheduler that started empty asks the fleet and the queue to report again,
+and a job that adopted tasks finds those whose workflow closed without reporting.
 
 The scheduler's state lives only in its workflow. When that workflow is
 terminated and started afresh (by hand, or after a bad deploy), it knows no
@@ -18,7 +19,14 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import REBUILD_SCHEDULER, REGISTER_AGAIN, SCHEDULER_RESTARTED
+from activities.contracts import (
+    FIND_LOST_TASKS,
+    REBUILD_SCHEDULER,
+    REGISTER_AGAIN,
+    SCHEDULER_RESTARTED,
+    LostTask,
+    task_workflow_id,
+)
 
 log = structlog.get_logger("iris.recovery")
 MAX_IN_FLIGHT = 64
@@ -58,3 +66,25 @@ async def rebuild_scheduler() -> dict[str, int]:
     asked = await ask_to_report(activity.client(), heartbeat=True)
     log.info("scheduler.rebuild_asked", **{k.lower(): v for k, v in asked.items()})
     return asked
+
+
+@activity.defn(name=FIND_LOST_TASKS)
+async def find_lost_tasks(job_id: str, indexes: list[int]) -> list[LostTask]:
+    """Which of these tasks of the job closed other than by completing.
+
+    A task that completes has reported its end first, so only a workflow terminated, failed or
+    timed out from outside is lost. One visibility query for the job, usually answered empty.
+    """
+    wanted = {task_workflow_id(job_id, i): i for i in indexes}
+    query = (
+        f"WorkflowId STARTS_WITH '{job_id}/' AND ExecutionStatus != 'Running' "
+        "AND ExecutionStatus != 'Completed' AND ExecutionStatus != 'ContinuedAsNew'"
+    )
+    lost = [
+        LostTask(wanted[wf.id], wf.status.name if wf.status else "CLOSED")
+        async for wf in activity.client().list_workflows(query)
+        if wf.id in wanted
+    ]
+    if lost:
+        log.warning("job.lost_tasks", job_id=job_id, tasks=[t.index for t in lost])
+    return lost

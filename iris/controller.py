@@ -25,7 +25,7 @@ from activities.autoscaling import autoscale_plan, known_slices, start_slice_wor
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
-from activities.recovery import rebuild_scheduler
+from activities.recovery import find_lost_tasks, rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from activities.slices import SliceActivities
@@ -131,7 +131,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         workflows=ALL_WORKFLOWS,
         activities=[
             find_assignments_activity, deliver_signals, autoscale_plan, start_slice_workflow, known_slices,
-            rebuild_scheduler, *SliceActivities(control).all(),
+            rebuild_scheduler, find_lost_tasks, *SliceActivities(control).all(),
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,

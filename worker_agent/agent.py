@@ -434,6 +434,11 @@ class WorkerAgent:
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
+            details = activity.cancellation_details()
+            if details is not None and details.not_found:
+                # The attempt's workflow is gone (terminated from outside): it will never give
+                # the place back, so the agent does, or the scheduler books it forever.
+                await self._release(inp)
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
             raise

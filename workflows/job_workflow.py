@@ -30,7 +30,7 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DELIVER_SIGNALS, TASK_ENDED, Delivery, TaskStarted
+    from activities.contracts import DELIVER_SIGNALS, FIND_LOST_TASKS, TASK_ENDED, Delivery, LostTask, TaskStarted
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import get_attr
     from workflows.details import job_status_markdown
@@ -88,6 +88,10 @@ WAVE_STEP = 200  # the next wave starts once this many places are free under the
 # history takes ~4 events per task and ~2-4 per retry; Temporal ends a history at 51,200 events.
 HANDOVER = "plain-jobs-continue-as-new"
 HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than this may hand over
+# workflow.patched id: a run that adopted tasks checks every LOST_TASK_CHECK for adopted tasks whose
+# workflow closed without reporting (terminated or failed from outside), which would hang the job.
+WATCH_ADOPTED = "watch-adopted-tasks"
+LOST_TASK_CHECK = timedelta(seconds=30)
 
 
 def may_outgrow_history(req: pb.JobRequest) -> bool:
@@ -218,6 +222,8 @@ class JobWorkflow:
         self._visible = workflow.patched(VISIBLE_JOBS)
         if self._visible:
             asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
+        if handover and workflow.patched(WATCH_ADOPTED):
+            asyncio.create_task(self._watch_adopted())  # noqa: RUF006 - lives as long as the run
         if not handover:
             self.status = pb.JobStatus(
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
@@ -463,6 +469,33 @@ class JobWorkflow:
                 continue  # recorded already: its child's end and its TASK_ENDED signal both came
             self._open.discard(index)
             self._record(index, result if result is not None else _child_result(index, self._children[index]))
+
+    async def _watch_adopted(self) -> None:
+        """Record adopted tasks whose workflow closed without sending TASK_ENDED.
+
+        A task started by an earlier run is no child of this one: if it is terminated (Terminate
+        in the UI) or its workflow fails, nothing reaches the job, which would wait forever. A
+        child of this run ends through its handle instead (`_child_result`).
+        """
+        job_id = workflow.info().workflow_id
+        while True:
+            await workflow.sleep(LOST_TASK_CHECK)
+            adopted = sorted(self._open.difference(self._children))
+            if not adopted:
+                return
+            lost = await workflow.execute_activity(
+                FIND_LOST_TASKS, args=[job_id, adopted], result_type=list[LostTask],
+                start_to_close_timeout=timedelta(minutes=2),
+            )  # fmt: skip
+            for task in lost:
+                row = self.status.tasks[task.index]
+                error = f"task workflow {task.status.lower()} without reporting its end"
+                self._ended.append((task.index, TaskResult(
+                    task_index=task.index, state=TaskState.KILLED, worker_id=row.worker_id, attempt=row.attempt,
+                    failure_count=row.failure_count, preemption_count=row.preemption_count, error=error,
+                )))  # fmt: skip
+                if not self.status.error:
+                    self.status.error = cap_text(f"task {task.index} killed: {error}", MAX_JOB_ERROR_CHARS)
 
     def _handover_due(self) -> bool:
         """The server suggests a new run, and this job has tasks to hand over.

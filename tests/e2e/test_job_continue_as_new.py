@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -100,6 +101,8 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
 def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
     client: IrisClient, small_history: Cluster
 ) -> None:
+    """A task an earlier run started and that is terminated from outside is recorded KILLED within
+    the job's check (no signal comes from it); killing the job then kills the other 19."""
     resources = ResourceSpec(cpu=0.1, memory="16m", replicas=20)
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     job = client.submit_command(sleeper, name="handover-kill", resources=resources, max_retries_failure=RETRIES)
@@ -109,7 +112,21 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
         st = job.status()
         return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
 
+    def task_processes() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if sleeper == p.info["cmdline"]]
+
     wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
+    assert 20 == len(task_processes())
+
+    async def terminate_task(index: int) -> None:  # as Terminate in the UI does: the task reports nothing
+        temporal = await Client.connect(address)
+        await temporal.get_workflow_handle(f"{job.job_id}/task-{index}").terminate("test: terminated from outside")
+
+    asyncio.run(terminate_task(3))  # started by an earlier run: no child of the current one
+    lost = wait_until(lambda: (t := job.status().tasks[3]).state == "KILLED" and t, timeout=150, interval=2,
+                      what="the terminated task recorded by the job")  # fmt: skip
+    assert "terminated" in lost.error
+    assert 19 == job.status().task_state_counts.get("RUNNING")
     assert job.terminate()
     status = job.wait(timeout=120, raise_on_failure=False)
     assert JobState.KILLED == status.state
@@ -123,4 +140,5 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
     wait_until(lambda: not asyncio.run(task_runs_open()), timeout=30, what="every task workflow closed")
     asyncio.run(_runs(address, job.job_id, record="killed"))
     wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
-               what="no task left on a worker")  # fmt: skip
+               what="no place left booked on a worker")  # fmt: skip
+    wait_until(lambda: not task_processes(), timeout=30, what="no task process left, the terminated one's too")
