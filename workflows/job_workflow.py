@@ -88,10 +88,13 @@ WAVE_STEP = 200  # the next wave starts once this many places are free under the
 # history takes ~4 events per task and ~2-4 per retry; Temporal ends a history at 51,200 events.
 HANDOVER = "plain-jobs-continue-as-new"
 HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than this may hand over
-# workflow.patched id: a run that adopted tasks checks every LOST_TASK_CHECK for adopted tasks whose
-# workflow closed without reporting (terminated or failed from outside), which would hang the job.
+# workflow.patched id: a run that adopted tasks checks for adopted tasks whose workflow closed
+# without reporting (terminated or failed from outside), which would hang the job: first after
+# LOST_TASK_CHECK, then twice as long each time up to LOST_TASK_CHECK_MAX (a long-running job
+# pays ~11 events per check).
 WATCH_ADOPTED = "watch-adopted-tasks"
-LOST_TASK_CHECK = timedelta(seconds=30)
+LOST_TASK_CHECK = timedelta(seconds=10)
+LOST_TASK_CHECK_MAX = timedelta(minutes=10)
 
 
 def may_outgrow_history(req: pb.JobRequest) -> bool:
@@ -478,8 +481,10 @@ class JobWorkflow:
         child of this run ends through its handle instead (`_child_result`).
         """
         job_id = workflow.info().workflow_id
+        pause = LOST_TASK_CHECK
         while True:
-            await workflow.sleep(LOST_TASK_CHECK)
+            await workflow.sleep(pause)
+            pause = min(pause * 2, LOST_TASK_CHECK_MAX)
             adopted = sorted(self._open.difference(self._children))
             if not adopted:
                 return

@@ -278,8 +278,10 @@ def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slic
     # It runs a few seconds: the first status after the restart waits for the controller to answer,
     # and a job of no length was done (its slice going) by then, with no host ever counted.
     job = gang_job(fleet_client, tmp_path, seconds=3.0)
-    hosts = wait_until(lambda: slice_hosts(fleet.local.home) or None, timeout=120, interval=0.05,
-                       what="the new slice's first host process")  # fmt: skip
+    # Hosts of an earlier test's slice (of the quota group, say) may still be going away.
+    hosts = wait_until(lambda: {k: v for k, v in slice_hosts(fleet.local.home).items()
+                                if k.startswith("tpu-") and k not in before},
+                       timeout=120, interval=0.05, what="the new slice's first host process")  # fmt: skip
     (slice_id,) = hosts
     fleet.local.kill_process("controller", signal.SIGKILL, wait=10)
     state_at_kill = {s.slice_id: s.state for s in fleet_client.list_slices()}.get(slice_id)
