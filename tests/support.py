@@ -10,7 +10,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +46,17 @@ class Cluster:
 
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def running_cluster(home: Path, config: Any, dynamic_config: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+    """A local cluster in `home` for the span of a fixture, stopped afterwards."""
+    local = LocalCluster(home)
+    info = local.up(config, dynamic_config=dynamic_config)
+    try:
+        yield Cluster(local, info)
+    finally:
+        local.down()
 
 
 def wait_until(

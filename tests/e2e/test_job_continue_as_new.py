@@ -20,8 +20,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from iris import IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
-from iris.local_cluster import LocalCluster
-from tests.support import Cluster, replay_run, wait_until
+from tests.support import Cluster, replay_run, running_cluster, wait_until
 from workflows.job_workflow import HANDOVER_ATTEMPTS
 
 FLEET = {
@@ -32,19 +31,15 @@ FLEET = {
     }
 }
 REPLICAS = 30
+SUGGEST_CONTINUE_AS_NEW = "limit.historyCount.suggestContinueAsNew"
 RETRIES = HANDOVER_ATTEMPTS  # a failure budget large enough that the job may outgrow one history
 
 
 @pytest.fixture(scope="module")
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("iris-job-can"))
-    info = local.up(
-        parse_config(FLEET, "test fleet"), dynamic_config={"limit.historyCount.suggestContinueAsNew": "60"}
-    )
-    try:
-        yield Cluster(local, info)
-    finally:
-        local.down()
+    config = parse_config(FLEET, "test fleet")
+    with running_cluster(tmp_path_factory.mktemp("iris-job-can"), config, {SUGGEST_CONTINUE_AS_NEW: "60"}) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
