@@ -20,6 +20,10 @@ HEALTHY_WORKER_QUERY = "healthy_worker_count"
 # workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
 # the deliver_signals local activity instead of signal commands.
 SIGNALS_BY_ACTIVITY = "signals-by-activity"
+# The job workflow changes a client sends in JobRequest.code_version: a request that carries it takes
+# the new branch of every job patch named so far without recording a marker (two markers and two
+# TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
+JOB_CODE_VERSION = 1
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the
 # Temporal UI filters by them, e.g. `IrisKind = "Job" AND IrisJobState = "RUNNING"`.

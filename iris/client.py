@@ -45,7 +45,7 @@ from workflows.details import job_request_markdown
 from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
 from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JobView, expand_row
+from workflows.visibility import JobView, expand_row, initial_job_view
 
 log = structlog.get_logger("iris.client")
 
@@ -232,9 +232,7 @@ class AsyncIrisClient:
                     SearchAttributePair(KIND, JOB_KIND),
                 ]
             ),
-            memo=JobView(
-                state=JobState.PENDING, num_tasks=req.replicas, submitted_at=req.submitted_at
-            ).to_memo(),
+            memo=initial_job_view(req).to_memo(),
             static_summary=f"{req.name}: {req.replicas} x {what}",
             static_details=details,
         )

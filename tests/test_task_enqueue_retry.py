@@ -18,9 +18,9 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from tests.support import workflows_on_dev_server
 from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
-from workflows.messages import SchedulingSpec
+from workflows.messages import SchedulingSpec, TaskInput
 from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.task_workflow import TaskInput, TaskWorkflow
+from workflows.task_workflow import TaskWorkflow
 
 
 async def _pending_tasks(client: Client) -> int:

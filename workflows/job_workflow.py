@@ -21,7 +21,6 @@ import asyncio
 import functools
 import zlib
 from collections import deque
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -46,9 +45,17 @@ with workflow.unsafe.imports_passed_through():
         TASK_KIND,
         task_workflow_id,
     )
-    from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, TaskRetrying
+    from workflows.messages import (
+        ConstraintSpec,
+        Enqueue,
+        GangProgress,
+        SchedulingSpec,
+        TaskInput,
+        TaskResult,
+        TaskRetrying,
+    )
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
-    from workflows.task_workflow import TaskInput, TaskResult, TaskWorkflow
+    from workflows.task_workflow import TaskWorkflow
     from workflows.visibility import (
         MAX_ERROR_CHARS,
         MAX_JOB_ERROR_CHARS,
@@ -123,15 +130,6 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         scheduling_timeout_seconds=req.scheduling_timeout_seconds,
         tolerations=list(req.tolerations),
     )
-
-
-@dataclass
-class GangProgress:
-    """A gang's attempt number and spent budgets, carried across continue-as-new."""
-
-    attempt: int = 0
-    failures: int = 0
-    preemptions: int = 0
 
 
 @workflow.defn(name="JobWorkflow")
@@ -211,6 +209,12 @@ class JobWorkflow:
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
         self._refresh_state()
 
+    def _patched(self, patch_id: str, since: int = 1) -> bool:
+        """`workflow.patched`, except that a request from a client of code version `since` or later
+        takes the new branch without a marker: the version is in the run's input, so a replay
+        decides the same way, and runs from older clients still decide by their markers."""
+        return self.req.code_version >= since or workflow.patched(patch_id)
+
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
@@ -222,16 +226,17 @@ class JobWorkflow:
         self.req = req
         job_id = workflow.info().workflow_id
         # Decided before any command, so a replay takes the same branch (see scheduler_workflow.py).
-        self._visible = workflow.patched(VISIBLE_JOBS)
+        self._visible = self._patched(VISIBLE_JOBS)
         if self._visible:
             asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
-        if handover and workflow.patched(WATCH_ADOPTED):
+        if handover and self._patched(WATCH_ADOPTED):
             asyncio.create_task(self._watch_adopted())  # noqa: RUF006 - lives as long as the run
         if not handover:
             self.status = pb.JobStatus(
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
                 num_tasks=req.replicas, submitted_at=req.submitted_at,
             )
+            self._published = JobView.from_memo(workflow.memo())  # what the client started it with
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
@@ -320,10 +325,10 @@ class JobWorkflow:
         end = req.replicas
         if self._visible and not req.coschedule_group_by:
             if req.replicas > WAVE_FLOOR:  # small jobs start whole: no patch marker in their history
-                self._adaptive = workflow.patched(ADAPTIVE_WAVES)
+                self._adaptive = self._patched(ADAPTIVE_WAVES)
             end = min(end, WAVE_FLOOR if self._adaptive else MAX_PENDING_CHILDREN)
             if may_outgrow_history(req):
-                self._handover = workflow.patched(HANDOVER)
+                self._handover = self._patched(HANDOVER)
         await self._start_range(job_id, req, attempt, end)
 
     def _take_over(self, handover: pb.JobHandover) -> None:
@@ -421,7 +426,7 @@ class JobWorkflow:
             self._kill_unstarted()
             return
         enqueue = Enqueue(job_id, spec, dict.fromkeys(range(first, end), attempt), req.submitted_at)
-        if workflow.patched(SIGNALS_BY_ACTIVITY):
+        if self._patched(SIGNALS_BY_ACTIVITY):
             await self._enqueue(enqueue)
         else:  # how runs that began before the patch go on, so their histories replay
             await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("enqueue", enqueue)
@@ -659,7 +664,7 @@ class JobWorkflow:
         if self._visible:
             self._flush()
         result = compact_status(self.status)  # a 10,000-task table whole would pass the 2 MB payload limit
-        if state != JobState.SUCCEEDED and workflow.patched(FAIL_UNSUCCESSFUL_JOBS):
+        if state != JobState.SUCCEEDED and self._patched(FAIL_UNSUCCESSFUL_JOBS):
             raise ApplicationError(
                 f"job {state}: {self.status.error}", result, type=f"Job{state.title()}", non_retryable=True
             )

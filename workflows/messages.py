@@ -150,3 +150,57 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))
+
+
+# Workflow inputs and results: here rather than beside their workflows because the sandbox re-imports
+# a workflow's module for every run, and building these classes was ~60% of that import.
+
+
+@dataclass
+class TaskInput:
+    job_id: str
+    task_index: int
+    num_tasks: int
+    spec: SchedulingSpec
+    argv: list[str] = field(default_factory=list)
+    function_blob: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    image: str = ""
+    max_retries_failure: int = 0
+    max_retries_preemption: int = 100
+    submitted_at: float = 0.0
+    enqueued_by_job: bool = True
+    first_attempt: int = 0
+    # A gang member runs exactly one attempt: its job retries the whole gang as a unit.
+    gang: bool = False
+    bundle_blob: str = ""  # the job's code bundle; the agent unpacks it as the working directory
+    setup: list[str] = field(default_factory=list)  # run once per job and host before the task
+    launch_blob: str = ""  # argv, env and setup stored once for the job (a big command); see JobRequest
+    # The job continues as new, so the run that started this task may be gone when it ends: the
+    # task then sends its result to the job's workflow id (TASK_ENDED), which reaches the current run.
+    report_end: bool = False
+
+
+@dataclass
+class TaskResult:
+    task_index: int
+    state: str
+    worker_id: str = ""
+    attempt: int = 0
+    failure_count: int = 0
+    preemption_count: int = 0
+    exit_code: int | None = None
+    error: str = ""
+    result_blob: str = ""
+    dispatch_failed: bool = False  # a gang member whose worker never picked it up
+    # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
+    transitions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GangProgress:
+    """A gang's attempt number and spent budgets, carried across continue-as-new."""
+
+    attempt: int = 0
+    failures: int = 0
+    preemptions: int = 0

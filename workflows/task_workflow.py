@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +33,16 @@ with workflow.unsafe.imports_passed_through():
         result_blob_key,
     )
     from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
-    from workflows.messages import Assigned, Claim, Enqueue, Release, SchedulingSpec, TaskRetrying, Unschedulable
+    from workflows.messages import (
+        Assigned,
+        Claim,
+        Enqueue,
+        Release,
+        TaskInput,
+        TaskResult,
+        TaskRetrying,
+        Unschedulable,
+    )
     from workflows.states import TERMINAL_TASK_STATES, TaskEvent, TaskState, next_task_state
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
@@ -49,47 +57,6 @@ MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
 # signal limit) is sent again with backoff; before, it was lost and the task waited forever.
 ENQUEUE_UNTIL_DELIVERED = "enqueue-until-delivered"
 ENQUEUE_BACKOFF_MAX = 60.0  # seconds between attempts to deliver a refused enqueue, at most
-
-
-@dataclass
-class TaskInput:
-    job_id: str
-    task_index: int
-    num_tasks: int
-    spec: SchedulingSpec
-    argv: list[str] = field(default_factory=list)
-    function_blob: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    image: str = ""
-    max_retries_failure: int = 0
-    max_retries_preemption: int = 100
-    submitted_at: float = 0.0
-    enqueued_by_job: bool = True
-    first_attempt: int = 0
-    # A gang member runs exactly one attempt: its job retries the whole gang as a unit.
-    gang: bool = False
-    bundle_blob: str = ""  # the job's code bundle; the agent unpacks it as the working directory
-    setup: list[str] = field(default_factory=list)  # run once per job and host before the task
-    launch_blob: str = ""  # argv, env and setup stored once for the job (a big command); see JobRequest
-    # The job continues as new, so the run that started this task may be gone when it ends: the
-    # task then sends its result to the job's workflow id (TASK_ENDED), which reaches the current run.
-    report_end: bool = False
-
-
-@dataclass
-class TaskResult:
-    task_index: int
-    state: str
-    worker_id: str = ""
-    attempt: int = 0
-    failure_count: int = 0
-    preemption_count: int = 0
-    exit_code: int | None = None
-    error: str = ""
-    result_blob: str = ""
-    dispatch_failed: bool = False  # a gang member whose worker never picked it up
-    # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
-    transitions: list[str] = field(default_factory=list)
 
 
 @workflow.defn(name="TaskWorkflow")

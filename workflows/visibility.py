@@ -14,6 +14,7 @@ from typing import Any
 
 from activities.contracts import result_blob_key, task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from workflows.states import JobState, TaskState
 
 MAX_ERROR_CHARS = 300
 """A task's error as kept in the job's table: 2,000 tasks x 300 chars stays far below the 2 MB payload limit."""
@@ -77,6 +78,15 @@ class JobView:
             submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
             finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
         )
+
+
+def initial_job_view(req: pb.JobRequest) -> JobView:
+    """The memo a job starts with: the client sets it at start, so the job's first workflow task
+    has nothing to upsert (the workflow reads it back from its start event)."""
+    return JobView(
+        state=JobState.PENDING.value, counts={TaskState.PENDING.value: req.replicas}, num_tasks=req.replicas,
+        submitted_at=req.submitted_at,
+    )
 
 
 def compact_status(status: pb.JobStatus) -> pb.JobStatus:

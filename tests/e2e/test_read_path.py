@@ -25,7 +25,7 @@ from iris import IrisClient, JobState, JobStatus, ResourceSpec
 from iris.client import AsyncIrisClient, _LoopThread
 from tests.support import Cluster
 from workflows.ids import task_workflow_id
-from workflows.task_workflow import TaskResult
+from workflows.messages import TaskResult
 from workflows.visibility import MAX_ERROR_CHARS, MAX_JOB_ERROR_CHARS
 
 SMALL = ResourceSpec(cpu=0.2, memory="64m")
