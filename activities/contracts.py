@@ -88,6 +88,10 @@ SCHEDULER_RESTARTED = "scheduler_restarted"  # signal to a TaskWorkflow: enqueue
 TASK_ENDED = "task_ended"  # signal to a JobWorkflow that continues as new: one task's result (a TaskResult)
 FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose workflow closed without reporting
 ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
+# The scheduler's signal: a list of Release, coalesced by an agent (one per task before; controllers
+# must be upgraded before agents, since an older scheduler has no handler for it).
+RELEASE_BATCH = "release_batch"
+MAX_RELEASE_BATCH = 1_000  # releases per signal (~70 KB of JSON)
 
 
 class RuntimeName(StrEnum):

@@ -21,63 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.coalescer import SignalCoalescer
 from activities.contracts import DELIVER_SIGNALS, ENQUEUE, ENQUEUE_BATCH, Delivery
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
 MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~150 KB of JSON; the payload limit is 2 MB)
 
 
-class EnqueueCoalescer:
-    """Sends the enqueues for one workflow as batch signals: whatever queued while the last one was sent."""
-
-    def __init__(self, client: Client, workflow_id: str) -> None:
-        self._handle = client.get_workflow_handle(workflow_id)
-        self._waiting: list[tuple[Any, asyncio.Future[None]]] = []
-        self._sending = False
-        self._drainer: asyncio.Task[None] | None = None
-
-    async def send(self, enqueue: Any) -> None:
-        """Return once the batch holding `enqueue` was accepted by the server; raise what refused it."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((enqueue, done))
-        if not self._sending:
-            self._sending = True
-            self._drainer = asyncio.ensure_future(self._drain())
-        await done
-
-    async def _drain(self) -> None:
-        try:
-            while self._waiting:
-                batch, self._waiting = self._waiting[:MAX_ENQUEUE_BATCH], self._waiting[MAX_ENQUEUE_BATCH:]
-                try:
-                    await self._handle.signal(ENQUEUE_BATCH, [enqueue for enqueue, _ in batch])
-                except Exception as err:  # every sender of the batch sees the refusal and retries
-                    for _, done in batch:
-                        if not done.done():  # its sender may have been cancelled meanwhile
-                            done.set_exception(err)
-                else:
-                    for _, done in batch:
-                        if not done.done():
-                            done.set_result(None)
-        finally:
-            self._sending = False
+_coalescers: weakref.WeakKeyDictionary[Client, dict[str, SignalCoalescer]] = weakref.WeakKeyDictionary()
 
 
-_coalescers: weakref.WeakKeyDictionary[Client, dict[str, EnqueueCoalescer]] = weakref.WeakKeyDictionary()
-
-
-def coalescer(client: Client, workflow_id: str) -> EnqueueCoalescer:
+def coalescer(client: Client, workflow_id: str) -> SignalCoalescer:
     """The process's coalescer for enqueues to `workflow_id` through `client`."""
     by_workflow = _coalescers.setdefault(client, {})
     found = by_workflow.get(workflow_id)
     if found is None:
-        found = by_workflow[workflow_id] = EnqueueCoalescer(client, workflow_id)
+        found = by_workflow[workflow_id] = SignalCoalescer(client, workflow_id, ENQUEUE_BATCH, MAX_ENQUEUE_BATCH)
     return found
 
 

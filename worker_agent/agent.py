@@ -30,8 +30,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from activities.coalescer import SignalCoalescer
 from activities.contracts import (
+    MAX_RELEASE_BATCH,
     PROCESS_STARTED,
+    RELEASE_BATCH,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
     WORKER_SESSION,
@@ -170,6 +173,9 @@ class WorkerAgent:
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
         self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
+        # Tasks that end together (one agent serves many hosts, or many short tasks) free their
+        # places in one signal to the scheduler.
+        self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -452,9 +458,7 @@ class WorkerAgent:
         signal costs it a whole workflow task; on failure the workflow releases.
         """
         try:
-            await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
-                "release", Release(inp.job_id, inp.task_index, inp.attempt)
-            )
+            await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt))
             return True
         except RPCError as err:
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=str(err))

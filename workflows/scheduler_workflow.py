@@ -27,7 +27,7 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DELIVER_SIGNALS, REBUILD_SCHEDULER, Delivery
+    from activities.contracts import DELIVER_SIGNALS, REBUILD_SCHEDULER, RELEASE_BATCH, Delivery
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
@@ -485,6 +485,16 @@ class SchedulerWorkflow:
     @workflow.signal
     def release(self, request: Release) -> None:
         self._signals_received += 1
+        self._on_release(request)
+
+    @workflow.signal(name=RELEASE_BATCH)
+    def release_batch(self, requests: list[Release]) -> None:
+        """Several releases in one signal (coalesced by the agent whose tasks ended)."""
+        self._signals_received += 1
+        for request in requests:
+            self._on_release(request)
+
+    def _on_release(self, request: Release) -> None:
         placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
         self._release(request.job_id, request.task_index, request.attempt)
         worker = self.state.workers.get(request.dispatch_failed_on)
