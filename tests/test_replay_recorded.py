@@ -7,6 +7,7 @@ IRIS_RECORD_HISTORIES=tests/histories/vN python -m pytest tests/e2e/test_replay.
 jobs that continue as new: IRIS_RECORD_HISTORIES=tests/histories/handover-vN ... tests/e2e/test_job_continue_as_new.py;
 a gang retried across runs: IRIS_RECORD_HISTORIES=tests/histories/gang-vN ... tests/faults/test_component_faults.py)
 gang-v1 was recorded by the release before handovers, whose gang runs start with two arguments.
+v9, handover-v3 and gang-v3 are jobs whose request carries code_version 1 (no patch markers).
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ def test_preempted_tpu_slice_is_replaced_and_its_gang_retried(fleet: SshFleet, s
     job = fleet.client.submit_command(["sh", "-c", script], **TPU_GANG)  # type: ignore[arg-type]
     wait_until(lambda: len(lines(tmp_path / "task-0")) == 1 and len(lines(tmp_path / "task-1")) == 1, timeout=240,
                what="the gang runs")
+    # The processes write before their agent's "started" reaches the job: wait for the job to know the worker.
+    wait_until(lambda: all(t.worker_id for t in job.status().tasks), timeout=60, what="the job sees its workers")
     first_slice = job.status().tasks[0].worker_id.removesuffix("-0")
     node = f"projects/proj/locations/us-central2-b/nodes/{first_slice}"
     # the preemption: the node says so and everything on its VMs dies at once
