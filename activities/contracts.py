@@ -23,6 +23,7 @@ SIGNALS_BY_ACTIVITY = "signals-by-activity"
 # The job workflow changes a client sends in JobRequest.code_version: a request that carries it takes
 # the new branch of every job patch named so far without recording a marker (two markers and two
 # TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
+# A new job patch is `self._patched(ID, since=N + 1)` in JobWorkflow, and this becomes N + 1.
 JOB_CODE_VERSION = 1
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the
