@@ -79,6 +79,7 @@ class PlanResult:
     group_reasons: dict[str, str] = field(default_factory=dict)
     pending_jobs: int = 0
     error: str = ""  # the scheduler could not be read: plan nothing this time
+    recheck_after: float | None = None  # seconds until time alone changes the plan (absent in older histories)
 
 
 @dataclass
@@ -138,6 +139,7 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
         unmet=dict(plan.unmet),
         group_reasons=dict(plan.group_reasons),
         pending_jobs=len(pending),
+        recheck_after=plan.recheck_after,
     )
 
 

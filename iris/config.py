@@ -63,6 +63,9 @@ MAX_LOCAL_WORKERS = 64
 DEFAULT_MAX_SLICES = 1
 """A scale group that does not say how far it may grow grows to one slice: never an unbounded bill."""
 
+DEFAULT_SCAN_INTERVAL_SECONDS = 5.0
+"""How often an idle autoscaler looks at the queue when the config does not say (Ray's autoscaler also uses 5 s)."""
+
 
 class Platform(StrEnum):
     """Where a scale group's slices come from."""
@@ -186,8 +189,13 @@ class ClusterConfig:
     scale_groups: tuple[ScaleGroupConfig, ...] = ()
     source: str | None = field(default=None, compare=False)
     """The file this came from (recorded in the cluster state), None when built in code."""
+    scan_interval_seconds: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
+    """How often an idle autoscaler looks at the queue (`autoscaler.scan_interval`; cluster-autoscaler's
+    --scan-interval). Deadlines it knows of (an idle slice's scale_down_delay) wake it on time regardless."""
 
     def __post_init__(self) -> None:
+        if self.scan_interval_seconds <= 0:
+            raise FieldError("autoscaler.scan_interval", f"must be > 0, got {self.scan_interval_seconds:g}s")
         names = [g.name for g in self.worker_groups] + [g.name for g in self.scale_groups]
         paths = [f"local.worker_groups[{i}]" for i in range(len(self.worker_groups))]
         paths += [f"scale_groups[{i}]" for i in range(len(self.scale_groups))]
@@ -307,6 +315,14 @@ class LocalFile(BaseModel):
     worker_groups: Annotated[tuple[WorkerGroupFile, ...], ListOrNone] = ()
 
 
+class AutoscalerFile(BaseModel):
+    """`autoscaler:`: how the autoscaler paces itself."""
+
+    model_config = _FROZEN
+
+    scan_interval: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
+
+
 class ClusterFile(BaseModel):
     """The whole file."""
 
@@ -314,6 +330,7 @@ class ClusterFile(BaseModel):
 
     local: LocalFile = LocalFile()
     scale_groups: Annotated[tuple[ScaleGroupFile, ...], ListOrNone] = ()
+    autoscaler: AutoscalerFile = AutoscalerFile()
 
 
 # ---------------------------------------------------------------------------- reading
@@ -360,7 +377,8 @@ def parse_config(data: Any, source: str) -> ClusterConfig:
         _check_platform_settings(group, source, f"scale_groups[{i}].{group.platform.value}")
         scale_groups.append(group)
     config: ClusterConfig = _build(
-        lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source),
+        lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source,
+                              scan_interval_seconds=parsed.autoscaler.scan_interval),
         source, "",
     )
     return config

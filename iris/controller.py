@@ -81,7 +81,11 @@ def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
 
 
 def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
-    return AutoscalerConfig(groups=[scale_group(g) for g in (config.scale_groups if config else ())])
+    if config is None:
+        return AutoscalerConfig()
+    return AutoscalerConfig(
+        groups=[scale_group(g) for g in config.scale_groups], scan_interval_seconds=config.scan_interval_seconds
+    )
 
 
 async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:

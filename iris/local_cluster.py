@@ -174,7 +174,7 @@ def controller_command(*, address: str, store_url: str, config_path: Path | None
 
 
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
-    """The config's scale groups as a YAML document `load_config` reads back to the same groups."""
+    """The config's scale groups (and autoscaler settings) as a YAML document `load_config` reads back."""
     groups = []
     for g in config.scale_groups:
         platform = str(getattr(g.platform, "value", g.platform))
@@ -197,7 +197,7 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
         if g.image:
             doc["image"] = g.image
         groups.append(doc)
-    return {"scale_groups": groups}
+    return {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds}}
 
 
 def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:

@@ -18,6 +18,9 @@ How demand is decided, in the scheduler's own terms so the two never disagree:
 3. A READY slice whose every worker is idle (free == capacity, nothing placed on
    it in step 1) for `scale_down_delay` is removed, longest idle first, never
    below `min_slices` and never in a group that is scaling up.
+4. The plan says when time alone would change it (an idle slice reaching its
+   delay, a group's backoff or scale_up_delay ending while work waits for it),
+   so the workflow can look again then instead of at its next regular tick.
 
 Jobs with identical requests share one trial per group (the "class" cache of
 Nomad's scheduler), so a queue of thousands of similar jobs costs a handful of
@@ -110,6 +113,8 @@ class ScalePlan:
     idle_since: Mapping[str, float | None]
     unmet: Mapping[str, str]
     group_reasons: Mapping[str, str]
+    recheck_after: float | None = None
+    """Seconds until the earliest moment this plan would change by time alone; None: nothing is due."""
 
 
 def slice_hosts(group: GroupShape, slice_id: str) -> list[WorkerSnapshot]:
@@ -153,6 +158,7 @@ def plan_scaling(
         idle_since=idle_since,
         unmet=unmet,
         group_reasons=group_reasons,
+        recheck_after=_recheck_after(by_name, live, idle_since, remove, group_reasons, now),
     )
 
 
@@ -321,3 +327,27 @@ def _pick_removals(
             remaining[group] -= 1
             remove.append(slice_id)
     return tuple(remove)
+
+
+def _recheck_after(
+    by_name: Mapping[str, GroupShape],
+    live: Sequence[SliceView],
+    idle_since: Mapping[str, float | None],
+    remove: Sequence[str],
+    group_reasons: Mapping[str, str],
+    now: float,
+) -> float | None:
+    """Seconds until an idle slice reaches its scale_down_delay or a group that work waits for may grow again."""
+    due = [
+        since + by_name[s.group].scale_down_delay
+        for s in live
+        if (since := idle_since.get(s.slice_id)) is not None and s.slice_id not in remove
+    ]
+    for name in group_reasons:
+        g = by_name[name]
+        if g.backoff_until is not None:
+            due.append(g.backoff_until)
+        if g.last_scale_up is not None:
+            due.append(g.last_scale_up + g.scale_up_delay)
+    later = [t - now for t in due if t > now]
+    return min(later) if later else None

@@ -218,6 +218,8 @@ scale_groups:
     ) == (Platform.LOCAL, 1, 0, 3)
     assert (group.scale_up_delay_seconds, group.scale_down_delay_seconds, group.extra) == (0.0, 300.0, {})
     assert (expected_worker.gpus, expected_worker.tpus) == (0, 0)
+    assert 5.0 == config.scan_interval_seconds
+    assert 0.5 == parse_config({"autoscaler": {"scan_interval": "500ms"}}, "config.yaml").scan_interval_seconds
 
 
 def test_empty_document_has_no_groups() -> None:
@@ -352,6 +354,10 @@ S = "config.yaml: scale_groups[0]"
         ({"local": {"worker_groups": {"name": "a"}}}, "config.yaml: local.worker_groups: must be a list"),
         ({"local": {"worker_groups": ["a"]}}, "config.yaml: local.worker_groups[0]: must be a mapping"),
         ([1], "config.yaml: (top level): must be a mapping, got a list"),
+        ({"autoscaler": {"scan_interval": "0s"}}, "config.yaml: autoscaler.scan_interval: must be > 0, got 0s"),
+        ({"autoscaler": {"scan_interval": "often"}}, "config.yaml: autoscaler.scan_interval: cannot parse 'often'"),
+        ({"autoscaler": {"scan": "1s"}}, "config.yaml: autoscaler.scan: unknown key"),
+        ({"autoscaler": "fast"}, "config.yaml: autoscaler: must be a mapping"),
     ],
 )
 def test_errors_name_the_field(data: Any, message: str) -> None:

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 BUSY_TICK = timedelta(seconds=2)  # while work is pending or slices are on their way
-IDLE_TICK = timedelta(seconds=5)
+IDLE_TICK = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
@@ -70,6 +70,7 @@ class AutoscalerConfig:
     groups: list[ScaleGroup] = field(default_factory=list)
     registration_timeout_seconds: float = 300.0
     drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
+    scan_interval_seconds: float = IDLE_TICK.total_seconds()  # how often an idle autoscaler looks at demand
 
 
 @dataclass
@@ -129,6 +130,7 @@ class AutoscalerWorkflow:
         self._wake = False
         self._busy = True
         self._idle_without_timer = True
+        self._recheck_after: float | None = None  # the last plan's next deadline, seconds
 
     @workflow.run
     async def run(self, state: AutoscalerState | None = None) -> None:
@@ -141,6 +143,7 @@ class AutoscalerWorkflow:
             if self.state.cleanup_needed:
                 await self._cleanup_orphans()
             config = self.state.config
+            self._recheck_after = None
             if config is not None and config.groups:
                 plan = await workflow.execute_local_activity(
                     AUTOSCALE_PLAN, self._plan_input(config), result_type=PlanResult,
@@ -154,15 +157,23 @@ class AutoscalerWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.state)
-            # No scale group, no timer: an autoscaler with nothing to scale writes no history.
-            tick: timedelta | None = BUSY_TICK if self._busy else IDLE_TICK
-            if self._idle_without_timer and (config is None or not config.groups):
-                tick = None
+            tick = self._tick(config)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._wake, timeout=tick)
             self._wake = False
 
     # -- one tick ---------------------------------------------------------------------------------
+
+    def _tick(self, config: AutoscalerConfig | None) -> timedelta | None:
+        """How long to wait for a signal before the next look: the scan interval (shorter while busy), or
+        sooner when the last plan has a deadline (an idle slice's scale_down_delay, a backoff ending)."""
+        if self._idle_without_timer and (config is None or not config.groups):
+            return None  # no scale group, no timer: an autoscaler with nothing to scale writes no history
+        scan = timedelta(seconds=config.scan_interval_seconds) if config is not None else IDLE_TICK
+        tick = min(BUSY_TICK, scan) if self._busy else scan
+        if self._recheck_after is not None:
+            tick = min(tick, timedelta(seconds=self._recheck_after))
+        return tick
 
     def _plan_input(self, config: AutoscalerConfig) -> PlanInput:
         groups = []
@@ -179,6 +190,7 @@ class AutoscalerWorkflow:
             if slice_id in self.state.slices:
                 self.state.slices[slice_id].idle_since = since
         self.state.unmet, self.state.group_reasons = plan.unmet, plan.group_reasons
+        self._recheck_after = plan.recheck_after
         by_name = {g.spec.name: g for g in config.groups}
         for slice_id in plan.remove:
             entry = self.state.slices.get(slice_id)

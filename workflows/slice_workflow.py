@@ -45,11 +45,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.slice_lifecycle import TERMINAL_SLICE_STATES, Effect, SliceEvent, SliceState, transition
 
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
+WAIT_CANCELLED = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+TRY_CANCEL = workflow.ActivityCancellationType.TRY_CANCEL
 STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
                          maximum_attempts=5)  # fmt: skip
 TERMINATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
                               maximum_attempts=20)  # fmt: skip
 HEARTBEAT = timedelta(seconds=10)
+# workflow.patched id: a scale-down stops waiting for the READY watch as soon as it asks it to stop. The
+# watch only reads; waiting for it to acknowledge took up to one heartbeat throttle (8 s) per scale-down.
+WATCH_TRY_CANCEL = "slice-watch-try-cancel"
 
 
 @dataclass
@@ -155,11 +160,12 @@ class SliceWorkflow:
         return SliceEvent.SCALE_DOWN
 
     async def _step(self, name: str, arg: Any, *, timeout: timedelta, heartbeat: bool = False,
-                    retry: RetryPolicy = STEP_RETRY, result_type: type | None = None) -> Any:  # fmt: skip
+                    retry: RetryPolicy = STEP_RETRY, result_type: type | None = None,
+                    cancellation: workflow.ActivityCancellationType = WAIT_CANCELLED) -> Any:  # fmt: skip
+        """Run one slice activity; by default a cancelled one is waited for (its side effects end first)."""
         return await workflow.execute_activity(
             name, arg, start_to_close_timeout=timeout, heartbeat_timeout=HEARTBEAT if heartbeat else None,
-            retry_policy=retry, result_type=result_type,
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            retry_policy=retry, result_type=result_type, cancellation_type=cancellation,
         )  # fmt: skip
 
     def _failed(self, err: BaseException, doing: str) -> SliceEvent:
@@ -209,9 +215,10 @@ class SliceWorkflow:
     async def _watch(self) -> SliceEvent:
         req = SliceRequest(self.inp.slice_id, self.inp.group)
         try:
+            cancellation = TRY_CANCEL if workflow.patched(WATCH_TRY_CANCEL) else WAIT_CANCELLED
             why: str = await self._step(SLICE_WATCH, req, timeout=timedelta(days=3650), heartbeat=True,
                                         retry=RetryPolicy(maximum_interval=timedelta(seconds=30)),
-                                        result_type=str)  # fmt: skip
+                                        result_type=str, cancellation=cancellation)  # fmt: skip
         except ActivityError as err:
             return self._failed(err, "watch")
         self.error, self.error_type = why, "SlicePreempted"

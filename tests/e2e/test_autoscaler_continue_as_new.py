@@ -20,6 +20,7 @@ from workflows.ids import AUTOSCALER_WORKFLOW_ID
 from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {
+    "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
     "scale_groups": [
         {
             "name": "pair", "platform": "local", "hosts_per_slice": 2, "max_slices": 1,

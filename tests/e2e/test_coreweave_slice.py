@@ -116,6 +116,7 @@ def coreweave_cluster(
     node = FakeKubelet(fake, {**daemon_environment(os.environ), "IRIS_HOME": str(home), "PYTHONUNBUFFERED": "1"}, home)
     config = {
         "local": {"worker_groups": []},
+        "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
         "scale_groups": [{
             "name": "h100", "platform": "coreweave", "hosts_per_slice": 1, "min_slices": 0, "max_slices": 1,
             "runtime": "process", "resources": {"cpu": 2, "memory": "2g", "gpus": 8},

@@ -32,6 +32,7 @@ from workflows.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0
 FLEET = {
+    "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
     "scale_groups": [
         {
             "name": "tpu", "platform": "local", "hosts_per_slice": 4, "max_slices": 1,

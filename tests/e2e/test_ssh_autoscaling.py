@@ -57,6 +57,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
               "scale_up_delay": "0s", "scale_down_delay": "3s"}
     config = {
         "local": {"worker_groups": []},
+        "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
         "scale_groups": [
             {"name": "ssh-pool", "platform": "manual", "hosts_per_slice": 2, "attributes": {"pool": "ssh"},
              "manual": {"hosts": manual_hosts, "user": sshd.user, "identity_file": str(sshd.client_key),

@@ -42,11 +42,13 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
             {"name": "a", "platform": "local", "hosts_per_slice": 2, "min_slices": 1, "max_slices": 3,
              "resources": {"cpu": 1.5, "memory": "1g", "gpus": 1}, "attributes": {"k": "v", "n": 2, "f": True},
              "scale_up_delay": "1m30s", "scale_down_delay": "250ms", "local": {"max_hosts": 8}},
-        ]
+        ],
+        "autoscaler": {"scan_interval": "1.5s"},
     }  # fmt: skip
     config = parse_config(data, "test")
     again = parse_config(yaml.safe_load(yaml.safe_dump(scale_groups_document(config))), "scale-groups.yaml")
     assert config.scale_groups == again.scale_groups
+    assert 1.5 == again.scan_interval_seconds == autoscaler_config(again).scan_interval_seconds
 
 
 def test_a_bad_platform_block_is_refused_naming_the_group_and_field() -> None:

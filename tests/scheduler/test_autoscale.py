@@ -124,6 +124,28 @@ def test_an_idle_slice_is_removed_after_its_delay_and_not_before() -> None:
     assert ("s1",) == plan_scaling([TPU], [s], [], hosts, now=130.0).remove
 
 
+def test_the_plan_says_when_an_idle_slice_reaches_its_delay() -> None:
+    """The workflow looks again exactly when the idle slice may go, not at its next regular tick."""
+    hosts = slice_hosts(TPU, "s1")
+    assert 30.0 == plan_scaling([TPU], [ready("s1")], [], hosts, now=100.0).recheck_after
+    assert 1.5 == plan_scaling([TPU], [ready("s1", idle_since=100.0)], [], hosts, now=128.5).recheck_after
+    gone = plan_scaling([TPU], [ready("s1", idle_since=100.0)], [], hosts, now=130.0)
+    assert ("s1",) == gone.remove
+    assert gone.recheck_after is None  # removed: nothing left to wait for
+    assert plan_scaling([TPU], [ready("s1", idle_since=0.0)], [], busy(hosts), now=100.0).recheck_after is None
+
+
+def test_the_plan_says_when_a_group_that_work_waits_for_may_grow_again() -> None:
+    """A backoff or scale_up_delay ending while a job waits is a deadline; with no job waiting it is none."""
+    backing = GroupShape(**{**TPU.__dict__, "backoff_until": 160.0})
+    assert 60.0 == plan_scaling([backing], [], [gang("g", 4, "v5e-16")], [], now=100.0).recheck_after
+    assert plan_scaling([backing], [], [], [], now=100.0).recheck_after is None
+    delayed = GroupShape(**{**TPU.__dict__, "scale_up_delay": 30.0, "last_scale_up": 90.0})
+    assert 20.0 == plan_scaling([delayed], [], [gang("g", 4, "v5e-16")], [], now=100.0).recheck_after
+    kept = GroupShape(**{**TPU.__dict__, "min_slices": 1})  # idle past its delay but kept: no deadline left
+    assert plan_scaling([kept], [ready("s1", kept, 0.0)], [], slice_hosts(kept, "s1"), now=100.0).recheck_after is None
+
+
 def test_a_busy_slice_is_not_idle() -> None:
     """One host with a task running keeps the slice, and resets its idle clock."""
     s = ready("s1", idle_since=0.0)
