@@ -4,7 +4,9 @@
 directory (127.0.0.1 only, one or more ports, key auth only) and runs `/usr/sbin/sshd -D`.
 Each port stands for one "host". Sessions get `HOME` (sshd's SetEnv) and `IRIS_HOME`
 (the client key's authorized_keys entry) in the test's directory, so remote state (claims,
-agent pid and log files) lands there instead of the user's home.
+agent pid and log files) lands there instead of the user's home, and `TMPDIR` in a directory
+of their own that `close` removes (agents put their tasks' areas in the temp dir when tasks run
+as another user, so it lives outside the test's private directory, traversable by that user).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ class Sshd:
     ports: list[int]
     client_key: Path
     remote_home: Path  # IRIS_HOME of every session
+    remote_tmp: Path | None = None  # TMPDIR of every session; removed by `close`
     user: str = field(default_factory=getpass.getuser)
     env: dict[str, str] = field(default_factory=dict)  # sshd's SetEnv: every session gets these
     process: subprocess.Popen[bytes] | None = None
@@ -87,6 +91,12 @@ class Sshd:
             self.process.wait(10)
         self.process = None
 
+    def close(self) -> None:
+        """Stop for good: also remove the sessions' temp dir."""
+        self.stop()
+        if self.remote_tmp is not None:
+            shutil.rmtree(self.remote_tmp, ignore_errors=True)
+
     def new_host_key(self) -> None:
         """Replace the host key and restart: the same host:port now presents a different key."""
         self.stop()
@@ -109,14 +119,22 @@ def start_sshd(directory: Path, hosts: int = 1, env: dict[str, str] | None = Non
     remote_home = directory / "remote-home"
     remote_home.mkdir()
     # HOME too: the login shell then reads no ~/.bashrc of the real user (which may put another `iris` first)
+    remote_tmp = Path(tempfile.mkdtemp(prefix="iris-test-sshd-"))
+    remote_tmp.chmod(0o711)  # the shared temp dir's stand-in: tasks running as `nobody` traverse it
     server = Sshd(directory, [free_port() for _ in range(hosts)], directory / "client_ed25519", remote_home,
-                  env={"HOME": str(remote_home), **(env or {})})
+                  remote_tmp, env={"HOME": str(remote_home), "TMPDIR": str(remote_tmp), **_pythonpath(), **(env or {})})
     keygen(server.host_key)
     keygen(server.client_key)
     public = server.client_key.with_suffix(".pub").read_text().strip()
     (directory / "authorized_keys").write_text(f'environment="IRIS_HOME={remote_home}" {public}\n')
     server.start()
     return server
+
+
+def _pythonpath() -> dict[str, str]:
+    """The remote side is this machine: its agents import the code under test, as this process does."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": path} if path else {}
 
 
 def worker_command() -> str:

@@ -247,6 +247,8 @@ class WorkerAgent:
         finally:
             self.state_lock.unlock()
             await self.runtime.close()
+            with contextlib.suppress(OSError):  # its tasks' areas are gone: leave no empty root behind
+                self.task_root.rmdir()
 
     @staticmethod
     async def _until_done(running: asyncio.Task[None], work: Any) -> None:

@@ -14,6 +14,7 @@ but cannot enumerate its neighbours'.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import tempfile
@@ -31,6 +32,7 @@ __all__ = ["TaskArea", "stage_runner_code"]
 
 _TRAVERSE_ONLY: Final = 0o711
 _PRIVATE: Final = 0o700
+_CREATE_TRIES: Final = 3
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,18 @@ class TaskArea:
 
     def create(self) -> None:
         """Make the area fresh and empty (one left by a crashed agent for this attempt is replaced)."""
-        for directory in (self.path.parent.parent, self.path.parent):
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(_TRAVERSE_ONLY)
-        self.remove()
-        self.path.mkdir(mode=_PRIVATE)
+        shutil.rmtree(self.path, ignore_errors=True)
+        for _ in range(_CREATE_TRIES):
+            for directory in (self.path.parent.parent, self.path.parent):
+                directory.mkdir(parents=True, exist_ok=True)
+                directory.chmod(_TRAVERSE_ONLY)
+            try:
+                self.path.mkdir(mode=_PRIVATE)
+                break
+            except FileNotFoundError:  # a sibling's `remove` took the empty job directory meanwhile
+                continue
+        else:
+            self.path.mkdir(mode=_PRIVATE)  # raises with the reason
         self.store_dir.mkdir()
         self.work_dir.mkdir()
 
@@ -84,8 +93,14 @@ class TaskArea:
             shared.put(key, data)
 
     def remove(self) -> None:
-        """Delete the area and everything the task left in it."""
+        """Delete the area and everything the task left in it, and the job's directory once it is empty.
+
+        A long-lived host runs thousands of jobs; an empty directory left per job is clutter that
+        never goes away. The job's other tasks on this host keep it while their areas exist.
+        """
         shutil.rmtree(self.path, ignore_errors=True)
+        with contextlib.suppress(OSError):  # not empty (another task of the job) or gone already
+            self.path.parent.rmdir()
 
 
 _RUNNER_MODULES: Final = ("__init__.py", "task_runner.py", "storage.py")

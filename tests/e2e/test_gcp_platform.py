@@ -40,7 +40,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory, metadata: FakeMetadata) -> It
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 def agent_pid(sshd: Sshd, address: str) -> int | None:

@@ -78,7 +78,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
         for pid in agent_pids(sshd, "manual") + agent_pids(sshd, "gcp"):  # agents of slices still up: the "VMs" go
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-        sshd.stop()
+        sshd.close()
         tpu.stop()
         metadata.stop()
 
@@ -111,6 +111,9 @@ def test_manual_group_grows_for_a_gang_and_shrinks_when_idle(fleet: SshFleet) ->
                what="the hosts freed")
     gone = time.monotonic()
     print(f"manual slice: empty group -> gang done {ran - submitted:.1f} s; done -> agents stopped {gone - ran:.1f} s")
+    assert fleet.sshd.remote_tmp is not None
+    left = [str(p) for p in fleet.sshd.remote_tmp.rglob("*") if slice_id in str(p)]
+    assert [] == left  # the hosts keep no task area or job directory of the slice
 
 
 def test_gcp_group_grows_for_a_tpu_gang_and_deletes_the_node_when_idle(fleet: SshFleet) -> None:

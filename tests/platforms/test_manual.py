@@ -21,7 +21,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(autouse=True)

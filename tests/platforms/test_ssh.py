@@ -17,7 +17,7 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture

@@ -38,6 +38,20 @@ def test_task_area_stages_inputs_and_publishes_only_outputs(tmp_path: Path, blob
     assert not area.path.exists()
 
 
+def test_a_job_leaves_no_directory_behind_once_its_last_area_on_the_host_is_removed(tmp_path: Path) -> None:
+    """Two tasks of one job share its directory until both are gone; then the host keeps nothing of it."""
+    first, second = TaskArea.at(tmp_path / "tasks", "j", 0, 0), TaskArea.at(tmp_path / "tasks", "j", 1, 0)
+    first.create()
+    second.create()
+    first.remove()
+    assert second.work_dir.is_dir()
+    second.remove()
+    assert [] == list((tmp_path / "tasks").iterdir())
+    again = TaskArea.at(tmp_path / "tasks", "j", 0, 1)  # a retry on the same host after that
+    again.create()
+    assert again.work_dir.is_dir()
+
+
 def test_task_area_directories_hide_neighbours(tmp_path: Path) -> None:
     """Parents are traverse-only (0711) and each area is private (0700), even for a hostile job name."""
     area = TaskArea.at(tmp_path / "tasks", "../../etc", 3, 0)
