@@ -2,31 +2,37 @@
 
 Next to it, the same bare workflow run as the child of a bare parent: the shape of an
 Iris job (a job workflow with one child workflow per task) with none of Iris's work in it
-(no scheduler, no signals). Its rate is the ceiling that shape allows on this server.
+(no scheduler, no signals). Its rate is the ceiling that shape allows on this server, and the
+one the target is written against.
 
 Both run on an unsandboxed in-process worker (they import nothing and do nothing
-non-deterministic), so this module needs no sandbox-safe imports.
+non-deterministic). Two more pair runs tell where the distance to that ceiling comes from,
+for information only: the same pairs on a worker with the SDK's default sandbox (which Iris
+keeps on), and unsandboxed pairs whose activity runs `true` as a process (as an Iris task does).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from iris.bench.history import count_histories
-
-BARE_ACTIVITY = "iris_bench_noop"
-BARE_WORKFLOW = "IrisBenchBare"
-PARENT_WORKFLOW = "IrisBenchParent"
+from workflows.bench_bare import (
+    BARE_ACTIVITY,
+    PARENT_WORKFLOW,
+    PROCESS_ACTIVITY,
+    BareWorkflow,
+    ParentWorkflow,
+)
 
 
 @activity.defn(name=BARE_ACTIVITY)
@@ -35,28 +41,13 @@ async def bare_noop() -> float:
     return time.time()
 
 
-@workflow.defn(name=BARE_WORKFLOW)
-class BareWorkflow:
-    """A bare workflow that executes one no-op activity and returns the activity's start time."""
-
-    @workflow.run
-    async def run(self) -> float:
-        """Run the activity with default retries; the result is its `time.time()` at start."""
-        result: float = await workflow.execute_activity(bare_noop, start_to_close_timeout=timedelta(seconds=30))
-        return result
-
-
-@workflow.defn(name=PARENT_WORKFLOW)
-class ParentWorkflow:
-    """A bare parent that runs one `BareWorkflow` as its child: an Iris job's shape, without Iris."""
-
-    @workflow.run
-    async def run(self) -> float:
-        """Start the child, wait for it, return its result."""
-        result: float = await workflow.execute_child_workflow(
-            BareWorkflow.run, id=f"{workflow.info().workflow_id}/child"
-        )
-        return result
+@activity.defn(name=PROCESS_ACTIVITY)
+async def bare_true() -> float:
+    """Like `bare_noop`, but it runs `true` as a child process first, as an Iris task of `true` does."""
+    began = time.time()
+    process = await asyncio.create_subprocess_exec("true")
+    await process.wait()
+    return began
 
 
 @dataclass(frozen=True)
@@ -70,6 +61,10 @@ class RawFigures:
     done: Latency
     throughput: Throughput
     parent_child: Throughput
+    sandboxed_pairs: Throughput | None = None
+    """The same pairs on a worker with the SDK's default sandbox."""
+    process_pairs: Throughput | None = None
+    """Unsandboxed pairs whose child's activity runs `true` as a process."""
 
 
 async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[str, int]) -> RawFigures:
@@ -83,7 +78,7 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
         client,
         task_queue=queue,
         workflows=[BareWorkflow, ParentWorkflow],
-        activities=[bare_noop],
+        activities=[bare_noop, bare_true],
         workflow_runner=UnsandboxedWorkflowRunner(),
         max_concurrent_workflow_tasks=200,  # as the Iris controller's worker
     )
@@ -101,24 +96,55 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
         async def start(i: int) -> Any:
             return await client.start_workflow(BareWorkflow.run, id=f"{queue}-tput-{i}", task_queue=queue)
 
-        async def start_parent(i: int) -> Any:
-            return await client.start_workflow(ParentWorkflow.run, id=f"{queue}-pair-{i}", task_queue=queue)
-
         async def finish(handle: Any) -> object:
             result: object = await handle.result()
             return result
 
         throughput, handles = await timed_gather(count, start, finish, pids)
-        parent_child, parents = await timed_gather(count, start_parent, finish, pids)
+        parent_child = await _pairs(client, queue, "pair", count, pids)
+        process_pairs = await _pairs(client, queue, "process", count, pids, [PROCESS_ACTIVITY])
+    sandboxed_pairs = await _sandboxed_pairs(client, count, pids)
     throughput.add_history(await count_histories(client, {"bare": [h.id for h in handles]}))
-    parent_child.add_history(
-        await count_histories(
-            client, {"parent": [h.id for h in parents], "child": [f"{h.id}/child" for h in parents]}
-        )
-    )
     return RawFigures(
         latency=Latency(tuple(p[0] for p in pairs)),
         done=Latency(tuple(p[1] for p in pairs)),
         throughput=throughput,
         parent_child=parent_child,
+        sandboxed_pairs=sandboxed_pairs,
+        process_pairs=process_pairs,
     )
+
+
+async def _pairs(
+    client: Client, queue: str, kind: str, count: int, pids: Mapping[str, int], args: Sequence[str] = ()
+) -> Throughput:
+    """`count` bare parent+child pairs at once on `queue` (whose worker runs); `args`: the child's activity."""
+
+    async def start(i: int) -> Any:
+        return await client.start_workflow(
+            PARENT_WORKFLOW, args=list(args), id=f"{queue}-{kind}-{i}", task_queue=queue
+        )
+
+    async def finish(handle: Any) -> object:
+        result: object = await handle.result()
+        return result
+
+    figures, parents = await timed_gather(count, start, finish, pids)
+    figures.add_history(
+        await count_histories(
+            client, {"parent": [h.id for h in parents], "child": [f"{h.id}/child" for h in parents]}
+        )
+    )
+    return figures
+
+
+async def _sandboxed_pairs(client: Client, count: int, pids: Mapping[str, int]) -> Throughput:
+    """Bare pairs on a worker with the SDK's default workflow runner (the sandbox), otherwise as the others."""
+    queue = f"iris-bench-sandboxed-{uuid.uuid4().hex[:8]}"
+    worker = Worker(
+        client, task_queue=queue, workflows=[BareWorkflow, ParentWorkflow], activities=[bare_noop],
+        max_concurrent_workflow_tasks=200,
+    )  # fmt: skip
+    async with worker:
+        await client.execute_workflow(ParentWorkflow.run, id=f"{queue}-warmup", task_queue=queue)
+        return await _pairs(client, queue, "pair", count, pids)

@@ -48,6 +48,10 @@ class BenchResult:
         """Iris jobs/s through the blocking client's threads / bare parent+child pairs/s (higher is better)."""
         return self.iris.public_api.rate / self.raw.parent_child.rate
 
+    def public_api_vs(self, pairs: Throughput | None) -> float | None:
+        """Iris jobs/s through the public API / the rate of another pair run (information, not a target)."""
+        return None if pairs is None else self.iris.public_api.rate / pairs.rate
+
     @property
     def parent_child_ratio(self) -> float:
         """Bare parent+child pairs/s / raw workflows/s: the ceiling of a job shaped as one child per task."""
@@ -69,6 +73,8 @@ class BenchResult:
                 "start_to_result": self.raw.done.summary(),
                 "throughput": self.raw.throughput.summary(),
                 "parent_child_throughput": self.raw.parent_child.summary(),
+                "sandboxed_pairs_throughput": _summary(self.raw.sandboxed_pairs),
+                "process_pairs_throughput": _summary(self.raw.process_pairs),
             },
             "iris": {
                 "submit_to_running": self.iris.latency.summary(),
@@ -82,10 +88,16 @@ class BenchResult:
                 "throughput": self.throughput_ratio,
                 "parent_child_throughput": self.parent_child_ratio,
                 "public_api_vs_parent_child": self.public_api_ratio,
+                "public_api_vs_sandboxed_pairs": self.public_api_vs(self.raw.sandboxed_pairs),
+                "public_api_vs_process_pairs": self.public_api_vs(self.raw.process_pairs),
             },
             "targets": self.targets(),
             "timeline": self.timeline.to_json(),
         }
+
+
+def _summary(figures: Throughput | None) -> dict[str, Any] | None:
+    return None if figures is None else figures.summary()
 
 
 def _ms(seconds: float) -> str:
@@ -185,6 +197,7 @@ def _figure_rows(result: BenchResult) -> list[Row]:
             f"{iris.public_api.rate:.1f}/s",
             f"{result.public_api_ratio:.0%}",
         ),
+        *_info_pair_rows(result),
         (
             "  all accepted after / all done after",
             f"{raw.throughput.accepted:.2f} s / {raw.throughput.elapsed:.2f} s",
@@ -193,6 +206,19 @@ def _figure_rows(result: BenchResult) -> list[Row]:
         ),
         *_cost_rows(raw.throughput, iris.throughput),
     ]
+
+
+def _info_pair_rows(result: BenchResult) -> list[Row]:
+    """Pairs that carry one of Iris's two fixed costs each, and Iris against them: where the distance goes."""
+    rows: list[Row] = []
+    for label, pairs in (
+        ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
+        ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
+    ):
+        ratio = result.public_api_vs(pairs)
+        if pairs is not None and ratio is not None:
+            rows.append((label, f"{pairs.rate:.1f}/s", f"{result.iris.public_api.rate:.1f}/s", f"{ratio:.0%}"))
+    return rows
 
 
 def _table_lines(rows: list[Row]) -> list[str]:

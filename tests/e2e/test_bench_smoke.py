@@ -61,6 +61,9 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     assert 8 == pairs["workflow_tasks"]["child"]  # the child is the bare workflow
     assert pairs["workflow_tasks"]["parent"] >= 8  # start, child started, child completed (some may batch)
     assert "bare parent+child pairs" in proc.stdout
+    for kind in ("sandboxed_pairs_throughput", "process_pairs_throughput"):  # the informational pair runs
+        assert 8 == figures["raw"][kind]["workflow_tasks"]["child"], kind
+    assert "the pairs under the SDK's default sandbox" in proc.stdout
     assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
     assert figures["timeline"]["events"], "no timeline of the last latency job"
     assert LocalCluster(home).status() is None  # every process stopped, pids forgotten
