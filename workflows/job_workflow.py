@@ -602,7 +602,14 @@ class JobWorkflow:
             except Exception as err:  # it ended meanwhile; its TASK_ENDED signal is on the way
                 workflow.logger.info("task %d of %s not cancelled: %s", index, job_id, err)
 
-        await asyncio.gather(*(cancel(i) for i in indexes))
+        cancels = [cancel(i) for i in indexes]
+        try:
+            await asyncio.gather(*cancels)
+        finally:
+            # A run that ends (or is evicted) in the activation that made them never starts them:
+            # close those so they are not left to the garbage collector as never awaited.
+            for pending in cancels:
+                pending.close()
 
     def _refresh_state(self) -> None:
         self.status.task_state_counts.clear()
