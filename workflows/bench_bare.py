@@ -24,7 +24,7 @@ class BareWorkflow:
 
     @workflow.run
     async def run(self, activity: str = BARE_ACTIVITY) -> float:
-        """Run the activity with default retries; the result is its `time.time()` at start."""
+        """Run the activity with default retries; the result is the wall-clock time the activity began."""
         result: float = await workflow.execute_activity(
             activity, start_to_close_timeout=timedelta(seconds=30), result_type=float
         )
