@@ -61,9 +61,9 @@ class RawFigures:
     done: Latency
     throughput: Throughput
     parent_child: Throughput
-    sandboxed_pairs: Throughput | None = None
+    sandboxed_pairs: Throughput
     """The same pairs on a worker with the SDK's default sandbox."""
-    process_pairs: Throughput | None = None
+    process_pairs: Throughput
     """Unsandboxed pairs whose child's activity runs `true` as a process."""
 
 
@@ -96,11 +96,7 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
         async def start(i: int) -> Any:
             return await client.start_workflow(BareWorkflow.run, id=f"{queue}-tput-{i}", task_queue=queue)
 
-        async def finish(handle: Any) -> object:
-            result: object = await handle.result()
-            return result
-
-        throughput, handles = await timed_gather(count, start, finish, pids)
+        throughput, handles = await timed_gather(count, start, _result, pids)
         parent_child = await _pairs(client, queue, "pair", count, pids)
         process_pairs = await _pairs(client, queue, "process", count, pids, [PROCESS_ACTIVITY])
     sandboxed_pairs = await _sandboxed_pairs(client, count, pids)
@@ -115,6 +111,12 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
     )
 
 
+async def _result(handle: Any) -> object:
+    """A started workflow's result, once it ends."""
+    result: object = await handle.result()
+    return result
+
+
 async def _pairs(
     client: Client, queue: str, kind: str, count: int, pids: Mapping[str, int], args: Sequence[str] = ()
 ) -> Throughput:
@@ -125,11 +127,7 @@ async def _pairs(
             PARENT_WORKFLOW, args=list(args), id=f"{queue}-{kind}-{i}", task_queue=queue
         )
 
-    async def finish(handle: Any) -> object:
-        result: object = await handle.result()
-        return result
-
-    figures, parents = await timed_gather(count, start, finish, pids)
+    figures, parents = await timed_gather(count, start, _result, pids)
     figures.add_history(
         await count_histories(
             client, {"parent": [h.id for h in parents], "child": [f"{h.id}/child" for h in parents]}

@@ -48,9 +48,9 @@ class BenchResult:
         """Iris jobs/s through the blocking client's threads / bare parent+child pairs/s (higher is better)."""
         return self.iris.public_api.rate / self.raw.parent_child.rate
 
-    def public_api_vs(self, pairs: Throughput | None) -> float | None:
+    def public_api_vs(self, pairs: Throughput) -> float:
         """Iris jobs/s through the public API / the rate of another pair run (information, not a target)."""
-        return None if pairs is None else self.iris.public_api.rate / pairs.rate
+        return self.iris.public_api.rate / pairs.rate
 
     @property
     def parent_child_ratio(self) -> float:
@@ -73,8 +73,8 @@ class BenchResult:
                 "start_to_result": self.raw.done.summary(),
                 "throughput": self.raw.throughput.summary(),
                 "parent_child_throughput": self.raw.parent_child.summary(),
-                "sandboxed_pairs_throughput": _summary(self.raw.sandboxed_pairs),
-                "process_pairs_throughput": _summary(self.raw.process_pairs),
+                "sandboxed_pairs_throughput": self.raw.sandboxed_pairs.summary(),
+                "process_pairs_throughput": self.raw.process_pairs.summary(),
             },
             "iris": {
                 "submit_to_running": self.iris.latency.summary(),
@@ -94,10 +94,6 @@ class BenchResult:
             "targets": self.targets(),
             "timeline": self.timeline.to_json(),
         }
-
-
-def _summary(figures: Throughput | None) -> dict[str, Any] | None:
-    return None if figures is None else figures.summary()
 
 
 def _ms(seconds: float) -> str:
@@ -210,15 +206,14 @@ def _figure_rows(result: BenchResult) -> list[Row]:
 
 def _info_pair_rows(result: BenchResult) -> list[Row]:
     """Pairs that carry one of Iris's two fixed costs each, and Iris against them: where the distance goes."""
-    rows: list[Row] = []
-    for label, pairs in (
-        ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
-        ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
-    ):
-        ratio = result.public_api_vs(pairs)
-        if pairs is not None and ratio is not None:
-            rows.append((label, f"{pairs.rate:.1f}/s", f"{result.iris.public_api.rate:.1f}/s", f"{ratio:.0%}"))
-    return rows
+    rate = f"{result.iris.public_api.rate:.1f}/s"
+    return [
+        (label, f"{pairs.rate:.1f}/s", rate, f"{result.public_api_vs(pairs):.0%}")
+        for label, pairs in (
+            ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
+            ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
+        )
+    ]
 
 
 def _table_lines(rows: list[Row]) -> list[str]:
