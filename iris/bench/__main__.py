@@ -20,7 +20,7 @@ from types import FrameType
 import structlog
 
 from iris.bench.baseline import measure_raw
-from iris.bench.figures import WARMUP_SAMPLES
+from iris.bench.figures import SETTLE_SECONDS, WARMUP_SAMPLES
 from iris.bench.history import job_timeline
 from iris.bench.host import machine_info
 from iris.bench.iris_jobs import bench_config, measure_iris
@@ -35,14 +35,16 @@ async def run_bench(
     samples: int,
     timeline: bool = True,
     dynamic_config: Mapping[str, str] | None = None,
+    settle: float = SETTLE_SECONDS,
 ) -> BenchResult:
     """Measure raw and Iris against the running cluster `info` (started with `dynamic_config`)."""
     machine = machine_info()
     machine["dynamic_config"] = dict(dynamic_config or {})
     iris = await AsyncIrisClient.connect(info.address, store=info.store_url)
     pids = {"bench": os.getpid(), **info.pids}
-    raw = await measure_raw(iris.temporal, samples, jobs, pids)
-    figures = await measure_iris(iris, samples, jobs, pids)
+    machine["settle_s"] = settle
+    raw = await measure_raw(iris.temporal, samples, jobs, pids, settle)
+    figures = await measure_iris(iris, samples, jobs, pids, settle)
     machine["loadavg_end"] = list(os.getloadavg())
     result = BenchResult(machine=machine, raw=raw, iris=figures)
     if timeline:
@@ -90,10 +92,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra dev-server dynamic config (JSON value), e.g. history.transferProcessorMaxPollRPS=1000",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_SECONDS,
+        metavar="SECONDS",
+        help=f"quiet seconds before each throughput run, so none pays for the one before (default {SETTLE_SECONDS:g})",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.latency_samples < 1:
         parser.error("--jobs and --latency-samples must be >= 1")
+    if args.settle < 0:
+        parser.error(f"--settle must be >= 0, got {args.settle:g}")
     try:
         args.dynamic_config = dict(parse_dynamic_config(item) for item in args.dynamic_config)
     except ValueError as err:
@@ -178,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             result = asyncio.run(
-                run_bench(info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config)
+                run_bench(
+                    info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config, args.settle
+                )
             )
     except KeyboardInterrupt:
         print("interrupted; stopping the cluster", file=sys.stderr)

@@ -9,6 +9,8 @@ Both run on an unsandboxed in-process worker (they import nothing and do nothing
 non-deterministic). Two more pair runs tell where the distance to that ceiling comes from,
 for information only: the same pairs on a worker with the SDK's default sandbox (which Iris
 keeps on), and unsandboxed pairs whose activity runs `true` as a process (as an Iris task does).
+Last, for information too, the design skeleton (`iris.bench.skeleton`): Iris's shape and
+Temporal traffic with none of Iris's logic, in two processes of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from iris.bench.history import count_histories
+from iris.bench.skeleton import measure_skeleton
 from workflows.bench_bare import (
     BARE_ACTIVITY,
     PARENT_WORKFLOW,
@@ -65,13 +68,18 @@ class RawFigures:
     """The same pairs on a worker with the SDK's default sandbox."""
     process_pairs: Throughput
     """Unsandboxed pairs whose child's activity runs `true` as a process."""
+    skeleton: Throughput
+    """The design skeleton's one-task jobs (see `workflows.bench_skeleton`)."""
 
 
-async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[str, int]) -> RawFigures:
+async def measure_raw(
+    client: Client, samples: int, count: int, pids: Mapping[str, int], settle: float = 0.0
+) -> RawFigures:
     """The bare dev server: sequential start-to-activity latency, then `count` workflows at once.
 
     The worker runs unsandboxed: the bare workflow imports nothing and does nothing
     non-deterministic, and the baseline should be the engine, not the Python sandbox.
+    Each throughput run begins after `settle` quiet seconds.
     """
     queue = f"iris-bench-{uuid.uuid4().hex[:8]}"
     worker = Worker(
@@ -96,10 +104,11 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
         async def start(i: int) -> Any:
             return await client.start_workflow(BareWorkflow.run, id=f"{queue}-tput-{i}", task_queue=queue)
 
-        throughput, handles = await timed_gather(count, start, _result, pids)
-        parent_child = await _pairs(client, queue, "pair", count, pids)
-        process_pairs = await _pairs(client, queue, "process", count, pids, [PROCESS_ACTIVITY])
-    sandboxed_pairs = await _sandboxed_pairs(client, count, pids)
+        throughput, handles = await timed_gather(count, start, _result, pids, settle)
+        parent_child = await _pairs(client, queue, "pair", count, pids, settle)
+        process_pairs = await _pairs(client, queue, "process", count, pids, settle, [PROCESS_ACTIVITY])
+    sandboxed_pairs = await _sandboxed_pairs(client, count, pids, settle)
+    skeleton = await measure_skeleton(client, count, pids, settle)
     throughput.add_history(await count_histories(client, {"bare": [h.id for h in handles]}))
     return RawFigures(
         latency=Latency(tuple(p[0] for p in pairs)),
@@ -108,6 +117,7 @@ async def measure_raw(client: Client, samples: int, count: int, pids: Mapping[st
         parent_child=parent_child,
         sandboxed_pairs=sandboxed_pairs,
         process_pairs=process_pairs,
+        skeleton=skeleton,
     )
 
 
@@ -118,7 +128,13 @@ async def _result(handle: Any) -> object:
 
 
 async def _pairs(
-    client: Client, queue: str, kind: str, count: int, pids: Mapping[str, int], args: Sequence[str] = ()
+    client: Client,
+    queue: str,
+    kind: str,
+    count: int,
+    pids: Mapping[str, int],
+    settle: float,
+    args: Sequence[str] = (),
 ) -> Throughput:
     """`count` bare parent+child pairs at once on `queue` (whose worker runs); `args`: the child's activity."""
 
@@ -127,7 +143,7 @@ async def _pairs(
             PARENT_WORKFLOW, args=list(args), id=f"{queue}-{kind}-{i}", task_queue=queue
         )
 
-    figures, parents = await timed_gather(count, start, _result, pids)
+    figures, parents = await timed_gather(count, start, _result, pids, settle)
     figures.add_history(
         await count_histories(
             client, {"parent": [h.id for h in parents], "child": [f"{h.id}/child" for h in parents]}
@@ -136,7 +152,7 @@ async def _pairs(
     return figures
 
 
-async def _sandboxed_pairs(client: Client, count: int, pids: Mapping[str, int]) -> Throughput:
+async def _sandboxed_pairs(client: Client, count: int, pids: Mapping[str, int], settle: float) -> Throughput:
     """Bare pairs on a worker with the SDK's default workflow runner (the sandbox), otherwise as the others."""
     queue = f"iris-bench-sandboxed-{uuid.uuid4().hex[:8]}"
     worker = Worker(
@@ -145,4 +161,4 @@ async def _sandboxed_pairs(client: Client, count: int, pids: Mapping[str, int]) 
     )  # fmt: skip
     async with worker:
         await client.execute_workflow(ParentWorkflow.run, id=f"{queue}-warmup", task_queue=queue)
-        return await _pairs(client, queue, "pair", count, pids)
+        return await _pairs(client, queue, "pair", count, pids, settle)

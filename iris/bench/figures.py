@@ -18,6 +18,9 @@ _T = TypeVar("_T")
 
 WARMUP_SAMPLES = 2
 """Latency samples per side taken and thrown away first (connections, caches, first workflow tasks)."""
+SETTLE_SECONDS = 12.0
+"""Quiet time before each throughput run. The server fires a timer for each workflow task ~10 s after
+it (its timeouts), so without the pause each run pays for the timers of the run before it."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -108,8 +111,13 @@ async def timed_gather(
     start: Callable[[int], Awaitable[_T]],
     finish: Callable[[_T], Awaitable[object]],
     pids: Mapping[str, int],
+    settle: float = 0.0,
 ) -> tuple[Throughput, list[_T]]:
-    """Start `count` units concurrently, then await every one; the figures (with CPU of `pids`), the handles."""
+    """Start `count` units concurrently, then await every one; the figures (with CPU of `pids`), the handles.
+
+    First waits `settle` seconds (see SETTLE_SECONDS).
+    """
+    await asyncio.sleep(settle)
     meter = CpuMeter(pids)
     meter.start()
     wall = time.time()

@@ -104,8 +104,11 @@ class IrisFigures:
     """The last latency sample, whose history the timeline shows."""
 
 
-async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Mapping[str, int]) -> IrisFigures:
-    """Sequential submit-to-running latency (after warm-up), then `count` one-task jobs at once."""
+async def measure_iris(
+    iris: AsyncIrisClient, samples: int, count: int, pids: Mapping[str, int], settle: float = 0.0
+) -> IrisFigures:
+    """Sequential submit-to-running latency (after warm-up), then `count` one-task jobs at once, then the
+    public API run; each throughput run after `settle` quiet seconds."""
     for i in range(WARMUP_SAMPLES):
         await iris_latency_sample(iris, f"bench-warmup-{i}")
     rows = [await iris_latency_sample(iris, f"bench-latency-{i}") for i in range(samples)]
@@ -116,7 +119,7 @@ async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Ma
     async def finish(job_id: str) -> None:
         await _wait_succeeded(iris, job_id)
 
-    throughput, job_ids = await timed_gather(count, start, finish, pids)
+    throughput, job_ids = await timed_gather(count, start, finish, pids, settle)
     throughput.add_history(
         await count_histories(iris.temporal, {"job": job_ids, "task": [task_workflow_id(j, 0) for j in job_ids]})
     )
@@ -126,7 +129,7 @@ async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Ma
         )
     )
     public_api = await asyncio.to_thread(measure_public_api, iris.temporal.service_client.config.target_host,
-                                         iris.store_url, count, pids)
+                                         iris.store_url, count, pids, settle=settle)
     return IrisFigures(
         latency=Latency(tuple(r.running_at - r.submitted_at for r in rows)),
         done=Latency(tuple(r.done_at - r.submitted_at for r in rows)),
@@ -138,9 +141,11 @@ async def measure_iris(iris: AsyncIrisClient, samples: int, count: int, pids: Ma
 
 
 def measure_public_api(address: str, store: str, count: int, pids: Mapping[str, int],
-                       threads: int = PUBLIC_API_THREADS) -> Throughput:
-    """Submit `count` one-task jobs from `threads` threads of one blocking IrisClient, then wait for all."""
+                       threads: int = PUBLIC_API_THREADS, settle: float = 0.0) -> Throughput:
+    """Submit `count` one-task jobs from `threads` threads of one blocking IrisClient, then wait for all
+    (after `settle` quiet seconds)."""
     client = IrisClient.connect(address, store=store)
+    time.sleep(settle)
     meter = CpuMeter(pids)
     meter.start()
     wall = time.time()

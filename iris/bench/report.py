@@ -75,6 +75,7 @@ class BenchResult:
                 "parent_child_throughput": self.raw.parent_child.summary(),
                 "sandboxed_pairs_throughput": self.raw.sandboxed_pairs.summary(),
                 "process_pairs_throughput": self.raw.process_pairs.summary(),
+                "skeleton_throughput": self.raw.skeleton.summary(),
             },
             "iris": {
                 "submit_to_running": self.iris.latency.summary(),
@@ -90,6 +91,8 @@ class BenchResult:
                 "public_api_vs_parent_child": self.public_api_ratio,
                 "public_api_vs_sandboxed_pairs": self.public_api_vs(self.raw.sandboxed_pairs),
                 "public_api_vs_process_pairs": self.public_api_vs(self.raw.process_pairs),
+                "public_api_vs_skeleton": self.public_api_vs(self.raw.skeleton),
+                "skeleton_vs_parent_child": self.raw.skeleton.rate / self.raw.parent_child.rate,
             },
             "targets": self.targets(),
             "timeline": self.timeline.to_json(),
@@ -132,6 +135,7 @@ def _machine_lines(m: Mapping[str, Any]) -> list[str]:
         f"         {m['platform']}, python {m['python']}, temporalio {m['temporalio']}",
         f"         {m['temporal_cli']}; code {m['code']}",
         f"         dev-server dynamic config beyond the defaults: {m.get('dynamic_config') or 'none'}",
+        f"         quiet time before each throughput run: {m.get('settle_s', 0):g} s",
         "",
     ]
 
@@ -205,14 +209,25 @@ def _figure_rows(result: BenchResult) -> list[Row]:
 
 
 def _info_pair_rows(result: BenchResult) -> list[Row]:
-    """Pairs that carry one of Iris's two fixed costs each, and Iris against them: where the distance goes."""
+    """Pairs that carry one of Iris's fixed costs each, and the design skeleton that carries them all,
+    with Iris against each: where the distance to the bare pairs goes."""
     rate = f"{result.iris.public_api.rate:.1f}/s"
+    skeleton = result.raw.skeleton
     return [
-        (label, f"{pairs.rate:.1f}/s", rate, f"{result.public_api_vs(pairs):.0%}")
-        for label, pairs in (
-            ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
-            ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
-        )
+        *(
+            (label, f"{pairs.rate:.1f}/s", rate, f"{result.public_api_vs(pairs):.0%}")
+            for label, pairs in (
+                ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
+                ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
+                ("    for information: the design skeleton (Iris's traffic, no Iris logic)", skeleton),
+            )
+        ),
+        (
+            "      the skeleton vs the bare pairs",
+            f"{skeleton.rate / result.raw.parent_child.rate:.0%}",
+            "",
+            "",
+        ),
     ]
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from iris.bench.__main__ import parse_dynamic_config
-from iris.bench.figures import Latency, percentile
+from iris.bench.__main__ import parse_args, parse_dynamic_config
+from iris.bench.figures import SETTLE_SECONDS, Latency, percentile
 from iris.bench.report import per_unit
 from iris.local_cluster import LocalCluster
 
@@ -26,6 +26,14 @@ def test_percentile_interpolates_between_ranks() -> None:
     assert 3.0 == Latency((3.0, 1.0, 5.0)).median
     with pytest.raises(ValueError, match="no values"):
         percentile([], 50)
+
+
+def test_settle_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--settle -1` is refused with a message naming the option; the default is the documented quiet time."""
+    assert SETTLE_SECONDS == parse_args([]).settle
+    with pytest.raises(SystemExit):
+        parse_args(["--settle", "-1"])
+    assert "--settle must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_dynamic_config_needs_key_and_json_value() -> None:
@@ -44,7 +52,7 @@ def test_per_unit_splits_by_workflow_kind() -> None:
 
 def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     home, out = tmp_path / "home", tmp_path / "bench.json"
-    argv = [sys.executable, "-m", "iris.bench", "--jobs", "4", "--latency-samples", "2"]
+    argv = [sys.executable, "-m", "iris.bench", "--jobs", "4", "--latency-samples", "2", "--settle", "0.5"]
     argv += ["--home", str(home), "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
@@ -64,9 +72,29 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     for kind in ("sandboxed_pairs_throughput", "process_pairs_throughput"):  # the informational pair runs
         assert 8 == figures["raw"][kind]["workflow_tasks"]["child"], kind
     assert "the pairs under the SDK's default sandbox" in proc.stdout
+    skeleton = figures["raw"]["skeleton_throughput"]  # Iris's traffic without Iris: the same workflow kinds
+    assert 4 == skeleton["count"]
+    assert skeleton["workflow_tasks"]["job"] >= 8 and skeleton["workflow_tasks"]["task"] >= 8
+    assert skeleton["workflow_tasks"]["scheduler"] >= 2  # a pass needs one task to start it, one to announce
+    assert skeleton["cpu_s"]["skeleton agent"] > 0  # its agent process ran the tasks' processes
+    assert "the design skeleton" in proc.stdout
+    assert not _skeleton_processes(), "a skeleton process outlived the bench"
     assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
     assert figures["timeline"]["events"], "no timeline of the last latency job"
     assert LocalCluster(home).status() is None  # every process stopped, pids forgotten
+
+
+def _skeleton_processes() -> list[str]:
+    """Command lines of running `iris.bench.skeleton` processes (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"iris.bench.skeleton" in argv:
+            found.append(b" ".join(argv).decode(errors="replace"))
+    return found
 
 
 def test_polling_bench_counts_no_workflow_query(tmp_path: Path) -> None:
