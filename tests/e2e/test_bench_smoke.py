@@ -57,8 +57,10 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
     assert "throughput (4 wf / 4 jobs at once)" in proc.stdout
-    assert "target: Iris throughput (public API, 16 threads)" in proc.stdout
+    assert "target: Iris throughput (public API, 16 threads) >= 80% of the design skeleton" in proc.stdout
+    assert "beyond the design: Iris >= 80% of bare parent+child pairs" in proc.stdout
     figures = json.loads(out.read_text())
+    assert {"iris_submit_to_running_median_lt_100ms", "iris_public_api_ge_80pct_skeleton"} == set(figures["targets"])
     assert 2 == len(figures["iris"]["submit_to_running"]["samples_s"])
     assert 0 < figures["iris"]["submit_to_running"]["median_s"] < 30
     assert 4 == figures["iris"]["throughput"]["count"]
