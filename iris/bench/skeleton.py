@@ -188,5 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    code = main()
+    # The SDK's native threads can outlive the interpreter's teardown and abort it ("PyGILState_Release",
+    # temporalio/sdk-python#300); once the worker has stopped there is nothing left to clean up.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
