@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker_agent.runtimes.base import Mount, TaskSpec
+from worker_agent.runtimes.base import Mount, TaskSpec, TaskStartError
 from worker_agent.runtimes.cri_client import CriLogParser
 from worker_agent.runtimes.process import ProcessRuntime, TaskUser
 from worker_agent.runtimes.select import task_user
@@ -83,6 +83,36 @@ async def test_process_tasks_run_as_the_task_user(tmp_path: Path, log_store: Log
     assert str(TaskUser.lookup("nobody").uid) == lines[0]
     assert "denied" == lines[-1]
     assert "ok\n" == (area.work_dir / "out").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running tasks as another user needs root")
+async def test_task_user_has_its_own_group_only(tmp_path: Path, log_store: LogStore) -> None:
+    """The task runs with the user's uid and gid and no supplementary group (none of the agent's)."""
+    area = TaskArea.at(tmp_path / "tasks", "job", 0, 0)
+    area.create()
+    user = TaskUser.lookup("nobody")
+    runtime = ProcessRuntime(run_as=user)
+    spec = TaskSpec(argv=["sh", "-c", "id -u; id -g; id -G"], log=log_store.open_writer("job", 0, 0),
+                    cwd=str(area.work_dir), mounts=[Mount(str(area.path), read_only=False)])  # fmt: skip
+    handle = await runtime.start(spec)
+    assert 0 == (await runtime.wait(handle)).exit_code
+    assert [str(user.uid), str(user.gid), str(user.gid)] == log_store.read_lines("job", 0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running tasks as another user needs root")
+async def test_executable_only_root_may_run_is_refused_at_start(tmp_path: Path, log_store: LogStore) -> None:
+    """A program the agent could run but the task user cannot is a start error naming it, not an exit code."""
+    area = TaskArea.at(tmp_path / "tasks", "job", 0, 0)
+    area.create()
+    script = tmp_path / "root-only.sh"
+    script.write_text("#!/bin/sh\necho ran\n")
+    script.chmod(0o700)
+    runtime = ProcessRuntime(run_as=TaskUser.lookup("nobody"))
+    spec = TaskSpec(argv=[str(script)], log=log_store.open_writer("job", 0, 0), cwd=str(area.work_dir),
+                    mounts=[Mount(str(area.path), read_only=False)])  # fmt: skip
+    with pytest.raises(TaskStartError) as info:
+        await runtime.start(spec)
+    assert f"cannot start task: permission denied running {str(script)!r}" == str(info.value)
 
 
 def test_task_user_setting() -> None:
