@@ -1,4 +1,4 @@
-"""The design skeleton's processes and its throughput run (see `workflows.bench_skeleton`).
+"""The design skeleton's processes and its throughput run (see the `workflows.bench_skeleton` package).
 
 Two processes, as Iris has: one serving the skeleton's workflows (sandboxed), its pass
 activity and its signal-sending local activity, like the controller; one serving the
@@ -31,17 +31,10 @@ from temporalio.worker import Worker
 from activities.coalescer import SignalCoalescer
 from iris.bench.figures import Throughput, timed_gather
 from iris.bench.history import count_histories
-from workflows.bench_skeleton import (
-    ENQUEUE,
-    PASS_ACTIVITY,
-    RELEASE,
-    RUN_ACTIVITY,
-    SIGNAL_ACTIVITY,
-    STATE,
-    SkeletonJob,
-    SkeletonScheduler,
-    SkeletonTask,
-)
+from workflows.bench_skeleton.job import SkeletonJob
+from workflows.bench_skeleton.names import ENQUEUE, PASS_ACTIVITY, RELEASE, RUN_ACTIVITY, SIGNAL_ACTIVITY, STATE
+from workflows.bench_skeleton.scheduler import SkeletonScheduler
+from workflows.bench_skeleton.task import SkeletonTask
 
 READY_TIMEOUT_SECONDS = 60.0
 
