@@ -75,7 +75,7 @@ class AgentSide:
         self._releases = SignalCoalescer(client, scheduler_id, RELEASE, 500)
 
     @activity.defn(name=RUN_ACTIVITY)
-    async def run(self, job_id: str, scheduler_id: str, task_id: str) -> float:
+    async def run(self, job_id: str, task_id: str) -> float:
         """Start `true`, heartbeat, wait, give the place back; when it began.
 
         As Iris's agent does, the job hears that the task runs by a signal sent beside the

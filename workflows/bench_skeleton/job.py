@@ -30,7 +30,7 @@ class SkeletonJob:
     async def run(self, scheduler_id: str) -> float:
         """The task's result: the wall-clock time its process was started."""
         task_id = f"{workflow.info().workflow_id}/task-0"
-        child = await workflow.start_child_workflow(SKELETON_TASK, scheduler_id, id=task_id, result_type=float)
+        child = await workflow.start_child_workflow(SKELETON_TASK, id=task_id, result_type=float)
         await workflow.execute_local_activity(
             SIGNAL_ACTIVITY, [[scheduler_id, ENQUEUE, task_id]], start_to_close_timeout=TIMEOUT
         )

@@ -24,13 +24,13 @@ class SkeletonTask:
         self.queue = queue
 
     @workflow.run
-    async def run(self, scheduler_id: str) -> float:
+    async def run(self) -> float:
         """The agent's result, once the attempt ran."""
         await workflow.wait_condition(lambda: self.queue is not None)
         parent = workflow.info().parent
         result: float = await workflow.execute_activity(
             RUN_ACTIVITY,
-            args=[parent.workflow_id if parent else "", scheduler_id, workflow.info().workflow_id],
+            args=[parent.workflow_id if parent else "", workflow.info().workflow_id],
             result_type=float,
             task_queue=self.queue,
             schedule_to_start_timeout=timedelta(seconds=5),
