@@ -47,19 +47,22 @@ class TaskArea:
         return cls(root / encode_component(job_id) / f"task-{task_index}-attempt-{attempt}")
 
     def create(self) -> None:
-        """Make the area fresh and empty (one left by a crashed agent for this attempt is replaced)."""
+        """Make the area fresh and empty (one left by a crashed agent for this attempt is replaced).
+
+        A sibling task's `remove` may take the job's directory while it is empty, between any two
+        steps here, until this area is in it; then the steps are taken again.
+        """
         shutil.rmtree(self.path, ignore_errors=True)
-        for _ in range(_CREATE_TRIES):
-            for directory in (self.path.parent.parent, self.path.parent):
-                directory.mkdir(parents=True, exist_ok=True)
-                directory.chmod(_TRAVERSE_ONLY)
+        for attempt in range(_CREATE_TRIES):
             try:
+                for directory in (self.path.parent.parent, self.path.parent):
+                    directory.mkdir(parents=True, exist_ok=True)
+                    directory.chmod(_TRAVERSE_ONLY)
                 self.path.mkdir(mode=_PRIVATE)
                 break
-            except FileNotFoundError:  # a sibling's `remove` took the empty job directory meanwhile
-                continue
-        else:
-            self.path.mkdir(mode=_PRIVATE)  # raises with the reason
+            except FileNotFoundError:
+                if attempt == _CREATE_TRIES - 1:
+                    raise
         self.store_dir.mkdir()
         self.work_dir.mkdir()
 

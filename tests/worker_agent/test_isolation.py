@@ -52,6 +52,30 @@ def test_a_job_leaves_no_directory_behind_once_its_last_area_on_the_host_is_remo
     assert again.work_dir.is_dir()
 
 
+@pytest.mark.parametrize("window", ["chmod", "mkdir"])
+def test_area_is_made_although_a_sibling_removes_the_empty_job_directory_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    """A sibling task's removal may take the job's empty directory between any two steps of `create`."""
+    area = TaskArea.at(tmp_path / "tasks", "j", 1, 0)
+    job_dir = area.path.parent
+    original = getattr(Path, window)
+    raced: list[Path] = []
+
+    def sibling_removes_first(self: Path, *args: object, **kwargs: object) -> object:
+        target = job_dir if window == "chmod" else area.path
+        if self == target and not raced:
+            raced.append(self)
+            job_dir.rmdir()  # what `remove` of the job's last other area does, at the worst moment
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, window, sibling_removes_first)
+    area.create()
+    assert raced, "the race was not staged"
+    assert area.work_dir.is_dir() and area.store_dir.is_dir()
+    assert 0o711 == stat.S_IMODE(job_dir.stat().st_mode)
+
+
 def test_task_area_directories_hide_neighbours(tmp_path: Path) -> None:
     """Parents are traverse-only (0711) and each area is private (0700), even for a hostile job name."""
     area = TaskArea.at(tmp_path / "tasks", "../../etc", 3, 0)
