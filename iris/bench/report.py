@@ -21,7 +21,7 @@ TARGET_RATIO = 0.80
 """Target: Iris jobs/s through the public API (16 threads) as a fraction of the design skeleton's jobs/s.
 
 The issue wrote it against bare parent+child pairs; the skeleton (Iris's shape and Temporal
-traffic, none of its logic) measured 67-88 % of those pairs on this machine (median 70 % of four
+traffic, none of its logic) measured 65-88 % of those pairs on this machine (median 67 % of seven
 runs), so no implementation of the design reliably reaches 80 % of them. The bench prints both; `--check`
 holds the skeleton's."""
 
