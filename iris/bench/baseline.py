@@ -2,15 +2,14 @@
 
 Next to it, the same bare workflow run as the child of a bare parent: the shape of an
 Iris job (a job workflow with one child workflow per task) with none of Iris's work in it
-(no scheduler, no signals). Its rate is the ceiling that shape allows on this server, and the
-one the target is written against.
+(no scheduler, no signals). Its rate is the ceiling that shape alone allows on this server.
 
 Both run on an unsandboxed in-process worker (they import nothing and do nothing
 non-deterministic). Two more pair runs tell where the distance to that ceiling comes from,
 for information only: the same pairs on a worker with the SDK's default sandbox (which Iris
 keeps on), and unsandboxed pairs whose activity runs `true` as a process (as an Iris task does).
-Last, for information too, the design skeleton (`iris.bench.skeleton`): Iris's shape and
-Temporal traffic with none of Iris's logic, in two processes of its own.
+Last, the design skeleton (`iris.bench.skeleton`): Iris's shape and Temporal traffic with
+none of Iris's logic, in two processes of its own; the throughput target is written against it.
 """
 
 from __future__ import annotations
