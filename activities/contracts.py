@@ -55,8 +55,10 @@ def worker_task_queue(worker_id: str) -> str:
     return f"iris-worker-{worker_id}"
 
 
-def worker_workflow_id(worker_id: str) -> str:
-    return f"iris-worker-{worker_id}"
+def worker_workflow_id(worker_id: str, session: str) -> str:
+    """One liveness monitor per agent session: a second agent claiming the same worker id starts its
+    own and waits for its answer, never replacing the monitor of the agent already serving."""
+    return f"iris-worker-{worker_id}-session-{session}"
 
 
 def task_workflow_id(job_id: str, task_index: int) -> str:

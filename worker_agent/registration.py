@@ -43,7 +43,7 @@ async def register_hosts(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    monitor_id = worker_workflow_id(session.worker_id)
+    monitor_id = worker_workflow_id(session.worker_id, session.session)
     batch = pb.WorkerBatch(workers=hosts, reply_to=monitor_id)
     session = dataclasses.replace(session, registration=base64.b64encode(batch.SerializeToString()).decode())
     delay = 0.2
@@ -52,13 +52,14 @@ async def register_hosts(
         try:
             if not monitor_started:
                 # The liveness monitor starts first: a worker is never registered without one,
-                # so an agent that dies right after registering is still reported lost.
+                # so an agent that dies right after registering is still reported lost. Asking
+                # again (a lost answer) finds this session's monitor already there.
                 await client.start_workflow(
                     WORKER_WORKFLOW,
                     session,
                     id=monitor_id,
                     task_queue=CONTROL_TASK_QUEUE,
-                    id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                     search_attributes=TypedSearchAttributes(
                         [SearchAttributePair(SearchAttributeKey.for_keyword(KIND_ATTRIBUTE), WORKER_KIND)]
                     ),

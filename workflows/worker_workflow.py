@@ -10,12 +10,21 @@ Registration (for agents that set `announced`): the agent signals the
 scheduler `register_workers` with this workflow as `reply_to`, then waits on
 this workflow's `registration` update, which returns the scheduler's answer.
 No update ever waits on the singleton, so 10,000 agents can register at once.
+
+Each session has a monitor of its own (the workflow id names the session), so
+an agent that claims a worker id already in use never touches the running
+agent's monitor: it only waits for its refusal. The monitor stays until the
+agent has read the answer, even when its session ended first (a duplicate's
+session activity can reach the other agent on their shared queue and be turned
+away as stale).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -30,6 +39,11 @@ with workflow.unsafe.imports_passed_through():
 
 SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
 SESSION_START_TIMEOUT = timedelta(seconds=30)
+# How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
+# the agent to read it; an agent that is gone by then asks again and finds no monitor.
+ANSWER_WAIT = timedelta(seconds=60)
+# Patch: the monitor waits for the answer even after its session ended, and for the agent to read it.
+ANSWER_OUTLIVES_SESSION = "answer-outlives-session"
 
 
 @workflow.defn(name="WorkerWorkflow")
@@ -38,6 +52,7 @@ class WorkerWorkflow:
         self._reply: RegistrationReply | None = None
         self._input: WorkerSessionInput | None = None
         self._registering: asyncio.Task[None] | None = None
+        self._answered = False  # the agent read the reply through the `registration` update
 
     @workflow.run
     async def run(self, session: WorkerSessionInput) -> str:
@@ -46,8 +61,12 @@ class WorkerWorkflow:
         workflow.set_current_details(f"worker {session.worker_id}: healthy")
         reason = "session ended"
         liveness = asyncio.ensure_future(self._session(session))
-        if session.announced:
+        waits_for_answer = session.announced and workflow.patched(ANSWER_OUTLIVES_SESSION)
+        if waits_for_answer:
+            await self._wait(lambda: self._reply is not None)
+        elif session.announced:
             await workflow.wait_condition(lambda: self._reply is not None or liveness.done())
+        if session.announced:
             refused = self._reply.refused if self._reply is not None else {}
             hosts = [h for h in hosts if h not in refused]
             if not hosts:  # nothing to watch: end the session instead of waiting for it to time out
@@ -58,11 +77,20 @@ class WorkerWorkflow:
             reason = str(err.cause) if err.cause else err.message
         except asyncio.CancelledError:
             reason = "registration refused"
+        if waits_for_answer and self._reply is not None:
+            await self._wait(lambda: self._answered)  # the agent is told why before the monitor ends
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         for host in hosts:
             await scheduler.signal("worker_lost", WorkerLost(host, session.session, reason))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
+
+    @staticmethod
+    async def _wait(condition: Callable[[], bool]) -> None:
+        """Wait for `condition`, at most ANSWER_WAIT (the agent that would make it true may be gone)."""
+        if not condition():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await workflow.wait_condition(condition, timeout=ANSWER_WAIT)
 
     @staticmethod
     async def _session(session: WorkerSessionInput) -> None:
@@ -101,4 +129,5 @@ class WorkerWorkflow:
         """The scheduler's answer to this session's `register_workers`, once it came."""
         await workflow.wait_condition(lambda: self._reply is not None)
         assert self._reply is not None
+        self._answered = True
         return self._reply

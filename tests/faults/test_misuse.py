@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
+from tests.support import replay_run
 from worker_agent.agent import HEARTBEAT_FORWARD_SECONDS, KILL_GRACE_SECONDS
 from worker_agent.storage import BlobStore, LogStore
 from workflows.task_workflow import DISPATCH_TIMEOUT
@@ -84,6 +85,29 @@ async def _register_raw(address: str, meta: pb.WorkerMetadata) -> str:
     return "accepted"
 
 
+async def _monitors(address: str, worker_id: str) -> set[tuple[str, str]]:
+    """The running liveness monitors (WorkerWorkflows) of `worker_id`: (workflow id, run id)."""
+    client = await Client.connect(address)
+    query = (
+        "WorkflowType = 'WorkerWorkflow' AND ExecutionStatus = 'Running'"
+        f" AND WorkflowId STARTS_WITH 'iris-worker-{worker_id}-'"
+    )
+    return {(wf.id, wf.run_id) async for wf in client.list_workflows(query)}
+
+
+async def _replay_closed_monitors(address: str, worker_id: str) -> int:
+    """Replay (and, when recording, save) the closed monitors of `worker_id`; how many there were."""
+    client = await Client.connect(address)
+    query = (
+        "WorkflowType = 'WorkerWorkflow' AND ExecutionStatus != 'Running'"
+        f" AND WorkflowId STARTS_WITH 'iris-worker-{worker_id}-'"
+    )
+    closed = [wf async for wf in client.list_workflows(query)]
+    for wf in closed:
+        await replay_run(client, wf, record="refused")
+    return len(closed)
+
+
 def raw_meta(
     worker_id: str, cpu_millis: int = 1000, runtime: str = "process", taint: str = ""
 ) -> pb.WorkerMetadata:
@@ -100,6 +124,8 @@ def test_malformed_worker_registrations_are_refused_with_a_reason(shared: FaultC
     """Negative capacity, an unknown runtime and a clashing duplicate id are refused with a reason;
     the scheduler, the original worker and its running task carry on."""
     c = shared
+    serving = asyncio.run(_monitors(c.info.address, "main-0"))
+    assert 1 == len(serving), serving
     neg = serve_worker(c, "--worker-id", "neg", "--cpu=-1")
     assert 0 != neg.returncode and "cpu" in neg.stderr, neg.stderr
     runtime = serve_worker(c, "--worker-id", "warp", "--cpu", "1", "--runtime", "warp")
@@ -108,6 +134,11 @@ def test_malformed_worker_registrations_are_refused_with_a_reason(shared: FaultC
     other_host = serve_worker(c, "--worker-id", "main-0", "--cpu", "4", home=tmp_path / "other-host")
     assert 3 == other_host.returncode, other_host.stderr
     assert "already registered and healthy with different resources" in other_host.stderr
+    # The refused agent left the serving agent's session alone (it once replaced its monitor, and
+    # the two agents then took the id from each other).
+    assert serving == asyncio.run(_monitors(c.info.address, "main-0"))
+    # The refused agent's own monitor ended once it had read its answer, and its history replays.
+    wait_until(lambda: asyncio.run(_replay_closed_monitors(c.info.address, "main-0")) > 0, what="refused monitor")
 
     running = c.client.submit_command(["sleep", "3"], **ON_MAIN)
     wait_until(lambda: running.status().state == JobState.RUNNING, what="task running on main-0")
