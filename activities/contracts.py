@@ -24,7 +24,8 @@ SIGNALS_BY_ACTIVITY = "signals-by-activity"
 # the new branch of every job patch named so far without recording a marker (two markers and two
 # TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
 # A new job patch is `self._patched(ID, since=N + 1)` in JobWorkflow, and this becomes N + 1.
-JOB_CODE_VERSION = 1
+JOB_CODE_VERSION = 2
+ASSIGNED = "assigned"  # signal scheduler -> TaskWorkflow: the task's place
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the
 # Temporal UI filters by them, e.g. `IrisKind = "Job" AND IrisJobState = "RUNNING"`.
@@ -63,6 +64,11 @@ def worker_workflow_id(worker_id: str, session: str) -> str:
 
 def task_workflow_id(job_id: str, task_index: int) -> str:
     return f"{job_id}/task-{task_index}"
+
+
+def job_of_task(workflow_id: str) -> str:
+    """The job workflow id of a task workflow id (the inverse of `task_workflow_id`)."""
+    return workflow_id.rsplit("/task-", 1)[0]
 
 
 def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:

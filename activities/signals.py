@@ -9,6 +9,10 @@ sender's history per batch, and no workflow task for the reply.
 Every signal sent here is idempotent at its receiver (keyed by task and
 attempt), so a batch that is retried after a partial failure does no harm.
 
+A small job enqueues its tasks while it starts them, so an assignment can reach
+a task before the task exists: a task that is not there yet, of a job still
+running, is waited for (ASSIGN_PATIENCE) rather than reported gone.
+
 Enqueues to the scheduler are coalesced per process: while one is on its way,
 the next ones wait and leave together as one `enqueue_batch` signal. Idle, an
 enqueue goes at once; in a storm, the singleton takes a few signals a second
@@ -22,16 +26,23 @@ from __future__ import annotations
 import asyncio
 import weakref
 
+import structlog
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.coalescer import SignalCoalescer
-from activities.contracts import DELIVER_SIGNALS, ENQUEUE, ENQUEUE_BATCH, Delivery
+from activities.contracts import ASSIGNED, DELIVER_SIGNALS, ENQUEUE, ENQUEUE_BATCH, Delivery, job_of_task
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
 MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~150 KB of JSON; the payload limit is 2 MB)
+# How long an assignment waits for a task whose job is still running to start: longer than a
+# workflow task's timeout (10 s), so a job whose controller died between its enqueue and its
+# children's start is retried and starts them before the place is given back.
+ASSIGN_PATIENCE = 30.0
 
+
+log = structlog.get_logger("iris.signals")
 
 _coalescers: weakref.WeakKeyDictionary[Client, dict[str, SignalCoalescer]] = weakref.WeakKeyDictionary()
 
@@ -47,7 +58,8 @@ def coalescer(client: Client, workflow_id: str) -> SignalCoalescer:
 
 @activity.defn(name=DELIVER_SIGNALS)
 async def deliver_signals(deliveries: list[Delivery]) -> list[int]:
-    """Send every signal; return the indices whose workflow no longer runs (or never existed).
+    """Send every signal; return the indices whose workflow no longer runs (or never will: an
+    assignment waits for a task its running job is starting).
 
     Any other error fails the activity, and Temporal retries the whole batch.
     """
@@ -60,16 +72,60 @@ async def send_signals(client: Client, deliveries: list[Delivery]) -> list[int]:
 
     async def send(index: int, delivery: Delivery) -> int | None:
         async with gate:
-            try:
-                if delivery.signal == ENQUEUE:
-                    await coalescer(client, delivery.workflow_id).send(delivery.arg)
-                else:
-                    await client.get_workflow_handle(delivery.workflow_id).signal(delivery.signal, delivery.arg)
-            except RPCError as err:
-                if err.status == RPCStatusCode.NOT_FOUND:
-                    return index
-                raise
-        return None
+            if delivery.signal == ENQUEUE:
+                await coalescer(client, delivery.workflow_id).send(delivery.arg)
+                return None
+            if await _signal(client, delivery):
+                return None
+        if delivery.signal != ASSIGNED:
+            return index
+        started = asyncio.get_running_loop().time()
+        delivered = await _task_starting(client, delivery.workflow_id) and await _signal(client, delivery)
+        waited_ms = round((asyncio.get_running_loop().time() - started) * 1000, 1)
+        log.info("assignment_waited_for_task", task_id=delivery.workflow_id, delivered=delivered, waited_ms=waited_ms)
+        return None if delivered else index
 
     outcomes = await asyncio.gather(*(send(i, d) for i, d in enumerate(deliveries)))
     return [i for i in outcomes if i is not None]
+
+
+async def _signal(client: Client, delivery: Delivery) -> bool:
+    """Send one signal; False when its workflow does not run (closed or not started)."""
+    try:
+        await client.get_workflow_handle(delivery.workflow_id).signal(delivery.signal, delivery.arg)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+async def _task_starting(client: Client, task_id: str, patience: float = ASSIGN_PATIENCE) -> bool:
+    """Wait for the task workflow `task_id` to start; False if it ended, or its job is not running.
+
+    A task its job has not started yet always has a running job: the job enqueues its tasks in the
+    same workflow task that starts them.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    delay = 0.01
+    while True:
+        status = await _status(client, task_id)
+        if status is not None:
+            return status == WorkflowExecutionStatus.RUNNING
+        if await _status(client, job_of_task(task_id)) != WorkflowExecutionStatus.RUNNING:
+            return False
+        if loop.time() + delay > deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+async def _status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
+    """The latest run's status, None if there is no such workflow."""
+    try:
+        return (await client.get_workflow_handle(workflow_id).describe()).status
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise

@@ -8,6 +8,9 @@ jobs that continue as new: IRIS_RECORD_HISTORIES=tests/histories/handover-vN ...
 a gang retried across runs: IRIS_RECORD_HISTORIES=tests/histories/gang-vN ... tests/faults/test_component_faults.py)
 gang-v1 was recorded by the release before handovers, whose gang runs start with two arguments.
 v9, handover-v3 and gang-v3 are jobs whose request carries code_version 1 (no patch markers).
+v10: jobs of code_version 2 (enqueued in the workflow task that starts their tasks) and liveness
+monitors of one agent session each, one of them a refused duplicate's (recorded by
+tests/faults/test_misuse.py through `replay_run`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DELIVER_SIGNALS, REBUILD_SCHEDULER, RELEASE_BATCH, Delivery
+    from activities.contracts import ASSIGNED, DELIVER_SIGNALS, REBUILD_SCHEDULER, RELEASE_BATCH, Delivery
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
@@ -303,7 +303,7 @@ class SchedulerWorkflow:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
         limit = MAX_COMMIT_PER_PASS if self._pass_by_activity else None
         outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
-            (Delivery(key, "assigned", assigned), placed) for key, assigned, placed in self._commit(plan, limit)
+            (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan, limit)
         ]
         outgoing += [(Delivery(key, "unschedulable", arg), None) for key, arg in self._take_timed_out(plan)]
         # Newer runs send in batches, one workflow task each, so no task holds the 100,000

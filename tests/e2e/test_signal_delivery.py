@@ -2,7 +2,9 @@
 
 It must deliver to a running workflow (typed again by the receiver), and report
 (not raise) a target that no longer runs or never existed: the scheduler gives
-such a task's place back.
+such a task's place back. An assignment may reach a task its job is still
+starting (the job enqueues in the workflow task that starts its children): that
+one waits for the task instead.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.contracts import Delivery
+from activities.contracts import ASSIGNED, Delivery, task_workflow_id
 from activities.signals import deliver_signals
 from tests.support import Cluster
 
@@ -37,6 +39,10 @@ class SignalSink:
 
     @workflow.signal
     def note(self, note: Note) -> None:
+        self.notes.append(note)
+
+    @workflow.signal(name=ASSIGNED)
+    def assigned(self, note: Note) -> None:
         self.notes.append(note)
 
     @workflow.signal
@@ -77,3 +83,32 @@ async def _deliver(address: str) -> None:
 
 def test_delivers_to_running_workflows_and_reports_the_rest(cluster: Cluster) -> None:
     asyncio.run(_deliver(cluster.info.address))
+
+
+async def _assign_before_start(address: str) -> None:
+    client = await Client.connect(address)
+    queue = f"iris-test-assign-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=[SignalSink], workflow_runner=UnsandboxedWorkflowRunner()):
+        job = await client.start_workflow(SignalSink.run, id=f"{queue}-job", task_queue=queue)
+        ended_job = await client.start_workflow(SignalSink.run, id=f"{queue}-ended", task_queue=queue)
+        await ended_job.signal(SignalSink.done)
+        await ended_job.result()
+        late_task = task_workflow_id(job.id, 0)
+        deliveries = [
+            Delivery(late_task, ASSIGNED, Note("your place", {0: 0})),
+            Delivery(task_workflow_id(ended_job.id, 0), ASSIGNED, Note("job over", {})),
+            Delivery(task_workflow_id(f"{queue}-no-such-job", 0), ASSIGNED, Note("no job", {})),
+        ]
+        env = ActivityEnvironment(client=client)
+        sending = asyncio.create_task(env.run(deliver_signals, deliveries))
+        await asyncio.sleep(0.5)  # the job starts its task only now
+        task = await client.start_workflow(SignalSink.run, id=late_task, task_queue=queue)
+        assert [1, 2] == await sending
+        assert [Note("your place", {0: 0})] == await task.query(SignalSink.received)
+        for handle in (task, job):
+            await handle.signal(SignalSink.done)
+            await handle.result()
+
+
+def test_an_assignment_waits_for_a_task_its_running_job_is_starting(cluster: Cluster) -> None:
+    asyncio.run(_assign_before_start(cluster.info.address))
