@@ -107,4 +107,5 @@ def test_every_iris_workflow_has_an_iris_kind(client: IrisClient) -> None:
     wait_until(lambda: job.job_id in client._run(ids('IrisKind = "Job" AND IrisJobState = "SUCCEEDED"')),
                timeout=10, what="the job listed as SUCCEEDED")  # fmt: skip
     assert f"{job.job_id}/task-0" in client._run(ids('IrisKind = "Task"'))
-    assert "iris-worker-cpu-0" in client._run(ids('IrisKind = "Worker" AND ExecutionStatus = "Running"'))
+    monitors = client._run(ids('IrisKind = "Worker" AND ExecutionStatus = "Running"'))
+    assert any(m.startswith("iris-worker-cpu-0-session-") for m in monitors), monitors  # one per agent session
