@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -59,14 +60,20 @@ class SignalSink:
         return len(self.notes)
 
 
+async def _live_and_ended(client: Client, queue: str) -> tuple[WorkflowHandle[Any, int], WorkflowHandle[Any, int]]:
+    """A sink that runs and one that has ended."""
+    live = await client.start_workflow(SignalSink.run, id=f"{queue}-live", task_queue=queue)
+    ended = await client.start_workflow(SignalSink.run, id=f"{queue}-ended", task_queue=queue)
+    await ended.signal(SignalSink.done)
+    await ended.result()
+    return live, ended
+
+
 async def _deliver(address: str) -> None:
     client = await Client.connect(address)
     queue = f"iris-test-signals-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[SignalSink], workflow_runner=UnsandboxedWorkflowRunner()):
-        live = await client.start_workflow(SignalSink.run, id=f"{queue}-live", task_queue=queue)
-        ended = await client.start_workflow(SignalSink.run, id=f"{queue}-ended", task_queue=queue)
-        await ended.signal(SignalSink.done)
-        await ended.result()
+        live, ended = await _live_and_ended(client, queue)
         deliveries = [
             Delivery(live.id, "note", Note("placed", {3: 1})),
             Delivery(f"{queue}-never-started", "note", Note("lost", {})),
@@ -89,10 +96,7 @@ async def _assign_before_start(address: str) -> None:
     client = await Client.connect(address)
     queue = f"iris-test-assign-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[SignalSink], workflow_runner=UnsandboxedWorkflowRunner()):
-        job = await client.start_workflow(SignalSink.run, id=f"{queue}-job", task_queue=queue)
-        ended_job = await client.start_workflow(SignalSink.run, id=f"{queue}-ended", task_queue=queue)
-        await ended_job.signal(SignalSink.done)
-        await ended_job.result()
+        job, ended_job = await _live_and_ended(client, queue)
         late_task = task_workflow_id(job.id, 0)
         deliveries = [
             Delivery(late_task, ASSIGNED, Note("your place", {0: 0})),
