@@ -100,13 +100,13 @@ HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than 
 # LOST_TASK_CHECK, then twice as long each time up to LOST_TASK_CHECK_MAX (a long-running job
 # pays ~11 events per check).
 WATCH_ADOPTED = "watch-adopted-tasks"
+LOST_TASK_CHECK = timedelta(seconds=10)
+LOST_TASK_CHECK_MAX = timedelta(minutes=10)
 # Patch (code version 2): a job whose tasks start in one batch enqueues them in the same workflow
 # task that starts them, not in the next one, which takes ~20-30 ms off submit-to-running. The
 # assignment can then reach a task before it exists; the scheduler's delivery waits for it
 # (activities/signals.py).
 ENQUEUE_WITH_START = "enqueue-with-start"
-LOST_TASK_CHECK = timedelta(seconds=10)
-LOST_TASK_CHECK_MAX = timedelta(minutes=10)
 
 
 def may_outgrow_history(req: pb.JobRequest) -> bool:

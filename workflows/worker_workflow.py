@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
 SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
 SESSION_START_TIMEOUT = timedelta(seconds=30)
 # How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
-# the agent to read it; an agent that is gone by then asks again and finds no monitor.
+# the agent to read it: bounded, as the agent that would read it may be gone.
 ANSWER_WAIT = timedelta(seconds=60)
 # Patch: the monitor waits for the answer even after its session ended, and for the agent to read it.
 ANSWER_OUTLIVES_SESSION = "answer-outlives-session"
