@@ -13,10 +13,10 @@ No update ever waits on the singleton, so 10,000 agents can register at once.
 
 Each session has a monitor of its own (the workflow id names the session), so
 an agent that claims a worker id already in use never touches the running
-agent's monitor: it only waits for its refusal. The monitor stays until the
-agent has read the answer, even when its session ended first (a duplicate's
-session activity can reach the other agent on their shared queue and be turned
-away as stale).
+agent's monitor: it only waits for its refusal. The monitor waits for the
+answer even when its session ended first (a duplicate's session activity can
+reach the other agent on their shared queue and be turned away as stale), and a
+refused one stays until the agent has read why.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ SESSION_START_TIMEOUT = timedelta(seconds=30)
 # How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
 # the agent to read it: bounded, as the agent that would read it may be gone.
 ANSWER_WAIT = timedelta(seconds=60)
-# Patch: the monitor waits for the answer even after its session ended, and for the agent to read it.
+# Patch: the monitor waits for the answer even after its session ended, and, refused, for the agent to read it.
 ANSWER_OUTLIVES_SESSION = "answer-outlives-session"
 
 
@@ -77,8 +77,9 @@ class WorkerWorkflow:
             reason = str(err.cause) if err.cause else err.message
         except asyncio.CancelledError:
             reason = "registration refused"
-        if waits_for_answer and self._reply is not None:
-            await self._wait(lambda: self._answered)  # the agent is told why before the monitor ends
+        if waits_for_answer and self._reply is not None and not hosts:
+            # Refused: the agent is told why before the monitor ends. (A lost worker is reported at once.)
+            await self._wait(lambda: self._answered)
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         for host in hosts:
             await scheduler.signal("worker_lost", WorkerLost(host, session.session, reason))
