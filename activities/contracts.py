@@ -56,6 +56,14 @@ def worker_task_queue(worker_id: str) -> str:
     return f"iris-worker-{worker_id}"
 
 
+def agent_session_queue(worker_id: str, agent: str) -> str:
+    """The queue of one agent process's liveness sessions. A second agent claiming the same worker id
+    polls only its own such queue until it is accepted, so it can never take the first one's tasks
+    (or its session activity) from the worker's queue. A worker id holds no "/", so no worker's own
+    queue has this name."""
+    return f"{worker_task_queue(worker_id)}/agent-{agent}"
+
+
 def worker_workflow_id(worker_id: str, session: str) -> str:
     """One liveness monitor per agent session: a second agent claiming the same worker id starts its
     own and waits for its answer, never replacing the monitor of the agent already serving."""

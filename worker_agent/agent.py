@@ -1,10 +1,12 @@
 """The worker agent: the daemon on one worker host.
 
 It starts its WorkerWorkflow and registers the host with the scheduler through
-it (worker_agent.registration: a refusal comes back with its reason), and polls its own task queue for
-two activities: `worker_session` (liveness, heartbeats only) and `run_task`
-(one attempt of one task through a ContainerRuntime, heartbeating while it
-runs and killing the process group when cancelled).
+it (worker_agent.registration: a refusal comes back with its reason). It polls
+two task queues: its process's own for `worker_session` (liveness, heartbeats
+only) from the start, and the worker's for `run_task` (one attempt of one task
+through a ContainerRuntime, heartbeating while it runs and killing the process
+group when cancelled) only once the scheduler has accepted it, so an agent
+refused for a worker id another agent serves never takes that agent's tasks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import socket
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +46,7 @@ from activities.contracts import (
     RunTaskResult,
     TaskStarted,
     WorkerSessionInput,
+    agent_session_queue,
     worker_task_queue,
 )
 from activities.proto import cluster_pb2 as pb
@@ -163,6 +167,7 @@ class WorkerAgent:
         self.config = config
         self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir)
         self.session = uuid.uuid4().hex
+        self.instance = uuid.uuid4().hex[:16]  # this process: names its session queue and its pollers
         self.blobs = open_blob_store(config.store_url)
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
@@ -186,7 +191,10 @@ class WorkerAgent:
         the scheduler does not answer within `timeout` seconds.
         """
         loop = asyncio.get_running_loop()
-        session = WorkerSessionInput(self.config.worker_id, self.session, announced=True)
+        session = WorkerSessionInput(
+            self.config.worker_id, self.session, announced=True,
+            task_queue=agent_session_queue(self.config.worker_id, self.instance),
+        )  # fmt: skip
         refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout)
         if refused:
             raise RegistrationRefused(next(iter(refused.values())))
@@ -217,28 +225,19 @@ class WorkerAgent:
                 loop.add_signal_handler(sig, stop.set)
             registered = False
             while not stop.is_set():
-                worker = Worker(
-                    self.client,
-                    task_queue=worker_task_queue(self.config.worker_id),
-                    activities=[self.run_task, self.worker_session],
-                    max_concurrent_activities=1000,
-                    graceful_shutdown_timeout=timedelta(0),
-                    max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
-                    default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
-                )
-                running = asyncio.create_task(worker.run())
+                sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
+                tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
+                running = [asyncio.create_task(sessions.run())]
                 try:
                     if not registered:
                         await self._until_done(running, self.register())
                         registered = True
+                    running.append(asyncio.create_task(tasks.run()))  # accepted: now take tasks
                     failed = await self._supervise(running, stop, reregister_timeout)
                 finally:
-                    if not running.done():
-                        await worker.shutdown()
-                    with contextlib.suppress(BaseException):
-                        await running
+                    await self._stop_workers(zip((sessions, tasks), running, strict=False))  # tasks: once accepted
                 if failed is not None:
-                    # Its shutdown ended the session activity too: the next worker starts a new session.
+                    # Their shutdown ended the session activity too: the next workers start a new session.
                     self.log.error("temporal_worker_failed", error=failed, restart_in=WORKER_RESTART_SECONDS)
                     self.session, registered = uuid.uuid4().hex, False
                     with contextlib.suppress(TimeoutError):
@@ -250,26 +249,51 @@ class WorkerAgent:
             with contextlib.suppress(OSError):  # its tasks' areas are gone: leave no empty root behind
                 self.task_root.rmdir()
 
+    def _worker(self, queue: str, work: Any) -> Worker:
+        """A Temporal worker polling `queue` for the one activity `work`."""
+        return Worker(
+            self.client,
+            task_queue=queue,
+            activities=[work],
+            identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
+            max_concurrent_activities=1000,
+            graceful_shutdown_timeout=timedelta(0),
+            max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
+            default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
+        )
+
     @staticmethod
-    async def _until_done(running: asyncio.Task[None], work: Any) -> None:
-        """Await `work` unless the Temporal worker fails first (then raise its error)."""
+    async def _stop_workers(pairs: Iterable[tuple[Worker, asyncio.Task[None]]]) -> None:
+        """Shut down the started Temporal workers of `pairs` (worker, its run) together; wait for their runs."""
+        started = list(pairs)
+        await asyncio.gather(*(worker.shutdown() for worker, run in started if not run.done()))
+        for _, run in started:
+            with contextlib.suppress(BaseException):
+                await run
+
+    @staticmethod
+    async def _until_done(running: list[asyncio.Task[None]], work: Any) -> None:
+        """Await `work` unless a Temporal worker stops first (then raise its error)."""
         job = asyncio.ensure_future(work)
-        done, _ = await asyncio.wait({job, running}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({job, *running}, return_when=asyncio.FIRST_COMPLETED)
         if job in done:
             job.result()
             return
         job.cancel()
         with contextlib.suppress(BaseException):
             await job
-        running.result()
+        for run in done:
+            run.result()
         raise RuntimeError("the Temporal worker stopped")
 
-    async def _supervise(self, running: asyncio.Task[None], stop: asyncio.Event, timeout: float) -> str | None:
-        """Keep the session alive until `stop`; the Temporal worker's error if it failed, else None."""
+    async def _supervise(self, running: list[asyncio.Task[None]], stop: asyncio.Event, timeout: float) -> str | None:
+        """Keep the session alive until `stop`; a Temporal worker's error if one failed, else None."""
         loop = asyncio.get_running_loop()
         while not stop.is_set():
-            if running.done():
-                err = running.exception() if not running.cancelled() else None
+            for run in running:
+                if not run.done():
+                    continue
+                err = run.exception() if not run.cancelled() else None
                 return f"{type(err).__name__}: {err}" if err else "stopped polling"
             silent = loop.time() - self._last_beat > SESSION_SILENCE_SECONDS
             if self._session_lost.is_set() or silent:
@@ -283,7 +307,7 @@ class WorkerAgent:
                 continue
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._session_lost.wait())]
             try:
-                await asyncio.wait([*waits, running], timeout=HEARTBEAT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([*waits, *running], timeout=HEARTBEAT_SECONDS, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w in waits:
                     w.cancel()

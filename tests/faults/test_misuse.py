@@ -17,8 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
+from activities.contracts import worker_task_queue
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
@@ -95,6 +99,19 @@ async def _monitors(address: str, worker_id: str) -> set[tuple[str, str]]:
     return {(wf.id, wf.run_id) async for wf in client.list_workflows(query)}
 
 
+async def _task_pollers(address: str, worker_id: str) -> set[str]:
+    """Who polled `worker_id`'s task queue in the last minutes (the server remembers each poller a while)."""
+    client = await Client.connect(address)
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=worker_task_queue(worker_id)),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+    )
+    return {p.identity for p in described.pollers}
+
+
 async def _replay_closed_monitors(address: str, worker_id: str) -> int:
     """Replay (and, when recording, save) the closed monitors of `worker_id`; how many there were."""
     client = await Client.connect(address)
@@ -137,6 +154,10 @@ def test_malformed_worker_registrations_are_refused_with_a_reason(shared: FaultC
     # The refused agent left the serving agent's session alone (it once replaced its monitor, and
     # the two agents then took the id from each other).
     assert serving == asyncio.run(_monitors(c.info.address, "main-0"))
+    # It never polled main-0's task queue, so it could not have taken one of the serving agent's tasks
+    # while it waited for its answer (it once did, for its first tens of milliseconds).
+    pollers = asyncio.run(_task_pollers(c.info.address, "main-0"))
+    assert 1 == len(pollers) and all(p.startswith("main-0/agent-") for p in pollers), pollers
     # The refused agent's own monitor ended once it had read its answer, and its history replays.
     wait_until(lambda: asyncio.run(_replay_closed_monitors(c.info.address, "main-0")) > 0, what="refused monitor")
 
