@@ -43,6 +43,7 @@ from activities.platforms.local import format_attribute as format_attribute  # r
 from activities.platforms.local import slice_processes, worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec, default_config
 from iris.processes import (
+    crash_excerpt,
     group_alive,
     log_since,
     owned,
@@ -293,7 +294,8 @@ async def wait_for_temporal(
         if abort_if is not None and (reason := abort_if()) is not None:
             raise RuntimeError(f"Temporal server at {address} failed to start: {reason}{see}")
         try:
-            await asyncio.wait_for(Client.connect(address), max(0.1, deadline - time.monotonic()))
+            # Each try is short: if another process listens on the port, the server's exit is noticed.
+            await asyncio.wait_for(Client.connect(address), max(0.1, min(2.0, deadline - time.monotonic())))
             return
         except Exception as e:  # any failure means "not up yet"; the last one is reported
             last = f"{type(e).__name__}: {e}"
@@ -517,7 +519,8 @@ class LocalCluster:
             try:
                 _run_sync(wait_for_temporal(state["address"], timeout, abort_if=exited, log_file=log_file))
             except RuntimeError as e:
-                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{log_since(log_file, offset)}") from None
+                output = crash_excerpt(log_since(log_file, offset, limit=None))
+                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{output}") from None
         log.info("local_cluster.restarted", process=name, pid=pid)
         return int(pid)
 
@@ -650,11 +653,12 @@ class LocalCluster:
                 _run_sync(wait_for_temporal(address, timeout, abort_if=exited, log_file=log_file))
                 return
             except RuntimeError as e:
-                output = log_since(log_file, offset)
+                # All of this start's output: the reason comes first, before the server's panic dump.
+                output = log_since(log_file, offset, limit=None)
                 if "address already in use" in output and attempt + 1 < _PORT_ATTEMPTS:
                     log.warning("local_cluster.port_taken", port=port, ui_port=ui_port)
                     continue
-                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{output}") from None
+                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{crash_excerpt(output)}") from None
         raise AssertionError("unreachable")
 
     async def _wait_ready(self, expected_workers: int, timeout: float) -> None:

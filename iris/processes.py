@@ -160,12 +160,20 @@ def port_free(port: int) -> bool:
         return True
 
 
-def log_since(path: Path, offset: int, limit: int = 2000) -> str:
-    """The end of what `path` gained after `offset` (this start's output, not earlier runs')."""
+def log_since(path: Path, offset: int, limit: int | None = 2000) -> str:
+    """The end of what `path` gained after `offset` (this start's output, not earlier runs'); all of it
+    with `limit` None."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
             text = f.read().decode(errors="replace")
     except OSError:
         return ""
-    return text[-limit:].strip()
+    return (text if limit is None else text[-limit:]).strip()
+
+
+def crash_excerpt(output: str, limit: int = 2000) -> str:
+    """What a process's output says of why it failed: a Go panic's message without its goroutine dump
+    (the dev server panics after a failed listen, and the dump pushes the reason out of any tail)."""
+    cause = output.split("\ngoroutine ", 1)[0] if "\npanic: " in f"\n{output}" else output
+    return cause[-limit:].strip()

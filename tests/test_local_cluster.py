@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -333,3 +335,68 @@ def test_cluster_home_and_its_files_are_private_to_the_user(cluster: LocalCluste
             assert (path.name, 0o600) == (path.name, stat.S_IMODE(path.stat().st_mode))
     finally:
         cluster.down()
+
+
+# What the dev server printed when another process took its port between its own check and its
+# listen (seen in CI): the reason, then a panic and its goroutine dump, far longer than a log tail.
+PANIC_AFTER_LISTEN = """time=2026-11-26T04:18:41.993 level=ERROR msg="Failed to start gRPC listener" \\
+error="listen tcp 127.0.0.1:43289: bind: address already in use" service=frontend address=127.0.0.1:43289
+panic: runtime error: invalid memory address or nil pointer dereference
+[signal SIGSEGV: segmentation violation code=0x1 addr=0x20 pc=0x2bb0889]
+
+goroutine 1 [running]:
+""" + "go.temporal.io/server/service/frontend.NewHTTPAPIServer(0x3057a33e9208, ...)\n\t/fx.go:1064 +0x2a7\n" * 60
+
+
+def test_a_port_taken_before_the_server_binds_it_is_tried_again(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev server lost its port to another process and panicked: `up` starts it on other ports.
+
+    The panic's goroutine dump once pushed the reason out of the output `up` read, so
+    `iris cluster up` failed instead of trying again.
+    """
+    real = local_cluster.temporal_command
+    ports: list[int] = []
+
+    def first_one_panics(**kwargs: Any) -> list[str]:
+        ports.append(kwargs["port"])
+        if len(ports) > 1:
+            return real(**kwargs)
+        return [sys.executable, "-c", f"import sys; sys.stdout.write({PANIC_AFTER_LISTEN!r}); sys.exit(2)"]
+
+    monkeypatch.setattr(local_cluster, "temporal_command", first_one_panics)
+    info = cluster.up(components=TEMPORAL_ONLY)
+    assert info.running
+    assert 2 == len(ports) and info.address.endswith(f":{ports[1]}")
+    assert "address already in use" in cluster.log_path("temporal").read_text()
+
+
+def test_a_port_another_process_listens_on_is_tried_again(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process listens on the picked port before the server starts: `up` starts on other ports."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        picks = iter([busy])
+        real = local_cluster.free_port
+        monkeypatch.setattr(local_cluster, "free_port", lambda: next(picks, None) or real())
+        info = cluster.up(components=TEMPORAL_ONLY)
+    assert info.running and not info.address.endswith(f":{busy}")
+
+
+def test_a_server_that_fails_to_start_is_reported_by_its_reason_not_its_stack_dump(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any other panic fails `up` with the panic's message; the goroutine dump stays in the log."""
+    crash = PANIC_AFTER_LISTEN.replace("bind: address already in use", "open temporal.db: disk I/O error")
+    monkeypatch.setattr(
+        local_cluster, "temporal_command",
+        lambda **_: [sys.executable, "-c", f"import sys; sys.stdout.write({crash!r}); sys.exit(2)"],
+    )  # fmt: skip
+    with pytest.raises(RuntimeError) as failed:
+        cluster.up(components=TEMPORAL_ONLY)
+    assert "disk I/O error" in str(failed.value) and "panic: runtime error" in str(failed.value)
+    assert "goroutine" not in str(failed.value)
