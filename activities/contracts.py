@@ -24,7 +24,7 @@ SIGNALS_BY_ACTIVITY = "signals-by-activity"
 # the new branch of every job patch named so far without recording a marker (two markers and two
 # TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
 # A new job patch is `self._patched(ID, since=N + 1)` in JobWorkflow, and this becomes N + 1.
-JOB_CODE_VERSION = 2
+JOB_CODE_VERSION = 3
 ASSIGNED = "assigned"  # signal scheduler -> TaskWorkflow: the task's place
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the
@@ -98,6 +98,9 @@ stored once and referenced, so a 10,000-task job does not copy them 10,000 times
 RUN_TASK = "run_task"
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
+# Activity: the scheduler's announcement; an assignment whose task has not started within a short
+# grace comes back as late (DeliveryOutcome) instead of holding the scheduler's loop while it waits.
+DELIVER_ASSIGNMENTS = "deliver_assignments"
 ENQUEUE = "enqueue"  # the scheduler's signal: one job's (or one retried task's) tasks to place
 REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
 REGISTER_AGAIN = "register_again"  # signal to a WorkerWorkflow: send the session's registration again
@@ -215,6 +218,15 @@ class Delivery:
     workflow_id: str
     signal: str
     arg: Any
+
+
+@dataclass
+class DeliveryOutcome:
+    """What became of a batch of deliveries, by index: the ones whose workflow no longer runs, and
+    the assignments to tasks that do not exist yet while their job runs (delivered later, apart)."""
+
+    gone: list[int] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -11,7 +11,12 @@ attempt), so a batch that is retried after a partial failure does no harm.
 
 A small job enqueues its tasks while it starts them, so an assignment can reach
 a task before the task exists: a task that is not there yet, of a job still
-running, is waited for (ASSIGN_PATIENCE) rather than reported gone.
+running, is waited for (ASSIGN_PATIENCE) rather than reported gone. The
+scheduler's announcement (`deliver_assignments`) waits only a short grace and
+hands such an assignment back as late, so one job whose children are slow to
+start (its controller died between its enqueue and their start) does not hold
+the scheduling of everything else; the scheduler waits for the late ones in the
+background, with more patience.
 
 Enqueues to the scheduler are coalesced per process: while one is on its way,
 the next ones wait and leave together as one `enqueue_batch` signal. Idle, an
@@ -32,7 +37,16 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.coalescer import SignalCoalescer
-from activities.contracts import ASSIGNED, DELIVER_SIGNALS, ENQUEUE, ENQUEUE_BATCH, Delivery, job_of_task
+from activities.contracts import (
+    ASSIGNED,
+    DELIVER_ASSIGNMENTS,
+    DELIVER_SIGNALS,
+    ENQUEUE,
+    ENQUEUE_BATCH,
+    Delivery,
+    DeliveryOutcome,
+    job_of_task,
+)
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
 MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~150 KB of JSON; the payload limit is 2 MB)
@@ -63,30 +77,45 @@ async def deliver_signals(deliveries: list[Delivery]) -> list[int]:
 
     Any other error fails the activity, and Temporal retries the whole batch.
     """
-    return await send_signals(activity.client(), deliveries)
+    outcome = await send_signals(activity.client(), deliveries, ASSIGN_PATIENCE)
+    return sorted(outcome.gone + outcome.late)
 
 
-async def send_signals(client: Client, deliveries: list[Delivery]) -> list[int]:
-    """What `deliver_signals` does, with the client given."""
+@activity.defn(name=DELIVER_ASSIGNMENTS)
+async def deliver_assignments(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+    """As `deliver_signals`, but an assignment whose task has not started after `patience` seconds,
+    while its job runs, comes back as late rather than gone (the scheduler's announcement waits a
+    short grace; it waits longer in the background). Both arguments are always sent: Temporal
+    types an activity's arguments only when as many come as it declares."""
+    return await send_signals(activity.client(), deliveries, patience)
+
+
+async def send_signals(client: Client, deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+    """Send every signal: an assignment to a task its running job has not started yet waits up to
+    `patience` seconds for it; the indices gone and (assignments still waiting) late."""
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
 
-    async def send(index: int, delivery: Delivery) -> int | None:
+    async def send(index: int, delivery: Delivery) -> bool | None:
+        """True: delivered; False: its workflow is gone; None: its task is not there yet."""
         async with gate:
             if delivery.signal == ENQUEUE:
                 await coalescer(client, delivery.workflow_id).send(delivery.arg)
-                return None
+                return True
             if await _signal(client, delivery):
-                return None
+                return True
         if delivery.signal != ASSIGNED:
-            return index
+            return False
         started = asyncio.get_running_loop().time()
-        delivered = await _task_starting(client, delivery.workflow_id) and await _signal(client, delivery)
+        running = await _task_starting(client, delivery.workflow_id, patience)
+        delivered = await _signal(client, delivery) if running else running
         waited_ms = round((asyncio.get_running_loop().time() - started) * 1000, 1)
         log.info("assignment_waited_for_task", task_id=delivery.workflow_id, delivered=delivered, waited_ms=waited_ms)
-        return None if delivered else index
+        return delivered
 
     outcomes = await asyncio.gather(*(send(i, d) for i, d in enumerate(deliveries)))
-    return [i for i in outcomes if i is not None]
+    return DeliveryOutcome(
+        gone=[i for i, o in enumerate(outcomes) if o is False], late=[i for i, o in enumerate(outcomes) if o is None]
+    )
 
 
 async def _signal(client: Client, delivery: Delivery) -> bool:
@@ -100,8 +129,9 @@ async def _signal(client: Client, delivery: Delivery) -> bool:
     return True
 
 
-async def _task_starting(client: Client, task_id: str, patience: float = ASSIGN_PATIENCE) -> bool:
-    """Wait for the task workflow `task_id` to start; False if it ended, or its job is not running.
+async def _task_starting(client: Client, task_id: str, patience: float) -> bool | None:
+    """Wait up to `patience` seconds for the task workflow `task_id` to start: True once it runs, False if
+    it ended or its job is not running, None if it is still not there (its job running) at the end.
 
     A task its job has not started yet always has a running job: the job enqueues its tasks in the
     same workflow task that starts them.
@@ -116,7 +146,7 @@ async def _task_starting(client: Client, task_id: str, patience: float = ASSIGN_
         if await _status(client, job_of_task(task_id)) != WorkflowExecutionStatus.RUNNING:
             return False
         if loop.time() + delay > deadline:
-            return False
+            return None
         await asyncio.sleep(delay)
         delay = min(delay * 2, 1.0)
 

@@ -27,7 +27,7 @@ from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import find_lost_tasks, rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from activities.signals import deliver_signals
+from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
 from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
@@ -134,8 +134,8 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         task_queue=CONTROL_TASK_QUEUE,
         workflows=ALL_WORKFLOWS,
         activities=[
-            find_assignments_activity, deliver_signals, autoscale_plan, start_slice_workflow, known_slices,
-            rebuild_scheduler, find_lost_tasks, *SliceActivities(control).all(),
+            find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
+            known_slices, rebuild_scheduler, find_lost_tasks, *SliceActivities(control).all(),
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,

@@ -11,11 +11,11 @@ import asyncio
 
 from temporalio.api.enums.v1 import EventType
 
-from activities.contracts import Delivery
+from activities.contracts import Delivery, DeliveryOutcome
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from activities.signals import send_signals
+from activities.signals import ASSIGN_PATIENCE, send_signals
 from tests.support import workflows_on_dev_server
 from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import Enqueue, SchedulingSpec
@@ -32,10 +32,10 @@ async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_sign
         # Each job's local activity sends its own enqueue; they run side by side in one controller.
         sends = [
             send_signals(client, [Delivery(SCHEDULER_WORKFLOW_ID, "enqueue",
-                                           Enqueue(f"job-{j}", never_fits, {0: 0, 1: 0}))])
+                                           Enqueue(f"job-{j}", never_fits, {0: 0, 1: 0}))], ASSIGN_PATIENCE)
             for j in range(JOBS)
         ]
-        assert [[]] * JOBS == await asyncio.gather(*sends)  # every one delivered
+        assert [DeliveryOutcome()] * JOBS == await asyncio.gather(*sends)  # every one delivered
         for _ in range(100):
             summary = await handle.query("summary", result_type=pb.ClusterSummary)
             if summary.pending_tasks == 2 * JOBS:

@@ -8,7 +8,14 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.coalescer import SignalCoalescer
-from activities.contracts import DELIVER_SIGNALS, MAX_RELEASE_BATCH, RELEASE_BATCH, Delivery
+from activities.contracts import (
+    DELIVER_ASSIGNMENTS,
+    DELIVER_SIGNALS,
+    MAX_RELEASE_BATCH,
+    RELEASE_BATCH,
+    Delivery,
+    DeliveryOutcome,
+)
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
@@ -23,6 +30,12 @@ SLOTS = 10  # the one worker's 1,000 millicpu / SPEC_FITS' 100
 async def tasks_that_exist(deliveries: list[Delivery]) -> list[int]:
     """Every task signalled is taken to be running: no task workflow here ends or goes missing."""
     return []
+
+
+@activity.defn(name=DELIVER_ASSIGNMENTS)
+async def announced_to_tasks_that_exist(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+    """The scheduler's announcements, as `tasks_that_exist` treats them."""
+    return DeliveryOutcome()
 
 
 async def _running(client: Client, workflow_id: str) -> list[str]:
@@ -41,7 +54,7 @@ async def _until(client: Client, workflow_id: str, expected: list[str]) -> list[
 
 
 async def test_one_release_batch_frees_every_place_and_the_next_job_is_placed() -> None:
-    activities = [find_assignments_activity, tasks_that_exist, rebuild_scheduler]
+    activities = [find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler]
     async with workflows_on_dev_server("sched-release-batch", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         await handle.signal("register_workers", _batch(0, 1, 0))

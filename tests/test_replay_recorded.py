@@ -11,6 +11,10 @@ v9, handover-v3 and gang-v3 are jobs whose request carries code_version 1 (no pa
 v10: jobs of code_version 2 (enqueued in the workflow task that starts their tasks) and liveness
 monitors of one agent session each, one of them a refused duplicate's (recorded by
 tests/faults/test_misuse.py through `replay_run`).
+v11: jobs of code_version 3 (only a small first batch enqueued with its start), a scheduler whose
+announcements hand assignments to tasks not started yet back as late and deliver them in a
+background activity (patch `late-assignments-apart`), and liveness monitors whose session runs on
+the agent process's own queue.
 """
 
 from __future__ import annotations

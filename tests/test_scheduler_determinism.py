@@ -23,7 +23,7 @@ from activities.contracts import DELIVER_SIGNALS, Delivery
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
-from activities.signals import deliver_signals
+from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
 from workflows import scheduler_workflow
 from workflows.messages import Enqueue, Release, SchedulingSpec
@@ -70,7 +70,7 @@ async def slow_deliver_signals(deliveries: list[Delivery]) -> list[int]:
 
 
 async def test_signal_bursts_during_passes_replay_deterministically() -> None:
-    activities = [find_assignments_activity, slow_deliver_signals, rebuild_scheduler]
+    activities = [find_assignments_activity, slow_deliver_signals, deliver_assignments, rebuild_scheduler]
     async with workflows_on_dev_server("sched-determinism", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         await _load(client, queue)
@@ -98,7 +98,7 @@ async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytes
     (The server refuses signals past a per-run limit; the budget keeps every run well below it.)
     """
     monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
-    activities = [find_assignments_activity, deliver_signals, rebuild_scheduler]
+    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
     unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
     async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
         await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
@@ -135,7 +135,7 @@ async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_withou
     Waiting for the pass let one run take in an enqueue storm past the server's per-run signal limit.
     """
     monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
-    activities = [_first_pass_slow, deliver_signals, rebuild_scheduler]
+    activities = [_first_pass_slow, deliver_signals, deliver_assignments, rebuild_scheduler]
     unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
     async with workflows_on_dev_server("sched-pass", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
         started = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)

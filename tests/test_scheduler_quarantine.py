@@ -9,7 +9,7 @@ from temporalio.worker import Replayer
 
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from activities.signals import deliver_signals
+from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import SPEC_NEVER, _batch
 from workflows.messages import Enqueue, Release
@@ -20,7 +20,7 @@ BURST = 60  # dispatch failures at once: counted one doubling each, 30 s * 2**59
 
 async def test_a_burst_of_dispatch_failures_is_one_incident_and_scheduling_goes_on() -> None:
     """60 tasks that timed out together on one worker: no failed workflow task, and the next job gets a pass."""
-    activities = [find_assignments_activity, deliver_signals, rebuild_scheduler]
+    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
     async with workflows_on_dev_server("sched-quarantine", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         await handle.signal("register_workers", _batch(0, 1, 0))

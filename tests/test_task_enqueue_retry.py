@@ -15,7 +15,7 @@ from temporalio.client import Client
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from activities.signals import deliver_signals
+from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
 from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from workflows.messages import SchedulingSpec, TaskInput
@@ -29,7 +29,7 @@ async def _pending_tasks(client: Client) -> int:
 
 
 async def test_an_enqueue_refused_while_no_scheduler_runs_arrives_once_one_does() -> None:
-    activities = [find_assignments_activity, deliver_signals, rebuild_scheduler]
+    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
     async with workflows_on_dev_server("enqueue-retry", [SchedulerWorkflow, TaskWorkflow], activities) as (
         client, queue,
     ):  # fmt: skip

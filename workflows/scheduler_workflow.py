@@ -27,7 +27,15 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import ASSIGNED, DELIVER_SIGNALS, REBUILD_SCHEDULER, RELEASE_BATCH, Delivery
+    from activities.contracts import (
+        ASSIGNED,
+        DELIVER_ASSIGNMENTS,
+        DELIVER_SIGNALS,
+        REBUILD_SCHEDULER,
+        RELEASE_BATCH,
+        Delivery,
+        DeliveryOutcome,
+    )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
@@ -99,6 +107,17 @@ QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing 
 # workflow.patched id: dispatch failures inside a worker's quarantine count once, and a task that
 # ran on the worker resets its count.
 DISPATCH_FAILURES_BY_INCIDENT = "dispatch-failures-by-incident"
+# workflow.patched id: an assignment whose task its running job has not started yet comes back from
+# the announcement as late after a short grace (deliver_assignments) and is delivered in the
+# background. Before, the announcement waited for it up to 30 s, and no pass ran meanwhile.
+LATE_ASSIGNMENTS_APART = "late-assignments-apart"
+# How long a late assignment waits for its task in the background. A task still not there then
+# (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
+# whenever it comes; its place is given back meanwhile.
+LATE_PATIENCE_SECONDS = 60.0
+# How long the announcement itself waits for a task that is not there yet: a job's children start
+# tens of milliseconds after its enqueue, unless something broke.
+ANNOUNCE_GRACE_SECONDS = 2.0
 MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
@@ -140,6 +159,8 @@ class SchedulerWorkflow:
         self._signals_per_run = True
         self._commit_skips_cordoned = True
         self._budget_stops_pass = True
+        self._late_apart = True
+        self._late_deliveries = 0  # background deliveries of late assignments not finished yet
         self._signals_received = 0
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
@@ -158,6 +179,7 @@ class SchedulerWorkflow:
         self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
         self._commit_skips_cordoned = workflow.patched(COMMIT_SKIPS_CORDONED)
         self._budget_stops_pass = workflow.patched(BUDGET_STOPS_PASS)
+        self._late_apart = workflow.patched(LATE_ASSIGNMENTS_APART)
         if self._started_empty and workflow.patched(REBUILD_WHEN_EMPTY):
             # Not awaited: the loop serves the reports (and anything new) as they come in.
             self._rebuilding = workflow.start_activity(
@@ -180,7 +202,11 @@ class SchedulerWorkflow:
                 await self._send_replies()
             self._purge_lost()
             if workflow.info().is_continue_as_new_suggested() or self._signal_budget_spent():
-                await workflow.wait_condition(lambda: workflow.all_handlers_finished() and self._signals_in_flight == 0)
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished()
+                    and self._signals_in_flight == 0
+                    and self._late_deliveries == 0  # their places are given back by this run
+                )
                 if self._signals_per_run:
                     # One round: while 10,000 agents register, every round brings new registrations,
                     # and waiting for the last one let a run pass the server's signal limit. An
@@ -302,6 +328,8 @@ class SchedulerWorkflow:
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
         limit = MAX_COMMIT_PER_PASS if self._pass_by_activity else None
+        # What a late assignment needs to go back to the queue (the commit drops emptied entries).
+        entries = {a.job_id: self.state.pending[a.job_id] for a in plan.assignments if a.job_id in self.state.pending}
         outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
             (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan, limit)
         ]
@@ -311,11 +339,63 @@ class SchedulerWorkflow:
         size = ANNOUNCE_BATCH if self._pass_by_activity else max(1, len(outgoing))
         for start in range(0, len(outgoing), size):
             batch = outgoing[start : start + size]
-            gone = await self._deliver([delivery for delivery, _ in batch], urgent=True)
-            for index in gone:
-                delivery, placed = batch[index]
-                if placed is not None:
-                    self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+            deliveries = [delivery for delivery, _ in batch]
+            if not self._late_apart:
+                self._give_back(batch, await self._deliver(deliveries, urgent=True))
+                continue
+            outcome = await self._deliver_assignments(deliveries)
+            self._give_back(batch, outcome.gone)
+            if outcome.late:
+                self._deliver_late([batch[i] for i in outcome.late], entries)
+
+    def _give_back(self, batch: list[tuple[Delivery, pb.SchedulingAssignment | None]], gone: list[int]) -> None:
+        """The places of the batch's assignments whose task is gone go back to the pool."""
+        for index in gone:
+            delivery, placed = batch[index]
+            if placed is not None:
+                self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+
+    async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
+        """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
+        if len(deliveries) <= LOCAL_DELIVERY_MAX:
+            return await workflow.execute_local_activity(
+                DELIVER_ASSIGNMENTS, args=[deliveries, ANNOUNCE_GRACE_SECONDS], result_type=DeliveryOutcome,
+                start_to_close_timeout=timedelta(seconds=60),
+            )  # fmt: skip
+        return await workflow.execute_activity(
+            DELIVER_ASSIGNMENTS, args=[deliveries, ANNOUNCE_GRACE_SECONDS], result_type=DeliveryOutcome,
+            start_to_close_timeout=timedelta(seconds=120),
+        )  # fmt: skip
+
+    def _deliver_late(
+        self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
+    ) -> None:
+        """Deliver assignments whose task has not started yet without holding the loop: a regular
+        activity waits for each task while its job runs. A task that is gone gives its place back;
+        one still not there after LATE_PATIENCE_SECONDS gives it back and goes back to the queue.
+        The run does not continue as new before this ends."""
+        self._late_deliveries += 1
+        workflow.logger.info("%d assignments wait for their task to start", len(late))
+
+        async def deliver() -> None:
+            try:
+                outcome = await workflow.execute_activity(
+                    DELIVER_ASSIGNMENTS, args=[[delivery for delivery, _ in late], LATE_PATIENCE_SECONDS],
+                    result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
+                )  # fmt: skip
+                self._give_back(late, outcome.gone + outcome.late)
+                for index in outcome.late:
+                    delivery, placed = late[index]
+                    entry = entries.get(placed.job_id) if placed is not None else None
+                    if placed is None or entry is None:
+                        continue
+                    workflow.logger.warning("task %s did not start: queued again", delivery.workflow_id)
+                    attempts = {placed.task_index: delivery.arg.attempt}
+                    self._enqueue(Enqueue(entry.job_id, entry.spec, attempts, entry.submitted_at))
+            finally:
+                self._late_deliveries -= 1
+
+        asyncio.create_task(deliver())  # noqa: RUF006 - tracked by _late_deliveries
 
     def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:
         """Take the tasks whose scheduling timeout passed out of the queue; what to tell each."""

@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
@@ -41,6 +41,12 @@ async def deliver_or_count(deliveries: list[Delivery]) -> list[int]:
     return [real[i][0] for i in gone]
 
 
+@activity.defn(name=DELIVER_ASSIGNMENTS)
+async def assignments_or_count(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+    """The scheduler's announcements, as `deliver_or_count` treats them: none gone, none late."""
+    return DeliveryOutcome(gone=await deliver_or_count(deliveries))
+
+
 async def serve(address: str) -> None:
     client = await Client.connect(address)
     stop = asyncio.Event()
@@ -52,7 +58,7 @@ async def serve(address: str) -> None:
             client,
             task_queue=CONTROL_TASK_QUEUE,
             workflows=[SchedulerWorkflow, WorkerWorkflow],
-            activities=[find_assignments_activity, deliver_or_count, rebuild_scheduler],
+            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=workflow_runner(),
