@@ -95,7 +95,7 @@ async def send_signals(client: Client, deliveries: list[Delivery], patience: flo
     `patience` seconds for it; the indices gone and (assignments still waiting) late."""
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
 
-    async def send(index: int, delivery: Delivery) -> bool | None:
+    async def send(delivery: Delivery) -> bool | None:
         """True: delivered; False: its workflow is gone; None: its task is not there yet."""
         async with gate:
             if delivery.signal == ENQUEUE:
@@ -112,7 +112,7 @@ async def send_signals(client: Client, deliveries: list[Delivery], patience: flo
         log.info("assignment_waited_for_task", task_id=delivery.workflow_id, delivered=delivered, waited_ms=waited_ms)
         return delivered
 
-    outcomes = await asyncio.gather(*(send(i, d) for i, d in enumerate(deliveries)))
+    outcomes = await asyncio.gather(*(send(d) for d in deliveries))
     return DeliveryOutcome(
         gone=[i for i, o in enumerate(outcomes) if o is False], late=[i for i, o in enumerate(outcomes) if o is None]
     )
