@@ -20,7 +20,7 @@ import contextlib
 import json
 import zlib
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -123,6 +123,20 @@ LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy th
 PURGE_INTERVAL = timedelta(minutes=1)
 
 __all__ = ["PendingEntry", "Placement", "SchedulerState", "SchedulerWorkflow", "WorkerEntry", "encode_snapshot"]
+
+
+T = TypeVar("T")
+
+
+async def _delivery(name: str, args: list[Any], result_type: type[T], *, local: bool) -> T:
+    """Run a delivery activity: local (no workflow task for its reply, 60 s) or regular (120 s)."""
+    if local:
+        return await workflow.execute_local_activity(
+            name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=60)
+        )
+    return await workflow.execute_activity(
+        name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120)
+    )
 
 
 def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
@@ -317,13 +331,8 @@ class SchedulerWorkflow:
         Only a small, urgent batch (task assignments) goes by local activity, which saves a
         workflow task on the submit-to-running path; everything else by a regular activity.
         """
-        if self._deliveries_by_activity and not (urgent and len(deliveries) <= LOCAL_DELIVERY_MAX):
-            return await workflow.execute_activity(
-                DELIVER_SIGNALS, deliveries, result_type=list[int], start_to_close_timeout=timedelta(seconds=120)
-            )
-        return await workflow.execute_local_activity(
-            DELIVER_SIGNALS, deliveries, result_type=list[int], start_to_close_timeout=timedelta(seconds=60)
-        )
+        local = not self._deliveries_by_activity or (urgent and len(deliveries) <= LOCAL_DELIVERY_MAX)
+        return await _delivery(DELIVER_SIGNALS, [deliveries], list[int], local=local)
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
@@ -357,15 +366,8 @@ class SchedulerWorkflow:
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        if len(deliveries) <= LOCAL_DELIVERY_MAX:
-            return await workflow.execute_local_activity(
-                DELIVER_ASSIGNMENTS, args=[deliveries, ANNOUNCE_GRACE_SECONDS], result_type=DeliveryOutcome,
-                start_to_close_timeout=timedelta(seconds=60),
-            )  # fmt: skip
-        return await workflow.execute_activity(
-            DELIVER_ASSIGNMENTS, args=[deliveries, ANNOUNCE_GRACE_SECONDS], result_type=DeliveryOutcome,
-            start_to_close_timeout=timedelta(seconds=120),
-        )  # fmt: skip
+        args = [deliveries, ANNOUNCE_GRACE_SECONDS]
+        return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome, local=len(deliveries) <= LOCAL_DELIVERY_MAX)
 
     def _deliver_late(
         self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
