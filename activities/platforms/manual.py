@@ -36,7 +36,7 @@ from activities.platforms.base import (
     slice_labels,
     worker_id_for,
 )
-from activities.platforms.ssh import SshError, SshTarget, SshTransport, split_address
+from activities.platforms.ssh import SshError, SshTarget, SshTransport, parse_address
 
 log = structlog.get_logger(__name__)
 
@@ -61,11 +61,9 @@ class Settings(BaseModel):
             raise ValueError("needs at least one host")
         for i, address in enumerate(hosts):
             try:
-                host, port = split_address(address)
-            except ValueError:
-                raise ValueError(f"hosts[{i}]: expected 'host' or 'host:port', got {address!r}") from None
-            if not host or not 0 < port < 65536 or " " in address:
-                raise ValueError(f"hosts[{i}]: expected 'host' or 'host:port', got {address!r}")
+                parse_address(address)
+            except ValueError as e:
+                raise ValueError(f"hosts[{i}]: {e}") from None
         if len(set(hosts)) != len(hosts):
             raise ValueError("a host is listed twice")
         return hosts
@@ -108,7 +106,7 @@ class ManualPlatform:
         self.worker_command = s.worker_command or remote_agent.DEFAULT_WORKER_COMMAND
         self._targets = {}
         for address in s.hosts:
-            host, port = split_address(address)
+            host, port = parse_address(address)
             self._targets[address] = SshTarget(
                 host=host, port=port, user=s.user or getpass.getuser(),
                 identity_file=Path(s.identity_file).expanduser() if s.identity_file else None,

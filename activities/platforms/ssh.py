@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import ipaddress
 import os
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,15 +73,45 @@ def iris_home() -> Path:
     return Path(os.environ.get("IRIS_HOME") or Path.home() / ".iris")
 
 
-def split_address(address: str, default_port: int = 22) -> tuple[str, int]:
-    """"host" or "host:port" (or "[v6]:port") -> (host, port)."""
+_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")  # a DNS name or an IPv4 address
+
+
+def parse_address(address: str, default_port: int = 22) -> tuple[str, int]:
+    """Any host SSH accepts -> (host, port): a name, an IPv4 address, an IPv6 address (in brackets when a
+    port follows), each with an optional `:port`. Nothing is resolved here: a name stays a name.
+
+    ValueError (one line) for anything else, e.g. `user@host` (the user is its own setting) or a bad port.
+    """
+    if "@" in address:
+        raise ValueError(f"expected 'host' or 'host:port', got {address!r} (the user is set apart, as `user`)")
     if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default_port
-    if address.count(":") == 1:
-        host, port = address.split(":")
-        return host, int(port)
-    return address, default_port
+        inside, closed, rest = address[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            raise ValueError(f"expected '[IPv6]' or '[IPv6]:port', got {address!r}")
+        host, port_text = inside, rest[1:] if rest else None
+        _check_ipv6(host, address)
+    elif address.count(":") > 1:  # a bare IPv6 address: it can take no port
+        host, port_text = address, None
+        _check_ipv6(host, address)
+    else:
+        host, _, port_text_or_empty = address.partition(":")
+        port_text = port_text_or_empty if ":" in address else None
+        if not _HOST_NAME.match(host):
+            raise ValueError(f"expected 'host' or 'host:port', got {address!r}")
+    if port_text is None:
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port must be 1..65535 in {address!r}")
+    return host, int(port_text)
+
+
+def _check_ipv6(host: str, address: str) -> None:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise ValueError(f"{host!r} in {address!r} is not an IPv6 address (a port after one needs brackets: "
+                         f"'[addr]:port')") from None
 
 
 @dataclass(frozen=True)
@@ -171,7 +203,8 @@ class SshTransport:
         known = asyncssh.import_known_hosts(text)
         port = t.port if t.port != 22 else None
         name = t.host_key_alias or t.host
-        recorded = bool(asyncssh.match_known_hosts(known, name, "" if t.host_key_alias else t.host, port)[0])
+        # by name only (OpenSSH's default, CheckHostIP=no): `addr` must be an IP address, and a host name is not one
+        recorded = bool(asyncssh.match_known_hosts(known, name, "", port)[0])
         policy = _HostKeyPolicy(accept_new=t.known_hosts is None and not recorded)
         keys = [str(t.identity_file.expanduser())] if t.identity_file is not None else ()
         try:

@@ -131,8 +131,12 @@ def test_settings_errors_name_the_field() -> None:
     """The manual block rejects unknown keys and malformed hosts with one line naming the field."""
     with pytest.raises(ValueError, match=r"^manual\.hostz: unknown key"):
         parse_settings({"hosts": ["a"], "hostz": 1})
-    with pytest.raises(ValueError, match=r"^manual\.hosts: hosts\[1\]: expected 'host' or 'host:port'"):
+    with pytest.raises(ValueError, match=r"^manual\.hosts: hosts\[1\]: port must be 1\.\.65535 in 'b:notaport'"):
         parse_settings({"hosts": ["a", "b:notaport"]})
+    with pytest.raises(ValueError, match=r"^manual\.hosts: hosts\[0\]: .*the user is set apart, as `user`"):
+        parse_settings({"hosts": ["root@a"]})
+    with pytest.raises(ValueError, match=r"^manual\.hosts: hosts\[0\]: 'fe80::1:22x' .* needs brackets"):
+        parse_settings({"hosts": ["fe80::1:22x"]})
     with pytest.raises(ValueError, match=r"^manual\.hosts: Field required"):
         parse_settings({})
     assert ["10.0.0.5", "10.0.0.6:2222"] == parse_settings(
@@ -144,3 +148,24 @@ def test_settings_errors_name_the_field() -> None:
             "worker_command": None,
         }
     ).hosts
+
+
+def test_hosts_as_ssh_takes_them() -> None:
+    """Names, IPv4 and bracketed IPv6 addresses, each with or without a port, are accepted as written."""
+    hosts = ["localhost", "localhost:2222", "worker-3.example.com:22", "10.0.0.6", "[::1]:2222", "[fe80::1]", "::1"]
+    assert hosts == parse_settings({"hosts": hosts}).hosts
+
+
+async def test_host_names_are_reached_by_name(sshd: Sshd, iris_home: Path) -> None:
+    """`localhost:PORT` beside `127.0.0.1:PORT`: a 2-host slice is claimed, described and freed over both."""
+    named = [f"localhost:{sshd.ports[0]}", f"127.0.0.1:{sshd.ports[1]}"]
+    g = group(sshd, hosts=named, hosts_per_slice=2)
+    platform = ManualPlatform(g)
+    info = await platform.create_slice("named", g)
+    assert (PlatformState.READY, named) == (info.state, [h.address for h in info.hosts])
+    described = await platform.describe("named")
+    assert described is not None and named == [h.address for h in described.hosts]
+    known = (iris_home / "known_hosts").read_text().splitlines()
+    assert {f"[localhost]:{sshd.ports[0]}", f"[127.0.0.1]:{sshd.ports[1]}"} == {line.split()[0] for line in known}
+    await platform.terminate("named")
+    assert [] == await platform.list_slices({})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.platforms.ssh import HostKeyRefusedError, SshError, SshTarget, SshTransport, split_address
+from activities.platforms.ssh import HostKeyRefusedError, SshError, SshTarget, SshTransport, parse_address
 from tests.sshd import Sshd, free_port, keygen, start_sshd
 
 
@@ -28,7 +28,7 @@ def iris_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def target(sshd: Sshd, **kwargs: object) -> SshTarget:
-    host, port = split_address(sshd.hosts[0])
+    host, port = parse_address(sshd.hosts[0])
     options: dict[str, object] = {"user": sshd.user, "identity_file": sshd.client_key, **kwargs}
     return SshTarget(host=host, port=port, **options)  # type: ignore[arg-type]
 
