@@ -109,6 +109,8 @@ class Settings(BaseModel):
     service_account: str | None = None
     api_endpoint: str | None = None  # host:port; None = Google's
     ssh: SshSettings = SshSettings()
+    worker_command: str | None = None  # default: `iris worker serve` on the VM's PATH
+    env: remote_agent.AgentEnv = {}  # exported for the agent, after (and over) Iris's own variables
 
     @property
     def parent(self) -> str:
@@ -291,8 +293,9 @@ class GcpPlatform:
         async def start(host: HostInfo) -> None:
             attributes = host_attributes(group, slice_id, host.index)
             argv = [*remote_agent.agent_argv(host.worker_id, attributes, group, control), "--tpu-vm"]
-            script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id),
-                                               remote_agent.DEFAULT_WORKER_COMMAND, argv, control)
+            command = self.settings.worker_command or remote_agent.DEFAULT_WORKER_COMMAND
+            script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id), command, argv, control,
+                                               env=self.settings.env)  # fmt: skip
             out = await remote_agent.run_checked(self._transport(node_id, host), script, "starting the agent")
             log.info("gcp_agent", slice_id=slice_id, host=host.address, worker_id=host.worker_id, result=out.strip())
 

@@ -53,6 +53,7 @@ class Settings(BaseModel):
     identity_file: str | None = None  # default: the keys asyncssh finds (~/.ssh/id_*)
     known_hosts: str | None = None  # default: accept-new into $IRIS_HOME/known_hosts
     worker_command: str | None = None  # default: `iris worker serve` on the host's PATH
+    env: remote_agent.AgentEnv = {}  # exported for the agent, after (and over) Iris's own variables
 
     @field_validator("hosts")
     @classmethod
@@ -251,7 +252,8 @@ rm -f "$d/claim.json"
             argv = remote_agent.agent_argv(host.worker_id, host_attributes(group, slice_id, host.index), group,
                                            control)
             script = remote_agent.start_script(remote_agent.host_dir(KIND, host.address), self.worker_command,
-                                               argv, control, guard=self._owner_guard(slice_id))
+                                               argv, control, guard=self._owner_guard(slice_id),
+                                               env=self.settings.env)  # fmt: skip
             out = await remote_agent.run_checked(self.transport(host.address), script, "starting the agent")
             log.info("manual_agent", slice_id=slice_id, host=host.address, worker_id=host.worker_id,
                      result=out.strip())

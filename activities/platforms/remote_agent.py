@@ -13,11 +13,26 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from activities.platforms.base import AttributeValue, ControlPlaneAddress, ScaleGroupSpec
 from activities.platforms.ssh import SshError, Transport
 
 DEFAULT_WORKER_COMMAND = "iris worker serve"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    bad = [name for name in env if not _ENV_NAME.match(name)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not an environment variable name")
+    return env
+
+
+# A config block's `env:` for the agent: names a shell can export, string values.
+AgentEnv = Annotated[dict[str, str], AfterValidator(_check_env_names)]
 STOP_GRACE_SECONDS = 10
 
 # shell: is pid $1 alive (not a zombie) and running the agent whose command line holds "--worker-id $2"?
@@ -69,16 +84,23 @@ def agent_argv(
 
 
 def start_script(
-    directory: str, worker_command: str, argv: list[str], control: ControlPlaneAddress, guard: str = ""
+    directory: str,
+    worker_command: str,
+    argv: list[str],
+    control: ControlPlaneAddress,
+    guard: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> str:
     """Start the agent unless it already runs (prints `running PID` or `started PID`).
 
     `guard` is shell that must succeed first (e.g. "this host is still claimed by the slice").
+    The agent gets the non-interactive SSH session's environment, the control plane's address, and
+    then `env` (the config block's own, which wins: e.g. PATH, or an address the host sees differently).
     The agent must survive its first second, else the script fails with the log's last lines.
     """
     worker_id = argv[argv.index("--worker-id") + 1]
     env = {"IRIS_TEMPORAL_ADDRESS": control.temporal_address, "IRIS_TEMPORAL_NAMESPACE": control.namespace,
-           "IRIS_STORE": control.store_url, **control.extra_env}
+           "IRIS_STORE": control.store_url, **control.extra_env, **(env or {})}
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     wid = shlex.quote(worker_id)
     command = f"{worker_command} {shlex.join(argv)}"

@@ -34,9 +34,9 @@ def metadata() -> Iterator[FakeMetadata]:
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory, metadata: FakeMetadata) -> Iterator[Sshd]:
-    # the "VMs" run this venv's `iris` and find the metadata server as on GCP, through $GCE_METADATA_HOST
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GCE_METADATA_HOST": metadata.host}
-    server = start_sshd(tmp_path_factory.mktemp("sshd"), env=env)
+    # a plain session: the gcp block's `worker_command` and `env` give the agent this venv's `iris` and the
+    # metadata server's address ($GCE_METADATA_HOST, as google-auth reads it)
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
     try:
         yield server
     finally:
@@ -64,7 +64,9 @@ def test_tpu_slice_bootstrap_register_run_delete(
         attributes={TAINT: True},
         settings={"project": "proj", "zone": "us-central2-b", "accelerator_type": "v4-16",
                   "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": fake_tpu.endpoint,
-                  "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": sshd.ports[0]}},
+                  "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": sshd.ports[0]},
+                  "worker_command": f"{sys.executable} -m iris worker serve",
+                  "env": {"GCE_METADATA_HOST": metadata.host}},
     )
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)
     platform = GcpPlatform(group)

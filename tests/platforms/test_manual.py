@@ -169,3 +169,33 @@ async def test_host_names_are_reached_by_name(sshd: Sshd, iris_home: Path) -> No
     assert {f"[localhost]:{sshd.ports[0]}", f"[127.0.0.1]:{sshd.ports[1]}"} == {line.split()[0] for line in known}
     await platform.terminate("named")
     assert [] == await platform.list_slices({})
+
+
+async def test_worker_command_and_env_reach_the_agent(sshd: Sshd) -> None:
+    """The agent is `worker_command` with Iris's arguments; it sees the non-interactive session's environment,
+    the control plane's address, and the block's `env` over both."""
+    from activities.platforms.base import ControlPlaneAddress
+    from activities.platforms.remote_agent import host_key
+
+    record = 'env > "$PWD/agent-env"; echo "$@" > "$PWD/agent-argv"; sleep 60'
+    g = group(sshd, hosts=sshd.hosts[:1], worker_command=f"sh -c '{record}' agent",
+              env={"IRIS_EXTRA": "two words", "IRIS_STORE": "file:///as/the/host/sees/it"})  # fmt: skip
+    platform = ManualPlatform(g)
+    await platform.create_slice("env", g)
+    try:
+        await platform.bootstrap("env", g, ControlPlaneAddress("127.0.0.1:7233", "default", "file:///store"))
+        host_dir = sshd.remote_home / "manual" / host_key(sshd.hosts[0])
+        env = dict(line.split("=", 1) for line in (host_dir / "agent-env").read_text().splitlines() if "=" in line)
+        argv = (host_dir / "agent-argv").read_text().split()
+    finally:
+        await platform.terminate("env")
+    assert ("two words", "file:///as/the/host/sees/it", "127.0.0.1:7233") == (
+        env["IRIS_EXTRA"], env["IRIS_STORE"], env["IRIS_TEMPORAL_ADDRESS"])  # fmt: skip
+    assert str(sshd.remote_home) == env["HOME"]  # the session's own environment is there too
+    assert ["--worker-id", "env-0"] == argv[:2]
+
+
+def test_env_names_are_checked() -> None:
+    """An `env` key a shell cannot export is refused, naming the field."""
+    with pytest.raises(ValueError, match=r"^manual\.env: .*'BAD-NAME' is not an environment variable name"):
+        parse_settings({"hosts": ["a"], "env": {"BAD-NAME": "x"}})
