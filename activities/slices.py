@@ -5,9 +5,11 @@ keyed by the slice id), so Temporal may retry any of them. The long waits
 heartbeat, so a controller that dies under them is noticed within the heartbeat
 timeout and the wait resumes on another controller.
 
-A platform's `QuotaExhausted` and `SliceFailed` become non-retryable
-`ApplicationError`s of those types: the workflow tells them apart from transient
-failures, and the autoscaler backs the group off on quota.
+A platform's `QuotaExhausted`, `PlatformRefused` and `SliceFailed` become
+non-retryable `ApplicationError`s of those types: the slice fails at once (no
+retries of a request that cannot succeed), the workflow tells them apart from
+transient failures (which Temporal retries), and the autoscaler backs the group
+off: on quota, and for longer on a permanent refusal.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.platforms import platform_for
 from activities.platforms.base import (
     MANAGED_LABEL,
+    PLATFORM_REFUSED,
     QUOTA_EXHAUSTED,
     SCALE_GROUP_LABEL,
     SLICE_FAILED,
     ControlPlaneAddress,
     Platform,
+    PlatformRefused,
     PlatformState,
     QuotaExhausted,
     ScaleGroupSpec,
@@ -107,6 +111,8 @@ async def _platform_call(group: ScaleGroupSpec, step: Callable[[Platform], Await
         return await step(platform)
     except QuotaExhausted as e:
         raise ApplicationError(str(e), type=QUOTA_EXHAUSTED, non_retryable=True) from None
+    except PlatformRefused as e:
+        raise ApplicationError(str(e), type=PLATFORM_REFUSED, non_retryable=True) from None
     except SliceFailed as e:
         raise ApplicationError(str(e), type=SLICE_FAILED, non_retryable=True) from None
 
@@ -196,8 +202,12 @@ class SliceActivities:
         while True:
             try:
                 info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
-            except ApplicationError:
-                raise
+            except ApplicationError as e:
+                if e.type != PLATFORM_REFUSED:
+                    raise
+                # refused to read it (e.g. a permission revoked): the slice itself may be fine; look again
+                log.warning("slice.watch_refused", slice_id=req.slice_id, error=e.message)
+                info = SliceInfo(req.slice_id, req.group.name, PlatformState.READY)
             except Exception as e:  # a flaky platform API is not a lost slice: look again
                 log.warning("slice.watch_failed", slice_id=req.slice_id, error=str(e))
                 info = SliceInfo(req.slice_id, req.group.name, PlatformState.READY)

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         SliceViewInput,
         StartSlice,
     )
-    from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
+    from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
     from workflows.ids import AUTOSCALER_WORKFLOW_ID
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
@@ -44,6 +44,10 @@ IDLE_TICK = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
+# A permanent refusal (forbidden, invalid argument): at once and long, doubling; a retry cannot succeed
+# until someone changes the config or the permissions.
+REFUSED_BACKOFF_SECONDS = 600.0
+REFUSED_BACKOFF_MAX_SECONDS = 3600.0
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
 IDLE_WITHOUT_TIMER = "autoscaler-idle-without-timer"  # workflow.patched id
@@ -90,6 +94,7 @@ class GroupRuntime:
     backoff_reason: str = ""
     failures: int = 0  # slices of this group that failed in a row
     last_error: str = ""
+    last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
 
 
 @dataclass
@@ -114,6 +119,7 @@ class GroupStatus:
     backoff_reason: str = ""
     backoff_seconds: float = 0.0
     last_error: str = ""
+    last_error_type: str = ""
 
 
 @dataclass
@@ -265,9 +271,14 @@ class AutoscalerWorkflow:
         """A slice of `group` failed: count it, and back the group off (at once on quota)."""
         rt = self.state.groups.setdefault(group, GroupRuntime())
         rt.failures += 1
-        rt.last_error = error
+        rt.last_error, rt.last_error_type = error, error_type
         quota = error_type == QUOTA_EXHAUSTED
-        if quota or rt.failures >= FAILURES_BEFORE_BACKOFF:
+        if error_type == PLATFORM_REFUSED:
+            delay = min(REFUSED_BACKOFF_MAX_SECONDS, REFUSED_BACKOFF_SECONDS * 2 ** (rt.failures - 1))
+            rt.backoff_until = workflow.now().timestamp() + delay
+            rt.backoff_reason = f"refused by the platform (a config or permission problem): {error}"
+            workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
+        elif quota or rt.failures >= FAILURES_BEFORE_BACKOFF:
             k = rt.failures if quota else rt.failures - FAILURES_BEFORE_BACKOFF + 1
             delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (k - 1))
             rt.backoff_until = workflow.now().timestamp() + delay
@@ -331,7 +342,7 @@ class AutoscalerWorkflow:
                     slices=by_state, reason=self.state.group_reasons.get(name, ""),
                     backoff_reason=rt.backoff_reason if backing_off else "",
                     backoff_seconds=math.ceil(rt.backoff_until - now) if backing_off and rt.backoff_until else 0.0,
-                    last_error=rt.last_error,
+                    last_error=rt.last_error, last_error_type=rt.last_error_type,
                 )
             )  # fmt: skip
         return out

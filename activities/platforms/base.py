@@ -6,11 +6,13 @@ controller calls it again and must find what the first call made, never make a
 second slice. A platform finds what Iris made by its labels (`iris-managed`,
 `iris-scale-group`, `iris-slice-id`), so orphans can be listed and cleaned up.
 
-Expected outcomes are values (`SliceInfo.state`); two failures are exceptions
+Expected outcomes are values (`SliceInfo.state`); three failures are exceptions
 because the activity layer turns them into non-retryable `ApplicationError`s of a
 distinct type: `QuotaExhausted` (the platform refused for quota/capacity: the
-group backs off) and `SliceFailed` (the platform failed this slice; it has already
-cleaned up what it created).
+group backs off), `PlatformRefused` (the request as configured can never succeed:
+permission denied, invalid argument, unknown accelerator type; the group backs off
+long) and `SliceFailed` (the platform failed this slice; it has already cleaned up
+what it created). Anything else is transient and retried.
 """
 
 from __future__ import annotations
@@ -31,11 +33,17 @@ SLICE_NAME_ATTRIBUTE = "tpu-name"
 HOST_INDEX_ATTRIBUTE = "tpu-worker-id"
 
 QUOTA_EXHAUSTED = "QuotaExhausted"  # ApplicationError type: the group backs off
+PLATFORM_REFUSED = "PlatformRefused"  # ApplicationError type: permanent refusal, the group backs off long
 SLICE_FAILED = "SliceFailed"  # ApplicationError type: this slice is gone, try another
 
 
 class QuotaExhausted(Exception):  # noqa: N818 - named after the ApplicationError type it becomes
     """The platform refused to create a slice for quota, stockout or capacity reasons."""
+
+
+class PlatformRefused(Exception):  # noqa: N818 - named after the ApplicationError type it becomes
+    """The platform refused the request as made (forbidden, invalid argument, unknown type): retrying it
+    unchanged cannot succeed, only a change of config or permissions can."""
 
 
 class SliceFailed(Exception):  # noqa: N818 - named after the ApplicationError type it becomes

@@ -5,7 +5,8 @@ Through the official `kubernetes` client, whose calls block: each runs in a thre
 objects look like and what their status means lives in `coreweave_model` (pure); this
 module makes the calls, and cleans up after itself when a slice fails:
 
-    create_slice  POST NodePool (201; 409 means a retried call already made it)
+    create_slice  POST NodePool (201; 409 means a retried call already made it; a refusal for quota is
+                  QuotaExhausted, a 400/401/403/404/422 otherwise PlatformRefused)
     describe      GET NodePool + GET Pod -> assess(); quota/capacity -> QuotaExhausted,
                   a slice that will not come up -> delete what exists, SliceFailed
     bootstrap     POST Pod (nodeSelector iris-slice-id), then GET until Ready
@@ -37,6 +38,7 @@ from activities.platforms.base import (
     SLICE_ID_LABEL,
     ControlPlaneAddress,
     HostInfo,
+    PlatformRefused,
     PlatformState,
     QuotaExhausted,
     ScaleGroupSpec,
@@ -179,8 +181,14 @@ class KubernetesApiError(RuntimeError):
 
     @property
     def quota(self) -> bool:
-        """An admission webhook refusing a NodePool for quota answers 403/422 and says so."""
+        """An admission webhook refusing a NodePool (or a ResourceQuota a Pod) for quota answers 403/422 and says so."""
         return self.status in (403, 422) and any(w in self.message.lower() for w in QUOTA_WORDS)
+
+    @property
+    def permanent(self) -> bool:
+        """The same request will be refused again: bad request, unauthenticated, forbidden, not there (a 404
+        on a create or list: the CRD or the namespace is missing), invalid. Quota is not permanent."""
+        return self.status in (400, 401, 403, 404, 405, 422) and not self.quota
 
 
 class CoreweavePlatform:
@@ -199,11 +207,17 @@ class CoreweavePlatform:
         self._now = now or (lambda: datetime.now(UTC))
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """A blocking client call, in a thread; a refusal becomes a one-line KubernetesApiError."""
+        """A blocking client call, in a thread. A refusal for quota is QuotaExhausted, a permanent one
+        PlatformRefused; others (409, 429, 5xx) are a one-line KubernetesApiError for the caller or a retry."""
         try:
             return await asyncio.to_thread(fn, *args)
         except ApiException as e:
-            raise KubernetesApiError(fn.__name__, e) from None
+            error = KubernetesApiError(fn.__name__, e)
+        if error.quota:
+            raise QuotaExhausted(f"{self.settings.instance_type}: {error}")
+        if error.permanent:
+            raise PlatformRefused(str(error))
+        raise error
 
     async def create_slice(self, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
         """POST the NodePool; a 409 means an earlier attempt made it, so read that one instead."""
@@ -214,13 +228,9 @@ class CoreweavePlatform:
             await self._call(self._kube.create_nodepool, body)
             logger.info("nodepool_created", instance_type=self.settings.instance_type)
         except KubernetesApiError as e:
-            if e.status == 409:
-                logger.info("nodepool_exists")
-            elif e.quota:
-                logger.warning("nodepool_refused_quota", status=e.status)
-                raise QuotaExhausted(f"NodePool refused: {e.message}") from None
-            else:
+            if e.status != 409:
                 raise
+            logger.info("nodepool_exists")
         return SliceInfo(slice_id, group.name, PlatformState.CREATING, labels=slice_labels(group.name, slice_id))
 
     async def _read(self, slice_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

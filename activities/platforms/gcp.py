@@ -37,6 +37,7 @@ from activities.platforms.base import (
     SLICE_ID_LABEL,
     ControlPlaneAddress,
     HostInfo,
+    PlatformRefused,
     PlatformState,
     QuotaExhausted,
     ScaleGroupSpec,
@@ -83,6 +84,23 @@ NODE_STATES: dict[Any, PlatformState] = {
 
 # Words in an API error that mean "no capacity for you now" rather than "this request is wrong".
 _QUOTA_WORDS = re.compile(r"quota|stockout|resource[_ ]exhausted|capacity|no more .* available", re.IGNORECASE)
+# Answers that the same request will get again however often it is sent: a config or permission problem
+# (403, 401, 400 invalid argument such as an unknown accelerator type or runtime version, 501).
+# (Not all of 400: FAILED_PRECONDITION and OUT_OF_RANGE may pass, and a quota refusal may come as any of these.)
+_PERMANENT = (gexc.PermissionDenied, gexc.Forbidden, gexc.Unauthenticated, gexc.Unauthorized, gexc.InvalidArgument,
+              gexc.MethodNotImplemented)  # fmt: skip
+
+
+def classify(error: gexc.GoogleAPICallError, reason: str) -> Exception:
+    """The platform error a Google API error means: quota (back off), a permanent refusal, or a failed slice.
+
+    Quota words win over the status code: some quota refusals arrive as 403 or FAILED_PRECONDITION.
+    """
+    if isinstance(error, gexc.ResourceExhausted) or _QUOTA_WORDS.search(_reason(error)):
+        return QuotaExhausted(reason)
+    if isinstance(error, _PERMANENT):
+        return PlatformRefused(reason)
+    return SliceFailed(reason)
 
 
 class SshSettings(BaseModel):
@@ -163,6 +181,12 @@ def _reason(error: Exception) -> str:
     return " ".join(str(message).split())
 
 
+def _status(error: gexc.GoogleAPICallError) -> str:
+    """`PERMISSION_DENIED: the message`: the gRPC status name an operator can look up, and the reason."""
+    code = getattr(error.grpc_status_code, "name", "") or (str(error.code) if error.code else "")
+    return f"{code}: {_reason(error)}" if code else _reason(error)
+
+
 class GcpPlatform:
     """Slices as Cloud TPU nodes; the node (its name and labels) is the durable record."""
 
@@ -186,7 +210,14 @@ class GcpPlatform:
         return f"{self.settings.parent}/nodes/{node_id_for(slice_id)}"
 
     async def _call(self, fn: Any, /, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(fn, **kwargs)
+        """A blocking client call in a thread; a permanent refusal (403, 401, 400, ...) is PlatformRefused."""
+        try:
+            return await asyncio.to_thread(fn, **kwargs)
+        except _PERMANENT as e:
+            if _QUOTA_WORDS.search(_reason(e)):
+                raise
+            what = getattr(fn, "__name__", "call")
+            raise PlatformRefused(f"gcp: {what} in {self.settings.parent} refused: {_status(e)}") from None
 
     async def _get(self, slice_id: str) -> tpu_v2.Node | None:
         try:
@@ -234,17 +265,17 @@ class GcpPlatform:
         try:
             operation = await self._call(self.client.create_node, parent=s.parent, node_id=node_id_for(slice_id),
                                          node=request, timeout=CALL_TIMEOUT)
-            await self._call(operation.result, timeout=CREATE_TIMEOUT)
+            await asyncio.to_thread(operation.result, timeout=CREATE_TIMEOUT)  # its error is classified below
         except gexc.AlreadyExists:
             pass  # an earlier attempt's create is under way: describe tells how far it got
         except (concurrent.futures.TimeoutError, gexc.RetryError):
             pass  # still creating after CREATE_TIMEOUT: the caller polls describe
-        except gexc.GoogleAPICallError as e:
+        except PlatformRefused:
+            raise  # the call itself was refused: nothing was made
+        except gexc.GoogleAPICallError as e:  # the create operation failed
             await self._delete_quietly(slice_id)
-            reason = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {s.zone}): {_reason(e)}"
-            if isinstance(e, gexc.ResourceExhausted) or _QUOTA_WORDS.search(_reason(e)):
-                raise QuotaExhausted(reason) from None
-            raise SliceFailed(reason) from None
+            what = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {s.zone})"
+            raise classify(e, f"{what}: {_status(e)}") from None
         info = await self.describe(slice_id)
         if info is None:
             raise SliceFailed(f"gcp: node {node_id_for(slice_id)} vanished right after its create operation")

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +65,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
                         "worker_command": worker_command()}, **common},
             {"name": "tpu-v4-16", "platform": "gcp", "hosts_per_slice": 2, "attributes": {"tpu-topology": "v4-16"},
              "gcp": {"project": "proj", "zone": "us-central2-b", "accelerator_type": "v4-16",
+                     "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": tpu.endpoint,
+                     "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": tpu_port}}, **common},
+            # an accelerator type the (fake) TPU API does not offer: every create is refused as invalid
+            {"name": "tpu-v9x-8", "platform": "gcp", "hosts_per_slice": 1, "attributes": {"tpu-topology": "v9x-8"},
+             "gcp": {"project": "proj", "zone": "us-east5-a", "accelerator_type": "v9x-8",
                      "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": tpu.endpoint,
                      "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": tpu_port}}, **common},
         ],
@@ -175,6 +181,31 @@ def test_gcp_stockout_backs_the_group_off_then_it_recovers(fleet: SshFleet) -> N
     assert {} == fleet.tpu.nodes  # the refused create left nothing behind
     assert JobState.SUCCEEDED == job.wait(timeout=240).state
     assert 2 == fleet.tpu.methods().count("CreateNode") - creates_before
+
+
+def test_a_permanent_refusal_fails_the_slice_at_once_and_backs_the_group_off_long(fleet: SshFleet) -> None:
+    """The TPU API refuses the create as invalid (an accelerator type the zone does not offer): one create,
+    no retry and no second slice; the group backs off for ten minutes saying why, in the autoscaler's status
+    and in `iris cluster status`."""
+    job = fleet.client.submit_command(["true"], resources=ResourceSpec(cpu=1, memory="512m"),
+                                      constraints=[Constraint("tpu-topology", "EQ", "v9x-8")])  # fmt: skip
+    try:
+        status = wait_until(lambda: (g := group_status(fleet, "tpu-v9x-8"))["backoff_reason"] and g, timeout=60,
+                            interval=0.2, what="the group backs off")  # fmt: skip
+        reason = str(status["backoff_reason"])
+        assert reason.startswith("refused by the platform (a config or permission problem): create: gcp: ")
+        assert "INVALID_ARGUMENT: Accelerator type 'v9x-8' is not available in zone us-east5-a" in reason
+        assert "PlatformRefused" == status["last_error_type"]
+        assert 590 <= float(status["backoff_seconds"]) <= 600  # type: ignore[arg-type]
+        time.sleep(3)  # three autoscaler scans: nothing more is tried while the group backs off
+        creates = [r for m, r in fleet.tpu.requests if m == "CreateNode" and "us-east5-a" in r.parent]
+        assert 1 == len(creates)
+        assert [] == [n for n in fleet.tpu.nodes if "us-east5-a" in n]
+        text = subprocess.run([sys.executable, "-m", "iris", "cluster", "status"], env=fleet.cluster.env,
+                              capture_output=True, text=True, timeout=60, check=False).stdout  # fmt: skip
+        assert "refused by the platform" in text and "v9x-8" in text
+    finally:
+        fleet.client.terminate(job.job_id)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 
 from activities.platforms.base import (
     ControlPlaneAddress,
+    PlatformRefused,
     PlatformState,
     QuotaExhausted,
     ScaleGroupSpec,
@@ -190,14 +191,29 @@ async def test_bootstrap_recreates_a_pod_that_vanished(
 async def test_a_refused_call_is_one_readable_line(
     fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
 ) -> None:
-    """An API refusal (here RBAC) surfaces as one line naming the call, the status and the server's message."""
+    """A permanent refusal (here RBAC) is PlatformRefused, one line naming the call, the status and the
+    server's message; a transient one (503) stays a retryable KubernetesApiError."""
     group = coreweave_group()
     platform = CoreweavePlatform(group)
     message = 'nodepools.compute.coreweave.com "iris-h100-x" is forbidden: User cannot get resource "nodepools"'
     fake_k8s.refusals[("GET", f"{NODEPOOLS}/iris-h100-x")] = (403, "Forbidden", message)
-    with pytest.raises(KubernetesApiError) as refused:
+    with pytest.raises(PlatformRefused) as refused:
         await platform.describe("h100-x")
     assert f"kubernetes get_nodepool: 403 Forbidden: {message}" == str(refused.value)
+    fake_k8s.refusals[("GET", f"{NODEPOOLS}/iris-h100-x")] = (503, "ServiceUnavailable", "etcd leader changed")
+    with pytest.raises(KubernetesApiError, match="get_nodepool: 503 Service Unavailable: etcd leader changed"):
+        await platform.describe("h100-x")
+
+
+async def test_an_invalid_nodepool_is_refused_at_once(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """The API refusing the NodePool itself (422: an instance type it does not offer) is PlatformRefused."""
+    group = coreweave_group(instance_type="gd-9xz999")
+    fake_k8s.reject_nodepool_create = (422, "Invalid", 'NodePool "iris-h100-i" is invalid: spec.instanceType: '
+                                                       'Unsupported value: "gd-9xz999"')  # fmt: skip
+    with pytest.raises(PlatformRefused, match=r"create_nodepool: 422 .*Unsupported value: \"gd-9xz999\""):
+        await CoreweavePlatform(group).create_slice("h100-i", group)
 
 
 async def test_crash_looping_pod_fails_describe_after_max_restarts(

@@ -7,11 +7,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from google.cloud import tpu_v2
 
-from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
+from activities.platforms.base import (
+    PlatformRefused,
+    PlatformState,
+    QuotaExhausted,
+    ScaleGroupSpec,
+    SliceFailed,
+    slice_labels,
+)
 from activities.platforms.gcp import GcpPlatform
 from activities.platforms.manual import ManualPlatform
 from iris.config import parse_config
@@ -107,6 +115,29 @@ async def test_quota_words_in_another_code_are_quota(fake_tpu: FakeTpu) -> None:
     fake_tpu.fail_next_create = (9, "Quota 'TPUV5sLitepodPerProjectPerZoneForTPUAPI' exhausted. Limit 16")
     with pytest.raises(QuotaExhausted, match="Quota 'TPUV5s"):
         await GcpPlatform(group).create_slice("tpu-v5e-16-q2", group)
+
+
+async def test_permanent_refusals_are_platform_refused(fake_tpu: FakeTpu) -> None:
+    """403 on a call, INVALID_ARGUMENT for an unknown accelerator type, and an operation that ends with
+    PERMISSION_DENIED are PlatformRefused, named by status; an INTERNAL operation error is a failed slice."""
+    group = gcp_group(fake_tpu)
+    fake_tpu.refusals["GetNode"] = (grpc.StatusCode.PERMISSION_DENIED, "Permission 'tpu.nodes.get' denied")
+    with pytest.raises(PlatformRefused, match=r"get_node in projects/proj/.* refused: PERMISSION_DENIED: .*tpu\.nodes"):
+        await GcpPlatform(group).create_slice("tpu-v5e-16-r1", group)
+    assert [] == [m for m in fake_tpu.methods() if m == "CreateNode"]  # refused before anything was asked
+    del fake_tpu.refusals["GetNode"]
+
+    unknown = gcp_group(fake_tpu, hosts=1, accelerator_type="v9x-8")
+    with pytest.raises(PlatformRefused, match=r"INVALID_ARGUMENT: Accelerator type 'v9x-8' is not available"):
+        await GcpPlatform(unknown).create_slice("tpu-v9x-8-r2", unknown)
+
+    fake_tpu.fail_next_create = (7, "The caller does not have permission to use service account iris@")
+    with pytest.raises(PlatformRefused, match=r"node tpu-v5e-16-r3 .*: PERMISSION_DENIED: The caller"):
+        await GcpPlatform(group).create_slice("tpu-v5e-16-r3", group)
+    fake_tpu.fail_next_create = (13, "internal error")
+    with pytest.raises(SliceFailed, match="INTERNAL: internal error"):
+        await GcpPlatform(group).create_slice("tpu-v5e-16-r4", group)
+    assert {} == fake_tpu.nodes
 
 
 async def test_preempted_node_is_described_preempted(fake_tpu: FakeTpu) -> None:

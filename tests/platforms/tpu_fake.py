@@ -5,6 +5,9 @@ The TPU fake keeps nodes in memory: CreateNode answers an unfinished operation w
 node CREATING; the operation finishes (node READY, one network endpoint per VM) after
 `polls_to_ready` GetOperation calls. DeleteNode likewise. `fail_next_create` makes the
 next create operation end with a gRPC status (8 = RESOURCE_EXHAUSTED for a stockout).
+As the API does, a CreateNode for an accelerator type it does not offer is refused at once
+with INVALID_ARGUMENT (unless `vms_per_node` says how many VMs any type has); `refusals`
+makes a method answer with a status of the test's choosing (e.g. PERMISSION_DENIED).
 Every request is logged as (method, request message) for the tests to assert on.
 """
 
@@ -47,6 +50,7 @@ class FakeTpu:
     nodes: dict[str, tpu_v2.Node] = field(default_factory=dict)
     requests: list[tuple[str, Any]] = field(default_factory=list)
     fail_next_create: tuple[int, str] | None = None
+    refusals: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)  # method -> answer
     _ops: dict[str, _PendingOp] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: grpc.Server | None = None
@@ -76,6 +80,13 @@ class FakeTpu:
 
     def _create_node(self, request: tpu_v2.CreateNodeRequest, context: grpc.ServicerContext) -> Any:
         name = f"{request.parent}/nodes/{request.node_id}"
+        if self.vms_per_node is None:
+            try:
+                tpu_vm_count(request.node.accelerator_type)
+            except ValueError:
+                zone = request.parent.rsplit("/", 1)[-1]
+                message = f"Accelerator type {request.node.accelerator_type!r} is not available in zone {zone}"
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         with self._lock:
             if name in self.nodes:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, f"node {name} already exists")
@@ -136,6 +147,9 @@ class FakeTpu:
         def handler(request: Any, context: grpc.ServicerContext) -> Any:
             with self._lock:
                 self.requests.append((method, request))
+                refusal = self.refusals.get(method)
+            if refusal is not None:
+                context.abort(*refusal)
             return fn(request, context)
 
         return handler
