@@ -7,8 +7,10 @@ module makes the calls, and cleans up after itself when a slice fails:
 
     create_slice  POST NodePool (201; 409 means a retried call already made it; a refusal for quota is
                   QuotaExhausted, a 400/401/403/404/422 otherwise PlatformRefused)
-    describe      GET NodePool + GET Pod -> assess(); quota/capacity -> QuotaExhausted,
-                  a slice that will not come up -> delete what exists, SliceFailed
+    describe      GET NodePool + GET Pod -> assess(); quota/capacity -> QuotaExhausted, an invalid
+                  NodePool -> PlatformRefused, a slice that will not come up -> SliceFailed (each
+                  after deleting what exists). The node is there when the documented CURRENT
+                  (status.currentNodes) reaches TARGET (spec.targetNodes), or AtTarget is True.
     bootstrap     POST Pod (nodeSelector iris-slice-id), then GET until Ready
     terminate     LIST Pods by label, DELETE each, wait until gone, DELETE NodePool
     list_slices   LIST NodePools and Pods by label selector (orphan cleanup)
@@ -74,6 +76,7 @@ _STATE_OF = {
     Verdict.PREEMPTED: PlatformState.PREEMPTED,
     Verdict.DELETING: PlatformState.DELETING,
     Verdict.QUOTA: PlatformState.FAILED,
+    Verdict.INVALID: PlatformState.FAILED,
     Verdict.FAILED: PlatformState.FAILED,
 }
 
@@ -244,11 +247,14 @@ class CoreweavePlatform:
         await self.terminate(slice_id)
         if verdict.verdict is Verdict.QUOTA:
             raise QuotaExhausted(f"{self.settings.instance_type}: {verdict.reason}")
+        if verdict.verdict is Verdict.INVALID:
+            raise PlatformRefused(f"{self.settings.instance_type}: {verdict.reason}")
         raise SliceFailed(verdict.reason)
 
     def _info(self, slice_id: str, labels: Mapping[str, str], verdict: Assessment) -> SliceInfo:
         host = HostInfo(0, verdict.address, worker_id_for(slice_id, 0), verdict.pod_state or verdict.reason)
-        error = verdict.reason if verdict.verdict in (Verdict.QUOTA, Verdict.FAILED, Verdict.PREEMPTED) else ""
+        bad = (Verdict.QUOTA, Verdict.INVALID, Verdict.FAILED, Verdict.PREEMPTED)
+        error = verdict.reason if verdict.verdict in bad else ""
         return SliceInfo(
             slice_id, labels.get(SCALE_GROUP_LABEL, ""), _STATE_OF[verdict.verdict], [host], dict(labels), error
         )
@@ -263,7 +269,7 @@ class CoreweavePlatform:
             verdict = Assessment(Verdict.PREEMPTED, "NodePool is gone", pod_state="node gone")
             return self._info(slice_id, pod.get("metadata", {}).get("labels") or {}, verdict)
         verdict = assess(nodepool, pod, self.settings, self._now())
-        if verdict.verdict in (Verdict.QUOTA, Verdict.FAILED):
+        if verdict.verdict in (Verdict.QUOTA, Verdict.INVALID, Verdict.FAILED):
             await self._fail(slice_id, verdict)
         return self._info(slice_id, nodepool.get("metadata", {}).get("labels") or {}, verdict)
 
@@ -281,7 +287,9 @@ class CoreweavePlatform:
             match verdict.verdict:
                 case Verdict.CREATING:
                     raise RuntimeError(f"bootstrap of {slice_id} before its node is ready: {verdict.reason}")
-                case Verdict.QUOTA | Verdict.FAILED | Verdict.PREEMPTED | Verdict.DELETING:
+                case Verdict.QUOTA | Verdict.INVALID:
+                    await self._fail(slice_id, verdict)
+                case Verdict.FAILED | Verdict.PREEMPTED | Verdict.DELETING:
                     await self._fail(slice_id, Assessment(Verdict.FAILED, verdict.reason))
                 case Verdict.READY if pod is not None:
                     logger.info("worker_pod_ready", address=verdict.address)

@@ -63,6 +63,7 @@ class Settings(BaseModel):
     image: str = Field(min_length=1)  # the worker image (`iris worker serve` on its PATH)
     kubeconfig: str | None = None  # None: in-cluster config (the controller runs as a Pod)
     node_ready_timeout: Seconds = 2700.0  # bare metal takes 20-30 minutes to join
+    status_timeout: Seconds = 300.0  # a NodePool reporting neither CURRENT nor a condition by then fails
     pod_ready_timeout: Seconds = 600.0  # image pull + agent start + first /health
     pod_delete_timeout: Seconds = 120.0  # terminate waits this long for Pods before deleting the NodePool
     poll_interval: Seconds = 10.0
@@ -229,11 +230,12 @@ def pod_manifest(
 class Verdict(StrEnum):
     """What a NodePool and its Pod say about the slice."""
 
-    CREATING = "CREATING"  # node not ready yet (or Pod starting, within its timeout)
-    READY = "READY"  # node ready; Pod absent (bootstrap may start) or Ready
-    STARTING = "STARTING"  # node ready, Pod created but not Ready yet, within its timeout
+    CREATING = "CREATING"  # node not there yet (or Pod starting, within its timeout)
+    READY = "READY"  # node there; Pod absent (bootstrap may start) or Ready
+    STARTING = "STARTING"  # node there, Pod created but not Ready yet, within its timeout
     QUOTA = "QUOTA"  # the NodePool reports quota or capacity trouble: the group backs off
-    FAILED = "FAILED"  # this slice will not come up (timeout, invalid NodePool, failed Pod)
+    INVALID = "INVALID"  # the NodePool is invalid as configured (e.g. its instance type): the group backs off long
+    FAILED = "FAILED"  # this slice will not come up (timeout, no status at all, failed Pod)
     PREEMPTED = "PREEMPTED"  # the node went away under a bootstrapped slice
     DELETING = "DELETING"
 
@@ -252,6 +254,7 @@ QUOTA_WORDS = ("quota", "capacity", "stockout")
 PROBLEM_TYPE_WORDS = ("exceeded", "insufficient", "stockout")
 # Condition types that, when False for another reason, mean the NodePool itself is unusable.
 INVALID_CONDITION_TYPES = ("Valid", "Validated")
+AT_TARGET = "AtTarget"  # True once CURRENT has reached TARGET
 # Pod waiting reasons no amount of waiting fixes.
 FATAL_WAITING_REASONS = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
 
@@ -284,8 +287,34 @@ def _nodepool_problem(nodepool: Mapping[str, Any]) -> tuple[Verdict, str] | None
         if failing and any(w in words for w in QUOTA_WORDS):
             return Verdict.QUOTA, _condition_text(cond)
         if cond.get("type") in INVALID_CONDITION_TYPES and cond.get("status") == "False":
-            return Verdict.FAILED, f"NodePool invalid: {_condition_text(cond)}"
+            return Verdict.INVALID, f"NodePool invalid: {_condition_text(cond)}"
     return None
+
+
+def _condition(nodepool: Mapping[str, Any], type_: str) -> str | None:
+    """The status ("True", "False", "Unknown") of one condition, None when the NodePool has none of that type."""
+    for cond in nodepool.get("status", {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return str(cond.get("status"))
+    return None
+
+
+def node_count(nodepool: Mapping[str, Any]) -> tuple[int, int | None, bool]:
+    """(TARGET, CURRENT, there): `kubectl get nodepool`'s documented columns, `spec.targetNodes` and
+    `status.currentNodes` (Nodes booted, registered with the Node Pool and present in the cluster; None
+    while the status has no such field), and whether the node is there: CURRENT has reached TARGET, or
+    the `AtTarget` condition says so."""
+    target = int(nodepool.get("spec", {}).get("targetNodes", 1) or 0)
+    raw = nodepool.get("status", {}).get("currentNodes")
+    current = int(raw) if raw is not None else None
+    there = (current is not None and current >= target) or _condition(nodepool, AT_TARGET) == "True"
+    return target, current, there
+
+
+def _has_status(nodepool: Mapping[str, Any]) -> bool:
+    """Whether the NodePool reports anything Iris reads: CURRENT or a condition (its controller has seen it)."""
+    status = nodepool.get("status") or {}
+    return status.get("currentNodes") is not None or bool(status.get("conditions"))
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -328,22 +357,25 @@ def assess(nodepool: Mapping[str, Any], pod: Mapping[str, Any] | None, settings:
     problem = _nodepool_problem(nodepool)
     if problem is not None:
         return Assessment(problem[0], problem[1])
-    status = nodepool.get("status", {})
-    target = nodepool.get("spec", {}).get("targetNodes", 1)
-    ready_nodes = int(status.get("readyNodes") or 0)
-    if ready_nodes < target:
+    target, current, there = node_count(nodepool)
+    counts = f"CURRENT {'-' if current is None else current}/TARGET {target}"
+    if not there:
         if pod is not None:
             # The agent was started on this node, so the node existed: it was taken away.
-            return Assessment(Verdict.PREEMPTED, f"NodePool has {ready_nodes}/{target} ready nodes")
-        if _age(nodepool, now) > settings.node_ready_timeout:
+            return Assessment(Verdict.PREEMPTED, f"NodePool has {counts} nodes")
+        age = _age(nodepool, now)
+        if not _has_status(nodepool) and age > settings.status_timeout:
             return Assessment(
                 Verdict.FAILED,
-                f"NodePool not ready after {settings.node_ready_timeout:g} s "
-                f"({ready_nodes}/{target} ready nodes, {status.get('currentNodes', 0)} current)",
+                f"NodePool reports no status (no status.currentNodes, no conditions) after "
+                f"{settings.status_timeout:g} s: is the cluster's NodePool controller reconciling it?",
             )
-        return Assessment(Verdict.CREATING, f"{ready_nodes}/{target} nodes ready")
+        if age > settings.node_ready_timeout:
+            timeout = settings.node_ready_timeout
+            return Assessment(Verdict.FAILED, f"NodePool not at target after {timeout:g} s ({counts})")
+        return Assessment(Verdict.CREATING, f"waiting for the node: {counts}")
     if pod is None:
-        return Assessment(Verdict.READY, "node ready")
+        return Assessment(Verdict.READY, f"node there ({counts})")
     pod_status = pod.get("status", {})
     address = pod_status.get("hostIP") or pod_status.get("podIP") or ""
     state = _pod_state(pod)

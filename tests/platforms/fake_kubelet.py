@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.platforms.k8s_fake import FakeKubernetes
+from tests.platforms.k8s_fake import FakeKubernetes, count_nodes
 
 
 class FakeKubelet:
@@ -42,13 +42,12 @@ class FakeKubelet:
 
     def _node_joins(self, pool: dict[str, Any]) -> None:
         if pool["spec"]["instanceType"] in self.stocked_out:
-            pool["status"]["conditions"].append(
-                {"type": "AtTarget", "status": "False", "reason": "InsufficientCapacity",
-                 "message": f"no {pool['spec']['instanceType']} available in this region"}
-            )  # fmt: skip
+            conditions = [c for c in pool["status"]["conditions"] if c["type"] != "AtTarget"]
+            pool["status"]["conditions"] = [*conditions, {
+                "type": "AtTarget", "status": "False", "reason": "InsufficientCapacity",
+                "message": f"no {pool['spec']['instanceType']} available in this region"}]  # fmt: skip
             return
-        target = pool["spec"]["targetNodes"]
-        pool["status"].update(readyNodes=target, currentNodes=target)
+        count_nodes(pool, pool["spec"]["targetNodes"])
 
     def _run_pod(self, pod: dict[str, Any]) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])

@@ -8,8 +8,14 @@ with equality label selectors, delete; every object gets a uid, a creationTimest
 and a resourceVersion from one counter, as a real server does. Errors are `Status`
 JSON. Request bodies are always read before answering (keep-alive connections).
 
-Nothing becomes ready by itself: the test drives status (`set_ready_nodes`,
-`add_condition`, `set_pod_ready`, `set_pod_waiting`) or hooks object creation and
+A NodePool's status speaks CoreWeave's documented fields only: `status.currentNodes` (the
+CURRENT column of `kubectl get nodepool`: Nodes booted, registered with the Node Pool and
+present in the cluster, against TARGET, `spec.targetNodes`) and `status.conditions`, where
+`AtTarget` says whether CURRENT has reached TARGET and `Valid` whether the NodePool is
+acceptable. A new NodePool has CURRENT 0, `Valid` True and `AtTarget` False.
+
+Nothing becomes ready by itself: the test drives status (`set_current_nodes`,
+`add_condition`, `set_status`, `set_pod_ready`, `set_pod_waiting`) or hooks object creation and
 deletion (`FakeKubelet` in fake_kubelet.py plays the node that way).
 Every request lands in `calls` with its method, path, labels and status code.
 """
@@ -188,18 +194,27 @@ class FakeKubernetes:
         with self.lock:
             body = {"metadata": {"name": name, "labels": labels}, "spec": {"targetNodes": 1}}
             pool = self._create(self.nodepools, name, body)
-            pool["status"] = {"readyNodes": ready, "currentNodes": ready, "conditions": []}
+            pool["status"] = new_nodepool_status()
+            count_nodes(pool, ready)
 
-    def set_ready_nodes(self, name: str, ready: int) -> None:
+    def set_current_nodes(self, name: str, current: int) -> None:
+        """CURRENT becomes `current`, and `AtTarget` says whether that reaches TARGET."""
         with self.lock:
             pool = self.nodepools[name]
-            pool["status"].update(readyNodes=ready, currentNodes=ready)
+            count_nodes(pool, current)
+            self._bump(pool)
+
+    def set_status(self, name: str, status: dict[str, Any]) -> None:
+        """Replace a NodePool's whole status (e.g. none at all, or fields the docs do not name)."""
+        with self.lock:
+            pool = self.nodepools[name]
+            pool["status"] = status
             self._bump(pool)
 
     def add_condition(self, name: str, type_: str, status: str, reason: str, message: str = "") -> None:
         with self.lock:
             pool = self.nodepools[name]
-            pool["status"]["conditions"].append(
+            pool["status"].setdefault("conditions", []).append(
                 {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": _now()}
             )
             self._bump(pool)
@@ -302,7 +317,7 @@ class FakeKubernetes:
             if new_name in self.nodepools:
                 return 409, _status(409, "AlreadyExists", f'nodepools "{new_name}" already exists', new_name)
             pool = self._create(self.nodepools, new_name, body)
-            pool["status"] = {"readyNodes": 0, "currentNodes": 0, "conditions": []}
+            pool["status"] = new_nodepool_status()
             if self.on_nodepool_created is not None:
                 self.on_nodepool_created(pool)
             return 201, pool
@@ -350,6 +365,30 @@ class FakeKubernetes:
         """The Pod's containers have stopped: it disappears from the API."""
         with self.lock:
             self.pods.pop((ns, name), None)
+
+
+def new_nodepool_status() -> dict[str, Any]:
+    """What a just-accepted NodePool reports: no node yet, valid, not at target."""
+    return {
+        "currentNodes": 0,
+        "conditions": [
+            {"type": "Valid", "status": "True", "reason": "Valid", "message": "", "lastTransitionTime": _now()},
+            {"type": "AtTarget", "status": "False", "reason": "UnderTarget", "message": "",
+             "lastTransitionTime": _now()},
+        ],
+    }  # fmt: skip
+
+
+def count_nodes(pool: dict[str, Any], current: int) -> None:
+    """Set CURRENT and the AtTarget condition that follows from it (TARGET is `spec.targetNodes`)."""
+    status = pool.setdefault("status", {})
+    status["currentNodes"] = current
+    at_target = current >= int(pool["spec"].get("targetNodes", 1))
+    conditions = [c for c in status.get("conditions", []) if c.get("type") != "AtTarget"]
+    conditions.append({"type": "AtTarget", "status": "True" if at_target else "False",
+                       "reason": "AtTarget" if at_target else "UnderTarget", "message": "",
+                       "lastTransitionTime": _now()})  # fmt: skip
+    status["conditions"] = conditions
 
 
 def _bearer(header: str) -> str:

@@ -44,7 +44,7 @@ async def wait_until_async(predicate: Callable[[], object], timeout: float = 30.
 async def ready_slice(fake: FakeKubernetes, platform: CoreweavePlatform, group: ScaleGroupSpec, slice_id: str) -> None:
     """Create a slice, let its node join, bootstrap it and mark the agent Pod Ready."""
     await platform.create_slice(slice_id, group)
-    fake.set_ready_nodes(f"iris-{slice_id}", 1)
+    fake.set_current_nodes(f"iris-{slice_id}", 1)
     boot = asyncio.create_task(platform.bootstrap(slice_id, group, CONTROL))
     await fake.wait_for_pod("iris", f"iris-worker-{slice_id}")
     fake.set_pod_ready("iris", f"iris-worker-{slice_id}", host_ip="10.0.0.7")
@@ -71,7 +71,7 @@ async def test_nodepool_and_pod_lifecycle_to_ready(
 
     described = await platform.describe("h100-s1")
     assert described is not None and PlatformState.CREATING == described.state
-    fake_k8s.set_ready_nodes("iris-h100-s1", 1)
+    fake_k8s.set_current_nodes("iris-h100-s1", 1)
     described = await platform.describe("h100-s1")
     assert described is not None and PlatformState.READY == described.state
     assert ["h100-s1-0"] == [h.worker_id for h in described.hosts]
@@ -158,7 +158,7 @@ async def test_failed_pod_deletes_pod_and_nodepool(
     group = coreweave_group()
     platform = CoreweavePlatform(group)
     await platform.create_slice("h100-f", group)
-    fake_k8s.set_ready_nodes("iris-h100-f", 1)
+    fake_k8s.set_current_nodes("iris-h100-f", 1)
     boot = asyncio.create_task(platform.bootstrap("h100-f", group, CONTROL))
     await fake_k8s.wait_for_pod("iris", "iris-worker-h100-f")
     fake_k8s.set_pod_waiting("iris", "iris-worker-h100-f", "InvalidImageName", message="bad tag")
@@ -178,7 +178,7 @@ async def test_bootstrap_recreates_a_pod_that_vanished(
     group = coreweave_group()
     platform = CoreweavePlatform(group)
     await platform.create_slice("h100-v", group)
-    fake_k8s.set_ready_nodes("iris-h100-v", 1)
+    fake_k8s.set_current_nodes("iris-h100-v", 1)
     boot = asyncio.create_task(platform.bootstrap("h100-v", group, CONTROL))
     first = await fake_k8s.wait_for_pod("iris", "iris-worker-h100-v")
     fake_k8s.remove_pod("iris", "iris-worker-h100-v")
@@ -247,8 +247,55 @@ async def test_node_that_never_joins_times_out_and_is_deleted(
     described = await platform.describe("h100-t")
     assert described is not None and PlatformState.CREATING == described.state
     skew = timedelta(minutes=21)
-    with pytest.raises(SliceFailed, match="not ready after 1200 s"):
+    with pytest.raises(SliceFailed, match=r"not at target after 1200 s \(CURRENT 0/TARGET 1\)"):
         await platform.describe("h100-t")
+    assert {} == fake_k8s.nodepools
+
+
+async def test_a_status_without_documented_fields_fails_in_minutes_not_45(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """A NodePool whose status never shows CURRENT or a condition (here: only an undocumented `readyNodes`)
+    fails after status_timeout, saying so, instead of waiting out node_ready_timeout (45 minutes)."""
+    group = coreweave_group()  # defaults: status_timeout 300 s, node_ready_timeout 2700 s
+    skew = timedelta()
+    platform = CoreweavePlatform(group, now=lambda: datetime.now(UTC) + skew)
+    await platform.create_slice("h100-u", group)
+    fake_k8s.set_status("iris-h100-u", {"readyNodes": 1})
+    described = await platform.describe("h100-u")
+    assert described is not None and PlatformState.CREATING == described.state  # not READY on that field
+    skew = timedelta(minutes=6)
+    with pytest.raises(SliceFailed, match=r"no status \(no status\.currentNodes, no conditions\) after 300 s"):
+        await platform.describe("h100-u")
+    assert {} == fake_k8s.nodepools
+
+
+async def test_at_target_by_condition_or_by_count(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """The node is there when CURRENT reaches TARGET, or when AtTarget is True, whichever the API reports."""
+    group = coreweave_group()
+    platform = CoreweavePlatform(group)
+    for slice_id, status in [("h100-n", {"currentNodes": 1}),
+                             ("h100-c2", {"conditions": [{"type": "AtTarget", "status": "True", "reason": "x"}]})]:
+        await platform.create_slice(slice_id, group)
+        fake_k8s.set_status(f"iris-{slice_id}", status)
+        described = await platform.describe(slice_id)
+        assert described is not None and PlatformState.READY == described.state, slice_id
+        await platform.terminate(slice_id)
+
+
+async def test_an_invalid_nodepool_condition_is_a_refusal(
+    fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
+) -> None:
+    """A NodePool that its controller marks not Valid is PlatformRefused (a config problem), and deleted."""
+    group = coreweave_group()
+    platform = CoreweavePlatform(group)
+    await platform.create_slice("h100-iv", group)
+    fake_k8s.set_status("iris-h100-iv", {"currentNodes": 0, "conditions": [
+        {"type": "Valid", "status": "False", "reason": "InvalidInstanceType", "message": "not offered in LGA1"}]})
+    with pytest.raises(PlatformRefused, match="NodePool invalid: Valid=False InvalidInstanceType not offered"):
+        await platform.describe("h100-iv")
     assert {} == fake_k8s.nodepools
 
 
@@ -259,10 +306,10 @@ async def test_lost_node_under_a_ready_slice_is_preempted(
     group = coreweave_group()
     platform = CoreweavePlatform(group)
     await ready_slice(fake_k8s, platform, group, "h100-p")
-    fake_k8s.set_ready_nodes("iris-h100-p", 0)
+    fake_k8s.set_current_nodes("iris-h100-p", 0)
     described = await platform.describe("h100-p")
     assert described is not None and PlatformState.PREEMPTED == described.state
-    assert "0/1 ready nodes" in described.error
+    assert "NodePool has CURRENT 0/TARGET 1 nodes" == described.error
 
 
 async def test_terminate_deletes_pods_then_waits_then_deletes_the_nodepool(

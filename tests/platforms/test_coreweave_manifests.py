@@ -206,7 +206,7 @@ async def exercise_every_path(fake: FakeKubernetes, group: ScaleGroupSpec) -> No
     await platform.create_slice("s-ok", group)
     await platform.create_slice("s-ok", group)
     await platform.describe("s-ok")
-    fake.set_ready_nodes("iris-s-ok", 1)
+    fake.set_current_nodes("iris-s-ok", 1)
     boot = asyncio.create_task(platform.bootstrap("s-ok", group, control))
     await fake.wait_for_pod(platform.settings.namespace, "iris-worker-s-ok")
     fake.set_pod_ready(platform.settings.namespace, "iris-worker-s-ok")
@@ -220,7 +220,7 @@ async def exercise_every_path(fake: FakeKubernetes, group: ScaleGroupSpec) -> No
         await platform.describe("s-quota")
 
     await platform.create_slice("s-bad", group)
-    fake.set_ready_nodes("iris-s-bad", 1)
+    fake.set_current_nodes("iris-s-bad", 1)
     boot = asyncio.create_task(platform.bootstrap("s-bad", group, control))
     await fake.wait_for_pod(platform.settings.namespace, "iris-worker-s-bad")
     fake.set_pod_waiting(platform.settings.namespace, "iris-worker-s-bad", "InvalidImageName")

@@ -18,13 +18,15 @@ def stamp(age_s: float) -> str:
     return (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def nodepool(ready: int = 0, age_s: float = 10, conditions: list[dict[str, str]] | None = None,
-             deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+def nodepool(current: int = 0, age_s: float = 10, conditions: list[dict[str, str]] | None = None,
+             deleting: bool = False, status: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A NodePool as CoreWeave documents it: TARGET in spec.targetNodes, CURRENT in status.currentNodes."""
     meta: dict[str, Any] = {"creationTimestamp": stamp(age_s)}
     if deleting:
         meta["deletionTimestamp"] = stamp(0)
-    return {"metadata": meta, "spec": {"targetNodes": 1},
-            "status": {"readyNodes": ready, "conditions": conditions or []}}  # fmt: skip
+    if status is None:
+        status = {"currentNodes": current, "conditions": conditions or []}
+    return {"metadata": meta, "spec": {"targetNodes": 1}, "status": status}
 
 
 def pod(ready: bool = False, age_s: float = 10, phase: str = "Pending", waiting: str = "",
@@ -61,8 +63,17 @@ CASES = [
     ("over quota", nodepool(0, conditions=[cond("Valid", "False", "QuotaExceeded")]), None, Verdict.QUOTA),
     ("quota exceeded", nodepool(0, conditions=[cond("QuotaExceeded", "True", "")]), None, Verdict.QUOTA),
     ("quota not exceeded", nodepool(0, conditions=[cond("QuotaExceeded", "False", "")]), None, Verdict.CREATING),
-    ("invalid instance type", nodepool(0, conditions=[INVALID]), None, Verdict.FAILED),
+    ("invalid instance type", nodepool(0, conditions=[INVALID]), None, Verdict.INVALID),
     ("healthy conditions", nodepool(1, conditions=HEALTHY), None, Verdict.READY),
+    ("at target by its condition alone", nodepool(status={"conditions": HEALTHY}), None, Verdict.READY),
+    ("under target by its condition", nodepool(status={"conditions": [cond("AtTarget", "False", "")]}), None,
+     Verdict.CREATING),
+    ("no status yet", nodepool(status={}), None, Verdict.CREATING),
+    ("still no status: not 45 minutes", nodepool(age_s=301, status={}), None, Verdict.FAILED),
+    # `readyNodes` is not a documented NodePool field: it alone never makes a node ready, and never keeps a slice
+    # waiting past status_timeout either
+    ("an undocumented field", nodepool(status={"readyNodes": 1}), None, Verdict.CREATING),
+    ("only an undocumented field", nodepool(age_s=301, status={"readyNodes": 1}), None, Verdict.FAILED),
     ("being deleted", nodepool(1, deleting=True), None, Verdict.DELETING),
 ]
 
@@ -72,8 +83,17 @@ def test_assess(case: str, pool: dict[str, Any], agent: dict[str, Any] | None, e
     """Each combination of NodePool and Pod status reads as one slice verdict, with a reason when it is bad."""
     verdict = assess(pool, agent, SETTINGS, NOW)
     assert expected == verdict.verdict
-    if expected in (Verdict.FAILED, Verdict.QUOTA, Verdict.PREEMPTED):
+    if expected in (Verdict.FAILED, Verdict.QUOTA, Verdict.INVALID, Verdict.PREEMPTED):
         assert verdict.reason
+
+
+def test_reasons_name_the_documented_columns() -> None:
+    """What a slice waits for, and why one gave up, in the words of `kubectl get nodepool` (CURRENT/TARGET)."""
+    assert "waiting for the node: CURRENT 0/TARGET 1" == assess(nodepool(0), None, SETTINGS, NOW).reason
+    assert "NodePool not at target after 600 s (CURRENT 0/TARGET 1)" == assess(
+        nodepool(0, age_s=601), None, SETTINGS, NOW).reason  # fmt: skip
+    no_status = assess(nodepool(age_s=301, status={"readyNodes": 1}), None, SETTINGS, NOW).reason
+    assert no_status.startswith("NodePool reports no status (no status.currentNodes, no conditions) after 300 s")
 
 
 def test_names_are_dns_safe_and_distinct() -> None:
