@@ -50,7 +50,9 @@ def _seconds(value: object) -> object:
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(gt=0)]
+Seconds = Annotated[
+    float, BeforeValidator(_seconds), Field(gt=0, json_schema_extra={"doc_type": "seconds (or `30s`, `20m`, `1h`)"})
+]
 
 
 class Settings(BaseModel):
@@ -58,25 +60,39 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    namespace: str = "iris"
-    instance_type: str = Field(min_length=1)  # immutable on a NodePool, e.g. gd-8xh100ib-i128
-    image: str = Field(min_length=1)  # the worker image (`iris worker serve` on its PATH)
-    kubeconfig: str | None = None  # None: in-cluster config (the controller runs as a Pod)
-    node_ready_timeout: Seconds = 2700.0  # bare metal takes 20-30 minutes to join
-    status_timeout: Seconds = 300.0  # a NodePool reporting neither CURRENT nor a condition by then fails
-    pod_ready_timeout: Seconds = 600.0  # image pull + agent start + first /health
-    pod_delete_timeout: Seconds = 120.0  # terminate waits this long for Pods before deleting the NodePool
-    poll_interval: Seconds = 10.0
-    health_port: int = Field(default=8081, ge=1, le=65535)  # the agent's /health, probed for readiness
-    gpu_resource: str = "nvidia.com/gpu"
-    rdma: int = Field(default=0, ge=0)  # `rdma/ib` devices per worker Pod (InfiniBand instance types)
-    env_secret: str | None = None  # a Secret whose keys become the agent's environment (Temporal address, API key)
-    tls_secret: str | None = None  # a Secret of TLS files mounted at TLS_DIR (IRIS_TEMPORAL_TLS_* point there)
-    image_pull_secrets: tuple[str, ...] = ()
-    max_restarts: int = Field(default=3, ge=0)  # a worker container crash-looping past this fails the slice
+    namespace: str = Field(default="iris", description="the namespace of the worker Pods")
+    instance_type: str = Field(min_length=1, description="the node type, e.g. `gd-8xh100ib-i128` (immutable)")
+    image: str = Field(min_length=1, description="the worker image (`iris worker serve` on its PATH)")
+    kubeconfig: str | None = Field(
+        default=None, description="a kubeconfig file; default: in-cluster config (the controller runs as a Pod)"
+    )
+    node_ready_timeout: Seconds = Field(
+        default=2700.0, description="how long a NodePool may take to reach TARGET (bare metal joins in 20-30 min)"
+    )
+    status_timeout: Seconds = Field(
+        default=300.0, description="a NodePool that reports neither CURRENT nor a condition by then fails"
+    )
+    pod_ready_timeout: Seconds = Field(default=600.0, description="image pull + agent start + first `/health`")
+    pod_delete_timeout: Seconds = Field(
+        default=120.0, description="terminate waits this long for the Pod before deleting the NodePool"
+    )
+    poll_interval: Seconds = Field(default=10.0, description="how often the API is read while waiting")
+    health_port: int = Field(default=8081, ge=1, le=65535, description="the agent's `/health`, probed for readiness")
+    gpu_resource: str = Field(default="nvidia.com/gpu", description="the extended resource GPUs are limited by")
+    rdma: int = Field(default=0, ge=0, description="`rdma/ib` devices per worker Pod (InfiniBand instance types)")
+    env_secret: str | None = Field(
+        default=None, description="a Secret whose keys become the agent's environment (Temporal address, API key)"
+    )
+    tls_secret: str | None = Field(
+        default=None, description="a Secret of TLS files mounted at `/etc/iris/tls` (`IRIS_TEMPORAL_TLS_*`)"
+    )
+    image_pull_secrets: tuple[str, ...] = Field(default=(), description="Secrets to pull the worker image with")
+    max_restarts: int = Field(default=3, ge=0, description="a worker container crash-looping past this fails the slice")
     # The node directory that is the agent's IRIS_HOME, mounted at the same path: task areas the agent hands
     # to containerd must exist on the node where the agent sees them, and its state outlives a restart.
-    host_dir: str = Field(default="/var/lib/iris", pattern=r"^/")
+    host_dir: str = Field(
+        default="/var/lib/iris", pattern=r"^/", description="the node directory that is the agent's `IRIS_HOME`"
+    )
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, where: str = "coreweave") -> Settings:

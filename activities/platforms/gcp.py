@@ -108,9 +108,9 @@ class SshSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    user: str | None = None  # default: the controller's user name
-    identity_file: str | None = None
-    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = Field(default=None, description="SSH login user on the VMs; default: the controller's")
+    identity_file: str | None = Field(default=None, description="private key file; default: the keys asyncssh finds")
+    port: int = Field(default=22, ge=1, le=65535, description="the VMs' SSH port")
 
 
 class Settings(BaseModel):
@@ -118,17 +118,23 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    project: str = Field(min_length=1)
-    zone: str = Field(min_length=1)
-    accelerator_type: str = Field(min_length=1)
-    runtime_version: str = Field(min_length=1)
-    spot: bool = False
-    network: str | None = None
-    service_account: str | None = None
-    api_endpoint: str | None = None  # host:port; None = Google's
-    ssh: SshSettings = SshSettings()
-    worker_command: str | None = None  # default: `iris worker serve` on the VM's PATH
-    env: remote_agent.AgentEnv = {}  # exported for the agent, after (and over) Iris's own variables
+    project: str = Field(min_length=1, description="the Google Cloud project")
+    zone: str = Field(min_length=1, description="where the TPU nodes are created, e.g. `us-central2-b`")
+    accelerator_type: str = Field(min_length=1, description="the node's type, e.g. `v5litepod-16`")
+    runtime_version: str = Field(min_length=1, description="the TPU VM image, e.g. `v2-alpha-tpuv5-lite`")
+    spot: bool = Field(default=False, description="spot (preemptible) capacity")
+    network: str | None = Field(default=None, description="VPC network; default: the project's default")
+    service_account: str | None = Field(default=None, description="the VMs' service account e-mail")
+    api_endpoint: str | None = Field(
+        default=None, description="`host:port` of the TPU API; default: Google's (loopback: no TLS, for emulators)"
+    )
+    ssh: SshSettings = Field(default=SshSettings(), description="how the controller reaches the VMs")
+    worker_command: str | None = Field(
+        default=None, description="the agent command before its flags; default: `iris worker serve` on PATH"
+    )
+    env: remote_agent.AgentEnv = Field(
+        default={}, description="environment exported for the agent, after (and over) Iris's own variables"
+    )
 
     @property
     def parent(self) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from activities.platforms import remote_agent
 from activities.platforms.base import (
@@ -48,12 +48,20 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    hosts: list[str]
-    user: str | None = None  # default: the controller's user name
-    identity_file: str | None = None  # default: the keys asyncssh finds (~/.ssh/id_*)
-    known_hosts: str | None = None  # default: accept-new into $IRIS_HOME/known_hosts
-    worker_command: str | None = None  # default: `iris worker serve` on the host's PATH
-    env: remote_agent.AgentEnv = {}  # exported for the agent, after (and over) Iris's own variables
+    hosts: list[str] = Field(description="the pool: `host`, `host:port`, `[IPv6]:port` (names as SSH takes them)")
+    user: str | None = Field(default=None, description="SSH login user; default: the controller's user name")
+    identity_file: str | None = Field(
+        default=None, description="private key file; default: the keys asyncssh finds (`~/.ssh/id_*`, an agent)"
+    )
+    known_hosts: str | None = Field(
+        default=None, description="trusted host keys (strict); default: accept-new into `$IRIS_HOME/known_hosts`"
+    )
+    worker_command: str | None = Field(
+        default=None, description="the agent command before its flags; default: `iris worker serve` on PATH"
+    )
+    env: remote_agent.AgentEnv = Field(
+        default={}, description="environment exported for the agent, after (and over) Iris's own variables"
+    )
 
     @field_validator("hosts")
     @classmethod

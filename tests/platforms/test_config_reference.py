@@ -1,0 +1,36 @@
+"""The configuration reference of the platform blocks is generated from their models and cannot drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iris.config import platform_settings_model
+from iris.config_reference import PLATFORMS, reference, rows, section
+
+OPERATORS = Path(__file__).parents[2] / "docs" / "operators.md"
+
+
+def test_operators_guide_holds_the_generated_reference() -> None:
+    """docs/operators.md has exactly what the models say (regenerate: python -m iris.config_reference --write)."""
+    assert reference() == section(OPERATORS.read_text())
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_every_key_is_documented(platform: str) -> None:
+    """Every field of a platform block's model is a row of the reference, with a description."""
+    model = platform_settings_model(platform)
+    assert model is not None
+    documented = {key: description for key, _, _, description in rows(model)}
+    assert set(model.model_fields) <= set(documented)
+    assert [] == [key for key, description in documented.items() if not description]
+
+
+def test_the_keys_an_outside_user_missed_are_there() -> None:
+    """The keys a first CoreWeave and GCP user went looking for are in the reference, with their defaults."""
+    text = section(OPERATORS.read_text())
+    for row in ("| `host_dir` | string | `/var/lib/iris` |", "| `health_port` | integer | 8081 |",
+                "| `poll_interval` | seconds (or `30s`, `20m`, `1h`) | 10 |", "| `worker_command` | string | null |",
+                "| `env` | map of strings | {} |", "| `ssh.port` | integer | 22 |"):  # fmt: skip
+        assert row in text
