@@ -21,14 +21,15 @@ import getpass
 import ipaddress
 import re
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from activities.platforms import remote_agent
 from activities.platforms.base import (
@@ -47,6 +48,7 @@ from activities.platforms.base import (
     slice_labels,
     worker_id_for,
 )
+from activities.platforms.gcp_zones import ZoneBackoff
 from activities.platforms.ssh import SshError, SshTarget, SshTransport
 from scheduler.tpu import tpu_vm_count
 
@@ -119,7 +121,16 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     project: str = Field(min_length=1, description="the Google Cloud project")
-    zone: str = Field(min_length=1, description="where the TPU nodes are created, e.g. `us-central2-b`")
+    zone: str | None = Field(
+        default=None, min_length=1, description="where the TPU nodes are created, e.g. `us-central2-b` (or `zones`)"
+    )
+    zones: list[str] = Field(
+        default=[], description="instead of `zone`: tried in order, a zone that answers stockout or quota is "
+        "skipped for `zone_backoff`",
+    )
+    zone_backoff: float = Field(
+        default=300.0, gt=0, description="seconds a stocked-out zone is skipped (doubling in a row, to 8x)"
+    )
     accelerator_type: str = Field(min_length=1, description="the node's type, e.g. `v5litepod-16`")
     runtime_version: str = Field(min_length=1, description="the TPU VM image, e.g. `v2-alpha-tpuv5-lite`")
     spot: bool = Field(default=False, description="spot (preemptible) capacity")
@@ -136,9 +147,22 @@ class Settings(BaseModel):
         default={}, description="environment exported for the agent, after (and over) Iris's own variables"
     )
 
+    @model_validator(mode="after")
+    def _one_way_to_name_zones(self) -> Settings:
+        if (self.zone is None) == (not self.zones):
+            both = "give `zone` or `zones` (a list), not both"
+            raise ValueError(both if self.zones else "`zone` or `zones` is required")
+        if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
+            raise ValueError("`zones` must name distinct, non-empty zones")
+        return self
+
     @property
-    def parent(self) -> str:
-        return f"projects/{self.project}/locations/{self.zone}"
+    def zone_list(self) -> list[str]:
+        """The zones slices may be created in, in the order they are tried."""
+        return list(self.zones) if self.zones else [self.zone or ""]
+
+    def parent(self, zone: str) -> str:
+        return f"projects/{self.project}/locations/{zone}"
 
 
 def node_id_for(slice_id: str) -> str:
@@ -155,6 +179,23 @@ def _is_loopback(endpoint: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+ZONE_ATTRIBUTE = "zone"  # every gcp worker's attribute (and its slice's label in `describe`): the node's zone
+# (project, slice id) -> the zone its node is in, so describe asks that zone first; a restart just asks them all
+_ZONE_OF: dict[tuple[str, str], str] = {}
+_BACKOFFS: dict[Callable[[], float], ZoneBackoff] = {}
+
+
+def _backoff_for(clock: Callable[[], float]) -> ZoneBackoff:
+    """The process's stocked-out zones (one record per clock: tests pass their own)."""
+    with _clients_lock:
+        return _BACKOFFS.setdefault(clock, ZoneBackoff(clock))
+
+
+def zone_of(node: tpu_v2.Node) -> str:
+    """`projects/p/locations/ZONE/nodes/id` -> ZONE."""
+    return node.name.split("/locations/", 1)[-1].split("/", 1)[0]
 
 
 _clients: dict[str | None, tpu_v2.TpuClient] = {}
@@ -194,11 +235,12 @@ def _status(error: gexc.GoogleAPICallError) -> str:
 
 
 class GcpPlatform:
-    """Slices as Cloud TPU nodes; the node (its name and labels) is the durable record."""
+    """Slices as Cloud TPU nodes; the node (its name, zone and labels) is the durable record."""
 
-    def __init__(self, group: ScaleGroupSpec) -> None:
+    def __init__(self, group: ScaleGroupSpec, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.group = group
         self.settings = Settings.model_validate(group.settings)
+        self._backoff = _backoff_for(clock)
         try:
             vms = tpu_vm_count(self.settings.accelerator_type)
         except ValueError:
@@ -212,8 +254,8 @@ class GcpPlatform:
         """Made on first use, so checking a config needs no credentials."""
         return tpu_client(self.settings.api_endpoint)
 
-    def _node_name(self, slice_id: str) -> str:
-        return f"{self.settings.parent}/nodes/{node_id_for(slice_id)}"
+    def _node_name(self, zone: str, slice_id: str) -> str:
+        return f"{self.settings.parent(zone)}/nodes/{node_id_for(slice_id)}"
 
     async def _call(self, fn: Any, /, **kwargs: Any) -> Any:
         """A blocking client call in a thread; a permanent refusal (403, 401, 400, ...) is PlatformRefused."""
@@ -223,16 +265,28 @@ class GcpPlatform:
             if _QUOTA_WORDS.search(_reason(e)):
                 raise
             what = getattr(fn, "__name__", "call")
-            raise PlatformRefused(f"gcp: {what} in {self.settings.parent} refused: {_status(e)}") from None
+            where = kwargs.get("parent") or str(kwargs.get("name", "")).split("/nodes/")[0]
+            raise PlatformRefused(f"gcp: {what} in {where} refused: {_status(e)}") from None
 
-    async def _get(self, slice_id: str) -> tpu_v2.Node | None:
+    async def _get(self, zone: str, slice_id: str) -> tpu_v2.Node | None:
         try:
-            return await self._call(self.client.get_node, name=self._node_name(slice_id), timeout=CALL_TIMEOUT)
+            return await self._call(self.client.get_node, name=self._node_name(zone, slice_id), timeout=CALL_TIMEOUT)
         except gexc.NotFound:
             return None
 
+    async def _find(self, slice_id: str) -> tpu_v2.Node | None:
+        """The slice's node in whichever zone it is (the zone it was last seen in is asked first)."""
+        zones = self.settings.zone_list
+        known = _ZONE_OF.get((self.settings.project, slice_id))
+        for zone in ([known] if known in zones else []) + [z for z in zones if z != known]:
+            node = await self._get(zone, slice_id)
+            if node is not None:
+                _ZONE_OF[(self.settings.project, slice_id)] = zone
+                return node
+        return None
+
     def _info(self, node: tpu_v2.Node) -> SliceInfo:
-        labels = dict(node.labels)
+        labels = {**node.labels, ZONE_ATTRIBUTE: zone_of(node)}
         slice_id = labels.get(SLICE_ID_LABEL) or node.name.rsplit("/", 1)[-1]
         port = self.settings.ssh.port
         hosts = [
@@ -254,10 +308,34 @@ class GcpPlatform:
     # -- the Platform protocol --------------------------------------------------------------------------
 
     async def create_slice(self, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
-        """Create the slice's node (or find it) and wait for the create operation; quota -> QuotaExhausted."""
-        node = await self._get(slice_id)
+        """Create the slice's node (or find it, in any zone) in the first zone with capacity.
+
+        A zone answering stockout or quota is recorded as backing off and the next one is tried; when
+        no zone is left, QuotaExhausted names every zone and why.
+        """
+        node = await self._find(slice_id)
         if node is not None:
             return self._info(node)
+        s = self.settings
+        if len(s.zone_list) == 1:  # one zone: always asked; the autoscaler backs the whole group off
+            return await self._create_in(s.zone_list[0], slice_id, group)
+        tried = []
+        for zone in self._backoff.usable(s.project, s.accelerator_type, s.zone_list):
+            try:
+                info = await self._create_in(zone, slice_id, group)
+            except QuotaExhausted as e:
+                delay = self._backoff.exhausted(s.project, s.accelerator_type, zone, str(e), s.zone_backoff)
+                log.warning("gcp_zone_exhausted", slice_id=slice_id, zone=zone, backoff=delay, reason=str(e))
+                tried.append(str(e))
+                continue
+            self._backoff.succeeded(s.project, s.accelerator_type, zone)
+            log.info("gcp_zone_chosen", slice_id=slice_id, zone=zone, after=tried)
+            return info
+        skipped = self._backoff.skipped(s.project, s.accelerator_type, [z for z in s.zone_list if z not in tried])
+        raise QuotaExhausted(f"gcp: no zone has {s.accelerator_type} capacity: " + "; ".join(tried + skipped))
+
+    async def _create_in(self, zone: str, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
+        """Create the node in one zone and wait for its operation; quota -> QuotaExhausted (nothing left)."""
         s = self.settings
         request = tpu_v2.Node(
             accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
@@ -267,10 +345,11 @@ class GcpPlatform:
         )
         if s.service_account:
             request.service_account = tpu_v2.ServiceAccount(email=s.service_account)
-        log.info("gcp_node_create", slice_id=slice_id, node=self._node_name(slice_id), type=s.accelerator_type)
+        log.info("gcp_node_create", slice_id=slice_id, node=self._node_name(zone, slice_id), type=s.accelerator_type)
+        _ZONE_OF[(s.project, slice_id)] = zone
         try:
-            operation = await self._call(self.client.create_node, parent=s.parent, node_id=node_id_for(slice_id),
-                                         node=request, timeout=CALL_TIMEOUT)
+            operation = await self._call(self.client.create_node, parent=s.parent(zone),
+                                         node_id=node_id_for(slice_id), node=request, timeout=CALL_TIMEOUT)
             await asyncio.to_thread(operation.result, timeout=CREATE_TIMEOUT)  # its error is classified below
         except gexc.AlreadyExists:
             pass  # an earlier attempt's create is under way: describe tells how far it got
@@ -279,34 +358,33 @@ class GcpPlatform:
         except PlatformRefused:
             raise  # the call itself was refused: nothing was made
         except gexc.GoogleAPICallError as e:  # the create operation failed
-            await self._delete_quietly(slice_id)
-            what = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {s.zone})"
+            await self._delete_quietly(zone, slice_id)
+            what = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {zone})"
             raise classify(e, f"{what}: {_status(e)}") from None
-        info = await self.describe(slice_id)
-        if info is None:
+        node = await self._get(zone, slice_id)
+        if node is None:
             raise SliceFailed(f"gcp: node {node_id_for(slice_id)} vanished right after its create operation")
-        return info
+        return self._info(node)
 
-    async def _delete_quietly(self, slice_id: str) -> None:
+    async def _delete_quietly(self, zone: str, slice_id: str) -> None:
         """Delete what a failed create may have left; errors are logged, the create's error is what matters."""
         try:
-            await self._delete(slice_id)
+            await self._delete(self._node_name(zone, slice_id))
         except Exception as e:
-            log.warning("gcp_cleanup_failed", slice_id=slice_id, error=_reason(e))
+            log.warning("gcp_cleanup_failed", slice_id=slice_id, zone=zone, error=_reason(e))
 
-    async def _delete(self, slice_id: str) -> None:
+    async def _delete(self, node_name: str) -> None:
         try:
-            operation = await self._call(self.client.delete_node, name=self._node_name(slice_id),
-                                         timeout=CALL_TIMEOUT)
+            operation = await self._call(self.client.delete_node, name=node_name, timeout=CALL_TIMEOUT)
             await self._call(operation.result, timeout=DELETE_TIMEOUT)
         except gexc.NotFound:
             pass
         except (concurrent.futures.TimeoutError, gexc.RetryError):
-            log.warning("gcp_node_delete_slow", slice_id=slice_id, waited=DELETE_TIMEOUT)
+            log.warning("gcp_node_delete_slow", node=node_name, waited=DELETE_TIMEOUT)
 
     async def describe(self, slice_id: str) -> SliceInfo | None:
-        """The node's state and its VMs' internal addresses; None when there is no node."""
-        node = await self._get(slice_id)
+        """The node's state, zone and its VMs' internal addresses; None when there is no node in any zone."""
+        node = await self._find(slice_id)
         return None if node is None else self._info(node)
 
     def _transport(self, node_id: str, host: HostInfo) -> SshTransport:
@@ -328,7 +406,7 @@ class GcpPlatform:
         node_id = node_id_for(slice_id)
 
         async def start(host: HostInfo) -> None:
-            attributes = host_attributes(group, slice_id, host.index)
+            attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE]}
             argv = [*remote_agent.agent_argv(host.worker_id, attributes, group, control), "--tpu-vm"]
             command = self.settings.worker_command or remote_agent.DEFAULT_WORKER_COMMAND
             script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id), command, argv, control,
@@ -339,16 +417,19 @@ class GcpPlatform:
         await asyncio.gather(*(start(h) for h in info.hosts))
 
     async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
-        """Every Iris node in the zone whose labels include `labels`."""
-        pages = await self._call(self.client.list_nodes, parent=self.settings.parent, timeout=CALL_TIMEOUT)
-        nodes = await asyncio.to_thread(list, pages)
+        """Every Iris node in the group's zones whose labels include `labels`."""
+        nodes: list[tpu_v2.Node] = []
+        for zone in self.settings.zone_list:
+            pages = await self._call(self.client.list_nodes, parent=self.settings.parent(zone), timeout=CALL_TIMEOUT)
+            nodes += await asyncio.to_thread(list, pages)
         wanted = {MANAGED_LABEL: "true", **labels}
         return [self._info(n) for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items())]
 
     async def terminate(self, slice_id: str) -> None:
         """Stop the agents (best effort: the VMs are going) and delete the node; no node is fine."""
-        info = await self.describe(slice_id)
-        if info is None or info.state == PlatformState.DELETING:
+        node = await self._find(slice_id)
+        info = None if node is None else self._info(node)
+        if node is None or info is None or info.state == PlatformState.DELETING:
             return  # gone, or an earlier call's delete is under way
         if info.state == PlatformState.READY:
             node_id = node_id_for(slice_id)
@@ -361,5 +442,5 @@ class GcpPlatform:
                     log.warning("gcp_agent_stop_failed", slice_id=slice_id, host=host.address, error=str(e))
 
             await asyncio.gather(*(stop(h) for h in info.hosts))
-        log.info("gcp_node_delete", slice_id=slice_id, node=self._node_name(slice_id))
-        await self._delete(slice_id)
+        log.info("gcp_node_delete", slice_id=slice_id, node=node.name)
+        await self._delete(node.name)

@@ -67,6 +67,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
              "gcp": {"project": "proj", "zone": "us-central2-b", "accelerator_type": "v4-16",
                      "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": tpu.endpoint,
                      "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": tpu_port}}, **common},
+            # two zones, tried in order; tainted so that only the test that tolerates it lands there
+            {"name": "tpu-zonal", "platform": "gcp", "hosts_per_slice": 2,
+             "attributes": {"tpu-topology": "v4-16", "taint:zonal": True},
+             "gcp": {"project": "proj", "zones": ["europe-west4-a", "us-central1-a"], "accelerator_type": "v4-16",
+                     "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": tpu.endpoint,
+                     "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": tpu_port}}, **common},
             # an accelerator type the (fake) TPU API does not offer: every create is refused as invalid
             {"name": "tpu-v9x-8", "platform": "gcp", "hosts_per_slice": 1, "attributes": {"tpu-topology": "v9x-8"},
              "gcp": {"project": "proj", "zone": "us-east5-a", "accelerator_type": "v9x-8",
@@ -206,6 +212,32 @@ def test_a_permanent_refusal_fails_the_slice_at_once_and_backs_the_group_off_lon
         assert "refused by the platform" in text and "v9x-8" in text
     finally:
         fleet.client.terminate(job.job_id)
+
+
+def test_a_two_zone_group_creates_where_there_is_capacity(fleet: SshFleet) -> None:
+    """Two zones, RESOURCE_EXHAUSTED in the first: the autoscaler's slice is created in the second (its
+    workers say so in their `zone` attribute), the gang runs there, the group does not back off, and nothing
+    is left in the first zone."""
+    fleet.tpu.create_errors["europe-west4-a"] = (8, "There is no more capacity in the zone europe-west4-a")
+    job = fleet.client.submit_command(
+        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        coscheduling=CoschedulingConfig("tpu-name"),
+        constraints=[Constraint("tpu-topology", "EQ", "v4-16"), Constraint("taint:zonal", "EXISTS")],
+    )
+    status = job.wait(timeout=240)
+    assert JobState.SUCCEEDED == status.state
+    slice_id = status.tasks[0].worker_id.removesuffix("-0")
+    assert slice_id.startswith("tpu-zonal-")
+    workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
+    assert ["us-central1-a", "us-central1-a"] == [workers[f"{slice_id}-{i}"]["zone"] for i in (0, 1)]
+    def creates(zone: str) -> int:
+        return sum(1 for m, r in fleet.tpu.requests if m == "CreateNode" and r.parent.endswith(f"/{zone}"))
+
+    assert (1, 1) == (creates("europe-west4-a"), creates("us-central1-a"))
+    assert [] == [n for n in fleet.tpu.nodes if "/europe-west4-a/" in n]  # the stocked-out zone keeps nothing
+    assert "" == group_status(fleet, "tpu-zonal")["backoff_reason"]
+    wait_until(lambda: not [n for n in fleet.tpu.nodes if "/us-central1-a/" in n], timeout=120,
+               what="the idle slice's node deleted")  # fmt: skip
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ def gcp_group(fake: FakeTpu, name: str = "tpu-v5e-16", hosts: int = 4, **setting
         "api_endpoint": fake.endpoint,
         **settings,
     }
+    block = {k: v for k, v in block.items() if v is not None}
     return ScaleGroupSpec(
         name=name, platform="gcp", hosts_per_slice=hosts, cpu_millis=1000, memory_bytes=1 << 30, settings=block
     )
@@ -182,3 +183,83 @@ def test_readme_config_is_valid() -> None:
     groups = {g.name: scale_group(g).spec for g in config.scale_groups}
     assert ["10.0.0.5", "10.0.0.6:2222"] == ManualPlatform(groups["ssh-pool"]).settings.hosts
     assert "us-central2-b" == GcpPlatform(groups["tpu-v5e-32"]).settings.zone
+
+
+class Clock:
+    """A clock the test moves (zone back-offs are judged by it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+ZONES = ["us-central2-b", "us-east5-a"]
+STOCKOUT = (8, "There is no more capacity in the zone us-central2-b")
+
+
+def creates_in(fake: FakeTpu, zone: str) -> int:
+    return sum(1 for m, r in fake.requests if m == "CreateNode" and r.parent.endswith(f"/{zone}"))
+
+
+async def test_a_stocked_out_zone_is_skipped_for_its_backoff(fake_tpu: FakeTpu) -> None:
+    """Two zones, RESOURCE_EXHAUSTED in the first: the slice is made in the second, nothing is left in the
+    first, its zone is named (slice label, worker attribute); the next slice does not ask the first zone
+    again until its back-off (doubled after a second stockout) has passed, and uses it once it has capacity."""
+    clock = Clock()
+    group = gcp_group(fake_tpu, zone=None, zones=ZONES, zone_backoff=300)
+    fake_tpu.create_errors["us-central2-b"] = STOCKOUT
+    platform = GcpPlatform(group, clock=clock)
+    info = await platform.create_slice("tpu-a", group)
+    assert (PlatformState.READY, "us-east5-a") == (info.state, info.labels["zone"])
+    assert ["projects/proj/locations/us-east5-a/nodes/tpu-a"] == list(fake_tpu.nodes)  # nothing left in the first
+    assert (1, 1) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
+    described = await GcpPlatform(group, clock=clock).describe("tpu-a")  # found in its zone by a new object too
+    assert described is not None and "us-east5-a" == described.labels["zone"]
+
+    await platform.create_slice("tpu-b", group)  # within the back-off: the first zone is not asked
+    assert (1, 2) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
+    clock.now += 301
+    await platform.create_slice("tpu-c", group)  # asked again, still out: skipped now for 600 s
+    assert (2, 3) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
+    del fake_tpu.create_errors["us-central2-b"]
+    clock.now += 599
+    await platform.create_slice("tpu-d", group)
+    assert 2 == creates_in(fake_tpu, "us-central2-b")
+    clock.now += 2
+    e = await platform.create_slice("tpu-e", group)
+    assert "us-central2-b" == e.labels["zone"]
+    assert {s.slice_id: s.labels["zone"] for s in await platform.list_slices({})} == {
+        "tpu-a": "us-east5-a", "tpu-b": "us-east5-a", "tpu-c": "us-east5-a", "tpu-d": "us-east5-a",
+        "tpu-e": "us-central2-b"}  # fmt: skip
+    for slice_id in "abcde":
+        await platform.terminate(f"tpu-{slice_id}")
+    assert {} == fake_tpu.nodes
+
+
+async def test_every_zone_stocked_out_is_quota_naming_each(fake_tpu: FakeTpu) -> None:
+    """No zone with capacity: QuotaExhausted says why for each zone, and while both back off nothing is asked."""
+    clock = Clock()
+    group = gcp_group(fake_tpu, zone=None, zones=ZONES)
+    for zone in ZONES:
+        fake_tpu.create_errors[zone] = (8, f"no capacity in {zone}")
+    platform = GcpPlatform(group, clock=clock)
+    with pytest.raises(QuotaExhausted, match=r"no zone has v5litepod-16 capacity: .*in us-central2-b.*in us-east5-a"):
+        await platform.create_slice("tpu-x", group)
+    before = len(fake_tpu.requests)
+    with pytest.raises(QuotaExhausted, match=r"us-central2-b skipped for 300 s more .*us-east5-a skipped for 300 s"):
+        await platform.create_slice("tpu-y", group)
+    assert [] == [m for m, _ in fake_tpu.requests[before:] if m == "CreateNode"]
+    assert {} == fake_tpu.nodes
+
+
+def test_zone_or_zones(fake_tpu: FakeTpu) -> None:
+    """A gcp block names `zone` or `zones`, not both and not neither; zones are distinct."""
+    with pytest.raises(ValueError, match="not both"):
+        GcpPlatform(gcp_group(fake_tpu, zones=ZONES))
+    with pytest.raises(ValueError, match="`zone` or `zones` is required"):
+        GcpPlatform(gcp_group(fake_tpu, zone=None))
+    with pytest.raises(ValueError, match="distinct"):
+        GcpPlatform(gcp_group(fake_tpu, zone=None, zones=["a", "a"]))
+    assert ZONES == GcpPlatform(gcp_group(fake_tpu, zone=None, zones=ZONES)).settings.zone_list

@@ -5,7 +5,9 @@ The TPU fake keeps nodes in memory: CreateNode answers an unfinished operation w
 node CREATING; the operation finishes (node READY, one network endpoint per VM) after
 `polls_to_ready` GetOperation calls. DeleteNode likewise. `fail_next_create` makes the
 next create operation end with a gRPC status (8 = RESOURCE_EXHAUSTED for a stockout).
-As the API does, a CreateNode for an accelerator type it does not offer is refused at once
+`create_errors` stocks a zone out for good: every create there makes a node that stays
+CREATING (until deleted: a caller that does not clean up leaks it) and an operation that ends
+with the given status. As the API does, a CreateNode for an accelerator type it does not offer is refused at once
 with INVALID_ARGUMENT (unless `vms_per_node` says how many VMs any type has); `refusals`
 makes a method answer with a status of the test's choosing (e.g. PERMISSION_DENIED).
 Every request is logged as (method, request message) for the tests to assert on.
@@ -51,6 +53,7 @@ class FakeTpu:
     requests: list[tuple[str, Any]] = field(default_factory=list)
     fail_next_create: tuple[int, str] | None = None
     refusals: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)  # method -> answer
+    create_errors: dict[str, tuple[int, str]] = field(default_factory=dict)  # zone -> every create's op error
     _ops: dict[str, _PendingOp] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: grpc.Server | None = None
@@ -91,6 +94,12 @@ class FakeTpu:
             if name in self.nodes:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS, f"node {name} already exists")
             error, self.fail_next_create = self.fail_next_create, None
+            zone_error = self.create_errors.get(request.parent.rsplit("/", 1)[-1])
+            if error is None and zone_error is not None:
+                node = tpu_v2.Node(request.node)
+                node.name, node.state = name, tpu_v2.Node.State.CREATING
+                self.nodes[name] = node  # left behind by the failed operation, as a cloud may
+                return self._new_op(_PendingOp(name, "create", error=zone_error))
             if error is None:
                 node = tpu_v2.Node(request.node)
                 node.name = name
