@@ -28,6 +28,7 @@ from activities.platforms import remote_agent
 from activities.platforms.base import (
     ControlPlaneAddress,
     HostInfo,
+    PlatformRefused,
     PlatformState,
     QuotaExhausted,
     ScaleGroupSpec,
@@ -36,7 +37,7 @@ from activities.platforms.base import (
     slice_labels,
     worker_id_for,
 )
-from activities.platforms.ssh import SshError, SshTarget, SshTransport, parse_address
+from activities.platforms.ssh import SshError, SshRefusedError, SshTarget, SshTransport, parse_address
 
 log = structlog.get_logger(__name__)
 
@@ -99,6 +100,7 @@ class _HostStatus:
     claim: dict[str, Any] = field(default_factory=dict)
     agent_pid: int | None = None
     error: str = ""  # set when the host could not be read
+    refused: bool = False  # ... because it refused us for good (authentication, host key)
 
     @property
     def free(self) -> bool:
@@ -139,7 +141,7 @@ if [ -f "$d/agent.pid" ] && kill -0 "$(cat "$d/agent.pid")" 2>/dev/null; then ca
             claim_line, pid_line = [*out.splitlines(), "", ""][:2]
             claim = json.loads(claim_line or "{}")
         except SshError as e:
-            return _HostStatus(address, error=str(e))
+            return _HostStatus(address, error=str(e), refused=isinstance(e, SshRefusedError))
         except json.JSONDecodeError:
             return _HostStatus(address, error=f"{address}: unreadable claim file: {claim_line[:80]!r}")
         return _HostStatus(address, claim, int(pid_line) if pid_line.strip().isdigit() else None)
@@ -187,6 +189,11 @@ if [ -f "$d/agent.pid" ] && kill -0 "$(cat "$d/agent.pid")" 2>/dev/null; then ca
                 claimed.append((address, wanted.pop(0)))
         if wanted:
             await asyncio.gather(*(self._release(a, slice_id, i) for a, i in claimed))
+            refused = [s for s in statuses if s.refused]
+            if refused and len(free) + len(refused) >= group.hosts_per_slice:
+                # the hosts that refused us are what is missing: a config problem, not a busy pool
+                raise PlatformRefused(f"manual: slice {slice_id} needs {group.hosts_per_slice} hosts, "
+                                      f"{len(refused)} refused us: {'; '.join(s.error for s in refused)}")  # fmt: skip
             unreachable = sum(1 for s in statuses if s.error)
             reason = (f"manual: slice {slice_id} needs {group.hosts_per_slice} hosts, "
                       f"{len(free)} of {len(statuses)} free")

@@ -31,7 +31,12 @@ class SshError(Exception):
     """A host could not be reached, refused us, or a command timed out; the message is one line."""
 
 
-class HostKeyRefusedError(SshError):
+class SshRefusedError(SshError):
+    """The host answered and refused us for good (a key it does not accept, a host key we do not trust):
+    trying again without changing the config cannot succeed."""
+
+
+class HostKeyRefusedError(SshRefusedError):
     """The host's key is not the recorded one (or the host is not in the configured known_hosts)."""
 
 
@@ -223,7 +228,7 @@ class SshTransport:
                 msg = f"host key of {t.known_hosts_name} is not in known_hosts {path}"
             raise HostKeyRefusedError(f"ssh {t.label}: {msg}") from None
         except asyncssh.PermissionDenied:
-            raise SshError(f"ssh {t.label}: permission denied (key {t.identity_file or 'default'})") from None
+            raise SshRefusedError(f"ssh {t.label}: permission denied (key {t.identity_file or 'default'})") from None
         except asyncssh.Error as e:
             raise SshError(f"ssh {t.label}: {e.reason}") from None
         except TimeoutError:

@@ -199,3 +199,17 @@ def test_env_names_are_checked() -> None:
     """An `env` key a shell cannot export is refused, naming the field."""
     with pytest.raises(ValueError, match=r"^manual\.env: .*'BAD-NAME' is not an environment variable name"):
         parse_settings({"hosts": ["a"], "env": {"BAD-NAME": "x"}})
+
+
+async def test_hosts_that_refuse_the_key_are_a_refusal_not_a_busy_pool(sshd: Sshd, tmp_path: Path) -> None:
+    """Every host rejecting the configured key is PlatformRefused (fix the config), naming the hosts; a pool
+    whose hosts are merely taken stays QuotaExhausted."""
+    from activities.platforms.base import PlatformRefused
+    from tests.sshd import keygen
+
+    stranger = tmp_path / "stranger"
+    keygen(stranger)
+    g = group(sshd, identity_file=str(stranger))
+    refused = r"needs 1 hosts, 2 refused us: ssh \S+@127\.0\.0\.1:\d+: permission denied"
+    with pytest.raises(PlatformRefused, match=refused):
+        await ManualPlatform(g).create_slice("refused", g)
