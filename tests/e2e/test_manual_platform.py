@@ -36,13 +36,16 @@ def agent_pid(sshd: Sshd, address: str) -> int | None:
 def test_bootstrap_register_run_terminate(
     sshd: Sshd, cluster: Cluster, client: IrisClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """create -> bootstrap over SSH -> both agents register with the slice's attributes -> a gang runs on them ->
-    bootstrap again changes nothing -> terminate stops the agents (processes gone) and frees the hosts."""
+    """create -> bootstrap over SSH (one host named `localhost:PORT`) -> both agents register with the slice's
+    attributes -> a gang runs on them -> bootstrap again changes nothing -> terminate stops the agents
+    (processes gone) and frees the hosts."""
     monkeypatch.setenv("IRIS_HOME", str(tmp_path / "controller-home"))
     group = ScaleGroupSpec(
         name="ssh-pool", platform="manual", hosts_per_slice=2, cpu_millis=1000, memory_bytes=1 << 30,
         attributes={"pool": "ssh", TAINT: True},
-        settings={"hosts": sshd.hosts, "user": sshd.user, "identity_file": str(sshd.client_key),
+        # one host by name, as SSH users usually write them, one by address
+        settings={"hosts": [f"localhost:{sshd.ports[0]}", sshd.hosts[1]], "user": sshd.user,
+                  "identity_file": str(sshd.client_key),
                   "worker_command": worker_command()},
     )
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)
