@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from activities.platforms import remote_agent
 from activities.platforms.base import (
@@ -125,8 +125,10 @@ class Settings(BaseModel):
         default=None, min_length=1, description="where the TPU nodes are created, e.g. `us-central2-b` (or `zones`)"
     )
     zones: list[str] = Field(
-        default=[], description="instead of `zone`: tried in order, a zone that answers stockout or quota is "
-        "skipped for `zone_backoff`",
+        default=[],
+        validate_default=True,
+        description="instead of `zone`: tried in order, a zone that answers stockout or quota is skipped for "
+        "`zone_backoff`",
     )
     zone_backoff: float = Field(
         default=300.0, gt=0, description="seconds a stocked-out zone is skipped (doubling in a row, to 8x)"
@@ -147,14 +149,15 @@ class Settings(BaseModel):
         default={}, description="environment exported for the agent, after (and over) Iris's own variables"
     )
 
-    @model_validator(mode="after")
-    def _one_way_to_name_zones(self) -> Settings:
-        if (self.zone is None) == (not self.zones):
-            both = "give `zone` or `zones` (a list), not both"
-            raise ValueError(both if self.zones else "`zone` or `zones` is required")
-        if len(set(self.zones)) != len(self.zones) or any(not z for z in self.zones):
-            raise ValueError("`zones` must name distinct, non-empty zones")
-        return self
+    @field_validator("zones")
+    @classmethod
+    def _one_way_to_name_zones(cls, zones: list[str], info: ValidationInfo) -> list[str]:
+        zone = info.data.get("zone")
+        if (zone is None) == (not zones):
+            raise ValueError("give `zone` or `zones` (a list), not both" if zones else "`zone` or `zones` is required")
+        if len(set(zones)) != len(zones) or any(not z for z in zones):
+            raise ValueError("must name distinct, non-empty zones")
+        return zones
 
     @property
     def zone_list(self) -> list[str]:
