@@ -1,4 +1,4 @@
-"""The node behind the fake API server: NodePools get a ready node, Pods become real local processes.
+"""The node behind the fake API server: NodePools reach their target at once, Pods become local processes.
 
 When the CoreWeave platform creates a worker Pod, this runs the Pod's container command
 (`iris worker serve ...` with the Pod's env) as a process of this interpreter, marks the

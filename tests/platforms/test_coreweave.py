@@ -236,7 +236,7 @@ async def test_crash_looping_pod_fails_describe_after_max_restarts(
 async def test_node_that_never_joins_times_out_and_is_deleted(
     fake_k8s: FakeKubernetes, coreweave_group: Callable[..., ScaleGroupSpec]
 ) -> None:
-    """A NodePool still without a ready node after node_ready_timeout fails the slice and is deleted."""
+    """A NodePool still under target (CURRENT < TARGET) after node_ready_timeout fails the slice and is deleted."""
     group = coreweave_group(node_ready_timeout="20m")
     skew = timedelta()
     platform = CoreweavePlatform(group, now=lambda: datetime.now(UTC) + skew)
