@@ -322,20 +322,24 @@ class GcpPlatform:
         s = self.settings
         if len(s.zone_list) == 1:  # one zone: always asked; the autoscaler backs the whole group off
             return await self._create_in(s.zone_list[0], slice_id, group)
-        tried = []
+        tried: dict[str, Exception] = {}  # zone -> why not there, this time
         for zone in self._backoff.usable(s.project, s.accelerator_type, s.zone_list):
             try:
                 info = await self._create_in(zone, slice_id, group)
-            except QuotaExhausted as e:
+            except (QuotaExhausted, PlatformRefused) as e:
+                # a refusal may be the zone's own (a type it does not offer): the next zone may still take it
                 delay = self._backoff.exhausted(s.project, s.accelerator_type, zone, str(e), s.zone_backoff)
-                log.warning("gcp_zone_exhausted", slice_id=slice_id, zone=zone, backoff=delay, reason=str(e))
-                tried.append(str(e))
+                log.warning("gcp_zone_skipped", slice_id=slice_id, zone=zone, backoff=delay, reason=str(e))
+                tried[zone] = e
                 continue
             self._backoff.succeeded(s.project, s.accelerator_type, zone)
-            log.info("gcp_zone_chosen", slice_id=slice_id, zone=zone, after=tried)
+            log.info("gcp_zone_chosen", slice_id=slice_id, zone=zone, after=[str(e) for e in tried.values()])
             return info
         skipped = self._backoff.skipped(s.project, s.accelerator_type, [z for z in s.zone_list if z not in tried])
-        raise QuotaExhausted(f"gcp: no zone has {s.accelerator_type} capacity: " + "; ".join(tried + skipped))
+        why = "; ".join([*(str(e) for e in tried.values()), *skipped])
+        if len(tried) == len(s.zone_list) and all(isinstance(e, PlatformRefused) for e in tried.values()):
+            raise PlatformRefused(f"gcp: every zone refused: {why}")  # asked everywhere, refused everywhere
+        raise QuotaExhausted(f"gcp: no zone has {s.accelerator_type} capacity: {why}")
 
     async def _create_in(self, zone: str, slice_id: str, group: ScaleGroupSpec) -> SliceInfo:
         """Create the node in one zone and wait for its operation; quota -> QuotaExhausted (nothing left)."""

@@ -263,3 +263,20 @@ def test_zone_or_zones(fake_tpu: FakeTpu) -> None:
     with pytest.raises(ValueError, match="distinct"):
         GcpPlatform(gcp_group(fake_tpu, zone=None, zones=["a", "a"]))
     assert ZONES == GcpPlatform(gcp_group(fake_tpu, zone=None, zones=ZONES)).settings.zone_list
+
+
+async def test_a_zone_that_does_not_offer_the_type_is_skipped(fake_tpu: FakeTpu) -> None:
+    """A type one zone does not offer (INVALID_ARGUMENT there) is created in the next; offered nowhere, it is a
+    refusal (PlatformRefused) naming every zone, not a stockout."""
+    clock = Clock()
+    group = gcp_group(fake_tpu, zone=None, zones=ZONES)
+    fake_tpu.offered["us-central2-b"] = {"v4-8"}
+    platform = GcpPlatform(group, clock=clock)
+    info = await platform.create_slice("tpu-o", group)
+    assert "us-east5-a" == info.labels["zone"]
+    await platform.terminate("tpu-o")
+    clock.now += 10_000
+    fake_tpu.offered["us-east5-a"] = {"v4-8"}
+    with pytest.raises(PlatformRefused, match=r"every zone refused: .*us-central2-b.*us-east5-a"):
+        await platform.create_slice("tpu-p", group)
+    assert {} == fake_tpu.nodes

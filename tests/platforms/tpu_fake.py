@@ -7,8 +7,9 @@ node CREATING; the operation finishes (node READY, one network endpoint per VM) 
 next create operation end with a gRPC status (8 = RESOURCE_EXHAUSTED for a stockout).
 `create_errors` stocks a zone out for good: every create there makes a node that stays
 CREATING (until deleted: a caller that does not clean up leaks it) and an operation that ends
-with the given status. As the API does, a CreateNode for an accelerator type it does not offer is refused at once
-with INVALID_ARGUMENT (unless `vms_per_node` says how many VMs any type has); `refusals`
+with the given status. As the API does, a CreateNode for an accelerator type it does not offer (anywhere, unless
+`vms_per_node` says how many VMs any type has, or in a zone of `offered` that lacks it) is
+refused at once with INVALID_ARGUMENT; `refusals`
 makes a method answer with a status of the test's choosing (e.g. PERMISSION_DENIED).
 Every request is logged as (method, request message) for the tests to assert on.
 """
@@ -54,6 +55,7 @@ class FakeTpu:
     fail_next_create: tuple[int, str] | None = None
     refusals: dict[str, tuple[grpc.StatusCode, str]] = field(default_factory=dict)  # method -> answer
     create_errors: dict[str, tuple[int, str]] = field(default_factory=dict)  # zone -> every create's op error
+    offered: dict[str, set[str]] = field(default_factory=dict)  # zone -> the only accelerator types it has
     _ops: dict[str, _PendingOp] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: grpc.Server | None = None
@@ -83,6 +85,10 @@ class FakeTpu:
 
     def _create_node(self, request: tpu_v2.CreateNodeRequest, context: grpc.ServicerContext) -> Any:
         name = f"{request.parent}/nodes/{request.node_id}"
+        zone = request.parent.rsplit("/", 1)[-1]
+        if zone in self.offered and request.node.accelerator_type not in self.offered[zone]:
+            message = f"Accelerator type {request.node.accelerator_type!r} is not available in zone {zone}"
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
         if self.vms_per_node is None:
             try:
                 tpu_vm_count(request.node.accelerator_type)
