@@ -193,11 +193,13 @@ def test_a_permanent_refusal_fails_the_slice_at_once_and_backs_the_group_off_lon
     """The TPU API refuses the create as invalid (an accelerator type the zone does not offer): one create,
     no retry and no second slice; the group backs off for ten minutes saying why, in the autoscaler's status
     and in `iris cluster status`."""
+    submitted = time.monotonic()
     job = fleet.client.submit_command(["true"], resources=ResourceSpec(cpu=1, memory="512m"),
                                       constraints=[Constraint("tpu-topology", "EQ", "v9x-8")])  # fmt: skip
     try:
         status = wait_until(lambda: (g := group_status(fleet, "tpu-v9x-8"))["backoff_reason"] and g, timeout=60,
                             interval=0.2, what="the group backs off")  # fmt: skip
+        print(f"refused create: submitted -> group backing off with the reason {time.monotonic() - submitted:.1f} s")
         reason = str(status["backoff_reason"])
         assert reason.startswith("refused by the platform (a config or permission problem): create: gcp: ")
         assert "INVALID_ARGUMENT: Accelerator type 'v9x-8' is not available in zone us-east5-a" in reason
@@ -219,12 +221,14 @@ def test_a_two_zone_group_creates_where_there_is_capacity(fleet: SshFleet) -> No
     workers say so in their `zone` attribute), the gang runs there, the group does not back off, and nothing
     is left in the first zone."""
     fleet.tpu.create_errors["europe-west4-a"] = (8, "There is no more capacity in the zone europe-west4-a")
+    submitted = time.monotonic()
     job = fleet.client.submit_command(
         ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
         coscheduling=CoschedulingConfig("tpu-name"),
         constraints=[Constraint("tpu-topology", "EQ", "v4-16"), Constraint("taint:zonal", "EXISTS")],
     )
     status = job.wait(timeout=240)
+    print(f"two zones, the first stocked out: empty group -> gang done {time.monotonic() - submitted:.1f} s")
     assert JobState.SUCCEEDED == status.state
     slice_id = status.tasks[0].worker_id.removesuffix("-0")
     assert slice_id.startswith("tpu-zonal-")
