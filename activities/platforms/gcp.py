@@ -451,3 +451,4 @@ class GcpPlatform:
             await asyncio.gather(*(stop(h) for h in info.hosts))
         log.info("gcp_node_delete", slice_id=slice_id, node=node.name)
         await self._delete(node.name)
+        _ZONE_OF.pop((self.settings.project, slice_id), None)
