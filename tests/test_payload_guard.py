@@ -1,0 +1,142 @@
+"""No poison pills: signals the scheduler cannot read are dropped and recorded, and scheduling goes on.
+
+The real SchedulerWorkflow runs on a dev server behind the controller's guard (its runner and
+interceptor) and a client holding the deployment's key; bad signals come from a client with
+another key, a client with no key, and by hand (garbage, an older dataclass).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import structlog
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.common import RawValue
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.recovery import rebuild_scheduler
+from activities.scheduling import find_assignments_activity
+from iris.codec import data_converter, generate_key, load_key
+from iris.controller import workflow_runner
+from iris.payload_guard import DROPPED, GuardedRunner, PayloadGuard
+from tests.support import TEMPORAL, WAL_ARGS
+from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
+from tests.test_scheduler_determinism import SPEC_FITS, _batch
+from workflows.messages import Enqueue, Release
+from workflows.scheduler_workflow import SchedulerWorkflow
+
+KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
+OTHER_KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
+
+
+@dataclasses.dataclass
+class OldRelease:
+    """`Release` as an older sender knew it: no attempt."""
+
+    job_id: str
+    task_index: int
+
+
+@dataclasses.dataclass
+class NewerRelease:
+    """`Release` as a newer sender knows it: a field this scheduler has never heard of."""
+
+    job_id: str
+    task_index: int
+    attempt: int
+    reason: str = "newer"
+
+
+@contextlib.asynccontextmanager
+async def _clients() -> AsyncIterator[tuple[Client, Client, Client, str]]:
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
+    address = env.client.service_client.config.target_host
+    queue = f"guard-{uuid.uuid4().hex[:8]}"
+    try:
+        keyed = await Client.connect(address, data_converter=data_converter(KEY))
+        other = await Client.connect(address, data_converter=data_converter(OTHER_KEY))
+        plain = await Client.connect(address)  # the SDK's own converter: what any script would use
+        activities = [find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler]
+        with concurrent.futures.ThreadPoolExecutor(4) as executor:
+            async with Worker(
+                keyed, task_queue=queue, workflows=[SchedulerWorkflow], activities=activities,
+                activity_executor=executor, workflow_runner=GuardedRunner(workflow_runner()),
+                interceptors=[PayloadGuard()],
+            ):  # fmt: skip
+                yield keyed, other, plain, queue
+    finally:
+        await env.shutdown()
+
+
+def _dropped(signal: str) -> float:
+    return DROPPED.labels("SchedulerWorkflow", signal)._value.get()
+
+
+async def test_unreadable_signals_are_dropped_and_recorded_and_scheduling_goes_on() -> None:
+    """Another key, no key, garbage, a missing field: each signal is dropped with a log line and a count;
+    a newer sender's extra field is accepted; no workflow task fails; the next job is placed."""
+    before = {name: _dropped(name) for name in ("register_workers", "enqueue", "release", "enqueue_batch")}
+    with structlog.testing.capture_logs() as logs:
+        async with _clients() as (keyed, other, plain, queue):
+            handle = await keyed.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+            await handle.signal("register_workers", _batch(0, 1, 0))
+            await handle.signal("enqueue", Enqueue("first", SPEC_FITS, {0: 0}))
+            assert ["first/task-0"] == await _until(keyed, queue, ["first/task-0"])
+
+            await other.get_workflow_handle(queue).signal("register_workers", _batch(1, 1, 0))  # another key
+            await other.get_workflow_handle(queue).signal("enqueue", Enqueue("other-key", SPEC_FITS, {0: 0}))
+            await plain.get_workflow_handle(queue).signal("enqueue", "not an enqueue")  # garbage, by hand
+            await plain.get_workflow_handle(queue).signal("enqueue_batch", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{no")))
+            await plain.get_workflow_handle(queue).signal("release", OldRelease("first", 0))  # missing a field
+            await plain.get_workflow_handle(queue).signal("release", NewerRelease("first", 0, 0))  # extra field
+            await handle.signal("enqueue", Enqueue("second", SPEC_FITS, {0: 0}))
+
+            # The newer release freed task 0's place; "second" took it; nothing else got in.
+            assert ["second/task-0"] == await _until(keyed, queue, ["second/task-0"])
+            assert "" == await handle.query("pending_reason", "other-key")
+            workers = await handle.query("workers")
+            assert ["a0-h0"] == [w.worker_id for w in workers.workers]
+            failed = [e async for e in handle.fetch_history_events() if e.HasField("workflow_task_failed_event_attributes")]
+            await handle.terminate("test done")
+            assert [] == failed
+
+    drops = [entry for entry in logs if entry["event"] == "payload_dropped"]
+    assert sorted(["register_workers", "enqueue", "enqueue", "enqueue_batch", "release"]) == sorted(
+        d["signal"] for d in drops
+    )
+    by_signal = {(d["signal"], d["reason"]) for d in drops}
+    other_id, key_id = data_converter(OTHER_KEY).payload_codec.key_id, data_converter(KEY).payload_codec.key_id  # type: ignore[union-attr]
+    expected_key_error = f"payload encrypted with key {other_id}, but this process holds key {key_id}"
+    assert ("register_workers", expected_key_error) in by_signal
+    assert ("enqueue", expected_key_error) in by_signal
+    assert any(s == "release" and "attempt" in r for s, r in by_signal)  # names the missing field
+    assert all("\n" not in d["reason"] and d["workflow_id"] for d in drops)
+    assert {"register_workers": 1, "enqueue": 2, "release": 1, "enqueue_batch": 1} == {
+        name: int(_dropped(name) - before[name]) for name in before
+    }
+
+
+@pytest.mark.parametrize("held", [None, "other"])
+async def test_a_client_that_cannot_decrypt_an_answer_gets_one_line_naming_the_keys(held: str | None) -> None:
+    """A query answered under the deployment's key, read with another key or none: UnreadablePayload names both."""
+    async with _clients() as (keyed, other, plain, queue):
+        handle = await keyed.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+        await handle.signal("register_workers", _batch(0, 1, 0))
+        assert [] == await _running(keyed, queue)
+        reader = other if held else plain
+        if held is None:  # a keyless Iris process: Iris's converter without a codec
+            reader = await Client.connect(plain.service_client.config.target_host, data_converter=data_converter(None))
+        key_id = data_converter(KEY).payload_codec.key_id  # type: ignore[union-attr]
+        with pytest.raises(ValueError) as caught:
+            await reader.get_workflow_handle(queue).query("healthy_worker_count")
+        await handle.terminate("test done")
+        message = str(caught.value)
+        assert message.startswith(f"payload encrypted with key {key_id}, but this process holds ")
+        assert ("no key" in message) == (held is None)
