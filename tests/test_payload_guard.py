@@ -11,7 +11,8 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import structlog
@@ -29,7 +30,7 @@ from iris.payload_guard import DROPPED, GuardedRunner, PayloadGuard
 from tests.support import TEMPORAL, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
-from workflows.messages import Enqueue, Release
+from workflows.messages import Enqueue
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
@@ -63,7 +64,9 @@ async def _clients() -> AsyncIterator[tuple[Client, Client, Client, str]]:
         keyed = await Client.connect(address, data_converter=data_converter(KEY))
         other = await Client.connect(address, data_converter=data_converter(OTHER_KEY))
         plain = await Client.connect(address)  # the SDK's own converter: what any script would use
-        activities = [find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler]
+        activities: list[Callable[..., Any]] = [
+            find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler,
+        ]
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
                 keyed, task_queue=queue, workflows=[SchedulerWorkflow], activities=activities,
@@ -93,7 +96,8 @@ async def test_unreadable_signals_are_dropped_and_recorded_and_scheduling_goes_o
             await other.get_workflow_handle(queue).signal("register_workers", _batch(1, 1, 0))  # another key
             await other.get_workflow_handle(queue).signal("enqueue", Enqueue("other-key", SPEC_FITS, {0: 0}))
             await plain.get_workflow_handle(queue).signal("enqueue", "not an enqueue")  # garbage, by hand
-            await plain.get_workflow_handle(queue).signal("enqueue_batch", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{no")))
+            not_json = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{no"))
+            await plain.get_workflow_handle(queue).signal("enqueue_batch", not_json)
             await plain.get_workflow_handle(queue).signal("release", OldRelease("first", 0))  # missing a field
             await plain.get_workflow_handle(queue).signal("release", NewerRelease("first", 0, 0))  # extra field
             await handle.signal("enqueue", Enqueue("second", SPEC_FITS, {0: 0}))
@@ -103,7 +107,8 @@ async def test_unreadable_signals_are_dropped_and_recorded_and_scheduling_goes_o
             assert "" == await handle.query("pending_reason", "other-key")
             workers = await handle.query("workers")
             assert ["a0-h0"] == [w.worker_id for w in workers.workers]
-            failed = [e async for e in handle.fetch_history_events() if e.HasField("workflow_task_failed_event_attributes")]
+            events = [e async for e in handle.fetch_history_events()]
+            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
             await handle.terminate("test done")
             assert [] == failed
 
