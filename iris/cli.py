@@ -445,12 +445,16 @@ def worker_serve(
     async def main() -> None:
         from iris import observability
         from iris.controller import connect
+        from iris.key_check import check_cluster_key
 
         if health_port is None:
-            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            client = await connect(settings)
+            await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
+            await WorkerAgent(client, config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
         client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+        await check_cluster_key(client)
 
         async def checks() -> dict[str, bool]:
             return {
@@ -465,10 +469,14 @@ def worker_serve(
         finally:
             await health.stop()
 
+    from worker_agent.encryption import KeyMismatchError
+
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
         _fail(f"worker {wid}: {e}", 3)
+    except KeyMismatchError as e:
+        _fail(f"worker {wid} refuses to start: {e}", 3)
 
 
 def _host_memory() -> int:

@@ -22,19 +22,21 @@ from temporalio.common import RawValue
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from iris.codec import data_converter, generate_key, load_key
+from iris.codec import EncryptionCodec, data_converter, generate_key, load_key
 from iris.controller import workflow_runner
+from iris.key_check import check_cluster_key
 from iris.payload_guard import DROPPED, GuardedRunner, PayloadGuard
 from tests.support import TEMPORAL, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
+from worker_agent.encryption import KeyMismatchError
 from workflows.messages import Enqueue
 from workflows.scheduler_workflow import SchedulerWorkflow
 
-KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
-OTHER_KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
+KEY, OTHER_KEY = (load_key({"IRIS_CODEC_KEY": generate_key()}) for _ in range(2))
 
 
 @dataclasses.dataclass
@@ -145,3 +147,23 @@ async def test_a_client_that_cannot_decrypt_an_answer_gets_one_line_naming_the_k
         message = str(caught.value)
         assert message.startswith(f"payload encrypted with key {key_id}, but this process holds ")
         assert ("no key" in message) == (held is None)
+
+
+async def test_the_pre_flight_check_names_the_keys_before_anything_is_sent() -> None:
+    """Against a scheduler started under the key: the key holder passes; another key or none is refused."""
+    async with _clients() as (keyed, other, plain, queue):
+        await check_cluster_key(keyed)  # no scheduler yet: nothing tells, the check passes
+        handle = await keyed.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        await handle.signal("configure", "file:///store")  # as a controller starting up does
+        await plain.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("configure", "x")  # a stray signal: no evidence
+        await check_cluster_key(keyed)
+        key_id, other_id = (EncryptionCodec(k).key_id for k in (KEY, OTHER_KEY))  # type: ignore[arg-type]
+        with pytest.raises(KeyMismatchError) as caught:
+            await check_cluster_key(other)
+        assert f"the cluster's payloads are encrypted with key {key_id}, but this process holds key {other_id}" == str(
+            caught.value
+        )
+        keyless = await Client.connect(plain.service_client.config.target_host, data_converter=data_converter(None))
+        with pytest.raises(KeyMismatchError, match="this process holds no key"):
+            await check_cluster_key(keyless)
+        await handle.terminate("test done")

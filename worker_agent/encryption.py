@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -96,6 +97,7 @@ class Sealer:
     def __init__(self, key: bytes) -> None:
         self.aead = AESGCM(key)
         self.key_id = key_id(key)
+        self._name_key = hashlib.sha256(b"iris blob names\0" + key).digest()
 
     def seal(self, data: bytes, context: str) -> bytes:
         """`data` encrypted, bound to `context` (the blob's key) so it opens only there."""
@@ -114,6 +116,17 @@ class Sealer:
         except InvalidTag:
             raise KeyMismatchError(f"{what} encrypted with key {self.key_id} does not decrypt: "
                               "it was altered, or moved from another place in the store") from None
+
+
+    def private_name(self, name: str) -> str:
+        """`name` with its digest part (the text between the last `/` and the first `.` after it) keyed.
+
+        `bundles/<sha256>.zip` becomes `bundles/<hmac-sha256(key, sha256)>.zip`.
+        """
+        head, _, tail = name.rpartition("/")
+        digest, dot, rest = tail.partition(".")
+        keyed = hmac.new(self._name_key, digest.encode(), hashlib.sha256).hexdigest()
+        return f"{head}/{keyed}{dot}{rest}" if head else f"{keyed}{dot}{rest}"
 
 
 def sealed_key_id(data: bytes) -> str | None:
