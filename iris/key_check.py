@@ -38,8 +38,8 @@ log = structlog.get_logger("iris.key_check")
 
 QUERY_SECONDS = 3.0
 """How long a mismatch waits for a running controller to confirm it."""
-PAGE_EVENTS = 500
-MAX_PAGES = 4
+PAGE_EVENTS = 50  # the newest controller-written payload is usually a few events back; payloads can be big
+MAX_PAGES = 8
 
 
 @dataclass(frozen=True)
