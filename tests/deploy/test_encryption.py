@@ -23,7 +23,7 @@ import pytest
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from iris import IrisClient, JobState
+from iris import IrisClient, JobFailedError, JobState
 from iris.codec import ENCODING, EncryptionCodec, data_converter, generate_key, load_key
 from iris.local_cluster import LocalCluster
 from tests.deploy.conftest import free_port, get
@@ -80,6 +80,11 @@ def reverse(text: str) -> str:
     return text[::-1]
 
 
+def refuse(text: str) -> None:
+    """A task whose failure message holds the secret."""
+    raise ValueError(f"bad token {text}")
+
+
 async def _histories(address: str) -> list[bytes]:
     """Every workflow history in the namespace, as raw bytes, read by a client that has no key."""
     client = await Client.connect(address)
@@ -98,8 +103,8 @@ def _files_holding(root: Path, needles: list[bytes]) -> list[str]:
 def test_a_callable_and_a_command_with_secrets_run_and_leave_no_plaintext(
     keyed: KeyedCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`IrisClient.connect()` and `iris run` on the keyed cluster: right results; the secret is in no history,
-    no dev server database file and no store file; the store's blobs are ciphertext naming the key."""
+    """`IrisClient.connect()` and `iris run` on the keyed cluster: right results (a failure's message too); the
+    secret is in no history, no dev server database file and no store file; the blobs name the key."""
     for name, value in keyed.env.items():
         if name.startswith("IRIS_"):
             monkeypatch.setenv(name, value)
@@ -107,6 +112,10 @@ def test_a_callable_and_a_command_with_secrets_run_and_leave_no_plaintext(
         job = client.submit(reverse, SECRET, name="encrypted-callable")
         assert JobState.SUCCEEDED == job.wait(timeout=120).state
         assert [SECRET[::-1]] == job.results()
+        failing = client.submit(refuse, SECRET, name="encrypted-failure")
+        with pytest.raises(JobFailedError) as failed:
+            failing.wait(timeout=120)
+        assert f"ValueError: bad token {SECRET}" in str(failed.value)  # the key holder reads the error
 
     run = keyed.iris("run", "--name", "encrypted-command", "-e", f"SECRET_TOKEN={SECRET}", "--",
                      "sh", "-c", f'test "$SECRET_TOKEN" = {SECRET} && echo secret-ok')  # fmt: skip
@@ -121,7 +130,8 @@ def test_a_callable_and_a_command_with_secrets_run_and_leave_no_plaintext(
     databases = [p for p in keyed.home.iterdir() if p.name.startswith("temporal.db")]
     assert databases
     assert [] == [str(p) for p in databases if any(n in p.read_bytes() for n in needles)]
-    assert [] == _files_holding(keyed.store, needles)
+    # Task logs are not encrypted (README, Security): the failing task's traceback is there, nothing else is.
+    assert ["logs"] == sorted({Path(p).parts[0] for p in _files_holding(keyed.store, needles)})
     function_blobs = [p for p in keyed.store.rglob("function") if p.is_file()]
     assert function_blobs
     assert all(keyed.key_id.encode() in p.read_bytes()[:64] for p in function_blobs)
