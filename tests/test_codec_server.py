@@ -159,3 +159,19 @@ def test_the_server_will_not_start_without_a_way_to_authenticate(
     err = capsys.readouterr().err
     assert "needs one way to authenticate callers" in err and "Traceback" not in err
     assert 1 == len(err.strip().splitlines())
+
+
+async def test_a_payload_under_another_key_is_a_400_naming_both_ids(token_server: TestServer) -> None:
+    """The server cannot decrypt another key's payload: it says so, with both key ids, and decrypts nothing."""
+    other = load_key({"IRIS_CODEC_KEY": generate_key()})
+    assert other is not None
+    [payload] = await EncryptionCodec(other).encode([Payload(metadata={"encoding": b"json/plain"}, data=b"1")])
+    body = {"payloads": [{"metadata": {k: base64.b64encode(v).decode() for k, v in payload.metadata.items()},
+                          "data": base64.b64encode(payload.data).decode()}]}  # fmt: skip
+    async with ClientSession() as session, session.post(
+        token_server.make_url("/decode"), json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as response:
+        assert 400 == response.status
+        error = (await response.json())["error"]
+    theirs, mine = EncryptionCodec(other).key_id, _codec().key_id
+    assert f"payload encrypted with key {theirs}, but this process holds key {mine}" == error
