@@ -7,22 +7,24 @@ another key, a client with no key, and by hand (garbage, an older dataclass).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
 import structlog
+from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.contracts import SCHEDULER_WORKFLOW_ID
+from activities.contracts import SCHEDULER_WORKFLOW_ID, WorkerSessionInput
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from iris.codec import EncryptionCodec, data_converter, generate_key, load_key
@@ -33,8 +35,10 @@ from tests.support import TEMPORAL, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from worker_agent.encryption import KeyMismatchError
-from workflows.messages import Enqueue
+from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerStatus, AutoscalerWorkflow
+from workflows.messages import Enqueue, RegistrationReply
 from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.worker_workflow import WorkerWorkflow
 
 KEY, OTHER_KEY = (load_key({"IRIS_CODEC_KEY": generate_key()}) for _ in range(2))
 
@@ -58,7 +62,10 @@ class NewerRelease:
 
 
 @contextlib.asynccontextmanager
-async def _clients() -> AsyncIterator[tuple[Client, Client, Client, str]]:
+async def _clients(
+    workflows: Sequence[type] = (SchedulerWorkflow,),
+) -> AsyncIterator[tuple[Client, Client, Client, str]]:
+    """A dev server; a worker guarded as the controller's is, holding KEY; clients with KEY, OTHER_KEY and none."""
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
     address = env.client.service_client.config.target_host
     queue = f"guard-{uuid.uuid4().hex[:8]}"
@@ -68,16 +75,23 @@ async def _clients() -> AsyncIterator[tuple[Client, Client, Client, str]]:
         plain = await Client.connect(address)  # the SDK's own converter: what any script would use
         activities: list[Callable[..., Any]] = [
             find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler,
+            known_slices,
         ]
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
-                keyed, task_queue=queue, workflows=[SchedulerWorkflow], activities=activities,
+                keyed, task_queue=queue, workflows=list(workflows), activities=activities,
                 activity_executor=executor, workflow_runner=GuardedRunner(workflow_runner()),
                 interceptors=[PayloadGuard()],
             ):  # fmt: skip
                 yield keyed, other, plain, queue
     finally:
         await env.shutdown()
+
+
+@activity.defn(name="known_slices")
+async def known_slices() -> list[object]:
+    """No slices: the autoscaler here starts empty and is never configured with scale groups."""
+    return []
 
 
 def _dropped(signal: str) -> float:
@@ -167,3 +181,41 @@ async def test_the_pre_flight_check_names_the_keys_before_anything_is_sent() -> 
         with pytest.raises(KeyMismatchError, match="this process holds no key"):
             await check_cluster_key(keyless)
         await handle.terminate("test done")
+
+
+async def test_the_autoscaler_and_a_worker_session_drop_what_they_cannot_read() -> None:
+    """The other long-lived workflows are guarded alike: wrong-key and malformed signals are dropped and counted,
+    no workflow task fails, and each still answers."""
+    before = {name: _dropped_in(t, name) for t, name in DROPS}
+    async with _clients([AutoscalerWorkflow, WorkerWorkflow]) as (keyed, other, plain, queue):
+        autoscaler = await keyed.start_workflow(AutoscalerWorkflow.run, None, id=f"{queue}-as", task_queue=queue)
+        session = WorkerSessionInput("w1", "s1", task_queue=f"{queue}-nobody")  # its activity waits, unpolled
+        monitor = await keyed.start_workflow(WorkerWorkflow.run, session, id=f"{queue}-w", task_queue=queue)
+        await other.get_workflow_handle(f"{queue}-as").signal("configure", AutoscalerConfig())
+        await plain.get_workflow_handle(f"{queue}-as").signal("slice_state", {"slice_id": "s"})  # missing fields
+        await other.get_workflow_handle(f"{queue}-w").signal("registered", RegistrationReply())
+        await plain.get_workflow_handle(f"{queue}-w").signal("registered", [1, 2])
+        assert {} == (await autoscaler.query("status", result_type=AutoscalerStatus)).unmet  # it answers
+        for _ in range(100):
+            if all(_dropped_in(t, name) - before[name] >= 1 for t, name in DROPS):
+                break
+            await asyncio.sleep(0.1)
+        failed = [
+            (handle.id, e.event_id)
+            for handle in (autoscaler, monitor)
+            async for e in handle.fetch_history_events()
+            if e.HasField("workflow_task_failed_event_attributes")
+        ]
+        for handle in (autoscaler, monitor):
+            await handle.terminate("test done")
+    assert [] == failed
+    assert {"configure": 1, "slice_state": 1, "registered": 2} == {
+        name: int(_dropped_in(t, name) - before[name]) for t, name in DROPS
+    }
+
+
+DROPS = [("AutoscalerWorkflow", "configure"), ("AutoscalerWorkflow", "slice_state"), ("WorkerWorkflow", "registered")]
+
+
+def _dropped_in(workflow_type: str, signal: str) -> float:
+    return DROPPED.labels(workflow_type, signal)._value.get()
