@@ -547,10 +547,12 @@ def temporal_setup(temporal: TemporalOpt = None) -> None:
 @cluster_app.command("up")
 def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")] = None) -> None:
     """Start the embedded local cluster in the background."""
+    from iris.codec import load_key
     from iris.config import default_config, load_config
     from iris.local_cluster import LocalCluster
 
     cfg = load_config(config) if config else default_config()
+    load_key()  # a malformed IRIS_CODEC_KEY is one line now, not a cluster that never becomes ready
     err.print("starting the local cluster…")
     info = LocalCluster().up(cfg)
     out.print(f"Temporal: {info.address}\nUI: {info.ui_url}\nworkers: {len(info.worker_ids)}")

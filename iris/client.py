@@ -36,6 +36,7 @@ from activities.proto.values import get_attr
 from iris import fleet
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
+from iris.codec import load_key
 from iris.connection import TemporalSettings
 from iris.key_check import check_cluster_key
 from iris.submission import build_request, command_argv, make_job_id, split_launch
@@ -162,6 +163,8 @@ class AsyncIrisClient:
         store = store or os.environ.get(STORE_ENV)
         if settings.address is None:
             from iris.local_cluster import ensure_running
+
+            load_key()  # a malformed IRIS_CODEC_KEY fails here, before a cluster is started that cannot use it
 
             info = await asyncio.to_thread(ensure_running)
             settings = settings.model_copy(update={"address": info.address})

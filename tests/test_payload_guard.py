@@ -30,7 +30,8 @@ from activities.scheduling import find_assignments_activity
 from iris.codec import EncryptionCodec, data_converter, generate_key, load_key
 from iris.controller import workflow_runner
 from iris.key_check import check_cluster_key
-from iris.payload_guard import DROPPED, GuardedRunner, PayloadGuard
+from iris.observability import REGISTRY
+from iris.payload_guard import GuardedRunner, PayloadGuard
 from tests.support import TEMPORAL, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
@@ -95,7 +96,7 @@ async def known_slices() -> list[object]:
 
 
 def _dropped(signal: str) -> float:
-    return DROPPED.labels("SchedulerWorkflow", signal)._value.get()
+    return _dropped_in("SchedulerWorkflow", signal)
 
 
 async def test_unreadable_signals_are_dropped_and_recorded_and_scheduling_goes_on() -> None:
@@ -218,4 +219,6 @@ DROPS = [("AutoscalerWorkflow", "configure"), ("AutoscalerWorkflow", "slice_stat
 
 
 def _dropped_in(workflow_type: str, signal: str) -> float:
-    return DROPPED.labels(workflow_type, signal)._value.get()
+    """`iris_dropped_payloads_total` as the controller's /metrics shows it."""
+    labels = {"workflow_type": workflow_type, "signal": signal}
+    return REGISTRY.get_sample_value("iris_dropped_payloads_total", labels) or 0.0
