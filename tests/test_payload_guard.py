@@ -22,7 +22,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import RawValue
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, WorkerSessionInput
 from activities.recovery import rebuild_scheduler
@@ -124,10 +124,14 @@ async def test_unreadable_signals_are_dropped_and_recorded_and_scheduling_goes_o
             assert "" == await handle.query("pending_reason", "other-key")
             workers = await handle.query("workers")
             assert ["a0-h0"] == [w.worker_id for w in workers.workers]
-            events = [e async for e in handle.fetch_history_events()]
-            failed = [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
+            history = await handle.fetch_history()
+            failed = [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
             await handle.terminate("test done")
             assert [] == failed
+            replayer = Replayer(workflows=[SchedulerWorkflow], interceptors=[PayloadGuard()],
+                                data_converter=data_converter(KEY))  # fmt: skip
+            replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            assert replayed.replay_failure is None  # the drops replay as they happened
 
     drops = [entry for entry in logs if entry["event"] == "payload_dropped"]
     assert sorted(["register_workers", "enqueue", "enqueue", "enqueue_batch", "release"]) == sorted(
