@@ -27,7 +27,7 @@ from iris import IrisClient, JobFailedError, JobState
 from iris.codec import ENCODING, EncryptionCodec, data_converter, generate_key, load_key
 from iris.local_cluster import LocalCluster
 from tests.deploy.conftest import free_port, get
-from tests.support import wait_until
+from tests.support import TEMPORAL, wait_until
 from workflows.ids import SCHEDULER_WORKFLOW_ID
 
 pytestmark = pytest.mark.e2e
@@ -195,7 +195,8 @@ def _post(url: str, body: dict[str, object], token: str | None) -> tuple[int, di
 
 
 def test_the_codec_server_decrypts_a_job_input_for_an_authenticated_key_holder(keyed: KeyedCluster) -> None:
-    """`iris codec-server` with a token: the right token gets the plaintext of a job's input, no token gets 401."""
+    """`iris codec-server` with a token: the right token gets the plaintext of a job's input, no token gets 401;
+    `temporal workflow show --codec-endpoint` shows the plaintext only with `--codec-auth "Bearer <token>"`."""
     job_id = keyed.iris("run", "--no-wait", "--name", "for-codec", "-e", f"S={SECRET}", "--", "true").stdout.split()[-1]
 
     async def job_input() -> dict[str, object]:
@@ -218,6 +219,19 @@ def test_the_codec_server_decrypts_a_job_input_for_an_authenticated_key_holder(k
         payloads = decoded["payloads"]
         assert isinstance(payloads, list)
         assert SECRET.encode() in base64.b64decode(payloads[0]["data"])
+
+        def show(*auth: str) -> subprocess.CompletedProcess[str]:  # Temporal's own CLI, as a key holder uses it
+            return subprocess.run([str(TEMPORAL), "workflow", "show", "-w", job_id, "--address", keyed.address,
+                                   "--output", "json", "--codec-endpoint", f"http://127.0.0.1:{port}", *auth],
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+
+        def job_request(shown: subprocess.CompletedProcess[str]) -> bytes:
+            started = json.loads(shown.stdout)["events"][0]["workflowExecutionStartedEventAttributes"]
+            return base64.b64decode(started["input"]["payloads"][0]["data"])
+
+        assert SECRET.encode() in job_request(show("--codec-auth", f"Bearer {token}"))
+        refused = show()  # no token: the codec server answers 401 and nothing is decrypted
+        assert SECRET not in refused.stdout + refused.stderr
     finally:
         server.terminate()
         server.wait(30)
