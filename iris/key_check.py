@@ -36,6 +36,8 @@ from worker_agent.encryption import KeyMismatchError, mismatch_message
 
 log = structlog.get_logger("iris.key_check")
 
+HISTORY_SECONDS = 5.0
+"""How long one page of the scheduler's history may take (a server that does not answer tells nothing)."""
 QUERY_SECONDS = 3.0
 """How long a mismatch waits for a running controller to confirm it."""
 PAGE_EVENTS = 50  # the newest controller-written payload is usually a few events back; payloads can be big
@@ -84,7 +86,9 @@ async def cluster_evidence(client: Client) -> Evidence | None:
             maximum_page_size=PAGE_EVENTS, next_page_token=token,
         )  # fmt: skip
         try:
-            page = await client.workflow_service.get_workflow_execution_history_reverse(request)
+            page = await client.workflow_service.get_workflow_execution_history_reverse(
+                request, timeout=timedelta(seconds=HISTORY_SECONDS)
+            )
         except RPCError as err:  # no scheduler yet (NOT_FOUND), or no right to read it: nothing tells
             if err.status != RPCStatusCode.NOT_FOUND:
                 log.warning("cluster_key_unchecked", error=err.message)
