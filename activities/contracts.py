@@ -51,6 +51,14 @@ KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALE
 """Every value IrisKind takes: the README's saved queries filter the Temporal UI by them."""
 
 
+class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, is what failed
+    """A payload that cannot be read here: encrypted under another key (or none), malformed, another version.
+
+    Raised by Iris's payload converter and by workflow code that decodes a payload by hand; a
+    signal whose handler raises it is dropped and recorded (iris.payload_guard), never retried.
+    """
+
+
 def worker_task_queue(worker_id: str) -> str:
     """Each worker agent polls its own queue, so a task only ever reaches the worker it was placed on."""
     return f"iris-worker-{worker_id}"

@@ -445,12 +445,16 @@ def worker_serve(
     async def main() -> None:
         from iris import observability
         from iris.controller import connect
+        from iris.key_check import check_cluster_key
 
         if health_port is None:
-            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            client = await connect(settings)
+            await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
+            await WorkerAgent(client, config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
         client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+        await check_cluster_key(client)
 
         async def checks() -> dict[str, bool]:
             return {
@@ -465,10 +469,14 @@ def worker_serve(
         finally:
             await health.stop()
 
+    from worker_agent.encryption import KeyMismatchError
+
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
         _fail(f"worker {wid}: {e}", 3)
+    except KeyMismatchError as e:
+        _fail(f"worker {wid} refuses to start: {e}", 3)
 
 
 def _host_memory() -> int:
@@ -539,10 +547,12 @@ def temporal_setup(temporal: TemporalOpt = None) -> None:
 @cluster_app.command("up")
 def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")] = None) -> None:
     """Start the embedded local cluster in the background."""
+    from iris.codec import load_key
     from iris.config import default_config, load_config
     from iris.local_cluster import LocalCluster
 
     cfg = load_config(config) if config else default_config()
+    load_key()  # a malformed IRIS_CODEC_KEY is one line now, not a cluster that never becomes ready
     err.print("starting the local cluster…")
     info = LocalCluster().up(cfg)
     out.print(f"Temporal: {info.address}\nUI: {info.ui_url}\nworkers: {len(info.worker_ids)}")
@@ -643,22 +653,49 @@ def codec_server(
     ui_origin: Annotated[
         list[str] | None, typer.Option("--ui-origin", help="Temporal UI origin allowed to call it, e.g. http://localhost:8233")
     ] = None,
+    token_file: Annotated[
+        Path | None, typer.Option(help="file holding the bearer token callers must send (or IRIS_CODEC_SERVER_TOKEN)")
+    ] = None,
+    oidc_issuer: Annotated[
+        str | None, typer.Option(help="accept OIDC access tokens signed by this issuer (the Temporal UI's SSO)")
+    ] = None,
+    oidc_audience: Annotated[str | None, typer.Option(help="the audience OIDC access tokens must name")] = None,
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="let any caller that reaches the port decode (loopback + origins only)")
+    ] = False,
 ) -> None:
-    """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE)."""
+    """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE).
+
+    Callers authenticate with a bearer token (--token-file / IRIS_CODEC_SERVER_TOKEN) or an OIDC
+    access token (--oidc-issuer); the README's Security section gives the threat model.
+    """
     from aiohttp import web
 
     from iris.codec import EncryptionCodec, load_key
-    from iris.codec_server import make_app
+    from iris.codec_server import TOKEN_ENV, Authenticator, NoAuth, OidcAuth, TokenAuth, make_app
 
     try:
         key = load_key()
+        token = token_file.read_text().strip() if token_file is not None else os.environ.get(TOKEN_ENV, "")
+        auths: list[Authenticator] = [TokenAuth(token)] if token else []
+    except OSError as e:
+        raise _fail(f"--token-file: cannot read {token_file}: {e.strerror or e}") from None
     except ValueError as e:
         raise _fail(str(e)) from None
     if key is None:
         raise _fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
+    if oidc_issuer:
+        auths.append(OidcAuth(oidc_issuer, oidc_audience))
+    if no_auth and not auths:
+        auths = [NoAuth()]
+    if len(auths) > 1:
+        raise _fail("codec-server: give either a token or --oidc-issuer, not both")
+    if not auths:
+        raise _fail("codec-server needs one way to authenticate callers: --token-file (or IRIS_CODEC_SERVER_TOKEN), "
+                    "--oidc-issuer, or --no-auth")
     codec = EncryptionCodec(key)
-    err.print(f"codec server for key {codec.key_id} on http://{host}:{port}")
-    web.run_app(make_app(codec, tuple(ui_origin or ())), host=host, port=port, print=None)
+    err.print(f"codec server for key {codec.key_id} on http://{host}:{port} ({type(auths[0]).__name__})")
+    web.run_app(make_app(codec, tuple(ui_origin or ()), auths[0]), host=host, port=port, print=None)
 
 
 @app.command("codec-key")

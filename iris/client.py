@@ -36,10 +36,12 @@ from activities.proto.values import get_attr
 from iris import fleet
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
+from iris.codec import load_key
 from iris.connection import TemporalSettings
+from iris.key_check import check_cluster_key
 from iris.submission import build_request, command_argv, make_job_id, split_launch
 from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
-from worker_agent.object_store import Logs, open_blob_store, open_log_store
+from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
 from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
@@ -162,6 +164,8 @@ class AsyncIrisClient:
         if settings.address is None:
             from iris.local_cluster import ensure_running
 
+            load_key()  # a malformed IRIS_CODEC_KEY fails here, before a cluster is started that cannot use it
+
             info = await asyncio.to_thread(ensure_running)
             settings = settings.model_copy(update={"address": info.address})
             store = store or info.store_url
@@ -169,6 +173,7 @@ class AsyncIrisClient:
             client = await settings.connect()
         except RuntimeError as err:  # the SDK's connect errors are RuntimeErrors carrying a Rust debug string
             raise ConnectionError(f"cannot reach Temporal at {settings.address}: {_connect_reason(err)}") from None
+        await check_cluster_key(client)  # another key: one line now, not a job no controller can read
         if store is None:
             summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "summary", result_type=pb.ClusterSummary
@@ -209,6 +214,8 @@ class AsyncIrisClient:
             req.entrypoint.function_blob = key
         if bundle is not None:
             key, data = bundle
+            if isinstance(self.blobs, SealedBlobs):  # an encrypted bundle's name says nothing of its contents
+                key = self.blobs.content_key(key)
             if not await asyncio.to_thread(self.blobs.exists, key):  # content-addressed: uploaded once
                 await asyncio.to_thread(self.blobs.put, key, data)
             req.bundle_blob = key

@@ -1,101 +1,161 @@
-"""Payload encryption: job inputs (argv, env, function keys) and results encrypted in Temporal's histories.
+"""Payload encryption: job inputs (argv, env, function keys), results and failures encrypted in Temporal's histories.
 
 Whoever can read a namespace's histories (its operators, the Temporal UI) would otherwise read
 every job's environment, secrets included. With a key set (`IRIS_CODEC_KEY`, base64 of 32 bytes,
 or `IRIS_CODEC_KEY_FILE`), every Iris process encrypts the payloads it writes with AES-256-GCM and
-decrypts what it reads; Temporal stores ciphertext. Search attributes (job state, name, user) stay
-readable so the UI can still list and filter jobs. `iris codec-server` lets a key holder's Temporal
-UI decode payloads in their own browser session: people without the key see ciphertext.
+decrypts what it reads; Temporal stores ciphertext. Failure messages and stack traces are encoded
+too. Search attributes (job state, name, user), workflow ids and task queue names stay readable so
+the UI can still list and filter jobs. `iris codec-server` lets a key holder's Temporal UI decode
+payloads in their own browser session: people without the key see ciphertext.
 
-Every process of a deployment (clients, controllers, agents) needs the same key; a payload
-written under another key fails to decode with an error naming the key ids.
+A payload this process cannot decrypt (another key, tampered, or encrypted while this process
+holds no key) is never an error of the codec: the codec leaves it encoded, with the reason beside
+it, and the payload converter raises `UnreadablePayload` with that reason (one line naming both
+key ids) only where the value is converted. A workflow worker decodes every payload of an
+activation before the workflow sees any; a codec that raised there would fail the workflow task
+for good and wedge a long-lived workflow behind one bad signal. Left encoded, the SDK drops the
+one signal whose arguments do not convert (see `iris.payload_guard`), and everything else goes on.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import os
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.exceptions import InvalidTag
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    DefaultPayloadConverter,
+    EncodingPayloadConverter,
+    PayloadCodec,
+)
 
-KEY_ENV = "IRIS_CODEC_KEY"
-KEY_FILE_ENV = "IRIS_CODEC_KEY_FILE"
+from activities.contracts import UnreadablePayload
+from worker_agent.encryption import (
+    KEY_ENV,
+    KEY_FILE_ENV,
+    NONCE_BYTES,
+    Sealer,
+    generate_key,
+    key_id,
+    load_key,
+    mismatch_message,
+)
+
+__all__ = [
+    "ENCODING",
+    "KEY_ENV",
+    "KEY_FILE_ENV",
+    "EncryptionCodec",
+    "IrisPayloadConverter",
+    "UnreadablePayload",
+    "data_converter",
+    "generate_key",
+    "key_id",
+    "load_key",
+    "payload_key_id",
+]
+
 ENCODING = b"binary/encrypted"
-_NONCE_BYTES = 12
+KEY_ID_METADATA = "encryption-key-id"
+REASON_METADATA = "iris-unreadable"
+"""Set (in memory only) on a payload the codec could not decrypt: why, in one line."""
 
 
-def generate_key() -> str:
-    """A fresh key as the text IRIS_CODEC_KEY takes."""
-    return base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()
-
-
-def _parse_key(text: str, where: str) -> bytes:
-    try:
-        key = base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{where}: the codec key must be base64 of 32 bytes (`iris codec-key` makes one)") from None
-    if len(key) != 32:
-        raise ValueError(f"{where}: the codec key must be 32 bytes (AES-256), got {len(key)}")
-    return key
-
-
-def load_key(environ: dict[str, str] | None = None) -> bytes | None:
-    """The key from IRIS_CODEC_KEY or the file named by IRIS_CODEC_KEY_FILE; None when neither is set."""
-    env = dict(os.environ) if environ is None else environ
-    if env.get(KEY_ENV):
-        return _parse_key(env[KEY_ENV], KEY_ENV)
-    if env.get(KEY_FILE_ENV):
-        path = Path(env[KEY_FILE_ENV]).expanduser()
-        try:
-            text = path.read_text()
-        except OSError as err:
-            raise ValueError(f"{KEY_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
-        return _parse_key(text, KEY_FILE_ENV)
-    return None
+def payload_key_id(payload: Payload) -> str | None:
+    """The key id an encrypted payload names; None for a plaintext payload."""
+    if payload.metadata.get("encoding") != ENCODING:
+        return None
+    return payload.metadata.get(KEY_ID_METADATA, b"").decode("ascii", "replace") or "(none)"
 
 
 class EncryptionCodec(PayloadCodec):
     """AES-256-GCM over whole serialized payloads; the key id travels in metadata, never the key."""
 
     def __init__(self, key: bytes) -> None:
-        self._aead = AESGCM(key)
-        self.key_id = hashlib.sha256(key).hexdigest()[:16]
+        self._sealer = Sealer(key)
+        self.key_id = self._sealer.key_id
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
         for payload in payloads:
-            nonce = os.urandom(_NONCE_BYTES)
-            sealed = self._aead.encrypt(nonce, payload.SerializeToString(), None)
+            nonce = os.urandom(NONCE_BYTES)
+            sealed = self._sealer.aead.encrypt(nonce, payload.SerializeToString(), None)
             out.append(
-                Payload(
-                    metadata={"encoding": ENCODING, "encryption-key-id": self.key_id.encode()},
-                    data=nonce + sealed,
-                )
+                Payload(metadata={"encoding": ENCODING, KEY_ID_METADATA: self.key_id.encode()}, data=nonce + sealed)
             )
         return out
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        out = []
-        for payload in payloads:
-            if payload.metadata.get("encoding") != ENCODING:
-                out.append(payload)  # written before encryption was turned on: still readable
-                continue
-            key_id = payload.metadata.get("encryption-key-id", b"").decode()
-            if key_id != self.key_id:
-                raise ValueError(f"payload encrypted with key {key_id}, but this process holds key {self.key_id}")
-            data = self._aead.decrypt(payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:], None)
-            out.append(Payload.FromString(data))
+        return [self.decode_one(payload) for payload in payloads]
+
+    def decode_one(self, payload: Payload) -> Payload:
+        """The plaintext payload; an undecryptable one is returned as it is, its reason in its metadata."""
+        written_with = payload_key_id(payload)
+        if written_with is None:
+            return payload  # written before encryption was turned on: still readable
+        if written_with != self.key_id:
+            return _unreadable(payload, mismatch_message("payload", written_with, self.key_id))
+        nonce, body = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
+        try:
+            return Payload.FromString(self._sealer.aead.decrypt(nonce, body, None))
+        except (InvalidTag, ValueError):
+            return _unreadable(payload, f"payload encrypted with key {self.key_id} does not decrypt (altered)")
+
+    def decode_strict(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """Like `decode`, but UnreadablePayload for the first payload that does not decrypt (the codec server)."""
+        out = [self.decode_one(payload) for payload in payloads]
+        for payload in out:
+            if REASON_METADATA in payload.metadata:
+                raise UnreadablePayload(payload.metadata[REASON_METADATA].decode())
         return out
 
 
-def data_converter(key: bytes | None) -> DataConverter | None:
-    """The default converter with encryption when there is a key; None (the SDK default) otherwise."""
+def _unreadable(payload: Payload, reason: str) -> Payload:
+    marked = Payload()
+    marked.CopyFrom(payload)
+    marked.metadata[REASON_METADATA] = reason.encode()
+    return marked
+
+
+class _EncryptedPayloadRefusal(EncodingPayloadConverter):
+    """Knows `binary/encrypted` only to say, in one line, why such a payload cannot be read here."""
+
+    @property
+    def encoding(self) -> str:
+        return ENCODING.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None  # never chosen to write a value
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        reason = payload.metadata.get(REASON_METADATA)
+        if reason is not None:
+            raise UnreadablePayload(reason.decode())
+        raise UnreadablePayload(mismatch_message("payload", payload_key_id(payload), None))
+
+
+class IrisPayloadConverter(CompositePayloadConverter):
+    """The SDK's default converters, plus a clear one-line error for payloads this process cannot decrypt."""
+
+    def __init__(self) -> None:
+        super().__init__(*DefaultPayloadConverter.default_encoding_payload_converters, _EncryptedPayloadRefusal())
+
+
+def data_converter(key: bytes | None) -> DataConverter:
+    """Iris's converter: encryption (payloads and failure messages) with a key, plaintext without one.
+
+    Either way a payload encrypted under a key this process lacks fails to convert with one line
+    naming the key ids, never with the SDK's "Unknown payload encoding".
+    """
     if key is None:
-        return None
-    return DataConverter(payload_codec=EncryptionCodec(key))
+        return DataConverter(payload_converter_class=IrisPayloadConverter)
+    return DataConverter(
+        payload_converter_class=IrisPayloadConverter,
+        payload_codec=EncryptionCodec(key),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )

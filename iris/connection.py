@@ -128,21 +128,15 @@ class TemporalSettings(BaseSettings):
         target = address or self.address
         if target is None:
             raise ValueError(f"{ENV_PREFIX}ADDRESS: no Temporal address given (--temporal HOST:PORT)")
-        kwargs: dict[str, Any] = {}
-        if data_converter is None:  # payloads encrypted when IRIS_CODEC_KEY(_FILE) is set
-            data_converter = codec.data_converter(codec.load_key())
-        if data_converter is not None:
-            kwargs["data_converter"] = data_converter
-        if runtime is not None:
-            kwargs["runtime"] = runtime
-        return await Client.connect(
+        return await connect_client(
             target,
             namespace=self.namespace,
+            data_converter=data_converter,
+            runtime=runtime,
             tls=self.tls_config(),
             api_key=self.api_key.get_secret_value() if self.api_key else None,
             identity=f"{self.user()}@{socket.gethostname()}",
-            interceptors=list(interceptors),
-            **kwargs,
+            interceptors=interceptors,
         )
 
     # -- who is asking ---------------------------------------------------------------------------
@@ -168,6 +162,39 @@ class TemporalSettings(BaseSettings):
             "mtls": self.tls_cert is not None,
             "api_key": self.api_key is not None,
         }
+
+
+async def connect_client(
+    address: str,
+    *,
+    namespace: str = "default",
+    data_converter: DataConverter | None = None,
+    runtime: Runtime | None = None,
+    tls: TLSConfig | bool = False,
+    api_key: str | None = None,
+    identity: str | None = None,
+    interceptors: Sequence[Interceptor] = (),
+) -> Client:
+    """The one way an Iris process opens a Temporal client (the local cluster's own checks included).
+
+    Every client gets Iris's data converter: payloads encrypted under the process's codec key when
+    IRIS_CODEC_KEY(_FILE) is set, and one line naming the key ids for a payload it cannot read.
+    A client built any other way cannot read an encrypted cluster's answers.
+    """
+    kwargs: dict[str, Any] = {}
+    if runtime is not None:
+        kwargs["runtime"] = runtime
+    if identity is not None:
+        kwargs["identity"] = identity
+    return await Client.connect(
+        address,
+        namespace=namespace,
+        data_converter=data_converter or codec.data_converter(codec.load_key()),
+        tls=tls,
+        api_key=api_key,
+        interceptors=list(interceptors),
+        **kwargs,
+    )
 
 
 def certificate_subject(pem: bytes) -> str:

@@ -32,6 +32,7 @@ from activities.slices import SliceActivities
 from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
+from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
@@ -139,7 +140,8 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=workflow_runner(),
+        workflow_runner=GuardedRunner(workflow_runner()),
+        interceptors=[PayloadGuard()],  # an unreadable signal is dropped and recorded, never a failed task
     )
 
 

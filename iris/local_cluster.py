@@ -42,6 +42,7 @@ from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
 from activities.platforms.local import slice_processes, worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec, default_config
+from iris.connection import connect_client
 from iris.processes import (
     crash_excerpt,
     group_alive,
@@ -331,7 +332,7 @@ async def wait_until_ready(
         remaining = max(0.1, deadline - time.monotonic())
         try:
             if client is None:
-                client = await asyncio.wait_for(Client.connect(address, namespace=namespace), remaining)
+                client = await asyncio.wait_for(connect_client(address, namespace=namespace), remaining)
             handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
             count = await asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),

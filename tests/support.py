@@ -21,6 +21,7 @@ from temporalio.worker import Replayer, Worker, WorkflowRunner
 
 from iris.controller import workflow_runner
 from iris.local_cluster import ClusterInfo, LocalCluster
+from iris.payload_guard import PayloadGuard
 from workflows.registry import ALL_WORKFLOWS
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
@@ -169,7 +170,8 @@ async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") ->
     replay fixture for tests/test_replay_recorded.py.
     """
     history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-    result = await Replayer(workflows=ALL_WORKFLOWS).replay_workflow(history, raise_on_replay_failure=False)
+    replayer = Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()])  # as the controller runs them
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{wf.id} run {wf.run_id}: {result.replay_failure}"
     folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""
     if folder:

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 import fsspec
 
+from worker_agent.encryption import KeyMismatchError, Sealer, load_key
 from worker_agent.storage import (
     BlobNotFoundError,
     BlobStore,
@@ -40,10 +41,12 @@ from worker_agent.storage import (
 )
 
 __all__ = [
+    "BlobKeyError",
     "Blobs",
     "Logs",
     "ObjectBlobStore",
     "ObjectLogStore",
+    "SealedBlobs",
     "open_blob_store",
     "open_log_store",
 ]
@@ -98,11 +101,70 @@ def _filesystem(url: str) -> tuple[Any, str]:
     return fs, root.rstrip("/")
 
 
-def open_blob_store(url: str) -> Blobs:
-    """The blob store named by `url`: a directory for `file://`, an object store otherwise."""
-    if is_local(url):
-        return BlobStore.from_url(url)
-    return ObjectBlobStore(url)
+FROM_ENV: Final = "from the environment"
+"""`open_blob_store`'s default key: the process's codec key (IRIS_CODEC_KEY / IRIS_CODEC_KEY_FILE), if any."""
+
+
+def open_blob_store(url: str, key: bytes | str | None = FROM_ENV) -> Blobs:
+    """The blob store named by `url`: a directory for `file://`, an object store otherwise.
+
+    With a codec key (by default the process's own), every blob is sealed on `put` and opened on
+    `get` (`SealedBlobs`): functions, arguments, launches, results and bundles rest encrypted.
+    """
+    store: Blobs = BlobStore.from_url(url) if is_local(url) else ObjectBlobStore(url)
+    if key == FROM_ENV:
+        key = load_key()
+    if isinstance(key, bytes):
+        return SealedBlobs(store, Sealer(key))
+    return store
+
+
+class BlobKeyError(StorageError, ValueError):
+    """A blob sealed under another key, or not sealed while this process holds a key; names both key ids."""
+
+
+@dataclass
+class SealedBlobs:
+    """A blob store whose blobs rest encrypted under the process's codec key (AES-256-GCM, see encryption).
+
+    Each blob is bound to its own key in the store, so one cannot be passed off as another. A
+    blob written without a key is refused, not trusted: with encryption on, only a key holder can
+    hand a worker a function to run.
+    """
+
+    inner: Blobs
+    sealer: Sealer
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    @property
+    def key_id(self) -> str:
+        return self.sealer.key_id
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(key, self.sealer.seal(data, key))
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.sealer.open(self.inner.get(key), key, f"blob {key!r}")
+        except KeyMismatchError as err:
+            raise BlobKeyError(str(err)) from None
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def content_key(self, key: str) -> str:
+        """A content-addressed key (`bundles/<sha256>.zip`) made private to this key: an HMAC of the digest.
+
+        The plain digest would let anyone who guesses a bundle's contents confirm them, and a
+        re-keyed deployment would find the old key's blob under the same name.
+        """
+        return self.sealer.private_name(key)
 
 
 def open_log_store(url: str) -> Logs:

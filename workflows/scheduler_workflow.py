@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         RELEASE_BATCH,
         Delivery,
         DeliveryOutcome,
+        UnreadablePayload,
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
@@ -141,16 +142,26 @@ async def _delivery(name: str, args: list[Any], result_type: type[T], *, local: 
 
 def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
     """Decode an enqueue batch by hand, as `_decode_enqueue` does one."""
-    if raw.payload.metadata.get("encoding") == b"json/plain":
-        return [enqueue_from_json(obj) for obj in json.loads(raw.payload.data)]
-    return workflow.payload_converter().from_payload(raw.payload, list[Enqueue])  # type: ignore[no-any-return]
+    try:
+        if raw.payload.metadata.get("encoding") == b"json/plain":
+            return [enqueue_from_json(obj) for obj in json.loads(raw.payload.data)]
+        return workflow.payload_converter().from_payload(raw.payload, list[Enqueue])  # type: ignore[no-any-return]
+    except UnreadablePayload:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # the signal is dropped, not retried
+        raise UnreadablePayload(f"enqueue_batch: {type(err).__name__}: {err}") from err
 
 
 def _decode_enqueue(raw: RawValue) -> Enqueue:
     """Decode an enqueue by hand: the generic converter is too slow for thousands per task."""
-    if raw.payload.metadata.get("encoding") == b"json/plain":
-        return enqueue_from_json(json.loads(raw.payload.data))
-    return workflow.payload_converter().from_payload(raw.payload, Enqueue)  # type: ignore[no-any-return]
+    try:
+        if raw.payload.metadata.get("encoding") == b"json/plain":
+            return enqueue_from_json(json.loads(raw.payload.data))
+        return workflow.payload_converter().from_payload(raw.payload, Enqueue)  # type: ignore[no-any-return]
+    except UnreadablePayload:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # the signal is dropped, not retried
+        raise UnreadablePayload(f"enqueue: {type(err).__name__}: {err}") from err
 
 
 @workflow.defn(name="SchedulerWorkflow")

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import (
-    Client,
     DescribeWorkflowInput,
     FetchWorkflowHistoryEventsInput,
     Interceptor,
@@ -38,6 +37,7 @@ from temporalio.service import RPCError
 from iris.bench.history import count_histories
 from iris.bench.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
 from iris.client import AsyncIrisClient
+from iris.connection import connect_client
 from iris.local_cluster import ClusterInfo, LocalCluster
 from iris.types import JobState, ResourceSpec
 
@@ -81,7 +81,7 @@ async def polling_load(info: ClusterInfo, users: int, per_user: int) -> dict[str
     """`users` clients each submit `per_user` jobs and wait on them all, listing theirs now and then."""
     counter = CallCounter()
     temporals = [
-        await Client.connect(info.address, interceptors=[counter]) for _ in range(min(users, CLIENT_CONNECTIONS))
+        await connect_client(info.address, interceptors=[counter]) for _ in range(min(users, CLIENT_CONNECTIONS))
     ]
     clients = [AsyncIrisClient(temporals[u % len(temporals)], info.store_url) for u in range(users)]
     finished: list[str] = []

@@ -37,6 +37,7 @@ from activities.contracts import WORKER_SESSION, WorkerSessionInput
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from activities.signals import coalescer
+from iris.connection import connect_client
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
 from worker_agent.registration import register_hosts
@@ -453,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
         async def go() -> ScaleFigures:
-            client = await Client.connect(address)
+            client = await connect_client(address)
             assert controller is not None
             figures = await run_scale(
                 client,

@@ -16,13 +16,13 @@ import signal
 import sys
 
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
+from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
 from workflows.ids import CONTROL_TASK_QUEUE
 from workflows.scheduler_workflow import SchedulerWorkflow
@@ -48,7 +48,7 @@ async def assignments_or_count(deliveries: list[Delivery], patience: float) -> D
 
 
 async def serve(address: str) -> None:
-    client = await Client.connect(address)
+    client = await connect_client(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
