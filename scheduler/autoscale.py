@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduler.scheduling import find_assignments
+from scheduler.sharing import GroupHeadroom
 from scheduler.types import AttrValue, PendingJob, Resources, WorkerSnapshot
 
 # Slice states as the autoscaler workflow names them.
@@ -351,3 +352,19 @@ def _recheck_after(
             due.append(g.last_scale_up + g.scale_up_delay)
     later = [t - now for t in due if t > now]
     return min(later) if later else None
+
+
+def headroom(groups: Sequence[GroupShape], slices: Sequence[SliceView], now: float) -> tuple[GroupHeadroom, ...]:
+    """What each group can still bring, for the scheduler's preemption rule: booting slices plus room below max_slices.
+
+    A group that backs off or waits out its scale_up_delay may add nothing now;
+    its booting slices still count.
+    """
+    out = []
+    for group in groups:
+        mine = [s for s in slices if s.group == group.name]
+        booting = sum(1 for s in mine if s.state in IN_FLIGHT)
+        addable = 0 if group.blocked(now) else max(0, group.max_slices - len(mine))
+        hosts = tuple(slice_hosts(group, f"{group.name}-new"))
+        out.append(GroupHeadroom(group.name, hosts, booting + addable))
+    return tuple(out)
