@@ -34,10 +34,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from scheduler.sharing import ShareSnapshot
+from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
 from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources
 
 if TYPE_CHECKING:
@@ -48,23 +48,33 @@ Cost = tuple[int, float, int]  # (highest victim band rank, resource-time lost i
 Extra = list[int]  # cpu, memory, gpus, tpus a worker gains when its victims go
 
 
-@dataclass(slots=True)
 class Unit:
-    """What is evicted together: a whole running gang, or one task of a plain job."""
+    """What is evicted together: a whole running gang, or one task of a plain job.
 
-    job_id: str
-    band: Band
-    rank: int
-    indices: tuple[int, ...]
-    rows: tuple[int, ...]  # the worker row of each task still in the snapshot
-    request: Resources
-    lost: float
-    evicted: bool = False
+    `order` sorts cheapest first: lowest band, least lost, fewest tasks (ids make it total).
+    """
 
-    @property
-    def order(self) -> tuple[int, float, int, str, tuple[int, ...]]:
-        """Cheapest first: lowest band, least lost, fewest tasks; ids make it total."""
-        return (self.rank, self.lost, len(self.indices), self.job_id, self.indices)
+    __slots__ = ("band", "evicted", "indices", "job_id", "lost", "order", "rank", "request", "rows")
+
+    def __init__(
+        self,
+        job_id: str,
+        band: Band,
+        rank: int,
+        indices: tuple[int, ...],
+        rows: tuple[int, ...],
+        request: Resources,
+        lost: float,
+    ) -> None:
+        self.job_id = job_id
+        self.band = band
+        self.rank = rank
+        self.indices = indices  # task indices evicted together
+        self.rows = rows  # the worker row of each task still in the snapshot
+        self.request = request
+        self.lost = lost  # credits its tasks used since they started, thrown away by a restart
+        self.evicted = False
+        self.order = (rank, lost, len(indices), job_id, indices)
 
 
 def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
@@ -91,32 +101,57 @@ class Preemption:
     def __init__(self, state: PassState, share: ShareSnapshot) -> None:
         self.state = state
         self.share = share
-        row_of = {w.worker_id: row for row, w in enumerate(state.workers)}
-        rates = share.policy.rates
-        self.units: list[Unit] = []
-        self.on_row: dict[int, list[Unit]] = {}
+        self.row_of = row_of = {w.worker_id: row for row, w in enumerate(state.workers)}
+        now = share.now
+        self.on_row: dict[int, list[Unit]] = {}  # built per worker on first use: most are never looked at
+        self.gangs_on_row: dict[int, list[Unit]] = {}
+        self.plain_on: dict[str, list[tuple[RunningJob, RunningTask, int]]] = {}  # by worker id
+        self.min_rank = PRODUCTION_RANK
         for job in share.running:
             rank = BAND_RANK[job.band]
             if rank >= PRODUCTION_RANK or not job.tasks:
                 continue  # production is never a victim
-            per_second = rates.per_hour(job.request) / 3600
-            groups = [job.tasks] if job.coscheduled else [(task,) for task in job.tasks]
-            for tasks in groups:
-                lost = sum(per_second * max(0.0, share.now - t.started_at) for t in tasks)
-                rows = tuple(row_of[t.worker_id] for t in tasks if t.worker_id in row_of)
-                unit = Unit(job.job_id, job.band, rank, tuple(t.task_index for t in tasks), rows, job.request, lost)
-                self.units.append(unit)
+            self.min_rank = min(self.min_rank, rank)
+            if job.coscheduled:
+                per_second = share.policy.rates.per_hour(job.request) / 3600
+                lost = sum(per_second * max(0.0, now - t.started_at) for t in job.tasks)
+                rows = tuple(row_of[t.worker_id] for t in job.tasks if t.worker_id in row_of)
+                unit = Unit(job.job_id, job.band, rank, tuple(t.task_index for t in job.tasks), rows, job.request, lost)
                 for row in set(rows):
-                    self.on_row.setdefault(row, []).append(unit)
-        for units in self.on_row.values():
-            units.sort(key=lambda u: u.order)
-        self.min_rank = min((u.rank for u in self.units), default=PRODUCTION_RANK)
+                    self.gangs_on_row.setdefault(row, []).append(unit)
+                continue
+            plain_on = self.plain_on
+            for t in job.tasks:
+                found = plain_on.get(t.worker_id)
+                if found is None:
+                    plain_on[t.worker_id] = [(job, t, rank)]
+                else:
+                    found.append((job, t, rank))
         self.slices_left = {g.group: g.slices for g in share.headroom}
         self.trials: dict[tuple[object, ...], int] = {}
         self.gang_failed: dict[tuple[int, int], int] = {}  # (bucket id, rank) -> smallest need that failed
         self.plain_failed: set[tuple[int, int]] = set()
         self.plain_heaps: dict[tuple[int, int], list[tuple[Cost, int]]] = {}
         self.victims: list[tuple[Unit, str, int]] = []
+
+    def units_on(self, row: int) -> list[Unit]:
+        """The units running on a worker, cheapest first (built and sorted on first use)."""
+        units = self.on_row.get(row)
+        if units is not None:
+            return units
+        units = list(self.gangs_on_row.get(row, ()))
+        rates, now = self.share.policy.rates, self.share.now
+        for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
+            lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
+            units.append(Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost))
+        units.sort(key=lambda u: u.order)
+        self.on_row[row] = units
+        return units
+
+    def rows_with_units(self) -> set[int]:
+        """Every worker row that runs an evictable unit."""
+        row_of = self.row_of
+        return set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
 
     def may_evict_for(self, rank: int) -> bool:
         """Whether any running unit is of a band strictly below `rank`."""
@@ -238,7 +273,7 @@ class Preemption:
         """Greedy-then-prune victim set that frees `need` fitting members of one group, or None."""
         seen: dict[int, Unit] = {}
         for row in group.members:
-            for unit in self.on_row.get(row, ()):
+            for unit in self.units_on(row):
                 if unit.rank < rank and not unit.evicted:
                     seen[id(unit)] = unit
         if not seen:
@@ -286,7 +321,7 @@ class Preemption:
         heap = self.plain_heaps.get(memo)
         if heap is None:
             heap = self.plain_heaps[memo] = []
-            for row in self.on_row.keys() & feasible:
+            for row in self.rows_with_units() & feasible:
                 cost = self._row_cost(row, request, rank)
                 if cost is not None:
                     heap.append((cost[0], row))
@@ -330,7 +365,7 @@ class Preemption:
         if self._fits(row, request, extra):
             return (-1, 0.0, 0), []  # room without eviction (freed by an earlier eviction's leftovers)
         chosen: list[Unit] = []
-        for unit in self.on_row.get(row, ()):
+        for unit in self.units_on(row):
             if unit.rank >= rank or unit.evicted:
                 continue
             _add(extra, unit, 1)
