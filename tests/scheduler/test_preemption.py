@@ -181,3 +181,16 @@ def test_no_running_work_means_no_evictions() -> None:
     """A share snapshot without running jobs behaves like a pass without preemption."""
     result = find_assignments(tpu_slice("s0", 2), [gang("g", 4)], share=share())
     assert () == result.evictions
+
+
+def test_headroom_from_the_autoscaler_counts_booting_slices_and_room_below_max() -> None:
+    """A group with one READY and one CREATING slice of max 3 can bring 2; while it backs off, only the booting one."""
+    from scheduler.autoscale import GroupShape, SliceView, headroom
+
+    group = GroupShape("v5e", 4, Resources(16000, 32 * GIB, 0, 4), {"tpu-topology": "v5e-16"}, max_slices=3)
+    slices = [SliceView("a", "v5e", "READY"), SliceView("b", "v5e", "CREATING")]
+    (room,) = headroom([group], slices, now=0.0)
+    assert ("v5e", 2, 4) == (room.group, room.slices, len(room.hosts))
+    assert "v5e-16" == room.hosts[0].attributes["tpu-topology"]
+    backing_off = GroupShape(**{**group.__dict__, "backoff_until": 100.0})
+    assert 1 == headroom([backing_off], slices, now=0.0)[0].slices

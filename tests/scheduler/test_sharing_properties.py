@@ -243,3 +243,37 @@ def test_fair_share_never_starves_a_user(users: int, slots: int, max_usage: int,
     for name in names:
         assert name in served, f"{name} (usage {start[name]}) not served in {bound} passes"
         assert oldest[name] not in {j.job_id for j in queue}
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(40, 300), st.integers(0, 2000), st.integers(0, 10**6), st.integers(1, 12))
+def test_shared_bench_outputs_pass_the_validator(workers: int, tasks: int, seed: int, users: int) -> None:
+    """On generated inputs with users, bands and running work, the plan passes every bench check."""
+    from scheduler.bench import output_document, schedule_shared
+    from scheduler.bench_gen import add_sharing, generate
+    from scheduler.bench_validate import validate
+
+    doc = add_sharing(generate(workers, tasks, seed), users, seed)
+    assignments, evictions, seconds = schedule_shared(doc, sharing=True)
+    assert [] == validate(doc, output_document(assignments, seconds, evictions))
+
+
+def test_the_validator_catches_half_a_gang_evicted_and_an_equal_band_victim() -> None:
+    """Evicting one task of a running gang, or an interactive job for an interactive one, is reported."""
+    from scheduler.bench_validate import validate
+
+    doc = {
+        "workers": [{"id": f"w{i}", "cpu": 8, "memory_bytes": GIB, "tpus": 4, "attributes": {"tpu-name": "s"}}
+                    for i in range(2)],
+        "jobs": [{"id": "p", "replicas": 1, "cpu": 1, "memory_bytes": 0, "tpus": 4, "priority": "interactive",
+                  "user": "ana", "coschedule_group_by": None}],
+        "default_credits": 10,
+        "running": [{"id": "r", "priority": "interactive", "cpu": 1, "memory_bytes": 0, "tpus": 4,
+                     "coscheduled": True,
+                     "tasks": [{"task_index": 0, "worker": "w0"}, {"task_index": 1, "worker": "w1"}]}],
+    }
+    out = {"seconds": 0.0, "assignments": [{"job": "p", "task_index": 0, "worker": "w0"}],
+           "evictions": [{"job": "r", "task_indices": [0], "preemptor": "p"}]}
+    errors = validate(doc, out)
+    assert any("1 of 2 tasks evicted" in e for e in errors)
+    assert any("interactive job r evicted for interactive job p" in e for e in errors)
