@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import GroupHeadroom
-from scheduler.types import AttrValue, PendingJob, Resources, WorkerSnapshot
+from scheduler.types import BAND_RANK, AttrValue, PendingJob, Resources, WorkerSnapshot
 
 # Slice states as the autoscaler workflow names them.
 CREATING = "CREATING"
@@ -243,7 +243,7 @@ def _plan_new_slices(
             else:
                 create[g.name] = fresh[g.name] = missing
 
-    for job in sorted(leftover, key=lambda j: -j.priority):  # stable: FIFO inside a priority band
+    for job in sorted(leftover, key=lambda j: (-BAND_RANK[j.band], -j.priority)):  # stable: FIFO inside a band
         key = _class_key(job)
         left = len(job.task_indices)
         reasons: list[str] = []
