@@ -21,7 +21,11 @@ Called by the pass for a job it could not place on free capacity. The rules:
    candidate units cheapest first until the job fits, then drops every unit,
    most expensive first, that the fit does not need; the cheapest result
    across groups or workers wins. (An exact minimum is a set-cover problem;
-   greedy-then-prune is what keeps a pass at 100k jobs fast.)
+   greedy-then-prune is what keeps a pass at 100k jobs fast.) Groups and
+   workers wait in a heap by cost, computed once per kind of job and band;
+   costs only rise as a pass evicts and places, so a popped entry whose cost
+   still holds is the cheapest, and the next preemptor of the same kind does
+   not search the fleet again.
 6. The preemptor is placed in the same plan, on the workers its victims free:
    its assignments wait until the victims have released their capacity, and
    its pending reason says so ("evicting 2 batch tasks of ana/sweep-3").
@@ -132,6 +136,7 @@ class Preemption:
         self.gang_failed: dict[tuple[int, int], int] = {}  # (bucket id, rank) -> smallest need that failed
         self.plain_failed: set[tuple[int, int]] = set()
         self.plain_heaps: dict[tuple[int, int], list[tuple[Cost, int]]] = {}
+        self.gang_heaps: dict[tuple[tuple[int, int], int], list[tuple[Cost, int]]] = {}
         self.victims: list[tuple[Unit, str, int]] = []
 
     def units_on(self, row: int) -> list[Unit]:
@@ -248,13 +253,30 @@ class Preemption:
         memo = (id(bucket), rank)
         if need >= self.gang_failed.get(memo, 1 << 62):
             return None
+        heap = self.gang_heaps.get((memo, need))
+        if heap is None:
+            heap = []
+            for position, group in enumerate(bucket.all_groups):
+                if len(group.members) >= need:
+                    found = self._gang_in_group(group, bucket.request, need, rank)
+                    if found is not None:
+                        heap.append((found[0], position))
+            heapq.heapify(heap)
+            self.gang_heaps[memo, need] = heap
         best: tuple[Cost, GroupCandidate, list[Unit], dict[int, Extra]] | None = None
-        for group in bucket.all_groups:
-            if len(group.members) < need:
-                continue
+        chosen = -1
+        while heap:  # lazy: a group's cost only rises in a pass, so a stored cost that still holds is the least
+            cost, position = heap[0]
+            group = bucket.all_groups[position]
             found = self._gang_in_group(group, bucket.request, need, rank)
-            if found is not None and (best is None or found[0] < best[0]):
-                best = (found[0], group, found[1], found[2])
+            if found is None:
+                heapq.heappop(heap)
+            elif found[0] <= cost:
+                heapq.heappop(heap)
+                best, chosen = (found[0], group, found[1], found[2]), position
+                break
+            else:
+                heapq.heapreplace(heap, (found[0], position))
         if best is None:
             self.gang_failed[memo] = need
             return None
@@ -265,6 +287,9 @@ class Preemption:
             self._take(row, bucket.request, extra)
             state.assignments.append(Assignment(job.job_id, index, state.workers[row].worker_id))
         self._evict(victims, job, rank)
+        again = self._gang_in_group(group, bucket.request, need, rank)  # a big group may host another gang
+        if again is not None:
+            heapq.heappush(heap, (again[0], chosen))
         return victims
 
     def _gang_in_group(
