@@ -3,10 +3,13 @@
     python -m scheduler.bench_share                       # 10,000 workers x 100,000 tasks, 50 users
     python -m scheduler.bench_share --workers 4000 --tasks 30000 --users 20 --repeats 7
 
+Two cases: running work on about half of the fleet, and on all of it (every
+slice busy, so every pending interactive or production gang must evict).
+
 The input is a mixed fleet from `bench_gen` with `add_sharing`: three bands,
 USERS users (every tenth without credits), and running work on about half of
 the fleet, so pending interactive and production jobs find eviction
-candidates. The two passes see the same workers (free capacity already reduced
+candidates. In each case the two passes see the same workers (free capacity already reduced
 by the running work) and the same queue; the bandless pass ignores users,
 bands, credits and running work, exactly as a pass without a ShareSnapshot.
 Each timing is what `scheduler.bench` times: building the snapshot from the
@@ -65,21 +68,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    doc = add_sharing(generate(args.workers, args.tasks, args.seed), args.users, args.seed)
+    failed = False
+    for fraction in (0.5, 1.0):
+        start = time.perf_counter()
+        doc = add_sharing(generate(args.workers, args.tasks, args.seed), args.users, args.seed, fraction)
+        failed |= _case(doc, args.tasks, args.users, args.repeats, time.perf_counter() - start, fraction)
+    return 1 if failed else 0
+
+
+def _case(doc: dict[str, Any], tasks: int, users: int, repeats: int, generated: float, fraction: float) -> bool:
+    """Print one case; return whether either plan broke a bench rule."""
     running = sum(len(r["tasks"]) for r in doc["running"])
     print(
-        f"== sharing: {len(doc['workers'])} workers, {args.tasks} pending tasks in {len(doc['jobs'])} jobs, "
-        f"{args.users} users, 3 bands, {running} running tasks in {len(doc['running'])} jobs "
-        f"(generated in {time.perf_counter() - start:.1f} s)"
+        f"== sharing, running work on {fraction:.0%} of the hosts: {len(doc['workers'])} workers, {tasks} pending "
+        f"tasks in {len(doc['jobs'])} jobs, {users} users, 3 bands, {running} running tasks in "
+        f"{len(doc['running'])} jobs (generated in {generated:.1f} s)"
     )
-    row = measure(doc, args.repeats)
+    row = measure(doc, repeats)
     for sharing, label in ((False, "bandless"), (True, "sharing ")):
         t, c = row["times"][sharing], row["cpu"][sharing]
-        tasks, gangs = row["placed"][sharing]
+        placed, gangs = row["placed"][sharing]
         print(
             f"   {label}: wall median {statistics.median(t):.3f} s best {min(t):.3f} s, cpu best {min(c):.3f} s  "
-            f"tasks placed {tasks:6d}  coscheduled jobs placed {gangs:4d}  violations {len(row['errors'][sharing])}"
+            f"tasks placed {placed:6d}  coscheduled jobs placed {gangs:4d}  violations {len(row['errors'][sharing])}"
         )
     print(f"   evictions: {row['evictions']} victims ({row['evicted_tasks']} tasks)")
     ratio = statistics.median(row["times"][True]) / statistics.median(row["times"][False])
@@ -91,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for error in (row["errors"][False] + row["errors"][True])[:10]:
         print(f"   ! {error}")
-    return 1 if row["errors"][False] or row["errors"][True] else 0
-
+    return bool(row["errors"][False] or row["errors"][True])
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -36,6 +36,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from scheduler.accounting import DEFAULT_RATES, Rates, UserAccount
 from scheduler.types import BAND_RANK, Band, PendingJob, Resources, WorkerSnapshot
@@ -59,9 +60,12 @@ class SharePolicy:
 DEFAULT_SHARE_POLICY = SharePolicy()
 
 
-@dataclass(frozen=True, slots=True)
-class RunningTask:
-    """One running task attempt: where it runs and since when (seconds, the snapshot's clock)."""
+class RunningTask(NamedTuple):
+    """One running task attempt: where it runs and since when (seconds, the snapshot's clock).
+
+    A named tuple, not a dataclass: a snapshot holds one per running task (tens
+    of thousands), and a tuple is built three times faster.
+    """
 
     task_index: int
     worker_id: str
