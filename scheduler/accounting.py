@@ -12,7 +12,9 @@ with defaults 1 credit per CPU core-hour, 0 per GiB-hour (memory comes with the
 cores), 10 per GPU-hour and 10 per TPU chip-hour. A task is charged for the time
 its attempt held its worker, from start to release, whatever the outcome: a
 failed or preempted attempt used the machine too. Credits are floats; a
-balance may go below zero (a running task is never stopped for credits).
+balance may go below zero (a running task is never stopped for credits). A
+user never given credits starts with `DEFAULT_CREDITS` (1,000) unless the
+cluster sets its own default.
 
 Exactly once: every charge names its (task id, attempt) and the time the
 attempt started and the time charged up to. The `Ledger` remembers, per key,
@@ -36,6 +38,9 @@ from scheduler.types import Resources
 
 SECONDS_PER_HOUR = 3600.0
 GIB = 1 << 30
+# What a user never given credits starts with, unless the cluster's config says otherwise: enough for a
+# thousand core-hours, so a fresh cluster schedules bands as asked until an operator sets balances.
+DEFAULT_CREDITS = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,7 @@ class Accounts:
 
     users: Mapping[str, UserAccount] = field(default_factory=dict)
     ledger: Ledger = field(default_factory=Ledger)
-    default_credits: float = 0.0
+    default_credits: float = DEFAULT_CREDITS
 
     def account(self, user: str) -> UserAccount:
         """The user's account; a user never seen starts with `default_credits`."""

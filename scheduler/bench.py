@@ -37,7 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scheduler.accounting import DecayedUsage, UserAccount
+from scheduler.accounting import DEFAULT_CREDITS, DecayedUsage, UserAccount
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
 from scheduler.types import Assignment, Band, Constraint, Eviction, PendingJob, Resources, WorkerSnapshot, parse_band
@@ -115,7 +115,7 @@ def parse_share(doc: Document) -> ShareSnapshot:
         for run in doc.get("running") or []
     ]
     return ShareSnapshot(
-        now=now, users=users, default_credits=float(doc.get("default_credits", 0.0)), running=running
+        now=now, users=users, default_credits=float(doc.get("default_credits", DEFAULT_CREDITS)), running=running
     )
 
 

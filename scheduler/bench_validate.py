@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from scheduler.accounting import DEFAULT_CREDITS
 from scheduler.attributes import evaluate, values_equal
 from scheduler.types import Constraint
 
@@ -113,7 +114,7 @@ def _check_evictions(
     running = {str(r["id"]): r for r in doc_in.get("running") or []}
     jobs = {str(j["id"]): j for j in doc_in["jobs"]}
     accounts = doc_in.get("users") or {}
-    default = float(doc_in.get("default_credits", 0.0))
+    default = float(doc_in.get("default_credits", DEFAULT_CREDITS))
     evicted: dict[str, set[int]] = {}
     for number, item in enumerate(doc_out.get("evictions") or []):
         victim, preemptor = running.get(str(item.get("job"))), jobs.get(str(item.get("preemptor")))

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from scheduler.accounting import DEFAULT_RATES, Rates, UserAccount
+from scheduler.accounting import DEFAULT_CREDITS, DEFAULT_RATES, Rates, UserAccount
 from scheduler.types import BAND_RANK, Band, PendingJob, Resources, WorkerSnapshot
 
 
@@ -115,7 +115,7 @@ class ShareSnapshot:
 
     now: float
     users: Mapping[str, UserAccount] = field(default_factory=dict)
-    default_credits: float = 0.0
+    default_credits: float = DEFAULT_CREDITS
     running: Sequence[RunningJob] = ()
     headroom: Sequence[GroupHeadroom] = ()
     policy: SharePolicy = DEFAULT_SHARE_POLICY

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 from sched_helpers import GIB
 
-from scheduler import Accounts, Charge, DecayedUsage, Ledger, Rates, Resources, UserAccount, charge, charge_all
+from scheduler import (
+    Accounts,
+    Charge,
+    DecayedUsage,
+    Ledger,
+    Rates,
+    Resources,
+    ShareSnapshot,
+    UserAccount,
+    charge,
+    charge_all,
+)
 
 HOUR = 3600.0
 CORE = Resources(cpu_millis=1000)
@@ -58,7 +69,7 @@ def test_accrual_then_final_charge_adds_up_to_the_whole_run() -> None:
 
 def test_a_retry_or_preempted_attempt_is_charged_for_its_own_time() -> None:
     """Attempt 1 (preempted after 30 min) and attempt 2 (ran an hour) cost 1.5 core-hours, not more."""
-    accounts = Accounts()
+    accounts = Accounts(default_credits=0.0)
     items = [run("ana", "j/task-0", 1, 0, HOUR / 2), run("ana", "j/task-0", 2, HOUR, 2 * HOUR)]
     accounts, spent = charge_all(accounts, [*items, *items])
     assert 1.5 == spent
@@ -100,6 +111,12 @@ def test_unknown_users_start_with_the_default_and_operators_set_balances() -> No
     assert (500.0, 2.0) == (accounts.account("zoe").balance, accounts.account("zoe").used)
     with pytest.raises(ValueError, match="credits"):
         accounts.set_credits("zoe", float("nan"))
+
+
+def test_a_cluster_without_credit_settings_gives_everyone_a_thousand() -> None:
+    """The built-in default lets a fresh cluster schedule bands as asked before any operator sets credits."""
+    assert 1000.0 == Accounts().account("new").balance
+    assert 1000.0 == ShareSnapshot(now=0.0).balance("new")
 
 
 def test_forget_job_drops_only_that_jobs_keys() -> None:
