@@ -277,3 +277,16 @@ def test_the_validator_catches_half_a_gang_evicted_and_an_equal_band_victim() ->
     errors = validate(doc, out)
     assert any("1 of 2 tasks evicted" in e for e in errors)
     assert any("interactive job r evicted for interactive job p" in e for e in errors)
+
+
+def test_a_spec_input_without_sharing_fields_runs_and_writes_as_before() -> None:
+    """An input in the spec's format runs without a ShareSnapshot; its output has no evictions key."""
+    from scheduler.bench import output_document, parse_jobs, parse_workers, schedule_shared, uses_sharing
+    from scheduler.bench_gen import generate
+
+    doc = generate(200, 1500, 3)
+    assert not uses_sharing(doc)
+    assignments, evictions, seconds = schedule_shared(doc, sharing=False)
+    assert [] == evictions
+    assert {"assignments", "seconds"} == set(output_document(assignments, seconds))
+    assert list(find_assignments(parse_workers(doc), parse_jobs(doc)).assignments) == assignments
