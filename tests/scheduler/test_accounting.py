@@ -123,3 +123,12 @@ def test_forget_job_drops_only_that_jobs_keys() -> None:
     """A finished job's ledger keys go; another job with a longer id that shares the prefix stays."""
     ledger = Ledger({("a/task-0", 1): 5.0, ("a/task-1", 2): 3.0, ("ab/task-0", 1): 1.0})
     assert Ledger({("ab/task-0", 1): 1.0}) == ledger.forget_job("a")
+
+
+def test_accounts_survive_a_json_round_trip() -> None:
+    """What the workflow carries through continue-as-new comes back equal, ledger included."""
+    import json
+
+    accounts, _ = charge(Accounts(default_credits=7.0), run("ana", "j/task-0", 3, 0, HOUR))
+    accounts = accounts.set_credits("bob", 5)
+    assert accounts == Accounts.unpack(json.loads(json.dumps(accounts.pack())))
