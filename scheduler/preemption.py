@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from scheduler.placement import GangBucket, GroupCandidate, PassState, PlainBucket
 
 PRODUCTION_RANK = BAND_RANK[Band.PRODUCTION]
+PROBE_TASKS = 1 << 14  # plain tasks offered to an empty new slice to learn how many it holds
 Cost = tuple[int, float, int]  # (highest victim band rank, resource-time lost in credits, tasks)
 Extra = list[int]  # cpu, memory, gpus, tpus a worker gains when its victims go
 
@@ -175,8 +176,9 @@ class Preemption:
             key = (group.group, job.request, job.constraints, job.group_by, job.tolerations,
                    len(indices) if job.group_by else 0)
             per_slice = self.trials.get(key)
-            if per_slice is None:
-                probe = replace(job, task_indices=tuple(indices), waited_seconds=0.0, scheduling_timeout_seconds=None)
+            if per_slice is None:  # a plain probe asks for more than any slice holds, so it measures the slice
+                probe_indices = tuple(indices) if job.group_by else tuple(range(PROBE_TASKS))
+                probe = replace(job, task_indices=probe_indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
                 per_slice = self.trials[key] = len(find_assignments(group.hosts, [probe]).assignments)
             if per_slice == 0 or (job.group_by and per_slice < len(indices)):
                 continue

@@ -194,3 +194,14 @@ def test_headroom_from_the_autoscaler_counts_booting_slices_and_room_below_max()
     assert "v5e-16" == room.hosts[0].attributes["tpu-topology"]
     backing_off = GroupShape(**{**group.__dict__, "backoff_until": 100.0})
     assert 1 == headroom([backing_off], slices, now=0.0)[0].slices
+
+
+def test_headroom_counts_how_many_plain_tasks_a_new_slice_holds() -> None:
+    """A new slice holds 16 one-chip tasks: a 2-task job claims one slice, a 30-task job two; nothing is evicted."""
+    hosts = tpu_slice("s0", 4)
+    sweep = running("ana/sweep", hosts)
+    room = GroupHeadroom("v5e", tuple(tpu_slice("new", 4)), slices=3)
+    jobs = [job("bob/two", tasks=2, cpu=1, tpus=1), job("bob/thirty", tasks=30, cpu=1, tpus=1)]
+    result = find_assignments(occupied(hosts, sweep), jobs, share=share(sweep, headroom=[room]))
+    assert () == result.evictions
+    assert all(result.pending_reasons[j].startswith("waiting for a new v5e slice") for j in ("bob/two", "bob/thirty"))
