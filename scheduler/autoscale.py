@@ -51,6 +51,7 @@ SLICE_NAME_ATTRIBUTE = "tpu-name"
 HOST_INDEX_ATTRIBUTE = "tpu-worker-id"
 SLICE_ID_ATTRIBUTE = "iris-slice-id"
 SCALE_GROUP_ATTRIBUTE = "iris-scale-group"
+PROBE_TASKS = 1 << 14  # plain tasks offered to an empty new slice to learn how many it holds
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,11 @@ class _Trial:
 def _trial(group: GroupShape, job: PendingJob) -> _Trial:
     """Place `job` alone on an empty slice of `group` with the real scheduler."""
     probe_id = f"{group.name}-new"
-    result = find_assignments(slice_hosts(group, probe_id), [replace(job, waited_seconds=0.0)])
+    # The trial is shared by every job of the class, whatever its size: offer plain tasks beyond what any
+    # slice holds, so that per_slice is the slice's capacity and not the first job's task count.
+    indices = job.task_indices if job.group_by else tuple(range(PROBE_TASKS))
+    probe = replace(job, task_indices=indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
+    result = find_assignments(slice_hosts(group, probe_id), [probe])
     placed = len(result.assignments)
     if placed:
         return _Trial(placed, "")
