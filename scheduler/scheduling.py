@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
-from scheduler.reasons import capacity_rejection, constraint_rejection, first_short_dimension, join_counts
+from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
 from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
 from scheduler.types import (
     BAND_RANK,
@@ -172,26 +172,33 @@ def _run_gang(state: PassState, job: PendingJob, bucket: GangBucket, starving: b
     return 0
 
 
+_DIMENSIONS = ("fitting", "cpu", "memory", "gpus", "tpus", "reserved")
+
+
 def _capacity_parts(state: PassState, rows: Iterable[int], request: Resources) -> tuple[int, list[str]]:
-    """Charge each worker that cannot take the request to "reserved" or its first short resource."""
-    reserved = 0
-    short: Counter[str] = Counter()
-    fitting = 0
-    for row in rows:
-        if state.reserved[row]:
-            reserved += 1
-            continue
-        dimension = first_short_dimension(
-            request, state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row]
-        )
-        if dimension is None:
-            fitting += 1
-        else:
-            short[dimension] += 1
-    parts = [capacity_rejection(d, short[d], request) for d in ("cpu", "memory", "gpus", "tpus") if short[d]]
-    if reserved:
-        parts.append(f"{reserved} held for a starving job")
-    return fitting, parts
+    """Charge each worker that cannot take the request to "reserved" or its first short resource.
+
+    One comprehension codes every row (0 fits, 1-4 the first short dimension as in
+    `reasons.first_short_dimension`, 5 reserved): reasons are explained for
+    every bucket left pending, over up to every worker, so this loop is hot.
+    """
+    rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+    fc, fm, fg, ft, reserved = state.free_cpu, state.free_mem, state.free_gpu, state.free_tpu, state.reserved
+    codes = Counter(
+        [
+            5 if reserved[row]
+            else 1 if fc[row] < rc
+            else 2 if fm[row] < rm
+            else 3 if fg[row] < rg
+            else 4 if ft[row] < rt
+            else 0
+            for row in rows
+        ]
+    )
+    parts = [capacity_rejection(_DIMENSIONS[d], codes[d], request) for d in (1, 2, 3, 4) if codes[d]]
+    if codes[5]:
+        parts.append(f"{codes[5]} held for a starving job")
+    return codes[0], parts
 
 
 def explain_plain(state: PassState, constraints: Sequence[Constraint], request: Resources) -> str:
