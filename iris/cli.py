@@ -164,7 +164,7 @@ _FLAG_OF_FIELD = {
     "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
-    "bundle": "--bundle", "setup": "--setup",
+    "bundle": "--bundle", "setup": "--setup", "priority": "--priority",
 }
 
 
@@ -196,6 +196,9 @@ def run(
     max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
     max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
     scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
+    priority: Annotated[
+        str, typer.Option(help="band: production, interactive or batch (a user without credits runs as batch)")
+    ] = "interactive",
     env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
     image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
     bundle: Annotated[
@@ -227,6 +230,7 @@ def run(
             max_retries_failure=max_retries,
             max_retries_preemption=max_preemptions,
             scheduling_timeout=scheduling_timeout,
+            priority=priority,
             setup=setup or None,
         )
         if setup and bundle is None:

@@ -7,6 +7,7 @@ request leaves no trace.
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import time
 import uuid
@@ -100,11 +101,20 @@ def build_request(
     max_retries_failure: int = 0,
     max_retries_preemption: int = 100,
     scheduling_timeout: float | timedelta | None = None,
-    priority: int = 0,
+    priority: str = "interactive",
     tolerations: Sequence[str] = (),
     setup: str | Sequence[str] | None = None,
 ) -> pb.JobRequest:
-    """Validate every option and build the request (without its entrypoint)."""
+    """Validate every option and build the request (without its entrypoint).
+
+    `priority` is a band: "production", "interactive" (the default) or "batch".
+    Until the request carries the band by name, its `priority` field holds the
+    band's rank (batch 0, interactive 1, production 2), so that the scheduler's
+    higher-first order is already band order. The user is IRIS_USER, else the
+    login name (`resolve_user`; the client overrides it with the connection's
+    identity or `connect(user=...)` once it knows one).
+    """
+    band = scheduler.parse_band(priority, "priority")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
         shown = f"{len(name)} characters" if isinstance(name, str) and len(name) > MAX_NAME_LENGTH else repr(name)
         raise ValueError(f"name must be a non-empty string of at most {MAX_NAME_LENGTH} characters, got {shown}")
@@ -148,7 +158,7 @@ def build_request(
         tols.append(t.removeprefix(TAINT_PREFIX))
     req = pb.JobRequest(
         name=name or "job",
-        user=_user(),
+        user=resolve_user(),
         replicas=resources.replicas,
         coschedule_group_by=coscheduling.group_by if coscheduling else "",
         max_task_failures=_check_int(max_task_failures, "max_task_failures"),
@@ -158,7 +168,7 @@ def build_request(
         env=_env(env),
         image=image or "",
         tolerations=tols,
-        priority=_check_int(priority, "priority", minimum=-(2**31)),
+        priority=scheduler.BAND_RANK[band],
         submitted_at=time.time(),
         tpu_variant=resources.tpu or "",
         setup=setup_commands(setup),
@@ -183,11 +193,32 @@ def command_argv(command: Any) -> list[str]:
     return list(command)
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+USER_ENV = "IRIS_USER"
+MAX_USER_LENGTH = 100
+
+
+def resolve_user(user: str | None = None) -> str:
+    """The job's user: the given one (the connection's identity or `connect(user=...)`), else IRIS_USER, else login.
+
+    A user name must be non-empty, at most 100 characters, without whitespace,
+    '/' or control characters (it names accounts and prefixes ids); a bad one is
+    a ValueError naming `user`.
+    """
+    if user is None:
+        user = os.environ.get(USER_ENV) or None
+    if user is None:
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return "unknown"
+    if not isinstance(user, str) or not user or len(user) > MAX_USER_LENGTH or any(
+        ch.isspace() or ch == "/" or not ch.isprintable() for ch in user
+    ):
+        raise ValueError(
+            f"user must be a name of 1-{MAX_USER_LENGTH} characters without spaces, '/' or control characters, "
+            f"got {user!r}"
+        )
+    return user
 
 
 def split_launch(req: pb.JobRequest) -> bytes | None:

@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from scheduler.scheduling import find_assignments
-from scheduler.types import AttrValue, PendingJob, Resources, WorkerSnapshot
+from scheduler.sharing import GroupHeadroom
+from scheduler.types import BAND_RANK, AttrValue, PendingJob, Resources, WorkerSnapshot
 
 # Slice states as the autoscaler workflow names them.
 CREATING = "CREATING"
@@ -50,6 +51,7 @@ SLICE_NAME_ATTRIBUTE = "tpu-name"
 HOST_INDEX_ATTRIBUTE = "tpu-worker-id"
 SLICE_ID_ATTRIBUTE = "iris-slice-id"
 SCALE_GROUP_ATTRIBUTE = "iris-scale-group"
+PROBE_TASKS = 1 << 14  # plain tasks offered to an empty new slice to learn how many it holds
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,11 @@ class _Trial:
 def _trial(group: GroupShape, job: PendingJob) -> _Trial:
     """Place `job` alone on an empty slice of `group` with the real scheduler."""
     probe_id = f"{group.name}-new"
-    result = find_assignments(slice_hosts(group, probe_id), [replace(job, waited_seconds=0.0)])
+    # The trial is shared by every job of the class, whatever its size: offer plain tasks beyond what any
+    # slice holds, so that per_slice is the slice's capacity and not the first job's task count.
+    indices = job.task_indices if job.group_by else tuple(range(PROBE_TASKS))
+    probe = replace(job, task_indices=indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
+    result = find_assignments(slice_hosts(group, probe_id), [probe])
     placed = len(result.assignments)
     if placed:
         return _Trial(placed, "")
@@ -242,7 +248,7 @@ def _plan_new_slices(
             else:
                 create[g.name] = fresh[g.name] = missing
 
-    for job in sorted(leftover, key=lambda j: -j.priority):  # stable: FIFO inside a priority band
+    for job in sorted(leftover, key=lambda j: (-BAND_RANK[j.band], -j.priority)):  # stable: FIFO inside a band
         key = _class_key(job)
         left = len(job.task_indices)
         reasons: list[str] = []
@@ -351,3 +357,19 @@ def _recheck_after(
             due.append(g.last_scale_up + g.scale_up_delay)
     later = [t - now for t in due if t > now]
     return min(later) if later else None
+
+
+def headroom(groups: Sequence[GroupShape], slices: Sequence[SliceView], now: float) -> tuple[GroupHeadroom, ...]:
+    """What each group can still bring, for the scheduler's preemption rule: booting slices plus room below max_slices.
+
+    A group that backs off or waits out its scale_up_delay may add nothing now;
+    its booting slices still count.
+    """
+    out = []
+    for group in groups:
+        mine = [s for s in slices if s.group == group.name]
+        booting = sum(1 for s in mine if s.state in IN_FLIGHT)
+        addable = 0 if group.blocked(now) else max(0, group.max_slices - len(mine))
+        hosts = tuple(slice_hosts(group, f"{group.name}-new"))
+        out.append(GroupHeadroom(group.name, hosts, booting + addable))
+    return tuple(out)

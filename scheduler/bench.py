@@ -11,6 +11,22 @@ The bench input lists tasks per job (`replicas`); the scheduler's PendingJob
 carries them as `task_indices` 0..replicas-1. A constraint that can never
 match (an ordering operator with a non-numeric value, which the scheduler's
 Constraint rejects at submission) leaves its job unplaced.
+
+Sharing (optional fields; an input without them runs exactly as the spec says):
+
+- a job may carry `"user": "ana"` and `"priority": "production" | "interactive" | "batch"`;
+- the document may carry `"now"` (seconds), `"default_credits"`, `"users"`
+  (`{"ana": {"credits": 10.0, "usage": 3.5}}`, usage being decayed usage as of
+  `now`), and `"running"`: running work that holds capacity and may be evicted,
+  `{"id", "user", "priority", "cpu", "memory_bytes", "gpus", "tpus",
+  "coscheduled", "tasks": [{"task_index", "worker", "started_at"}]}`. A
+  worker's listed resources are then its capacity; its free capacity is that
+  minus its running tasks.
+
+With any of these the pass runs with a `ShareSnapshot`, and OUTPUT.json gains
+`"evictions": [{"job", "task_indices", "preemptor"}]` (`bench_validate` checks
+them: whole gangs, strictly lower bands, placed preemptors, capacity once the
+victims are gone).
 """
 
 from __future__ import annotations
@@ -21,8 +37,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scheduler.accounting import DEFAULT_CREDITS, DecayedUsage, UserAccount
 from scheduler.scheduling import find_assignments
-from scheduler.types import Assignment, Constraint, PendingJob, Resources, WorkerSnapshot
+from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
+from scheduler.types import Assignment, Band, Constraint, Eviction, PendingJob, Resources, WorkerSnapshot, parse_band
+
+SHARING_KEYS = ("now", "default_credits", "users", "running")
 
 Document = Mapping[str, Any]
 
@@ -38,24 +58,78 @@ def _resources(item: Mapping[str, Any]) -> Resources:
 
 
 def parse_workers(doc: Document) -> list[WorkerSnapshot]:
-    """Build the worker snapshots of a bench input."""
-    return [
-        WorkerSnapshot(
-            worker_id=str(item["id"]), free=_resources(item), attributes=item.get("attributes") or {}
+    """Build the worker snapshots of a bench input (free = capacity minus running tasks, if any)."""
+    running = doc.get("running")
+    if not running:
+        return [
+            WorkerSnapshot(
+                worker_id=str(item["id"]), free=_resources(item), attributes=item.get("attributes") or {}
+            )
+            for item in doc["workers"]
+        ]
+    used: dict[str, list[int]] = {}
+    for run in running:
+        request = _resources(run)
+        vector = (request.cpu_millis, request.memory_bytes, request.gpus, request.tpus)
+        for task in run["tasks"]:
+            total = used.setdefault(str(task["worker"]), [0, 0, 0, 0])
+            for d in range(4):
+                total[d] += vector[d]
+    out = []
+    for item in doc["workers"]:
+        capacity = _resources(item)
+        taken = used.get(str(item["id"]))
+        free = capacity - Resources(*taken) if taken is not None else capacity
+        out.append(WorkerSnapshot(str(item["id"]), free, item.get("attributes") or {}, capacity))
+    return out
+
+
+def uses_sharing(doc: Document) -> bool:
+    """Whether the input has any sharing field (then the pass runs with a ShareSnapshot)."""
+    return any(key in doc for key in SHARING_KEYS) or any(
+        "user" in job or "priority" in job for job in doc["jobs"]
+    )
+
+
+def parse_share(doc: Document) -> ShareSnapshot:
+    """Build the ShareSnapshot of a bench input."""
+    now = float(doc.get("now", 0.0))
+    users = {
+        str(name): UserAccount(
+            str(name), float(item.get("credits", 0.0)), usage=DecayedUsage(float(item.get("usage", 0.0)), now)
         )
-        for item in doc["workers"]
+        for name, item in (doc.get("users") or {}).items()
+    }
+    running = [
+        RunningJob(
+            str(run["id"]),
+            str(run.get("user", "")),
+            parse_band(run.get("priority", "interactive"), "running.priority"),
+            _resources(run),
+            tuple(
+                RunningTask(int(t["task_index"]), str(t["worker"]), float(t.get("started_at", now)))
+                for t in run["tasks"]
+            ),
+            bool(run.get("coscheduled", False)),
+        )
+        for run in doc.get("running") or []
     ]
+    return ShareSnapshot(
+        now=now, users=users, default_credits=float(doc.get("default_credits", DEFAULT_CREDITS)), running=running
+    )
 
 
-def parse_jobs(doc: Document) -> list[PendingJob]:
+def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
     """Build the pending jobs of a bench input, sharing identical constraint tuples and requests.
 
     Sharing is what a real snapshot decoder does too (constraints repeat across
-    jobs), and it lets the scheduler's feasibility cache hit by identity.
+    jobs), and it lets the scheduler's feasibility cache hit by identity. With
+    `sharing` each job also gets its band and user.
     """
     constraint_cache: dict[str, tuple[Constraint, ...] | None] = {}
     request_cache: dict[tuple[Any, ...], Resources] = {}
     indices_cache: dict[int, tuple[int, ...]] = {}
+    band_cache: dict[Any, Band] = {}
     jobs: list[PendingJob] = []
     for item in doc["jobs"]:
         raw = item.get("constraints") or []
@@ -78,36 +152,64 @@ def parse_jobs(doc: Document) -> list[PendingJob]:
         indices = indices_cache.get(replicas)
         if indices is None:
             indices = indices_cache[replicas] = tuple(range(replicas))
-        jobs.append(
-            PendingJob(
+        if sharing:
+            raw_band = item.get("priority", "interactive")
+            band = band_cache.get(raw_band)
+            if band is None:
+                band = band_cache[raw_band] = parse_band(raw_band, f"jobs[{item['id']}].priority")
+            job = PendingJob(
+                job_id=str(item["id"]),
+                task_indices=indices,
+                request=request,
+                constraints=constraints,
+                group_by=item.get("coschedule_group_by"),
+                band=band,
+                user=str(item.get("user", "")),
+            )
+        else:
+            job = PendingJob(
                 job_id=str(item["id"]),
                 task_indices=indices,
                 request=request,
                 constraints=constraints,
                 group_by=item.get("coschedule_group_by"),
             )
-        )
+        jobs.append(job)
     return jobs
 
 
 def schedule_document(doc: Document) -> tuple[list[Assignment], float]:
     """Run one timed pass (snapshot build + index + placement) on a parsed input document."""
+    assignments, _, seconds = schedule_shared(doc, sharing=uses_sharing(doc))
+    return assignments, seconds
+
+
+def schedule_shared(doc: Document, *, sharing: bool) -> tuple[list[Assignment], list[Eviction], float]:
+    """One timed pass, with a ShareSnapshot or without (bands, users and credits then ignored)."""
     start = time.perf_counter()
     workers = parse_workers(doc)
-    jobs = parse_jobs(doc)
-    result = find_assignments(workers, jobs)
+    jobs = parse_jobs(doc, sharing=sharing)
+    share = parse_share(doc) if sharing else None
+    result = find_assignments(workers, jobs, share=share)
     seconds = time.perf_counter() - start
-    return list(result.assignments), seconds
+    return list(result.assignments), list(result.evictions), seconds
 
 
-def output_document(assignments: Sequence[Assignment], seconds: float) -> dict[str, Any]:
-    """Render assignments in the bench's OUTPUT.json shape."""
-    return {
+def output_document(
+    assignments: Sequence[Assignment], seconds: float, evictions: Sequence[Eviction] | None = None
+) -> dict[str, Any]:
+    """Render assignments (and, with sharing, evictions) in the bench's OUTPUT.json shape."""
+    out: dict[str, Any] = {
         "assignments": [
             {"job": a.job_id, "task_index": a.task_index, "worker": a.worker_id} for a in assignments
         ],
         "seconds": seconds,
     }
+    if evictions is not None:
+        out["evictions"] = [
+            {"job": e.job_id, "task_indices": list(e.task_indices), "preemptor": e.preemptor} for e in evictions
+        ]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,10 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with open(args[0]) as handle:
         doc = json.load(handle)
-    assignments, seconds = schedule_document(doc)
+    sharing = uses_sharing(doc)
+    assignments, evictions, seconds = schedule_shared(doc, sharing=sharing)
     with open(args[1], "w") as handle:
-        json.dump(output_document(assignments, seconds), handle)
-    print(f"{len(assignments)} assignments in {seconds:.4f} s", file=sys.stderr)
+        json.dump(output_document(assignments, seconds, evictions if sharing else None), handle)
+    extra = f", {len(evictions)} evictions" if sharing else ""
+    print(f"{len(assignments)} assignments{extra} in {seconds:.4f} s", file=sys.stderr)
     return 0
 
 

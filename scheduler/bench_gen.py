@@ -2,12 +2,20 @@
 
     python -m scheduler.bench_gen --workers 4000 --tasks 30000 --seed 1 OUT.json
     python -m scheduler.bench_gen --fragmented --workers 400 --seed 1 OUT.json
+    python -m scheduler.bench_gen --workers 10000 --tasks 100000 --share 50 OUT.json
 
 Mixed fleet: TPU slices of 2-16 hosts (tpu-name, tpu-worker-id, tpu-topology),
 CPU pools, GPU hosts, a few tainted hosts (jobs carry explicit NOT_EXISTS
 constraints for the taints they do not tolerate, as the spec asks), and a
 queue of plain, constrained and coscheduled jobs that oversubscribes the TPU
 slices, so backfill and pending paths are exercised.
+
+Sharing (`--share USERS`, on a mixed fleet): every job gets a user (a few heavy
+users submit most jobs) and a band (10% production, 40% interactive, 50%
+batch); every tenth user has no credits; about half of the TPU slices run a
+whole-slice gang and about half of the other hosts run plain tasks (mostly
+batch, some interactive, a few production, started up to six hours ago), so
+pending interactive and production work finds eviction candidates.
 
 Fragmented: slices listed big-first and CPU hosts last, plain tasks first in
 the queue, then small gangs, then whole-slice gangs. First-fit spoils the big
@@ -168,6 +176,91 @@ def generate(workers: int, tasks: int, seed: int) -> dict[str, Any]:
     return {"workers": fleet, "jobs": jobs}
 
 
+SHARE_NOW = 1_000_000.0
+BANDS = ("production", "interactive", "batch")
+
+
+def add_sharing(doc: dict[str, Any], users: int, seed: int, running_fraction: float = 0.5) -> dict[str, Any]:
+    """Return a copy of a mixed-fleet input with users, bands, credits and running work (see module docstring)."""
+    rng = random.Random(seed + 7)
+    names = [f"user{i:02d}" for i in range(users)]
+    weights = [1 / (i + 1) for i in range(users)]
+    jobs = [
+        {**job, "user": rng.choices(names, weights)[0], "priority": rng.choices(BANDS, (0.1, 0.4, 0.5))[0]}
+        for job in doc["jobs"]
+    ]
+    accounts = {
+        name: {"credits": 0.0 if i % 10 == 9 else round(rng.uniform(10, 1000), 1), "usage": rng.uniform(0, 200)}
+        for i, name in enumerate(names)
+    }
+    slices: dict[str, list[dict[str, Any]]] = {}
+    others = []
+    for worker in doc["workers"]:
+        name = worker["attributes"].get("tpu-name")
+        if name is None:
+            others.append(worker)
+        else:
+            slices.setdefault(name, []).append(worker)
+    running: list[dict[str, Any]] = []
+
+    def band() -> str:
+        return rng.choices(BANDS, (0.1, 0.2, 0.7))[0]
+
+    for name, hosts in slices.items():
+        if rng.random() < running_fraction:
+            hosts = sorted(hosts, key=lambda w: w["attributes"]["tpu-worker-id"])
+            running.append(
+                {
+                    "id": f"run-{name}",
+                    "user": rng.choices(names, weights)[0],
+                    "priority": band(),
+                    "cpu": 8,
+                    "memory_bytes": 32 * GIB,
+                    "gpus": 0,
+                    "tpus": hosts[0]["tpus"],
+                    "coscheduled": True,
+                    "tasks": [
+                        {"task_index": i, "worker": w["id"], "started_at": SHARE_NOW - rng.uniform(0, 6 * 3600)}
+                        for i, w in enumerate(hosts)
+                    ],
+                }
+            )
+    current: dict[str, Any] | None = None
+    for worker in others:
+        if rng.random() >= running_fraction:
+            continue
+        if current is None or len(current["tasks"]) >= 32:
+            cpu = rng.choice((1, 2, 4))
+            current = {
+                "id": f"run-plain-{len(running)}",
+                "user": rng.choices(names, weights)[0],
+                "priority": band(),
+                "cpu": cpu,
+                "memory_bytes": cpu * 2 * GIB,
+                "gpus": 0,
+                "tpus": 0,
+                "coscheduled": False,
+                "tasks": [],
+            }
+            running.append(current)
+        for _ in range(max(1, int(worker["cpu"] // current["cpu"]) // 2)):  # half the host
+            current["tasks"].append(
+                {
+                    "task_index": len(current["tasks"]),
+                    "worker": worker["id"],
+                    "started_at": SHARE_NOW - rng.uniform(0, 6 * 3600),
+                }
+            )
+    return {
+        "workers": doc["workers"],
+        "jobs": jobs,
+        "now": SHARE_NOW,
+        "default_credits": 100.0,
+        "users": accounts,
+        "running": running,
+    }
+
+
 def generate_fragmented(workers: int) -> dict[str, Any]:
     """Build a fleet where first-fit fragments slices and best fit does not (see module docstring)."""
     fleet: list[dict[str, Any]] = []
@@ -262,12 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=30000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fragmented", action="store_true")
+    parser.add_argument("--share", type=int, default=0, metavar="USERS", help="add users, bands and running work")
     args = parser.parse_args(argv)
     doc = (
         generate_fragmented(args.workers)
         if args.fragmented
         else generate(args.workers, args.tasks, args.seed)
     )
+    if args.share and not args.fragmented:
+        doc = add_sharing(doc, args.share, args.seed)
     with open(args.output, "w") as handle:
         json.dump(doc, handle)
     return 0

@@ -9,6 +9,12 @@ on the worker (brute-force evaluation of the reference semantics, independent
 of the scheduler's index); a coscheduled job has all of its tasks assigned on
 workers sharing one value of `coschedule_group_by`, or none. Exit status 1 and
 one line per violation when anything is wrong.
+
+With sharing fields (see `scheduler.bench`): running tasks hold capacity
+unless the output evicts them; an evicted coscheduled job loses all of its
+tasks; a victim's band is strictly below its preemptor's (the preemptor's
+band as asked, or batch when its user has no credits) and never production;
+a preemptor has tasks assigned in the same output.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+from scheduler.accounting import DEFAULT_CREDITS
 from scheduler.attributes import evaluate, values_equal
 from scheduler.types import Constraint
 
@@ -65,6 +72,7 @@ def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]
         total = used.setdefault(worker_id, dict.fromkeys(_DIMENSIONS, Fraction(0)))
         for dimension in _DIMENSIONS:
             total[dimension] += Fraction(str(job.get(dimension, 0)))
+    errors += _check_evictions(doc_in, doc_out, used, per_job)
     for worker_id, total in used.items():
         worker = workers[worker_id]
         for dimension in _DIMENSIONS:
@@ -85,6 +93,61 @@ def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]
         first = values[0]
         if first is None or not all(v is not None and values_equal(v, first) for v in values):
             errors.append(f"coscheduled job {job_id}: workers do not share one value of {key}: {values}")
+    return errors
+
+
+_RANK = {"production": 2, "interactive": 1, "batch": 0}
+
+
+def _band(item: Mapping[str, Any]) -> str:
+    return str(item.get("priority", "interactive")).strip().lower()
+
+
+def _check_evictions(
+    doc_in: Mapping[str, Any],
+    doc_out: Mapping[str, Any],
+    used: dict[str, dict[str, Fraction]],
+    per_job: Mapping[str, list[tuple[int, str]]],
+) -> list[str]:
+    """Charge running tasks that are not evicted to their workers; check every eviction's rules."""
+    errors: list[str] = []
+    running = {str(r["id"]): r for r in doc_in.get("running") or []}
+    jobs = {str(j["id"]): j for j in doc_in["jobs"]}
+    accounts = doc_in.get("users") or {}
+    default = float(doc_in.get("default_credits", DEFAULT_CREDITS))
+    evicted: dict[str, set[int]] = {}
+    for number, item in enumerate(doc_out.get("evictions") or []):
+        victim, preemptor = running.get(str(item.get("job"))), jobs.get(str(item.get("preemptor")))
+        if victim is None or preemptor is None:
+            errors.append(
+                f"eviction {number}: unknown running job {item.get('job')!r} or job {item.get('preemptor')!r}"
+            )
+            continue
+        indices = set(item.get("task_indices") or [])
+        mine = evicted.setdefault(str(victim["id"]), set())
+        if mine & indices:
+            errors.append(f"eviction {number}: tasks of {victim['id']} evicted twice")
+        mine |= indices
+        user = str(preemptor.get("user", ""))
+        credits = float((accounts.get(user) or {}).get("credits", default))
+        band = _band(preemptor) if credits > 0 else "batch"
+        if _band(victim) == "production" or _RANK[_band(victim)] >= _RANK[band]:
+            errors.append(
+                f"eviction {number}: {_band(victim)} job {victim['id']} evicted for {band} job {preemptor['id']}"
+            )
+        if not per_job.get(str(preemptor["id"])):
+            errors.append(f"eviction {number}: preemptor {preemptor['id']} has no task assigned")
+    for job_id, run in running.items():
+        gone = evicted.get(job_id, set())
+        indices = {int(t["task_index"]) for t in run["tasks"]}
+        if gone and run.get("coscheduled") and gone != indices:
+            errors.append(f"coscheduled running job {job_id}: {len(gone)} of {len(indices)} tasks evicted")
+        for task in run["tasks"]:
+            if int(task["task_index"]) in gone:
+                continue
+            total = used.setdefault(str(task["worker"]), dict.fromkeys(_DIMENSIONS, Fraction(0)))
+            for dimension in _DIMENSIONS:
+                total[dimension] += Fraction(str(run.get(dimension, 0)))
     return errors
 
 

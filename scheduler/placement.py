@@ -345,6 +345,20 @@ class PassState:
             self.group_version[gid] += 1
             self.group_used[gid] = True
 
+    def take(self, row: int, cpu: int, mem: int, gpu: int, tpu: int) -> None:
+        """Take an arbitrary amount from a worker's free capacity (a preemptor beyond what its victims free)."""
+        fc, fm, fg, ft = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu
+        fc[row] = max(0, fc[row] - cpu)
+        fm[row] = max(0, fm[row] - mem)
+        fg[row] = max(0, fg[row] - gpu)
+        ft[row] = max(0, ft[row] - tpu)
+        tree = self.trees[self.index.class_of[row]]
+        if tree is not None and not self.reserved[row]:
+            tree.update(self.position[row], fc[row], fm[row], fg[row], ft[row])
+        for gid in self.worker_groups[row]:
+            self.group_version[gid] += 1
+            self.group_used[gid] = True
+
     def _reserve(self, row: int) -> None:
         """Hold a worker for a starving job: nobody later in this pass may use it."""
         self.reserved[row] = 1

@@ -1,18 +1,32 @@
 """The entry point of a pass and the pending reasons it writes.
 
 The policy (queue order, backfill, starvation, best fit) is described in
-`scheduler.placement`, where it is implemented; this module drives the jobs
-through it in queue order and explains every job it leaves pending.
+`scheduler.placement`, where it is implemented, sharing (bands, credits, fair
+share) in `scheduler.sharing` and eviction in `scheduler.preemption`; this
+module drives the jobs through them in queue order and explains every job it
+leaves pending.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
-from scheduler.reasons import capacity_rejection, constraint_rejection, first_short_dimension, join_counts
-from scheduler.types import Constraint, Op, PendingJob, Resources, SchedulingResult, WorkerSnapshot
+from scheduler.preemption import Preemption, describe
+from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
+from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
+from scheduler.types import (
+    BAND_RANK,
+    DEFAULT_BAND,
+    Band,
+    Constraint,
+    Op,
+    PendingJob,
+    Resources,
+    SchedulingResult,
+    WorkerSnapshot,
+)
 
 
 def find_assignments(
@@ -20,15 +34,34 @@ def find_assignments(
     jobs: Sequence[PendingJob],
     *,
     policy: SchedulingPolicy = DEFAULT_POLICY,
+    share: ShareSnapshot | None = None,
 ) -> SchedulingResult:
     """Plan one pass: place pending tasks on workers without exceeding free capacity; pure, inputs untouched.
 
-    `jobs` come in queue (FIFO submission) order; higher priority bands go
-    first. Returns the assignments, the tasks whose scheduling timeout passed,
-    and a reason for every job left with unplaced tasks.
+    `jobs` come in queue (FIFO submission) order. Without `share`, higher bands
+    go first, then FIFO. With `share` (users' credits and usage, running work,
+    the autoscaler's headroom, the time) the pass shares the fleet: users
+    without credits are demoted to batch, users inside a band are ordered by
+    fair share (`scheduler.sharing`), and a job that does not fit may evict
+    running work of a strictly lower band (`scheduler.preemption`). Returns the
+    assignments, the evictions, the tasks whose scheduling timeout passed, and
+    a reason for every job left with unplaced tasks or waiting for evictions.
     """
     state = PassState(workers, jobs, policy)
-    ordered = sorted(jobs, key=lambda job: -job.priority)  # stable: FIFO inside a band
+    fair: FairQueue | None = None
+    preemption: Preemption | None = None
+    bands: dict[str, Band] = {}
+    if share is None:
+        ordered: Iterable[PendingJob] = sorted(jobs, key=lambda job: -job.priority)  # stable: FIFO
+        if any(job.band is not DEFAULT_BAND for job in jobs):
+            ordered = sorted(ordered, key=lambda job: -BAND_RANK[job.band])
+    else:
+        bands = {job.job_id: effective_band(job, share) for job in jobs}
+        by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
+        ordered = fair = FairQueue(by_priority, bands, share.shares())
+        preemption = Preemption(state, share) if share.running else None
+        weight = share.policy.running_weight_hours
+        per_hour = share.policy.rates.per_hour
     for job in ordered:
         if not job.task_indices:
             continue
@@ -38,27 +71,67 @@ def find_assignments(
             continue
         feasibility = state.feasibility_for(job)
         starving = job.waited_seconds >= policy.starvation_seconds
+        evict = None
+        if preemption is not None:
+            rank = BAND_RANK[bands[job.job_id]]
+            if preemption.may_evict_for(rank):
+                evict = (preemption, rank)
         if job.group_by:
-            _run_gang(state, job, state.gang_bucket(job, feasibility), starving)
+            placed = _run_gang(state, job, state.gang_bucket(job, feasibility), starving, evict)
         else:
             key = (id(feasibility), job.request)
             bucket = state.plain_buckets.get(key)
             if bucket is None:
                 bucket = state.plain_buckets[key] = PlainBucket(feasibility, job.request)
-            _run_plain(state, job, bucket, starving)
+            placed = _run_plain(state, job, bucket, starving, evict)
+        if fair is not None and placed:
+            fair.placed(job.user, per_hour(job.request) * weight * placed)
+    if share is not None:
+        _explain_demotions(state, jobs, bands)
     return SchedulingResult(
         assignments=tuple(state.assignments),
         timed_out=tuple(state.timed_out),
         pending_reasons=state.reasons,
+        evictions=preemption.plan() if preemption is not None else (),
+        effective_bands=bands,
     )
 
 
-def _run_plain(state: PassState, job: PendingJob, bucket: PlainBucket, starving: bool) -> None:
-    """Place a plain job's tasks; explain (and for a starving job, reserve for) the rest."""
+Evict = tuple[Preemption, int] | None  # the pass's preemption state and the job's effective band rank
+
+
+def _explain_demotions(state: PassState, jobs: Sequence[PendingJob], bands: Mapping[str, Band]) -> None:
+    """Say in a demoted job's pending reason that it waits as batch because its user has no credits."""
+    reasons = state.reasons
+    for job in jobs:
+        reason = reasons.get(job.job_id)
+        if reason is not None and bands[job.job_id] != job.band:
+            who = job.user or "the user"
+            reasons[job.job_id] = f"scheduled as batch: {who} has no credits left ({job.band} needs credits); {reason}"
+
+
+def _run_plain(state: PassState, job: PendingJob, bucket: PlainBucket, starving: bool, evict: Evict) -> int:
+    """Place a plain job's tasks, evicting if allowed; explain (and for a starving job, reserve for) the rest."""
     placed = state.place_plain(job, bucket)
     total = len(job.task_indices)
     if placed == total:
-        return
+        return placed
+    prefix = ""
+    if evict is not None:
+        preemption, rank = evict
+        rest = job.task_indices[placed:]
+        group = preemption.headroom_for(job, rest)
+        if group is not None:
+            prefix = f"waiting for a new {group} slice from the autoscaler (nothing evicted); "
+        else:
+            before = len(state.assignments)
+            victims = preemption.for_plain(job, bucket, rank, rest)
+            if victims:
+                placed += len(state.assignments) - before
+                prefix = describe(victims) + "; "
+                if placed == total:
+                    state.reasons[job.job_id] = describe(victims)
+                    return placed
     if bucket.reason is None:
         bucket.reason = explain_plain(state, bucket.feasibility.constraints, bucket.request)
     reason = bucket.reason
@@ -68,44 +141,64 @@ def _run_plain(state: PassState, job: PendingJob, bucket: PlainBucket, starving:
         held = state.reserve_plain(job, bucket, total - placed)
         if held:
             reason = f"{reason}; holding {held} workers for it (waited {job.waited_seconds:.0f}s)"
-    state.reasons[job.job_id] = reason
+    state.reasons[job.job_id] = prefix + reason
+    return placed
 
 
-def _run_gang(state: PassState, job: PendingJob, bucket: GangBucket, starving: bool) -> None:
-    """Place a gang whole or explain why not; a starving gang reserves the group closest to fitting."""
+def _run_gang(state: PassState, job: PendingJob, bucket: GangBucket, starving: bool, evict: Evict) -> int:
+    """Place a gang whole (evicting whole lower-band gangs if allowed) or explain why not; return tasks placed."""
     if state.place_gang(job, bucket):
-        return
+        return len(job.task_indices)
     need = len(job.task_indices)
+    prefix = ""
+    if evict is not None:
+        preemption, rank = evict
+        group = preemption.headroom_for(job, job.task_indices)
+        if group is not None:
+            prefix = f"waiting for a new {group} slice from the autoscaler (nothing evicted); "
+        else:
+            victims = preemption.for_gang(job, bucket, rank)
+            if victims is not None:
+                state.reasons[job.job_id] = describe(victims)
+                return need
     reason = bucket.reasons.get(need)
     if reason is None:
         reason = bucket.reasons[need] = explain_gang(state, bucket, need)
     if starving:
-        group = state.reserve_gang(bucket, need)
-        if group is not None:
-            reason = f"{reason}; holding {bucket.group_by}={group} for it (waited {job.waited_seconds:.0f}s)"
-    state.reasons[job.job_id] = reason
+        group_name = state.reserve_gang(bucket, need)
+        if group_name is not None:
+            reason = f"{reason}; holding {bucket.group_by}={group_name} for it (waited {job.waited_seconds:.0f}s)"
+    state.reasons[job.job_id] = prefix + reason
+    return 0
+
+
+_DIMENSIONS = ("fitting", "cpu", "memory", "gpus", "tpus", "reserved")
 
 
 def _capacity_parts(state: PassState, rows: Iterable[int], request: Resources) -> tuple[int, list[str]]:
-    """Charge each worker that cannot take the request to "reserved" or its first short resource."""
-    reserved = 0
-    short: Counter[str] = Counter()
-    fitting = 0
-    for row in rows:
-        if state.reserved[row]:
-            reserved += 1
-            continue
-        dimension = first_short_dimension(
-            request, state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row]
-        )
-        if dimension is None:
-            fitting += 1
-        else:
-            short[dimension] += 1
-    parts = [capacity_rejection(d, short[d], request) for d in ("cpu", "memory", "gpus", "tpus") if short[d]]
-    if reserved:
-        parts.append(f"{reserved} held for a starving job")
-    return fitting, parts
+    """Charge each worker that cannot take the request to "reserved" or its first short resource.
+
+    One comprehension codes every row (0 fits, 1-4 the first short dimension as in
+    `reasons.first_short_dimension`, 5 reserved): reasons are explained for
+    every bucket left pending, over up to every worker, so this loop is hot.
+    """
+    rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
+    fc, fm, fg, ft, reserved = state.free_cpu, state.free_mem, state.free_gpu, state.free_tpu, state.reserved
+    codes = Counter(
+        [
+            5 if reserved[row]
+            else 1 if fc[row] < rc
+            else 2 if fm[row] < rm
+            else 3 if fg[row] < rg
+            else 4 if ft[row] < rt
+            else 0
+            for row in rows
+        ]
+    )
+    parts = [capacity_rejection(_DIMENSIONS[d], codes[d], request) for d in (1, 2, 3, 4) if codes[d]]
+    if codes[5]:
+        parts.append(f"{codes[5]} held for a starving job")
+    return codes[0], parts
 
 
 def explain_plain(state: PassState, constraints: Sequence[Constraint], request: Resources) -> str:

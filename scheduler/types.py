@@ -30,6 +30,30 @@ class Op(StrEnum):
     LE = "LE"
 
 
+class Band(StrEnum):
+    """Priority bands, highest first: production > interactive > batch (the default is interactive)."""
+
+    PRODUCTION = "production"
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+# Higher rank goes first and may evict strictly lower ranks.
+BAND_RANK: Mapping[str, int] = {Band.PRODUCTION: 2, Band.INTERACTIVE: 1, Band.BATCH: 0}
+DEFAULT_BAND = Band.INTERACTIVE
+
+
+def parse_band(value: object, field_name: str = "priority") -> Band:
+    """Normalize a band name ("Batch" -> Band.BATCH); a clear ValueError names the field otherwise."""
+    if isinstance(value, str):
+        try:
+            return Band(value.strip().lower())
+        except ValueError:
+            pass
+    choices = ", ".join(band.value for band in Band)
+    raise ValueError(f"{field_name} must be one of {choices}, got {value!r}")
+
+
 UNARY_OPS = frozenset({Op.EXISTS, Op.NOT_EXISTS})
 ORDERING_OPS = frozenset({Op.GT, Op.GE, Op.LT, Op.LE})
 
@@ -138,6 +162,11 @@ class PendingJob:
     has waited; when `scheduling_timeout_seconds` is set and exceeded, its tasks
     are reported as timed out instead of being placed. `tolerations` names the
     taints (without the `taint:` prefix) the job accepts.
+
+    `band` is the band the job asked for and `user` whose job it is; with a
+    `ShareSnapshot` the pass demotes a user without credits to batch and orders
+    users inside a band by fair share. `priority` is the older integer, kept
+    only as a tie-break inside a band until every caller sends bands.
     """
 
     job_id: str
@@ -149,6 +178,8 @@ class PendingJob:
     waited_seconds: float = 0.0
     scheduling_timeout_seconds: float | None = None
     tolerations: frozenset[str] = frozenset()
+    band: Band = DEFAULT_BAND  # parsed at the boundary (parse_band): no __post_init__ on 100k jobs a pass
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +192,34 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class Eviction:
+    """Running tasks of `job_id` to stop so that `preemptor` can run; the caller carries it out.
+
+    A coscheduled victim is always listed whole (every running task of the
+    gang). The preemptor's assignments are in the same plan and may start only
+    once these tasks have released their workers.
+    """
+
+    job_id: str
+    task_indices: tuple[int, ...]
+    band: Band
+    preemptor: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulingResult:
     """The plan of one pass.
 
     `pending_reasons` has a short, user-readable reason for every job with tasks
-    left unplaced in this pass (and not timed out).
+    left unplaced in this pass (and not timed out), and for every preemptor,
+    which is placed but waits for its evictions ("evicting 2 batch tasks of
+    ana/sweep-3"). `effective_bands` gives, with a ShareSnapshot, the band each
+    pending job was scheduled in (batch for a user without credits).
     """
 
     assignments: tuple[Assignment, ...] = ()
     timed_out: tuple[tuple[str, int], ...] = ()  # (job_id, task_index)
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
+    evictions: tuple[Eviction, ...] = ()
+    effective_bands: Mapping[str, Band] = field(default_factory=dict)

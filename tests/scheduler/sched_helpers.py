@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler import Constraint, Op, PendingJob, Resources, WorkerSnapshot
+from scheduler import Band, Constraint, Op, PendingJob, Resources, RunningJob, RunningTask, WorkerSnapshot
 
 GIB = 1 << 30
 
@@ -46,3 +46,36 @@ def gang(job_id: str, hosts: int, topology: str | None = None, **options: object
 def placed(result: object, job_id: str) -> dict[int, str]:
     """Map task index to worker id for one job in a SchedulingResult."""
     return {a.task_index: a.worker_id for a in result.assignments if a.job_id == job_id}  # type: ignore[attr-defined]
+
+
+def running(
+    job_id: str,
+    workers: list[WorkerSnapshot] | list[str],
+    band: str = "batch",
+    user: str = "ana",
+    request: Resources | None = None,
+    started_at: float = 0.0,
+    coscheduled: bool = True,
+) -> RunningJob:
+    """Running work of one job, task i on the i-th worker given."""
+    ids = [w if isinstance(w, str) else w.worker_id for w in workers]
+    return RunningJob(
+        job_id,
+        user,
+        Band(band),
+        request or Resources(8000, GIB, 0, 4),
+        tuple(RunningTask(i, worker_id, started_at) for i, worker_id in enumerate(ids)),
+        coscheduled,
+    )
+
+
+def occupied(workers: list[WorkerSnapshot], *jobs: RunningJob) -> list[WorkerSnapshot]:
+    """The workers with the running jobs' requests taken from their free capacity (capacity kept)."""
+    used: dict[str, Resources] = {}
+    for job in jobs:
+        for task in job.tasks:
+            used[task.worker_id] = used.get(task.worker_id, Resources()) + job.request
+    return [
+        WorkerSnapshot(w.worker_id, w.free - used.get(w.worker_id, Resources()), w.attributes, w.free)
+        for w in workers
+    ]

@@ -193,3 +193,19 @@ def test_constraints_see_the_group_and_slice_attributes() -> None:
     pinned = job("p", tasks=1, constraints=(Constraint("iris-scale-group", Op.EQ, "cpu"),))
     plan = plan_scaling([TPU, CPU], [], [pinned], [], now=0.0)
     assert {"cpu": 1} == dict(plan.create)
+
+
+def test_a_higher_band_gets_the_last_slice_first() -> None:
+    """With room for one slice, a later interactive gang gets it before an earlier batch gang."""
+    from scheduler import Band
+
+    one = GroupShape(**{**TPU.__dict__, "max_slices": 1})
+    jobs = [gang("batch", 4, "v5e-16", band=Band.BATCH), gang("inter", 4, "v5e-16")]
+    plan = plan_scaling([one], [], jobs, [], now=0.0)
+    assert ["batch"] == list(plan.unmet)
+
+
+def test_plain_jobs_of_one_class_share_the_slice_capacity_not_the_first_jobs_size() -> None:
+    """A 1-task job then an 8-task job of the same request need 3 two-host slices (9 tasks, 4 per slice), not 9."""
+    plan = plan_scaling([CPU], [], [job("a", 1), job("b", 8)], [], now=0.0)
+    assert {"cpu": 3} == dict(plan.create)

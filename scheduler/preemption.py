@@ -1,0 +1,422 @@
+"""Gang-aware preemption: which running work a pending job of a higher band evicts, if any.
+
+Called by the pass for a job it could not place on free capacity. The rules:
+
+1. Only a strictly lower band is ever a victim, and never `production` (no
+   band is above it). The bands compared are the preemptor's effective band
+   (`scheduler.sharing.effective_band`) and the band the victim was placed in.
+2. Capacity that needs no eviction comes first: free capacity (the pass tried
+   it already), then capacity the autoscaler can bring (`GroupHeadroom`: a
+   booting slice, or a new one within `max_slices`). A job that fits on a new
+   slice of a group with headroom left claims it and waits for it; nothing is
+   evicted for it.
+3. Evict only when that makes the job fit now: a gang needs `need` workers of
+   one group that fit once the victims are gone, a plain task one worker. If no
+   victim set does it, nothing is evicted and the job keeps its pending reason.
+4. A coscheduled victim is one unit: every running task of the gang goes,
+   never half of it. A plain job's tasks are separate units.
+5. Cheapest victim set: lowest band first, then least resource-time lost (the
+   credits its tasks used since they started, which a restart throws away),
+   then fewest tasks. Per group (gang) or worker (plain task) the search adds
+   candidate units cheapest first until the job fits, then drops every unit,
+   most expensive first, that the fit does not need; the cheapest result
+   across groups or workers wins. (An exact minimum is a set-cover problem;
+   greedy-then-prune is what keeps a pass at 100k jobs fast.) Groups and
+   workers wait in a heap by cost, computed once per kind of job and band;
+   costs only rise as a pass evicts and places, so a popped entry whose cost
+   still holds is the cheapest, and the next preemptor of the same kind does
+   not search the fleet again.
+6. The preemptor is placed in the same plan, on the workers its victims free:
+   its assignments wait until the victims have released their capacity, and
+   its pending reason says so ("evicting 2 batch tasks of ana/sweep-3").
+   Capacity a victim frees beyond what the preemptor takes becomes free at the
+   next pass, once the victim has really stopped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
+from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources
+
+if TYPE_CHECKING:
+    from scheduler.placement import GangBucket, GroupCandidate, PassState, PlainBucket
+
+PRODUCTION_RANK = BAND_RANK[Band.PRODUCTION]
+PROBE_TASKS = 1 << 14  # plain tasks offered to an empty new slice to learn how many it holds
+Cost = tuple[int, float, int]  # (highest victim band rank, resource-time lost in credits, tasks)
+Extra = list[int]  # cpu, memory, gpus, tpus a worker gains when its victims go
+
+
+class Unit:
+    """What is evicted together: a whole running gang, or one task of a plain job.
+
+    `order` sorts cheapest first: lowest band, least lost, fewest tasks (ids make it total).
+    """
+
+    __slots__ = ("band", "evicted", "indices", "job_id", "lost", "order", "rank", "request", "rows")
+
+    def __init__(
+        self,
+        job_id: str,
+        band: Band,
+        rank: int,
+        indices: tuple[int, ...],
+        rows: tuple[int, ...],
+        request: Resources,
+        lost: float,
+    ) -> None:
+        self.job_id = job_id
+        self.band = band
+        self.rank = rank
+        self.indices = indices  # task indices evicted together
+        self.rows = rows  # the worker row of each task still in the snapshot
+        self.request = request
+        self.lost = lost  # credits its tasks used since they started, thrown away by a restart
+        self.evicted = False
+        self.order = (rank, lost, len(indices), job_id, indices)
+
+
+def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
+    r = unit.request
+    for row in unit.rows:
+        e = extra.get(row)
+        if e is None:
+            e = extra[row] = [0, 0, 0, 0]
+        e[0] += sign * r.cpu_millis
+        e[1] += sign * r.memory_bytes
+        e[2] += sign * r.gpus
+        e[3] += sign * r.tpus
+
+
+def _cost(units: Sequence[Unit]) -> Cost:
+    if not units:
+        return (-1, 0.0, 0)
+    return (max(u.rank for u in units), sum(u.lost for u in units), sum(len(u.indices) for u in units))
+
+
+class Preemption:
+    """The running work of one pass as eviction units, the autoscaler's headroom, and the searches."""
+
+    def __init__(self, state: PassState, share: ShareSnapshot) -> None:
+        self.state = state
+        self.share = share
+        self.row_of = row_of = {w.worker_id: row for row, w in enumerate(state.workers)}
+        now = share.now
+        self.on_row: dict[int, list[Unit]] = {}  # built per worker on first use: most are never looked at
+        self.gangs_on_row: dict[int, list[Unit]] = {}
+        self.plain_on: dict[str, list[tuple[RunningJob, RunningTask, int]]] = {}  # by worker id
+        self.min_rank = PRODUCTION_RANK
+        for job in share.running:
+            rank = BAND_RANK[job.band]
+            if rank >= PRODUCTION_RANK or not job.tasks:
+                continue  # production is never a victim
+            self.min_rank = min(self.min_rank, rank)
+            if job.coscheduled:
+                per_second = share.policy.rates.per_hour(job.request) / 3600
+                lost = sum(per_second * max(0.0, now - t.started_at) for t in job.tasks)
+                rows = tuple(row_of[t.worker_id] for t in job.tasks if t.worker_id in row_of)
+                unit = Unit(job.job_id, job.band, rank, tuple(t.task_index for t in job.tasks), rows, job.request, lost)
+                for row in set(rows):
+                    self.gangs_on_row.setdefault(row, []).append(unit)
+                continue
+            plain_on = self.plain_on
+            for t in job.tasks:
+                found = plain_on.get(t.worker_id)
+                if found is None:
+                    plain_on[t.worker_id] = [(job, t, rank)]
+                else:
+                    found.append((job, t, rank))
+        self.slices_left = {g.group: g.slices for g in share.headroom}
+        self.trials: dict[tuple[object, ...], int] = {}
+        self.gang_failed: dict[tuple[int, int], int] = {}  # (bucket id, rank) -> smallest need that failed
+        self.plain_failed: set[tuple[int, int]] = set()
+        self.plain_heaps: dict[tuple[int, int], list[tuple[Cost, int]]] = {}
+        self.gang_heaps: dict[tuple[tuple[int, int], int], list[tuple[Cost, int]]] = {}
+        self.victims: list[tuple[Unit, str, int]] = []
+
+    def units_on(self, row: int) -> list[Unit]:
+        """The units running on a worker, cheapest first (built and sorted on first use)."""
+        units = self.on_row.get(row)
+        if units is not None:
+            return units
+        units = list(self.gangs_on_row.get(row, ()))
+        rates, now = self.share.policy.rates, self.share.now
+        for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
+            lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
+            units.append(Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost))
+        units.sort(key=lambda u: u.order)
+        self.on_row[row] = units
+        return units
+
+    def rows_with_units(self) -> set[int]:
+        """Every worker row that runs an evictable unit."""
+        row_of = self.row_of
+        return set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
+
+    def may_evict_for(self, rank: int) -> bool:
+        """Whether any running unit is of a band strictly below `rank`."""
+        return self.min_rank < rank
+
+    # -- the autoscaler first -------------------------------------------------
+
+    def headroom_for(self, job: PendingJob, indices: Sequence[int]) -> str | None:
+        """Claim autoscaler headroom that hosts all of `indices`; the group's name, or None."""
+        from scheduler.scheduling import find_assignments  # the pass itself, on an empty new slice
+
+        for group in self.share.headroom:
+            left = self.slices_left.get(group.group, 0)
+            if left <= 0:
+                continue
+            key = (group.group, job.request, job.constraints, job.group_by, job.tolerations,
+                   len(indices) if job.group_by else 0)
+            per_slice = self.trials.get(key)
+            if per_slice is None:  # a plain probe asks for more than any slice holds, so it measures the slice
+                probe_indices = tuple(indices) if job.group_by else tuple(range(PROBE_TASKS))
+                probe = replace(job, task_indices=probe_indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
+                per_slice = self.trials[key] = len(find_assignments(group.hosts, [probe]).assignments)
+            if per_slice == 0 or (job.group_by and per_slice < len(indices)):
+                continue
+            need = 1 if job.group_by else math.ceil(len(indices) / per_slice)
+            if need <= left:
+                self.slices_left[group.group] = left - need
+                return group.group
+        return None
+
+    # -- fit checks -----------------------------------------------------------
+
+    def _fits(self, row: int, request: Resources, extra: dict[int, Extra]) -> bool:
+        state = self.state
+        if state.reserved[row]:
+            return False
+        e = extra.get(row)
+        if e is None:
+            return (
+                state.free_cpu[row] >= request.cpu_millis
+                and state.free_mem[row] >= request.memory_bytes
+                and state.free_gpu[row] >= request.gpus
+                and state.free_tpu[row] >= request.tpus
+            )
+        return (
+            state.free_cpu[row] + e[0] >= request.cpu_millis
+            and state.free_mem[row] + e[1] >= request.memory_bytes
+            and state.free_gpu[row] + e[2] >= request.gpus
+            and state.free_tpu[row] + e[3] >= request.tpus
+        )
+
+    def _take(self, row: int, request: Resources, extra: dict[int, Extra]) -> None:
+        """The preemptor takes `request` on `row`: first from what its victims free, the rest from free now."""
+        e = extra.get(row) or [0, 0, 0, 0]
+        wanted = (request.cpu_millis, request.memory_bytes, request.gpus, request.tpus)
+        from_free = [max(0, w - got) for w, got in zip(wanted, e, strict=True)]
+        for d in range(4):
+            e[d] = max(0, e[d] - wanted[d])
+        if row in extra:
+            extra[row] = e
+        self.state.take(row, *from_free)
+
+    def _evict(self, units: Sequence[Unit], preemptor: PendingJob, rank: int) -> None:
+        """Mark units evicted for `preemptor` (of band rank `rank`)."""
+        for unit in units:
+            unit.evicted = True
+            self.victims.append((unit, preemptor.job_id, rank))
+
+    def plan(self) -> tuple[Eviction, ...]:
+        """The evictions of the pass, one per (victim job, preemptor), task indices sorted."""
+        merged: dict[tuple[str, str], tuple[Unit, int, list[int]]] = {}
+        for unit, preemptor, rank in self.victims:
+            found = merged.get((unit.job_id, preemptor))
+            if found is None:
+                merged[unit.job_id, preemptor] = (unit, rank, list(unit.indices))
+            else:
+                found[2].extend(unit.indices)
+        band_of = {rank: band for band, rank in BAND_RANK.items()}
+        return tuple(
+            Eviction(
+                job_id,
+                tuple(sorted(indices)),
+                unit.band,
+                preemptor,
+                f"preempted by {band_of[rank]} job {preemptor}",
+            )
+            for (job_id, preemptor), (unit, rank, indices) in merged.items()
+        )
+
+    # -- gangs ----------------------------------------------------------------
+
+    def for_gang(self, job: PendingJob, bucket: GangBucket, rank: int) -> list[Unit] | None:
+        """Evict the cheapest victims that let the gang fit in one group and place it; the victims, or None."""
+        need = len(job.task_indices)
+        memo = (id(bucket), rank)
+        if need >= self.gang_failed.get(memo, 1 << 62):
+            return None
+        heap = self.gang_heaps.get((memo, need))
+        if heap is None:
+            heap = []
+            for position, group in enumerate(bucket.all_groups):
+                if len(group.members) >= need:
+                    found = self._gang_in_group(group, bucket.request, need, rank)
+                    if found is not None:
+                        heap.append((found[0], position))
+            heapq.heapify(heap)
+            self.gang_heaps[memo, need] = heap
+        best: tuple[Cost, GroupCandidate, list[Unit], dict[int, Extra]] | None = None
+        chosen = -1
+        while heap:  # lazy: a group's cost only rises in a pass, so a stored cost that still holds is the least
+            cost, position = heap[0]
+            group = bucket.all_groups[position]
+            found = self._gang_in_group(group, bucket.request, need, rank)
+            if found is None:
+                heapq.heappop(heap)
+            elif found[0] <= cost:
+                heapq.heappop(heap)
+                best, chosen = (found[0], group, found[1], found[2]), position
+                break
+            else:
+                heapq.heapreplace(heap, (found[0], position))
+        if best is None:
+            self.gang_failed[memo] = need
+            return None
+        _, group, victims, extra = best
+        rows = [row for row in group.members if self._fits(row, bucket.request, extra)][:need]
+        state = self.state
+        for index, row in zip(sorted(job.task_indices), rows, strict=True):
+            self._take(row, bucket.request, extra)
+            state.assignments.append(Assignment(job.job_id, index, state.workers[row].worker_id))
+        self._evict(victims, job, rank)
+        again = self._gang_in_group(group, bucket.request, need, rank)  # a big group may host another gang
+        if again is not None:
+            heapq.heappush(heap, (again[0], chosen))
+        return victims
+
+    def _gang_in_group(
+        self, group: GroupCandidate, request: Resources, need: int, rank: int
+    ) -> tuple[Cost, list[Unit], dict[int, Extra]] | None:
+        """Greedy-then-prune victim set that frees `need` fitting members of one group, or None."""
+        seen: dict[int, Unit] = {}
+        for row in group.members:
+            for unit in self.units_on(row):
+                if unit.rank < rank and not unit.evicted:
+                    seen[id(unit)] = unit
+        if not seen:
+            return None
+        members = group.members
+        extra: dict[int, Extra] = {}
+        fitting = sum(1 for row in members if self._fits(row, request, extra))
+        chosen: list[Unit] = []
+        for unit in sorted(seen.values(), key=lambda u: u.order):
+            if fitting >= need:
+                break
+            touched = set(unit.rows).intersection(members)
+            if not touched:
+                continue
+            before = sum(1 for row in touched if self._fits(row, request, extra))
+            _add(extra, unit, 1)
+            fitting += sum(1 for row in touched if self._fits(row, request, extra)) - before
+            chosen.append(unit)
+        if fitting < need:
+            return None
+        for unit in reversed(chosen[:-1]):  # the last one was needed, or the loop would have stopped before it
+            touched = set(unit.rows).intersection(members)
+            before = sum(1 for row in touched if self._fits(row, request, extra))
+            _add(extra, unit, -1)
+            after = sum(1 for row in touched if self._fits(row, request, extra))
+            if fitting - before + after >= need:
+                fitting += after - before
+                chosen.remove(unit)
+            else:
+                _add(extra, unit, 1)
+        return _cost(chosen), chosen, extra
+
+    # -- plain tasks ----------------------------------------------------------
+
+    def for_plain(self, job: PendingJob, bucket: PlainBucket, rank: int, indices: Sequence[int]) -> list[Unit]:
+        """Place what eviction can of a plain job's `indices`, task by task, cheapest worker first; the victims."""
+        memo = (id(bucket), rank)
+        if memo in self.plain_failed:
+            return []
+        state = self.state
+        feasible = state.rows(bucket.feasibility)
+        request = bucket.request
+        pool: dict[int, Extra] = {}  # capacity this job's victims free, usable by this job only
+        victims: list[Unit] = []
+        heap = self.plain_heaps.get(memo)
+        if heap is None:
+            heap = self.plain_heaps[memo] = []
+            for row in self.rows_with_units() & feasible:
+                cost = self._row_cost(row, request, rank)
+                if cost is not None:
+                    heap.append((cost[0], row))
+            heapq.heapify(heap)
+        for index in indices:
+            row = next((r for r in pool if r in feasible and self._fits(r, request, pool)), -1)
+            if row < 0:
+                row = self._cheapest_row(heap, request, rank)
+                if row < 0:
+                    self.plain_failed.add(memo)
+                    break
+                found = self._row_cost(row, request, rank)
+                assert found is not None
+                for unit in found[1]:
+                    _add(pool, unit, 1)
+                self._evict(found[1], job, rank)
+                victims.extend(found[1])
+            self._take(row, request, pool)
+            state.assignments.append(Assignment(job.job_id, index, state.workers[row].worker_id))
+        return victims
+
+    def _cheapest_row(self, heap: list[tuple[Cost, int]], request: Resources, rank: int) -> int:
+        """Pop rows until one's stored cost is still its cost now (costs only rise in a pass); -1 if none."""
+        while heap:
+            cost, row = heap[0]
+            now = self._row_cost(row, request, rank)
+            if now is None:
+                heapq.heappop(heap)
+            elif now[0] == cost:
+                heapq.heappop(heap)
+                return row
+            else:
+                heapq.heapreplace(heap, (now[0], row))
+        return -1
+
+    def _row_cost(self, row: int, request: Resources, rank: int) -> tuple[Cost, list[Unit]] | None:
+        """Greedy-then-prune victims on one worker that make one task fit there, or None."""
+        if self.state.reserved[row]:
+            return None
+        extra: dict[int, Extra] = {}
+        if self._fits(row, request, extra):
+            return (-1, 0.0, 0), []  # room without eviction (freed by an earlier eviction's leftovers)
+        chosen: list[Unit] = []
+        for unit in self.units_on(row):
+            if unit.rank >= rank or unit.evicted:
+                continue
+            _add(extra, unit, 1)
+            chosen.append(unit)
+            if self._fits(row, request, extra):
+                break
+        else:
+            return None
+        for unit in reversed(chosen[:-1]):
+            _add(extra, unit, -1)
+            if self._fits(row, request, extra):
+                chosen.remove(unit)
+            else:
+                _add(extra, unit, 1)
+        return _cost(chosen), chosen
+
+
+def describe(victims: Sequence[Unit]) -> str:
+    """The preemptor's pending reason: "evicting 2 batch tasks of ana/sweep-3, 1 interactive task of bob/x"."""
+    counts: dict[tuple[str, str], int] = {}
+    for unit in victims:
+        key = (str(unit.band), unit.job_id)
+        counts[key] = counts.get(key, 0) + len(unit.indices)
+    parts = [
+        f"{n} {band} task{'s' if n != 1 else ''} of {job_id}" for (band, job_id), n in counts.items()
+    ]
+    return "evicting " + ", ".join(parts)
