@@ -16,7 +16,7 @@ from rich.table import Table
 
 from iris.bundle import zip_bundle
 from iris.cli_errors import USAGE, CliError, exit_now, run_cli
-from iris.cli_parsing import parse_constraint, parse_pair, parse_value
+from iris.cli_parsing import parse_constraint, parse_pair, parse_since, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv
@@ -313,6 +313,10 @@ def job_logs(
     job_id: str,
     task: Annotated[int | None, typer.Option("--task", help="only this task index")] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends")] = False,
+    since: Annotated[
+        str | None, typer.Option("--since", help="only lines written since: a DURATION ago (30s, 10m, 1h) or a TIME")
+    ] = None,
+    tail: Annotated[int | None, typer.Option("--tail", min=0, help="only the last N lines of each task")] = None,
     prefix: Annotated[
         bool | None,
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
@@ -323,13 +327,17 @@ def job_logs(
     """Print task logs: the tasks' bytes unchanged; on a terminal each line gets its task index."""
     from iris.log_output import LogFollower, LogPrinter
 
+    try:
+        since_time = parse_since(since) if since is not None else None
+    except ValueError as e:
+        raise _fail(str(e)) from None
     client = _client(temporal, store)
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
     indices = [task] if task is not None else list(range(status.num_tasks))
     with LogPrinter(sys.stdout, prefix=prefix) as printer:
-        follower = LogFollower(client.log_store, job_id, printer, indices)
+        follower = LogFollower(client.log_store, job_id, printer, indices, since=since_time, tail=tail)
         if not follow:
             follower.poll(status.num_tasks, final=True)
             return
