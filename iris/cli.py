@@ -473,10 +473,15 @@ def worker_serve(
         finally:
             await health.stop()
 
+    from iris.daemon_logs import ship_daemon_logs
+
+    shipper = ship_daemon_logs(store, "worker", wid)
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
         _fail(f"worker {wid}: {e}", 3)
+    finally:
+        shipper.close()
 
 
 def _host_memory() -> int:
@@ -513,7 +518,15 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
+    import socket
+
+    from iris.daemon_logs import ship_daemon_logs
+
+    shipper = ship_daemon_logs(store, "controller", socket.gethostname())
+    try:
+        asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
+    finally:
+        shipper.close()
 
 
 # -- iris temporal -------------------------------------------------------------------------------------
@@ -689,6 +702,9 @@ from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
 app.add_typer(slice_app, name="slice")
 worker_app.command("cordon")(worker_cordon)
 worker_app.command("drain")(worker_drain)
+from iris.cli_ops import logs_app  # noqa: E402
+
+app.add_typer(logs_app, name="logs")
 
 if __name__ == "__main__":
     main()
