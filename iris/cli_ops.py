@@ -1,7 +1,8 @@
-"""Operators' commands: `iris logs controller|worker [ID]` and `iris logs list` (the daemons' own logs)."""
+"""Operators' commands: `iris logs controller|worker [ID]`, `iris logs list`, `iris job bug-report JOB`."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Annotated
@@ -10,7 +11,7 @@ import typer
 from rich.table import Table
 
 from iris import daemon_logs
-from iris.cli import StoreOpt, TemporalOpt, _client, _fail, out
+from iris.cli import StoreOpt, TemporalOpt, _client, _fail, err, out
 from iris.cli_fleet import _age
 from iris.cli_parsing import parse_since
 
@@ -92,3 +93,26 @@ def logs_worker(
 ) -> None:
     """A worker agent's own structured log (JSON lines), from the store."""
     _print_daemon_log("worker", worker_id, since, tail, follow, temporal, store)
+
+
+def job_bug_report(
+    job_id: str,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="the file to write (default: bug-report-JOB.md; - for stdout)")
+    ] = None,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """One Markdown file with the job's request, status, errors, log tails, workers and workflow histories."""
+    from pathlib import Path
+
+    from iris.bug_report import build_report
+
+    text = build_report(_client(temporal, store), job_id)
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(output or f"bug-report-{re.sub(r'[^A-Za-z0-9._-]+', '_', job_id)}.md")
+    path.write_text(text, encoding="utf-8")
+    err.print(f"wrote {path} ({len(text.encode()):,} bytes): review it, then attach it to the issue",
+              markup=False, highlight=False)
