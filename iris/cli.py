@@ -702,9 +702,10 @@ from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
 app.add_typer(slice_app, name="slice")
 worker_app.command("cordon")(worker_cordon)
 worker_app.command("drain")(worker_drain)
-from iris.cli_ops import job_bug_report, logs_app  # noqa: E402
+from iris.cli_ops import autoscaler_app, job_bug_report, logs_app  # noqa: E402
 
 app.add_typer(logs_app, name="logs")
+app.add_typer(autoscaler_app, name="autoscaler")
 job_app.command("bug-report")(job_bug_report)
 
 if __name__ == "__main__":

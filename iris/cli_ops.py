@@ -1,4 +1,5 @@
-"""Operators' commands: `iris logs controller|worker [ID]`, `iris logs list`, `iris job bug-report JOB`."""
+"""Operators' commands: `iris logs controller|worker [ID]`, `iris logs list`, `iris job bug-report JOB`,
+`iris autoscaler status`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import typer
 from rich.table import Table
 
 from iris import daemon_logs
+from iris.autoscaler_view import explain_group
 from iris.cli import StoreOpt, TemporalOpt, _client, _fail, err, out
 from iris.cli_fleet import _age
 from iris.cli_parsing import parse_since
@@ -59,9 +61,13 @@ def _print_daemon_log(
         raise _fail(str(e)) from None
     url = _store_url(temporal, store)
     known = daemon_logs.daemon_ids(url, kind)
-    if daemon_id is None:
+    if daemon_id is None and len(known) == 1:
+        daemon_id = known[0]  # the usual case: one controller
+    elif daemon_id is None:
         for known_id in known:
             out.print(known_id, markup=False, highlight=False)
+        err.print(f"name one: iris logs {kind} ID" if known else f"no {kind} has written logs to {url}",
+                  markup=False, highlight=False)
         return
     if daemon_id not in known:
         hint = f"; {kind}s with logs: {', '.join(known)}" if known else f"; no {kind} has written logs to {url}"
@@ -77,7 +83,9 @@ def _print_daemon_log(
 
 @logs_app.command("controller")
 def logs_controller(
-    controller_id: Annotated[str | None, typer.Argument(help="its id (the host name); none: list them")] = None,
+    controller_id: Annotated[
+        str | None, typer.Argument(help="its id (its host's name); default: the only one, else they are listed")
+    ] = None,
     since: SinceOpt = None, tail: TailOpt = None, follow: FollowOpt = False,
     temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
@@ -87,7 +95,9 @@ def logs_controller(
 
 @logs_app.command("worker")
 def logs_worker(
-    worker_id: Annotated[str | None, typer.Argument(help="the worker's id; none: list them")] = None,
+    worker_id: Annotated[
+        str | None, typer.Argument(help="the worker's id; default: the only one, else they are listed")
+    ] = None,
     since: SinceOpt = None, tail: TailOpt = None, follow: FollowOpt = False,
     temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
@@ -116,3 +126,37 @@ def job_bug_report(
     path.write_text(text, encoding="utf-8")
     err.print(f"wrote {path} ({len(text.encode()):,} bytes): review it, then attach it to the issue",
               markup=False, highlight=False)
+
+
+# -- iris autoscaler status ----------------------------------------------------------------------------
+
+autoscaler_app = typer.Typer(help="The autoscaler.", no_args_is_help=True)
+
+
+@autoscaler_app.command("status")
+def autoscaler_status(
+    as_json: Annotated[bool, typer.Option("--json", help="the autoscaler's published status as JSON")] = False,
+    temporal: TemporalOpt = None,
+) -> None:
+    """Per scale group: slices by state, demand, what it does now and why, and its last decision."""
+    import dataclasses
+    import json
+
+    from iris import fleet
+
+    client = _client(temporal)
+    status = client._run(fleet.autoscaler_status(client._async.temporal))
+    if as_json:
+        out.print(json.dumps(dataclasses.asdict(status) if status else None, indent=2), markup=False, highlight=False)
+        return
+    if status is None or not status.groups:
+        out.print("no scale groups (the controller was started without any)", markup=False, highlight=False)
+        return
+    now = time.time()
+    out.print(f"{status.pending_jobs} jobs waiting for a place", markup=False, highlight=False)
+    for g in status.groups:
+        out.print(f"{g.name} ({g.platform}, {g.min_slices}..{g.max_slices} slices)", markup=False, highlight=False)
+        for line in explain_group(g, status.unmet, now):
+            out.print(f"  {line}", markup=False, highlight=False)
+    for job_id, why in sorted(status.unmet.items()):
+        out.print(f"job {job_id}: no group takes it now: {why}", markup=False, highlight=False)

@@ -77,6 +77,8 @@ def test_iris_logs_shows_a_workers_and_the_controllers_own_log(cluster: Cluster,
     assert 0 == controller.returncode, controller.stderr
     assert 1 <= len(controller.stdout.splitlines()) <= 3
     assert all("event" in json.loads(line) for line in controller.stdout.splitlines())
+    only = iris(cluster, "logs", "controller", "--tail", "1")  # one controller: no id needed
+    assert 0 == only.returncode and 1 == len(only.stdout.splitlines()), only.stderr
 
 
 def test_logs_of_an_unknown_daemon_name_the_ones_there_are(cluster: Cluster) -> None:
