@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -319,37 +319,54 @@ _MARKS_SUFFIX: Final = ".times"
 class _MarkedLogWriter(LogWriter):
     """A LogWriter that notes `<size> <unix time>` in a sidecar file each MARK_SECONDS its log grew.
 
-    The task writes to the descriptor directly, so the size is sampled, not counted; one small
-    thread per open log, and one line per second of output at most.
+    The task writes to the descriptor directly, so the size is sampled, not counted: one thread
+    per process samples every open log (an agent with many tasks still has one), and a log gets at
+    most one line per second of output.
     """
+
+    _open: ClassVar[set[_MarkedLogWriter]] = set()
+    _registry_lock: ClassVar = threading.Lock()
+    _sampler: ClassVar[threading.Thread | None] = None
 
     def __init__(self, path: Path, marks: Path) -> None:
         super().__init__(path)
         self._marks = marks
         self._marked = os.fstat(self.fileno()).st_size
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"log-marks {path.name}", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        with self._registry_lock:
+            self._open.add(self)
+            if _MarkedLogWriter._sampler is None or not _MarkedLogWriter._sampler.is_alive():
+                _MarkedLogWriter._sampler = threading.Thread(target=self._sample, name="log-marks", daemon=True)
+                _MarkedLogWriter._sampler.start()
 
     def _mark(self) -> None:
-        size = os.fstat(self.fileno()).st_size
-        if size != self._marked:
-            with open(self._marks, "a", encoding="ascii") as marks:
-                marks.write(f"{size} {time.time()!r}\n")
-            self._marked = size
+        with self._lock:
+            if self.closed:
+                return
+            size = os.fstat(self.fileno()).st_size
+            if size != self._marked:
+                with open(self._marks, "a", encoding="ascii") as marks:
+                    marks.write(f"{size} {time.time()!r}\n")
+                self._marked = size
 
-    def _loop(self) -> None:
-        while not self._stop.wait(MARK_SECONDS):
-            with contextlib.suppress(OSError, ValueError):  # a full disk loses a mark, never the log
-                self._mark()
+    @classmethod
+    def _sample(cls) -> None:
+        while True:
+            time.sleep(MARK_SECONDS)
+            with cls._registry_lock:
+                writers = list(cls._open)
+            for writer in writers:
+                with contextlib.suppress(OSError, ValueError):  # a full disk loses a mark, never the log
+                    writer._mark()
 
     def close(self) -> None:
+        with self._registry_lock:
+            self._open.discard(self)
         if not self.closed:
-            self._stop.set()
-            self._thread.join()
             with contextlib.suppress(OSError, ValueError):
                 self._mark()
-        super().close()
+        with self._lock:
+            super().close()
 
 
 def parse_marks(text: str) -> list[tuple[int, float]]:
