@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -140,9 +142,15 @@ _open_clients: list[IrisClient] = []
 """Clients this command opened, closed before the process exits."""
 
 
+_on_exit: list[Callable[[], None]] = []
+"""What else a command leaves to do when it ends (a daemon's log shipper flushes its last lines)."""
+
+
 def _close_clients() -> None:
     while _open_clients:
         _open_clients.pop().close()
+    while _on_exit:
+        _on_exit.pop()()
 
 
 def _fail(message: str, code: int = USAGE) -> CliError:
@@ -475,13 +483,11 @@ def worker_serve(
 
     from iris.daemon_logs import ship_daemon_logs
 
-    shipper = ship_daemon_logs(store, "worker", wid)
+    _on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
         _fail(f"worker {wid}: {e}", 3)
-    finally:
-        shipper.close()
 
 
 def _host_memory() -> int:
@@ -518,15 +524,10 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    import socket
-
     from iris.daemon_logs import ship_daemon_logs
 
-    shipper = ship_daemon_logs(store, "controller", socket.gethostname())
-    try:
-        asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
-    finally:
-        shipper.close()
+    _on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
 
 
 # -- iris temporal -------------------------------------------------------------------------------------
