@@ -3,9 +3,10 @@
 `iris controller serve` and `iris worker serve` call `ship_daemon_logs` right after setting up
 logging: every structured event (one JSON line, as printed on stderr) and every warning of the
 libraries underneath (the Temporal SDK, workflow loggers) also goes into a bounded in-memory
-buffer, and a thread appends the buffer to the store once per FLUSH_SECONDS, one write per batch:
-a busy daemon costs one store write a second, never one per line, and a slow or unreachable store
-costs at most MAX_BUFFERED_LINES lines of memory (older lines are dropped and the drop is logged).
+buffer, and a thread appends the buffer to the store once per FLUSH_SECONDS (sooner when half of
+the buffer is full), one write per batch: a busy daemon costs about one store write a second, never
+one per line, and a slow or unreachable store costs at most MAX_BUFFERED_LINES lines of memory
+(older lines are dropped and the drop is logged).
 
 Layout: the task log store's, under `<store>/daemon-logs/<kind>/`, with the daemon's id in the
 place of a job id, and one segment (an "attempt") per process start, named by its start time in
@@ -98,6 +99,8 @@ class DaemonLogShipper:
         self._segment_bytes = 0
         self._unsent = b""
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._flush_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=f"daemon-log-shipper {daemon_id}", daemon=True)
         self._thread.start()
 
@@ -107,6 +110,8 @@ class DaemonLogShipper:
             if len(self._lines) == self._lines.maxlen:
                 self._dropped += 1
             self._lines.append(line)
+            if len(self._lines) * 2 >= MAX_BUFFERED_LINES:
+                self._wake.set()  # a burst: ship now rather than drop lines at the next flush
 
     def _take(self) -> bytes:
         with self._lock:
@@ -127,6 +132,10 @@ class DaemonLogShipper:
 
     def flush(self) -> None:
         """Append what is buffered as one write (a new segment first when this one is full)."""
+        with self._flush_lock:
+            self._flush()
+
+    def _flush(self) -> None:
         data = self._unsent + self._take()
         self._unsent = b""
         if not data:
@@ -144,7 +153,11 @@ class DaemonLogShipper:
         self._segment_bytes += len(data)
 
     def _loop(self) -> None:
-        while not self._stop.wait(FLUSH_SECONDS):
+        while not self._stop.is_set():
+            self._wake.wait(FLUSH_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             with contextlib.suppress(OSError, StorageError, ValueError):  # the store is away: tried again
                 self.flush()
 
@@ -153,6 +166,7 @@ class DaemonLogShipper:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._wake.set()
         self._thread.join()
         with contextlib.suppress(OSError, StorageError, ValueError):
             self.flush()
