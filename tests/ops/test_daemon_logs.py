@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +16,32 @@ from tests.ops.cli import iris
 from tests.support import Cluster, wait_until
 
 
-def _stored(store: Path, kind: str, daemon_id: str) -> list[str]:
-    return daemon_logs.daemon_log_store(store.as_uri(), kind).read_lines(daemon_id, 0)
+@pytest.fixture(params=["directory", "object"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL: a directory, or an object store (fsspec's in-memory one)."""
+    if request.param == "directory":
+        yield tmp_path.as_uri()
+        return
+    import fsspec
+
+    yield f"memory://store-{time.monotonic_ns()}"
+    fsspec.filesystem("memory").store.clear()
 
 
-def test_lines_are_shipped_in_one_write_per_flush(tmp_path: Path) -> None:
-    """Buffered lines reach the store on flush, in order, as one append; nothing before."""
-    shipper = DaemonLogShipper(tmp_path.as_uri(), "worker", "w-1")
+def _stored(store: str, kind: str, daemon_id: str) -> list[str]:
+    return daemon_logs.daemon_log_store(store, kind).read_lines(daemon_id, 0)
+
+
+def test_lines_are_shipped_in_one_write_per_flush(store: str) -> None:
+    """Buffered lines reach the store on flush, in order, as one append; the daemon is listed."""
+    shipper = DaemonLogShipper(store, "worker", "w-1")
     try:
         for n in range(3):
             shipper.add(json.dumps({"event": f"e{n}"}))
         shipper.flush()
-        assert ['{"event": "e0"}', '{"event": "e1"}', '{"event": "e2"}'] == _stored(tmp_path, "worker", "w-1")
+        expected = ['{"event": "e0"}', '{"event": "e1"}', '{"event": "e2"}']  # an object store ships within 0.5 s
+        assert expected == wait_until(lambda: _stored(store, "worker", "w-1"), timeout=10, what="lines stored")
+        assert (["w-1"], []) == (daemon_logs.daemon_ids(store, "worker"), daemon_logs.daemon_ids(store, "controller"))
     finally:
         shipper.close()
 
@@ -35,25 +51,25 @@ def test_a_full_buffer_drops_the_oldest_lines_and_says_so(tmp_path: Path, monkey
     monkeypatch.setattr(daemon_logs, "MAX_BUFFERED_LINES", 4)
     shipper = DaemonLogShipper(tmp_path.as_uri(), "controller", "c")
     try:
-        for n in range(7):
-            shipper.add(f"line-{n}")
-        shipper.flush()
-        lines = _stored(tmp_path, "controller", "c")
+        with shipper._flush_lock:  # the store is away while the lines come
+            for n in range(7):
+                shipper.add(f"line-{n}")
     finally:
         shipper.close()
+    lines = _stored(tmp_path.as_uri(), "controller", "c")
     dropped = json.loads(lines[0])
     assert ("daemon_log_lines_dropped", 3) == (dropped["event"], dropped["count"])
     assert ["line-3", "line-4", "line-5", "line-6"] == lines[1:]
 
 
-def test_each_start_is_a_segment_and_old_ones_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_start_is_a_segment_and_old_ones_are_pruned(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each process start is a segment; only the newest KEEP_SEGMENTS stay; reading merges them in order."""
     monkeypatch.setattr(daemon_logs, "KEEP_SEGMENTS", 2)
     for n in range(3):
-        shipper = DaemonLogShipper(tmp_path.as_uri(), "worker", "w")
+        shipper = DaemonLogShipper(store, "worker", "w")
         shipper.add(f"run-{n}")
         shipper.close()
-    assert ["run-1", "run-2"] == _stored(tmp_path, "worker", "w")
+    assert ["run-1", "run-2"] == _stored(store, "worker", "w")
 
 
 def test_iris_logs_shows_a_workers_and_the_controllers_own_log(cluster: Cluster, client: IrisClient) -> None:
