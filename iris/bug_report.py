@@ -239,6 +239,15 @@ def build_report(client: IrisClient, job_id: str) -> str:
         "## Request", "", details or "(not recorded)", "",
     ]  # fmt: skip
     out += _status_section(status)
+    if not status.done:
+        from iris import fleet
+
+        try:
+            scaling = client._run(fleet.autoscaler_status(temporal))
+        except RPCError:
+            scaling = None
+        if scaling is not None and job_id in scaling.unmet:
+            out += ["", f"**Autoscaler:** no scale group takes it now: {_cell(scaling.unmet[job_id])}"]
     out += ["", f"## Tasks in detail ({len(detailed)} of {status.num_tasks}: those that did not succeed, and task 0)"]
     for i in detailed:
         task = status.tasks[i] if i < len(status.tasks) else None

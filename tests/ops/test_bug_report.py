@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iris import IrisClient, ResourceSpec
+from iris import Constraint, IrisClient, ResourceSpec
 from iris.bug_report import fenced
 from tests.ops.cli import iris
-from tests.support import Cluster
+from tests.support import Cluster, wait_until
 
 
 def test_bug_report_of_a_failed_job_holds_request_errors_logs_workers_and_histories(
@@ -49,3 +49,18 @@ def test_bug_report_of_an_unknown_job_is_one_line(cluster: Cluster, tmp_path: Pa
 def test_fences_survive_backticks_in_logs() -> None:
     """A log holding ``` cannot close the code block it is shown in."""
     assert "````text\na ``` b\n````" == fenced("a ``` b\n", "text")
+
+
+def test_bug_report_of_a_pending_job_says_why_it_waits(cluster: Cluster, client: IrisClient, tmp_path: Path) -> None:
+    """A job no worker can take: the report gives the scheduler's reason and says no worker ran it."""
+    job = client.submit_command(["true"], name="stuck", resources=ResourceSpec(cpu=0.5, memory="128m"),
+                                constraints=[Constraint("pool", "EQ", "nowhere")])
+    try:
+        wait_until(lambda: job.status().pending_reason, timeout=30, what="a pending reason")
+        result = iris(cluster, "job", "bug-report", job.job_id, "-o", "-")
+    finally:
+        client.terminate(job.job_id)
+    assert 0 == result.returncode, result.stderr
+    assert "**PENDING**" in result.stdout and "No task of this job was dispatched to a worker." in result.stdout
+    waiting = next(line for line in result.stdout.splitlines() if line.startswith("**Waiting:**"))
+    assert "pool=nowhere" in waiting
