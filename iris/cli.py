@@ -439,6 +439,9 @@ def worker_serve(
     settings = _settings(temporal)
     if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    from iris.daemon_logs import ship_daemon_logs
+
+    _on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
@@ -481,9 +484,6 @@ def worker_serve(
         finally:
             await health.stop()
 
-    from iris.daemon_logs import ship_daemon_logs
-
-    _on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
