@@ -20,6 +20,8 @@ def test_bug_report_of_a_failed_job_holds_request_errors_logs_workers_and_histor
                                 resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2), max_task_failures=0)
     job.wait(timeout=60, raise_on_failure=False)
     worker = client.task_status(job.job_id, 1).worker_id
+    wait_until(lambda: job.job_id in iris(cluster, "logs", "worker", worker, "--since", "1m").stdout, timeout=30,
+               what="the agent's own lines about the job in the store (shipped once a second)")  # fmt: skip
     path = tmp_path / "report.md"
     result = iris(cluster, "job", "bug-report", job.job_id, "--output", str(path))
     assert 0 == result.returncode, result.stderr
