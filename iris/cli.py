@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +18,7 @@ from rich.table import Table
 
 from iris.bundle import zip_bundle
 from iris.cli_errors import USAGE, CliError, exit_now, run_cli
-from iris.cli_parsing import parse_constraint, parse_pair, parse_value
+from iris.cli_parsing import parse_constraint, parse_pair, parse_since, parse_value
 from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv
@@ -140,9 +142,15 @@ _open_clients: list[IrisClient] = []
 """Clients this command opened, closed before the process exits."""
 
 
+_on_exit: list[Callable[[], None]] = []
+"""What else a command leaves to do when it ends (a daemon's log shipper flushes its last lines)."""
+
+
 def _close_clients() -> None:
     while _open_clients:
         _open_clients.pop().close()
+    while _on_exit:
+        _on_exit.pop()()
 
 
 def _fail(message: str, code: int = USAGE) -> CliError:
@@ -317,6 +325,10 @@ def job_logs(
     job_id: str,
     task: Annotated[int | None, typer.Option("--task", help="only this task index")] = None,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="keep printing until the job ends")] = False,
+    since: Annotated[
+        str | None, typer.Option("--since", help="only lines written since: a DURATION ago (30s, 10m, 1h) or a TIME")
+    ] = None,
+    tail: Annotated[int | None, typer.Option("--tail", min=0, help="only the last N lines of each task")] = None,
     prefix: Annotated[
         bool | None,
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
@@ -327,13 +339,17 @@ def job_logs(
     """Print task logs: the tasks' bytes unchanged; on a terminal each line gets its task index."""
     from iris.log_output import LogFollower, LogPrinter
 
+    try:
+        since_time = parse_since(since) if since is not None else None
+    except ValueError as e:
+        raise _fail(str(e)) from None
     client = _client(temporal, store)
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
     indices = [task] if task is not None else list(range(status.num_tasks))
     with LogPrinter(sys.stdout, prefix=prefix) as printer:
-        follower = LogFollower(client.log_store, job_id, printer, indices)
+        follower = LogFollower(client.log_store, job_id, printer, indices, since=since_time, tail=tail)
         if not follow:
             follower.poll(status.num_tasks, final=True)
             return
@@ -427,6 +443,9 @@ def worker_serve(
     settings = _settings(temporal)
     if settings.address is None or store is None:
         raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    from iris.daemon_logs import ship_daemon_logs
+
+    _on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
@@ -517,6 +536,9 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    from iris.daemon_logs import ship_daemon_logs
+
+    _on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
     asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
 
 
@@ -722,6 +744,11 @@ from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
 app.add_typer(slice_app, name="slice")
 worker_app.command("cordon")(worker_cordon)
 worker_app.command("drain")(worker_drain)
+from iris.cli_ops import autoscaler_app, job_bug_report, logs_app  # noqa: E402
+
+app.add_typer(logs_app, name="logs")
+app.add_typer(autoscaler_app, name="autoscaler")
+job_app.command("bug-report")(job_bug_report)
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from iris.types import Constraint
 from scheduler.types import AttrValue, Op
@@ -44,3 +45,31 @@ def parse_pair(expr: str, flag: str) -> tuple[str, str]:
     if not sep or not key:
         raise ValueError(f"{flag} {expr!r}: expected KEY=VALUE")
     return key, value
+
+
+_CLOCK = re.compile(r"^\d{1,2}:\d{2}(:\d{2})?$")
+
+
+def parse_since(text: str, flag: str = "--since", *, now: float | None = None) -> float:
+    """Unix time from a DURATION back from now ("30s", "10m", "1h", "1h30m") or a TIME.
+
+    A TIME is ISO 8601 ("2026-11-26T10:42:00Z"; without a zone, local time) or a clock time
+    today ("10:42", "10:42:30", local time).
+    """
+    from datetime import datetime
+
+    from iris.config_fields import parse_duration
+
+    current = time.time() if now is None else now
+    value = text.strip()
+    try:
+        if _CLOCK.match(value):
+            today = datetime.fromtimestamp(current).date().isoformat()
+            return datetime.fromisoformat(f"{today}T{value.zfill(5) if len(value) < 5 else value}").timestamp()
+        if any(c in value for c in "-:T"):
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        return current - parse_duration(value, "")
+    except ValueError:
+        raise ValueError(
+            f"{flag}: expected a duration (30s, 10m, 1h) or a time (10:42, 2026-11-26T10:42:00Z), got {text!r}"
+        ) from None

@@ -98,20 +98,47 @@ class LogPrinter:
         self.end()
 
 
-class LogFollower:
-    """Prints what each task of a job wrote since the last poll; `final` flushes unterminated last lines."""
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last `count` lines of `data` (an unterminated last line counts as one), bytes unchanged."""
+    if count <= 0:
+        return b""
+    position = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(count):
+        position = data.rfind(b"\n", 0, position)
+        if position < 0:
+            return data
+    return data[position + 1:]
 
-    def __init__(self, logs: Logs, job_id: str, printer: LogPrinter, tasks: Sequence[int] | None = None) -> None:
+
+class LogFollower:
+    """Prints what each task of a job wrote since the last poll; `final` flushes unterminated last lines.
+
+    `since` (unix time) starts each task's log at the first line written then or later; `tail` keeps
+    only each task's last `tail` lines of what is there at the first poll (later polls print all).
+    """
+
+    def __init__(
+        self, logs: Logs, job_id: str, printer: LogPrinter, tasks: Sequence[int] | None = None,
+        *, since: float | None = None, tail: int | None = None,
+    ) -> None:
         self.logs = logs
         self.job_id = job_id
         self.printer = printer
         self.tasks = list(tasks) if tasks is not None else None
+        self.since = since
+        self.tail = tail
         self._cursors: dict[int, LogCursor | None] = {}
 
     def poll(self, num_tasks: int, *, final: bool = False) -> None:
         """Print new output of the followed tasks (all `num_tasks` unless a subset was given)."""
         for i in self.tasks if self.tasks is not None else range(num_tasks):
-            data, self._cursors[i] = self.logs.read_new_bytes(self.job_id, i, self._cursors.get(i), final=final)
+            first = i not in self._cursors
+            cursor = self._cursors.get(i)
+            if first and self.since is not None:
+                cursor = self.logs.cursor_since(self.job_id, i, self.since)
+            data, self._cursors[i] = self.logs.read_new_bytes(self.job_id, i, cursor, final=final)
+            if first and self.tail is not None:
+                data = last_lines(data, self.tail)
             self.printer.write(i, data)
         self.printer.flush()
         if final:

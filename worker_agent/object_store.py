@@ -16,9 +16,11 @@ reader resumes from a byte offset by skipping whole chunks. No object is ever re
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -80,6 +82,9 @@ class Logs(Protocol):
     def read_new_bytes(
         self, job_id: str, task_index: int, cursor: LogCursor | None = None, *, final: bool = False
     ) -> tuple[bytes, LogCursor]: ...
+    def cursor_since(self, job_id: str, task_index: int, since: float) -> LogCursor: ...
+    def attempts(self, job_id: str, task_index: int) -> list[int]: ...
+    def attempt_marks(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]: ...
 
 
 def is_local(url: str) -> bool:
@@ -291,7 +296,17 @@ class ObjectLogStore(LogReading):
         return len(self._chunks(prefix))
 
     def _put_chunk(self, prefix: str, seq: int, data: bytes) -> None:
-        self.fs.pipe_file(f"{prefix}/{_CHUNK_PREFIX}{seq:08d}", data)
+        """`chunk-<seq>-<unix ms>`: the name says when its bytes had been written (for `logs --since`)."""
+        self.fs.pipe_file(f"{prefix}/{_CHUNK_PREFIX}{seq:08d}-{math.ceil(time.time() * 1000)}", data)
+
+    def attempt_marks(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]:
+        marks, end = [], 0
+        for path, size in self._chunks(self._attempt_prefix(job_id, task_index, attempt)):
+            end += size
+            _, _, millis = path.rsplit("/", 1)[-1].removeprefix(_CHUNK_PREFIX).partition("-")
+            if millis.isdecimal():
+                marks.append((end, int(millis) / 1000))
+        return marks
 
     def open_writer(self, job_id: str, task_index: int, attempt: int) -> LogWriter:
         prefix = self._attempt_prefix(job_id, task_index, attempt)

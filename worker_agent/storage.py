@@ -23,9 +23,11 @@ import os
 import shutil
 import string
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -50,6 +52,9 @@ _SAFE_CHARS: Final = frozenset(string.ascii_letters + string.digits + "._-")
 _MAX_COMPONENT_CHARS: Final = 200
 _DIGEST_CHARS: Final = 32
 _BLOB_FILE_MODE: Final = 0o644
+_LINE_WINDOW: Final = 1 << 16  # how far back `since` looks for the start of a line
+MARK_SECONDS: Final = 1.0
+"""How often a log writer notes how far its log had grown (the time resolution of `logs --since`)."""
 
 
 class StorageError(Exception):
@@ -308,6 +313,70 @@ def _split_lines(data: bytes) -> list[str]:
 
 _ATTEMPT_PREFIX: Final = "attempt-"
 _ATTEMPT_SUFFIX: Final = ".log"
+_MARKS_SUFFIX: Final = ".times"
+
+
+class _MarkedLogWriter(LogWriter):
+    """A LogWriter that notes `<size> <unix time>` in a sidecar file each MARK_SECONDS its log grew.
+
+    The task writes to the descriptor directly, so the size is sampled, not counted: one thread
+    per process samples every open log (an agent with many tasks still has one), and a log gets at
+    most one line per second of output.
+    """
+
+    _open: ClassVar[set[_MarkedLogWriter]] = set()
+    _registry_lock: ClassVar = threading.Lock()
+    _sampler: ClassVar[threading.Thread | None] = None
+
+    def __init__(self, path: Path, marks: Path) -> None:
+        super().__init__(path)
+        self._marks = marks
+        self._marked = os.fstat(self.fileno()).st_size
+        self._lock = threading.Lock()
+        with self._registry_lock:
+            self._open.add(self)
+            if _MarkedLogWriter._sampler is None or not _MarkedLogWriter._sampler.is_alive():
+                _MarkedLogWriter._sampler = threading.Thread(target=self._sample, name="log-marks", daemon=True)
+                _MarkedLogWriter._sampler.start()
+
+    def _mark(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            size = os.fstat(self.fileno()).st_size
+            if size != self._marked:
+                with open(self._marks, "a", encoding="ascii") as marks:
+                    marks.write(f"{size} {time.time()!r}\n")
+                self._marked = size
+
+    @classmethod
+    def _sample(cls) -> None:
+        while True:
+            time.sleep(MARK_SECONDS)
+            with cls._registry_lock:
+                writers = list(cls._open)
+            for writer in writers:
+                with contextlib.suppress(OSError, ValueError):  # a full disk loses a mark, never the log
+                    writer._mark()
+
+    def close(self) -> None:
+        with self._registry_lock:
+            self._open.discard(self)
+        if not self.closed:
+            with contextlib.suppress(OSError, ValueError):
+                self._mark()
+        with self._lock:
+            super().close()
+
+
+def parse_marks(text: str) -> list[tuple[int, float]]:
+    """`<offset> <time>` lines (a torn last line is ignored), ascending by offset."""
+    marks = []
+    for line in text.splitlines():
+        offset, _, at = line.partition(" ")
+        with contextlib.suppress(ValueError):
+            marks.append((int(offset), float(at)))
+    return sorted(marks)
 
 
 class LogReading:
@@ -322,6 +391,27 @@ class LogReading:
 
     def read_attempt(self, job_id: str, task_index: int, attempt: int, offset: int) -> bytes:
         raise NotImplementedError
+
+    def attempt_marks(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]:
+        """`(offset, unix time)` pairs, ascending: the attempt's first `offset` bytes were written by then."""
+        return []
+
+    def cursor_since(self, job_id: str, task_index: int, since: float) -> LogCursor:
+        """A cursor past what each attempt had written before `since` (to within MARK_SECONDS), at a line start.
+
+        Task output carries no timestamps of its own (it is kept byte for byte), so the writers note
+        how far each log had grown when; a line is skipped only if it was complete before `since`.
+        """
+        offsets = []
+        for attempt in self.attempts(job_id, task_index):
+            marks = self.attempt_marks(job_id, task_index, attempt)
+            start = max((offset for offset, at in marks if at < since), default=0)
+            if start:  # back to the start of the line that was still being written then
+                low = max(0, start - _LINE_WINDOW)
+                before = self.read_attempt(job_id, task_index, attempt, low)[: start - low]
+                start = low + before.rfind(b"\n") + 1 if b"\n" in before else low
+            offsets.append((attempt, start))
+        return LogCursor(offsets=tuple(offsets))
 
     def read_lines(self, job_id: str, task_index: int) -> list[str]:
         """Every line of every attempt, in attempt order, without trailing newlines."""
@@ -416,7 +506,7 @@ class LogStore(LogReading):
                 f"cannot create log directory {path.parent} for job {job_id!r} task {task_index}: "
                 f"{exc.strerror or exc}"
             ) from exc
-        return LogWriter(path)
+        return _MarkedLogWriter(path, path.with_suffix(_MARKS_SUFFIX))
 
     def attempts(self, job_id: str, task_index: int) -> list[int]:
         """Attempt numbers that have a log, ascending (empty if the task has none yet)."""
@@ -437,6 +527,10 @@ class LogStore(LogReading):
     def read_attempt(self, job_id: str, task_index: int, attempt: int, offset: int) -> bytes:
         """One attempt's log from byte ``offset`` on (empty if it has none)."""
         return self._read_from(self.path_for(job_id, task_index, attempt), offset)
+
+    def attempt_marks(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]:
+        marks = self.path_for(job_id, task_index, attempt).with_suffix(_MARKS_SUFFIX)
+        return parse_marks(self._read_from(marks, 0).decode("ascii", "replace"))
 
     @staticmethod
     def _read_from(path: Path, offset: int) -> bytes:

@@ -95,6 +95,8 @@ class GroupRuntime:
     failures: int = 0  # slices of this group that failed in a row
     last_error: str = ""
     last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
+    last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
+    last_decision_at: float = 0.0
 
 
 @dataclass
@@ -104,6 +106,7 @@ class AutoscalerState:
     groups: dict[str, GroupRuntime] = field(default_factory=dict)
     unmet: dict[str, str] = field(default_factory=dict)
     group_reasons: dict[str, str] = field(default_factory=dict)
+    pending_jobs: int = 0  # jobs waiting for a place at the last plan
     recovered: bool = False  # running slices were read back from visibility (first run only)
     cleanup_needed: bool = False  # orphan cleanup after a (re)configuration
 
@@ -120,12 +123,17 @@ class GroupStatus:
     backoff_seconds: float = 0.0
     last_error: str = ""
     last_error_type: str = ""
+    last_decision: str = ""
+    last_decision_at: float = 0.0
+    idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
+    scale_down_delay: float = 0.0
 
 
 @dataclass
 class AutoscalerStatus:
     groups: list[GroupStatus] = field(default_factory=list)
     unmet: dict[str, str] = field(default_factory=dict)  # job id -> why no group will take it
+    pending_jobs: int = 0
 
 
 @workflow.defn(name="AutoscalerWorkflow")
@@ -196,6 +204,7 @@ class AutoscalerWorkflow:
             if slice_id in self.state.slices:
                 self.state.slices[slice_id].idle_since = since
         self.state.unmet, self.state.group_reasons = plan.unmet, plan.group_reasons
+        self.state.pending_jobs = plan.pending_jobs
         self._recheck_after = plan.recheck_after
         by_name = {g.spec.name: g for g in config.groups}
         for slice_id in plan.remove:
@@ -204,6 +213,7 @@ class AutoscalerWorkflow:
                 continue
             entry.state = "DRAINING"
             delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
+            self._decided(entry.group, f"scaled down {slice_id}: idle for {delay:g}s (scale_down_delay)")
             try:
                 await workflow.get_external_workflow_handle(slice_id).signal(
                     "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
@@ -213,14 +223,21 @@ class AutoscalerWorkflow:
                 self.state.slices.pop(slice_id, None)
         for group_name, count in plan.create.items():
             group = by_name.get(group_name)
+            started = []
             for _ in range(count if group is not None else 0):
                 assert group is not None
-                await self._start_slice(config, group)
+                started.append(await self._start_slice(config, group))
+            if any(started):
+                self._decided(group_name, f"scaled up: started {', '.join(s for s in started if s)} for pending work")
         self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
             s.state != "READY" for s in self.state.slices.values()
         )
 
-    async def _start_slice(self, config: AutoscalerConfig, group: ScaleGroup) -> None:
+    def _decided(self, group: str, decision: str) -> None:
+        rt = self.state.groups.setdefault(group, GroupRuntime())
+        rt.last_decision, rt.last_decision_at = decision, workflow.now().timestamp()
+
+    async def _start_slice(self, config: AutoscalerConfig, group: ScaleGroup) -> str | None:
         spec = group.spec
         slice_id = f"{spec.name}-{workflow.uuid4().hex[:8]}"
         now = workflow.now().timestamp()
@@ -236,8 +253,9 @@ class AutoscalerWorkflow:
         except ActivityError as err:
             self.state.slices.pop(slice_id, None)
             self._failed(spec.name, f"could not start slice workflow: {err.cause or err}", "")
-            return
+            return None
         workflow.logger.info("autoscaler: started slice %s of %s", slice_id, spec.name)
+        return slice_id
 
     async def _recover(self) -> None:
         """A fresh autoscaler (not a continue-as-new) adopts the slices that are running already."""
@@ -277,6 +295,7 @@ class AutoscalerWorkflow:
             delay = min(REFUSED_BACKOFF_MAX_SECONDS, REFUSED_BACKOFF_SECONDS * 2 ** (rt.failures - 1))
             rt.backoff_until = workflow.now().timestamp() + delay
             rt.backoff_reason = f"refused by the platform (a config or permission problem): {error}"
+            self._decided(group, f"backed off {delay:g}s after {error_type}")
             workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
         elif quota or rt.failures >= FAILURES_BEFORE_BACKOFF:
             k = rt.failures if quota else rt.failures - FAILURES_BEFORE_BACKOFF + 1
@@ -285,6 +304,7 @@ class AutoscalerWorkflow:
             rt.backoff_reason = (
                 f"quota exhausted: {error}" if quota else f"{rt.failures} slices failed in a row, last: {error}"
             )
+            self._decided(group, f"backed off {delay:g}s after {error_type or 'a failed slice'}")
             workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
 
     def _publish(self) -> None:
@@ -326,7 +346,7 @@ class AutoscalerWorkflow:
     @workflow.query
     def status(self) -> AutoscalerStatus:
         now = workflow.now().timestamp()
-        out = AutoscalerStatus(unmet=dict(self.state.unmet))
+        out = AutoscalerStatus(unmet=dict(self.state.unmet), pending_jobs=self.state.pending_jobs)
         config = self.state.config or AutoscalerConfig()
         for g in config.groups:
             name = g.spec.name
@@ -343,6 +363,10 @@ class AutoscalerWorkflow:
                     backoff_reason=rt.backoff_reason if backing_off else "",
                     backoff_seconds=math.ceil(rt.backoff_until - now) if backing_off and rt.backoff_until else 0.0,
                     last_error=rt.last_error, last_error_type=rt.last_error_type,
+                    last_decision=rt.last_decision, last_decision_at=rt.last_decision_at,
+                    idle_since={s.slice_id: s.idle_since for s in self.state.slices.values()
+                                if s.group == name and s.idle_since is not None},
+                    scale_down_delay=g.scale_down_delay,
                 )
             )  # fmt: skip
         return out
