@@ -124,6 +124,7 @@ class ClusterInfo:
     already_running: bool = False
     """Set by `up()` when it found a cluster running and started nothing."""
     config_path: str | None = None
+    dashboard_url: str = ""
 
 
 # ---------------------------------------------------------------------------- commands
@@ -168,9 +169,15 @@ def temporal_command(
     return argv
 
 
-def controller_command(*, address: str, store_url: str, config_path: Path | None = None) -> list[str]:
-    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any)."""
+def controller_command(
+    *, address: str, store_url: str, config_path: Path | None = None, dashboard_port: int | None = None,
+    ui_url: str | None = None,
+) -> list[str]:
+    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any,
+    and serving the dashboard on `dashboard_port`, linking to the Temporal UI at `ui_url`)."""
     argv = [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
+    if dashboard_port is not None:
+        argv += ["--dashboard-port", str(dashboard_port)] + (["--temporal-ui", ui_url] if ui_url else [])
     return argv + (["--config", str(config_path)] if config_path is not None else [])
 
 
@@ -571,6 +578,7 @@ class LocalCluster:
             running=running,
             dead=dead,
             config_path=state.get("config_path"),
+            dashboard_url=state.get("dashboard_url", ""),
         )
 
     def _spawn_recorded(self, state: dict[str, Any], name: str, argv: Sequence[str]) -> None:
@@ -608,7 +616,12 @@ class LocalCluster:
             if config.scale_groups:  # the controller reads its scale groups from a file, as in production
                 scaling["config_path"] = self.home / "scale-groups.yaml"
                 scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
-            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
+            dashboard_port = previous.get("dashboard_port")
+            if not (isinstance(dashboard_port, int) and port_free(dashboard_port)):
+                dashboard_port = free_port()
+            state.update(dashboard_port=dashboard_port, dashboard_url=f"http://{_HOST}:{dashboard_port}")
+            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling,
+                                      dashboard_port=dashboard_port, ui_url=state["ui_url"])  # fmt: skip
             self._spawn_recorded(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():

@@ -1,0 +1,264 @@
+"""What the dashboard reads from Temporal, and the short cache that makes many viewers cost one read.
+
+Everything comes from state Iris already keeps (design decision 10): Temporal visibility (search
+attributes and memos of job, slice and worker workflows), the scheduler's and the autoscaler's
+published state (their `workers`, `autoscale_snapshot`, `summary` and `status` queries: one query to a
+singleton per refresh, whoever is looking), and the store (log tails). No job is queried to fill a
+list; only a job's own page asks that one job for its task table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+
+from activities.proto import cluster_pb2 as pb
+from iris import fleet
+from iris.types import SliceStatus
+from workflows.autoscaler_workflow import AutoscalerStatus
+from workflows.ids import (
+    JOB_NAME_ATTRIBUTE,
+    JOB_STATE_ATTRIBUTE,
+    JOB_TASKS_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+)
+from workflows.visibility import JobView
+
+T = TypeVar("T")
+QUERY_TIMEOUT = timedelta(seconds=5)
+CACHE_SECONDS = 2.0
+"""How long one read of the singletons' state serves every viewer (the pages refresh every few seconds)."""
+
+JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
+JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
+JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
+BAND_ATTRIBUTES = ("IrisPriority", "IrisBand")
+"""Keyword search attributes a job's priority band is read from once the sharing work publishes one."""
+PARENT_ATTRIBUTE = "IrisParentJob"
+"""Keyword search attribute naming a child job's parent, once job trees publish one."""
+JOBS_QUERY = "WorkflowType = 'JobWorkflow' AND ExecutionStatus != 'ContinuedAsNew'"
+
+
+def quoted(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def encode_token(token: bytes | None) -> str:
+    return base64.urlsafe_b64encode(token).decode() if token else ""
+
+
+def decode_token(text: str) -> bytes | None:
+    """A page token from a URL; a mangled one starts from the first page (ValueError is not worth a 500)."""
+    if not text:
+        return None
+    try:
+        return base64.urlsafe_b64decode(text.encode())
+    except (binascii.Error, ValueError):
+        return None
+
+
+class Cached(Generic[T]):
+    """One value loaded at most every `ttl` seconds, however many requests ask at once (single flight)."""
+
+    def __init__(self, load: Callable[[], Awaitable[T]], ttl: float = CACHE_SECONDS) -> None:
+        self._load = load
+        self._ttl = ttl
+        self._value: T | None = None
+        self._at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> T:
+        async with self._lock:
+            if self._value is None or time.monotonic() - self._at > self._ttl:
+                self._value = await self._load()
+                self._at = time.monotonic()
+            return self._value
+
+
+def _keyword(wf: WorkflowExecution, name: str) -> str:
+    for key, value in wf.typed_search_attributes:  # iterating pairs: no KeyError for an unknown name
+        if key.name == name:
+            return str(value)
+    return ""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as visibility holds it: enough for a row in the queue, jobs and actions pages."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str
+    band: str
+    parent: str
+    num_tasks: int
+    counts: dict[str, int]
+    error: str
+    pending_reason: str
+    submitted_at: float
+    finished_at: float
+    status: str  # the workflow's execution status, e.g. RUNNING, COMPLETED, TERMINATED
+    closed_at: float
+
+    @classmethod
+    def from_execution(cls, wf: WorkflowExecution, memo: Mapping[str, Any]) -> JobRow:
+        view = JobView.from_memo(memo)
+        attrs = wf.typed_search_attributes
+        state = view.state or attrs.get(JOB_STATE) or "PENDING"
+        if wf.status not in (None, WorkflowExecutionStatus.RUNNING) and state in ("PENDING", "RUNNING"):
+            state = "KILLED"  # ended by hand (terminated): it never reported an end of its own
+        band = next((b for b in (_keyword(wf, name) for name in BAND_ATTRIBUTES) if b), "")
+        return cls(
+            job_id=wf.id,
+            name=attrs.get(JOB_NAME) or "",
+            user=attrs.get(JOB_USER) or "",
+            state=state,
+            band=band,
+            parent=_keyword(wf, PARENT_ATTRIBUTE),
+            num_tasks=view.num_tasks or attrs.get(JOB_TASKS) or 0,
+            counts=dict(view.counts),
+            error=view.error,
+            pending_reason=view.pending_reason,
+            submitted_at=view.submitted_at or wf.start_time.timestamp(),
+            finished_at=view.finished_at or (wf.close_time.timestamp() if wf.close_time else 0.0),
+            status=wf.status.name if wf.status else "",
+            closed_at=wf.close_time.timestamp() if wf.close_time else 0.0,
+        )
+
+
+@dataclass
+class Page(Generic[T]):
+    """One page of a listing and the token of the next (None on the last)."""
+
+    rows: list[T]
+    next_token: bytes | None = None
+    total: int | None = None
+
+
+@dataclass
+class QueueEntry:
+    """A pending job in the scheduler's order, with what the scheduler knows about it."""
+
+    position: int
+    job: pb.SchedulingJob
+
+
+@dataclass
+class ClusterReads:
+    """The dashboard's one way into Temporal; the singletons' state is cached for CACHE_SECONDS."""
+
+    client: Client
+    cache_seconds: float = CACHE_SECONDS
+    _workers: Cached[pb.WorkerList] = field(init=False)
+    _queue: Cached[list[pb.SchedulingJob]] = field(init=False)
+    _summary: Cached[pb.ClusterSummary] = field(init=False)
+    _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._workers = Cached(self._load_workers, self.cache_seconds)
+        self._queue = Cached(self._load_queue, self.cache_seconds)
+        self._summary = Cached(self._load_summary, self.cache_seconds)
+        self._autoscaler = Cached(lambda: fleet.autoscaler_status(self.client), self.cache_seconds)
+
+    # -- the singletons' published state
+
+    async def _load_workers(self) -> pb.WorkerList:
+        return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
+        )
+
+    async def _load_queue(self) -> list[pb.SchedulingJob]:
+        """The pending jobs in the scheduler's order: its snapshot's FIFO order, higher bands first.
+
+        The same stable sort as `scheduler.scheduling` applies to this list before placing.
+        """
+        data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
+        )
+        snap = pb.SchedulingSnapshot()
+        snap.ParseFromString(zlib.decompress(data))
+        return sorted(snap.jobs, key=lambda job: -job.priority)
+
+    async def _load_summary(self) -> pb.ClusterSummary:
+        return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
+        )
+
+    async def workers(self) -> pb.WorkerList:
+        return await self._workers.get()
+
+    async def queue(self) -> list[pb.SchedulingJob]:
+        return await self._queue.get()
+
+    async def summary(self) -> pb.ClusterSummary:
+        return await self._summary.get()
+
+    async def autoscaler(self) -> AutoscalerStatus | None:
+        return await self._autoscaler.get()
+
+    # -- visibility
+
+    async def list_page(self, query: str, page_size: int, token: bytes | None) -> Page[WorkflowExecution]:
+        """One page of a visibility listing: running workflows newest first, then closed ones by close time."""
+        it = self.client.list_workflows(query, page_size=page_size, next_page_token=token, rpc_timeout=QUERY_TIMEOUT)
+        await it.fetch_next_page()
+        return Page(list(it.current_page or []), it.next_page_token)
+
+    async def count(self, query: str) -> int:
+        return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
+
+    async def job_rows(self, executions: Sequence[WorkflowExecution]) -> list[JobRow]:
+        memos = await asyncio.gather(*(wf.memo() for wf in executions))
+        return [JobRow.from_execution(wf, memo) for wf, memo in zip(executions, memos, strict=True)]
+
+    async def jobs(self, query: str, page_size: int, token: bytes | None, *, with_total: bool = True) -> Page[JobRow]:
+        page, total = await asyncio.gather(
+            self.list_page(query, page_size, token), self.count(query) if with_total else _none()
+        )
+        return Page(await self.job_rows(page.rows), page.next_token, total)
+
+    async def jobs_by_id(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        """The visibility rows of these jobs, in one listing (a page of the queue names at most a few hundred)."""
+        if not job_ids:
+            return {}
+        ids = ", ".join(quoted(j) for j in job_ids)
+        page = await self.list_page(f"{JOBS_QUERY} AND WorkflowId IN ({ids})", len(job_ids) + 10, None)
+        return {row.job_id: row for row in await self.job_rows(page.rows)}
+
+    async def slices(self, page_size: int, token: bytes | None) -> Page[SliceStatus]:
+        """Slices newest first (live ones, then ended ones Temporal still keeps), from visibility."""
+        query = "WorkflowType = 'SliceWorkflow'"
+        page, total = await asyncio.gather(self.list_page(query, page_size, token), self.count(query))
+        memos = await asyncio.gather(*(wf.memo() for wf in page.rows))
+        return Page([fleet.slice_status(wf, memo) for wf, memo in zip(page.rows, memos, strict=True)],
+                    page.next_token, total)  # fmt: skip
+
+    async def worker_sessions(self, worker_id: str) -> list[WorkflowExecution]:
+        """The liveness-session workflows of one worker (newest first), found by their id prefix."""
+        page = await self.list_page(
+            f"WorkflowType = 'WorkerWorkflow' AND WorkflowId STARTS_WITH {quoted(session_prefix(worker_id))}", 5, None
+        )
+        return page.rows
+
+
+def session_prefix(worker_id: str) -> str:
+    """Every liveness-session workflow id of a worker starts with this (see `worker_workflow_id`)."""
+    return f"iris-worker-{worker_id}-session-"
+
+
+async def _none() -> None:
+    return None
