@@ -18,7 +18,9 @@ from iris.dashboard.reads import JobRow
 T = TypeVar("T")
 PAGE_SIZE = 50
 SCALE_GROUP_ATTRIBUTE = "iris-scale-group"
-NO_GROUP = "(no scale group)"
+GROUP_ATTRIBUTES = (SCALE_GROUP_ATTRIBUTE, "tpu-name")
+"""A worker's group for the capacity picture: its scale group, else its (fixed) slice."""
+NO_GROUP = "other workers"
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,10 @@ def filter_workers(workers: Sequence[pb.WorkerStatus], flt: WorkerFilter) -> lis
 
 
 def group_of(worker: pb.WorkerStatus) -> str:
-    value = worker.attributes.get(SCALE_GROUP_ATTRIBUTE)
-    return str(get_attr(value)) if value is not None else NO_GROUP
+    for key in GROUP_ATTRIBUTES:
+        if key in worker.attributes:
+            return str(get_attr(worker.attributes[key]))
+    return NO_GROUP
 
 
 def capacity_by_group(workers: Sequence[pb.WorkerStatus]) -> list[Usage]:
