@@ -65,7 +65,7 @@ def decode_token(text: str) -> bytes | None:
     if not text:
         return None
     try:
-        return base64.urlsafe_b64decode(text.encode())
+        return base64.b64decode(text.encode(), altchars=b"-_", validate=True) or None
     except (binascii.Error, ValueError):
         return None
 
