@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
@@ -39,6 +39,12 @@ T = TypeVar("T")
 QUERY_TIMEOUT = timedelta(seconds=5)
 CACHE_SECONDS = 2.0
 """How long one read of the singletons' state serves every viewer (the pages refresh every few seconds)."""
+FULL_WORKERS_LIMIT = 1_000
+"""Up to this many registered workers the dashboard asks the scheduler's `workers` query (every worker,
+lost and cordoned ones too, with its running tasks). Past it, that answer is megabytes of JSON encoded
+inside the scheduler's workflow task (1.5 s at 10,000 workers on this machine, close to the SDK's 2 s
+deadlock limit), so the dashboard reads the compact snapshot the scheduler keeps for the autoscaler:
+the schedulable workers with capacity and free resources, but no task lists."""
 
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
@@ -149,12 +155,67 @@ class Page(Generic[T]):
     total: int | None = None
 
 
-@dataclass
-class QueueEntry:
-    """A pending job in the scheduler's order, with what the scheduler knows about it."""
+class Used(NamedTuple):
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
 
-    position: int
-    job: pb.SchedulingJob
+
+class WorkerLike(Protocol):
+    """What the worker pages show of a worker: `pb.WorkerStatus`, or a `SnapshotWorker`."""
+
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def cordoned(self) -> bool: ...
+    @property
+    def attributes(self) -> Mapping[str, pb.AttributeValue]: ...
+    @property
+    def capacity(self) -> pb.Resources: ...
+    @property
+    def committed(self) -> Any: ...
+    @property
+    def running_tasks(self) -> Sequence[str]: ...
+
+
+class SnapshotWorker:
+    """A schedulable worker as the scheduler's snapshot holds it: capacity and free, no task list."""
+
+    __slots__ = ("_w", "committed")
+    healthy = True
+    cordoned = False
+    running_tasks: tuple[str, ...] = ()
+
+    def __init__(self, w: pb.SchedulingWorker) -> None:
+        self._w = w
+        cap, free = w.capacity, w.free
+        self.committed = Used(cap.cpu_millis - free.cpu_millis, cap.memory_bytes - free.memory_bytes,
+                              cap.gpus - free.gpus, cap.tpus - free.tpus)  # fmt: skip
+
+    @property
+    def worker_id(self) -> str:
+        return self._w.worker_id
+
+    @property
+    def attributes(self) -> Mapping[str, pb.AttributeValue]:
+        return self._w.attributes
+
+    @property
+    def capacity(self) -> pb.Resources:
+        return self._w.capacity
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The workers the scheduler knows; `complete` is False when read from its snapshot (see FULL_WORKERS_LIMIT)."""
+
+    workers: Sequence[WorkerLike]
+    complete: bool
+    total: int
+    healthy: int
 
 
 @dataclass
@@ -164,13 +225,13 @@ class ClusterReads:
     client: Client
     cache_seconds: float = CACHE_SECONDS
     _workers: Cached[pb.WorkerList] = field(init=False)
-    _queue: Cached[list[pb.SchedulingJob]] = field(init=False)
+    _snapshot: Cached[tuple[list[pb.SchedulingJob], list[SnapshotWorker]]] = field(init=False)
     _summary: Cached[pb.ClusterSummary] = field(init=False)
     _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self._workers = Cached(self._load_workers, self.cache_seconds)
-        self._queue = Cached(self._load_queue, self.cache_seconds)
+        self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
         self._summary = Cached(self._load_summary, self.cache_seconds)
         self._autoscaler = Cached(lambda: fleet.autoscaler_status(self.client), self.cache_seconds)
 
@@ -181,28 +242,34 @@ class ClusterReads:
             "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
         )
 
-    async def _load_queue(self) -> list[pb.SchedulingJob]:
-        """The pending jobs in the scheduler's order: its snapshot's FIFO order, higher bands first.
+    async def _load_snapshot(self) -> tuple[list[pb.SchedulingJob], list[SnapshotWorker]]:
+        """The scheduler's compact snapshot (kept for the autoscaler, re-encoded only when its state changed):
+        the pending jobs in the scheduler's order, and the schedulable workers.
 
-        The same stable sort as `scheduler.scheduling` applies to this list before placing.
+        The order is the same stable sort `scheduler.scheduling` applies before placing: FIFO, higher bands first.
         """
         data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
             "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
         )
         snap = pb.SchedulingSnapshot()
         snap.ParseFromString(zlib.decompress(data))
-        return sorted(snap.jobs, key=lambda job: -job.priority)
+        return sorted(snap.jobs, key=lambda job: -job.priority), [SnapshotWorker(w) for w in snap.workers]
 
     async def _load_summary(self) -> pb.ClusterSummary:
         return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
             "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
         )
 
-    async def workers(self) -> pb.WorkerList:
-        return await self._workers.get()
+    async def fleet(self) -> Fleet:
+        """Every worker (small fleets) or the schedulable ones from the snapshot (past FULL_WORKERS_LIMIT)."""
+        summary = await self.summary()
+        if summary.total_workers <= FULL_WORKERS_LIMIT:
+            workers = (await self._workers.get()).workers
+            return Fleet(list(workers), True, len(workers), sum(1 for w in workers if w.healthy))
+        return Fleet((await self._snapshot.get())[1], False, summary.total_workers, summary.healthy_workers)
 
     async def queue(self) -> list[pb.SchedulingJob]:
-        return await self._queue.get()
+        return (await self._snapshot.get())[0]
 
     async def summary(self) -> pb.ClusterSummary:
         return await self._summary.get()

@@ -26,7 +26,15 @@ from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
 from iris.dashboard.links import TemporalUI
-from iris.dashboard.reads import JOBS_QUERY, ClusterReads, decode_token, encode_token, quoted, session_prefix
+from iris.dashboard.reads import (
+    FULL_WORKERS_LIMIT,
+    JOBS_QUERY,
+    ClusterReads,
+    decode_token,
+    encode_token,
+    quoted,
+    session_prefix,
+)
 from iris.dashboard.views import (
     WorkerFilter,
     as_tree,
@@ -264,18 +272,18 @@ class Dashboard:
             text=request.query.get("q", "").strip(), state=request.query.get("state", "").strip(),
             attribute=request.query.get("attr", "").strip(),
         )  # fmt: skip
-        workers = (await self.reads.workers()).workers
-        shown = paginate(filter_workers(workers, flt), parse_page(request.query.get("page")))
+        fleet = await self.reads.fleet()
+        shown = paginate(filter_workers(fleet.workers, flt), parse_page(request.query.get("page")))
         return {
             "template": "workers.html", "page": "workers", "title": "Workers", "filter": flt, "shown": shown,
-            "counts": worker_counts(workers), "total": len(workers),
+            "counts": worker_counts(fleet.workers), "fleet": fleet, "limit": FULL_WORKERS_LIMIT,
             "page_url": lambda p: self._query_args(request, page=p),
         }  # fmt: skip
 
     async def worker(self, request: web.Request) -> dict[str, Any]:
         worker_id = request.match_info["worker_id"]
-        workers = (await self.reads.workers()).workers
-        found = next((w for w in workers if w.worker_id == worker_id), None)
+        fleet = await self.reads.fleet()
+        found = next((w for w in fleet.workers if w.worker_id == worker_id), None)
         if found is None:
             return {"template": "missing.html", "page": "workers", "title": "No such worker", "status": 404,
                     "what": f"worker {worker_id}"}  # fmt: skip
@@ -283,7 +291,8 @@ class Dashboard:
         recent, _ = await action_log.recent_actions(self.reads, action_log.ActionFilter(worker=worker_id), limit=10)
         running = sorted(found.running_tasks)
         return {
-            "template": "worker.html", "page": "workers", "title": f"Worker {worker_id}", "w": found,
+            "template": "worker.html", "page": "workers", "title": f"Worker {worker_id}", "w": found, "fleet": fleet,
+            "limit": FULL_WORKERS_LIMIT,
             "sessions": sessions, "recent": recent, "running": [(t, t.rsplit("/task-", 1)) for t in running[:500]],
             "more_running": max(0, len(running) - 500),
             "sessions_url": self.ui.search(
@@ -294,11 +303,11 @@ class Dashboard:
     async def fleet(self, request: web.Request) -> dict[str, Any]:
         token = decode_token(request.query.get("token", ""))
         status, workers, slices = await asyncio.gather(
-            self.reads.autoscaler(), self.reads.workers(), self.reads.slices(50, token)
+            self.reads.autoscaler(), self.reads.fleet(), self.reads.slices(50, token)
         )
         return {
             "template": "fleet.html", "page": "fleet", "title": "Fleet", "autoscaler": status, "slices": slices,
-            "chart": capacity_bars(capacity_by_group(workers.workers)),
+            "chart": capacity_bars(capacity_by_group(workers.workers)), "complete": workers.complete,
             "next_url": self._query_args(request, token=encode_token(slices.next_token)) if slices.next_token else "",
             "first_url": self._query_args(request, token=None) if token else "",
         }  # fmt: skip

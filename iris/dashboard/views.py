@@ -10,10 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris.dashboard.charts import Usage
-from iris.dashboard.reads import JobRow
+from iris.dashboard.reads import JobRow, WorkerLike
 
 T = TypeVar("T")
 PAGE_SIZE = 50
@@ -52,11 +51,11 @@ def parse_page(text: str | None) -> int:
 # -- workers
 
 
-def attributes(worker: pb.WorkerStatus) -> dict[str, object]:
+def attributes(worker: WorkerLike) -> dict[str, object]:
     return {k: get_attr(v) for k, v in sorted(worker.attributes.items())}
 
 
-def worker_state(worker: pb.WorkerStatus) -> str:
+def worker_state(worker: WorkerLike) -> str:
     if not worker.healthy:
         return "lost"
     return "cordoned" if worker.cordoned else "healthy"
@@ -70,14 +69,14 @@ class WorkerFilter:
     state: str = ""
     attribute: str = ""
 
-    def keeps(self, worker: pb.WorkerStatus) -> bool:
+    def keeps(self, worker: WorkerLike) -> bool:
         if self.text and self.text not in worker.worker_id:
             return False
         if self.state in ("healthy", "lost", "cordoned") and worker_state(worker) != self.state:
             return False
-        if self.state == "busy" and not worker.running_tasks:
+        if self.state == "busy" and not busy(worker):
             return False
-        if self.state == "idle" and (worker.running_tasks or not worker.healthy):
+        if self.state == "idle" and (busy(worker) or not worker.healthy):
             return False
         if self.attribute:
             key, has_value, value = self.attribute.partition("=")
@@ -88,19 +87,24 @@ class WorkerFilter:
         return True
 
 
-def filter_workers(workers: Sequence[pb.WorkerStatus], flt: WorkerFilter) -> list[pb.WorkerStatus]:
+def busy(worker: WorkerLike) -> bool:
+    """Runs a task (or, from the snapshot, which lists none, holds committed capacity)."""
+    return bool(worker.running_tasks) or worker.committed.cpu_millis > 0 or worker.committed.memory_bytes > 0
+
+
+def filter_workers(workers: Sequence[WorkerLike], flt: WorkerFilter) -> list[WorkerLike]:
     """The workers the filter keeps, by worker id."""
     return sorted((w for w in workers if flt.keeps(w)), key=lambda w: w.worker_id)
 
 
-def group_of(worker: pb.WorkerStatus) -> str:
+def group_of(worker: WorkerLike) -> str:
     for key in GROUP_ATTRIBUTES:
         if key in worker.attributes:
             return str(get_attr(worker.attributes[key]))
     return NO_GROUP
 
 
-def capacity_by_group(workers: Sequence[pb.WorkerStatus]) -> list[Usage]:
+def capacity_by_group(workers: Sequence[WorkerLike]) -> list[Usage]:
     """CPU cores committed and offered by the healthy workers of each scale group (one pass)."""
     sums: dict[str, list[float]] = {}
     for w in workers:
@@ -112,11 +116,11 @@ def capacity_by_group(workers: Sequence[pb.WorkerStatus]) -> list[Usage]:
     return [Usage(group, round(used, 3), round(total, 3), "cpu") for group, (used, total) in sorted(sums.items())]
 
 
-def worker_counts(workers: Sequence[pb.WorkerStatus]) -> dict[str, int]:
+def worker_counts(workers: Sequence[WorkerLike]) -> dict[str, int]:
     counts = {"healthy": 0, "cordoned": 0, "lost": 0, "busy": 0}
     for w in workers:
         counts[worker_state(w)] += 1
-        if w.running_tasks:
+        if busy(w):
             counts["busy"] += 1
     return counts
 

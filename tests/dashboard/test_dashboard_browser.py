@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -130,3 +131,27 @@ def test_cli_prints_the_dashboard_url(cluster: Cluster) -> None:
     status = subprocess.run([sys.executable, "-m", "iris", "cluster", "status"], env=env, capture_output=True,
                             text=True, check=True, timeout=60).stdout  # fmt: skip
     assert f"Dashboard: {url}" in status.splitlines()
+
+
+def test_actions_survive_a_controller_restart(cluster: Cluster, client: IrisClient, browser: Any) -> None:
+    """The actions log is Temporal's record, not the controller's memory: a new controller shows the same."""
+    from selenium.common.exceptions import WebDriverException
+
+    job = client.submit_command([sys.executable, "-c", "pass"], name="dash-durable",
+                                resources=ResourceSpec(cpu=0.5, memory="128m"))  # fmt: skip
+    job.wait(timeout=120)
+    assert cluster.local.kill_process("controller", signal.SIGTERM, wait=20)
+    cluster.local.restart_process("controller")
+    url = f"{cluster.info.dashboard_url}/actions?job={job.job_id}"
+
+    def shown() -> str:
+        try:
+            browser.get(url)
+        except WebDriverException:  # the new controller is not listening yet
+            return ""
+        return text_of(browser, "#actions")
+
+    actions = eventually(lambda: "job succeeded" in shown() and text_of(browser, "#actions"), 90, "actions again")
+    assert "job submitted" in actions
+    open_page(browser, url)
+    client.list_workers()  # the restarted controller answers the scheduler's queries again
