@@ -31,7 +31,7 @@ from workflows.visibility import JobView
 
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 PAGE_SIZE = 50
-CLOSED_SCAN = 100
+CLOSED_SCAN = PAGE_SIZE
 """Closed workflows read per kind for one page: the page's events are complete down to the oldest of them."""
 SUBMIT_SKEW_SECONDS = 5.0
 """A job run that started this much after the job's submission is a continued run, not the submission."""
