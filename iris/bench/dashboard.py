@@ -6,9 +6,11 @@ its own controller process, see `iris.bench.scale`) with `--pending` tasks that 
 that run, so workers have running tasks. `--job-records` job workflows are started (on a queue
 nobody polls) with the memo and search attributes a real job publishes, so visibility lists that
 many jobs. Then each page is loaded `--loads` times, one after another, from the real aiohttp
-application, and its median and p90 are printed: wall time over loopback HTTP, and the handler's own
-time (its `Server-Timing` header). Every load reads Temporal afresh (the dashboard's 2 s cache is off),
-which is the cost of the first viewer in each refresh period; the target is < 300 ms per page.
+application, and its median and p90 are printed: wall time over loopback HTTP, the handler's own
+time, and the median part of it spent waiting for Temporal (its `Server-Timing` header). Twice: with
+the dashboard's cache off (every load waits for the singletons' answers, the worst a viewer can get)
+and with it on (what viewers get: the singletons' state is read at most every 2 s, behind the page).
+The target is < 300 ms per page.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -58,15 +60,25 @@ class PageFigures:
     wall_ms: list[float]
     server_ms: list[float]
     size: int
+    failed: int = 0  # loads answered 503: Temporal or the scheduler did not answer in time
+    temporal_ms: list[float] = field(default_factory=list)  # of server_ms: waiting for Temporal
+
+    @staticmethod
+    def p90(values: list[float]) -> float:
+        return statistics.quantiles(values, n=10)[-1] if len(values) >= 2 else values[0] if values else 0.0
+
+    def over(self) -> bool:
+        return self.failed > 0 or self.p90(self.wall_ms) >= TARGET_MS
 
     def row(self) -> str:
-        def p90(values: list[float]) -> float:
-            return statistics.quantiles(values, n=10)[-1] if len(values) >= 2 else values[0]
-
-        wall, server = statistics.median(self.wall_ms), statistics.median(self.server_ms)
-        verdict = "ok" if p90(self.wall_ms) < TARGET_MS else "OVER"
-        return (f"  {self.page:<34} {wall:8.1f} {p90(self.wall_ms):8.1f}   {server:8.1f} {p90(self.server_ms):8.1f}"
-                f" {self.size / 1024:8.0f}  {verdict}")  # fmt: skip
+        wall = statistics.median(self.wall_ms) if self.wall_ms else 0.0
+        server = statistics.median(self.server_ms) if self.server_ms else 0.0
+        verdict = "OVER" if self.over() else "ok"
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        temporal = statistics.median(self.temporal_ms) if self.temporal_ms else 0.0
+        return (f"  {self.page:<38} {wall:8.1f} {self.p90(self.wall_ms):8.1f}   {server:8.1f} "
+                f"{self.p90(self.server_ms):8.1f} {temporal:9.1f} {self.size / 1024:6.0f}  "
+                f"{verdict}{failed}")  # fmt: skip
 
 
 async def build_fleet(client: Client, workers: int, pending: int, placed: int, hosts_per_agent: int) -> None:
@@ -134,21 +146,27 @@ async def start_job_records(client: Client, count: int) -> None:
 
 
 async def measure(base: str, pages: Sequence[str], loads: int) -> list[PageFigures]:
+    """Each page `loads` times in a row; a 503 (the page said Temporal did not answer) counts as failed."""
     out = []
     async with aiohttp.ClientSession() as http:
         for page in pages:
-            wall, server, size = [], [], 0
+            figures = PageFigures(page, [], [], 0)
             for _ in range(loads):
                 started = time.perf_counter()
                 async with http.get(base + page) as response:
                     body = await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"{page}: HTTP {response.status}: {body[:300]!r}")
-                wall.append((time.perf_counter() - started) * 1000)
-                timing = response.headers.get("Server-Timing", "render;dur=0")
-                server.append(float(timing.rsplit("dur=", 1)[1]))
-                size = len(body)
-            out.append(PageFigures(page, wall, server, size))
+                elapsed = (time.perf_counter() - started) * 1000
+                if response.status == 503:
+                    figures.failed += 1
+                    continue
+                if response.status != 200:
+                    raise RuntimeError(f"{page}: HTTP {response.status}: {body[:300]!r}")
+                figures.wall_ms.append(elapsed)
+                timing = dict(part.strip().split(";dur=") for part in response.headers["Server-Timing"].split(","))
+                figures.server_ms.append(float(timing["total"]))
+                figures.temporal_ms.append(float(timing["temporal"]))
+                figures.size = len(body)
+            out.append(figures)
     return out
 
 
@@ -157,7 +175,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=10_000, help="synthetic worker hosts (default 10000)")
     parser.add_argument("--pending", type=int, default=100_000, help="unplaceable queued tasks (default 100000)")
     parser.add_argument("--placed", type=int, default=20_000, help="running tasks (default 20000)")
-    parser.add_argument("--job-records", type=int, default=10_000, help="job workflows in visibility (10000)")
+    parser.add_argument("--job-records", type=int, default=2_000, help="job workflows in visibility (2000)")
     parser.add_argument("--hosts-per-agent", type=int, default=100, help="hosts per liveness session (100)")
     parser.add_argument("--loads", type=int, default=20, help="loads of each page (default 20)")
     args = parser.parse_args(argv)
@@ -191,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
             return 2
 
-        async def go() -> list[PageFigures]:
+        async def go() -> dict[str, list[PageFigures]]:
             client = await Client.connect(address)
             agents = SyntheticAgents()
             sessions = -(-args.workers // args.hosts_per_agent)
@@ -204,34 +222,41 @@ def main(argv: Sequence[str] | None = None) -> int:
                 started = time.monotonic()
                 await start_job_records(client, args.job_records)
                 print(f"{args.job_records} job records in {time.monotonic() - started:.0f} s", file=sys.stderr)
-                dashboard = Dashboard(client, TemporalUI(f"http://127.0.0.1:{ui_port}"), "memory://bench",
-                                      cache_seconds=0.0)  # fmt: skip
-                web = DashboardServer(dashboard, 0)
-                await web.start()
-                try:
-                    last_queue_page = -(-args.pending // 10 // 50)
-                    last_worker_page = -(-args.workers // 50)
-                    pages = [
-                        "/actions", "/actions?user=ana", "/queue", f"/queue?page={last_queue_page}",
-                        "/queue?job=bench-job-00009", "/jobs", "/jobs?state=PENDING&user=bo",
-                        "/jobs?job=bench-job-00005", "/workers", f"/workers?page={last_worker_page}",
-                        "/workers?state=busy", "/workers?attr=zone%3Dzone-3&page=2",
-                        f"/workers/bench-{args.workers // 2:05d}", "/fleet", "/users", "/reservations",
-                    ]  # fmt: skip
-                    return await measure(web.url, pages, args.loads)
-                finally:
-                    await web.stop()
+                await _summary(client)  # the scheduler answers again after the burst of starts
+                last_queue_page = -(-args.pending // 10 // 50)
+                last_worker_page = -(-args.workers // 50)
+                pages = [
+                    "/actions", "/actions?user=ana", "/queue", f"/queue?page={last_queue_page}",
+                    "/queue?job=bench-job-00009", "/jobs", "/jobs?state=PENDING&user=bo",
+                    "/jobs?job=bench-job-00005", "/workers", f"/workers?page={last_worker_page}",
+                    "/workers?state=busy", "/workers?attr=zone%3Dzone-3&page=2",
+                    f"/workers/bench-{args.workers // 2:05d}", "/fleet", "/users", "/reservations",
+                ]  # fmt: skip
+                out = {}
+                for label, cache in (("no cache", 0.0), ("the dashboard's 2 s cache", 2.0)):
+                    dashboard = Dashboard(client, TemporalUI(f"http://127.0.0.1:{ui_port}"), "memory://bench",
+                                          cache_seconds=cache)  # fmt: skip
+                    web = DashboardServer(dashboard, 0)
+                    await web.start()
+                    try:
+                        out[label] = await measure(web.url, pages, args.loads)
+                    finally:
+                        await web.stop()
+                return out
 
-        figures = asyncio.run(go())
+        results = asyncio.run(go())
     finally:
         if controller is not None:
             _stop(controller)
         _stop(server)
-    print(f"dashboard pages at {args.workers} workers, {args.pending} pending + {args.placed} placed tasks, "
-          f"{args.job_records} jobs in visibility; {args.loads} loads each, no cache (ms):")  # fmt: skip
-    print(f"  {'page':<34} {'median':>8} {'p90':>8}   {'server':>8} {'p90':>8} {'KiB':>8}")
-    for f in figures:
-        print(f.row())
-    over = [f.page for f in figures if statistics.quantiles(f.wall_ms, n=10)[-1] >= TARGET_MS]
-    print(f"target < {TARGET_MS:.0f} ms per page: " + ("met" if not over else f"missed by {', '.join(over)}"))
+    met = True
+    for label, figures in results.items():
+        print(f"dashboard pages at {args.workers} workers, {args.pending} pending + {args.placed} placed tasks, "
+              f"{args.job_records} jobs in visibility; {args.loads} loads each, {label} (ms):")  # fmt: skip
+        print(f"  {'page':<38} {'median':>8} {'p90':>8}   {'server':>8} {'p90':>8} {'temporal':>9} {'KiB':>6}")
+        for f in figures:
+            print(f.row())
+        over = [f.page for f in figures if f.over()]
+        met = met and not over
+        print(f"target < {TARGET_MS:.0f} ms per page: " + ("met" if not over else f"missed by {', '.join(over)}"))
     return 0

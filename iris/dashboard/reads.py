@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
+import structlog
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
@@ -36,9 +39,12 @@ from workflows.ids import (
 from workflows.visibility import JobView
 
 T = TypeVar("T")
+log = structlog.get_logger("iris.dashboard")
 QUERY_TIMEOUT = timedelta(seconds=5)
 CACHE_SECONDS = 2.0
 """How long one read of the singletons' state serves every viewer (the pages refresh every few seconds)."""
+MAX_STALE_SECONDS = 30.0
+"""Older than this, a cached read is not served while it refreshes: the page waits for the fresh one."""
 FULL_WORKERS_LIMIT = 1_000
 """Up to this many registered workers the dashboard asks the scheduler's `workers` query (every worker,
 lost and cordoned ones too, with its running tasks). Past it, that answer is megabytes of JSON encoded
@@ -55,6 +61,41 @@ BAND_ATTRIBUTES = ("IrisPriority", "IrisBand")
 PARENT_ATTRIBUTE = "IrisParentJob"
 """Keyword search attribute naming a child job's parent, once job trees publish one."""
 JOBS_QUERY = "WorkflowType = 'JobWorkflow' AND ExecutionStatus != 'ContinuedAsNew'"
+
+
+class Waited:
+    """Wall time a request spent with at least one Temporal call in flight (its `Server-Timing` splits on it)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    @contextlib.asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.seconds += time.perf_counter() - self._since
+
+
+WAITED: ContextVar[Waited | None] = ContextVar("iris_dashboard_waited", default=None)
+
+
+@contextlib.asynccontextmanager
+async def temporal_call() -> AsyncIterator[None]:
+    """Count the enclosed call as time waiting for Temporal in the current request (if one is measured)."""
+    waited = WAITED.get()
+    if waited is None:
+        yield
+        return
+    async with waited.call():
+        yield
 
 
 def quoted(value: str) -> str:
@@ -77,7 +118,12 @@ def decode_token(text: str) -> bytes | None:
 
 
 class Cached(Generic[T]):
-    """One value loaded at most every `ttl` seconds, however many requests ask at once (single flight)."""
+    """One value loaded at most every `ttl` seconds, however many requests ask at once (single flight).
+
+    A value past its `ttl` is still served while a fresh one loads in the background, so a page never
+    waits for a busy singleton's answer unless what it has is older than MAX_STALE_SECONDS (then it
+    waits, and a failure reaches the page). With `ttl` 0 every call waits for a fresh value (the bench).
+    """
 
     def __init__(self, load: Callable[[], Awaitable[T]], ttl: float = CACHE_SECONDS) -> None:
         self._load = load
@@ -85,12 +131,28 @@ class Cached(Generic[T]):
         self._value: T | None = None
         self._at = float("-inf")
         self._lock = asyncio.Lock()
+        self._refreshing: asyncio.Task[None] | None = None
+
+    async def _refresh(self) -> None:
+        value = await self._load()
+        self._value, self._at = value, time.monotonic()
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self._refresh()
+        except Exception as err:  # the stale value stays; a page that needs fresher data waits and sees the error
+            log.warning("dashboard_refresh_failed", error=str(err) or type(err).__name__)
 
     async def get(self) -> T:
+        age = time.monotonic() - self._at
+        if self._value is not None and self._ttl > 0 and age <= MAX_STALE_SECONDS:
+            if age > self._ttl and (self._refreshing is None or self._refreshing.done()):
+                self._refreshing = asyncio.create_task(self._refresh_quietly())
+            return self._value
         async with self._lock:
-            if self._value is None or time.monotonic() - self._at > self._ttl:
-                self._value = await self._load()
-                self._at = time.monotonic()
+            if self._value is None or time.monotonic() - self._at > (self._ttl if self._ttl > 0 else -1.0):
+                await self._refresh()
+            assert self._value is not None
             return self._value
 
 
@@ -233,14 +295,15 @@ class ClusterReads:
         self._workers = Cached(self._load_workers, self.cache_seconds)
         self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
         self._summary = Cached(self._load_summary, self.cache_seconds)
-        self._autoscaler = Cached(lambda: fleet.autoscaler_status(self.client), self.cache_seconds)
+        self._autoscaler = Cached(self._load_autoscaler, self.cache_seconds)
 
     # -- the singletons' published state
 
     async def _load_workers(self) -> pb.WorkerList:
-        return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
-        )
+        async with temporal_call():
+            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
+            )
 
     async def _load_snapshot(self) -> tuple[list[pb.SchedulingJob], list[SnapshotWorker]]:
         """The scheduler's compact snapshot (kept for the autoscaler, re-encoded only when its state changed):
@@ -248,17 +311,23 @@ class ClusterReads:
 
         The order is the same stable sort `scheduler.scheduling` applies before placing: FIFO, higher bands first.
         """
-        data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
-        )
+        async with temporal_call():
+            data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
+            )
         snap = pb.SchedulingSnapshot()
         snap.ParseFromString(zlib.decompress(data))
         return sorted(snap.jobs, key=lambda job: -job.priority), [SnapshotWorker(w) for w in snap.workers]
 
+    async def _load_autoscaler(self) -> AutoscalerStatus | None:
+        async with temporal_call():
+            return await fleet.autoscaler_status(self.client)
+
     async def _load_summary(self) -> pb.ClusterSummary:
-        return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
-        )
+        async with temporal_call():
+            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
+            )
 
     async def fleet(self) -> Fleet:
         """Every worker (small fleets) or the schedulable ones from the snapshot (past FULL_WORKERS_LIMIT)."""
@@ -282,11 +351,13 @@ class ClusterReads:
     async def list_page(self, query: str, page_size: int, token: bytes | None) -> Page[WorkflowExecution]:
         """One page of a visibility listing: running workflows newest first, then closed ones by close time."""
         it = self.client.list_workflows(query, page_size=page_size, next_page_token=token, rpc_timeout=QUERY_TIMEOUT)
-        await it.fetch_next_page()
+        async with temporal_call():
+            await it.fetch_next_page()
         return Page(list(it.current_page or []), it.next_page_token)
 
     async def count(self, query: str) -> int:
-        return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
+        async with temporal_call():
+            return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
 
     async def job_rows(self, executions: Sequence[WorkflowExecution]) -> list[JobRow]:
         memos = await asyncio.gather(*(wf.memo() for wf in executions))

@@ -29,7 +29,9 @@ from iris.dashboard.links import TemporalUI
 from iris.dashboard.reads import (
     FULL_WORKERS_LIMIT,
     JOBS_QUERY,
+    WAITED,
     ClusterReads,
+    Waited,
     decode_token,
     encode_token,
     quoted,
@@ -123,13 +125,15 @@ class Dashboard:
     def _page(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
             started = time.perf_counter()
+            waited = Waited()
+            WAITED.set(waited)  # this request's own context (aiohttp runs each request in its own task)
             try:
                 context = await handler(request)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
                 message = getattr(err, "message", "") or str(err) or type(err).__name__
                 log.warning("dashboard_read_failed", path=request.path, error=message)
                 context = {"template": "unavailable.html", "page": request.path.strip("/").split("/")[0],
-                           "title": "Unavailable", "error": message.splitlines()[0]}  # fmt: skip
+                           "title": "Unavailable", "error": message.splitlines()[0], "status": 503}  # fmt: skip
             context.setdefault("status", 200)
             partial = request.headers.get("X-Iris-Partial") == "1"
             html = self.env.get_template(context["template"]).render(
@@ -139,7 +143,8 @@ class Dashboard:
             elapsed = time.perf_counter() - started
             return web.Response(
                 text=html, status=context["status"], content_type="text/html",
-                headers={"Server-Timing": f"render;dur={elapsed * 1000:.1f}", "Cache-Control": "no-store"},
+                headers={"Server-Timing": f"temporal;dur={waited.seconds * 1000:.1f}, total;dur={elapsed * 1000:.1f}",
+                         "Cache-Control": "no-store"},
             )  # fmt: skip
 
         return serve

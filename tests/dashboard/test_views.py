@@ -136,3 +136,32 @@ def test_pictures_are_svg_with_their_numbers() -> None:
     line = depth_line([(0.0, 0), (60.0, 40), (120.0, 10)])
     assert "<polyline" in line and ">40<" in line and "now: 10" in line
     assert "" == depth_line([(0.0, 1)])
+
+
+async def test_cached_reads_serve_the_last_value_while_one_fresh_load_runs() -> None:
+    """Many viewers cost one load; a stale value is served at once while it refreshes behind."""
+    import asyncio
+
+    from iris.dashboard.reads import Cached
+
+    loads = 0
+    gate = asyncio.Event()
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        if loads > 1:
+            await gate.wait()
+        return loads
+
+    cached = Cached(load, ttl=0.01)
+    assert [1, 1, 1] == await asyncio.gather(cached.get(), cached.get(), cached.get())
+    await asyncio.sleep(0.02)
+    assert 1 == await cached.get()  # stale, served at once; the refresh waits on the gate
+    assert 1 == await cached.get()
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert 2 == await cached.get()
+    assert 2 == loads
+    every_time = Cached(load, ttl=0.0)
+    assert [3, 4] == [await every_time.get(), await every_time.get()]

@@ -18,7 +18,7 @@
     busy = true;
     fetch(window.location.href, { headers: { "X-Iris-Partial": "1" }, cache: "no-store" })
       .then(function (response) {
-        if (!response.ok && response.status !== 404) { throw new Error("HTTP " + response.status); }
+        if (!response.ok && response.status !== 404) { throw new Error("HTTP " + response.status); }  // 503: keep the last page
         return response.text();
       })
       .then(function (html) {
