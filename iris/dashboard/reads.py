@@ -128,14 +128,15 @@ class Cached(Generic[T]):
     def __init__(self, load: Callable[[], Awaitable[T]], ttl: float = CACHE_SECONDS) -> None:
         self._load = load
         self._ttl = ttl
-        self._value: T | None = None
+        self._box: tuple[T] | None = None  # the last value, boxed: the value itself may be None
         self._at = float("-inf")
         self._lock = asyncio.Lock()
         self._refreshing: asyncio.Task[None] | None = None
 
-    async def _refresh(self) -> None:
+    async def _refresh(self) -> T:
         value = await self._load()
-        self._value, self._at = value, time.monotonic()
+        self._box, self._at = (value,), time.monotonic()
+        return value
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -145,15 +146,14 @@ class Cached(Generic[T]):
 
     async def get(self) -> T:
         age = time.monotonic() - self._at
-        if self._value is not None and self._ttl > 0 and age <= MAX_STALE_SECONDS:
+        if self._box is not None and self._ttl > 0 and age <= MAX_STALE_SECONDS:
             if age > self._ttl and (self._refreshing is None or self._refreshing.done()):
                 self._refreshing = asyncio.create_task(self._refresh_quietly())
-            return self._value
+            return self._box[0]
         async with self._lock:
-            if self._value is None or time.monotonic() - self._at > (self._ttl if self._ttl > 0 else -1.0):
-                await self._refresh()
-            assert self._value is not None
-            return self._value
+            if self._box is not None and 0 < self._ttl and time.monotonic() - self._at <= self._ttl:
+                return self._box[0]  # another request loaded it while this one waited
+            return await self._refresh()
 
 
 def _keyword(wf: WorkflowExecution, name: str) -> str:

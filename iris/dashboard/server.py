@@ -100,7 +100,13 @@ class Dashboard:
         self.ui = ui
         self.depth = DepthHistory()
         self.env = _environment()
+        self.env.globals["sessions_url"] = self.sessions_url
         self._sampler: asyncio.Task[None] | None = None
+
+    def sessions_url(self, worker_id: str) -> str:
+        """The Temporal UI's list of a worker's liveness-session workflows (its own, by id prefix)."""
+        prefix = session_prefix(worker_id)
+        return self.ui.search(f'WorkflowType = "WorkerWorkflow" AND WorkflowId STARTS_WITH "{prefix}"')
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -300,9 +306,6 @@ class Dashboard:
             "limit": FULL_WORKERS_LIMIT,
             "sessions": sessions, "recent": recent, "running": [(t, t.rsplit("/task-", 1)) for t in running[:500]],
             "more_running": max(0, len(running) - 500),
-            "sessions_url": self.ui.search(
-                f"WorkflowType = 'WorkerWorkflow' AND WorkflowId STARTS_WITH \"{session_prefix(worker_id)}\""
-            ),
         }  # fmt: skip
 
     async def fleet(self, request: web.Request) -> dict[str, Any]:

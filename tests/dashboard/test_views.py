@@ -165,3 +165,17 @@ async def test_cached_reads_serve_the_last_value_while_one_fresh_load_runs() -> 
     assert 2 == loads
     every_time = Cached(load, ttl=0.0)
     assert [3, 4] == [await every_time.get(), await every_time.get()]
+
+
+async def test_cached_none_is_a_value() -> None:
+    """No autoscaler (None) is an answer like any other: cached, not asked again at once."""
+    from iris.dashboard.reads import Cached
+
+    calls = []
+
+    async def load() -> None:
+        calls.append(1)
+
+    cached: Cached[None] = Cached(load, ttl=60)
+    assert (await cached.get(), await cached.get()) == (None, None)
+    assert 1 == len(calls)
