@@ -147,18 +147,22 @@ def merge(scans: Sequence[Scan], before: float, limit: int) -> tuple[list[Action
     return page, (bound if bound != float("-inf") else None)
 
 
-async def _scan(reads: ClusterReads, kind: str, query: str, before: float, limit: int) -> Scan:
-    cut = visibility_time(before)
-    running, closed = await asyncio.gather(
-        reads.list_page(f"{query} AND ExecutionStatus = 'Running' AND StartTime < {cut}", limit, None),
-        reads.list_page(f"{query} AND ExecutionStatus != 'Running' AND CloseTime < {cut}", CLOSED_SCAN, None),
+async def _scan(reads: ClusterReads, kind: str, query: str, before: float | None, limit: int) -> Scan:
+    """One kind's events before `before` (None: the newest, with no time bound, so the query repeats
+    exactly and viewers of the first page share one cached read)."""
+    running, closed = f"{query} AND ExecutionStatus = 'Running'", f"{query} AND ExecutionStatus != 'Running'"
+    if before is not None:
+        cut = visibility_time(before)
+        running, closed = f"{running} AND StartTime < {cut}", f"{closed} AND CloseTime < {cut}"
+    running_page, closed_page = await asyncio.gather(
+        reads.list_page(running, limit, None), reads.list_page(closed, CLOSED_SCAN, None)
     )
-    rows = [*running.rows, *closed.rows]
+    rows = [*running_page.rows, *closed_page.rows]
     memos = await asyncio.gather(*(wf.memo() for wf in rows))
     found = [e for wf, memo in zip(rows, memos, strict=True) for e in events(kind, wf, memo)]
     complete_after = float("-inf")
-    if closed.next_token is not None and closed.rows:
-        last = closed.rows[-1].close_time
+    if closed_page.next_token is not None and closed_page.rows:
+        last = closed_page.rows[-1].close_time
         complete_after = last.timestamp() if last else complete_after
     return Scan(found, complete_after)
 
@@ -167,6 +171,5 @@ async def recent_actions(
     reads: ClusterReads, flt: ActionFilter, before: float | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[Action], float | None]:
     """One page of the log, newest first, and the cursor of the next page (None at the end)."""
-    cursor = before if before is not None else datetime.now(UTC).timestamp() + 1.0
-    scans = await asyncio.gather(*(_scan(reads, kind, query, cursor, limit) for kind, query in flt.sources()))
-    return merge(scans, cursor, limit)
+    scans = await asyncio.gather(*(_scan(reads, kind, query, before, limit) for kind, query in flt.sources()))
+    return merge(scans, before if before is not None else float("inf"), limit)

@@ -15,7 +15,8 @@ import binascii
 import contextlib
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -156,6 +157,38 @@ class Cached(Generic[T]):
             return await self._refresh()
 
 
+class KeyedCache:
+    """Visibility answers by their request, kept `ttl` seconds (the most recent `size` of them), loaded once.
+
+    Many viewers of the same page (the same filters, the same page token) cost one visibility call per
+    `ttl`; with `ttl` 0 nothing is kept (the bench). A failed load is not kept.
+    """
+
+    def __init__(self, ttl: float, size: int = 256) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+
+    async def get(self, key: Hashable, load: Callable[[], Awaitable[T]]) -> T:
+        if self._ttl <= 0:
+            return await load()
+        now = time.monotonic()
+        hit = self._items.get(key)
+        if hit is not None and now - hit[0] <= self._ttl and not (hit[1].done() and hit[1].exception()):
+            self._items.move_to_end(key)
+            return await asyncio.shield(hit[1])  # type: ignore[no-any-return]
+        future: asyncio.Future[T] = asyncio.ensure_future(load())
+        self._items[key] = (now, future)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        try:
+            return await asyncio.shield(future)
+        except BaseException:
+            if self._items.get(key, (0.0, None))[1] is future:
+                del self._items[key]
+            raise
+
+
 def _keyword(wf: WorkflowExecution, name: str) -> str:
     for key, value in wf.typed_search_attributes:  # iterating pairs: no KeyError for an unknown name
         if key.name == name:
@@ -290,8 +323,10 @@ class ClusterReads:
     _snapshot: Cached[tuple[list[pb.SchedulingJob], list[SnapshotWorker]]] = field(init=False)
     _summary: Cached[pb.ClusterSummary] = field(init=False)
     _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
+    _visibility: KeyedCache = field(init=False)
 
     def __post_init__(self) -> None:
+        self._visibility = KeyedCache(self.cache_seconds)
         self._workers = Cached(self._load_workers, self.cache_seconds)
         self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
         self._summary = Cached(self._load_summary, self.cache_seconds)
@@ -350,14 +385,22 @@ class ClusterReads:
 
     async def list_page(self, query: str, page_size: int, token: bytes | None) -> Page[WorkflowExecution]:
         """One page of a visibility listing: running workflows newest first, then closed ones by close time."""
-        it = self.client.list_workflows(query, page_size=page_size, next_page_token=token, rpc_timeout=QUERY_TIMEOUT)
-        async with temporal_call():
-            await it.fetch_next_page()
-        return Page(list(it.current_page or []), it.next_page_token)
+
+        async def load() -> Page[WorkflowExecution]:
+            it = self.client.list_workflows(query, page_size=page_size, next_page_token=token,
+                                            rpc_timeout=QUERY_TIMEOUT)  # fmt: skip
+            async with temporal_call():
+                await it.fetch_next_page()
+            return Page(list(it.current_page or []), it.next_page_token)
+
+        return await self._visibility.get(("list", query, page_size, token), load)
 
     async def count(self, query: str) -> int:
-        async with temporal_call():
-            return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
+        async def load() -> int:
+            async with temporal_call():
+                return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
+
+        return await self._visibility.get(("count", query), load)
 
     async def job_rows(self, executions: Sequence[WorkflowExecution]) -> list[JobRow]:
         memos = await asyncio.gather(*(wf.memo() for wf in executions))

@@ -179,3 +179,24 @@ async def test_cached_none_is_a_value() -> None:
     cached: Cached[None] = Cached(load, ttl=60)
     assert (await cached.get(), await cached.get()) == (None, None)
     assert 1 == len(calls)
+
+
+async def test_visibility_answers_are_shared_by_request_and_failures_are_not_kept() -> None:
+    """The same listing asked twice within the ttl is one call; a failed call is asked again."""
+    from iris.dashboard.reads import KeyedCache
+
+    calls: list[str] = []
+
+    async def load(key: str) -> str:
+        calls.append(key)
+        if key == "bad" and calls.count("bad") == 1:
+            raise RuntimeError("visibility timed out")
+        return key.upper()
+
+    cache = KeyedCache(ttl=60)
+    assert ("A", "A", "B") == (await cache.get("a", lambda: load("a")), await cache.get("a", lambda: load("a")),
+                               await cache.get("b", lambda: load("b")))  # fmt: skip
+    with pytest.raises(RuntimeError):
+        await cache.get("bad", lambda: load("bad"))
+    assert "BAD" == await cache.get("bad", lambda: load("bad"))
+    assert ["a", "b", "bad", "bad"] == calls
