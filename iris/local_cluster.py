@@ -169,16 +169,15 @@ def temporal_command(
     return argv
 
 
-def controller_command(
-    *, address: str, store_url: str, config_path: Path | None = None, dashboard_port: int | None = None,
-    ui_url: str | None = None,
-) -> list[str]:
-    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any,
-    and serving the dashboard on `dashboard_port`, linking to the Temporal UI at `ui_url`)."""
+def controller_command(*, address: str, store_url: str, config_path: Path | None = None) -> list[str]:
+    """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any)."""
     argv = [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
-    if dashboard_port is not None:
-        argv += ["--dashboard-port", str(dashboard_port)] + (["--temporal-ui", ui_url] if ui_url else [])
     return argv + (["--config", str(config_path)] if config_path is not None else [])
+
+
+def dashboard_options(port: int, ui_url: str) -> list[str]:
+    """What the local controller's command line adds to serve the dashboard, linking to the cluster's UI."""
+    return ["--dashboard-port", str(port), "--temporal-ui", ui_url]
 
 
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
@@ -620,8 +619,8 @@ class LocalCluster:
             if not (isinstance(dashboard_port, int) and port_free(dashboard_port)):
                 dashboard_port = free_port()
             state.update(dashboard_port=dashboard_port, dashboard_url=f"http://{_HOST}:{dashboard_port}")
-            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling,
-                                      dashboard_port=dashboard_port, ui_url=state["ui_url"])  # fmt: skip
+            argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
+            argv += dashboard_options(dashboard_port, state["ui_url"])
             self._spawn_recorded(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():

@@ -52,8 +52,8 @@ def test_start_order_waits_on_health_not_on_start() -> None:
 
 
 def test_ports_and_volumes() -> None:
-    """Temporal, the UI, the controller's health port and its dashboard are published; the store and Postgres data are volumes
-    shared where they must be."""
+    """Temporal, the UI, the controller's health port and its dashboard are published; the store and Postgres
+    data are volumes shared where they must be."""
     published = {name: [p.split(":")[-1] for p in s.get("ports", [])] for name, s in SERVICES.items()}
     assert ["7233"] == published["temporal"] and ["8080"] == published["temporal-ui"]
     assert ["8080", "8081"] == published["controller"]
