@@ -350,9 +350,7 @@ class ClusterReads:
             data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
             )
-        snap = pb.SchedulingSnapshot()
-        snap.ParseFromString(zlib.decompress(data))
-        return sorted(snap.jobs, key=lambda job: -job.priority), [SnapshotWorker(w) for w in snap.workers]
+        return await asyncio.to_thread(_decode_snapshot, data)  # ~70 ms at 10,000 workers: not on the event loop
 
     async def _load_autoscaler(self) -> AutoscalerStatus | None:
         async with temporal_call():
@@ -434,6 +432,12 @@ class ClusterReads:
             f"WorkflowType = 'WorkerWorkflow' AND WorkflowId STARTS_WITH {quoted(session_prefix(worker_id))}", 5, None
         )
         return page.rows
+
+
+def _decode_snapshot(data: bytes) -> tuple[list[pb.SchedulingJob], list[SnapshotWorker]]:
+    snap = pb.SchedulingSnapshot()
+    snap.ParseFromString(zlib.decompress(data))
+    return sorted(snap.jobs, key=lambda job: -job.priority), [SnapshotWorker(w) for w in snap.workers]
 
 
 def session_prefix(worker_id: str) -> str:
