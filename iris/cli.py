@@ -522,8 +522,18 @@ def controller_serve(
     health_port: HealthPortOpt = None,
     health_host: HealthHostOpt = "127.0.0.1",
     config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
+    dashboard_port: Annotated[
+        int | None, typer.Option("--dashboard-port", envvar="IRIS_DASHBOARD_PORT", help="serve the web dashboard here")
+    ] = None,
+    dashboard_host: Annotated[
+        str, typer.Option("--dashboard-host", envvar="IRIS_DASHBOARD_HOST", help="address the dashboard listens on")
+    ] = "127.0.0.1",
+    temporal_ui: Annotated[
+        str | None,
+        typer.Option("--temporal-ui", envvar="IRIS_TEMPORAL_UI", help="Temporal UI URL the dashboard links to"),
+    ] = None,
 ) -> None:
-    """The control-plane process: Iris workflows and control activities."""
+    """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
     from iris.config import load_config
     from iris.controller import autoscaler_config, serve
 
@@ -538,8 +548,15 @@ def controller_serve(
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     from iris.daemon_logs import ship_daemon_logs
 
+    if temporal_ui is not None and not temporal_ui.startswith(("http://", "https://")):
+        raise _fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
+    if dashboard_port is not None and not 0 <= dashboard_port <= 65535:
+        raise _fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
     _on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
-    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
+    asyncio.run(serve(
+        settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
+        dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui,
+    ))  # fmt: skip
 
 
 # -- iris temporal -------------------------------------------------------------------------------------
@@ -581,7 +598,10 @@ def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")]
     load_key()  # a malformed IRIS_CODEC_KEY is one line now, not a cluster that never becomes ready
     err.print("starting the local cluster…")
     info = LocalCluster().up(cfg)
-    out.print(f"Temporal: {info.address}\nUI: {info.ui_url}\nworkers: {len(info.worker_ids)}")
+    out.print(f"Temporal: {info.address}\nUI: {info.ui_url}", markup=False, highlight=False)
+    if info.dashboard_url:
+        out.print(f"Dashboard: {info.dashboard_url}", markup=False, highlight=False)
+    out.print(f"workers: {len(info.worker_ids)}")
 
 
 @cluster_app.command("down")
@@ -610,6 +630,8 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     out.print(f"Temporal: {address}")
     if info is not None:
         out.print(f"UI: {info.ui_url}")
+        if info.dashboard_url:
+            out.print(f"Dashboard: {info.dashboard_url}", markup=False, highlight=False)
     out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
@@ -618,6 +640,19 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     from iris.cli_fleet import print_fleet_status
 
     print_fleet_status(client)
+
+
+@app.command("dashboard")
+def dashboard() -> None:
+    """Print the URL of the web dashboard of the local cluster (its controller serves it)."""
+    from iris.local_cluster import LocalCluster
+
+    info = LocalCluster().status()
+    if info is None or not info.running:
+        raise CliError(NO_LOCAL_CLUSTER)
+    if not info.dashboard_url:
+        raise CliError("the local cluster runs without a dashboard: `iris cluster down`, then `iris cluster up`")
+    out.print(info.dashboard_url, markup=False, highlight=False)
 
 
 # -- payload encryption --------------------------------------------------------------------------------

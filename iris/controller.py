@@ -32,6 +32,7 @@ from activities.slices import SliceActivities
 from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
+from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
@@ -165,10 +166,15 @@ async def serve(
     health_port: int | None = None,
     health_host: str = "127.0.0.1",
     config: ClusterConfig | None = None,
+    dashboard_port: int | None = None,
+    dashboard_host: str = "127.0.0.1",
+    temporal_ui_url: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
-    With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
+    With `health_port`, `/health` and `/metrics` are served there (see iris.observability); with
+    `dashboard_port`, the web dashboard (see iris.dashboard), linking to the Temporal UI at
+    `temporal_ui_url` (default: the dev server's, the Temporal port + 1000).
     `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
     """
     scaling = autoscaler_config(config)
@@ -186,9 +192,16 @@ async def serve(
             health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
         )
         await health.start()
+    dashboard = None
+    if dashboard_port is not None:
+        ui = TemporalUI(temporal_ui_url or default_ui_url(str(settings.address)), client.namespace)
+        dashboard = DashboardServer(Dashboard(client, ui, store_url), dashboard_port, dashboard_host)
+        await dashboard.start()
     try:
         await _serve(client, settings, store_url, probe, scaling)
     finally:
+        if dashboard is not None:
+            await dashboard.stop()
         if health is not None:
             await health.stop()
 

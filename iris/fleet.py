@@ -8,9 +8,11 @@ scheduler's `cordon_workers`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -31,25 +33,27 @@ async def list_slices(client: Client, include_ended: bool = False) -> list[Slice
     query = "WorkflowType='SliceWorkflow'" + ("" if include_ended else " AND ExecutionStatus='Running'")
     out = []
     async for wf in client.list_workflows(query):
-        memo = await wf.memo()
-        raw = wf.typed_search_attributes.get(SLICE_STATE) or SliceState.CREATING
-        state = SliceState(raw) if raw in SliceState.__members__ else SliceState.CREATING
-        error = str(memo.get("error", ""))
-        if wf.status != WorkflowExecutionStatus.RUNNING and state not in TERMINAL_SLICE_STATES:
-            # ended without reaching a final state (terminated by hand): orphan cleanup deletes what is left
-            state, error = SliceState.FAILED, error or f"slice workflow {wf.status.name.lower() if wf.status else ''}"
-        out.append(
-            SliceStatus(
-                slice_id=wf.id,
-                scale_group=str(memo.get("scale_group", "")),
-                state=state,
-                hosts=tuple(memo.get("hosts", ())),
-                worker_ids=tuple(memo.get("worker_ids", ())),
-                created_at=float(memo.get("created_at", 0.0) or wf.start_time.timestamp()),
-                error=error,
-            )
-        )
+        out.append(slice_status(wf, await wf.memo()))
     return out
+
+
+def slice_status(wf: WorkflowExecution, memo: Mapping[str, Any]) -> SliceStatus:
+    """A slice as visibility holds it: its state search attribute and its workflow's memo."""
+    raw = wf.typed_search_attributes.get(SLICE_STATE) or SliceState.CREATING
+    state = SliceState(raw) if raw in SliceState.__members__ else SliceState.CREATING
+    error = str(memo.get("error", ""))
+    if wf.status != WorkflowExecutionStatus.RUNNING and state not in TERMINAL_SLICE_STATES:
+        # ended without reaching a final state (terminated by hand): orphan cleanup deletes what is left
+        state, error = SliceState.FAILED, error or f"slice workflow {wf.status.name.lower() if wf.status else ''}"
+    return SliceStatus(
+        slice_id=wf.id,
+        scale_group=str(memo.get("scale_group", "")),
+        state=state,
+        hosts=tuple(memo.get("hosts", ())),
+        worker_ids=tuple(memo.get("worker_ids", ())),
+        created_at=float(memo.get("created_at", 0.0) or wf.start_time.timestamp()),
+        error=error,
+    )
 
 
 async def terminate_slice(client: Client, slice_id: str, drain_timeout: float = 0.0) -> bool:

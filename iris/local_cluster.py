@@ -125,6 +125,7 @@ class ClusterInfo:
     already_running: bool = False
     """Set by `up()` when it found a cluster running and started nothing."""
     config_path: str | None = None
+    dashboard_url: str = ""
 
 
 # ---------------------------------------------------------------------------- commands
@@ -173,6 +174,11 @@ def controller_command(*, address: str, store_url: str, config_path: Path | None
     """`iris controller serve` run by this interpreter (with the file holding its scale groups, if any)."""
     argv = [sys.executable, "-m", "iris", "controller", "serve", "--temporal", address, "--store", store_url]
     return argv + (["--config", str(config_path)] if config_path is not None else [])
+
+
+def dashboard_options(port: int, ui_url: str) -> list[str]:
+    """What the local controller's command line adds to serve the dashboard, linking to the cluster's UI."""
+    return ["--dashboard-port", str(port), "--temporal-ui", ui_url]
 
 
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
@@ -572,6 +578,7 @@ class LocalCluster:
             running=running,
             dead=dead,
             config_path=state.get("config_path"),
+            dashboard_url=state.get("dashboard_url", ""),
         )
 
     def _spawn_recorded(self, state: dict[str, Any], name: str, argv: Sequence[str]) -> None:
@@ -609,7 +616,12 @@ class LocalCluster:
             if config.scale_groups:  # the controller reads its scale groups from a file, as in production
                 scaling["config_path"] = self.home / "scale-groups.yaml"
                 scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
+            dashboard_port = previous.get("dashboard_port")
+            if not (isinstance(dashboard_port, int) and port_free(dashboard_port)):
+                dashboard_port = free_port()
+            state.update(dashboard_port=dashboard_port, dashboard_url=f"http://{_HOST}:{dashboard_port}")
             argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
+            argv += dashboard_options(dashboard_port, state["ui_url"])
             self._spawn_recorded(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():

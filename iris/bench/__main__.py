@@ -164,6 +164,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from iris.bench.scale import main as scale_main
 
         return scale_main(argv[1:])
+    if argv[:1] == ["dashboard"]:  # each dashboard page's server time at the scale bench's fleet size
+        from iris.bench.dashboard import main as dashboard_main
+
+        return dashboard_main(argv[1:])
     if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
         from iris.bench.load import main as load_main
 

@@ -52,11 +52,11 @@ def test_start_order_waits_on_health_not_on_start() -> None:
 
 
 def test_ports_and_volumes() -> None:
-    """Temporal, the UI and the controller's health port are published; the store and Postgres data are volumes
-    shared where they must be."""
+    """Temporal, the UI, the controller's health port and its dashboard are published; the store and Postgres
+    data are volumes shared where they must be."""
     published = {name: [p.split(":")[-1] for p in s.get("ports", [])] for name, s in SERVICES.items()}
     assert ["7233"] == published["temporal"] and ["8080"] == published["temporal-ui"]
-    assert ["8080"] == published["controller"]
+    assert ["8080", "8081"] == published["controller"]
     for name in ("controller", "worker-1", "worker-2"):
         assert "store:/var/iris" in SERVICES[name]["volumes"]
     assert {"pgdata", "store"} == set(COMPOSE["volumes"])

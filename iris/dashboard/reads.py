@@ -1,0 +1,449 @@
+"""What the dashboard reads from Temporal, and the short cache that makes many viewers cost one read.
+
+Everything comes from state Iris already keeps (design decision 10): Temporal visibility (search
+attributes and memos of job, slice and worker workflows), the scheduler's and the autoscaler's
+published state (their `workers`, `autoscale_snapshot`, `summary` and `status` queries: one query to a
+singleton per refresh, whoever is looking), and the store (log tails). No job is queried to fill a
+list; only a job's own page asks that one job for its task table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+
+import structlog
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+
+from activities.proto import cluster_pb2 as pb
+from iris import fleet
+from iris.types import SliceStatus
+from workflows.autoscaler_workflow import AutoscalerStatus
+from workflows.ids import (
+    JOB_NAME_ATTRIBUTE,
+    JOB_STATE_ATTRIBUTE,
+    JOB_TASKS_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+)
+from workflows.visibility import JobView
+
+T = TypeVar("T")
+log = structlog.get_logger("iris.dashboard")
+QUERY_TIMEOUT = timedelta(seconds=5)
+CACHE_SECONDS = 2.0
+"""How long one read of the singletons' state serves every viewer (the pages refresh every few seconds)."""
+MAX_STALE_SECONDS = 30.0
+"""Older than this, a cached read is not served while it refreshes: the page waits for the fresh one."""
+FULL_WORKERS_LIMIT = 1_000
+"""Up to this many registered workers the dashboard asks the scheduler's `workers` query (every worker,
+lost and cordoned ones too, with its running tasks). Past it, that answer is megabytes of JSON encoded
+inside the scheduler's workflow task (1.5 s at 10,000 workers on this machine, close to the SDK's 2 s
+deadlock limit), so the dashboard reads the compact snapshot the scheduler keeps for the autoscaler:
+the schedulable workers with capacity and free resources, but no task lists."""
+
+JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
+JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
+JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
+BAND_ATTRIBUTES = ("IrisPriority", "IrisBand")
+"""Keyword search attributes a job's priority band is read from once the sharing work publishes one."""
+PARENT_ATTRIBUTE = "IrisParentJob"
+"""Keyword search attribute naming a child job's parent, once job trees publish one."""
+JOBS_QUERY = "WorkflowType = 'JobWorkflow' AND ExecutionStatus != 'ContinuedAsNew'"
+
+
+class Waited:
+    """Wall time a request spent with at least one Temporal call in flight (its `Server-Timing` splits on it)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._in_flight = 0
+        self._since = 0.0
+
+    @contextlib.asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.seconds += time.perf_counter() - self._since
+
+
+WAITED: ContextVar[Waited | None] = ContextVar("iris_dashboard_waited", default=None)
+
+
+@contextlib.asynccontextmanager
+async def temporal_call() -> AsyncIterator[None]:
+    """Count the enclosed call as time waiting for Temporal in the current request (if one is measured)."""
+    waited = WAITED.get()
+    if waited is None:
+        yield
+        return
+    async with waited.call():
+        yield
+
+
+def quoted(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def encode_token(token: bytes | None) -> str:
+    return base64.urlsafe_b64encode(token).decode() if token else ""
+
+
+def decode_token(text: str) -> bytes | None:
+    """A page token from a URL; a mangled one starts from the first page (ValueError is not worth a 500)."""
+    if not text:
+        return None
+    try:
+        return base64.b64decode(text.encode(), altchars=b"-_", validate=True) or None
+    except (binascii.Error, ValueError):
+        return None
+
+
+class Cached(Generic[T]):
+    """One value loaded at most every `ttl` seconds, however many requests ask at once (single flight).
+
+    A value past its `ttl` is still served while a fresh one loads in the background, so a page never
+    waits for a busy singleton's answer unless what it has is older than MAX_STALE_SECONDS (then it
+    waits, and a failure reaches the page). With `ttl` 0 every call waits for a fresh value (the bench).
+    """
+
+    def __init__(self, load: Callable[[], Awaitable[T]], ttl: float = CACHE_SECONDS) -> None:
+        self._load = load
+        self._ttl = ttl
+        self._box: tuple[T] | None = None  # the last value, boxed: the value itself may be None
+        self._at = float("-inf")
+        self._lock = asyncio.Lock()
+        self._refreshing: asyncio.Task[None] | None = None
+
+    async def _refresh(self) -> T:
+        value = await self._load()
+        self._box, self._at = (value,), time.monotonic()
+        return value
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self._refresh()
+        except Exception as err:  # the stale value stays; a page that needs fresher data waits and sees the error
+            log.warning("dashboard_refresh_failed", error=str(err) or type(err).__name__)
+
+    async def get(self) -> T:
+        age = time.monotonic() - self._at
+        if self._box is not None and self._ttl > 0 and age <= MAX_STALE_SECONDS:
+            if age > self._ttl and (self._refreshing is None or self._refreshing.done()):
+                self._refreshing = asyncio.create_task(self._refresh_quietly())
+            return self._box[0]
+        async with self._lock:
+            if self._box is not None and 0 < self._ttl and time.monotonic() - self._at <= self._ttl:
+                return self._box[0]  # another request loaded it while this one waited
+            return await self._refresh()
+
+
+class KeyedCache:
+    """Visibility answers by their request, kept `ttl` seconds (the most recent `size` of them), loaded once.
+
+    Many viewers of the same page (the same filters, the same page token) cost one visibility call per
+    `ttl`; with `ttl` 0 nothing is kept (the bench). A failed load is not kept.
+    """
+
+    def __init__(self, ttl: float, size: int = 256) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._items: OrderedDict[Hashable, tuple[float, asyncio.Future[Any]]] = OrderedDict()
+
+    async def get(self, key: Hashable, load: Callable[[], Awaitable[T]]) -> T:
+        if self._ttl <= 0:
+            return await load()
+        now = time.monotonic()
+        hit = self._items.get(key)
+        if hit is not None and now - hit[0] <= self._ttl and not (hit[1].done() and hit[1].exception()):
+            self._items.move_to_end(key)
+            return await asyncio.shield(hit[1])  # type: ignore[no-any-return]
+        future: asyncio.Future[T] = asyncio.ensure_future(load())
+        self._items[key] = (now, future)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+        try:
+            return await asyncio.shield(future)
+        except BaseException:
+            if self._items.get(key, (0.0, None))[1] is future:
+                del self._items[key]
+            raise
+
+
+def _keyword(wf: WorkflowExecution, name: str) -> str:
+    for key, value in wf.typed_search_attributes:  # iterating pairs: no KeyError for an unknown name
+        if key.name == name:
+            return str(value)
+    return ""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as visibility holds it: enough for a row in the queue, jobs and actions pages."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str
+    band: str
+    parent: str
+    num_tasks: int
+    counts: dict[str, int]
+    error: str
+    pending_reason: str
+    submitted_at: float
+    finished_at: float
+    status: str  # the workflow's execution status, e.g. RUNNING, COMPLETED, TERMINATED
+    closed_at: float
+
+    @classmethod
+    def from_execution(cls, wf: WorkflowExecution, memo: Mapping[str, Any]) -> JobRow:
+        view = JobView.from_memo(memo)
+        attrs = wf.typed_search_attributes
+        state = view.state or attrs.get(JOB_STATE) or "PENDING"
+        if wf.status not in (None, WorkflowExecutionStatus.RUNNING) and state in ("PENDING", "RUNNING"):
+            state = "KILLED"  # ended by hand (terminated): it never reported an end of its own
+        band = next((b for b in (_keyword(wf, name) for name in BAND_ATTRIBUTES) if b), "")
+        return cls(
+            job_id=wf.id,
+            name=attrs.get(JOB_NAME) or "",
+            user=attrs.get(JOB_USER) or "",
+            state=state,
+            band=band,
+            parent=_keyword(wf, PARENT_ATTRIBUTE),
+            num_tasks=view.num_tasks or attrs.get(JOB_TASKS) or 0,
+            counts=dict(view.counts),
+            error=view.error,
+            pending_reason=view.pending_reason,
+            submitted_at=view.submitted_at or wf.start_time.timestamp(),
+            finished_at=view.finished_at or (wf.close_time.timestamp() if wf.close_time else 0.0),
+            status=wf.status.name if wf.status else "",
+            closed_at=wf.close_time.timestamp() if wf.close_time else 0.0,
+        )
+
+
+@dataclass
+class Page(Generic[T]):
+    """One page of a listing and the token of the next (None on the last)."""
+
+    rows: list[T]
+    next_token: bytes | None = None
+    total: int | None = None
+
+
+class Used(NamedTuple):
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+
+
+class WorkerLike(Protocol):
+    """What the worker pages show of a worker: `pb.WorkerStatus`, or a `SnapshotWorker`."""
+
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def healthy(self) -> bool: ...
+    @property
+    def cordoned(self) -> bool: ...
+    @property
+    def attributes(self) -> Mapping[str, pb.AttributeValue]: ...
+    @property
+    def capacity(self) -> pb.Resources: ...
+    @property
+    def committed(self) -> Any: ...
+    @property
+    def running_tasks(self) -> Sequence[str]: ...
+
+
+class SnapshotWorker:
+    """A schedulable worker as the scheduler's snapshot holds it: capacity and free, no task list."""
+
+    __slots__ = ("_w", "committed")
+    healthy = True
+    cordoned = False
+    running_tasks: tuple[str, ...] = ()
+
+    def __init__(self, w: pb.SchedulingWorker) -> None:
+        self._w = w
+        cap, free = w.capacity, w.free
+        self.committed = Used(cap.cpu_millis - free.cpu_millis, cap.memory_bytes - free.memory_bytes,
+                              cap.gpus - free.gpus, cap.tpus - free.tpus)  # fmt: skip
+
+    @property
+    def worker_id(self) -> str:
+        return self._w.worker_id
+
+    @property
+    def attributes(self) -> Mapping[str, pb.AttributeValue]:
+        return self._w.attributes
+
+    @property
+    def capacity(self) -> pb.Resources:
+        return self._w.capacity
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The workers the scheduler knows; `complete` is False when read from its snapshot (see FULL_WORKERS_LIMIT)."""
+
+    workers: Sequence[WorkerLike]
+    complete: bool
+    total: int
+    healthy: int
+
+
+@dataclass
+class ClusterReads:
+    """The dashboard's one way into Temporal; the singletons' state is cached for CACHE_SECONDS."""
+
+    client: Client
+    cache_seconds: float = CACHE_SECONDS
+    _workers: Cached[pb.WorkerList] = field(init=False)
+    _snapshot: Cached[tuple[list[pb.SchedulingJob], list[SnapshotWorker]]] = field(init=False)
+    _summary: Cached[pb.ClusterSummary] = field(init=False)
+    _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
+    _visibility: KeyedCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._visibility = KeyedCache(self.cache_seconds)
+        self._workers = Cached(self._load_workers, self.cache_seconds)
+        self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
+        self._summary = Cached(self._load_summary, self.cache_seconds)
+        self._autoscaler = Cached(self._load_autoscaler, self.cache_seconds)
+
+    # -- the singletons' published state
+
+    async def _load_workers(self) -> pb.WorkerList:
+        async with temporal_call():
+            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
+            )
+
+    async def _load_snapshot(self) -> tuple[list[pb.SchedulingJob], list[SnapshotWorker]]:
+        """The scheduler's compact snapshot (kept for the autoscaler, re-encoded only when its state changed):
+        the pending jobs in the scheduler's order, and the schedulable workers.
+
+        The order is the same stable sort `scheduler.scheduling` applies before placing: FIFO, higher bands first.
+        """
+        async with temporal_call():
+            data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
+            )
+        return await asyncio.to_thread(_decode_snapshot, data)  # ~70 ms at 10,000 workers: not on the event loop
+
+    async def _load_autoscaler(self) -> AutoscalerStatus | None:
+        async with temporal_call():
+            return await fleet.autoscaler_status(self.client)
+
+    async def _load_summary(self) -> pb.ClusterSummary:
+        async with temporal_call():
+            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
+            )
+
+    async def fleet(self) -> Fleet:
+        """Every worker (small fleets) or the schedulable ones from the snapshot (past FULL_WORKERS_LIMIT)."""
+        summary = await self.summary()
+        if summary.total_workers <= FULL_WORKERS_LIMIT:
+            workers = (await self._workers.get()).workers
+            return Fleet(list(workers), True, len(workers), sum(1 for w in workers if w.healthy))
+        return Fleet((await self._snapshot.get())[1], False, summary.total_workers, summary.healthy_workers)
+
+    async def queue(self) -> list[pb.SchedulingJob]:
+        return (await self._snapshot.get())[0]
+
+    async def summary(self) -> pb.ClusterSummary:
+        return await self._summary.get()
+
+    async def autoscaler(self) -> AutoscalerStatus | None:
+        return await self._autoscaler.get()
+
+    # -- visibility
+
+    async def list_page(self, query: str, page_size: int, token: bytes | None) -> Page[WorkflowExecution]:
+        """One page of a visibility listing: running workflows newest first, then closed ones by close time."""
+
+        async def load() -> Page[WorkflowExecution]:
+            it = self.client.list_workflows(query, page_size=page_size, next_page_token=token,
+                                            rpc_timeout=QUERY_TIMEOUT)  # fmt: skip
+            async with temporal_call():
+                await it.fetch_next_page()
+            return Page(list(it.current_page or []), it.next_page_token)
+
+        return await self._visibility.get(("list", query, page_size, token), load)
+
+    async def count(self, query: str) -> int:
+        async def load() -> int:
+            async with temporal_call():
+                return (await self.client.count_workflows(query, rpc_timeout=QUERY_TIMEOUT)).count
+
+        return await self._visibility.get(("count", query), load)
+
+    async def job_rows(self, executions: Sequence[WorkflowExecution]) -> list[JobRow]:
+        memos = await asyncio.gather(*(wf.memo() for wf in executions))
+        return [JobRow.from_execution(wf, memo) for wf, memo in zip(executions, memos, strict=True)]
+
+    async def jobs(self, query: str, page_size: int, token: bytes | None, *, with_total: bool = True) -> Page[JobRow]:
+        page, total = await asyncio.gather(
+            self.list_page(query, page_size, token), self.count(query) if with_total else _none()
+        )
+        return Page(await self.job_rows(page.rows), page.next_token, total)
+
+    async def jobs_by_id(self, job_ids: Sequence[str]) -> dict[str, JobRow]:
+        """The visibility rows of these jobs, in one listing (a page of the queue names at most a few hundred)."""
+        if not job_ids:
+            return {}
+        ids = ", ".join(quoted(j) for j in job_ids)
+        page = await self.list_page(f"{JOBS_QUERY} AND WorkflowId IN ({ids})", len(job_ids) + 10, None)
+        return {row.job_id: row for row in await self.job_rows(page.rows)}
+
+    async def slices(self, page_size: int, token: bytes | None) -> Page[SliceStatus]:
+        """Slices newest first (live ones, then ended ones Temporal still keeps), from visibility."""
+        query = "WorkflowType = 'SliceWorkflow'"
+        page, total = await asyncio.gather(self.list_page(query, page_size, token), self.count(query))
+        memos = await asyncio.gather(*(wf.memo() for wf in page.rows))
+        return Page([fleet.slice_status(wf, memo) for wf, memo in zip(page.rows, memos, strict=True)],
+                    page.next_token, total)  # fmt: skip
+
+    async def worker_sessions(self, worker_id: str) -> list[WorkflowExecution]:
+        """The liveness-session workflows of one worker (newest first), found by their id prefix."""
+        page = await self.list_page(
+            f"WorkflowType = 'WorkerWorkflow' AND WorkflowId STARTS_WITH {quoted(session_prefix(worker_id))}", 5, None
+        )
+        return page.rows
+
+
+def _decode_snapshot(data: bytes) -> tuple[list[pb.SchedulingJob], list[SnapshotWorker]]:
+    snap = pb.SchedulingSnapshot()
+    snap.ParseFromString(zlib.decompress(data))
+    return sorted(snap.jobs, key=lambda job: -job.priority), [SnapshotWorker(w) for w in snap.workers]
+
+
+def session_prefix(worker_id: str) -> str:
+    """Every liveness-session workflow id of a worker starts with this (see `worker_workflow_id`)."""
+    return f"iris-worker-{worker_id}-session-"
+
+
+async def _none() -> None:
+    return None

@@ -1,0 +1,352 @@
+"""The dashboard's web server: aiohttp handlers that render Jinja templates from `ClusterReads`.
+
+Read-only: every handler is a GET and nothing here signals a workflow. Each page renders whole on
+the server (no build step, no script needed to see data); `static/dashboard.js` refreshes the page's
+main part every few seconds by fetching the same URL with `X-Iris-Partial: 1`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+import structlog
+from aiohttp import web
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from iris.client import AsyncIrisClient
+from iris.dashboard import actions as action_log
+from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
+from iris.dashboard.links import TemporalUI
+from iris.dashboard.reads import (
+    FULL_WORKERS_LIMIT,
+    JOBS_QUERY,
+    WAITED,
+    ClusterReads,
+    Waited,
+    decode_token,
+    encode_token,
+    quoted,
+    session_prefix,
+)
+from iris.dashboard.views import (
+    WorkerFilter,
+    as_tree,
+    attributes,
+    capacity_by_group,
+    duration,
+    filter_workers,
+    paginate,
+    parse_page,
+    task_counts,
+    worker_counts,
+    worker_state,
+)
+from iris.types import JobState
+from iris.units import format_memory
+from workflows.ids import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_workflow_id
+
+log = structlog.get_logger("iris.dashboard")
+
+REFRESH_SECONDS = 3
+SAMPLE_SECONDS = 5.0
+"""How often the queue depth is sampled for its picture (kept for the last hour)."""
+LOG_TAIL_LINES = 60
+TASKS_PER_PAGE = 100
+PAGES = ("actions", "queue", "jobs", "users", "reservations", "workers", "fleet")
+Handler = Callable[[web.Request], Awaitable[dict[str, Any]]]
+
+
+def _ts(at: float | None) -> str:
+    if not at:
+        return ""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(at: float | None) -> str:
+    return duration(at, time.time()) + " ago" if at else ""
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("iris.dashboard", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        ts=_ts, ago=_ago, memory=lambda n: format_memory(int(n)) if n else "0",
+        cpu=lambda millis: f"{millis / 1000:g}", path=lambda s: quote(str(s), safe=""),
+    )  # fmt: skip
+    env.globals.update(duration=duration, task_counts=task_counts, worker_state=worker_state, attributes=attributes)
+    return env
+
+
+class Dashboard:
+    """The pages of one cluster; `app()` is the aiohttp application that serves them."""
+
+    def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0) -> None:
+        self.reads = ClusterReads(client, cache_seconds)
+        self.iris = AsyncIrisClient(client, store_url)
+        self.ui = ui
+        self.depth = DepthHistory()
+        self.env = _environment()
+        self.env.globals["sessions_url"] = self.sessions_url
+        self._sampler: asyncio.Task[None] | None = None
+
+    def sessions_url(self, worker_id: str) -> str:
+        """The Temporal UI's list of a worker's liveness-session workflows (its own, by id prefix)."""
+        prefix = session_prefix(worker_id)
+        return self.ui.search(f'WorkflowType = "WorkerWorkflow" AND WorkflowId STARTS_WITH "{prefix}"')
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/", self._root)
+        for name, handler in (
+            ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
+            ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/reservations", self.reservations),
+            ("/workers", self.workers), ("/workers/{worker_id}", self.worker), ("/fleet", self.fleet),
+        ):  # fmt: skip
+            app.router.add_get(name, self._page(handler))
+        static = resources.files("iris.dashboard") / "static"
+        app.router.add_static("/static/", str(static))
+        app.on_startup.append(self._start_sampler)
+        app.on_cleanup.append(self._stop_sampler)
+        return app
+
+    # -- plumbing
+
+    async def _root(self, _: web.Request) -> web.Response:
+        raise web.HTTPFound("/queue")
+
+    def _page(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def serve(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            waited = Waited()
+            WAITED.set(waited)  # this request's own context (aiohttp runs each request in its own task)
+            try:
+                context = await handler(request)
+            except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
+                message = getattr(err, "message", "") or str(err) or type(err).__name__
+                log.warning("dashboard_read_failed", path=request.path, error=message)
+                context = {"template": "unavailable.html", "page": request.path.strip("/").split("/")[0],
+                           "title": "Unavailable", "error": message.splitlines()[0], "status": 503}  # fmt: skip
+            context.setdefault("status", 200)
+            partial = request.headers.get("X-Iris-Partial") == "1"
+            html = self.env.get_template(context["template"]).render(
+                partial=partial, pages=PAGES, ui=self.ui, refresh=REFRESH_SECONDS,
+                rendered_at=_ts(time.time()), **{k: v for k, v in context.items() if k != "template"},
+            )  # fmt: skip
+            elapsed = time.perf_counter() - started
+            return web.Response(
+                text=html, status=context["status"], content_type="text/html",
+                headers={"Server-Timing": f"temporal;dur={waited.seconds * 1000:.1f}, total;dur={elapsed * 1000:.1f}",
+                         "Cache-Control": "no-store"},
+            )  # fmt: skip
+
+        return serve
+
+    async def _start_sampler(self, _: web.Application) -> None:
+        self._sampler = asyncio.create_task(self._sample())
+
+    async def _stop_sampler(self, _: web.Application) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+
+    async def _sample(self) -> None:
+        """Queue depth every SAMPLE_SECONDS from the scheduler's summary (the cached read every page shares)."""
+        while True:
+            try:
+                self.depth.add((await self.reads.summary()).pending_tasks)
+            except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
+                log.debug("dashboard_sample_failed", error=str(err))
+            await asyncio.sleep(SAMPLE_SECONDS)
+
+    @staticmethod
+    def _query_args(request: web.Request, **changes: Any) -> str:
+        args = {k: v for k, v in request.query.items() if v}
+        args.update({k: str(v) for k, v in changes.items() if v not in (None, "")})
+        for k, v in changes.items():
+            if v in (None, ""):
+                args.pop(k, None)
+        return "?" + urlencode(args) if args else request.path
+
+    # -- pages
+
+    async def actions(self, request: web.Request) -> dict[str, Any]:
+        flt = action_log.ActionFilter(
+            job=request.query.get("job", "").strip(), user=request.query.get("user", "").strip(),
+            worker=request.query.get("worker", "").strip(),
+        )  # fmt: skip
+        try:
+            before = float(request.query["before"]) if request.query.get("before") else None
+        except ValueError:
+            before = None
+        rows, cursor = await action_log.recent_actions(self.reads, flt, before)
+        return {
+            "template": "actions.html", "page": "actions", "title": "Actions", "filter": flt, "rows": rows,
+            "next_url": self._query_args(request, before=repr(cursor)) if cursor is not None else "",
+            "first_url": self._query_args(request, before=None) if before is not None else "",
+        }  # fmt: skip
+
+    async def queue(self, request: web.Request) -> dict[str, Any]:
+        text = request.query.get("job", "").strip()
+        summary, queue = await asyncio.gather(self.reads.summary(), self.reads.queue())
+        entries = list(enumerate(queue, start=1))
+        if text:
+            entries = [(i, j) for i, j in entries if text in j.job_id]
+        shown = paginate(entries, parse_page(request.query.get("page")))
+        visible = await self.reads.jobs_by_id([j.job_id for _, j in shown.rows])
+        now = time.time()
+        rows = []
+        for position, job in shown.rows:
+            row = visible.get(job.job_id)
+            submitted = row.submitted_at if row else now - job.waited_seconds
+            rows.append({
+                "position": position, "job": job, "row": row, "age": duration(submitted, now),
+                "band": (row.band if row and row.band else str(job.priority) if job.priority else "—"),
+                "reason": row.pending_reason if row else "",
+            })  # fmt: skip
+        return {
+            "template": "queue.html", "page": "queue", "title": "Queue", "summary": summary, "rows": rows,
+            "shown": shown, "text": text, "chart": depth_line(list(self.depth.samples)),
+            "page_url": lambda p: self._query_args(request, page=p),
+        }  # fmt: skip
+
+    async def jobs(self, request: web.Request) -> dict[str, Any]:
+        state = request.query.get("state", "").strip().upper()
+        user = request.query.get("user", "").strip()
+        text = request.query.get("job", "").strip()
+        clauses = [JOBS_QUERY]
+        if state in JobState.__members__:
+            clauses.append(f"{JOB_STATE_ATTRIBUTE} = {quoted(state)}")
+        else:
+            state = ""
+        if user:
+            clauses.append(f"{JOB_USER_ATTRIBUTE} = {quoted(user)}")
+        if text:
+            clauses.append(f"WorkflowId STARTS_WITH {quoted(text)}")
+        token = decode_token(request.query.get("token", ""))
+        page = await self.reads.jobs(" AND ".join(clauses), 50, token)
+        return {
+            "template": "jobs.html", "page": "jobs", "title": "Jobs", "rows": as_tree(page.rows), "total": page.total,
+            "state": state, "user": user, "text": text, "states": list(JobState), "now": time.time(),
+            "next_url": self._query_args(request, token=encode_token(page.next_token)) if page.next_token else "",
+            "first_url": self._query_args(request, token=None) if token else "",
+        }  # fmt: skip
+
+    async def job(self, request: web.Request) -> dict[str, Any]:
+        job_id = request.match_info["job_id"]
+        try:
+            status = await self.iris.status(job_id)
+        except KeyError:
+            return {"template": "missing.html", "page": "jobs", "title": "No such job", "status": 404,
+                    "what": f"job {job_id}"}  # fmt: skip
+        visible = (await self.reads.jobs_by_id([job_id])).get(job_id)
+        tasks = paginate(status.tasks, parse_page(request.query.get("page")), TASKS_PER_PAGE)
+        chosen = request.query.get("task")
+        failed = next((t.task_index for t in status.tasks if t.error or (t.exit_code or 0) != 0), None)
+        index = int(chosen) if chosen and chosen.isdigit() else (failed if failed is not None else 0)
+        tail: list[str] = []
+        if status.tasks and index < status.num_tasks:
+            try:
+                lines = await asyncio.to_thread(self.iris.fetch_task_logs, job_id, index)
+                tail = lines[-LOG_TAIL_LINES:]
+            except (OSError, ValueError) as err:
+                tail = [f"(logs unavailable: {err})"]
+        return {
+            "template": "job.html", "page": "jobs", "title": f"Job {job_id}", "job": status, "row": visible,
+            "tasks": tasks, "log_task": index, "tail": tail, "task_workflow_id": task_workflow_id,
+            "page_url": lambda p: self._query_args(request, page=p), "now": time.time(),
+            "log_url": lambda i: self._query_args(request, task=i) + "#logs",
+        }  # fmt: skip
+
+    async def users(self, request: web.Request) -> dict[str, Any]:
+        return {"template": "users.html", "page": "users", "title": "Users"}
+
+    async def reservations(self, request: web.Request) -> dict[str, Any]:
+        return {"template": "reservations.html", "page": "reservations", "title": "Reservations"}
+
+    async def workers(self, request: web.Request) -> dict[str, Any]:
+        flt = WorkerFilter(
+            text=request.query.get("q", "").strip(), state=request.query.get("state", "").strip(),
+            attribute=request.query.get("attr", "").strip(),
+        )  # fmt: skip
+        fleet = await self.reads.fleet()
+        shown = paginate(filter_workers(fleet.workers, flt), parse_page(request.query.get("page")))
+        return {
+            "template": "workers.html", "page": "workers", "title": "Workers", "filter": flt, "shown": shown,
+            "counts": worker_counts(fleet.workers), "fleet": fleet, "limit": FULL_WORKERS_LIMIT,
+            "page_url": lambda p: self._query_args(request, page=p),
+        }  # fmt: skip
+
+    async def worker(self, request: web.Request) -> dict[str, Any]:
+        worker_id = request.match_info["worker_id"]
+        fleet = await self.reads.fleet()
+        found = next((w for w in fleet.workers if w.worker_id == worker_id), None)
+        if found is None:
+            return {"template": "missing.html", "page": "workers", "title": "No such worker", "status": 404,
+                    "what": f"worker {worker_id}"}  # fmt: skip
+        sessions = await self.reads.worker_sessions(worker_id)
+        recent, _ = await action_log.recent_actions(self.reads, action_log.ActionFilter(worker=worker_id), limit=10)
+        running = sorted(found.running_tasks)
+        return {
+            "template": "worker.html", "page": "workers", "title": f"Worker {worker_id}", "w": found, "fleet": fleet,
+            "limit": FULL_WORKERS_LIMIT,
+            "sessions": sessions, "recent": recent, "running": [(t, t.rsplit("/task-", 1)) for t in running[:500]],
+            "more_running": max(0, len(running) - 500),
+        }  # fmt: skip
+
+    async def fleet(self, request: web.Request) -> dict[str, Any]:
+        token = decode_token(request.query.get("token", ""))
+        status, workers, slices = await asyncio.gather(
+            self.reads.autoscaler(), self.reads.fleet(), self.reads.slices(50, token)
+        )
+        return {
+            "template": "fleet.html", "page": "fleet", "title": "Fleet", "autoscaler": status, "slices": slices,
+            "chart": capacity_bars(capacity_by_group(workers.workers)), "complete": workers.complete,
+            "next_url": self._query_args(request, token=encode_token(slices.next_token)) if slices.next_token else "",
+            "first_url": self._query_args(request, token=None) if token else "",
+        }  # fmt: skip
+
+
+class DashboardServer:
+    """Serves a `Dashboard` on host:port until stopped (the controller starts one with `--dashboard-port`)."""
+
+    def __init__(self, dashboard: Dashboard, port: int, host: str = "127.0.0.1") -> None:
+        self.dashboard = dashboard
+        self.port = port
+        self.host = host
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.dashboard.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self.port == 0:  # an ephemeral port (tests): read back the one bound
+            server = getattr(site, "_server", None)
+            sockets = getattr(server, "sockets", None) or []
+            if sockets:
+                self.port = sockets[0].getsockname()[1]
+        log.info("dashboard_serving", url=self.url)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,202 @@
+"""The dashboard's pure parts: the actions merge, filters, pages, trees, pictures and links."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
+from iris.dashboard.actions import Action, ActionFilter, Scan, merge, visibility_time
+from iris.dashboard.charts import Usage, capacity_bars, depth_line
+from iris.dashboard.links import TemporalUI, default_ui_url
+from iris.dashboard.reads import JobRow, decode_token, encode_token
+from iris.dashboard.views import (
+    WorkerFilter,
+    as_tree,
+    capacity_by_group,
+    duration,
+    filter_workers,
+    paginate,
+    parse_page,
+    task_counts,
+)
+
+
+def action(at: float, subject: str = "j") -> Action:
+    return Action(at, "job submitted", "job", subject, subject)
+
+
+def test_merge_is_newest_first_across_kinds_and_pages_on() -> None:
+    """Events of every kind interleave by time; a full page hands its last time on as the next cursor."""
+    jobs = Scan([action(5, "a"), action(3, "b"), action(1, "c")], float("-inf"))
+    workers = Scan([action(4, "w"), action(2, "x")], float("-inf"))
+    page, cursor = merge([jobs, workers], before=10, limit=3)
+    assert ["a", "w", "b"] == [a.subject for a in page]
+    assert 3 == cursor
+    rest, end = merge([jobs, workers], before=cursor, limit=3)
+    assert ["x", "c"] == [a.subject for a in rest]
+    assert end is None
+
+
+def test_merge_stops_where_a_kind_may_miss_events() -> None:
+    """Events older than a kind's oldest read close time wait for the next page, which starts there."""
+    jobs = Scan([action(9, "a"), action(8, "b"), action(2, "old")], complete_after=7)
+    slices = Scan([action(6, "s")], float("-inf"))
+    page, cursor = merge([jobs, slices], before=10, limit=10)
+    assert ["a", "b"] == [a.subject for a in page]
+    assert 7 == cursor
+
+
+def test_action_filter_narrows_the_kinds_listed() -> None:
+    """A job or user filter lists only jobs (the job's children too); a worker filter only its sessions."""
+    assert ["job", "worker", "slice"] == [kind for kind, _ in ActionFilter().sources()]
+    (kind, query), = ActionFilter(job="train-1").sources()
+    assert "job" == kind and "WorkflowId STARTS_WITH 'train-1/'" in query
+    (kind, query), = ActionFilter(user="o'hara").sources()
+    assert "IrisUser = 'o\\'hara'" in query
+    (kind, query), = ActionFilter(worker="cpu-0").sources()
+    assert "worker" == kind and "'iris-worker-cpu-0-session-'" in query
+
+
+def test_visibility_time_is_utc_with_microseconds() -> None:
+    assert "'1970-01-01T00:00:01.500000Z'" == visibility_time(1.5)
+
+
+def test_paginate_clamps_the_page() -> None:
+    """Page numbers past either end show the nearest page; an empty list has one empty page."""
+    shown = paginate(list(range(120)), 9, 50)
+    assert (3, 3, 100, [100, 119]) == (shown.page, shown.pages, shown.start, [shown.rows[0], shown.rows[-1]])
+    assert [] == paginate([], 1).rows
+    assert 1 == parse_page("x") == parse_page("-4")
+
+
+def worker(worker_id: str, healthy: bool = True, cpu_used: int = 0, **attrs: object) -> pb.WorkerStatus:
+    w = pb.WorkerStatus(worker_id=worker_id, healthy=healthy)
+    w.capacity.cpu_millis, w.committed.cpu_millis = 4000, cpu_used
+    if cpu_used:
+        w.running_tasks.append("job/task-0")
+    for key, value in attrs.items():
+        set_attr(w.attributes[key.replace("_", "-")], value)
+    return w
+
+
+def test_worker_filter_by_text_state_and_attribute() -> None:
+    """Filters combine; results come sorted by worker id."""
+    fleet = [worker("b-1", cpu_used=1000, zone="z1"), worker("a-2", zone="z2"), worker("a-1", healthy=False, zone="z1")]
+    assert ["a-1", "a-2", "b-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter())]
+    assert ["b-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(state="busy"))]
+    assert ["a-2"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(state="idle"))]
+    assert ["a-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(text="a", attribute="zone=z1"))]
+    assert [] == filter_workers(fleet, WorkerFilter(attribute="gpu"))
+
+
+def test_capacity_by_group_counts_healthy_workers_only() -> None:
+    fleet = [
+        worker("s-0", cpu_used=3000, iris_scale_group="tpu"), worker("s-1", iris_scale_group="tpu"),
+        worker("c-0", cpu_used=1000), worker("gone", healthy=False, cpu_used=4000, iris_scale_group="tpu"),
+    ]  # fmt: skip
+    assert [Usage("other workers", 1, 4), Usage("tpu", 3, 8)] == capacity_by_group(fleet)
+
+
+def job_row(job_id: str, parent: str = "") -> JobRow:
+    return JobRow(job_id, "", "", "RUNNING", "", parent, 1, {}, "", "", 0.0, 0.0, "RUNNING", 0.0)
+
+
+def test_jobs_as_trees() -> None:
+    """A child follows its parent (by id or by the parent attribute); an orphan stays where it was."""
+    rows = [job_row("a/b"), job_row("c"), job_row("a"), job_row("x", parent="c"), job_row("z/y")]
+    assert [(0, "c"), (1, "x"), (0, "a"), (1, "a/b"), (0, "z/y")] == [(d, r.job_id) for d, r in as_tree(rows)]
+
+
+def test_durations_and_counts_read_well() -> None:
+    assert "5.2s" == duration(100, 105.2)
+    assert "3m 04s" == duration(1, 185)
+    assert "2h 00m" == duration(1, 7201)
+    assert "" == duration(0, None)
+    assert [("RUNNING", 2), ("FAILED", 1)] == task_counts({"FAILED": 1, "RUNNING": 2, "PENDING": 0})
+
+
+def test_temporal_ui_links() -> None:
+    """A workflow link is `<UI>/namespaces/<ns>/workflows/<id>` with the id escaped (job ids hold '/')."""
+    ui = TemporalUI("http://127.0.0.1:8233/", "default")
+    assert "http://127.0.0.1:8233/namespaces/default/workflows/job%2Ftask-0" == ui.workflow("job/task-0")
+    assert "http://127.0.0.1:9233" == default_ui_url("127.0.0.1:8233")
+    with pytest.raises(ValueError, match="temporal_ui_url"):
+        TemporalUI("127.0.0.1:8233")
+
+
+def test_page_tokens_survive_a_url_and_garbage_starts_over() -> None:
+    assert b"\x00\xffpage" == decode_token(encode_token(b"\x00\xffpage"))
+    assert decode_token("%%%") is None
+
+
+def test_pictures_are_svg_with_their_numbers() -> None:
+    bars = capacity_bars([Usage("tpu<v5>", 3, 8)])
+    assert bars.startswith("<svg") and "3 / 8 cpu (38%)" in bars and "tpu&lt;v5&gt;" in bars
+    line = depth_line([(0.0, 0), (60.0, 40), (120.0, 10)])
+    assert "<polyline" in line and ">40<" in line and "now: 10" in line
+    assert "" == depth_line([(0.0, 1)])
+
+
+async def test_cached_reads_serve_the_last_value_while_one_fresh_load_runs() -> None:
+    """Many viewers cost one load; a stale value is served at once while it refreshes behind."""
+    import asyncio
+
+    from iris.dashboard.reads import Cached
+
+    loads = 0
+    gate = asyncio.Event()
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        if loads > 1:
+            await gate.wait()
+        return loads
+
+    cached = Cached(load, ttl=0.01)
+    assert [1, 1, 1] == await asyncio.gather(cached.get(), cached.get(), cached.get())
+    await asyncio.sleep(0.02)
+    assert 1 == await cached.get()  # stale, served at once; the refresh waits on the gate
+    assert 1 == await cached.get()
+    gate.set()
+    await asyncio.sleep(0.01)
+    assert 2 == await cached.get()
+    assert 2 == loads
+    every_time = Cached(load, ttl=0.0)
+    assert [3, 4] == [await every_time.get(), await every_time.get()]
+
+
+async def test_cached_none_is_a_value() -> None:
+    """No autoscaler (None) is an answer like any other: cached, not asked again at once."""
+    from iris.dashboard.reads import Cached
+
+    calls = []
+
+    async def load() -> None:
+        calls.append(1)
+
+    cached: Cached[None] = Cached(load, ttl=60)
+    assert (await cached.get(), await cached.get()) == (None, None)
+    assert 1 == len(calls)
+
+
+async def test_visibility_answers_are_shared_by_request_and_failures_are_not_kept() -> None:
+    """The same listing asked twice within the ttl is one call; a failed call is asked again."""
+    from iris.dashboard.reads import KeyedCache
+
+    calls: list[str] = []
+
+    async def load(key: str) -> str:
+        calls.append(key)
+        if key == "bad" and calls.count("bad") == 1:
+            raise RuntimeError("visibility timed out")
+        return key.upper()
+
+    cache = KeyedCache(ttl=60)
+    assert ("A", "A", "B") == (await cache.get("a", lambda: load("a")), await cache.get("a", lambda: load("a")),
+                               await cache.get("b", lambda: load("b")))  # fmt: skip
+    with pytest.raises(RuntimeError):
+        await cache.get("bad", lambda: load("bad"))
+    assert "BAD" == await cache.get("bad", lambda: load("bad"))
+    assert ["a", "b", "bad", "bad"] == calls
