@@ -447,10 +447,12 @@ def worker_serve(
         from iris.controller import connect
 
         if health_port is None:
-            await WorkerAgent(await connect(settings), config, task_runtime).serve()
+            await WorkerAgent(await connect(settings, timeout=None), config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
-        client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+        client = await connect(
+            settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
+        )
 
         async def checks() -> dict[str, bool]:
             return {
