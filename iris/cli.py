@@ -563,7 +563,7 @@ def cluster_down() -> None:
     err.print("local cluster stopped")
 
 
-STATUS_QUERY_SECONDS = 1.0
+STATUS_QUERY_SECONDS = 1.5
 """How long `iris cluster status` waits for the controller: it must answer within 2 s, controller or not."""
 
 

@@ -418,6 +418,9 @@ class LocalCluster:
             if state is not None and state.get("pids"):
                 self._warn_if_other(state, config, components)
                 restarted = self._heal(state, temporal_timeout)
+                if supervise and SUPERVISOR not in state["argv"]:  # asked for, and never had one
+                    self._spawn_recorded(state, SUPERVISOR, supervisor_command(self.home))
+                    restarted.append(SUPERVISOR)
                 if not restarted:
                     return dataclasses.replace(self._info(state), already_running=True)
                 log.info("local_cluster.restarted_components", components=restarted)
