@@ -23,7 +23,8 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(make_cluster
     keeps trying to register instead of exiting; once the controller is back every agent is healthy and the
     task that ran through the outage finishes once."""
     c: FaultCluster = make_cluster(group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"))
-    job = c.client.submit(record_run, str(c.work), 30.0, resources=ONE_CPU, constraints=[Constraint("role", "EQ", "run")])
+    on_run = [Constraint("role", "EQ", "run")]
+    job = c.client.submit(record_run, str(c.work), 30.0, resources=ONE_CPU, constraints=on_run)
     runs = c.work / "runs"
     wait_until(lambda: lines(runs), what="the task started")
 
@@ -67,3 +68,22 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
     assert JobState.SUCCEEDED == status.state
     wait_until(lambda: c.healthy("cpu-0") and c.healthy("cpu-1"), timeout=60, what="workers healthy again")
     assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
+
+
+def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(make_cluster: MakeCluster) -> None:
+    """A job killed right after its worker was SIGKILLed ends KILLED once the attempt times out; the timeout
+    is not taken for a preemption to retry (the kill wins), so no second attempt ever starts."""
+    c: FaultCluster = make_cluster(group("victim", cpu=1, role="victim"), group("spare", cpu=1))
+    runs = c.work / "runs"
+    job = c.client.submit_command(
+        ["sh", "-c", f'echo "$IRIS_ATTEMPT" >> {runs}; exec sleep 600'], resources=ONE_CPU,
+        constraints=[Constraint("role", "EQ", "victim")], max_retries_preemption=5,
+    )  # fmt: skip
+    wait_until(lambda: lines(runs), what="attempt 0 started")
+    assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
+    assert job.terminate()
+    assert JobState.KILLED == job.wait(timeout=60, raise_on_failure=False).state
+    c.local.start_worker(c.specs["victim-0"])  # a place for a retry, were there one
+    wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim back")
+    time.sleep(3.0)
+    assert ["0"] == lines(runs)
