@@ -253,8 +253,8 @@ def test_concurrent_up_starts_one_cluster(cluster: LocalCluster) -> None:
     assert sorted(r.already_running for r in results) == [False, True]
 
 
-def test_stale_state_is_cleaned_up(cluster: LocalCluster) -> None:
-    """If Temporal died without `down`, status says not running and the next `up` starts afresh."""
+def test_a_dead_server_is_reported_and_started_again(cluster: LocalCluster) -> None:
+    """If Temporal died without `down`, status says not running and the next `up` starts the server again."""
     first = cluster.up(components=TEMPORAL_ONLY)
     assert cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
     stale = cluster.status()
@@ -265,6 +265,7 @@ def test_stale_state_is_cleaned_up(cluster: LocalCluster) -> None:
     assert fresh.running
     assert not fresh.already_running
     assert fresh.pids["temporal"] != first.pids["temporal"]
+    assert ["temporal"] == fresh.restarted
 
 
 @pytest.mark.usefixtures("fake_commands")
