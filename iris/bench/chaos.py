@@ -42,6 +42,8 @@ from iris.types import Constraint, CoschedulingConfig, JobState, JobStatus, Reso
 
 STOP_SECONDS = 10.0  # an agent SIGSTOP lasts past the 6 s heartbeat timeout
 RECOVERY_LIMIT_SECONDS = 30.0  # every component runs again within this (the supervisor's promise)
+MAX_WAITING = 12  # jobs of the load waiting for a place at once
+FINISH_SECONDS = 600.0  # after the last fault, every job has ended within this
 WHOLE_LIMIT_SECONDS = 120.0  # the cluster takes work again within this, even on a machine loaded many times over
 GANG_SLICES = ("slice-a", "slice-b")
 PROBE_CPU = 0.1
@@ -400,8 +402,14 @@ class ChaosRun:
         return self.report
 
     def _submit_all(self, stop: threading.Event) -> None:
-        """Submit the load at an even pace (about 2 jobs a second), carrying on through the faults."""
+        """Submit the load at an even pace (about 2 jobs a second), carrying on through the faults.
+
+        No more than MAX_WAITING jobs wait for a place at once: a run measures recovery, not a backlog
+        (on a loaded machine tasks start slowly, and a queue that only grows would hide every figure).
+        """
         for index in range(self.jobs):
+            while self._waiting() > MAX_WAITING:
+                time.sleep(0.5)
             for _ in range(60):  # submitting may fail while the dev server is down: try again
                 try:
                     self.submit_one(index)
@@ -414,9 +422,17 @@ class ChaosRun:
                 self.report.problems.append(f"job {index} could not be submitted within a minute")
             time.sleep(self.load_rng.uniform(0.2, 0.8))
 
+    def _waiting(self) -> int:
+        """Jobs of the load that wait for a place now (0 while the control plane cannot say)."""
+        assert self.client is not None
+        try:
+            return len(self.client.list_jobs(limit=MAX_WAITING + 1, state="PENDING"))
+        except Exception:  # the dev server is away for a moment: go on
+            return 0
+
     def _finish(self) -> None:
         """Kill what must be killed, then wait until every job has ended."""
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + FINISH_SECONDS
         while time.monotonic() < deadline and any(
             s.kind == Kind.KILLED and not s.killed for s in self.submitted
         ):
