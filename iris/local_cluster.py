@@ -55,6 +55,7 @@ from iris.processes import (
     start_ticks,
     stop_groups,
 )
+from worker_agent.runtimes.process import ProcessGroupLedger
 from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
@@ -806,6 +807,13 @@ class LocalCluster:
         logs = [self.log_path(n) for n in [*names, TEMPORAL]]
         await wait_until_ready(state["address"], expected_workers, timeout, log_files=logs, abort_if=exited)
 
+    def _kill_task_leftovers(self) -> None:
+        """SIGKILL the task process groups the stopped agents still had recorded (one killed past its grace)."""
+        for ledger in _task_ledgers(self.home):
+            killed = ProcessGroupLedger(ledger).kill_leftovers()
+            if killed:
+                log.warning("local_cluster.killed_leftover_tasks", agent=ledger.parent.name, groups=killed)
+
     def _stop_recorded(self) -> None:
         """Stop recorded processes tier by tier (supervisor, workers, controller, Temporal) and forget their pids.
 
@@ -827,11 +835,18 @@ class LocalCluster:
             {n: e for n, e in entries.items() if n == CONTROLLER},
             {n: e for n, e in entries.items() if n == TEMPORAL},
         ]
-        for tier in tiers:
+        for index, tier in enumerate(tiers):
             stop_groups(tier, _STOP_GRACE_SECONDS)
+            if index == 1:  # the agents are gone: so must be any task one of them could not stop in time
+                self._kill_task_leftovers()
         state["pids"], state["start_ticks"] = {}, {}
         self._write_state(state)
         log.info("local_cluster.down", home=str(self.home))
+
+
+def _task_ledgers(home: Path) -> list[Path]:
+    """The agents' records of their running task process groups (tasks run in sessions of their own)."""
+    return sorted((home / "agents").glob("*/running"))
 
 
 def supervisor_command(home: Path) -> list[str]:
