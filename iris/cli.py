@@ -471,12 +471,14 @@ def worker_serve(
         from iris.key_check import check_cluster_key
 
         if health_port is None:
-            client = await connect(settings)
+            client = await connect(settings, timeout=None)
             await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
             await WorkerAgent(client, config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
-        client = await connect(settings, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port))
+        client = await connect(
+            settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
+        )
         await check_cluster_key(client)
 
         async def checks() -> dict[str, bool]:
@@ -589,15 +591,19 @@ def temporal_setup(temporal: TemporalOpt = None) -> None:
 
 @cluster_app.command("up")
 def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")] = None) -> None:
-    """Start the embedded local cluster in the background."""
+    """Start the embedded local cluster in the background, or start whatever part of it is down."""
     from iris.codec import load_key
-    from iris.config import default_config, load_config
+    from iris.config import load_config
     from iris.local_cluster import LocalCluster
 
-    cfg = load_config(config) if config else default_config()
+    cfg = load_config(config) if config else None
     load_key()  # a malformed IRIS_CODEC_KEY is one line now, not a cluster that never becomes ready
     err.print("starting the local cluster…")
-    info = LocalCluster().up(cfg)
+    info = LocalCluster().up(cfg, supervise=True)
+    if info.restarted:
+        err.print(f"restarted: {', '.join(info.restarted)}")
+    elif info.already_running:
+        err.print("already running")
     out.print(f"Temporal: {info.address}\nUI: {info.ui_url}", markup=False, highlight=False)
     if info.dashboard_url:
         out.print(f"Dashboard: {info.dashboard_url}", markup=False, highlight=False)
@@ -613,25 +619,40 @@ def cluster_down() -> None:
     err.print("local cluster stopped")
 
 
+STATUS_QUERY_SECONDS = 1.5
+"""How long `iris cluster status` waits for the controller: it must answer within 2 s, controller or not."""
+
+
 @cluster_app.command("status")
 def cluster_status(temporal: TemporalOpt = None) -> None:
-    """Temporal address, UI URL, store URL, workers and queue depth."""
-    from iris.local_cluster import LocalCluster
+    """Temporal address, UI URL, store URL, workers and queue depth; names each local component that is down."""
+    from iris.local_cluster import TEMPORAL, LocalCluster
 
-    info = None if temporal is not None else LocalCluster().status()
-    if temporal is not None:
-        address = temporal
-    elif info is not None and info.running:
-        address = info.address
-    else:
+    local = LocalCluster()
+    info = None if temporal is not None else local.status()
+    if temporal is None and info is None:
         raise CliError(NO_LOCAL_CLUSTER)
-    client = _client(address)
-    summary = client._run(client._async.summary())
-    out.print(f"Temporal: {address}")
+    address = temporal or (info.address if info is not None else "")
+    down = local.down_components(info) if info is not None else []
+    out.print(f"Temporal: {address}" + (" (down)" if TEMPORAL in down else ""), markup=False, highlight=False)
     if info is not None:
-        out.print(f"UI: {info.ui_url}")
+        out.print(f"UI: {info.ui_url}", markup=False, highlight=False)
         if info.dashboard_url:
             out.print(f"Dashboard: {info.dashboard_url}", markup=False, highlight=False)
+        for name in down:
+            pid = info.pids.get(name)
+            out.print(f"down: {name} (pid {pid} exited)", markup=False, highlight=False)
+    if TEMPORAL in down:
+        out.print(f"Store: {info.store_url if info else ''}", markup=False, highlight=False)
+        raise CliError("the local cluster's Temporal server is down; `iris cluster up` starts it again", 1)
+    client = _client(address, info.store_url if info is not None else None)
+    try:
+        summary = client._run(client._async.summary(budget=STATUS_QUERY_SECONDS))
+    except Exception as e:  # the controller is down, starting or stalled: say so, at once
+        out.print(f"Store: {client.store_url}", markup=False, highlight=False)
+        out.print(f"workers: unknown (the controller does not answer: {type(e).__name__})",
+                  markup=False, highlight=False)  # fmt: skip
+        return
     out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"

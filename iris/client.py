@@ -55,6 +55,12 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 """How long a status query waits for the controller before Iris answers from Temporal alone."""
 MAX_DESCRIBE_INTERVAL = 5.0
 """Longest pause between describes of a job `wait` watches when the server refuses another long poll."""
+READ_RETRY_SECONDS = 30.0
+"""How long a read of the scheduler's state keeps asking while the controller is away (a restart takes seconds)."""
+_CONTROLLER_AWAY = frozenset({
+    RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED,
+    RPCStatusCode.FAILED_PRECONDITION,  # "no poller seen for task queue recently"
+})  # fmt: skip
 CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
 
 T = TypeVar("T")
@@ -458,10 +464,36 @@ class AsyncIrisClient:
             raise
         return True
 
+    async def _ask_scheduler(self, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS) -> T:
+        """Query the scheduler, asking again while the controller is away (restarting, stalled) for up to `budget` s.
+
+        A query is answered by the controller's workflow worker: right after a controller (or
+        server) restart there may be none for a few seconds, which is no reason to fail a read.
+        Each try waits at most QUERY_TIMEOUT; the last failure is raised once `budget` is spent.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        delay = 0.2
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                return await asyncio.wait_for(
+                    self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                        query, result_type=result_type,
+                        rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
+                    ),
+                    max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
+                )  # fmt: skip
+            except (RPCError, TimeoutError) as err:
+                transient = isinstance(err, TimeoutError) or err.status in _CONTROLLER_AWAY
+                if not transient or loop.time() + delay >= deadline:
+                    raise
+                log.info("scheduler_not_answering", query=query, error=str(err), retry_in=delay)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, 2.0)
+
     async def list_workers(self) -> list[WorkerStatus]:
-        workers = await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "workers", result_type=pb.WorkerList
-        )
+        workers = await self._ask_scheduler("workers", pb.WorkerList)
         return [
             WorkerStatus(
                 worker_id=w.worker_id,
@@ -495,10 +527,9 @@ class AsyncIrisClient:
                 raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
             await asyncio.sleep(poll)
 
-    async def summary(self) -> pb.ClusterSummary:
-        return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "summary", result_type=pb.ClusterSummary
-        )
+    async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
+        """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
+        return await self._ask_scheduler("summary", pb.ClusterSummary, budget)
 
     def fetch_task_logs(self, job_id: str, task_index: int) -> list[str]:
         return self.logs.read_lines(job_id, task_index)
@@ -632,6 +663,8 @@ class IrisClient:
         return Job(self, self._run(self._async.submit_command(command, **options)))
 
     def job(self, job_id: str) -> Job:
+        """The handle `submit` returns, for any job (submitted by anyone, from any process); KeyError if unknown."""
+        self._run(self._async._require_job(job_id))
         return Job(self, job_id)
 
     def job_status(self, job_id: str) -> JobStatus:

@@ -146,15 +146,18 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
     )
 
 
-async def connect(settings: TemporalSettings, timeout: float = 60.0, **kwargs: Any) -> Client:
-    """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us)."""
+async def connect(settings: TemporalSettings, timeout: float | None = 60.0, **kwargs: Any) -> Client:
+    """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us).
+
+    With `timeout` None, for as long as it takes (a worker agent never gives up on the control plane).
+    """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = None if timeout is None else loop.time() + timeout
     while True:
         try:
             return await settings.connect(**kwargs)
         except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
-            if loop.time() > deadline:
+            if deadline is not None and loop.time() > deadline:
                 raise
             log.warning("temporal_unreachable", **settings.describe(), error=str(err))
             await asyncio.sleep(1.0)

@@ -56,12 +56,14 @@ from iris.processes import (
     start_ticks,
     stop_groups,
 )
+from worker_agent.runtimes.process import ProcessGroupLedger
 from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
 
 TEMPORAL = "temporal"
 CONTROLLER = "controller"
+SUPERVISOR = "supervisor"
 
 Component = Literal["temporal", "controller", "workers"]
 ALL_COMPONENTS: tuple[Component, ...] = ("temporal", "controller", "workers")
@@ -126,6 +128,8 @@ class ClusterInfo:
     """Set by `up()` when it found a cluster running and started nothing."""
     config_path: str | None = None
     dashboard_url: str = ""
+    restarted: list[str] = field(default_factory=list, hash=False)
+    """Set by `up()`: the recorded processes it found down and started again."""
 
 
 # ---------------------------------------------------------------------------- commands
@@ -282,6 +286,11 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
 # ---------------------------------------------------------------------------- readiness
 
 
+async def readiness_client(address: str, namespace: str = "default") -> Client:
+    """The client the local cluster checks its own readiness and health with (the one place to configure it)."""
+    return await connect_client(address, namespace=namespace)
+
+
 async def wait_for_temporal(
     address: str,
     timeout: float = 30.0,
@@ -302,7 +311,7 @@ async def wait_for_temporal(
             raise RuntimeError(f"Temporal server at {address} failed to start: {reason}{see}")
         try:
             # Each try is short: if another process listens on the port, the server's exit is noticed.
-            await asyncio.wait_for(Client.connect(address), max(0.1, min(2.0, deadline - time.monotonic())))
+            await asyncio.wait_for(readiness_client(address), max(0.1, min(2.0, deadline - time.monotonic())))
             return
         except Exception as e:  # any failure means "not up yet"; the last one is reported
             last = f"{type(e).__name__}: {e}"
@@ -338,13 +347,13 @@ async def wait_until_ready(
         remaining = max(0.1, deadline - time.monotonic())
         try:
             if client is None:
-                client = await asyncio.wait_for(connect_client(address, namespace=namespace), remaining)
+                client = await asyncio.wait_for(readiness_client(address, namespace), remaining)
             handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
             count = await asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
                 remaining,
             )
-            if count == expected_workers:
+            if count >= expected_workers:  # slices the autoscaler started count too
                 return
             last = f"scheduler reports {count} of {expected_workers} workers healthy"
         except Exception as e:  # not ready yet; the last reason is reported on timeout
@@ -393,49 +402,79 @@ class LocalCluster:
         components: Sequence[Component] = ALL_COMPONENTS,
         temporal_timeout: float = 30.0,
         ready_timeout: float = 60.0,
+        supervise: bool = False,
     ) -> ClusterInfo:
-        """Start the cluster in the background (or return the running one) and, with `wait`, wait until ready.
+        """Start the cluster in the background, mend a partly dead one, or return the running one.
 
-        `components` limits what starts (tests start only `("temporal",)`). If anything
-        fails to start, whatever was started is stopped again and RuntimeError names the logs.
+        A recorded cluster is brought back as it was recorded: whatever part of it is down
+        (dev server, controller, agents, supervisor) is started again with its recorded command
+        line, so on the same ports, database, store and worker ids (`restarted` names them).
+        Without `config`, a cluster that was stopped (`down`) starts again from its record; the
+        default config is used only when nothing was ever recorded. `supervise` starts a
+        supervisor process that restarts whatever dies (iris.supervisor). `components` limits
+        what starts (tests start only `("temporal",)`). With `wait`, return once every worker is
+        healthy. If anything fails to start, a fresh start's processes are stopped again and
+        RuntimeError names the logs.
         """
         unknown = [c for c in components if c not in ALL_COMPONENTS]
         if unknown or TEMPORAL not in components:
             raise ValueError(
                 f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
             )
-        asked_for_config = config is not None  # no config = "whatever is running", never a mismatch
-        config = config if config is not None else default_config()
         with self._locked():
             state = self._read_state()
-            current = self._info(state) if state is not None and state.get("pids") else None
-            if current is not None and current.running:
-                requested = [s.worker_id for s in config.local_workers()] if "workers" in components else None
-                if asked_for_config and requested is not None and requested != current.worker_ids:
-                    log.warning(
-                        "local_cluster.already_running",
-                        message="already running; run `iris cluster down` first to apply a new config",
-                        running_workers=current.worker_ids,
-                        requested_workers=requested,
-                    )
-                return dataclasses.replace(current, already_running=True)
-            if current is not None:  # stale: Temporal is gone, stop whatever is left
-                self._stop_recorded()
+            if state is not None and state.get("pids"):
+                self._warn_if_other(state, config, components)
+                restarted = self._heal(state, temporal_timeout)
+                if supervise and SUPERVISOR not in state["argv"]:  # asked for, and never had one
+                    self._spawn_recorded(state, SUPERVISOR, supervisor_command(self.home))
+                    restarted.append(SUPERVISOR)
+                if not restarted:
+                    return dataclasses.replace(self._info(state), already_running=True)
+                log.info("local_cluster.restarted_components", components=restarted)
+            else:
+                try:
+                    if config is None and state is not None and state.get("argv"):
+                        self._start_recorded(state, temporal_timeout)
+                    else:
+                        self._start(config or default_config(), dynamic_config, components, temporal_timeout, supervise)
+                except BaseException:
+                    self._stop_recorded()
+                    raise
+                restarted = []
+            state = self._read_state()
+            assert state is not None
+            expected = len(state["worker_ids"]) if CONTROLLER in state["pids"] else None
+        if wait and expected is not None:
             try:
-                self._start(config, dynamic_config, components, temporal_timeout)
-                if wait and CONTROLLER in components:
-                    expected = len(config.local_workers()) if "workers" in components else 0
-                    _run_sync(self._wait_ready(expected, ready_timeout))
+                _run_sync(self._wait_ready(expected, ready_timeout))
             except BaseException:
-                self._stop_recorded()
+                if not restarted:  # a fresh start that never came up leaves nothing behind
+                    with self._locked():
+                        self._stop_recorded()
                 raise
-            info = self.status()
+        info = self.status()
         assert info is not None
         log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
-        return info
+        return dataclasses.replace(info, restarted=restarted)
+
+    def _warn_if_other(
+        self, state: Mapping[str, Any], config: ClusterConfig | None, components: Sequence[Component]
+    ) -> None:
+        """Log that an explicitly asked-for config differs from the recorded one (which is kept)."""
+        if config is None or "workers" not in components:
+            return
+        requested = [s.worker_id for s in config.local_workers()]
+        if requested != list(state["worker_ids"]):
+            log.warning(
+                "local_cluster.already_running",
+                message="already running; run `iris cluster down` first to apply a new config",
+                running_workers=list(state["worker_ids"]),
+                requested_workers=requested,
+            )
 
     def down(self) -> None:
-        """Stop every process (workers, then controller, then Temporal); temporal.db and store/ stay."""
+        """Stop every process (supervisor, workers, controller, Temporal); temporal.db, store/ and the record stay."""
         with self._locked():
             self._stop_recorded()
 
@@ -507,29 +546,37 @@ class LocalCluster:
                 raise RuntimeError(f"local cluster in {self.home} is not running; start it with `iris cluster up`")
             if name not in state["pids"] and worker_process_name(name) in state["pids"]:
                 name = worker_process_name(name)
-            argv = state.get("argv", {}).get(name)
-            if argv is None:
+            if name not in state.get("argv", {}):
                 raise ValueError(
                     f"name: no recorded process {name!r} (known: {', '.join(sorted(state['pids']))})"
                 )
             if pid_alive(state["pids"][name], state["start_ticks"].get(name)):
                 raise ValueError(f"name: {name!r} is still running (pid {state['pids'][name]})")
-            log_file = self.log_path(name)
-            offset = log_file.stat().st_size if log_file.exists() else 0
-            self._spawn_recorded(state, name, argv)
-            pid, ticks = state["pids"][name], state["start_ticks"][name]
-        if name == TEMPORAL:
-
-            def exited() -> str | None:
-                return None if pid_alive(pid, ticks) else "the server process exited"
-
-            try:
-                _run_sync(wait_for_temporal(state["address"], timeout, abort_if=exited, log_file=log_file))
-            except RuntimeError as e:
-                output = crash_excerpt(log_since(log_file, offset, limit=None))
-                raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{output}") from None
+            self._respawn(state, name, timeout)
+            pid = int(state["pids"][name])
         log.info("local_cluster.restarted", process=name, pid=pid)
-        return int(pid)
+        return pid
+
+    def heal(self, names: Sequence[str] | None = None, temporal_timeout: float = 30.0) -> list[str]:
+        """Start again whichever recorded processes are down (only `names`, if given); those started.
+
+        What the supervisor calls; nothing happens to a cluster that is not recorded as up.
+        """
+        with self._locked():
+            state = self._read_state()
+            if state is None or not state["pids"]:
+                return []
+            return self._heal(state, temporal_timeout, names)
+
+    def down_components(self, info: ClusterInfo | None = None) -> list[str]:
+        """The recorded processes that are not running now (the dev server also when its port does not answer)."""
+        info = info or self.status()
+        if info is None:
+            return []
+        down = list(info.dead)
+        if TEMPORAL in info.pids and not info.running and TEMPORAL not in down:
+            down.insert(0, TEMPORAL)
+        return down
 
     # -- internals
 
@@ -553,6 +600,7 @@ class LocalCluster:
         state.setdefault("pids", {})
         state.setdefault("start_ticks", {})
         state.setdefault("worker_ids", [])
+        state.setdefault("argv", {})
         return state
 
     def _write_state(self, state: Mapping[str, Any]) -> None:
@@ -592,12 +640,92 @@ class LocalCluster:
         state.setdefault("argv", {})[name] = list(argv)
         self._write_state(state)
 
+    def _heal(
+        self,
+        state: dict[str, Any],
+        temporal_timeout: float,
+        names: Sequence[str] | None = None,
+        down: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Start the recorded processes of `state` that are down (of `names`), dev server first; those started.
+
+        `down`, when given, names what is known to be down (a stopped cluster: all of it).
+        """
+        if down is None:
+            down = [n for n in self.down_components(self._info(state)) if names is None or n in names]
+        restarted: list[str] = []
+        if TEMPORAL in down:
+            if TEMPORAL in state["pids"] and pid_alive(state["pids"][TEMPORAL], state["start_ticks"].get(TEMPORAL)):
+                # Alive but not answering on its port (hung, or still starting): replace it.
+                stop_groups({TEMPORAL: (state["pids"][TEMPORAL], state["start_ticks"].get(TEMPORAL))}, 5.0)
+            moved = self._respawn(state, TEMPORAL, temporal_timeout)
+            restarted.append(TEMPORAL)
+            if moved:  # on new ports: everything else must be told the new address, by a restart
+                others = {n: (state["pids"][n], state["start_ticks"].get(n)) for n in state["pids"] if n != TEMPORAL}
+                stop_groups(others, _STOP_GRACE_SECONDS)
+                down = [TEMPORAL, *others]
+        order = sorted((n for n in down if n != TEMPORAL), key=lambda n: (n == SUPERVISOR, n != CONTROLLER, n))
+        for name in order:
+            if name in state["argv"]:
+                self._respawn(state, name, temporal_timeout)
+                restarted.append(name)
+        return restarted
+
+    def _respawn(self, state: dict[str, Any], name: str, timeout: float) -> bool:
+        """Start recorded process `name` with its recorded command line; whether the dev server had to move.
+
+        The dev server keeps its ports and database; only when another program now holds its
+        port does it start on new ones, and every recorded command line is given the new address.
+        """
+        argv = list(state["argv"][name])
+        if name != TEMPORAL:
+            self._spawn_recorded(state, name, argv)
+            return False
+        for attempt in range(_PORT_ATTEMPTS):
+            log_file = self.log_path(TEMPORAL)
+            offset = log_file.stat().st_size if log_file.exists() else 0
+            self._spawn_recorded(state, TEMPORAL, argv)
+            try:
+                self._await_temporal(state, timeout)
+                return attempt > 0
+            except RuntimeError as e:
+                output = log_since(log_file, offset, limit=None)
+                if "address already in use" not in output or attempt + 1 == _PORT_ATTEMPTS:
+                    raise RuntimeError(f"{e}\n--- end of {log_file} ---\n{crash_excerpt(output)}") from None
+                argv = self._move_temporal(state, argv)
+        raise AssertionError("unreachable")
+
+    def _await_temporal(self, state: Mapping[str, Any], timeout: float) -> None:
+        """Wait until the recorded dev server answers; RuntimeError if it exits or stays silent."""
+        pid, ticks = state["pids"][TEMPORAL], state["start_ticks"][TEMPORAL]
+
+        def exited() -> str | None:
+            return None if pid_alive(pid, ticks) else "the server process exited"
+
+        _run_sync(wait_for_temporal(state["address"], timeout, abort_if=exited, log_file=self.log_path(TEMPORAL)))
+
+    def _move_temporal(self, state: dict[str, Any], argv: list[str]) -> list[str]:
+        """New free ports for the dev server, written into its command line, the state and every other command."""
+        old = state["address"]
+        port, ui_port = free_port(), free_port()
+        while ui_port == port:
+            ui_port = free_port()
+        argv[argv.index("--port") + 1], argv[argv.index("--ui-port") + 1] = str(port), str(ui_port)
+        address = f"{_HOST}:{port}"
+        log.warning("local_cluster.port_taken", old_address=old, new_address=address)
+        state.update(address=address, ui_url=f"http://{_HOST}:{ui_port}", temporal_port=port, ui_port=ui_port)
+        for name, other in state["argv"].items():
+            if name != TEMPORAL:
+                state["argv"][name] = [address if a == old else a for a in other]
+        return argv
+
     def _start(
         self,
         config: ClusterConfig,
         dynamic_config: Mapping[str, str] | None,
         components: Sequence[Component],
         temporal_timeout: float,
+        supervise: bool = False,
     ) -> None:
         """Start the requested components, recording each pid as soon as it exists."""
         (self.home / "store").mkdir(parents=True, exist_ok=True)
@@ -606,6 +734,7 @@ class LocalCluster:
             "pids": {},
             "start_ticks": {},
             "worker_ids": [],
+            "argv": {},
             "store_url": self.store_url,
             "config_path": config.source,
             "started_at": time.time(),
@@ -628,7 +757,16 @@ class LocalCluster:
                 argv = worker_command(spec, address=state["address"], store_url=state["store_url"])
                 self._spawn_recorded(state, worker_process_name(spec.worker_id), argv)
                 state["worker_ids"].append(spec.worker_id)
+        if supervise:
+            self._spawn_recorded(state, SUPERVISOR, supervisor_command(self.home))
         self._write_state(state)
+
+    def _start_recorded(self, state: dict[str, Any], temporal_timeout: float) -> None:
+        """Start a stopped cluster again from its record: the same command lines, ports and database."""
+        state.update(pids={}, start_ticks={}, started_at=time.time())
+        if TEMPORAL not in state["argv"]:
+            raise RuntimeError(f"the record in {self.state_path} has no dev server command; run `iris cluster down`")
+        self._heal(state, temporal_timeout, down=list(state["argv"]))
 
     def _start_temporal(
         self,
@@ -657,13 +795,8 @@ class LocalCluster:
             )
             offset = log_file.stat().st_size if log_file.exists() else 0
             self._spawn_recorded(state, TEMPORAL, argv)
-            pid, ticks = state["pids"][TEMPORAL], state["start_ticks"][TEMPORAL]
-
-            def exited(pid: int = pid, ticks: int | None = ticks) -> str | None:
-                return None if pid_alive(pid, ticks) else "the server process exited"
-
             try:
-                _run_sync(wait_for_temporal(address, timeout, abort_if=exited, log_file=log_file))
+                self._await_temporal(state, timeout)
                 return
             except RuntimeError as e:
                 # All of this start's output: the reason comes first, before the server's panic dump.
@@ -678,7 +811,7 @@ class LocalCluster:
         """wait_until_ready, failing fast if the controller or a worker process exits meanwhile."""
         state = self._read_state()
         assert state is not None
-        names = [n for n in state["pids"] if n != TEMPORAL]
+        names = [n for n in state["pids"] if n not in (TEMPORAL, SUPERVISOR)]
 
         def exited() -> str | None:
             gone = [n for n in names if not pid_alive(state["pids"][n], state["start_ticks"].get(n))]
@@ -687,8 +820,18 @@ class LocalCluster:
         logs = [self.log_path(n) for n in [*names, TEMPORAL]]
         await wait_until_ready(state["address"], expected_workers, timeout, log_files=logs, abort_if=exited)
 
+    def _kill_task_leftovers(self) -> None:
+        """SIGKILL the task process groups the stopped agents still had recorded (one killed past its grace)."""
+        for ledger in _task_ledgers(self.home):
+            killed = ProcessGroupLedger(ledger).kill_leftovers()
+            if killed:
+                log.warning("local_cluster.killed_leftover_tasks", agent=ledger.parent.name, groups=killed)
+
     def _stop_recorded(self) -> None:
-        """Stop recorded processes tier by tier (workers, controller, Temporal) and forget their pids."""
+        """Stop recorded processes tier by tier (supervisor, workers, controller, Temporal) and forget their pids.
+
+        Their command lines stay recorded, so the next `up` brings the same cluster back.
+        """
         state = self._read_state()
         if state is None or not state["pids"]:
             return
@@ -700,17 +843,33 @@ class LocalCluster:
             for index, proc in hosts.items()
         }
         tiers = [
-            {**slice_workers, **{n: e for n, e in entries.items() if n not in (CONTROLLER, TEMPORAL)}},
+            {n: e for n, e in entries.items() if n == SUPERVISOR},  # first: it would start the others again
+            {**slice_workers, **{n: e for n, e in entries.items() if n not in (CONTROLLER, TEMPORAL, SUPERVISOR)}},
             {n: e for n, e in entries.items() if n == CONTROLLER},
             {n: e for n, e in entries.items() if n == TEMPORAL},
         ]
-        for tier in tiers:
+        for index, tier in enumerate(tiers):
             stop_groups(tier, _STOP_GRACE_SECONDS)
+            if index == 1:  # the agents are gone: so must be any task one of them could not stop in time
+                self._kill_task_leftovers()
         state["pids"], state["start_ticks"] = {}, {}
         self._write_state(state)
         log.info("local_cluster.down", home=str(self.home))
 
 
+def _task_ledgers(home: Path) -> list[Path]:
+    """The agents' records of their running task process groups (tasks run in sessions of their own)."""
+    return sorted((home / "agents").glob("*/running"))
+
+
+def supervisor_command(home: Path) -> list[str]:
+    """`python -m iris.supervisor HOME`: the process that restarts whatever part of the cluster dies."""
+    return [sys.executable, "-m", "iris.supervisor", str(home)]
+
+
 def ensure_running(home: Path | str | None = None, config: ClusterConfig | None = None) -> ClusterInfo:
-    """The running local cluster in `home` (default `iris_home()`), started with `config` if it is not."""
-    return LocalCluster(home).up(config)
+    """The running local cluster in `home` (default `iris_home()`), started (supervised) if it is not.
+
+    A recorded cluster comes back with its recorded config, never the default.
+    """
+    return LocalCluster(home).up(config, supervise=True)

@@ -10,47 +10,24 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import socket
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import structlog
 
+from activities.platforms.local import reap_child, spawn_worker
 from worker_agent.runtimes.process import process_group_alive
 
 log = structlog.get_logger("iris.local_cluster")
 
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # spawned by this process, reaped here
 _POLL_SECONDS = 0.05
 _HOST = "127.0.0.1"
 
 
-def spawn(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
-    """Start `argv` detached (own session, stdin closed, output appended to `log_path`); its pid.
-
-    The log and everything the process creates are private to the user (umask 077): a daemon's
-    files hold job names, arguments and outputs.
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        out.write(f"\n=== {stamp} starting: {shlex.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=dict(env),
-            umask=0o077,
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc.pid
+spawn = spawn_worker  # the local platform's: one way to start a local process
 
 
 def read_stat(pid: int) -> tuple[str, int, int] | None:
@@ -71,10 +48,7 @@ def start_ticks(pid: int) -> int | None:
 
 def reap(pid: int) -> None:
     """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
-    proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
+    if reap_child(pid):
         return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
@@ -151,8 +125,13 @@ def port_open(port: int) -> bool:
 
 
 def port_free(port: int) -> bool:
-    """Whether the loopback `port` can be bound now."""
+    """Whether the loopback `port` can be bound now by a server that reuses the address.
+
+    A port its last server left in TIME_WAIT (killed with connections open) is free: the dev
+    server binds with SO_REUSEADDR, as Go's listeners do, so a restart keeps its address.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((_HOST, port))
         except OSError:

@@ -253,8 +253,8 @@ def test_concurrent_up_starts_one_cluster(cluster: LocalCluster) -> None:
     assert sorted(r.already_running for r in results) == [False, True]
 
 
-def test_stale_state_is_cleaned_up(cluster: LocalCluster) -> None:
-    """If Temporal died without `down`, status says not running and the next `up` starts afresh."""
+def test_a_dead_server_is_reported_and_started_again(cluster: LocalCluster) -> None:
+    """If Temporal died without `down`, status says not running and the next `up` starts the server again."""
     first = cluster.up(components=TEMPORAL_ONLY)
     assert cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
     stale = cluster.status()
@@ -265,6 +265,7 @@ def test_stale_state_is_cleaned_up(cluster: LocalCluster) -> None:
     assert fresh.running
     assert not fresh.already_running
     assert fresh.pids["temporal"] != first.pids["temporal"]
+    assert ["temporal"] == fresh.restarted
 
 
 @pytest.mark.usefixtures("fake_commands")
@@ -400,3 +401,97 @@ def test_a_server_that_fails_to_start_is_reported_by_its_reason_not_its_stack_du
         cluster.up(components=TEMPORAL_ONLY)
     assert "disk I/O error" in str(failed.value) and "panic: runtime error" in str(failed.value)
     assert "goroutine" not in str(failed.value)
+
+
+def test_a_dead_server_comes_back_on_its_address_even_from_time_wait(cluster: LocalCluster) -> None:
+    """`up` on a cluster whose dev server was SIGKILLed with clients connected restarts just the server, on the
+    same address (its port in TIME_WAIT is reused) and database, and says it restarted it."""
+    first = cluster.up(components=TEMPORAL_ONLY)
+
+    async def connect_and_list() -> None:
+        client = await Client.connect(first.address)
+        await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace="default"))
+
+    import asyncio
+
+    asyncio.run(connect_and_list())
+    assert cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
+    again = cluster.up(components=TEMPORAL_ONLY)
+    assert (["temporal"], first.address, first.ui_url, False) == (
+        again.restarted, again.address, again.ui_url, again.already_running
+    )
+    assert again.pids["temporal"] != first.pids["temporal"]
+    asyncio.run(connect_and_list())
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_up_after_down_brings_back_the_recorded_config_not_the_default(cluster: LocalCluster) -> None:
+    """A stopped cluster started again without a config (as `iris run` and `IrisClient.connect()` do) has its
+    recorded workers, address and database, not the default fleet."""
+    config = ClusterConfig(worker_groups=(WorkerGroupConfig(name="tpu", count=2, cpu_millis=500, memory_bytes=10**9),))
+    first = cluster.up(config, wait=False)
+    cluster.down()
+    second = cluster.up(None, wait=False)
+    assert (["tpu-0", "tpu-1"], first.address) == (second.worker_ids, second.address)
+    assert sorted(second.pids) == ["controller", "temporal", "worker-tpu-0", "worker-tpu-1"]
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_up_starts_only_what_is_down(cluster: LocalCluster) -> None:
+    """`up` on a running cluster whose controller and one worker died starts those two, with their recorded
+    command lines, and leaves the rest alone."""
+    first = cluster.up(two_workers(), wait=False)
+    cluster.kill_process("controller", signal.SIGKILL, wait=5.0)
+    cluster.kill_process("w-1", signal.SIGKILL, wait=5.0)
+    assert ["controller", "worker-w-1"] == cluster.down_components()
+    mended = cluster.up(wait=False)
+    assert ["controller", "worker-w-1"] == mended.restarted
+    assert [] == mended.dead
+    assert (first.pids["temporal"], first.pids["worker-w-0"]) == (mended.pids["temporal"], mended.pids["worker-w-0"])
+    assert mended.pids["controller"] != first.pids["controller"]
+    assert cluster.up(wait=False).already_running
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_the_supervisor_restarts_what_dies_and_down_stops_it_first(cluster: LocalCluster) -> None:
+    """A supervised cluster starts a killed worker and a killed dev server again by itself; `down` then stops
+    every process, the supervisor included, and nothing starts again."""
+    from tests.support import wait_until
+
+    first = cluster.up(two_workers(), wait=False, supervise=True)
+    assert "supervisor" in first.pids
+    cluster.kill_process("w-0", signal.SIGKILL, wait=5.0)
+    cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
+
+    def mended() -> ClusterInfo | None:
+        info = cluster.status()
+        return info if info is not None and not cluster.down_components(info) else None
+
+    info = wait_until(mended, timeout=30, what="worker and server started again")
+    assert first.address == info.address
+    assert (info.pids["worker-w-0"], info.pids["temporal"]) != (first.pids["worker-w-0"], first.pids["temporal"])
+    assert "component_restarted" in cluster.log_path("supervisor").read_text()
+    cluster.down()
+    for pid in info.pids.values():
+        assert not pid_alive(pid)
+        assert process_group_members(pid) == []
+    assert cluster.status() is None
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_cluster_status_names_what_is_down_and_up_says_what_it_restarted(cluster: LocalCluster) -> None:
+    """`iris cluster status` names a dead controller at once (no wait on a query nobody answers), and
+    `iris cluster up` starts it again and says so."""
+    cluster.up(two_workers(), wait=False)
+    cluster.kill_process("controller", signal.SIGKILL, wait=5.0)
+    env = {**os.environ, "IRIS_HOME": str(cluster.home)}
+    status = subprocess.run([sys.executable, "-m", "iris", "cluster", "status"], env=env, capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert 0 == status.returncode, status.stderr
+    assert "down: controller" in status.stdout
+    assert "workers: unknown (the controller does not answer" in status.stdout
+    up = subprocess.run([sys.executable, "-m", "iris", "cluster", "up"], env=env, capture_output=True, text=True,
+                        timeout=120)  # fmt: skip
+    assert 0 == up.returncode, up.stderr
+    assert "restarted: controller, supervisor" in up.stderr
+    assert [] == cluster.down_components()

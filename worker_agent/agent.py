@@ -20,17 +20,16 @@ import socket
 import tempfile
 import uuid
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import structlog
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
@@ -51,9 +50,11 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.backoff import Backoff, pause
 from worker_agent.bundles import Bundles
 from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.object_store import open_blob_store, open_log_store
+from worker_agent.registration import describe_error as _describe
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
     ContainerRuntime,
@@ -70,6 +71,7 @@ from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
 
 log = structlog.get_logger("iris.agent")
+_T = TypeVar("_T")
 
 HEARTBEAT_SECONDS = 1.0
 # The SDK forwards at most one heartbeat per 0.8 x heartbeat timeout (4.8 s of the workflows' 6 s)
@@ -80,7 +82,9 @@ KILL_GRACE_SECONDS = 5.0
 # The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
 # that has not started or beaten for longer than this is over, whatever the server thinks.
 SESSION_SILENCE_SECONDS = 45.0
-WORKER_RESTART_SECONDS = 2.0  # pause before polling again after the Temporal worker itself failed
+WORKER_RESTART_SECONDS = 2.0  # first pause before polling again after the Temporal worker itself failed
+WORKER_RESTART_CAP_SECONDS = 10.0  # the longest pause when it keeps failing
+STOP_REPORT_SECONDS = 2.0  # how long a stopping agent tries to tell Temporal its tasks were killed
 WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.task_workflow.WORKER_SHUTDOWN
 
 
@@ -178,39 +182,52 @@ class WorkerAgent:
         self.log = log.bind(worker_id=config.worker_id)
         self._session_lost = asyncio.Event()
         self._last_beat = 0.0  # loop time of the current session's last heartbeat (or registration)
+        self._activities = 0  # run_task activities in progress
+        self._no_activity = asyncio.Event()  # set while there are none
+        self._no_activity.set()
         # Tasks that end together (one agent serves many hosts, or many short tasks) free their
         # places in one signal to the scheduler.
         self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def register(self, timeout: float = 120.0) -> None:
+    async def register(self, timeout: float | None = None, stop: asyncio.Event | None = None) -> bool:
         """Register with the scheduler and start this session's WorkerWorkflow, waiting for the control plane.
 
-        RegistrationRefused if the scheduler rejects the metadata; RuntimeError if Temporal or
-        the scheduler does not answer within `timeout` seconds.
+        Waits as long as Temporal or the scheduler stays unreachable (or `timeout` seconds, then
+        RuntimeError); False if `stop` was set first. RegistrationRefused if the scheduler rejects
+        the metadata.
         """
         loop = asyncio.get_running_loop()
         session = WorkerSessionInput(
             self.config.worker_id, self.session, announced=True,
             task_queue=agent_session_queue(self.config.worker_id, self.instance),
         )  # fmt: skip
-        refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout)
+        refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout, stop)
+        if refused is None:
+            return False
         if refused:
             raise RegistrationRefused(next(iter(refused.values())))
         self._last_beat = loop.time()
         self._session_lost.clear()
         self.log.info("worker_registered", session=self.session, attributes=self.config.attributes)
+        return True
 
-    async def serve(self, *, reregister_timeout: float = 3600.0) -> None:
-        """Run until SIGTERM/SIGINT; running tasks are killed and reported as preempted.
+    async def serve(self, stop: asyncio.Event | None = None) -> None:
+        """Run until SIGTERM/SIGINT (or `stop` is set); running tasks are killed and reported as preempted.
 
-        The agent outlives faults of the rest of the cluster: when its session ends
-        without it stopping (the agent was paused past the heartbeat timeout, the
-        Temporal server was down or lost its state) it registers a fresh session, and
-        when the Temporal worker itself fails it starts a new one. AgentAlreadyRunning
-        if another agent with this worker id runs here.
+        The agent never gives up on the control plane: registering waits for as long as
+        Temporal or the scheduler stays away (retrying with a capped, jittered backoff);
+        when its session ends without it stopping (the agent was paused past the heartbeat
+        timeout, the Temporal server was down or lost its state) it registers a fresh one;
+        when the Temporal worker itself fails it starts a new one. Only SIGTERM/SIGINT ends
+        it, promptly even while Temporal is unreachable, or a configuration error:
+        RegistrationRefused, AgentAlreadyRunning if another agent with this worker id runs here.
         """
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         self.state_lock.lock()
         try:
             recovered = await self.runtime.recover()
@@ -219,35 +236,45 @@ class WorkerAgent:
                     "killed_leftover_tasks", runtime=str(self.runtime.name),
                     tasks=[r.task_id or r.handle for r in recovered],
                 )
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            registered = False
-            while not stop.is_set():
-                sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
-                tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
-                running = [asyncio.create_task(sessions.run())]
-                try:
-                    if not registered:
-                        await self._until_done(running, self.register())
-                        registered = True
-                    running.append(asyncio.create_task(tasks.run()))  # accepted: now take tasks
-                    failed = await self._supervise(running, stop, reregister_timeout)
-                finally:
-                    await self._stop_workers(zip((sessions, tasks), running, strict=False))  # tasks: once accepted
-                if failed is not None:
-                    # Their shutdown ended the session activity too: the next workers start a new session.
-                    self.log.error("temporal_worker_failed", error=failed, restart_in=WORKER_RESTART_SECONDS)
-                    self.session, registered = uuid.uuid4().hex, False
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), WORKER_RESTART_SECONDS)
+            await self._serve(stop)
             self.log.info("worker_stopping")
         finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
             self.state_lock.unlock()
             await self.runtime.close()
             with contextlib.suppress(OSError):  # its tasks' areas are gone: leave no empty root behind
                 self.task_root.rmdir()
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        """Poll and stay registered until `stop`, replacing Temporal workers that fail."""
+        registered = False
+        restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
+        while not stop.is_set():
+            sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
+            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
+            running = [asyncio.create_task(sessions.run())]
+            failed: str | None = None
+            try:
+                if not registered:
+                    registered = await self._until_done(running, self.register(stop=stop))
+                    if not registered:
+                        return  # stopped while waiting for the control plane
+                    restarts.reset()
+                running.append(asyncio.create_task(tasks.run()))  # accepted: now take tasks
+                failed = await self._supervise(running, stop)
+            except RegistrationRefused:
+                raise
+            except Exception as err:  # a worker that stopped, or anything else: start again
+                failed = _describe(err)
+            finally:
+                await self._stop_workers(zip((sessions, tasks), running, strict=False))  # tasks: once accepted
+            if failed is not None and not stop.is_set():
+                # Their shutdown ended the session activity too: the next workers start a new session.
+                delay = restarts.next()
+                self.log.error("temporal_worker_failed", error=failed, restart_in=round(delay, 2))
+                self.session, registered = uuid.uuid4().hex, False
+                await pause(delay, stop)
 
     def _worker(self, queue: str, work: Any) -> Worker:
         """A Temporal worker polling `queue` for the one activity `work`."""
@@ -262,23 +289,37 @@ class WorkerAgent:
             default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
         )
 
-    @staticmethod
-    async def _stop_workers(pairs: Iterable[tuple[Worker, asyncio.Task[None]]]) -> None:
-        """Shut down the started Temporal workers of `pairs` (worker, its run) together; wait for their runs."""
+    async def _stop_workers(self, pairs: Iterable[tuple[Worker, asyncio.Task[None]]]) -> None:
+        """Shut down the started Temporal workers of `pairs` (worker, its run) together; wait for their runs.
+
+        Their running tasks are killed (SIGTERM, the grace, SIGKILL) at once; reporting that to a
+        Temporal that does not answer is given STOP_REPORT_SECONDS more, so a stop is prompt.
+        """
         started = list(pairs)
-        await asyncio.gather(*(worker.shutdown() for worker, run in started if not run.done()))
-        for _, run in started:
-            with contextlib.suppress(BaseException):
-                await run
+
+        async def stop_all() -> None:
+            await asyncio.gather(*(worker.shutdown() for worker, run in started if not run.done()))
+            for _, run in started:
+                with contextlib.suppress(BaseException):
+                    await run
+
+        stopping = asyncio.ensure_future(stop_all())
+        # The shutdown cancels every running task's activity, which kills its process; that is
+        # waited for in full. What the SDK does after (reporting to Temporal) gets a short while.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_activity.wait(), KILL_GRACE_SECONDS + 5.0)
+        done, _ = await asyncio.wait({stopping}, timeout=STOP_REPORT_SECONDS)
+        if not done:
+            stopping.cancel()
+            self.log.warning("temporal_worker_shutdown_slow", waited_after_tasks=STOP_REPORT_SECONDS)
 
     @staticmethod
-    async def _until_done(running: list[asyncio.Task[None]], work: Any) -> None:
-        """Await `work` unless a Temporal worker stops first (then raise its error)."""
+    async def _until_done(running: list[asyncio.Task[None]], work: Awaitable[_T]) -> _T:
+        """`work`'s result unless a Temporal worker stops first (then raise its error)."""
         job = asyncio.ensure_future(work)
         done, _ = await asyncio.wait({job, *running}, return_when=asyncio.FIRST_COMPLETED)
         if job in done:
-            job.result()
-            return
+            return job.result()
         job.cancel()
         with contextlib.suppress(BaseException):
             await job
@@ -286,7 +327,7 @@ class WorkerAgent:
             run.result()
         raise RuntimeError("the Temporal worker stopped")
 
-    async def _supervise(self, running: list[asyncio.Task[None]], stop: asyncio.Event, timeout: float) -> str | None:
+    async def _supervise(self, running: list[asyncio.Task[None]], stop: asyncio.Event) -> str | None:
         """Keep the session alive until `stop`; a Temporal worker's error if one failed, else None."""
         loop = asyncio.get_running_loop()
         while not stop.is_set():
@@ -303,7 +344,7 @@ class WorkerAgent:
                     reason="session heartbeats stopped" if silent else "session ended",
                 )
                 self._session_lost.clear()
-                await self._until_done(running, self.register(timeout))
+                await self._until_done(running, self.register(stop=stop))
                 continue
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._session_lost.wait())]
             try:
@@ -341,6 +382,16 @@ class WorkerAgent:
     @activity.defn(name=RUN_TASK)
     async def run_task(self, inp: RunTaskInput) -> RunTaskResult:
         """Run one attempt; a non-zero exit is a result, an agent fault is an ApplicationError."""
+        self._activities += 1
+        self._no_activity.clear()
+        try:
+            return await self._run_task(inp)
+        finally:
+            self._activities -= 1
+            if not self._activities:
+                self._no_activity.set()
+
+    async def _run_task(self, inp: RunTaskInput) -> RunTaskResult:
         tlog = self.log.bind(job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt)
         if inp.worker_id != self.config.worker_id:
             raise ApplicationError(f"task for worker {inp.worker_id} reached {self.config.worker_id}")
@@ -486,8 +537,8 @@ class WorkerAgent:
         try:
             await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt))
             return True
-        except RPCError as err:
-            self.log.warning("release_signal_failed", job_id=inp.job_id, error=str(err))
+        except Exception as err:  # Temporal unreachable, whatever the class: the workflow releases
+            self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))
             return False
 
     async def _wait_heartbeating(self, handle: TaskHandle) -> TaskExit:
@@ -510,8 +561,8 @@ class WorkerAgent:
             await self.client.get_workflow_handle(inp.job_workflow_id).signal(
                 "task_started", TaskStarted(inp.task_index, inp.attempt, self.config.worker_id)
             )
-        except RPCError as err:
-            self.log.warning("task_started_signal_failed", job_id=inp.job_id, error=str(err))
+        except Exception as err:  # off the task's path: the job learns it from the result
+            self.log.warning("task_started_signal_failed", job_id=inp.job_id, error=_describe(err))
 
 
 def _delivered_late() -> float | None:

@@ -5,18 +5,22 @@ the scheduler `register_workers` with a batch of hosts and that workflow as
 `reply_to`, and waits on the monitor's `registration` update for the answer.
 Signals have no in-flight limit, so 10,000 agents registering at once queue
 nothing on the singleton; a refusal still comes back with its reason. The
-signal is sent again if no answer comes (registering is idempotent).
+signal is sent again if no answer comes (registering is idempotent), for as long as it takes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
+from collections.abc import Awaitable
+from datetime import timedelta
+from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+import structlog
+from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.service import RPCError
 
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
@@ -27,57 +31,112 @@ from activities.contracts import (
     worker_workflow_id,
 )
 from activities.proto import cluster_pb2 as pb
+from worker_agent.backoff import Backoff, pause
+
+log = structlog.get_logger("iris.agent")
 
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
 REGISTER_WORKERS = "register_workers"
 REGISTRATION_UPDATE = "registration"
 ANSWER_WAIT_SECONDS = 20.0  # ask again after this long without an answer
+_T = TypeVar("_T")
+RETRY_CAP_SECONDS = 5.0  # the longest pause between two tries: a restarted controller is found within it
 
 
 async def register_hosts(
-    client: Client, session: WorkerSessionInput, hosts: list[pb.WorkerMetadata], timeout: float = 120.0
-) -> dict[str, str]:
+    client: Client,
+    session: WorkerSessionInput,
+    hosts: list[pb.WorkerMetadata],
+    timeout: float | None = None,
+    stop: asyncio.Event | None = None,
+) -> dict[str, str] | None:
     """Register `hosts` under one liveness session; the refused ones, worker id -> reason.
 
-    RuntimeError if Temporal or the scheduler does not answer within `timeout` seconds.
+    Every failure to reach Temporal or the scheduler, whatever its exception class (an
+    unreachable server, a controller that is down so the update times out, a monitor that
+    ended meanwhile), is tried again after a capped, jittered backoff: forever, or until
+    `timeout` seconds have passed (then RuntimeError). None once `stop` is set.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = None if timeout is None else loop.time() + timeout
     monitor_id = worker_workflow_id(session.worker_id, session.session)
     batch = pb.WorkerBatch(workers=hosts, reply_to=monitor_id)
     session = dataclasses.replace(session, registration=base64.b64encode(batch.SerializeToString()).decode())
-    delay = 0.2
+    backoff = Backoff(first=0.2, cap=RETRY_CAP_SECONDS)
     monitor_started = False
-    while True:
-        try:
-            if not monitor_started:
-                # The liveness monitor starts first: a worker is never registered without one,
-                # so an agent that dies right after registering is still reported lost. Asking
-                # again (a lost answer) finds this session's monitor already there.
-                await client.start_workflow(
-                    WORKER_WORKFLOW,
-                    session,
-                    id=monitor_id,
-                    task_queue=CONTROL_TASK_QUEUE,
-                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                    search_attributes=TypedSearchAttributes(
-                        [SearchAttributePair(SearchAttributeKey.for_keyword(KIND_ATTRIBUTE), WORKER_KIND)]
-                    ),
-                    static_summary=f"worker {session.worker_id}" + (
-                        f" and {len(session.more_worker_ids)} more" if session.more_worker_ids else ""
-                    ),
-                )
-                monitor_started = True
-            await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
-            wait = max(1.0, min(ANSWER_WAIT_SECONDS, deadline - loop.time()))
-            reply = await asyncio.wait_for(
-                client.get_workflow_handle(monitor_id).execute_update(REGISTRATION_UPDATE, result_type=dict),
-                wait,
+
+    async def attempt(start_monitor: bool) -> Any:
+        """One try: the monitor (if asked), the signal, then the answer or a timeout."""
+        nonlocal monitor_started
+        if start_monitor:
+            # The liveness monitor starts first: a worker is never registered without one,
+            # so an agent that dies right after registering is still reported lost. Asking
+            # again (a lost answer) finds this session's monitor already there, or starts it
+            # again if it ended meanwhile (its session timed out while the server was away).
+            await client.start_workflow(
+                WORKER_WORKFLOW,
+                session,
+                id=monitor_id,
+                task_queue=CONTROL_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(SearchAttributeKey.for_keyword(KIND_ATTRIBUTE), WORKER_KIND)]
+                ),
+                static_summary=f"worker {session.worker_id}" + (
+                    f" and {len(session.more_worker_ids)} more" if session.more_worker_ids else ""
+                ),
             )
+            monitor_started = True
+        await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
+        wait = ANSWER_WAIT_SECONDS
+        if deadline is not None:
+            wait = max(1.0, min(wait, deadline - loop.time()))
+        return await asyncio.wait_for(
+            client.get_workflow_handle(monitor_id).execute_update(
+                REGISTRATION_UPDATE, result_type=dict, rpc_timeout=timedelta(seconds=wait)
+            ),
+            wait,
+        )
+
+    while stop is None or not stop.is_set():
+        try:
+            reply = await _unless_stopped(attempt(not monitor_started), stop)
+            if reply is None:
+                break
             refused = reply.get("refused", {}) if isinstance(reply, dict) else {}
             return {str(k): str(v) for k, v in refused.items()}
-        except (RPCError, TimeoutError, WorkflowUpdateFailedError) as err:
-            if loop.time() > deadline:
-                raise RuntimeError(f"could not reach the Iris scheduler: {err}") from err
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        except Exception as err:  # any failure to reach the control plane is tried again
+            if deadline is not None and loop.time() > deadline:
+                raise RuntimeError(f"could not reach the Iris scheduler: {describe_error(err)}") from err
+            monitor_started = False  # cheap to ask again (USE_EXISTING), and it may have ended
+            delay = backoff.next()
+            log.warning(
+                "registration_retry", worker_id=session.worker_id, attempt=backoff.attempts,
+                retry_in=round(delay, 2), error=describe_error(err),
+            )  # fmt: skip
+            await pause(delay, stop)
+    return None
+
+
+async def _unless_stopped(work: Awaitable[_T], stop: asyncio.Event | None) -> _T | None:
+    """`work`'s result, or None (`work` cancelled) as soon as `stop` is set: an RPC the SDK itself
+    retries for seconds must not hold up an agent told to stop."""
+    if stop is None:
+        return await work
+    job, stopping = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({job, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if job.done():
+        return job.result()
+    job.cancel()
+    with contextlib.suppress(BaseException):
+        await job
+    return None
+
+
+def describe_error(err: BaseException) -> str:
+    """One line naming the failure: its class and first line (an update timeout says little more)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

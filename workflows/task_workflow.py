@@ -290,7 +290,8 @@ class TaskWorkflow:
             )
         except ActivityError as err:
             cause = err.cause
-            if isinstance(cause, CancelledError):
+            if isinstance(cause, CancelledError) or workflow.cancellation_reason() is not None:
+                # Killed while the attempt ended another way (its worker died, so it timed out): the kill wins.
                 raise asyncio.CancelledError() from err
             if isinstance(cause, TimeoutError):
                 if cause.type == TimeoutType.SCHEDULE_TO_START:

@@ -10,8 +10,9 @@ never in memory, so every step survives a controller restart and is idempotent:
   reading them back with psutil; each runs in its own session, so terminating
   stops its whole process group (SIGTERM, a grace period, then SIGKILL).
 
-`iris cluster up` starts its static `local.worker_groups` with the same
-`worker_argv` and `spawn_worker`, so there is one way to start a local worker.
+`iris cluster up` starts its static `local.worker_groups` (and its controller and dev
+server) with the same `worker_argv` and `spawn_worker`, so there is one way to start a
+local process.
 """
 
 from __future__ import annotations
@@ -126,17 +127,32 @@ def worker_argv(
 
 
 def spawn_worker(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
-    """Start a worker detached (own session, stdin closed, output appended to `log_path`); its pid."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
+    """Start a local cluster process detached (own session, stdin closed, output appended to `log_path`); its pid.
+
+    The one way a local worker (a slice host or a static worker), the local controller or the dev
+    server is started. The log and everything the process creates are private to the user
+    (umask 077): a daemon's files hold job names, arguments and outputs.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
         out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(argv)}\n".encode())
         out.flush()
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, env=dict(env),
+            start_new_session=True, env=dict(env), umask=0o077,
         )  # fmt: skip
     _CHILDREN[proc.pid] = proc
     return proc.pid
+
+
+def reap_child(pid: int) -> bool:
+    """Collect `pid`'s exit status if this process started it (no zombie kept); whether it was ours."""
+    proc = _CHILDREN.get(pid)
+    if proc is None:
+        return False
+    if proc.poll() is not None:
+        del _CHILDREN[pid]
+    return True
 
 
 def _reap() -> None:

@@ -160,6 +160,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["chaos"]:  # faults under a mixed load on a supervised local cluster
+        from iris.bench.chaos import main as chaos_main
+
+        return chaos_main(argv[1:])
     if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
         from iris.bench.scale import main as scale_main
 

@@ -96,7 +96,9 @@ async def build_fleet(client: Client, workers: int, pending: int, placed: int, h
     async def register(session: WorkerSessionInput) -> dict[str, str]:
         first = int(session.worker_id.split("-")[1])
         hosts = [host_metadata(first + i, session.session) for i in range(1 + len(session.more_worker_ids))]
-        return await register_hosts(client, session, hosts, timeout=300)
+        answer = await register_hosts(client, session, hosts, timeout=300)
+        assert answer is not None, "register_hosts returns None only when told to stop"
+        return answer
 
     await _gather_limited([register(s) for s in sessions])
     while (await _summary(client)).healthy_workers < workers:  # noqa: ASYNC110

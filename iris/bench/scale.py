@@ -293,7 +293,7 @@ async def run_scale(
         async def register(session: WorkerSessionInput) -> dict[str, str]:
             first = int(session.worker_id.split("-")[1])
             hosts = [host_metadata(first + i, session.session) for i in range(1 + len(session.more_worker_ids))]
-            return await register_hosts(client, session, hosts, timeout=max(30.0, deadline - time.monotonic()))
+            return await register_hosts(client, session, hosts, timeout=max(30.0, deadline - time.monotonic())) or {}
 
         refused = [r for r in await _gather_limited([register(s) for s in sessions]) if r]
         if refused:

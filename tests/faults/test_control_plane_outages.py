@@ -1,0 +1,89 @@
+"""Agents outlive control-plane outages: the controller or the Temporal server away for longer than any timeout.
+
+An agent exits only when told to (SIGTERM) or on a configuration error; every failure to
+reach Temporal or the scheduler is retried until the control plane is back.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from iris import Constraint, JobState, ResourceSpec
+
+from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
+from .test_component_faults import read_runs, record_run
+
+ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+LONGER_THAN_AN_ANSWER_WAIT = 25.0  # an agent waits 20 s for the registration update before asking again
+
+
+def test_agents_outlive_a_dead_controller_while_they_register_again(make_cluster: MakeCluster) -> None:
+    """With the controller dead for 25 s, an agent whose session was lost (paused past the heartbeat timeout)
+    keeps trying to register instead of exiting; once the controller is back every agent is healthy and the
+    task that ran through the outage finishes once."""
+    c: FaultCluster = make_cluster(group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"))
+    on_run = [Constraint("role", "EQ", "run")]
+    job = c.client.submit(record_run, str(c.work), 30.0, resources=ONE_CPU, constraints=on_run)
+    runs = c.work / "runs"
+    wait_until(lambda: lines(runs), what="the task started")
+
+    assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
+    assert c.local.kill_process("paused-0", signal.SIGSTOP)
+    time.sleep(9.0)  # past the 6 s heartbeat timeout: its session is lost
+    assert c.local.kill_process("paused-0", signal.SIGCONT)
+    time.sleep(LONGER_THAN_AN_ANSWER_WAIT)  # it registers again, and no controller answers
+    assert ["temporal", "worker-paused-0", "worker-run-0"] == c.alive()
+    back_at = time.monotonic()
+    c.local.restart_process("controller")
+
+    wait_until(lambda: c.healthy("paused-0") and c.healthy("run-0"), timeout=60, what="both workers healthy")
+    print(f"\ncontroller restart -> every agent healthy: {time.monotonic() - back_at:.1f} s")
+    status = job.wait(timeout=90)
+    assert JobState.SUCCEEDED == status.state
+    assert [0] == job.results()
+    assert [(0, 0)] == sorted(read_runs(runs))  # once, never retried
+    assert ["controller", "temporal", "worker-paused-0", "worker-run-0"] == c.alive()
+
+
+def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_away(make_cluster: MakeCluster) -> None:
+    """With the dev server dead for 15 s under a running task, no agent exits, the task completes after the
+    server is back; and an agent told to stop (SIGTERM) while the server is away exits within seconds."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2), group("spare", cpu=1))
+    job = c.client.submit_command(["sleep", "20"], resources=ONE_CPU)
+    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
+
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    time.sleep(15.0)
+    assert ["controller", "worker-cpu-0", "worker-cpu-1", "worker-spare-0"] == c.alive()
+    spare = c.local.status().pids["worker-spare-0"]  # type: ignore[union-attr]
+    told_at = time.monotonic()
+    assert c.local.kill_process("spare-0", signal.SIGTERM, wait=15)
+    stopped_in = time.monotonic() - told_at
+    print(f"\nSIGTERM with Temporal away -> agent exited in {stopped_in:.1f} s")
+    assert not pid_running(spare)  # within the 15 s: no SIGKILL needed
+
+    c.local.restart_process("temporal")
+    status = c.client.wait(job.job_id, timeout=120)
+    assert JobState.SUCCEEDED == status.state
+    wait_until(lambda: c.healthy("cpu-0") and c.healthy("cpu-1"), timeout=60, what="workers healthy again")
+    assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
+
+
+def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(make_cluster: MakeCluster) -> None:
+    """A job killed right after its worker was SIGKILLed ends KILLED once the attempt times out; the timeout
+    is not taken for a preemption to retry (the kill wins), so no second attempt ever starts."""
+    c: FaultCluster = make_cluster(group("victim", cpu=1, role="victim"), group("spare", cpu=1))
+    runs = c.work / "runs"
+    job = c.client.submit_command(
+        ["sh", "-c", f'echo "$IRIS_ATTEMPT" >> {runs}; exec sleep 600'], resources=ONE_CPU,
+        constraints=[Constraint("role", "EQ", "victim")], max_retries_preemption=5,
+    )  # fmt: skip
+    wait_until(lambda: lines(runs), what="attempt 0 started")
+    assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
+    assert job.terminate()
+    assert JobState.KILLED == job.wait(timeout=60, raise_on_failure=False).state
+    c.local.start_worker(c.specs["victim-0"])  # a place for a retry, were there one
+    wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim back")
+    time.sleep(3.0)
+    assert ["0"] == lines(runs)
