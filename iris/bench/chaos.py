@@ -344,8 +344,10 @@ class ChaosRun:
             try:
                 probe = self.client.submit_command(
                     ["true"], name="chaos-probe", resources=ResourceSpec(cpu=PROBE_CPU, memory="16m"),
-                    constraints=constraints, priority=1000,
+                    constraints=constraints, priority="production",
                 )  # fmt: skip
+            except ValueError:  # a bad request is the harness's bug, not an outage
+                raise
             except Exception:  # the control plane is not back yet
                 time.sleep(0.2)
         while probe is not None and time.monotonic() < deadline:
