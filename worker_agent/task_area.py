@@ -83,7 +83,7 @@ class TaskArea:
 
     def stage_function(self, shared: Blobs, function_key: str) -> None:
         """Copy the pickled function from the shared store; BlobNotFoundError if it is missing."""
-        BlobStore(self.store_dir).put(function_key, shared.get(function_key))
+        BlobStore(self.store_dir, durable=False).put(function_key, shared.get(function_key))
 
     def publish_outputs(self, shared: Blobs, result_key: str) -> None:
         """Copy the task's result and its error note (whichever it wrote) to the shared store."""

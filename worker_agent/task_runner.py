@@ -1,8 +1,9 @@
 """Run one shipped callable: ``python -m worker_agent.task_runner --store URL --function KEY --result KEY``.
 
-Why a separate process: the user's code runs in a fresh interpreter in its own process group, so
-the agent can kill it (and everything it spawned) without harming itself, and a crash, a leak or
-a ``sys.exit`` in user code stays the task's problem.
+Why a separate process: the user's code runs in its own interpreter and process group (a fresh
+one, or one forked from the process runtime's warm ``forkserver``), so the agent can kill it (and
+everything it spawned) without harming itself, and a crash, a leak or a ``sys.exit`` in user code
+stays the task's problem.
 
 Contract with the agent (see ``task_runner_argv``, ``read_result``, ``read_task_error``):
 
@@ -15,13 +16,21 @@ Contract with the agent (see ``task_runner_argv``, ``read_result``, ``read_task_
 Imports are kept to what every run needs: a fresh interpreter (containers, or the process runtime
 before its forkserver is ready) pays for them on every attempt, under the task's CPU limit. So the
 command line is read without argparse and the traceback module is imported only on failure.
+
+Once the outcome is stored, the process ends the way the standard library's forked workers do
+(``end_process``): non-daemon threads are joined, ``atexit`` handlers run, stdio is flushed, and the
+interpreter's own teardown is skipped. That teardown cost 10-40 ms of the task's CPU per attempt
+(in a forked child it also copies the pages it shares with the forkserver); what it would add is
+finalizing objects still alive at exit, which Python does not promise anyway (close your files).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import cloudpickle
 
@@ -32,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ERROR_SUFFIX",
+    "end_process",
     "error_key",
     "main",
     "parse_args",
@@ -182,7 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     function_key, result_key = args["--function"], args["--result"]
     try:
-        store = BlobStore.from_url(args["--store"])
+        # The attempt's own area, which the agent copies to the shared store durably: no fsync here.
+        store = BlobStore.from_url(args["--store"], durable=False)
         for key in (function_key, result_key):
             store.path_for(key)  # a malformed key fails here, before any user code runs
     except (ValueError, StorageError) as exc:
@@ -206,5 +217,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def end_process(code: int) -> NoReturn:
+    """Join non-daemon threads, run atexit handlers, flush stdio, then end the process with ``code``."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  # what interpreter exit does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken by the task
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -54,6 +54,22 @@ def _fail() -> None:
     raise ValueError("bad\ninput")
 
 
+def _leave_work_for_exit() -> str:
+    """A non-daemon thread still writing and an atexit handler: both must be done before the process ends."""
+    import atexit
+    import threading
+    import time
+    from pathlib import Path
+
+    def late() -> None:
+        time.sleep(0.3)
+        Path("late.txt").write_text("written after the function returned")
+
+    threading.Thread(target=late).start()
+    atexit.register(print, "atexit ran", flush=True)
+    return "returned"
+
+
 def _sleep_forever() -> None:
     import time
 
@@ -137,6 +153,19 @@ async def test_a_forked_task_fails_with_one_line_and_its_traceback_in_the_log(
     lines = log_store.read_lines("j", 0)
     assert "Traceback (most recent call last):" in lines
     assert "iris task failed: ValueError: bad input" == lines[-1]
+
+
+@pytest.mark.parametrize("forked", [True, False])
+async def test_a_task_ends_after_its_threads_and_atexit_handlers(
+    warm: ProcessRuntime, tmp_path: Path, log_store: LogStore, forked: bool
+) -> None:
+    """The runner skips only the interpreter's teardown: non-daemon threads finish, atexit handlers run."""
+    env = {} if forked else {"PYTHONHASHSEED": "0"}  # a start-up variable: a fresh interpreter
+    ended, own, area = await _run(warm, tmp_path, log_store, _leave_work_for_exit, env=env)
+    assert TaskExit(0) == ended
+    assert "returned" == read_result(own, RESULT)
+    assert "written after the function returned" == (area.work_dir / "late.txt").read_text()
+    assert ["atexit ran"] == log_store.read_lines("j", 0)
 
 
 async def test_a_forked_task_is_killed_with_its_group(
