@@ -46,6 +46,7 @@ def _facts() -> dict[str, Any]:
         "env": dict(os.environ), "path": list(sys.path), "argv": list(sys.argv),
         "main": getattr(sys.modules["__main__"].__spec__, "name", None),
         "cgroup": Path("/proc/self/cgroup").read_text(),
+        "dumpable": __import__("ctypes").CDLL(None).prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE
         "fds": sorted(int(fd.name) for fd in Path("/proc/self/fd").iterdir()),
     }  # fmt: skip
 
@@ -230,14 +231,18 @@ async def test_a_forked_task_runs_as_the_task_user(log_store: LogStore, monkeypa
         shutil.rmtree(root)
     assert (user.uid, user.gid, []) == (facts["uid"], facts["gid"], facts["groups"])  # no supplementary group
     assert str(area.work_dir) == facts["env"]["HOME"]
+    assert 1 == facts["dumpable"]  # as after an exec: the task user may inspect its own task
 
 
 @pytest.mark.skipif(CgroupLimits.detect() is None, reason="no writable cgroup hierarchy here (the agent is not root)")
 async def test_a_forked_task_is_in_its_cgroup(warm: ProcessRuntime, tmp_path: Path, log_store: LogStore) -> None:
-    """With limits, the child joined the attempt's own cgroup before the task's code ran."""
+    """With limits, the child joined the attempt's own cgroups before the task's code ran (memory and cpu)."""
     ended, own, _ = await _run(warm, tmp_path, log_store, _facts, memory_bytes=256 << 20, cpu_millis=500)
     assert TaskExit(0) == ended
-    assert "/iris/task-" in read_result(own, RESULT)["cgroup"]
+    groups = [line.split(":", 2) for line in read_result(own, RESULT)["cgroup"].splitlines()]
+    limited = {controller for _, controllers, path in groups if path.startswith("/iris/task-")
+               for controller in (controllers.split(",") if controllers else ["memory", "cpu"])}  # fmt: skip
+    assert {"memory", "cpu"} <= limited
 
 
 def test_the_runner_reads_its_command_line_without_argparse() -> None:

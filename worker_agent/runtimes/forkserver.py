@@ -14,8 +14,8 @@ working directory, the task user (no supplementary groups), with the log on stdo
 ``/dev/null`` on stdin, nothing else open, the task's environment in ``os.environ``, and the
 ``sys.path`` a fresh interpreter would build from it (working directory, the task's
 ``PYTHONPATH``, then the interpreter's own and site directories, with the task user's own site
-directory). It then runs the runner module as ``__main__`` and exits through normal interpreter
-shutdown (atexit, non-daemon threads), as the fresh process would.
+directory). It then runs the runner module as ``__main__`` and ends as the runner ends any task
+(``task_runner.end_process``: threads joined, atexit handlers run, no interpreter teardown).
 
 What stays shared with this process, and why that is acceptable: the start-up choices Python
 makes from the environment (``PYTHON*`` variables, locale, ``TZ``) are this process's, so the
@@ -25,10 +25,11 @@ secret and the address-space layout are this process's (``random`` reseeds itsel
 Protocol, on the stream socket given as the one argument (a descriptor number): frames of a
 4-byte big-endian length and a JSON object. Agent to here: ``{"id", "args", "env", "cwd", "uid",
 "gid", "cgroups"}`` with the task's log descriptor attached to the frame's first byte. Here to
-the agent: ``{"ready": pid}`` once, then ``{"id", "pid"}`` when the child runs its code or
-``{"id", "error"}`` when it could not get that far, and ``{"exited": pid, "code": exit code}``
-(negative: the signal) when a child ends. End of stream from the agent ends this process; the
-children live on in their sessions and the agent's ledger knows them.
+the agent: ``{"ready": pid}`` once, then ``{"id", "pid", "joined"}`` when the child runs its code
+(``joined``: whether it is in all its cgroups) or ``{"id", "error"}`` when it could not get that
+far, and ``{"exited": pid, "code": exit code}`` (negative: the signal) when a child ends. End of
+stream from the agent ends this process; the children live on in their sessions and the agent's
+ledger knows them.
 
 Only the standard library and the runner's own modules may be imported here: every child
 inherits them.
@@ -36,6 +37,7 @@ inherits them.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import os
@@ -57,6 +59,11 @@ for _lazy in ("asyncio", "traceback"):
     __import__(_lazy)
 
 RUNNER_MODULE: Final = "worker_agent.task_runner"
+# What a child tells this process once it is the task (anything else is why it is not).
+_JOINED: Final = b"\0running, in its cgroups"
+_RUNNING: Final = b"\0running, not in all its cgroups"
+_PR_SET_DUMPABLE: Final = 4
+_libc = ctypes.CDLL(None, use_errno=True)
 HEADER: Final = struct.Struct(">I")
 _MAX_FRAME: Final = 64 << 20
 
@@ -154,17 +161,22 @@ def _python_path(launch: Launch, base: list[str]) -> list[str]:
     return path
 
 
-def _become(launch: Launch, log_fd: int, base: list[str]) -> None:
-    """Turn this forked child into the task's process (see the module docstring); OSError on failure."""
+def _become(launch: Launch, log_fd: int, base: list[str]) -> bool:
+    """Turn this forked child into the task's process (see the module docstring); OSError on failure.
+
+    Whether it joined all its cgroups: joining is best effort, like the exec path's shell, and the
+    agent moves a task that did not (a move costs an RCU grace period on cgroup v1: pay it once).
+    """
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
-    for procs in launch.cgroups:  # best effort, like the exec path's shell: the agent moves it again
+    joined = True
+    for procs in launch.cgroups:
         try:
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
         except OSError:
-            pass
+            joined = False
     try:
         os.chdir(launch.cwd)
     except OSError as exc:
@@ -173,6 +185,7 @@ def _become(launch: Launch, log_fd: int, base: list[str]) -> None:
         os.setgroups([])
         os.setresgid(launch.gid, launch.gid, launch.gid)
         os.setresuid(launch.uid, launch.uid, launch.uid)
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after an exec: the task user may debug its own task
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(log_fd, 1)
@@ -181,6 +194,7 @@ def _become(launch: Launch, log_fd: int, base: list[str]) -> None:
     os.environ.update(launch.env)
     sys.path[:] = _python_path(launch, base)
     sys.argv[:] = [RUNNER_MODULE, *launch.args]
+    return joined
 
 
 def serve(sock: socket.socket) -> tuple[Launch, int] | None:
@@ -225,25 +239,26 @@ def serve(sock: socket.socket) -> tuple[Launch, int] | None:
             os.close(ready_r)
             sock.detach()  # closed below with the rest: the object must not close a reused number later
             try:
-                _become(launch, log_fd, base)
+                joined = _become(launch, log_fd, base)
                 os.closerange(3, ready_w)
                 os.closerange(ready_w + 1, 1 << 20)
             except BaseException as exc:  # whatever it was, the child must not run on
                 reason = str(exc) if isinstance(exc, OSError) and not exc.errno else f"cannot start task: {exc}"
                 os.write(ready_w, reason.encode("utf-8", "replace"))
                 os._exit(127)
-            os.close(ready_w)  # end of stream without a word: the child runs
+            os.write(ready_w, _JOINED if joined else _RUNNING)
+            os.close(ready_w)
             return launch, log_fd
         os.close(ready_w)
         os.close(log_fd)
         children.add(pid)
-        failure = _read_all(ready_r)
-        if failure:
+        word = _read_all(ready_r)
+        if word in (_JOINED, _RUNNING):
+            send_frame(sock, {"id": launch.id, "pid": pid, "joined": word == _JOINED})
+        else:
             children.discard(pid)
             os.waitpid(pid, 0)
-            send_frame(sock, {"id": launch.id, "error": failure.decode("utf-8", "replace")})
-        else:
-            send_frame(sock, {"id": launch.id, "pid": pid})
+            send_frame(sock, {"id": launch.id, "error": word.decode("utf-8", "replace") or "cannot start task"})
 
 
 def _read_all(fd: int) -> bytes:

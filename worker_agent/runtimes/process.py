@@ -419,7 +419,9 @@ class ProcessRuntime:
         else:
             process = await self._exec(spec, env, user, group)
         handle = TaskHandle(str(process.pid))
-        if group is not None:
+        if group is not None and getattr(process, "joined", False):
+            self._groups[handle] = (group, spec.memory_bytes)  # the forked child is in it already
+        elif group is not None:
             self._limit(handle, process.pid, group, spec)
         self._ledger.add(process.pid)
         self._tasks[handle] = ProcessTask(process, self._straggler_grace)

@@ -66,8 +66,10 @@ def _running(pid: int) -> bool:
 class WarmProcess:
     """A task's main process forked by the server: its pid, and its exit code once the server reports it."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, joined: bool = False) -> None:
         self.pid = pid
+        self.joined = joined
+        """Whether the process joined all the cgroups it was given before the task's code ran."""
         self.returncode: int | None = None
         self._ended = asyncio.Event()
 
@@ -231,7 +233,7 @@ class ForkServer:
                 if reply is None or reply.done():
                     continue
                 if "pid" in body:
-                    process = WarmProcess(int(body["pid"]))
+                    process = WarmProcess(int(body["pid"]), joined=bool(body.get("joined")))
                     self._running[process.pid] = process
                     reply.set_result(process)
                 else:
