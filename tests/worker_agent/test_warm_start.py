@@ -26,7 +26,7 @@ from iris.code_shipping import pickle_callable
 from tests.worker_agent.conftest import REPO_ROOT
 from worker_agent.runtimes.base import Mount, TaskExit, TaskSpec, TaskStartError
 from worker_agent.runtimes.cgroups import CgroupLimits
-from worker_agent.runtimes.process import ProcessRuntime, TaskUser
+from worker_agent.runtimes.process import ProcessRuntime, TaskUser, process_group_alive
 from worker_agent.storage import BlobStore, LogStore
 from worker_agent.task_area import TaskArea
 from worker_agent.task_runner import read_result, read_task_error, task_runner_argv
@@ -186,6 +186,35 @@ async def test_a_forked_task_is_killed_with_its_group(
     assert -signal.SIGTERM == ended.exit_code
     with pytest.raises(ProcessLookupError):
         os.killpg(int(handle), 0)
+
+
+async def test_a_dead_forkserver_is_replaced_and_its_running_task_still_ends(
+    warm: ProcessRuntime, tmp_path: Path, log_store: LogStore
+) -> None:
+    """Killing the forkserver orphans its task, which can still be killed; callables start fresh, then warm again."""
+    area = TaskArea.at(tmp_path / "tasks", "j", 0, 9)
+    area.create()
+    BlobStore(area.store_dir).put(FUNCTION, pickle_callable(_sleep_forever))
+    spec = TaskSpec(argv=task_runner_argv(area.store_url, FUNCTION, RESULT, warm.python),
+                    log=log_store.open_writer("j", 0, 9), cwd=str(area.work_dir))  # fmt: skip
+    handle = await warm.start(spec)
+    while "sleeping" not in log_store.read_lines("j", 0):  # noqa: ASYNC110 - the log is a file
+        await asyncio.sleep(0.02)
+    old = warm.forkserver_pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    while warm.forkserver_pid == old:  # noqa: ASYNC110 - the runtime learns it from the closed socket
+        await asyncio.sleep(0.02)
+    await asyncio.wait_for(warm.kill(handle, grace_seconds=5), 30)
+    assert not process_group_alive(int(handle))  # (a zombie until the host's init reaps it)
+    with capture_logs() as events:
+        ended, _, _ = await _run(warm, tmp_path, log_store, _facts)
+        assert TaskExit(0) == ended
+        assert await warm.warm_up()
+        ended, own, _ = await _run(warm, tmp_path, log_store, _facts, attempt=1)
+    assert TaskExit(0) == ended
+    assert [False, True] == [e["forked"] for e in events if e["event"] == "task started"]
+    assert old != warm.forkserver_pid == read_result(own, RESULT)["ppid"]
 
 
 async def test_a_missing_working_directory_is_a_start_error(
