@@ -53,7 +53,7 @@ from worker_agent.runtimes.base import (
     task_environment,
 )
 from worker_agent.runtimes.cgroups import CgroupLimits, TaskCgroup
-from worker_agent.runtimes.warm import ForkServer, ForkServerError, runner_args
+from worker_agent.runtimes.warm import ForkServer, ForkServerError, WarmProcess, runner_args
 
 __all__ = [
     "ProcessGroupLedger",
@@ -404,7 +404,7 @@ class ProcessRuntime:
         group = self._new_group(spec)
         args = runner_args(spec.argv, self.python) if self._warm else None
         server = self._ready_forkserver(env) if args is not None else None
-        process: MainProcess
+        process: MainProcess | None = None
         if server is not None and args is not None:
             try:
                 process = await server.launch(
@@ -412,14 +412,17 @@ class ProcessRuntime:
                     uid=None if user is None else user.uid, gid=None if user is None else user.gid,
                     cgroups=[] if group is None else group.procs_files(),
                 )  # fmt: skip
-            except (TaskStartError, ForkServerError) as exc:
+            except ForkServerError as exc:  # it never got the request: start the task fresh
+                logger.warning("forkserver_unusable", error=str(exc))
+                server = None
+            except TaskStartError:
                 if group is not None:
                     group.remove()
-                raise TaskStartError(str(exc)) from exc
-        else:
+                raise
+        if process is None:
             process = await self._exec(spec, env, user, group)
         handle = TaskHandle(str(process.pid))
-        if group is not None and getattr(process, "joined", False):
+        if group is not None and isinstance(process, WarmProcess) and process.joined:
             self._groups[handle] = (group, spec.memory_bytes)  # the forked child is in it already
         elif group is not None:
             self._limit(handle, process.pid, group, spec)

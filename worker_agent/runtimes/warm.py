@@ -150,7 +150,10 @@ class ForkServer:
         self, *, args: Sequence[str], env: Mapping[str, str], cwd: str, log: BinaryIO,
         uid: int | None = None, gid: int | None = None, cgroups: Sequence[str] = (),
     ) -> WarmProcess:  # fmt: skip
-        """Fork a task running the runner with ``args``; TaskStartError with the reason if it cannot start."""
+        """Fork a task running the runner with ``args``; TaskStartError with the reason if it cannot start.
+
+        ForkServerError when the server never got the request (so nothing was started).
+        """
         if not self._alive:
             raise ForkServerError("the forkserver is gone")
         request_id = next(self._ids)
