@@ -11,7 +11,7 @@ For every runtime, ``--runs`` times, one task that prints a line and then sleeps
 - kill -> gone: from ``kill()`` until it returns (the task is dead and, for containers, removed
   from the engine).
 
-Then ``--runs`` shipped callables per runtime, each through the agent's own path (the task's
+Then ``--runs`` shipped callables per runtime (under ``--cpu`` cores, default 1), each through the agent's own path (the task's
 area with its staged function, the staged runner code for containers, ``task_runner_argv``), the
 process runtime both fresh and forked from its warm interpreter:
 
@@ -72,7 +72,9 @@ class CallableFigures:
     start_to_function: list[float]
 
 
-async def _measure_callables(runtime: ContainerRuntime, python: str, work: Path, runs: int) -> CallableFigures:
+async def _measure_callables(
+    runtime: ContainerRuntime, python: str, work: Path, runs: int, cpu_millis: int = 1000
+) -> CallableFigures:
     """Run ``runs`` one-line callables the way the agent does; where their first lines came."""
     import cloudpickle
 
@@ -97,7 +99,7 @@ async def _measure_callables(runtime: ContainerRuntime, python: str, work: Path,
             spec = TaskSpec(
                 argv=task_runner_argv(area.store_url, _FUNCTION, _RESULT, python), log=writer, image=PYTHON_IMAGE,
                 job_id=job, attempt=attempt, cwd=str(area.work_dir), mounts=[Mount(str(area.path), read_only=False)],
-                memory_bytes=256 << 20, cpu_millis=1000, runner_code=staged,
+                memory_bytes=256 << 20, cpu_millis=cpu_millis, runner_code=staged,
             )  # fmt: skip
             began = time.time()
             ended = await runtime.wait(await runtime.start(spec))
@@ -153,7 +155,9 @@ def _summary(samples: Sequence[float]) -> str:
     return f"{statistics.median(ordered) * 1000:7.0f} {p90 * 1000:7.0f} {ordered[-1] * 1000:7.0f}"
 
 
-async def _run(names: Sequence[str], runs: int, work: Path) -> tuple[list[Figures], list[CallableFigures]]:
+async def _run(
+    names: Sequence[str], runs: int, work: Path, cpu_millis: int = 1000
+) -> tuple[list[Figures], list[CallableFigures]]:
     from worker_agent.runtimes.engines import write_python_image
     from worker_agent.runtimes.process import ProcessRuntime
 
@@ -163,12 +167,12 @@ async def _run(names: Sequence[str], runs: int, work: Path) -> tuple[list[Figure
     for name in names:
         if name == RuntimeName.PROCESS:
             results.append(await _measure(ProcessRuntime(), sys.executable, logs, runs))
-            fresh = await _measure_callables(ProcessRuntime(warm=False), sys.executable, work, runs)
+            fresh = await _measure_callables(ProcessRuntime(warm=False), sys.executable, work, runs, cpu_millis)
             callables.append(CallableFigures("process, fresh", fresh.process_to_function, fresh.start_to_function))
             warm = ProcessRuntime()
             if not await warm.warm_up():
                 raise RuntimeError("the process runtime's forkserver did not start")
-            forked = await _measure_callables(warm, sys.executable, work, runs)
+            forked = await _measure_callables(warm, sys.executable, work, runs, cpu_millis)
             callables.append(CallableFigures("process, forked", forked.process_to_function, forked.start_to_function))
             await warm.close()
             continue
@@ -183,7 +187,7 @@ async def _run(names: Sequence[str], runs: int, work: Path) -> tuple[list[Figure
                 dockerd.load(archive)
                 runtime = DockerRuntime(worker_id="bench", docker_host=dockerd.url)
                 results.append(await _measure(runtime, "python3", logs, runs))
-                callables.append(await _measure_callables(runtime, "python3", work, runs))
+                callables.append(await _measure_callables(runtime, "python3", work, runs, cpu_millis))
                 await runtime.close()
             finally:
                 dockerd.stop()
@@ -196,7 +200,7 @@ async def _run(names: Sequence[str], runs: int, work: Path) -> tuple[list[Figure
                 containerd.import_image(archive)
                 runtime = ContainerdRuntime(worker_id="bench", socket=str(containerd.socket), log_dir=work / "cri-logs")
                 results.append(await _measure(runtime, "python3", logs, runs))
-                callables.append(await _measure_callables(runtime, "python3", work, runs))
+                callables.append(await _measure_callables(runtime, "python3", work, runs, cpu_millis))
                 await runtime.close()
             finally:
                 containerd.stop()
@@ -208,15 +212,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker_agent.runtimes.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="tasks per runtime (default 10)")
     parser.add_argument("--runtimes", default="process,docker,containerd", help="comma-separated runtime names")
+    parser.add_argument("--cpu", type=float, default=1.0, help="the callables' CPU limit in cores (default 1)")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     names = [n.strip() for n in args.runtimes.split(",") if n.strip()]
     unknown = [n for n in names if n not in {r.value for r in RuntimeName}]
-    if unknown or args.runs < 1:
-        parser.error(f"unknown runtime(s) {unknown}" if unknown else "--runs must be >= 1")
+    if unknown or args.runs < 1 or args.cpu <= 0:
+        parser.error(f"unknown runtime(s) {unknown}" if unknown else "--runs and --cpu must be > 0")
     with tempfile.TemporaryDirectory(prefix="iris-runtime-bench-") as work:
         try:
-            results, callables = asyncio.run(_run(names, args.runs, Path(work)))
+            results, callables = asyncio.run(_run(names, args.runs, Path(work), round(args.cpu * 1000)))
         except EngineUnavailable as exc:
             print(f"runtime bench: {exc}", file=sys.stderr)
             return 1
@@ -225,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for figures in results:
         print(f"{figures.runtime:<12} {_summary(figures.start_to_running):>24}   {_summary(figures.kill_to_gone):>24}")
     print()
-    print("shipped callables (1 cpu, 256 MiB); milliseconds: median p90 max")
+    print(f"shipped callables ({args.cpu:g} cpu, 256 MiB); milliseconds: median p90 max")
     print(f"{'runtime':<16} {'process start -> function':>26}   {'start() -> function':>24}")
     for c in callables:
         print(f"{c.runtime:<16} {_summary(c.process_to_function):>26}   {_summary(c.start_to_function):>24}")
