@@ -11,9 +11,10 @@ For every runtime, ``--runs`` times, one task that prints a line and then sleeps
 - kill -> gone: from ``kill()`` until it returns (the task is dead and, for containers, removed
   from the engine).
 
-Then ``--runs`` shipped callables per runtime (under ``--cpu`` cores, default 1), each through the agent's own path (the task's
-area with its staged function, the staged runner code for containers, ``task_runner_argv``), the
-process runtime both fresh and forked from its warm interpreter:
+Then ``--runs`` shipped callables per runtime (``--cpu`` cores each, default 1), each through the
+agent's own path (the task's area with its staged function, the staged runner code for
+containers, ``task_runner_argv``), the process runtime both fresh and forked from its warm
+interpreter:
 
 - process start -> function: from the task process's creation (``/proc/self/stat``: 10 ms
   ticks, so up to 10 ms too high) to the function's first line, as the function measures it;
