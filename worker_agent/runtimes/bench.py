@@ -19,7 +19,9 @@ interpreter:
 - process start -> function: from the task process's creation (``/proc/self/stat``: 10 ms
   ticks, so up to 10 ms too high) to the function's first line, as the function measures it;
 - start() -> function: from the runtime's ``start()`` call to the function's first line
-  (for containers this includes creating the container).
+  (for containers this includes creating the container; containerd creates the task's process
+  before it starts it, so its "process start" includes some of that too);
+- CPU before it: the task process's own CPU time at the function's first line.
 
 Figures are printed (median, p90, max in milliseconds); nothing is asserted.
 """
@@ -51,26 +53,31 @@ _FUNCTION, _RESULT = "jobs/bench/function", "jobs/bench/result"
 def _probe_factory() -> Any:
     """The bench's callable, made inside a function so cloudpickle ships it by value (no import of this module)."""
 
-    def first_line() -> tuple[float, float]:
+    def first_line() -> tuple[float, float, float]:
         import os
         import time
 
-        wall, boot = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME)
+        wall, boot, cpu = time.time(), time.clock_gettime(time.CLOCK_BOOTTIME), time.process_time()
         with open("/proc/self/stat") as stat:
             text = stat.read()
         ticks = int(text[text.rfind(")") + 2 :].split()[19])
-        return wall, boot - ticks / os.sysconf("SC_CLK_TCK")
+        return wall, boot - ticks / os.sysconf("SC_CLK_TCK"), cpu
 
     return first_line
 
 
 @dataclass
 class CallableFigures:
-    """The samples of one runtime's callables, in seconds."""
+    """The samples of one runtime's callables, in seconds (CPU: the task process's own before its function)."""
 
     runtime: str
     process_to_function: list[float]
     start_to_function: list[float]
+    cpu_to_function: list[float]
+
+    def samples(self) -> tuple[list[float], list[float], list[float]]:
+        """The three lists of samples, in field order."""
+        return self.process_to_function, self.start_to_function, self.cpu_to_function
 
 
 async def _measure_callables(
@@ -90,7 +97,7 @@ async def _measure_callables(
     staged = None if runtime.name == RuntimeName.PROCESS else str(stage_runner_code(tasks))
     payload = cloudpickle.dumps((_probe_factory(), (), {}))
     job = f"bench-callables-{runtime.name}"
-    process_to_function, start_to_function = [], []
+    process_to_function, start_to_function, cpu_to_function = [], [], []
     for attempt in range(runs):
         area = TaskArea.at(tasks, job, 0, attempt)
         area.create()
@@ -107,11 +114,12 @@ async def _measure_callables(
         if ended.exit_code != 0:
             why = read_task_error(own, _RESULT) or logs.read_lines(job, 0)[-5:]
             raise RuntimeError(f"{runtime.name}: the bench's callable failed ({ended}): {why}")
-        wall, age = read_result(own, _RESULT)
+        wall, age, cpu = read_result(own, _RESULT)
         process_to_function.append(age)
         start_to_function.append(wall - began)
+        cpu_to_function.append(cpu)
         area.remove()
-    return CallableFigures(str(runtime.name), process_to_function, start_to_function)
+    return CallableFigures(str(runtime.name), process_to_function, start_to_function, cpu_to_function)
 
 
 @dataclass
@@ -169,12 +177,12 @@ async def _run(
         if name == RuntimeName.PROCESS:
             results.append(await _measure(ProcessRuntime(), sys.executable, logs, runs))
             fresh = await _measure_callables(ProcessRuntime(warm=False), sys.executable, work, runs, cpu_millis)
-            callables.append(CallableFigures("process, fresh", fresh.process_to_function, fresh.start_to_function))
+            callables.append(CallableFigures("process, fresh", *fresh.samples()))
             warm = ProcessRuntime()
             if not await warm.warm_up():
                 raise RuntimeError("the process runtime's forkserver did not start")
             forked = await _measure_callables(warm, sys.executable, work, runs, cpu_millis)
-            callables.append(CallableFigures("process, forked", forked.process_to_function, forked.start_to_function))
+            callables.append(CallableFigures("process, forked", *forked.samples()))
             await warm.close()
             continue
         archive = archive or write_python_image(work / "images.tar")
@@ -232,9 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{figures.runtime:<12} {_summary(figures.start_to_running):>24}   {_summary(figures.kill_to_gone):>24}")
     print()
     print(f"shipped callables ({args.cpu:g} cpu, 256 MiB); milliseconds: median p90 max")
-    print(f"{'runtime':<16} {'process start -> function':>26}   {'start() -> function':>24}")
+    print(f"{'runtime':<16} {'process start -> function':>26}   {'start() -> function':>24}   {'CPU before it':>24}")
     for c in callables:
-        print(f"{c.runtime:<16} {_summary(c.process_to_function):>26}   {_summary(c.start_to_function):>24}")
+        print(
+            f"{c.runtime:<16} {_summary(c.process_to_function):>26}   {_summary(c.start_to_function):>24}   "
+            f"{_summary(c.cpu_to_function):>24}"
+        )
     return 0
 
 
