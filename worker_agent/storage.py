@@ -167,18 +167,21 @@ class BlobStore:
     """Immutable byte blobs under ``/``-separated keys, in one directory.
 
     Writes are atomic (temporary file, fsync, rename), so a reader sees either no blob or the
-    whole blob, never a torn one, even if the writer dies mid-write.
+    whole blob, never a torn one, even if the writer dies mid-write. ``durable=False`` skips the
+    fsync (still atomic for readers, not across a power loss): for a task attempt's own scratch
+    store, whose outputs the agent copies to the shared store durably.
     """
 
     root: Path
+    durable: bool = True
 
     def __post_init__(self) -> None:
         _require_absolute(self.root)
 
     @classmethod
-    def from_url(cls, url: str) -> BlobStore:
+    def from_url(cls, url: str, *, durable: bool = True) -> BlobStore:
         """Open the store named by ``url`` (``file:///abs/path`` or an absolute path)."""
-        return cls(root=parse_store_url(url))
+        return cls(root=parse_store_url(url), durable=durable)
 
     @property
     def url(self) -> str:
@@ -201,7 +204,8 @@ class BlobStore:
                     tmp_file.write(data)
                     tmp_file.flush()
                     os.fchmod(tmp_file.fileno(), _BLOB_FILE_MODE)
-                    os.fsync(tmp_file.fileno())
+                    if self.durable:
+                        os.fsync(tmp_file.fileno())
                 tmp.replace(path)
             except BaseException:
                 with contextlib.suppress(OSError):

@@ -83,7 +83,7 @@ class TaskArea:
 
     def stage_function(self, shared: Blobs, function_key: str) -> None:
         """Copy the pickled function from the shared store; BlobNotFoundError if it is missing."""
-        BlobStore(self.store_dir).put(function_key, shared.get(function_key))
+        BlobStore(self.store_dir, durable=False).put(function_key, shared.get(function_key))
 
     def publish_outputs(self, shared: Blobs, result_key: str) -> None:
         """Copy the task's result and its error note (whichever it wrote) to the shared store."""
@@ -107,6 +107,7 @@ class TaskArea:
 
 
 _RUNNER_MODULES: Final = ("__init__.py", "task_runner.py", "storage.py")
+_STAGED_FORMAT: Final = b"sources+bytecode\0"  # in the digest: a copy staged without bytecode is not reused
 
 
 def stage_runner_code(root: Path) -> Path:
@@ -117,7 +118,13 @@ def stage_runner_code(root: Path) -> Path:
     host, but ``root`` must be). The directory is named by a digest of the files, so an upgraded
     agent never mixes versions, and it is created by an atomic rename, so concurrent agents on
     one host may race safely.
+
+    The copy holds bytecode compiled by this interpreter: the mount is read-only, so without it a
+    container's Python of the same version compiled the runner and cloudpickle from source on
+    every task (~12 ms of the task's CPU here); another version compiles in memory as before.
     """
+    import compileall
+
     import cloudpickle
 
     import worker_agent
@@ -125,7 +132,7 @@ def stage_runner_code(root: Path) -> Path:
     agent_dir = Path(worker_agent.__file__ or "").resolve().parent
     pickle_dir = Path(cloudpickle.__file__ or "").resolve().parent
     sources = [agent_dir / name for name in _RUNNER_MODULES] + sorted(pickle_dir.glob("*.py"))
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(_STAGED_FORMAT)
     for source in sources:
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     target = root / ".runner" / digest.hexdigest()[:16]
@@ -140,6 +147,11 @@ def stage_runner_code(root: Path) -> Path:
             shutil.copyfile(source, building / package / source.name)
             (building / package / source.name).chmod(0o644)
         (building / package).chmod(0o755)
+    compileall.compile_dir(building, quiet=1, workers=1)
+    for cached in building.rglob("__pycache__"):
+        cached.chmod(0o755)
+        for compiled in cached.iterdir():
+            compiled.chmod(0o644)
     building.chmod(0o755)
     try:
         building.rename(target)

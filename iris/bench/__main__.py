@@ -23,7 +23,7 @@ from iris.bench.baseline import measure_raw
 from iris.bench.figures import SETTLE_SECONDS, WARMUP_SAMPLES
 from iris.bench.history import job_timeline
 from iris.bench.host import machine_info
-from iris.bench.iris_jobs import bench_config, measure_iris
+from iris.bench.iris_jobs import Entry, bench_config, measure_iris
 from iris.bench.report import BenchResult, format_report
 from iris.client import AsyncIrisClient
 from iris.local_cluster import ClusterInfo, LocalCluster
@@ -37,7 +37,8 @@ async def run_bench(
     dynamic_config: Mapping[str, str] | None = None,
     settle: float = SETTLE_SECONDS,
 ) -> BenchResult:
-    """Measure raw and Iris against the running cluster `info` (started with `dynamic_config`)."""
+    """Measure raw and Iris (commands, then callables) against the running cluster `info` (started with
+    `dynamic_config`)."""
     machine = machine_info()
     machine["dynamic_config"] = dict(dynamic_config or {})
     iris = await AsyncIrisClient.connect(info.address, store=info.store_url)
@@ -45,8 +46,9 @@ async def run_bench(
     machine["settle_s"] = settle
     raw = await measure_raw(iris.temporal, samples, jobs, pids, settle)
     figures = await measure_iris(iris, samples, jobs, pids, settle)
+    callables = await measure_iris(iris, samples, jobs, pids, settle, entry=Entry.CALLABLES)
     machine["loadavg_end"] = list(os.getloadavg())
-    result = BenchResult(machine=machine, raw=raw, iris=figures)
+    result = BenchResult(machine=machine, raw=raw, iris=figures, callables=callables)
     if timeline:
         last = figures.last
         result.timeline = await job_timeline(

@@ -1,7 +1,9 @@
 """The bench's verdict: raw and Iris side by side, the targets, the timeline; as text and as JSON.
 
 Every figure is printed next to its raw counterpart with the ratio, because absolute
-numbers depend on the machine and the ratio is what the targets are written against.
+numbers depend on the machine and the ratio is what the targets are written against. Iris's
+figures come twice, from the same run: jobs that run a command, and jobs that run a shipped
+callable (the ratio column holds both, commands first).
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iris.bench.baseline import RawFigures
-from iris.bench.figures import WARMUP_SAMPLES, Throughput
+from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput
 from iris.bench.history import Timeline
 from iris.bench.iris_jobs import IrisFigures
 
 TARGET_LATENCY_SECONDS = 0.1
 """Issue target: Iris submit-to-running median on an idle cluster."""
+TARGET_CALLABLE_DONE_RATIO = 1.3
+"""Target: a one-task callable's submit->SUCCEEDED median within this multiple of the command's."""
+TARGET_FUNCTION_START_SECONDS = 0.1
+"""Target: a callable task's process creation to its function's first line, median."""
 TARGET_RATIO = 0.80
 """Target: Iris jobs/s through the public API (16 threads) as a fraction of the design skeleton's jobs/s.
 
@@ -25,8 +31,8 @@ traffic, none of its logic) measured 65-88 % of those pairs on this machine (med
 runs), so no implementation of the design reliably reaches 80 % of them. The bench prints both; `--check`
 holds the skeleton's."""
 
-Row = tuple[str, str, str, str]
-"""One line of the figures table: label, raw, Iris, ratio."""
+Row = tuple[str, str, str, str, str]
+"""One line of the figures table: label, raw, Iris commands, Iris callables, ratio(s)."""
 
 
 @dataclass
@@ -36,6 +42,9 @@ class BenchResult:
     machine: dict[str, Any]
     raw: RawFigures
     iris: IrisFigures
+    """Jobs running a command (the figures the targets were first written for)."""
+    callables: IrisFigures
+    """The same figures, in the same run, for jobs running a shipped callable."""
     timeline: Timeline = field(default_factory=Timeline)
 
     @property
@@ -72,11 +81,24 @@ class BenchResult:
         """The design skeleton's jobs/s / bare parent+child pairs/s: how much of the pair the design leaves."""
         return self.raw.skeleton.rate / self.raw.parent_child.rate
 
+    @property
+    def callable_done_ratio(self) -> float:
+        """A one-task callable's submit->SUCCEEDED median / the command's (lower is better)."""
+        return self.callables.done.median / self.iris.done.median
+
+    @property
+    def function_start(self) -> Latency:
+        """The callable task's process creation to its function's first line."""
+        assert self.callables.process_to_function is not None
+        return self.callables.process_to_function
+
     def targets(self) -> dict[str, bool]:
         """Whether each target is met (see TARGET_RATIO for the throughput target's yardstick)."""
         return {
             "iris_submit_to_running_median_lt_100ms": self.iris.latency.median < TARGET_LATENCY_SECONDS,
             "iris_public_api_ge_80pct_skeleton": self.skeleton_ratio >= TARGET_RATIO,
+            "callable_submit_to_done_le_1_3x_command": self.callable_done_ratio <= TARGET_CALLABLE_DONE_RATIO,
+            "callable_process_to_function_median_lt_100ms": self.function_start.median < TARGET_FUNCTION_START_SECONDS,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -92,12 +114,10 @@ class BenchResult:
                 "process_pairs_throughput": self.raw.process_pairs.summary(),
                 "skeleton_throughput": self.raw.skeleton.summary(),
             },
-            "iris": {
-                "submit_to_running": self.iris.latency.summary(),
-                "submit_to_succeeded_observed": self.iris.done.summary(),
-                "submit_call": self.iris.submit_call.summary(),
-                "throughput": self.iris.throughput.summary(),
-                "public_api_throughput": self.iris.public_api.summary(),
+            "iris": _iris_json(self.iris),
+            "iris_callables": {
+                **_iris_json(self.callables),
+                "process_start_to_function": self.function_start.summary(),
             },
             "ratios": {
                 "latency_median": self.latency_ratio,
@@ -108,11 +128,26 @@ class BenchResult:
                 "public_api_vs_process_pairs": self.public_api_vs(self.raw.process_pairs),
                 "public_api_vs_skeleton": self.public_api_vs(self.raw.skeleton),
                 "skeleton_vs_parent_child": self.skeleton_vs_pairs,
+                "callables_public_api_vs_parent_child": self.callables.public_api.rate / self.raw.parent_child.rate,
+                "callables_public_api_vs_skeleton": self.callables.public_api.rate / self.raw.skeleton.rate,
+                "callables_public_api_vs_commands": self.callables.public_api.rate / self.iris.public_api.rate,
+                "callables_done_vs_commands": self.callable_done_ratio,
             },
             "targets": self.targets(),
             "beyond_the_design": {"iris_public_api_ge_80pct_parent_child": self.public_api_ratio >= TARGET_RATIO},
             "timeline": self.timeline.to_json(),
         }
+
+
+def _iris_json(figures: IrisFigures) -> dict[str, Any]:
+    """One path's figures for `--json`."""
+    return {
+        "submit_to_running": figures.latency.summary(),
+        "submit_to_succeeded_observed": figures.done.summary(),
+        "submit_call": figures.submit_call.summary(),
+        "throughput": figures.throughput.summary(),
+        "public_api_throughput": figures.public_api.summary(),
+    }
 
 
 def _ms(seconds: float) -> str:
@@ -137,9 +172,18 @@ def server_ms_per_workflow_task(figures: Throughput) -> float | None:
     return None if not tasks or cpu is None else cpu * 1000 / tasks
 
 
-def _latency_row(label: str, raw: float, iris: float) -> Row:
-    """Raw and Iris seconds as milliseconds, and how many times raw Iris took."""
-    return label, _ms(raw), _ms(iris), f"{iris / raw:.1f}x"
+def _latency_row(label: str, raw: float, commands: float, callables: float) -> Row:
+    """Raw and Iris seconds as milliseconds, and how many times raw each path took."""
+    return label, _ms(raw), _ms(commands), _ms(callables), f"{commands / raw:.1f}x / {callables / raw:.1f}x"
+
+
+def _rate_row(label: str, raw: Throughput | None, commands: Throughput | None, callables: Throughput | None) -> Row:
+    """Rates, and each path's as a fraction of the raw one."""
+    cells = ["" if t is None else f"{t.rate:.1f}/s" for t in (raw, commands, callables)]
+    ratio = ""
+    if raw is not None and commands is not None and callables is not None:
+        ratio = f"{commands.rate / raw.rate:.0%} / {callables.rate / raw.rate:.0%}"
+    return label, cells[0], cells[1], cells[2], ratio
 
 
 def _machine_lines(m: Mapping[str, Any]) -> list[str]:
@@ -156,114 +200,123 @@ def _machine_lines(m: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _cost_rows(raw: Throughput, iris: Throughput) -> list[Row]:
+def _cost_rows(raw: Throughput, iris: Throughput, callables: Throughput) -> list[Row]:
     """What each throughput run cost: workflow tasks and events per unit, server ms per task, CPU per process."""
+    runs = (raw, iris, callables)
     rows: list[Row] = []
     for label, attr in (("workflow tasks per job/wf", "workflow_tasks"), ("history events per job/wf", "events")):
-        rows.append(
-            (f"  {label}", per_unit(getattr(raw, attr), raw.count), per_unit(getattr(iris, attr), iris.count), "")
-        )
-    raw_server, iris_server = server_ms_per_workflow_task(raw), server_ms_per_workflow_task(iris)
-    if raw_server is not None and iris_server is not None:
-        rows.append(("  temporal CPU ms per workflow task", f"{raw_server:.1f}", f"{iris_server:.1f}", ""))
-    names = sorted((set(raw.cpu) | set(iris.cpu)) - {"wall", "machine busy"})
+        cells = [per_unit(getattr(t, attr), t.count) for t in runs]
+        rows.append((f"  {label}", cells[0], cells[1], cells[2], ""))
+    servers = [server_ms_per_workflow_task(t) for t in runs]
+    if all(ms is not None for ms in servers):
+        cells = [f"{ms:.1f}" for ms in servers if ms is not None]
+        rows.append(("  temporal CPU ms per workflow task", cells[0], cells[1], cells[2], ""))
+    names = sorted(set().union(*(t.cpu for t in runs)) - {"wall", "machine busy"})
     for name in [*names, "machine busy"]:
-        raw_cpu, iris_cpu = raw.cpu.get(name), iris.cpu.get(name)
-        rows.append(
-            (
-                f"  CPU seconds in it: {name}",
-                "" if raw_cpu is None else f"{raw_cpu:.1f}",
-                "" if iris_cpu is None else f"{iris_cpu:.1f}",
-                "",
-            )
-        )
+        cells = ["" if t.cpu.get(name) is None else f"{t.cpu[name]:.1f}" for t in runs]
+        rows.append((f"  CPU seconds in it: {name}", cells[0], cells[1], cells[2], ""))
     return rows
 
 
 def _figure_rows(result: BenchResult) -> list[Row]:
     """The table: the header, latency, throughput, then what the throughput runs cost."""
-    raw, iris = result.raw, result.iris
+    raw, iris, fns = result.raw, result.iris, result.callables
+    pairs = raw.parent_child
     return [
-        ("figure", "raw", "Iris", "ratio"),
+        ("figure", "raw", "Iris commands", "Iris callables", "ratio (commands / callables)"),
         _latency_row(
-            "latency median (raw: start->activity; Iris: submit->running)", raw.latency.median, iris.latency.median
+            "latency median (raw: start->activity; Iris: submit->process runs / function runs)",
+            raw.latency.median, iris.latency.median, fns.latency.median,
         ),
-        _latency_row("latency p90", raw.latency.p90, iris.latency.p90),
+        _latency_row("latency p90", raw.latency.p90, iris.latency.p90, fns.latency.p90),
         _latency_row(
-            "done median (raw: start->result; Iris: submit->SUCCEEDED seen)", raw.done.median, iris.done.median
+            "done median (raw: start->result; Iris: submit->SUCCEEDED seen)", raw.done.median, iris.done.median,
+            fns.done.median,
         ),
-        _latency_row("done p90", raw.done.p90, iris.done.p90),
-        ("Iris submit_command call median", "", _ms(iris.submit_call.median), ""),
+        _latency_row("done p90", raw.done.p90, iris.done.p90, fns.done.p90),
+        ("  callables' done median / commands'", "", "", "", f"{result.callable_done_ratio:.2f}x"),
+        ("Iris submit call median", "", _ms(iris.submit_call.median), _ms(fns.submit_call.median), ""),
         (
+            "callable task: process start -> function's first line (10 ms ticks), median / p90",
+            "", "", f"{_ms(result.function_start.median)} / {_ms(result.function_start.p90)}", "",
+        ),
+        _rate_row(
             f"throughput ({raw.throughput.count} wf / {iris.throughput.count} jobs at once)",
-            f"{raw.throughput.rate:.1f}/s",
-            f"{iris.throughput.rate:.1f}/s",
-            f"{result.throughput_ratio:.0%}",
+            raw.throughput, iris.throughput, fns.throughput,
         ),
-        (
-            "  bare parent+child pairs at once (a job's shape, no Iris)",
-            f"{raw.parent_child.rate:.1f}/s",
-            "",
-            f"{result.parent_child_ratio:.0%}",
-        ),
-        ("    workflow tasks per pair", per_unit(raw.parent_child.workflow_tasks, raw.parent_child.count), "", ""),
-        (
+        ("  bare parent+child pairs at once (a job's shape, no Iris)", f"{pairs.rate:.1f}/s", "", "",
+         f"{result.parent_child_ratio:.0%} of raw"),
+        ("    workflow tasks per pair", per_unit(pairs.workflow_tasks, pairs.count), "", "", ""),
+        _rate_row(
             f"  Iris public API, {iris.public_api.count} jobs from 16 threads, vs the pairs",
-            f"{raw.parent_child.rate:.1f}/s",
-            f"{iris.public_api.rate:.1f}/s",
-            f"{result.public_api_ratio:.0%}",
+            pairs, iris.public_api, fns.public_api,
         ),
         *_info_pair_rows(result),
         (
             "  all accepted after / all done after",
             f"{raw.throughput.accepted:.2f} s / {raw.throughput.elapsed:.2f} s",
             f"{iris.throughput.accepted:.2f} s / {iris.throughput.elapsed:.2f} s",
+            f"{fns.throughput.accepted:.2f} s / {fns.throughput.elapsed:.2f} s",
             "",
         ),
-        *_cost_rows(raw.throughput, iris.throughput),
-    ]
+        *_cost_rows(raw.throughput, iris.throughput, fns.throughput),
+    ]  # fmt: skip
 
 
 def _info_pair_rows(result: BenchResult) -> list[Row]:
     """Pairs that carry one of Iris's fixed costs each, then the design skeleton that carries them all
     (the target's yardstick), with Iris against each: where the distance to the bare pairs goes."""
-    rate = f"{result.iris.public_api.rate:.1f}/s"
+    iris, fns = result.iris.public_api, result.callables.public_api
     skeleton = result.raw.skeleton
     return [
         *(
-            (label, f"{pairs.rate:.1f}/s", rate, f"{result.public_api_vs(pairs):.0%}")
+            _rate_row(label, pairs, iris, fns)
             for label, pairs in (
                 ("    for information: the pairs under the SDK's default sandbox", result.raw.sandboxed_pairs),
                 ("    for information: the pairs, their activity running `true`", result.raw.process_pairs),
             )
         ),
-        (
+        _rate_row(
             "  the design skeleton at once (Iris's shape and traffic, no Iris logic), vs Iris's public API",
-            f"{skeleton.rate:.1f}/s",
-            rate,
-            f"{result.skeleton_ratio:.0%}",
+            skeleton, iris, fns,
         ),
-        ("    the skeleton vs the bare pairs", f"{result.skeleton_vs_pairs:.0%}", "", ""),
-        ("    workflow tasks per skeleton job", per_unit(skeleton.workflow_tasks, skeleton.count), "", ""),
-        ("    history events per skeleton job", per_unit(skeleton.events, skeleton.count), "", ""),
+        ("    the skeleton vs the bare pairs", f"{result.skeleton_vs_pairs:.0%}", "", "", ""),
+        ("    workflow tasks per skeleton job", per_unit(skeleton.workflow_tasks, skeleton.count), "", "", ""),
+        ("    history events per skeleton job", per_unit(skeleton.events, skeleton.count), "", "", ""),
     ]
 
 
 def _table_lines(rows: list[Row]) -> list[str]:
     """The rows in aligned columns, a rule under the header."""
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines: list[str] = []
     for n, row in enumerate(rows):
-        lines.append(f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}")
+        right = (f"{cell:>{width}}" for cell, width in zip(row[1:], widths[1:], strict=True))
+        cells = [f"{row[0]:<{widths[0]}}", *right]
+        lines.append("  ".join(cells))
         if n == 0:
-            lines.append("-" * (sum(widths) + 6))
+            lines.append("-" * (sum(widths) + 8))
     return lines
 
 
 def _target_lines(result: BenchResult) -> list[str]:
     """Each target, the figure against it, MET or MISSED; and how many samples there were."""
     met = result.targets()
+
+    def verdict(key: str) -> str:
+        return "MET" if met[key] else "MISSED"
+
     return [
+        f"target: a callable's submit->SUCCEEDED median <= {TARGET_CALLABLE_DONE_RATIO:g}x a command's: "
+        f"{_ms(result.callables.done.median)} vs {_ms(result.iris.done.median)} = {result.callable_done_ratio:.2f}x "
+        f"-> {verdict('callable_submit_to_done_le_1_3x_command')}",
+        f"target: a callable task's process start -> function's first line median < "
+        f"{TARGET_FUNCTION_START_SECONDS * 1000:.0f} ms: {_ms(result.function_start.median)} "
+        f"(p90 {_ms(result.function_start.p90)}) -> {verdict('callable_process_to_function_median_lt_100ms')}",
+        f"for information: callables through the public API: {result.callables.public_api.rate:.1f}/s = "
+        f"{result.callables.public_api.rate / result.iris.public_api.rate:.0%} of commands, "
+        f"{result.callables.public_api.rate / result.raw.skeleton.rate:.0%} of the skeleton, "
+        f"{result.callables.public_api.rate / result.raw.parent_child.rate:.0%} of the bare pairs",
         f"target: Iris submit->running median < {TARGET_LATENCY_SECONDS * 1000:.0f} ms: "
         f"{_ms(result.iris.latency.median)} -> "
         f"{'MET' if met['iris_submit_to_running_median_lt_100ms'] else 'MISSED'}",
@@ -273,7 +326,8 @@ def _target_lines(result: BenchResult) -> list[str]:
         f"the skeleton itself does {result.skeleton_vs_pairs:.0%}): "
         f"{result.public_api_ratio:.0%} (async client, all at once: {result.throughput_ratio:.0%} of raw "
         f"one-activity workflows; the pairs: {result.parent_child_ratio:.0%} of raw)",
-        f"samples: {len(result.raw.latency.samples)} sequential per side after {WARMUP_SAMPLES} warm-ups",
+        f"samples: {len(result.raw.latency.samples)} sequential per side and path after {WARMUP_SAMPLES} warm-ups; "
+        "Iris's targets above the callables' are the commands'",
     ]
 
 

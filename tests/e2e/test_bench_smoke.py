@@ -60,11 +60,22 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     assert "target: Iris throughput (public API, 16 threads) >= 80% of the design skeleton" in proc.stdout
     assert "beyond the design: Iris >= 80% of bare parent+child pairs" in proc.stdout
     figures = json.loads(out.read_text())
-    assert {"iris_submit_to_running_median_lt_100ms", "iris_public_api_ge_80pct_skeleton"} == set(figures["targets"])
+    assert {
+        "iris_submit_to_running_median_lt_100ms", "iris_public_api_ge_80pct_skeleton",
+        "callable_submit_to_done_le_1_3x_command", "callable_process_to_function_median_lt_100ms",
+    } == set(figures["targets"])  # fmt: skip
     assert 2 == len(figures["iris"]["submit_to_running"]["samples_s"])
     assert 0 < figures["iris"]["submit_to_running"]["median_s"] < 30
     assert 4 == figures["iris"]["throughput"]["count"]
     assert 4 == figures["iris"]["public_api_throughput"]["count"]
+    callables = figures["iris_callables"]  # every Iris figure again, for jobs that ship a function
+    assert 2 == len(callables["submit_to_running"]["samples_s"])
+    assert 2 == len(callables["process_start_to_function"]["samples_s"])
+    assert 0 < callables["process_start_to_function"]["median_s"] < 30
+    assert 4 == callables["throughput"]["count"] == callables["public_api_throughput"]["count"]
+    assert callables["throughput"]["workflow_tasks"]["job"] >= 4
+    assert "target: a callable's submit->SUCCEEDED median <= 1.3x a command's" in proc.stdout
+    assert "Iris callables" in proc.stdout
     assert 8 == figures["raw"]["throughput"]["workflow_tasks"]["bare"]  # 2 per bare workflow
     pairs = figures["raw"]["parent_child_throughput"]
     assert 4 == pairs["count"]

@@ -43,6 +43,24 @@ def test_function_from_a_module_only_the_submitter_has_runs_on_a_worker(
     assert 42 == job.results()[0]["value"]
 
 
+def _parent_command() -> str:
+    """The command line of this task process's parent."""
+    import os
+    from pathlib import Path
+
+    return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_callables_on_a_process_worker_fork_from_its_warm_interpreter(client: IrisClient) -> None:
+    """Callables are forked from the agent's forkserver (the runner imported once), not started fresh each time."""
+    jobs = [client.submit(_parent_command, resources=SMALL, name=f"warm-{i}") for i in range(2)]
+    parents = []
+    for job in jobs:
+        job.wait(timeout=60)
+        parents.append(job.results()[0])
+    assert all("-m worker_agent.runtimes.forkserver" in parent for parent in parents), parents
+
+
 def _iris(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "iris", *args], env=cluster.env, capture_output=True, text=True, timeout=120

@@ -52,3 +52,4 @@ async def runtime(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TrackingRunt
     yield tracking
     for handle in tracking.started:
         await tracking.kill(handle, grace_seconds=0)
+    await tracking.close()  # its forkserver, if a callable started one

@@ -178,3 +178,23 @@ def test_runner_code_is_staged_once_and_importable(tmp_path: Path) -> None:
     runner_file, pickle_file = result.stdout.split()
     assert runner_file.startswith(str(staged))
     assert pickle_file.startswith(str(staged))
+
+
+def test_staged_runner_code_carries_bytecode_its_python_loads(tmp_path: Path) -> None:
+    """Each staged module has a .pyc this interpreter accepts (magic, source mtime and size), readable by all:
+    a container's Python of this version never compiles the runner or cloudpickle from source."""
+    import importlib.util
+    import struct
+
+    from worker_agent.task_area import stage_runner_code
+
+    staged = stage_runner_code(tmp_path)
+    sources = sorted(staged.rglob("*.py"))
+    assert {"task_runner.py", "storage.py", "cloudpickle.py"} <= {s.name for s in sources}
+    for source in sources:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        header = cached.read_bytes()[:16]
+        flags, mtime, size = struct.unpack("<III", header[4:16])
+        assert importlib.util.MAGIC_NUMBER == header[:4], cached
+        assert (0, int(source.stat().st_mtime), source.stat().st_size) == (flags, mtime, size), cached
+        assert 0o644 == stat.S_IMODE(cached.stat().st_mode), cached

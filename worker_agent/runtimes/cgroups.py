@@ -47,6 +47,10 @@ class TaskCgroup:
         for directory in {d for d in (self.memory_dir, self.cpu_dir) if d is not None}:
             (directory / "cgroup.procs").write_text(str(pid))
 
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a process writes its pid to, to join the group."""
+        return [str(d / "cgroup.procs") for d in {self.memory_dir, self.cpu_dir} if d is not None]
+
     def joined(self, argv: Sequence[str]) -> list[str]:
         """`argv` behind a shell that moves itself into the group, then execs the task (same pid).
 
@@ -56,7 +60,7 @@ class TaskCgroup:
         agent's event loop inside `Popen`. Best effort: the agent moves the process again after
         the start in any case.
         """
-        paths = [str(d / "cgroup.procs") for d in {self.memory_dir, self.cpu_dir} if d is not None]
+        paths = self.procs_files()
         paths += ["/dev/null"] * (2 - len(paths))
         return ["/bin/sh", "-c", JOIN_THEN_EXEC, "iris-join", *paths, *argv]
 

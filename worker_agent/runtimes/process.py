@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 
@@ -53,6 +53,7 @@ from worker_agent.runtimes.base import (
     task_environment,
 )
 from worker_agent.runtimes.cgroups import CgroupLimits, TaskCgroup
+from worker_agent.runtimes.warm import ForkServer, ForkServerError, WarmProcess, runner_args
 
 __all__ = [
     "ProcessGroupLedger",
@@ -67,6 +68,7 @@ logger = structlog.get_logger(__name__)
 _POLL_SECONDS: Final = 0.02
 _MAX_POLL_SECONDS: Final = 0.2
 _REAP_SECONDS: Final = 1.0
+_FORKSERVER_RETRY_SECONDS: Final = 60.0
 
 
 def _group_members(pgid: int) -> list[int] | None:
@@ -153,10 +155,22 @@ def _executable_by(path: Path, user: TaskUser) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
+class MainProcess(Protocol):
+    """A task's main process as the runtime follows it: a child of the agent or of its forkserver."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
 class ProcessTask:
     """A task running as a host process that leads its own process group."""
 
-    def __init__(self, process: asyncio.subprocess.Process, straggler_grace_seconds: float) -> None:
+    def __init__(self, process: MainProcess, straggler_grace_seconds: float) -> None:
         self._process = process
         self._straggler_grace = straggler_grace_seconds
         self._lock = asyncio.Lock()
@@ -317,6 +331,13 @@ class ProcessRuntime:
     that name an image still run on a process-only local cluster. With ``run_as``, the task
     runs as that user, its writable mounts are handed to it and its ``HOME`` is its cwd.
     The handle is the task's process-group id.
+
+    A shipped callable (``python -m worker_agent.task_runner ...`` under this runtime's
+    interpreter) is forked from a warm interpreter (``forkserver.py``) when one is ready and the
+    task's start-up environment agrees with it (``warm=False``: never); it runs the same, but its
+    function starts within milliseconds instead of after a fresh interpreter's start-up, which a
+    small CPU limit stretches to most of a second. The first callables start fresh while the
+    forkserver gets ready (``recover``, the agent's first call, starts it).
     """
 
     def __init__(
@@ -327,6 +348,7 @@ class ProcessRuntime:
         ledger_dir: Path | None = None,
         run_as: TaskUser | None = None,
         limits: bool = True,
+        warm: bool = True,
     ) -> None:
         if straggler_grace_seconds < 0:
             raise ValueError(f"straggler_grace_seconds must be >= 0, got {straggler_grace_seconds}")
@@ -344,6 +366,10 @@ class ProcessRuntime:
         self._limits = CgroupLimits.detect() if limits else None
         self._groups: dict[TaskHandle, tuple[TaskCgroup, int]] = {}
         self._said_unlimited = False
+        self._warm = warm
+        self._forkserver: ForkServer | None = None
+        self._forkserver_starting: asyncio.Task[None] | None = None
+        self._forkserver_retry_at = 0.0
 
     @property
     def name(self) -> RuntimeName:
@@ -368,7 +394,6 @@ class ProcessRuntime:
         """Start the process; raise TaskStartError with a user-facing reason if it cannot start."""
         if spec.image is not None:
             logger.info("process runtime ignores the task image", image=spec.image)
-        executable = spec.argv[0]
         env = task_environment(spec.env, self._inherit_env)
         user = self._run_as
         if user is not None:
@@ -377,6 +402,40 @@ class ProcessRuntime:
                     _hand_over(Path(mount.path), user)
             env.update({"USER": user.name, "LOGNAME": user.name, "HOME": spec.cwd or "/"})
         group = self._new_group(spec)
+        args = runner_args(spec.argv, self.python) if self._warm else None
+        server = self._ready_forkserver(env) if args is not None else None
+        process: MainProcess | None = None
+        if server is not None and args is not None:
+            try:
+                process = await server.launch(
+                    args=args, env=env, cwd=spec.cwd or str(Path.cwd()), log=spec.log,
+                    uid=None if user is None else user.uid, gid=None if user is None else user.gid,
+                    cgroups=[] if group is None else group.procs_files(),
+                )  # fmt: skip
+            except ForkServerError as exc:  # it never got the request: start the task fresh
+                logger.warning("forkserver_unusable", error=str(exc))
+                server = None
+            except TaskStartError:
+                if group is not None:
+                    group.remove()
+                raise
+        if process is None:
+            process = await self._exec(spec, env, user, group)
+        handle = TaskHandle(str(process.pid))
+        if group is not None and isinstance(process, WarmProcess) and process.joined:
+            self._groups[handle] = (group, spec.memory_bytes)  # the forked child is in it already
+        elif group is not None:
+            self._limit(handle, process.pid, group, spec)
+        self._ledger.add(process.pid)
+        self._tasks[handle] = ProcessTask(process, self._straggler_grace)
+        logger.debug("task started", pid=process.pid, argv=list(spec.argv), forked=server is not None)
+        return handle
+
+    async def _exec(
+        self, spec: TaskSpec, env: dict[str, str], user: TaskUser | None, group: TaskCgroup | None
+    ) -> asyncio.subprocess.Process:
+        """Start the task as a fresh process: the cgroup's shell, then setpriv, then the command."""
+        executable = spec.argv[0]
         argv = list(spec.argv)
         setpriv = self._setpriv  # only set when tasks run as another user
         if user is not None and setpriv is not None:
@@ -391,7 +450,7 @@ class ProcessRuntime:
         if group is not None:
             argv = group.joined(argv)
         try:
-            process = await asyncio.create_subprocess_exec(
+            return await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=subprocess.DEVNULL,
                 stdout=spec.log,
@@ -411,13 +470,46 @@ class ProcessRuntime:
             if group is not None:
                 group.remove()
             raise TaskStartError(f"cannot start task {executable!r}: {exc}") from exc
-        handle = TaskHandle(str(process.pid))
-        if group is not None:
-            self._limit(handle, process.pid, group, spec)
-        self._ledger.add(process.pid)
-        self._tasks[handle] = ProcessTask(process, self._straggler_grace)
-        logger.debug("task started", pid=process.pid, argv=list(spec.argv))
-        return handle
+
+    def _ready_forkserver(self, env: dict[str, str]) -> ForkServer | None:
+        """The forkserver if it is ready for a task with ``env``; otherwise None, and one is started."""
+        server = self._forkserver
+        if server is not None and server.alive:
+            return server if server.matches(env) else None
+        self.prepare()
+        return None
+
+    def prepare(self) -> None:
+        """Start the forkserver in the background unless it runs, is starting, or failed a moment ago."""
+        if not self._warm or (self._forkserver is not None and self._forkserver.alive):
+            return
+        if self._forkserver_starting is not None and not self._forkserver_starting.done():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._forkserver_retry_at:
+            return
+        self._forkserver_starting = loop.create_task(self._start_forkserver())
+
+    async def warm_up(self) -> bool:
+        """Start the forkserver and wait until it is ready; whether callables now start warm."""
+        self.prepare()
+        if self._forkserver_starting is not None:
+            await asyncio.shield(self._forkserver_starting)
+        return self._forkserver is not None and self._forkserver.alive
+
+    @property
+    def forkserver_pid(self) -> int | None:
+        """The pid of the ready forkserver (the parent of warm-started tasks), or None."""
+        server = self._forkserver
+        return server.pid if server is not None and server.alive else None
+
+    async def _start_forkserver(self) -> None:
+        env = task_environment({}, self._inherit_env)
+        try:
+            self._forkserver = await ForkServer.start(self.python, env)
+        except ForkServerError as exc:
+            self._forkserver_retry_at = asyncio.get_running_loop().time() + _FORKSERVER_RETRY_SECONDS
+            logger.warning("forkserver_unavailable", error=str(exc), retry_in=_FORKSERVER_RETRY_SECONDS)
 
     async def wait(self, handle: TaskHandle) -> TaskExit:
         """Wait for the main process, sweep its group, and forget it."""
@@ -445,13 +537,17 @@ class ProcessRuntime:
         return _group_stats(task.pgid)
 
     async def recover(self) -> list[RecoveredTask]:
-        """SIGKILL the process groups an earlier agent recorded in the ledger; drop its empty cgroups."""
+        """SIGKILL the process groups an earlier agent recorded in the ledger; drop its empty cgroups.
+
+        The agent calls this once before it takes tasks, so the forkserver starts here too.
+        """
         killed = [
             RecoveredTask(TaskHandle(str(pgid)), job_id="", task_id="", action="killed")
             for pgid in self._ledger.kill_leftovers()
         ]
         if self._limits is not None:
             self._limits.remove_stale()
+        self.prepare()
         return killed
 
     def _new_group(self, spec: TaskSpec) -> TaskCgroup | None:
@@ -492,7 +588,15 @@ class ProcessRuntime:
         return TaskExit(code, oom_reason(memory_bytes), oom_killed=True) if oom else TaskExit(code)
 
     async def close(self) -> None:
-        """Nothing to release: processes are children of the agent."""
+        """Stop the forkserver (tasks it started run on, as the agent's own children do)."""
+        starting, self._forkserver_starting = self._forkserver_starting, None
+        if starting is not None and not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+        server, self._forkserver = self._forkserver, None
+        if server is not None:
+            await server.close()
 
     def _known_exit(self, handle: TaskHandle) -> TaskExit:
         exit = self._finished.get(handle)
