@@ -17,14 +17,9 @@ SCHEDULER_WORKFLOW_ID = "iris-scheduler"
 AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
-# workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
-# the deliver_signals local activity instead of signal commands.
-SIGNALS_BY_ACTIVITY = "signals-by-activity"
-# The job workflow changes a client sends in JobRequest.code_version: a request that carries it takes
-# the new branch of every job patch named so far without recording a marker (two markers and two
-# TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
-# A new job patch is `self._patched(ID, since=N + 1)` in JobWorkflow, and this becomes N + 1.
-JOB_CODE_VERSION = 3
+# The Worker Deployment every controller belongs to; each controller build is one version of it
+# (docs/operators.md: a run finishes on the build that started it).
+CONTROL_DEPLOYMENT = "iris-control"
 ASSIGNED = "assigned"  # signal scheduler -> TaskWorkflow: the task's place
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the

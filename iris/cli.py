@@ -491,6 +491,11 @@ def controller_serve(
     health_port: HealthPortOpt = None,
     health_host: HealthHostOpt = "127.0.0.1",
     config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(envvar="IRIS_BUILD_ID", help="this build's version of the iris-control deployment "
+                     "(default: a digest of the control plane's code; see docs/operators.md)"),
+    ] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities."""
     from iris.config import load_config
@@ -505,7 +510,8 @@ def controller_serve(
         raise _fail(str(e)) from None
     if settings.address is None or store is None:
         raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config))
+    asyncio.run(serve(settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
+                      build=build_id))
 
 
 # -- iris temporal -------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from activities.slices import SliceActivities
 from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
+from iris.deployment import build_id, deployment_config, promote
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
@@ -128,7 +129,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
-def control_worker(client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress) -> Worker:
+def control_worker(
+    client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress, build: str
+) -> Worker:
+    """The control plane's Temporal worker: every Iris workflow and control activity, as version `build`."""
     return Worker(
         client,
         task_queue=CONTROL_TASK_QUEUE,
@@ -140,6 +144,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
         workflow_runner=workflow_runner(),
+        deployment_config=deployment_config(build),
     )
 
 
@@ -163,11 +168,13 @@ async def serve(
     health_port: int | None = None,
     health_host: str = "127.0.0.1",
     config: ClusterConfig | None = None,
+    build: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
     With `health_port`, `/health` and `/metrics` are served there (see iris.observability).
     `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
+    `build` names this controller's version of the deployment (see iris.deployment).
     """
     scaling = autoscaler_config(config)
     probe = ControllerProbe()
@@ -185,7 +192,7 @@ async def serve(
         )
         await health.start()
     try:
-        await _serve(client, settings, store_url, probe, scaling)
+        await _serve(client, settings, store_url, probe, scaling, build_id(build))
     finally:
         if health is not None:
             await health.stop()
@@ -226,7 +233,8 @@ class ControllerProbe:
 
 
 async def _serve(
-    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
+    build: str,
 ) -> None:
     control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
                                   store_url=store_url)  # fmt: skip
@@ -237,7 +245,7 @@ async def _serve(
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         ready = False
         while not stop.is_set():
-            worker = control_worker(client, executor, control)
+            worker = control_worker(client, executor, control, build)
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
@@ -246,10 +254,12 @@ async def _serve(
                             log.info("search_attribute_added", step=str(step))
                         elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
                             log.warning("search_attribute_missing", step=str(step))
+                    promotion = await promote(client, build)  # before any start: runs go to the current build
                     await ensure_scheduler(client, store_url)
                     await ensure_autoscaler(client, scaling)
                     ready = True
-                    log.info("controller_serving", **settings.describe(), store=store_url)
+                    log.info("controller_serving", **settings.describe(), store=store_url, build=build,
+                             current_build=promotion.current)
                 probe.polling = True
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)

@@ -79,7 +79,7 @@ def test_a_job_hands_over_its_largest_table_far_below_the_payload_limit() -> Non
         row.worker_id = f"tpu-v5e-256-slice-{row.task_index % 500:04d}-w{row.task_index % 64}"
         row.failure_count, row.preemption_count, row.has_exit_code, row.exit_code = 1, 2, True, 1
     handover = pb.JobHandover(status=compact_status(status), open_tasks=range(9_000, MAX_REPLICAS),
-                              next_task=MAX_REPLICAS, adaptive=True)  # fmt: skip
+                              next_task=MAX_REPLICAS)  # fmt: skip
     assert _payload_bytes(handover) > PAYLOAD_LIMIT * 3 // 4  # as Temporal's default JSON: near the limit
     packed = pack_handover(handover)
     assert _payload_bytes(packed) < PAYLOAD_LIMIT // 8

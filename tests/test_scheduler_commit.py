@@ -21,7 +21,9 @@ def _plan(tasks: int = 2) -> pb.SchedulingPlan:
 
 
 def _scheduler(state: SchedulerState) -> SchedulerWorkflow:
-    return SchedulerWorkflow(state)
+    scheduler = SchedulerWorkflow()
+    scheduler.state = state
+    return scheduler
 
 
 def test_plain_job_commits_what_still_fits() -> None:

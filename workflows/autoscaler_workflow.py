@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -46,10 +46,6 @@ BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
-IDLE_WITHOUT_TIMER = "autoscaler-idle-without-timer"  # workflow.patched id
-# workflow.patched id: a slice asked to scale down for being idle may answer READY (it got work
-# as it was picked); before, a DRAINING slice stayed DRAINING here whatever it said.
-SLICE_MAY_STAY = "autoscaler-slice-may-stay"
 
 
 @dataclass
@@ -122,20 +118,17 @@ class AutoscalerStatus:
     unmet: dict[str, str] = field(default_factory=dict)  # job id -> why no group will take it
 
 
-@workflow.defn(name="AutoscalerWorkflow")
+@workflow.defn(name="AutoscalerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class AutoscalerWorkflow:
     @workflow.init
     def __init__(self, state: AutoscalerState | None = None) -> None:
         self.state = state or AutoscalerState()
         self._wake = False
         self._busy = True
-        self._idle_without_timer = True
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
 
     @workflow.run
     async def run(self, state: AutoscalerState | None = None) -> None:
-        # Runs that began before this patch armed the tick timer even without scale groups.
-        self._idle_without_timer = workflow.patched(IDLE_WITHOUT_TIMER)
         if not self.state.recovered:
             await self._recover()
         while True:
@@ -154,9 +147,14 @@ class AutoscalerWorkflow:
                 else:
                     await self._apply(config, plan)
             self._publish()
-            if workflow.info().is_continue_as_new_suggested():
+            info = workflow.info()
+            if info.is_continue_as_new_suggested() or info.is_target_worker_deployment_version_changed():
+                # A new run also when operators made another build current: runs are pinned to the
+                # build that started them, and the next one starts on the current build.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self.state)
+                workflow.continue_as_new(
+                    self.state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                )
             tick = self._tick(config)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._wake, timeout=tick)
@@ -167,7 +165,7 @@ class AutoscalerWorkflow:
     def _tick(self, config: AutoscalerConfig | None) -> timedelta | None:
         """How long to wait for a signal before the next look: the scan interval (shorter while busy), or
         sooner when the last plan has a deadline (an idle slice's scale_down_delay, a backoff ending)."""
-        if self._idle_without_timer and (config is None or not config.groups):
+        if config is None or not config.groups:
             return None  # no scale group, no timer: an autoscaler with nothing to scale writes no history
         scan = timedelta(seconds=config.scan_interval_seconds) if config is not None else IDLE_TICK
         tick = min(BUSY_TICK, scan) if self._busy else scan
@@ -301,7 +299,7 @@ class AutoscalerWorkflow:
         elif entry is None:
             self.state.slices[update.slice_id] = SliceEntry(update.slice_id, update.group, update.state,
                                                             list(update.worker_ids))  # fmt: skip
-        elif entry.state == "DRAINING" and update.state == "READY" and workflow.patched(SLICE_MAY_STAY):
+        elif entry.state == "DRAINING" and update.state == "READY":  # asked to go as idle, it got work meanwhile
             entry.state, entry.idle_since = "READY", None  # it stays: idle counts again from now
         elif entry.state != "DRAINING" or update.state == "DRAINING":
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error

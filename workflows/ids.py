@@ -49,9 +49,6 @@ from activities.contracts import (
     SEARCH_ATTRIBUTES as SEARCH_ATTRIBUTES,
 )
 from activities.contracts import (
-    SIGNALS_BY_ACTIVITY as SIGNALS_BY_ACTIVITY,
-)
-from activities.contracts import (
     SLICE_KIND as SLICE_KIND,
 )
 from activities.contracts import (

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -41,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         JOB_USER_ATTRIBUTE,
         KIND_ATTRIBUTE,
         SCHEDULER_WORKFLOW_ID,
-        SIGNALS_BY_ACTIVITY,
         TASK_KIND,
         task_workflow_id,
     )
@@ -70,9 +69,6 @@ JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
-FAIL_UNSUCCESSFUL_JOBS = "fail-unsuccessful-jobs"  # workflow.patched id
-# workflow.patched id: the job publishes a memo, tags its tasks IrisKind=Task and starts them in waves.
-VISIBLE_JOBS = "visible-jobs-in-waves"
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
 # pending children: a larger job starts its tasks in waves, at most MAX_PENDING_CHILDREN at once.
@@ -81,36 +77,26 @@ MAX_PENDING_CHILDREN = 1_000
 # 51,200 events; its result table is ~1 MB at 10,000 compact rows (payload limit 2 MB).
 MAX_REPLICAS = 10_000
 MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every member pending at once
-LEGACY_MAX_REPLICAS = 2_000  # the cap of runs that began before VISIBLE_JOBS
-# workflow.patched id: a large plain job keeps open only a little more task children than it runs.
-# Every open child costs on each of the job's events: a 10,000-task job of `true` on 320 slots ran at
-# 11.5 tasks/s with 1,000 open and at 22.3 tasks/s with 400. Open children include the running
-# ones, so the cap still grows to MAX_PENDING_CHILDREN on a fleet that runs that many.
-ADAPTIVE_WAVES = "adaptive-waves"
+# A large plain job keeps open only a little more task children than it runs. Every open child
+# costs on each of the job's events: a 10,000-task job of `true` on 320 slots ran at 11.5 tasks/s
+# with 1,000 open and at 22.3 tasks/s with 400. Open children include the running ones, so the cap
+# still grows to MAX_PENDING_CHILDREN on a fleet that runs that many.
 WAVE_FLOOR = 400  # open children of a large job while few of its tasks run
 WAVE_AHEAD = 200  # open children beyond the job's running tasks (queued, placed, starting)
 WAVE_STEP = 200  # the next wave starts once this many places are free under the cap
-# workflow.patched id: a plain job that may outgrow one history continues as new on the server's
-# suggestion, its running tasks handed over to the next run (see the module docstring). A job's
-# history takes ~4 events per task and ~2-4 per retry; Temporal ends a history at 51,200 events.
-HANDOVER = "plain-jobs-continue-as-new"
+# A plain job that may outgrow one history continues as new on the server's suggestion, its running
+# tasks handed over to the next run (see the module docstring). A job's history takes ~4 events per
+# task and ~2-4 per retry; Temporal ends a history at 51,200 events.
 HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than this may hand over
-# workflow.patched id: a run that adopted tasks checks for adopted tasks whose workflow closed
-# without reporting (terminated or failed from outside), which would hang the job: first after
-# LOST_TASK_CHECK, then twice as long each time up to LOST_TASK_CHECK_MAX (a long-running job
-# pays ~11 events per check).
-WATCH_ADOPTED = "watch-adopted-tasks"
+# A run that adopted tasks checks for adopted tasks whose workflow closed without reporting
+# (terminated or failed from outside), which would hang the job: first after LOST_TASK_CHECK, then
+# twice as long each time up to LOST_TASK_CHECK_MAX (a long-running job pays ~11 events per check).
 LOST_TASK_CHECK = timedelta(seconds=10)
 LOST_TASK_CHECK_MAX = timedelta(minutes=10)
-# Patch (code version 2): a job whose tasks start in one batch enqueues them in the same workflow
-# task that starts them, not in the next one, which takes ~20-30 ms off submit-to-running. The
-# assignment can then reach a task before it exists; the scheduler's delivery waits for it
-# (activities/signals.py).
-ENQUEUE_WITH_START = "enqueue-with-start"
-# Patch (code version 3): only a small first batch is enqueued with its start. Hundreds of children
-# take seconds to start on a loaded server (some of a 400-task wave took over 30 s), and their
-# assignments waited for them; the latency it saves matters for small jobs.
-SMALL_EARLY_ENQUEUE = "small-early-enqueue"
+# A small job enqueues its tasks in the workflow task that starts them, not in the next one, which
+# takes ~20-30 ms off submit-to-running; the assignment can then reach a task before it exists, and
+# the scheduler's delivery waits for it (activities/signals.py). Hundreds of children take seconds
+# to start on a loaded server, so only a small first batch goes this way.
 EARLY_ENQUEUE_MAX = 32  # tasks
 
 
@@ -142,7 +128,7 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
     )
 
 
-@workflow.defn(name="JobWorkflow")
+@workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class JobWorkflow:
     @workflow.init
     def __init__(
@@ -156,7 +142,6 @@ class JobWorkflow:
         self._kill_reason = ""
         self._failing = False
         self._gang_break: TaskResult | None = None  # the result that broke this gang attempt
-        self._visible = False  # VISIBLE_JOBS patch, decided once at the start of the run
         self._published = JobView()
         self._next_task = 0  # the next task index to start, for jobs started in waves
         self._stale = False  # the memo lags the status (see _publish)
@@ -165,8 +150,7 @@ class JobWorkflow:
         # signal brought them, with the result); an index may come twice (child and signal).
         self._ended: deque[tuple[int, TaskResult | None]] = deque()
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
-        self._adaptive = False  # ADAPTIVE_WAVES patch, decided when the first wave starts
-        self._handover = False  # HANDOVER patch: this job continues as new with its tasks running
+        self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
         if handover:
             self.req = req
             self._take_over(unpack_handover(handover))
@@ -219,12 +203,6 @@ class JobWorkflow:
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
         self._refresh_state()
 
-    def _patched(self, patch_id: str, since: int = 1) -> bool:
-        """`workflow.patched`, except that a request from a client of code version `since` or later
-        takes the new branch without a marker: the version is in the run's input, so a replay
-        decides the same way, and runs from older clients still decide by their markers."""
-        return self.req.code_version >= since or workflow.patched(patch_id)
-
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
@@ -235,11 +213,8 @@ class JobWorkflow:
         (the table and the tasks still running, see `pack_handover`) for a plain job."""
         self.req = req
         job_id = workflow.info().workflow_id
-        # Decided before any command, so a replay takes the same branch (see scheduler_workflow.py).
-        self._visible = self._patched(VISIBLE_JOBS)
-        if self._visible:
-            asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
-        if handover and self._patched(WATCH_ADOPTED):
+        asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
+        if handover:
             asyncio.create_task(self._watch_adopted())  # noqa: RUF006 - lives as long as the run
         if not handover:
             self.status = pb.JobStatus(
@@ -254,8 +229,6 @@ class JobWorkflow:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
             self._counts = {TaskState.PENDING: req.replicas}
-        if isinstance(gang, dict):  # started with fewer arguments than `run` takes: decoded untyped
-            gang = GangProgress(**gang)
         if gang is not None:
             for row in self.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
@@ -320,9 +293,7 @@ class JobWorkflow:
 
     def _check(self, req: pb.JobRequest) -> str:
         """The client validates first; this only keeps a hand-made request from wedging the job."""
-        cap = MAX_REPLICAS if self._visible else LEGACY_MAX_REPLICAS
-        if req.coschedule_group_by and self._visible:
-            cap = MAX_GANG_REPLICAS
+        cap = MAX_GANG_REPLICAS if req.coschedule_group_by else MAX_REPLICAS
         if not 1 <= req.replicas <= cap:
             return f"replicas must be between 1 and {cap}, got {req.replicas}"
         if req.entrypoint.WhichOneof("kind") is None:
@@ -333,12 +304,9 @@ class JobWorkflow:
         """Start the task children (all of them, or a first wave for a large job) and enqueue them."""
         self._next_task = 0
         end = req.replicas
-        if self._visible and not req.coschedule_group_by:
-            if req.replicas > WAVE_FLOOR:  # small jobs start whole: no patch marker in their history
-                self._adaptive = self._patched(ADAPTIVE_WAVES)
-            end = min(end, WAVE_FLOOR if self._adaptive else MAX_PENDING_CHILDREN)
-            if may_outgrow_history(req):
-                self._handover = self._patched(HANDOVER)
+        if not req.coschedule_group_by:
+            end = min(end, WAVE_FLOOR)
+            self._handover = may_outgrow_history(req)
         await self._start_range(job_id, req, attempt, end)
 
     def _take_over(self, handover: pb.JobHandover) -> None:
@@ -349,7 +317,6 @@ class JobWorkflow:
             self._counts[row.state] = self._counts.get(row.state, 0) + 1
         self._open = set(handover.open_tasks)
         self._next_task = handover.next_task
-        self._adaptive = handover.adaptive
         self._handover = True
         self._published = self._view()  # the memo and search attributes came along with continue-as-new
 
@@ -359,22 +326,20 @@ class JobWorkflow:
         if self._next_task >= req.replicas or self._kill_reason or self._failing:
             return
         cap = self._open_cap()
-        if len(self._open) > cap - (WAVE_STEP if self._adaptive else START_BATCH):
+        if len(self._open) > cap - WAVE_STEP:
             return
         end = min(req.replicas, self._next_task + cap - len(self._open))
         await self._start_range(workflow.info().workflow_id, req, 0, end)
 
     def _open_cap(self) -> int:
         """How many task children a large plain job keeps open: its running tasks and a margin."""
-        if not self._adaptive:
-            return MAX_PENDING_CHILDREN
         running = self._counts.get(TaskState.RUNNING, 0)
         return min(MAX_PENDING_CHILDREN, max(WAVE_FLOOR, running + WAVE_AHEAD))
 
     def _wave_due(self) -> bool:
         """More of the job's tasks started running, so the cap grew by a wave (long tasks end rarely)."""
         return (
-            self._adaptive and self._next_task < self.req.replicas and not self._kill_reason and not self._failing
+            self._next_task < self.req.replicas and not self._kill_reason and not self._failing
             and len(self._open) <= self._open_cap() - WAVE_STEP
         )  # fmt: skip
 
@@ -387,12 +352,9 @@ class JobWorkflow:
         first = self._next_task
         enqueue = Enqueue(job_id, spec, dict.fromkeys(range(first, end), attempt), req.submitted_at)
         early: asyncio.Task[None] | None = None
-        goes_early = first == 0 and not gang and end <= START_BATCH
-        if goes_early and end - first > EARLY_ENQUEUE_MAX and self._patched(SMALL_EARLY_ENQUEUE, since=3):
-            goes_early = False
-        if goes_early and self._patched(ENQUEUE_WITH_START, since=2):
+        if first == 0 and not gang and end <= EARLY_ENQUEUE_MAX:
             early = asyncio.create_task(self._enqueue(enqueue))
-        tagged = TypedSearchAttributes([SearchAttributePair(KIND, TASK_KIND)]) if self._visible else None
+        tagged = TypedSearchAttributes([SearchAttributePair(KIND, TASK_KIND)])
         # A job that continues as new must not take its running tasks with it: they are abandoned and
         # report their end by signal (REQUEST_CANCEL would cancel them when the run closes).
         closing = workflow.ParentClosePolicy.ABANDON if self._handover else workflow.ParentClosePolicy.REQUEST_CANCEL
@@ -446,10 +408,7 @@ class JobWorkflow:
             return
         if early is not None:
             return
-        if self._patched(SIGNALS_BY_ACTIVITY):
-            await self._enqueue(enqueue)
-        else:  # how runs that began before the patch go on, so their histories replay
-            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("enqueue", enqueue)
+        await self._enqueue(enqueue)
 
     def _kill_unstarted(self) -> None:
         for i in range(self._next_task, self.req.replicas):
@@ -480,14 +439,14 @@ class JobWorkflow:
         """
         while True:
             self._record_ended()
-            if self._next_task < self.req.replicas and self._visible:
+            if self._next_task < self.req.replicas:
                 await self._start_next_wave()
             if not self._open and not self._ended:
                 break
             if self._handover_due():
                 await self._continue_as_new()
             await workflow.wait_condition(lambda: bool(self._ended) or self._wave_due() or self._handover_due())
-        if self._next_task < self.req.replicas and self._visible:
+        if self._next_task < self.req.replicas:
             self._kill_unstarted()  # the job failed or was killed before its last waves started
 
     def _record_ended(self) -> None:
@@ -545,7 +504,7 @@ class JobWorkflow:
             return
         handover = pb.JobHandover(
             status=compact_status(self.status), open_tasks=sorted(self._open),
-            next_task=self._next_task, adaptive=self._adaptive,
+            next_task=self._next_task,
         )  # fmt: skip
         self._flush()
         workflow.logger.info("job %s continues as new with %d tasks open", self.status.job_id, len(self._open))
@@ -683,15 +642,13 @@ class JobWorkflow:
 
         Failing the workflow makes the Temporal UI's status and "Failures" view
         agree with the job (the JobStatus rides along as the failure's details).
-        Patched so that histories of jobs that ended before this still replay.
         """
         self.status.error = cap_text(error, MAX_JOB_ERROR_CHARS) if state != JobState.SUCCEEDED else ""
         self.status.finished_at = workflow.now().timestamp()
         self._set_state(state)
-        if self._visible:
-            self._flush()
+        self._flush()
         result = compact_status(self.status)  # a 10,000-task table whole would pass the 2 MB payload limit
-        if state != JobState.SUCCEEDED and self._patched(FAIL_UNSUCCESSFUL_JOBS):
+        if state != JobState.SUCCEEDED:
             raise ApplicationError(
                 f"job {state}: {self.status.error}", result, type=f"Job{state.title()}", non_retryable=True
             )

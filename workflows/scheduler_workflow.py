@@ -7,6 +7,10 @@ local activity on a compact snapshot, then commits capacity *before* it tells
 a task where to run. Every handler is idempotent; state lives in one dataclass
 handed to continue-as-new packed (zlib of positional JSON, see scheduler_state).
 
+Runs are pinned to the controller build that started them (Worker Versioning); when
+operators make a new build current, the next workflow task sees it and the run
+continues as new onto that build, with its state (see docs/operators.md).
+
 Registration is a signal carrying a batch of hosts (`register_workers`), sent
 by each agent's WorkerWorkflow and answered with a `registered` signal, so
 10,000 agents do not queue updates on this one workflow. Lost workers stay
@@ -23,7 +27,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -38,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
-    from workflows.ids import SIGNALS_BY_ACTIVITY, task_workflow_id
+    from workflows.ids import task_workflow_id
     from workflows.messages import (
         Assigned,
         Claim,
@@ -66,51 +70,23 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
-PASS_BY_ACTIVITY = "scheduling-pass-activity"  # workflow.patched id: the pass is a regular activity
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
 ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
 PASS_INTERVAL = timedelta(seconds=1)
-# workflow.patched id: changed pending reasons are signalled to their jobs, which publish them in their memo.
-REASONS_TO_JOBS = "pending-reasons-to-jobs"
-# workflow.patched id: registration replies, pending reasons and big announce batches are sent by a
-# regular activity. A local activity keeps the workflow task open while it runs; when deliveries are
-# slow (a loaded server, thousands of them) and more than ~100 signals arrive meanwhile, the server
-# force-closes the task and everything it did is redone.
-DELIVERIES_BY_ACTIVITY = "deliveries-by-activity"
+# Registration replies, pending reasons and big announce batches are sent by a regular activity. A
+# local activity keeps the workflow task open while it runs; when deliveries are slow (a loaded
+# server, thousands of them) and more than ~100 signals arrive meanwhile, the server force-closes
+# the task and everything it did is redone.
 LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local activity: it is the latency path
-# workflow.patched id: a worker that registers again (its agent restarted) stays cordoned, as a
-# drained node stays drained across a Slurm daemon restart; before, registering undid the cordon.
-KEEP_CORDON = "cordon-survives-registration"
-# workflow.patched id: a run also continues as new after SIGNAL_BUDGET received signals, and sends
-# owed registration replies once before it does (not until none are owed). The server refuses
-# signals past a per-run limit (`history.maximumSignalsPerExecution`, 10,000 by default), which a
-# storm of registrations or enqueues reached while the run waited to continue; senders retry a
-# refused signal (deliver_signals fails and is retried) and it lands on the new run.
-SIGNALS_PER_RUN = "continue-as-new-on-signal-count"
+# A run also continues as new after SIGNAL_BUDGET received signals, at once (before a pass or during
+# one, whose plan is then dropped uncommitted), and sends owed registration replies once before it
+# does. The server refuses signals past a per-run limit (`history.maximumSignalsPerExecution`,
+# 10,000 by default); senders retry a refused signal and it lands on the new run.
 SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives while a run closes
-# workflow.patched id: a plan's placement on a worker cordoned while the pass ran is not committed.
-# Before, a slice picked for scale-down could be given a job after its cordon, and drained under it.
-COMMIT_SKIPS_CORDONED = "commit-skips-cordoned"
-# workflow.patched id: a run whose signal budget is spent continues as new at once, before a pass
-# or during one (the pass's plan is dropped, nothing of it committed; the next run passes afresh).
-# Before, it waited for the pass and its announcements, and an enqueue storm meanwhile (10,000
-# jobs in 13 s at 10k workers) took it past the server's per-run signal limit.
-BUDGET_STOPS_PASS = "signal-budget-stops-pass"
-# workflow.patched id: a run that starts with no state (not continued from another) asks the live
-# workers and tasks to report again (activities.recovery); before, a terminated scheduler came
-# back knowing no worker and no task, and queued work waited forever.
-REBUILD_WHEN_EMPTY = "rebuild-when-started-empty"
 REBUILD_GRACE = timedelta(seconds=5)  # after asking, how long claims may still come in before passes resume
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing (and 2**n must not overflow)
-# workflow.patched id: dispatch failures inside a worker's quarantine count once, and a task that
-# ran on the worker resets its count.
-DISPATCH_FAILURES_BY_INCIDENT = "dispatch-failures-by-incident"
-# workflow.patched id: an assignment whose task its running job has not started yet comes back from
-# the announcement as late after a short grace (deliver_assignments) and is delivered in the
-# background. Before, the announcement waited for it up to 30 s, and no pass ran meanwhile.
-LATE_ASSIGNMENTS_APART = "late-assignments-apart"
 # How long a late assignment waits for its task in the background. A task still not there then
 # (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
 # whenever it comes; its place is given back meanwhile.
@@ -118,9 +94,10 @@ LATE_PATIENCE_SECONDS = 60.0
 # How long the announcement itself waits for a task that is not there yet: a job's children start
 # tens of milliseconds after its enqueue, unless something broke.
 ANNOUNCE_GRACE_SECONDS = 2.0
-MAX_SIGNALS_IN_FLIGHT = 1000  # Temporal allows 2,000 pending outgoing signals per workflow
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
+# The next run starts on the build that is current then (the run itself is pinned to its own build).
+UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 __all__ = ["PendingEntry", "Placement", "SchedulerState", "SchedulerWorkflow", "WorkerEntry", "encode_snapshot"]
 
@@ -153,49 +130,31 @@ def _decode_enqueue(raw: RawValue) -> Enqueue:
     return workflow.payload_converter().from_payload(raw.payload, Enqueue)  # type: ignore[no-any-return]
 
 
-@workflow.defn(name="SchedulerWorkflow")
+@workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class SchedulerWorkflow:
     @workflow.init
-    def __init__(self, state: SchedulerState | None = None, packed: bytes | None = None) -> None:
+    def __init__(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state.
-        # Runs continued before packing existed carry the dataclass itself.
-        self.state = unpack(packed) if packed else state or SchedulerState()
-        self._started_empty = state is None and not packed
+        self.state = unpack(packed) if packed else SchedulerState()
+        self._started_empty = not packed
         self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
         self._rebuilt_at: float | None = None
-        self._dirty = state is not None or packed is not None
-        self._signals_in_flight = 0
-        self._signals_by_activity = True
-        self._pass_by_activity = True
-        self._reasons_to_jobs = True
-        self._deliveries_by_activity = True
-        self._signals_per_run = True
-        self._commit_skips_cordoned = True
-        self._budget_stops_pass = True
-        self._late_apart = True
+        self._dirty = packed is not None
         self._late_deliveries = 0  # background deliveries of late assignments not finished yet
         self._signals_received = 0
+        self._signal_budget = signal_budget  # an argument, so a test can make it small (the sandbox re-imports us)
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
 
     @workflow.run
-    async def run(self, state: SchedulerState | None = None, packed: bytes | None = None) -> None:
-        # Decided once, before any local activity runs: a patch first checked right after a local
-        # activity can fall into a later workflow task than on replay, which then fails as
-        # non-deterministic (seen when a run was evicted and replayed).
-        self._signals_by_activity = workflow.patched(SIGNALS_BY_ACTIVITY)
-        self._pass_by_activity = workflow.patched(PASS_BY_ACTIVITY)
-        self._reasons_to_jobs = workflow.patched(REASONS_TO_JOBS)
-        self._deliveries_by_activity = workflow.patched(DELIVERIES_BY_ACTIVITY)
-        self._signals_per_run = workflow.patched(SIGNALS_PER_RUN)
-        self._commit_skips_cordoned = workflow.patched(COMMIT_SKIPS_CORDONED)
-        self._budget_stops_pass = workflow.patched(BUDGET_STOPS_PASS)
-        self._late_apart = workflow.patched(LATE_ASSIGNMENTS_APART)
-        if self._started_empty and workflow.patched(REBUILD_WHEN_EMPTY):
-            # Not awaited: the loop serves the reports (and anything new) as they come in.
+    async def run(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
+        if self._started_empty:
+            # A run that starts with no state (a terminated scheduler came back) asks the live
+            # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
+            # the reports (and anything new) as they come in.
             self._rebuilding = workflow.start_activity(
                 REBUILD_SCHEDULER, result_type=dict[str, int], start_to_close_timeout=timedelta(minutes=30),
                 heartbeat_timeout=timedelta(minutes=2), retry_policy=RetryPolicy(maximum_attempts=5),
@@ -206,34 +165,36 @@ class SchedulerWorkflow:
                     lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
                 )
             self._dirty = False
-            if (
-                self.state.pending
-                and not (self._budget_stops_pass and self._signal_budget_spent())
-                and not self._rebuild_holds()
-            ):
+            if self.state.pending and not self._signal_budget_spent() and not self._rebuild_holds():
                 await self._scheduling_pass()
             if self._replies:
                 await self._send_replies()
             self._purge_lost()
-            if workflow.info().is_continue_as_new_suggested() or self._signal_budget_spent():
+            if self._run_should_end():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
-                    and self._signals_in_flight == 0
                     and self._late_deliveries == 0  # their places are given back by this run
                 )
-                if self._signals_per_run:
-                    # One round: while 10,000 agents register, every round brings new registrations,
-                    # and waiting for the last one let a run pass the server's signal limit. An
-                    # agent without its answer registers again (idempotent) and the next run answers.
-                    if self._replies:
-                        await self._send_replies()
-                    if self._replies:
-                        workflow.logger.info("%d registrations answered by the next run", len(self._replies))
-                else:
-                    while self._replies:  # answers owed to registrations that came in meanwhile
-                        await self._send_replies()
+                # One round: while 10,000 agents register, every round brings new registrations,
+                # and waiting for the last one let a run pass the server's signal limit. An
+                # agent without its answer registers again (idempotent) and the next run answers.
+                if self._replies:
+                    await self._send_replies()
+                if self._replies:
+                    workflow.logger.info("%d registrations answered by the next run", len(self._replies))
                 self._purge_lost(force=True)
-                workflow.continue_as_new(args=[None, pack(self.state)])
+                workflow.continue_as_new(
+                    args=[pack(self.state), self._signal_budget], initial_versioning_behavior=UPGRADE_ON_CONTINUE
+                )
+
+    def _run_should_end(self) -> bool:
+        """The history is long, the signal budget spent, or operators made another build current."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or self._signal_budget_spent()
+            or info.is_target_worker_deployment_version_changed()
+        )
 
     def _rebuild_holds(self) -> bool:
         """No pass while a scheduler that started empty hears from the fleet: a queued task must not
@@ -250,15 +211,11 @@ class SchedulerWorkflow:
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
 
     def _signal_budget_spent(self) -> bool:
-        return self._signals_per_run and self._signals_received >= SIGNAL_BUDGET
+        return self._signals_received >= self._signal_budget
 
     async def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
-        if self._signals_by_activity:
-            await self._deliver(replies, urgent=False)
-        else:
-            for reply in replies:
-                await self._send(reply.workflow_id, reply.signal, reply.arg, None)
+        await self._deliver(replies, urgent=False)
 
     def _purge_lost(self, force: bool = False) -> None:
         """Remove workers lost more than LOST_RETENTION ago (checked at most once per PURGE_INTERVAL)."""
@@ -281,37 +238,25 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
-        if self._pass_by_activity:
-            # A regular activity, not a local one, for two reasons. The plan is in history before
-            # anything is committed or announced: a controller that dies mid-pass replays the same
-            # plan, so no task is told two different workers (a local activity's plan was only
-            # recorded with the task that also sent the "assigned" signals). And the workflow task
-            # ends while the pass runs, so signals arriving meanwhile are handled in short tasks of
-            # their own (a local activity held the task open, and more than 100 buffered signals
-            # made the server force-fail it, seen at 1,000 workers).
-            passing = workflow.start_activity(
-                FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
-            )
-            if self._budget_stops_pass:
-                await workflow.wait_condition(lambda: passing.done() or self._signal_budget_spent())
-                if not passing.done():
-                    workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
-                    return
-            plan_bytes = await passing
-        else:  # runs that began before the patch
-            plan_bytes = await workflow.execute_local_activity(
-                FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=60)
-            )
+        # A regular activity, not a local one, for two reasons. The plan is in history before
+        # anything is committed or announced: a controller that dies mid-pass replays the same
+        # plan, so no task is told two different workers (a local activity's plan was only
+        # recorded with the task that also sent the "assigned" signals). And the workflow task
+        # ends while the pass runs, so signals arriving meanwhile are handled in short tasks of
+        # their own (a local activity held the task open, and more than 100 buffered signals
+        # made the server force-fail it, seen at 1,000 workers).
+        passing = workflow.start_activity(
+            FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
+        )
+        await workflow.wait_condition(lambda: passing.done() or self._signal_budget_spent())
+        if not passing.done():
+            workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
+            return
+        plan_bytes = await passing
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
-        if self._signals_by_activity:
-            await self._announce(plan)
-        else:  # how runs that began before the patch go on, so their histories replay
-            for key, assigned, placed in self._commit(plan):
-                await self._send(key, "assigned", assigned, placed)
-            for key, unschedulable in self._take_timed_out(plan):
-                await self._send(key, "unschedulable", unschedulable, None)
+        await self._announce(plan)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
         changed = []
@@ -321,7 +266,7 @@ class SchedulerWorkflow:
                 changed.append(Delivery(job_id, "pending_reason", reason))
         for job_id in [job_id for job_id in reasons if job_id not in self.state.pending]:
             del reasons[job_id]
-        if changed and self._reasons_to_jobs:
+        if changed:
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
             await self._deliver(changed, urgent=False)
 
@@ -331,27 +276,22 @@ class SchedulerWorkflow:
         Only a small, urgent batch (task assignments) goes by local activity, which saves a
         workflow task on the submit-to-running path; everything else by a regular activity.
         """
-        local = not self._deliveries_by_activity or (urgent and len(deliveries) <= LOCAL_DELIVERY_MAX)
+        local = urgent and len(deliveries) <= LOCAL_DELIVERY_MAX
         return await _delivery(DELIVER_SIGNALS, [deliveries], list[int], local=local)
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
-        limit = MAX_COMMIT_PER_PASS if self._pass_by_activity else None
         # What a late assignment needs to go back to the queue (the commit drops emptied entries).
         entries = {a.job_id: self.state.pending[a.job_id] for a in plan.assignments if a.job_id in self.state.pending}
         outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
-            (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan, limit)
+            (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan)
         ]
         outgoing += [(Delivery(key, "unschedulable", arg), None) for key, arg in self._take_timed_out(plan)]
-        # Newer runs send in batches, one workflow task each, so no task holds the 100,000
-        # deliveries of a big pass (the deadlock detector fires after 2 s of workflow code).
-        size = ANNOUNCE_BATCH if self._pass_by_activity else max(1, len(outgoing))
-        for start in range(0, len(outgoing), size):
-            batch = outgoing[start : start + size]
+        # In batches, one workflow task each, so no task holds the 100,000 deliveries of a big
+        # pass (the deadlock detector fires after 2 s of workflow code).
+        for start in range(0, len(outgoing), ANNOUNCE_BATCH):
+            batch = outgoing[start : start + ANNOUNCE_BATCH]
             deliveries = [delivery for delivery, _ in batch]
-            if not self._late_apart:
-                self._give_back(batch, await self._deliver(deliveries, urgent=True))
-                continue
             outcome = await self._deliver_assignments(deliveries)
             self._give_back(batch, outcome.gone)
             if outcome.late:
@@ -419,7 +359,7 @@ class SchedulerWorkflow:
         return told
 
     def _commit(
-        self, plan: pb.SchedulingPlan, limit: int | None = None
+        self, plan: pb.SchedulingPlan, limit: int | None = MAX_COMMIT_PER_PASS
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
@@ -447,7 +387,7 @@ class SchedulerWorkflow:
             for a in assignments:
                 worker = self.state.workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
-                if ok and worker is not None and worker.cordoned and self._commit_skips_cordoned:
+                if ok and worker is not None and worker.cordoned:
                     ok = False  # cordoned while the pass ran
                 if ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
@@ -480,22 +420,6 @@ class SchedulerWorkflow:
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted
-
-    async def _send(self, workflow_id: str, signal: str, arg: Any, placed: pb.SchedulingAssignment | None) -> None:
-        """Signal a task without blocking the loop; a task that is gone gives its place back."""
-        await workflow.wait_condition(lambda: self._signals_in_flight < MAX_SIGNALS_IN_FLIGHT)
-        self._signals_in_flight += 1
-
-        async def deliver() -> None:
-            try:
-                await workflow.get_external_workflow_handle(workflow_id).signal(signal, arg)
-            except Exception:
-                if placed is not None:
-                    self._release(placed.job_id, placed.task_index, arg.attempt)
-            finally:
-                self._signals_in_flight -= 1
-
-        asyncio.create_task(deliver())  # noqa: RUF006 - tracked by _signals_in_flight
 
     def _release(self, job_id: str, task_index: int, attempt: int) -> None:
         entry = self.state.pending.get(job_id)
@@ -584,7 +508,7 @@ class SchedulerWorkflow:
             self._dispatch_failed(worker)
         elif placement is not None and placement.attempt == request.attempt:
             ran_on = self.state.workers.get(placement.worker_id)
-            if ran_on is not None and ran_on.dispatch_failures and workflow.patched(DISPATCH_FAILURES_BY_INCIDENT):
+            if ran_on is not None and ran_on.dispatch_failures:
                 ran_on.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
 
     def _dispatch_failed(self, worker: WorkerEntry) -> None:
@@ -596,7 +520,7 @@ class SchedulerWorkflow:
         timedelta overflow that failed every workflow task of the scheduler).
         """
         now = workflow.now().timestamp()
-        if worker.suspect_until > now and workflow.patched(DISPATCH_FAILURES_BY_INCIDENT):
+        if worker.suspect_until > now:
             return
         worker.dispatch_failures += 1
         quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS))
@@ -677,8 +601,8 @@ class SchedulerWorkflow:
     def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
         """Add or refresh a worker; a restarted agent (new session) replaces its old entry.
 
-        Agents of earlier releases register this way; today's send `register_workers` through their
-        WorkerWorkflow.
+        For tools and tests that register one host and need the answer at once; agents send
+        `register_workers` through their WorkerWorkflow.
         """
         self._admit(meta)
         self._changed()
@@ -688,7 +612,7 @@ class SchedulerWorkflow:
         """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
         before = self.state.workers.get(meta.worker_id)
         entry = self.state.workers[meta.worker_id] = worker_from_metadata(meta)
-        if before is not None and before.cordoned and workflow.patched(KEEP_CORDON):
+        if before is not None and before.cordoned:
             entry.cordoned = True
 
     @register_worker.validator

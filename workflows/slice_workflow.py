@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy, SearchAttributeKey, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -52,9 +52,6 @@ STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval
 TERMINATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
                               maximum_attempts=20)  # fmt: skip
 HEARTBEAT = timedelta(seconds=10)
-# workflow.patched id: a scale-down stops waiting for the READY watch as soon as it asks it to stop. The
-# watch only reads; waiting for it to acknowledge took up to one heartbeat throttle (8 s) per scale-down.
-WATCH_TRY_CANCEL = "slice-watch-try-cancel"
 
 
 @dataclass
@@ -103,7 +100,7 @@ def _failure(err: BaseException) -> tuple[str, str]:
     return str(cause or err), type(cause or err).__name__
 
 
-@workflow.defn(name="SliceWorkflow")
+@workflow.defn(name="SliceWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class SliceWorkflow:
     @workflow.init
     def __init__(self, inp: SliceInput) -> None:
@@ -215,10 +212,11 @@ class SliceWorkflow:
     async def _watch(self) -> SliceEvent:
         req = SliceRequest(self.inp.slice_id, self.inp.group)
         try:
-            cancellation = TRY_CANCEL if workflow.patched(WATCH_TRY_CANCEL) else WAIT_CANCELLED
+            # A scale-down stops waiting for the watch as soon as it asks it to stop: the watch only
+            # reads, and waiting for it to acknowledge took up to one heartbeat throttle (8 s).
             why: str = await self._step(SLICE_WATCH, req, timeout=timedelta(days=3650), heartbeat=True,
                                         retry=RetryPolicy(maximum_interval=timedelta(seconds=30)),
-                                        result_type=str, cancellation=cancellation)  # fmt: skip
+                                        result_type=str, cancellation=TRY_CANCEL)  # fmt: skip
         except ActivityError as err:
             return self._failed(err, "watch")
         self.error, self.error_type = why, "SlicePreempted"

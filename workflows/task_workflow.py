@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
@@ -49,17 +49,11 @@ DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
-# workflow.patched id: a heartbeat timeout before the process started is a dispatch failure (re-queued,
-# no budget spent), not a lost worker.
-UNSTARTED_IS_DISPATCH_FAILURE = "unstarted-is-dispatch-failure"
 MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
-# workflow.patched id: a retry's enqueue that the server refuses (no scheduler running, its per-run
-# signal limit) is sent again with backoff; before, it was lost and the task waited forever.
-ENQUEUE_UNTIL_DELIVERED = "enqueue-until-delivered"
 ENQUEUE_BACKOFF_MAX = 60.0  # seconds between attempts to deliver a refused enqueue, at most
 
 
-@workflow.defn(name="TaskWorkflow")
+@workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class TaskWorkflow:
     def __init__(self) -> None:
         self.state = TaskState.PENDING
@@ -249,7 +243,7 @@ class TaskWorkflow:
                 await scheduler.signal(signal, arg)
                 return
             except Exception as err:
-                if not wanted() or not workflow.patched(ENQUEUE_UNTIL_DELIVERED):
+                if not wanted():
                     return
                 workflow.logger.warning("%s refused, again in %gs: %s", signal, delay, err)
                 await workflow.sleep(delay)
@@ -297,7 +291,7 @@ class TaskWorkflow:
                     return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up", False
                 kind = cause.type.name if cause.type else "timeout"
                 started = PROCESS_STARTED in cause.last_heartbeat_details
-                if not started and workflow.patched(UNSTARTED_IS_DISPATCH_FAILURE):
+                if not started:  # a dispatch failure (re-queued, no budget spent), not a lost worker
                     error = f"worker {worker_id} timed out ({kind}) before the task started"
                     return TaskEvent.DISPATCH_FAILED, error, False
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})", started

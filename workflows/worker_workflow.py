@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -42,11 +42,9 @@ SESSION_START_TIMEOUT = timedelta(seconds=30)
 # How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
 # the agent to read it: bounded, as the agent that would read it may be gone.
 ANSWER_WAIT = timedelta(seconds=60)
-# Patch: the monitor waits for the answer even after its session ended, and, refused, for the agent to read it.
-ANSWER_OUTLIVES_SESSION = "answer-outlives-session"
 
 
-@workflow.defn(name="WorkerWorkflow")
+@workflow.defn(name="WorkerWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class WorkerWorkflow:
     def __init__(self) -> None:
         self._reply: RegistrationReply | None = None
@@ -61,12 +59,8 @@ class WorkerWorkflow:
         workflow.set_current_details(f"worker {session.worker_id}: healthy")
         reason = "session ended"
         liveness = asyncio.ensure_future(self._session(session))
-        waits_for_answer = session.announced and workflow.patched(ANSWER_OUTLIVES_SESSION)
-        if waits_for_answer:
-            await self._wait(lambda: self._reply is not None)
-        elif session.announced:
-            await workflow.wait_condition(lambda: self._reply is not None or liveness.done())
         if session.announced:
+            await self._wait(lambda: self._reply is not None)
             refused = self._reply.refused if self._reply is not None else {}
             hosts = [h for h in hosts if h not in refused]
             if not hosts:  # nothing to watch: end the session instead of waiting for it to time out
@@ -77,7 +71,7 @@ class WorkerWorkflow:
             reason = str(err.cause) if err.cause else err.message
         except asyncio.CancelledError:
             reason = "registration refused"
-        if waits_for_answer and self._reply is not None and not hosts:
+        if session.announced and self._reply is not None and not hosts:
             # Refused: the agent is told why before the monitor ends. (A lost worker is reported at once.)
             await self._wait(lambda: self._answered)
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)

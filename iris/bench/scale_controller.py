@@ -24,11 +24,13 @@ from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import ensure_scheduler, workflow_runner
+from iris.deployment import build_id, deployment_config, promote
 from workflows.ids import CONTROL_TASK_QUEUE
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
 TASK_SIGNALS = ("assigned", "unschedulable")
+BUILD = build_id()
 
 
 @activity.defn(name=DELIVER_SIGNALS)
@@ -62,8 +64,10 @@ async def serve(address: str) -> None:
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=workflow_runner(),
+            deployment_config=deployment_config(BUILD),
         )
         async with worker:
+            await promote(client, BUILD)
             await ensure_scheduler(client, "memory://bench")
             print("ready", flush=True)
             await stop.wait()

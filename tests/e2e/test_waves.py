@@ -49,4 +49,4 @@ def test_a_job_past_its_first_wave_runs_every_task_once_in_waves(client: IrisCli
         return await client._async.temporal.get_workflow_handle(job.job_id).fetch_history()
 
     replayed = client._run(Replayer(workflows=ALL_WORKFLOWS).replay_workflow(client._run(history())))
-    assert replayed.replay_failure is None  # the waves' history (adaptive-waves patch) replays
+    assert replayed.replay_failure is None  # the waves' history replays
