@@ -118,6 +118,8 @@ SANDBOX_PASSTHROUGH = (
     "workflows.ids",
     "workflows.messages",
     "workflows.states",
+    "workflows.task_lifecycle",
+    "workflows.job_lifecycle",
     "workflows.scheduler_state",
     "workflows.slice_lifecycle",
 )

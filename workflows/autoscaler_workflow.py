@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
     from workflows.ids import AUTOSCALER_WORKFLOW_ID
+    from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 BUSY_TICK = timedelta(seconds=2)  # while work is pending or slices are on their way
@@ -45,7 +46,8 @@ BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
-IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
+IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
+GONE = (SliceState.FAILED, SliceState.TERMINATED)
 
 
 @dataclass
@@ -73,7 +75,7 @@ class AutoscalerConfig:
 class SliceEntry:
     slice_id: str
     group: str
-    state: str
+    state: SliceState
     worker_ids: list[str] = field(default_factory=list)
     idle_since: float | None = None
     error: str = ""
@@ -194,7 +196,7 @@ class AutoscalerWorkflow:
             entry = self.state.slices.get(slice_id)
             if entry is None:
                 continue
-            entry.state = "DRAINING"
+            entry.state = SliceState.DRAINING
             delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
             try:
                 await workflow.get_external_workflow_handle(slice_id).signal(
@@ -209,14 +211,14 @@ class AutoscalerWorkflow:
                 assert group is not None
                 await self._start_slice(config, group)
         self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
-            s.state != "READY" for s in self.state.slices.values()
+            s.state != SliceState.READY for s in self.state.slices.values()
         )
 
     async def _start_slice(self, config: AutoscalerConfig, group: ScaleGroup) -> None:
         spec = group.spec
         slice_id = f"{spec.name}-{workflow.uuid4().hex[:8]}"
         now = workflow.now().timestamp()
-        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, "CREATING")
+        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, SliceState.CREATING)
         self.state.groups.setdefault(spec.name, GroupRuntime()).last_scale_up = now
         inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds)
         summary = f"slice {slice_id}: group {spec.name}, {spec.hosts_per_slice} x {spec.platform} hosts"
@@ -238,8 +240,8 @@ class AutoscalerWorkflow:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
         )  # fmt: skip
         for k in known:
-            if k.slice_id not in self.state.slices and k.state not in ("FAILED", "TERMINATED"):
-                self.state.slices[k.slice_id] = SliceEntry(k.slice_id, k.group, k.state, k.worker_ids)
+            if k.slice_id not in self.state.slices and k.state not in GONE:
+                self.state.slices[k.slice_id] = SliceEntry(k.slice_id, k.group, SliceState(k.state), k.worker_ids)
         self.state.recovered = True
 
     async def _cleanup_orphans(self) -> None:
@@ -294,19 +296,20 @@ class AutoscalerWorkflow:
     def slice_state(self, update: SliceUpdate) -> None:
         """A slice moved: keep its state; count failures, clear them when a slice comes up."""
         entry = self.state.slices.get(update.slice_id)
-        if update.state in ("FAILED", "TERMINATED"):
+        if update.state in GONE:
             self.state.slices.pop(update.slice_id, None)
         elif entry is None:
             self.state.slices[update.slice_id] = SliceEntry(update.slice_id, update.group, update.state,
                                                             list(update.worker_ids))  # fmt: skip
-        elif entry.state == "DRAINING" and update.state == "READY":  # asked to go as idle, it got work meanwhile
-            entry.state, entry.idle_since = "READY", None  # it stays: idle counts again from now
-        elif entry.state != "DRAINING" or update.state == "DRAINING":
+        elif entry.state == SliceState.DRAINING and update.state == SliceState.READY:
+            # Asked to go for being idle, it got work meanwhile: it stays, and idle counts again from now.
+            entry.state, entry.idle_since = SliceState.READY, None
+        elif entry.state != SliceState.DRAINING or update.state == SliceState.DRAINING:
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
         rt = self.state.groups.setdefault(update.group, GroupRuntime())
-        if update.state == "READY":
+        if update.state == SliceState.READY:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
-        elif update.state == "FAILED" and update.error_type != PREEMPTED:
+        elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
             self._failed(update.group, update.error, update.error_type)
         self._wake = True
 

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         TASK_KIND,
         task_workflow_id,
     )
+    from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
     from workflows.messages import (
         ConstraintSpec,
         Enqueue,
@@ -139,9 +140,9 @@ class JobWorkflow:
         self.status = pb.JobStatus()
         self.req = pb.JobRequest()
         self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self._phase = JobPhase.ACTIVE  # what the job does while its tasks run (job_lifecycle)
         self._kill_reason = ""
-        self._failing = False
-        self._gang_break: TaskResult | None = None  # the result that broke this gang attempt
+        self._gang_break: TaskResult | None = None  # the result that broke this gang attempt (KEEP_CAUSE)
         self._published = JobView()
         self._next_task = 0  # the next task index to start, for jobs started in waves
         self._stale = False  # the memo lags the status (see _publish)
@@ -164,9 +165,9 @@ class JobWorkflow:
     @workflow.signal
     def kill(self, reason: str) -> None:
         """Terminate the job: cancel every task, which stops its process first."""
-        if not self._kill_reason:
+        if self._phase is not JobPhase.KILLING:
             self._kill_reason = reason or "killed by user"
-            self._cancel_running()
+            self._on(JobEvent.KILL)
 
     @workflow.signal
     def task_started(self, msg: TaskStarted) -> None:
@@ -249,7 +250,7 @@ class JobWorkflow:
             req.replicas,
             failed_tasks=self._failed_tasks(),
             max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
-            killed=bool(self._kill_reason),
+            killed=self._phase is JobPhase.KILLING,
         )
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
@@ -266,10 +267,8 @@ class JobWorkflow:
             await self._start_tasks(job_id, req, attempt=progress.attempt)
             await self._collect()
             cause = self._gang_break
-            if cause is None or self._kill_reason:
-                return
-            if cause.state not in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.PENDING):
-                return  # UNSCHEDULABLE: final
+            if self._phase is not JobPhase.GANG_BROKEN or cause is None:
+                return  # it ended, failed (a member was unschedulable) or was killed
             # PENDING is a dispatch failure, not the gang's fault: it is placed again without spending a budget.
             progress.failures += int(cause.state == TaskState.FAILED)
             progress.preemptions += int(cause.state == TaskState.WORKER_FAILED)
@@ -282,14 +281,7 @@ class JobWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(args=[req, progress, b""])  # every argument, or none is typed
-            self._failing = False
-            self._children.clear()
-            for row in self.status.tasks:
-                self._set_row(row, TaskState.PENDING)
-                row.attempt, row.worker_id = progress.attempt, ""
-                row.has_exit_code, row.exit_code = False, 0
-            self.status.error = ""
-            self._refresh_state()
+            self._on(JobEvent.GANG_RETRY, attempt=progress.attempt)
 
     def _check(self, req: pb.JobRequest) -> str:
         """The client validates first; this only keeps a hand-made request from wedging the job."""
@@ -323,7 +315,7 @@ class JobWorkflow:
     async def _start_next_wave(self) -> None:
         """Start more of a large job's tasks once a wave's worth of its pending children has ended."""
         req = self.req
-        if self._next_task >= req.replicas or self._kill_reason or self._failing:
+        if self._next_task >= req.replicas or self._phase is not JobPhase.ACTIVE:
             return
         cap = self._open_cap()
         if len(self._open) > cap - WAVE_STEP:
@@ -339,7 +331,7 @@ class JobWorkflow:
     def _wave_due(self) -> bool:
         """More of the job's tasks started running, so the cap grew by a wave (long tasks end rarely)."""
         return (
-            self._next_task < self.req.replicas and not self._kill_reason and not self._failing
+            self._next_task < self.req.replicas and self._phase is JobPhase.ACTIVE
             and len(self._open) <= self._open_cap() - WAVE_STEP
         )  # fmt: skip
 
@@ -359,7 +351,7 @@ class JobWorkflow:
         # report their end by signal (REQUEST_CANCEL would cancel them when the run closes).
         closing = workflow.ParentClosePolicy.ABANDON if self._handover else workflow.ParentClosePolicy.REQUEST_CANCEL
         for start in range(first, end, START_BATCH):
-            if self._kill_reason:
+            if self._phase is JobPhase.KILLING:
                 break
             batch = range(start, min(start + START_BATCH, end))
             handles = await asyncio.gather(
@@ -402,7 +394,7 @@ class JobWorkflow:
                     handle.add_done_callback(functools.partial(_note_end, self._ended, i))
         if early is not None:
             await early  # a task killed meanwhile gives its place back when its cancellation ends it
-        if self._kill_reason:
+        if self._phase is JobPhase.KILLING:
             self._cancel_running()
             self._kill_unstarted()
             return
@@ -492,7 +484,7 @@ class JobWorkflow:
         A job being killed or failing winds down in this run: it only waits for its open tasks.
         """
         return (
-            self._handover and bool(self._open) and not self._kill_reason and not self._failing
+            self._handover and bool(self._open) and self._phase is JobPhase.ACTIVE
             and workflow.info().is_continue_as_new_suggested()
         )  # fmt: skip
 
@@ -537,16 +529,30 @@ class JobWorkflow:
         gang_broken = bool(self.req.coschedule_group_by) and (
             state in (TaskState.FAILED, TaskState.WORKER_FAILED) or result.dispatch_failed
         )
-        if gang_broken and self._gang_break is None and not self._failing:
-            self._gang_break = result
-        if (
-            gang_broken
-            or state == TaskState.UNSCHEDULABLE
-            or self._failed_tasks() > self.req.max_task_failures
-        ) and not self._failing:
-            self._failing = True
-            self._cancel_running()
+        if gang_broken:
+            self._on(JobEvent.GANG_BROKE, cause=result)
+        elif state == TaskState.UNSCHEDULABLE or self._failed_tasks() > self.req.max_task_failures:
+            self._on(JobEvent.FAIL)
         self._refresh_state()
+
+    def _on(self, event: JobEvent, *, cause: TaskResult | None = None, attempt: int = 0) -> None:
+        """Take `event` through the job's lifecycle table (InvalidTransition, failing the workflow task,
+        if it cannot happen now) and perform the effects it lists."""
+        step = transition(self._phase, event)
+        self._phase = step.next
+        for effect in step.effects:
+            if effect is JobEffect.KEEP_CAUSE:
+                self._gang_break = cause
+            elif effect is JobEffect.CANCEL_RUNNING:
+                self._cancel_running()
+            elif effect is JobEffect.RESET_TASKS:
+                self._children.clear()
+                for row in self.status.tasks:
+                    self._set_row(row, TaskState.PENDING)
+                    row.attempt, row.worker_id = attempt, ""
+                    row.has_exit_code, row.exit_code = False, 0
+                self.status.error = ""
+                self._refresh_state()
 
     def _failed_tasks(self) -> int:
         return self._counts.get(TaskState.FAILED, 0) + self._counts.get(TaskState.WORKER_FAILED, 0)
@@ -594,7 +600,7 @@ class JobWorkflow:
         self.status.task_state_counts.clear()
         self.status.task_state_counts.update(self._counts)
         self._publish()
-        if self._kill_reason or self._failing:
+        if self._phase is not JobPhase.ACTIVE:
             return  # the final state is decided once every task has stopped
         state = job_state_from_counts(
             self._counts,

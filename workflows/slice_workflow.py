@@ -83,7 +83,7 @@ class SliceUpdate:
 
     slice_id: str
     group: str
-    state: str
+    state: SliceState
     worker_ids: list[str] = field(default_factory=list)
     error: str = ""
     error_type: str = ""
@@ -271,7 +271,7 @@ class SliceWorkflow:
         detail = f"{self.state}: {self.inp.group.name}, {len(self.worker_ids)} hosts{hosts}"
         workflow.set_current_details(f"{detail}; {self.error}" if self.error else detail)
         if self.inp.notify:
-            update = SliceUpdate(self.inp.slice_id, self.inp.group.name, str(self.state), self.worker_ids,
+            update = SliceUpdate(self.inp.slice_id, self.inp.group.name, self.state, self.worker_ids,
                                  self.error, self.error_type, workflow.now().timestamp())  # fmt: skip
             try:
                 await workflow.get_external_workflow_handle(self.inp.notify).signal("slice_state", update)

@@ -43,7 +43,8 @@ with workflow.unsafe.imports_passed_through():
         TaskRetrying,
         Unschedulable,
     )
-    from workflows.states import TERMINAL_TASK_STATES, TaskEvent, TaskState, next_task_state
+    from workflows.states import TERMINAL_TASK_STATES, TaskState
+    from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
@@ -110,11 +111,15 @@ class TaskWorkflow:
         self.result.attempt = self.attempt
         return self.result
 
-    def _move(self, event: TaskEvent, note: str = "") -> None:
-        self.state = next_task_state(self.state, event)
+    def _move(self, event: TaskEvent, note: str = "") -> tuple[TaskEffect, ...]:
+        """Take `event` through the lifecycle table (InvalidTransition, failing the workflow task, if it
+        cannot happen now); the effects the caller performs."""
+        step = transition(self.state, event)
+        self.state = step.next
         workflow.set_current_details(f"{self.state} (attempt {self.attempt})")
         self.result.transitions.append(f"{self.state}@{self.attempt}{' ' + note if note else ''}")
         del self.result.transitions[:-MAX_TRANSITIONS]
+        return step.effects
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
@@ -166,24 +171,23 @@ class TaskWorkflow:
                     # The process ran, even if it ended before anyone heard it started: record RUNNING.
                     self._move(TaskEvent.STARTED)
                 self._assigned = None
-                if not self._agent_released:
+                effects = self._move(event)
+                if TaskEffect.RELEASE in effects and not self._agent_released:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
                     failed_on = self.result.worker_id if event == TaskEvent.DISPATCH_FAILED else ""
                     release = Release(inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on)
                     await scheduler.signal("release", release)
                 if event == TaskEvent.DISPATCH_FAILED:
-                    self._move(event)
-                    if inp.gang:
+                    if inp.gang:  # its job re-places the whole gang
                         self.result.dispatch_failed, self.result.error = True, error
                         return self.status()
                     self.attempt += 1
-                    continue
-                self._move(event)
+                    continue  # ENQUEUE
                 self.result.error = error
-                if event == TaskEvent.FAILED:
+                if TaskEffect.COUNT_FAILURE in effects:
                     self.result.failure_count += 1
                     exhausted = self.result.failure_count > inp.max_retries_failure
-                elif event == TaskEvent.WORKER_LOST:
+                elif TaskEffect.COUNT_PREEMPTION in effects:
                     self.result.preemption_count += 1
                     exhausted = self.result.preemption_count > inp.max_retries_preemption
                 else:
@@ -191,9 +195,9 @@ class TaskWorkflow:
                 if exhausted:
                     return self.status()
                 last_state = self.state
-                self._move(TaskEvent.RETRY)
+                effects = self._move(TaskEvent.RETRY)
                 self.attempt += 1
-                if parent := workflow.info().parent:
+                if TaskEffect.TELL_JOB in effects and (parent := workflow.info().parent):
                     retrying = TaskRetrying(
                         inp.task_index, self.attempt, self.result.failure_count,
                         self.result.preemption_count, last_state, error,
@@ -205,8 +209,8 @@ class TaskWorkflow:
 
     async def _killed(self, inp: TaskInput) -> TaskResult:
         """Cancelled by the job: the attempt is already stopped (WAIT_CANCELLATION_COMPLETED)."""
-        if self.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING):
-            self.state = TaskState.KILLED
+        if self.state not in UNKILLABLE:
+            self._move(TaskEvent.KILLED)
         self.result.error = self.result.error or "killed"
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
