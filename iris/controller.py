@@ -22,6 +22,17 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
+from activities.contracts import (
+    AUTOSCALER_KIND,
+    AUTOSCALER_WORKFLOW_ID,
+    CONFIGURE_AUTOSCALER,
+    CONTROL_TASK_QUEUE,
+    JOB_STATE_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_KIND,
+    SCHEDULER_WORKFLOW_ID,
+    SUMMARY_QUERY,
+)
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
@@ -36,15 +47,6 @@ from iris.deployment import build_id, deployment_config, promote
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
-from workflows.ids import (
-    AUTOSCALER_KIND,
-    AUTOSCALER_WORKFLOW_ID,
-    CONTROL_TASK_QUEUE,
-    JOB_STATE_ATTRIBUTE,
-    KIND_ATTRIBUTE,
-    SCHEDULER_KIND,
-    SCHEDULER_WORKFLOW_ID,
-)
 from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -102,7 +104,7 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
         static_summary="Iris autoscaler (singleton)",
-        start_signal="configure",
+        start_signal=CONFIGURE_AUTOSCALER,
         start_signal_args=[config],
     )
 
@@ -115,7 +117,6 @@ SANDBOX_PASSTHROUGH = (
     "scheduler",
     "activities.contracts",
     "activities.proto",
-    "workflows.ids",
     "workflows.messages",
     "workflows.states",
     "workflows.task_lifecycle",
@@ -226,7 +227,7 @@ class ControllerProbe:
         for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
             observability.JOBS.labels(state).set(n)
         summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "summary", result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+            SUMMARY_QUERY, result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
         )
         observability.PENDING_TASKS.set(summary.pending_tasks)
         observability.PLACED_TASKS.set(summary.running_tasks)

@@ -131,7 +131,7 @@ def forget_workers(cluster: Cluster, worker_ids: list[str]) -> None:
     directly), so the slice's dead workers do not linger in a shared cluster's worker list."""
     from temporalio.client import Client
 
-    from workflows.ids import SCHEDULER_WORKFLOW_ID
+    from activities.contracts import SCHEDULER_WORKFLOW_ID
     from workflows.messages import RemoveWorkers
 
     async def signal() -> None:

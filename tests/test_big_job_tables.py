@@ -21,7 +21,9 @@ from iris import ResourceSpec
 from iris.client import AsyncIrisClient, _job_status
 from iris.submission import build_request
 from worker_agent.object_store import open_blob_store
-from workflows.job_workflow import MAX_REPLICAS, may_outgrow_history, pack_handover, unpack_handover
+from workflows.job_handover import pack_handover, unpack_handover
+from workflows.job_waves import may_outgrow_history
+from workflows.job_workflow import MAX_REPLICAS
 from workflows.visibility import MAX_ERROR_CHARS, MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_status
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_workflow import PendingEntry, Placement, SchedulerState, SchedulerWorkflow, WorkerEntry
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_workflow import SchedulerWorkflow
 
 
 def _state(group_by: str = "", tasks: int = 2) -> SchedulerState:

@@ -18,13 +18,13 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.contracts import DELIVER_SIGNALS, Delivery, Release
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
-from workflows.messages import Enqueue, Release, SchedulingSpec
+from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)

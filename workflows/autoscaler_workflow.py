@@ -34,9 +34,9 @@ with workflow.unsafe.imports_passed_through():
         SliceViewInput,
         StartSlice,
     )
+    from activities.contracts import AUTOSCALER_WORKFLOW_ID, CONFIGURE_AUTOSCALER, SCALE_DOWN, SLICE_STATE
     from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
-    from workflows.ids import AUTOSCALER_WORKFLOW_ID
     from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
@@ -200,7 +200,7 @@ class AutoscalerWorkflow:
             delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
             try:
                 await workflow.get_external_workflow_handle(slice_id).signal(
-                    "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
+                    SCALE_DOWN, ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
                 )
             except Exception as err:  # its workflow ended: it is gone already
                 workflow.logger.warning("autoscaler: %s not told to scale down: %s", slice_id, err)
@@ -286,13 +286,13 @@ class AutoscalerWorkflow:
 
     # -- handlers -------------------------------------------------------------------------------
 
-    @workflow.signal
+    @workflow.signal(name=CONFIGURE_AUTOSCALER)
     def configure(self, config: AutoscalerConfig) -> None:
         self.state.config = config
         self.state.cleanup_needed = True
         self._wake = True
 
-    @workflow.signal
+    @workflow.signal(name=SLICE_STATE)
     def slice_state(self, update: SliceUpdate) -> None:
         """A slice moved: keep its state; count failures, clear them when a slice comes up."""
         entry = self.state.slices.get(update.slice_id)

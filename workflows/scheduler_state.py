@@ -14,9 +14,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
-from workflows.ids import task_workflow_id
 from workflows.messages import ConstraintSpec, SchedulingSpec
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")

@@ -24,6 +24,15 @@ from temporalio.common import RetryPolicy, SearchAttributeKey, VersioningBehavio
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        AUTOSCALER_WORKFLOW_ID,
+        CORDON_WORKERS,
+        REMOVE_WORKERS,
+        SCALE_DOWN,
+        SCHEDULER_WORKFLOW_ID,
+        SLICE_STATE,
+        SLICE_STATE_ATTRIBUTE,
+    )
     from activities.platforms.base import ScaleGroupSpec, SliceInfo
     from activities.slices import (
         SLICE_BOOTSTRAP,
@@ -40,11 +49,10 @@ with workflow.unsafe.imports_passed_through():
         SliceRequest,
         slice_worker_ids,
     )
-    from workflows.ids import AUTOSCALER_WORKFLOW_ID, SCHEDULER_WORKFLOW_ID, SLICE_STATE_ATTRIBUTE
     from workflows.messages import CordonWorkers, RemoveWorkers
     from workflows.slice_lifecycle import TERMINAL_SLICE_STATES, Effect, SliceEvent, SliceState, transition
 
-SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
+SLICE_STATE_KEY = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 WAIT_CANCELLED = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 TRY_CANCEL = workflow.ActivityCancellationType.TRY_CANCEL
 STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
@@ -199,7 +207,7 @@ class SliceWorkflow:
 
     async def _still_busy(self) -> str:
         """Cordon only if idle, then look: why the slice must stay ("" when it may go)."""
-        await self._tell_scheduler("cordon_workers", CordonWorkers(
+        await self._tell_scheduler(CORDON_WORKERS, CordonWorkers(
             self.worker_ids, True, f"slice {self.inp.slice_id} idle", only_if_idle=True))  # fmt: skip
         try:
             why: str = await self._step(SLICE_STILL_BUSY, BusyCheck(self.worker_ids), timeout=timedelta(seconds=60),
@@ -227,7 +235,7 @@ class SliceWorkflow:
     async def _perform(self, effects: tuple[Effect, ...]) -> None:
         for effect in effects:
             if effect == Effect.CORDON:
-                await self._tell_scheduler("cordon_workers", CordonWorkers(
+                await self._tell_scheduler(CORDON_WORKERS, CordonWorkers(
                     self.worker_ids, True, f"slice {self.inp.slice_id} draining"))  # fmt: skip
             elif effect == Effect.DRAIN:
                 timeout = self.scale_down.drain_timeout_seconds if self.scale_down else 0.0
@@ -245,7 +253,7 @@ class SliceWorkflow:
                     self.error = f"{self.error}; terminate failed: {message}".lstrip("; ")
                     await self._publish()
             elif effect == Effect.REMOVE_WORKERS:
-                await self._tell_scheduler("remove_workers", RemoveWorkers(
+                await self._tell_scheduler(REMOVE_WORKERS, RemoveWorkers(
                     self.worker_ids, f"slice {self.inp.slice_id} {self.state.lower()}"))  # fmt: skip
             # BOOTSTRAP and WATCH are the next state's work (see _work)
 
@@ -257,7 +265,7 @@ class SliceWorkflow:
 
     async def _publish(self) -> None:
         """Search attribute, details and memo for visibility; a signal to the autoscaler."""
-        workflow.upsert_search_attributes([SLICE_STATE.value_set(str(self.state))])
+        workflow.upsert_search_attributes([SLICE_STATE_KEY.value_set(str(self.state))])
         workflow.upsert_memo(
             {
                 "scale_group": self.inp.group.name,
@@ -274,13 +282,13 @@ class SliceWorkflow:
             update = SliceUpdate(self.inp.slice_id, self.inp.group.name, self.state, self.worker_ids,
                                  self.error, self.error_type, workflow.now().timestamp())  # fmt: skip
             try:
-                await workflow.get_external_workflow_handle(self.inp.notify).signal("slice_state", update)
+                await workflow.get_external_workflow_handle(self.inp.notify).signal(SLICE_STATE, update)
             except Exception as err:  # the autoscaler recovers slice states from visibility when it starts
                 workflow.logger.warning("slice %s: autoscaler not told: %s", self.inp.slice_id, err)
 
     # -- handlers -------------------------------------------------------------------------------
 
-    @workflow.signal(name="scale_down")
+    @workflow.signal(name=SCALE_DOWN)
     def request_scale_down(self, request: ScaleDown) -> None:
         """Scale this slice down (idempotent: the first request's drain timeout holds).
 

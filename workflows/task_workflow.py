@@ -22,27 +22,27 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        ASSIGNED,
+        CLAIM,
         DELIVER_SIGNALS,
+        ENQUEUE,
         PROCESS_STARTED,
+        RELEASE,
         RUN_TASK,
         SCHEDULER_RESTARTED,
+        SCHEDULER_WORKFLOW_ID,
         TASK_ENDED,
+        TASK_RETRYING,
+        TASK_STATUS_QUERY,
+        UNSCHEDULABLE,
         Delivery,
+        Release,
         RunTaskInput,
         RunTaskResult,
         result_blob_key,
+        worker_task_queue,
     )
-    from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
-    from workflows.messages import (
-        Assigned,
-        Claim,
-        Enqueue,
-        Release,
-        TaskInput,
-        TaskResult,
-        TaskRetrying,
-        Unschedulable,
-    )
+    from workflows.messages import Assigned, Claim, Enqueue, TaskInput, TaskResult, TaskRetrying, Unschedulable
     from workflows.states import TERMINAL_TASK_STATES, TaskState
     from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
@@ -66,12 +66,12 @@ class TaskWorkflow:
         self._input: TaskInput | None = None
         self._reporting: asyncio.Task[None] | None = None
 
-    @workflow.signal
+    @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
         if msg.attempt == self.attempt and self.state == TaskState.PENDING:
             self._assigned = msg
 
-    @workflow.signal
+    @workflow.signal(name=UNSCHEDULABLE)
     def unschedulable(self, msg: Unschedulable) -> None:
         if msg.attempt == self.attempt and self.state == TaskState.PENDING:
             self._unschedulable = msg
@@ -101,11 +101,11 @@ class TaskWorkflow:
             def still_held() -> bool:
                 return self.attempt == attempt and self.state not in TERMINAL_TASK_STATES
 
-            await self._until_delivered(scheduler, "claim", claim, still_held)
+            await self._until_delivered(scheduler, CLAIM, claim, still_held)
         finally:
             self._reporting = None
 
-    @workflow.query
+    @workflow.query(name=TASK_STATUS_QUERY)
     def status(self) -> TaskResult:
         self.result.state = self.state
         self.result.attempt = self.attempt
@@ -176,7 +176,7 @@ class TaskWorkflow:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
                     failed_on = self.result.worker_id if event == TaskEvent.DISPATCH_FAILED else ""
                     release = Release(inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on)
-                    await scheduler.signal("release", release)
+                    await scheduler.signal(RELEASE, release)
                 if event == TaskEvent.DISPATCH_FAILED:
                     if inp.gang:  # its job re-places the whole gang
                         self.result.dispatch_failed, self.result.error = True, error
@@ -203,7 +203,7 @@ class TaskWorkflow:
                         self.result.preemption_count, last_state, error,
                     )
                     job = workflow.get_external_workflow_handle(parent.workflow_id)
-                    await self._send(job, "task_retrying", retrying)
+                    await self._send(job, TASK_RETRYING, retrying)
         except asyncio.CancelledError:
             return await self._killed(inp)
 
@@ -213,7 +213,7 @@ class TaskWorkflow:
             self._move(TaskEvent.KILLED)
         self.result.error = self.result.error or "killed"
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
-        await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+        await scheduler.signal(RELEASE, Release(inp.job_id, inp.task_index, self.attempt))
         return self.status()
 
     @staticmethod
@@ -236,7 +236,7 @@ class TaskWorkflow:
         def still_waiting() -> bool:
             return self.state == TaskState.PENDING and self.attempt in request.attempts.values()
 
-        await self._until_delivered(scheduler, "enqueue", request, still_waiting)
+        await self._until_delivered(scheduler, ENQUEUE, request, still_waiting)
 
     async def _until_delivered(self, scheduler: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any,
                                wanted: Callable[[], bool]) -> None:  # fmt: skip

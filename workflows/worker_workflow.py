@@ -32,9 +32,18 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import REGISTER_AGAIN, WORKER_SESSION, WorkerSessionInput
+    from activities.contracts import (
+        REGISTER_AGAIN,
+        REGISTER_WORKERS,
+        REGISTERED,
+        REGISTRATION_UPDATE,
+        SCHEDULER_WORKFLOW_ID,
+        WORKER_LOST,
+        WORKER_SESSION,
+        WorkerSessionInput,
+        worker_task_queue,
+    )
     from activities.proto import cluster_pb2 as pb
-    from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
     from workflows.messages import RegistrationReply, WorkerLost
 
 SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
@@ -76,7 +85,7 @@ class WorkerWorkflow:
             await self._wait(lambda: self._answered)
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         for host in hosts:
-            await scheduler.signal("worker_lost", WorkerLost(host, session.session, reason))
+            await scheduler.signal(WORKER_LOST, WorkerLost(host, session.session, reason))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
 
@@ -100,7 +109,7 @@ class WorkerWorkflow:
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
         )
 
-    @workflow.signal
+    @workflow.signal(name=REGISTERED)
     def registered(self, reply: RegistrationReply) -> None:
         self._reply = reply
 
@@ -113,13 +122,13 @@ class WorkerWorkflow:
     async def _register(self, registration: str) -> None:
         batch = pb.WorkerBatch.FromString(base64.b64decode(registration))
         try:
-            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("register_workers", batch)
+            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
         except Exception as err:  # no scheduler (again): the next one asks again
             workflow.logger.warning("registration not sent again: %s", err)
         finally:
             self._registering = None
 
-    @workflow.update
+    @workflow.update(name=REGISTRATION_UPDATE)
     async def registration(self) -> RegistrationReply:
         """The scheduler's answer to this session's `register_workers`, once it came."""
         await workflow.wait_condition(lambda: self._reply is not None)

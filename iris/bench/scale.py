@@ -33,14 +33,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.contracts import WORKER_SESSION, WorkerSessionInput
+from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKER_SESSION, WorkerSessionInput
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from activities.signals import coalescer
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
 from worker_agent.registration import register_hosts
-from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import Enqueue, SchedulingSpec
 
 AGENT_QUEUE = "iris-bench-agents"

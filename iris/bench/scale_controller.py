@@ -19,13 +19,12 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.controller import ensure_scheduler, workflow_runner
 from iris.deployment import build_id, deployment_config, promote
-from workflows.ids import CONTROL_TASK_QUEUE
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
