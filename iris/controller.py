@@ -121,6 +121,7 @@ SANDBOX_PASSTHROUGH = (
     "workflows.states",
     "workflows.task_lifecycle",
     "workflows.job_lifecycle",
+    "workflows.worker_lifecycle",
     "workflows.scheduler_state",
     "workflows.slice_lifecycle",
 )

@@ -1,4 +1,4 @@
-"""The task and job lifecycle tables: reachable states, ways out, and effects that never leak a place."""
+"""The task, job and worker lifecycle tables: reachable states, ways out, and effects that never leak a place."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import pytest
 
 from workflows import job_lifecycle as job
 from workflows import task_lifecycle as task
+from workflows import worker_lifecycle as worker
 from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 from workflows.task_lifecycle import TaskEffect, TaskEvent
+from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
 
 LIVE_TASK = [s for s in TaskState if s not in TERMINAL_TASK_STATES]
 ATTEMPT = (TaskState.ASSIGNED, TaskState.RUNNING)
@@ -118,3 +120,46 @@ def test_the_first_break_of_a_gang_is_its_cause() -> None:
     """Only the break that leaves ACTIVE keeps its result as the cause; later ones while winding down do not."""
     keeping = [k for k, v in job.TRANSITIONS.items() if JobEffect.KEEP_CAUSE in v.effects]
     assert [(JobPhase.ACTIVE, JobEvent.GANG_BROKE)] == keeping
+
+
+@pytest.mark.parametrize("state", list(WorkerState))
+def test_a_registration_always_brings_a_worker_back_fresh(state: WorkerState) -> None:
+    """A new agent session makes any worker READY with a fresh entry (its cordon kept by the workflow)."""
+    assert worker.Step(WorkerState.READY, (WorkerEffect.RESET,)) == worker.transition(state, WorkerEvent.REGISTERED)
+
+
+def test_every_worker_state_is_reachable_and_can_get_back_to_ready() -> None:
+    """No dead state: each is reached from READY, and each leads back to READY."""
+    def reach(start: WorkerState) -> set[WorkerState]:
+        seen, frontier = {start}, [start]
+        while frontier:
+            current = frontier.pop()
+            for (src, _), step in worker.TRANSITIONS.items():
+                if src == current and step.next not in seen:
+                    seen.add(step.next)
+                    frontier.append(step.next)
+        return seen
+
+    assert set(WorkerState) == reach(WorkerState.READY)
+    assert all(WorkerState.READY in reach(s) for s in WorkerState)
+
+
+@pytest.mark.parametrize(("key", "step"), list(worker.TRANSITIONS.items()))
+def test_a_quarantine_starts_only_when_a_ready_worker_fails_a_dispatch(
+    key: tuple[WorkerState, WorkerEvent], step: worker.Step
+) -> None:
+    """Failures inside a quarantine are one incident: only READY -> QUARANTINED counts one and quarantines."""
+    assert (WorkerEffect.QUARANTINE in step.effects) == (key == (WorkerState.READY, WorkerEvent.DISPATCH_FAILED))
+
+
+@pytest.mark.parametrize(("key", "step"), list(worker.TRANSITIONS.items()))
+def test_a_worker_is_stamped_lost_once(key: tuple[WorkerState, WorkerEvent], step: worker.Step) -> None:
+    """Only the move into LOST stamps the time (its retention counts from the first report)."""
+    assert (WorkerEffect.STAMP_LOST in step.effects) == (key[0] != WorkerState.LOST and step.next == WorkerState.LOST)
+
+
+@pytest.mark.parametrize("state", [s for s in WorkerState if s != WorkerState.QUARANTINED])
+def test_only_a_quarantine_can_end(state: WorkerState) -> None:
+    """QUARANTINE_ENDED outside a quarantine is a bug: it fails loudly, naming state and event."""
+    with pytest.raises(worker.InvalidTransition, match=f"worker in state {state} cannot take event quarantine_ended"):
+        worker.transition(state, WorkerEvent.QUARANTINE_ENDED)

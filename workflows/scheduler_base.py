@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Assigned, Enqueue, Unschedulable
     from workflows.scheduler_state import SchedulerState, WorkerEntry
+    from workflows.worker_lifecycle import WorkerEvent
 
 
 class SchedulerBase:
@@ -43,7 +44,7 @@ class SchedulerBase:
     def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:  # Queue
         raise NotImplementedError
 
-    def _dispatch_failed(self, worker: WorkerEntry) -> None:  # Registration
+    def _worker_event(self, worker: WorkerEntry, event: WorkerEvent) -> None:  # Registration
         raise NotImplementedError
 
     def healthy_worker_count(self) -> int:  # Registration

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         Placement,
         committed,
     )
+    from workflows.worker_lifecycle import WorkerEvent
 
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
 
@@ -122,11 +123,11 @@ class Queue(SchedulerBase):
         self._release(request.job_id, request.task_index, request.attempt)
         worker = self.state.workers.get(request.dispatch_failed_on)
         if worker is not None:
-            self._dispatch_failed(worker)
+            self._worker_event(worker, WorkerEvent.DISPATCH_FAILED)
         elif placement is not None and placement.attempt == request.attempt:
             ran_on = self.state.workers.get(placement.worker_id)
             if ran_on is not None and ran_on.dispatch_failures:
-                ran_on.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
+                self._worker_event(ran_on, WorkerEvent.RAN_TASK)
 
     def _release(self, job_id: str, task_index: int, attempt: int) -> None:
         entry = self.state.pending.get(job_id)

@@ -1,5 +1,7 @@
 """The scheduler workflow's worker registry: registration, liveness, cordons and quarantine.
 
+Every change to a worker's state goes through the table in worker_lifecycle (`_worker_event`).
+
 Registration is a signal carrying a batch of hosts (`register_workers`), sent by each agent's
 WorkerWorkflow and answered with a `registered` signal, so 10,000 agents do not queue updates on
 the one scheduler. A lost worker stays listed as unhealthy for LOST_RETENTION, then leaves; a worker
@@ -39,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         refusal,
         worker_from_metadata,
     )
+    from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
 
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
@@ -55,10 +58,7 @@ class Registration(SchedulerBase):
         self._signals_received += 1
         worker = self.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
-            worker.healthy = False
-            worker.lost_at = workflow.now().timestamp()
-            self._snapshot = None
-            workflow.logger.warning("worker %s lost: %s", lost.worker_id, lost.reason)
+            self._worker_event(worker, WorkerEvent.LOST, why=lost.reason)
 
     @workflow.signal(name=CORDON_WORKERS)
     def cordon_workers(self, request: CordonWorkers) -> None:
@@ -132,9 +132,40 @@ class Registration(SchedulerBase):
     def _admit(self, meta: pb.WorkerMetadata) -> None:
         """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
         before = self.state.workers.get(meta.worker_id)
-        entry = self.state.workers[meta.worker_id] = worker_from_metadata(meta)
-        if before is not None and before.cordoned:
-            entry.cordoned = True
+        if before is None:
+            self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+        else:
+            self._worker_event(before, WorkerEvent.REGISTERED, meta=meta)
+
+    def _worker_event(
+        self, worker: WorkerEntry, event: WorkerEvent, *, meta: pb.WorkerMetadata | None = None, why: str = ""
+    ) -> None:
+        """Take `event` through the worker lifecycle table (InvalidTransition, failing the workflow task,
+        if it cannot happen now) and perform the effects it lists."""
+        now = workflow.now().timestamp()
+        if worker.state == WorkerState.QUARANTINED and worker.suspect_until <= now:
+            worker.state = transition(worker.state, WorkerEvent.QUARANTINE_ENDED).next  # its time passed
+        step = transition(worker.state, event)
+        worker.state = step.next
+        for effect in step.effects:
+            if effect is WorkerEffect.RESET:
+                assert meta is not None, "a registration brings the worker's metadata"
+                fresh = self.state.workers[worker.worker_id] = worker_from_metadata(meta)
+                fresh.cordoned = worker.cordoned
+            elif effect is WorkerEffect.QUARANTINE:
+                worker.dispatch_failures += 1
+                doublings = min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS)
+                quarantine = min(QUARANTINE_MAX, QUARANTINE * 2**doublings)
+                worker.suspect_until = now + quarantine.total_seconds()
+                self._snapshot = None
+                workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id,
+                                        quarantine)  # fmt: skip
+            elif effect is WorkerEffect.FORGIVE:
+                worker.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
+            elif effect is WorkerEffect.STAMP_LOST:
+                worker.lost_at = now
+                self._snapshot = None
+                workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
 
     def _forget(self, worker_ids: list[str]) -> None:
         gone = set(worker_ids)
@@ -156,22 +187,6 @@ class Registration(SchedulerBase):
             self._forget(gone)
             workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
 
-    def _dispatch_failed(self, worker: WorkerEntry) -> None:
-        """Registered but not polling (paused, hung, or died before its liveness monitor started):
-        keep work away from it for a while, longer each time, until it registers again.
-
-        Tasks dispatched together time out together: failures inside the current
-        quarantine are one incident, not one doubling each (160 at once made a
-        timedelta overflow that failed every workflow task of the scheduler).
-        """
-        now = workflow.now().timestamp()
-        if worker.suspect_until > now:
-            return
-        worker.dispatch_failures += 1
-        quarantine = min(QUARANTINE_MAX, QUARANTINE * 2 ** min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS))
-        worker.suspect_until = now + quarantine.total_seconds()
-        self._snapshot = None
-        workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id, quarantine)
 
     @workflow.query(name=HEALTHY_WORKER_QUERY)
     def healthy_worker_count(self) -> int:
