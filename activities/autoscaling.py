@@ -23,6 +23,14 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError
 
+from activities.contracts import (
+    AUTOSCALE_SNAPSHOT_QUERY,
+    CONTROL_TASK_QUEUE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+    SLICE_KIND,
+    SLICE_STATE_ATTRIBUTE,
+)
 from activities.platforms.base import ScaleGroupSpec
 from activities.scheduling import decode_snapshot
 from scheduler.autoscale import GroupShape, SliceView, plan_scaling
@@ -33,11 +41,8 @@ log = structlog.get_logger("iris.autoscaler")
 AUTOSCALE_PLAN = "autoscale_plan"
 START_SLICE = "start_slice_workflow"
 KNOWN_SLICES = "known_slices"
-SCHEDULER_WORKFLOW_ID = "iris-scheduler"  # workflows.ids (activities import no workflows)
-CONTROL_TASK_QUEUE = "iris-control"
-SLICE_STATE = SearchAttributeKey.for_keyword("IrisSliceState")  # workflows.ids.SLICE_STATE_ATTRIBUTE
-KIND = SearchAttributeKey.for_keyword("IrisKind")  # workflows.ids.KIND_ATTRIBUTE
-SLICE_KIND = "Slice"  # workflows.ids.SLICE_KIND
+SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
 @dataclass
@@ -121,7 +126,8 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
     """Read the scheduler's snapshot and plan this tick's scale-ups and scale-downs."""
     client = activity.client()
     try:
-        data = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("autoscale_snapshot", result_type=bytes)
+        scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+        data = await scheduler.query(AUTOSCALE_SNAPSHOT_QUERY, result_type=bytes)
     except RPCError as e:
         return PlanResult(error=f"scheduler not answering: {e.message}")
     workers, pending = decode_snapshot(data)

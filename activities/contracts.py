@@ -12,19 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-# -- names shared by the control plane, the worker agents and the client (workflows.ids re-exports them)
+# -- names shared by the control plane, the worker agents and the client
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
 AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
-# workflow.patched id shared by the job and scheduler workflows: their hot-path signals go through
-# the deliver_signals local activity instead of signal commands.
-SIGNALS_BY_ACTIVITY = "signals-by-activity"
-# The job workflow changes a client sends in JobRequest.code_version: a request that carries it takes
-# the new branch of every job patch named so far without recording a marker (two markers and two
-# TemporalChangeVersion upserts less per job); runs from older clients still decide by markers.
-# A new job patch is `self._patched(ID, since=N + 1)` in JobWorkflow, and this becomes N + 1.
-JOB_CODE_VERSION = 3
+# The Worker Deployment every controller belongs to; each controller build is one version of it
+# (docs/operators.md: a run finishes on the build that started it).
+CONTROL_DEPLOYMENT = "iris-control"
 ASSIGNED = "assigned"  # signal scheduler -> TaskWorkflow: the task's place
 
 # Search attributes: the client lists jobs by them (one visibility call, no workflow queried) and the
@@ -109,16 +104,44 @@ DELIVER_SIGNALS = "deliver_signals"
 # Activity: the scheduler's announcement; an assignment whose task has not started within a short
 # grace comes back as late (DeliveryOutcome) instead of holding the scheduler's loop while it waits.
 DELIVER_ASSIGNMENTS = "deliver_assignments"
-ENQUEUE = "enqueue"  # the scheduler's signal: one job's (or one retried task's) tasks to place
 REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
-REGISTER_AGAIN = "register_again"  # signal to a WorkerWorkflow: send the session's registration again
-SCHEDULER_RESTARTED = "scheduler_restarted"  # signal to a TaskWorkflow: enqueue again, or claim your place
-TASK_ENDED = "task_ended"  # signal to a JobWorkflow that continues as new: one task's result (a TaskResult)
 FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose workflow closed without reporting
-ENQUEUE_BATCH = "enqueue_batch"  # the scheduler's signal: a list of enqueues, coalesced by deliver_signals
-# The scheduler's signal: a list of Release, coalesced by an agent (one per task before; controllers
-# must be upgraded before agents, since an older scheduler has no handler for it).
-RELEASE_BATCH = "release_batch"
+
+# -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
+# SchedulerWorkflow
+ENQUEUE = "enqueue"  # one job's (or one retried task's) tasks to place
+ENQUEUE_BATCH = "enqueue_batch"  # a list of enqueues, coalesced by deliver_signals
+CLAIM = "claim"  # a task holds a place a scheduler that started empty does not know of
+RELEASE = "release"  # an attempt ended: its place is free
+RELEASE_BATCH = "release_batch"  # a list of Release, coalesced by an agent whose tasks ended
+REGISTER_WORKERS = "register_workers"  # one agent's hosts (a WorkerBatch), answered by REGISTERED
+WORKER_LOST = "worker_lost"  # a liveness session ended
+CORDON_WORKERS = "cordon_workers"  # no new work on these workers (or again)
+REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
+CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
+SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
+WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
+AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
+# TaskWorkflow
+# ASSIGNED (above): the task's place
+UNSCHEDULABLE = "unschedulable"  # its scheduling timeout passed
+SCHEDULER_RESTARTED = "scheduler_restarted"  # a scheduler that started empty: enqueue again, or claim your place
+TASK_STATUS_QUERY = "status"
+# JobWorkflow
+TASK_STARTED = "task_started"  # the agent started a task's process (a TaskStarted)
+TASK_RETRYING = "task_retrying"  # a task goes back to the queue
+TASK_ENDED = "task_ended"  # one task's result (a TaskResult), for a job that continues as new
+PENDING_REASON = "pending_reason"  # why the job's pending tasks wait ("" once they can be placed)
+KILL_JOB = "kill"  # terminate the job (the reason)
+JOB_STATUS_QUERY = "job_status"
+# WorkerWorkflow
+REGISTERED = "registered"  # the scheduler's answer to REGISTER_WORKERS (a RegistrationReply)
+REGISTER_AGAIN = "register_again"  # a scheduler that started empty: send the session's registration again
+REGISTRATION_UPDATE = "registration"  # the agent waits here for the scheduler's answer
+# AutoscalerWorkflow and SliceWorkflow
+CONFIGURE_AUTOSCALER = "configure"  # the scale groups, from the controller
+SLICE_STATE = "slice_state"  # a slice moved (a SliceUpdate)
+SCALE_DOWN = "scale_down"  # a slice should go (a ScaleDown)
 MAX_RELEASE_BATCH = 1_000  # releases per signal (~70 KB of JSON)
 
 

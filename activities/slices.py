@@ -27,6 +27,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKERS_QUERY
 from activities.platforms import platform_for
 from activities.platforms.base import (
     MANAGED_LABEL,
@@ -59,7 +60,6 @@ SLICE_TERMINATE = "slice_terminate"
 CLEANUP_ORPHANS = "cleanup_orphan_slices"
 INVALID_SCALE_GROUP = "InvalidScaleGroup"
 
-SCHEDULER_WORKFLOW_ID = "iris-scheduler"  # workflows.ids.SCHEDULER_WORKFLOW_ID (activities import no workflows)
 POLL_SECONDS = 1.0
 WATCH_SECONDS = 3.0
 
@@ -129,7 +129,7 @@ async def _heartbeating(awaitable: Awaitable[T], every: float = 2.0) -> T:
 
 async def healthy_workers(client: Client) -> dict[str, pb.WorkerStatus]:
     """The scheduler's workers by id (a query: the controller answers it)."""
-    workers = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("workers", result_type=pb.WorkerList)
+    workers = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(WORKERS_QUERY, result_type=pb.WorkerList)
     return {w.worker_id: w for w in workers.workers}
 
 

@@ -534,6 +534,11 @@ def controller_serve(
         str | None,
         typer.Option("--temporal-ui", envvar="IRIS_TEMPORAL_UI", help="Temporal UI URL the dashboard links to"),
     ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(envvar="IRIS_BUILD_ID", help="this build's version of the iris-control deployment "
+                     "(default: a digest of the control plane's code; see docs/operators.md)"),
+    ] = None,
 ) -> None:
     """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
     from iris.config import load_config
@@ -557,7 +562,7 @@ def controller_serve(
     _on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
     asyncio.run(serve(
         settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
-        dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui,
+        dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
     ))  # fmt: skip
 
 

@@ -30,7 +30,17 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import launch_blob_key
+from activities.contracts import (
+    CONTROL_TASK_QUEUE,
+    JOB_KIND,
+    JOB_STATUS_QUERY,
+    KILL_JOB,
+    PENDING_REASON,
+    SCHEDULER_WORKFLOW_ID,
+    SUMMARY_QUERY,
+    WORKERS_QUERY,
+    launch_blob_key,
+)
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris import fleet
@@ -44,10 +54,9 @@ from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskSta
 from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
-from workflows.ids import CONTROL_TASK_QUEUE, JOB_KIND, SCHEDULER_WORKFLOW_ID
-from workflows.job_workflow import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobWorkflow
+from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JobView, expand_row, initial_job_view
+from workflows.visibility import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobView, expand_row, initial_job_view
 
 log = structlog.get_logger("iris.client")
 
@@ -182,7 +191,7 @@ class AsyncIrisClient:
         await check_cluster_key(client)  # another key: one line now, not a job no controller can read
         if store is None:
             summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                "summary", result_type=pb.ClusterSummary
+                SUMMARY_QUERY, result_type=pb.ClusterSummary
             )
             store = summary.store_url
         return cls(client, store, user=settings.user())
@@ -265,7 +274,7 @@ class AsyncIrisClient:
             raise KeyError(f"no such job: {job_id!r}")
         handle = self.temporal.get_workflow_handle(job_id)
         try:
-            st = await handle.query("job_status", result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
+            st = await handle.query(JOB_STATUS_QUERY, result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
         except (RPCError, WorkflowQueryFailedError) as err:
             if "not found" in str(err).lower() and isinstance(err, RPCError):
                 raise KeyError(f"no such job: {job_id}") from None
@@ -322,7 +331,7 @@ class AsyncIrisClient:
     async def _scheduler_reason(self, job_id: str) -> str:
         try:
             return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                "pending_reason", job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
+                PENDING_REASON, job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
             )
         except RPCError as err:
             log.warning("scheduler_not_answering", job_id=job_id, error=err.message)
@@ -455,7 +464,7 @@ class AsyncIrisClient:
         """Ask the job to stop; False if it had already finished (idempotent). KeyError if unknown."""
         await self._require_job(job_id)
         try:
-            await self.temporal.get_workflow_handle(job_id).signal("kill", reason)
+            await self.temporal.get_workflow_handle(job_id).signal(KILL_JOB, reason)
         except RPCError as err:
             if "already completed" in str(err):
                 return False
@@ -493,7 +502,7 @@ class AsyncIrisClient:
             delay = min(delay * 2, 2.0)
 
     async def list_workers(self) -> list[WorkerStatus]:
-        workers = await self._ask_scheduler("workers", pb.WorkerList)
+        workers = await self._ask_scheduler(WORKERS_QUERY, pb.WorkerList)
         return [
             WorkerStatus(
                 worker_id=w.worker_id,
@@ -529,7 +538,7 @@ class AsyncIrisClient:
 
     async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
         """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
-        return await self._ask_scheduler("summary", pb.ClusterSummary, budget)
+        return await self._ask_scheduler(SUMMARY_QUERY, pb.ClusterSummary, budget)
 
     def fetch_task_logs(self, job_id: str, task_index: int) -> list[str]:
         return self.logs.read_lines(job_id, task_index)

@@ -22,6 +22,17 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
+from activities.contracts import (
+    AUTOSCALER_KIND,
+    AUTOSCALER_WORKFLOW_ID,
+    CONFIGURE_AUTOSCALER,
+    CONTROL_TASK_QUEUE,
+    JOB_STATE_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_KIND,
+    SCHEDULER_WORKFLOW_ID,
+    SUMMARY_QUERY,
+)
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
@@ -33,19 +44,11 @@ from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
+from iris.deployment import build_id, deployment_config, promote
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
-from workflows.ids import (
-    AUTOSCALER_KIND,
-    AUTOSCALER_WORKFLOW_ID,
-    CONTROL_TASK_QUEUE,
-    JOB_STATE_ATTRIBUTE,
-    KIND_ATTRIBUTE,
-    SCHEDULER_KIND,
-    SCHEDULER_WORKFLOW_ID,
-)
 from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -103,7 +106,7 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
         static_summary="Iris autoscaler (singleton)",
-        start_signal="configure",
+        start_signal=CONFIGURE_AUTOSCALER,
         start_signal_args=[config],
     )
 
@@ -116,9 +119,11 @@ SANDBOX_PASSTHROUGH = (
     "scheduler",
     "activities.contracts",
     "activities.proto",
-    "workflows.ids",
     "workflows.messages",
     "workflows.states",
+    "workflows.task_lifecycle",
+    "workflows.job_lifecycle",
+    "workflows.worker_lifecycle",
     "workflows.scheduler_state",
     "workflows.slice_lifecycle",
 )
@@ -130,7 +135,10 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
-def control_worker(client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress) -> Worker:
+def control_worker(
+    client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress, build: str
+) -> Worker:
+    """The control plane's Temporal worker: every Iris workflow and control activity, as version `build`."""
     return Worker(
         client,
         task_queue=CONTROL_TASK_QUEUE,
@@ -143,6 +151,7 @@ def control_worker(client: Client, executor: concurrent.futures.Executor, contro
         max_concurrent_workflow_tasks=200,
         workflow_runner=GuardedRunner(workflow_runner()),
         interceptors=[PayloadGuard()],  # an unreadable signal is dropped and recorded, never a failed task
+        deployment_config=deployment_config(build),
     )
 
 
@@ -172,6 +181,7 @@ async def serve(
     dashboard_port: int | None = None,
     dashboard_host: str = "127.0.0.1",
     temporal_ui_url: str | None = None,
+    build: str | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
@@ -179,6 +189,7 @@ async def serve(
     `dashboard_port`, the web dashboard (see iris.dashboard), linking to the Temporal UI at
     `temporal_ui_url` (default: the dev server's, the Temporal port + 1000).
     `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
+    `build` names this controller's version of the deployment (see iris.deployment).
     """
     scaling = autoscaler_config(config)
     probe = ControllerProbe()
@@ -201,7 +212,7 @@ async def serve(
         dashboard = DashboardServer(Dashboard(client, ui, store_url), dashboard_port, dashboard_host)
         await dashboard.start()
     try:
-        await _serve(client, settings, store_url, probe, scaling)
+        await _serve(client, settings, store_url, probe, scaling, build_id(build))
     finally:
         if dashboard is not None:
             await dashboard.stop()
@@ -235,7 +246,7 @@ class ControllerProbe:
         for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
             observability.JOBS.labels(state).set(n)
         summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-            "summary", result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+            SUMMARY_QUERY, result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
         )
         observability.PENDING_TASKS.set(summary.pending_tasks)
         observability.PLACED_TASKS.set(summary.running_tasks)
@@ -244,7 +255,8 @@ class ControllerProbe:
 
 
 async def _serve(
-    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
+    build: str,
 ) -> None:
     control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
                                   store_url=store_url)  # fmt: skip
@@ -255,7 +267,7 @@ async def _serve(
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         ready = False
         while not stop.is_set():
-            worker = control_worker(client, executor, control)
+            worker = control_worker(client, executor, control, build)
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:
@@ -264,10 +276,12 @@ async def _serve(
                             log.info("search_attribute_added", step=str(step))
                         elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
                             log.warning("search_attribute_missing", step=str(step))
+                    promotion = await promote(client, build)  # before any start: runs go to the current build
                     await ensure_scheduler(client, store_url)
                     await ensure_autoscaler(client, scaling)
                     ready = True
-                    log.info("controller_serving", **settings.describe(), store=store_url)
+                    log.info("controller_serving", **settings.describe(), store=store_url, build=build,
+                             current_build=promotion.current)
                 probe.polling = True
                 stopping = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)

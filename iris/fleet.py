@@ -16,10 +16,17 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contracts import (
+    AUTOSCALER_WORKFLOW_ID,
+    CORDON_WORKERS,
+    SCALE_DOWN,
+    SCHEDULER_WORKFLOW_ID,
+    SLICE_STATE_ATTRIBUTE,
+    WORKERS_QUERY,
+)
 from activities.proto import cluster_pb2 as pb
 from iris.types import SliceState, SliceStatus
 from workflows.autoscaler_workflow import AutoscalerStatus
-from workflows.ids import AUTOSCALER_WORKFLOW_ID, SCHEDULER_WORKFLOW_ID, SLICE_STATE_ATTRIBUTE
 from workflows.messages import CordonWorkers
 from workflows.slice_lifecycle import TERMINAL_SLICE_STATES
 from workflows.slice_workflow import ScaleDown
@@ -68,7 +75,7 @@ async def terminate_slice(client: Client, slice_id: str, drain_timeout: float = 
             raise KeyError(f"no such slice: {slice_id}")
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return False
-        await handle.signal("scale_down", ScaleDown("terminated by user", drain_timeout))
+        await handle.signal(SCALE_DOWN, ScaleDown("terminated by user", drain_timeout))
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise KeyError(f"no such slice: {slice_id}") from None
@@ -79,12 +86,12 @@ async def terminate_slice(client: Client, slice_id: str, drain_timeout: float = 
 async def cordon_worker(client: Client, worker_id: str, cordoned: bool = True, reason: str = "") -> pb.WorkerStatus:
     """Place no new work on the worker (running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
     scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
-    workers = await scheduler.query("workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT)
+    workers = await scheduler.query(WORKERS_QUERY, result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT)
     found = next((w for w in workers.workers if w.worker_id == worker_id), None)
     if found is None:
         raise KeyError(f"no such worker: {worker_id}")
     what = "cordoned" if cordoned else "uncordoned"
-    await scheduler.signal("cordon_workers", CordonWorkers([worker_id], cordoned, reason or f"{what} by user"))
+    await scheduler.signal(CORDON_WORKERS, CordonWorkers([worker_id], cordoned, reason or f"{what} by user"))
     return found
 
 

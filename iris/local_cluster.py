@@ -38,6 +38,7 @@ import structlog
 import yaml
 from temporalio.client import Client
 
+from activities.contracts import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
 from activities.platforms.local import slice_processes, worker_argv
@@ -57,7 +58,6 @@ from iris.processes import (
     stop_groups,
 )
 from worker_agent.runtimes.process import ProcessGroupLedger
-from workflows.ids import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 import scheduler
-from activities.contracts import INLINE_LAUNCH_BYTES, JOB_CODE_VERSION
+from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
@@ -172,7 +172,6 @@ def build_request(
         submitted_at=time.time(),
         tpu_variant=resources.tpu or "",
         setup=setup_commands(setup),
-        code_version=JOB_CODE_VERSION,
     )
     req.resources.cpu_millis = resources.cpu_millis
     req.resources.memory_bytes = resources.memory_bytes

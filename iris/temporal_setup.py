@@ -18,7 +18,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Register
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.ids import SEARCH_ATTRIBUTES
+from activities.contracts import SEARCH_ATTRIBUTES
 
 DEFAULT_RETENTION = timedelta(days=7)
 NEW_NAMESPACE_WAIT_SECONDS = 60.0
@@ -26,7 +26,7 @@ INDEXED_TYPES = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
-"""workflows.ids.SEARCH_ATTRIBUTES' type names as the operator API spells them."""
+"""activities.contracts.SEARCH_ATTRIBUTES' type names as the operator API spells them."""
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowRunner
 
 from iris.controller import workflow_runner
+from iris.deployment import deployment_config, promote
 from iris.local_cluster import ClusterInfo, LocalCluster
 from iris.payload_guard import PayloadGuard
 from workflows.registry import ALL_WORKFLOWS
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
+TEST_BUILD = "test"  # the control deployment's version in `workflows_on_dev_server`
 WAL_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
 
@@ -130,7 +132,7 @@ def forget_workers(cluster: Cluster, worker_ids: list[str]) -> None:
     directly), so the slice's dead workers do not linger in a shared cluster's worker list."""
     from temporalio.client import Client
 
-    from workflows.ids import SCHEDULER_WORKFLOW_ID
+    from activities.contracts import SCHEDULER_WORKFLOW_ID
     from workflows.messages import RemoveWorkers
 
     async def signal() -> None:
@@ -148,7 +150,9 @@ async def workflows_on_dev_server(
 ) -> AsyncIterator[tuple[Client, str]]:
     """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue.
 
-    Yields the client and the queue; the worker and the server are stopped on the way out.
+    The worker is a version of the control deployment made current, as a controller's is (Iris
+    workflows declare how they are versioned, which only a versioned worker accepts). Yields the
+    client and the queue; the worker and the server are stopped on the way out.
     """
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
     queue = f"{name}-{uuid.uuid4().hex[:8]}"
@@ -157,7 +161,9 @@ async def workflows_on_dev_server(
             async with Worker(
                 env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
                 activity_executor=executor, workflow_runner=runner or workflow_runner(),
+                deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip
+                await promote(env.client, TEST_BUILD)
                 yield env.client, queue
     finally:
         await env.shutdown()

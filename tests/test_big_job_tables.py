@@ -21,7 +21,9 @@ from iris import ResourceSpec
 from iris.client import AsyncIrisClient, _job_status
 from iris.submission import build_request
 from worker_agent.object_store import open_blob_store
-from workflows.job_workflow import MAX_REPLICAS, may_outgrow_history, pack_handover, unpack_handover
+from workflows.job_handover import pack_handover, unpack_handover
+from workflows.job_waves import may_outgrow_history
+from workflows.job_workflow import MAX_REPLICAS
 from workflows.visibility import MAX_ERROR_CHARS, MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_status
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
@@ -79,7 +81,7 @@ def test_a_job_hands_over_its_largest_table_far_below_the_payload_limit() -> Non
         row.worker_id = f"tpu-v5e-256-slice-{row.task_index % 500:04d}-w{row.task_index % 64}"
         row.failure_count, row.preemption_count, row.has_exit_code, row.exit_code = 1, 2, True, 1
     handover = pb.JobHandover(status=compact_status(status), open_tasks=range(9_000, MAX_REPLICAS),
-                              next_task=MAX_REPLICAS, adaptive=True)  # fmt: skip
+                              next_task=MAX_REPLICAS)  # fmt: skip
     assert _payload_bytes(handover) > PAYLOAD_LIMIT * 3 // 4  # as Temporal's default JSON: near the limit
     packed = pack_handover(handover)
     assert _payload_bytes(packed) < PAYLOAD_LIMIT // 8

@@ -11,13 +11,12 @@ import asyncio
 
 from temporalio.api.enums.v1 import EventType
 
-from activities.contracts import Delivery, DeliveryOutcome
+from activities.contracts import SCHEDULER_WORKFLOW_ID, Delivery, DeliveryOutcome
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import ASSIGN_PATIENCE, send_signals
 from tests.support import workflows_on_dev_server
-from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 

@@ -29,10 +29,11 @@ from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from iris.codec import EncryptionCodec, data_converter, generate_key, load_key
 from iris.controller import workflow_runner
+from iris.deployment import deployment_config, promote
 from iris.key_check import check_cluster_key
 from iris.observability import REGISTRY
 from iris.payload_guard import GuardedRunner, PayloadGuard
-from tests.support import TEMPORAL, WAL_ARGS
+from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from worker_agent.encryption import KeyMismatchError
@@ -82,8 +83,9 @@ async def _clients(
             async with Worker(
                 keyed, task_queue=queue, workflows=list(workflows), activities=activities,
                 activity_executor=executor, workflow_runner=GuardedRunner(workflow_runner()),
-                interceptors=[PayloadGuard()],
+                interceptors=[PayloadGuard()], deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip
+                await promote(keyed, TEST_BUILD)
                 yield keyed, other, plain, queue
     finally:
         await env.shutdown()

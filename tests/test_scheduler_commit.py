@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_workflow import PendingEntry, Placement, SchedulerState, SchedulerWorkflow, WorkerEntry
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.worker_lifecycle import WorkerState
 
 
 def _state(group_by: str = "", tasks: int = 2) -> SchedulerState:
@@ -21,13 +23,15 @@ def _plan(tasks: int = 2) -> pb.SchedulingPlan:
 
 
 def _scheduler(state: SchedulerState) -> SchedulerWorkflow:
-    return SchedulerWorkflow(state)
+    scheduler = SchedulerWorkflow()
+    scheduler.state = state
+    return scheduler
 
 
 def test_plain_job_commits_what_still_fits() -> None:
     """A worker lost while the plan was computed gets nothing; the other placement is committed."""
     state = _state()
-    state.workers["w1"].healthy = False
+    state.workers["w1"].state = WorkerState.LOST
     accepted = _scheduler(state)._commit(_plan())
     assert ["j/task-0"] == [key for key, _, _ in accepted]
     assert {"j/task-0"} == set(state.placements)
@@ -37,7 +41,7 @@ def test_plain_job_commits_what_still_fits() -> None:
 def test_gang_commits_all_or_nothing() -> None:
     """When one member's worker was lost meanwhile, no member of the gang is committed."""
     state = _state(group_by="slice", tasks=4)
-    state.workers["w2"].healthy = False
+    state.workers["w2"].state = WorkerState.LOST
     accepted = _scheduler(state)._commit(_plan(4))
     assert [] == accepted
     assert {} == state.placements

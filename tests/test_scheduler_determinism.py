@@ -13,22 +13,21 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
-from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+from temporalio.worker import Replayer
 
-from activities.contracts import DELIVER_SIGNALS, Delivery
+from activities.contracts import DELIVER_SIGNALS, Delivery, Release
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
-from workflows import scheduler_workflow
-from workflows.messages import Enqueue, Release, SchedulingSpec
+from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
+BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
 SLOW_DELIVERY = 9.0  # seconds: past 80% of the 10 s workflow task timeout, the task is heartbeated
 SPEC_FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 SPEC_NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
@@ -92,16 +91,14 @@ async def _healthy(client: Client, workflow_id: str) -> int:
     return int(await client.get_workflow_handle(workflow_id).query("healthy_worker_count"))
 
 
-async def test_a_run_continues_as_new_after_its_signal_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_run_continues_as_new_after_its_signal_budget() -> None:
     """Past SIGNAL_BUDGET received signals the scheduler starts a new run carrying every worker.
 
     (The server refuses signals past a per-run limit; the budget keeps every run well below it.)
     """
-    monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
-    unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
-    async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
-        await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+    async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities) as (client, queue):
+        await client.start_workflow(SchedulerWorkflow.run, args=[None, BUDGET], id=queue, task_queue=queue)
         handle = client.get_workflow_handle(queue)
         for agent in range(100):
             await handle.signal("register_workers", _batch(agent, 1, 0))
@@ -127,18 +124,14 @@ def _first_pass_slow(snapshot: bytes) -> bytes:
     return find_assignments_activity(snapshot)  # type: ignore[no-any-return]
 
 
-async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_without_waiting_for_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_without_waiting_for_it() -> None:
     """Signals pouring in during a slow pass: the run continues as new at its budget, the next run places the work.
 
     Waiting for the pass let one run take in an enqueue storm past the server's per-run signal limit.
     """
-    monkeypatch.setattr(scheduler_workflow, "SIGNAL_BUDGET", 40)
     activities = [_first_pass_slow, deliver_signals, deliver_assignments, rebuild_scheduler]
-    unsandboxed = UnsandboxedWorkflowRunner()  # the patched budget is seen by the workflow
-    async with workflows_on_dev_server("sched-pass", [SchedulerWorkflow], activities, unsandboxed) as (client, queue):
-        started = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+    async with workflows_on_dev_server("sched-pass", [SchedulerWorkflow], activities) as (client, queue):
+        started = await client.start_workflow(SchedulerWorkflow.run, args=[None, BUDGET], id=queue, task_queue=queue)
         handle = client.get_workflow_handle(queue)
         await handle.signal("register_workers", _batch(0, 2, 0))
         await handle.signal("enqueue", Enqueue("job-0", SPEC_FITS, {0: 0, 1: 0}))
@@ -155,7 +148,7 @@ async def test_a_run_whose_budget_is_spent_during_a_pass_continues_as_new_withou
         await handle.terminate("test done")
     assert 0 == summary.pending_tasks, summary
     signals = [e for e in history if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-    assert 40 <= len(signals) < 80, f"the first run took {len(signals)} signals (budget 40)"
+    assert BUDGET <= len(signals) < 2 * BUDGET, f"the first run took {len(signals)} signals (budget {BUDGET})"
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == history[-1].event_type
     passes = {e.event_id for e in history if e.activity_task_scheduled_event_attributes.activity_type.name
           == FIND_ASSIGNMENTS}  # fmt: skip

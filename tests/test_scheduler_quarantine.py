@@ -7,12 +7,13 @@ import asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.worker import Replayer
 
+from activities.contracts import Release
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import SPEC_NEVER, _batch
-from workflows.messages import Enqueue, Release
+from workflows.messages import Enqueue
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 BURST = 60  # dispatch failures at once: counted one doubling each, 30 s * 2**59 overflowed a timedelta

@@ -17,6 +17,7 @@ from workflows.scheduler_state import (
     pack,
     unpack,
 )
+from workflows.worker_lifecycle import WorkerState
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 
@@ -42,7 +43,7 @@ def test_packed_state_comes_back_whole() -> None:
     """Every field survives the trip, with attribute types (bool, int, float) intact."""
     state = _fleet(workers=20, jobs=5, tasks_per_job=3, placed_per_worker=2)
     state.workers["host-00003"].cordoned = True
-    state.workers["host-00004"].healthy = False
+    state.workers["host-00004"].state = WorkerState.LOST
     state.workers["host-00004"].lost_at = 12.5
     state.pending["job-000001"].spec.tolerations = ["maintenance"]
     again = unpack(pack(state))

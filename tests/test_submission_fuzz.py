@@ -16,8 +16,8 @@ from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from iris.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
-from workflows.job_workflow import scheduling_spec
-from workflows.scheduler_workflow import PendingEntry, SchedulerState, WorkerEntry, encode_snapshot
+from workflows.job_waves import scheduling_spec
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, encode_snapshot
 
 FIELDS = (
     "name", "resources", "constraint", "coscheduling", "env", "image", "max_task_failures",

@@ -12,12 +12,12 @@ import asyncio
 
 from temporalio.client import Client
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
-from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from workflows.messages import SchedulingSpec, TaskInput
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.task_workflow import TaskWorkflow

@@ -25,6 +25,8 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
     KIND_ATTRIBUTE,
+    REGISTER_WORKERS,
+    REGISTRATION_UPDATE,
     SCHEDULER_WORKFLOW_ID,
     WORKER_KIND,
     WorkerSessionInput,
@@ -36,8 +38,6 @@ from worker_agent.backoff import Backoff, pause
 log = structlog.get_logger("iris.agent")
 
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
-REGISTER_WORKERS = "register_workers"
-REGISTRATION_UPDATE = "registration"
 ANSWER_WAIT_SECONDS = 20.0  # ask again after this long without an answer
 _T = TypeVar("_T")
 RETRY_CAP_SECONDS = 5.0  # the longest pause between two tries: a restarted controller is found within it

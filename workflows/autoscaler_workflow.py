@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -34,9 +34,10 @@ with workflow.unsafe.imports_passed_through():
         SliceViewInput,
         StartSlice,
     )
+    from activities.contracts import AUTOSCALER_WORKFLOW_ID, CONFIGURE_AUTOSCALER, SCALE_DOWN, SLICE_STATE
     from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
-    from workflows.ids import AUTOSCALER_WORKFLOW_ID
+    from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 BUSY_TICK = timedelta(seconds=2)  # while work is pending or slices are on their way
@@ -49,11 +50,8 @@ FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs 
 REFUSED_BACKOFF_SECONDS = 600.0
 REFUSED_BACKOFF_MAX_SECONDS = 3600.0
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
-IN_FLIGHT = ("CREATING", "BOOTSTRAPPING")
-IDLE_WITHOUT_TIMER = "autoscaler-idle-without-timer"  # workflow.patched id
-# workflow.patched id: a slice asked to scale down for being idle may answer READY (it got work
-# as it was picked); before, a DRAINING slice stayed DRAINING here whatever it said.
-SLICE_MAY_STAY = "autoscaler-slice-may-stay"
+IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
+GONE = (SliceState.FAILED, SliceState.TERMINATED)
 
 
 @dataclass
@@ -81,7 +79,7 @@ class AutoscalerConfig:
 class SliceEntry:
     slice_id: str
     group: str
-    state: str
+    state: SliceState
     worker_ids: list[str] = field(default_factory=list)
     idle_since: float | None = None
     error: str = ""
@@ -136,20 +134,17 @@ class AutoscalerStatus:
     pending_jobs: int = 0
 
 
-@workflow.defn(name="AutoscalerWorkflow")
+@workflow.defn(name="AutoscalerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class AutoscalerWorkflow:
     @workflow.init
     def __init__(self, state: AutoscalerState | None = None) -> None:
         self.state = state or AutoscalerState()
         self._wake = False
         self._busy = True
-        self._idle_without_timer = True
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
 
     @workflow.run
     async def run(self, state: AutoscalerState | None = None) -> None:
-        # Runs that began before this patch armed the tick timer even without scale groups.
-        self._idle_without_timer = workflow.patched(IDLE_WITHOUT_TIMER)
         if not self.state.recovered:
             await self._recover()
         while True:
@@ -168,9 +163,14 @@ class AutoscalerWorkflow:
                 else:
                     await self._apply(config, plan)
             self._publish()
-            if workflow.info().is_continue_as_new_suggested():
+            info = workflow.info()
+            if info.is_continue_as_new_suggested() or info.is_target_worker_deployment_version_changed():
+                # A new run also when operators made another build current: runs are pinned to the
+                # build that started them, and the next one starts on the current build.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self.state)
+                workflow.continue_as_new(
+                    self.state, initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+                )
             tick = self._tick(config)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self._wake, timeout=tick)
@@ -181,7 +181,7 @@ class AutoscalerWorkflow:
     def _tick(self, config: AutoscalerConfig | None) -> timedelta | None:
         """How long to wait for a signal before the next look: the scan interval (shorter while busy), or
         sooner when the last plan has a deadline (an idle slice's scale_down_delay, a backoff ending)."""
-        if self._idle_without_timer and (config is None or not config.groups):
+        if config is None or not config.groups:
             return None  # no scale group, no timer: an autoscaler with nothing to scale writes no history
         scan = timedelta(seconds=config.scan_interval_seconds) if config is not None else IDLE_TICK
         tick = min(BUSY_TICK, scan) if self._busy else scan
@@ -211,12 +211,12 @@ class AutoscalerWorkflow:
             entry = self.state.slices.get(slice_id)
             if entry is None:
                 continue
-            entry.state = "DRAINING"
+            entry.state = SliceState.DRAINING
             delay = by_name[entry.group].scale_down_delay if entry.group in by_name else 0.0
             self._decided(entry.group, f"scaled down {slice_id}: idle for {delay:g}s (scale_down_delay)")
             try:
                 await workflow.get_external_workflow_handle(slice_id).signal(
-                    "scale_down", ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
+                    SCALE_DOWN, ScaleDown(f"idle for {delay:g}s", config.drain_timeout_seconds, only_if_idle=True)
                 )
             except Exception as err:  # its workflow ended: it is gone already
                 workflow.logger.warning("autoscaler: %s not told to scale down: %s", slice_id, err)
@@ -230,7 +230,7 @@ class AutoscalerWorkflow:
             if any(started):
                 self._decided(group_name, f"scaled up: started {', '.join(s for s in started if s)} for pending work")
         self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
-            s.state != "READY" for s in self.state.slices.values()
+            s.state != SliceState.READY for s in self.state.slices.values()
         )
 
     def _decided(self, group: str, decision: str) -> None:
@@ -241,7 +241,7 @@ class AutoscalerWorkflow:
         spec = group.spec
         slice_id = f"{spec.name}-{workflow.uuid4().hex[:8]}"
         now = workflow.now().timestamp()
-        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, "CREATING")
+        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, SliceState.CREATING)
         self.state.groups.setdefault(spec.name, GroupRuntime()).last_scale_up = now
         inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds)
         summary = f"slice {slice_id}: group {spec.name}, {spec.hosts_per_slice} x {spec.platform} hosts"
@@ -264,8 +264,8 @@ class AutoscalerWorkflow:
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
         )  # fmt: skip
         for k in known:
-            if k.slice_id not in self.state.slices and k.state not in ("FAILED", "TERMINATED"):
-                self.state.slices[k.slice_id] = SliceEntry(k.slice_id, k.group, k.state, k.worker_ids)
+            if k.slice_id not in self.state.slices and k.state not in GONE:
+                self.state.slices[k.slice_id] = SliceEntry(k.slice_id, k.group, SliceState(k.state), k.worker_ids)
         self.state.recovered = True
 
     async def _cleanup_orphans(self) -> None:
@@ -317,29 +317,30 @@ class AutoscalerWorkflow:
 
     # -- handlers -------------------------------------------------------------------------------
 
-    @workflow.signal
+    @workflow.signal(name=CONFIGURE_AUTOSCALER)
     def configure(self, config: AutoscalerConfig) -> None:
         self.state.config = config
         self.state.cleanup_needed = True
         self._wake = True
 
-    @workflow.signal
+    @workflow.signal(name=SLICE_STATE)
     def slice_state(self, update: SliceUpdate) -> None:
         """A slice moved: keep its state; count failures, clear them when a slice comes up."""
         entry = self.state.slices.get(update.slice_id)
-        if update.state in ("FAILED", "TERMINATED"):
+        if update.state in GONE:
             self.state.slices.pop(update.slice_id, None)
         elif entry is None:
             self.state.slices[update.slice_id] = SliceEntry(update.slice_id, update.group, update.state,
                                                             list(update.worker_ids))  # fmt: skip
-        elif entry.state == "DRAINING" and update.state == "READY" and workflow.patched(SLICE_MAY_STAY):
-            entry.state, entry.idle_since = "READY", None  # it stays: idle counts again from now
-        elif entry.state != "DRAINING" or update.state == "DRAINING":
+        elif entry.state == SliceState.DRAINING and update.state == SliceState.READY:
+            # Asked to go for being idle, it got work meanwhile: it stays, and idle counts again from now.
+            entry.state, entry.idle_since = SliceState.READY, None
+        elif entry.state != SliceState.DRAINING or update.state == SliceState.DRAINING:
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
         rt = self.state.groups.setdefault(update.group, GroupRuntime())
-        if update.state == "READY":
+        if update.state == SliceState.READY:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
-        elif update.state == "FAILED" and update.error_type != PREEMPTED:
+        elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
             self._failed(update.group, update.error, update.error_type)
         self._wake = True
 

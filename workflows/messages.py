@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import Release as Release  # re-exported: the agent sends it too
-
 
 @dataclass
 class ConstraintSpec:

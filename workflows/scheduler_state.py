@@ -14,13 +14,14 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
-from workflows.ids import task_workflow_id
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
-PACK_VERSION = 1
+PACK_VERSION = 2
 
 
 @dataclass
@@ -33,11 +34,16 @@ class WorkerEntry:
     tpus: int
     attributes: dict[str, Any]  # str | int | float | bool; Any keeps JSON types intact
     runtime: str = "process"
-    healthy: bool = True
-    suspect_until: float = 0.0  # workflow time; a worker that failed a dispatch gets no work until then
+    state: WorkerState = WorkerState.READY  # moved only by worker_lifecycle's table
+    suspect_until: float = 0.0  # workflow time; QUARANTINED until then
     dispatch_failures: int = 0  # consecutive; doubles the quarantine
-    cordoned: bool = False  # no new work; running tasks go on (a draining slice)
+    cordoned: bool = False  # the operator's: no new work; running tasks go on (a draining slice)
     lost_at: float = 0.0  # workflow time it was reported lost; removed LOST_RETENTION later
+
+    @property
+    def healthy(self) -> bool:
+        """Its liveness session is alive (READY or QUARANTINED)."""
+        return self.state != WorkerState.LOST
 
 
 @dataclass
@@ -156,7 +162,6 @@ def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
         tpus=cap.tpus,
         attributes={k: get_attr(v) for k, v in meta.attributes.items()},
         runtime=meta.runtime or "process",
-        healthy=True,
     )
 
 
@@ -211,7 +216,7 @@ def pack(state: SchedulerState) -> bytes:
         "store_url": state.store_url,
         "workers": [
             [w.worker_id, w.session, w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, w.attributes, w.runtime,
-             w.healthy, w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at]
+             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at]
             for w in state.workers.values()
         ],
         "names": names[len(state.workers):],
@@ -226,12 +231,15 @@ def pack(state: SchedulerState) -> bytes:
 
 
 def unpack(data: bytes) -> SchedulerState:
+    """The state `pack` wrote. A scheduler run continues as new onto a new build with the packing of the
+    build before it (docs/operators.md): a change to the format must read the one before it."""
     doc = json.loads(zlib.decompress(data))
     if doc.get("v") != PACK_VERSION:
         raise ValueError(f"packed scheduler state has version {doc.get('v')!r}, expected {PACK_VERSION}")
     state = SchedulerState(store_url=doc["store_url"], pending_reasons=doc["reasons"])
     for row in doc["workers"]:
-        state.workers[row[0]] = WorkerEntry(*row)
+        entry = state.workers[row[0]] = WorkerEntry(*row)
+        entry.state = WorkerState(entry.state)
     names = [*state.workers, *doc["names"]]
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))

@@ -20,10 +20,19 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy, SearchAttributeKey, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        AUTOSCALER_WORKFLOW_ID,
+        CORDON_WORKERS,
+        REMOVE_WORKERS,
+        SCALE_DOWN,
+        SCHEDULER_WORKFLOW_ID,
+        SLICE_STATE,
+        SLICE_STATE_ATTRIBUTE,
+    )
     from activities.platforms.base import ScaleGroupSpec, SliceInfo
     from activities.slices import (
         SLICE_BOOTSTRAP,
@@ -40,11 +49,10 @@ with workflow.unsafe.imports_passed_through():
         SliceRequest,
         slice_worker_ids,
     )
-    from workflows.ids import AUTOSCALER_WORKFLOW_ID, SCHEDULER_WORKFLOW_ID, SLICE_STATE_ATTRIBUTE
     from workflows.messages import CordonWorkers, RemoveWorkers
     from workflows.slice_lifecycle import TERMINAL_SLICE_STATES, Effect, SliceEvent, SliceState, transition
 
-SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
+SLICE_STATE_KEY = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 WAIT_CANCELLED = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 TRY_CANCEL = workflow.ActivityCancellationType.TRY_CANCEL
 STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
@@ -52,9 +60,6 @@ STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval
 TERMINATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
                               maximum_attempts=20)  # fmt: skip
 HEARTBEAT = timedelta(seconds=10)
-# workflow.patched id: a scale-down stops waiting for the READY watch as soon as it asks it to stop. The
-# watch only reads; waiting for it to acknowledge took up to one heartbeat throttle (8 s) per scale-down.
-WATCH_TRY_CANCEL = "slice-watch-try-cancel"
 
 
 @dataclass
@@ -86,7 +91,7 @@ class SliceUpdate:
 
     slice_id: str
     group: str
-    state: str
+    state: SliceState
     worker_ids: list[str] = field(default_factory=list)
     error: str = ""
     error_type: str = ""
@@ -103,7 +108,7 @@ def _failure(err: BaseException) -> tuple[str, str]:
     return str(cause or err), type(cause or err).__name__
 
 
-@workflow.defn(name="SliceWorkflow")
+@workflow.defn(name="SliceWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class SliceWorkflow:
     @workflow.init
     def __init__(self, inp: SliceInput) -> None:
@@ -202,7 +207,7 @@ class SliceWorkflow:
 
     async def _still_busy(self) -> str:
         """Cordon only if idle, then look: why the slice must stay ("" when it may go)."""
-        await self._tell_scheduler("cordon_workers", CordonWorkers(
+        await self._tell_scheduler(CORDON_WORKERS, CordonWorkers(
             self.worker_ids, True, f"slice {self.inp.slice_id} idle", only_if_idle=True))  # fmt: skip
         try:
             why: str = await self._step(SLICE_STILL_BUSY, BusyCheck(self.worker_ids), timeout=timedelta(seconds=60),
@@ -215,10 +220,11 @@ class SliceWorkflow:
     async def _watch(self) -> SliceEvent:
         req = SliceRequest(self.inp.slice_id, self.inp.group)
         try:
-            cancellation = TRY_CANCEL if workflow.patched(WATCH_TRY_CANCEL) else WAIT_CANCELLED
+            # A scale-down stops waiting for the watch as soon as it asks it to stop: the watch only
+            # reads, and waiting for it to acknowledge took up to one heartbeat throttle (8 s).
             why: str = await self._step(SLICE_WATCH, req, timeout=timedelta(days=3650), heartbeat=True,
                                         retry=RetryPolicy(maximum_interval=timedelta(seconds=30)),
-                                        result_type=str, cancellation=cancellation)  # fmt: skip
+                                        result_type=str, cancellation=TRY_CANCEL)  # fmt: skip
         except ActivityError as err:
             return self._failed(err, "watch")
         self.error, self.error_type = why, "SlicePreempted"
@@ -229,7 +235,7 @@ class SliceWorkflow:
     async def _perform(self, effects: tuple[Effect, ...]) -> None:
         for effect in effects:
             if effect == Effect.CORDON:
-                await self._tell_scheduler("cordon_workers", CordonWorkers(
+                await self._tell_scheduler(CORDON_WORKERS, CordonWorkers(
                     self.worker_ids, True, f"slice {self.inp.slice_id} draining"))  # fmt: skip
             elif effect == Effect.DRAIN:
                 timeout = self.scale_down.drain_timeout_seconds if self.scale_down else 0.0
@@ -247,7 +253,7 @@ class SliceWorkflow:
                     self.error = f"{self.error}; terminate failed: {message}".lstrip("; ")
                     await self._publish()
             elif effect == Effect.REMOVE_WORKERS:
-                await self._tell_scheduler("remove_workers", RemoveWorkers(
+                await self._tell_scheduler(REMOVE_WORKERS, RemoveWorkers(
                     self.worker_ids, f"slice {self.inp.slice_id} {self.state.lower()}"))  # fmt: skip
             # BOOTSTRAP and WATCH are the next state's work (see _work)
 
@@ -259,7 +265,7 @@ class SliceWorkflow:
 
     async def _publish(self) -> None:
         """Search attribute, details and memo for visibility; a signal to the autoscaler."""
-        workflow.upsert_search_attributes([SLICE_STATE.value_set(str(self.state))])
+        workflow.upsert_search_attributes([SLICE_STATE_KEY.value_set(str(self.state))])
         workflow.upsert_memo(
             {
                 "scale_group": self.inp.group.name,
@@ -273,16 +279,16 @@ class SliceWorkflow:
         detail = f"{self.state}: {self.inp.group.name}, {len(self.worker_ids)} hosts{hosts}"
         workflow.set_current_details(f"{detail}; {self.error}" if self.error else detail)
         if self.inp.notify:
-            update = SliceUpdate(self.inp.slice_id, self.inp.group.name, str(self.state), self.worker_ids,
+            update = SliceUpdate(self.inp.slice_id, self.inp.group.name, self.state, self.worker_ids,
                                  self.error, self.error_type, workflow.now().timestamp())  # fmt: skip
             try:
-                await workflow.get_external_workflow_handle(self.inp.notify).signal("slice_state", update)
+                await workflow.get_external_workflow_handle(self.inp.notify).signal(SLICE_STATE, update)
             except Exception as err:  # the autoscaler recovers slice states from visibility when it starts
                 workflow.logger.warning("slice %s: autoscaler not told: %s", self.inp.slice_id, err)
 
     # -- handlers -------------------------------------------------------------------------------
 
-    @workflow.signal(name="scale_down")
+    @workflow.signal(name=SCALE_DOWN)
     def request_scale_down(self, request: ScaleDown) -> None:
         """Scale this slice down (idempotent: the first request's drain timeout holds).
 

@@ -17,49 +17,44 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        ASSIGNED,
+        CLAIM,
         DELIVER_SIGNALS,
+        ENQUEUE,
         PROCESS_STARTED,
+        RELEASE,
         RUN_TASK,
         SCHEDULER_RESTARTED,
+        SCHEDULER_WORKFLOW_ID,
         TASK_ENDED,
+        TASK_RETRYING,
+        TASK_STATUS_QUERY,
+        UNSCHEDULABLE,
         Delivery,
+        Release,
         RunTaskInput,
         RunTaskResult,
         result_blob_key,
+        worker_task_queue,
     )
-    from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
-    from workflows.messages import (
-        Assigned,
-        Claim,
-        Enqueue,
-        Release,
-        TaskInput,
-        TaskResult,
-        TaskRetrying,
-        Unschedulable,
-    )
-    from workflows.states import TERMINAL_TASK_STATES, TaskEvent, TaskState, next_task_state
+    from workflows.messages import Assigned, Claim, Enqueue, TaskInput, TaskResult, TaskRetrying, Unschedulable
+    from workflows.states import TERMINAL_TASK_STATES, TaskState
+    from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
-# workflow.patched id: a heartbeat timeout before the process started is a dispatch failure (re-queued,
-# no budget spent), not a lost worker.
-UNSTARTED_IS_DISPATCH_FAILURE = "unstarted-is-dispatch-failure"
 MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
-# workflow.patched id: a retry's enqueue that the server refuses (no scheduler running, its per-run
-# signal limit) is sent again with backoff; before, it was lost and the task waited forever.
-ENQUEUE_UNTIL_DELIVERED = "enqueue-until-delivered"
 ENQUEUE_BACKOFF_MAX = 60.0  # seconds between attempts to deliver a refused enqueue, at most
 
 
-@workflow.defn(name="TaskWorkflow")
+@workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class TaskWorkflow:
     def __init__(self) -> None:
         self.state = TaskState.PENDING
@@ -71,12 +66,12 @@ class TaskWorkflow:
         self._input: TaskInput | None = None
         self._reporting: asyncio.Task[None] | None = None
 
-    @workflow.signal
+    @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
         if msg.attempt == self.attempt and self.state == TaskState.PENDING:
             self._assigned = msg
 
-    @workflow.signal
+    @workflow.signal(name=UNSCHEDULABLE)
     def unschedulable(self, msg: Unschedulable) -> None:
         if msg.attempt == self.attempt and self.state == TaskState.PENDING:
             self._unschedulable = msg
@@ -106,21 +101,25 @@ class TaskWorkflow:
             def still_held() -> bool:
                 return self.attempt == attempt and self.state not in TERMINAL_TASK_STATES
 
-            await self._until_delivered(scheduler, "claim", claim, still_held)
+            await self._until_delivered(scheduler, CLAIM, claim, still_held)
         finally:
             self._reporting = None
 
-    @workflow.query
+    @workflow.query(name=TASK_STATUS_QUERY)
     def status(self) -> TaskResult:
         self.result.state = self.state
         self.result.attempt = self.attempt
         return self.result
 
-    def _move(self, event: TaskEvent, note: str = "") -> None:
-        self.state = next_task_state(self.state, event)
+    def _move(self, event: TaskEvent, note: str = "") -> tuple[TaskEffect, ...]:
+        """Take `event` through the lifecycle table (InvalidTransition, failing the workflow task, if it
+        cannot happen now); the effects the caller performs."""
+        step = transition(self.state, event)
+        self.state = step.next
         workflow.set_current_details(f"{self.state} (attempt {self.attempt})")
         self.result.transitions.append(f"{self.state}@{self.attempt}{' ' + note if note else ''}")
         del self.result.transitions[:-MAX_TRANSITIONS]
+        return step.effects
 
     @workflow.run
     async def run(self, inp: TaskInput) -> TaskResult:
@@ -172,24 +171,23 @@ class TaskWorkflow:
                     # The process ran, even if it ended before anyone heard it started: record RUNNING.
                     self._move(TaskEvent.STARTED)
                 self._assigned = None
-                if not self._agent_released:
+                effects = self._move(event)
+                if TaskEffect.RELEASE in effects and not self._agent_released:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
                     failed_on = self.result.worker_id if event == TaskEvent.DISPATCH_FAILED else ""
                     release = Release(inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on)
-                    await scheduler.signal("release", release)
+                    await scheduler.signal(RELEASE, release)
                 if event == TaskEvent.DISPATCH_FAILED:
-                    self._move(event)
-                    if inp.gang:
+                    if inp.gang:  # its job re-places the whole gang
                         self.result.dispatch_failed, self.result.error = True, error
                         return self.status()
                     self.attempt += 1
-                    continue
-                self._move(event)
+                    continue  # ENQUEUE
                 self.result.error = error
-                if event == TaskEvent.FAILED:
+                if TaskEffect.COUNT_FAILURE in effects:
                     self.result.failure_count += 1
                     exhausted = self.result.failure_count > inp.max_retries_failure
-                elif event == TaskEvent.WORKER_LOST:
+                elif TaskEffect.COUNT_PREEMPTION in effects:
                     self.result.preemption_count += 1
                     exhausted = self.result.preemption_count > inp.max_retries_preemption
                 else:
@@ -197,25 +195,25 @@ class TaskWorkflow:
                 if exhausted:
                     return self.status()
                 last_state = self.state
-                self._move(TaskEvent.RETRY)
+                effects = self._move(TaskEvent.RETRY)
                 self.attempt += 1
-                if parent := workflow.info().parent:
+                if TaskEffect.TELL_JOB in effects and (parent := workflow.info().parent):
                     retrying = TaskRetrying(
                         inp.task_index, self.attempt, self.result.failure_count,
                         self.result.preemption_count, last_state, error,
                     )
                     job = workflow.get_external_workflow_handle(parent.workflow_id)
-                    await self._send(job, "task_retrying", retrying)
+                    await self._send(job, TASK_RETRYING, retrying)
         except asyncio.CancelledError:
             return await self._killed(inp)
 
     async def _killed(self, inp: TaskInput) -> TaskResult:
         """Cancelled by the job: the attempt is already stopped (WAIT_CANCELLATION_COMPLETED)."""
-        if self.state in (TaskState.PENDING, TaskState.ASSIGNED, TaskState.RUNNING):
-            self.state = TaskState.KILLED
+        if self.state not in UNKILLABLE:
+            self._move(TaskEvent.KILLED)
         self.result.error = self.result.error or "killed"
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
-        await scheduler.signal("release", Release(inp.job_id, inp.task_index, self.attempt))
+        await scheduler.signal(RELEASE, Release(inp.job_id, inp.task_index, self.attempt))
         return self.status()
 
     @staticmethod
@@ -238,7 +236,7 @@ class TaskWorkflow:
         def still_waiting() -> bool:
             return self.state == TaskState.PENDING and self.attempt in request.attempts.values()
 
-        await self._until_delivered(scheduler, "enqueue", request, still_waiting)
+        await self._until_delivered(scheduler, ENQUEUE, request, still_waiting)
 
     async def _until_delivered(self, scheduler: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any,
                                wanted: Callable[[], bool]) -> None:  # fmt: skip
@@ -249,7 +247,7 @@ class TaskWorkflow:
                 await scheduler.signal(signal, arg)
                 return
             except Exception as err:
-                if not wanted() or not workflow.patched(ENQUEUE_UNTIL_DELIVERED):
+                if not wanted():
                     return
                 workflow.logger.warning("%s refused, again in %gs: %s", signal, delay, err)
                 await workflow.sleep(delay)
@@ -298,7 +296,7 @@ class TaskWorkflow:
                     return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up", False
                 kind = cause.type.name if cause.type else "timeout"
                 started = PROCESS_STARTED in cause.last_heartbeat_details
-                if not started and workflow.patched(UNSTARTED_IS_DISPATCH_FAILURE):
+                if not started:  # a dispatch failure (re-queued, no budget spent), not a lost worker
                     error = f"worker {worker_id} timed out ({kind}) before the task started"
                     return TaskEvent.DISPATCH_FAILED, error, False
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})", started

@@ -12,9 +12,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import result_blob_key, task_workflow_id
+from temporalio.common import SearchAttributeKey
+
+from activities.contracts import (
+    JOB_NAME_ATTRIBUTE,
+    JOB_STATE_ATTRIBUTE,
+    JOB_TASKS_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    result_blob_key,
+    task_workflow_id,
+)
 from activities.proto import cluster_pb2 as pb
 from workflows.states import JobState, TaskState
+
+JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
+JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
+JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 MAX_ERROR_CHARS = 300
 """A task's error as kept in the job's table: 2,000 tasks x 300 chars stays far below the 2 MB payload limit."""

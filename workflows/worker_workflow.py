@@ -28,13 +28,22 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import REGISTER_AGAIN, WORKER_SESSION, WorkerSessionInput
+    from activities.contracts import (
+        REGISTER_AGAIN,
+        REGISTER_WORKERS,
+        REGISTERED,
+        REGISTRATION_UPDATE,
+        SCHEDULER_WORKFLOW_ID,
+        WORKER_LOST,
+        WORKER_SESSION,
+        WorkerSessionInput,
+        worker_task_queue,
+    )
     from activities.proto import cluster_pb2 as pb
-    from workflows.ids import SCHEDULER_WORKFLOW_ID, worker_task_queue
     from workflows.messages import RegistrationReply, WorkerLost
 
 SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
@@ -42,11 +51,9 @@ SESSION_START_TIMEOUT = timedelta(seconds=30)
 # How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
 # the agent to read it: bounded, as the agent that would read it may be gone.
 ANSWER_WAIT = timedelta(seconds=60)
-# Patch: the monitor waits for the answer even after its session ended, and, refused, for the agent to read it.
-ANSWER_OUTLIVES_SESSION = "answer-outlives-session"
 
 
-@workflow.defn(name="WorkerWorkflow")
+@workflow.defn(name="WorkerWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class WorkerWorkflow:
     def __init__(self) -> None:
         self._reply: RegistrationReply | None = None
@@ -61,12 +68,8 @@ class WorkerWorkflow:
         workflow.set_current_details(f"worker {session.worker_id}: healthy")
         reason = "session ended"
         liveness = asyncio.ensure_future(self._session(session))
-        waits_for_answer = session.announced and workflow.patched(ANSWER_OUTLIVES_SESSION)
-        if waits_for_answer:
-            await self._wait(lambda: self._reply is not None)
-        elif session.announced:
-            await workflow.wait_condition(lambda: self._reply is not None or liveness.done())
         if session.announced:
+            await self._wait(lambda: self._reply is not None)
             refused = self._reply.refused if self._reply is not None else {}
             hosts = [h for h in hosts if h not in refused]
             if not hosts:  # nothing to watch: end the session instead of waiting for it to time out
@@ -77,12 +80,12 @@ class WorkerWorkflow:
             reason = str(err.cause) if err.cause else err.message
         except asyncio.CancelledError:
             reason = "registration refused"
-        if waits_for_answer and self._reply is not None and not hosts:
+        if session.announced and self._reply is not None and not hosts:
             # Refused: the agent is told why before the monitor ends. (A lost worker is reported at once.)
             await self._wait(lambda: self._answered)
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         for host in hosts:
-            await scheduler.signal("worker_lost", WorkerLost(host, session.session, reason))
+            await scheduler.signal(WORKER_LOST, WorkerLost(host, session.session, reason))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
 
@@ -106,7 +109,7 @@ class WorkerWorkflow:
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
         )
 
-    @workflow.signal
+    @workflow.signal(name=REGISTERED)
     def registered(self, reply: RegistrationReply) -> None:
         self._reply = reply
 
@@ -119,13 +122,13 @@ class WorkerWorkflow:
     async def _register(self, registration: str) -> None:
         batch = pb.WorkerBatch.FromString(base64.b64decode(registration))
         try:
-            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal("register_workers", batch)
+            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
         except Exception as err:  # no scheduler (again): the next one asks again
             workflow.logger.warning("registration not sent again: %s", err)
         finally:
             self._registering = None
 
-    @workflow.update
+    @workflow.update(name=REGISTRATION_UPDATE)
     async def registration(self) -> RegistrationReply:
         """The scheduler's answer to this session's `register_workers`, once it came."""
         await workflow.wait_condition(lambda: self._reply is not None)

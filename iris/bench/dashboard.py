@@ -33,20 +33,21 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.contracts import JOB_KIND, WorkerSessionInput
+from activities.contracts import (
+    JOB_KIND,
+    JOB_STATE_ATTRIBUTE,
+    JOB_TASKS_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+    WorkerSessionInput,
+)
 from activities.signals import coalescer
 from iris.bench.scale import AGENT_QUEUE, SyntheticAgents, _gather_limited, _stop, _summary, host_metadata
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
 from worker_agent.registration import register_hosts
-from workflows.ids import (
-    JOB_STATE_ATTRIBUTE,
-    JOB_TASKS_ATTRIBUTE,
-    JOB_USER_ATTRIBUTE,
-    KIND_ATTRIBUTE,
-    SCHEDULER_WORKFLOW_ID,
-)
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.visibility import JobView
 

@@ -18,7 +18,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
+from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
 
 
 @dataclass

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from iris.bench.history import count_histories
 from iris.bench.host import CpuMeter
 from iris.client import AsyncIrisClient, IrisClient
 from iris.config import ClusterConfig, parse_config
 from iris.types import JobState, ResourceSpec
-from workflows.ids import SCHEDULER_WORKFLOW_ID, task_workflow_id
 
 TASK_CPU = 0.1
 TASK_MEMORY = "32m"

@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.contracts import WORKER_SESSION, WorkerSessionInput
+from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKER_SESSION, WorkerSessionInput
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from activities.signals import coalescer
@@ -41,7 +41,6 @@ from iris.connection import connect_client
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
 from worker_agent.registration import register_hosts
-from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import Enqueue, SchedulingSpec
 
 AGENT_QUEUE = "iris-bench-agents"
@@ -76,6 +75,10 @@ class ScaleFigures:
     unhandled_command_tasks: int = 0
     refused_signals: int = 0
     controller_peak_rss_mb: float = 0.0
+    # Workflow task durations (started -> completed, server times) of every scheduler run; the target is
+    # <= 200 ms at 10,000 workers x 100,000 pending (the deadlock detector fires at 2 s).
+    workflow_task_seconds: list[float] = field(default_factory=list)
+    longest_workflow_task: str = ""  # which one: its run's event number, and whether it began the run
     lost_detect_seconds: float | None = None
     limits_hit: list[str] = field(default_factory=list)
 
@@ -97,6 +100,7 @@ class ScaleFigures:
             f" per host {self.events_total / max(1, self.workers):.3f}",
             f"  largest payload        {self.largest_payload / 1024:8.0f} KiB (limit {PAYLOAD_LIMIT // 1024} KiB)",
             f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
+            self._workflow_tasks_line(),
             f"  force-closed tasks     {self.force_closed_tasks:8d}     (server flushed >100 buffered signals;"
             " the task is retried, nothing is lost)",
             f"  closing tasks redone   {self.unhandled_command_tasks:8d}     (signals came in as a run continued"
@@ -107,6 +111,17 @@ class ScaleFigures:
             "  limits hit: " + ("; ".join(self.limits_hit) if self.limits_hit else "none"),
         ]
         return "\n".join(lines)
+
+    def _workflow_tasks_line(self) -> str:
+        durations = sorted(self.workflow_task_seconds)
+        if not durations:
+            return "  longest workflow task       none seen"
+        p99 = durations[min(len(durations) - 1, int(len(durations) * 0.99))]
+        return (
+            f"  longest workflow task  {durations[-1] * 1000:8.0f} ms  ({self.longest_workflow_task}; median"
+            f" {durations[len(durations) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over {len(durations)};"
+            " target <= 200 ms)"
+        )
 
 
 def host_metadata(index: int, session: str) -> pb.WorkerMetadata:
@@ -198,9 +213,20 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
         figures.events_total += len(events)
         figures.events_max_run = max(figures.events_max_run, len(events))
         scheduled: dict[int, float] = {}  # find_assignments activities by their scheduled event
+        task_started: dict[int, float] = {}  # workflow tasks by their started event
         for event in events:
             figures.largest_payload = max([figures.largest_payload, *_payload_sizes(event)])
             at = event.event_time.ToDatetime().timestamp()
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                task_started[event.event_id] = at
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                began = task_started.pop(event.workflow_task_completed_event_attributes.started_event_id, None)
+                if began is not None:
+                    took = at - began
+                    if not figures.workflow_task_seconds or took > max(figures.workflow_task_seconds):
+                        first = " (the run's first: it unpacks the carried state)" if event.event_id <= 4 else ""
+                        figures.longest_workflow_task = f"run {wf.run_id[:8]} event {event.event_id}{first}"
+                    figures.workflow_task_seconds.append(took)
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 attrs = event.workflow_task_failed_event_attributes
                 cause = WorkflowTaskFailedCause.Name(attrs.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
@@ -449,7 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         assert controller.stdout is not None
-        if controller.stdout.readline().strip() != b"ready":
+        line = b"-"
+        while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
+            line = controller.stdout.readline()
+        if line.strip() != b"ready":
             print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
             return 2
 

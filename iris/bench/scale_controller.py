@@ -18,17 +18,18 @@ import sys
 from temporalio import activity
 from temporalio.worker import Worker
 
-from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
-from workflows.ids import CONTROL_TASK_QUEUE
+from iris.deployment import build_id, deployment_config, promote
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
 TASK_SIGNALS = ("assigned", "unschedulable")
+BUILD = build_id()
 
 
 @activity.defn(name=DELIVER_SIGNALS)
@@ -62,8 +63,10 @@ async def serve(address: str) -> None:
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=workflow_runner(),
+            deployment_config=deployment_config(BUILD),
         )
         async with worker:
+            await promote(client, BUILD)
             await ensure_scheduler(client, "memory://bench")
             print("ready", flush=True)
             await stop.wait()

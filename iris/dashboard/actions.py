@@ -25,8 +25,8 @@ from typing import Any
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
+from activities.contracts import SLICE_STATE_ATTRIBUTE
 from iris.dashboard.reads import JOB_STATE, JOB_USER, ClusterReads, quoted, session_prefix
-from workflows.ids import SLICE_STATE_ATTRIBUTE
 from workflows.visibility import JobView
 
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)

@@ -26,17 +26,17 @@ import structlog
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
-from activities.proto import cluster_pb2 as pb
-from iris import fleet
-from iris.types import SliceStatus
-from workflows.autoscaler_workflow import AutoscalerStatus
-from workflows.ids import (
+from activities.contracts import (
     JOB_NAME_ATTRIBUTE,
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
     SCHEDULER_WORKFLOW_ID,
 )
+from activities.proto import cluster_pb2 as pb
+from iris import fleet
+from iris.types import SliceStatus
+from workflows.autoscaler_workflow import AutoscalerStatus
 from workflows.visibility import JobView
 
 T = TypeVar("T")

@@ -22,6 +22,7 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_workflow_id
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
@@ -52,7 +53,6 @@ from iris.dashboard.views import (
 )
 from iris.types import JobState
 from iris.units import format_memory
-from workflows.ids import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_workflow_id
 
 log = structlog.get_logger("iris.dashboard")
 

@@ -23,12 +23,12 @@ import pytest
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris import IrisClient, JobFailedError, JobState
 from iris.codec import ENCODING, EncryptionCodec, data_converter, generate_key, load_key
 from iris.local_cluster import LocalCluster
 from tests.deploy.conftest import free_port, get
 from tests.support import TEMPORAL, wait_until
-from workflows.ids import SCHEDULER_WORKFLOW_ID
 
 pytestmark = pytest.mark.e2e
 

@@ -11,12 +11,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
+from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
 from iris.local_cluster import LocalCluster
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, wait_until
-from workflows.ids import AUTOSCALER_WORKFLOW_ID
 from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from temporalio.client import WorkflowHistory
 
-from activities.contracts import INLINE_LAUNCH_BYTES, launch_blob_key
+from activities.contracts import INLINE_LAUNCH_BYTES, launch_blob_key, task_workflow_id
 from iris import IrisClient, JobState, ResourceSpec
-from workflows.ids import task_workflow_id
 
 SCRIPT = "import os, sys; print('sizes', len(os.environ['BIG']), len(sys.argv[1]), os.environ['SMALL'])"
 

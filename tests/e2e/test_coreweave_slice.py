@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from activities.platforms.base import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.coreweave import CoreweavePlatform
 from activities.platforms.coreweave_model import nodepool_name
@@ -29,7 +30,6 @@ from tests.platforms.fake_kubelet import FakeKubelet
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 from tests.support import Cluster, pid_running, wait_until
 from workflows.autoscaler_workflow import AutoscalerStatus, GroupStatus
-from workflows.ids import AUTOSCALER_WORKFLOW_ID
 
 pytestmark = pytest.mark.e2e
 PODS = "/api/v1/namespaces/iris/pods"

@@ -7,11 +7,11 @@ import zlib
 
 from temporalio.client import Client
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID
 from activities.proto import cluster_pb2 as pb
 from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config import LocalWorkerSpec
 from tests.support import Cluster, forget_workers, wait_until
-from workflows.ids import SCHEDULER_WORKFLOW_ID
 from workflows.messages import CordonWorkers, RemoveWorkers
 
 CPU_WORKERS = ["cpu-0", "cpu-1"]

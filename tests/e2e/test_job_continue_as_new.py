@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from iris import IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
 from tests.support import Cluster, replay_run, running_cluster, wait_until
-from workflows.job_workflow import HANDOVER_ATTEMPTS
+from workflows.job_handover import HANDOVER_ATTEMPTS
 
 FLEET = {
     "local": {
@@ -137,3 +137,35 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
     wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
                what="no place left booked on a worker")  # fmt: skip
     wait_until(lambda: not task_processes(), timeout=30, what="no task process left, the terminated one's too")
+
+
+def test_a_handed_over_job_that_fails_kills_the_tasks_earlier_runs_started(
+    client: IrisClient, small_history: Cluster, tmp_path: Path
+) -> None:
+    """A task that fails for good in a later run fails the job (max_task_failures 0) and kills the 19
+    tasks that earlier runs started, which are no children of the run that decides."""
+    go = tmp_path / "fail-now"
+    code = (
+        "import os, pathlib, sys, time; i = int(os.environ['IRIS_TASK_INDEX'])\n"
+        f"while i == 0 and not pathlib.Path({str(go)!r}).exists(): time.sleep(0.2)\n"
+        "sys.exit(1) if i == 0 else time.sleep(600)"
+    )
+    resources = ResourceSpec(cpu=0.1, memory="16m", replicas=20)
+    job = client.submit_command([sys.executable, "-c", code], name="handover-fail", resources=resources,
+                                max_retries_preemption=RETRIES)  # fmt: skip
+    address = small_history.info.address
+
+    def handed_over_while_running() -> bool:
+        st = job.status()
+        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
+
+    wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
+    go.touch()
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert JobState.FAILED == status.state
+    assert {"FAILED": 1, "KILLED": 19} == status.task_state_counts
+    assert "task 0 failed" in status.error
+    runs = asyncio.run(_runs(address, job.job_id))
+    assert WorkflowExecutionStatus.FAILED == runs[-1][0] and len(runs) > 1, runs
+    wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
+               what="no place left booked on a worker")  # fmt: skip

@@ -28,3 +28,4 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert figures["runs"] >= 2 and figures["continue_as_new_bytes"]  # the state was carried over, packed
     assert figures["lost_detect_seconds"] is not None  # the quiet agent's 10 hosts were reported lost
     assert "limits hit: none" in run.stdout
+    assert figures["workflow_task_seconds"] and "longest workflow task" in run.stdout  # phase timing reported

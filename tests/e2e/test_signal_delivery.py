@@ -20,11 +20,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.contracts import ASSIGNED, ENQUEUE, SCHEDULER_WORKFLOW_ID, Delivery, task_workflow_id
+from activities.contracts import ASSIGNED, ENQUEUE, SCHEDULER_WORKFLOW_ID, Delivery, Release, task_workflow_id
 from activities.signals import deliver_signals
 from iris import IrisClient, JobState, ResourceSpec
 from tests.support import Cluster
-from workflows.messages import Assigned, Enqueue, Release, SchedulingSpec
+from workflows.messages import Assigned, Enqueue, SchedulingSpec
 
 
 @dataclass

@@ -25,6 +25,7 @@ import pytest
 from google.cloud import tpu_v2
 from temporalio.client import Client
 
+from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from activities.platforms.remote_agent import host_key
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
@@ -32,7 +33,6 @@ from iris.local_cluster import LocalCluster
 from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
 from tests.sshd import Sshd, start_sshd, worker_command
 from tests.support import Cluster, lines, pid_gone, wait_until
-from workflows.ids import AUTOSCALER_WORKFLOW_ID
 
 pytestmark = pytest.mark.e2e
 

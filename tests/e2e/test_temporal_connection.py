@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from activities.contracts import SEARCH_ATTRIBUTES
 from iris.connection import TemporalSettings
 from tests.support import Cluster
 from tests.tls_relay import Pki, TlsRelay, make_pki
-from workflows.ids import SEARCH_ATTRIBUTES
-from workflows.job_workflow import JOB_USER
+from workflows.visibility import JOB_USER
 
 pytestmark = pytest.mark.e2e
 

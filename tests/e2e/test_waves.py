@@ -7,7 +7,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from iris import IrisClient, JobState, ResourceSpec
-from workflows.job_workflow import MAX_PENDING_CHILDREN, WAVE_FLOOR
+from workflows.job_waves import MAX_PENDING_CHILDREN, WAVE_FLOOR
 from workflows.registry import ALL_WORKFLOWS
 
 REPLICAS = WAVE_FLOOR + 50
@@ -49,4 +49,4 @@ def test_a_job_past_its_first_wave_runs_every_task_once_in_waves(client: IrisCli
         return await client._async.temporal.get_workflow_handle(job.job_id).fetch_history()
 
     replayed = client._run(Replayer(workflows=ALL_WORKFLOWS).replay_workflow(client._run(history())))
-    assert replayed.replay_failure is None  # the waves' history (adaptive-waves patch) replays
+    assert replayed.replay_failure is None  # the waves' history replays

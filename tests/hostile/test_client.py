@@ -80,7 +80,7 @@ def test_every_iris_workflow_has_an_iris_kind(client: IrisClient) -> None:
     from temporalio.common import SearchAttributeKey
 
     from activities import autoscaling
-    from workflows.ids import KIND_ATTRIBUTE, KINDS, SLICE_KIND
+    from activities.contracts import KIND_ATTRIBUTE, KINDS, SLICE_KIND
     from workflows.registry import ALL_WORKFLOWS
 
     job = client.submit_command(["true"], name="kinds", resources=ResourceSpec(cpu=0.5, memory="256m"))

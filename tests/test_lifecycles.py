@@ -1,0 +1,165 @@
+"""The task, job and worker lifecycle tables: reachable states, ways out, and effects that never leak a place."""
+
+from __future__ import annotations
+
+import pytest
+
+from workflows import job_lifecycle as job
+from workflows import task_lifecycle as task
+from workflows import worker_lifecycle as worker
+from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
+from workflows.states import TERMINAL_TASK_STATES, TaskState
+from workflows.task_lifecycle import TaskEffect, TaskEvent
+from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
+
+LIVE_TASK = [s for s in TaskState if s not in TERMINAL_TASK_STATES]
+ATTEMPT = (TaskState.ASSIGNED, TaskState.RUNNING)
+
+
+def _reachable(start: TaskState) -> set[TaskState]:
+    seen, frontier = {start}, [start]
+    while frontier:
+        current = frontier.pop()
+        for (src, _), step in task.TRANSITIONS.items():
+            if src == current and step.next not in seen:
+                seen.add(step.next)
+                frontier.append(step.next)
+    return seen
+
+
+def test_every_task_state_is_reachable_from_pending() -> None:
+    """No state in the enum is dead code: each is reached from PENDING."""
+    assert set(TaskState) == _reachable(TaskState.PENDING)
+
+
+@pytest.mark.parametrize("state", LIVE_TASK)
+def test_every_live_task_state_can_end(state: TaskState) -> None:
+    """From every live state some events reach a final state (SUCCEEDED, KILLED, UNSCHEDULABLE)."""
+    assert _reachable(state) & (TERMINAL_TASK_STATES - {TaskState.FAILED, TaskState.WORKER_FAILED})
+
+
+@pytest.mark.parametrize("state", [s for s in TaskState if s not in task.UNKILLABLE])
+def test_a_task_can_be_killed_whenever_it_is_not_over(state: TaskState) -> None:
+    """A job's kill reaches every task that is not over, and gives its place back."""
+    step = task.transition(state, TaskEvent.KILLED)
+    assert (TaskState.KILLED, (TaskEffect.RELEASE,)) == (step.next, step.effects)
+
+
+@pytest.mark.parametrize("state", sorted(task.UNKILLABLE))
+def test_a_task_that_is_over_takes_no_event(state: TaskState) -> None:
+    """SUCCEEDED, KILLED and UNSCHEDULABLE are final: nothing leaves them, and trying fails loudly."""
+    assert not [key for key in task.TRANSITIONS if key[0] == state]
+    with pytest.raises(task.InvalidTransition, match=f"task in state {state} cannot take event killed"):
+        task.transition(state, TaskEvent.KILLED)
+
+
+@pytest.mark.parametrize(
+    ("key", "step"), [(k, v) for k, v in task.TRANSITIONS.items() if k[0] in ATTEMPT and v.next not in ATTEMPT]
+)
+def test_an_attempt_that_ends_gives_its_place_back(key: tuple[TaskState, TaskEvent], step: task.Step) -> None:
+    """However an attempt ends (success, failure, lost worker, dispatch failure, kill), its capacity is released."""
+    assert TaskEffect.RELEASE in step.effects, key
+
+
+@pytest.mark.parametrize(("key", "step"), list(task.TRANSITIONS.items()))
+def test_budgets_are_charged_exactly_when_a_task_fails_or_loses_its_worker(
+    key: tuple[TaskState, TaskEvent], step: task.Step
+) -> None:
+    """A failure spends the failure budget, a lost worker the preemption budget; nothing else spends either."""
+    expected = {TaskState.FAILED: {TaskEffect.COUNT_FAILURE}, TaskState.WORKER_FAILED: {TaskEffect.COUNT_PREEMPTION}}
+    charged = {e for e in step.effects if e in (TaskEffect.COUNT_FAILURE, TaskEffect.COUNT_PREEMPTION)}
+    assert expected.get(step.next, set()) == charged, key
+
+
+@pytest.mark.parametrize(("key", "step"), [(k, v) for k, v in task.TRANSITIONS.items() if v.next == TaskState.PENDING])
+def test_a_task_back_in_the_queue_asks_for_a_place(key: tuple[TaskState, TaskEvent], step: task.Step) -> None:
+    """A retry and a dispatch failure both enqueue the next attempt; a retry also tells the job."""
+    assert TaskEffect.ENQUEUE in step.effects, key
+    assert (TaskEffect.TELL_JOB in step.effects) == (key[1] == TaskEvent.RETRY), key
+
+
+def test_an_illegal_task_move_names_state_and_event() -> None:
+    """A move the table lacks is a bug in the workflow: it raises, naming both."""
+    with pytest.raises(task.InvalidTransition, match="task in state PENDING cannot take event succeeded"):
+        task.transition(TaskState.PENDING, TaskEvent.SUCCEEDED)
+
+
+@pytest.mark.parametrize("phase", list(JobPhase))
+def test_a_kill_wins_in_every_phase(phase: JobPhase) -> None:
+    """Whatever the job is doing, a kill takes it to KILLING; a job not yet killed cancels its tasks on the way."""
+    step = job.transition(phase, JobEvent.KILL)
+    assert JobPhase.KILLING == step.next
+    assert (JobEffect.CANCEL_RUNNING in step.effects) == (phase != JobPhase.KILLING)
+
+
+@pytest.mark.parametrize("event", [e for e in JobEvent if e != JobEvent.GANG_RETRY])
+def test_killing_absorbs_every_event(event: JobEvent) -> None:
+    """A killed job ends KILLED: nothing that happens while its tasks stop changes that or does anything."""
+    assert job.Step(JobPhase.KILLING) == job.transition(JobPhase.KILLING, event)
+
+
+@pytest.mark.parametrize(("key", "step"), [(k, v) for k, v in job.TRANSITIONS.items() if k[0] == JobPhase.ACTIVE])
+def test_leaving_active_cancels_the_running_tasks(key: tuple[JobPhase, JobEvent], step: job.Step) -> None:
+    """A job that fails, breaks its gang or is killed cancels what still runs at once."""
+    assert JobEffect.CANCEL_RUNNING in step.effects, key
+
+
+@pytest.mark.parametrize("phase", [p for p in JobPhase if p != JobPhase.GANG_BROKEN])
+def test_only_a_broken_gang_goes_again(phase: JobPhase) -> None:
+    """Only a broken gang returns to ACTIVE (its rows reset); a failing or killed job never does."""
+    assert not [k for k, v in job.TRANSITIONS.items() if k[0] == phase and v.next == JobPhase.ACTIVE]
+    with pytest.raises(job.InvalidTransition, match=f"job in phase {phase} cannot take event gang_retry"):
+        job.transition(phase, JobEvent.GANG_RETRY)
+    assert (JobPhase.ACTIVE, (JobEffect.RESET_TASKS,)) == (
+        job.transition(JobPhase.GANG_BROKEN, JobEvent.GANG_RETRY).next,
+        job.transition(JobPhase.GANG_BROKEN, JobEvent.GANG_RETRY).effects,
+    )
+
+
+def test_the_first_break_of_a_gang_is_its_cause() -> None:
+    """Only the break that leaves ACTIVE keeps its result as the cause; later ones while winding down do not."""
+    keeping = [k for k, v in job.TRANSITIONS.items() if JobEffect.KEEP_CAUSE in v.effects]
+    assert [(JobPhase.ACTIVE, JobEvent.GANG_BROKE)] == keeping
+
+
+@pytest.mark.parametrize("state", list(WorkerState))
+def test_a_registration_always_brings_a_worker_back_fresh(state: WorkerState) -> None:
+    """A new agent session makes any worker READY with a fresh entry (its cordon kept by the workflow)."""
+    assert worker.Step(WorkerState.READY, (WorkerEffect.RESET,)) == worker.transition(state, WorkerEvent.REGISTERED)
+
+
+def test_every_worker_state_is_reachable_and_can_get_back_to_ready() -> None:
+    """No dead state: each is reached from READY, and each leads back to READY."""
+    def reach(start: WorkerState) -> set[WorkerState]:
+        seen, frontier = {start}, [start]
+        while frontier:
+            current = frontier.pop()
+            for (src, _), step in worker.TRANSITIONS.items():
+                if src == current and step.next not in seen:
+                    seen.add(step.next)
+                    frontier.append(step.next)
+        return seen
+
+    assert set(WorkerState) == reach(WorkerState.READY)
+    assert all(WorkerState.READY in reach(s) for s in WorkerState)
+
+
+@pytest.mark.parametrize(("key", "step"), list(worker.TRANSITIONS.items()))
+def test_a_quarantine_starts_only_when_a_ready_worker_fails_a_dispatch(
+    key: tuple[WorkerState, WorkerEvent], step: worker.Step
+) -> None:
+    """Failures inside a quarantine are one incident: only READY -> QUARANTINED counts one and quarantines."""
+    assert (WorkerEffect.QUARANTINE in step.effects) == (key == (WorkerState.READY, WorkerEvent.DISPATCH_FAILED))
+
+
+@pytest.mark.parametrize(("key", "step"), list(worker.TRANSITIONS.items()))
+def test_a_worker_is_stamped_lost_once(key: tuple[WorkerState, WorkerEvent], step: worker.Step) -> None:
+    """Only the move into LOST stamps the time (its retention counts from the first report)."""
+    assert (WorkerEffect.STAMP_LOST in step.effects) == (key[0] != WorkerState.LOST and step.next == WorkerState.LOST)
+
+
+@pytest.mark.parametrize("state", [s for s in WorkerState if s != WorkerState.QUARANTINED])
+def test_only_a_quarantine_can_end(state: WorkerState) -> None:
+    """QUARANTINE_ENDED outside a quarantine is a bug: it fails loudly, naming state and event."""
+    with pytest.raises(worker.InvalidTransition, match=f"worker in state {state} cannot take event quarantine_ended"):
+        worker.transition(state, WorkerEvent.QUARANTINE_ENDED)

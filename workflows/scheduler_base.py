@@ -1,0 +1,54 @@
+"""What the parts of the scheduler workflow share: its attributes, and the methods one part calls in another.
+
+SchedulerWorkflow mixes in Registration, Queue and Deliveries (one concern per module) over this
+base; the workflow class and its parts define the methods, these declarations only let each part
+be read (and type-checked) alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from activities.contracts import Delivery
+    from activities.proto import cluster_pb2 as pb
+    from workflows.messages import Assigned, Enqueue, Unschedulable
+    from workflows.scheduler_state import SchedulerState, WorkerEntry
+    from workflows.worker_lifecycle import WorkerEvent
+
+
+class SchedulerBase:
+    state: SchedulerState
+    _dirty: bool  # wake the loop: something changed
+    _snapshot: bytes | None  # the last encoded snapshot, until the state changes
+    _signals_received: int  # in this run (SIGNAL_BUDGET)
+    _replies: list[Delivery]  # registration answers not sent yet
+    _late_deliveries: int  # background deliveries of late assignments not finished yet
+    _last_purge: float
+
+    def _changed(self) -> None:
+        """The state changed: wake the loop and forget the cached snapshot (SchedulerWorkflow)."""
+        raise NotImplementedError
+
+    def _enqueue(self, request: Enqueue) -> None:  # Queue
+        raise NotImplementedError
+
+    def _release(self, job_id: str, task_index: int, attempt: int) -> None:  # Queue
+        raise NotImplementedError
+
+    def _commit(
+        self, plan: pb.SchedulingPlan, limit: int | None = None
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue
+        raise NotImplementedError
+
+    def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:  # Queue
+        raise NotImplementedError
+
+    def _worker_event(self, worker: WorkerEntry, event: WorkerEvent) -> None:  # Registration
+        raise NotImplementedError
+
+    def healthy_worker_count(self) -> int:  # Registration
+        raise NotImplementedError
+
+    async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
+        raise NotImplementedError

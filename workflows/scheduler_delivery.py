@@ -1,0 +1,135 @@
+"""The scheduler workflow's deliveries: assignments, timeouts, pending reasons and registration answers.
+
+Signals go out through activities (deliver_signals, deliver_assignments), never as signal commands:
+only a small, urgent batch goes by local activity (it is the latency path), everything else by a
+regular activity, so no workflow task stays open while thousands of signals are sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        ASSIGNED,
+        DELIVER_ASSIGNMENTS,
+        DELIVER_SIGNALS,
+        UNSCHEDULABLE,
+        Delivery,
+        DeliveryOutcome,
+    )
+    from activities.proto import cluster_pb2 as pb
+    from workflows.messages import (
+        Enqueue,
+    )
+    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_state import (
+        PendingEntry,
+    )
+
+ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
+# Registration replies, pending reasons and big announce batches are sent by a regular activity. A
+# local activity keeps the workflow task open while it runs; when deliveries are slow (a loaded
+# server, thousands of them) and more than ~100 signals arrive meanwhile, the server force-closes
+# the task and everything it did is redone.
+LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local activity: it is the latency path
+# How long a late assignment waits for its task in the background. A task still not there then
+# (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
+# whenever it comes; its place is given back meanwhile.
+LATE_PATIENCE_SECONDS = 60.0
+# How long the announcement itself waits for a task that is not there yet: a job's children start
+# tens of milliseconds after its enqueue, unless something broke.
+ANNOUNCE_GRACE_SECONDS = 2.0
+T = TypeVar("T")
+
+
+async def _delivery(name: str, args: list[Any], result_type: type[T], *, local: bool) -> T:
+    """Run a delivery activity: local (no workflow task for its reply, 60 s) or regular (120 s)."""
+    if local:
+        return await workflow.execute_local_activity(
+            name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=60)
+        )
+    return await workflow.execute_activity(
+        name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120)
+    )
+
+
+class Deliveries(SchedulerBase):
+    """Mixed into SchedulerWorkflow (see its module)."""
+
+    async def _send_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        await self._deliver(replies, urgent=False)
+
+    async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:
+        """Send signals by activity; the indices of those whose workflow is gone.
+
+        Only a small, urgent batch (task assignments) goes by local activity, which saves a
+        workflow task on the submit-to-running path; everything else by a regular activity.
+        """
+        local = urgent and len(deliveries) <= LOCAL_DELIVERY_MAX
+        return await _delivery(DELIVER_SIGNALS, [deliveries], list[int], local=local)
+
+    async def _announce(self, plan: pb.SchedulingPlan) -> None:
+        """Commit the plan, then tell every task in one batch; a task that is gone gives its place back."""
+        # What a late assignment needs to go back to the queue (the commit drops emptied entries).
+        entries = {a.job_id: self.state.pending[a.job_id] for a in plan.assignments if a.job_id in self.state.pending}
+        outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
+            (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan)
+        ]
+        outgoing += [(Delivery(key, UNSCHEDULABLE, arg), None) for key, arg in self._take_timed_out(plan)]
+        # In batches, one workflow task each, so no task holds the 100,000 deliveries of a big
+        # pass (the deadlock detector fires after 2 s of workflow code).
+        for start in range(0, len(outgoing), ANNOUNCE_BATCH):
+            batch = outgoing[start : start + ANNOUNCE_BATCH]
+            deliveries = [delivery for delivery, _ in batch]
+            outcome = await self._deliver_assignments(deliveries)
+            self._give_back(batch, outcome.gone)
+            if outcome.late:
+                self._deliver_late([batch[i] for i in outcome.late], entries)
+
+    def _give_back(self, batch: list[tuple[Delivery, pb.SchedulingAssignment | None]], gone: list[int]) -> None:
+        """The places of the batch's assignments whose task is gone go back to the pool."""
+        for index in gone:
+            delivery, placed = batch[index]
+            if placed is not None:
+                self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+
+    async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
+        """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
+        args = [deliveries, ANNOUNCE_GRACE_SECONDS]
+        return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome, local=len(deliveries) <= LOCAL_DELIVERY_MAX)
+
+    def _deliver_late(
+        self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
+    ) -> None:
+        """Deliver assignments whose task has not started yet without holding the loop: a regular
+        activity waits for each task while its job runs. A task that is gone gives its place back;
+        one still not there after LATE_PATIENCE_SECONDS gives it back and goes back to the queue.
+        The run does not continue as new before this ends."""
+        self._late_deliveries += 1
+        workflow.logger.info("%d assignments wait for their task to start", len(late))
+
+        async def deliver() -> None:
+            try:
+                outcome = await workflow.execute_activity(
+                    DELIVER_ASSIGNMENTS, args=[[delivery for delivery, _ in late], LATE_PATIENCE_SECONDS],
+                    result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
+                )  # fmt: skip
+                self._give_back(late, outcome.gone + outcome.late)
+                for index in outcome.late:
+                    delivery, placed = late[index]
+                    entry = entries.get(placed.job_id) if placed is not None else None
+                    if placed is None or entry is None:
+                        continue
+                    workflow.logger.warning("task %s did not start: queued again", delivery.workflow_id)
+                    attempts = {placed.task_index: delivery.arg.attempt}
+                    self._enqueue(Enqueue(entry.job_id, entry.spec, attempts, entry.submitted_at))
+            finally:
+                self._late_deliveries -= 1
+
+        asyncio.create_task(deliver())  # noqa: RUF006 - tracked by _late_deliveries

@@ -1,0 +1,216 @@
+"""The scheduler workflow's worker registry: registration, liveness, cordons and quarantine.
+
+Every change to a worker's state goes through the table in worker_lifecycle (`_worker_event`).
+
+Registration is a signal carrying a batch of hosts (`register_workers`), sent by each agent's
+WorkerWorkflow and answered with a `registered` signal, so 10,000 agents do not queue updates on
+the one scheduler. A lost worker stays listed as unhealthy for LOST_RETENTION, then leaves; a worker
+that does not pick up its work is kept from new work for a while (quarantine).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        CORDON_WORKERS,
+        HEALTHY_WORKER_QUERY,
+        REGISTER_WORKERS,
+        REGISTERED,
+        REMOVE_WORKERS,
+        WORKER_LOST,
+        WORKERS_QUERY,
+        Delivery,
+    )
+    from activities.proto import cluster_pb2 as pb
+    from activities.proto.values import set_attr
+    from workflows.messages import (
+        CordonWorkers,
+        RegisterResult,
+        RegistrationReply,
+        RemoveWorkers,
+        WorkerLost,
+    )
+    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_state import (
+        WorkerEntry,
+        refusal,
+        worker_from_metadata,
+    )
+    from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
+
+QUARANTINE = timedelta(seconds=30)
+QUARANTINE_MAX = timedelta(minutes=10)
+QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing (and 2**n must not overflow)
+LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
+PURGE_INTERVAL = timedelta(minutes=1)
+
+
+class Registration(SchedulerBase):
+    """Mixed into SchedulerWorkflow (see its module)."""
+
+    @workflow.signal(name=WORKER_LOST)
+    def worker_lost(self, lost: WorkerLost) -> None:
+        self._signals_received += 1
+        worker = self.state.workers.get(lost.worker_id)
+        if worker is not None and worker.session == lost.session:
+            self._worker_event(worker, WorkerEvent.LOST, why=lost.reason)
+
+    @workflow.signal(name=CORDON_WORKERS)
+    def cordon_workers(self, request: CordonWorkers) -> None:
+        """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
+        self._signals_received += 1
+        if request.only_if_idle and request.cordoned:
+            asked = set(request.worker_ids)
+            busy = sum(1 for p in self.state.placements.values() if p.worker_id in asked)
+            if busy:
+                workflow.logger.info("not cordoned (%d tasks placed there): %s", busy, request.reason)
+                return
+        changed = [
+            w
+            for worker_id in request.worker_ids
+            if (w := self.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
+        ]
+        for worker in changed:
+            worker.cordoned = request.cordoned
+        if changed:
+            self._changed()
+            workflow.logger.info(
+                "%s %d workers: %s", "cordoned" if request.cordoned else "uncordoned", len(changed), request.reason
+            )
+
+    @workflow.signal(name=REMOVE_WORKERS)
+    def remove_workers(self, request: RemoveWorkers) -> None:
+        """These workers are gone for good: forget them and the capacity their tasks held.
+
+        Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
+        """
+        self._signals_received += 1
+        gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
+        if gone:
+            self._forget(gone)
+            workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
+
+    @workflow.signal(name=REGISTER_WORKERS)
+    def register_workers(self, batch: pb.WorkerBatch) -> None:
+        """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
+        self._signals_received += 1
+        refused = {}
+        for meta in batch.workers:
+            reason = refusal(self.state, meta)
+            if reason:
+                refused[meta.worker_id] = f"registration refused: {reason}"
+                workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
+            else:
+                self._admit(meta)
+        if batch.reply_to:
+            self._replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
+        self._changed()
+
+    @workflow.update
+    def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
+        """Add or refresh a worker; a restarted agent (new session) replaces its old entry.
+
+        For tools and tests that register one host and need the answer at once; agents send
+        `register_workers` through their WorkerWorkflow.
+        """
+        self._admit(meta)
+        self._changed()
+        return RegisterResult(accepted=True)
+
+    @register_worker.validator
+    def _check_registration(self, meta: pb.WorkerMetadata) -> None:
+        """Refuse malformed metadata before it reaches history; the reason goes back to the agent."""
+        reason = refusal(self.state, meta)
+        if reason:
+            raise ApplicationError(f"registration refused: {reason}", type="InvalidWorker", non_retryable=True)
+
+    def _admit(self, meta: pb.WorkerMetadata) -> None:
+        """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
+        before = self.state.workers.get(meta.worker_id)
+        if before is None:
+            self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+        else:
+            self._worker_event(before, WorkerEvent.REGISTERED, meta=meta)
+
+    def _worker_event(
+        self, worker: WorkerEntry, event: WorkerEvent, *, meta: pb.WorkerMetadata | None = None, why: str = ""
+    ) -> None:
+        """Take `event` through the worker lifecycle table (InvalidTransition, failing the workflow task,
+        if it cannot happen now) and perform the effects it lists."""
+        now = workflow.now().timestamp()
+        if worker.state == WorkerState.QUARANTINED and worker.suspect_until <= now:
+            worker.state = transition(worker.state, WorkerEvent.QUARANTINE_ENDED).next  # its time passed
+        step = transition(worker.state, event)
+        worker.state = step.next
+        for effect in step.effects:
+            if effect is WorkerEffect.RESET:
+                assert meta is not None, "a registration brings the worker's metadata"
+                fresh = self.state.workers[worker.worker_id] = worker_from_metadata(meta)
+                fresh.cordoned = worker.cordoned
+            elif effect is WorkerEffect.QUARANTINE:
+                worker.dispatch_failures += 1
+                doublings = min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS)
+                quarantine = min(QUARANTINE_MAX, QUARANTINE * 2**doublings)
+                worker.suspect_until = now + quarantine.total_seconds()
+                self._snapshot = None
+                workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id,
+                                        quarantine)  # fmt: skip
+            elif effect is WorkerEffect.FORGIVE:
+                worker.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
+            elif effect is WorkerEffect.STAMP_LOST:
+                worker.lost_at = now
+                self._snapshot = None
+                workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
+
+    def _forget(self, worker_ids: list[str]) -> None:
+        gone = set(worker_ids)
+        for worker_id in gone:
+            self.state.workers.pop(worker_id, None)
+        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
+            del self.state.placements[key]
+        self._changed()
+
+    def _purge_lost(self, force: bool = False) -> None:
+        """Remove workers lost more than LOST_RETENTION ago (checked at most once per PURGE_INTERVAL)."""
+        now = workflow.now().timestamp()
+        if not force and now - self._last_purge < PURGE_INTERVAL.total_seconds():
+            return
+        self._last_purge = now
+        cutoff = now - LOST_RETENTION.total_seconds()
+        gone = [w.worker_id for w in self.state.workers.values() if not w.healthy and 0 < w.lost_at < cutoff]
+        if gone:
+            self._forget(gone)
+            workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
+
+
+    @workflow.query(name=HEALTHY_WORKER_QUERY)
+    def healthy_worker_count(self) -> int:
+        return sum(1 for w in self.state.workers.values() if w.healthy)
+
+    @workflow.query(name=WORKERS_QUERY)
+    def workers(self) -> pb.WorkerList:
+        out = pb.WorkerList()
+        by_worker: dict[str, pb.WorkerStatus] = {}
+        for w in self.state.workers.values():
+            status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy, cordoned=w.cordoned)
+            status.capacity.cpu_millis = w.cpu_millis
+            status.capacity.memory_bytes = w.memory_bytes
+            status.capacity.gpus = w.gpus
+            status.capacity.tpus = w.tpus
+            for key, value in w.attributes.items():
+                set_attr(status.attributes[key], value)
+            by_worker[w.worker_id] = status
+        for key, p in self.state.placements.items():  # one pass over placements, not one per worker
+            held = by_worker.get(p.worker_id)
+            if held is not None:
+                held.running_tasks.append(key)
+                held.committed.cpu_millis += p.cpu_millis
+                held.committed.memory_bytes += p.memory_bytes
+                held.committed.gpus += p.gpus
+                held.committed.tpus += p.tpus
+        return out
