@@ -428,7 +428,7 @@ class ProcessRuntime:
             self._limit(handle, process.pid, group, spec)
         self._ledger.add(process.pid)
         self._tasks[handle] = ProcessTask(process, self._straggler_grace)
-        logger.debug("task started", pid=process.pid, argv=list(spec.argv), forked=server is not None)
+        logger.debug("task started", pid=process.pid, program=spec.argv[0] if spec.argv else "", forked=server is not None)
         return handle
 
     async def _exec(
