@@ -428,7 +428,8 @@ class ProcessRuntime:
             self._limit(handle, process.pid, group, spec)
         self._ledger.add(process.pid)
         self._tasks[handle] = ProcessTask(process, self._straggler_grace)
-        logger.debug("task started", pid=process.pid, program=spec.argv[0] if spec.argv else "", forked=server is not None)
+        program = spec.argv[0] if spec.argv else ""  # never the whole argv: it may carry a secret
+        logger.debug("task started", pid=process.pid, program=program, forked=server is not None)
         return handle
 
     async def _exec(
