@@ -38,6 +38,7 @@ import structlog
 import yaml
 from temporalio.client import Client
 
+from activities.home import iris_home as iris_home  # re-exported
 from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
 from activities.platforms.local import slice_processes, worker_argv
@@ -75,11 +76,6 @@ _PORT_ATTEMPTS = 3
 """Processes this interpreter started, kept so they can be reaped (no zombies, no ResourceWarning)."""
 
 _T = TypeVar("_T")
-
-
-def iris_home() -> Path:
-    """Where the local cluster keeps its state: `$IRIS_HOME`, else `~/.iris`."""
-    return Path(os.environ.get("IRIS_HOME") or "~/.iris").expanduser()
 
 
 def temporal_binary() -> Path:
