@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from activities.extras import missing_extra
+
 IMAGES: dict[str, str] = {
     "iris-controller": "infra/controller.Dockerfile",
     "iris-worker": "infra/worker.Dockerfile",
@@ -34,7 +36,10 @@ class BuiltImage:
 
 
 def _api(docker_host: str | None) -> Any:
-    import docker
+    try:
+        import docker
+    except ModuleNotFoundError as err:
+        raise BuildError(missing_extra("iris build", "docker", err)) from None
 
     try:
         if docker_host:

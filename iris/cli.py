@@ -7,19 +7,28 @@ import dataclasses
 import os
 import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import structlog
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from iris.bundle import zip_bundle
-from iris.cli_errors import USAGE, CliError, exit_now, run_cli
+from iris.cli_common import (
+    NO_LOCAL_CLUSTER,
+    StoreOpt,
+    TemporalOpt,
+    close_clients,
+    err,
+    fail,
+    iris_client,
+    on_exit,
+    out,
+    temporal_settings,
+)
+from iris.cli_errors import CliError, exit_now, run_cli
 from iris.cli_parsing import parse_constraint, parse_pair, parse_since, parse_value
-from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv
 from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec
@@ -40,26 +49,13 @@ app.add_typer(controller_app, name="controller")
 temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
 
-def _console(stderr: bool = False) -> Console:
-    """Rich output that never wraps a line: at the terminal's width on a terminal, unbounded in a pipe."""
-    stream = sys.stderr if stderr else sys.stdout
-    tty = stream.isatty()
-    return Console(stderr=stderr, soft_wrap=True, width=None if tty else 1_000_000)
-
-
-err = _console(stderr=True)
-out = _console()
-
-TemporalOpt = Annotated[
-    str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
-]
 HealthPortOpt = Annotated[
     int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
 ]
 HealthHostOpt = Annotated[
     str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
 ]
-StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
+
 
 
 def configure_logging(json: bool = True) -> None:
@@ -103,59 +99,6 @@ def _root(
 def version_command() -> None:
     """Print the version of Iris."""
     out.print(f"iris {_version()}", markup=False, highlight=False)
-
-
-NO_LOCAL_CLUSTER = "no local cluster running (start it with `iris cluster up`)"
-
-
-def _settings(temporal: str | None) -> TemporalSettings:
-    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
-    try:
-        return TemporalSettings.load(address=temporal)
-    except ValueError as e:
-        raise _fail(str(e)) from None
-
-
-def _client(temporal: str | None, store: str | None = None, *, start: bool = False) -> IrisClient:
-    """A client of `--temporal`, else of the local cluster; only `start=True` (iris run) may start one.
-
-    Read commands never start a cluster: a stopped one stays stopped and the user is told how to start it.
-    Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
-    """
-    settings = _settings(temporal)
-    if settings.address is None and not start:
-        from iris.local_cluster import LocalCluster
-
-        info = LocalCluster().status()
-        if info is None or not info.running:
-            raise CliError(NO_LOCAL_CLUSTER)
-        settings = settings.model_copy(update={"address": info.address})
-        store = store or info.store_url
-    elif settings.address is None:
-        err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
-    client = IrisClient.connect(store=store, settings=settings)
-    _open_clients.append(client)
-    return client
-
-
-_open_clients: list[IrisClient] = []
-"""Clients this command opened, closed before the process exits."""
-
-
-_on_exit: list[Callable[[], None]] = []
-"""What else a command leaves to do when it ends (a daemon's log shipper flushes its last lines)."""
-
-
-def _close_clients() -> None:
-    while _open_clients:
-        _open_clients.pop().close()
-    while _on_exit:
-        _on_exit.pop()()
-
-
-def _fail(message: str, code: int = USAGE) -> CliError:
-    """Stop the command with one line on stderr (see iris.cli_errors); `raise _fail(...)` reads as intended."""
-    raise CliError(message, code)
 
 
 def _describe(status: JobStatus) -> str:
@@ -225,7 +168,7 @@ def run(
     arguments, environment (-e) or files in the store; their stdout and stderr are the job's logs.
     """
     if name is not None and not name.strip():
-        raise _fail("--name: must not be empty")
+        raise fail("--name: must not be empty")
     try:
         options: dict[str, Any] = dict(
             name=name if name is not None else Path(command[0]).name,
@@ -253,8 +196,8 @@ def run(
     except UnicodeError:
         raise
     except ValueError as e:
-        raise _fail(_as_flags(str(e))) from None
-    client = _client(temporal, store, start=True)
+        raise fail(_as_flags(str(e))) from None
+    client = iris_client(temporal, store, start=True)
     job = client.submit_command(command, **options)
     err.print(f"submitted [bold]{job.job_id}[/bold]")
     if no_wait:
@@ -295,7 +238,7 @@ def job_list(
 ) -> None:
     """List jobs, newest first (from Temporal's visibility: no workflow is queried)."""
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in _client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
+    for s in iris_client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
         counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(s.task_state_counts.items()))
         tasks = f"{s.num_tasks} ({counts})" if counts and s.num_tasks > 1 else str(s.num_tasks)
         table.add_row(s.job_id, s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
@@ -305,7 +248,7 @@ def job_list(
 @job_app.command("status")
 def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Show a job and its tasks (and why it is pending, if it is)."""
-    s = _client(temporal, store).job_status(job_id)
+    s = iris_client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
@@ -342,11 +285,11 @@ def job_logs(
     try:
         since_time = parse_since(since) if since is not None else None
     except ValueError as e:
-        raise _fail(str(e)) from None
-    client = _client(temporal, store)
+        raise fail(str(e)) from None
+    client = iris_client(temporal, store)
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
-        raise _fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
+        raise fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
     indices = [task] if task is not None else list(range(status.num_tasks))
     with LogPrinter(sys.stdout, prefix=prefix) as printer:
         follower = LogFollower(client.log_store, job_id, printer, indices, since=since_time, tail=tail)
@@ -362,7 +305,7 @@ def job_logs(
 @job_app.command("kill")
 def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Kill a job: running tasks are stopped, pending ones dequeued."""
-    requested = _client(temporal, store).terminate(job_id)
+    requested = iris_client(temporal, store).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
 
@@ -373,7 +316,7 @@ def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) 
 def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """List registered workers."""
     table = Table("WORKER", "HEALTHY", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
-    for w in _client(temporal, store).list_workers():
+    for w in iris_client(temporal, store).list_workers():
         attrs = " ".join(f"{k}={v}" for k, v in sorted(w.attributes.items()))
         table.add_row(w.worker_id, "yes" if w.healthy else "NO", f"{w.cpu:g}", format_memory(w.memory_bytes),
                       str(len(w.running_tasks)), attrs)
@@ -438,14 +381,14 @@ def worker_serve(
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
     except (ValueError, MetadataUnavailable) as e:
-        _fail(str(e))
+        fail(str(e))
     wid = worker_id or socket.gethostname()
-    settings = _settings(temporal)
+    settings = temporal_settings(temporal)
     if settings.address is None or store is None:
-        raise _fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+        raise fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     from iris.daemon_logs import ship_daemon_logs
 
-    _on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
+    on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
@@ -463,7 +406,7 @@ def worker_serve(
         options = dataclasses.replace(options, cri_log_dir=config.task_dir / ".cri-logs")
         task_runtime = make_runtime(runtime, options)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
     async def main() -> None:
         from iris import observability
@@ -499,9 +442,9 @@ def worker_serve(
     try:
         asyncio.run(main())
     except RegistrationRefused as e:
-        _fail(f"worker {wid}: {e}", 3)
+        fail(f"worker {wid}: {e}", 3)
     except KeyMismatchError as e:
-        _fail(f"worker {wid} refuses to start: {e}", 3)
+        fail(f"worker {wid} refuses to start: {e}", 3)
 
 
 def _host_memory() -> int:
@@ -550,16 +493,16 @@ def controller_serve(
         cluster_config = load_config(config) if config else None
         autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if settings.address is None or store is None:
-        raise _fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+        raise fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     from iris.daemon_logs import ship_daemon_logs
 
     if temporal_ui is not None and not temporal_ui.startswith(("http://", "https://")):
-        raise _fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
+        raise fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
     if dashboard_port is not None and not 0 <= dashboard_port <= 65535:
-        raise _fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
-    _on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
+        raise fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
+    on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
     asyncio.run(serve(
         settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
         dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
@@ -574,9 +517,9 @@ def temporal_setup(temporal: TemporalOpt = None) -> None:
     """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
     from iris.temporal_setup import setup
 
-    settings = _settings(temporal)
+    settings = temporal_settings(temporal)
     if settings.address is None:
-        raise _fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
+        raise fail("temporal setup needs --temporal HOST:PORT (or IRIS_TEMPORAL_ADDRESS)")
 
     async def main() -> list[Any]:
         return await setup(await settings.connect())
@@ -584,7 +527,7 @@ def temporal_setup(temporal: TemporalOpt = None) -> None:
     try:
         steps = asyncio.run(main())
     except RuntimeError as e:
-        raise _fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
+        raise fail(f"cannot reach Temporal at {settings.address}: {str(e).splitlines()[0]}", 1) from None
     for step in steps:
         out.print(str(step), markup=False, highlight=False)
     if any(step.outcome == "failed" for step in steps):
@@ -650,7 +593,7 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     if TEMPORAL in down:
         out.print(f"Store: {info.store_url if info else ''}", markup=False, highlight=False)
         raise CliError("the local cluster's Temporal server is down; `iris cluster up` starts it again", 1)
-    client = _client(address, info.store_url if info is not None else None)
+    client = iris_client(address, info.store_url if info is not None else None)
     try:
         summary = client._run(client._async.summary(budget=STATUS_QUERY_SECONDS))
     except Exception as e:  # the controller is down, starting or stalled: say so, at once
@@ -710,7 +653,7 @@ def build(
         built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
                              on_line=lambda line: err.print(line, markup=False, highlight=False))
     except (ValueError, BuildError) as e:
-        raise _fail(str(e), 1) from None
+        raise fail(str(e), 1) from None
     for image in built:
         out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
 
@@ -728,7 +671,7 @@ def build_push(
         pushed = push_images(registry, tag=tag, docker_host=docker_host,
                              on_line=lambda line: err.print(line, markup=False, highlight=False))
     except (ValueError, BuildError) as e:
-        raise _fail(str(e), 1) from None
+        raise fail(str(e), 1) from None
     for ref in pushed:
         out.print(f"pushed {ref}", markup=False, highlight=False)
 
@@ -766,19 +709,19 @@ def codec_server(
         token = token_file.read_text().strip() if token_file is not None else os.environ.get(TOKEN_ENV, "")
         auths: list[Authenticator] = [TokenAuth(token)] if token else []
     except OSError as e:
-        raise _fail(f"--token-file: cannot read {token_file}: {e.strerror or e}") from None
+        raise fail(f"--token-file: cannot read {token_file}: {e.strerror or e}") from None
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     if key is None:
-        raise _fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
+        raise fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
     if oidc_issuer:
         auths.append(OidcAuth(oidc_issuer, oidc_audience))
     if no_auth and not auths:
         auths = [NoAuth()]
     if len(auths) > 1:
-        raise _fail("codec-server: give either a token or --oidc-issuer, not both")
+        raise fail("codec-server: give either a token or --oidc-issuer, not both")
     if not auths:
-        raise _fail("codec-server needs one way to authenticate callers: --token-file (or IRIS_CODEC_SERVER_TOKEN), "
+        raise fail("codec-server needs one way to authenticate callers: --token-file (or IRIS_CODEC_SERVER_TOKEN), "
                     "--oidc-issuer, or --no-auth")
     codec = EncryptionCodec(key)
     err.print(f"codec server for key {codec.key_id} on http://{host}:{port} ({type(auths[0]).__name__})")
@@ -795,7 +738,7 @@ def codec_key() -> None:
 
 def main() -> None:
     configure_logging(json=False)  # `serve` commands switch to JSON
-    code = run_cli(app, prog_name="iris", before_exit=_close_clients)
+    code = run_cli(app, prog_name="iris", before_exit=close_clients)
     exit_now(code)
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from temporalio.service import RPCError
 
 from iris import fleet
-from iris.cli import TemporalOpt, _client, _fail, err, out
+from iris.cli_common import TemporalOpt, err, fail, iris_client, out
 from iris.client import IrisClient
 from iris.types import WorkerStatus
 
@@ -31,7 +31,7 @@ def slice_list(
 ) -> None:
     """List slices: group, state, age, workers, and the error of a failed one."""
     table = Table("SLICE", "GROUP", "STATE", "AGE", "WORKERS", "ERROR")
-    for s in _client(temporal).list_slices(include_ended=all_slices):
+    for s in iris_client(temporal).list_slices(include_ended=all_slices):
         table.add_row(s.slice_id, s.scale_group, s.state, _age(s.created_at), " ".join(s.worker_ids), s.error[:80])
     out.print(table)
 
@@ -44,9 +44,9 @@ def slice_terminate(
 ) -> None:
     """Scale a slice down now: cordon, (drain,) terminate; its running tasks are retried elsewhere."""
     try:
-        requested = _client(temporal).terminate_slice(slice_id, drain)
+        requested = iris_client(temporal).terminate_slice(slice_id, drain)
     except KeyError as e:
-        raise _fail(str(e.args[0]), 1) from None
+        raise fail(str(e.args[0]), 1) from None
     err.print(f"terminating {slice_id}" if requested else f"{slice_id} had already ended")
 
 
@@ -57,9 +57,9 @@ def worker_cordon(
 ) -> None:
     """Place no new work on WORKER; what runs there goes on."""
     try:
-        _client(temporal).cordon_worker(worker_id, cordoned=not undo)
+        iris_client(temporal).cordon_worker(worker_id, cordoned=not undo)
     except KeyError as e:
-        raise _fail(str(e.args[0]), 1) from None
+        raise fail(str(e.args[0]), 1) from None
     err.print(f"{worker_id} {'uncordoned' if undo else 'cordoned'}")
 
 
@@ -77,11 +77,11 @@ def worker_drain(
             err.print(f"[dim]{worker_id}: waiting for {last[0]} running tasks: {' '.join(worker.running_tasks)}[/dim]")
 
     try:
-        _client(temporal).drain_worker(worker_id, timeout, on_progress=progress)
+        iris_client(temporal).drain_worker(worker_id, timeout, on_progress=progress)
     except KeyError as e:
-        raise _fail(str(e.args[0]), 1) from None
+        raise fail(str(e.args[0]), 1) from None
     except TimeoutError as e:
-        raise _fail(str(e), 1) from None
+        raise fail(str(e), 1) from None
     err.print(f"{worker_id} drained: cordoned, no task running")
 
 

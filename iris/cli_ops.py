@@ -13,7 +13,7 @@ from rich.table import Table
 
 from iris import daemon_logs
 from iris.autoscaler_view import explain_group
-from iris.cli import StoreOpt, TemporalOpt, _client, _fail, err, out
+from iris.cli_common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.cli_fleet import _age
 from iris.cli_parsing import parse_since
 
@@ -29,7 +29,7 @@ FOLLOW_POLL_SECONDS = 1.0
 
 def _store_url(temporal: str | None, store: str | None) -> str:
     """The store named by --store, else the one the cluster reports."""
-    return store or _client(temporal, store).store_url
+    return store or iris_client(temporal, store).store_url
 
 
 def _ago(when: float | None) -> str:
@@ -58,7 +58,7 @@ def _print_daemon_log(
     try:
         since_time = parse_since(since) if since is not None else None
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     url = _store_url(temporal, store)
     known = daemon_logs.daemon_ids(url, kind)
     if daemon_id is None and len(known) == 1:
@@ -71,7 +71,7 @@ def _print_daemon_log(
         return
     if daemon_id not in known:
         hint = f"; {kind}s with logs: {', '.join(known)}" if known else f"; no {kind} has written logs to {url}"
-        raise _fail(f"no logs of {kind} {daemon_id!r}{hint}", 1)
+        raise fail(f"no logs of {kind} {daemon_id!r}{hint}", 1)
     logs = daemon_logs.daemon_log_store(url, kind)
     with LogPrinter(sys.stdout, prefix=False) as printer:
         follower = LogFollower(logs, daemon_id, printer, [0], since=since_time, tail=tail)
@@ -118,7 +118,7 @@ def job_bug_report(
 
     from iris.bug_report import build_report
 
-    text = build_report(_client(temporal, store), job_id)
+    text = build_report(iris_client(temporal, store), job_id)
     if output == "-":
         sys.stdout.write(text)
         return
@@ -144,7 +144,7 @@ def autoscaler_status(
 
     from iris import fleet
 
-    client = _client(temporal)
+    client = iris_client(temporal)
     status = client._run(fleet.autoscaler_status(client._async.temporal))
     if as_json:
         out.print(json.dumps(dataclasses.asdict(status) if status else None, indent=2), markup=False, highlight=False)

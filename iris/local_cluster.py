@@ -39,6 +39,7 @@ import yaml
 from temporalio.client import Client
 
 from activities.contracts import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID, SEARCH_ATTRIBUTES
+from activities.home import iris_home as iris_home  # re-exported
 from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
 from activities.platforms.local import slice_processes, worker_argv
@@ -54,9 +55,9 @@ from iris.processes import (
     port_open,
     signal_group,
     spawn,
-    start_ticks,
     stop_groups,
 )
+from worker_agent.process_table import start_time
 from worker_agent.runtimes.process import ProcessGroupLedger
 
 log = structlog.get_logger(__name__)
@@ -75,11 +76,6 @@ _PORT_ATTEMPTS = 3
 """Processes this interpreter started, kept so they can be reaped (no zombies, no ResourceWarning)."""
 
 _T = TypeVar("_T")
-
-
-def iris_home() -> Path:
-    """Where the local cluster keeps its state: `$IRIS_HOME`, else `~/.iris`."""
-    return Path(os.environ.get("IRIS_HOME") or "~/.iris").expanduser()
 
 
 def temporal_binary() -> Path:
@@ -613,7 +609,7 @@ class LocalCluster:
     def _info(self, state: Mapping[str, Any]) -> ClusterInfo:
         """ClusterInfo from the recorded state, checking each process now."""
         pids: dict[str, int] = dict(state["pids"])
-        ticks: dict[str, int | None] = state.get("start_ticks", {})
+        ticks: dict[str, float | None] = state.get("start_ticks", {})
         dead = [name for name, pid in pids.items() if not pid_alive(pid, ticks.get(name))]
         port = int(state["address"].rsplit(":", 1)[1])
         running = TEMPORAL in pids and TEMPORAL not in dead and port_open(port)
@@ -636,7 +632,7 @@ class LocalCluster:
         """
         pid = spawn(argv, self.log_path(name), _child_env(self.home))
         state["pids"][name] = pid
-        state["start_ticks"][name] = start_ticks(pid)
+        state["start_ticks"][name] = start_time(pid)
         state.setdefault("argv", {})[name] = list(argv)
         self._write_state(state)
 
@@ -838,7 +834,7 @@ class LocalCluster:
         entries = {n: (pid, state["start_ticks"].get(n)) for n, pid in state["pids"].items()}
         # The autoscaler's slice workers are not recorded here; they are found by their labels.
         slice_workers = {
-            worker_process_name(worker_id_for(slice_id, index)): (proc.pid, start_ticks(proc.pid))
+            worker_process_name(worker_id_for(slice_id, index)): (proc.pid, start_time(proc.pid))
             for slice_id, hosts in slice_processes(self.home).items()
             for index, proc in hosts.items()
         }

@@ -1,7 +1,7 @@
 """The process table, for the local cluster: spawn detached processes, and find and stop them safely.
 
 A pid alone is not an identity (pids are reused), so processes are recorded
-with their start time from /proc and only signalled while that still matches.
+with their start time (psutil) and only signalled while that still matches.
 Processes run in their own sessions, so whole groups are stopped, and zombies
 count as dead because nothing may reap them when the caller is PID 1.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from activities.platforms.local import reap_child, spawn_worker
+from worker_agent.process_table import GONE, status
 from worker_agent.runtimes.process import process_group_alive
 
 log = structlog.get_logger("iris.local_cluster")
@@ -30,22 +31,6 @@ _HOST = "127.0.0.1"
 spawn = spawn_worker  # the local platform's: one way to start a local process
 
 
-def read_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, process group, start time in ticks) from /proc, or None off Linux or if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # fields from #3 (state) on; the name may hold spaces
-    return fields[0], int(fields[2]), int(fields[19])
-
-
-def start_ticks(pid: int) -> int | None:
-    """When `pid` started (Linux), recorded so a pid reused after a reboot is not mistaken for ours."""
-    stat = read_stat(pid)
-    return None if stat is None else stat[2]
-
-
 def reap(pid: int) -> None:
     """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
     if reap_child(pid):
@@ -54,7 +39,7 @@ def reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def pid_alive(pid: int, ticks: int | None = None) -> bool:
+def pid_alive(pid: int, ticks: float | None = None) -> bool:
     """Whether `pid` runs (not a zombie) and, when `ticks` is known, is the same process we started."""
     reap(pid)
     try:
@@ -63,11 +48,11 @@ def pid_alive(pid: int, ticks: int | None = None) -> bool:
         return False
     except PermissionError:
         return False  # another user's process: the pid was reused, ours is gone
-    stat = read_stat(pid)
-    if stat is None:
-        return True
-    state, _, started = stat
-    return state != "Z" and (ticks is None or started == ticks)
+    found = status(pid)
+    if found is None:
+        return False
+    state, started = found
+    return state not in GONE and (ticks is None or started == ticks)
 
 
 def group_alive(pgid: int) -> bool:
@@ -76,13 +61,13 @@ def group_alive(pgid: int) -> bool:
     return process_group_alive(pgid)
 
 
-def owned(pid: int, ticks: int | None) -> bool:
+def owned(pid: int, ticks: float | None) -> bool:
     """False when a *different* process now holds `pid` (never signal its group)."""
-    stat = read_stat(pid)
-    return stat is None or ticks is None or stat[2] == ticks or stat[0] == "Z"
+    found = status(pid)
+    return found is None or ticks is None or found[1] == ticks or found[0] in GONE
 
 
-def signal_group(pid: int, sig: int, ticks: int | None) -> None:
+def signal_group(pid: int, sig: int, ticks: float | None) -> None:
     """Send `sig` to the process group led by our process `pid` (the worker and its tasks)."""
     if not owned(pid, ticks):
         return
@@ -91,8 +76,8 @@ def signal_group(pid: int, sig: int, ticks: int | None) -> None:
 
 
 def wait_groups(
-    groups: Mapping[str, tuple[int, int | None]], timeout: float
-) -> dict[str, tuple[int, int | None]]:
+    groups: Mapping[str, tuple[int, float | None]], timeout: float
+) -> dict[str, tuple[int, float | None]]:
     """Wait up to `timeout` seconds for the groups to exit; those still alive."""
     deadline = time.monotonic() + timeout
     live = {name: e for name, e in groups.items() if group_alive(e[0])}
@@ -102,7 +87,7 @@ def wait_groups(
     return live
 
 
-def stop_groups(groups: Mapping[str, tuple[int, int | None]], grace: float) -> None:
+def stop_groups(groups: Mapping[str, tuple[int, float | None]], grace: float) -> None:
     """SIGTERM each (pid, start ticks) group, wait up to `grace` seconds, then SIGKILL what is left."""
     live = {name: e for name, e in groups.items() if owned(*e) and group_alive(e[0])}
     for pid, ticks in live.values():

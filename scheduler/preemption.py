@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
-from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources
+from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources, WorkerSnapshot
 
 if TYPE_CHECKING:
     from scheduler.placement import GangBucket, GroupCandidate, PassState, PlainBucket
@@ -103,8 +103,12 @@ def _cost(units: Sequence[Unit]) -> Cost:
 class Preemption:
     """The running work of one pass as eviction units, the autoscaler's headroom, and the searches."""
 
-    def __init__(self, state: PassState, share: ShareSnapshot) -> None:
+    def __init__(
+        self, state: PassState, share: ShareSnapshot, placed: Callable[[Sequence[WorkerSnapshot], PendingJob], int]
+    ) -> None:
+        """`placed(hosts, job)`: how many of `job`'s tasks a pass places on `hosts` (the scheduling pass itself)."""
         self.state = state
+        self.placed = placed
         self.share = share
         self.row_of = row_of = {w.worker_id: row for row, w in enumerate(state.workers)}
         now = share.now
@@ -167,8 +171,6 @@ class Preemption:
 
     def headroom_for(self, job: PendingJob, indices: Sequence[int]) -> str | None:
         """Claim autoscaler headroom that hosts all of `indices`; the group's name, or None."""
-        from scheduler.scheduling import find_assignments  # the pass itself, on an empty new slice
-
         for group in self.share.headroom:
             left = self.slices_left.get(group.group, 0)
             if left <= 0:
@@ -179,7 +181,7 @@ class Preemption:
             if per_slice is None:  # a plain probe asks for more than any slice holds, so it measures the slice
                 probe_indices = tuple(indices) if job.group_by else tuple(range(PROBE_TASKS))
                 probe = replace(job, task_indices=probe_indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
-                per_slice = self.trials[key] = len(find_assignments(group.hosts, [probe]).assignments)
+                per_slice = self.trials[key] = self.placed(group.hosts, probe)  # on an empty new slice
             if per_slice == 0 or (job.group_by and per_slice < len(indices)):
                 continue
             need = 1 if job.group_by else math.ceil(len(indices) / per_slice)

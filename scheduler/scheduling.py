@@ -29,6 +29,11 @@ from scheduler.types import (
 )
 
 
+def _placed(hosts: Sequence[WorkerSnapshot], job: PendingJob) -> int:
+    """How many of `job`'s tasks one plain pass places on `hosts` (preemption's probe of a new slice)."""
+    return len(find_assignments(hosts, [job]).assignments)
+
+
 def find_assignments(
     workers: Sequence[WorkerSnapshot],
     jobs: Sequence[PendingJob],
@@ -59,7 +64,7 @@ def find_assignments(
         bands = {job.job_id: effective_band(job, share) for job in jobs}
         by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
         ordered = fair = FairQueue(by_priority, bands, share.shares())
-        preemption = Preemption(state, share) if share.running else None
+        preemption = Preemption(state, share, _placed) if share.running else None
         weight = share.policy.running_weight_hours
         per_hour = share.policy.rates.per_hour
     for job in ordered:

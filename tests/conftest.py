@@ -9,6 +9,8 @@ use, so suites that never ask for it never pay for it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,34 @@ TEST_FLEET = {
         ]
     }
 }
+
+
+# The fast lane is `pytest -m "not e2e"`: every test that starts a cluster, a Temporal dev server or an
+# engine (dockerd, containerd, sshd) is marked `e2e` here, so no test has to remember the marker.
+E2E_DIRS = ("e2e", "faults", "deploy")
+E2E_FIXTURES = frozenset({"cluster", "make_cluster", "deployment", "dockerd", "containerd", "engine_runtime", "sshd"})
+E2E_CALLS = (
+    "workflows_on_dev_server(", "running_cluster(", "LocalCluster(", "WorkflowEnvironment.start_local(",
+    "start_sshd(", "PrivateDockerd(", "PrivateContainerd(", "start_dockerd(", "start_containerd(",
+    '"cluster", "up"',  # `iris cluster up` in a subprocess
+)
+TESTS = Path(__file__).parent
+
+
+@cache
+def _starts_processes(module: Path) -> bool:
+    """Whether a test module calls any helper that starts a cluster, a dev server or an engine."""
+    text = module.read_text()
+    return any(call in text for call in E2E_CALLS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(item.path)
+        in_e2e_dir = path.relative_to(TESTS).parts[0] in E2E_DIRS
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if in_e2e_dir or fixtures & E2E_FIXTURES or _starts_processes(path):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")

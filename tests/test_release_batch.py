@@ -63,9 +63,12 @@ async def test_one_release_batch_frees_every_place_and_the_next_job_is_placed() 
         first = sorted(f"first/task-{i}" for i in range(SLOTS))
         assert first == await _until(client, queue, first)
         await handle.signal("enqueue", Enqueue("second", SPEC_FITS, dict.fromkeys(range(SLOTS), 0)))
-        await asyncio.sleep(1.5)  # a pass or two: the worker is full, so "second" waits
-        assert first == await _running(client, queue)
+        for _ in range(100):  # a pass has seen "second": the worker is full, so it waits, saying why
+            if await handle.query("pending_reason", "second"):
+                break
+            await asyncio.sleep(0.1)
         assert await handle.query("pending_reason", "second")
+        assert first == await _running(client, queue)
 
         coalescer = SignalCoalescer(client, queue, RELEASE_BATCH, MAX_RELEASE_BATCH)
         await asyncio.gather(*(coalescer.send(Release("first", i, 0)) for i in range(SLOTS)))

@@ -38,9 +38,13 @@ async def test_an_enqueue_refused_while_no_scheduler_runs_arrives_once_one_does(
             TaskWorkflow.run, TaskInput("job-a", 0, 1, spec, argv=["true"], enqueued_by_job=False),
             id=task_workflow_id("job-a", 0), task_queue=queue,
         )  # fmt: skip
-        await asyncio.sleep(2.5)  # its first sends are refused: there is no scheduler
-        refused = [e async for e in task.fetch_history_events() if e.HasField(
-            "signal_external_workflow_execution_failed_event_attributes")]  # fmt: skip
+        refused = []
+        for _ in range(100):  # its first sends are refused: there is no scheduler
+            refused = [e async for e in task.fetch_history_events() if e.HasField(
+                "signal_external_workflow_execution_failed_event_attributes")]  # fmt: skip
+            if refused:
+                break
+            await asyncio.sleep(0.1)
         assert refused, "the task's first enqueue should have been refused"
         await client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
         for _ in range(100):  # backoff 1, 2, 4 s ...: the next send lands within a few seconds

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from activities.extras import PLATFORM_EXTRAS, missing_extra
 from activities.platforms.base import Platform, ScaleGroupSpec
 
 # platform name -> "module:Class"; tests may register a platform of their own under a new name.
@@ -33,7 +34,10 @@ def platform_class(name: str) -> type[Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"platform: {name!r} is not available in this installation ({e})") from None
+        extra = PLATFORM_EXTRAS.get(name)
+        if extra is None:
+            raise ValueError(f"platform: {name!r} is not available in this installation ({e})") from None
+        raise ValueError(missing_extra(f"platform: {name!r}", extra, e)) from None
     return cast(type[Any], getattr(module, class_name))
 
 

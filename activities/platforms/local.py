@@ -34,6 +34,7 @@ import psutil
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.home import iris_home
 from activities.platforms.base import (
     MANAGED_LABEL,
     SCALE_GROUP_LABEL,
@@ -74,11 +75,6 @@ class Settings(BaseModel):
     max_hosts: int | None = Field(
         default=None, ge=1, description="quota: local slice hosts this machine runs at once, all groups together"
     )
-
-
-def iris_home() -> Path:
-    """`$IRIS_HOME`, else `~/.iris` (as the local cluster and the agent read it)."""
-    return Path(os.environ.get("IRIS_HOME") or "~/.iris").expanduser()
 
 
 def format_attribute(value: AttributeValue) -> str:

@@ -23,6 +23,8 @@ from typing import Protocol
 
 import asyncssh
 
+from activities.home import iris_home
+
 DEFAULT_CONNECT_TIMEOUT = 15.0
 DEFAULT_COMMAND_TIMEOUT = 120.0
 
@@ -71,11 +73,6 @@ class Transport(Protocol):
     def run_streaming(self, command: str) -> AsyncIterator[str]:
         """Run `command`, yielding its output lines (stdout and stderr merged) as they come."""
         ...
-
-
-def iris_home() -> Path:
-    """Iris's state directory on this machine ($IRIS_HOME, default ~/.iris)."""
-    return Path(os.environ.get("IRIS_HOME") or Path.home() / ".iris")
 
 
 _LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import logging
 import os
-import shutil
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
-
-import structlog
 
 from iris.bench.baseline import measure_raw
 from iris.bench.figures import SETTLE_SECONDS, WARMUP_SAMPLES
@@ -25,6 +18,7 @@ from iris.bench.history import job_timeline
 from iris.bench.host import machine_info
 from iris.bench.iris_jobs import Entry, bench_config, measure_iris
 from iris.bench.report import BenchResult, format_report
+from iris.bench.session import quiet_logging, sigterm_as_interrupt, stop_cluster
 from iris.client import AsyncIrisClient
 from iris.local_cluster import ClusterInfo, LocalCluster
 
@@ -126,39 +120,6 @@ def parse_dynamic_config(item: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _quiet_logging() -> None:
-    """Only warnings from the local cluster's structlog output, on stderr, so the report stays readable."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
-
-
-def _stop_cluster(cluster: LocalCluster, home: Path, created: bool) -> None:
-    """Stop the bench's cluster and remove a home it created; a second Ctrl-C must not skip this."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        cluster.down()
-        if created:
-            shutil.rmtree(home, ignore_errors=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while the bench runs, so the cluster is stopped either way."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -179,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return load_main(argv)
     args = parse_args(argv)
-    _quiet_logging()
+    quiet_logging()
     created = args.home is None
     home = Path(tempfile.mkdtemp(prefix="iris-bench-")) if created else args.home.expanduser().resolve()
     cluster = LocalCluster(home)
@@ -189,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result: BenchResult | None = None
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             started = time.monotonic()
             print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
             info = cluster.up(bench_config(), dynamic_config=args.dynamic_config or None)
@@ -207,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        _stop_cluster(cluster, home, created)
+        stop_cluster(cluster, home, created)
     print(format_report(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")

@@ -195,10 +195,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
     """Start a local cluster with the bench fleet, run one bench, print (and write `--json`), stop the cluster."""
-    from iris.bench.__main__ import _quiet_logging, _sigterm_as_interrupt, _stop_cluster
+    from iris.bench.session import quiet_logging, sigterm_as_interrupt, stop_cluster
 
     args = parse_args(argv)
-    _quiet_logging()
+    quiet_logging()
     created = args.home is None
     home = Path(tempfile.mkdtemp(prefix="iris-bench-")) if created else args.home.expanduser().resolve()
     cluster = LocalCluster(home)
@@ -212,7 +212,7 @@ def main(argv: Sequence[str]) -> int:
             return fanout(info, args.replicas)
         show = format_fanout
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
             info = cluster.up(bench_config())
             result = asyncio.run(run(info))
@@ -220,7 +220,7 @@ def main(argv: Sequence[str]) -> int:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130
     finally:
-        _stop_cluster(cluster, home, created)
+        stop_cluster(cluster, home, created)
     print(show(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

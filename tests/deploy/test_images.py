@@ -16,7 +16,7 @@ from tests.deploy.conftest import Deployment, free_port, health
 from tests.support import missing_engine, wait_until
 from worker_agent.runtimes.engines import EngineUnavailable, PrivateDockerd
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]  # `iris build` alone may take 10 minutes
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from iris import IrisClient, ResourceSpec
 from tests.deploy.conftest import S3, Deployment
 from tests.support import wait_until
-from worker_agent.object_store import SHIP_SECONDS, ObjectBlobStore, ObjectLogStore, open_blob_store
+from worker_agent.object_store import ObjectBlobStore, ObjectLogStore, open_blob_store
 from worker_agent.storage import BlobNotFoundError, BlobStore, LogCursor
 
 
@@ -36,13 +34,14 @@ def test_logs_are_appended_in_chunks_and_read_with_a_cursor(s3: S3) -> None:
         got, cursor = wait_until(lambda: (r := logs.read_new("job/1", 0, cursor))[0] and r, timeout=30)
         assert ["first"] == got
         writer.write(b"sec")
-        time.sleep(SHIP_SECONDS * 3)
+        prefix = logs._attempt_prefix("job/1", 0, 0)
+        shipped = len(b"first\nsec")
+        wait_until(lambda: shipped == sum(size for _, size in logs._chunks(prefix)), timeout=30)  # "sec" is stored
         got, cursor = logs.read_new("job/1", 0, cursor)
         assert [] == got  # half a line is not returned while the attempt is being written
         writer.write(b"ond\nthird\n")
     got, cursor = logs.read_new("job/1", 0, cursor)
     assert ["second", "third"] == got
-    prefix = logs._attempt_prefix("job/1", 0, 0)
     chunks = logs._chunks(prefix)
     assert len(chunks) >= 3  # appended as chunks, never one object rewritten
     assert len(b"first\nsecond\nthird\n") == sum(size for _, size in chunks)

@@ -15,11 +15,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from activities import signals
 from activities.contracts import ASSIGNED, ENQUEUE, SCHEDULER_WORKFLOW_ID, Delivery, Release, task_workflow_id
 from activities.signals import deliver_signals
 from iris import IrisClient, JobState, ResourceSpec
@@ -95,7 +97,7 @@ def test_delivers_to_running_workflows_and_reports_the_rest(cluster: Cluster) ->
     asyncio.run(_deliver(cluster.info.address))
 
 
-async def _assign_before_start(address: str) -> None:
+async def _assign_before_start(address: str, waiting: asyncio.Event) -> None:
     client = await Client.connect(address)
     queue = f"iris-test-assign-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[SignalSink], workflow_runner=UnsandboxedWorkflowRunner()):
@@ -108,7 +110,7 @@ async def _assign_before_start(address: str) -> None:
         ]
         env = ActivityEnvironment(client=client)
         sending = asyncio.create_task(env.run(deliver_signals, deliveries))
-        await asyncio.sleep(0.5)  # the job starts its task only now
+        await asyncio.wait_for(waiting.wait(), timeout=60)  # the task is missing, so the delivery waits for it
         task = await client.start_workflow(SignalSink.run, id=late_task, task_queue=queue)
         assert [1, 2] == await sending
         assert [Note("your place", {0: 0})] == await task.query(SignalSink.received)
@@ -117,8 +119,18 @@ async def _assign_before_start(address: str) -> None:
             await handle.result()
 
 
-def test_an_assignment_waits_for_a_task_its_running_job_is_starting(cluster: Cluster) -> None:
-    asyncio.run(_assign_before_start(cluster.info.address))
+def test_an_assignment_waits_for_a_task_its_running_job_is_starting(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waiting = asyncio.Event()
+    task_starting = signals._task_starting
+
+    async def recorded(client: Client, task_id: str, patience: float) -> bool | None:
+        waiting.set()  # the first signal found no task: the delivery now waits for it to start
+        return await task_starting(client, task_id, patience)
+
+    monkeypatch.setattr(signals, "_task_starting", recorded)
+    asyncio.run(_assign_before_start(cluster.info.address, waiting))
 
 
 @workflow.defn(name="IrisTestAssignedSink")

@@ -38,6 +38,7 @@ from typing import Final, Protocol
 
 import structlog
 
+from worker_agent.process_table import group_members, group_usage, start_time
 from worker_agent.runtimes.base import (
     DEFAULT_INHERITED_ENV,
     FinishedTasks,
@@ -71,26 +72,6 @@ _REAP_SECONDS: Final = 1.0
 _FORKSERVER_RETRY_SECONDS: Final = 60.0
 
 
-def _group_members(pgid: int) -> list[int] | None:
-    """Live (non-zombie) processes in group ``pgid`` per /proc; None where /proc is unavailable."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
-        return None
-    members = []
-    for entry in proc.iterdir():
-        if not entry.name.isdecimal():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # the process exited while we looked
-        # Format: "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
-
-
 def process_group_alive(pgid: int) -> bool:
     """Whether any non-zombie process remains in group ``pgid``."""
     try:
@@ -99,8 +80,7 @@ def process_group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    members = _group_members(pgid)
-    return True if members is None else bool(members)
+    return bool(group_members(pgid))
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -246,16 +226,6 @@ class ProcessTask:
                     pause = min(pause * 2, _MAX_POLL_SECONDS)
 
 
-def _leader_ticks(pid: int) -> int | None:
-    """Start time (clock ticks since boot) of process `pid`, or None if it is gone or a zombie."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
 class ProcessGroupLedger:
     """Records the process groups of running tasks on disk, so a restarted agent can kill them.
 
@@ -273,8 +243,8 @@ class ProcessGroupLedger:
 
     def add(self, pgid: int) -> None:
         if self.directory is not None:
-            ticks = _leader_ticks(pgid)
-            (self.directory / str(pgid)).write_text("" if ticks is None else str(ticks))
+            started = start_time(pgid)
+            (self.directory / str(pgid)).write_text("" if started is None else repr(started))
 
     def remove(self, pgid: int) -> None:
         if self.directory is not None:
@@ -290,10 +260,10 @@ class ProcessGroupLedger:
                 pgid = int(entry.name)
                 with contextlib.suppress(OSError, ValueError):
                     recorded = entry.read_text().strip()
-                    ticks = _leader_ticks(pgid)
+                    started = start_time(pgid)
                     # A live leader with another start time is a new process that reused the number.
                     # A dead leader is fine: a pgid is never reused while its group has members.
-                    if recorded and ticks is not None and ticks != int(recorded):
+                    if recorded and started is not None and started != float(recorded):
                         entry.unlink(missing_ok=True)
                         continue
                 try:
@@ -531,7 +501,7 @@ class ProcessRuntime:
         return self._finished.record(handle, self._exit(handle, code))
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
-        """Memory (resident) and CPU time of the group's live processes, from /proc."""
+        """Memory (resident) and CPU time of the group's live processes."""
         task = self._tasks.get(handle)
         if task is None or not task.is_running():
             return None
@@ -611,16 +581,9 @@ class ProcessRuntime:
 
 
 def _group_stats(pgid: int) -> TaskStats:
-    """Resident memory and CPU time summed over the live members of group ``pgid`` (from /proc)."""
-    memory, ticks = 0, 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for pid in _group_members(pgid) or []:
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat[stat.rfind(")") + 2 :].split()
-            ticks += int(fields[11]) + int(fields[12])
-            memory += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-    return TaskStats(memory_bytes=memory, cpu_seconds=ticks / os.sysconf("SC_CLK_TCK"))
+    """Resident memory and CPU time summed over the live members of group ``pgid``."""
+    memory, cpu = group_usage(pgid)
+    return TaskStats(memory_bytes=memory, cpu_seconds=cpu)
 
 
 def _hand_over(path: Path, user: TaskUser) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from activities.extras import RUNTIME_EXTRAS, missing_extra
 from worker_agent.runtimes.base import ContainerRuntime, RuntimeName
 from worker_agent.runtimes.process import ProcessRuntime, TaskUser
 
@@ -68,6 +69,14 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         raise ValueError(f"--runtime: must be one of {choices}, got {name!r}") from None
     if runtime is RuntimeName.PROCESS:
         return ProcessRuntime(ledger_dir=options.ledger_dir, run_as=task_user(options.task_user))
+    try:
+        return _engine_runtime(runtime, options)
+    except ModuleNotFoundError as exc:
+        raise ValueError(missing_extra(f"--runtime: {runtime.value}", RUNTIME_EXTRAS[runtime.value], exc)) from None
+
+
+def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerRuntime:
+    """A docker or containerd runtime; their client libraries come with the extra of that name."""
     if runtime is RuntimeName.DOCKER:
         from worker_agent.runtimes.docker import DockerRuntime
 
