@@ -529,6 +529,22 @@ class LocalCluster:
             time.sleep(_POLL_SECONDS)
         return True
 
+    def stop_worker(self, worker_id: str, wait: float = 10.0) -> None:
+        """Stop a worker for good: kill its process group and forget it, so neither `up()` nor the
+        supervisor brings it back (what a worker added with `start_worker` needs when it is done)."""
+        with contextlib.suppress(ValueError):  # not recorded: nothing to stop
+            self.kill_process(worker_id, signal.SIGTERM, wait=wait)
+        with self._locked():
+            state = self._read_state()
+            if state is None:
+                return
+            name = worker_process_name(worker_id)
+            for key in ("pids", "start_ticks", "argv"):
+                state.get(key, {}).pop(name, None)
+            if worker_id in state.get("worker_ids", []):
+                state["worker_ids"].remove(worker_id)
+            self._write_state(state)
+
     def restart_process(self, name: str, timeout: float = 30.0) -> int:
         """Start a recorded process that died (`temporal`, `controller` or a worker) exactly as before; its pid.
 

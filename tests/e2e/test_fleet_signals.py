@@ -76,7 +76,7 @@ def test_a_cordon_survives_the_workers_restart(cluster: Cluster, client: IrisCli
         )  # fmt: skip
         assert "restarted-0" in _cordoned(client)
     finally:
-        cluster.local.kill_process("restarted-0", wait=10)
+        cluster.local.stop_worker("restarted-0")
         forget_workers(cluster, ["restarted-0"])
 
 
@@ -93,4 +93,4 @@ async def test_removed_workers_leave_the_list_at_once(cluster: Cluster, client: 
         wait_until(lambda: "doomed-0" not in {w.worker_id for w in client.list_workers()}, timeout=30, what="removed")
         assert "doomed-0" not in {w.worker_id for w in (await _snapshot(temporal)).workers}
     finally:
-        cluster.local.kill_process("doomed-0", wait=10)
+        cluster.local.stop_worker("doomed-0")

@@ -217,7 +217,7 @@ def test_pending_job_shows_reason_and_runs_when_a_worker_registers(cluster: Clus
         assert "[0] ran on the late worker" in stdout
     finally:
         run.kill()
-        cluster.local.kill_process("late-0", wait=10)
+        cluster.local.stop_worker("late-0")
 
 
 @pytest.mark.parametrize(

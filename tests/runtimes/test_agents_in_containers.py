@@ -126,7 +126,7 @@ def fleet(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[EngineFl
     )
     yield result
     for spec in result.workers():
-        cluster.local.kill_process(spec.worker_id, signal.SIGTERM, wait=20)
+        cluster.local.stop_worker(spec.worker_id, wait=20)
 
 
 def report_from_inside(store_dir: str) -> dict[str, str]:
