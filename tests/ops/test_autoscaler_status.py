@@ -46,9 +46,16 @@ def test_status_explains_scale_up_buffer_max_slices_and_backoff(fleet: Cluster) 
         first = client.submit_command(["true"], name="first", resources=WHOLE_HOST,
                                       constraints=[Constraint("pool", "EQ", "cpu1")])
         first.wait(timeout=120)
-        status = iris(fleet, "autoscaler", "status")
-        assert 0 == status.returncode, status.stderr
-        group = _group(status.stdout, "cpu1")
+
+        def cpu1_status() -> str:
+            status = iris(fleet, "autoscaler", "status")
+            assert 0 == status.returncode, status.stderr
+            return _group(status.stdout, "cpu1")
+
+        # The autoscaler publishes its status on its own tick: the idle slice shows within a few seconds.
+        wait_until(lambda: re.search(r"ready: cpu1-\w+ \(idle", cpu1_status()) is not None, timeout=30,
+                   what="the idle slice in the status")  # fmt: skip
+        group = cpu1_status()
         assert re.search(r"ready: cpu1-\w+ \(idle", group), group
         assert re.search(r"last decision at \d\d:\d\d:\d\d: scaled up: started cpu1-\w+ for pending work", group)
         assert "now: idle slice cpu1-" in group and "kept as buffer for scale_down_delay 600s" in group
