@@ -165,6 +165,9 @@ def test_a_handed_over_job_that_fails_kills_the_tasks_earlier_runs_started(
     assert JobState.FAILED == status.state
     assert {"FAILED": 1, "KILLED": 19} == status.task_state_counts
     assert "task 0 failed" in status.error
+    # The job's state is published before its last run closes: wait for visibility to list it closed.
+    wait_until(lambda: asyncio.run(_runs(address, job.job_id))[-1][0] != WorkflowExecutionStatus.RUNNING,
+               timeout=30, what="the last run closed")  # fmt: skip
     runs = asyncio.run(_runs(address, job.job_id))
     assert WorkflowExecutionStatus.FAILED == runs[-1][0] and len(runs) > 1, runs
     wait_until(lambda: not any(w.running_tasks for w in client.list_workers()), timeout=30,
