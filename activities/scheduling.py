@@ -11,6 +11,7 @@ import zlib
 from temporalio import activity
 
 import scheduler
+from activities.heartbeat import heartbeating_thread
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
@@ -87,7 +88,8 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
 
     Decoding, scheduling and diffing the reasons all happen here, not in the workflow task.
     """
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
-    workers, jobs = snapshot_from_pb(snap)
-    known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
-    return encode_plan(scheduler.find_assignments(workers, jobs), known)
+    with heartbeating_thread():
+        snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
+        workers, jobs = snapshot_from_pb(snap)
+        known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
+        return encode_plan(scheduler.find_assignments(workers, jobs), known)

@@ -47,6 +47,7 @@ from activities.contracts import (
     DeliveryOutcome,
     job_of_task,
 )
+from activities.heartbeat import heartbeating
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
 MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~150 KB of JSON; the payload limit is 2 MB)
@@ -77,7 +78,7 @@ async def deliver_signals(deliveries: list[Delivery]) -> list[int]:
 
     Any other error fails the activity, and Temporal retries the whole batch.
     """
-    outcome = await send_signals(activity.client(), deliveries, ASSIGN_PATIENCE)
+    outcome = await heartbeating(send_signals(activity.client(), deliveries, ASSIGN_PATIENCE))
     return sorted(outcome.gone + outcome.late)
 
 
@@ -87,7 +88,7 @@ async def deliver_assignments(deliveries: list[Delivery], patience: float) -> De
     while its job runs, comes back as late rather than gone (the scheduler's announcement waits a
     short grace; it waits longer in the background). Both arguments are always sent: Temporal
     types an activity's arguments only when as many come as it declares."""
-    return await send_signals(activity.client(), deliveries, patience)
+    return await heartbeating(send_signals(activity.client(), deliveries, patience))
 
 
 async def send_signals(client: Client, deliveries: list[Delivery], patience: float) -> DeliveryOutcome:

@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKERS_QUERY
+from activities.heartbeat import heartbeating
 from activities.platforms import platform_for
 from activities.platforms.base import (
     MANAGED_LABEL,
@@ -117,16 +118,6 @@ async def _platform_call(group: ScaleGroupSpec, step: Callable[[Platform], Await
         raise ApplicationError(str(e), type=SLICE_FAILED, non_retryable=True) from None
 
 
-async def _heartbeating(awaitable: Awaitable[T], every: float = 2.0) -> T:
-    """Await a long platform call while heartbeating, so the activity is not taken for dead."""
-    task = asyncio.ensure_future(awaitable)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=every)
-        if done:
-            return task.result()
-        activity.heartbeat()
-
-
 async def healthy_workers(client: Client) -> dict[str, pb.WorkerStatus]:
     """The scheduler's workers by id (a query: the controller answers it)."""
     workers = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(WORKERS_QUERY, result_type=pb.WorkerList)
@@ -142,7 +133,7 @@ class SliceActivities:
     @activity.defn(name=SLICE_CREATE)
     async def create(self, req: SliceRequest) -> SliceInfo:
         """Ask the platform for the slice (or find the one an earlier attempt asked for)."""
-        info = await _platform_call(req.group, lambda p: _heartbeating(p.create_slice(req.slice_id, req.group)))
+        info = await _platform_call(req.group, lambda p: heartbeating(p.create_slice(req.slice_id, req.group)))
         log.info("slice.created", slice_id=req.slice_id, group=req.group.name, state=info.state)
         return info
 
@@ -166,7 +157,7 @@ class SliceActivities:
     async def bootstrap(self, req: SliceRequest) -> None:
         """Start the worker agent on every host (again where one is missing)."""
         await _platform_call(
-            req.group, lambda p: _heartbeating(p.bootstrap(req.slice_id, req.group, self.control))
+            req.group, lambda p: heartbeating(p.bootstrap(req.slice_id, req.group, self.control))
         )
 
     @activity.defn(name=SLICE_WAIT_REGISTERED)
@@ -253,7 +244,7 @@ class SliceActivities:
     @activity.defn(name=SLICE_TERMINATE)
     async def terminate(self, req: SliceRequest) -> None:
         """Delete the slice (agents stopped first); a slice that is already gone is fine."""
-        await _platform_call(req.group, lambda p: _heartbeating(p.terminate(req.slice_id)))
+        await _platform_call(req.group, lambda p: heartbeating(p.terminate(req.slice_id)))
         log.info("slice.terminated", slice_id=req.slice_id, group=req.group.name)
 
     @activity.defn(name=CLEANUP_ORPHANS)

@@ -41,6 +41,9 @@ LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local act
 # (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
 # whenever it comes; its place is given back meanwhile.
 LATE_PATIENCE_SECONDS = 60.0
+# The scheduler's own regular activities (the pass, the deliveries) heartbeat: a controller killed
+# while one runs has it retried on a live controller after this, not after its whole timeout.
+PASS_HEARTBEAT = timedelta(seconds=10)
 # How long the announcement itself waits for a task that is not there yet: a job's children start
 # tens of milliseconds after its enqueue, unless something broke.
 ANNOUNCE_GRACE_SECONDS = 2.0

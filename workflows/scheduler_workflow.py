@@ -26,7 +26,8 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
 
-from workflows.scheduler_delivery import Deliveries  # the parts hold workflow code: sandboxed, as this module
+# The parts hold workflow code: sandboxed, as this module.
+from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
 
@@ -160,8 +161,9 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         # their own (a local activity held the task open, and more than 100 buffered signals
         # made the server force-fail it, seen at 1,000 workers).
         passing = workflow.start_activity(
-            FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120)
-        )
+            FIND_ASSIGNMENTS, snapshot, result_type=bytes, start_to_close_timeout=timedelta(seconds=120),
+            heartbeat_timeout=PASS_HEARTBEAT,
+        )  # fmt: skip
         await workflow.wait_condition(lambda: passing.done() or self._signal_budget_spent())
         if not passing.done():
             workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
