@@ -207,6 +207,7 @@ class Release:
     task_index: int
     attempt: int
     dispatch_failed_on: str = ""  # the worker that never picked this attempt up, if that is why
+    dispatch_failed_session: str = ""  # its agent session then ("" = any): a restarted agent is not blamed
 
 
 @dataclass

@@ -60,6 +60,7 @@ class Assigned:
 
     attempt: int
     worker_id: str
+    session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
 
 
 @dataclass

@@ -133,7 +133,10 @@ class Queue(SchedulerBase):
         placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
         self._release(request.job_id, request.task_index, request.attempt)
         worker = self.state.workers.get(request.dispatch_failed_on)
-        if worker is not None:
+        if worker is not None and request.dispatch_failed_session not in ("", worker.session):
+            # Placed on an agent that has since restarted: the new agent polls, do not shut it out.
+            workflow.logger.info("worker %s: what its previous agent did not pick up is not counted", worker.worker_id)
+        elif worker is not None:
             self._worker_event(worker, WorkerEvent.DISPATCH_FAILED)
         elif placement is not None and placement.attempt == request.attempt:
             ran_on = self.state.workers.get(placement.worker_id)
@@ -212,7 +215,8 @@ class Queue(SchedulerBase):
                     spec.gpus,
                     spec.tpus,
                 )
-                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
+                session = self.state.workers[a.worker_id].session
+                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id, session=session), a))
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted

@@ -163,7 +163,7 @@ class TaskWorkflow:
                     self.result.error = f"unschedulable: {self._unschedulable.reason}"
                     return self.status()
                 assert self._assigned is not None
-                self.result.worker_id = self._assigned.worker_id
+                self.result.worker_id, session = self._assigned.worker_id, self._assigned.session
                 self._move(TaskEvent.ASSIGNED, self._assigned.worker_id)
                 self._agent_released = False
                 event, error, started = await self._run_attempt(inp, self._assigned.worker_id)
@@ -175,7 +175,10 @@ class TaskWorkflow:
                 if TaskEffect.RELEASE in effects and not self._agent_released:
                     # Awaited: the server drops a signal whose sender completes in the same workflow task.
                     failed_on = self.result.worker_id if event == TaskEvent.DISPATCH_FAILED else ""
-                    release = Release(inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on)
+                    release = Release(
+                        inp.job_id, inp.task_index, self.attempt, dispatch_failed_on=failed_on,
+                        dispatch_failed_session=session if failed_on else "",
+                    )  # fmt: skip
                     await scheduler.signal(RELEASE, release)
                 if event == TaskEvent.DISPATCH_FAILED:
                     if inp.gang:  # its job re-places the whole gang
