@@ -122,6 +122,7 @@ CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
+RECENT_ACTIONS_QUERY = "recent_actions"  # the scheduler's last placements, requeues and cordons, oldest first
 # TaskWorkflow
 # ASSIGNED (above): the task's place
 UNSCHEDULABLE = "unschedulable"  # its scheduling timeout passed

@@ -8,6 +8,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.scheduling import MAX_REASON, cap_reason, encode_plan
 from scheduler.types import SchedulingResult
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.scheduler_actions import record
 from workflows.scheduler_state import (
     PendingEntry,
     Placement,
@@ -46,11 +47,13 @@ def test_packed_state_comes_back_whole() -> None:
     state.workers["host-00004"].state = WorkerState.LOST
     state.workers["host-00004"].lost_at = 12.5
     state.pending["job-000001"].spec.tolerations = ["maintenance"]
+    record(state.actions, 11.0, "worker cordoned", "worker", "host-00003", "drain")
     again = unpack(pack(state))
     assert state == again
     assert again.workers["host-00002"].attributes["spot"] is True
     assert isinstance(again.workers["host-00001"].attributes["tpu-worker-id"], int)
     assert {0: 0, 1: 0, 2: 0} == again.pending["job-000000"].attempts
+    assert [[11.0, "worker cordoned", "worker", "host-00003", "drain", True]] == list(again.actions)
 
 
 def test_fleet_scale_state_fits_one_payload() -> None:

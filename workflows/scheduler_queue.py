@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Unschedulable,
         enqueue_from_json,
     )
+    from workflows.scheduler_actions import placed_detail, record
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_state import (
         PendingEntry,
@@ -89,12 +90,18 @@ class Queue(SchedulerBase):
         if entry is None:
             entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or workflow.now().timestamp())
             self.state.pending[request.job_id] = entry
+        retried = []
         for index, attempt in request.attempts.items():
             placed = self.state.placements.get(task_workflow_id(request.job_id, index))
             if placed is not None and placed.attempt >= attempt:
                 continue
             if entry.attempts.get(index, -1) < attempt:
                 entry.attempts[index] = attempt
+                if attempt > 0:
+                    retried.append(f"task {index} attempt {attempt}")
+        if retried:
+            now = workflow.now().timestamp()
+            record(self.state.actions, now, "tasks requeued", "job", request.job_id, ", ".join(retried), ok=False)
         if not entry.attempts:
             del self.state.pending[request.job_id]
         self._changed()
@@ -217,6 +224,9 @@ class Queue(SchedulerBase):
                 )
                 session = self.state.workers[a.worker_id].session
                 accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id, session=session), a))
+            if fitting:
+                detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])
+                record(self.state.actions, workflow.now().timestamp(), "tasks placed", "job", job_id, detail)
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted

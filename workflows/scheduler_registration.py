@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         RemoveWorkers,
         WorkerLost,
     )
+    from workflows.scheduler_actions import record
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_state import (
         WorkerEntry,
@@ -75,8 +76,11 @@ class Registration(SchedulerBase):
             for worker_id in request.worker_ids
             if (w := self.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
         ]
+        now = workflow.now().timestamp()
         for worker in changed:
             worker.cordoned = request.cordoned
+            what = "worker cordoned" if request.cordoned else "worker uncordoned"
+            record(self.state.actions, now, what, "worker", worker.worker_id, request.reason)
         if changed:
             self._changed()
             workflow.logger.info(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.scheduler_actions import ActionRow, new_ring
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
@@ -73,6 +75,7 @@ class SchedulerState:
     pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
     placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
     pending_reasons: dict[str, str] = field(default_factory=dict)
+    actions: deque[ActionRow] = field(default_factory=new_ring)  # recent placements, requeues, cordons
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -226,6 +229,7 @@ def pack(state: SchedulerState) -> bytes:
         ],
         "placements": [[*key, runs] for key, runs in groups.items()],
         "reasons": state.pending_reasons,
+        "actions": list(state.actions),
     }
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
@@ -237,6 +241,7 @@ def unpack(data: bytes) -> SchedulerState:
     if doc.get("v") != PACK_VERSION:
         raise ValueError(f"packed scheduler state has version {doc.get('v')!r}, expected {PACK_VERSION}")
     state = SchedulerState(store_url=doc["store_url"], pending_reasons=doc["reasons"])
+    state.actions = new_ring(doc.get("actions", ()))  # a run packed before actions were kept has none
     for row in doc["workers"]:
         entry = state.workers[row[0]] = WorkerEntry(*row)
         entry.state = WorkerState(entry.state)

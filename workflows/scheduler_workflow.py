@@ -37,9 +37,11 @@ with workflow.unsafe.imports_passed_through():
         CONFIGURE_SCHEDULER,
         PENDING_REASON,
         REBUILD_SCHEDULER,
+        RECENT_ACTIONS_QUERY,
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
+    from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_state import (
         SchedulerState,
         encode_snapshot,
@@ -194,6 +196,11 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         self._signals_received += 1
         self.state.store_url = store_url
 
+
+    @workflow.query(name=RECENT_ACTIONS_QUERY)
+    def recent_actions(self) -> list[ActionRow]:
+        """The scheduler's last actions (workflows/scheduler_actions.py), oldest first: a few KB."""
+        return list(self.state.actions)
 
     @workflow.query(name=AUTOSCALE_SNAPSHOT_QUERY)
     def autoscale_snapshot(self) -> bytes:

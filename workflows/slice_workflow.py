@@ -120,6 +120,7 @@ class SliceWorkflow:
         self.hosts: list[str] = []
         self.worker_ids = slice_worker_ids(inp.slice_id, inp.group)
         self.created_at = 0.0
+        self.ready_at = 0.0  # when it last became READY (the dashboard's "slice ready")
 
     @workflow.run
     async def run(self, inp: SliceInput) -> str:
@@ -129,6 +130,8 @@ class SliceWorkflow:
             event = await self._work()
             step = transition(self.state, event)
             previous, self.state = self.state, step.next
+            if self.state == SliceState.READY and previous != SliceState.READY:
+                self.ready_at = workflow.now().timestamp()
             workflow.logger.info("slice %s: %s --%s--> %s", inp.slice_id, previous, event, self.state)
             await self._publish()
             await self._perform(step.effects)
@@ -273,6 +276,7 @@ class SliceWorkflow:
                 "worker_ids": self.worker_ids,
                 "error": self.error,
                 "created_at": self.created_at,
+                "ready_at": self.ready_at,
             }
         )
         hosts = f" ({', '.join(self.hosts)})" if self.hosts else ""

@@ -25,7 +25,7 @@ from typing import Any
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
-from activities.contracts import SLICE_STATE_ATTRIBUTE
+from activities.contracts import AUTOSCALER_WORKFLOW_ID, SCHEDULER_WORKFLOW_ID, SLICE_STATE_ATTRIBUTE
 from iris.dashboard.reads import JOB_STATE, JOB_USER, ClusterReads, quoted, session_prefix
 from workflows.visibility import JobView
 
@@ -78,6 +78,20 @@ class ActionFilter:
                 out.append(("slice", "WorkflowType = 'SliceWorkflow'"))
         return out
 
+    def keeps(self, action: Action) -> bool:
+        """Whether an action from the scheduler's or the autoscaler's own record passes the filter.
+
+        Those records name no user, so a user filter keeps none of them; a worker filter keeps the
+        worker's own actions and the placements that name it."""
+        if self.user:
+            return False
+        if self.job:
+            return action.kind == "job" and (action.subject == self.job or action.subject.startswith(self.job + "/"))
+        if self.worker:
+            named = self.worker in action.detail.replace(",", " ").split()
+            return (action.kind == "worker" and action.subject == self.worker) or (action.kind == "job" and named)
+        return True
+
 
 def visibility_time(at: float) -> str:
     """A timestamp literal for a visibility query (RFC 3339, microseconds, UTC)."""
@@ -117,6 +131,10 @@ def events(kind: str, wf: WorkflowExecution, memo: Mapping[str, Any]) -> list[Ac
     elif kind == "slice":
         group = str(memo.get("scale_group", ""))
         out.append(Action(started, "slice created", kind, wf.id, wf.id, detail=f"scale group {group}"))
+        ready_at = float(memo.get("ready_at") or 0.0)
+        if ready_at:
+            hosts = memo.get("hosts") or []
+            out.append(Action(ready_at, "slice ready", kind, wf.id, wf.id, detail=f"{len(hosts)} hosts"))
         if closed is not None:
             state = wf.typed_search_attributes.get(SLICE_STATE) or ""
             failed = state == "FAILED" or status not in ("COMPLETED", "")
@@ -167,9 +185,31 @@ async def _scan(reads: ClusterReads, kind: str, query: str, before: float | None
     return Scan(found, complete_after)
 
 
+def scheduler_action(row: Sequence[Any]) -> Action:
+    """One row of the scheduler's recent actions (workflows/scheduler_actions.py) as an action."""
+    at, what, kind, subject, detail, ok = row
+    workflow_id = subject if kind == "job" else SCHEDULER_WORKFLOW_ID
+    return Action(float(at), str(what), str(kind), str(subject), workflow_id, detail=str(detail), ok=bool(ok))
+
+
+async def _own_records(reads: ClusterReads, flt: ActionFilter) -> Scan:
+    """What the scheduler and the autoscaler keep of their own decisions (bounded: the newest only).
+
+    Never the page's bound: what fell out of those records is gone, and older pages come from visibility."""
+    rows, status = await asyncio.gather(reads.scheduler_actions(), reads.autoscaler())
+    found = [scheduler_action(row) for row in rows]
+    for group in status.groups if status is not None else []:
+        if group.last_decision and group.last_decision_at:
+            found.append(Action(group.last_decision_at, "autoscaler decision", "group", group.name,
+                                AUTOSCALER_WORKFLOW_ID, detail=group.last_decision))  # fmt: skip
+    return Scan([a for a in found if flt.keeps(a)], float("-inf"))
+
+
 async def recent_actions(
     reads: ClusterReads, flt: ActionFilter, before: float | None = None, limit: int = PAGE_SIZE
 ) -> tuple[list[Action], float | None]:
     """One page of the log, newest first, and the cursor of the next page (None at the end)."""
-    scans = await asyncio.gather(*(_scan(reads, kind, query, before, limit) for kind, query in flt.sources()))
+    scans = await asyncio.gather(
+        *(_scan(reads, kind, query, before, limit) for kind, query in flt.sources()), _own_records(reads, flt)
+    )
     return merge(scans, before if before is not None else float("inf"), limit)

@@ -31,6 +31,7 @@ from activities.contracts import (
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
+    RECENT_ACTIONS_QUERY,
     SCHEDULER_WORKFLOW_ID,
 )
 from activities.proto import cluster_pb2 as pb
@@ -323,6 +324,7 @@ class ClusterReads:
     _snapshot: Cached[tuple[list[pb.SchedulingJob], list[SnapshotWorker]]] = field(init=False)
     _summary: Cached[pb.ClusterSummary] = field(init=False)
     _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
+    _actions: Cached[list[list[Any]]] = field(init=False)
     _visibility: KeyedCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -331,6 +333,7 @@ class ClusterReads:
         self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
         self._summary = Cached(self._load_summary, self.cache_seconds)
         self._autoscaler = Cached(self._load_autoscaler, self.cache_seconds)
+        self._actions = Cached(self._load_actions, self.cache_seconds)
 
     # -- the singletons' published state
 
@@ -356,6 +359,13 @@ class ClusterReads:
         async with temporal_call():
             return await fleet.autoscaler_status(self.client)
 
+    async def _load_actions(self) -> list[list[Any]]:
+        async with temporal_call():
+            rows: list[list[Any]] = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                RECENT_ACTIONS_QUERY, result_type=list[list[Any]], rpc_timeout=QUERY_TIMEOUT
+            )
+        return rows
+
     async def _load_summary(self) -> pb.ClusterSummary:
         async with temporal_call():
             return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
@@ -378,6 +388,10 @@ class ClusterReads:
 
     async def autoscaler(self) -> AutoscalerStatus | None:
         return await self._autoscaler.get()
+
+    async def scheduler_actions(self) -> list[list[Any]]:
+        """The scheduler's recent actions ([at, what, kind, subject, detail, ok] rows, oldest first)."""
+        return await self._actions.get()
 
     # -- visibility
 

@@ -101,9 +101,15 @@ def test_a_job_from_queue_to_finish(cluster: Cluster, client: IrisClient, browse
         browser.get(temporal)  # the Temporal UI's page of the job's workflow (its console is not ours to judge)
         eventually(lambda: "JobWorkflow" in text_of(browser, "body"), 60, "the Temporal UI shows the job's workflow")
 
-        open_page(browser, f"{dashboard}/actions?job={queued.job_id}")
-        actions = text_of(browser, "#actions")
-        assert "job submitted" in actions and "job succeeded" in actions
+        def actions() -> str:
+            open_page(browser, f"{dashboard}/actions?job={queued.job_id}")
+            return text_of(browser, "#actions")
+
+        # The scheduler's record is cached like its other state: a refresh or two may pass before it shows.
+        shown = eventually(lambda: "tasks placed" in actions() and text_of(browser, "#actions"), 30,
+                           "the placement in the actions log")  # fmt: skip
+        assert "job submitted" in shown and "job succeeded" in shown
+        assert "task 0 on " in shown  # which worker the scheduler placed it on
     finally:
         go.touch()
         for job in (blocker, queued):
