@@ -9,12 +9,12 @@ import pytest
 from iris.config import platform_settings_model
 from iris.config_reference import PLATFORMS, reference, rows, section
 
-OPERATORS = Path(__file__).parents[2] / "docs" / "operators.md"
+CONFIGURATION = Path(__file__).parents[2] / "docs" / "configuration.md"
 
 
 def test_operators_guide_holds_the_generated_reference() -> None:
-    """docs/operators.md has exactly what the models say (regenerate: python -m iris.config_reference --write)."""
-    assert reference() == section(OPERATORS.read_text())
+    """docs/configuration.md has exactly what the models say (regenerate: python -m iris.config_reference --write)."""
+    assert reference() == section(CONFIGURATION.read_text())
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -29,7 +29,7 @@ def test_every_key_is_documented(platform: str) -> None:
 
 def test_the_keys_an_outside_user_missed_are_there() -> None:
     """The keys a first CoreWeave and GCP user went looking for are in the reference, with their defaults."""
-    text = section(OPERATORS.read_text())
+    text = section(CONFIGURATION.read_text())
     for row in ("| `host_dir` | string | `/var/lib/iris` |", "| `health_port` | integer | 8081 |",
                 "| `poll_interval` | seconds (or `30s`, `20m`, `1h`) | 10 |", "| `worker_command` | string | null |",
                 "| `env` | map of strings | {} |", "| `ssh.port` | integer | 22 |"):  # fmt: skip
