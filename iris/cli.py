@@ -697,7 +697,7 @@ def codec_server(
     """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE).
 
     Callers authenticate with a bearer token (--token-file / IRIS_CODEC_SERVER_TOKEN) or an OIDC
-    access token (--oidc-issuer); the README's Security section gives the threat model.
+    access token (--oidc-issuer); docs/operators.md (Encryption) gives the threat model.
     """
     from aiohttp import web
 

@@ -1,4 +1,4 @@
-"""`python -m tests.dashboard.screenshots DIR`: the README's pictures of each dashboard page.
+"""`python -m tests.dashboard.screenshots DIR`: the pictures of each dashboard page in docs/operators.md.
 
 Starts a local cluster (plain workers, a fake TPU slice and a local scale group), gives it jobs in
 every state, and saves each page as DIR/dashboard-<page>.png from the same headless chromium the

@@ -1,4 +1,4 @@
-"""docker-compose.yml and the Dockerfiles, checked as files: the stack is wired the way the README says."""
+"""docker-compose.yml and the Dockerfiles, checked as files: the stack is wired the way docs/operators.md says."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def test_a_callable_and_a_command_with_secrets_run_and_leave_no_plaintext(
     databases = [p for p in keyed.home.iterdir() if p.name.startswith("temporal.db")]
     assert databases
     assert [] == [str(p) for p in databases if any(n in p.read_bytes() for n in needles)]
-    # Task logs are not encrypted (README, Security): the failing task's traceback is there, nothing else is.
+    # Task logs are not encrypted (docs/operators.md): the failing task's traceback is there, nothing else is.
     assert ["logs"] == sorted({Path(p).parts[0] for p in _files_holding(keyed.store, needles)})
     function_blobs = [p for p in keyed.store.rglob("function") if p.is_file()]
     assert function_blobs
