@@ -18,7 +18,7 @@ import sysconfig
 import tarfile
 from pathlib import Path
 
-from worker_agent.runtimes.engines import (
+from benchmarks.engines import (
     _ARCH,
     _IMAGE_PYTHON,
     _STDLIB_SKIP,

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.engines import EngineUnavailable, PrivateDockerd
 from tests.deploy.base_image import BASE_IMAGE, write_base_image
 from tests.deploy.conftest import Deployment, free_port, health
 from tests.support import missing_engine, wait_until
-from worker_agent.runtimes.engines import EngineUnavailable, PrivateDockerd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]  # `iris build` alone may take 10 minutes
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""`python -m iris.bench` end to end on a tiny run, plus its pure helpers.
+"""`python -m benchmarks` end to end on a tiny run, plus its pure helpers.
 
 The bench starts (and must always stop) its own local cluster, so it runs as a
 subprocess: its logging setup and signal handlers stay out of the test session.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from iris.bench.__main__ import parse_args, parse_dynamic_config
-from iris.bench.figures import SETTLE_SECONDS, Latency, percentile
-from iris.bench.report import per_unit
+from benchmarks.__main__ import parse_args, parse_dynamic_config
+from benchmarks.figures import SETTLE_SECONDS, Latency, percentile
+from benchmarks.report import per_unit
 from iris.local_cluster import LocalCluster
 
 
@@ -52,7 +52,7 @@ def test_per_unit_splits_by_workflow_kind() -> None:
 
 def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     home, out = tmp_path / "home", tmp_path / "bench.json"
-    argv = [sys.executable, "-m", "iris.bench", "--jobs", "4", "--latency-samples", "2", "--settle", "0.5"]
+    argv = [sys.executable, "-m", "benchmarks", "--jobs", "4", "--latency-samples", "2", "--settle", "0.5"]
     argv += ["--home", str(home), "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
@@ -98,22 +98,22 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
 
 
 def _skeleton_processes() -> list[str]:
-    """Command lines of running `iris.bench.skeleton` processes (from /proc)."""
+    """Command lines of running `benchmarks.skeleton` processes (from /proc)."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"iris.bench.skeleton" in argv:
+        if b"benchmarks.skeleton" in argv:
             found.append(b" ".join(argv).decode(errors="replace"))
     return found
 
 
 def test_polling_bench_counts_no_workflow_query(tmp_path: Path) -> None:
-    """`python -m iris.bench polling` on a tiny load: users' list and wait calls never query a workflow."""
+    """`python -m benchmarks polling` on a tiny load: users' list and wait calls never query a workflow."""
     out = tmp_path / "polling.json"
-    argv = [sys.executable, "-m", "iris.bench", "polling", "--users", "2", "--jobs-per-user", "2"]
+    argv = [sys.executable, "-m", "benchmarks", "polling", "--users", "2", "--jobs-per-user", "2"]
     argv += ["--home", str(tmp_path / "home"), "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
@@ -126,9 +126,9 @@ def test_polling_bench_counts_no_workflow_query(tmp_path: Path) -> None:
 
 
 def test_fanout_bench_runs_one_job_to_the_end(tmp_path: Path) -> None:
-    """`python -m iris.bench fanout` with a few replicas: the job succeeds and the figures are written."""
+    """`python -m benchmarks fanout` with a few replicas: the job succeeds and the figures are written."""
     out = tmp_path / "fanout.json"
-    argv = [sys.executable, "-m", "iris.bench", "fanout", "--replicas", "6"]
+    argv = [sys.executable, "-m", "benchmarks", "fanout", "--replicas", "6"]
     argv += ["--home", str(tmp_path / "home"), "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""`python -m iris.bench scale` end to end, tiny: synthetic agents, the real scheduler, a real dev server."""
+"""`python -m benchmarks scale` end to end, tiny: synthetic agents, the real scheduler, a real dev server."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     """
     out = tmp_path / "scale.json"
     run = subprocess.run(
-        [sys.executable, "-m", "iris.bench", "scale", "--workers", "40", "--pending", "300",
+        [sys.executable, "-m", "benchmarks", "scale", "--workers", "40", "--pending", "300",
          "--hosts-per-agent", "10", "--timeout", "120", "--continue-as-new-events", "25", "--json", str(out)],
         capture_output=True, text=True, timeout=300,
     )

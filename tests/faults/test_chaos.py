@@ -1,6 +1,6 @@
 """The project's own chaos test: a mixed load under a seeded schedule of faults, on a supervised local cluster.
 
-`iris.bench.chaos` does the work (and `python -m iris.bench chaos` runs it at 240 jobs); here it runs at a
+`benchmarks.chaos` does the work (and `python -m benchmarks chaos` runs it at 240 jobs); here it runs at a
 size that fits the suite: 60 jobs, 6 faults (controller and dev-server SIGKILLs, agent SIGKILLs, agent
 SIGSTOPs past the heartbeat timeout).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iris.bench.chaos import Fault, run_chaos
+from benchmarks.chaos import Fault, run_chaos
 
 SEED = 26
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.engines import EngineUnavailable, PrivateContainerd, PrivateDockerd, write_python_image
 from tests.support import missing_engine
 from worker_agent.runtimes.base import ContainerRuntime
-from worker_agent.runtimes.engines import EngineUnavailable, PrivateContainerd, PrivateDockerd, write_python_image
 from worker_agent.storage import LogStore
 
 ENGINES = ("docker", "containerd")

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from benchmarks.engines import PYTHON_IMAGE
 from iris import Constraint, CoschedulingConfig, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config import LocalWorkerSpec, Runtime
 from iris.local_cluster import LocalCluster
 from tests.support import Cluster, wait_until
 from worker_agent.runtimes.base import LABEL_JOB_ID
-from worker_agent.runtimes.engines import PYTHON_IMAGE
 
 pytestmark = pytest.mark.e2e
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.engines import PYTHON_IMAGE
 from tests.runtimes.conftest import make_engine_runtime
 from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskSpec, TaskStartError
-from worker_agent.runtimes.engines import PYTHON_IMAGE
 from worker_agent.storage import LogStore
 
 PY = "/usr/local/bin/python3"

@@ -8,7 +8,7 @@ Both run on an unsandboxed in-process worker (they import nothing and do nothing
 non-deterministic). Two more pair runs tell where the distance to that ceiling comes from,
 for information only: the same pairs on a worker with the SDK's default sandbox (which Iris
 keeps on), and unsandboxed pairs whose activity runs `true` as a process (as an Iris task does).
-Last, the design skeleton (`iris.bench.skeleton`): Iris's shape and Temporal traffic with
+Last, the design skeleton (`benchmarks.skeleton`): Iris's shape and Temporal traffic with
 none of Iris's logic, in two processes of its own; the throughput target is written against it.
 """
 
@@ -25,16 +25,16 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
-from iris.bench.history import count_histories
-from iris.bench.skeleton import measure_skeleton
-from workflows.bench_bare import (
+from benchmarks.bare_workflows import (
     BARE_ACTIVITY,
     PARENT_WORKFLOW,
     PROCESS_ACTIVITY,
     BareWorkflow,
     ParentWorkflow,
 )
+from benchmarks.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
+from benchmarks.history import count_histories
+from benchmarks.skeleton import measure_skeleton
 
 
 @activity.defn(name=BARE_ACTIVITY)
@@ -68,7 +68,7 @@ class RawFigures:
     process_pairs: Throughput
     """Unsandboxed pairs whose child's activity runs `true` as a process."""
     skeleton: Throughput
-    """The design skeleton's one-task jobs (see `workflows.bench_skeleton`)."""
+    """The design skeleton's one-task jobs (see `benchmarks.skeleton_workflows`)."""
 
 
 async def measure_raw(

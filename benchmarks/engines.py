@@ -1,6 +1,6 @@
 """Throwaway container engines and images, for the test suite and the runtime benchmark.
 
-Why in the package: tests and ``python -m worker_agent.runtimes.bench`` both need a real
+Why in the package: tests and ``python -m benchmarks.runtimes`` both need a real
 ``dockerd`` and ``containerd`` that touch nothing of the host's own engines (their own data
 root, state, socket and pidfile in a temporary directory) and an image to run, without a
 registry. Both need root and the Debian ``docker.io`` / ``containerd`` packages.

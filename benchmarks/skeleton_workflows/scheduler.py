@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.bench_skeleton.names import (
+    from benchmarks.skeleton_workflows.names import (
         ENQUEUE,
         PASS_ACTIVITY,
         RELEASE,

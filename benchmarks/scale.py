@@ -1,4 +1,4 @@
-"""`python -m iris.bench scale`: the singleton scheduler at fleet scale, against a real dev server.
+"""`python -m benchmarks scale`: the singleton scheduler at fleet scale, against a real dev server.
 
 Synthetic agents register `--workers` hosts (one liveness session per agent
 process serving `--hosts-per-agent` of them, heartbeating every second) and
@@ -37,6 +37,7 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKER_SESSION, WorkerSe
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from activities.signals import coalescer
+from benchmarks.repo import REPO
 from iris.connection import connect_client
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
@@ -409,7 +410,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m iris.bench scale", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1000, help="synthetic worker hosts (default 1000)")
     parser.add_argument("--pending", type=int, default=10000, help="tasks enqueued at once (default 10000)")
     parser.add_argument("--hosts-per-agent", type=int, default=100, help="hosts per liveness session (default 100)")
@@ -468,11 +469,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(0.2)
         address = f"127.0.0.1:{port}"
         controller = subprocess.Popen(
-            [sys.executable, "-m", "iris.bench.scale_controller", address],
+            [sys.executable, "-m", "benchmarks.scale_controller", address],
             stdout=subprocess.PIPE,
             stderr=(home / "controller.log").open("wb"),
             start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=REPO,
         )
         assert controller.stdout is not None
         line = b"-"

@@ -1,6 +1,6 @@
 """How long a task takes to start and to be gone under each runtime, measured in one run.
 
-    python -m worker_agent.runtimes.bench [--runs 10] [--runtimes process,docker,containerd]
+    python -m benchmarks.runtimes [--runs 10] [--runtimes process,docker,containerd]
 
 Needs root and the engines (``tests/setup-engines.sh``): it starts a private ``dockerd`` and
 ``containerd`` (see ``engines``), loads its own image into them, and removes them afterwards.
@@ -42,8 +42,8 @@ from typing import Any
 
 import structlog
 
+from benchmarks.engines import PYTHON_IMAGE, EngineUnavailable, PrivateContainerd, PrivateDockerd
 from worker_agent.runtimes.base import ContainerRuntime, RuntimeName, TaskSpec
-from worker_agent.runtimes.engines import PYTHON_IMAGE, EngineUnavailable, PrivateContainerd, PrivateDockerd
 from worker_agent.storage import BlobStore, LogStore
 
 _TASK = "import time; print('running', flush=True); time.sleep(600)"
@@ -167,7 +167,7 @@ def _summary(samples: Sequence[float]) -> str:
 async def _run(
     names: Sequence[str], runs: int, work: Path, cpu_millis: int = 1000
 ) -> tuple[list[Figures], list[CallableFigures]]:
-    from worker_agent.runtimes.engines import write_python_image
+    from benchmarks.engines import write_python_image
     from worker_agent.runtimes.process import ProcessRuntime
 
     logs = LogStore.from_url(str(work / "logs"))
@@ -218,7 +218,7 @@ async def _run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and print; 1 with a one-line reason if an engine cannot run here."""
-    parser = argparse.ArgumentParser(prog="python -m worker_agent.runtimes.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runtimes", description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="tasks per runtime (default 10)")
     parser.add_argument("--runtimes", default="process,docker,containerd", help="comma-separated runtime names")
     parser.add_argument("--cpu", type=float, default=1.0, help="the callables' CPU limit in cores (default 1)")

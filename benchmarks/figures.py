@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from iris.bench.host import CpuMeter
+from benchmarks.host import CpuMeter
 
 _T = TypeVar("_T")
 

@@ -1,7 +1,7 @@
-"""`python -m iris.bench dashboard`: each dashboard page's server time at fleet scale.
+"""`python -m benchmarks dashboard`: each dashboard page's server time at fleet scale.
 
 The scale bench's fleet (synthetic agents registering `--workers` hosts with the real scheduler in
-its own controller process, see `iris.bench.scale`) with `--pending` tasks that cannot be placed
+its own controller process, see `benchmarks.scale`) with `--pending` tasks that cannot be placed
 (they ask for a pool no worker has, so they stay in the queue with a reason) and `--placed` tasks
 that run, so workers have running tasks. `--job-records` job workflows are started (on a queue
 nobody polls) with the memo and search attributes a real job publishes, so visibility lists that
@@ -43,7 +43,8 @@ from activities.contracts import (
     WorkerSessionInput,
 )
 from activities.signals import coalescer
-from iris.bench.scale import AGENT_QUEUE, SyntheticAgents, _gather_limited, _stop, _summary, host_metadata
+from benchmarks.repo import REPO
+from benchmarks.scale import AGENT_QUEUE, SyntheticAgents, _gather_limited, _stop, _summary, host_metadata
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
@@ -175,7 +176,7 @@ async def measure(base: str, pages: Sequence[str], loads: int) -> list[PageFigur
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m iris.bench dashboard", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks dashboard", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=10_000, help="synthetic worker hosts (default 10000)")
     parser.add_argument("--pending", type=int, default=100_000, help="unplaceable queued tasks (default 100000)")
     parser.add_argument("--placed", type=int, default=20_000, help="running tasks (default 20000)")
@@ -205,8 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(0.2)
         address = f"127.0.0.1:{port}"
         controller = subprocess.Popen(
-            [sys.executable, "-m", "iris.bench.scale_controller", address], stdout=subprocess.PIPE,
-            stderr=(home / "controller.log").open("wb"), start_new_session=True,
+            [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
+            stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
         )  # fmt: skip
         assert controller.stdout is not None
         if controller.stdout.readline().strip() != b"ready":

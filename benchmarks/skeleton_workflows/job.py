@@ -5,7 +5,14 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.bench_skeleton.names import ENQUEUE, SIGNAL_ACTIVITY, SKELETON_JOB, SKELETON_TASK, STATE, TIMEOUT
+    from benchmarks.skeleton_workflows.names import (
+        ENQUEUE,
+        SIGNAL_ACTIVITY,
+        SKELETON_JOB,
+        SKELETON_TASK,
+        STATE,
+        TIMEOUT,
+    )
 
 
 def publish(state: str) -> None:

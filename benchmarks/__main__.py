@@ -12,13 +12,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from iris.bench.baseline import measure_raw
-from iris.bench.figures import SETTLE_SECONDS, WARMUP_SAMPLES
-from iris.bench.history import job_timeline
-from iris.bench.host import machine_info
-from iris.bench.iris_jobs import Entry, bench_config, measure_iris
-from iris.bench.report import BenchResult, format_report
-from iris.bench.session import quiet_logging, sigterm_as_interrupt, stop_cluster
+from benchmarks.baseline import measure_raw
+from benchmarks.figures import SETTLE_SECONDS, WARMUP_SAMPLES
+from benchmarks.history import job_timeline
+from benchmarks.host import machine_info
+from benchmarks.iris_jobs import Entry, bench_config, measure_iris
+from benchmarks.report import BenchResult, format_report
+from benchmarks.session import quiet_logging, sigterm_as_interrupt, stop_cluster
 from iris.client import AsyncIrisClient
 from iris.local_cluster import ClusterInfo, LocalCluster
 
@@ -54,7 +54,7 @@ async def run_bench(
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(
-        prog="python -m iris.bench",
+        prog="python -m benchmarks",
         description="Iris latency and throughput vs the bare Temporal dev server, on one local cluster.",
     )
     parser.add_argument(
@@ -124,19 +124,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["chaos"]:  # faults under a mixed load on a supervised local cluster
-        from iris.bench.chaos import main as chaos_main
+        from benchmarks.chaos import main as chaos_main
 
         return chaos_main(argv[1:])
     if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
-        from iris.bench.scale import main as scale_main
+        from benchmarks.scale import main as scale_main
 
         return scale_main(argv[1:])
     if argv[:1] == ["dashboard"]:  # each dashboard page's server time at the scale bench's fleet size
-        from iris.bench.dashboard import main as dashboard_main
+        from benchmarks.dashboard import main as dashboard_main
 
         return dashboard_main(argv[1:])
     if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
-        from iris.bench.load import main as load_main
+        from benchmarks.load import main as load_main
 
         return load_main(argv)
     args = parse_args(argv)

@@ -1,4 +1,4 @@
-"""The bench's bare workflows (`python -m iris.bench`): Temporal with none of Iris in it.
+"""The bench's bare workflows (`python -m benchmarks`): Temporal with none of Iris in it.
 
 Not Iris workflows (`workflows.registry` does not list them): the baseline the bench measures
 Iris against. They live in this package, not beside the bench, because a sandboxed worker

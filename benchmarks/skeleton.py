@@ -1,11 +1,11 @@
-"""The design skeleton's processes and its throughput run (see the `workflows.bench_skeleton` package).
+"""The design skeleton's processes and its throughput run (see the `benchmarks.skeleton_workflows` package).
 
 Two processes, as Iris has: one serving the skeleton's workflows (sandboxed), its pass
 activity and its signal-sending local activity, like the controller; one serving the
 agent's activity on its own task queue, like a worker agent. The bench starts both, runs
 `count` skeleton jobs at once against them and stops them.
 
-`python -m iris.bench.skeleton workflows|agent --address HOST:PORT --queue Q --agent-queue A
+`python -m benchmarks.skeleton workflows|agent --address HOST:PORT --queue Q --agent-queue A
 --scheduler ID` runs one of the two processes (the bench does this itself).
 """
 
@@ -29,12 +29,13 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
-from iris.bench.figures import Throughput, timed_gather
-from iris.bench.history import count_histories
-from workflows.bench_skeleton.job import SkeletonJob
-from workflows.bench_skeleton.names import ENQUEUE, PASS_ACTIVITY, RELEASE, RUN_ACTIVITY, SIGNAL_ACTIVITY, STATE
-from workflows.bench_skeleton.scheduler import SkeletonScheduler
-from workflows.bench_skeleton.task import SkeletonTask
+from benchmarks.figures import Throughput, timed_gather
+from benchmarks.history import count_histories
+from benchmarks.repo import REPO
+from benchmarks.skeleton_workflows.job import SkeletonJob
+from benchmarks.skeleton_workflows.names import ENQUEUE, PASS_ACTIVITY, RELEASE, RUN_ACTIVITY, SIGNAL_ACTIVITY, STATE
+from benchmarks.skeleton_workflows.scheduler import SkeletonScheduler
+from benchmarks.skeleton_workflows.task import SkeletonTask
 
 READY_TIMEOUT_SECONDS = 60.0
 
@@ -113,10 +114,10 @@ async def serve(role: str, address: str, queue: str, agent_queue: str, scheduler
 @contextlib.contextmanager
 def _processes(address: str, queue: str, agent_queue: str, scheduler_id: str) -> Iterator[dict[str, int]]:
     """The two skeleton processes, stopped (and waited for) on the way out; their pids by name."""
-    base = [sys.executable, "-m", "iris.bench.skeleton"]
+    base = [sys.executable, "-m", "benchmarks.skeleton"]
     args = ["--address", address, "--queue", queue, "--agent-queue", agent_queue, "--scheduler", scheduler_id]
     procs = {
-        name: subprocess.Popen([*base, role, *args])
+        name: subprocess.Popen([*base, role, *args], cwd=REPO)
         for name, role in (("skeleton controller", "workflows"), ("skeleton agent", "agent"))
     }
     try:
@@ -169,7 +170,7 @@ async def measure_skeleton(client: Client, count: int, pids: Mapping[str, int], 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one skeleton process (`workflows` or `agent`)."""
-    parser = argparse.ArgumentParser(prog="python -m iris.bench.skeleton")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.skeleton")
     parser.add_argument("role", choices=["workflows", "agent"])
     parser.add_argument("--address", required=True)
     parser.add_argument("--queue", required=True)

@@ -19,9 +19,9 @@ from enum import StrEnum
 from typing import Any
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
-from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
-from iris.bench.history import count_histories
-from iris.bench.host import CpuMeter
+from benchmarks.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
+from benchmarks.history import count_histories
+from benchmarks.host import CpuMeter
 from iris.client import AsyncIrisClient, IrisClient
 from iris.config import ClusterConfig, parse_config
 from iris.types import JobState, ResourceSpec
@@ -80,7 +80,7 @@ PUBLIC_API_THREADS = 16
 
 def bench_config() -> ClusterConfig:
     """The bench fleet (see BENCH_FLEET)."""
-    return parse_config(BENCH_FLEET, "iris.bench fleet")
+    return parse_config(BENCH_FLEET, "benchmarks fleet")
 
 
 def _resources() -> ResourceSpec:

@@ -10,7 +10,7 @@ every component back within the limit, and no process left after `iris cluster d
 Recovery is measured as a user meets it, through the public client: from the fault until the process
 table shows the component running again (a new process for a kill), a small job submitted after it has
 succeeded, and `list_workers()` answers with every worker healthy; for an agent, the bench also times
-until a job pinned to that agent has run. `python -m iris.bench chaos --jobs 240` prints the figures;
+until a job pinned to that agent has run. `python -m benchmarks chaos --jobs 240` prints the figures;
 the test suite runs it small (tests/faults/test_chaos.py).
 """
 
@@ -555,7 +555,7 @@ def run_chaos(
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m iris.bench chaos", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=240)
     parser.add_argument("--faults", type=int, default=16)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)

@@ -1,4 +1,4 @@
-"""What shipping a daemon's own log to the store costs: `python -m iris.bench.daemon_logs`.
+"""What shipping a daemon's own log to the store costs: `python -m benchmarks.daemon_logs`.
 
 Prints the time of one structlog event rendered as JSON to a sink, without and with the tee into
 the store's buffer, and how many store writes a burst of events costs (one per flush, not one

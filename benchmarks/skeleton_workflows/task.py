@@ -8,7 +8,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.bench_skeleton.names import RUN_ACTIVITY, SKELETON_TASK, TIMEOUT
+    from benchmarks.skeleton_workflows.names import RUN_ACTIVITY, SKELETON_TASK, TIMEOUT
 
 
 @workflow.defn(name=SKELETON_TASK)

@@ -1,11 +1,11 @@
-"""The control plane of `python -m iris.bench scale`: the real scheduler, with task signals counted, not sent.
+"""The control plane of `python -m benchmarks scale`: the real scheduler, with task signals counted, not sent.
 
 The scale bench has no job or task workflows (100,000 of them would measure the
 dev server, not the scheduler), so `assigned`/`unschedulable` signals to tasks
 are accepted here without an RPC; every other signal (the answers to
 registrations) goes out through the real `deliver_signals`. Everything else is
 the controller's own worker: the same workflows, sandbox and scheduling activity.
-Run as `python -m iris.bench.scale_controller ADDRESS` so its memory is its own.
+Run as `python -m benchmarks.scale_controller ADDRESS` so its memory is its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bench's design skeleton (`python -m iris.bench`): an Iris job's shape with none of Iris's logic.
+"""The bench's design skeleton (`python -m benchmarks`): an Iris job's shape with none of Iris's logic.
 
 Each piece is one the design prescribes, reduced to its Temporal traffic: a job workflow
 that starts one child per task and hands it to a singleton scheduler by a (coalesced)

@@ -1,4 +1,4 @@
-"""`python -m iris.bench`: Iris's latency and throughput next to the bare Temporal dev server it runs on.
+"""`python -m benchmarks`: Iris's latency and throughput next to the bare Temporal dev server it runs on.
 
 One run starts one local cluster (Temporal dev server with the WAL pragmas, the
 controller, two worker agents) in a fresh home, measures, and always stops it again

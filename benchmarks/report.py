@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from iris.bench.baseline import RawFigures
-from iris.bench.figures import WARMUP_SAMPLES, Latency, Throughput
-from iris.bench.history import Timeline
-from iris.bench.iris_jobs import IrisFigures
+from benchmarks.baseline import RawFigures
+from benchmarks.figures import WARMUP_SAMPLES, Latency, Throughput
+from benchmarks.history import Timeline
+from benchmarks.iris_jobs import IrisFigures
 
 TARGET_LATENCY_SECONDS = 0.1
 """Issue target: Iris submit-to-running median on an idle cluster."""

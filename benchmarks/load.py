@@ -1,4 +1,4 @@
-"""`python -m iris.bench polling` and `python -m iris.bench fanout`: the read path under users, and one huge job.
+"""`python -m benchmarks polling` and `python -m benchmarks fanout`: the read path under users, and one huge job.
 
 polling: `--users` clients, each submitting `--jobs-per-user` one-task jobs and waiting on
 them one after another (with progress, as `iris run` does) while listing its jobs every few
@@ -34,8 +34,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from iris.bench.history import count_histories
-from iris.bench.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
+from benchmarks.history import count_histories
+from benchmarks.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
 from iris.client import AsyncIrisClient
 from iris.connection import connect_client
 from iris.local_cluster import ClusterInfo, LocalCluster
@@ -176,7 +176,7 @@ def format_fanout(r: dict[str, Any]) -> str:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m iris.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="bench", required=True)
     polling = sub.add_parser("polling", help="users polling their jobs while the jobs run")
     polling.add_argument("--users", type=int, default=100)
@@ -195,7 +195,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
     """Start a local cluster with the bench fleet, run one bench, print (and write `--json`), stop the cluster."""
-    from iris.bench.session import quiet_logging, sigterm_as_interrupt, stop_cluster
+    from benchmarks.session import quiet_logging, sigterm_as_interrupt, stop_cluster
 
     args = parse_args(argv)
     quiet_logging()
