@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         PendingEntry,
         Placement,
         committed,
+        gang_coordinator,
     )
     from workflows.worker_lifecycle import WorkerEvent
 
@@ -199,6 +200,7 @@ class Queue(SchedulerBase):
                     break
             if spec.group_by and fitting:
                 used = trial
+            coordinator = gang_coordinator(self.state, fitting) if spec.group_by else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
@@ -212,7 +214,7 @@ class Queue(SchedulerBase):
                     spec.gpus,
                     spec.tpus,
                 )
-                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
+                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id, coordinator=coordinator), a))
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted
