@@ -8,6 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import PendingJob, Resources, WorkerSnapshot, find_assignments
+from scheduler.bench import output_document, schedule_document
+from scheduler.bench_gen import add_multislice, generate
+from scheduler.bench_validate import validate
 from tests.scheduler.sched_helpers import gang, job, placed, tpu_slice, worker
 
 
@@ -125,3 +128,31 @@ def test_multi_slice_gangs_are_whole_on_k_distinct_groups_or_absent(drawn: tuple
         for hosts in slices:
             ids = [w.attributes["tpu-worker-id"] for w in hosts]
             assert sorted(ids) == ids
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(20, 300), st.integers(0, 2000), st.integers(0, 10**6))
+def test_multislice_bench_outputs_pass_the_validator(workers: int, tasks: int, seed: int) -> None:
+    """On generated inputs with multi-slice gangs, every plan passes the bench validator's slice checks."""
+    doc = add_multislice(generate(workers, tasks, seed), 0.6, seed)
+    assignments, seconds = schedule_document(doc)
+    assert [] == validate(doc, output_document(assignments, seconds))
+
+
+def test_validator_catches_a_multi_slice_gang_on_one_group() -> None:
+    """Both slices of a 2-slice job on one tpu-name, or one slice split over two, are violations."""
+    workers = [
+        {"id": f"{name}-{i}", "cpu": 8, "memory_bytes": 1 << 30, "gpus": 0, "tpus": 4,
+         "attributes": {"tpu-name": name, "tpu-worker-id": i}}
+        for name in ("a", "b") for i in range(4)
+    ]  # fmt: skip
+    doc = {"workers": workers, "jobs": [{"id": "m", "replicas": 4, "cpu": 1, "memory_bytes": 0, "gpus": 0, "tpus": 4,
+                                         "coschedule_group_by": "tpu-name", "coschedule_num_groups": 2}]}  # fmt: skip
+
+    def out(*hosts: str) -> dict[str, object]:
+        placed = [{"job": "m", "task_index": i, "worker": w} for i, w in enumerate(hosts)]
+        return {"seconds": 0.0, "assignments": placed}
+
+    assert [] == validate(doc, out("a-0", "a-1", "b-0", "b-1"))
+    assert [True] == ["not on 2 distinct values" in e for e in validate(doc, out("a-0", "a-1", "a-2", "a-3"))]
+    assert any("slice 0 does not share" in e for e in validate(doc, out("a-0", "b-1", "b-0", "a-1")))
