@@ -11,6 +11,7 @@ import pytest
 
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec, TaskState
 from iris.config import LocalWorkerSpec
+from scheduler.types import AttrValue
 from tests.support import Cluster, forget_workers, pid_gone, wait_until
 
 SLICES = ("ms-a", "ms-b")
@@ -27,7 +28,7 @@ def two_slices(cluster: Cluster, client: IrisClient) -> Iterator[None]:
     """Two fake 2-host slices (tpu-name ms-a and ms-b), registered for this module and removed after it."""
     for name in SLICES:
         for i in range(2):
-            attributes = {"tpu-name": name, "tpu-worker-id": i, "pool": "multislice"}
+            attributes: dict[str, AttrValue] = {"tpu-name": name, "tpu-worker-id": i, "pool": "multislice"}
             cluster.local.start_worker(LocalWorkerSpec(f"{name}-{i}", 1000, 1 << 30, attributes))
     try:
         wait_until(

@@ -11,12 +11,13 @@ from scheduler import PendingJob, Resources, WorkerSnapshot, find_assignments
 from scheduler.bench import output_document, schedule_document
 from scheduler.bench_gen import add_multislice, generate
 from scheduler.bench_validate import validate
+from scheduler.types import AttrValue
 from tests.scheduler.sched_helpers import gang, job, placed, tpu_slice, worker
 
 
 def multi(job_id: str, hosts: int, slices: int, **options: object) -> PendingJob:
     """A coscheduled TPU job of `slices` slices of `hosts` hosts each."""
-    return replace(gang(job_id, hosts * slices, **options), num_groups=slices)
+    return replace(gang(job_id, hosts * slices, **options), num_groups=slices)  # type: ignore[arg-type]
 
 
 def test_two_slices_task_i_on_host_i_mod_hosts_of_slice_i_div_hosts() -> None:
@@ -85,7 +86,7 @@ def fleets(draw: st.DrawFn) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
     for s in range(draw(st.integers(0, 6))):
         for host in draw(st.permutations(range(draw(st.integers(1, 4))))):
             free = Resources(16000, 32 << 30, 0, draw(st.sampled_from([0, 4, 4, 8])))
-            attrs = {"tpu-name": f"s{s}", "tpu-worker-id": host}
+            attrs: dict[str, AttrValue] = {"tpu-name": f"s{s}", "tpu-worker-id": host}
             workers.append(WorkerSnapshot(f"s{s}-w{host}", free, attrs))
     jobs: list[PendingJob] = []
     for j in range(draw(st.integers(1, 6))):
