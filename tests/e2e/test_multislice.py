@@ -66,8 +66,29 @@ def test_two_slice_gang_gets_megascale_env(client: IrisClient) -> None:
 
 
 @pytest.mark.usefixtures("two_slices")
-def test_a_failure_on_one_slice_kills_the_other_slice(client: IrisClient, tmp_path: Path) -> None:
-    """Task 3 (slice 1) exits 1 once all four run: tasks 0 and 1 on slice 0 are killed, their processes gone."""
+def test_a_failure_on_one_slice_kills_the_other_slice_and_the_gang_reruns(client: IrisClient, tmp_path: Path) -> None:
+    """Task 3 (slice 1) exits 1 once all four run: tasks 0-1 on slice 0 are killed (processes gone), and
+    the whole two-slice gang runs again as attempt 1."""
+    script = (
+        f'echo "$IRIS_ATTEMPT $$" >> {tmp_path}/task-$IRIS_TASK_INDEX; [ "$IRIS_ATTEMPT" = 0 ] || exit 0; '
+        f'if [ "$IRIS_TASK_INDEX" = 3 ]; then while [ "$(ls {tmp_path} | wc -l)" -lt 4 ]; do sleep 0.1; done; '
+        'exit 1; fi; sleep 300'
+    )
+    job = client.submit_command(["sh", "-c", script], max_retries_failure=1, **MULTI)  # type: ignore[arg-type]
+    status = job.wait(timeout=120)
+    assert JobState.SUCCEEDED == status.state
+    assert [1, 1, 1, 1] == [t.attempt for t in status.tasks]
+    assert [1, 1, 1, 1] == [t.failure_count for t in status.tasks]
+    for i in range(4):
+        runs = [line.split() for line in (tmp_path / f"task-{i}").read_text().splitlines()]
+        assert ["0", "1"] == [attempt for attempt, _ in runs]
+        first = int(runs[0][1])
+        wait_until(lambda pid=first: pid_gone(pid), timeout=10, what=f"task {i}'s first process gone")  # type: ignore[misc]
+
+
+@pytest.mark.usefixtures("two_slices")
+def test_a_failure_without_retries_fails_the_job_with_every_slice_killed(client: IrisClient, tmp_path: Path) -> None:
+    """Without a retry budget the job fails: task 3 FAILED, the three others KILLED, none left running."""
     script = (
         f'echo $$ > {tmp_path}/task-$IRIS_TASK_INDEX; '
         f'if [ "$IRIS_TASK_INDEX" = 3 ]; then while [ "$(ls {tmp_path} | wc -l)" -lt 4 ]; do sleep 0.1; done; '
@@ -76,8 +97,7 @@ def test_a_failure_on_one_slice_kills_the_other_slice(client: IrisClient, tmp_pa
     job = client.submit_command(["sh", "-c", script], **MULTI)  # type: ignore[arg-type]
     status = job.wait(timeout=90, raise_on_failure=False)
     assert JobState.FAILED == status.state
-    assert TaskState.FAILED == status.tasks[3].state
-    assert [TaskState.KILLED] * 3 == [t.state for t in status.tasks[:3]]
+    assert [TaskState.KILLED] * 3 + [TaskState.FAILED] == [t.state for t in status.tasks]
     for i in range(4):
         pid = int((tmp_path / f"task-{i}").read_text())
         wait_until(lambda pid=pid: pid_gone(pid), timeout=10, what=f"task {i}'s process gone")  # type: ignore[misc]
