@@ -126,6 +126,8 @@ def explain(state: PassState, bucket: GangBucket, per: int, k: int) -> str:
         return f"only {len(big)} of {k} {key} groups have {per} matching workers each{detail}"
     ranked = sorted(big, key=lambda group: -state._fitting(group, bucket.request))
     fit = sum(1 for group in ranked if state._fitting(group, bucket.request) >= per)
+    if fit >= len(ranked):  # not reached: a failed placement leaves fewer than k groups that fit
+        return f"{fit} of {k} {key} groups fit ({per} free workers each)"
     nxt = ranked[fit]
     free = state._fitting(nxt, bucket.request)
     return (
