@@ -12,6 +12,7 @@ from activities.scheduling import decode_snapshot
 from iris.submission import build_request
 from iris.types import CoschedulingConfig, ResourceSpec
 from worker_agent.megascale import megascale_env
+from workflows.details import job_request_markdown
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_state import (
     PendingEntry,
@@ -92,3 +93,10 @@ def test_megascale_env_of_a_task() -> None:
     } == megascale_env(2, 5, 8, "host-0")
     assert {} == megascale_env(0, 5, 8, "host-0")
     assert {} == megascale_env(1, 5, 8, "host-0")
+
+
+def test_the_temporal_ui_says_how_a_multi_slice_job_is_split() -> None:
+    """The job's description in the Temporal UI names the slices and the attribute that tells them apart."""
+    req = pb.JobRequest(replicas=8, coschedule_group_by="tpu-name", coschedule_num_groups=2)
+    req.entrypoint.command.argv.append("true")
+    assert "| **Coscheduled** | split evenly over 2 slices, each on one `tpu-name` |" in job_request_markdown(req)
