@@ -178,6 +178,8 @@ class RunTaskInput:
     bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
+    num_slices: int = 0                             # > 1: a multi-slice gang (task i on slice i // hosts)
+    coordinator_host: str = ""                      # a gang's slice 0 first host (the scheduler's choice)
 
 
 PROCESS_STARTED = "process-started"

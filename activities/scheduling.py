@@ -52,6 +52,7 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
             waited_seconds=j.waited_seconds,
             scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
             tolerations=frozenset(j.tolerations),
+            num_groups=max(1, j.num_groups),
         )
         for j in snap.jobs
     ]

@@ -112,6 +112,7 @@ def _describe(status: JobStatus) -> str:
 _FLAG_OF_FIELD = {
     "resources.replicas": "--replicas", "resources.cpu": "--cpu", "resources.memory": "--memory",
     "resources.tpu": "--tpu", "resources.gpus": "--gpu", "coscheduling.group_by": "--coschedule",
+    "coscheduling.num_groups": "--slices",
     "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
@@ -143,6 +144,9 @@ def run(
         list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")
     ] = None,
     coschedule: Annotated[str | None, typer.Option(help="place all tasks on workers sharing this attribute")] = None,
+    slices: Annotated[
+        int, typer.Option(help="with --coschedule: split the tasks evenly over this many groups (multi-slice)")
+    ] = 1,
     max_task_failures: Annotated[int, typer.Option(help="tasks allowed to fail before the job fails")] = 0,
     max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
     max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
@@ -169,12 +173,14 @@ def run(
     """
     if name is not None and not name.strip():
         raise fail("--name: must not be empty")
+    if slices != 1 and coschedule is None:
+        raise fail("--slices: needs --coschedule (the attribute that tells the slices apart)")
     try:
         options: dict[str, Any] = dict(
             name=name if name is not None else Path(command[0]).name,
             resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
             constraints=[parse_constraint(c) for c in constraint or []],
-            coscheduling=CoschedulingConfig(coschedule) if coschedule is not None else None,
+            coscheduling=CoschedulingConfig(coschedule, slices) if coschedule is not None else None,
             env=dict(parse_pair(e, "--env") for e in env or []),
             image=image,
             max_task_failures=max_task_failures,

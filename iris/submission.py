@@ -146,9 +146,14 @@ def build_request(
         cons.append(Constraint("tpu-topology", Op.EQ, resources.tpu))
     if coscheduling is not None and topology is not None:
         try:
-            scheduler.validate_coscheduled_tpu(topology, resources.replicas)
+            scheduler.validate_coscheduled_tpu(topology, resources.replicas, coscheduling.num_groups)
         except ValueError as err:
             raise ValueError(f"resources.replicas: {err}") from None
+    elif coscheduling is not None and resources.replicas % coscheduling.num_groups:
+        raise ValueError(
+            f"resources.replicas must be a multiple of coscheduling.num_groups ({coscheduling.num_groups}: "
+            f"hosts per slice x slices), got {resources.replicas}"
+        )
     if image is not None and (not isinstance(image, str) or not image):
         raise ValueError(f"image must be a non-empty string, got {image!r}")
     tols = []
@@ -161,6 +166,7 @@ def build_request(
         user=resolve_user(),
         replicas=resources.replicas,
         coschedule_group_by=coscheduling.group_by if coscheduling else "",
+        coschedule_num_groups=coscheduling.num_groups if coscheduling and coscheduling.num_groups > 1 else 0,
         max_task_failures=_check_int(max_task_failures, "max_task_failures"),
         max_retries_failure=_check_int(max_retries_failure, "max_retries_failure"),
         max_retries_preemption=_check_int(max_retries_preemption, "max_retries_preemption"),

@@ -52,13 +52,20 @@ class ResourceSpec:
 
 @dataclass(frozen=True)
 class CoschedulingConfig:
-    """Place every task of the job on workers that share one value of `group_by` (one TPU slice)."""
+    """Place every task of the job on workers that share one value of `group_by` (one TPU slice).
+
+    With `num_groups` = k > 1 the tasks are split evenly over k distinct values (k slices, a
+    multi-slice job): task i runs on host `i % hosts` of slice `i // hosts`, all placed at once.
+    """
 
     group_by: str
+    num_groups: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.group_by, str) or not self.group_by:
             raise ValueError(f"coscheduling.group_by must be an attribute name, got {self.group_by!r}")
+        if isinstance(self.num_groups, bool) or not isinstance(self.num_groups, int) or self.num_groups < 1:
+            raise ValueError(f"coscheduling.num_groups must be an integer >= 1, got {self.num_groups!r}")
 
 
 @dataclass(frozen=True)

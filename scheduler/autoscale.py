@@ -22,6 +22,11 @@ How demand is decided, in the scheduler's own terms so the two never disagree:
    delay, a group's backoff or scale_up_delay ending while work waits for it),
    so the workflow can look again then instead of at its next regular tick.
 
+A multi-slice gang (`num_groups` k > 1) needs k slices at once: the groups of
+existing or booting capacity that can host one slice's share count first (the
+gang's remaining k' slices are then planned), and the k' new slices all come
+from one scale group, or none is created for it.
+
 Jobs with identical requests share one trial per group (the "class" cache of
 Nomad's scheduler), so a queue of thousands of similar jobs costs a handful of
 trials.
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import GroupHeadroom
-from scheduler.types import BAND_RANK, AttrValue, PendingJob, Resources, WorkerSnapshot
+from scheduler.types import BAND_RANK, Assignment, AttrValue, PendingJob, Resources, WorkerSnapshot
 
 # Slice states as the autoscaler workflow names them.
 CREATING = "CREATING"
@@ -185,12 +190,45 @@ def _place_on_existing(
     placed: dict[str, set[int]] = {}
     for a in result.assignments:
         placed.setdefault(a.job_id, set()).add(a.task_index)
+    used = {a.worker_id for a in result.assignments}
     leftover = []
+    rest: list[WorkerSnapshot] | None = None
     for job in jobs:
         done = placed.get(job.job_id, set())
         if len(done) < len(job.task_indices):
+            if job.group_by and job.num_groups > 1:
+                rest = _after(pool, jobs, result.assignments) if rest is None else rest
+                job = _slices_still_needed(job, rest, used)
             leftover.append(replace(job, task_indices=tuple(i for i in job.task_indices if i not in done)))
-    return {a.worker_id for a in result.assignments}, leftover
+    return used, leftover
+
+
+def _after(
+    pool: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob], assignments: Sequence[Assignment]
+) -> list[WorkerSnapshot]:
+    """The pool's workers with what the assignments take out of their free capacity."""
+    request = {job.job_id: job.request for job in jobs}
+    taken: dict[str, Resources] = {}
+    for a in assignments:
+        taken[a.worker_id] = taken.get(a.worker_id, Resources()) + request[a.job_id]
+    return [replace(w, free=w.free - taken[w.worker_id]) if w.worker_id in taken else w for w in pool]
+
+
+def _slices_still_needed(job: PendingJob, rest: list[WorkerSnapshot], used: set[str]) -> PendingJob:
+    """A multi-slice gang that did not fit whole: the most of its slices existing capacity holds count as
+    placed (those workers become used, out of `rest`); the gang that is left, for new slices."""
+    per = len(job.task_indices) // job.num_groups
+    hosts = [w for w in rest if job.group_by in w.attributes]
+    for m in range(job.num_groups - 1, 0, -1):
+        part = replace(job, task_indices=job.task_indices[: m * per], num_groups=m)
+        result = find_assignments(hosts, [part])
+        if result.assignments:
+            took = {a.worker_id for a in result.assignments}
+            used |= took
+            rest[:] = _after(rest, [part], result.assignments)
+            k = job.num_groups - m
+            return replace(job, task_indices=job.task_indices[m * per :], num_groups=k)
+    return job
 
 
 _ClassKey = tuple[object, ...]
@@ -198,7 +236,8 @@ _ClassKey = tuple[object, ...]
 
 def _class_key(job: PendingJob) -> _ClassKey:
     """Jobs that a group hosts equally well: same request, constraints, grouping and tolerations."""
-    return (job.request, job.constraints, job.group_by, job.tolerations, len(job.task_indices) if job.group_by else 0)
+    size = len(job.task_indices) if job.group_by else 0
+    return (job.request, job.constraints, job.group_by, job.tolerations, size, job.num_groups)
 
 
 @dataclass
@@ -215,7 +254,9 @@ def _trial(group: GroupShape, job: PendingJob) -> _Trial:
     # The trial is shared by every job of the class, whatever its size: offer plain tasks beyond what any
     # slice holds, so that per_slice is the slice's capacity and not the first job's task count.
     indices = job.task_indices if job.group_by else tuple(range(PROBE_TASKS))
-    probe = replace(job, task_indices=indices, waited_seconds=0.0, scheduling_timeout_seconds=None)
+    if job.group_by and job.num_groups > 1:  # one slice's share of a multi-slice gang
+        indices = indices[: len(indices) // job.num_groups]
+    probe = replace(job, task_indices=indices, waited_seconds=0.0, scheduling_timeout_seconds=None, num_groups=1)
     result = find_assignments(slice_hosts(group, probe_id), [probe])
     placed = len(result.assignments)
     if placed:
@@ -261,6 +302,14 @@ def _plan_new_slices(
             if trial.per_slice == 0:
                 reasons.append(f"{g.name}: {trial.reason}")
                 continue
+            if job.group_by and job.num_groups > 1:
+                why = _new_slices_for_gang(g, job.num_groups, count, create, fresh, blocked[g.name])
+                if why:
+                    reasons.append(f"{g.name}: {why}")
+                    group_reasons[g.name] = why
+                else:
+                    left = 0
+                continue
             if not job.group_by:  # plain tasks first fill slices already planned for their class
                 take = min(left, spare.get((key, g.name), 0))
                 spare[key, g.name] = spare.get((key, g.name), 0) - take
@@ -290,6 +339,19 @@ def _plan_new_slices(
         if left:
             unmet[job.job_id] = "; ".join(reasons) if reasons else "no scale group configured"
     return create, unmet, group_reasons
+
+
+def _new_slices_for_gang(
+    g: GroupShape, k: int, count: dict[str, int], create: dict[str, int], fresh: dict[str, int], blocked: str
+) -> str:
+    """Plan k slices of `g` for a multi-slice gang, all or none; why not ("" when planned)."""
+    room = 0 if blocked else max(0, g.max_slices - count[g.name] - create[g.name])
+    if fresh[g.name] + room < k:
+        return blocked or f"at max_slices ({g.max_slices}): {k} new slices needed, room for {fresh[g.name] + room}"
+    claimed = min(k, fresh[g.name])
+    fresh[g.name] -= claimed
+    create[g.name] += k - claimed
+    return ""
 
 
 def _idle_since(

@@ -12,6 +12,10 @@ carries them as `task_indices` 0..replicas-1. A constraint that can never
 match (an ordering operator with a non-numeric value, which the scheduler's
 Constraint rejects at submission) leaves its job unplaced.
 
+Multi-slice gangs (optional): a coscheduled job may carry `"coschedule_num_groups": k`;
+its replicas are then split evenly over k distinct values of `coschedule_group_by`
+(`scheduler.multislice`), task i on slice `i // (replicas / k)`.
+
 Sharing (optional fields; an input without them runs exactly as the spec says):
 
 - a job may carry `"user": "ana"` and `"priority": "production" | "interactive" | "batch"`;
@@ -165,6 +169,7 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
                 group_by=item.get("coschedule_group_by"),
                 band=band,
                 user=str(item.get("user", "")),
+                num_groups=int(item.get("coschedule_num_groups") or 1),
             )
         else:
             job = PendingJob(
@@ -173,6 +178,7 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
                 request=request,
                 constraints=constraints,
                 group_by=item.get("coschedule_group_by"),
+                num_groups=int(item.get("coschedule_num_groups") or 1),
             )
         jobs.append(job)
     return jobs

@@ -3,12 +3,17 @@
     python -m scheduler.bench_gen --workers 4000 --tasks 30000 --seed 1 OUT.json
     python -m scheduler.bench_gen --fragmented --workers 400 --seed 1 OUT.json
     python -m scheduler.bench_gen --workers 10000 --tasks 100000 --share 50 OUT.json
+    python -m scheduler.bench_gen --workers 10000 --tasks 100000 --multislice 0.5 OUT.json
 
 Mixed fleet: TPU slices of 2-16 hosts (tpu-name, tpu-worker-id, tpu-topology),
 CPU pools, GPU hosts, a few tainted hosts (jobs carry explicit NOT_EXISTS
 constraints for the taints they do not tolerate, as the spec asks), and a
 queue of plain, constrained and coscheduled jobs that oversubscribes the TPU
 slices, so backfill and pending paths are exercised.
+
+Multi-slice (`--multislice FRACTION`, on a mixed fleet): that share of the
+coscheduled jobs asks for 2-4 slices (`coschedule_num_groups`), the queue
+keeping its number of tasks.
 
 Sharing (`--share USERS`, on a mixed fleet): every job gets a user (a few heavy
 users submit most jobs) and a band (10% production, 40% interactive, 50%
@@ -174,6 +179,29 @@ def generate(workers: int, tasks: int, seed: int) -> dict[str, Any]:
         remaining -= job["replicas"]
         jobs.append(job)
     return {"workers": fleet, "jobs": jobs}
+
+
+def add_multislice(doc: dict[str, Any], fraction: float, seed: int) -> dict[str, Any]:
+    """Return a copy whose coscheduled jobs are multi-slice with probability `fraction` (2-4 slices each).
+
+    The queue keeps its number of tasks: plain jobs at its end give up the tasks the wider gangs add.
+    """
+    rng = random.Random(seed + 11)
+    jobs = [dict(job) for job in doc["jobs"]]
+    added = 0
+    for job in jobs:
+        if job.get("coschedule_group_by") and rng.random() < fraction:
+            slices = rng.choice((2, 2, 3, 4))
+            added += job["replicas"] * (slices - 1)
+            job.update(replicas=job["replicas"] * slices, coschedule_num_groups=slices)
+    for job in reversed(jobs):
+        if added <= 0:
+            break
+        if not job.get("coschedule_group_by"):
+            cut = min(added, job["replicas"])
+            job["replicas"] -= cut
+            added -= cut
+    return {**doc, "jobs": [job for job in jobs if job["replicas"] > 0]}
 
 
 SHARE_NOW = 1_000_000.0
@@ -356,12 +384,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fragmented", action="store_true")
     parser.add_argument("--share", type=int, default=0, metavar="USERS", help="add users, bands and running work")
+    parser.add_argument(
+        "--multislice", type=float, default=0.0, metavar="FRACTION", help="make this share of the gangs multi-slice"
+    )
     args = parser.parse_args(argv)
     doc = (
         generate_fragmented(args.workers)
         if args.fragmented
         else generate(args.workers, args.tasks, args.seed)
     )
+    if args.multislice and not args.fragmented:
+        doc = add_multislice(doc, args.multislice, args.seed)
     if args.share and not args.fragmented:
         doc = add_sharing(doc, args.share, args.seed)
     with open(args.output, "w") as handle:

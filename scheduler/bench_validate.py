@@ -7,8 +7,10 @@ worker; no task is assigned twice; the sum of requests on a worker never
 exceeds its free cpu, memory, gpus or tpus; every constraint of the job holds
 on the worker (brute-force evaluation of the reference semantics, independent
 of the scheduler's index); a coscheduled job has all of its tasks assigned on
-workers sharing one value of `coschedule_group_by`, or none. Exit status 1 and
-one line per violation when anything is wrong.
+workers sharing one value of `coschedule_group_by`, or none. A multi-slice
+job (optional `coschedule_num_groups`: k > 1) has all of its tasks or none, on
+k distinct values of the key, task i with the tasks of its slice `i // (n/k)`
+(n tasks). Exit status 1 and one line per violation when anything is wrong.
 
 With sharing fields (see `scheduler.bench`): running tasks hold capacity
 unless the output evicts them; an evicted coscheduled job loses all of its
@@ -89,10 +91,34 @@ def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]
             errors.append(
                 f"coscheduled job {job_id}: {len(placed)} of {jobs[job_id]['replicas']} tasks assigned"
             )
+        groups = int(jobs[job_id].get("coschedule_num_groups") or 1)
+        if groups > 1:
+            errors += _check_slices(job_id, key, groups, int(jobs[job_id]["replicas"]), placed, workers)
+            continue
         values = [(workers[w].get("attributes") or {}).get(key) for _, w in placed]
         first = values[0]
         if first is None or not all(v is not None and values_equal(v, first) for v in values):
             errors.append(f"coscheduled job {job_id}: workers do not share one value of {key}: {values}")
+    return errors
+
+
+def _check_slices(
+    job_id: str, key: str, groups: int, replicas: int, placed: Sequence[tuple[int, str]], workers: Mapping[str, Any]
+) -> list[str]:
+    """A multi-slice job: slice s (tasks s*per .. s*per+per-1) on one value of `key`, k distinct values."""
+    per = replicas // groups
+    slices: dict[int, list[Any]] = {}
+    for index, worker_id in placed:
+        slices.setdefault(index // per if per else 0, []).append((workers[worker_id].get("attributes") or {}).get(key))
+    errors = []
+    firsts = []
+    for slice_id, values in sorted(slices.items()):
+        first = values[0]
+        if first is None or not all(v is not None and values_equal(v, first) for v in values):
+            errors.append(f"multi-slice job {job_id}: slice {slice_id} does not share one value of {key}: {values}")
+        firsts.append(first)
+    if len({(type(v).__name__, v) for v in firsts}) != len(firsts) or len(firsts) != groups:
+        errors.append(f"multi-slice job {job_id}: slices are not on {groups} distinct values of {key}: {firsts}")
     return errors
 
 

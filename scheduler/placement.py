@@ -162,6 +162,9 @@ class GangBucket:
     all_groups: list[GroupCandidate] = field(default_factory=list)  # for reasons and reservations
     min_failed: int = 1 << 62
     reasons: dict[int, str] = field(default_factory=dict)
+    # Multi-slice gangs (scheduler.multislice): (tasks per group, groups) that failed, and their reasons.
+    multi_failed: list[tuple[int, int]] = field(default_factory=list)
+    multi_reasons: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:

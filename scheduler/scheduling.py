@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from scheduler import multislice
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
@@ -152,6 +153,8 @@ def _run_plain(state: PassState, job: PendingJob, bucket: PlainBucket, starving:
 
 def _run_gang(state: PassState, job: PendingJob, bucket: GangBucket, starving: bool, evict: Evict) -> int:
     """Place a gang whole (evicting whole lower-band gangs if allowed) or explain why not; return tasks placed."""
+    if job.num_groups > 1:  # a multi-slice gang: k groups at once (it does not evict)
+        return multislice.run(state, job, bucket, starving)
     if state.place_gang(job, bucket):
         return len(job.task_indices)
     need = len(job.task_indices)

@@ -55,10 +55,10 @@ def tpu_vm_count(variant: str) -> int:
     return count
 
 
-def validate_coscheduled_tpu(topology: str, replicas: int) -> None:
-    """Raise ValueError naming `replicas` unless a coscheduled job has one replica per VM of `topology`."""
-    expected = tpu_vm_count(topology)
+def validate_coscheduled_tpu(topology: str, replicas: int, slices: int = 1) -> None:
+    """Raise ValueError naming `replicas` unless a coscheduled job has one replica per VM of `slices` slices."""
+    vms = tpu_vm_count(topology)
+    expected = vms * slices
     if replicas != expected:
-        raise ValueError(
-            f"replicas must be {expected} for a coscheduled {topology} job (one task per VM), got {replicas}"
-        )
+        per = "one task per VM" if slices == 1 else f"{vms} VMs x {slices} slices, one task per VM"
+        raise ValueError(f"replicas must be {expected} for a coscheduled {topology} job ({per}), got {replicas}")

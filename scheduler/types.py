@@ -167,6 +167,9 @@ class PendingJob:
     `ShareSnapshot` the pass demotes a user without credits to batch and orders
     users inside a band by fair share. `priority` is the older integer, kept
     only as a tie-break inside a band until every caller sends bands.
+
+    `num_groups` > 1 makes a gang multi-slice: its tasks are split evenly over
+    that many distinct groups, all placed at once or none (`scheduler.multislice`).
     """
 
     job_id: str
@@ -180,6 +183,7 @@ class PendingJob:
     tolerations: frozenset[str] = frozenset()
     band: Band = DEFAULT_BAND  # parsed at the boundary (parse_band): no __post_init__ on 100k jobs a pass
     user: str = ""
+    num_groups: int = 1  # checked at the boundary (submission); only meaningful with group_by
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,11 @@ def job_request_markdown(req: pb.JobRequest) -> str:
     if req.constraints:
         rows.append(("Constraints", ", ".join(_constraint(c) for c in req.constraints)))
     if req.coschedule_group_by:
-        rows.append(("Coscheduled", f"all tasks share one {_code(req.coschedule_group_by)}"))
+        if req.coschedule_num_groups > 1:
+            shared = f"split evenly over {req.coschedule_num_groups} slices, each on one"
+            rows.append(("Coscheduled", f"{shared} {_code(req.coschedule_group_by)}"))
+        else:
+            rows.append(("Coscheduled", f"all tasks share one {_code(req.coschedule_group_by)}"))
     if req.image:
         rows.append(("Image", _code(req.image)))
     rows.append((

@@ -74,6 +74,7 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         priority=req.priority,
         scheduling_timeout_seconds=req.scheduling_timeout_seconds,
         tolerations=list(req.tolerations),
+        num_groups=max(1, req.coschedule_num_groups),
     )
 
 

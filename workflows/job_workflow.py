@@ -177,6 +177,8 @@ class JobWorkflow(Table, Waves, Handover):
         cap = MAX_GANG_REPLICAS if req.coschedule_group_by else MAX_REPLICAS
         if not 1 <= req.replicas <= cap:
             return f"replicas must be between 1 and {cap}, got {req.replicas}"
+        if req.coschedule_num_groups > 1 and req.replicas % req.coschedule_num_groups:
+            return f"replicas ({req.replicas}) must split evenly over {req.coschedule_num_groups} slices"
         if req.entrypoint.WhichOneof("kind") is None:
             return "entrypoint: neither a function nor a command was given"
         return ""

@@ -31,6 +31,7 @@ class SchedulingSpec:
     priority: int = 0
     scheduling_timeout_seconds: float = 0.0  # 0 = wait forever
     tolerations: list[str] = field(default_factory=list)
+    num_groups: int = 1  # > 1: a multi-slice gang, its tasks split evenly over that many groups
 
 
 @dataclass
@@ -61,6 +62,8 @@ class Assigned:
     attempt: int
     worker_id: str
     session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
+    # A gang's coordinator host: where its first task runs (slice 0's first host), "" for a plain job.
+    coordinator: str = ""
 
 
 @dataclass
@@ -146,6 +149,7 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         priority=int(raw_spec.get("priority", 0)),
         scheduling_timeout_seconds=float(raw_spec.get("scheduling_timeout_seconds", 0.0)),
         tolerations=list(raw_spec.get("tolerations") or []),
+        num_groups=int(raw_spec.get("num_groups", 1)),
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         PendingEntry,
         Placement,
         committed,
+        gang_coordinator,
     )
     from workflows.worker_lifecycle import WorkerEvent
 
@@ -209,6 +210,7 @@ class Queue(SchedulerBase):
                     break
             if spec.group_by and fitting:
                 used = trial
+            coordinator = gang_coordinator(self.state, fitting) if spec.group_by else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
@@ -223,7 +225,8 @@ class Queue(SchedulerBase):
                     spec.tpus,
                 )
                 session = self.state.workers[a.worker_id].session
-                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id, session=session), a))
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session, coordinator=coordinator)
+                accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])
                 record(self.state.actions, workflow.now().timestamp(), "tasks placed", "job", job_id, detail)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ class WorkerEntry:
     dispatch_failures: int = 0  # consecutive; doubles the quarantine
     cordoned: bool = False  # the operator's: no new work; running tasks go on (a draining slice)
     lost_at: float = 0.0  # workflow time it was reported lost; removed LOST_RETENTION later
+    host: str = ""  # the host name its agent registered with: a gang's coordinator address
 
     @property
     def healthy(self) -> bool:
@@ -112,6 +114,15 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
     return used
 
 
+def gang_coordinator(state: SchedulerState, assignments: Sequence[pb.SchedulingAssignment]) -> str:
+    """The host of the worker that runs a gang's lowest task (slice 0's first host); "" when unknown."""
+    if not assignments:
+        return ""
+    first = min(assignments, key=lambda a: a.task_index)
+    worker = state.workers.get(first.worker_id)
+    return worker.host if worker is not None else ""
+
+
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     """The scheduling activity's input: healthy workers' free capacity and the queue, zlib(protobuf)."""
     snap = pb.SchedulingSnapshot()
@@ -139,6 +150,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             waited_seconds=max(0.0, now - entry.submitted_at),
             scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
             tolerations=spec.tolerations,
+            num_groups=spec.num_groups if spec.num_groups > 1 else 0,
         )
         reason = state.pending_reasons.get(entry.job_id)
         if reason:
@@ -165,6 +177,7 @@ def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
         tpus=cap.tpus,
         attributes={k: get_attr(v) for k, v in meta.attributes.items()},
         runtime=meta.runtime or "process",
+        host=meta.host,
     )
 
 
@@ -188,14 +201,15 @@ def _spec_row(spec: SchedulingSpec) -> list[Any]:
     return [
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
         [[c.key, c.op, c.value] for c in spec.constraints],
-        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations,
+        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
     ]
 
 
 def _spec(row: list[Any]) -> SchedulingSpec:
-    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations = row
+    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations, *rest = row
     return SchedulingSpec(
-        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations
+        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
+        num_groups=rest[0] if rest else 1,  # a row packed before multi-slice gangs has 9 fields
     )
 
 
@@ -219,7 +233,7 @@ def pack(state: SchedulerState) -> bytes:
         "store_url": state.store_url,
         "workers": [
             [w.worker_id, w.session, w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, w.attributes, w.runtime,
-             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at]
+             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at, w.host]
             for w in state.workers.values()
         ],
         "names": names[len(state.workers):],

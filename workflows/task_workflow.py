@@ -275,6 +275,8 @@ class TaskWorkflow:
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
+            num_slices=inp.spec.num_groups if inp.spec.num_groups > 1 else 0,
+            coordinator_host=self._assigned.coordinator if self._assigned is not None else "",
         )
         try:
             result = await workflow.execute_activity(

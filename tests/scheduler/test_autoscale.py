@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from scheduler import Constraint, Op, Resources, WorkerSnapshot
+from scheduler import Constraint, Op, PendingJob, Resources, WorkerSnapshot
 from scheduler.autoscale import GroupShape, SliceView, plan_scaling, slice_hosts
 from tests.scheduler.sched_helpers import GIB, gang, job, worker
 
@@ -209,3 +211,42 @@ def test_plain_jobs_of_one_class_share_the_slice_capacity_not_the_first_jobs_siz
     """A 1-task job then an 8-task job of the same request need 3 two-host slices (9 tasks, 4 per slice), not 9."""
     plan = plan_scaling([CPU], [], [job("a", 1), job("b", 8)], [], now=0.0)
     assert {"cpu": 3} == dict(plan.create)
+
+
+def multi_gang(job_id: str, slices: int, **options: object) -> PendingJob:
+    """A coscheduled v5e-16 job over `slices` slices (4 hosts each)."""
+    return replace(gang(job_id, 4 * slices, "v5e-16", **options), num_groups=slices)
+
+
+def test_a_multi_slice_gang_asks_for_k_slices_at_once() -> None:
+    """A 2-slice v5e-16 job with nothing to run on creates two slices of the group."""
+    wide = GroupShape(**{**TPU.__dict__, "max_slices": 4})
+    plan = plan_scaling([wide], [], [multi_gang("train", 2)], [], now=0.0)
+    assert {"tpu-v5e-16": 2} == dict(plan.create)
+    assert {} == dict(plan.unmet)
+
+
+def test_a_multi_slice_gang_counts_the_free_slice_it_can_already_use() -> None:
+    """With one idle slice, a 3-slice job asks for two more, and the idle slice is kept for it."""
+    wide = GroupShape(**{**TPU.__dict__, "max_slices": 4})
+    plan = plan_scaling([wide], [ready("s1", wide, 0.0)], [multi_gang("train", 3)], slice_hosts(wide, "s1"), now=1e3)
+    assert {"tpu-v5e-16": 2} == dict(plan.create)
+    assert () == plan.remove
+    assert plan.idle_since["s1"] is None
+
+
+def test_a_multi_slice_gang_gets_all_its_slices_or_none() -> None:
+    """With room for one slice of the two needed, nothing is created and the job is told why."""
+    plan = plan_scaling([TPU], [ready("s1", TPU, 0.0)], [multi_gang("train", 3)], slice_hosts(TPU, "s1"), now=1e3)
+    assert {} == dict(plan.create)
+    assert "at max_slices (2): 2 new slices needed, room for 1" in plan.unmet["train"]
+
+
+def test_booting_slices_absorb_a_multi_slice_gangs_demand() -> None:
+    """While the two slices made for a 2-slice job boot, the job asks for nothing more."""
+    wide = GroupShape(**{**TPU.__dict__, "max_slices": 4})
+    booting = [
+        SliceView(name, "tpu-v5e-16", "CREATING", tuple(f"{name}-{i}" for i in range(4))) for name in ("a", "b")
+    ]
+    plan = plan_scaling([wide], booting, [multi_gang("train", 2)], [], now=0.0)
+    assert {} == dict(plan.create)
