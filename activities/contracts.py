@@ -193,6 +193,10 @@ class RunTaskResult:
     result_blob: str = ""
     released: bool = False  # the agent already gave the capacity back to the scheduler
     started: bool = True  # False when the process never started (it could not be prepared or launched)
+    # What the attempt's processes used, sampled while they ran (worker_agent.usage).
+    peak_memory_bytes: int = 0
+    cpu_seconds: float = 0.0
+    run_seconds: float = 0.0
 
 
 @dataclass

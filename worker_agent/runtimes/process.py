@@ -505,7 +505,7 @@ class ProcessRuntime:
         task = self._tasks.get(handle)
         if task is None or not task.is_running():
             return None
-        return _group_stats(task.pgid)
+        return await asyncio.to_thread(_group_stats, task.pgid)  # a walk of the process table
 
     async def recover(self) -> list[RecoveredTask]:
         """SIGKILL the process groups an earlier agent recorded in the ledger; drop its empty cgroups.

@@ -1,0 +1,42 @@
+"""Per-task usage: the agent samples a task's peak memory and CPU seconds; `iris job summary` shows them."""
+
+from __future__ import annotations
+
+from iris import IrisClient, ResourceSpec
+from tests.ops.cli import iris
+from tests.support import Cluster
+
+MIB = 2**20
+# Holds ~200 MiB (written, so resident), burns ~1 s of CPU in a child process (the task's tree, not
+# only its main process, is accounted), then holds on a moment so a sample sees it all.
+USER = """
+import subprocess, sys, time
+block = b"x" * (200 * 2**20)
+subprocess.run([sys.executable, "-c",
+    "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1.0: pass"], check=True)
+time.sleep(1.5)
+print(len(block))
+"""
+
+
+def test_summary_shows_peak_memory_and_cpu_seconds_of_each_task(cluster: Cluster, client: IrisClient) -> None:
+    """A task that holds 200 MiB and burns 1 s of CPU: peak >= 150 MiB, CPU >= 0.5 s, shown per task."""
+    job = client.submit_command(["python", "-c", USER], name="usage",
+                                resources=ResourceSpec(cpu=1, memory="512m"))  # fmt: skip
+    status = job.wait(timeout=120)
+    task = status.tasks[0]
+    assert task.peak_memory_bytes >= 150 * MIB, task
+    assert task.peak_memory_bytes < 400 * MIB, task  # the task's own tree, not the whole host
+    assert task.cpu_seconds >= 0.5, task
+    assert task.duration_seconds >= 2.0, task
+    result = iris(cluster, "job", "summary", job.job_id)
+    assert 0 == result.returncode, result.stderr
+    assert "PEAK MEMORY" in result.stdout and "CPU SECONDS" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if task.worker_id in line)
+    assert "SUCCEEDED" in row and "Mi" in row and f"{task.cpu_seconds:.2f}" in row
+
+
+def test_summary_of_an_unknown_job_is_one_line(cluster: Cluster) -> None:
+    result = iris(cluster, "job", "summary", "no-such-job")
+    assert 1 == result.returncode
+    assert 1 == len(result.stderr.strip().splitlines()) and "no-such-job" in result.stderr
