@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
-from iris.cli_common import StoreOpt, TemporalOpt, iris_client, out
+from iris.cli_common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.types import TaskStatus
 from iris.units import format_memory
 
@@ -47,3 +51,61 @@ def job_summary(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = Non
         cpu = sum(t.cpu_seconds for t in ended)
         out.print(f"{len(ended)} task(s) ended: peak memory {format_memory(peak)} (largest), "
                   f"{cpu:.2f} CPU seconds (total)", markup=False, highlight=False)  # fmt: skip
+
+
+TaskOpt = Annotated[int, typer.Option("--task", min=0, help="the task index (default 0)")]
+
+
+def _write_out(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@task_app.command(
+    "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)  # fmt: skip
+def task_exec(
+    job_id: str,
+    command: Annotated[list[str], typer.Argument(help="the command and its arguments, after --")],
+    task: TaskOpt = 0,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """Run a command inside a running task's environment (its container on docker/containerd workers).
+
+    Output is streamed; the exit code is the command's: `iris task exec JOB --task 3 -- nvidia-smi`.
+    """
+    from iris.task_access import TaskAccessError, exec_in_task
+
+    try:
+        outcome = exec_in_task(iris_client(temporal, store), job_id, task, command, _write_out)
+    except TaskAccessError as e:
+        raise fail(str(e), 1) from None
+    if outcome.error:
+        raise fail(outcome.error, 1)
+    raise typer.Exit(outcome.exit_code if 0 <= outcome.exit_code < 256 else 1)
+
+
+@task_app.command("profile")
+def task_profile(
+    job_id: str,
+    task: TaskOpt = 0,
+    duration: Annotated[float, typer.Option("--duration", help="seconds to sample")] = 10.0,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="SVG file (default <job>-task<I>.svg)")] = None,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+) -> None:
+    """A CPU profile of a running task's Python process (py-spy), written as a flame graph (SVG)."""
+    from iris.task_access import TaskAccessError, profile_task
+
+    path = output or Path(f"{job_id.replace('/', '_')}-task{task}.svg")
+    err.print(f"profiling task {task} of {job_id} for {duration:g} s", markup=False, highlight=False)
+    try:
+        outcome, svg = profile_task(iris_client(temporal, store), job_id, task, duration,
+                                    lambda data: sys.stderr.buffer.write(data))  # fmt: skip
+    except TaskAccessError as e:
+        raise fail(str(e), 1) from None
+    if outcome.error:
+        raise fail(outcome.error, 1)
+    path.write_bytes(svg)
+    out.print(f"wrote {path}", markup=False, highlight=False)

@@ -67,6 +67,7 @@ from worker_agent.runtimes.base import (
 )
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, StorageError
+from worker_agent.task_access import RunningTasks, TaskAccess
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
 from worker_agent.usage import TaskUsage, sampling
@@ -191,7 +192,8 @@ class WorkerAgent:
         self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
         # The tasks running here by (job id, task index): their runtime handle, attempt and spec,
         # for `task exec` and `task profile` (worker_agent.task_access).
-        self._running: dict[tuple[str, int], tuple[TaskHandle, int, TaskSpec]] = {}
+        self._running: RunningTasks = {}
+        self.access = TaskAccess(self.runtime, self._running, self.blobs, config.store_url)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -256,7 +258,7 @@ class WorkerAgent:
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
             sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
-            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
+            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task, *self.access.activities())
             running = [asyncio.create_task(sessions.run())]
             failed: str | None = None
             try:
@@ -280,12 +282,12 @@ class WorkerAgent:
                 self.session, registered = uuid.uuid4().hex, False
                 await pause(delay, stop)
 
-    def _worker(self, queue: str, work: Any) -> Worker:
-        """A Temporal worker polling `queue` for the one activity `work`."""
+    def _worker(self, queue: str, *work: Any) -> Worker:
+        """A Temporal worker polling `queue` for the activities `work`."""
         return Worker(
             self.client,
             task_queue=queue,
-            activities=[work],
+            activities=list(work),
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
