@@ -49,6 +49,8 @@ def explain_group(g: GroupStatus, unmet: dict[str, str], now: float) -> list[str
         slice_id, since = min(g.idle_since.items(), key=lambda item: item[1])
         if live <= g.min_slices:
             lines.append(f"now: idle slice {slice_id} kept as buffer (min_slices {g.min_slices})")
+        elif len(g.idle_since) <= g.buffer_slices:
+            lines.append(f"now: idle slice {slice_id} kept as buffer (buffer_slices {g.buffer_slices})")
         else:
             left = max(0, int(since + g.scale_down_delay - now))
             lines.append(f"now: idle slice {slice_id} kept as buffer for scale_down_delay "

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.dataclasses import dataclass
 
 from activities.contracts import RuntimeName
@@ -175,10 +175,14 @@ class ScaleGroupConfig:
     """How the group's agents run tasks (`iris worker serve --runtime`)."""
     image: Image = ""
     """The default container image of the group's agents (`--default-image`)."""
+    buffer_slices: AtLeastZero = 0
+    """Idle READY slices kept beyond demand (within max_slices), so new work starts without a slice's boot."""
 
     def __post_init__(self) -> None:
         if self.min_slices > self.max_slices:
             raise FieldError("min_slices", f"must be <= max_slices ({self.max_slices}), got {self.min_slices}")
+        if self.buffer_slices > self.max_slices:
+            raise FieldError("buffer_slices", f"must be <= max_slices ({self.max_slices}), got {self.buffer_slices}")
 
 
 @dataclass(frozen=True, config=_DATACLASS)
@@ -232,8 +236,8 @@ class ResourcesFile(BaseModel):
 
     model_config = _FROZEN
 
-    cpu: Millicores
-    memory: Bytes
+    cpu: Millicores = Field(json_schema_extra={"doc_type": "cores (`2`, `0.5`, `500m`)"})
+    memory: Bytes = Field(json_schema_extra={"doc_type": "bytes (or `512m`, `4g`)"})
     gpus: Devices = 0
     tpus: Devices = 0
 
@@ -260,6 +264,7 @@ class WorkerGroupFile(BaseModel):
 
 
 _NO_RESOURCES = ResourcesFile(cpu=0, memory=0)
+_DURATION: dict[str, Any] = {"doc_type": "seconds (or `30s`, `20m`, `1h`)"}
 
 
 class ScaleGroupFile(BaseModel):
@@ -267,17 +272,25 @@ class ScaleGroupFile(BaseModel):
 
     model_config = _FROZEN
 
-    name: GroupName
-    platform: PlatformField = Platform.LOCAL
-    hosts_per_slice: AtLeastOne = 1
-    min_slices: AtLeastZero = 0
-    max_slices: AtLeastOne = DEFAULT_MAX_SLICES
-    resources: ResourcesFile = _NO_RESOURCES
-    attributes: Attributes = {}
-    scale_up_delay: Seconds = 0.0
-    scale_down_delay: Seconds = 300.0
-    runtime: RuntimeField = Runtime.PROCESS
-    image: Image = ""
+    name: GroupName = Field(description="the group's name (slice ids start with it)")
+    platform: PlatformField = Field(Platform.LOCAL, description="local, manual, gcp or coreweave",
+                                    json_schema_extra={"doc_type": "string"})
+    hosts_per_slice: AtLeastOne = Field(1, description="hosts (workers) in one slice")
+    min_slices: AtLeastZero = Field(0, description="slices kept whatever the demand")
+    max_slices: AtLeastOne = Field(DEFAULT_MAX_SLICES, description="slices the group never grows beyond")
+    buffer_slices: AtLeastZero = Field(
+        0, description="idle READY slices kept beyond demand (within max_slices), so new work starts at once"
+    )
+    resources: ResourcesFile = Field(_NO_RESOURCES, description="each host's capacity: cpu, memory, gpus, tpus")
+    attributes: Attributes = Field({}, description="attributes every host of the group gets",
+                                   json_schema_extra={"doc_type": "map of strings, numbers or booleans"})
+    scale_up_delay: Seconds = Field(0.0, description="the least time between two scale-ups of the group",
+                                    json_schema_extra=_DURATION)
+    scale_down_delay: Seconds = Field(300.0, description="how long a slice stays idle before it is removed",
+                                      json_schema_extra=_DURATION)
+    runtime: RuntimeField = Field(Runtime.PROCESS, description="how its agents run tasks: process, docker, containerd",
+                                  json_schema_extra={"doc_type": "string"})
+    image: Image = Field("", description="the default container image of its agents")
     local: Any = None
     manual: Any = None
     gcp: Any = None
@@ -303,7 +316,7 @@ class ScaleGroupFile(BaseModel):
             memory_bytes=self.resources.memory, gpus=self.resources.gpus, tpus=self.resources.tpus,
             attributes=dict(self.attributes), scale_up_delay_seconds=self.scale_up_delay,
             scale_down_delay_seconds=self.scale_down_delay, extra=self.settings(), runtime=self.runtime,
-            image=self.image,
+            image=self.image, buffer_slices=self.buffer_slices,
         )
 
 

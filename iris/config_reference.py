@@ -1,10 +1,11 @@
-"""The configuration reference of the platform blocks (`local:`, `manual:`, `gcp:`, `coreweave:`), generated.
+"""The configuration reference of a scale group's keys and of the platform blocks (`local:`, `manual:`,
+`gcp:`, `coreweave:`), generated.
 
-Each platform module validates its block with a pydantic `Settings` model whose fields carry a
-description; this renders every key of every block as a Markdown table, so the reference is the
-models themselves and cannot drift from them. `python -m iris.config_reference` prints it;
-`--write FILE` replaces the section between the markers in FILE (docs/operators.md), and a test
-checks that the file holds exactly what this prints.
+The scale group's keys are `iris.config.ScaleGroupFile`'s fields; each platform module validates its
+block with a pydantic `Settings` model whose fields carry a description; this renders every key of
+every block as a Markdown table, so the reference is the models themselves and cannot drift from
+them. `python -m iris.config_reference` prints it; `--write FILE` replaces the section between the
+markers in FILE (docs/operators.md), and a test checks that the file holds exactly what this prints.
 """
 
 from __future__ import annotations
@@ -74,9 +75,20 @@ def rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, s
         yield f"{prefix}{name}", kind, default_text(field), field.description or ""
 
 
+def _table(title: str, model: type[BaseModel], skip: tuple[str, ...] = ()) -> str:
+    lines = [title, "", "| key | type | default | what it is |", "|---|---|---|---|"]
+    for key, kind, default, description in rows(model):
+        if key.split(".")[0] not in skip:
+            lines.append(f"| `{key}` | {kind} | {default} | {description.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
 def reference() -> str:
-    """Every key of every platform block, one table per platform."""
-    parts = []
+    """Every key of a scale group, then every key of every platform block, one table per platform."""
+    from iris.config import ScaleGroupFile
+
+    parts = [_table("**`scale_groups:`** — each entry (its platform's block is one of the tables below)",
+                    ScaleGroupFile, skip=PLATFORMS)]  # fmt: skip
     for platform in PLATFORMS:
         model = platform_settings_model(platform)
         if model is None:

@@ -63,6 +63,7 @@ class ScaleGroup:
     max_slices: int = 1
     scale_up_delay: float = 0.0
     scale_down_delay: float = 300.0
+    buffer_slices: int = 0  # idle READY slices kept beyond demand
 
 
 @dataclass
@@ -125,6 +126,7 @@ class GroupStatus:
     last_decision_at: float = 0.0
     idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
     scale_down_delay: float = 0.0
+    buffer_slices: int = 0
 
 
 @dataclass
@@ -194,7 +196,8 @@ class AutoscalerWorkflow:
         for g in config.groups:
             rt = self.state.groups.setdefault(g.spec.name, GroupRuntime())
             groups.append(GroupInput(g.spec, g.min_slices, g.max_slices, g.scale_up_delay, g.scale_down_delay,
-                                     rt.last_scale_up, rt.backoff_until, rt.backoff_reason))  # fmt: skip
+                                     rt.last_scale_up, rt.backoff_until, rt.backoff_reason,
+                                     buffer_slices=g.buffer_slices))  # fmt: skip
         slices = [SliceViewInput(s.slice_id, s.group, s.state, s.worker_ids, s.idle_since)
                   for s in self.state.slices.values()]  # fmt: skip
         return PlanInput(groups, slices, workflow.now().timestamp())
@@ -367,7 +370,7 @@ class AutoscalerWorkflow:
                     last_decision=rt.last_decision, last_decision_at=rt.last_decision_at,
                     idle_since={s.slice_id: s.idle_since for s in self.state.slices.values()
                                 if s.group == name and s.idle_since is not None},
-                    scale_down_delay=g.scale_down_delay,
+                    scale_down_delay=g.scale_down_delay, buffer_slices=g.buffer_slices,
                 )
             )  # fmt: skip
         return out
