@@ -9,6 +9,7 @@ comes and the client reads what is new every STREAM_POLL_SECONDS until the workf
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import uuid
 from collections.abc import Callable
@@ -58,35 +59,34 @@ def find_running_task(client: IrisClient, job_id: str, task_index: int) -> TaskS
 
 
 def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], object]) -> Outcome:
-    """Run the access workflow for `inp`, passing its output to `output` as it comes; how it ended."""
+    """Run the access workflow for `inp`, passing its output to `output` as it comes; how it ended.
+
+    Interrupted (Ctrl-C), the workflow is cancelled, which stops the command on the worker.
+    """
     logs = open_log_store(task_access_log_url(client.store_url))
-
-    async def run() -> TaskAccessResult:
-        handle = await client._async.temporal.start_workflow(
-            WORKFLOW, inp, id=f"iris-task-access-{inp.access_id}", task_queue=CONTROL_TASK_QUEUE,
-            result_type=TaskAccessResult,
-        )  # fmt: skip
-        result = asyncio.ensure_future(handle.result())
-        cursor = LogCursor()
-        try:
-            while True:
-                done, _ = await asyncio.wait({result}, timeout=STREAM_POLL_SECONDS)
-                final = bool(done)
-                with contextlib.suppress(StorageError, FileNotFoundError):
-                    data, cursor = await asyncio.to_thread(logs.read_new_bytes, inp.access_id, 0, cursor, final=final)
-                    if data:
-                        output(data)
-                if final:
-                    return result.result()
-        except BaseException:
-            if not result.done():
-                result.cancel()
-                with contextlib.suppress(Exception):
-                    await handle.cancel()
-            raise
-
-    result = client._run(run())
-    return Outcome(result.exit_code, result.error)
+    handle = client._run(client._async.temporal.start_workflow(
+        WORKFLOW, inp, id=f"iris-task-access-{inp.access_id}", task_queue=CONTROL_TASK_QUEUE,
+        result_type=TaskAccessResult,
+    ))  # fmt: skip
+    ended = asyncio.run_coroutine_threadsafe(handle.result(), client._loop.loop)
+    cursor = LogCursor()
+    try:
+        while True:
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                ended.result(timeout=STREAM_POLL_SECONDS)
+            final = ended.done()
+            with contextlib.suppress(StorageError, FileNotFoundError):
+                data, cursor = logs.read_new_bytes(inp.access_id, 0, cursor, final=final)
+                if data:
+                    output(data)
+            if final:
+                result = ended.result()
+                return Outcome(result.exit_code, result.error)
+    except KeyboardInterrupt:
+        ended.cancel()
+        with contextlib.suppress(Exception):
+            client._run(handle.cancel())
+        raise
 
 
 def exec_in_task(client: IrisClient, job_id: str, task_index: int, argv: list[str],

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -185,12 +186,16 @@ class TaskAccess:
         return await asyncio.to_thread(group_members, int(handle))
 
 
-async def _waited(process: asyncio.subprocess.Process) -> int:
+async def _waited(process: asyncio.subprocess.Process, group: bool = False) -> int:
+    """The process's exit code; cancelled, it is killed first (with its whole process group if `group`)."""
     try:
         return await process.wait()
     except asyncio.CancelledError:
         with contextlib.suppress(ProcessLookupError):
-            process.kill()
+            if group:
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
         raise
 
 
@@ -223,7 +228,7 @@ async def _process_exec(runtime: ContainerRuntime, spec: TaskSpec, argv: list[st
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=asyncio.subprocess.STDOUT,
         env=env, cwd=spec.cwd, start_new_session=True, **as_user,
     )  # fmt: skip
-    return await _beating(_waited(process))
+    return await _beating(_waited(process, group=True))
 
 
 async def _docker_exec(runtime: ContainerRuntime, handle: TaskHandle, spec: TaskSpec, argv: list[str],

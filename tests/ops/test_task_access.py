@@ -96,3 +96,29 @@ def _record_history(cluster: Cluster) -> None:
             return
 
     asyncio.run(save())
+
+
+def test_interrupting_exec_kills_the_command(cluster: Cluster, spinning: Job) -> None:
+    """Ctrl-C on `iris task exec` cancels it: the command it ran in the task's environment is killed."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    marker = "sleep 3131"
+
+    def running() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) == marker]
+
+    cli = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--", "sleep", "3131"],
+                           env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        wait_until(lambda: running(), timeout=60, what="the exec'd command runs")
+        cli.send_signal(signal.SIGINT)
+        cli.wait(timeout=30)
+        wait_until(lambda: not running(), timeout=30, what="the exec'd command is killed")
+    finally:
+        cli.kill()
+        for p in running():
+            p.kill()
