@@ -20,14 +20,15 @@ print(len(block))
 
 
 def test_summary_shows_peak_memory_and_cpu_seconds_of_each_task(cluster: Cluster, client: IrisClient) -> None:
-    """A task that holds 200 MiB and burns 1 s of CPU: peak >= 150 MiB, CPU >= 0.5 s, shown per task."""
+    """A task that holds 200 MiB and burns 1 s of CPU in a child: both are seen (measured: 227 MiB with the
+    two interpreters, 1.16 s with their start-up), and shown per task."""
     job = client.submit_command(["python", "-c", USER], name="usage",
                                 resources=ResourceSpec(cpu=1, memory="512m"))  # fmt: skip
     status = job.wait(timeout=120)
     task = status.tasks[0]
-    assert task.peak_memory_bytes >= 150 * MIB, task
+    assert task.peak_memory_bytes >= 190 * MIB, task  # the 200 MiB block, within 5%
     assert task.peak_memory_bytes < 400 * MIB, task  # the task's own tree, not the whole host
-    assert task.cpu_seconds >= 0.5, task
+    assert task.cpu_seconds >= 0.9, task  # the child's busy second, counted once it was waited for
     assert task.duration_seconds >= 2.0, task
     result = iris(cluster, "job", "summary", job.job_id)
     assert 0 == result.returncode, result.stderr
