@@ -61,6 +61,8 @@ def explain_group(g: GroupStatus, unmet: dict[str, str], now: float) -> list[str
         lines.append("now: steady (nothing to scale)")
     if g.last_decision:
         lines.append(f"last decision at {_clock(g.last_decision_at)}: {g.last_decision}")
+    if g.last_placement:
+        lines.append(f"zones: {g.last_placement}")
     if g.last_error and not g.backoff_reason:
         lines.append(f"last error ({g.last_error_type or 'error'}): {g.last_error}")
     return lines

@@ -96,6 +96,7 @@ class GroupRuntime:
     last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
     last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
     last_decision_at: float = 0.0
+    last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class GroupStatus:
     idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
     scale_down_delay: float = 0.0
     buffer_slices: int = 0
+    last_placement: str = ""  # e.g. "slice tpu-3 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED ...)"
 
 
 @dataclass
@@ -341,6 +343,8 @@ class AutoscalerWorkflow:
         elif entry.state != SliceState.DRAINING or update.state == SliceState.DRAINING:
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
         rt = self.state.groups.setdefault(update.group, GroupRuntime())
+        if update.placement and update.state == SliceState.BOOTSTRAPPING:
+            rt.last_placement = f"slice {update.slice_id} {update.placement}"
         if update.state == SliceState.READY:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
         elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
@@ -371,6 +375,7 @@ class AutoscalerWorkflow:
                     idle_since={s.slice_id: s.idle_since for s in self.state.slices.values()
                                 if s.group == name and s.idle_since is not None},
                     scale_down_delay=g.scale_down_delay, buffer_slices=g.buffer_slices,
+                    last_placement=rt.last_placement,
                 )
             )  # fmt: skip
         return out

@@ -96,3 +96,10 @@ def test_wording_of_an_idle_slice_kept_for_buffer_slices() -> None:
     kept = GroupStatus("g", "local", 0, 3, {"READY": ["g-1", "g-2"]}, idle_since={"g-2": 100.0},
                        scale_down_delay=30, buffer_slices=1)  # fmt: skip
     assert "now: idle slice g-2 kept as buffer (buffer_slices 1)" in explain_group(kept, {}, 200.0)
+
+
+def test_the_zone_a_slice_went_to_and_why_is_said() -> None:
+    """A multi-zone group's newest slice: the zone it was made in and the zones it passed, with their reasons."""
+    where = "slice tpu-1 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED: stockout)"
+    placed = GroupStatus("tpu", "gcp", 0, 2, {"READY": ["tpu-1"]}, last_placement=where)
+    assert f"zones: {where}" in explain_group(placed, {}, 0.0)
