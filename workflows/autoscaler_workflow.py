@@ -324,6 +324,14 @@ class AutoscalerWorkflow:
 
     @workflow.signal(name=CONFIGURE_AUTOSCALER)
     def configure(self, config: AutoscalerConfig) -> None:
+        """New scale groups. A group whose configuration changed starts without its back-off: what made its
+        slices fail (a refused accelerator type, a missing permission) may be what was changed."""
+        before = {g.spec.name: g for g in self.state.config.groups} if self.state.config else {}
+        for g in config.groups:
+            rt = self.state.groups.get(g.spec.name)
+            if rt is not None and rt.backoff_until is not None and before.get(g.spec.name, g) != g:
+                rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
+                self._decided(g.spec.name, "back-off cleared: the group's configuration changed")
         self.state.config = config
         self.state.cleanup_needed = True
         self._wake = True
