@@ -26,25 +26,35 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def summary_row(t: TaskStatus) -> list[str]:
-    """One task's line of `iris job summary`: usage is "-" until the latest attempt has ended."""
+def summary_row(t: TaskStatus, live: tuple[int, float, float] | None = None) -> list[str]:
+    """One task's line of `iris job summary`: the ended attempt's usage, or a running one's so far (marked `+`)."""
     attempts = t.attempt + 1 if t.worker_id or t.exit_code is not None else t.attempt  # attempt counts from 0
+    peak, cpu, run, mark = t.peak_memory_bytes, t.cpu_seconds, t.duration_seconds, ""
+    if live is not None and t.state == "RUNNING":
+        (peak, cpu, run), mark = live, "+"
     return [
         str(t.task_index), str(t.state), t.worker_id or "-", str(attempts),
-        "-" if t.exit_code is None else str(t.exit_code), _duration(t.duration_seconds),
-        format_memory(t.peak_memory_bytes) if t.peak_memory_bytes else "-",
-        f"{t.cpu_seconds:.2f}" if t.cpu_seconds or t.duration_seconds else "-",
+        "-" if t.exit_code is None else str(t.exit_code), _duration(run) + (mark if run > 0 else ""),
+        format_memory(peak) + mark if peak else "-",
+        f"{cpu:.2f}{mark}" if cpu or run else "-",
     ]  # fmt: skip
 
 
 def job_summary(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Per task: state, attempts, worker, exit code, duration, peak memory and CPU seconds of its latest attempt."""
-    s = iris_client(temporal, store).job_status(job_id)
+    from iris.live_usage import live_usage
+
+    client = iris_client(temporal, store)
+    s = client.job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): {s.state}", markup=False, highlight=False)
+    running = [t.task_index for t in s.tasks if t.state == "RUNNING"]
+    live = client._run(live_usage(client._async.temporal, job_id, running)) if running else {}
     table = Table("TASK", "STATE", "WORKER", "ATTEMPTS", "EXIT", "DURATION", "PEAK MEMORY", "CPU SECONDS")
     for t in s.tasks:
-        table.add_row(*summary_row(t))
+        table.add_row(*summary_row(t, live.get(t.task_index)))
     out.print(table)
+    if live:
+        out.print("+ so far: the task is still running", markup=False, highlight=False)
     ended = [t for t in s.tasks if t.duration_seconds]
     if ended:
         peak = max(t.peak_memory_bytes for t in ended)

@@ -529,8 +529,8 @@ class WorkerAgent:
         started = asyncio.create_task(self._tell_started(inp))
         self._running[(inp.job_id, inp.task_index)] = (handle, inp.attempt, spec)
         try:
-            async with sampling(self.runtime, handle, usage or TaskUsage()):
-                return await self._wait_heartbeating(handle)
+            async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
+                return await self._wait_heartbeating(handle, sampled)
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
@@ -560,11 +560,12 @@ class WorkerAgent:
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))
             return False
 
-    async def _wait_heartbeating(self, handle: TaskHandle) -> TaskExit:
+    async def _wait_heartbeating(self, handle: TaskHandle, usage: TaskUsage) -> TaskExit:
+        """Wait for the task, heartbeating with its use so far (read while it runs: `iris job summary`)."""
         waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
-                activity.heartbeat(PROCESS_STARTED)
+                activity.heartbeat(PROCESS_STARTED, usage.detail())
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
                     return waiter.result()

@@ -43,6 +43,11 @@ class TaskUsage:
     def run_seconds(self) -> float:
         return max(0.0, (self.ended or time.monotonic()) - self.started)
 
+    def detail(self) -> dict[str, float]:
+        """What a heartbeat carries, so a running attempt's use can be read (`iris job summary`)."""
+        return {"peak_memory_bytes": self.peak_memory_bytes, "cpu_seconds": round(self.cpu_seconds, 3),
+                "run_seconds": round(self.run_seconds, 3)}  # fmt: skip
+
     def add(self, memory_bytes: int, cpu_seconds: float) -> None:
         self.peak_memory_bytes = max(self.peak_memory_bytes, int(memory_bytes))
         self.cpu_seconds = max(self.cpu_seconds, float(cpu_seconds))

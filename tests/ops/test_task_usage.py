@@ -41,3 +41,33 @@ def test_summary_of_an_unknown_job_is_one_line(cluster: Cluster) -> None:
     result = iris(cluster, "job", "summary", "no-such-job")
     assert 1 == result.returncode
     assert 1 == len(result.stderr.strip().splitlines()) and "no-such-job" in result.stderr
+
+
+HOLD = """
+import time
+block = b"x" * (120 * 2**20)
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_summary_shows_a_running_tasks_usage_so_far(cluster: Cluster, client: IrisClient) -> None:
+    """While a task runs, its agent's heartbeats carry its use so far: the summary shows it, marked `+`."""
+    from tests.support import wait_until
+
+    job = client.submit_command(["python", "-c", HOLD], name="holding",
+                                resources=ResourceSpec(cpu=0.5, memory="512m"))  # fmt: skip
+    try:
+        wait_until(lambda: job.logs(0), timeout=60, what="the task holds its block")
+
+        def live_row() -> str | None:
+            result = iris(cluster, "job", "summary", job.job_id)
+            assert 0 == result.returncode, result.stderr
+            row = next((line for line in result.stdout.splitlines() if " RUNNING " in line), "")
+            return row if "Mi+" in row else None
+
+        row = wait_until(live_row, timeout=30, interval=1.0, what="the running task's usage so far")
+        peak = float(row.split("Mi+")[0].split()[-1])
+        assert peak >= 115, row  # the 120 MiB block, resident
+    finally:
+        job.terminate()
