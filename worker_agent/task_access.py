@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -137,7 +138,7 @@ class TaskAccess:
                 elif self.runtime.name == RuntimeName.CONTAINERD:
                     code = await _beating(_containerd_exec(self.runtime, handle, inp.argv, sink))
                 else:
-                    code = await _process_exec(self.runtime, spec, inp.argv, sink)
+                    code = await _process_exec(self.runtime, handle, spec, inp.argv, sink)
             except FileNotFoundError as err:
                 return TaskAccessResult(exit_code=-1, error=f"cannot run {inp.argv[0]!r}: {err.strerror}")
             except Exception as err:  # an engine's refusal: the user's answer, in one line
@@ -215,10 +216,16 @@ async def _beating(work: Awaitable[int]) -> int:
                 await job
 
 
-async def _process_exec(runtime: ContainerRuntime, spec: TaskSpec, argv: list[str], sink: BinaryIO) -> int:
-    """A host process with the task's environment, working directory and user; its exit code."""
+async def _process_exec(runtime: ContainerRuntime, handle: TaskHandle, spec: TaskSpec, argv: list[str],
+                        sink: BinaryIO) -> int:  # fmt: skip
+    """A host process with the task's environment, working directory, user and cgroup (its limits); its exit code."""
     inherit = getattr(runtime, "_inherit_env", DEFAULT_INHERITED_ENV)
     env = task_environment(spec.env, inherit)
+    if "/" not in argv[0] and shutil.which(argv[0], path=env.get("PATH")) is None:
+        raise FileNotFoundError(errno.ENOENT, "not found on the task's PATH")
+    limited = getattr(runtime, "_groups", {}).get(handle)
+    if limited is not None:
+        argv = limited[0].joined(argv)  # joins the task's cgroup before it execs the command
     user = getattr(runtime, "run_as", None)
     as_user: dict[str, Any] = {}
     if user is not None and os.geteuid() == 0:

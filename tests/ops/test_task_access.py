@@ -16,6 +16,7 @@ from tests.support import Cluster, wait_until
 SPIN = """
 import os, time
 print("cwd=" + os.getcwd(), flush=True)
+print("cgroup=" + next(l for l in open("/proc/self/cgroup").read().splitlines() if ":memory:" in l), flush=True)
 def iris_spin_here_for_the_profile():
     end = time.time() + 600
     while time.time() < end:
@@ -30,8 +31,10 @@ def spinning(client: IrisClient) -> Iterator[Job]:
     job = client.submit_command(["python", "-c", SPIN], name="spin", env={"ACCESS_CHECK": "seen-by-exec"},
                                 resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2))  # fmt: skip
     try:
-        wait_until(lambda: all(t.state == "RUNNING" for t in job.status().tasks) and all(job.logs(i) for i in (0, 1)),
-                   timeout=60, what="both tasks run and have said where")  # fmt: skip
+        def said_where() -> bool:
+            return all(t.state == "RUNNING" for t in job.status().tasks) and all(len(job.logs(i)) >= 2 for i in (0, 1))
+
+        wait_until(said_where, timeout=60, what="both tasks run and have said where")
         yield job
     finally:
         job.terminate()
@@ -45,6 +48,17 @@ def test_exec_sees_the_task_env_and_cwd_and_returns_the_exit_code(cluster: Clust
     assert task_cwd.startswith("cwd=/")
     assert f"var=seen-by-exec task=1 {task_cwd}" in result.stdout
     assert "to-stderr" in result.stdout  # stderr is merged into the streamed output, as in the task's log
+
+
+def test_exec_runs_in_the_tasks_cgroup(cluster: Cluster, spinning: Job) -> None:
+    """The task's memory limit is a cgroup on this host: the command runs in it, under the same limit."""
+    task_group = spinning.logs(1)[1]
+    if "/iris/task-" not in task_group:
+        pytest.skip(f"the process runtime enforces no limits here (no writable cgroup hierarchy): {task_group}")
+    script = 'echo "cgroup=$(grep :memory: /proc/self/cgroup)"'
+    result = iris(cluster, "task", "exec", spinning.job_id, "--task", "1", "--", "sh", "-c", script)
+    assert 0 == result.returncode, result.stderr
+    assert task_group == result.stdout.strip()
     _record_history(cluster)
 
 
