@@ -530,7 +530,10 @@ class WorkerAgent:
         self._running[(inp.job_id, inp.task_index)] = (handle, inp.attempt, spec)
         try:
             async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
-                return await self._wait_heartbeating(handle, sampled)
+                ended = await self._wait_heartbeating(handle, sampled)
+                if ended.usage is not None:  # the runtime's account at the end: what sampling missed last
+                    sampled.add(ended.usage.memory_bytes, ended.usage.cpu_seconds)
+                return ended
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)

@@ -71,3 +71,18 @@ def test_summary_shows_a_running_tasks_usage_so_far(cluster: Cluster, client: Ir
         assert peak >= 115, row  # the 120 MiB block, resident
     finally:
         job.terminate()
+
+
+def test_a_limited_tasks_peak_counts_its_last_moment(cluster: Cluster, client: IrisClient) -> None:
+    """A task in a cgroup (it asked for memory, the host enforces it) that allocates 200 MiB and exits at once:
+    sampling alone would miss it; the cgroup's high-water mark, read at its end, does not."""
+    import pytest
+
+    from worker_agent.runtimes.cgroups import CgroupLimits
+
+    if CgroupLimits.detect() is None:
+        pytest.skip("no writable cgroup hierarchy on this host: process tasks get no cgroup")
+    job = client.submit_command(["python", "-c", 'block = b"x" * (200 * 2**20)'], name="brief",
+                                resources=ResourceSpec(cpu=1, memory="512m"))  # fmt: skip
+    task = job.wait(timeout=120).tasks[0]
+    assert task.peak_memory_bytes >= 190 * MIB, task
