@@ -57,6 +57,7 @@ class GroupInput:
     last_scale_up: float | None = None
     backoff_until: float | None = None
     backoff_reason: str = ""
+    buffer_slices: int = 0
 
 
 @dataclass
@@ -118,6 +119,7 @@ def group_shape(g: GroupInput) -> GroupShape:
         last_scale_up=g.last_scale_up,
         backoff_until=g.backoff_until,
         backoff_reason=g.backoff_reason,
+        buffer_slices=g.buffer_slices,
     )
 
 

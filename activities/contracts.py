@@ -106,6 +106,10 @@ DELIVER_SIGNALS = "deliver_signals"
 DELIVER_ASSIGNMENTS = "deliver_assignments"
 REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
 FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose workflow closed without reporting
+# Activities on a worker's own queue that reach into one of its running tasks (worker_agent.task_access),
+# run by a TaskAccessWorkflow the client starts: `iris task exec` and `iris task profile`.
+EXEC_IN_TASK = "exec_in_task"
+PROFILE_TASK = "profile_task"
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow
@@ -196,6 +200,44 @@ class RunTaskResult:
     result_blob: str = ""
     released: bool = False  # the agent already gave the capacity back to the scheduler
     started: bool = True  # False when the process never started (it could not be prepared or launched)
+    # What the attempt's processes used, sampled while they ran (worker_agent.usage).
+    peak_memory_bytes: int = 0
+    cpu_seconds: float = 0.0
+    run_seconds: float = 0.0
+
+
+@dataclass
+class TaskAccessInput:
+    """`iris task exec|profile`: what to run against one running task, on the worker it runs on.
+
+    Output goes to the log store under `task_access_log_url`, job id `access_id`, as it comes, so
+    the client streams it; a profile's flame graph is stored as the blob `profile_blob_key(access_id)`.
+    """
+
+    activity: str  # EXEC_IN_TASK or PROFILE_TASK
+    access_id: str
+    job_id: str
+    task_index: int
+    worker_id: str
+    argv: list[str] = field(default_factory=list)  # exec: the command
+    duration_seconds: float = 10.0  # profile: how long to sample
+
+
+@dataclass
+class TaskAccessResult:
+    """How an exec or profile ended: the command's exit code, or a one-line error (exit code -1)."""
+
+    exit_code: int
+    error: str = ""
+
+
+def task_access_log_url(store_url: str) -> str:
+    """Where `iris task exec` output is streamed: a log store beside the tasks' own."""
+    return f"{store_url.rstrip('/')}/task-access-logs"
+
+
+def profile_blob_key(access_id: str) -> str:
+    return f"task-access/{access_id}/profile.svg"
 
 
 @dataclass

@@ -49,6 +49,8 @@ def explain_group(g: GroupStatus, unmet: dict[str, str], now: float) -> list[str
         slice_id, since = min(g.idle_since.items(), key=lambda item: item[1])
         if live <= g.min_slices:
             lines.append(f"now: idle slice {slice_id} kept as buffer (min_slices {g.min_slices})")
+        elif len(g.idle_since) <= g.buffer_slices:
+            lines.append(f"now: idle slice {slice_id} kept as buffer (buffer_slices {g.buffer_slices})")
         else:
             left = max(0, int(since + g.scale_down_delay - now))
             lines.append(f"now: idle slice {slice_id} kept as buffer for scale_down_delay "
@@ -59,6 +61,8 @@ def explain_group(g: GroupStatus, unmet: dict[str, str], now: float) -> list[str
         lines.append("now: steady (nothing to scale)")
     if g.last_decision:
         lines.append(f"last decision at {_clock(g.last_decision_at)}: {g.last_decision}")
+    if g.last_placement:
+        lines.append(f"zones: {g.last_placement}")
     if g.last_error and not g.backoff_reason:
         lines.append(f"last error ({g.last_error_type or 'error'}): {g.last_error}")
     return lines

@@ -759,6 +759,10 @@ from iris.cli_ops import autoscaler_app, job_bug_report, logs_app  # noqa: E402
 app.add_typer(logs_app, name="logs")
 app.add_typer(autoscaler_app, name="autoscaler")
 job_app.command("bug-report")(job_bug_report)
+from iris.cli_tasks import job_summary, task_app  # noqa: E402
+
+app.add_typer(task_app, name="task")
+job_app.command("summary")(job_summary)
 
 if __name__ == "__main__":
     main()

@@ -89,6 +89,9 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
             preemption_count=t.preemption_count,
             exit_code=t.exit_code if t.has_exit_code else None,
             error=t.error,
+            peak_memory_bytes=t.peak_memory_bytes,
+            cpu_seconds=t.cpu_seconds,
+            duration_seconds=t.duration_seconds,
         )
         for t in st.tasks
     )

@@ -175,10 +175,14 @@ class ScaleGroupConfig:
     """How the group's agents run tasks (`iris worker serve --runtime`)."""
     image: Image = ""
     """The default container image of the group's agents (`--default-image`)."""
+    buffer_slices: AtLeastZero = 0
+    """Idle READY slices kept beyond demand (within max_slices), so new work starts without a slice's boot."""
 
     def __post_init__(self) -> None:
         if self.min_slices > self.max_slices:
             raise FieldError("min_slices", f"must be <= max_slices ({self.max_slices}), got {self.min_slices}")
+        if self.buffer_slices > self.max_slices:
+            raise FieldError("buffer_slices", f"must be <= max_slices ({self.max_slices}), got {self.buffer_slices}")
 
 
 @dataclass(frozen=True, config=_DATACLASS)
@@ -272,6 +276,7 @@ class ScaleGroupFile(BaseModel):
     hosts_per_slice: AtLeastOne = 1
     min_slices: AtLeastZero = 0
     max_slices: AtLeastOne = DEFAULT_MAX_SLICES
+    buffer_slices: AtLeastZero = 0
     resources: ResourcesFile = _NO_RESOURCES
     attributes: Attributes = {}
     scale_up_delay: Seconds = 0.0
@@ -303,7 +308,7 @@ class ScaleGroupFile(BaseModel):
             memory_bytes=self.resources.memory, gpus=self.resources.gpus, tpus=self.resources.tpus,
             attributes=dict(self.attributes), scale_up_delay_seconds=self.scale_up_delay,
             scale_down_delay_seconds=self.scale_down_delay, extra=self.settings(), runtime=self.runtime,
-            image=self.image,
+            image=self.image, buffer_slices=self.buffer_slices,
         )
 
 

@@ -43,6 +43,8 @@ WORDS: dict[tuple[type[BaseModel], str], tuple[str | None, str]] = {
                                                 "coreweave: 1)"),
     (ScaleGroupFile, "min_slices"): (None, "slices kept even when idle"),
     (ScaleGroupFile, "max_slices"): (None, "the most slices the group grows to"),
+    (ScaleGroupFile, "buffer_slices"): (None, "idle READY slices kept beyond demand (within `max_slices`), so new "
+                                              "work starts without waiting for a slice to boot"),
     (ScaleGroupFile, "resources"): ("mapping", "one host's capacity (`resources` below); default none"),
     (ScaleGroupFile, "attributes"): ("map", "attributes every host has, e.g. `tpu-topology: v5e-16` (what "
                                             "`iris run --tpu v5e-16` asks for: lets the autoscaler match it)"),

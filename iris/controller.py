@@ -82,7 +82,8 @@ def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
         runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra), image=cfg.image,
     )  # fmt: skip
     platform_for(spec)
-    return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds)
+    return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds,
+                      buffer_slices=cfg.buffer_slices)
 
 
 def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:

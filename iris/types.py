@@ -79,6 +79,10 @@ class TaskStatus:
     preemption_count: int
     exit_code: int | None
     error: str
+    # The latest attempt's usage, all of its processes together; 0 until that attempt ends.
+    peak_memory_bytes: int = 0
+    cpu_seconds: float = 0.0
+    duration_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,16 @@ How demand is decided, in the scheduler's own terms so the two never disagree:
    have, attributes included). A coscheduled job needs a whole slice whose hosts
    satisfy its constraints; plain tasks pack, so one new slice takes as many of
    them as fit. The first group that can host the job and has room gets it.
-3. A READY slice whose every worker is idle (free == capacity, nothing placed on
+3. A group with `buffer_slices: N` keeps N spare slices beyond that demand: READY
+   slices that are idle (and nothing placed on them in step 1), booting slices no
+   pending work waits for, and slices planned for `min_slices` that no job claimed
+   count as spare; the missing ones are created (within `max_slices`, unless the
+   group backs off or waits out its scale_up_delay).
+4. A READY slice whose every worker is idle (free == capacity, nothing placed on
    it in step 1) for `scale_down_delay` is removed, longest idle first, never
-   below `min_slices` and never in a group that is scaling up.
-4. The plan says when time alone would change it (an idle slice reaching its
+   below `min_slices`, never in a group that is scaling up, and never one of the
+   group's last `buffer_slices` idle slices (the longest idle go first).
+5. The plan says when time alone would change it (an idle slice reaching its
    delay, a group's backoff or scale_up_delay ending while work waits for it),
    so the workflow can look again then instead of at its next regular tick.
 
@@ -74,6 +80,7 @@ class GroupShape:
     last_scale_up: float | None = None
     backoff_until: float | None = None
     backoff_reason: str = ""
+    buffer_slices: int = 0  # idle READY slices kept beyond demand, within max_slices
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -84,6 +91,8 @@ class GroupShape:
             raise ValueError(f"min_slices/max_slices: need 0 <= min <= max, got {self.min_slices}/{self.max_slices}")
         if self.scale_up_delay < 0 or self.scale_down_delay < 0:
             raise ValueError("scale_up_delay/scale_down_delay: must be >= 0")
+        if self.buffer_slices < 0:
+            raise ValueError(f"buffer_slices: must be >= 0, got {self.buffer_slices}")
 
     def blocked(self, now: float) -> str:
         """Why this group may not scale up right now ("" when it may)."""
@@ -156,8 +165,9 @@ def plan_scaling(
     jobs = [j for j in pending if j.task_indices and not _timed_out(j)]
 
     used, leftover = _place_on_existing(by_name, live, jobs, workers)
-    create, unmet, group_reasons = _plan_new_slices(groups, live, leftover, now)
+    create, unmet, group_reasons, unclaimed = _plan_new_slices(groups, live, leftover, now)
     idle_since = _idle_since(live, workers, used, now)
+    _plan_buffers(groups, live, idle_since, used, create, unclaimed, group_reasons, now)
     remove = _pick_removals(by_name, live, idle_since, create, now)
     return ScalePlan(
         create={g: n for g, n in create.items() if n > 0},
@@ -270,8 +280,9 @@ def _plan_new_slices(
     live: Sequence[SliceView],
     leftover: Sequence[PendingJob],
     now: float,
-) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
-    """New slices per group for the work that fits nowhere yet; why each job or group is stuck."""
+) -> tuple[dict[str, int], dict[str, str], dict[str, str], dict[str, int]]:
+    """New slices per group for the work that fits nowhere yet; why each job or group is stuck; and how
+    many of the new slices (planned for min_slices) no job claimed."""
     count = {g.name: sum(1 for s in live if s.group == g.name) for g in groups}
     create = dict.fromkeys(count, 0)
     blocked = {g.name: g.blocked(now) for g in groups}
@@ -338,7 +349,39 @@ def _plan_new_slices(
                 left = max(0, left - capacity)
         if left:
             unmet[job.job_id] = "; ".join(reasons) if reasons else "no scale group configured"
-    return create, unmet, group_reasons
+    return create, unmet, group_reasons, fresh
+
+
+def _plan_buffers(
+    groups: Sequence[GroupShape],
+    live: Sequence[SliceView],
+    idle_since: Mapping[str, float | None],
+    used: set[str],
+    create: dict[str, int],
+    unclaimed: Mapping[str, int],
+    group_reasons: dict[str, str],
+    now: float,
+) -> None:
+    """Add to `create` the slices each group needs to have `buffer_slices` spare ones beyond demand."""
+    for g in groups:
+        if g.buffer_slices == 0:
+            continue
+        mine = [s for s in live if s.group == g.name]
+        idle = sum(1 for s in mine if idle_since.get(s.slice_id) is not None)
+        booting = sum(
+            1 for s in mine
+            if s.state in IN_FLIGHT
+            and not used.intersection(s.worker_ids)
+            and not used.intersection(h.worker_id for h in slice_hosts(g, s.slice_id))
+        )  # fmt: skip
+        missing = g.buffer_slices - idle - booting - unclaimed.get(g.name, 0)
+        room = g.max_slices - len(mine) - create[g.name]
+        if missing <= 0 or room <= 0:
+            continue
+        if g.blocked(now):
+            group_reasons.setdefault(g.name, g.blocked(now))
+            continue
+        create[g.name] += min(missing, room)
 
 
 def _new_slices_for_gang(
@@ -379,8 +422,11 @@ def _pick_removals(
     create: Mapping[str, int],
     now: float,
 ) -> tuple[str, ...]:
-    """READY slices idle past their group's scale_down_delay, longest idle first, keeping min_slices."""
+    """READY slices idle past their group's scale_down_delay, longest idle first, keeping min_slices
+    and the group's last `buffer_slices` idle slices."""
     keep = {name: g.min_slices for name, g in by_name.items()}
+    spare = {name: sum(1 for s in live if s.group == name and idle_since.get(s.slice_id) is not None) - g.buffer_slices
+             for name, g in by_name.items()}  # fmt: skip
     remaining = {name: sum(1 for s in live if s.group == name and s.state != DRAINING) for name in by_name}
     candidates = sorted(
         (since, s.slice_id, s.group)
@@ -391,8 +437,9 @@ def _pick_removals(
     )
     remove = []
     for _, slice_id, group in candidates:
-        if remaining[group] > keep[group]:
+        if remaining[group] > keep[group] and spare[group] > 0:
             remaining[group] -= 1
+            spare[group] -= 1
             remove.append(slice_id)
     return tuple(remove)
 

@@ -343,6 +343,8 @@ S = "config.yaml: scale_groups[0]"
         (with_scale(max_slices=None, min_slices=2), f"{S}.min_slices: must be <= max_slices (1), got 2"),
         (with_scale(platform="coreweave", coreweave={"instance_typ": "x"}), f"{S}.coreweave.instance_typ: unknown key"),
         (with_scale(max_slices=0), f"{S}.max_slices: must be an integer >= 1"),
+        (with_scale(buffer_slices=3), f"{S}.buffer_slices: must be <= max_slices (2), got 3"),
+        (with_scale(buffer_slices=-1), f"{S}.buffer_slices: must be an integer >= 0"),
         (with_scale(hosts_per_slice=0), f"{S}.hosts_per_slice: must be an integer >= 1"),
         (
             {"local": {"worker_groups": [BASE_WORKER]}, "scale_groups": [{**BASE_SCALE, "name": "a"}]},
@@ -396,3 +398,10 @@ def test_runtime_string_is_normalized_to_enum() -> None:
     group = WorkerGroupConfig(name="a", count=1, cpu_millis=1, memory_bytes=1, runtime="docker")  # type: ignore[arg-type]
     assert Runtime.DOCKER is group.runtime
     assert group.runtime == "docker"
+
+
+def test_buffer_slices_reaches_the_scale_group() -> None:
+    """`buffer_slices: N` is read into the group's config (0 when absent)."""
+    config = parse_config({"scale_groups": [{**BASE_SCALE, "buffer_slices": 1}]}, "config.yaml")
+    assert 1 == config.scale_groups[0].buffer_slices
+    assert 0 == parse_config({"scale_groups": [BASE_SCALE]}, "config.yaml").scale_groups[0].buffer_slices

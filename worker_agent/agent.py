@@ -68,8 +68,10 @@ from worker_agent.runtimes.base import (
 )
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import BlobNotFoundError, StorageError
+from worker_agent.task_access import RunningTasks, TaskAccess
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
+from worker_agent.usage import TaskUsage, sampling
 
 log = structlog.get_logger("iris.agent")
 _T = TypeVar("_T")
@@ -189,6 +191,10 @@ class WorkerAgent:
         # Tasks that end together (one agent serves many hosts, or many short tasks) free their
         # places in one signal to the scheduler.
         self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
+        # The tasks running here by (job id, task index): their runtime handle, attempt and spec,
+        # for `task exec` and `task profile` (worker_agent.task_access).
+        self._running: RunningTasks = {}
+        self.access = TaskAccess(self.runtime, self._running, self.blobs, config.store_url)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -253,7 +259,7 @@ class WorkerAgent:
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
             sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
-            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
+            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task, *self.access.activities())
             running = [asyncio.create_task(sessions.run())]
             failed: str | None = None
             try:
@@ -277,12 +283,12 @@ class WorkerAgent:
                 self.session, registered = uuid.uuid4().hex, False
                 await pause(delay, stop)
 
-    def _worker(self, queue: str, work: Any) -> Worker:
-        """A Temporal worker polling `queue` for the one activity `work`."""
+    def _worker(self, queue: str, *work: Any) -> Worker:
+        """A Temporal worker polling `queue` for the activities `work`."""
         return Worker(
             self.client,
             task_queue=queue,
-            activities=[work],
+            activities=list(work),
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
@@ -454,8 +460,9 @@ class WorkerAgent:
                     mounts=mounts, runner_code=await self._runner_code(),
                 )  # fmt: skip
                 ended = await self._set_up(spec, inp, bundle, tlog) if inp.setup and bundle else None
+                usage = TaskUsage()
                 if ended is None:
-                    ended = await self._run(spec, inp, tlog)
+                    ended = await self._run(spec, inp, tlog, usage)
             if isinstance(ended, RunTaskResult):
                 return ended
             if inp.result_blob:
@@ -463,14 +470,19 @@ class WorkerAgent:
         finally:
             await asyncio.to_thread(area.remove)
         exit_code = ended.exit_code
-        tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None)
+        tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None,
+                  peak_memory_bytes=usage.peak_memory_bytes, cpu_seconds=round(usage.cpu_seconds, 3))  # fmt: skip
         released = await self._release(inp)
         if exit_code == 0:
-            return RunTaskResult(exit_code=0, result_blob=inp.result_blob, released=released)
-        error = read_task_error(self.blobs, inp.result_blob) if inp.result_blob else None
-        if error is None:
-            error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else f"killed by signal {-exit_code}")
-        return RunTaskResult(exit_code=exit_code, error=error, released=released)
+            result = RunTaskResult(exit_code=0, result_blob=inp.result_blob, released=released)
+        else:
+            error = read_task_error(self.blobs, inp.result_blob) if inp.result_blob else None
+            if error is None:
+                signalled = f"killed by signal {-exit_code}"
+                error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else signalled)
+            result = RunTaskResult(exit_code=exit_code, error=error, released=released)
+        return replace(result, peak_memory_bytes=usage.peak_memory_bytes, cpu_seconds=usage.cpu_seconds,
+                       run_seconds=usage.run_seconds)  # fmt: skip
 
     async def _set_up(
         self, spec: TaskSpec, inp: RunTaskInput, bundle: Path, tlog: Any
@@ -502,10 +514,13 @@ class WorkerAgent:
             self._staged_runner = str(await asyncio.to_thread(stage_runner_code, self.task_root))
         return self._staged_runner
 
-    async def _run(self, spec: TaskSpec, inp: RunTaskInput, tlog: Any) -> TaskExit | RunTaskResult:
+    async def _run(
+        self, spec: TaskSpec, inp: RunTaskInput, tlog: Any, usage: TaskUsage | None = None
+    ) -> TaskExit | RunTaskResult:
         """Start the task, heartbeat until it ends, kill it if the attempt is cancelled.
 
-        A task that cannot start is a result (the attempt's failure), not an exception.
+        A task that cannot start is a result (the attempt's failure), not an exception. With
+        `usage`, the task's resource use is sampled into it while it runs.
         """
         try:
             handle = await self.runtime.start(spec)
@@ -514,8 +529,13 @@ class WorkerAgent:
             return RunTaskResult(exit_code=-1, error=str(err), started=False)
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
+        self._running[(inp.job_id, inp.task_index)] = (handle, inp.attempt, spec)
         try:
-            return await self._wait_heartbeating(handle)
+            async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
+                ended = await self._wait_heartbeating(handle, sampled)
+                if ended.usage is not None:  # the runtime's account at the end: what sampling missed last
+                    sampled.add(ended.usage.memory_bytes, ended.usage.cpu_seconds)
+                return ended
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
@@ -529,6 +549,8 @@ class WorkerAgent:
             raise
         finally:
             started.cancel()
+            if self._running.get((inp.job_id, inp.task_index), (None,))[0] == handle:
+                del self._running[(inp.job_id, inp.task_index)]
 
     async def _release(self, inp: RunTaskInput) -> bool:
         """Give the task's capacity back to the scheduler now that its process is gone.
@@ -543,11 +565,12 @@ class WorkerAgent:
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))
             return False
 
-    async def _wait_heartbeating(self, handle: TaskHandle) -> TaskExit:
+    async def _wait_heartbeating(self, handle: TaskHandle, usage: TaskUsage) -> TaskExit:
+        """Wait for the task, heartbeating with its use so far (read while it runs: `iris job summary`)."""
         waiter = asyncio.ensure_future(self.runtime.wait(handle))
         try:
             while True:
-                activity.heartbeat(PROCESS_STARTED)
+                activity.heartbeat(PROCESS_STARTED, usage.detail())
                 done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
                 if done:
                     return waiter.result()

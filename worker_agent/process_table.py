@@ -45,13 +45,17 @@ def group_members(pgid: int) -> list[int]:
 
 
 def group_usage(pgid: int) -> tuple[int, float]:
-    """(resident bytes, CPU seconds) summed over the live members of group `pgid`."""
+    """(resident bytes, CPU seconds) summed over the live members of group `pgid`.
+
+    CPU seconds include those of members' children that ended and were waited for (a shell's
+    finished commands), which the kernel adds to their parent's account.
+    """
     memory, cpu = 0, 0.0
     for pid in group_members(pgid):
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
             with process.oneshot():
                 times = process.cpu_times()
-                cpu += times.user + times.system
+                cpu += times.user + times.system + times.children_user + times.children_system
                 memory += process.memory_info().rss
     return memory, cpu

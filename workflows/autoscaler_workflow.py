@@ -63,6 +63,7 @@ class ScaleGroup:
     max_slices: int = 1
     scale_up_delay: float = 0.0
     scale_down_delay: float = 300.0
+    buffer_slices: int = 0  # idle READY slices kept beyond demand
 
 
 @dataclass
@@ -95,6 +96,7 @@ class GroupRuntime:
     last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
     last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
     last_decision_at: float = 0.0
+    last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
 
 
 @dataclass
@@ -125,6 +127,8 @@ class GroupStatus:
     last_decision_at: float = 0.0
     idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
     scale_down_delay: float = 0.0
+    buffer_slices: int = 0
+    last_placement: str = ""  # e.g. "slice tpu-3 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED ...)"
 
 
 @dataclass
@@ -194,7 +198,8 @@ class AutoscalerWorkflow:
         for g in config.groups:
             rt = self.state.groups.setdefault(g.spec.name, GroupRuntime())
             groups.append(GroupInput(g.spec, g.min_slices, g.max_slices, g.scale_up_delay, g.scale_down_delay,
-                                     rt.last_scale_up, rt.backoff_until, rt.backoff_reason))  # fmt: skip
+                                     rt.last_scale_up, rt.backoff_until, rt.backoff_reason,
+                                     buffer_slices=g.buffer_slices))  # fmt: skip
         slices = [SliceViewInput(s.slice_id, s.group, s.state, s.worker_ids, s.idle_since)
                   for s in self.state.slices.values()]  # fmt: skip
         return PlanInput(groups, slices, workflow.now().timestamp())
@@ -319,6 +324,14 @@ class AutoscalerWorkflow:
 
     @workflow.signal(name=CONFIGURE_AUTOSCALER)
     def configure(self, config: AutoscalerConfig) -> None:
+        """New scale groups. A group whose configuration changed starts without its back-off: what made its
+        slices fail (a refused accelerator type, a missing permission) may be what was changed."""
+        before = {g.spec.name: g for g in self.state.config.groups} if self.state.config else {}
+        for g in config.groups:
+            rt = self.state.groups.get(g.spec.name)
+            if rt is not None and rt.backoff_until is not None and before.get(g.spec.name, g) != g:
+                rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
+                self._decided(g.spec.name, "back-off cleared: the group's configuration changed")
         self.state.config = config
         self.state.cleanup_needed = True
         self._wake = True
@@ -338,6 +351,8 @@ class AutoscalerWorkflow:
         elif entry.state != SliceState.DRAINING or update.state == SliceState.DRAINING:
             entry.state, entry.worker_ids, entry.error = update.state, list(update.worker_ids), update.error
         rt = self.state.groups.setdefault(update.group, GroupRuntime())
+        if update.placement and update.state == SliceState.BOOTSTRAPPING:
+            rt.last_placement = f"slice {update.slice_id} {update.placement}"
         if update.state == SliceState.READY:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
         elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
@@ -367,7 +382,8 @@ class AutoscalerWorkflow:
                     last_decision=rt.last_decision, last_decision_at=rt.last_decision_at,
                     idle_since={s.slice_id: s.idle_since for s in self.state.slices.values()
                                 if s.group == name and s.idle_since is not None},
-                    scale_down_delay=g.scale_down_delay,
+                    scale_down_delay=g.scale_down_delay, buffer_slices=g.buffer_slices,
+                    last_placement=rt.last_placement,
                 )
             )  # fmt: skip
         return out

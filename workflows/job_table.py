@@ -90,6 +90,8 @@ class Table(JobBase):
         row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
         row.has_exit_code = result.exit_code is not None
         row.exit_code = result.exit_code or 0
+        row.peak_memory_bytes, row.cpu_seconds = result.peak_memory_bytes, result.cpu_seconds
+        row.duration_seconds = result.run_seconds
         state = TaskState(result.state)
         if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
             self.status.error = cap_text(f"task {index} {state.lower()}: {result.error}", MAX_JOB_ERROR_CHARS)

@@ -196,6 +196,10 @@ class TaskResult:
     error: str = ""
     result_blob: str = ""
     dispatch_failed: bool = False  # a gang member whose worker never picked it up
+    # The latest attempt's usage as its agent sampled it (0 when it did not run to its end there).
+    peak_memory_bytes: int = 0
+    cpu_seconds: float = 0.0
+    run_seconds: float = 0.0
     # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
     transitions: list[str] = field(default_factory=list)
 

@@ -96,6 +96,7 @@ class SliceUpdate:
     error: str = ""
     error_type: str = ""
     at: float = 0.0
+    placement: str = ""  # where the platform made it and why there (SliceInfo.placement), once created
 
 
 def _failure(err: BaseException) -> tuple[str, str]:
@@ -118,6 +119,7 @@ class SliceWorkflow:
         self.error = ""
         self.error_type = ""
         self.hosts: list[str] = []
+        self.placement = ""
         self.worker_ids = slice_worker_ids(inp.slice_id, inp.group)
         self.created_at = 0.0
         self.ready_at = 0.0  # when it last became READY (the dashboard's "slice ready")
@@ -184,8 +186,9 @@ class SliceWorkflow:
     async def _create(self) -> SliceEvent:
         req = SliceRequest(self.inp.slice_id, self.inp.group)
         try:
-            await self._step(SLICE_CREATE, req, timeout=timedelta(minutes=10), heartbeat=True,
-                             result_type=SliceInfo)  # fmt: skip
+            created: SliceInfo = await self._step(SLICE_CREATE, req, timeout=timedelta(minutes=10), heartbeat=True,
+                                                  result_type=SliceInfo)  # fmt: skip
+            self.placement = created.placement
             info: SliceInfo = await self._step(
                 SLICE_WAIT_READY, req, timeout=timedelta(seconds=self.inp.infrastructure_timeout_seconds),
                 heartbeat=True, result_type=SliceInfo,
@@ -284,7 +287,7 @@ class SliceWorkflow:
         workflow.set_current_details(f"{detail}; {self.error}" if self.error else detail)
         if self.inp.notify:
             update = SliceUpdate(self.inp.slice_id, self.inp.group.name, self.state, self.worker_ids,
-                                 self.error, self.error_type, workflow.now().timestamp())  # fmt: skip
+                                 self.error, self.error_type, workflow.now().timestamp(), self.placement)  # fmt: skip
             try:
                 await workflow.get_external_workflow_handle(self.inp.notify).signal(SLICE_STATE, update)
             except Exception as err:  # the autoscaler recovers slice states from visibility when it starts

@@ -310,6 +310,8 @@ class TaskWorkflow:
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
+        self.result.peak_memory_bytes = result.peak_memory_bytes
+        self.result.cpu_seconds, self.result.run_seconds = result.cpu_seconds, result.run_seconds
         self._agent_released = result.released
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, "", True

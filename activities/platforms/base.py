@@ -111,6 +111,9 @@ class SliceInfo:
     hosts: list[HostInfo] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    # `create_slice`'s words on where the slice was made and why there, e.g. "in us-east5-a (us-central2-b:
+    # RESOURCE_EXHAUSTED ...)": shown by `iris autoscaler status`. "" when there was no choice to make.
+    placement: str = ""
 
 
 class Platform(Protocol):

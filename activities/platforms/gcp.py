@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import getpass
+import hashlib
 import ipaddress
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +246,10 @@ class GcpPlatform:
         self.group = group
         self.settings = Settings.model_validate(group.settings)
         self._backoff = _backoff_for(clock)
+        # Stocked-out zones are remembered per accelerator type *and* block: a changed block (another
+        # runtime version, spot, a zone added) starts with every zone untried, in every controller.
+        block = hashlib.sha256(self.settings.model_dump_json().encode()).hexdigest()[:12]
+        self._scope = f"{self.settings.accelerator_type}@{block}"
         try:
             vms = tpu_vm_count(self.settings.accelerator_type)
         except ValueError:
@@ -323,19 +329,21 @@ class GcpPlatform:
         if len(s.zone_list) == 1:  # one zone: always asked; the autoscaler backs the whole group off
             return await self._create_in(s.zone_list[0], slice_id, group)
         tried: dict[str, Exception] = {}  # zone -> why not there, this time
-        for zone in self._backoff.usable(s.project, s.accelerator_type, s.zone_list):
+        for zone in self._backoff.usable(s.project, self._scope, s.zone_list):
             try:
                 info = await self._create_in(zone, slice_id, group)
             except (QuotaExhausted, PlatformRefused) as e:
                 # a refusal may be the zone's own (a type it does not offer): the next zone may still take it
-                delay = self._backoff.exhausted(s.project, s.accelerator_type, zone, str(e), s.zone_backoff)
+                delay = self._backoff.exhausted(s.project, self._scope, zone, str(e), s.zone_backoff)
                 log.warning("gcp_zone_skipped", slice_id=slice_id, zone=zone, backoff=delay, reason=str(e))
                 tried[zone] = e
                 continue
-            self._backoff.succeeded(s.project, s.accelerator_type, zone)
+            self._backoff.succeeded(s.project, self._scope, zone)
             log.info("gcp_zone_chosen", slice_id=slice_id, zone=zone, after=[str(e) for e in tried.values()])
-            return info
-        skipped = self._backoff.skipped(s.project, s.accelerator_type, [z for z in s.zone_list if z not in tried])
+            earlier = [z for z in s.zone_list[: s.zone_list.index(zone)] if z not in tried]
+            passed = [f"{z}: {e}" for z, e in tried.items()] + self._backoff.skipped(s.project, self._scope, earlier)
+            return replace(info, placement=f"in {zone}" + (f" ({'; '.join(passed)})" if passed else ""))
+        skipped = self._backoff.skipped(s.project, self._scope, [z for z in s.zone_list if z not in tried])
         why = "; ".join([*(str(e) for e in tried.values()), *skipped])
         if len(tried) == len(s.zone_list) and all(isinstance(e, PlatformRefused) for e in tried.values()):
             raise PlatformRefused(f"gcp: every zone refused: {why}")  # asked everywhere, refused everywhere

@@ -158,7 +158,7 @@ class WorkerBatch(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob")
+    __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob", "peak_memory_bytes", "cpu_seconds", "duration_seconds")
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +170,9 @@ class TaskStatus(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     RESULT_BLOB_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     task_index: int
     task_id: str
     state: str
@@ -181,7 +184,10 @@ class TaskStatus(_message.Message):
     error: str
     has_exit_code: bool
     result_blob: str
-    def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ...) -> None: ...
+    peak_memory_bytes: int
+    cpu_seconds: float
+    duration_seconds: float
+    def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact")

@@ -89,3 +89,17 @@ def test_wording_of_a_group_waiting_for_scale_up_delay_and_of_min_slices() -> No
     assert "now: waiting scale_up_delay (scale_up_delay 60s: next scale-up in 12s)" in explain_group(delayed, {}, 0.0)
     kept = GroupStatus("g", "local", 1, 2, {"READY": ["g-1"]}, idle_since={"g-1": 100.0}, scale_down_delay=30)
     assert "now: idle slice g-1 kept as buffer (min_slices 1)" in explain_group(kept, {}, 200.0)
+
+
+def test_wording_of_an_idle_slice_kept_for_buffer_slices() -> None:
+    """Past its scale_down_delay, an idle slice kept as the group's buffer says so."""
+    kept = GroupStatus("g", "local", 0, 3, {"READY": ["g-1", "g-2"]}, idle_since={"g-2": 100.0},
+                       scale_down_delay=30, buffer_slices=1)  # fmt: skip
+    assert "now: idle slice g-2 kept as buffer (buffer_slices 1)" in explain_group(kept, {}, 200.0)
+
+
+def test_the_zone_a_slice_went_to_and_why_is_said() -> None:
+    """A multi-zone group's newest slice: the zone it was made in and the zones it passed, with their reasons."""
+    where = "slice tpu-1 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED: stockout)"
+    placed = GroupStatus("tpu", "gcp", 0, 2, {"READY": ["tpu-1"]}, last_placement=where)
+    assert f"zones: {where}" in explain_group(placed, {}, 0.0)

@@ -213,12 +213,14 @@ async def test_a_stocked_out_zone_is_skipped_for_its_backoff(fake_tpu: FakeTpu) 
     platform = GcpPlatform(group, clock=clock)
     info = await platform.create_slice("tpu-a", group)
     assert (PlatformState.READY, "us-east5-a") == (info.state, info.labels["zone"])
+    assert info.placement.startswith("in us-east5-a (us-central2-b: ") and "no more capacity" in info.placement
     assert ["projects/proj/locations/us-east5-a/nodes/tpu-a"] == list(fake_tpu.nodes)  # nothing left in the first
     assert (1, 1) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
     described = await GcpPlatform(group, clock=clock).describe("tpu-a")  # found in its zone by a new object too
     assert described is not None and "us-east5-a" == described.labels["zone"]
 
-    await platform.create_slice("tpu-b", group)  # within the back-off: the first zone is not asked
+    b = await platform.create_slice("tpu-b", group)  # within the back-off: the first zone is not asked
+    assert b.placement.startswith("in us-east5-a (us-central2-b skipped for 300 s more ("), b.placement
     assert (1, 2) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
     clock.now += 301
     await platform.create_slice("tpu-c", group)  # asked again, still out: skipped now for 600 s
@@ -280,3 +282,19 @@ async def test_a_zone_that_does_not_offer_the_type_is_skipped(fake_tpu: FakeTpu)
     with pytest.raises(PlatformRefused, match=r"every zone refused: .*us-central2-b.*us-east5-a"):
         await platform.create_slice("tpu-p", group)
     assert {} == fake_tpu.nodes
+
+
+async def test_a_changed_gcp_block_asks_a_stocked_out_zone_again(fake_tpu: FakeTpu) -> None:
+    """The back-off of a stocked-out zone is per configuration: after a config change, the zone is asked at once."""
+    clock = Clock()
+    group = gcp_group(fake_tpu, zone=None, zones=ZONES, zone_backoff=300)
+    fake_tpu.create_errors["us-central2-b"] = STOCKOUT
+    await GcpPlatform(group, clock=clock).create_slice("tpu-f", group)
+    del fake_tpu.create_errors["us-central2-b"]
+    await GcpPlatform(group, clock=clock).create_slice("tpu-g", group)  # same config: still skipped
+    assert 1 == creates_in(fake_tpu, "us-central2-b")
+    changed = gcp_group(fake_tpu, zone=None, zones=ZONES, zone_backoff=300, runtime_version="v2-alpha-tpuv5")
+    h = await GcpPlatform(changed, clock=clock).create_slice("tpu-h", changed)
+    assert ("us-central2-b", "in us-central2-b") == (h.labels["zone"], h.placement)
+    for slice_id in "fgh":
+        await GcpPlatform(group, clock=clock).terminate(f"tpu-{slice_id}")

@@ -250,3 +250,59 @@ def test_booting_slices_absorb_a_multi_slice_gangs_demand() -> None:
     ]
     plan = plan_scaling([wide], booting, [multi_gang("train", 2)], [], now=0.0)
     assert {} == dict(plan.create)
+
+
+BUFFERED = GroupShape(**{**TPU.__dict__, "max_slices": 3, "buffer_slices": 1})
+
+
+def test_buffer_slices_creates_a_spare_slice_beyond_demand() -> None:
+    """An empty group with buffer_slices 1 creates one slice; with a gang waiting, the gang's plus one."""
+    assert {"tpu-v5e-16": 1} == dict(plan_scaling([BUFFERED], [], [], [], now=0.0).create)
+    plan = plan_scaling([BUFFERED], [], [gang("train", 4, "v5e-16")], [], now=0.0)
+    assert {"tpu-v5e-16": 2} == dict(plan.create)
+
+
+def test_a_booting_or_idle_spare_slice_is_the_buffer() -> None:
+    """Nothing more is created while the spare slice boots, nor once it is READY and idle."""
+    booting = SliceView("b1", TPU.name, "CREATING", ())
+    assert {} == dict(plan_scaling([BUFFERED], [booting], [], [], now=0.0).create)
+    hosts = slice_hosts(TPU, "s1")
+    assert {} == dict(plan_scaling([BUFFERED], [ready("s1")], [], hosts, now=0.0).create)
+
+
+def test_a_job_taking_the_buffer_slice_makes_a_new_one() -> None:
+    """The gang that fits on the idle spare slice uses it; another spare is created beside it."""
+    hosts = slice_hosts(TPU, "s1")
+    plan = plan_scaling([BUFFERED], [ready("s1", idle_since=0.0)], [gang("train", 4, "v5e-16")], hosts, now=5.0)
+    assert plan.idle_since["s1"] is None
+    assert {"tpu-v5e-16": 1} == dict(plan.create)
+
+
+def test_buffer_slices_stay_within_max_slices() -> None:
+    """A group at max_slices with busy slices creates no spare."""
+    slices = [ready(f"s{i}") for i in range(3)]
+    hosts = [h for i in range(3) for h in busy(slice_hosts(TPU, f"s{i}"))]
+    assert {} == dict(plan_scaling([BUFFERED], slices, [], hosts, now=0.0).create)
+
+
+def test_the_idle_buffer_slice_is_not_scaled_down_but_extra_idle_ones_are() -> None:
+    """Two slices idle past scale_down_delay with buffer_slices 1: the longest idle goes, one stays."""
+    slices = [ready("s1", idle_since=0.0), ready("s2", idle_since=10.0)]
+    hosts = slice_hosts(TPU, "s1") + slice_hosts(TPU, "s2")
+    plan = plan_scaling([BUFFERED], slices, [], hosts, now=1000.0)
+    assert ("s1",) == plan.remove
+    assert {} == dict(plan.create)
+    alone = plan_scaling([BUFFERED], [ready("s2", idle_since=10.0)], [], slice_hosts(TPU, "s2"), now=1000.0)
+    assert () == alone.remove
+
+
+def test_a_backing_off_group_makes_no_buffer() -> None:
+    blocked = GroupShape(**{**BUFFERED.__dict__, "backoff_until": 100.0, "backoff_reason": "quota"})
+    plan = plan_scaling([blocked], [], [], [], now=0.0)
+    assert {} == dict(plan.create)
+    assert "quota" in plan.group_reasons[TPU.name]
+
+
+def test_buffer_slices_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="buffer_slices"):
+        GroupShape(**{**TPU.__dict__, "buffer_slices": -1})

@@ -175,6 +175,14 @@ class TaskSpec:
 
 
 @dataclass(frozen=True)
+class TaskStats:
+    """Resource use of a running task, as far as the runtime can tell."""
+
+    memory_bytes: int
+    cpu_seconds: float
+
+
+@dataclass(frozen=True)
 class TaskExit:
     """How a task ended: its exit code (negative: killed by that signal) and, if known, why.
 
@@ -185,14 +193,8 @@ class TaskExit:
     exit_code: int
     reason: str = ""
     oom_killed: bool = False
-
-
-@dataclass(frozen=True)
-class TaskStats:
-    """Resource use of a running task, as far as the runtime can tell."""
-
-    memory_bytes: int
-    cpu_seconds: float
+    # What the task used in all, when the runtime still knows at its end; not part of how it ended.
+    usage: TaskStats | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,27 @@ class TaskCgroup:
                     return int(value)
         return 0
 
+    def usage(self) -> tuple[int | None, float | None]:
+        """(peak memory bytes, CPU seconds) as the kernel accounts the group; None where it cannot tell.
+
+        The peak is the group's high-water mark (`memory.peak` in v2, `memory.max_usage_in_bytes` in
+        v1: page cache included), so it holds even what the task used in its last moment. CPU time is
+        only in v2's `cpu.stat` (v1 keeps it in the cpuacct hierarchy, which tasks are not put in).
+        """
+        peak: int | None = None
+        cpu: float | None = None
+        if self.memory_dir is not None:
+            name = "memory.peak" if self.unified else "memory.max_usage_in_bytes"
+            with contextlib.suppress(OSError, ValueError):
+                peak = int((self.memory_dir / name).read_text().strip())
+        if self.unified and self.cpu_dir is not None:
+            with contextlib.suppress(OSError, ValueError):
+                for line in (self.cpu_dir / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        cpu = int(value) / 1e6
+        return peak, cpu
+
     def remove(self) -> None:
         """Delete the group's directories (the kernel refuses while a process is still in it)."""
         for directory in {d for d in (self.memory_dir, self.cpu_dir) if d is not None}:

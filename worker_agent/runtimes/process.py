@@ -501,11 +501,16 @@ class ProcessRuntime:
         return self._finished.record(handle, self._exit(handle, code))
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
-        """Memory (resident) and CPU time of the group's live processes."""
+        """Memory (resident) and CPU time of the group's live processes; the peak of its cgroup, if it has one."""
         task = self._tasks.get(handle)
         if task is None or not task.is_running():
             return None
-        return _group_stats(task.pgid)
+        stats = await asyncio.to_thread(_group_stats, task.pgid)  # a walk of the process table
+        limited = self._groups.get(handle)
+        if limited is not None:
+            peak, cpu = limited[0].usage()
+            stats = TaskStats(max(stats.memory_bytes, peak or 0), max(stats.cpu_seconds, cpu or 0.0))
+        return stats
 
     async def recover(self) -> list[RecoveredTask]:
         """SIGKILL the process groups an earlier agent recorded in the ledger; drop its empty cgroups.
@@ -555,8 +560,12 @@ class ProcessRuntime:
             return TaskExit(code)
         group, memory_bytes = limited
         oom = code != 0 and group.oom_kills() > 0
+        peak, cpu = group.usage()
+        used = TaskStats(memory_bytes=peak, cpu_seconds=cpu or 0.0) if peak is not None else None
         group.remove()
-        return TaskExit(code, oom_reason(memory_bytes), oom_killed=True) if oom else TaskExit(code)
+        if oom:
+            return TaskExit(code, oom_reason(memory_bytes), oom_killed=True, usage=used)
+        return TaskExit(code, usage=used)
 
     async def close(self) -> None:
         """Stop the forkserver (tasks it started run on, as the agent's own children do)."""

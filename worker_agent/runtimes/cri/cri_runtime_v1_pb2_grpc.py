@@ -94,6 +94,11 @@ class RuntimeServiceStub:
                 request_serializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsRequest.SerializeToString,
                 response_deserializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsResponse.FromString,
                 _registered_method=True)
+        self.ExecSync = channel.unary_unary(
+                '/runtime.v1.RuntimeService/ExecSync',
+                request_serializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncRequest.SerializeToString,
+                response_deserializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeServiceServicer:
@@ -171,6 +176,12 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecSync(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +244,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ContainerStats,
                     request_deserializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsRequest.FromString,
                     response_serializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsResponse.SerializeToString,
+            ),
+            'ExecSync': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecSync,
+                    request_deserializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncRequest.FromString,
+                    response_serializer=worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +575,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ContainerStats',
             worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsRequest.SerializeToString,
             worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ContainerStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecSync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/ExecSync',
+            worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncRequest.SerializeToString,
+            worker__agent_dot_runtimes_dot_cri_dot_cri__runtime__v1__pb2.ExecSyncResponse.FromString,
             options,
             channel_credentials,
             insecure,
