@@ -162,6 +162,26 @@ class RuntimeName(StrEnum):
     CONTAINERD = "containerd"
 
 
+DEFAULT_PORT_RANGE = (20_000, 29_999)
+"""Ports a worker offers its tasks unless told otherwise: below Linux's ephemeral range (32768-60999),
+so a port handed out is not one the kernel just gave an outgoing connection."""
+
+
+@dataclass
+class TaskNetwork:
+    """Where a task of a distributed job runs and who its peers are, decided when it was placed.
+
+    The agent turns it into the task's environment (worker_agent.distributed_env) and publishes
+    its named ports as endpoints (TaskStarted).
+    """
+
+    address: str = ""  # the task's host, as other hosts reach it
+    ports: dict[str, int] = field(default_factory=dict)  # port name -> port allocated on that host
+    coordinator: str = ""  # "host:port" of task 0's coordinator port ("" = not known at placement)
+    slice_hosts: list[str] = field(default_factory=list)  # a TPU gang: its slice's hosts, in host order
+    slice_host_index: int = -1  # this task's host in `slice_hosts`
+
+
 @dataclass
 class RunTaskInput:
     """One attempt of one task, dispatched to the worker the scheduler chose."""
@@ -184,6 +204,7 @@ class RunTaskInput:
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
     num_slices: int = 0                             # > 1: a multi-slice gang (task i on slice i // hosts)
     coordinator_host: str = ""                      # a gang's slice 0 first host (the scheduler's choice)
+    network: TaskNetwork | None = None              # ports, coordinator and peers (a distributed job)
 
 
 PROCESS_STARTED = "process-started"
@@ -262,6 +283,7 @@ class TaskStarted:
     task_index: int
     attempt: int
     worker_id: str
+    endpoints: dict[str, str] = field(default_factory=dict)  # port name -> "host:port", while it runs
 
 
 @dataclass

@@ -14,6 +14,7 @@ import structlog
 import typer
 from rich.table import Table
 
+from activities.contracts import DEFAULT_PORT_RANGE
 from iris.bundle import zip_bundle
 from iris.cli_common import (
     NO_LOCAL_CLUSTER,
@@ -29,6 +30,7 @@ from iris.cli_common import (
 )
 from iris.cli_errors import CliError, exit_now, run_cli
 from iris.cli_parsing import parse_constraint, parse_pair, parse_since, parse_value
+from iris.cli_ports import job_endpoints, parse_port_range
 from iris.connection import TemporalSettings
 from iris.submission import build_request, command_argv
 from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec
@@ -116,7 +118,7 @@ _FLAG_OF_FIELD = {
     "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
-    "bundle": "--bundle", "setup": "--setup", "priority": "--priority",
+    "bundle": "--bundle", "setup": "--setup", "priority": "--priority", "ports": "--port",
 }
 
 
@@ -162,6 +164,9 @@ def run(
     setup: Annotated[
         list[str] | None, typer.Option(help="shell command run once per job and host in the bundle first")
     ] = None,
+    port: Annotated[
+        list[str] | None, typer.Option("--port", help="a named port for each task (IRIS_PORT_<NAME>); repeatable")
+    ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -189,6 +194,7 @@ def run(
             scheduling_timeout=scheduling_timeout,
             priority=priority,
             setup=setup or None,
+            ports=port or [],
         )
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
@@ -356,6 +362,14 @@ def worker_serve(
     memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
     gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
     tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
+    address: Annotated[
+        str | None,
+        typer.Option(envvar="IRIS_WORKER_ADDRESS",
+                     help="how other hosts reach this host's tasks (default: the IP its host name resolves to)"),
+    ] = None,
+    port_range: Annotated[
+        str, typer.Option(envvar="IRIS_PORT_RANGE", help="START-END: ports the scheduler may give this host's tasks")
+    ] = "{}-{}".format(*DEFAULT_PORT_RANGE),
     tpu_vm: Annotated[
         bool | None,
         typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
@@ -386,6 +400,7 @@ def worker_serve(
         attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
+        ports = parse_port_range(port_range)
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()
@@ -398,6 +413,7 @@ def worker_serve(
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
+        address=address or "", port_range=ports,
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
@@ -763,6 +779,7 @@ from iris.cli_tasks import job_summary, task_app  # noqa: E402
 
 app.add_typer(task_app, name="task")
 job_app.command("summary")(job_summary)
+job_app.command("endpoints")(job_endpoints)
 
 if __name__ == "__main__":
     main()

@@ -43,7 +43,7 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
-from iris import fleet
+from iris import endpoints, fleet
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
@@ -721,6 +721,18 @@ class IrisClient:
     def terminate(self, job_id: str) -> bool:
         """Kill the job's tasks; False if it had already finished."""
         return self._run(self._async.terminate(job_id))
+
+    def resolve(self, job_id: str, name: str) -> list[str]:
+        """The "host:port" of named port `name` of each running task of the job, in task index order.
+
+        A task publishes its endpoints when it starts and they vanish when it ends: a finished
+        job resolves to []. KeyError for an unknown job.
+        """
+        return self._run(endpoints.resolve(self._async.temporal, job_id, name))
+
+    def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
+        """Every named port of the job's running tasks: name -> task index -> "host:port"."""
+        return self._run(endpoints.job_endpoints(self._async.temporal, job_id))
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())

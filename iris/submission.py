@@ -21,6 +21,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
+from scheduler.network import check_port_names
 from scheduler.types import TAINT_PREFIX, Op
 from workflows.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
 
@@ -104,6 +105,7 @@ def build_request(
     priority: str = "interactive",
     tolerations: Sequence[str] = (),
     setup: str | Sequence[str] | None = None,
+    ports: Sequence[str] = (),
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
@@ -156,6 +158,10 @@ def build_request(
         )
     if image is not None and (not isinstance(image, str) or not image):
         raise ValueError(f"image must be a non-empty string, got {image!r}")
+    port_names = [ports] if isinstance(ports, str) else list(ports or ())
+    problem = check_port_names(port_names)
+    if problem:
+        raise ValueError(problem)
     tols = []
     for i, t in enumerate(tolerations):
         if not isinstance(t, str) or not t:
@@ -178,6 +184,7 @@ def build_request(
         submitted_at=time.time(),
         tpu_variant=resources.tpu or "",
         setup=setup_commands(setup),
+        ports=port_names,
     )
     req.resources.cpu_millis = resources.cpu_millis
     req.resources.memory_bytes = resources.memory_bytes

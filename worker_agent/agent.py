@@ -34,6 +34,7 @@ from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
 from activities.contracts import (
+    DEFAULT_PORT_RANGE,
     MAX_RELEASE_BATCH,
     PROCESS_STARTED,
     RELEASE_BATCH,
@@ -52,6 +53,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.backoff import Backoff, pause
 from worker_agent.bundles import Bundles
+from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.megascale import megascale_env
 from worker_agent.object_store import open_blob_store, open_log_store
@@ -108,11 +110,15 @@ class AgentConfig:
     state_dir: Path | None = None  # where running task process groups are recorded
     task_dir: Path | None = None  # root of the tasks' own directories (default: beside state_dir)
     default_image: str = ""  # container image for jobs that name none
+    address: str = ""  # how other hosts reach this host's tasks ("" = the host's own address)
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports the scheduler may give this worker's tasks
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
     meta = pb.WorkerMetadata(
-        worker_id=config.worker_id, runtime=config.runtime, host=socket.gethostname(), agent_session=session
+        worker_id=config.worker_id, runtime=config.runtime, host=socket.gethostname(), agent_session=session,
+        address=config.address or host_address(), port_range_start=config.port_range[0],
+        port_range_end=config.port_range[1],
     )
     meta.capacity.cpu_millis = config.cpu_millis
     meta.capacity.memory_bytes = config.memory_bytes
@@ -418,6 +424,7 @@ class WorkerAgent:
         except LaunchUnreadableError as err:
             return RunTaskResult(exit_code=-1, error=str(err), started=False)
         env = {
+            **distributed_env(inp),
             **inp.env,
             "IRIS_JOB_ID": inp.job_id,
             "IRIS_TASK_ID": f"{inp.job_id}/task-{inp.task_index}",
@@ -584,7 +591,8 @@ class WorkerAgent:
             return
         try:
             await self.client.get_workflow_handle(inp.job_workflow_id).signal(
-                "task_started", TaskStarted(inp.task_index, inp.attempt, self.config.worker_id)
+                "task_started",
+                TaskStarted(inp.task_index, inp.attempt, self.config.worker_id, endpoints(inp.network)),
             )
         except Exception as err:  # off the task's path: the job learns it from the result
             self.log.warning("task_started_signal_failed", job_id=inp.job_id, error=_describe(err))

@@ -34,6 +34,7 @@ class JobBase:
     _ended: deque[tuple[int, TaskResult | None]]  # ended tasks not recorded yet
     _open: set[int]  # tasks of a plain job started and not yet recorded as ended
     _handover: bool  # this job continues as new with its tasks running
+    _endpoint_rows: set[int]  # task indexes whose rows hold endpoints (running tasks with ports)
 
     def _refresh_state(self) -> None:
         raise NotImplementedError

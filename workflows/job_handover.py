@@ -63,6 +63,8 @@ class Handover(JobBase):
         self._counts = {}
         for row in self.status.tasks:
             self._counts[row.state] = self._counts.get(row.state, 0) + 1
+            if row.endpoints:
+                self._endpoint_rows.add(row.task_index)
         self._open = set(handover.open_tasks)
         self._next_task = handover.next_task
         self._handover = True

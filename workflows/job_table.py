@@ -55,6 +55,10 @@ class Table(JobBase):
             return
         self._set_row(row, TaskState.RUNNING)
         row.attempt, row.worker_id = msg.attempt, msg.worker_id
+        if msg.endpoints or row.endpoints:  # a restarted task publishes its new address
+            row.endpoints.clear()
+            row.endpoints.update(msg.endpoints)
+            self._endpoint_rows.add(msg.task_index)
         self._refresh_state()
 
     @workflow.signal(name=PENDING_REASON)
@@ -118,6 +122,9 @@ class Table(JobBase):
             self._counts.pop(row.state, None)
         self._counts[state] = self._counts.get(state, 0) + 1
         row.state = state
+        if state != TaskState.RUNNING and row.endpoints:  # endpoints live as long as their task runs
+            row.endpoints.clear()
+            self._endpoint_rows.discard(row.task_index)
 
     def _refresh_state(self) -> None:
         self.status.task_state_counts.clear()
@@ -141,7 +148,16 @@ class Table(JobBase):
             pending_reason=st.pending_reason if st.state == JobState.PENDING or st.task_state_counts.get(
                 TaskState.PENDING) else "",
             num_tasks=st.num_tasks, submitted_at=st.submitted_at, finished_at=st.finished_at,
+            endpoints=self._endpoints(),
         )  # fmt: skip
+
+    def _endpoints(self) -> dict[str, dict[str, str]]:
+        """Each port name's "host:port" by task index, of the tasks running now (rows kept in `_endpoint_rows`)."""
+        out: dict[str, dict[str, str]] = {}
+        for index in sorted(self._endpoint_rows):
+            for name, address in self.status.tasks[index].endpoints.items():
+                out.setdefault(name, {})[str(index)] = address
+        return out
 
     def _publish(self) -> None:
         """Mark the memo stale; `_publisher` upserts it once per workflow task, however many changes it saw."""

@@ -75,6 +75,8 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         scheduling_timeout_seconds=req.scheduling_timeout_seconds,
         tolerations=list(req.tolerations),
         num_groups=max(1, req.coschedule_num_groups),
+        ports=list(req.ports),
+        coordinator=req.replicas > 1,
     )
 
 

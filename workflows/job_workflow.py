@@ -78,6 +78,7 @@ class JobWorkflow(Table, Waves, Handover):
         self._ended: deque[tuple[int, TaskResult | None]] = deque()
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
+        self._endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
         if handover:
             self.req = req
             self._take_over(unpack_handover(handover))

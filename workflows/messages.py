@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import TaskNetwork
+
 
 @dataclass
 class ConstraintSpec:
@@ -32,6 +34,8 @@ class SchedulingSpec:
     scheduling_timeout_seconds: float = 0.0  # 0 = wait forever
     tolerations: list[str] = field(default_factory=list)
     num_groups: int = 1  # > 1: a multi-slice gang, its tasks split evenly over that many groups
+    ports: list[str] = field(default_factory=list)  # named ports each task gets on its host
+    coordinator: bool = False  # task 0 gets a coordinator port (a job of more than one task)
 
 
 @dataclass
@@ -53,17 +57,19 @@ class Claim:
     attempt: int
     worker_id: str
     spec: SchedulingSpec
+    ports: dict[str, int] = field(default_factory=dict)  # the ports it holds on its host
 
 
 @dataclass
 class Assigned:
-    """The scheduler committed capacity for this attempt on `worker_id`."""
+    """The scheduler committed capacity for this attempt on `worker_id` (and ports, for a distributed job)."""
 
     attempt: int
     worker_id: str
     session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
     # A gang's coordinator host: where its first task runs (slice 0's first host), "" for a plain job.
     coordinator: str = ""
+    network: TaskNetwork | None = None
 
 
 @dataclass
@@ -150,6 +156,8 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         scheduling_timeout_seconds=float(raw_spec.get("scheduling_timeout_seconds", 0.0)),
         tolerations=list(raw_spec.get("tolerations") or []),
         num_groups=int(raw_spec.get("num_groups", 1)),
+        ports=list(raw_spec.get("ports") or []),
+        coordinator=bool(raw_spec.get("coordinator", False)),
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))

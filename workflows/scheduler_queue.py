@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.scheduler_actions import placed_detail, record
     from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler_state import (
         PendingEntry,
         Placement,
@@ -117,7 +118,8 @@ class Queue(SchedulerBase):
             return
         spec = claim.spec
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
-                                               spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)  # fmt: skip
+                                               spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
+                                               dict(claim.ports))  # fmt: skip
         entry = self.state.pending.get(claim.job_id)
         if entry is not None and entry.attempts.get(claim.task_index, -1) <= claim.attempt:
             entry.attempts.pop(claim.task_index, None)
@@ -180,6 +182,7 @@ class Queue(SchedulerBase):
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
+        book = None  # the ports live tasks hold, built once a job needs some
         for job_id, assignments in by_job.items():
             if limit is not None and len(accepted) >= limit:
                 self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
@@ -208,6 +211,13 @@ class Queue(SchedulerBase):
                 elif spec.group_by:
                     fitting = []  # all or nothing: the gang waits for the next pass
                     break
+            ports: dict[int, dict[str, int]] = {}
+            if fitting and needs_network(spec):
+                book = book or port_book(self.state)
+                ports = book_ports(self.state, book, spec, fitting)
+                if spec.group_by and len(ports) < len(fitting):
+                    fitting = []  # a host has no port left: the gang waits, whole
+                fitting = [a for a in fitting if a.task_index in ports]
             if spec.group_by and fitting:
                 used = trial
             coordinator = gang_coordinator(self.state, fitting) if spec.group_by else ""
@@ -223,9 +233,15 @@ class Queue(SchedulerBase):
                     spec.memory_bytes,
                     spec.gpus,
                     spec.tpus,
+                    ports.get(a.task_index, {}),
                 )
+            networks = task_networks(self.state, job_id, spec, fitting) if needs_network(spec) else {}
+            for a in fitting:
+                key = task_workflow_id(job_id, a.task_index)
+                attempt = self.state.placements[key].attempt
                 session = self.state.workers[a.worker_id].session
-                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session, coordinator=coordinator)
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session, coordinator=coordinator,
+                                    network=networks.get(a.task_index))  # fmt: skip
                 accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import task_workflow_id
+from activities.contracts import DEFAULT_PORT_RANGE, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows.messages import ConstraintSpec, SchedulingSpec
@@ -43,6 +43,8 @@ class WorkerEntry:
     cordoned: bool = False  # the operator's: no new work; running tasks go on (a draining slice)
     lost_at: float = 0.0  # workflow time it was reported lost; removed LOST_RETENTION later
     host: str = ""  # the host name its agent registered with: a gang's coordinator address
+    address: str = ""  # how other hosts reach its tasks (its registered address, else its host name)
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # the ports its tasks may be given
 
     @property
     def healthy(self) -> bool:
@@ -68,6 +70,7 @@ class Placement:
     memory_bytes: int
     gpus: int
     tpus: int
+    ports: dict[str, int] = field(default_factory=dict)  # port name -> port held on its worker's host
 
 
 @dataclass
@@ -78,6 +81,7 @@ class SchedulerState:
     placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
     pending_reasons: dict[str, str] = field(default_factory=dict)
     actions: deque[ActionRow] = field(default_factory=new_ring)  # recent placements, requeues, cordons
+    port_cursors: dict[str, int] = field(default_factory=dict)  # host address -> last port handed out
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -97,6 +101,9 @@ def validate_metadata(meta: pb.WorkerMetadata) -> str:
             return "attribute with an empty key"
         if value.WhichOneof("kind") is None:
             return f"attribute {key!r} has no value (supported: string, int, float, bool)"
+    start, end = meta.port_range_start, meta.port_range_end
+    if (start or end) and not 1 <= start <= end <= 65_535:
+        return f"port range {start}-{end} is not within 1-65535 with start <= end"
     if meta.runtime and meta.runtime not in SUPPORTED_RUNTIMES:
         return f"runtime {meta.runtime!r} is not one of {', '.join(SUPPORTED_RUNTIMES)}"
     return ""
@@ -168,6 +175,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
 
 def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
     cap = meta.capacity
+    ports = (meta.port_range_start, meta.port_range_end) if meta.port_range_start else DEFAULT_PORT_RANGE
     return WorkerEntry(
         worker_id=meta.worker_id,
         session=meta.agent_session,
@@ -178,6 +186,8 @@ def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
         attributes={k: get_attr(v) for k, v in meta.attributes.items()},
         runtime=meta.runtime or "process",
         host=meta.host,
+        address=meta.address or meta.host or meta.worker_id,
+        port_range=ports,
     )
 
 
@@ -202,6 +212,7 @@ def _spec_row(spec: SchedulingSpec) -> list[Any]:
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
         [[c.key, c.op, c.value] for c in spec.constraints],
         spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
+        spec.ports, spec.coordinator,
     ]
 
 
@@ -210,6 +221,8 @@ def _spec(row: list[Any]) -> SchedulingSpec:
     return SchedulingSpec(
         cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
         num_groups=rest[0] if rest else 1,  # a row packed before multi-slice gangs has 9 fields
+        ports=rest[1] if len(rest) > 1 else [],  # and one packed before named ports 10
+        coordinator=rest[2] if len(rest) > 2 else False,
     )
 
 
@@ -233,7 +246,8 @@ def pack(state: SchedulerState) -> bytes:
         "store_url": state.store_url,
         "workers": [
             [w.worker_id, w.session, w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, w.attributes, w.runtime,
-             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at, w.host]
+             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at, w.host, w.address,
+             list(w.port_range)]
             for w in state.workers.values()
         ],
         "names": names[len(state.workers):],
@@ -244,6 +258,8 @@ def pack(state: SchedulerState) -> bytes:
         "placements": [[*key, runs] for key, runs in groups.items()],
         "reasons": state.pending_reasons,
         "actions": list(state.actions),
+        "ports": {key: p.ports for key, p in state.placements.items() if p.ports},
+        "port_cursors": state.port_cursors,
     }
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
@@ -254,11 +270,14 @@ def unpack(data: bytes) -> SchedulerState:
     doc = json.loads(zlib.decompress(data))
     if doc.get("v") != PACK_VERSION:
         raise ValueError(f"packed scheduler state has version {doc.get('v')!r}, expected {PACK_VERSION}")
-    state = SchedulerState(store_url=doc["store_url"], pending_reasons=doc["reasons"])
+    state = SchedulerState(
+        store_url=doc["store_url"], pending_reasons=doc["reasons"], port_cursors=doc.get("port_cursors") or {}
+    )
     state.actions = new_ring(doc.get("actions", ()))  # a run packed before actions were kept has none
     for row in doc["workers"]:
         entry = state.workers[row[0]] = WorkerEntry(*row)
         entry.state = WorkerState(entry.state)
+        entry.port_range = (int(entry.port_range[0]), int(entry.port_range[1]))
     names = [*state.workers, *doc["names"]]
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
@@ -269,4 +288,7 @@ def unpack(data: bytes) -> SchedulerState:
             state.placements[task_workflow_id(job_id, task_index)] = Placement(
                 job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus
             )
+    for key, ports in (doc.get("ports") or {}).items():
+        if key in state.placements:
+            state.placements[key].ports = ports
     return state

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         Release,
         RunTaskInput,
         RunTaskResult,
+        TaskNetwork,
         result_blob_key,
         worker_task_queue,
     )
@@ -65,6 +66,7 @@ class TaskWorkflow:
         self.result = TaskResult(task_index=-1, state=TaskState.PENDING)
         self._input: TaskInput | None = None
         self._reporting: asyncio.Task[None] | None = None
+        self._network: TaskNetwork | None = None  # the running attempt's ports and peers
 
     @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
@@ -86,16 +88,17 @@ class TaskWorkflow:
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         try:
             if self._assigned is not None:
-                worker = self._assigned.worker_id
+                worker, network = self._assigned.worker_id, self._assigned.network
             elif self.state in (TaskState.ASSIGNED, TaskState.RUNNING):
-                worker = self.result.worker_id
+                worker, network = self.result.worker_id, self._network
             elif self.state == TaskState.PENDING and self._unschedulable is None:
                 await self._enqueue(scheduler, Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt},
                                                        inp.submitted_at))  # fmt: skip
                 return
             else:
                 return
-            claim = Claim(inp.job_id, inp.task_index, self.attempt, worker, inp.spec)
+            claim = Claim(inp.job_id, inp.task_index, self.attempt, worker, inp.spec,
+                          dict(network.ports) if network else {})  # fmt: skip
             attempt = self.attempt
 
             def still_held() -> bool:
@@ -164,6 +167,7 @@ class TaskWorkflow:
                     return self.status()
                 assert self._assigned is not None
                 self.result.worker_id, session = self._assigned.worker_id, self._assigned.session
+                self._network = self._assigned.network
                 self._move(TaskEvent.ASSIGNED, self._assigned.worker_id)
                 self._agent_released = False
                 event, error, started = await self._run_attempt(inp, self._assigned.worker_id)
@@ -277,6 +281,7 @@ class TaskWorkflow:
             memory_bytes=inp.spec.memory_bytes,
             num_slices=inp.spec.num_groups if inp.spec.num_groups > 1 else 0,
             coordinator_host=self._assigned.coordinator if self._assigned is not None else "",
+            network=self._network,
         )
         try:
             result = await workflow.execute_activity(

@@ -48,6 +48,7 @@ MEMO_REASON = "pending_reason"
 MEMO_TASKS = "num_tasks"
 MEMO_SUBMITTED = "submitted_at"
 MEMO_FINISHED = "finished_at"
+MEMO_ENDPOINTS = "endpoints"
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -69,6 +70,8 @@ class JobView:
     num_tasks: int = 0
     submitted_at: float = 0.0
     finished_at: float = 0.0
+    # Port name -> task index (as a string: memo keys are JSON) -> "host:port", of running tasks only.
+    endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_memo(self) -> dict[str, Any]:
         return {
@@ -79,12 +82,14 @@ class JobView:
             MEMO_TASKS: self.num_tasks,
             MEMO_SUBMITTED: self.submitted_at,
             MEMO_FINISHED: self.finished_at,
+            MEMO_ENDPOINTS: {name: dict(by_task) for name, by_task in self.endpoints.items()},
         }
 
     @classmethod
     def from_memo(cls, memo: Mapping[str, Any]) -> JobView:
         """Tolerant of missing keys: a job started before the memo existed has none."""
         counts = memo.get(MEMO_COUNTS) or {}
+        endpoints = memo.get(MEMO_ENDPOINTS) or {}
         return cls(
             state=str(memo.get(MEMO_STATE) or ""),
             counts={str(k): int(v) for k, v in counts.items()} if isinstance(counts, Mapping) else {},
@@ -93,6 +98,13 @@ class JobView:
             num_tasks=int(memo.get(MEMO_TASKS) or 0),
             submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
             finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
+            endpoints={
+                str(name): {str(i): str(a) for i, a in by_task.items()}
+                for name, by_task in endpoints.items()
+                if isinstance(by_task, Mapping)
+            }
+            if isinstance(endpoints, Mapping)
+            else {},
         )
 
 

@@ -110,6 +110,7 @@ def worker_argv(
         "--memory", str(memory_bytes),
         "--runtime", str(runtime),
         "--task-user", "",
+        "--address", "127.0.0.1",  # local workers share this machine: their tasks meet on loopback
     ]  # fmt: skip
     if image:
         argv += ["--default-image", image]

@@ -55,7 +55,7 @@ class Command(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRequest(_message.Message):
-    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups")
+    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class JobRequest(_message.Message):
     SETUP_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_BLOB_FIELD_NUMBER: _ClassVar[int]
     COSCHEDULE_NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -107,7 +108,8 @@ class JobRequest(_message.Message):
     setup: _containers.RepeatedScalarFieldContainer[str]
     launch_blob: str
     coschedule_num_groups: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ...) -> None: ...
+    ports: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Launch(_message.Message):
     __slots__ = ("argv", "env", "setup")
@@ -127,7 +129,7 @@ class Launch(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., setup: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkerMetadata(_message.Message):
-    __slots__ = ("worker_id", "capacity", "attributes", "runtime", "host", "agent_session")
+    __slots__ = ("worker_id", "capacity", "attributes", "runtime", "host", "agent_session", "address", "port_range_start", "port_range_end")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -141,13 +143,19 @@ class WorkerMetadata(_message.Message):
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     AGENT_SESSION_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    PORT_RANGE_END_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capacity: Resources
     attributes: _containers.MessageMap[str, AttributeValue]
     runtime: str
     host: str
     agent_session: str
-    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ...) -> None: ...
+    address: str
+    port_range_start: int
+    port_range_end: int
+    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ..., address: _Optional[str] = ..., port_range_start: _Optional[int] = ..., port_range_end: _Optional[int] = ...) -> None: ...
 
 class WorkerBatch(_message.Message):
     __slots__ = ("workers", "reply_to")
@@ -158,7 +166,14 @@ class WorkerBatch(_message.Message):
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob", "peak_memory_bytes", "cpu_seconds", "duration_seconds")
+    __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob", "peak_memory_bytes", "cpu_seconds", "duration_seconds", "endpoints")
+    class EndpointsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TASK_INDEX_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +188,7 @@ class TaskStatus(_message.Message):
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     task_index: int
     task_id: str
     state: str
@@ -187,7 +203,8 @@ class TaskStatus(_message.Message):
     peak_memory_bytes: int
     cpu_seconds: float
     duration_seconds: float
-    def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ...) -> None: ...
+    endpoints: _containers.ScalarMap[str, str]
+    def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., endpoints: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact")

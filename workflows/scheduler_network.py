@@ -1,0 +1,90 @@
+"""The scheduler's part in distributed jobs: ports booked with each placement, and each task's network.
+
+Pure functions of the scheduler's state (no Temporal calls), run by the commit (scheduler_queue)
+right after a job's places are booked: only then are all of a gang's hosts known, so the
+coordinator's address and each TPU slice's host list can be given to every task before it starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from activities.contracts import TaskNetwork, task_workflow_id
+from activities.proto import cluster_pb2 as pb
+from scheduler.network import COORDINATOR_PORT, Member, PortBook, slice_layout
+from workflows.messages import SchedulingSpec
+from workflows.scheduler_state import SchedulerState
+
+TPU_NAME = "tpu-name"  # a worker with this attribute is a TPU host; its value names its slice
+TPU_WORKER_ID = "tpu-worker-id"  # the host's index in its slice
+
+
+def needs_network(spec: SchedulingSpec) -> bool:
+    """Whether the job's tasks get ports or a coordinator (a job of one task without ports does not)."""
+    return bool(spec.ports) or spec.coordinator
+
+
+def port_book(state: SchedulerState) -> PortBook:
+    """The ports every live placement holds, by its worker's host address."""
+    held: list[tuple[str, int]] = []
+    for p in state.placements.values():
+        worker = state.workers.get(p.worker_id)
+        if p.ports and worker is not None:
+            held.extend((worker.address, port) for port in p.ports.values())
+    return PortBook(held, state.port_cursors)
+
+
+def book_ports(
+    state: SchedulerState, book: PortBook, spec: SchedulingSpec, placed: Sequence[pb.SchedulingAssignment]
+) -> dict[int, dict[str, int]]:
+    """Ports for each placed task (task index -> name -> port); a task whose host has none left is missing."""
+    out: dict[int, dict[str, int]] = {}
+    for a in placed:
+        worker = state.workers[a.worker_id]
+        names = list(spec.ports)
+        if spec.coordinator and a.task_index == 0:
+            names.append(COORDINATOR_PORT)
+        ports: dict[str, int] = {}
+        for name in names:
+            port = book.take(worker.address, *worker.port_range)
+            if port is None:
+                break
+            ports[name] = port
+        if len(ports) == len(names):
+            out[a.task_index] = ports
+    return out
+
+
+def task_networks(
+    state: SchedulerState, job_id: str, spec: SchedulingSpec, placed: Sequence[pb.SchedulingAssignment]
+) -> dict[int, TaskNetwork]:
+    """What each just-placed task needs to know: its address and ports, the coordinator, its TPU slice.
+
+    The coordinator is task 0's placement as it stands: for a gang, placed in this same commit; for
+    a job that is not coscheduled, whenever task 0 was placed ("" while it waits for a place).
+    """
+    coordinator = ""
+    zero = state.placements.get(task_workflow_id(job_id, 0))
+    if spec.coordinator and zero is not None and COORDINATOR_PORT in zero.ports:
+        host = state.workers.get(zero.worker_id)
+        if host is not None:
+            coordinator = f"{host.address}:{zero.ports[COORDINATOR_PORT]}"
+    layout: dict[int, tuple[list[str], int]] = {}
+    if spec.group_by:
+        members = []
+        for a in placed:
+            w = state.workers[a.worker_id]
+            members.append(Member(a.task_index, w.address, w.attributes.get(TPU_NAME), w.attributes.get(TPU_WORKER_ID)))
+        layout = slice_layout(members)
+    out: dict[int, TaskNetwork] = {}
+    for a in placed:
+        placement = state.placements[task_workflow_id(job_id, a.task_index)]
+        hosts, position = layout.get(a.task_index, ([], -1))
+        out[a.task_index] = TaskNetwork(
+            address=state.workers[a.worker_id].address,
+            ports=dict(placement.ports),  # task 0's include the coordinator's (published as an endpoint)
+            coordinator=coordinator,
+            slice_hosts=hosts,
+            slice_host_index=position,
+        )
+    return out
