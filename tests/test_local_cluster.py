@@ -169,7 +169,8 @@ def test_temporal_command_passes_dynamic_config_verbatim() -> None:
 
 
 def test_worker_command_formats_resources_and_attributes() -> None:
-    """Cores go as a float, memory as bytes, bools as true/false and ints as digits; tasks run as the user."""
+    """Cores go as a float, memory as bytes, bools as true/false and ints as digits; tasks run as the user
+    and are reached on loopback."""
     spec = LocalWorkerSpec(
         worker_id="slice-0",
         cpu_millis=500,
@@ -189,6 +190,7 @@ def test_worker_command_formats_resources_and_attributes() -> None:
         "--memory", "2048",
         "--runtime", "docker",
         "--task-user", "",
+        "--address", "127.0.0.1",
         "--default-image", "python:3.11",
         "--attribute", "tpu-worker-id=0",
         "--attribute", "taint:spot=true",
