@@ -253,3 +253,48 @@ def test_restarted_agent_removes_containers_it_lost(fleet: EngineFleet) -> None:
     wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="leftover container removed")
     fleet.client.terminate(job.job_id)
 
+
+
+def serve_http_once() -> str:
+    """Answer one GET on the task's named port `http` (host networking: the host's own port)."""
+    import http.server
+    import os
+
+    body = f"task {os.environ['IRIS_TASK_INDEX']} coordinator {os.environ['JAX_COORDINATOR_ADDRESS']}".encode()
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.HTTPServer(("127.0.0.1", int(os.environ["IRIS_PORT_HTTP"])), Hello)
+    server.timeout = 120
+    server.handle_request()
+    return body.decode()
+
+
+def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineFleet) -> None:
+    """A gang in containers serves on its IRIS_PORT_HTTP; the client resolves and fetches it from outside."""
+    import urllib.request
+
+    job = fleet.submit(
+        serve_http_once, name=f"ports-{fleet.engine}", image=PYTHON_IMAGE, ports=["http"],
+        resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2), coscheduling=CoschedulingConfig("gang"),
+    )  # fmt: skip
+    addresses = wait_until(lambda: (a if len(a := fleet.client.resolve(job.job_id, "http")) == 2 else None),
+                           timeout=120)  # fmt: skip
+
+    def fetch(address: str) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{address}/", timeout=5) as reply:
+                return str(reply.read().decode())
+        except OSError:
+            return None
+
+    bodies = [wait_until(lambda a=a: fetch(a), timeout=60, what=f"an answer from {a}") for a in addresses]
+    coordinator = fleet.client.endpoints(job.job_id)["jax-coordinator"][0]
+    assert [f"task {i} coordinator {coordinator}" for i in range(2)] == bodies
+    assert JobState.SUCCEEDED == job.wait(timeout=120).state
+    assert [] == fleet.client.resolve(job.job_id, "http")
