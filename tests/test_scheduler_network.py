@@ -204,3 +204,28 @@ def test_no_port_is_held_by_two_live_tasks_on_one_host(ops: list[tuple[object, .
                 assert worker.port_range[0] <= port <= worker.port_range[1]
                 assert (worker.address, port) not in held
                 held.add((worker.address, port))
+
+
+def test_a_huge_gangs_assignments_are_announced_in_batches_below_the_payload_limit() -> None:
+    """A 1,000-host slice: each batch of assignments carries at most MAX_ANNOUNCED_HOSTS host names."""
+    import json
+
+    from activities.contracts import Delivery
+    from workflows.scheduler_network import MAX_ANNOUNCED_HOSTS, announce_batches
+
+    hosts = 1_000
+    workers = {}
+    for i in range(hosts):
+        w = _worker(i, f"10.1.{i // 250}.{i % 250}", {"tpu-name": "big", "tpu-worker-id": i})
+        workers[w.worker_id] = w
+    state = SchedulerState(workers=workers)
+    _enqueue(state, "j", hosts, group_by="tpu-name")
+    accepted = _scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(hosts)}))
+    outgoing = [(Delivery(key, "assigned", assigned), placed) for key, assigned, placed in accepted]
+    batches = list(announce_batches(outgoing, 2_000))
+    assert hosts == sum(len(b) for b in batches)
+    for batch in batches:
+        names = sum(len(d.arg.network.slice_hosts) for d, _ in batch)
+        assert names <= MAX_ANNOUNCED_HOSTS
+        size = len(json.dumps([{"network": {"slice_hosts": d.arg.network.slice_hosts}} for d, _ in batch]))
+        assert size < 512 * 1024  # Temporal warns past 512 KB and refuses past 2 MB

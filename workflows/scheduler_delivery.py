@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         Enqueue,
     )
     from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_network import announce_batches
     from workflows.scheduler_state import (
         PendingEntry,
     )
@@ -87,8 +88,7 @@ class Deliveries(SchedulerBase):
         outgoing += [(Delivery(key, UNSCHEDULABLE, arg), None) for key, arg in self._take_timed_out(plan)]
         # In batches, one workflow task each, so no task holds the 100,000 deliveries of a big
         # pass (the deadlock detector fires after 2 s of workflow code).
-        for start in range(0, len(outgoing), ANNOUNCE_BATCH):
-            batch = outgoing[start : start + ANNOUNCE_BATCH]
+        for batch in announce_batches(outgoing, ANNOUNCE_BATCH):  # and a gang's host lists split
             deliveries = [delivery for delivery, _ in batch]
             outcome = await self._deliver_assignments(deliveries)
             self._give_back(batch, outcome.gone)

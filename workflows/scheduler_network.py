@@ -7,7 +7,8 @@ coordinator's address and each TPU slice's host list can be given to every task 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from activities.contracts import TaskNetwork, task_workflow_id
 from activities.proto import cluster_pb2 as pb
@@ -15,6 +16,9 @@ from scheduler.network import COORDINATOR_PORT, Member, PortBook, slice_layout
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_state import SchedulerState
 
+MAX_ANNOUNCED_HOSTS = 25_000
+"""Slice host names per announcement batch (~400 KB): every task of an N-host gang carries its slice's
+N names, so a 1,000-host gang's assignments (1,000,000 names) go out over several batches."""
 TPU_NAME = "tpu-name"  # a worker with this attribute is a TPU host; its value names its slice
 TPU_WORKER_ID = "tpu-worker-id"  # the host's index in its slice
 
@@ -88,3 +92,20 @@ def task_networks(
             slice_host_index=position,
         )
     return out
+
+
+def announce_batches(outgoing: Sequence[Any], most: int) -> Iterator[list[Any]]:
+    """`outgoing` ((Delivery, ...) pairs) in batches of at most `most` deliveries and MAX_ANNOUNCED_HOSTS
+    slice host names, in order, so no batch's payload nears Temporal's 2 MB limit."""
+    batch: list[Any] = []
+    hosts = 0
+    for item in outgoing:
+        network = getattr(item[0].arg, "network", None)
+        weight = len(network.slice_hosts) if network is not None else 0
+        if batch and (len(batch) >= most or hosts + weight > MAX_ANNOUNCED_HOSTS):
+            yield batch
+            batch, hosts = [], 0
+        batch.append(item)
+        hosts += weight
+    if batch:
+        yield batch
