@@ -229,3 +229,34 @@ def test_a_huge_gangs_assignments_are_announced_in_batches_below_the_payload_lim
         assert names <= MAX_ANNOUNCED_HOSTS
         size = len(json.dumps([{"network": {"slice_hosts": d.arg.network.slice_hosts}} for d, _ in batch]))
         assert size < 512 * 1024  # Temporal warns past 512 KB and refuses past 2 MB
+
+
+def test_task_environment_from_its_network() -> None:
+    """The agent's variables: JAX's three for a multi-task job, TPU hosts on a slice, one IRIS_PORT_ per name."""
+    from activities.contracts import RunTaskInput, TaskNetwork
+    from worker_agent.distributed_env import distributed_env, endpoints
+
+    net = TaskNetwork(address="10.0.0.11", ports={"http": 20001}, coordinator="10.0.0.10:20000",
+                      slice_hosts=["10.0.0.10", "10.0.0.11"], slice_host_index=1)  # fmt: skip
+    inp = RunTaskInput(job_id="j", task_index=1, num_tasks=2, attempt=0, worker_id="w1", network=net)
+    assert {
+        "JAX_COORDINATOR_ADDRESS": "10.0.0.10:20000", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1",
+        "TPU_WORKER_HOSTNAMES": "10.0.0.10,10.0.0.11", "TPU_WORKER_ID": "1", "IRIS_PORT_HTTP": "20001",
+    } == distributed_env(inp)  # fmt: skip
+    assert {"http": "10.0.0.11:20001"} == endpoints(net)
+    zero = TaskNetwork(address="10.0.0.10", ports={COORDINATOR_PORT: 20000})
+    assert {"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"} == distributed_env(
+        RunTaskInput(job_id="j", task_index=0, num_tasks=2, attempt=0, worker_id="w0", network=zero)
+    )
+    assert {} == distributed_env(RunTaskInput(job_id="j", task_index=0, num_tasks=1, attempt=0, worker_id="w0"))
+
+
+def test_a_worker_with_a_bad_port_range_is_refused() -> None:
+    """Registration names the port range when it is outside 1-65535 or backwards."""
+    from workflows.scheduler_state import validate_metadata
+
+    meta = pb.WorkerMetadata(worker_id="w", port_range_start=30000, port_range_end=20000)
+    meta.capacity.cpu_millis = 1000
+    assert validate_metadata(meta).startswith("port range 30000-20000")
+    meta.port_range_end = 40000
+    assert "" == validate_metadata(meta)

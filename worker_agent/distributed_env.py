@@ -14,15 +14,26 @@ from activities.contracts import RunTaskInput, TaskNetwork
 
 
 def host_address() -> str:
-    """This host's address as other hosts see it: the IP its host name resolves to, or the name itself.
+    """This host's address as other hosts see it: the IP its host name resolves to, unless that is a
+    loopback address (Debian maps the name to 127.0.1.1), then the address of the interface of the
+    default route; the host name when neither is known.
 
     An agent started with an explicit address (`iris worker serve --address`) does not ask.
     """
     name = socket.gethostname()
     try:
-        return socket.gethostbyname(name)
+        resolved = socket.gethostbyname(name)
     except OSError:
-        return name
+        resolved = ""
+    if resolved and not resolved.startswith("127."):
+        return resolved
+    try:
+        # Connecting a UDP socket sends nothing: it only asks the kernel which interface it would use.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1 (RFC 5737): routed by default, never answered
+            return str(probe.getsockname()[0])
+    except OSError:
+        return resolved or name
 
 
 def distributed_env(inp: RunTaskInput) -> dict[str, str]:
