@@ -277,6 +277,7 @@ def serve_http_once() -> str:
 
 def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineFleet) -> None:
     """A gang in containers serves on its IRIS_PORT_HTTP; the client resolves and fetches it from outside."""
+    import functools
     import urllib.request
 
     job = fleet.submit(
@@ -293,7 +294,7 @@ def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineF
         except OSError:
             return None
 
-    bodies = [wait_until(lambda a=a: fetch(a), timeout=60, what=f"an answer from {a}") for a in addresses]
+    bodies = [wait_until(functools.partial(fetch, a), timeout=60, what=f"an answer from {a}") for a in addresses]
     coordinator = fleet.client.endpoints(job.job_id)["jax-coordinator"][0]
     assert [f"task {i} coordinator {coordinator}" for i in range(2)] == bodies
     assert JobState.SUCCEEDED == job.wait(timeout=120).state
