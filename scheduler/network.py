@@ -12,7 +12,7 @@ Linux's ephemeral range).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +52,8 @@ class PortBook:
     attempt lingering in TIME_WAIT does not stop the next one from binding.
     """
 
-    def __init__(self, held: Iterable[tuple[str, int]], cursors: dict[str, int]) -> None:
-        self._held: dict[str, set[int]] = {}
-        for address, port in held:
-            self._held.setdefault(address, set()).add(port)
+    def __init__(self, held: dict[str, set[int]], cursors: dict[str, int]) -> None:
+        self._held = held  # address -> ports held there; taken over (updated in place)
         self.cursors = cursors  # the caller's: updated in place, carried in its state
 
     def take(self, address: str, start: int, end: int) -> int | None:

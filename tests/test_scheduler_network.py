@@ -170,7 +170,7 @@ def test_port_names_are_checked() -> None:
 
 def test_port_book_wraps_and_skips_held_ports() -> None:
     """Ports are handed out after the last one given, wrapping at the range's end, never one still held."""
-    book = PortBook([("h", 101)], {"h": 100})
+    book = PortBook({"h": {101}}, {"h": 100})
     assert [102, 100] == [book.take("h", 100, 102), book.take("h", 100, 102)]
     assert book.take("h", 100, 102) is None
 

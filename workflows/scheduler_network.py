@@ -29,12 +29,23 @@ def needs_network(spec: SchedulingSpec) -> bool:
 
 
 def port_book(state: SchedulerState) -> PortBook:
-    """The ports every live placement holds, by its worker's host address."""
-    held: list[tuple[str, int]] = []
-    for p in state.placements.values():
-        worker = state.workers.get(p.worker_id)
-        if p.ports and worker is not None:
-            held.extend((worker.address, port) for port in p.ports.values())
+    """The ports every live placement holds, by its worker's host address (read from `state.ported`)."""
+    held: dict[str, set[int]] = {}
+    placements, workers = state.placements, state.workers
+    gone = []
+    for key in state.ported:
+        p = placements.get(key)
+        if p is None or not p.ports:
+            gone.append(key)
+            continue
+        worker = workers.get(p.worker_id)
+        if worker is not None:
+            ports = held.get(worker.address)
+            if ports is None:
+                held[worker.address] = set(p.ports.values())
+            else:
+                ports.update(p.ports.values())
+    state.ported.difference_update(gone)
     return PortBook(held, state.port_cursors)
 
 

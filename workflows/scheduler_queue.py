@@ -120,6 +120,8 @@ class Queue(SchedulerBase):
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
                                                dict(claim.ports))  # fmt: skip
+        if claim.ports:
+            self.state.ported.add(key)
         entry = self.state.pending.get(claim.job_id)
         if entry is not None and entry.attempts.get(claim.task_index, -1) <= claim.attempt:
             entry.attempts.pop(claim.task_index, None)
@@ -235,6 +237,8 @@ class Queue(SchedulerBase):
                     spec.tpus,
                     ports.get(a.task_index, {}),
                 )
+                if ports.get(a.task_index):
+                    self.state.ported.add(key)
             networks = task_networks(self.state, job_id, spec, fitting) if needs_network(spec) else {}
             for a in fitting:
                 key = task_workflow_id(job_id, a.task_index)

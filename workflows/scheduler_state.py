@@ -82,6 +82,9 @@ class SchedulerState:
     pending_reasons: dict[str, str] = field(default_factory=dict)
     actions: deque[ActionRow] = field(default_factory=new_ring)  # recent placements, requeues, cordons
     port_cursors: dict[str, int] = field(default_factory=dict)  # host address -> last port handed out
+    # Keys of placements that hold ports (a superset: a key whose placement is gone is dropped when
+    # next read), so booking ports reads those few, not every placement. Not packed: rebuilt by unpack.
+    ported: set[str] = field(default_factory=set)
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -291,4 +294,5 @@ def unpack(data: bytes) -> SchedulerState:
     for key, ports in (doc.get("ports") or {}).items():
         if key in state.placements:
             state.placements[key].ports = ports
+            state.ported.add(key)
     return state
