@@ -29,12 +29,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.visibility import (
         JOB_STATE,
+        MAX_ENDPOINT_TASKS,
         MAX_ERROR_CHARS,
         MAX_JOB_ERROR_CHARS,
         MAX_REASON_CHARS,
         JobView,
         cap_text,
         compact_status,
+        memo_changes,
     )
 
 
@@ -55,9 +57,10 @@ class Table(JobBase):
             return
         self._set_row(row, TaskState.RUNNING)
         row.attempt, row.worker_id = msg.attempt, msg.worker_id
-        if msg.endpoints or row.endpoints:  # a restarted task publishes its new address
+        published = msg.endpoints if msg.task_index < MAX_ENDPOINT_TASKS else {}
+        if published or row.endpoints:  # a restarted task publishes its new address
             row.endpoints.clear()
-            row.endpoints.update(msg.endpoints)
+            row.endpoints.update(published)
             self._endpoint_rows.add(msg.task_index)
         self._refresh_state()
 
@@ -173,8 +176,9 @@ class Table(JobBase):
         self._stale = False
         view = self._view()
         if view != self._published:
+            changes = memo_changes(self._published, view)
             self._published = view
-            workflow.upsert_memo(view.to_memo())
+            workflow.upsert_memo(changes)
 
     def _set_state(self, state: JobState) -> None:
         if self.status.state != state:

@@ -48,7 +48,11 @@ MEMO_REASON = "pending_reason"
 MEMO_TASKS = "num_tasks"
 MEMO_SUBMITTED = "submitted_at"
 MEMO_FINISHED = "finished_at"
-MEMO_ENDPOINTS = "endpoints"
+MEMO_ENDPOINTS = "endpoints/"
+"""Prefix of one memo key per running task with named ports (`endpoints/3` -> {"http": "host:port"}), so a
+task's start or end upserts its own small key, never the whole job's list again."""
+MAX_ENDPOINT_TASKS = 1_000
+"""Tasks (by index) whose endpoints a job publishes: a job's memo comes with every `list_jobs` row."""
 
 
 def cap_text(text: str, limit: int) -> str:
@@ -82,14 +86,25 @@ class JobView:
             MEMO_TASKS: self.num_tasks,
             MEMO_SUBMITTED: self.submitted_at,
             MEMO_FINISHED: self.finished_at,
-            MEMO_ENDPOINTS: {name: dict(by_task) for name, by_task in self.endpoints.items()},
+            **self._endpoint_keys(),
         }
+
+    def _endpoint_keys(self) -> dict[str, dict[str, str]]:
+        keys: dict[str, dict[str, str]] = {}
+        for name, by_task in self.endpoints.items():
+            for index, address in by_task.items():
+                keys.setdefault(MEMO_ENDPOINTS + index, {})[name] = address
+        return keys
 
     @classmethod
     def from_memo(cls, memo: Mapping[str, Any]) -> JobView:
         """Tolerant of missing keys: a job started before the memo existed has none."""
         counts = memo.get(MEMO_COUNTS) or {}
-        endpoints = memo.get(MEMO_ENDPOINTS) or {}
+        endpoints: dict[str, dict[str, str]] = {}
+        for key, by_name in memo.items():
+            if key.startswith(MEMO_ENDPOINTS) and isinstance(by_name, Mapping):
+                for name, address in by_name.items():
+                    endpoints.setdefault(str(name), {})[key.removeprefix(MEMO_ENDPOINTS)] = str(address)
         return cls(
             state=str(memo.get(MEMO_STATE) or ""),
             counts={str(k): int(v) for k, v in counts.items()} if isinstance(counts, Mapping) else {},
@@ -98,14 +113,16 @@ class JobView:
             num_tasks=int(memo.get(MEMO_TASKS) or 0),
             submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
             finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
-            endpoints={
-                str(name): {str(i): str(a) for i, a in by_task.items()}
-                for name, by_task in endpoints.items()
-                if isinstance(by_task, Mapping)
-            }
-            if isinstance(endpoints, Mapping)
-            else {},
+            endpoints=endpoints,
         )
+
+
+def memo_changes(before: JobView, after: JobView) -> dict[str, Any]:
+    """The memo keys that differ (None for a key to remove, as `upsert_memo` takes it)."""
+    old, new = before.to_memo(), after.to_memo()
+    changes: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) != v}
+    changes.update({k: None for k in old if k not in new})
+    return changes
 
 
 def initial_job_view(req: pb.JobRequest) -> JobView:
