@@ -136,3 +136,24 @@ def test_bad_port_name_is_refused_at_submit(client: IrisClient) -> None:
     with pytest.raises(ValueError, match=r"^ports: 'my-port'"):
         client.submit_command(["true"], resources=SMALL, ports=["my-port"])
     assert before == len(client.list_jobs())
+
+
+def test_retried_gang_gets_a_fresh_coordinator_address(client: IrisClient) -> None:
+    """Task 1 fails the gang's first attempt; the whole gang runs again with another coordinator port."""
+    script = ('import os, sys; print("coordinator", os.environ["IRIS_ATTEMPT"], os.environ["JAX_COORDINATOR_ADDRESS"]);'
+              ' sys.exit(1 if os.environ["IRIS_ATTEMPT"] == "0" and os.environ["IRIS_TASK_INDEX"] == "1" else 0)')
+    job = client.submit_command(
+        [sys.executable, "-c", script], resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2),
+        constraints=[Constraint("tpu-name", "EQ", "slice-a")], coscheduling=CoschedulingConfig(group_by="tpu-name"),
+        max_retries_failure=1,
+    )  # fmt: skip
+    assert JobState.SUCCEEDED == job.wait(timeout=120).state
+    seen: dict[str, set[str]] = {}
+    for index in (0, 1):
+        for line in client.fetch_task_logs(job.job_id, index):
+            if line.startswith("coordinator "):
+                _, attempt, address = line.split()
+                seen.setdefault(attempt, set()).add(address)
+    assert {"0", "1"} == set(seen)
+    assert 1 == len(seen["0"]) == len(seen["1"])  # each attempt's tasks agree on one coordinator
+    assert seen["0"] != seen["1"]
