@@ -180,6 +180,7 @@ class TaskNetwork:
     coordinator: str = ""  # "host:port" of task 0's coordinator port ("" = not known at placement)
     slice_hosts: list[str] = field(default_factory=list)  # a TPU gang: its slice's hosts, in host order
     slice_host_index: int = -1  # this task's host in `slice_hosts`
+    megascale_coordinator: str = ""  # a multi-slice gang: "host:port" on slice 0's first host (task 0's)
 
 
 @dataclass
@@ -203,7 +204,6 @@ class RunTaskInput:
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
     num_slices: int = 0                             # > 1: a multi-slice gang (task i on slice i // hosts)
-    coordinator_host: str = ""                      # a gang's slice 0 first host (the scheduler's choice)
     network: TaskNetwork | None = None              # ports, coordinator and peers (a distributed job)
 
 

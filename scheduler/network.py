@@ -18,6 +18,8 @@ from typing import Any
 
 COORDINATOR_PORT = "jax-coordinator"
 """Task 0's port for the JAX coordinator (a name no user port can take: they have no '-')."""
+MEGASCALE_PORT = "megascale-coordinator"
+"""Task 0's port for the MegaScale coordinator of a multi-slice gang (slice 0's first host)."""
 PORT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 MAX_PORT_NAMES = 16
 

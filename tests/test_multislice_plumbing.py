@@ -19,7 +19,6 @@ from workflows.scheduler_state import (
     SchedulerState,
     WorkerEntry,
     encode_snapshot,
-    gang_coordinator,
     pack,
     unpack,
 )
@@ -74,25 +73,15 @@ def test_state_packed_before_multi_slice_gangs_still_unpacks() -> None:
     assert "" == again.workers["w0"].host
 
 
-def test_the_coordinator_is_the_host_of_the_lowest_task() -> None:
-    """A gang's coordinator is where its first task runs (slice 0's first host)."""
-    state = SchedulerState()
-    for worker_id, host in (("w0", "host-0"), ("w1", "host-1")):
-        state.workers[worker_id] = WorkerEntry(worker_id, "s", 1000, 1 << 30, 0, 0, {}, host=host)
-    placed = [pb.SchedulingAssignment(job_id="j", task_index=i, worker_id=f"w{1 - i}") for i in (1, 0)]
-    assert "host-1" == gang_coordinator(state, placed)
-    assert "" == gang_coordinator(state, [])
-
-
 def test_megascale_env_of_a_task() -> None:
     """Task 5 of 8 over 2 slices is on slice 1; a plain job or a one-slice gang gets no MEGASCALE_*."""
     assert {
         "MEGASCALE_NUM_SLICES": "2",
         "MEGASCALE_SLICE_ID": "1",
-        "MEGASCALE_COORDINATOR_ADDRESS": "host-0:8080",
-    } == megascale_env(2, 5, 8, "host-0")
-    assert {} == megascale_env(0, 5, 8, "host-0")
-    assert {} == megascale_env(1, 5, 8, "host-0")
+        "MEGASCALE_COORDINATOR_ADDRESS": "host-0:20001",
+    } == megascale_env(2, 5, 8, "host-0:20001")
+    assert {} == megascale_env(0, 5, 8, "host-0:20001")
+    assert {} == megascale_env(1, 5, 8, "host-0:20001")
 
 
 def test_the_temporal_ui_says_how_a_multi_slice_job_is_split() -> None:

@@ -272,3 +272,32 @@ def test_a_worker_with_a_bad_port_range_is_refused() -> None:
     assert validate_metadata(meta).startswith("port range 30000-20000")
     meta.port_range_end = 40000
     assert "" == validate_metadata(meta)
+
+
+def test_multi_slice_gang_gets_a_megascale_port_on_slice_0s_first_host() -> None:
+    """Two 2-host slices: every task is told the same MegaScale coordinator, task 0's host on its own port."""
+    from activities.contracts import RunTaskInput
+    from scheduler.network import MEGASCALE_PORT
+    from worker_agent.distributed_env import distributed_env
+
+    workers = {}
+    for i in range(4):
+        w = _worker(i, f"10.0.{i // 2}.{i % 2}", {"tpu-name": f"s{i // 2}", "tpu-worker-id": i % 2})
+        workers[w.worker_id] = w
+    state = SchedulerState(workers=workers)
+    _enqueue(state, "j", 4, group_by="tpu-name")
+    state.pending["j"].spec.num_groups = 2
+    got = _networks(_scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(4)})))
+    zero = got[0].network
+    assert zero is not None
+    megascale = f"10.0.0.0:{zero.ports[MEGASCALE_PORT]}"
+    assert megascale != zero.coordinator
+    for i in range(4):
+        net = got[i].network
+        assert net is not None
+        assert megascale == net.megascale_coordinator
+        assert [f"10.0.{i // 2}.0", f"10.0.{i // 2}.1"] == net.slice_hosts  # its own slice's hosts only
+        env = distributed_env(RunTaskInput("j", i, 4, 0, f"w{i}", num_slices=2, network=net))
+        assert (megascale, str(i // 2), "2") == (
+            env["MEGASCALE_COORDINATOR_ADDRESS"], env["MEGASCALE_SLICE_ID"], env["MEGASCALE_NUM_SLICES"]
+        )

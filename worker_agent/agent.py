@@ -55,7 +55,6 @@ from worker_agent.backoff import Backoff, pause
 from worker_agent.bundles import Bundles
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
-from worker_agent.megascale import megascale_env
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.registration import describe_error as _describe
 from worker_agent.registration import register_hosts
@@ -432,7 +431,6 @@ class WorkerAgent:
             "IRIS_NUM_TASKS": str(inp.num_tasks),
             "IRIS_ATTEMPT": str(inp.attempt),
             "IRIS_WORKER_ID": self.config.worker_id,
-            **megascale_env(inp.num_slices, inp.task_index, inp.num_tasks, inp.coordinator_host),
         }
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:

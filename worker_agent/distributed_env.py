@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 
 from activities.contracts import RunTaskInput, TaskNetwork
+from worker_agent.megascale import megascale_env
 
 
 def host_address() -> str:
@@ -37,7 +38,7 @@ def host_address() -> str:
 
 
 def distributed_env(inp: RunTaskInput) -> dict[str, str]:
-    """The variables for this task: none for a job of one task without ports."""
+    """The variables for this task (MEGASCALE_* too); none for a job of one task without ports."""
     net = inp.network
     env: dict[str, str] = {}
     if net is None:
@@ -50,6 +51,7 @@ def distributed_env(inp: RunTaskInput) -> dict[str, str]:
     if net.slice_hosts:
         env["TPU_WORKER_HOSTNAMES"] = ",".join(net.slice_hosts)
         env["TPU_WORKER_ID"] = str(net.slice_host_index)
+    env.update(megascale_env(inp.num_slices, inp.task_index, inp.num_tasks, net.megascale_coordinator))
     for name, port in net.ports.items():
         if "-" not in name:  # Iris's own ports (the coordinator's) are named so no variable can clash
             env[f"IRIS_PORT_{name.upper()}"] = str(port)

@@ -67,8 +67,6 @@ class Assigned:
     attempt: int
     worker_id: str
     session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
-    # A gang's coordinator host: where its first task runs (slice 0's first host), "" for a plain job.
-    coordinator: str = ""
     network: TaskNetwork | None = None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from activities.contracts import TaskNetwork, task_workflow_id
 from activities.proto import cluster_pb2 as pb
-from scheduler.network import COORDINATOR_PORT, Member, PortBook, slice_layout
+from scheduler.network import COORDINATOR_PORT, MEGASCALE_PORT, Member, PortBook, slice_layout
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_state import SchedulerState
 
@@ -59,6 +59,8 @@ def book_ports(
         names = list(spec.ports)
         if spec.coordinator and a.task_index == 0:
             names.append(COORDINATOR_PORT)
+        if spec.num_groups > 1 and a.task_index == 0:
+            names.append(MEGASCALE_PORT)  # task 0 runs on slice 0's first host
         ports: dict[str, int] = {}
         for name in names:
             port = book.take(worker.address, *worker.port_range)
@@ -73,17 +75,19 @@ def book_ports(
 def task_networks(
     state: SchedulerState, job_id: str, spec: SchedulingSpec, placed: Sequence[pb.SchedulingAssignment]
 ) -> dict[int, TaskNetwork]:
-    """What each just-placed task needs to know: its address and ports, the coordinator, its TPU slice.
+    """What each just-placed task needs to know: its address and ports, the coordinators, its TPU slice.
 
     The coordinator is task 0's placement as it stands: for a gang, placed in this same commit; for
     a job that is not coscheduled, whenever task 0 was placed ("" while it waits for a place).
     """
-    coordinator = ""
+    coordinator = megascale = ""
     zero = state.placements.get(task_workflow_id(job_id, 0))
-    if spec.coordinator and zero is not None and COORDINATOR_PORT in zero.ports:
-        host = state.workers.get(zero.worker_id)
-        if host is not None:
+    host = state.workers.get(zero.worker_id) if zero is not None else None
+    if zero is not None and host is not None:
+        if spec.coordinator and COORDINATOR_PORT in zero.ports:
             coordinator = f"{host.address}:{zero.ports[COORDINATOR_PORT]}"
+        if spec.num_groups > 1 and MEGASCALE_PORT in zero.ports:
+            megascale = f"{host.address}:{zero.ports[MEGASCALE_PORT]}"
     layout: dict[int, tuple[list[str], int]] = {}
     if spec.group_by:
         members = []
@@ -101,6 +105,7 @@ def task_networks(
             coordinator=coordinator,
             slice_hosts=hosts,
             slice_host_index=position,
+            megascale_coordinator=megascale,
         )
     return out
 

@@ -40,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         PendingEntry,
         Placement,
         committed,
-        gang_coordinator,
     )
     from workflows.worker_lifecycle import WorkerEvent
 
@@ -222,7 +221,6 @@ class Queue(SchedulerBase):
                 fitting = [a for a in fitting if a.task_index in ports]
             if spec.group_by and fitting:
                 used = trial
-            coordinator = gang_coordinator(self.state, fitting) if spec.group_by else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
@@ -244,7 +242,7 @@ class Queue(SchedulerBase):
                 key = task_workflow_id(job_id, a.task_index)
                 attempt = self.state.placements[key].attempt
                 session = self.state.workers[a.worker_id].session
-                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session, coordinator=coordinator,
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session,
                                     network=networks.get(a.task_index))  # fmt: skip
                 accepted.append((key, assigned, a))
             if fitting:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import zlib
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,15 +121,6 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
         u[2] += p.gpus
         u[3] += p.tpus
     return used
-
-
-def gang_coordinator(state: SchedulerState, assignments: Sequence[pb.SchedulingAssignment]) -> str:
-    """The host of the worker that runs a gang's lowest task (slice 0's first host); "" when unknown."""
-    if not assignments:
-        return ""
-    first = min(assignments, key=lambda a: a.task_index)
-    worker = state.workers.get(first.worker_id)
-    return worker.host if worker is not None else ""
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:

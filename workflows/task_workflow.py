@@ -280,7 +280,6 @@ class TaskWorkflow:
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
             num_slices=inp.spec.num_groups if inp.spec.num_groups > 1 else 0,
-            coordinator_host=self._assigned.coordinator if self._assigned is not None else "",
             network=self._network,
         )
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,23 +44,27 @@ def two_slices(cluster: Cluster, client: IrisClient) -> Iterator[None]:
 def placement() -> dict[str, str]:
     """What a task reports about itself: its worker and the MEGASCALE_* variables it was given."""
     keys = ("IRIS_WORKER_ID", "IRIS_TASK_INDEX", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID",
-            "MEGASCALE_COORDINATOR_ADDRESS")  # fmt: skip
+            "MEGASCALE_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS")  # fmt: skip
     return {key: os.environ.get(key, "") for key in keys}
 
 
 @pytest.mark.usefixtures("two_slices")
 def test_two_slice_gang_gets_megascale_env(client: IrisClient) -> None:
-    """Tasks 0-1 run on ms-a and 2-3 on ms-b, each told the slice count, its slice and slice 0's first host."""
+    """Tasks 0-1 run on ms-a and 2-3 on ms-b, each told the slice count, its slice and slice 0's first host
+    with a port reserved there for MegaScale (not JAX's coordinator port)."""
     job = client.submit(placement, **MULTI)  # type: ignore[arg-type]
     status = job.wait(timeout=90)
     assert JobState.SUCCEEDED == status.state
-    coordinator = f"{socket.gethostname()}:8080"
+    results = job.results()
+    coordinator, jax_coordinator = results[0]["MEGASCALE_COORDINATOR_ADDRESS"], results[0]["JAX_COORDINATOR_ADDRESS"]
+    assert coordinator.startswith("127.0.0.1:") and coordinator != jax_coordinator
     expected = [
         {"IRIS_WORKER_ID": worker, "IRIS_TASK_INDEX": str(i), "MEGASCALE_NUM_SLICES": "2",
-         "MEGASCALE_SLICE_ID": str(i // 2), "MEGASCALE_COORDINATOR_ADDRESS": coordinator}
+         "MEGASCALE_SLICE_ID": str(i // 2), "MEGASCALE_COORDINATOR_ADDRESS": coordinator,
+         "JAX_COORDINATOR_ADDRESS": jax_coordinator}
         for i, worker in enumerate(HOSTS)
     ]  # fmt: skip
-    assert expected == job.results()
+    assert expected == results
     assert HOSTS == [t.worker_id for t in status.tasks]
 
 
