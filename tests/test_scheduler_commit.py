@@ -32,7 +32,7 @@ def test_plain_job_commits_what_still_fits() -> None:
     """A worker lost while the plan was computed gets nothing; the other placement is committed."""
     state = _state()
     state.workers["w1"].state = WorkerState.LOST
-    accepted = _scheduler(state)._commit(_plan())
+    accepted = _scheduler(state)._commit(_plan(), now=0.0)
     assert ["j/task-0"] == [key for key, _, _ in accepted]
     assert {"j/task-0"} == set(state.placements)
     assert {1: 0} == state.pending["j"].attempts
@@ -42,7 +42,7 @@ def test_gang_commits_all_or_nothing() -> None:
     """When one member's worker was lost meanwhile, no member of the gang is committed."""
     state = _state(group_by="slice", tasks=4)
     state.workers["w2"].state = WorkerState.LOST
-    accepted = _scheduler(state)._commit(_plan(4))
+    accepted = _scheduler(state)._commit(_plan(4), now=0.0)
     assert [] == accepted
     assert {} == state.placements
     assert {0: 0, 1: 0, 2: 0, 3: 0} == state.pending["j"].attempts
@@ -52,13 +52,13 @@ def test_capacity_taken_meanwhile_is_not_committed_twice() -> None:
     """A placement that appeared while the plan was computed counts against the worker's capacity."""
     state = _state()
     state.placements["k/task-0"] = Placement("k", 0, 0, "w0", 1000, 2**20, 0, 0)
-    accepted = _scheduler(state)._commit(_plan())
+    accepted = _scheduler(state)._commit(_plan(), now=0.0)
     assert ["j/task-1"] == [key for key, _, _ in accepted]
 
 
 def test_whole_gang_committed_when_everything_still_holds() -> None:
     """With nothing changed, every member is placed and the job leaves the queue."""
     state = _state(group_by="slice", tasks=4)
-    accepted = _scheduler(state)._commit(_plan(4))
+    accepted = _scheduler(state)._commit(_plan(4), now=0.0)
     assert [f"w{i}" for i in range(4)] == [assigned.worker_id for _, assigned, _ in accepted]
     assert "j" not in state.pending

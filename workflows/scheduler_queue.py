@@ -169,7 +169,7 @@ class Queue(SchedulerBase):
             self._changed()
 
     def _commit(
-        self, plan: pb.SchedulingPlan, limit: int | None = MAX_COMMIT_PER_PASS
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
@@ -247,7 +247,7 @@ class Queue(SchedulerBase):
                 accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])
-                record(self.state.actions, workflow.now().timestamp(), "tasks placed", "job", job_id, detail)
+                record(self.state.actions, now, "tasks placed", "job", job_id, detail)
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted
