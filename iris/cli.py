@@ -389,9 +389,14 @@ def worker_serve(
     from iris.daemon_logs import ship_daemon_logs
 
     on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
+    from iris.task_connection import referenced_files, task_cluster_env
+
+    state_dir = default_state_dir(wid)
+    cluster_env = task_cluster_env(settings, store, state_dir.parent / "secrets")  # a task reaches this cluster
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
-        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
+        attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
+        cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,

@@ -86,6 +86,8 @@ class JobStatus:
     submitted_at: float
     finished_at: float | None
     tasks: tuple[TaskStatus, ...] = ()
+    parent_job_id: str = ""  # the job whose task submitted this one; "" for a root job
+    namespace: str = ""  # the namespace the job runs in (default: its user)
 
     @property
     def done(self) -> bool:

@@ -34,6 +34,7 @@ class JobBase:
     _ended: deque[tuple[int, TaskResult | None]]  # ended tasks not recorded yet
     _open: set[int]  # tasks of a plain job started and not yet recorded as ended
     _handover: bool  # this job continues as new with its tasks running
+    _has_children: bool  # a child job announced itself (job_tree)
 
     def _refresh_state(self) -> None:
         raise NotImplementedError

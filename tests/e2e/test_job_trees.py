@@ -1,0 +1,119 @@
+"""Job trees on the session cluster: jobs submitted from inside a task are its job's children, and die with it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from iris import IrisClient, JobState, ResourceSpec
+from tests.support import Cluster, wait_until
+
+SMALL = ResourceSpec(cpu=0.25, memory="128m")
+
+
+def _record_and_sleep(pid_dir: str, tag: str) -> None:
+    """A descendant that records its pid and environment, then runs until it is killed."""
+    Path(pid_dir, tag).write_text(
+        f"{os.getpid()}\n{os.environ['IRIS_NAMESPACE']}\n{os.environ['IRIS_PARENT_JOB_ID']}\n"
+        f"{os.environ.get('SHARED', '')}\n{os.environ.get('OWN', '')}\n"
+    )
+    time.sleep(600)
+
+
+def _middle(pid_dir: str) -> None:
+    """A child that submits a grandchild from its own task, then runs until it is killed."""
+    with IrisClient.connect() as client:
+        client.submit(_record_and_sleep, pid_dir, "grandchild", name="grandchild", resources=SMALL)
+    _record_and_sleep(pid_dir, "middle")
+
+
+def _quick() -> dict[str, str]:
+    return {k: os.environ.get(k, "") for k in ("IRIS_NAMESPACE", "IRIS_PARENT_JOB_ID", "SHARED", "OWN")}
+
+
+def _coordinator(pid_dir: str) -> dict[str, object]:
+    """Submits two children (one submits a grandchild), waits for the quick one, and returns."""
+    with IrisClient.connect() as client:
+        quick = client.submit(_quick, name="quick", resources=SMALL, env={"OWN": "child"})
+        middle = client.submit(_middle, pid_dir, name="middle", resources=SMALL)
+        quick_env = quick.results()[0]
+        deadline = time.monotonic() + 60
+        while not (Path(pid_dir, "grandchild").exists() and Path(pid_dir, "middle").exists()):
+            assert time.monotonic() < deadline, "the descendants did not start"
+            time.sleep(0.2)
+        children = sorted(j.job_id for j in client.list_jobs(parent=os.environ["IRIS_JOB_ID"]))
+    return {"quick": quick.job_id, "middle": middle.job_id, "quick_env": quick_env, "children": children}
+
+
+def _pid(pid_dir: Path, tag: str) -> int:
+    return int((pid_dir / tag).read_text().split("\n")[0])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_parents_end_kills_its_running_descendants(client: IrisClient, tmp_path: Path) -> None:
+    """A callable job submits two children from its task (one submits a grandchild), waits for one and
+    returns: the children are ids below it, inherit its namespace and env, and when it returns the
+    still-running child and grandchild are killed (processes gone), KILLED with an error naming it."""
+    job = client.submit(_coordinator, str(tmp_path), name="coordinator", resources=SMALL, namespace="team-a",
+                        env={"SHARED": "from-parent", "OWN": "parent"})
+    status = job.wait(timeout=120)
+    assert JobState.SUCCEEDED == status.state
+    out = job.results()[0]
+    root = job.job_id
+    assert out["quick"].startswith(root + "/quick-") and out["middle"].startswith(root + "/middle-")
+    assert sorted([out["quick"], out["middle"]]) == out["children"]
+    assert {"IRIS_NAMESPACE": "team-a", "IRIS_PARENT_JOB_ID": root, "SHARED": "from-parent", "OWN": "child"} == \
+        out["quick_env"]
+
+    middle_pid, grandchild_pid = _pid(tmp_path, "middle"), _pid(tmp_path, "grandchild")
+    wait_until(lambda: _gone(middle_pid) and _gone(grandchild_pid), timeout=30, what="descendants' processes gone")
+    middle = client.wait(out["middle"], timeout=30, raise_on_failure=False)
+    assert JobState.KILLED == middle.state
+    assert root in middle.error
+    assert root == middle.parent_job_id and "team-a" == middle.namespace
+    grandchildren = client.list_jobs(parent=out["middle"])
+    assert 1 == len(grandchildren)
+    grandchild = client.wait(grandchildren[0].job_id, timeout=30, raise_on_failure=False)
+    assert JobState.KILLED == grandchild.state
+    assert root in grandchild.error
+    assert grandchild.job_id.startswith(out["middle"] + "/grandchild-")
+    lines = (tmp_path / "grandchild").read_text().split("\n")
+    assert ["team-a", out["middle"], "from-parent", "parent"] == lines[1:5]
+    assert JobState.SUCCEEDED == client.job_status(out["quick"]).state  # a child that ends leaves its parent be
+    assert {root, out["quick"], out["middle"], grandchild.job_id} <= {
+        j.job_id for j in client.list_jobs(namespace="team-a")
+    }
+
+
+def _tree_root(pid_dir: str) -> None:
+    """A root whose task submits a child (which submits a grandchild) and runs until it is killed."""
+    with IrisClient.connect() as client:
+        client.submit(_middle, pid_dir, name="middle", resources=SMALL)
+    _record_and_sleep(pid_dir, "root")
+
+
+def test_iris_job_kill_of_a_root_kills_a_three_level_tree(client: IrisClient, cluster: Cluster, tmp_path: Path) -> None:
+    """`iris job kill ROOT` ends the root and every job below it; no process of the tree is left."""
+    job = client.submit(_tree_root, str(tmp_path), name="root", resources=SMALL)
+    wait_until(lambda: all((tmp_path / t).exists() for t in ("root", "middle", "grandchild")), timeout=90,
+               what="three levels running")
+    pids = [_pid(tmp_path, t) for t in ("root", "middle", "grandchild")]
+    done = subprocess.run([sys.executable, "-m", "iris", "job", "kill", job.job_id], env=cluster.env,
+                          capture_output=True, text=True, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    wait_until(lambda: all(_gone(p) for p in pids), timeout=30, what="the tree's processes gone")
+    tree = [j for j in client.list_jobs(limit=50) if j.job_id == job.job_id or j.job_id.startswith(job.job_id + "/")]
+    assert 3 == len(tree)
+    for j in tree:
+        assert JobState.KILLED == client.wait(j.job_id, timeout=30, raise_on_failure=False).state
