@@ -232,16 +232,23 @@ def job_list(
     state: Annotated[str | None, typer.Option("--state", help="only jobs in this state, e.g. RUNNING")] = None,
     user: Annotated[str | None, typer.Option("--user", help="only this user's jobs")] = None,
     name: Annotated[str | None, typer.Option("--name", help="only jobs of this name")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="only jobs in this namespace")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", help="only the children of this job")] = None,
+    tree: Annotated[bool, typer.Option("--tree", help="each child below its parent, indented")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 200,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """List jobs, newest first (from Temporal's visibility: no workflow is queried)."""
+    from iris.cli_trees import tree_label, tree_order
+
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in iris_client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
+    jobs = iris_client(temporal, store).list_jobs(limit, state=state, user=user, name=name, namespace=namespace,
+                                                  parent=parent)
+    for depth, s in tree_order(jobs) if tree else [(0, j) for j in jobs]:
         counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(s.task_state_counts.items()))
         tasks = f"{s.num_tasks} ({counts})" if counts and s.num_tasks > 1 else str(s.num_tasks)
-        table.add_row(s.job_id, s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
+        table.add_row(tree_label(depth, s), s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
     out.print(table)
 
 
@@ -250,6 +257,8 @@ def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None
     """Show a job and its tasks (and why it is pending, if it is)."""
     s = iris_client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
+    if s.parent_job_id:
+        out.print(f"parent: {s.parent_job_id}", markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
@@ -276,6 +285,9 @@ def job_logs(
         bool | None,
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
     ] = None,
+    children: Annotated[
+        bool, typer.Option("--children", help="also every job below this one; lines labelled '[JOB/task-i] '")
+    ] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -287,6 +299,13 @@ def job_logs(
     except ValueError as e:
         raise fail(str(e)) from None
     client = iris_client(temporal, store)
+    if children:
+        from iris.cli_trees import print_tree_logs
+
+        if task is not None:
+            raise fail("--task: not with --children (every task of every job is printed)")
+        print_tree_logs(client, job_id, sys.stdout, follow=follow, since=since_time, tail=tail)
+        return
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
@@ -304,7 +323,7 @@ def job_logs(
 
 @job_app.command("kill")
 def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
-    """Kill a job: running tasks are stopped, pending ones dequeued."""
+    """Kill a job and every unfinished job below it: running tasks are stopped, pending ones dequeued."""
     requested = iris_client(temporal, store).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 

@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
+    JOB_ID_SEPARATOR,
     JOB_KIND,
     JOB_STATUS_QUERY,
     KILL_JOB,
@@ -145,7 +146,7 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
 
 
 def _visibility_query(state: str | None, user: str | None, name: str | None, parent: str | None = None,
-                      namespace: str | None = None) -> str:
+                      namespace: str | None = None, under: str | None = None) -> str:
     """The list filter: every job workflow (also those started before IrisKind), narrowed by keyword.
 
     A job that continued as new has a closed run per hand-over; only its current run is the job.
@@ -156,6 +157,8 @@ def _visibility_query(state: str | None, user: str | None, name: str | None, par
     for attr, value in keywords:
         if value is not None:
             clauses.append(f"{attr.name} = {_quoted(value)}")
+    if under is not None:  # the whole subtree: ids read as paths
+        clauses.append(f"WorkflowId STARTS_WITH {_quoted(under + JOB_ID_SEPARATOR)}")
     return " AND ".join(clauses)
 
 
@@ -490,14 +493,14 @@ class AsyncIrisClient:
 
     async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
                         name: str | None = None, parent: str | None = None, namespace: str | None = None,
-                        page_size: int = 200) -> list[JobStatus]:
+                        under: str | None = None, page_size: int = 200) -> list[JobStatus]:
         """Jobs newest first, from one paged visibility listing (no workflow is queried); no task tables.
 
-        `parent` lists one job's children, `namespace` the jobs of one namespace.
+        `parent` lists one job's children, `under` every job below it, `namespace` the jobs of one namespace.
         """
         if state is not None and state.upper() not in JobState.__members__:
             raise ValueError(f"state must be one of {', '.join(JobState)}, got {state!r}")
-        query = _visibility_query(state and state.upper(), user, name, parent, namespace)
+        query = _visibility_query(state and state.upper(), user, name, parent, namespace, under)
         out: list[JobStatus] = []
         async for wf in self.temporal.list_workflows(query, limit=limit, page_size=page_size):
             out.append(await self._listed_status(wf))
@@ -769,11 +772,12 @@ class IrisClient:
         return status
 
     def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
-                  name: str | None = None, parent: str | None = None, namespace: str | None = None) -> list[JobStatus]:
+                  name: str | None = None, parent: str | None = None, namespace: str | None = None,
+                  under: str | None = None) -> list[JobStatus]:
         """Jobs newest first (at most `limit`), optionally only those in `state`, of `user`, named `name`,
-        children of the job `parent`, in `namespace`."""
+        children of the job `parent`, anywhere below the job `under`, in `namespace`."""
         return self._run(self._async.list_jobs(limit, state=state, user=user, name=name, parent=parent,
-                                               namespace=namespace))
+                                               namespace=namespace, under=under))
 
     def list_tasks(self, job_id: str) -> list[TaskStatus]:
         return list(self.job_status(job_id).tasks)

@@ -18,6 +18,7 @@ SMALL = ResourceSpec(cpu=0.25, memory="128m")
 
 def _record_and_sleep(pid_dir: str, tag: str) -> None:
     """A descendant that records its pid and environment, then runs until it is killed."""
+    print(f"{tag} running", flush=True)
     Path(pid_dir, tag).write_text(
         f"{os.getpid()}\n{os.environ['IRIS_NAMESPACE']}\n{os.environ['IRIS_PARENT_JOB_ID']}\n"
         f"{os.environ.get('SHARED', '')}\n{os.environ.get('OWN', '')}\n"
@@ -41,6 +42,7 @@ def _coordinator(pid_dir: str) -> dict[str, object]:
     with IrisClient.connect() as client:
         quick = client.submit(_quick, name="quick", resources=SMALL, env={"OWN": "child"})
         middle = client.submit(_middle, pid_dir, name="middle", resources=SMALL)
+        quick.wait(timeout=90)
         quick_env = quick.results()[0]
         deadline = time.monotonic() + 60
         while not (Path(pid_dir, "grandchild").exists() and Path(pid_dir, "middle").exists()):
@@ -103,15 +105,30 @@ def _tree_root(pid_dir: str) -> None:
     _record_and_sleep(pid_dir, "root")
 
 
+def _iris(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `iris` CLI against the session cluster; it must succeed."""
+    done = subprocess.run([sys.executable, "-m", "iris", *args], env={**cluster.env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    return done
+
+
 def test_iris_job_kill_of_a_root_kills_a_three_level_tree(client: IrisClient, cluster: Cluster, tmp_path: Path) -> None:
-    """`iris job kill ROOT` ends the root and every job below it; no process of the tree is left."""
+    """`iris job list --tree` shows a 3-level tree, `iris job logs ROOT --children` prints every level's
+    output, and `iris job kill ROOT` ends the root and every job below it; no process of the tree is left."""
     job = client.submit(_tree_root, str(tmp_path), name="root", resources=SMALL)
     wait_until(lambda: all((tmp_path / t).exists() for t in ("root", "middle", "grandchild")), timeout=90,
                what="three levels running")
     pids = [_pid(tmp_path, t) for t in ("root", "middle", "grandchild")]
-    done = subprocess.run([sys.executable, "-m", "iris", "job", "kill", job.job_id], env=cluster.env,
-                          capture_output=True, text=True, timeout=60)
-    assert 0 == done.returncode, done.stderr
+    listed = _iris(cluster, "job", "list", "--tree").stdout
+    rows = listed.splitlines()
+    at = next(i for i, row in enumerate(rows) if job.job_id in row)
+    assert "│ └ middle-" in rows[at + 1] and "│   └ grandchild-" in rows[at + 2], listed
+    logs = _iris(cluster, "job", "logs", job.job_id, "--children").stdout
+    assert {f"[{job.job_id}/task-0] root running", "middle running", "grandchild running"} <= {
+        line if line.startswith(f"[{job.job_id}/task-0]") else line.split("] ", 1)[-1] for line in logs.splitlines()
+    }, logs
+    _iris(cluster, "job", "kill", job.job_id)
     wait_until(lambda: all(_gone(p) for p in pids), timeout=30, what="the tree's processes gone")
     tree = [j for j in client.list_jobs(limit=50) if j.job_id == job.job_id or j.job_id.startswith(job.job_id + "/")]
     assert 3 == len(tree)
