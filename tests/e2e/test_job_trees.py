@@ -134,3 +134,21 @@ def test_iris_job_kill_of_a_root_kills_a_three_level_tree(client: IrisClient, cl
     assert 3 == len(tree)
     for j in tree:
         assert JobState.KILLED == client.wait(j.job_id, timeout=30, raise_on_failure=False).state
+
+
+def test_a_child_submitted_after_its_parent_ended_is_killed_before_it_runs(
+    client: IrisClient, cluster: Cluster, tmp_path: Path
+) -> None:
+    """A child whose parent has already ended (a late submit from a lost worker's process) never runs a task:
+    it ends KILLED at once, naming the parent; the parent stays as it was."""
+    parent = client.submit(_quick, name="ended", resources=SMALL)
+    assert JobState.SUCCEEDED == parent.wait(timeout=60).state
+    with IrisClient.connect(cluster.info.address, store=cluster.info.store_url) as late:
+        late._async.parent_job_id = parent.job_id  # as a client inside one of its tasks would be
+        child = late.submit(_record_and_sleep, str(tmp_path), "late", name="late", resources=SMALL)
+    status = client.wait(child.job_id, timeout=60, raise_on_failure=False)
+    assert JobState.KILLED == status.state
+    assert f"its parent job {parent.job_id} had already ended" in status.error
+    assert not (tmp_path / "late").exists()
+    assert child.job_id.startswith(parent.job_id + "/late-")
+    assert JobState.SUCCEEDED == client.job_status(parent.job_id).state
