@@ -148,8 +148,13 @@ def run(
     max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
     scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
     priority: Annotated[
-        str, typer.Option(help="band: production, interactive or batch (a user without credits runs as batch)")
-    ] = "interactive",
+        str | None,
+        typer.Option(help="band: production, interactive (default; a child job: its parent's) or batch "
+                          "(a user without credits runs as batch)"),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="the job's namespace (default: your user; a child job: its parent's)")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
     image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
     bundle: Annotated[
@@ -181,9 +186,9 @@ def run(
             max_retries_failure=max_retries,
             max_retries_preemption=max_preemptions,
             scheduling_timeout=scheduling_timeout,
-            priority=priority,
             setup=setup or None,
         )
+        options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
         build_request(**options)  # every check, before anything connects or starts

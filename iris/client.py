@@ -616,8 +616,8 @@ class AsyncIrisClient:
 
 
 def _given(options: Mapping[str, Any]) -> frozenset[str]:
-    """The options a submit set itself (a child's own values win over its parent's)."""
-    return frozenset(k for k, v in options.items() if v is not None)
+    """The options a submit set itself (a child's own values win over its parent's); an empty list is none."""
+    return frozenset(k for k, v in options.items() if v is not None and not (isinstance(v, (list, tuple)) and not v))
 
 
 def _bundle(directory: Any, setup: Any) -> tuple[str, bytes] | None:
