@@ -9,11 +9,12 @@ import pytest
 from activities.contracts import parent_job_of, task_workflow_id
 from activities.job_tree import descendants_query, kill_reason
 from activities.proto import cluster_pb2 as pb
+from iris.cli_trees import tree_label, tree_order
 from iris.connection import TemporalSettings
 from iris.job_tree import MAX_JOB_ID_LENGTH, ancestors, check_namespace, child_job_id, inherit
 from iris.submission import build_request, make_job_id
 from iris.task_connection import referenced_files, require_cluster_address, task_cluster_env, task_parent
-from iris.types import Constraint, ResourceSpec
+from iris.types import Constraint, JobState, JobStatus, ResourceSpec
 
 
 def test_a_childs_id_is_its_parents_id_and_a_name_of_its_own() -> None:
@@ -118,3 +119,14 @@ def test_inside_a_task_no_embedded_cluster_is_started() -> None:
     assert "j-1" == task_parent("127.0.0.1:7233", task)
     assert "" == task_parent("10.0.0.1:7233", task)  # another cluster: a root job there
     assert "" == task_parent("127.0.0.1:7233", {})
+
+
+def _listed(job_id: str, parent: str = "") -> JobStatus:
+    return JobStatus(job_id, "n", JobState.RUNNING, 1, {}, "", "", 0.0, None, parent_job_id=parent)
+
+
+def test_the_tree_listing_puts_each_child_below_its_parent() -> None:
+    """`iris job list --tree`: children follow their parent, indented; a child whose parent is not listed is a root."""
+    jobs = [_listed("a/b/c", "a/b"), _listed("z"), _listed("a/b", "a"), _listed("a"), _listed("gone/x", "gone")]
+    rows = [(depth, tree_label(depth, job)) for depth, job in tree_order(jobs)]
+    assert [(0, "z"), (0, "a"), (1, "└ b"), (2, "  └ c"), (0, "gone/x")] == rows
