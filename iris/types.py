@@ -150,6 +150,8 @@ class JobInfo:
     num_tasks: int
     attempt: int
     worker_id: str
+    namespace: str = ""  # IRIS_NAMESPACE
+    parent_job_id: str = ""  # IRIS_PARENT_JOB_ID: "" for a root job
 
 
 def get_job_info() -> JobInfo | None:
@@ -164,4 +166,6 @@ def get_job_info() -> JobInfo | None:
         num_tasks=int(env.get("IRIS_NUM_TASKS", "1")),
         attempt=int(env.get("IRIS_ATTEMPT", "0")),
         worker_id=env.get("IRIS_WORKER_ID", ""),
+        namespace=env.get("IRIS_NAMESPACE", ""),
+        parent_job_id=env.get("IRIS_PARENT_JOB_ID", ""),
     )

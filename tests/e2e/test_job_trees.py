@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from iris import IrisClient, JobState, ResourceSpec
+from iris import IrisClient, JobState, ResourceSpec, get_job_info
 from tests.support import Cluster, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="128m")
@@ -34,6 +34,9 @@ def _middle(pid_dir: str) -> None:
 
 
 def _quick() -> dict[str, str]:
+    info = get_job_info()
+    assert info is not None and info.namespace == os.environ["IRIS_NAMESPACE"]
+    assert info.parent_job_id == os.environ["IRIS_PARENT_JOB_ID"]
     return {k: os.environ.get(k, "") for k in ("IRIS_NAMESPACE", "IRIS_PARENT_JOB_ID", "SHARED", "OWN")}
 
 
