@@ -55,15 +55,19 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-async def _sweep_seconds(client: IrisClient, job_id: str) -> float | None:
-    """From the parent's history: its kill_descendants activity's time from scheduled to completed."""
+async def _history_times(client: IrisClient, job_id: str) -> tuple[float | None, float]:
+    """From the parent's history: its kill_descendants activity's time (scheduled to completed), and when
+    its workflow closed (unix time)."""
     scheduled: float | None = None
+    sweep: float | None = None
+    last = 0.0
     async for event in client._async.temporal.get_workflow_handle(job_id).fetch_history_events():
+        last = event.event_time.ToDatetime().timestamp()
         if event.activity_task_scheduled_event_attributes.activity_type.name == "kill_descendants":
-            scheduled = event.event_time.ToDatetime().timestamp()
-        elif scheduled is not None and event.HasField("activity_task_completed_event_attributes"):
-            return event.event_time.ToDatetime().timestamp() - scheduled
-    return None
+            scheduled = last
+        elif scheduled is not None and sweep is None and event.HasField("activity_task_completed_event_attributes"):
+            sweep = last - scheduled
+    return sweep, last
 
 
 def measure(client: IrisClient, work: Path, children: int) -> dict[str, float]:
@@ -80,22 +84,18 @@ def measure(client: IrisClient, work: Path, children: int) -> dict[str, float]:
     while not (work / "ended").exists():
         time.sleep(POLL_SECONDS)
     ended = float((work / "ended").read_text())
-    closed_at = None
     gone_at: dict[int, float] = {}
     while len(gone_at) < len(pids):
         alive = set(_alive([p for p in pids if p not in gone_at]))
         now = time.time()
         gone_at.update((p, now) for p in pids if p not in gone_at and p not in alive)
-        if closed_at is None and client.job_status(job.job_id).done:
-            closed_at = time.time()
         time.sleep(POLL_SECONDS)
     times = sorted(t - ended for t in gone_at.values())
     gone = ended + times[-1]
-    status = client.wait(job.job_id, timeout=120)
-    closed = closed_at if closed_at is not None else (status.finished_at or gone)
+    client.wait(job.job_id, timeout=120)
     listed = client.list_jobs(limit=children + 10, parent=job.job_id)
     killed = sum(client.wait(j.job_id, timeout=120, raise_on_failure=False).state == JobState.KILLED for j in listed)
-    sweep = client._run(_sweep_seconds(client, job.job_id))
+    sweep, closed = client._run(_history_times(client, job.job_id))
     return {
         "children": children, "tree_up_s": tree_up, "end_to_parent_closed_s": closed - ended,
         "end_to_all_gone_s": gone - ended, "end_to_first_gone_s": times[0],
