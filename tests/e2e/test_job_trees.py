@@ -155,3 +155,24 @@ def test_a_child_submitted_after_its_parent_ended_is_killed_before_it_runs(
     assert not (tmp_path / "late").exists()
     assert child.job_id.startswith(parent.job_id + "/late-")
     assert JobState.SUCCEEDED == client.job_status(parent.job_id).state
+
+
+def _failing_parent(pid_dir: str) -> None:
+    """Starts a child, waits until it runs, then fails."""
+    with IrisClient.connect() as client:
+        client.submit(_record_and_sleep, pid_dir, "orphan", name="orphan", resources=SMALL)
+    while not Path(pid_dir, "orphan").exists():
+        time.sleep(0.1)
+    raise RuntimeError("the parent fails")
+
+
+def test_a_failed_parent_kills_its_running_child(client: IrisClient, tmp_path: Path) -> None:
+    """A parent that fails takes its running child with it: KILLED, naming the parent and how it ended."""
+    job = client.submit(_failing_parent, str(tmp_path), name="failing", resources=SMALL)
+    assert JobState.FAILED == job.wait(timeout=120, raise_on_failure=False).state
+    pid = _pid(tmp_path, "orphan")
+    wait_until(lambda: _gone(pid), timeout=30, what="the child's process gone")
+    (child,) = client.list_jobs(parent=job.job_id)
+    status = client.wait(child.job_id, timeout=30, raise_on_failure=False)
+    assert JobState.KILLED == status.state
+    assert f"killed: its parent job {job.job_id} ended (FAILED)" == status.error
