@@ -237,12 +237,17 @@ def test_the_codec_server_decrypts_a_job_input_for_an_authenticated_key_holder(k
         server.wait(30)
 
 
+def _getenv(name: str) -> str | None:
+    """The task's own environment variable (a bound `os.environ.get` would ship the submitter's environment)."""
+    return os.environ.get(name)
+
+
 def _secret_of_child() -> dict[str, object]:
     """A task that submits a child on its own (encrypted) cluster; what it and the child saw."""
     from iris import IrisClient
 
     with IrisClient.connect() as client:
-        child = client.submit(os.environ.get, "SECRET_TOKEN", name="child")
+        child = client.submit(_getenv, "SECRET_TOKEN", name="child")
         child.wait(timeout=120)
         return {"child": child.results()[0], "inline_key": "IRIS_CODEC_KEY" in os.environ,
                 "key_file": os.environ.get("IRIS_CODEC_KEY_FILE", "")}
