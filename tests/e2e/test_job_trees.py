@@ -176,3 +176,33 @@ def test_a_failed_parent_kills_its_running_child(client: IrisClient, tmp_path: P
     status = client.wait(child.job_id, timeout=30, raise_on_failure=False)
     assert JobState.KILLED == status.state
     assert f"killed: its parent job {job.job_id} ended (FAILED)" == status.error
+
+
+def _parent_of_one(pid_dir: str) -> None:
+    """Starts one sleeping child, then runs until it is killed."""
+    with IrisClient.connect() as client:
+        client.submit(_record_and_sleep, pid_dir, "child", name="child", resources=SMALL)
+    _record_and_sleep(pid_dir, "parent")
+
+
+def test_kill_after_a_temporal_terminate_of_the_parent_still_kills_its_children(
+    client: IrisClient, tmp_path: Path
+) -> None:
+    """A parent's workflow terminated from outside Iris runs no cleanup; `terminate` of it afterwards kills its
+    children (and says something was killed)."""
+    job = client.submit(_parent_of_one, str(tmp_path), name="terminated", resources=SMALL)
+    wait_until(lambda: (tmp_path / "child").exists() and (tmp_path / "parent").exists(), timeout=90,
+               what="parent and child running")
+    child_pid = _pid(tmp_path, "child")
+
+    async def terminate_from_outside() -> None:
+        await client._async.temporal.get_workflow_handle(job.job_id).terminate(reason="temporal workflow terminate")
+
+    client._run(terminate_from_outside())
+    time.sleep(1.0)
+    assert not _gone(child_pid)  # nothing of Iris ran
+    assert client.terminate(job.job_id)
+    wait_until(lambda: _gone(child_pid), timeout=30, what="the child's process gone")
+    (child,) = client.list_jobs(parent=job.job_id)
+    status = client.wait(child.job_id, timeout=30, raise_on_failure=False)
+    assert (JobState.KILLED, f"killed: its parent job {job.job_id} was killed") == (status.state, status.error)
