@@ -29,6 +29,8 @@ JOB_STATE_ATTRIBUTE = "IrisJobState"
 JOB_NAME_ATTRIBUTE = "IrisJobName"
 JOB_USER_ATTRIBUTE = "IrisUser"
 JOB_TASKS_ATTRIBUTE = "IrisTasks"  # a job's task count, e.g. `IrisTasks > 1000`
+JOB_NAMESPACE_ATTRIBUTE = "IrisNamespace"  # the namespace a job runs in (default: its user)
+JOB_PARENT_ATTRIBUTE = "IrisParentJob"  # the id of the job whose task submitted this one ("" = a root job)
 # Keyword search attribute of every slice workflow (CREATING, READY, ...): the UI's fleet view.
 SLICE_STATE_ATTRIBUTE = "IrisSliceState"
 SEARCH_ATTRIBUTES: dict[str, str] = {
@@ -37,6 +39,8 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     JOB_NAME_ATTRIBUTE: "Keyword",
     JOB_USER_ATTRIBUTE: "Keyword",
     JOB_TASKS_ATTRIBUTE: "Int",
+    JOB_NAMESPACE_ATTRIBUTE: "Keyword",
+    JOB_PARENT_ATTRIBUTE: "Keyword",
     SLICE_STATE_ATTRIBUTE: "Keyword",
 }
 """Name -> Temporal type (`Keyword`, `Int`): the dev server's flags and the controller's registration."""
@@ -82,6 +86,15 @@ def job_of_task(workflow_id: str) -> str:
     return workflow_id.rsplit("/task-", 1)[0]
 
 
+JOB_ID_SEPARATOR = "/"
+"""A child job's id is its parent's id, this, and a name of its own: ids read as paths (iris/job_tree.py)."""
+
+
+def parent_job_of(job_id: str) -> str:
+    """The parent's id of a job id ("" for a root job, whose id holds no separator)."""
+    return job_id.rsplit(JOB_ID_SEPARATOR, 1)[0] if JOB_ID_SEPARATOR in job_id else ""
+
+
 def result_blob_key(job_id: str, task_index: int, attempt: int) -> str:
     """Where a callable task's return value is stored; per attempt, so a failed attempt's leftovers
     never pass for a later attempt's outcome."""
@@ -110,6 +123,7 @@ FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose wor
 # run by a TaskAccessWorkflow the client starts: `iris task exec` and `iris task profile`.
 EXEC_IN_TASK = "exec_in_task"
 PROFILE_TASK = "profile_task"
+KILL_DESCENDANTS = "kill_descendants"  # activity: kill the unfinished jobs of an ended job's tree
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow
@@ -138,6 +152,7 @@ TASK_RETRYING = "task_retrying"  # a task goes back to the queue
 TASK_ENDED = "task_ended"  # one task's result (a TaskResult), for a job that continues as new
 PENDING_REASON = "pending_reason"  # why the job's pending tasks wait ("" once they can be placed)
 KILL_JOB = "kill"  # terminate the job (the reason)
+CHILD_STARTED = "child_started"  # a child job started (its id): the job's end must sweep its tree
 JOB_STATUS_QUERY = "job_status"
 # WorkerWorkflow
 REGISTERED = "registered"  # the scheduler's answer to REGISTER_WORKERS (a RegistrationReply)
@@ -184,6 +199,19 @@ class TaskNetwork:
 
 
 @dataclass
+class KillDescendants:
+    """`kill_descendants`' input: the job that ended, how, and the children it heard of most recently.
+
+    `recent_children` are signalled by id as well as found in visibility, which may lag a child
+    that started a moment before its parent ended.
+    """
+
+    job_id: str
+    state: str
+    recent_children: list[str] = field(default_factory=list)
+
+
+@dataclass
 class RunTaskInput:
     """One attempt of one task, dispatched to the worker the scheduler chose."""
 
@@ -205,6 +233,7 @@ class RunTaskInput:
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
     num_slices: int = 0                             # > 1: a multi-slice gang (task i on slice i // hosts)
     network: TaskNetwork | None = None              # ports, coordinator and peers (a distributed job)
+    namespace: str = ""                             # the job's namespace (IRIS_NAMESPACE)
 
 
 PROCESS_STARTED = "process-started"

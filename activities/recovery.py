@@ -77,7 +77,7 @@ async def find_lost_tasks(job_id: str, indexes: list[int]) -> list[LostTask]:
     """
     wanted = {task_workflow_id(job_id, i): i for i in indexes}
     query = (
-        f"WorkflowId STARTS_WITH '{job_id}/' AND ExecutionStatus != 'Running' "
+        f"WorkflowType = 'TaskWorkflow' AND WorkflowId STARTS_WITH '{job_id}/task-' AND ExecutionStatus != 'Running' "
         "AND ExecutionStatus != 'Completed' AND ExecutionStatus != 'ContinuedAsNew'"
     )
     lost = [

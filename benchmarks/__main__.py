@@ -135,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.dashboard import main as dashboard_main
 
         return dashboard_main(argv[1:])
+    if argv[:1] == ["trees"]:  # from a parent job's end to its 100 children's processes gone
+        from benchmarks.trees import main as trees_main
+
+        return trees_main(argv[1:])
     if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
         from benchmarks.load import main as load_main
 

@@ -154,8 +154,13 @@ def run(
     max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
     scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
     priority: Annotated[
-        str, typer.Option(help="band: production, interactive or batch (a user without credits runs as batch)")
-    ] = "interactive",
+        str | None,
+        typer.Option(help="band: production, interactive (default; a child job: its parent's) or batch "
+                          "(a user without credits runs as batch)"),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="the job's namespace (default: your user; a child job: its parent's)")
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
     image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
     bundle: Annotated[
@@ -192,10 +197,10 @@ def run(
             max_retries_failure=max_retries,
             max_retries_preemption=max_preemptions,
             scheduling_timeout=scheduling_timeout,
-            priority=priority,
             setup=setup or None,
             ports=port or [],
         )
+        options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
         build_request(**options)  # every check, before anything connects or starts
@@ -244,16 +249,23 @@ def job_list(
     state: Annotated[str | None, typer.Option("--state", help="only jobs in this state, e.g. RUNNING")] = None,
     user: Annotated[str | None, typer.Option("--user", help="only this user's jobs")] = None,
     name: Annotated[str | None, typer.Option("--name", help="only jobs of this name")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", help="only jobs in this namespace")] = None,
+    parent: Annotated[str | None, typer.Option("--parent", help="only the children of this job")] = None,
+    tree: Annotated[bool, typer.Option("--tree", help="each child below its parent, indented")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, help="at most this many jobs")] = 200,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """List jobs, newest first (from Temporal's visibility: no workflow is queried)."""
+    from iris.cli_trees import tree_label, tree_order
+
     table = Table("JOB", "NAME", "STATE", "TASKS", "ERROR / WAITING ON")
-    for s in iris_client(temporal, store).list_jobs(limit, state=state, user=user, name=name):
+    jobs = iris_client(temporal, store).list_jobs(limit, state=state, user=user, name=name, namespace=namespace,
+                                                  parent=parent)
+    for depth, s in tree_order(jobs) if tree else [(0, j) for j in jobs]:
         counts = " ".join(f"{k.lower()} {v}" for k, v in sorted(s.task_state_counts.items()))
         tasks = f"{s.num_tasks} ({counts})" if counts and s.num_tasks > 1 else str(s.num_tasks)
-        table.add_row(s.job_id, s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
+        table.add_row(tree_label(depth, s), s.name, s.state, tasks, (s.error or s.pending_reason)[:80])
     out.print(table)
 
 
@@ -262,6 +274,8 @@ def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None
     """Show a job and its tasks (and why it is pending, if it is)."""
     s = iris_client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
+    if s.parent_job_id:
+        out.print(f"parent: {s.parent_job_id}", markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
@@ -288,6 +302,9 @@ def job_logs(
         bool | None,
         typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
     ] = None,
+    children: Annotated[
+        bool, typer.Option("--children", help="also every job below this one; lines labelled '[JOB/task-i] '")
+    ] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -299,6 +316,13 @@ def job_logs(
     except ValueError as e:
         raise fail(str(e)) from None
     client = iris_client(temporal, store)
+    if children:
+        from iris.cli_trees import print_tree_logs
+
+        if task is not None:
+            raise fail("--task: not with --children (every task of every job is printed)")
+        print_tree_logs(client, job_id, sys.stdout, follow=follow, since=since_time, tail=tail)
+        return
     status = client.job_status(job_id)
     if task is not None and not 0 <= task < status.num_tasks:
         raise fail(f"--task: job {job_id} has tasks 0..{status.num_tasks - 1}, got {task}")
@@ -316,7 +340,7 @@ def job_logs(
 
 @job_app.command("kill")
 def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
-    """Kill a job: running tasks are stopped, pending ones dequeued."""
+    """Kill a job and every unfinished job below it: running tasks are stopped, pending ones dequeued."""
     requested = iris_client(temporal, store).terminate(job_id)
     err.print(f"kill requested for {job_id}" if requested else f"{job_id} had already finished")
 
@@ -410,10 +434,14 @@ def worker_serve(
     from iris.daemon_logs import ship_daemon_logs
 
     on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
+    from iris.task_connection import referenced_files, task_cluster_env
+
+    state_dir = default_state_dir(wid)
+    cluster_env = task_cluster_env(settings, store, state_dir.parent / "secrets")  # a task reaches this cluster
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
-        attributes=attrs, runtime=runtime, state_dir=default_state_dir(wid), default_image=default_image or "",
-        address=address or "", port_range=ports,
+        attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
+        address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,

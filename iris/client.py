@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
+    JOB_ID_SEPARATOR,
     JOB_KIND,
     JOB_STATUS_QUERY,
     KILL_JOB,
@@ -41,6 +42,7 @@ from activities.contracts import (
     WORKERS_QUERY,
     launch_blob_key,
 )
+from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris import endpoints, fleet
@@ -48,15 +50,28 @@ from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
 from iris.connection import TemporalSettings
+from iris.job_tree import child_job_id, inherit
 from iris.key_check import check_cluster_key
 from iris.submission import build_request, command_argv, make_job_id, split_launch
+from iris.task_connection import require_cluster_address, task_parent
 from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
 from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobView, expand_row, initial_job_view
+from workflows.visibility import (
+    JOB_NAME,
+    JOB_NAMESPACE,
+    JOB_PARENT,
+    JOB_STATE,
+    JOB_TASKS,
+    JOB_USER,
+    KIND,
+    JobView,
+    expand_row,
+    initial_job_view,
+)
 
 log = structlog.get_logger("iris.client")
 
@@ -106,6 +121,8 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
         submitted_at=st.submitted_at,
         finished_at=st.finished_at or None,
         tasks=tasks,
+        parent_job_id=st.parent_job_id,
+        namespace=st.namespace,
     )
 
 
@@ -126,18 +143,25 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
         pending_reason=view.pending_reason,
         submitted_at=view.submitted_at or started,
         finished_at=view.finished_at or None,
+        parent_job_id=attrs.get(JOB_PARENT) or "",
+        namespace=attrs.get(JOB_NAMESPACE) or "",
     )
 
 
-def _visibility_query(state: str | None, user: str | None, name: str | None) -> str:
+def _visibility_query(state: str | None, user: str | None, name: str | None, parent: str | None = None,
+                      namespace: str | None = None, under: str | None = None) -> str:
     """The list filter: every job workflow (also those started before IrisKind), narrowed by keyword.
 
     A job that continued as new has a closed run per hand-over; only its current run is the job.
     """
     clauses = ["WorkflowType = 'JobWorkflow'", "ExecutionStatus != 'ContinuedAsNew'"]
-    for attr, value in ((JOB_STATE, state), (JOB_USER, user), (JOB_NAME, name)):
+    keywords = ((JOB_STATE, state), (JOB_USER, user), (JOB_NAME, name), (JOB_PARENT, parent),
+                (JOB_NAMESPACE, namespace))
+    for attr, value in keywords:
         if value is not None:
             clauses.append(f"{attr.name} = {_quoted(value)}")
+    if under is not None:  # the whole subtree: ids read as paths
+        clauses.append(f"WorkflowId STARTS_WITH {_quoted(under + JOB_ID_SEPARATOR)}")
     return " AND ".join(clauses)
 
 
@@ -160,10 +184,12 @@ def _connect_reason(err: Exception) -> str:
 
 
 class AsyncIrisClient:
-    def __init__(self, client: Client, store_url: str, user: str | None = None) -> None:
+    def __init__(self, client: Client, store_url: str, user: str | None = None, parent_job_id: str = "") -> None:
         self.temporal = client
         self.store_url = store_url
         self.user = user
+        self.parent_job_id = parent_job_id  # inside a task of this job: what it submits are its children
+        self._parent: tuple[pb.JobRequest, dict[str, str]] | None = None
         self.blobs = open_blob_store(store_url)
         self.logs = open_log_store(store_url.rstrip("/") + "/logs")
         self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
@@ -182,6 +208,7 @@ class AsyncIrisClient:
         if settings.address is None:
             from iris.local_cluster import ensure_running
 
+            require_cluster_address()  # inside a task: its own cluster or none, never a new embedded one
             load_key()  # a malformed IRIS_CODEC_KEY fails here, before a cluster is started that cannot use it
 
             info = await asyncio.to_thread(ensure_running)
@@ -197,7 +224,7 @@ class AsyncIrisClient:
                 SUMMARY_QUERY, result_type=pb.ClusterSummary
             )
             store = summary.store_url
-        return cls(client, store, user=settings.user())
+        return cls(client, store, user=settings.user(), parent_job_id=task_parent(settings.address))
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -208,24 +235,53 @@ class AsyncIrisClient:
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
         options.setdefault("name", getattr(fn, "__name__", None) or "job")
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+        given = _given(options)
         req = build_request(**options)
         payload = pickle_callable(fn, args, kwargs or {})
-        return await self._start(req, payload=payload, bundle=bundle)
+        return await self._start(req, payload=payload, bundle=bundle, given=given)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
         argv = command_argv(command)
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+        given = _given(options)
         req = build_request(**options)
         req.entrypoint.command.argv.extend(argv)
-        return await self._start(req, bundle=bundle)
+        return await self._start(req, bundle=bundle, given=given)
+
+    async def _parent_request(self) -> tuple[pb.JobRequest, dict[str, str]]:
+        """The request of the job whose task this client runs in, and its env (read once, from its history).
+
+        From the start event of the job's current run (the same request every run carries), so it
+        needs no controller; a command's env stored apart comes from its launch blob.
+        """
+        if self._parent is None:
+            handle = self.temporal.get_workflow_handle(self.parent_job_id)
+            parent: pb.JobRequest | None = None
+            async for event in handle.fetch_history_events(page_size=1):
+                payloads = event.workflow_execution_started_event_attributes.input.payloads
+                parent = (await self.temporal.data_converter.decode(payloads[:1], [pb.JobRequest]))[0]
+                break
+            if parent is None:
+                raise KeyError(f"no such job: {self.parent_job_id} (the job this task belongs to)")
+            parent.job_id = parent.job_id or self.parent_job_id
+            env = dict(parent.env)
+            if parent.launch_blob:
+                launch = pb.Launch.FromString(await asyncio.to_thread(self.blobs.get, parent.launch_blob))
+                env = dict(launch.env)
+            self._parent = (parent, env)
+        return self._parent
 
     async def _start(
-        self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None
+        self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None,
+        given: frozenset[str] = frozenset(),
     ) -> str:
-        job_id = make_job_id(req.name)
-        req.job_id = job_id
         if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
             req.user = self.user
+        if self.parent_job_id:  # submitted from a task: a child of its job (iris/job_tree.py)
+            inherit(req, *await self._parent_request(), given)
+        req.namespace = req.namespace or req.user
+        job_id = child_job_id(req.parent_job_id, make_job_id(req.name))
+        req.job_id = job_id
         if payload is not None:
             key = f"jobs/{job_id}/function"
             await asyncio.to_thread(self.blobs.put, key, payload)
@@ -255,6 +311,8 @@ class AsyncIrisClient:
                     SearchAttributePair(JOB_USER, req.user),
                     SearchAttributePair(JOB_TASKS, req.replicas),
                     SearchAttributePair(KIND, JOB_KIND),
+                    SearchAttributePair(JOB_NAMESPACE, req.namespace),
+                    *([SearchAttributePair(JOB_PARENT, req.parent_job_id)] if req.parent_job_id else []),
                 ]
             ),
             memo=initial_job_view(req).to_memo(),
@@ -437,11 +495,15 @@ class AsyncIrisClient:
         return self.blobs.get(key)
 
     async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
-                        name: str | None = None, page_size: int = 200) -> list[JobStatus]:
-        """Jobs newest first, from one paged visibility listing (no workflow is queried); no task tables."""
+                        name: str | None = None, parent: str | None = None, namespace: str | None = None,
+                        under: str | None = None, page_size: int = 200) -> list[JobStatus]:
+        """Jobs newest first, from one paged visibility listing (no workflow is queried); no task tables.
+
+        `parent` lists one job's children, `under` every job below it, `namespace` the jobs of one namespace.
+        """
         if state is not None and state.upper() not in JobState.__members__:
             raise ValueError(f"state must be one of {', '.join(JobState)}, got {state!r}")
-        query = _visibility_query(state and state.upper(), user, name)
+        query = _visibility_query(state and state.upper(), user, name, parent, namespace, under)
         out: list[JobStatus] = []
         async for wf in self.temporal.list_workflows(query, limit=limit, page_size=page_size):
             out.append(await self._listed_status(wf))
@@ -464,13 +526,19 @@ class AsyncIrisClient:
             raise KeyError(f"no such job: {job_id} (it is Iris's {desc.workflow_type}, not a job)")
 
     async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
-        """Ask the job to stop; False if it had already finished (idempotent). KeyError if unknown."""
+        """Stop the job and every unfinished job below it; False if none of them still ran. KeyError if unknown.
+
+        The descendants are killed first, by this call: a job whose workflow was ended from outside
+        Iris (`temporal workflow terminate`) never ran its own cleanup, and this still kills its tree.
+        Idempotent.
+        """
         await self._require_job(job_id)
+        descendants = await kill_tree(self.temporal, job_id, "was killed")
         try:
             await self.temporal.get_workflow_handle(job_id).signal(KILL_JOB, reason)
         except RPCError as err:
             if "already completed" in str(err):
-                return False
+                return descendants > 0
             if "not found" in str(err).lower():
                 raise KeyError(f"no such job: {job_id}") from None
             raise
@@ -548,6 +616,11 @@ class AsyncIrisClient:
 
     def read_new_logs(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
         return self.logs.read_new(job_id, task_index, cursor)
+
+
+def _given(options: Mapping[str, Any]) -> frozenset[str]:
+    """The options a submit set itself (a child's own values win over its parent's); an empty list is none."""
+    return frozenset(k for k, v in options.items() if v is not None and not (isinstance(v, (list, tuple)) and not v))
 
 
 def _bundle(directory: Any, setup: Any) -> tuple[str, bytes] | None:
@@ -702,9 +775,12 @@ class IrisClient:
         return status
 
     def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
-                  name: str | None = None) -> list[JobStatus]:
-        """Jobs newest first (at most `limit`), optionally only those in `state`, of `user`, named `name`."""
-        return self._run(self._async.list_jobs(limit, state=state, user=user, name=name))
+                  name: str | None = None, parent: str | None = None, namespace: str | None = None,
+                  under: str | None = None) -> list[JobStatus]:
+        """Jobs newest first (at most `limit`), optionally only those in `state`, of `user`, named `name`,
+        children of the job `parent`, anywhere below the job `under`, in `namespace`."""
+        return self._run(self._async.list_jobs(limit, state=state, user=user, name=name, parent=parent,
+                                               namespace=namespace, under=under))
 
     def list_tasks(self, job_id: str) -> list[TaskStatus]:
         return list(self.job_status(job_id).tasks)
@@ -719,7 +795,7 @@ class IrisClient:
         return self._async.fetch_task_logs(job_id, task_index)
 
     def terminate(self, job_id: str) -> bool:
-        """Kill the job's tasks; False if it had already finished."""
+        """Kill the job's tasks and its unfinished descendants; False if none of them still ran."""
         return self._run(self._async.terminate(job_id))
 
     def resolve(self, job_id: str, name: str) -> list[str]:

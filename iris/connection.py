@@ -49,6 +49,7 @@ class TemporalSettings(BaseSettings):
     tls_key: Path | None = Field(default=None, description="PEM private key of the client certificate")
     tls_server_name: str | None = Field(default=None, description="name to verify the server certificate against")
     api_key: SecretStr | None = Field(default=None, description="Temporal Cloud API key")
+    api_key_file: Path | None = Field(default=None, description="a file holding the API key (instead of api_key)")
 
     @field_validator("address")
     @classmethod
@@ -64,7 +65,7 @@ class TemporalSettings(BaseSettings):
             raise ValueError(f"must be a non-empty name without spaces, got {value!r}")
         return value
 
-    @field_validator("tls_ca", "tls_cert", "tls_key")
+    @field_validator("tls_ca", "tls_cert", "tls_key", "api_key_file")
     @classmethod
     def _check_file(cls, value: Path | None) -> Path | None:
         if value is not None:
@@ -95,13 +96,21 @@ class TemporalSettings(BaseSettings):
             where = f"{ENV_PREFIX}{name.upper()}: " if name else ""
             raise ValueError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
 
+    def api_key_value(self) -> str | None:
+        """The API key: `api_key`, else the stripped contents of `api_key_file`, else None."""
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_file is not None:
+            return self.api_key_file.read_text().strip() or None
+        return None
+
     # -- connecting ------------------------------------------------------------------------------
 
     @property
     def uses_tls(self) -> bool:
         if self.tls is not None:
             return self.tls
-        return any(v is not None for v in (self.tls_ca, self.tls_cert, self.api_key))
+        return any(v is not None for v in (self.tls_ca, self.tls_cert, self.api_key, self.api_key_file))
 
     def tls_config(self) -> TLSConfig | bool:
         """The SDK's TLS settings: False (plain), True (system roots) or a TLSConfig with our files."""
@@ -134,7 +143,7 @@ class TemporalSettings(BaseSettings):
             data_converter=data_converter,
             runtime=runtime,
             tls=self.tls_config(),
-            api_key=self.api_key.get_secret_value() if self.api_key else None,
+            api_key=self.api_key_value(),
             identity=f"{self.user()}@{socket.gethostname()}",
             interceptors=interceptors,
         )
@@ -147,8 +156,9 @@ class TemporalSettings(BaseSettings):
             subject = certificate_subject(self.tls_cert.read_bytes())
             if subject:
                 return subject
-        if self.api_key is not None:
-            subject = api_key_subject(self.api_key.get_secret_value())
+        key = self.api_key_value()
+        if key is not None:
+            subject = api_key_subject(key)
             if subject:
                 return subject
         return local_user()
@@ -160,7 +170,7 @@ class TemporalSettings(BaseSettings):
             "namespace": self.namespace,
             "tls": self.uses_tls,
             "mtls": self.tls_cert is not None,
-            "api_key": self.api_key is not None,
+            "api_key": self.api_key is not None or self.api_key_file is not None,
         }
 
 

@@ -33,6 +33,7 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
     SUMMARY_QUERY,
 )
+from activities.job_tree import kill_descendants
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
@@ -146,7 +147,7 @@ def control_worker(
         workflows=ALL_WORKFLOWS,
         activities=[
             find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
-            known_slices, rebuild_scheduler, find_lost_tasks, *SliceActivities(control).all(),
+            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, *SliceActivities(control).all(),
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,

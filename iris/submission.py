@@ -20,6 +20,7 @@ from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
+from iris.job_tree import check_namespace
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.network import check_port_names
 from scheduler.types import TAINT_PREFIX, Op
@@ -106,6 +107,7 @@ def build_request(
     tolerations: Sequence[str] = (),
     setup: str | Sequence[str] | None = None,
     ports: Sequence[str] = (),
+    namespace: str | None = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
@@ -114,7 +116,8 @@ def build_request(
     band's rank (batch 0, interactive 1, production 2), so that the scheduler's
     higher-first order is already band order. The user is IRIS_USER, else the
     login name (`resolve_user`; the client overrides it with the connection's
-    identity or `connect(user=...)` once it knows one).
+    identity or `connect(user=...)` once it knows one). `namespace` defaults to the
+    user (the client sets it once the user is known); a child job inherits its parent's.
     """
     band = scheduler.parse_band(priority, "priority")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
@@ -185,6 +188,7 @@ def build_request(
         tpu_variant=resources.tpu or "",
         setup=setup_commands(setup),
         ports=port_names,
+        namespace=check_namespace(namespace) if namespace is not None else "",
     )
     req.resources.cpu_millis = resources.cpu_millis
     req.resources.memory_bytes = resources.memory_bytes

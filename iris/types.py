@@ -97,6 +97,8 @@ class JobStatus:
     submitted_at: float
     finished_at: float | None
     tasks: tuple[TaskStatus, ...] = ()
+    parent_job_id: str = ""  # the job whose task submitted this one; "" for a root job
+    namespace: str = ""  # the namespace the job runs in (default: its user)
 
     @property
     def done(self) -> bool:
@@ -159,6 +161,8 @@ class JobInfo:
     num_tasks: int
     attempt: int
     worker_id: str
+    namespace: str = ""  # IRIS_NAMESPACE
+    parent_job_id: str = ""  # IRIS_PARENT_JOB_ID: "" for a root job
 
 
 def get_job_info() -> JobInfo | None:
@@ -173,4 +177,6 @@ def get_job_info() -> JobInfo | None:
         num_tasks=int(env.get("IRIS_NUM_TASKS", "1")),
         attempt=int(env.get("IRIS_ATTEMPT", "0")),
         worker_id=env.get("IRIS_WORKER_ID", ""),
+        namespace=env.get("IRIS_NAMESPACE", ""),
+        parent_job_id=env.get("IRIS_PARENT_JOB_ID", ""),
     )

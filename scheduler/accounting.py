@@ -138,9 +138,11 @@ class Ledger:
         return self.charged.get((task_id, attempt), 0.0)
 
     def forget_job(self, job_id: str) -> Ledger:
-        """Drop every key of a finished job (task ids are "<job_id>/task-<i>")."""
-        prefix = f"{job_id}/"
-        return Ledger({key: value for key, value in self.charged.items() if not key[0].startswith(prefix)})
+        """Drop every key of a finished job (task ids are "<job_id>/task-<i>").
+
+        Not its child jobs' keys: their task ids start with the job's id too ("<job_id>/<child>/task-<i>").
+        """
+        return Ledger({key: value for key, value in self.charged.items() if key[0].rsplit("/task-", 1)[0] != job_id})
 
 
 @dataclass(frozen=True, slots=True)

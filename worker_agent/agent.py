@@ -47,6 +47,7 @@ from activities.contracts import (
     TaskStarted,
     WorkerSessionInput,
     agent_session_queue,
+    parent_job_of,
     worker_task_queue,
 )
 from activities.proto import cluster_pb2 as pb
@@ -111,6 +112,10 @@ class AgentConfig:
     default_image: str = ""  # container image for jobs that name none
     address: str = ""  # how other hosts reach this host's tasks ("" = the host's own address)
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports the scheduler may give this worker's tasks
+    # What a task needs to reach this cluster (iris.task_connection): Temporal, store, key files by path;
+    # and the files those variables name, mounted read-only into container tasks at the same paths.
+    cluster_env: dict[str, str] = field(default_factory=dict)
+    cluster_files: list[str] = field(default_factory=list)
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
@@ -425,12 +430,15 @@ class WorkerAgent:
         env = {
             **distributed_env(inp),
             **inp.env,
+            **self.config.cluster_env,
             "IRIS_JOB_ID": inp.job_id,
             "IRIS_TASK_ID": f"{inp.job_id}/task-{inp.task_index}",
             "IRIS_TASK_INDEX": str(inp.task_index),
             "IRIS_NUM_TASKS": str(inp.num_tasks),
             "IRIS_ATTEMPT": str(inp.attempt),
             "IRIS_WORKER_ID": self.config.worker_id,
+            "IRIS_NAMESPACE": inp.namespace,
+            "IRIS_PARENT_JOB_ID": parent_job_of(inp.job_id),
         }
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:
@@ -457,6 +465,8 @@ class WorkerAgent:
                 mounts = [Mount(str(area.path), read_only=False)]
                 if bundle is not None:
                     mounts.append(Mount(str(bundle), read_only=False))
+                if self.runtime.name != RuntimeName.PROCESS:
+                    mounts.extend(Mount(path) for path in self.config.cluster_files)
                 spec = TaskSpec(
                     argv=argv, log=writer, env=env, cwd=str(bundle or area.work_dir),
                     image=inp.image or self.config.default_image or None,

@@ -35,6 +35,7 @@ class JobBase:
     _open: set[int]  # tasks of a plain job started and not yet recorded as ended
     _handover: bool  # this job continues as new with its tasks running
     _endpoint_rows: set[int]  # task indexes whose rows hold endpoints (running tasks with ports)
+    _has_children: bool  # a child job announced itself (job_tree)
 
     def _refresh_state(self) -> None:
         raise NotImplementedError

@@ -172,6 +172,7 @@ class Waves(JobBase):
                             setup=list(req.setup),
                             launch_blob=req.launch_blob,
                             report_end=self._handover,
+                            namespace=req.namespace,
                         ),
                         id=task_workflow_id(job_id, i),
                         task_queue=CONTROL_TASK_QUEUE,

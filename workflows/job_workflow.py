@@ -28,6 +28,7 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table
+from workflows.job_tree import Tree
 from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
 
 with workflow.unsafe.imports_passed_through():
@@ -56,7 +57,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover):
+class JobWorkflow(Table, Waves, Handover, Tree):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -79,6 +80,7 @@ class JobWorkflow(Table, Waves, Handover):
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
         self._endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
+        self._init_tree(has_children=gang.has_children if gang is not None else False)  # job_tree
         if handover:
             self.req = req
             self._take_over(unpack_handover(handover))
@@ -111,11 +113,14 @@ class JobWorkflow(Table, Waves, Handover):
             self.status = pb.JobStatus(
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
                 num_tasks=req.replicas, submitted_at=req.submitted_at,
+                parent_job_id=req.parent_job_id, namespace=req.namespace,
             )
             self._published = JobView.from_memo(workflow.memo())  # what the client started it with
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
+        if not handover and gang is None and not await self._announce_to_parent():
+            return self._finish(JobState.KILLED, f"killed: its parent job {req.parent_job_id} had already ended")
         if not handover:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
@@ -142,6 +147,7 @@ class JobWorkflow(Table, Waves, Handover):
             max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
             killed=self._phase is JobPhase.KILLING,
         )
+        await self._sweep_tree(state)  # its unfinished descendants die with it (job_tree)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:
@@ -170,6 +176,7 @@ class JobWorkflow(Table, Waves, Handover):
             workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, progress.attempt, cause.error)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                progress.has_children = self._has_children
                 workflow.continue_as_new(args=[req, progress, b""])  # every argument, or none is typed
             self._on(JobEvent.GANG_RETRY, attempt=progress.attempt)
 

@@ -188,6 +188,7 @@ class TaskInput:
     # The job continues as new, so the run that started this task may be gone when it ends: the
     # task then sends its result to the job's workflow id (TASK_ENDED), which reaches the current run.
     report_end: bool = False
+    namespace: str = ""  # the job's namespace: its tasks get it as IRIS_NAMESPACE (job trees)
 
 
 @dataclass
@@ -217,3 +218,4 @@ class GangProgress:
     attempt: int = 0
     failures: int = 0
     preemptions: int = 0
+    has_children: bool = False  # a child job announced itself: the job's end sweeps its tree (job_tree)

@@ -281,6 +281,7 @@ class TaskWorkflow:
             memory_bytes=inp.spec.memory_bytes,
             num_slices=inp.spec.num_groups if inp.spec.num_groups > 1 else 0,
             network=self._network,
+            namespace=inp.namespace,
         )
         try:
             result = await workflow.execute_activity(

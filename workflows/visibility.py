@@ -16,6 +16,8 @@ from temporalio.common import SearchAttributeKey
 
 from activities.contracts import (
     JOB_NAME_ATTRIBUTE,
+    JOB_NAMESPACE_ATTRIBUTE,
+    JOB_PARENT_ATTRIBUTE,
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
@@ -30,6 +32,8 @@ JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
 JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
+JOB_NAMESPACE = SearchAttributeKey.for_keyword(JOB_NAMESPACE_ATTRIBUTE)
+JOB_PARENT = SearchAttributeKey.for_keyword(JOB_PARENT_ATTRIBUTE)
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 MAX_ERROR_CHARS = 300

@@ -55,7 +55,7 @@ class Command(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRequest(_message.Message):
-    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports")
+    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class JobRequest(_message.Message):
     LAUNCH_BLOB_FIELD_NUMBER: _ClassVar[int]
     COSCHEDULE_NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -109,7 +111,9 @@ class JobRequest(_message.Message):
     launch_blob: str
     coschedule_num_groups: int
     ports: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ...) -> None: ...
+    parent_job_id: str
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class Launch(_message.Message):
     __slots__ = ("argv", "env", "setup")
@@ -207,7 +211,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., endpoints: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact")
+    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact", "parent_job_id", "namespace")
     class TaskStateCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +231,8 @@ class JobStatus(_message.Message):
     TASKS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     COMPACT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: str
@@ -239,17 +245,21 @@ class JobStatus(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     user: str
     compact: bool
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ...) -> None: ...
+    parent_job_id: str
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class JobHandover(_message.Message):
-    __slots__ = ("status", "open_tasks", "next_task")
+    __slots__ = ("status", "open_tasks", "next_task", "has_children")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     OPEN_TASKS_FIELD_NUMBER: _ClassVar[int]
     NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
+    HAS_CHILDREN_FIELD_NUMBER: _ClassVar[int]
     status: JobStatus
     open_tasks: _containers.RepeatedScalarFieldContainer[int]
     next_task: int
-    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., open_tasks: _Optional[_Iterable[int]] = ..., next_task: _Optional[int] = ...) -> None: ...
+    has_children: bool
+    def __init__(self, status: _Optional[_Union[JobStatus, _Mapping]] = ..., open_tasks: _Optional[_Iterable[int]] = ..., next_task: _Optional[int] = ..., has_children: _Optional[bool] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
     __slots__ = ("worker_id", "healthy", "attributes", "capacity", "committed", "running_tasks", "cordoned")

@@ -235,3 +235,36 @@ def test_the_codec_server_decrypts_a_job_input_for_an_authenticated_key_holder(k
     finally:
         server.terminate()
         server.wait(30)
+
+
+def _getenv(name: str) -> str | None:
+    """The task's own environment variable (a bound `os.environ.get` would ship the submitter's environment)."""
+    return os.environ.get(name)
+
+
+def _secret_of_child() -> dict[str, object]:
+    """A task that submits a child on its own (encrypted) cluster; what it and the child saw."""
+    from iris import IrisClient
+
+    with IrisClient.connect() as client:
+        child = client.submit(_getenv, "SECRET_TOKEN", name="child")
+        child.wait(timeout=120)
+        return {"child": child.results()[0], "inline_key": "IRIS_CODEC_KEY" in os.environ,
+                "key_file": os.environ.get("IRIS_CODEC_KEY_FILE", "")}
+
+
+def test_a_task_on_an_encrypted_cluster_submits_a_child_with_the_key_by_reference(
+    keyed: KeyedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task reaches its encrypted cluster with `IrisClient.connect()`: the key comes as a file path, never
+    inline; its child inherits the parent's env (read from the parent's encrypted history) and runs."""
+    for name, value in keyed.env.items():
+        if name.startswith("IRIS_"):
+            monkeypatch.setenv(name, value)
+    with IrisClient.connect() as client:
+        job = client.submit(_secret_of_child, name="encrypted-parent", env={"SECRET_TOKEN": SECRET})
+        assert JobState.SUCCEEDED == job.wait(timeout=240).state
+        seen = job.results()[0]
+    assert SECRET == seen["child"]
+    assert not seen["inline_key"]
+    assert keyed.key == Path(str(seen["key_file"])).read_text()

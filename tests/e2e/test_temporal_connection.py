@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.contracts import SEARCH_ATTRIBUTES
+from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.connection import TemporalSettings
 from tests.support import Cluster
 from tests.tls_relay import Pki, TlsRelay, make_pki
@@ -113,3 +114,54 @@ def test_bad_connection_settings_are_one_line_errors(cluster: Cluster, tmp_path:
     assert 0 != done.returncode
     assert "IRIS_TEMPORAL_TLS_KEY" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _getenv(name: str) -> str | None:
+    """The task's own environment variable (a bound `os.environ.get` would ship the submitter's environment)."""
+    import os
+
+    return os.environ.get(name)
+
+
+def _child_over_tls() -> dict[str, object]:
+    """A task on the mTLS worker: submits a child with `IrisClient.connect()` and reports what it was given."""
+    import os
+
+    from iris import IrisClient, ResourceSpec
+
+    with IrisClient.connect() as client:
+        child = client.submit(_getenv, "IRIS_PARENT_JOB_ID", name="tls-child",
+                              resources=ResourceSpec(cpu=0.25, memory="128m"))
+        child.wait(timeout=120)
+        seen = {k: os.environ.get(k, "") for k in ("IRIS_TEMPORAL_ADDRESS", "IRIS_TEMPORAL_TLS_CERT")}
+        return {"child": child.results()[0], **seen}
+
+
+def test_a_task_on_a_mutual_tls_worker_submits_a_child_through_the_same_connection(
+    cluster: Cluster, relay: TlsRelay, pki: Pki, client: IrisClient
+) -> None:
+    """A worker that reaches Temporal only through the mTLS relay gives its tasks the relay's address and the
+    certificate files by path: a task's `IrisClient.connect()` submits a child through the relay, and it runs."""
+    from tests.support import forget_workers, wait_until
+
+    worker_id = f"tls-worker-{uuid.uuid4().hex[:6]}"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "iris", "worker", "serve", "--worker-id", worker_id, "--cpu", "1", "--memory", "1g",
+         "--attribute", f"role={worker_id}", "--task-user", ""],
+        env=tls_env(cluster, relay, pki), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: any(w.worker_id == worker_id and w.healthy for w in client.list_workers()), timeout=60,
+                   what="the mTLS worker registered")
+        job = client.submit(_child_over_tls, name="tls-parent", resources=ResourceSpec(cpu=0.25, memory="256m"),
+                            constraints=[Constraint("role", "EQ", worker_id)])
+        status = job.wait(timeout=180, raise_on_failure=False)
+        assert JobState.SUCCEEDED == status.state, "\n".join(job.logs()[-20:])
+        seen = job.results()[0]
+        assert job.job_id == seen["child"]  # the child ran (on the same worker: it inherits the constraint)
+        assert f"127.0.0.1:{relay.port}" == seen["IRIS_TEMPORAL_ADDRESS"]
+        assert str(pki.client_cert.resolve()) == seen["IRIS_TEMPORAL_TLS_CERT"]
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
+        forget_workers(cluster, [worker_id])

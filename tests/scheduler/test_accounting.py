@@ -123,6 +123,8 @@ def test_forget_job_drops_only_that_jobs_keys() -> None:
     """A finished job's ledger keys go; another job with a longer id that shares the prefix stays."""
     ledger = Ledger({("a/task-0", 1): 5.0, ("a/task-1", 2): 3.0, ("ab/task-0", 1): 1.0})
     assert Ledger({("ab/task-0", 1): 1.0}) == ledger.forget_job("a")
+    tree = Ledger({("a/task-0", 0): 1.0, ("a/child-1/task-0", 0): 2.0, ("a/task-9f/task-0", 0): 3.0})
+    assert Ledger({("a/child-1/task-0", 0): 2.0, ("a/task-9f/task-0", 0): 3.0}) == tree.forget_job("a")  # children stay
 
 
 def test_accounts_survive_a_json_round_trip() -> None:
