@@ -1,0 +1,400 @@
+"""Reservations: capacity a job sets aside on concrete workers for its tree of descendant jobs.
+
+A `Reservation` belongs to one job (its root); the job's tree is every job whose id
+starts with the root's id and "/". Inside one pass:
+
+1. **Set aside.** On every worker where a held reservation has capacity left (held
+   minus what the tree's running tasks use there), that capacity leaves the pool the
+   rest of the queue draws from, so nothing outside the tree is placed on it.
+2. **Hold.** A reservation not held yet goes before the queue, oldest first, and is
+   held whole or not at all: each entry (one `Resources`) on one worker where it
+   fits, in the pass's best-fit order (entries may share a worker). One that cannot
+   be held waits with a reason, as a job does. A held reservation whose worker was
+   lost lists that entry as missing, and each missing entry is held again on its own
+   as soon as some worker has room (replacement).
+3. **Place inside.** A job of the tree is placed only on its reservation's workers,
+   against the reservation's own capacity left (its tasks never use more than the
+   reservation holds), and waits with a reason naming the reservation otherwise.
+   The innermost reservation governs: reservations do not nest (a reservation
+   requested by a job inside another one's tree waits with a reason saying so).
+   The reserving job's own tasks are not in its tree: they are placed as usual.
+
+A released reservation is simply absent from the pass's input: its capacity is back
+in the pool in the same pass. Pure: no I/O, no clock; the caller commits `holds`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.attributes import describe as describe_constraint
+from scheduler.attributes import evaluate_all
+from scheduler.placement import PassState, _emit
+from scheduler.reasons import first_short_dimension, format_bytes, format_cores, join_counts
+from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources
+
+_ZERO = Resources()
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """One job's reservation as the pass sees it.
+
+    `entries` are the amounts to hold, each on one worker. `held` maps an entry's
+    index to the worker holding it (empty while the reservation waits; an entry
+    whose worker was lost is left out and counts as missing). `used` is what the
+    tree's running tasks take on each held worker (their placements). `waited_seconds`
+    only orders reservations that wait (oldest first).
+    """
+
+    reservation_id: str
+    job_id: str
+    entries: tuple[Resources, ...]
+    constraints: tuple[Constraint, ...] = ()
+    tolerations: frozenset[str] = frozenset()
+    held: Mapping[int, str] = field(default_factory=dict)
+    used: Mapping[str, Resources] = field(default_factory=dict)
+    waited_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise ValueError(f"reservation {self.reservation_id}: needs at least one entry")
+        for index in self.held:
+            if not 0 <= index < len(self.entries):
+                raise ValueError(f"reservation {self.reservation_id}: held entry {index} does not exist")
+
+    @property
+    def is_held(self) -> bool:
+        """Held once (some entries may wait for a replacement); a reservation never held waits whole."""
+        return bool(self.held)
+
+    def missing(self) -> list[int]:
+        """Entries not held on any worker (all of them while the reservation waits)."""
+        return [index for index in range(len(self.entries)) if index not in self.held]
+
+    def total(self) -> Resources:
+        """Everything the reservation holds when whole: the most its tree may ever use."""
+        out = _ZERO
+        for entry in self.entries:
+            out = out + entry
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationPlan:
+    """What a pass decided about reservations: entries newly held, and why others wait.
+
+    `holds[reservation_id]` lists (entry index, worker id) held in this pass, both for a
+    reservation held for the first time and for replacements of lost workers.
+    `reasons` has a reason for every reservation with an entry still missing.
+    """
+
+    holds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+def tree_root(job_id: str, roots: Mapping[str, object] | Sequence[str]) -> str | None:
+    """The innermost job among `roots` whose tree holds `job_id` (its id starts with the root's and "/")."""
+    end = job_id.rfind("/")
+    while end > 0:
+        prefix = job_id[:end]
+        if prefix in roots:
+            return prefix
+        end = job_id.rfind("/", 0, end)
+    return None
+
+
+def governing(job_id: str, reservations: Mapping[str, Reservation]) -> Reservation | None:
+    """The reservation a job's tasks are placed in (`reservations` keyed by their job id), or None."""
+    if "/" not in job_id:
+        return None
+    root = tree_root(job_id, reservations)
+    return None if root is None else reservations[root]
+
+
+class _Pool:
+    """One held reservation's capacity left in this pass, per worker row, and its workers in order."""
+
+    __slots__ = ("cpu", "gpu", "mem", "reservation", "rows", "tpu")
+
+    def __init__(self, reservation: Reservation) -> None:
+        self.reservation = reservation
+        self.rows: list[int] = []
+        self.cpu: dict[int, int] = {}
+        self.mem: dict[int, int] = {}
+        self.gpu: dict[int, int] = {}
+        self.tpu: dict[int, int] = {}
+
+    def add(self, row: int, amount: Resources) -> None:
+        if row not in self.cpu:
+            self.rows.append(row)
+            self.cpu[row] = self.mem[row] = self.gpu[row] = self.tpu[row] = 0
+        self.cpu[row] += amount.cpu_millis
+        self.mem[row] += amount.memory_bytes
+        self.gpu[row] += amount.gpus
+        self.tpu[row] += amount.tpus
+
+    def fits(self, row: int, r: Resources) -> int:
+        """How many tasks of request `r` fit in what the reservation has left on `row`."""
+        take = 1 << 30
+        for have, need in (
+            (self.cpu[row], r.cpu_millis), (self.mem[row], r.memory_bytes), (self.gpu[row], r.gpus),
+            (self.tpu[row], r.tpus),
+        ):  # fmt: skip
+            if need:
+                take = min(take, have // need)
+        return max(0, take)
+
+    def take(self, row: int, count: int, r: Resources) -> None:
+        self.cpu[row] -= count * r.cpu_millis
+        self.mem[row] -= count * r.memory_bytes
+        self.gpu[row] -= count * r.gpus
+        self.tpu[row] -= count * r.tpus
+
+
+class Reservations:
+    """A pass's reservations: sets their capacity aside, holds waiting ones, places their trees' jobs."""
+
+    def __init__(self, state: PassState, reservations: Sequence[Reservation]) -> None:
+        if any(tree is not None for tree in state.trees):
+            raise AssertionError("reservations must be set aside before anything is placed")
+        self.state = state
+        self.by_job: dict[str, Reservation] = {}
+        for reservation in reservations:
+            self.by_job.setdefault(reservation.job_id, reservation)
+        self.pools: dict[str, _Pool] = {}
+        self.holds: dict[str, list[tuple[int, str]]] = {}
+        self.reasons: dict[str, str] = {}
+        wanted = {w for r in reservations for w in r.held.values()}
+        self.row_of = {w.worker_id: row for row, w in enumerate(state.workers) if w.worker_id in wanted}
+        for reservation in self.by_job.values():
+            if reservation.is_held:
+                self._set_aside(reservation)
+
+    # -- 1. set aside ------------------------------------------------------------------------
+
+    def _set_aside(self, reservation: Reservation) -> None:
+        """Move what the reservation has left on each of its workers out of the pass's free pool."""
+        pool = self.pools[reservation.job_id] = _Pool(reservation)
+        held: dict[int, Resources] = {}
+        for index, worker_id in sorted(reservation.held.items()):
+            row = self.row_of.get(worker_id)
+            if row is not None:  # not schedulable now (quarantined, cordoned): its share waits
+                held[row] = held.get(row, _ZERO) + reservation.entries[index]
+        state = self.state
+        for row, amount in held.items():
+            left = amount - reservation.used.get(state.workers[row].worker_id, _ZERO)
+            left = Resources(
+                min(left.cpu_millis, state.free_cpu[row]), min(left.memory_bytes, state.free_mem[row]),
+                min(left.gpus, state.free_gpu[row]), min(left.tpus, state.free_tpu[row]),
+            )  # fmt: skip
+            pool.add(row, left)
+            state.free_cpu[row] -= left.cpu_millis
+            state.free_mem[row] -= left.memory_bytes
+            state.free_gpu[row] -= left.gpus
+            state.free_tpu[row] -= left.tpus
+
+    # -- 2. hold -------------------------------------------------------------------------------
+
+    def hold_waiting(self) -> None:
+        """Hold reservations not held yet (whole or not at all) and replace lost entries, oldest first."""
+        waiting = [r for r in self.by_job.values() if r.missing()]
+        waiting.sort(key=lambda r: -r.waited_seconds)
+        for reservation in waiting:
+            outer = tree_root(reservation.job_id, self.by_job)
+            if outer is not None:
+                self.reasons[reservation.reservation_id] = (
+                    f"reservations do not nest: {reservation.job_id} runs inside "
+                    f"{self.by_job[outer].reservation_id}"
+                )
+                continue
+            self._hold(reservation)
+
+    def _hold(self, reservation: Reservation) -> None:
+        state = self.state
+        probe = PendingJob(
+            reservation.reservation_id, (), _ZERO, reservation.constraints, tolerations=reservation.tolerations
+        )
+        feasibility = state.feasibility_for(probe)
+        candidates = state.ordered(feasibility)
+        missing = sorted(reservation.missing(), key=lambda i: _size(reservation.entries[i]), reverse=True)
+        whole = not reservation.is_held  # the first hold is all or nothing; replacements go one by one
+        taken: dict[int, list[int]] = {}  # row -> tentative cpu, mem, gpu, tpu on top of the pass's use
+        chosen: list[tuple[int, int]] = []
+        short: list[int] = []
+        for index in missing:
+            entry = reservation.entries[index]
+            row = self._first_fit(candidates, entry, taken)
+            if row < 0:
+                short.append(index)
+                if whole:
+                    break
+                continue
+            used = taken.setdefault(row, [0, 0, 0, 0])
+            used[0] += entry.cpu_millis
+            used[1] += entry.memory_bytes
+            used[2] += entry.gpus
+            used[3] += entry.tpus
+            chosen.append((index, row))
+        if whole and short:
+            found = f"room for {len(chosen)} of {len(missing)} entries; " if chosen else ""
+            self.reasons[reservation.reservation_id] = found + self._why_not(
+                reservation, feasibility.constraints, short[0]
+            )
+            return
+        pool = self.pools.get(reservation.job_id)
+        if pool is None:
+            pool = self.pools[reservation.job_id] = _Pool(reservation)
+        holds = self.holds.setdefault(reservation.reservation_id, [])
+        for index, row in chosen:
+            entry = reservation.entries[index]
+            state._consume(row, 1, entry)
+            pool.add(row, entry)
+            holds.append((index, state.workers[row].worker_id))
+        if short:
+            self.reasons[reservation.reservation_id] = (
+                f"{len(short)} of {len(reservation.entries)} entries wait for a replacement worker: "
+                + self._why_not(reservation, feasibility.constraints, short[0])
+            )
+
+    def _first_fit(self, candidates: Sequence[int], entry: Resources, taken: dict[int, list[int]]) -> int:
+        state = self.state
+        fc, fm, fg, ft, reserved = state.free_cpu, state.free_mem, state.free_gpu, state.free_tpu, state.reserved
+        rc, rm, rg, rt = entry.cpu_millis, entry.memory_bytes, entry.gpus, entry.tpus
+        for row in candidates:
+            if reserved[row]:
+                continue
+            t = taken.get(row)
+            if t is None:
+                if fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt:
+                    return row
+            elif fc[row] - t[0] >= rc and fm[row] - t[1] >= rm and fg[row] - t[2] >= rg and ft[row] - t[3] >= rt:
+                return row
+        return -1
+
+    def _why_not(self, reservation: Reservation, constraints: Sequence[Constraint], index: int) -> str:
+        """Why an entry fits no worker: "entry 2 (1 cpu, 1GiB): 0/4 workers: 3 lack zone=a, 1 have < 1 free cpu"."""
+        from scheduler.scheduling import explain_plain  # one wording for jobs and reservations
+
+        entry = reservation.entries[index]
+        return f"entry {index} ({_amount(entry)}): {explain_plain(self.state, constraints, entry)}"
+
+    # -- 3. place inside -----------------------------------------------------------------------
+
+    def place(self, job: PendingJob) -> bool:
+        """Place a job of a reservation's tree inside it (or explain why not); False if no reservation governs it."""
+        reservation = governing(job.job_id, self.by_job)
+        if reservation is None:
+            return False
+        state = self.state
+        pool = self.pools.get(reservation.job_id)
+        if pool is None or not pool.rows:
+            why = self.reasons.get(reservation.reservation_id, "its workers are not schedulable now")
+            state.reasons[job.job_id] = f"waiting for reservation {reservation.reservation_id} to be held: {why}"
+            return True
+        rows = [row for row in pool.rows if self._feasible(job, row)]
+        placed = self._place_gang(job, pool, rows) if job.group_by else self._place_plain(job, pool, rows)
+        total = len(job.task_indices)
+        if placed < total:
+            reason = self._explain(job, reservation, pool, rows)
+            state.reasons[job.job_id] = f"placed {placed} of {total} tasks; {reason}" if placed else reason
+        return True
+
+    def _feasible(self, job: PendingJob, row: int) -> bool:
+        """The job's constraints and the worker's taints allow the row."""
+        attributes = self.state.workers[row].attributes
+        if job.constraints and not evaluate_all(job.constraints, attributes):
+            return False
+        return not any(
+            key.startswith(TAINT_PREFIX) and key[len(TAINT_PREFIX) :] not in job.tolerations for key in attributes
+        )
+
+    def _place_plain(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
+        tasks, request = job.task_indices, job.request
+        placed = 0
+        for row in rows:
+            if placed == len(tasks):
+                break
+            take = min(len(tasks) - placed, pool.fits(row, request))
+            if take <= 0:
+                continue
+            pool.take(row, take, request)
+            _emit(self.state.assignments, job.job_id, tasks[placed : placed + take], self.state.workers[row].worker_id)
+            placed += take
+        return placed
+
+    def _place_gang(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
+        """All tasks on distinct reserved workers sharing one `group_by` value, or none."""
+        from scheduler.placement import _member_order
+
+        need = len(job.task_indices)
+        key = job.group_by or ""
+        groups: dict[object, list[int]] = {}
+        for row in rows:
+            attributes = self.state.workers[row].attributes
+            if key in attributes and pool.fits(row, job.request) > 0:
+                groups.setdefault((type(attributes[key]).__name__, attributes[key]), []).append(row)
+        for members in groups.values():
+            if len(members) >= need:
+                members.sort(key=lambda row: _member_order(self.state.workers[row]))
+                for index, row in zip(sorted(job.task_indices), members[:need], strict=True):
+                    pool.take(row, 1, job.request)
+                    _emit(self.state.assignments, job.job_id, (index,), self.state.workers[row].worker_id)
+                return need
+        return 0
+
+    def _explain(self, job: PendingJob, reservation: Reservation, pool: _Pool, rows: Sequence[int]) -> str:
+        """"inside reservation rsv-x (2 workers): 2 have < 1 free cpu left in it"; says when it can never fit."""
+        name = f"inside reservation {reservation.reservation_id} ({len(pool.rows)} workers)"
+        request = job.request
+        if not any(request.fits_in(have) for have in _per_worker(reservation)):
+            largest = max(reservation.entries, key=_size)
+            return (f"{name}: needs {_amount(request)} per task, more than the reservation holds on any worker "
+                    f"(largest entry: {_amount(largest)})")  # fmt: skip
+        parts = []
+        infeasible = len(pool.rows) - len(rows)
+        if infeasible:
+            wanted = ", ".join(describe_constraint(c) for c in job.constraints) or "its tolerations"
+            parts.append(f"{infeasible} do not match {wanted}")
+        short: Counter[str] = Counter()
+        for row in rows:
+            dimension = first_short_dimension(request, pool.cpu[row], pool.mem[row], pool.gpu[row], pool.tpu[row])
+            if dimension is not None:
+                short[dimension] += 1
+        wanted_amount = {
+            "cpu": format_cores(request.cpu_millis), "memory": format_bytes(request.memory_bytes),
+            "gpus": str(request.gpus), "tpus": str(request.tpus),
+        }  # fmt: skip
+        parts += [f"{n} have < {wanted_amount[d]} {d} left in it" for d, n in short.items()]
+        if job.group_by:
+            parts.append(f"a gang needs {len(job.task_indices)} of them sharing one {job.group_by}")
+        return f"{name}: {join_counts(parts)}"
+
+    def plan(self) -> ReservationPlan:
+        return ReservationPlan(
+            holds={rid: tuple(held) for rid, held in self.holds.items()}, reasons=dict(self.reasons)
+        )
+
+
+def _per_worker(reservation: Reservation) -> list[Resources]:
+    """What the reservation can hold on one worker at most: each entry, and entries held together."""
+    together: dict[str, Resources] = {}
+    for index, worker_id in reservation.held.items():
+        together[worker_id] = together.get(worker_id, _ZERO) + reservation.entries[index]
+    return [*reservation.entries, *together.values()]
+
+
+def _size(entry: Resources) -> tuple[int, int, int, int]:
+    return (entry.tpus, entry.gpus, entry.memory_bytes, entry.cpu_millis)
+
+
+def _amount(r: Resources) -> str:
+    """ "2 cpu, 4GiB, 1 gpus" (zero dimensions left out)."""
+    parts = [f"{format_cores(r.cpu_millis)} cpu", format_bytes(r.memory_bytes)]
+    if r.gpus:
+        parts.append(f"{r.gpus} gpus")
+    if r.tpus:
+        parts.append(f"{r.tpus} tpus")
+    return ", ".join(parts)
