@@ -54,6 +54,17 @@ class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, i
     """
 
 
+RESERVATIONS_MEMO = "reservations"
+"""The scheduler's memo key where it publishes its reservations (a list of dicts, see
+workflows/reservation_state.py): `iris reservation list` reads it without querying the scheduler."""
+RESERVATION_ENV = "IRIS_RESERVATION_ID"  # in the environment of every task of a reservation's tree
+
+
+def reservation_id_of(job_id: str) -> str:
+    """A reservation is named after the job that holds it (one per job)."""
+    return f"rsv-{job_id}"
+
+
 def worker_task_queue(worker_id: str) -> str:
     """Each worker agent polls its own queue, so a task only ever reaches the worker it was placed on."""
     return f"iris-worker-{worker_id}"
@@ -119,6 +130,8 @@ WORKER_LOST = "worker_lost"  # a liveness session ended
 CORDON_WORKERS = "cordon_workers"  # no new work on these workers (or again)
 REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
 CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
+RESERVE = "reserve"  # a job's reservation (a Reserve): hold it for the job's tree while the job runs
+RELEASE_RESERVATION = "release_reservation"  # the reserving job ended (its job id): give the capacity back
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
@@ -177,6 +190,7 @@ class RunTaskInput:
     bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
+    reservation_id: str = ""                        # the reservation of the task's tree (IRIS_RESERVATION_ID)
 
 
 PROCESS_STARTED = "process-started"

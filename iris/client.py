@@ -49,6 +49,7 @@ from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
 from iris.connection import TemporalSettings
 from iris.key_check import check_cluster_key
+from iris.reservations import ReservationStatus, read_published
 from iris.submission import build_request, command_argv, make_job_id, split_launch
 from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
 from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
@@ -220,6 +221,9 @@ class AsyncIrisClient:
         self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None
     ) -> str:
         job_id = make_job_id(req.name)
+        parent = os.environ.get("IRIS_JOB_ID")
+        if parent:  # submitted from inside a task: a child, named under its parent (ids read as paths)
+            job_id = f"{parent}/{job_id}"
         req.job_id = job_id
         if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
             req.user = self.user
@@ -536,6 +540,10 @@ class AsyncIrisClient:
                 raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
             await asyncio.sleep(poll)
 
+    async def list_reservations(self) -> list[ReservationStatus]:
+        """Reservations as the scheduler last published them (its memo: no query to the scheduler)."""
+        return await read_published(self.temporal)
+
     async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
         """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
         return await self._ask_scheduler(SUMMARY_QUERY, pb.ClusterSummary, budget)
@@ -721,6 +729,10 @@ class IrisClient:
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())
+
+    def list_reservations(self) -> list[ReservationStatus]:
+        """Each reservation: its id, its job, its workers with what is held and used there, lost workers."""
+        return self._run(self._async.list_reservations())
 
     def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""

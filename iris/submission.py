@@ -20,6 +20,7 @@ from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
+from iris.reservations import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.types import TAINT_PREFIX, Op
 from workflows.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
@@ -104,13 +105,16 @@ def build_request(
     priority: str = "interactive",
     tolerations: Sequence[str] = (),
     setup: str | Sequence[str] | None = None,
+    reservation: Any = None,
+    reservation_constraints: Any = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
     `priority` is a band: "production", "interactive" (the default) or "batch".
     Until the request carries the band by name, its `priority` field holds the
     band's rank (batch 0, interactive 1, production 2), so that the scheduler's
-    higher-first order is already band order. The user is IRIS_USER, else the
+    higher-first order is already band order. `reservation` (a list of
+    ResourceSpec) and `reservation_constraints` are checked in iris.reservations. The user is IRIS_USER, else the
     login name (`resolve_user`; the client overrides it with the connection's
     identity or `connect(user=...)` once it knows one).
     """
@@ -180,6 +184,7 @@ def build_request(
         out = req.constraints.add(key=c.key, op=str(c.op))
         if c.value is not None:
             set_attr(out.value, c.value)
+    add_reservation(req, reservation, reservation_constraints, _constraints)
     return req
 
 

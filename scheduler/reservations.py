@@ -26,16 +26,17 @@ in the pool in the same pass. Pure: no I/O, no clock; the caller commits `holds`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.attributes import describe as describe_constraint
 from scheduler.attributes import evaluate_all
-from scheduler.placement import PassState, _emit
+from scheduler.placement import PassState, _emit, _member_order
 from scheduler.reasons import first_short_dimension, format_bytes, format_cores, join_counts
 from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources
 
 _ZERO = Resources()
+Explain = Callable[[PassState, Sequence[Constraint], Resources], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ class Reservation:
     held: Mapping[int, str] = field(default_factory=dict)
     used: Mapping[str, Resources] = field(default_factory=dict)
     waited_seconds: float = 0.0
+    held_once: bool = False  # held whole before: entries lost since are replaced one by one
 
     def __post_init__(self) -> None:
         if not self.entries:
@@ -68,7 +70,7 @@ class Reservation:
     @property
     def is_held(self) -> bool:
         """Held once (some entries may wait for a replacement); a reservation never held waits whole."""
-        return bool(self.held)
+        return self.held_once or bool(self.held)
 
     def missing(self) -> list[int]:
         """Entries not held on any worker (all of them while the reservation waits)."""
@@ -157,10 +159,12 @@ class _Pool:
 class Reservations:
     """A pass's reservations: sets their capacity aside, holds waiting ones, places their trees' jobs."""
 
-    def __init__(self, state: PassState, reservations: Sequence[Reservation]) -> None:
+    def __init__(self, state: PassState, reservations: Sequence[Reservation], explain: Explain) -> None:
+        """`explain(state, constraints, request)` words why no worker takes a request (scheduling.explain_plain)."""
         if any(tree is not None for tree in state.trees):
             raise AssertionError("reservations must be set aside before anything is placed")
         self.state = state
+        self.explain = explain
         self.by_job: dict[str, Reservation] = {}
         for reservation in reservations:
             self.by_job.setdefault(reservation.job_id, reservation)
@@ -276,10 +280,8 @@ class Reservations:
 
     def _why_not(self, reservation: Reservation, constraints: Sequence[Constraint], index: int) -> str:
         """Why an entry fits no worker: "entry 2 (1 cpu, 1GiB): 0/4 workers: 3 lack zone=a, 1 have < 1 free cpu"."""
-        from scheduler.scheduling import explain_plain  # one wording for jobs and reservations
-
         entry = reservation.entries[index]
-        return f"entry {index} ({_amount(entry)}): {explain_plain(self.state, constraints, entry)}"
+        return f"entry {index} ({_amount(entry)}): {self.explain(self.state, constraints, entry)}"
 
     # -- 3. place inside -----------------------------------------------------------------------
 
@@ -292,7 +294,10 @@ class Reservations:
         pool = self.pools.get(reservation.job_id)
         if pool is None or not pool.rows:
             why = self.reasons.get(reservation.reservation_id, "its workers are not schedulable now")
-            state.reasons[job.job_id] = f"waiting for reservation {reservation.reservation_id} to be held: {why}"
+            if reservation.is_held:
+                state.reasons[job.job_id] = f"reservation {reservation.reservation_id} has no worker now: {why}"
+            else:
+                state.reasons[job.job_id] = f"waiting for reservation {reservation.reservation_id} to be held: {why}"
             return True
         rows = [row for row in pool.rows if self._feasible(job, row)]
         placed = self._place_gang(job, pool, rows) if job.group_by else self._place_plain(job, pool, rows)
@@ -327,8 +332,6 @@ class Reservations:
 
     def _place_gang(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
         """All tasks on distinct reserved workers sharing one `group_by` value, or none."""
-        from scheduler.placement import _member_order
-
         need = len(job.task_indices)
         key = job.group_by or ""
         groups: dict[object, list[int]] = {}

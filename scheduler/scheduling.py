@@ -58,7 +58,7 @@ def find_assignments(
     held first and their trees' jobs are placed only inside them (`scheduler.reservations`).
     """
     state = PassState(workers, jobs, policy)
-    held = Reservations(state, reservations) if reservations else None
+    held = Reservations(state, reservations, explain_plain) if reservations else None
     if held is not None:
         held.hold_waiting()
     fair: FairQueue | None = None

@@ -37,6 +37,7 @@ from activities.contracts import (
     MAX_RELEASE_BATCH,
     PROCESS_STARTED,
     RELEASE_BATCH,
+    RESERVATION_ENV,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
     WORKER_SESSION,
@@ -419,6 +420,8 @@ class WorkerAgent:
             "IRIS_ATTEMPT": str(inp.attempt),
             "IRIS_WORKER_ID": self.config.worker_id,
         }
+        if inp.reservation_id:
+            env[RESERVATION_ENV] = inp.reservation_id
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:
             step = "cannot prepare the task's directory"

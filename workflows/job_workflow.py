@@ -26,6 +26,7 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
+from workflows import job_reservation
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table
 from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
@@ -115,6 +116,8 @@ class JobWorkflow(Table, Waves, Handover):
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
+        if req.reservation and not handover and gang is None:
+            await job_reservation.hold(job_id, req)
         if not handover:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
@@ -141,6 +144,8 @@ class JobWorkflow(Table, Waves, Handover):
             max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
             killed=self._phase is JobPhase.KILLING,
         )
+        if req.reservation:
+            await job_reservation.release(job_id)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:

@@ -56,10 +56,25 @@ class Claim:
 
 @dataclass
 class Assigned:
-    """The scheduler committed capacity for this attempt on `worker_id`."""
+    """The scheduler committed capacity for this attempt on `worker_id` (inside `reservation_id`, if any)."""
 
     attempt: int
     worker_id: str
+    reservation_id: str = ""
+
+
+@dataclass
+class Reserve:
+    """Signal `reserve`, job -> scheduler: hold this capacity for the job's tree while the job runs.
+
+    `entries` are [cpu_millis, memory_bytes, gpus, tpus], one per worker's worth. Idempotent per job.
+    """
+
+    job_id: str
+    entries: list[list[int]]
+    constraints: list[ConstraintSpec] = field(default_factory=list)
+    tolerations: list[str] = field(default_factory=list)
+    user: str = ""
 
 
 @dataclass

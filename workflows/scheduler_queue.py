@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Unschedulable,
         enqueue_from_json,
     )
+    from workflows.reservation_state import Book
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_state import (
         PendingEntry,
@@ -164,7 +165,8 @@ class Queue(SchedulerBase):
         committed whole or not at all. No await in here: the check and the commit
         see one state.
         """
-        used = committed(self.state)
+        book = Book(self.state) if self.state.reservations else None  # reservations: their own check
+        used = committed(self.state) if book is None else {}
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
@@ -178,14 +180,18 @@ class Queue(SchedulerBase):
                 continue
             spec = entry.spec
             need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
-            trial = {w: list(u) for w, u in used.items()} if spec.group_by else used
+            trial = {w: list(u) for w, u in used.items()} if spec.group_by and book is None else used
+            trial_book = book.copy() if spec.group_by and book is not None else book
             fitting = []
             for a in assignments:
                 worker = self.state.workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
                 if ok and worker is not None and worker.cordoned:
                     ok = False  # cordoned while the pass ran
-                if ok and worker is not None:
+                if ok and worker is not None and trial_book is not None:
+                    capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
+                    ok = trial_book.place(job_id, a.worker_id, need, capacity)
+                elif ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
                     ok = all(u[i] + need[i] <= capacity[i] for i in range(4))
@@ -198,7 +204,8 @@ class Queue(SchedulerBase):
                     fitting = []  # all or nothing: the gang waits for the next pass
                     break
             if spec.group_by and fitting:
-                used = trial
+                used, book = trial, trial_book
+            reservation_id = book.reservation_of(job_id) if book is not None else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
@@ -212,7 +219,8 @@ class Queue(SchedulerBase):
                     spec.gpus,
                     spec.tpus,
                 )
-                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, reservation_id=reservation_id)
+                accepted.append((key, assigned, a))
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted

@@ -17,7 +17,9 @@ from typing import Any
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
+from workflows import reservation_state
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.reservation_state import HeldReservation
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
@@ -73,6 +75,7 @@ class SchedulerState:
     pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
     placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
     pending_reasons: dict[str, str] = field(default_factory=dict)
+    reservations: dict[str, HeldReservation] = field(default_factory=dict)  # reservation id -> it, oldest first
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -148,6 +151,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             sc = sj.constraints.add(key=c.key, op=c.op)
             if c.value is not None:
                 set_attr(sc.value, c.value)
+    reservation_state.encode(snap, state, now)
     return zlib.compress(snap.SerializeToString(), 1)
 
 
@@ -227,6 +231,8 @@ def pack(state: SchedulerState) -> bytes:
         "placements": [[*key, runs] for key, runs in groups.items()],
         "reasons": state.pending_reasons,
     }
+    if state.reservations:  # optional: a state without reservations packs as before
+        doc["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
@@ -240,6 +246,9 @@ def unpack(data: bytes) -> SchedulerState:
     for row in doc["workers"]:
         entry = state.workers[row[0]] = WorkerEntry(*row)
         entry.state = WorkerState(entry.state)
+    for row in doc.get("rsv", ()):
+        held = reservation_state.from_row(row)
+        state.reservations[held.reservation_id] = held
     names = [*state.workers, *doc["names"]]
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))

@@ -29,6 +29,7 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from workflows.scheduler_delivery import Deliveries  # the parts hold workflow code: sandboxed, as this module
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
+from workflows.scheduler_reservations import Reserving
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -60,7 +61,7 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Deliveries):
+class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
     @workflow.init
     def __init__(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
         # State is taken here, not in run(): signals delivered in a new run's first workflow
@@ -91,14 +92,15 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
+                    lambda: self._dirty, timeout=PASS_INTERVAL if self._work_waits() else None
                 )
             self._dirty = False
-            if self.state.pending and not self._signal_budget_spent() and not self._rebuild_holds():
+            if self._work_waits() and not self._signal_budget_spent() and not self._rebuild_holds():
                 await self._scheduling_pass()
             if self._replies:
                 await self._send_replies()
             self._purge_lost()
+            self._publish_reservations()
             if self._run_should_end():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
@@ -139,6 +141,10 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
             self._rebuilt_at = now
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
 
+    def _work_waits(self) -> bool:
+        """Tasks wait for a place, or a reservation for its workers: passes are due (and the 1 s timer armed)."""
+        return bool(self.state.pending) or self._reservations_waiting()
+
     def _signal_budget_spent(self) -> bool:
         return self._signals_received >= self._signal_budget
 
@@ -170,6 +176,7 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
+        self._take_holds(plan)  # before the commit: the plan may place a tree's tasks in what it holds
         await self._announce(plan)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons

@@ -272,6 +272,7 @@ class TaskWorkflow:
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
+            reservation_id=self._assigned.reservation_id if self._assigned is not None else "",
         )
         try:
             result = await workflow.execute_activity(

@@ -1,0 +1,73 @@
+"""The scheduler workflow's reservations: held for a job's tree from its RESERVE to its RELEASE_RESERVATION.
+
+The pure scheduler decides where a reservation is held and what its tree may use
+(scheduler/reservations.py); this part keeps them in the state (carried over continue-as-new by
+`pack`), takes a pass's new holds that still fit, moves the entries of a lost worker back to
+waiting for a replacement, and publishes the reservations in the scheduler's memo whenever what
+it shows changes, so `iris reservation list` reads them without querying the singleton.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, reservation_id_of
+    from activities.proto import cluster_pb2 as pb
+    from workflows.messages import Reserve
+    from workflows.reservation_state import apply_holds, from_request, lose_workers, view
+    from workflows.scheduler_base import SchedulerBase
+
+_UNREAD = object()
+
+
+class Reserving(SchedulerBase):
+    """Mixed into SchedulerWorkflow (see its module)."""
+
+    _published_reservations: Any = _UNREAD  # what the memo shows (read from it once per run)
+
+    @workflow.signal(name=RESERVE)
+    def reserve(self, request: Reserve) -> None:
+        """Hold a job's reservation for its tree; idempotent (a job has one reservation)."""
+        self._signals_received += 1
+        reservation_id = reservation_id_of(request.job_id)
+        if reservation_id in self.state.reservations or not request.entries:
+            return
+        self.state.reservations[reservation_id] = from_request(request, reservation_id, workflow.now().timestamp())
+        self._changed()
+
+    @workflow.signal(name=RELEASE_RESERVATION)
+    def release_reservation(self, job_id: str) -> None:
+        """The reserving job ended: its capacity goes back to the pool for the next pass. Idempotent."""
+        self._signals_received += 1
+        if self.state.reservations.pop(reservation_id_of(job_id), None) is not None:
+            self._changed()
+
+    def _reservations_waiting(self) -> bool:
+        """Some reservation has an entry not held (waiting, or its worker was lost): a pass is due."""
+        return any(len(r.held) < len(r.entries) for r in self.state.reservations.values())
+
+    def _reservations_lost(self, worker_ids: set[str]) -> None:
+        """Entries held on lost or removed workers wait for a replacement."""
+        if self.state.reservations and lose_workers(self.state, worker_ids):
+            self._changed()
+
+    def _take_holds(self, plan: pb.SchedulingPlan) -> None:
+        """Take a pass's new holds that still fit the state now (before its assignments are committed)."""
+        if (plan.reservation_holds or plan.reservation_reasons) and apply_holds(
+            self.state, plan, workflow.now().timestamp()
+        ):
+            self._snapshot = None
+
+    def _publish_reservations(self) -> None:
+        """Upsert the scheduler's memo when what it shows of the reservations changed (no event otherwise)."""
+        if self._published_reservations is _UNREAD:
+            self._published_reservations = workflow.memo_value(RESERVATIONS_MEMO, default=None)
+        if not self.state.reservations and not self._published_reservations:
+            return
+        shown = view(self.state)
+        if shown != self._published_reservations:
+            self._published_reservations = shown
+            workflow.upsert_memo({RESERVATIONS_MEMO: shown})
