@@ -116,6 +116,7 @@ _FLAG_OF_FIELD = {
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
     "bundle": "--bundle", "setup": "--setup", "priority": "--priority",
+    "reservation_constraints": "--reserve-constraint", "reservation": "--reserve",
 }
 
 
@@ -158,6 +159,13 @@ def run(
     setup: Annotated[
         list[str] | None, typer.Option(help="shell command run once per job and host in the bundle first")
     ] = None,
+    reserve: Annotated[
+        list[str] | None,
+        typer.Option(help="one worker's worth held for child jobs: cpu=4,memory=16g, xN to repeat (repeatable)"),
+    ] = None,
+    reserve_constraint: Annotated[
+        list[str] | None, typer.Option(help="where the reservation may be held, as --constraint")
+    ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -183,6 +191,8 @@ def run(
             scheduling_timeout=scheduling_timeout,
             priority=priority,
             setup=setup or None,
+            reservation=[parse_reserve(r) for r in reserve] if reserve else None,
+            reservation_constraints=[parse_constraint(c) for c in reserve_constraint or []] or None,
         )
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
@@ -753,6 +763,9 @@ from iris.cli_ops import autoscaler_app, job_bug_report, logs_app  # noqa: E402
 app.add_typer(logs_app, name="logs")
 app.add_typer(autoscaler_app, name="autoscaler")
 job_app.command("bug-report")(job_bug_report)
+from iris.cli_reservations import parse_reserve, reservation_app  # noqa: E402
+
+app.add_typer(reservation_app, name="reservation")
 
 if __name__ == "__main__":
     main()
