@@ -26,7 +26,7 @@ in the pool in the same pass. Pure: no I/O, no clock; the caller commits `holds`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.attributes import describe as describe_constraint
@@ -195,6 +195,7 @@ class Reservations:
                 min(left.gpus, state.free_gpu[row]), min(left.tpus, state.free_tpu[row]),
             )  # fmt: skip
             pool.add(row, left)
+            state.aside[row] = state.aside.get(row, _ZERO) + left
             state.free_cpu[row] -= left.cpu_millis
             state.free_mem[row] -= left.memory_bytes
             state.free_gpu[row] -= left.gpus
@@ -255,6 +256,7 @@ class Reservations:
         for index, row in chosen:
             entry = reservation.entries[index]
             state._consume(row, 1, entry)
+            state.aside[row] = state.aside.get(row, _ZERO) + entry
             pool.add(row, entry)
             holds.append((index, state.workers[row].worker_id))
         if short:
@@ -379,6 +381,24 @@ class Reservations:
         return ReservationPlan(
             holds={rid: tuple(held) for rid, held in self.holds.items()}, reasons=dict(self.reasons)
         )
+
+
+def held_rows(state: PassState, rows: Iterable[int], request: Resources) -> set[int]:
+    """Rows where `request` does not fit now but would without what reservations set aside there."""
+    aside = state.aside
+    out = set()
+    for row in rows:
+        held = aside.get(row)
+        if held is None or state.reserved[row]:
+            continue
+        c, m, g, t = state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row]
+        now = c >= request.cpu_millis and m >= request.memory_bytes and g >= request.gpus and t >= request.tpus
+        if not now and (
+            c + held.cpu_millis >= request.cpu_millis and m + held.memory_bytes >= request.memory_bytes
+            and g + held.gpus >= request.gpus and t + held.tpus >= request.tpus
+        ):  # fmt: skip
+            out.add(row)
+    return out
 
 
 def _per_worker(reservation: Reservation) -> list[Resources]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
-from scheduler.reservations import Reservation, Reservations
+from scheduler.reservations import Reservation, Reservations, held_rows
 from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
 from scheduler.types import (
     BAND_RANK,
@@ -229,7 +229,12 @@ def explain_plain(state: PassState, constraints: Sequence[Constraint], request: 
         return "no workers available"
     counts, remaining = state.index.count_excluded(constraints)
     parts = [constraint_rejection(c, n) for c, n in zip(constraints, counts, strict=True) if n]
+    held = held_rows(state, state.aside, request) & set(remaining) if state.aside else None
+    if held:  # workers that only a reservation's set-aside keeps from taking it
+        remaining = remaining - held
     fitting, capacity = _capacity_parts(state, remaining, request)
+    if held:
+        capacity.append(f"{len(held)} held by reservations")
     return f"{fitting}/{total} workers: {join_counts(parts + capacity)}"
 
 

@@ -32,6 +32,7 @@ def test_waiting_reservation_is_held_whole_before_the_queue() -> None:
     assert 2 == len(set(held.values()))
     assert set(on(result, "other")).isdisjoint(held.values())
     assert 2 == len(on(result, "other"))
+    assert "0/4 workers: 2 have < 4 free cpu, 2 held by reservations" in result.pending_reasons["other"]
 
 
 def test_reservation_that_cannot_be_held_holds_nothing_and_says_why() -> None:
