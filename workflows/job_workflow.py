@@ -57,7 +57,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover):
+class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -145,7 +145,7 @@ class JobWorkflow(Table, Waves, Handover):
             killed=self._phase is JobPhase.KILLING,
         )
         if req.reservation:
-            await job_reservation.release(job_id)
+            await self._release_reservation(job_id)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:
