@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client
@@ -36,7 +37,9 @@ async def _until(client: Client, workflow_id: str, wanted: Any, timeout: float =
 
 async def test_reservation_is_held_published_kept_across_continue_as_new_replaced_and_released() -> None:
     """Held on two of three workers and published; a new run still holds it; a lost worker is replaced; released."""
-    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
+    activities: list[Callable[..., Any]] = [
+        find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler,
+    ]
     async with workflows_on_dev_server("sched-rsv", [SchedulerWorkflow], activities) as (client, queue):
         started = await client.start_workflow(SchedulerWorkflow.run, args=[None, BUDGET], id=queue, task_queue=queue)
         handle = client.get_workflow_handle(queue)
