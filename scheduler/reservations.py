@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from scheduler.attributes import describe as describe_constraint
 from scheduler.attributes import evaluate_all
 from scheduler.placement import PassState, _emit, _member_order
-from scheduler.reasons import first_short_dimension, format_bytes, format_cores, join_counts
+from scheduler.reasons import first_short_dimension, format_amount, join_counts, reservation_shortfall
 from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources
 
 _ZERO = Resources()
@@ -283,7 +283,7 @@ class Reservations:
     def _why_not(self, reservation: Reservation, constraints: Sequence[Constraint], index: int) -> str:
         """Why an entry fits no worker: "entry 2 (1 cpu, 1GiB): 0/4 workers: 3 lack zone=a, 1 have < 1 free cpu"."""
         entry = reservation.entries[index]
-        return f"entry {index} ({_amount(entry)}): {self.explain(self.state, constraints, entry)}"
+        return f"entry {index} ({format_amount(entry)}): {self.explain(self.state, constraints, entry)}"
 
     # -- 3. place inside -----------------------------------------------------------------------
 
@@ -356,8 +356,8 @@ class Reservations:
         request = job.request
         if not any(request.fits_in(have) for have in _per_worker(reservation)):
             largest = max(reservation.entries, key=_size)
-            return (f"{name}: needs {_amount(request)} per task, more than the reservation holds on any worker "
-                    f"(largest entry: {_amount(largest)})")  # fmt: skip
+            return (f"{name}: needs {format_amount(request)} per task, more than the reservation holds on any worker "
+                    f"(largest entry: {format_amount(largest)})")  # fmt: skip
         parts = []
         infeasible = len(pool.rows) - len(rows)
         if infeasible:
@@ -368,11 +368,7 @@ class Reservations:
             dimension = first_short_dimension(request, pool.cpu[row], pool.mem[row], pool.gpu[row], pool.tpu[row])
             if dimension is not None:
                 short[dimension] += 1
-        wanted_amount = {
-            "cpu": format_cores(request.cpu_millis), "memory": format_bytes(request.memory_bytes),
-            "gpus": str(request.gpus), "tpus": str(request.tpus),
-        }  # fmt: skip
-        parts += [f"{n} have < {wanted_amount[d]} {d} left in it" for d, n in short.items()]
+        parts += [reservation_shortfall(d, n, request) for d, n in short.items()]
         if job.group_by:
             parts.append(f"a gang needs {len(job.task_indices)} of them sharing one {job.group_by}")
         return f"{name}: {join_counts(parts)}"
@@ -411,13 +407,3 @@ def _per_worker(reservation: Reservation) -> list[Resources]:
 
 def _size(entry: Resources) -> tuple[int, int, int, int]:
     return (entry.tpus, entry.gpus, entry.memory_bytes, entry.cpu_millis)
-
-
-def _amount(r: Resources) -> str:
-    """ "2 cpu, 4GiB, 1 gpus" (zero dimensions left out)."""
-    parts = [f"{format_cores(r.cpu_millis)} cpu", format_bytes(r.memory_bytes)]
-    if r.gpus:
-        parts.append(f"{r.gpus} gpus")
-    if r.tpus:
-        parts.append(f"{r.tpus} tpus")
-    return ", ".join(parts)

@@ -54,7 +54,7 @@ def test_tree_jobs_stay_inside_and_wait_naming_the_reservation() -> None:
     assert ["w0", "w1"] == sorted(inside)
     assert ["w2", "w3"] == on(result, "other")
     for i in range(2, 5):
-        assert "inside reservation rsv-p" in result.pending_reasons[f"p/c{i}"]
+        assert "inside reservation rsv-p (2 workers): 2 have < 4 cpu left in it" == result.pending_reasons[f"p/c{i}"]
 
 
 def test_reserving_jobs_own_tasks_are_placed_outside() -> None:
