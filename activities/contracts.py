@@ -117,6 +117,7 @@ DELIVER_SIGNALS = "deliver_signals"
 DELIVER_ASSIGNMENTS = "deliver_assignments"
 REBUILD_SCHEDULER = "rebuild_scheduler"  # activity: a scheduler that started empty asks everyone to report
 FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose workflow closed without reporting
+FIND_ENDED_JOBS = "find_ended_jobs"  # activity: reserving jobs that ended without releasing their reservation
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow

@@ -8,8 +8,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.contracts import RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, WORKER_LOST
+from activities.contracts import FIND_ENDED_JOBS, RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, WORKER_LOST
 from activities.recovery import rebuild_scheduler
+from activities.reservations import find_ended_jobs
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from iris.reservations import ReservationStatus, parse_published
@@ -62,4 +63,21 @@ async def test_reservation_is_held_published_kept_across_continue_as_new_replace
         assert 2 == len(replaced.workers)
         await handle.signal(RELEASE_RESERVATION, "coord")
         assert [] == await _until(client, queue, lambda shown: shown == [])
+        await handle.terminate("test done")
+
+
+async def test_reservation_of_a_job_that_ended_without_releasing_it_is_released() -> None:
+    """A reserving job terminated from outside cannot release; the scheduler finds it ended and releases it."""
+    activities: list[Callable[..., Any]] = [
+        find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler, find_ended_jobs,
+    ]
+    async with workflows_on_dev_server("sched-rsv-gone", [SchedulerWorkflow], activities) as (client, queue):
+        await client.start_workflow(SchedulerWorkflow.run, args=[None, 1000, 3.0], id=queue, task_queue=queue)
+        handle = client.get_workflow_handle(queue)
+        await handle.signal("register_workers", _batch(0, 2, 0))
+        await handle.signal(RESERVE, Reserve("never-started", [[1000, 2**30, 0, 0]], user="ana"))
+        await _until(client, queue, lambda shown: shown and shown[0].held == 1)
+        assert [] == await _until(client, queue, lambda shown: shown == [])
+        history = [e async for e in handle.fetch_history_events()]
+        assert any(e.activity_task_scheduled_event_attributes.activity_type.name == FIND_ENDED_JOBS for e in history)
         await handle.terminate("test done")

@@ -9,24 +9,38 @@ it shows changes, so `iris reservation list` reads them without querying the sin
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, reservation_id_of
+    from activities.contracts import (
+        FIND_ENDED_JOBS,
+        RELEASE_RESERVATION,
+        RESERVATIONS_MEMO,
+        RESERVE,
+        reservation_id_of,
+    )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Reserve
     from workflows.reservation_state import apply_holds, from_request, lose_workers, view
     from workflows.scheduler_base import SchedulerBase
 
 _UNREAD = object()
+# How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated
+# from outside cannot release its own (its end normally does).
+RESERVATION_CHECK_SECONDS = 60.0
 
 
 class Reserving(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     _published_reservations: Any = _UNREAD  # what the memo shows (read from it once per run)
+    _reservation_check: float  # RESERVATION_CHECK_SECONDS, or a test's
+    _jobs_checked_at: float | None = None
+    _job_check: workflow.ActivityHandle[list[str]] | None = None
 
     @workflow.signal(name=RESERVE)
     def reserve(self, request: Reserve) -> None:
@@ -42,6 +56,9 @@ class Reserving(SchedulerBase):
     def release_reservation(self, job_id: str) -> None:
         """The reserving job ended: its capacity goes back to the pool for the next pass. Idempotent."""
         self._signals_received += 1
+        self._release_reservation(job_id)
+
+    def _release_reservation(self, job_id: str) -> None:
         if self.state.reservations.pop(reservation_id_of(job_id), None) is not None:
             self._changed()
 
@@ -71,3 +88,36 @@ class Reserving(SchedulerBase):
         if shown != self._published_reservations:
             self._published_reservations = shown
             workflow.upsert_memo({RESERVATIONS_MEMO: shown})
+
+    def _reservation_timer(self) -> timedelta | None:
+        """While reservations are held, wake now and then to check that their jobs still run."""
+        return timedelta(seconds=self._reservation_check) if self.state.reservations else None
+
+    def _check_reserving_jobs(self) -> None:
+        """Every RESERVATION_CHECK_SECONDS, ask (in the background) which reserving jobs ended; release theirs."""
+        now = workflow.now().timestamp()
+        if self._jobs_checked_at is None or not (self.state.reservations or self._job_check):
+            self._jobs_checked_at = now  # the first check comes one interval after a reservation arrives
+        check = self._job_check
+        if check is not None:
+            if not check.done():
+                return
+            self._job_check, self._jobs_checked_at = None, now
+            if check.exception() is not None:
+                workflow.logger.warning("could not check reserving jobs: %s", check.exception())
+                return
+            for job_id in check.result():
+                if reservation_id_of(job_id) in self.state.reservations:
+                    workflow.logger.warning("job %s ended without releasing its reservation: released", job_id)
+                    self._release_reservation(job_id)
+            return
+        if self.state.reservations and now - self._jobs_checked_at >= self._reservation_check:
+            jobs = [r.job_id for r in self.state.reservations.values()]
+            self._job_check = workflow.start_activity(
+                FIND_ENDED_JOBS, jobs, result_type=list[str], start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )  # fmt: skip
+            self._job_check.add_done_callback(self._wake_after_check)
+
+    def _wake_after_check(self, _: object) -> None:
+        self._dirty = True
