@@ -13,7 +13,7 @@ from temporalio import activity
 import scheduler
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
-from scheduler.reservations import Reservation
+from scheduler.reservations import Reservation, demand_view
 from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
 
 FIND_ASSIGNMENTS = "find_assignments"
@@ -25,7 +25,12 @@ def resources_from_pb(r: pb.Resources) -> Resources:
 
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
-    return snapshot_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(data)))
+    """The fleet and the demand, as the autoscaler sees them (with reservations: `demand_view`)."""
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    workers, jobs = snapshot_from_pb(snap)
+    if snap.reservations:
+        return demand_view(workers, jobs, decode_reservations(snap))
+    return workers, jobs
 
 
 def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot], list[PendingJob]]:

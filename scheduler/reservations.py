@@ -33,7 +33,7 @@ from scheduler.attributes import describe as describe_constraint
 from scheduler.attributes import evaluate_all
 from scheduler.placement import PassState, _emit, _member_order
 from scheduler.reasons import first_short_dimension, format_amount, join_counts, reservation_shortfall
-from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources
+from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources, WorkerSnapshot
 
 _ZERO = Resources()
 Explain = Callable[[PassState, Sequence[Constraint], Resources], str]
@@ -407,3 +407,39 @@ def _per_worker(reservation: Reservation) -> list[Resources]:
 
 def _size(entry: Resources) -> tuple[int, int, int, int]:
     return (entry.tpus, entry.gpus, entry.memory_bytes, entry.cpu_millis)
+
+
+def demand_view(
+    workers: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob], reservations: Sequence[Reservation]
+) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
+    """The fleet and queue as the autoscaler should see them with reservations.
+
+    What a reservation holds and its tree does not use counts as used (a reserved worker is not
+    idle, so its slice is not scaled down under the reservation); a reservation's tree asks nothing
+    of new capacity (it only runs inside), and the entries a reservation still misses are demand
+    like the tasks of a job (one pending job per distinct entry, named after the reservation).
+    """
+    by_job = {r.job_id: r for r in reservations}
+    aside: dict[str, Resources] = {}
+    for r in reservations:
+        per: dict[str, Resources] = {}
+        for index, worker_id in r.held.items():
+            per[worker_id] = per.get(worker_id, _ZERO) + r.entries[index]
+        for worker_id, held in per.items():
+            aside[worker_id] = aside.get(worker_id, _ZERO) + (held - r.used.get(worker_id, _ZERO))
+    seen = [
+        w if w.worker_id not in aside
+        else WorkerSnapshot(w.worker_id, w.free - aside[w.worker_id], w.attributes, w.capacity)
+        for w in workers
+    ]
+    queue = [job for job in jobs if governing(job.job_id, by_job) is None]
+    for r in reservations:
+        if tree_root(r.job_id, by_job) is not None:
+            continue  # nested: never held
+        missing: dict[Resources, int] = {}
+        for index in r.missing():
+            missing[r.entries[index]] = missing.get(r.entries[index], 0) + 1
+        for k, (entry, count) in enumerate(missing.items()):
+            name = r.reservation_id if k == 0 else f"{r.reservation_id}#{k}"
+            queue.append(PendingJob(name, tuple(range(count)), entry, r.constraints, tolerations=r.tolerations))
+    return seen, queue

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import Constraint, Op, PendingJob, Resources, WorkerSnapshot, find_assignments
-from scheduler.reservations import Reservation, governing
+from scheduler.reservations import Reservation, demand_view, governing
 from tests.scheduler.sched_helpers import GIB, job, worker
 
 WHOLE = Resources(4000, 4 * GIB)
@@ -132,6 +132,15 @@ def test_governing_is_the_innermost_tree() -> None:
     assert "a" == governing("a/x", table).job_id  # type: ignore[union-attr]
     assert governing("a", table) is None
     assert governing("ab/c", table) is None
+
+
+def test_autoscaler_sees_reserved_workers_busy_and_missing_entries_as_demand() -> None:
+    """Reserved-but-unused capacity is not idle, a tree asks nothing of new capacity, missing entries are demand."""
+    held = reservation(held={0: "w0"})  # entry 1 waits for a worker
+    workers, jobs = demand_view(fleet(2), [job("p/c", 3), job("other", 1)], [held])
+    assert Resources() == workers[0].free and WHOLE == workers[1].free
+    assert [("other", (0,)), ("rsv-p", (0,))] == [(j.job_id, j.task_indices) for j in jobs]
+    assert WHOLE == jobs[1].request
 
 
 # -- properties ---------------------------------------------------------------------------------
