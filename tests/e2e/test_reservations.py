@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +94,10 @@ def test_children_run_inside_the_reservation_and_others_outside(
     reserved = {w.worker_id for w in held.workers}
     assert f"rsv-{parent.job_id}" == held.reservation_id
     assert 2 == len(reserved) and reserved <= set(pool)
+    listed = subprocess.run([sys.executable, "-m", "iris", "reservation", "list"], env=cluster.env,
+                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert held.reservation_id in listed.stdout and parent.job_id in listed.stdout
+    assert all(worker in listed.stdout for worker in reserved), listed.stdout
     other = client.submit_command(
         ["sh", "-c", "sleep 1; echo $IRIS_WORKER_ID"], name="outsider",
         resources=ResourceSpec(cpu=1, memory="1g", replicas=2), **ON_POOL,  # type: ignore[arg-type]
