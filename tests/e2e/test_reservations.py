@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def test_children_run_inside_the_reservation_and_others_outside(
                             capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
     assert held.reservation_id in listed.stdout and parent.job_id in listed.stdout
     assert all(worker in listed.stdout for worker in reserved), listed.stdout
+    with urllib.request.urlopen(f"{cluster.info.dashboard_url}/reservations", timeout=30) as page:
+        html = page.read().decode()
+    assert held.reservation_id in html and all(f"/workers/{worker}" in html for worker in reserved)
     other = client.submit_command(
         ["sh", "-c", "sleep 1; echo $IRIS_WORKER_ID"], name="outsider",
         resources=ResourceSpec(cpu=1, memory="1g", replicas=2), **ON_POOL,  # type: ignore[arg-type]
