@@ -24,8 +24,8 @@ from workflows.messages import ConstraintSpec, Reserve
 if TYPE_CHECKING:
     from workflows.scheduler_state import SchedulerState
 
-MAX_PUBLISHED = 200  # reservations listed in the scheduler's memo (the memo stays far below 2 MB)
-MAX_WORKERS_LISTED = 64  # workers listed per reservation in the memo
+MAX_PUBLISHED = 100  # reservations listed in the scheduler's memo (each upsert is an event holding it all)
+MAX_WORKERS_LISTED = 32  # workers listed per reservation in the memo
 
 
 @dataclass

@@ -32,12 +32,23 @@ _UNREAD = object()
 # How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated
 # from outside cannot release its own (its end normally does).
 RESERVATION_CHECK_SECONDS = 60.0
+USAGE_PUBLISH_SECONDS = 5.0
+
+
+def _outline(shown: Any) -> list[Any]:
+    """What the published reservations show apart from their trees' use."""
+    return [
+        [r["id"], r["state"], r["held"], r["reason"], r["lost"], [w["worker"] for w in r["workers"]]]
+        for r in shown or []
+    ]
 
 
 class Reserving(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     _published_reservations: Any = _UNREAD  # what the memo shows (read from it once per run)
+    _published_at = 0.0
+    _publish_owed = False  # a change of the trees' use waits for USAGE_PUBLISH_SECONDS
     _reservation_check: float  # RESERVATION_CHECK_SECONDS, or a test's
     _jobs_checked_at: float | None = None
     _job_check: workflow.ActivityHandle[list[str]] | None = None
@@ -85,12 +96,23 @@ class Reserving(SchedulerBase):
         if not self.state.reservations and not self._published_reservations:
             return
         shown = view(self.state)
-        if shown != self._published_reservations:
-            self._published_reservations = shown
-            workflow.upsert_memo({RESERVATIONS_MEMO: shown})
+        if shown == self._published_reservations:
+            return
+        # What a tree uses changes with every task it starts and ends: that alone is published at most
+        # every USAGE_PUBLISH_SECONDS (each upsert is an event carrying the whole memo); anything else
+        # (a reservation held, lost, released, its reason) at once.
+        now = workflow.now().timestamp()
+        same = _outline(shown) == _outline(self._published_reservations)
+        if same and now < self._published_at + USAGE_PUBLISH_SECONDS:
+            self._publish_owed = True  # the loop wakes for it (`_reservation_timer`)
+            return
+        self._published_reservations, self._published_at, self._publish_owed = shown, now, False
+        workflow.upsert_memo({RESERVATIONS_MEMO: shown})
 
     def _reservation_timer(self) -> timedelta | None:
-        """While reservations are held, wake now and then to check that their jobs still run."""
+        """While reservations are held, wake now and then to check that their jobs still run (or to publish)."""
+        if self._publish_owed:
+            return timedelta(seconds=USAGE_PUBLISH_SECONDS)
         return timedelta(seconds=self._reservation_check) if self.state.reservations else None
 
     def _check_reserving_jobs(self) -> None:
