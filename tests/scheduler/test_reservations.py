@@ -189,14 +189,17 @@ def scenes(draw: st.DrawFn) -> tuple[list[WorkerSnapshot], list[PendingJob], lis
     for worker_id, cap in capacity.items():
         room = left[worker_id]
         other = Resources(draw(st.integers(0, room.cpu_millis)), draw(st.integers(0, room.memory_bytes)))
-        workers.append(WorkerSnapshot(worker_id, cap - used_by_tree.get(worker_id, Resources()) - other))
+        group = draw(st.sampled_from([None, "s0", "s1"]))
+        attrs = {} if group is None else {"tpu-name": group}
+        workers.append(WorkerSnapshot(worker_id, cap - used_by_tree.get(worker_id, Resources()) - other, attrs))
         capacity[worker_id] = cap - other  # what tree use, holds and new placements share
     jobs = []
     for j in range(draw(st.integers(0, 8))):
         parent = draw(st.sampled_from([None, *(r.job_id for r in reservations)]))
         job_id = f"{parent}/c{j}" if parent else f"j{j}"
         request = Resources(draw(st.integers(0, 2)) * 1000, draw(st.integers(0, 2)))
-        jobs.append(PendingJob(job_id, tuple(range(draw(st.integers(1, 3)))), request))
+        group_by = draw(st.sampled_from([None, None, "tpu-name"]))
+        jobs.append(PendingJob(job_id, tuple(range(draw(st.integers(1, 3)))), request, group_by=group_by))
     return workers, jobs, reservations, capacity
 
 
@@ -242,9 +245,14 @@ def _check_plan(scene: tuple[list[WorkerSnapshot], list[PendingJob], list[Reserv
                 max(held.cpu_millis, use.cpu_millis), max(held.memory_bytes, use.memory_bytes)
             )
         assert total.fits_in(cap), f"{worker_id} double-booked: {total} > {cap}"
+    by_worker = {w.worker_id: w for w in workers}
     for j in jobs:
-        if sum(1 for a in result.assignments if a.job_id == j.job_id) < len(j.task_indices):
+        tasks = [a for a in result.assignments if a.job_id == j.job_id]
+        if len(tasks) < len(j.task_indices):
             assert j.job_id in result.pending_reasons
+        if j.group_by and tasks:  # a gang, inside a reservation or not: whole, distinct workers, one group
+            assert len(j.task_indices) == len(tasks) == len({a.worker_id for a in tasks})
+            assert 1 == len({by_worker[a.worker_id].attributes[j.group_by] for a in tasks})
     for r in reservations:
         held = {**r.held, **dict(result.reservation_holds.get(r.reservation_id, ()))}
         if len(held) < len(r.entries):
