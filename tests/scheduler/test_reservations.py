@@ -57,6 +57,16 @@ def test_tree_jobs_stay_inside_and_wait_naming_the_reservation() -> None:
         assert "inside reservation rsv-p (2 workers): 2 have < 4 cpu left in it" == result.pending_reasons[f"p/c{i}"]
 
 
+def test_released_reservation_is_placeable_in_the_same_pass() -> None:
+    """The pass that no longer lists a reservation gives its workers to the queue at once."""
+    held = reservation(held={0: "w0", 1: "w1"})
+    queue = [job("other", 4, cpu=4, memory_gib=4)]
+    before = find_assignments(fleet(), queue, reservations=[held])
+    assert ["w2", "w3"] == on(before, "other")
+    after = find_assignments(fleet(), queue, reservations=[])
+    assert ["w0", "w1", "w2", "w3"] == on(after, "other")
+
+
 def test_reserving_jobs_own_tasks_are_placed_outside() -> None:
     """The reserving job is not in its own tree: its tasks use the free pool, not the reservation."""
     held = reservation(held={0: "w0", 1: "w1"})
