@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.attributes import describe as describe_constraint
-from scheduler.attributes import evaluate_all
+from scheduler.attributes import evaluate_all, taint_constraints
 from scheduler.placement import PassState, _emit, _member_order
 from scheduler.reasons import first_short_dimension, format_amount, join_counts, reservation_shortfall
 from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources, WorkerSnapshot
@@ -314,9 +314,8 @@ class Reservations:
         attributes = self.state.workers[row].attributes
         if job.constraints and not evaluate_all(job.constraints, attributes):
             return False
-        return not any(
-            key.startswith(TAINT_PREFIX) and key[len(TAINT_PREFIX) :] not in job.tolerations for key in attributes
-        )
+        taints = [key for key in attributes if key.startswith(TAINT_PREFIX)]
+        return not taints or evaluate_all(taint_constraints(job.constraints, job.tolerations, taints), attributes)
 
     def _place_plain(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
         tasks, request = job.task_indices, job.request
