@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from activities.contracts import FIND_ENDED_JOBS, RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, WORKER_LOST
 from activities.recovery import rebuild_scheduler
@@ -63,7 +64,10 @@ async def test_reservation_is_held_published_kept_across_continue_as_new_replace
         assert 2 == len(replaced.workers)
         await handle.signal(RELEASE_RESERVATION, "coord")
         assert [] == await _until(client, queue, lambda shown: shown == [])
+        history = await handle.fetch_history()  # the last run: holds, a lost worker, a replacement, the release
         await handle.terminate("test done")
+    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
 
 
 async def test_reservation_of_a_job_that_ended_without_releasing_it_is_released() -> None:
