@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from scheduler.attributes import describe as describe_constraint
 from scheduler.attributes import evaluate_all, taint_constraints
-from scheduler.placement import PassState, _emit, _member_order
+from scheduler.placement import Feasibility, PassState, _emit, _member_order
 from scheduler.reasons import first_short_dimension, format_amount, join_counts, reservation_shortfall
 from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources, WorkerSnapshot
 
@@ -218,32 +218,33 @@ class Reservations:
             self._hold(reservation)
 
     def _hold(self, reservation: Reservation) -> None:
+        """Hold the reservation's missing entries, each on the first worker in best-fit order where it fits.
+
+        Taken for real as they are found (the capacity trees find them), and given back if a first
+        hold turns out not to fit whole: nothing else has been placed yet in this pass.
+        """
         state = self.state
         probe = PendingJob(
             reservation.reservation_id, (), _ZERO, reservation.constraints, tolerations=reservation.tolerations
         )
         feasibility = state.feasibility_for(probe)
-        candidates = state.ordered(feasibility)
         missing = sorted(reservation.missing(), key=lambda i: _size(reservation.entries[i]), reverse=True)
         whole = not reservation.is_held  # the first hold is all or nothing; replacements go one by one
-        taken: dict[int, list[int]] = {}  # row -> tentative cpu, mem, gpu, tpu on top of the pass's use
         chosen: list[tuple[int, int]] = []
         short: list[int] = []
         for index in missing:
             entry = reservation.entries[index]
-            row = self._first_fit(candidates, entry, taken)
+            row = self._first_fit(feasibility, entry)
             if row < 0:
                 short.append(index)
                 if whole:
                     break
                 continue
-            used = taken.setdefault(row, [0, 0, 0, 0])
-            used[0] += entry.cpu_millis
-            used[1] += entry.memory_bytes
-            used[2] += entry.gpus
-            used[3] += entry.tpus
+            state._consume(row, 1, entry)
             chosen.append((index, row))
         if whole and short:
+            for index, row in chosen:
+                self._give_back(row, reservation.entries[index])
             found = f"room for {len(chosen)} of {len(missing)} entries; " if chosen else ""
             self.reasons[reservation.reservation_id] = found + self._why_not(
                 reservation, feasibility.constraints, short[0]
@@ -255,7 +256,6 @@ class Reservations:
         holds = self.holds.setdefault(reservation.reservation_id, [])
         for index, row in chosen:
             entry = reservation.entries[index]
-            state._consume(row, 1, entry)
             state.aside[row] = state.aside.get(row, _ZERO) + entry
             pool.add(row, entry)
             holds.append((index, state.workers[row].worker_id))
@@ -265,20 +265,34 @@ class Reservations:
                 + self._why_not(reservation, feasibility.constraints, short[0])
             )
 
-    def _first_fit(self, candidates: Sequence[int], entry: Resources, taken: dict[int, list[int]]) -> int:
+    def _first_fit(self, feasibility: Feasibility, entry: Resources) -> int:
+        """The first feasible worker in best-fit order with room for `entry`, or -1 (class trees when it can)."""
         state = self.state
-        fc, fm, fg, ft, reserved = state.free_cpu, state.free_mem, state.free_gpu, state.free_tpu, state.reserved
         rc, rm, rg, rt = entry.cpu_millis, entry.memory_bytes, entry.gpus, entry.tpus
-        for row in candidates:
-            if reserved[row]:
-                continue
-            t = taken.get(row)
-            if t is None:
-                if fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt:
-                    return row
-            elif fc[row] - t[0] >= rc and fm[row] - t[1] >= rm and fg[row] - t[2] >= rg and ft[row] - t[3] >= rt:
+        if feasibility.classes is not None:
+            for class_id in feasibility.classes:
+                position = state.tree(class_id).first_fit(rc, rm, rg, rt)
+                if position >= 0:
+                    return state.members[class_id][position]
+            return -1
+        fc, fm, fg, ft, reserved = state.free_cpu, state.free_mem, state.free_gpu, state.free_tpu, state.reserved
+        for row in state.ordered(feasibility):
+            if not reserved[row] and fc[row] >= rc and fm[row] >= rm and fg[row] >= rg and ft[row] >= rt:
                 return row
         return -1
+
+    def _give_back(self, row: int, entry: Resources) -> None:
+        """Undo a tentative hold (before anything else in the pass used the worker)."""
+        state = self.state
+        state.free_cpu[row] += entry.cpu_millis
+        state.free_mem[row] += entry.memory_bytes
+        state.free_gpu[row] += entry.gpus
+        state.free_tpu[row] += entry.tpus
+        tree = state.trees[state.index.class_of[row]]
+        if tree is not None:
+            tree.update(
+                state.position[row], state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row]
+            )
 
     def _why_not(self, reservation: Reservation, constraints: Sequence[Constraint], index: int) -> str:
         """Why an entry fits no worker: "entry 2 (1 cpu, 1GiB): 0/4 workers: 3 lack zone=a, 1 have < 1 free cpu"."""
