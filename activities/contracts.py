@@ -58,6 +58,17 @@ class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, i
     """
 
 
+RESERVATIONS_MEMO = "reservations"
+"""The scheduler's memo key where it publishes its reservations (a list of dicts, see
+workflows/reservation_state.py): `iris reservation list` reads it without querying the scheduler."""
+RESERVATION_ENV = "IRIS_RESERVATION_ID"  # in the environment of every task of a reservation's tree
+
+
+def reservation_id_of(job_id: str) -> str:
+    """A reservation is named after the job that holds it (one per job)."""
+    return f"rsv-{job_id}"
+
+
 def worker_task_queue(worker_id: str) -> str:
     """Each worker agent polls its own queue, so a task only ever reaches the worker it was placed on."""
     return f"iris-worker-{worker_id}"
@@ -124,6 +135,7 @@ FIND_LOST_TASKS = "find_lost_tasks"  # activity: a job's adopted tasks whose wor
 EXEC_IN_TASK = "exec_in_task"
 PROFILE_TASK = "profile_task"
 KILL_DESCENDANTS = "kill_descendants"  # activity: kill the unfinished jobs of an ended job's tree
+FIND_ENDED_JOBS = "find_ended_jobs"  # activity: reserving jobs that ended without releasing their reservation
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow
@@ -137,6 +149,8 @@ WORKER_LOST = "worker_lost"  # a liveness session ended
 CORDON_WORKERS = "cordon_workers"  # no new work on these workers (or again)
 REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
 CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
+RESERVE = "reserve"  # a job's reservation (a Reserve): hold it for the job's tree while the job runs
+RELEASE_RESERVATION = "release_reservation"  # the reserving job ended (its job id): give the capacity back
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
@@ -234,6 +248,7 @@ class RunTaskInput:
     num_slices: int = 0                             # > 1: a multi-slice gang (task i on slice i // hosts)
     network: TaskNetwork | None = None              # ports, coordinator and peers (a distributed job)
     namespace: str = ""                             # the job's namespace (IRIS_NAMESPACE)
+    reservation_id: str = ""                        # the reservation of the task's tree (IRIS_RESERVATION_ID)
 
 
 PROCESS_STARTED = "process-started"

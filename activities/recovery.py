@@ -4,9 +4,9 @@ and a job that adopted tasks finds those whose workflow closed without reporting
 The scheduler's state lives only in its workflow. When that workflow is
 terminated and started afresh (by hand, or after a bad deploy), it knows no
 worker and no task. This activity lists the live WorkerWorkflows and
-TaskWorkflows in visibility and signals each: a worker's monitor sends its
-agent's registration again, a waiting task enqueues itself again, a task that
-holds a place claims it. Visibility lags by a moment; anything it misses started
+JobWorkflows and TaskWorkflows in visibility and signals each: a worker's monitor
+sends its agent's registration again, a reserving job its reservation, a waiting
+task enqueues itself again, a task that holds a place claims it. Visibility lags by a moment; anything it misses started
 after the new scheduler did, and so reported to it on its own.
 """
 
@@ -32,6 +32,7 @@ log = structlog.get_logger("iris.recovery")
 MAX_IN_FLIGHT = 64
 ASKED = (
     ("WorkerWorkflow", REGISTER_AGAIN),  # workers first: claims then land on known workers
+    ("JobWorkflow", SCHEDULER_RESTARTED),  # a reserving job asks for its reservation again
     ("TaskWorkflow", SCHEDULER_RESTARTED),
 )
 

@@ -14,6 +14,7 @@ import scheduler
 from activities.heartbeat import heartbeating_thread
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
+from scheduler.reservations import Reservation, demand_view
 from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
 
 FIND_ASSIGNMENTS = "find_assignments"
@@ -25,7 +26,12 @@ def resources_from_pb(r: pb.Resources) -> Resources:
 
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
-    return snapshot_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(data)))
+    """The fleet and the demand, as the autoscaler sees them (with reservations: `demand_view`)."""
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    workers, jobs = snapshot_from_pb(snap)
+    if snap.reservations:
+        return demand_view(workers, jobs, decode_reservations(snap))
+    return workers, jobs
 
 
 def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
@@ -59,6 +65,27 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
     return workers, jobs
 
 
+def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:
+    """The snapshot's reservations as the pure scheduler's values."""
+    return [
+        Reservation(
+            reservation_id=r.reservation_id,
+            job_id=r.job_id,
+            entries=tuple(resources_from_pb(e) for e in r.entries),
+            constraints=tuple(
+                Constraint(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)  # type: ignore[arg-type]
+                for c in r.constraints
+            ),
+            tolerations=frozenset(r.tolerations),
+            held={h.entry: h.worker_id for h in r.held},
+            used={w: resources_from_pb(u) for w, u in r.used.items()},
+            waited_seconds=r.waited_seconds,
+            held_once=r.held_once,
+        )
+        for r in snap.reservations
+    ]
+
+
 def cap_reason(reason: str) -> str:
     """A pending reason short enough to keep for every job of a 100k-task queue."""
     return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
@@ -80,6 +107,11 @@ def encode_plan(result: scheduler.SchedulingResult, known: dict[str, int] | None
         reason = cap_reason(reason)
         if reason_crc(reason) != known.get(job_id, 0):
             plan.pending_reasons[job_id] = reason
+    for reservation_id, held in result.reservation_holds.items():
+        for entry, worker_id in held:
+            plan.reservation_holds.add(reservation_id=reservation_id, entry=entry, worker_id=worker_id)
+    for reservation_id, reason in result.reservation_reasons.items():
+        plan.reservation_reasons[reservation_id] = cap_reason(reason)
     return zlib.compress(plan.SerializeToString(), 1)
 
 
@@ -93,4 +125,5 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
         snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
         workers, jobs = snapshot_from_pb(snap)
         known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
-        return encode_plan(scheduler.find_assignments(workers, jobs), known)
+        reservations = decode_reservations(snap) if snap.reservations else ()
+        return encode_plan(scheduler.find_assignments(workers, jobs, reservations=reservations), known)

@@ -1,6 +1,7 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
 from iris.client import AsyncIrisClient, IrisClient, Job
+from iris.reservations import ReservationStatus, ReservedWorker
 from iris.types import (
     Constraint,
     CoschedulingConfig,
@@ -27,6 +28,8 @@ __all__ = [
     "JobInfo",
     "JobState",
     "JobStatus",
+    "ReservationStatus",
+    "ReservedWorker",
     "ResourceSpec",
     "SliceState",
     "SliceStatus",

@@ -119,6 +119,7 @@ _FLAG_OF_FIELD = {
     "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
     "bundle": "--bundle", "setup": "--setup", "priority": "--priority", "ports": "--port",
+    "reservation_constraints": "--reserve-constraint", "reservation": "--reserve",
 }
 
 
@@ -172,6 +173,13 @@ def run(
     port: Annotated[
         list[str] | None, typer.Option("--port", help="a named port for each task (IRIS_PORT_<NAME>); repeatable")
     ] = None,
+    reserve: Annotated[
+        list[str] | None,
+        typer.Option(help="one worker's worth held for child jobs: cpu=4,memory=16g, xN to repeat (repeatable)"),
+    ] = None,
+    reserve_constraint: Annotated[
+        list[str] | None, typer.Option(help="where the reservation may be held, as --constraint")
+    ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -199,6 +207,8 @@ def run(
             scheduling_timeout=scheduling_timeout,
             setup=setup or None,
             ports=port or [],
+            reservation=[parse_reserve(r) for r in reserve] if reserve else None,
+            reservation_constraints=[parse_constraint(c) for c in reserve_constraint or []] or None,
         )
         options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
         if setup and bundle is None:
@@ -808,6 +818,9 @@ from iris.cli_tasks import job_summary, task_app  # noqa: E402
 app.add_typer(task_app, name="task")
 job_app.command("summary")(job_summary)
 job_app.command("endpoints")(job_endpoints)
+from iris.cli_reservations import parse_reserve, reservation_app  # noqa: E402
+
+app.add_typer(reservation_app, name="reservation")
 
 if __name__ == "__main__":
     main()

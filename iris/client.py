@@ -52,6 +52,7 @@ from iris.codec import load_key
 from iris.connection import TemporalSettings
 from iris.job_tree import child_job_id, inherit
 from iris.key_check import check_cluster_key
+from iris.reservations import ReservationStatus, read_published
 from iris.submission import build_request, command_argv, make_job_id, split_launch
 from iris.task_connection import require_cluster_address, task_parent
 from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
@@ -607,6 +608,10 @@ class AsyncIrisClient:
                 raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
             await asyncio.sleep(poll)
 
+    async def list_reservations(self) -> list[ReservationStatus]:
+        """Reservations as the scheduler last published them (its memo: no query to the scheduler)."""
+        return await read_published(self.temporal)
+
     async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
         """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
         return await self._ask_scheduler(SUMMARY_QUERY, pb.ClusterSummary, budget)
@@ -812,6 +817,10 @@ class IrisClient:
 
     def list_workers(self) -> list[WorkerStatus]:
         return self._run(self._async.list_workers())
+
+    def list_reservations(self) -> list[ReservationStatus]:
+        """Each reservation: its id, its job, its workers with what is held and used there, lost workers."""
+        return self._run(self._async.list_reservations())
 
     def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""

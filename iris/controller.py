@@ -38,6 +38,7 @@ from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import find_lost_tasks, rebuild_scheduler
+from activities.reservations import find_ended_jobs
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
@@ -147,7 +148,8 @@ def control_worker(
         workflows=ALL_WORKFLOWS,
         activities=[
             find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
-            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, *SliceActivities(control).all(),
+            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs,
+            *SliceActivities(control).all(),
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,

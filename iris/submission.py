@@ -21,6 +21,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
 from iris.job_tree import check_namespace
+from iris.reservations import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.network import check_port_names
 from scheduler.types import TAINT_PREFIX, Op
@@ -108,13 +109,16 @@ def build_request(
     setup: str | Sequence[str] | None = None,
     ports: Sequence[str] = (),
     namespace: str | None = None,
+    reservation: Any = None,
+    reservation_constraints: Any = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
     `priority` is a band: "production", "interactive" (the default) or "batch".
     Until the request carries the band by name, its `priority` field holds the
     band's rank (batch 0, interactive 1, production 2), so that the scheduler's
-    higher-first order is already band order. The user is IRIS_USER, else the
+    higher-first order is already band order. `reservation` (a list of
+    ResourceSpec) and `reservation_constraints` are checked in iris.reservations. The user is IRIS_USER, else the
     login name (`resolve_user`; the client overrides it with the connection's
     identity or `connect(user=...)` once it knows one). `namespace` defaults to the
     user (the client sets it once the user is known); a child job inherits its parent's.
@@ -197,6 +201,7 @@ def build_request(
         out = req.constraints.add(key=c.key, op=str(c.op))
         if c.value is not None:
             set_attr(out.value, c.value)
+    add_reservation(req, reservation, reservation_constraints, _constraints)
     return req
 
 

@@ -3,7 +3,8 @@
 No I/O, no clock, no Temporal: the control plane calls `find_assignments` from
 an activity and commits the plan itself. Sharing a fleet (bands, credits, fair
 share, preemption) is decided here too, from a `ShareSnapshot`; the credits
-arithmetic the workflows hold durably is in `scheduler.accounting`. Submission-time checks
+arithmetic the workflows hold durably is in `scheduler.accounting`; reservations (capacity a job holds
+for its tree of child jobs) in `scheduler.reservations`. Submission-time checks
 (`validate_constraints`, `validate_coscheduled_tpu`) live here too so that a
 bad request fails at submit instead of pending forever.
 """
@@ -11,6 +12,7 @@ bad request fails at submit instead of pending forever.
 from scheduler.accounting import Accounts, Charge, DecayedUsage, Ledger, Rates, UserAccount, charge, charge_all
 from scheduler.attributes import evaluate, validate_constraints
 from scheduler.placement import DEFAULT_POLICY, SchedulingPolicy
+from scheduler.reservations import Reservation
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot, effective_band
 from scheduler.tpu import tpu_vm_count, validate_coscheduled_tpu
@@ -49,6 +51,7 @@ __all__ = [
     "Op",
     "PendingJob",
     "Rates",
+    "Reservation",
     "Resources",
     "RunningJob",
     "RunningTask",

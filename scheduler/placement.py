@@ -199,6 +199,7 @@ class PassState:
         self.free_gpu = [w.free.gpus for w in workers]
         self.free_tpu = [w.free.tpus for w in workers]
         self.reserved = bytearray(len(workers))
+        self.aside: dict[int, Resources] = {}  # row -> capacity set aside for a reservation (scheduler.reservations)
         self._build_groups()
         self._build_order()
         self.feasibility_by_id: dict[tuple[int, int], Feasibility] = {}

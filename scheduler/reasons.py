@@ -69,3 +69,18 @@ def first_short_dimension(request: Resources, cpu: int, memory: int, gpus: int, 
 def join_counts(parts: Sequence[str]) -> str:
     """Join the non-empty rejection phrases; counts of zero were dropped by the caller."""
     return ", ".join(parts) if parts else "no filter rejected them"
+
+
+def format_amount(r: Resources) -> str:
+    """A request in words: "2 cpu, 4GiB, 1 gpus" (gpus and tpus only when asked for)."""
+    parts = [f"{format_cores(r.cpu_millis)} cpu", format_bytes(r.memory_bytes)]
+    if r.gpus:
+        parts.append(f"{r.gpus} gpus")
+    if r.tpus:
+        parts.append(f"{r.tpus} tpus")
+    return ", ".join(parts)
+
+
+def reservation_shortfall(dimension: str, count: int, request: Resources) -> str:
+    """Phrase a reservation's workers short of one resource for a task of its tree: "2 have < 1 cpu left in it"."""
+    return capacity_rejection(dimension, count, request).replace(" free ", " ", 1) + " left in it"

@@ -16,6 +16,7 @@ from scheduler import multislice
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
+from scheduler.reservations import Reservation, Reservations, held_rows
 from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
 from scheduler.types import (
     BAND_RANK,
@@ -41,6 +42,7 @@ def find_assignments(
     *,
     policy: SchedulingPolicy = DEFAULT_POLICY,
     share: ShareSnapshot | None = None,
+    reservations: Sequence[Reservation] = (),
 ) -> SchedulingResult:
     """Plan one pass: place pending tasks on workers without exceeding free capacity; pure, inputs untouched.
 
@@ -52,8 +54,14 @@ def find_assignments(
     running work of a strictly lower band (`scheduler.preemption`). Returns the
     assignments, the evictions, the tasks whose scheduling timeout passed, and
     a reason for every job left with unplaced tasks or waiting for evictions.
+
+    With `reservations`, their capacity is set aside for their trees, waiting ones are
+    held first and their trees' jobs are placed only inside them (`scheduler.reservations`).
     """
     state = PassState(workers, jobs, policy)
+    held = Reservations(state, reservations, explain_plain) if reservations else None
+    if held is not None:
+        held.hold_waiting()
     fair: FairQueue | None = None
     preemption: Preemption | None = None
     bands: dict[str, Band] = {}
@@ -75,6 +83,8 @@ def find_assignments(
         if timeout is not None and job.waited_seconds > timeout:
             state.timed_out.extend((job.job_id, index) for index in job.task_indices)
             continue
+        if held is not None and held.place(job):
+            continue  # a job of a reservation's tree: placed inside it or told why not
         feasibility = state.feasibility_for(job)
         starving = job.waited_seconds >= policy.starvation_seconds
         evict = None
@@ -94,12 +104,15 @@ def find_assignments(
             fair.placed(job.user, per_hour(job.request) * weight * placed)
     if share is not None:
         _explain_demotions(state, jobs, bands)
+    plan = held.plan() if held is not None else None
     return SchedulingResult(
         assignments=tuple(state.assignments),
         timed_out=tuple(state.timed_out),
         pending_reasons=state.reasons,
         evictions=preemption.plan() if preemption is not None else (),
         effective_bands=bands,
+        reservation_holds=plan.holds if plan is not None else {},
+        reservation_reasons=plan.reasons if plan is not None else {},
     )
 
 
@@ -219,7 +232,12 @@ def explain_plain(state: PassState, constraints: Sequence[Constraint], request: 
         return "no workers available"
     counts, remaining = state.index.count_excluded(constraints)
     parts = [constraint_rejection(c, n) for c, n in zip(constraints, counts, strict=True) if n]
+    held = held_rows(state, state.aside, request) & set(remaining) if state.aside else None
+    if held:  # workers that only a reservation's set-aside keeps from taking it
+        remaining = remaining - held
     fitting, capacity = _capacity_parts(state, remaining, request)
+    if held:
+        capacity.append(f"{len(held)} held by reservations")
     return f"{fitting}/{total} workers: {join_counts(parts + capacity)}"
 
 

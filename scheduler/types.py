@@ -218,7 +218,8 @@ class SchedulingResult:
     `pending_reasons` has a short, user-readable reason for every job with tasks
     left unplaced in this pass (and not timed out), and for every preemptor,
     which is placed but waits for its evictions ("evicting 2 batch tasks of
-    ana/sweep-3"). `effective_bands` gives, with a ShareSnapshot, the band each
+    ana/sweep-3"), and for every job of a reservation's tree left waiting.
+    `effective_bands` gives, with a ShareSnapshot, the band each
     pending job was scheduled in (batch for a user without credits).
     """
 
@@ -227,3 +228,7 @@ class SchedulingResult:
     pending_reasons: Mapping[str, str] = field(default_factory=dict)
     evictions: tuple[Eviction, ...] = ()
     effective_bands: Mapping[str, Band] = field(default_factory=dict)
+    # Reservations (scheduler.reservations): entries held in this pass, (entry index, worker id) per
+    # reservation id, and why each reservation with an entry still missing waits.
+    reservation_holds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
+    reservation_reasons: Mapping[str, str] = field(default_factory=dict)

@@ -38,6 +38,7 @@ from activities.contracts import (
     MAX_RELEASE_BATCH,
     PROCESS_STARTED,
     RELEASE_BATCH,
+    RESERVATION_ENV,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
     WORKER_SESSION,
@@ -440,6 +441,8 @@ class WorkerAgent:
             "IRIS_NAMESPACE": inp.namespace,
             "IRIS_PARENT_JOB_ID": parent_job_of(inp.job_id),
         }
+        if inp.reservation_id:
+            env[RESERVATION_ENV] = inp.reservation_id
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
         try:
             step = "cannot prepare the task's directory"

@@ -26,6 +26,7 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
+from workflows import job_reservation
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table
 from workflows.job_tree import Tree
@@ -57,7 +58,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover, Tree):
+class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -121,6 +122,8 @@ class JobWorkflow(Table, Waves, Handover, Tree):
             return self._finish(JobState.FAILED, problem)
         if not handover and gang is None and not await self._announce_to_parent():
             return self._finish(JobState.KILLED, f"killed: its parent job {req.parent_job_id} had already ended")
+        if req.reservation and not handover and gang is None:
+            await job_reservation.hold(job_id, req)
         if not handover:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
@@ -148,6 +151,8 @@ class JobWorkflow(Table, Waves, Handover, Tree):
             killed=self._phase is JobPhase.KILLING,
         )
         await self._sweep_tree(state)  # its unfinished descendants die with it (job_tree)
+        if req.reservation:
+            await self._release_reservation(job_id)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:

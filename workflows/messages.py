@@ -62,12 +62,28 @@ class Claim:
 
 @dataclass
 class Assigned:
-    """The scheduler committed capacity for this attempt on `worker_id` (and ports, for a distributed job)."""
+    """The scheduler committed capacity for this attempt on `worker_id` (inside `reservation_id`, if any;
+    with ports and peers, for a distributed job)."""
 
     attempt: int
     worker_id: str
     session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
     network: TaskNetwork | None = None
+    reservation_id: str = ""
+
+
+@dataclass
+class Reserve:
+    """Signal `reserve`, job -> scheduler: hold this capacity for the job's tree while the job runs.
+
+    `entries` are [cpu_millis, memory_bytes, gpus, tpus], one per worker's worth. Idempotent per job.
+    """
+
+    job_id: str
+    entries: list[list[int]]
+    constraints: list[ConstraintSpec] = field(default_factory=list)
+    tolerations: list[str] = field(default_factory=list)
+    user: str = ""
 
 
 @dataclass

@@ -52,3 +52,6 @@ class SchedulerBase:
 
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
         raise NotImplementedError
+
+    def _reservations_lost(self, worker_ids: set[str]) -> None:  # Reserving
+        raise NotImplementedError

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         Unschedulable,
         enqueue_from_json,
     )
+    from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
@@ -178,12 +179,13 @@ class Queue(SchedulerBase):
         committed whole or not at all. No await in here: the check and the commit
         see one state.
         """
-        used = committed(self.state)
+        book = Book(self.state) if self.state.reservations else None  # reservations: their own check
+        used = committed(self.state) if book is None else {}
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
-        book = None  # the ports live tasks hold, built once a job needs some
+        port_bookings = None  # the ports live tasks hold, built once a job needs some
         for job_id, assignments in by_job.items():
             if limit is not None and len(accepted) >= limit:
                 self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
@@ -193,14 +195,18 @@ class Queue(SchedulerBase):
                 continue
             spec = entry.spec
             need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
-            trial = {w: list(u) for w, u in used.items()} if spec.group_by else used
+            trial = {w: list(u) for w, u in used.items()} if spec.group_by and book is None else used
+            trial_book = book.copy() if spec.group_by and book is not None else book
             fitting = []
             for a in assignments:
                 worker = self.state.workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
                 if ok and worker is not None and worker.cordoned:
                     ok = False  # cordoned while the pass ran
-                if ok and worker is not None:
+                if ok and worker is not None and trial_book is not None:
+                    capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
+                    ok = trial_book.place(job_id, a.worker_id, need, capacity)
+                elif ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
                     ok = all(u[i] + need[i] <= capacity[i] for i in range(4))
@@ -214,13 +220,14 @@ class Queue(SchedulerBase):
                     break
             ports: dict[int, dict[str, int]] = {}
             if fitting and needs_network(spec):
-                book = book or port_book(self.state)
-                ports = book_ports(self.state, book, spec, fitting)
+                port_bookings = port_bookings or port_book(self.state)
+                ports = book_ports(self.state, port_bookings, spec, fitting)
                 if spec.group_by and len(ports) < len(fitting):
                     fitting = []  # a host has no port left: the gang waits, whole
                 fitting = [a for a in fitting if a.task_index in ports]
             if spec.group_by and fitting:
-                used = trial
+                used, book = trial, trial_book
+            reservation_id = book.reservation_of(job_id) if book is not None else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
@@ -243,7 +250,7 @@ class Queue(SchedulerBase):
                 attempt = self.state.placements[key].attempt
                 session = self.state.workers[a.worker_id].session
                 assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session,
-                                    network=networks.get(a.task_index))  # fmt: skip
+                                    network=networks.get(a.task_index), reservation_id=reservation_id)  # fmt: skip
                 accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])

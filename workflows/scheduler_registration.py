@@ -169,6 +169,7 @@ class Registration(SchedulerBase):
             elif effect is WorkerEffect.STAMP_LOST:
                 worker.lost_at = now
                 self._snapshot = None
+                self._reservations_lost({worker.worker_id})
                 workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
 
     def _forget(self, worker_ids: list[str]) -> None:
@@ -177,6 +178,7 @@ class Registration(SchedulerBase):
             self.state.workers.pop(worker_id, None)
         for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
             del self.state.placements[key]
+        self._reservations_lost(gone)
         self._changed()
 
     def _purge_lost(self, force: bool = False) -> None:

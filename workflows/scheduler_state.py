@@ -18,7 +18,9 @@ from typing import Any
 from activities.contracts import DEFAULT_PORT_RANGE, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
+from workflows import reservation_state
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import ActionRow, new_ring
 from workflows.worker_lifecycle import WorkerState
 
@@ -84,6 +86,7 @@ class SchedulerState:
     # Keys of placements that hold ports (a superset: a key whose placement is gone is dropped when
     # next read), so booking ports reads those few, not every placement. Not packed: rebuilt by unpack.
     ported: set[str] = field(default_factory=set)
+    reservations: dict[str, HeldReservation] = field(default_factory=dict)  # reservation id -> it, oldest first
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -163,6 +166,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             sc = sj.constraints.add(key=c.key, op=c.op)
             if c.value is not None:
                 set_attr(sc.value, c.value)
+    reservation_state.encode(snap, state, now)
     return zlib.compress(snap.SerializeToString(), 1)
 
 
@@ -254,6 +258,8 @@ def pack(state: SchedulerState) -> bytes:
         "ports": {key: p.ports for key, p in state.placements.items() if p.ports},
         "port_cursors": state.port_cursors,
     }
+    if state.reservations:  # optional: a state without reservations packs as before
+        doc["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
@@ -271,6 +277,9 @@ def unpack(data: bytes) -> SchedulerState:
         entry = state.workers[row[0]] = WorkerEntry(*row)
         entry.state = WorkerState(entry.state)
         entry.port_range = (int(entry.port_range[0]), int(entry.port_range[1]))
+    for row in doc.get("rsv", ()):
+        held = reservation_state.from_row(row)
+        state.reservations[held.reservation_id] = held
     names = [*state.workers, *doc["names"]]
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))

@@ -30,6 +30,7 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
+from workflows.scheduler_reservations import RESERVATION_CHECK_SECONDS, Reserving
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -63,9 +64,12 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Deliveries):
+class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
     @workflow.init
-    def __init__(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
+    def __init__(
+        self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
+    ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state.
         self.state = unpack(packed) if packed else SchedulerState()
@@ -76,13 +80,17 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         self._late_deliveries = 0  # background deliveries of late assignments not finished yet
         self._signals_received = 0
         self._signal_budget = signal_budget  # an argument, so a test can make it small (the sandbox re-imports us)
+        self._reservation_check = reservation_check_seconds  # likewise
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
 
     @workflow.run
-    async def run(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
+    async def run(
+        self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
+    ) -> None:  # fmt: skip
         if self._started_empty:
             # A run that starts with no state (a terminated scheduler came back) asks the live
             # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
@@ -94,14 +102,16 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._dirty, timeout=PASS_INTERVAL if self.state.pending else None
+                    lambda: self._dirty, timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer()
                 )
             self._dirty = False
-            if self.state.pending and not self._signal_budget_spent() and not self._rebuild_holds():
+            if self._work_waits() and not self._signal_budget_spent() and not self._rebuild_holds():
                 await self._scheduling_pass()
             if self._replies:
                 await self._send_replies()
             self._purge_lost()
+            self._check_reserving_jobs()
+            self._publish_reservations()
             if self._run_should_end():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
@@ -116,7 +126,8 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
                     workflow.logger.info("%d registrations answered by the next run", len(self._replies))
                 self._purge_lost(force=True)
                 workflow.continue_as_new(
-                    args=[pack(self.state), self._signal_budget], initial_versioning_behavior=UPGRADE_ON_CONTINUE
+                    args=[pack(self.state), self._signal_budget, self._reservation_check],
+                    initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
 
     def _run_should_end(self) -> bool:
@@ -141,6 +152,10 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         if self._rebuilt_at is None:
             self._rebuilt_at = now
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
+
+    def _work_waits(self) -> bool:
+        """Tasks wait for a place, or a reservation for its workers: passes are due (and the 1 s timer armed)."""
+        return bool(self.state.pending) or self._reservations_waiting()
 
     def _signal_budget_spent(self) -> bool:
         return self._signals_received >= self._signal_budget
@@ -174,6 +189,7 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
+        self._take_holds(plan)  # before the commit: the plan may place a tree's tasks in what it holds
         await self._announce(plan)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons

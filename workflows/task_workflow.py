@@ -282,6 +282,7 @@ class TaskWorkflow:
             num_slices=inp.spec.num_groups if inp.spec.num_groups > 1 else 0,
             network=self._network,
             namespace=inp.namespace,
+            reservation_id=self._assigned.reservation_id if self._assigned is not None else "",
         )
         try:
             result = await workflow.execute_activity(

@@ -55,7 +55,7 @@ class Command(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRequest(_message.Message):
-    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace")
+    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace", "reservation", "reservation_constraints")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,8 @@ class JobRequest(_message.Message):
     PORTS_FIELD_NUMBER: _ClassVar[int]
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -113,7 +115,9 @@ class JobRequest(_message.Message):
     ports: _containers.RepeatedScalarFieldContainer[str]
     parent_job_id: str
     namespace: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    reservation: _containers.RepeatedCompositeFieldContainer[Resources]
+    reservation_constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., reservation: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., reservation_constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ...) -> None: ...
 
 class Launch(_message.Message):
     __slots__ = ("argv", "env", "setup")
@@ -332,12 +336,53 @@ class SchedulingJob(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
-    __slots__ = ("workers", "jobs")
+    __slots__ = ("workers", "jobs", "reservations")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[SchedulingWorker]
     jobs: _containers.RepeatedCompositeFieldContainer[SchedulingJob]
-    def __init__(self, workers: _Optional[_Iterable[_Union[SchedulingWorker, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ...) -> None: ...
+    reservations: _containers.RepeatedCompositeFieldContainer[SchedulingReservation]
+    def __init__(self, workers: _Optional[_Iterable[_Union[SchedulingWorker, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[SchedulingReservation, _Mapping]]] = ...) -> None: ...
+
+class SchedulingReservation(_message.Message):
+    __slots__ = ("reservation_id", "job_id", "entries", "constraints", "tolerations", "held", "used", "waited_seconds", "held_once")
+    class UsedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Resources
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HELD_ONCE_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    job_id: str
+    entries: _containers.RepeatedCompositeFieldContainer[Resources]
+    constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
+    tolerations: _containers.RepeatedScalarFieldContainer[str]
+    held: _containers.RepeatedCompositeFieldContainer[ReservationHold]
+    used: _containers.MessageMap[str, Resources]
+    waited_seconds: float
+    held_once: bool
+    def __init__(self, reservation_id: _Optional[str] = ..., job_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., tolerations: _Optional[_Iterable[str]] = ..., held: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., used: _Optional[_Mapping[str, Resources]] = ..., waited_seconds: _Optional[float] = ..., held_once: _Optional[bool] = ...) -> None: ...
+
+class ReservationHold(_message.Message):
+    __slots__ = ("reservation_id", "entry", "worker_id")
+    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    reservation_id: str
+    entry: int
+    worker_id: str
+    def __init__(self, reservation_id: _Optional[str] = ..., entry: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
 class SchedulingAssignment(_message.Message):
     __slots__ = ("job_id", "task_index", "worker_id")
@@ -358,8 +403,15 @@ class TimedOutTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ...) -> None: ...
 
 class SchedulingPlan(_message.Message):
-    __slots__ = ("assignments", "timed_out", "pending_reasons")
+    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons")
     class PendingReasonsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ReservationReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -369,10 +421,14 @@ class SchedulingPlan(_message.Message):
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     PENDING_REASONS_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_HOLDS_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_REASONS_FIELD_NUMBER: _ClassVar[int]
     assignments: _containers.RepeatedCompositeFieldContainer[SchedulingAssignment]
     timed_out: _containers.RepeatedCompositeFieldContainer[TimedOutTask]
     pending_reasons: _containers.ScalarMap[str, str]
-    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    reservation_holds: _containers.RepeatedCompositeFieldContainer[ReservationHold]
+    reservation_reasons: _containers.ScalarMap[str, str]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WorkerList(_message.Message):
     __slots__ = ("workers",)

@@ -36,6 +36,7 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from iris import fleet
+from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus
 from workflows.autoscaler_workflow import AutoscalerStatus
 from workflows.visibility import JobView
@@ -325,6 +326,7 @@ class ClusterReads:
     _summary: Cached[pb.ClusterSummary] = field(init=False)
     _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
     _actions: Cached[list[list[Any]]] = field(init=False)
+    _reservations: Cached[list[ReservationStatus]] = field(init=False)
     _visibility: KeyedCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -334,6 +336,7 @@ class ClusterReads:
         self._summary = Cached(self._load_summary, self.cache_seconds)
         self._autoscaler = Cached(self._load_autoscaler, self.cache_seconds)
         self._actions = Cached(self._load_actions, self.cache_seconds)
+        self._reservations = Cached(self._load_reservations, self.cache_seconds)
 
     # -- the singletons' published state
 
@@ -371,6 +374,13 @@ class ClusterReads:
             return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
             )
+
+    async def _load_reservations(self) -> list[ReservationStatus]:
+        async with temporal_call():
+            return await read_published(self.client)  # the scheduler's memo: a describe, not a query
+
+    async def reservations(self) -> list[ReservationStatus]:
+        return await self._reservations.get()
 
     async def fleet(self) -> Fleet:
         """Every worker (small fleets) or the schedulable ones from the snapshot (past FULL_WORKERS_LIMIT)."""

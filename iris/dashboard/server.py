@@ -276,7 +276,9 @@ class Dashboard:
         return {"template": "users.html", "page": "users", "title": "Users"}
 
     async def reservations(self, request: web.Request) -> dict[str, Any]:
-        return {"template": "reservations.html", "page": "reservations", "title": "Reservations"}
+        reservations = await self.reads.reservations()
+        return {"template": "reservations.html", "page": "reservations", "title": "Reservations",
+                "reservations": reservations}  # fmt: skip
 
     async def workers(self, request: web.Request) -> dict[str, Any]:
         flt = WorkerFilter(

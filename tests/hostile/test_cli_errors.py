@@ -60,6 +60,9 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
         (["--env", "IRIS_X=1"], ["IRIS_X", "reserved"]),
         (["-c", "k\x01=1"], ["--constraint[0].key", "control characters"]),
         (["--name", os.fsdecode(b"caf\xe9")], ["valid UTF-8", "xe9"]),
+        (["--reserve", "foo=1"], ["--reserve 'foo=1'", "unknown key"]),
+        (["--reserve", "cpu=1,memory=12q"], ["--reserve", "memory", "12q"]),
+        (["--reserve-constraint", "zone=a"], ["--reserve-constraint", "without a reservation"]),
     ],
 )
 def test_bad_run_options_are_rejected_before_anything_starts(
@@ -84,6 +87,7 @@ def test_bad_run_options_are_rejected_before_anything_starts(
         ["job", "kill", "some-job"],
         ["worker", "list"],
         ["cluster", "status"],
+        ["reservation", "list"],
     ],
 )
 def test_read_commands_never_start_a_cluster(no_cluster_env: dict[str, str], args: list[str]) -> None:

@@ -1,0 +1,75 @@
+"""A reserving job's two messages to the scheduler: hold my reservation, and (when I end) release it.
+
+Sent by the local activity that already carries the job's enqueue (no extra workflow task), only by
+jobs that asked for a reservation, so every other job's history keeps its shape. Both signals are
+idempotent at the scheduler.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        DELIVER_SIGNALS,
+        RELEASE_RESERVATION,
+        RESERVE,
+        SCHEDULER_RESTARTED,
+        SCHEDULER_WORKFLOW_ID,
+        Delivery,
+    )
+    from activities.proto import cluster_pb2 as pb
+    from activities.proto.values import get_attr
+    from workflows.job_base import JobBase
+    from workflows.messages import ConstraintSpec, Reserve
+
+
+def reserve_request(job_id: str, req: pb.JobRequest) -> Reserve:
+    """The job's reservation as the scheduler takes it (entries as [cpu_millis, memory_bytes, gpus, tpus])."""
+    return Reserve(
+        job_id=job_id,
+        entries=[[r.cpu_millis, r.memory_bytes, r.gpus, r.tpus] for r in req.reservation],
+        constraints=[
+            ConstraintSpec(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)
+            for c in req.reservation_constraints
+        ],
+        tolerations=list(req.tolerations),
+        user=req.user,
+    )
+
+
+async def tell_scheduler(signal: str, arg: object) -> None:
+    """Signal the scheduler through the local activity; again each second while it does not exist yet."""
+    delivery = Delivery(SCHEDULER_WORKFLOW_ID, signal, arg)
+    while await workflow.execute_local_activity(
+        DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
+    ):
+        workflow.logger.warning("scheduler not found; %s sent again in 1 s", signal)
+        await workflow.sleep(1)
+
+
+async def hold(job_id: str, req: pb.JobRequest) -> None:
+    """Ask the scheduler to hold the job's reservation (before its tasks start, so before any child)."""
+    await tell_scheduler(RESERVE, reserve_request(job_id, req))
+
+
+async def release(job_id: str) -> None:
+    """The job ended: its reservation's capacity goes back to the pool in the scheduler's next pass."""
+    await tell_scheduler(RELEASE_RESERVATION, job_id)
+
+
+class HoldsReservation(JobBase):
+    """Mixed into JobWorkflow: a scheduler that started empty (activities.recovery) hears the reservation again."""
+
+    _reservation_released = False  # set before the job's release goes out: never asked for again after it
+
+    @workflow.signal(name=SCHEDULER_RESTARTED)
+    async def scheduler_restarted(self) -> None:
+        if self.req.reservation and not self._reservation_released:
+            await hold(workflow.info().workflow_id, self.req)
+
+    async def _release_reservation(self, job_id: str) -> None:
+        self._reservation_released = True
+        await release(job_id)
