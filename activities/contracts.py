@@ -28,6 +28,7 @@ KIND_ATTRIBUTE = "IrisKind"  # on every Iris workflow: one of the *_KIND values 
 JOB_STATE_ATTRIBUTE = "IrisJobState"
 JOB_NAME_ATTRIBUTE = "IrisJobName"
 JOB_USER_ATTRIBUTE = "IrisUser"
+JOB_PRIORITY_ATTRIBUTE = "IrisPriority"  # Keyword: the band a job asked for
 JOB_TASKS_ATTRIBUTE = "IrisTasks"  # a job's task count, e.g. `IrisTasks > 1000`
 # Keyword search attribute of every slice workflow (CREATING, READY, ...): the UI's fleet view.
 SLICE_STATE_ATTRIBUTE = "IrisSliceState"
@@ -36,6 +37,7 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     JOB_STATE_ATTRIBUTE: "Keyword",
     JOB_NAME_ATTRIBUTE: "Keyword",
     JOB_USER_ATTRIBUTE: "Keyword",
+    JOB_PRIORITY_ATTRIBUTE: "Keyword",
     JOB_TASKS_ATTRIBUTE: "Int",
     SLICE_STATE_ATTRIBUTE: "Keyword",
 }
@@ -119,6 +121,8 @@ WORKER_LOST = "worker_lost"  # a liveness session ended
 CORDON_WORKERS = "cordon_workers"  # no new work on these workers (or again)
 REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
 CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
+CONFIGURE_SHARING = "configure_sharing"  # the cluster's sharing settings (a SharingSettings), from the controller
+SET_CREDITS = "set_credits"  # an operator sets a user's balance (a SetCredits)
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
@@ -126,12 +130,14 @@ AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
 # ASSIGNED (above): the task's place
 UNSCHEDULABLE = "unschedulable"  # its scheduling timeout passed
 SCHEDULER_RESTARTED = "scheduler_restarted"  # a scheduler that started empty: enqueue again, or claim your place
+EVICT = "evict"  # stop this attempt for higher-band work (an Evict): a preemption, not a failure
 TASK_STATUS_QUERY = "status"
 # JobWorkflow
 TASK_STARTED = "task_started"  # the agent started a task's process (a TaskStarted)
 TASK_RETRYING = "task_retrying"  # a task goes back to the queue
 TASK_ENDED = "task_ended"  # one task's result (a TaskResult), for a job that continues as new
 PENDING_REASON = "pending_reason"  # why the job's pending tasks wait ("" once they can be placed)
+EFFECTIVE_BAND = "effective_band"  # the band the scheduler schedules the job in (batch: its user has no credits)
 KILL_JOB = "kill"  # terminate the job (the reason)
 JOB_STATUS_QUERY = "job_status"
 # WorkerWorkflow
@@ -177,6 +183,7 @@ class RunTaskInput:
     bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
+    kill_grace_seconds: float = 0.0                 # SIGTERM to SIGKILL when stopped (0 = the agent's own)
 
 
 PROCESS_STARTED = "process-started"

@@ -43,20 +43,39 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
-from iris import fleet
+from iris import fleet, users
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
 from iris.connection import TemporalSettings
 from iris.key_check import check_cluster_key
 from iris.submission import build_request, command_argv, make_job_id, split_launch
-from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
+from iris.types import (
+    JobFailedError,
+    JobState,
+    JobStatus,
+    SliceStatus,
+    TaskState,
+    TaskStatus,
+    UserStatus,
+    WorkerStatus,
+)
 from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
 from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JOB_NAME, JOB_STATE, JOB_TASKS, JOB_USER, KIND, JobView, expand_row, initial_job_view
+from workflows.visibility import (
+    JOB_NAME,
+    JOB_PRIORITY,
+    JOB_STATE,
+    JOB_TASKS,
+    JOB_USER,
+    KIND,
+    JobView,
+    expand_row,
+    initial_job_view,
+)
 
 log = structlog.get_logger("iris.client")
 
@@ -103,6 +122,10 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
         submitted_at=st.submitted_at,
         finished_at=st.finished_at or None,
         tasks=tasks,
+        user=st.user,
+        priority=st.priority or "interactive",
+        effective_priority=st.effective_priority or st.priority or "interactive",
+        preemptions=st.preemptions or sum(t.preemption_count for t in tasks),
     )
 
 
@@ -123,6 +146,9 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
         pending_reason=view.pending_reason,
         submitted_at=view.submitted_at or started,
         finished_at=view.finished_at or None,
+        user=attrs.get(JOB_USER) or "",
+        priority=attrs.get(JOB_PRIORITY) or "interactive",
+        effective_priority=attrs.get(JOB_PRIORITY) or "interactive",
     )
 
 
@@ -250,6 +276,7 @@ class AsyncIrisClient:
                     SearchAttributePair(JOB_STATE, JobState.PENDING.value),
                     SearchAttributePair(JOB_NAME, req.name),
                     SearchAttributePair(JOB_USER, req.user),
+                    SearchAttributePair(JOB_PRIORITY, req.band or "interactive"),
                     SearchAttributePair(JOB_TASKS, req.replicas),
                     SearchAttributePair(KIND, JOB_KIND),
                 ]
@@ -521,6 +548,14 @@ class AsyncIrisClient:
     async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         return await fleet.list_slices(self.temporal, include_ended)
 
+    async def list_users(self) -> list[UserStatus]:
+        """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
+        return await users.list_users(self.temporal)
+
+    async def set_credits(self, user: str, amount: float) -> None:
+        """An operator's call: set `user`'s remaining balance."""
+        await users.set_credits(self.temporal, user, amount)
+
     async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
                            on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
         """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
@@ -725,6 +760,14 @@ class IrisClient:
     def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""
         return self._run(self._async.list_slices(include_ended))
+
+    def list_users(self) -> list[UserStatus]:
+        """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
+        return self._run(self._async.list_users())
+
+    def set_credits(self, user: str, amount: float) -> None:
+        """An operator's call: set `user`'s remaining balance (usage so far is kept)."""
+        self._run(self._async.set_credits(user, amount))
 
     def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""

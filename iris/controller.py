@@ -125,6 +125,7 @@ SANDBOX_PASSTHROUGH = (
     "workflows.job_lifecycle",
     "workflows.worker_lifecycle",
     "workflows.scheduler_state",
+    "workflows.sharing_state",
     "workflows.slice_lifecycle",
 )
 

@@ -22,6 +22,7 @@ __all__ = [
     "SliceStatus",
     "TaskState",
     "TaskStatus",
+    "UserStatus",
     "WorkerStatus",
     "get_job_info",
 ]
@@ -86,10 +87,25 @@ class JobStatus:
     submitted_at: float
     finished_at: float | None
     tasks: tuple[TaskStatus, ...] = ()
+    user: str = ""
+    priority: str = "interactive"  # the band asked for
+    effective_priority: str = "interactive"  # the band the scheduler uses (batch: the user's credits are spent)
+    preemptions: int = 0  # times the job's tasks were evicted for higher-band work (a gang's eviction counts once)
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class UserStatus:
+    """One user as the scheduler publishes it: credits left, credits spent, running tasks, pending jobs."""
+
+    user: str
+    credits: float
+    used: float
+    running_tasks: int
+    pending_jobs: int
 
 
 @dataclass(frozen=True)

@@ -515,7 +515,10 @@ class WorkerAgent:
         try:
             return await self._wait_heartbeating(handle)
         except asyncio.CancelledError:
-            ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
+            # The cluster's grace when Iris stops the attempt (eviction, kill); the agent's own when it shuts down.
+            grace = inp.kill_grace_seconds if inp.kill_grace_seconds > 0 and not activity.is_worker_shutdown() else (
+                KILL_GRACE_SECONDS)
+            ended = await self.runtime.kill(handle, grace)
             tlog.info("task_killed", exit_code=ended.exit_code)
             details = activity.cancellation_details()
             if details is not None and details.not_found:

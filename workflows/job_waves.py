@@ -74,6 +74,8 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         priority=req.priority,
         scheduling_timeout_seconds=req.scheduling_timeout_seconds,
         tolerations=list(req.tolerations),
+        band=req.band,
+        user=req.user,
     )
 
 

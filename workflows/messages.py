@@ -31,6 +31,8 @@ class SchedulingSpec:
     priority: int = 0
     scheduling_timeout_seconds: float = 0.0  # 0 = wait forever
     tolerations: list[str] = field(default_factory=list)
+    band: str = ""  # "production" | "interactive" | "batch"; "" = interactive
+    user: str = ""  # whose job: fair share and credits
 
 
 @dataclass
@@ -60,6 +62,23 @@ class Assigned:
 
     attempt: int
     worker_id: str
+    grace_seconds: float = 0.0  # the cluster's SIGTERM-to-SIGKILL grace when the attempt is stopped
+
+
+@dataclass
+class Evict:
+    """Signal `evict`, scheduler -> task: stop this attempt (SIGTERM, the grace, SIGKILL) for higher-band work."""
+
+    attempt: int
+    reason: str = ""
+
+
+@dataclass
+class SetCredits:
+    """Signal `set_credits` to the scheduler: `user`'s remaining balance becomes `amount`."""
+
+    user: str
+    amount: float
 
 
 @dataclass
@@ -145,6 +164,8 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         priority=int(raw_spec.get("priority", 0)),
         scheduling_timeout_seconds=float(raw_spec.get("scheduling_timeout_seconds", 0.0)),
         tolerations=list(raw_spec.get("tolerations") or []),
+        band=str(raw_spec.get("band") or ""),
+        user=str(raw_spec.get("user") or ""),
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))

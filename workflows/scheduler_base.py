@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from activities.contracts import Delivery
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Assigned, Enqueue, Unschedulable
-    from workflows.scheduler_state import SchedulerState, WorkerEntry
+    from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
     from workflows.worker_lifecycle import WorkerEvent
 
 
@@ -51,4 +51,7 @@ class SchedulerBase:
         raise NotImplementedError
 
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
+        raise NotImplementedError
+
+    def _charge_release(self, placement: Placement) -> None:  # Sharing
         raise NotImplementedError

@@ -109,7 +109,9 @@ class Queue(SchedulerBase):
             return
         spec = claim.spec
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
-                                               spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)  # fmt: skip
+                                               spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus, spec.user,
+                                               spec.band or "interactive", bool(spec.group_by),
+                                               workflow.now().timestamp())  # fmt: skip
         entry = self.state.pending.get(claim.job_id)
         if entry is not None and entry.attempts.get(claim.task_index, -1) <= claim.attempt:
             entry.attempts.pop(claim.task_index, None)
@@ -152,6 +154,7 @@ class Queue(SchedulerBase):
         placement = self.state.placements.get(key)
         if placement is not None and placement.attempt == attempt:
             del self.state.placements[key]
+            self._charge_release(placement)  # with the placement's deletion: charged once
             self._changed()
 
     def _commit(
@@ -165,6 +168,8 @@ class Queue(SchedulerBase):
         see one state.
         """
         used = committed(self.state)
+        now = workflow.now().timestamp()
+        grace = self.state.books.settings.preemption_grace_seconds
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
@@ -177,6 +182,7 @@ class Queue(SchedulerBase):
             if entry is None:
                 continue
             spec = entry.spec
+            band = plan.effective_bands.get(job_id) or spec.band or "interactive"
             need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
             trial = {w: list(u) for w, u in used.items()} if spec.group_by else used
             fitting = []
@@ -211,8 +217,13 @@ class Queue(SchedulerBase):
                     spec.memory_bytes,
                     spec.gpus,
                     spec.tpus,
+                    spec.user,
+                    band,
+                    bool(spec.group_by),
+                    now,
                 )
-                accepted.append((key, Assigned(attempt=attempt, worker_id=a.worker_id), a))
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, grace_seconds=grace)
+                accepted.append((key, assigned, a))
             if not entry.attempts:
                 del self.state.pending[job_id]
         return accepted

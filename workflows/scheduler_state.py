@@ -18,10 +18,12 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.sharing_state import Books, fill_share
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
-PACK_VERSION = 2
+PACK_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # the build before this one packed version 2 (no sharing)
 
 
 @dataclass
@@ -64,6 +66,10 @@ class Placement:
     memory_bytes: int
     gpus: int
     tpus: int
+    user: str = ""
+    band: str = ""  # the band it was placed in (what preemption compares)
+    gang: bool = False  # a coscheduled job's member: evicted with its whole gang
+    placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
 
 
 @dataclass
@@ -73,6 +79,7 @@ class SchedulerState:
     pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
     placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
     pending_reasons: dict[str, str] = field(default_factory=dict)
+    books: Books = field(default_factory=Books)  # accounts, sharing settings, evictions under way
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -110,11 +117,14 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """The scheduling activity's input: healthy workers' free capacity and the queue, zlib(protobuf)."""
-    snap = pb.SchedulingSnapshot()
+    """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
+    snap = pb.SchedulingSnapshot(now=now)
+    fill_share(snap.share, state.books, state.placements.items())
     used = committed(state)
+    held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
+    waiting = state.books.waiting()
     for w in state.workers.values():
-        if not w.healthy or w.cordoned or w.suspect_until > now:
+        if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
             continue
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
@@ -127,6 +137,8 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
     for entry in state.pending.values():
+        if entry.job_id in waiting:
+            continue
         spec = entry.spec
         sj = snap.jobs.add(
             job_id=entry.job_id,
@@ -136,6 +148,8 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             waited_seconds=max(0.0, now - entry.submitted_at),
             scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
             tolerations=spec.tolerations,
+            band=spec.band,
+            user=spec.user,
         )
         reason = state.pending_reasons.get(entry.job_id)
         if reason:
@@ -185,14 +199,16 @@ def _spec_row(spec: SchedulingSpec) -> list[Any]:
     return [
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
         [[c.key, c.op, c.value] for c in spec.constraints],
-        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations,
+        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.band, spec.user,
     ]
 
 
 def _spec(row: list[Any]) -> SchedulingSpec:
-    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations = row
+    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations, *shared = row
+    band, user = shared or ("", "")  # version 2 rows have no band and user
     return SchedulingSpec(
-        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations
+        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
+        band, user,
     )
 
 
@@ -203,13 +219,13 @@ def pack(state: SchedulerState) -> bytes:
     """
     names = list(state.workers)
     index = {worker_id: i for i, worker_id in enumerate(names)}
-    groups: dict[tuple[str, int, int, int, int], list[int]] = {}
+    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Any]] = {}
     for p in state.placements.values():
         if p.worker_id not in index:  # a placement on a worker that left meanwhile still holds its place
             index[p.worker_id] = len(names)
             names.append(p.worker_id)
-        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), []).extend(
-            (p.task_index, p.attempt, index[p.worker_id])
+        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).extend(
+            (p.task_index, p.attempt, index[p.worker_id], p.placed_at)
         )
     doc = {
         "v": PACK_VERSION,
@@ -226,6 +242,7 @@ def pack(state: SchedulerState) -> bytes:
         ],
         "placements": [[*key, runs] for key, runs in groups.items()],
         "reasons": state.pending_reasons,
+        "books": state.books.pack(),
     }
     return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
@@ -234,9 +251,11 @@ def unpack(data: bytes) -> SchedulerState:
     """The state `pack` wrote. A scheduler run continues as new onto a new build with the packing of the
     build before it (docs/operators.md): a change to the format must read the one before it."""
     doc = json.loads(zlib.decompress(data))
-    if doc.get("v") != PACK_VERSION:
-        raise ValueError(f"packed scheduler state has version {doc.get('v')!r}, expected {PACK_VERSION}")
-    state = SchedulerState(store_url=doc["store_url"], pending_reasons=doc["reasons"])
+    version = doc.get("v")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
+    state = SchedulerState(store_url=doc["store_url"], pending_reasons=doc["reasons"],
+                           books=Books.unpack(doc.get("books")))  # fmt: skip
     for row in doc["workers"]:
         entry = state.workers[row[0]] = WorkerEntry(*row)
         entry.state = WorkerState(entry.state)
@@ -244,10 +263,17 @@ def unpack(data: bytes) -> SchedulerState:
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
         state.pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
-    for job_id, cpu, memory, gpus, tpus, runs in doc["placements"]:
-        for i in range(0, len(runs), 3):
+    for row in doc["placements"]:
+        if version == 2:
+            job_id, cpu, memory, gpus, tpus, runs = row
+            user, band, gang, step = "", "", False, 3
+        else:
+            job_id, cpu, memory, gpus, tpus, user, band, gang, runs = row
+            step = 4
+        for i in range(0, len(runs), step):
             task_index, attempt, worker = runs[i : i + 3]
+            placed_at = runs[i + 3] if step == 4 else 0.0
             state.placements[task_workflow_id(job_id, task_index)] = Placement(
-                job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus
+                job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus, user, band, gang, placed_at
             )
     return state

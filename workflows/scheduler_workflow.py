@@ -29,6 +29,7 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from workflows.scheduler_delivery import Deliveries  # the parts hold workflow code: sandboxed, as this module
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
+from workflows.scheduler_sharing import Sharing
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -60,7 +61,7 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Deliveries):
+class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries):
     @workflow.init
     def __init__(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
         # State is taken here, not in run(): signals delivered in a new run's first workflow
@@ -77,6 +78,8 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
+        self._told_bands: dict[str, str] = {}
+        self._published_users: list[list[object]] | None = None
 
     @workflow.run
     async def run(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
@@ -99,6 +102,8 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
             if self._replies:
                 await self._send_replies()
             self._purge_lost()
+            self.state.books.expire(workflow.now().timestamp(), self.state.pending)
+            self._publish_users()
             if self._run_should_end():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
@@ -170,7 +175,11 @@ class SchedulerWorkflow(Registration, Queue, Deliveries):
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
+        evictions = self._take_evictions(plan)  # before the commit: a preemptor waits for its victims
         await self._announce(plan)
+        told = evictions + self._tell_bands(plan)
+        if told:
+            await self._deliver(told, urgent=False)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
         changed = []

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         CLAIM,
         DELIVER_SIGNALS,
         ENQUEUE,
+        EVICT,
         PROCESS_STARTED,
         RELEASE,
         RUN_TASK,
@@ -42,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         result_blob_key,
         worker_task_queue,
     )
-    from workflows.messages import Assigned, Claim, Enqueue, TaskInput, TaskResult, TaskRetrying, Unschedulable
+    from workflows.messages import Assigned, Claim, Enqueue, Evict, TaskInput, TaskResult, TaskRetrying, Unschedulable
     from workflows.states import TERMINAL_TASK_STATES, TaskState
     from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
@@ -65,6 +66,19 @@ class TaskWorkflow:
         self.result = TaskResult(task_index=-1, state=TaskState.PENDING)
         self._input: TaskInput | None = None
         self._reporting: asyncio.Task[None] | None = None
+        self._running: workflow.ActivityHandle[RunTaskResult] | None = None  # the attempt's run_task
+        self._evicted: Evict | None = None  # the scheduler stopped this attempt for higher-band work
+
+    @workflow.signal(name=EVICT)
+    def evict(self, msg: Evict) -> None:
+        """Stop the attempt for higher-band work: its run_task is cancelled, so the agent sends SIGTERM
+        and, after the grace, SIGKILL; the attempt then counts a preemption, not a failure."""
+        if msg.attempt != self.attempt or self.state not in (TaskState.ASSIGNED, TaskState.RUNNING):
+            return
+        if self._evicted is None:
+            self._evicted = msg
+            if self._running is not None and not self._running.done():
+                self._running.cancel()
 
     @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
@@ -166,7 +180,8 @@ class TaskWorkflow:
                 self.result.worker_id = self._assigned.worker_id
                 self._move(TaskEvent.ASSIGNED, self._assigned.worker_id)
                 self._agent_released = False
-                event, error, started = await self._run_attempt(inp, self._assigned.worker_id)
+                self._evicted = None
+                event, error, started = await self._run_attempt(inp, self._assigned)
                 if started and self.state == TaskState.ASSIGNED:
                     # The process ran, even if it ended before anyone heard it started: record RUNNING.
                     self._move(TaskEvent.STARTED)
@@ -253,8 +268,9 @@ class TaskWorkflow:
                 await workflow.sleep(delay)
                 delay = min(delay * 2, ENQUEUE_BACKOFF_MAX)
 
-    async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str, bool]:
+    async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
+        worker_id = assigned.worker_id
         request = RunTaskInput(
             job_id=inp.job_id,
             task_index=inp.task_index,
@@ -272,9 +288,12 @@ class TaskWorkflow:
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
+            kill_grace_seconds=assigned.grace_seconds,
         )
+        if self._evicted is not None:  # evicted before it was dispatched
+            return TaskEvent.EVICTED, f"evicted before it started: {self._evicted.reason}", False
         try:
-            result = await workflow.execute_activity(
+            self._running = workflow.start_activity(
                 RUN_TASK,
                 request,
                 result_type=RunTaskResult,
@@ -286,8 +305,12 @@ class TaskWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"task {inp.task_index} attempt {self.attempt} on {worker_id}",
             )
+            result = await self._running
         except ActivityError as err:
             cause = err.cause
+            if self._evicted is not None and workflow.cancellation_reason() is None:
+                # Stopped for higher-band work (the process is gone: WAIT_CANCELLATION_COMPLETED).
+                return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", False
             if isinstance(cause, CancelledError) or workflow.cancellation_reason() is not None:
                 # Killed while the attempt ended another way (its worker died, so it timed out): the kill wins.
                 raise asyncio.CancelledError() from err
@@ -303,6 +326,8 @@ class TaskWorkflow:
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down", False
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
+        finally:
+            self._running = None
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
         self._agent_released = result.released

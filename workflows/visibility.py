@@ -16,6 +16,7 @@ from temporalio.common import SearchAttributeKey
 
 from activities.contracts import (
     JOB_NAME_ATTRIBUTE,
+    JOB_PRIORITY_ATTRIBUTE,
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
@@ -29,6 +30,7 @@ from workflows.states import JobState, TaskState
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_PRIORITY = SearchAttributeKey.for_keyword(JOB_PRIORITY_ATTRIBUTE)
 JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 

@@ -1,0 +1,129 @@
+"""The scheduler workflow's sharing part: it carries out a plan's evictions, keeps the books, publishes users.
+
+The pure scheduler decides (bands, demotion, fair share, victims: `scheduler.sharing`,
+`scheduler.preemption`); this part only carries the plan out:
+
+- An eviction becomes a hold for its preemptor (`sharing_state.Hold`) and an `evict`
+  signal to every victim attempt. The victim's task cancels its run_task, so its
+  process gets SIGTERM and, after the cluster's grace, SIGKILL; the task counts a
+  preemption and goes back to the queue with its band. The preemptor's own
+  assignments in that plan are not committed: it waits, outside the passes, with
+  the workers it was planned on held for it, until its victims have released
+  their places; the next pass then places it there first.
+- Releases are charged (see `sharing_state.Books.charge`).
+- A demoted job is told the band it is scheduled in (`effective_band`), once per change.
+- The user table is published in the scheduler's memo for `iris user list`.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        CONFIGURE_SHARING,
+        EFFECTIVE_BAND,
+        EVICT,
+        SET_CREDITS,
+        Delivery,
+        task_workflow_id,
+    )
+    from activities.proto import cluster_pb2 as pb
+    from workflows.messages import Evict, SetCredits
+    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_state import Placement
+    from workflows.sharing_state import USERS_MEMO, Hold, SharingSettings, release_charge, users_memo
+
+
+class Sharing(SchedulerBase):
+    """Mixed into SchedulerWorkflow (see its module)."""
+
+    _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
+    _published_users: list[list[object]] | None
+
+    @workflow.signal(name=CONFIGURE_SHARING)
+    def configure_sharing(self, settings: SharingSettings) -> None:
+        self._signals_received += 1
+        self.state.books.configure(settings)
+        self._changed()
+
+    @workflow.signal(name=SET_CREDITS)
+    def set_credits(self, request: SetCredits) -> None:
+        """An operator's call: the user's remaining balance; a bad amount is dropped with a warning."""
+        self._signals_received += 1
+        try:
+            self.state.books.set_credits(request.user, request.amount)
+        except ValueError as err:
+            workflow.logger.warning("set_credits for %s dropped: %s", request.user, err)
+            return
+        self._changed()
+
+    def _charge_release(self, placement: Placement) -> None:
+        """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
+        now = workflow.now().timestamp()
+        self.state.books.charge([release_charge(placement, now)])
+        key = task_workflow_id(placement.job_id, placement.task_index)
+        self.state.books.released(key, placement.attempt)
+
+    def _take_evictions(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+        """Turn the plan's evictions into holds and `evict` signals; drop the preemptors' assignments."""
+        if not plan.evictions:
+            return []
+        books = self.state.books
+        now = workflow.now().timestamp()
+        preemptors = {e.preemptor for e in plan.evictions}
+        planned: dict[str, list[str]] = {}
+        kept = []
+        for a in plan.assignments:
+            if a.job_id in preemptors:
+                planned.setdefault(a.job_id, []).append(a.worker_id)
+            else:
+                kept.append(a)
+        del plan.assignments[:]
+        plan.assignments.extend(kept)
+        out = []
+        for e in plan.evictions:
+            if e.preemptor not in self.state.pending:
+                continue  # it left the queue while the pass ran: nobody to evict for
+            hold = books.holds.get(e.preemptor)
+            if hold is None:
+                hold = books.holds[e.preemptor] = Hold(sorted(set(planned.get(e.preemptor, []))), {}, now)
+            for index in e.task_indices:
+                key = task_workflow_id(e.job_id, index)
+                placement = self.state.placements.get(key)
+                if placement is None:
+                    continue  # it ended while the pass ran: its place is free already
+                hold.victims[key] = placement.attempt
+                out.append(Delivery(key, EVICT, Evict(placement.attempt, f"{e.preemptor} ({e.reason})")))
+            workflow.logger.info("evicting %d %s tasks of %s for %s", len(e.task_indices), e.band, e.job_id,
+                                 e.preemptor)  # fmt: skip
+            if hold.ready:
+                del books.holds[e.preemptor]  # every victim had ended already: the next pass places it
+        self._snapshot = None
+        return out
+
+    def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+        """Tell each demoted (or restored) job the band it is scheduled in, once per change."""
+        out = []
+        for job_id, entry in self.state.pending.items():
+            asked = entry.spec.band or "interactive"
+            band = plan.effective_bands.get(job_id, asked)
+            if self._told_bands.get(job_id, asked) != band:
+                out.append(Delivery(job_id, EFFECTIVE_BAND, band))
+                self._told_bands[job_id] = band
+        for job_id in [j for j in self._told_bands if j not in self.state.pending]:
+            del self._told_bands[job_id]
+        return out
+
+    def _publish_users(self) -> None:
+        """Put the user table in the memo when it changed (one upsert, read by `iris user list`)."""
+        running: dict[str, int] = {}
+        for p in self.state.placements.values():
+            running[p.user] = running.get(p.user, 0) + 1
+        pending: dict[str, int] = {}
+        for entry in self.state.pending.values():
+            pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
+        rows = users_memo(self.state.books, running, pending)
+        if rows != self._published_users:
+            self._published_users = rows
+            workflow.upsert_memo({USERS_MEMO: rows})
