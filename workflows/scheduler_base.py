@@ -37,7 +37,7 @@ class SchedulerBase:
         raise NotImplementedError
 
     def _commit(
-        self, plan: pb.SchedulingPlan, limit: int | None = None
+        self, plan: pb.SchedulingPlan, limit: int | None = None, now: float = 0.0
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue
         raise NotImplementedError
 

@@ -79,7 +79,8 @@ class Deliveries(SchedulerBase):
         # What a late assignment needs to go back to the queue (the commit drops emptied entries).
         entries = {a.job_id: self.state.pending[a.job_id] for a in plan.assignments if a.job_id in self.state.pending}
         outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
-            (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in self._commit(plan)
+            (Delivery(key, ASSIGNED, assigned), placed)
+            for key, assigned, placed in self._commit(plan, now=workflow.now().timestamp())
         ]
         outgoing += [(Delivery(key, UNSCHEDULABLE, arg), None) for key, arg in self._take_timed_out(plan)]
         # In batches, one workflow task each, so no task holds the 100,000 deliveries of a big

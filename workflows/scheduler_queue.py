@@ -158,17 +158,16 @@ class Queue(SchedulerBase):
             self._changed()
 
     def _commit(
-        self, plan: pb.SchedulingPlan, limit: int | None = MAX_COMMIT_PER_PASS
+        self, plan: pb.SchedulingPlan, limit: int | None = MAX_COMMIT_PER_PASS, now: float = 0.0
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
         Handlers may have run while the scheduling activity did (a worker lost, a
         task released or killed), so each placement is checked again; a gang is
         committed whole or not at all. No await in here: the check and the commit
-        see one state.
+        see one state. `now` (workflow time) is when the placements start to be charged.
         """
         used = committed(self.state)
-        now = workflow.now().timestamp()
         grace = self.state.books.settings.preemption_grace_seconds
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
