@@ -214,6 +214,7 @@ class Release:
     task_index: int
     attempt: int
     dispatch_failed_on: str = ""  # the worker that never picked this attempt up, if that is why
+    ran_seconds: float = -1.0  # how long the process ran, as its agent measured it (-1: not known); charged
 
 
 @dataclass

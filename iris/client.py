@@ -49,7 +49,7 @@ from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
 from iris.connection import TemporalSettings
 from iris.key_check import check_cluster_key
-from iris.submission import build_request, command_argv, make_job_id, split_launch
+from iris.submission import build_request, command_argv, make_job_id, resolve_user, split_launch
 from iris.types import (
     JobFailedError,
     JobState,
@@ -194,12 +194,16 @@ class AsyncIrisClient:
     @classmethod
     async def connect(
         cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-        settings: TemporalSettings | None = None,
+        settings: TemporalSettings | None = None, user: str | None = None,
     ) -> AsyncIrisClient:
         """Connect to `address`, or to the embedded local cluster (started if it is not running).
 
         TLS, API key and namespace come from `settings`, else from the IRIS_TEMPORAL_* environment.
+        Jobs are submitted as the connection's authenticated identity when it has one, else as
+        `user`, else IRIS_USER, else the login name.
         """
+        if user is not None:
+            resolve_user(user)  # a bad name is a ValueError naming `user`, before connecting
         settings = settings or TemporalSettings.load(address=address, namespace=namespace)
         store = store or os.environ.get(STORE_ENV)
         if settings.address is None:
@@ -220,7 +224,7 @@ class AsyncIrisClient:
                 SUMMARY_QUERY, result_type=pb.ClusterSummary
             )
             store = summary.store_url
-        return cls(client, store, user=settings.user())
+        return cls(client, store, user=settings.authenticated_user() or resolve_user(user))
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -669,11 +673,14 @@ class IrisClient:
 
     @classmethod
     def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-                settings: TemporalSettings | None = None) -> IrisClient:
-        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster."""
+                settings: TemporalSettings | None = None, user: str | None = None) -> IrisClient:
+        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster.
+
+        `user` names whom jobs are submitted as when the connection has no authenticated identity."""
         loop = _LoopThread()
         try:
-            return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings)), loop)
+            return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
+                                                        user=user)), loop)  # fmt: skip
         except BaseException:
             loop.close()
             raise

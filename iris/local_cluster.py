@@ -45,7 +45,6 @@ from activities.platforms.local import format_attribute as format_attribute  # r
 from activities.platforms.local import slice_processes, worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec, default_config
 from iris.config_sharing import sharing_document
-from workflows.sharing_state import SharingSettings
 from iris.connection import connect_client
 from iris.processes import (
     crash_excerpt,
@@ -61,6 +60,7 @@ from iris.processes import (
 )
 from worker_agent.process_table import start_time
 from worker_agent.runtimes.process import ProcessGroupLedger
+from workflows.sharing_state import SharingSettings
 
 log = structlog.get_logger(__name__)
 

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Awaitable, Iterable
@@ -188,6 +189,7 @@ class WorkerAgent:
         # Tasks that end together (one agent serves many hosts, or many short tasks) free their
         # places in one signal to the scheduler.
         self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
+        self._ran: dict[tuple[str, int, int], float] = {}  # attempt -> seconds its process ran, until released
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -387,6 +389,7 @@ class WorkerAgent:
         try:
             return await self._run_task(inp)
         finally:
+            self._ran.pop((inp.job_id, inp.task_index, inp.attempt), None)
             self._activities -= 1
             if not self._activities:
                 self._no_activity.set()
@@ -512,8 +515,12 @@ class WorkerAgent:
             return RunTaskResult(exit_code=-1, error=str(err), started=False)
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
+        began = time.monotonic()
         try:
-            return await self._wait_heartbeating(handle)
+            ended = await self._wait_heartbeating(handle)
+            # What the attempt is charged for (resource-time), sent with its release.
+            self._ran[(inp.job_id, inp.task_index, inp.attempt)] = time.monotonic() - began
+            return ended
         except asyncio.CancelledError:
             # The cluster's grace when Iris stops the attempt (eviction, kill); the agent's own when it shuts down.
             grace = inp.kill_grace_seconds if inp.kill_grace_seconds > 0 and not activity.is_worker_shutdown() else (
@@ -538,7 +545,8 @@ class WorkerAgent:
         signal costs it a whole workflow task; on failure the workflow releases.
         """
         try:
-            await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt))
+            ran = self._ran.pop((inp.job_id, inp.task_index, inp.attempt), -1.0)
+            await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt, ran_seconds=ran))
             return True
         except Exception as err:  # Temporal unreachable, whatever the class: the workflow releases
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))

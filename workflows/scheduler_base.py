@@ -33,7 +33,7 @@ class SchedulerBase:
     def _enqueue(self, request: Enqueue) -> None:  # Queue
         raise NotImplementedError
 
-    def _release(self, job_id: str, task_index: int, attempt: int) -> None:  # Queue
+    def _release(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:  # Queue
         raise NotImplementedError
 
     def _commit(
@@ -53,5 +53,5 @@ class SchedulerBase:
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
         raise NotImplementedError
 
-    def _charge_release(self, placement: Placement) -> None:  # Sharing
+    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:  # Sharing
         raise NotImplementedError

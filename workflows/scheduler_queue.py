@@ -133,7 +133,7 @@ class Queue(SchedulerBase):
 
     def _on_release(self, request: Release) -> None:
         placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
-        self._release(request.job_id, request.task_index, request.attempt)
+        self._release(request.job_id, request.task_index, request.attempt, request.ran_seconds)
         worker = self.state.workers.get(request.dispatch_failed_on)
         if worker is not None:
             self._worker_event(worker, WorkerEvent.DISPATCH_FAILED)
@@ -142,7 +142,7 @@ class Queue(SchedulerBase):
             if ran_on is not None and ran_on.dispatch_failures:
                 self._worker_event(ran_on, WorkerEvent.RAN_TASK)
 
-    def _release(self, job_id: str, task_index: int, attempt: int) -> None:
+    def _release(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:
         entry = self.state.pending.get(job_id)
         if entry is not None and entry.attempts.get(task_index) == attempt:
             del entry.attempts[task_index]
@@ -154,7 +154,7 @@ class Queue(SchedulerBase):
         placement = self.state.placements.get(key)
         if placement is not None and placement.attempt == attempt:
             del self.state.placements[key]
-            self._charge_release(placement)  # with the placement's deletion: charged once
+            self._charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
             self._changed()
 
     def _commit(

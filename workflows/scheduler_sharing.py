@@ -58,10 +58,9 @@ class Sharing(SchedulerBase):
             return
         self._changed()
 
-    def _charge_release(self, placement: Placement) -> None:
+    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
         """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
-        now = workflow.now().timestamp()
-        self.state.books.charge([release_charge(placement, now)])
+        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds)])
         key = task_workflow_id(placement.job_id, placement.task_index)
         self.state.books.released(key, placement.attempt)
 
@@ -105,14 +104,18 @@ class Sharing(SchedulerBase):
     def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Tell each demoted (or restored) job the band it is scheduled in, once per change."""
         out = []
-        for job_id, entry in self.state.pending.items():
-            asked = entry.spec.band or "interactive"
-            band = plan.effective_bands.get(job_id, asked)
-            if self._told_bands.get(job_id, asked) != band:
+        for job_id, band in plan.effective_bands.items():  # demoted, placed in this pass or still pending
+            if self._told_bands.get(job_id) != band:
                 out.append(Delivery(job_id, EFFECTIVE_BAND, band))
                 self._told_bands[job_id] = band
-        for job_id in [j for j in self._told_bands if j not in self.state.pending]:
-            del self._told_bands[job_id]
+        for job_id in list(self._told_bands):
+            entry = self.state.pending.get(job_id)
+            if entry is None:
+                if job_id not in plan.effective_bands:
+                    del self._told_bands[job_id]  # placed: it keeps the band it was placed in
+            elif job_id not in plan.effective_bands and entry.spec.band:
+                out.append(Delivery(job_id, EFFECTIVE_BAND, entry.spec.band))  # credits came back: restored
+                del self._told_bands[job_id]
         return out
 
     def _publish_users(self) -> None:

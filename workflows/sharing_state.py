@@ -176,9 +176,11 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any]) -> No
         job.started_at.append(p.placed_at)
 
 
-def release_charge(placement: Any, until: float) -> Charge:
-    """What one released attempt costs: its request for the time from its placement to its release."""
+def release_charge(placement: Any, now: float, ran_seconds: float = -1.0) -> Charge:
+    """What one released attempt costs: its request for the time its process ran, as its agent measured
+    it (`ran_seconds`), or, when nobody measured it (killed, worker lost), from its placement to `now`."""
     p = placement
+    until = p.placed_at + ran_seconds if ran_seconds >= 0 else max(now, p.placed_at)
     return Charge(p.user, f"{p.job_id}/task-{p.task_index}", p.attempt,
                   Resources(p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), p.placed_at, until)  # fmt: skip
 
