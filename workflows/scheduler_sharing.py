@@ -113,8 +113,8 @@ class Sharing(SchedulerBase):
             if entry is None:
                 if job_id not in plan.effective_bands:
                     del self._told_bands[job_id]  # placed: it keeps the band it was placed in
-            elif job_id not in plan.effective_bands and entry.spec.band:
-                out.append(Delivery(job_id, EFFECTIVE_BAND, entry.spec.band))  # credits came back: restored
+            elif job_id not in plan.effective_bands:
+                out.append(Delivery(job_id, EFFECTIVE_BAND, entry.spec.band or "interactive"))  # credits came back
                 del self._told_bands[job_id]
         return out
 

@@ -1,0 +1,103 @@
+"""Sharing a fleet on a local cluster: bands evict whole lower-band gangs, credits demote, usage is charged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris.config import parse_config
+from iris.types import UserStatus
+from tests.support import Cluster, running_cluster, wait_until
+
+FLEET = {
+    "local": {
+        "worker_groups": [
+            {
+                "name": "slice-s",
+                "count": 4,
+                "resources": {"cpu": 1, "memory": "2g"},
+                "attributes": {"tpu-name": "slice-s"},
+                "index_attribute": "tpu-worker-id",
+            },
+        ]
+    },
+    # One credit per core-second, so a few seconds of work are a figure worth comparing.
+    "sharing": {"preemption_grace": "3s", "rates": {"cpu_core_hour": 3600}, "default_credits": 10_000},
+}
+GANG = dict(resources=ResourceSpec(cpu=1, memory="256m", replicas=4), coscheduling=CoschedulingConfig("tpu-name"))
+
+
+def victim_script(marks: Path) -> list[str]:
+    """A gang member that records each start and each SIGTERM; its first attempt runs until stopped."""
+    script = (
+        f'd={marks}; trap \'echo term > "$d/term-$IRIS_TASK_INDEX-$IRIS_ATTEMPT"; exit 143\' TERM; '
+        'echo "$$" > "$d/run-$IRIS_TASK_INDEX-$IRIS_ATTEMPT"; '
+        'if [ "$IRIS_ATTEMPT" = 0 ]; then sleep 300 & wait; fi'
+    )
+    return ["sh", "-c", script]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("iris-sharing"), parse_config(FLEET, "sharing fleet")) as cluster:
+        yield cluster
+
+
+def connect(cluster: Cluster, user: str) -> IrisClient:
+    return IrisClient.connect(cluster.info.address, store=cluster.info.store_url, user=user)
+
+
+def user_row(client: IrisClient, user: str) -> UserStatus | None:
+    return next((u for u in client.list_users() if u.user == user), None)
+
+
+def test_an_interactive_gang_evicts_a_batch_gang_whole(shared: Cluster, tmp_path: Path) -> None:
+    """Every member of the batch gang gets SIGTERM; it counts a preemption, not a failure, and runs again."""
+    with connect(shared, "ana") as ana, connect(shared, "bob") as bob:
+        sweep = ana.submit_command(victim_script(tmp_path), name="sweep", priority="batch", **GANG)  # type: ignore[arg-type]
+        wait_until(lambda: len(list(tmp_path.glob("run-*-0"))) == 4, timeout=60, what="the batch gang runs")
+        urgent = bob.submit_command(["sh", "-c", "sleep 1"], name="urgent", priority="interactive", **GANG)  # type: ignore[arg-type]
+        assert JobState.SUCCEEDED == urgent.wait(timeout=90).state
+        assert {f"term-{i}-0" for i in range(4)} == {p.name for p in tmp_path.glob("term-*")}
+        done = sweep.wait(timeout=90)
+        assert JobState.SUCCEEDED == done.state
+        assert 1 == done.preemptions
+        assert [0, 0, 0, 0] == [t.failure_count for t in done.tasks]
+        assert ("ana", "batch", "batch") == (done.user, done.priority, done.effective_priority)
+        assert {f"run-{i}-1" for i in range(4)} <= {p.name for p in tmp_path.glob("run-*")}
+        assert ("bob", "interactive") == (urgent.status().user, urgent.status().priority)
+
+
+def test_a_user_without_credits_runs_as_batch_and_is_preempted(shared: Cluster, tmp_path: Path) -> None:
+    """carol's credits are spent: her interactive gang runs as batch, and dan's interactive gang evicts it."""
+    with connect(shared, "carol") as carol, connect(shared, "dan") as dan:
+        carol.set_credits("carol", 0)
+        wait_until(lambda: (row := user_row(carol, "carol")) is not None and row.credits == 0, timeout=30)
+        job = carol.submit_command(victim_script(tmp_path), name="notebook", **GANG)  # type: ignore[arg-type]
+        wait_until(lambda: len(list(tmp_path.glob("run-*-0"))) == 4, timeout=60, what="carol's gang runs")
+        demoted = wait_until(lambda: (s := job.status()).effective_priority == "batch" and s, timeout=30)
+        assert ("carol", "interactive") == (demoted.user, demoted.priority)
+        other = dan.submit_command(["sh", "-c", "sleep 1"], name="dan-job", **GANG)  # type: ignore[arg-type]
+        assert JobState.SUCCEEDED == other.wait(timeout=90).state
+        assert {f"term-{i}-0" for i in range(4)} == {p.name for p in tmp_path.glob("term-*")}
+        done = job.wait(timeout=90)
+        assert JobState.SUCCEEDED == done.state
+        assert 1 == done.preemptions
+        assert [0, 0, 0, 0] == [t.failure_count for t in done.tasks]
+
+
+def test_credits_charged_equal_the_jobs_resource_time(shared: Cluster, tmp_path: Path) -> None:
+    """Half a core for the time the task ran (it writes its own start and end) is what eve is charged, within 1%."""
+    with connect(shared, "eve") as eve:
+        script = f"date +%s.%N > {tmp_path}/start; sleep 8; date +%s.%N > {tmp_path}/end"
+        job = eve.submit_command(["sh", "-c", script], name="timed", resources=ResourceSpec(cpu=0.5, memory="64m"))
+        assert JobState.SUCCEEDED == job.wait(timeout=60).state
+        ran = float((tmp_path / "end").read_text()) - float((tmp_path / "start").read_text())
+        expected = 0.5 * ran  # 3,600 credits per core-hour: one per core-second
+        row = wait_until(lambda: (r := user_row(eve, "eve")) is not None and r.used > 0 and r, timeout=30)
+        assert expected == pytest.approx(row.used, rel=0.01)
+        assert pytest.approx(10_000 - row.used) == row.credits
+        assert (0, 0) == (row.running_tasks, row.pending_jobs)
