@@ -250,6 +250,8 @@ def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None
     """Show a job and its tasks (and why it is pending, if it is)."""
     s = iris_client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
+    band = s.priority if s.effective_priority == s.priority else f"{s.priority} (scheduled as {s.effective_priority})"
+    out.print(f"user: {s.user or '-'}  band: {band}  preemptions: {s.preemptions}", markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
@@ -753,6 +755,9 @@ from iris.cli_ops import autoscaler_app, job_bug_report, logs_app  # noqa: E402
 app.add_typer(logs_app, name="logs")
 app.add_typer(autoscaler_app, name="autoscaler")
 job_app.command("bug-report")(job_bug_report)
+from iris.cli_users import user_app  # noqa: E402
+
+app.add_typer(user_app, name="user")
 
 if __name__ == "__main__":
     main()

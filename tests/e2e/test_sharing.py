@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +104,23 @@ def test_credits_charged_equal_the_jobs_resource_time(shared: Cluster, tmp_path:
         assert expected == pytest.approx(row.used, rel=0.01)
         assert pytest.approx(10_000 - row.used) == row.credits
         assert (0, 0) == (row.running_tasks, row.pending_jobs)
+
+
+def iris_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**cluster.env, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "iris", *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_cli_sets_credits_and_shows_users_and_bands(shared: Cluster) -> None:
+    """`iris user credits` sets a balance, `iris user list` shows it, `iris job status` shows user and bands."""
+    assert 0 == iris_cli(shared, "user", "credits", "frank", "42").returncode
+    wait_until(lambda: "42.00" in iris_cli(shared, "user", "credits", "frank").stdout, timeout=30)
+    with connect(shared, "frank") as frank:
+        job = frank.submit_command(["true"], name="quick", priority="batch", resources=ResourceSpec(cpu=0.5))
+        assert JobState.SUCCEEDED == job.wait(timeout=60).state
+    rows = [line.replace("│", " ").split() for line in iris_cli(shared, "user", "list").stdout.splitlines()]
+    _, credits, used, running, pending = next(row for row in rows if row[:1] == ["frank"])
+    assert float(credits) + float(used) == pytest.approx(42, abs=0.01)  # what ran was charged to the 42 set
+    assert ("0", "0") == (running, pending)
+    shown = iris_cli(shared, "job", "status", job.job_id).stdout
+    assert "user: frank  band: batch  preemptions: 0" in shown
