@@ -71,6 +71,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot) -> ShareSnapshot | None:
     if not snap.HasField("share"):
         return None
     share = snap.share
+    names = [w.worker_id for w in snap.workers]
     r = share.rates
     policy = SharePolicy(
         rates=Rates(r.cpu_core_hour, r.memory_gib_hour, r.gpu_hour, r.tpu_chip_hour),
@@ -86,8 +87,8 @@ def share_from_pb(snap: pb.SchedulingSnapshot) -> ShareSnapshot | None:
             band=_band(job.band),
             request=resources_from_pb(job.request),
             tasks=tuple(
-                RunningTask(index, worker, started)
-                for index, worker, started in zip(job.task_indices, job.worker_ids, job.started_at, strict=True)
+                RunningTask(index, names[row], started)
+                for index, row, started in zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
             ),
             coscheduled=job.coscheduled,
         )

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import Evict, SetCredits
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_state import Placement
-    from workflows.sharing_state import USERS_MEMO, Hold, SharingSettings, release_charge, users_memo
+    from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
 
 
 class Sharing(SchedulerBase):
@@ -66,40 +66,13 @@ class Sharing(SchedulerBase):
 
     def _take_evictions(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Turn the plan's evictions into holds and `evict` signals; drop the preemptors' assignments."""
-        if not plan.evictions:
-            return []
-        books = self.state.books
-        now = workflow.now().timestamp()
-        preemptors = {e.preemptor for e in plan.evictions}
-        planned: dict[str, list[str]] = {}
-        kept = []
-        for a in plan.assignments:
-            if a.job_id in preemptors:
-                planned.setdefault(a.job_id, []).append(a.worker_id)
-            else:
-                kept.append(a)
-        del plan.assignments[:]
-        plan.assignments.extend(kept)
-        out = []
+        stops = take_evictions(self.state.books, self.state, plan, workflow.now().timestamp())
         for e in plan.evictions:
-            if e.preemptor not in self.state.pending:
-                continue  # it left the queue while the pass ran: nobody to evict for
-            hold = books.holds.get(e.preemptor)
-            if hold is None:
-                hold = books.holds[e.preemptor] = Hold(sorted(set(planned.get(e.preemptor, []))), {}, now)
-            for index in e.task_indices:
-                key = task_workflow_id(e.job_id, index)
-                placement = self.state.placements.get(key)
-                if placement is None:
-                    continue  # it ended while the pass ran: its place is free already
-                hold.victims[key] = placement.attempt
-                out.append(Delivery(key, EVICT, Evict(placement.attempt, f"{e.preemptor} ({e.reason})")))
             workflow.logger.info("evicting %d %s tasks of %s for %s", len(e.task_indices), e.band, e.job_id,
                                  e.preemptor)  # fmt: skip
-            if hold.ready:
-                del books.holds[e.preemptor]  # every victim had ended already: the next pass places it
-        self._snapshot = None
-        return out
+        if plan.evictions:
+            self._snapshot = None
+        return [Delivery(key, EVICT, Evict(attempt, reason)) for key, attempt, reason in stops]
 
     def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Tell each demoted (or restored) job the band it is scheduled in, once per change."""

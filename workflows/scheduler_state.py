@@ -119,7 +119,6 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
     snap = pb.SchedulingSnapshot(now=now)
-    fill_share(snap.share, state.books, state.placements.items())
     used = committed(state)
     held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
     waiting = state.books.waiting()
@@ -136,6 +135,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
         sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
+    fill_share(snap.share, state.books, state.placements.items(), {w.worker_id: i for i, w in enumerate(snap.workers)})
     for entry in state.pending.values():
         if entry.job_id in waiting:
             continue

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
 from scheduler.types import Resources
@@ -85,6 +86,10 @@ class Books:
     accounts: Accounts = field(default_factory=Accounts)
     holds: dict[str, Hold] = field(default_factory=dict)  # preemptor job id -> its hold
 
+    def __post_init__(self) -> None:
+        if self.accounts.default_credits != self.settings.default_credits:
+            self.accounts = replace(self.accounts, default_credits=self.settings.default_credits)
+
     def pack(self) -> dict[str, Any]:
         holds = [[job_id, h.workers, h.victims, h.since] for job_id, h in self.holds.items()]
         return {"settings": self.settings.row(), "accounts": self.accounts.pack(), "holds": holds}
@@ -147,11 +152,13 @@ class Books:
         return spent
 
 
-def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any]) -> None:
+def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows: Mapping[str, int]) -> None:
     """Sharing's part of a snapshot: accounts, policy and the running placements that may be evicted.
 
-    `running` are the scheduler's placements (`scheduler_state.Placement`); those already being
-    evicted are left out (their capacity stays used until they release it).
+    `running` are the scheduler's placements (`scheduler_state.Placement`), `rows` the snapshot's
+    workers by position. Left out: placements already being evicted (their capacity stays used
+    until they release it) and those on workers outside the snapshot (lost, cordoned, held), where
+    an eviction would free nothing the pass could use.
     """
     s = books.settings
     share.default_credits = s.default_credits
@@ -161,19 +168,61 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any]) -> No
     for account in books.accounts.users.values():
         share.users.add(user=account.user, balance=account.balance, used=account.used,
                         usage=account.usage.value, usage_as_of=account.usage.as_of)  # fmt: skip
-    jobs: dict[str, pb.ShareRunningJob] = {}
     evicting = books.evicting()
-    for key, p in running:
-        if evicting.get(key, -1) >= p.attempt:
+    jobs: dict[str, tuple[Any, list[int], list[int], list[float]]] = {}
+    for key, p in running:  # lists per job, extended once: 100k appends to protobuf fields cost 3x more
+        row = rows.get(p.worker_id)
+        if row is None or (evicting and evicting.get(key, -1) >= p.attempt):
             continue
         job = jobs.get(p.job_id)
         if job is None:
-            job = jobs[p.job_id] = share.running.add(job_id=p.job_id, user=p.user, band=p.band, coscheduled=p.gang)
-            job.request.cpu_millis, job.request.memory_bytes = p.cpu_millis, p.memory_bytes
-            job.request.gpus, job.request.tpus = p.gpus, p.tpus
-        job.task_indices.append(p.task_index)
-        job.worker_ids.append(p.worker_id)
-        job.started_at.append(p.placed_at)
+            job = jobs[p.job_id] = (p, [], [], [])
+        job[1].append(p.task_index)
+        job[2].append(row)
+        job[3].append(p.placed_at)
+    for first, indices, worker_rows, started in jobs.values():
+        out = share.running.add(job_id=first.job_id, user=first.user, band=first.band, coscheduled=first.gang,
+                                task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
+        out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes
+        out.request.gpus, out.request.tpus = first.gpus, first.tpus
+
+
+def take_evictions(books: Books, state: Any, plan: pb.SchedulingPlan, now: float) -> list[tuple[str, int, str]]:
+    """Turn a plan's evictions into holds: (task workflow id, attempt, reason) for each attempt to stop.
+
+    The preemptors' own assignments are taken out of the plan (they wait for their victims, with the
+    workers they were planned on held for them). `state` is the scheduler's state as it is now: a
+    preemptor that left the queue meanwhile evicts nothing, a victim that ended meanwhile is skipped.
+    """
+    if not plan.evictions:
+        return []
+    preemptors = {e.preemptor for e in plan.evictions}
+    planned: dict[str, set[str]] = {}
+    kept = []
+    for a in plan.assignments:
+        if a.job_id in preemptors:
+            planned.setdefault(a.job_id, set()).add(a.worker_id)
+        else:
+            kept.append(a)
+    del plan.assignments[:]
+    plan.assignments.extend(kept)
+    out = []
+    for e in plan.evictions:
+        if e.preemptor not in state.pending:
+            continue  # it left the queue while the pass ran: nobody to evict for
+        hold = books.holds.get(e.preemptor)
+        if hold is None:
+            hold = books.holds[e.preemptor] = Hold(sorted(planned.get(e.preemptor, ())), {}, now)
+        for index in e.task_indices:
+            key = task_workflow_id(e.job_id, index)
+            placement = state.placements.get(key)
+            if placement is None:
+                continue  # it ended while the pass ran: its place is free already
+            hold.victims[key] = placement.attempt
+            out.append((key, placement.attempt, f"for {e.preemptor}: {e.reason}"))
+        if hold.ready:
+            del books.holds[e.preemptor]  # every victim had ended already: the next pass places it
+    return out
 
 
 def release_charge(placement: Any, now: float, ran_seconds: float = -1.0) -> Charge:
@@ -181,7 +230,7 @@ def release_charge(placement: Any, now: float, ran_seconds: float = -1.0) -> Cha
     it (`ran_seconds`), or, when nobody measured it (killed, worker lost), from its placement to `now`."""
     p = placement
     until = p.placed_at + ran_seconds if ran_seconds >= 0 else max(now, p.placed_at)
-    return Charge(p.user, f"{p.job_id}/task-{p.task_index}", p.attempt,
+    return Charge(p.user, task_workflow_id(p.job_id, p.task_index), p.attempt,
                   Resources(p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), p.placed_at, until)  # fmt: skip
 
 

@@ -321,14 +321,14 @@ class ShareUser(_message.Message):
     def __init__(self, user: _Optional[str] = ..., balance: _Optional[float] = ..., used: _Optional[float] = ..., usage: _Optional[float] = ..., usage_as_of: _Optional[float] = ...) -> None: ...
 
 class ShareRunningJob(_message.Message):
-    __slots__ = ("job_id", "user", "band", "request", "coscheduled", "task_indices", "worker_ids", "started_at")
+    __slots__ = ("job_id", "user", "band", "request", "coscheduled", "task_indices", "worker_rows", "started_at")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     BAND_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     COSCHEDULED_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
-    WORKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ROWS_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     user: str
@@ -336,9 +336,9 @@ class ShareRunningJob(_message.Message):
     request: Resources
     coscheduled: bool
     task_indices: _containers.RepeatedScalarFieldContainer[int]
-    worker_ids: _containers.RepeatedScalarFieldContainer[str]
+    worker_rows: _containers.RepeatedScalarFieldContainer[int]
     started_at: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., band: _Optional[str] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., coscheduled: _Optional[bool] = ..., task_indices: _Optional[_Iterable[int]] = ..., worker_ids: _Optional[_Iterable[str]] = ..., started_at: _Optional[_Iterable[float]] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., band: _Optional[str] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., coscheduled: _Optional[bool] = ..., task_indices: _Optional[_Iterable[int]] = ..., worker_rows: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ShareRates(_message.Message):
     __slots__ = ("cpu_core_hour", "memory_gib_hour", "gpu_hour", "tpu_chip_hour")
