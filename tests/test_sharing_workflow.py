@@ -12,7 +12,15 @@ from activities.scheduling import find_assignments_activity
 from iris.config import parse_config
 from iris.users import users_from_memo
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, encode_snapshot, pack, unpack
+from workflows.scheduler_state import (
+    PendingEntry,
+    Placement,
+    SchedulerState,
+    WorkerEntry,
+    encode_snapshot,
+    pack,
+    unpack,
+)
 from workflows.sharing_state import (
     USERS_MEMO,
     Books,
@@ -22,8 +30,8 @@ from workflows.sharing_state import (
     take_evictions,
     users_memo,
 )
-from workflows.task_lifecycle import TaskEffect, TaskEvent, transition
 from workflows.states import TaskState
+from workflows.task_lifecycle import TaskEffect, TaskEvent, transition
 
 NOW = 1_000_000.0
 
