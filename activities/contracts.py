@@ -123,6 +123,7 @@ REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
 CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
 CONFIGURE_SHARING = "configure_sharing"  # the cluster's sharing settings (a SharingSettings), from the controller
 SET_CREDITS = "set_credits"  # an operator sets a user's balance (a SetCredits)
+HEADROOM = "headroom"  # what each scale group can still bring, from the autoscaler when it changes
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)

@@ -14,7 +14,8 @@ import scheduler
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
-from scheduler.sharing import RunningJob, RunningTask, SharePolicy, ShareSnapshot
+from scheduler.autoscale import GroupShape, slice_hosts
+from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
 from scheduler.types import DEFAULT_BAND, Band, Constraint, PendingJob, Resources, WorkerSnapshot, parse_band
 
 FIND_ASSIGNMENTS = "find_assignments"
@@ -94,8 +95,14 @@ def share_from_pb(snap: pb.SchedulingSnapshot) -> ShareSnapshot | None:
         )
         for job in share.running
     ]
+    room = []
+    for h in share.headroom:
+        shape = GroupShape(h.group, h.hosts_per_slice, resources_from_pb(h.host_capacity),
+                           {k: v for k, a in h.attributes.items() if (v := get_attr(a)) is not None})  # fmt: skip
+        room.append(GroupHeadroom(h.group, tuple(slice_hosts(shape, f"{h.group}-new")), h.slices))
     return ShareSnapshot(
-        now=snap.now, users=users, default_credits=share.default_credits, running=running, policy=policy
+        now=snap.now, users=users, default_credits=share.default_credits, running=running, headroom=room,
+        policy=policy,
     )
 
 

@@ -166,3 +166,15 @@ def test_the_sharing_config_block_is_validated() -> None:
         parse_config({"sharing": {"rates": {"gpu_hour": -1}}}, "f")
     with pytest.raises(ValueError, match=r"^f: sharing\.half_life: must be > 0"):
         parse_config({"sharing": {"half_life": 0}}, "f")
+
+
+def test_a_gang_that_a_new_slice_can_serve_waits_for_it_instead_of_evicting() -> None:
+    """With room for another 4-host slice in a scale group, the preemptor waits for the autoscaler."""
+    state = _gang_state()
+    state.books.headroom = [["tpu", 1, 4, [1000, 1 << 30, 0, 0], {}]]
+    plan = _pass(state)
+    assert [] == list(plan.evictions)
+    assert "waiting for a new tpu slice from the autoscaler (nothing evicted)" in plan.pending_reasons["urgent"]
+    assert state.books == unpack(pack(state)).books
+    state.books.headroom = [["tpu", 0, 4, [1000, 1 << 30, 0, 0], {}]]  # the group is at max_slices
+    assert 1 == len(_pass(state).evictions)

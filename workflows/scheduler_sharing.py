@@ -17,6 +17,8 @@ The pure scheduler decides (bands, demotion, fair share, victims: `scheduler.sha
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -24,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         CONFIGURE_SHARING,
         EFFECTIVE_BAND,
         EVICT,
+        HEADROOM,
         SET_CREDITS,
         Delivery,
         task_workflow_id,
@@ -56,6 +59,13 @@ class Sharing(SchedulerBase):
         except ValueError as err:
             workflow.logger.warning("set_credits for %s dropped: %s", request.user, err)
             return
+        self._changed()
+
+    @workflow.signal(name=HEADROOM)
+    def headroom(self, rows: list[list[Any]]) -> None:
+        """What each scale group can still bring (from the autoscaler, when it changes)."""
+        self._signals_received += 1
+        self.state.books.headroom = rows
         self._changed()
 
     def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
 from scheduler.types import Resources
 
@@ -85,6 +86,9 @@ class Books:
     settings: SharingSettings = field(default_factory=SharingSettings)
     accounts: Accounts = field(default_factory=Accounts)
     holds: dict[str, Hold] = field(default_factory=dict)  # preemptor job id -> its hold
+    # What each scale group can still bring, as the autoscaler last said: rows of
+    # [group, slices, hosts_per_slice, [cpu_millis, memory_bytes, gpus, tpus], attributes].
+    headroom: list[list[Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.accounts.default_credits != self.settings.default_credits:
@@ -92,7 +96,8 @@ class Books:
 
     def pack(self) -> dict[str, Any]:
         holds = [[job_id, h.workers, h.victims, h.since] for job_id, h in self.holds.items()]
-        return {"settings": self.settings.row(), "accounts": self.accounts.pack(), "holds": holds}
+        return {"settings": self.settings.row(), "accounts": self.accounts.pack(), "holds": holds,
+                "headroom": self.headroom}  # fmt: skip
 
     @classmethod
     def unpack(cls, doc: Mapping[str, Any] | None) -> Books:
@@ -101,7 +106,7 @@ class Books:
         settings = SharingSettings.from_row(doc.get("settings"))
         accounts = Accounts.unpack(doc.get("accounts") or {})
         holds = {row[0]: Hold(list(row[1]), dict(row[2]), float(row[3])) for row in doc.get("holds") or []}
-        return cls(settings, accounts, holds)
+        return cls(settings, accounts, holds, list(doc.get("headroom") or []))
 
     def evicting(self) -> dict[str, int]:
         """Every attempt told to stop and not released yet: task workflow id -> attempt."""
@@ -168,6 +173,12 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows:
     for account in books.accounts.users.values():
         share.users.add(user=account.user, balance=account.balance, used=account.used,
                         usage=account.usage.value, usage_as_of=account.usage.as_of)  # fmt: skip
+    for name, slices, hosts, capacity, attributes in books.headroom:
+        room = share.headroom.add(group=name, slices=slices, hosts_per_slice=hosts)
+        room.host_capacity.cpu_millis, room.host_capacity.memory_bytes = capacity[0], capacity[1]
+        room.host_capacity.gpus, room.host_capacity.tpus = capacity[2], capacity[3]
+        for key, value in attributes.items():
+            set_attr(room.attributes[key], value)
     evicting = books.evicting()
     jobs: dict[str, tuple[Any, list[int], list[int], list[float]]] = {}
     for key, p in running:  # lists per job, extended once: 100k appends to protobuf fields cost 3x more

@@ -352,19 +352,42 @@ class ShareRates(_message.Message):
     tpu_chip_hour: float
     def __init__(self, cpu_core_hour: _Optional[float] = ..., memory_gib_hour: _Optional[float] = ..., gpu_hour: _Optional[float] = ..., tpu_chip_hour: _Optional[float] = ...) -> None: ...
 
+class ShareHeadroom(_message.Message):
+    __slots__ = ("group", "slices", "hosts_per_slice", "host_capacity", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AttributeValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_PER_SLICE_FIELD_NUMBER: _ClassVar[int]
+    HOST_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    slices: int
+    hosts_per_slice: int
+    host_capacity: Resources
+    attributes: _containers.MessageMap[str, AttributeValue]
+    def __init__(self, group: _Optional[str] = ..., slices: _Optional[int] = ..., hosts_per_slice: _Optional[int] = ..., host_capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
+
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours")
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     RATES_FIELD_NUMBER: _ClassVar[int]
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[ShareUser]
     default_credits: float
     running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
     rates: ShareRates
     half_life_hours: float
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ...) -> None: ...
+    headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs", "now", "share")
