@@ -135,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from iris.bench.dashboard import main as dashboard_main
 
         return dashboard_main(argv[1:])
+    if argv[:1] == ["preempt"]:  # an interactive gang evicting a batch gang: submit -> its tasks running
+        from iris.bench.preempt import main as preempt_main
+
+        return preempt_main(argv[1:])
     if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
         from iris.bench.load import main as load_main
 
