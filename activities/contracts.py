@@ -101,6 +101,7 @@ stored once and referenced, so a 10,000-task job does not copy them 10,000 times
 
 
 RUN_TASK = "run_task"
+STOP_TASK = "stop_task"  # on the worker's queue: SIGTERM a running attempt, SIGKILL after a grace (an eviction)
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
 # Activity: the scheduler's announcement; an assignment whose task has not started within a short
@@ -184,7 +185,6 @@ class RunTaskInput:
     bundle_blob: str = ""                           # the job's code bundle (zip): the task's working directory
     setup: list[str] = field(default_factory=list)  # shell commands run once per job and host, first
     launch_blob: str = ""                           # argv, env and setup stored apart (pb.Launch)
-    kill_grace_seconds: float = 0.0                 # SIGTERM to SIGKILL when stopped (0 = the agent's own)
 
 
 PROCESS_STARTED = "process-started"
@@ -216,6 +216,20 @@ class Release:
     attempt: int
     dispatch_failed_on: str = ""  # the worker that never picked this attempt up, if that is why
     ran_seconds: float = -1.0  # how long the process ran, as its agent measured it (-1: not known); charged
+
+
+@dataclass
+class StopTask:
+    """Stop one running attempt on this worker: SIGTERM, then SIGKILL after `grace_seconds` (an eviction).
+
+    Its run_task then ends as usual, with the signal's exit; `stop_task` returns False when the attempt
+    does not run here (not started yet, or over), and the task workflow cancels the attempt instead.
+    """
+
+    job_id: str
+    task_index: int
+    attempt: int
+    grace_seconds: float
 
 
 @dataclass

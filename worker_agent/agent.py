@@ -40,10 +40,12 @@ from activities.contracts import (
     RELEASE_BATCH,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
+    STOP_TASK,
     WORKER_SESSION,
     Release,
     RunTaskInput,
     RunTaskResult,
+    StopTask,
     TaskStarted,
     WorkerSessionInput,
     agent_session_queue,
@@ -190,6 +192,7 @@ class WorkerAgent:
         # places in one signal to the scheduler.
         self._releases = SignalCoalescer(client, SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, MAX_RELEASE_BATCH)
         self._ran: dict[tuple[str, int, int], float] = {}  # attempt -> seconds its process ran, until released
+        self._handles: dict[tuple[str, int, int], TaskHandle] = {}  # running attempts, for stop_task
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -254,7 +257,7 @@ class WorkerAgent:
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
             sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
-            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task)
+            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task, self.stop_task)
             running = [asyncio.create_task(sessions.run())]
             failed: str | None = None
             try:
@@ -278,12 +281,12 @@ class WorkerAgent:
                 self.session, registered = uuid.uuid4().hex, False
                 await pause(delay, stop)
 
-    def _worker(self, queue: str, work: Any) -> Worker:
-        """A Temporal worker polling `queue` for the one activity `work`."""
+    def _worker(self, queue: str, *work: Any) -> Worker:
+        """A Temporal worker polling `queue` for the activities `work`."""
         return Worker(
             self.client,
             task_queue=queue,
-            activities=[work],
+            activities=list(work),
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
@@ -380,6 +383,20 @@ class WorkerAgent:
                 self.log.warning("worker_session_cancelled", session=session.session, details=str(details))
                 self._session_lost.set()
             raise
+
+    @activity.defn(name=STOP_TASK)
+    async def stop_task(self, inp: StopTask) -> bool:
+        """SIGTERM a running attempt and SIGKILL it after the grace (an eviction); False when it does not run here.
+
+        Its run_task sees the process end and reports the signal's exit as usual.
+        """
+        handle = self._handles.get((inp.job_id, inp.task_index, inp.attempt))
+        if handle is None:
+            return False
+        self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
+                      grace_seconds=inp.grace_seconds)  # fmt: skip
+        await self.runtime.kill(handle, max(0.0, inp.grace_seconds))
+        return True
 
     @activity.defn(name=RUN_TASK)
     async def run_task(self, inp: RunTaskInput) -> RunTaskResult:
@@ -516,16 +533,15 @@ class WorkerAgent:
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         began = time.monotonic()
+        key = (inp.job_id, inp.task_index, inp.attempt)
+        self._handles[key] = handle
         try:
             ended = await self._wait_heartbeating(handle)
             # What the attempt is charged for (resource-time), sent with its release.
             self._ran[(inp.job_id, inp.task_index, inp.attempt)] = time.monotonic() - began
             return ended
         except asyncio.CancelledError:
-            # The cluster's grace when Iris stops the attempt (eviction, kill); the agent's own when it shuts down.
-            grace = inp.kill_grace_seconds if inp.kill_grace_seconds > 0 and not activity.is_worker_shutdown() else (
-                KILL_GRACE_SECONDS)
-            ended = await self.runtime.kill(handle, grace)
+            ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
             details = activity.cancellation_details()
             if details is not None and details.not_found:
@@ -536,6 +552,8 @@ class WorkerAgent:
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
             raise
         finally:
+            if self._handles.get(key) is handle:
+                del self._handles[key]
             started.cancel()
 
     async def _release(self, inp: RunTaskInput) -> bool:

@@ -62,7 +62,6 @@ class Assigned:
 
     attempt: int
     worker_id: str
-    grace_seconds: float = 0.0  # the cluster's SIGTERM-to-SIGKILL grace when the attempt is stopped
 
 
 @dataclass
@@ -71,6 +70,7 @@ class Evict:
 
     attempt: int
     reason: str = ""
+    grace_seconds: float = 30.0  # the cluster's SIGTERM-to-SIGKILL grace
 
 
 @dataclass

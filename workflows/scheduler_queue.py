@@ -168,7 +168,6 @@ class Queue(SchedulerBase):
         see one state. `now` (workflow time) is when the placements start to be charged.
         """
         used = committed(self.state)
-        grace = self.state.books.settings.preemption_grace_seconds
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
             by_job.setdefault(a.job_id, []).append(a)
@@ -221,7 +220,7 @@ class Queue(SchedulerBase):
                     bool(spec.group_by),
                     now,
                 )
-                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, grace_seconds=grace)
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id)
                 accepted.append((key, assigned, a))
             if not entry.attempts:
                 del self.state.pending[job_id]

@@ -82,7 +82,8 @@ class Sharing(SchedulerBase):
                                  e.preemptor)  # fmt: skip
         if plan.evictions:
             self._snapshot = None
-        return [Delivery(key, EVICT, Evict(attempt, reason)) for key, attempt, reason in stops]
+        grace = self.state.books.settings.preemption_grace_seconds
+        return [Delivery(key, EVICT, Evict(attempt, reason, grace)) for key, attempt, reason in stops]
 
     def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Tell each demoted (or restored) job the band it is scheduled in, once per change."""

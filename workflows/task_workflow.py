@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_TASK,
         SCHEDULER_RESTARTED,
         SCHEDULER_WORKFLOW_ID,
+        STOP_TASK,
         TASK_ENDED,
         TASK_RETRYING,
         TASK_STATUS_QUERY,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         Release,
         RunTaskInput,
         RunTaskResult,
+        StopTask,
         result_blob_key,
         worker_task_queue,
     )
@@ -71,14 +73,33 @@ class TaskWorkflow:
 
     @workflow.signal(name=EVICT)
     def evict(self, msg: Evict) -> None:
-        """Stop the attempt for higher-band work: its run_task is cancelled, so the agent sends SIGTERM
-        and, after the grace, SIGKILL; the attempt then counts a preemption, not a failure."""
+        """Stop the attempt for higher-band work: its agent sends SIGTERM and, after the cluster's grace,
+        SIGKILL (`stop_task`); the attempt then counts a preemption, not a failure."""
         if msg.attempt != self.attempt or self.state not in (TaskState.ASSIGNED, TaskState.RUNNING):
             return
         if self._evicted is None:
             self._evicted = msg
             if self._running is not None and not self._running.done():
-                self._running.cancel()
+                asyncio.get_running_loop().create_task(self._stop(msg, self.result.worker_id))
+
+    async def _stop(self, msg: Evict, worker_id: str) -> None:
+        """Ask the worker's agent to stop the attempt with the grace; when it cannot (the attempt has not
+        started there, the agent is gone), cancel the attempt instead (the agent's own short grace)."""
+        inp = self._input
+        running = self._running
+        if inp is None or running is None:
+            return
+        try:
+            stopped = await workflow.execute_activity(
+                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds), result_type=bool,
+                task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=msg.grace_seconds + 30),
+                retry_policy=RetryPolicy(maximum_attempts=1), summary=f"evict attempt {msg.attempt}",
+            )  # fmt: skip
+        except ActivityError:
+            stopped = False
+        if not stopped and not running.done():
+            running.cancel()
 
     @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
@@ -288,7 +309,6 @@ class TaskWorkflow:
             job_workflow_id=parent.workflow_id if (parent := workflow.info().parent) else "",
             cpu_millis=inp.spec.cpu_millis,
             memory_bytes=inp.spec.memory_bytes,
-            kill_grace_seconds=assigned.grace_seconds,
         )
         if self._evicted is not None:  # evicted before it was dispatched
             return TaskEvent.EVICTED, f"evicted before it started: {self._evicted.reason}", False
@@ -309,7 +329,7 @@ class TaskWorkflow:
         except ActivityError as err:
             cause = err.cause
             if self._evicted is not None and workflow.cancellation_reason() is None:
-                # Stopped for higher-band work (the process is gone: WAIT_CANCELLATION_COMPLETED).
+                # Stopped for higher-band work by cancellation (the agent could not stop it with the grace).
                 return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", False
             if isinstance(cause, CancelledError) or workflow.cancellation_reason() is not None:
                 # Killed while the attempt ended another way (its worker died, so it timed out): the kill wins.
@@ -333,4 +353,6 @@ class TaskWorkflow:
         self._agent_released = result.released
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, "", True
+        if self._evicted is not None:  # its agent stopped it for higher-band work
+            return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", result.started
         return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}", result.started
