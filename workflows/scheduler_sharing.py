@@ -38,11 +38,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
 
 
+PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
+
+
 class Sharing(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
     _published_users: list[list[object]] | None
+    _users_published_at: float
 
     @workflow.signal(name=CONFIGURE_SHARING)
     def configure_sharing(self, settings: SharingSettings) -> None:
@@ -103,7 +107,14 @@ class Sharing(SchedulerBase):
         return out
 
     def _publish_users(self) -> None:
-        """Put the user table in the memo when it changed (one upsert, read by `iris user list`)."""
+        """Put the user table in the memo when it changed (one upsert, read by `iris user list`).
+
+        While work is queued, at most every PUBLISH_INTERVAL seconds (each upsert is a history event,
+        and every release changes someone's usage); at once when the queue is empty, so the table is
+        exact once the cluster settles."""
+        now = workflow.now().timestamp()
+        if self.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
+            return
         running: dict[str, int] = {}
         for p in self.state.placements.values():
             running[p.user] = running.get(p.user, 0) + 1
@@ -113,4 +124,5 @@ class Sharing(SchedulerBase):
         rows = users_memo(self.state.books, running, pending)
         if rows != self._published_users:
             self._published_users = rows
+            self._users_published_at = now
             workflow.upsert_memo({USERS_MEMO: rows})

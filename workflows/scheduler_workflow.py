@@ -80,6 +80,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries):
         self._snapshot: bytes | None = None
         self._told_bands: dict[str, str] = {}
         self._published_users: list[list[object]] | None = None
+        self._users_published_at = 0.0
 
     @workflow.run
     async def run(self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET) -> None:
