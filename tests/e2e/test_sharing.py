@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris.client import Job
 from iris.config import parse_config
-from iris.types import UserStatus
+from iris.types import JobStatus, UserStatus
 from tests.support import Cluster, running_cluster, wait_until
 
 FLEET = {
@@ -57,6 +58,16 @@ def user_row(client: IrisClient, user: str) -> UserStatus | None:
     return next((u for u in client.list_users() if u.user == user), None)
 
 
+def charged_row(client: IrisClient, user: str) -> UserStatus | None:
+    row = user_row(client, user)
+    return row if row is not None and row.used > 0 else None
+
+
+def demoted_status(job: Job) -> JobStatus | None:
+    status = job.status()
+    return status if status.effective_priority == "batch" else None
+
+
 def test_an_interactive_gang_evicts_a_batch_gang_whole(shared: Cluster, tmp_path: Path) -> None:
     """Every member of the batch gang gets SIGTERM; it counts a preemption, not a failure, and runs again."""
     with connect(shared, "ana") as ana, connect(shared, "bob") as bob:
@@ -81,7 +92,7 @@ def test_a_user_without_credits_runs_as_batch_and_is_preempted(shared: Cluster, 
         wait_until(lambda: (row := user_row(carol, "carol")) is not None and row.credits == 0, timeout=30)
         job = carol.submit_command(victim_script(tmp_path), name="notebook", **GANG)  # type: ignore[arg-type]
         wait_until(lambda: len(list(tmp_path.glob("run-*-0"))) == 4, timeout=60, what="carol's gang runs")
-        demoted = wait_until(lambda: (s := job.status()).effective_priority == "batch" and s, timeout=30)
+        demoted = wait_until(lambda: demoted_status(job), timeout=30, what="carol's job scheduled as batch")
         assert ("carol", "interactive") == (demoted.user, demoted.priority)
         other = dan.submit_command(["sh", "-c", "sleep 1"], name="dan-job", **GANG)  # type: ignore[arg-type]
         assert JobState.SUCCEEDED == other.wait(timeout=90).state
@@ -100,7 +111,7 @@ def test_credits_charged_equal_the_jobs_resource_time(shared: Cluster, tmp_path:
         assert JobState.SUCCEEDED == job.wait(timeout=60).state
         ran = float((tmp_path / "end").read_text()) - float((tmp_path / "start").read_text())
         expected = 0.5 * ran  # 3,600 credits per core-hour: one per core-second
-        row = wait_until(lambda: (r := user_row(eve, "eve")) is not None and r.used > 0 and r, timeout=30)
+        row = wait_until(lambda: charged_row(eve, "eve"), timeout=30, what="eve charged")
         assert expected == pytest.approx(row.used, rel=0.01)
         assert pytest.approx(10_000 - row.used) == row.credits
         assert (0, 0) == (row.running_tasks, row.pending_jobs)
