@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,5 @@ def test_the_cli_sets_credits_and_shows_users_and_bands(shared: Cluster) -> None
     assert ("0", "0") == (running, pending)
     shown = iris_cli(shared, "job", "status", job.job_id).stdout
     assert "user: frank  band: batch  preemptions: 0" in shown
+    with urllib.request.urlopen(f"{shared.info.dashboard_url}/users", timeout=30) as page:  # the dashboard's table
+        assert '<tr data-user="frank">' in page.read().decode()
