@@ -33,7 +33,7 @@ from activities.contracts import (
 )
 from activities.platforms.base import ScaleGroupSpec
 from activities.scheduling import decode_snapshot
-from scheduler.autoscale import GroupShape, SliceView, plan_scaling
+from scheduler.autoscale import GroupShape, SliceView, headroom, plan_scaling
 from scheduler.types import Resources
 
 log = structlog.get_logger("iris.autoscaler")
@@ -86,6 +86,8 @@ class PlanResult:
     pending_jobs: int = 0
     error: str = ""  # the scheduler could not be read: plan nothing this time
     recheck_after: float | None = None  # seconds until time alone changes the plan (absent in older histories)
+    # What each group can still bring, for the scheduler's preemption rule (workflows.sharing_state.Headroom rows).
+    headroom: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +125,13 @@ def group_shape(g: GroupInput) -> GroupShape:
     )
 
 
+def _headroom_row(shape: GroupShape, slices: int) -> list[Any]:
+    """One group's headroom as the scheduler keeps it (workflows.sharing_state.Books.headroom)."""
+    r = shape.host_capacity
+    return [shape.name, slices, shape.hosts_per_slice, [r.cpu_millis, r.memory_bytes, r.gpus, r.tpus],
+            dict(shape.attributes)]  # fmt: skip
+
+
 @activity.defn(name=AUTOSCALE_PLAN)
 async def autoscale_plan(inp: PlanInput) -> PlanResult:
     """Read the scheduler's snapshot and plan this tick's scale-ups and scale-downs."""
@@ -133,13 +142,10 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
     except RPCError as e:
         return PlanResult(error=f"scheduler not answering: {e.message}")
     workers, pending = decode_snapshot(data)
-    plan = plan_scaling(
-        [group_shape(g) for g in inp.groups],
-        [SliceView(s.slice_id, s.group, s.state, tuple(s.worker_ids), s.idle_since) for s in inp.slices],
-        pending,
-        workers,
-        inp.now,
-    )
+    shapes = [group_shape(g) for g in inp.groups]
+    views = [SliceView(s.slice_id, s.group, s.state, tuple(s.worker_ids), s.idle_since) for s in inp.slices]
+    plan = plan_scaling(shapes, views, pending, workers, inp.now)
+    room = {h.group: h.slices for h in headroom(shapes, views, inp.now)}
     return PlanResult(
         create=dict(plan.create),
         remove=list(plan.remove),
@@ -148,6 +154,7 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
         group_reasons=dict(plan.group_reasons),
         pending_jobs=len(pending),
         recheck_after=plan.recheck_after,
+        headroom=[_headroom_row(s, room[s.name]) for s in shapes if room.get(s.name, 0) > 0],
     )
 
 

@@ -28,6 +28,7 @@ KIND_ATTRIBUTE = "IrisKind"  # on every Iris workflow: one of the *_KIND values 
 JOB_STATE_ATTRIBUTE = "IrisJobState"
 JOB_NAME_ATTRIBUTE = "IrisJobName"
 JOB_USER_ATTRIBUTE = "IrisUser"
+JOB_PRIORITY_ATTRIBUTE = "IrisPriority"  # Keyword: the band a job asked for
 JOB_TASKS_ATTRIBUTE = "IrisTasks"  # a job's task count, e.g. `IrisTasks > 1000`
 JOB_NAMESPACE_ATTRIBUTE = "IrisNamespace"  # the namespace a job runs in (default: its user)
 JOB_PARENT_ATTRIBUTE = "IrisParentJob"  # the id of the job whose task submitted this one ("" = a root job)
@@ -38,6 +39,7 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     JOB_STATE_ATTRIBUTE: "Keyword",
     JOB_NAME_ATTRIBUTE: "Keyword",
     JOB_USER_ATTRIBUTE: "Keyword",
+    JOB_PRIORITY_ATTRIBUTE: "Keyword",
     JOB_TASKS_ATTRIBUTE: "Int",
     JOB_NAMESPACE_ATTRIBUTE: "Keyword",
     JOB_PARENT_ATTRIBUTE: "Keyword",
@@ -123,6 +125,7 @@ stored once and referenced, so a 10,000-task job does not copy them 10,000 times
 
 
 RUN_TASK = "run_task"
+STOP_TASK = "stop_task"  # on the worker's queue: SIGTERM a running attempt, SIGKILL after a grace (an eviction)
 WORKER_SESSION = "worker_session"
 DELIVER_SIGNALS = "deliver_signals"
 # Activity: the scheduler's announcement; an assignment whose task has not started within a short
@@ -151,6 +154,9 @@ REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
 CONFIGURE_SCHEDULER = "configure"  # the blob store's URL, from the controller
 RESERVE = "reserve"  # a job's reservation (a Reserve): hold it for the job's tree while the job runs
 RELEASE_RESERVATION = "release_reservation"  # the reserving job ended (its job id): give the capacity back
+CONFIGURE_SHARING = "configure_sharing"  # the cluster's sharing settings (a SharingSettings), from the controller
+SET_CREDITS = "set_credits"  # an operator sets a user's balance (a SetCredits)
+HEADROOM = "headroom"  # what each scale group can still bring, from the autoscaler when it changes
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
@@ -159,12 +165,14 @@ RECENT_ACTIONS_QUERY = "recent_actions"  # the scheduler's last placements, requ
 # ASSIGNED (above): the task's place
 UNSCHEDULABLE = "unschedulable"  # its scheduling timeout passed
 SCHEDULER_RESTARTED = "scheduler_restarted"  # a scheduler that started empty: enqueue again, or claim your place
+EVICT = "evict"  # stop this attempt for higher-band work (an Evict): a preemption, not a failure
 TASK_STATUS_QUERY = "status"
 # JobWorkflow
 TASK_STARTED = "task_started"  # the agent started a task's process (a TaskStarted)
 TASK_RETRYING = "task_retrying"  # a task goes back to the queue
 TASK_ENDED = "task_ended"  # one task's result (a TaskResult), for a job that continues as new
 PENDING_REASON = "pending_reason"  # why the job's pending tasks wait ("" once they can be placed)
+EFFECTIVE_BAND = "effective_band"  # the band the scheduler schedules the job in (batch: its user has no credits)
 KILL_JOB = "kill"  # terminate the job (the reason)
 CHILD_STARTED = "child_started"  # a child job started (its id): the job's end must sweep its tree
 JOB_STATUS_QUERY = "job_status"
@@ -318,6 +326,21 @@ class Release:
     attempt: int
     dispatch_failed_on: str = ""  # the worker that never picked this attempt up, if that is why
     dispatch_failed_session: str = ""  # its agent session then ("" = any): a restarted agent is not blamed
+    ran_seconds: float = -1.0  # how long the process ran, as its agent measured it (-1: not known); charged
+
+
+@dataclass
+class StopTask:
+    """Stop one running attempt on this worker: SIGTERM, then SIGKILL after `grace_seconds` (an eviction).
+
+    Its run_task then ends as usual, with the signal's exit; `stop_task` returns False when the attempt
+    does not run here (not started yet, or over), and the task workflow cancels the attempt instead.
+    """
+
+    job_id: str
+    task_index: int
+    attempt: int
+    grace_seconds: float
 
 
 @dataclass

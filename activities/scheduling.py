@@ -14,8 +14,11 @@ import scheduler
 from activities.heartbeat import heartbeating_thread
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
+from scheduler.accounting import DecayedUsage, Rates, UserAccount
+from scheduler.autoscale import GroupShape, slice_hosts
 from scheduler.reservations import Reservation, demand_view
-from scheduler.types import Constraint, PendingJob, Resources, WorkerSnapshot
+from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
+from scheduler.types import DEFAULT_BAND, Band, Constraint, PendingJob, Resources, WorkerSnapshot, parse_band
 
 FIND_ASSIGNMENTS = "find_assignments"
 MAX_REASON = 300  # characters of a pending reason that are kept
@@ -59,6 +62,8 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
             scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
             tolerations=frozenset(j.tolerations),
             num_groups=max(1, j.num_groups),
+            band=_band(j.band),
+            user=j.user,
         )
         for j in snap.jobs
     ]
@@ -84,6 +89,48 @@ def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:
         )
         for r in snap.reservations
     ]
+def _band(name: str) -> Band:
+    """A band by name; an empty one (a request from before bands) is the default band."""
+    return parse_band(name, "band") if name else DEFAULT_BAND
+
+
+def share_from_pb(snap: pb.SchedulingSnapshot) -> ShareSnapshot | None:
+    """Sharing's part of the snapshot, or None when the scheduler sent none (bands in order, no preemption)."""
+    if not snap.HasField("share"):
+        return None
+    share = snap.share
+    names = [w.worker_id for w in snap.workers]
+    r = share.rates
+    policy = SharePolicy(
+        rates=Rates(r.cpu_core_hour, r.memory_gib_hour, r.gpu_hour, r.tpu_chip_hour),
+        half_life_hours=share.half_life_hours or 6.0,
+    )
+    users = {
+        u.user: UserAccount(u.user, u.balance, u.used, DecayedUsage(u.usage, u.usage_as_of)) for u in share.users
+    }
+    running = [
+        RunningJob(
+            job_id=job.job_id,
+            user=job.user,
+            band=_band(job.band),
+            request=resources_from_pb(job.request),
+            tasks=tuple(
+                RunningTask(index, names[row], started)
+                for index, row, started in zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
+            ),
+            coscheduled=job.coscheduled,
+        )
+        for job in share.running
+    ]
+    room = []
+    for h in share.headroom:
+        shape = GroupShape(h.group, h.hosts_per_slice, resources_from_pb(h.host_capacity),
+                           {k: v for k, a in h.attributes.items() if (v := get_attr(a)) is not None})  # fmt: skip
+        room.append(GroupHeadroom(h.group, tuple(slice_hosts(shape, f"{h.group}-new")), h.slices))
+    return ShareSnapshot(
+        now=snap.now, users=users, default_credits=share.default_credits, running=running, headroom=room,
+        policy=policy,
+    )
 
 
 def cap_reason(reason: str) -> str:
@@ -95,8 +142,11 @@ def reason_crc(reason: str) -> int:
     return zlib.crc32(reason.encode())
 
 
-def encode_plan(result: scheduler.SchedulingResult, known: dict[str, int] | None = None) -> bytes:
-    """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds)."""
+def encode_plan(
+    result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None
+) -> bytes:
+    """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds),
+    its evictions, and the effective bands that differ from the band each job asked for (`asked`)."""
     known = known or {}
     plan = pb.SchedulingPlan()
     for a in result.assignments:
@@ -112,6 +162,13 @@ def encode_plan(result: scheduler.SchedulingResult, known: dict[str, int] | None
             plan.reservation_holds.add(reservation_id=reservation_id, entry=entry, worker_id=worker_id)
     for reservation_id, reason in result.reservation_reasons.items():
         plan.reservation_reasons[reservation_id] = cap_reason(reason)
+    for e in result.evictions:
+        plan.evictions.add(job_id=e.job_id, task_indices=e.task_indices, band=str(e.band), preemptor=e.preemptor,
+                           reason=cap_reason(e.reason))  # fmt: skip
+    asked = asked or {}
+    for job_id, band in result.effective_bands.items():
+        if band != asked.get(job_id, band):
+            plan.effective_bands[job_id] = str(band)
     return zlib.compress(plan.SerializeToString(), 1)
 
 
@@ -126,4 +183,5 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
         workers, jobs = snapshot_from_pb(snap)
         known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
         reservations = decode_reservations(snap) if snap.reservations else ()
-        return encode_plan(scheduler.find_assignments(workers, jobs, reservations=reservations), known)
+        result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
+        return encode_plan(result, known, {job.job_id: job.band for job in jobs})

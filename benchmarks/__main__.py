@@ -139,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.trees import main as trees_main
 
         return trees_main(argv[1:])
+    if argv[:1] == ["preempt"]:  # an interactive gang evicting a batch gang: submit -> its tasks running
+        from benchmarks.preempt import main as preempt_main
+
+        return preempt_main(argv[1:])
     if argv[:1] in (["polling"], ["fanout"]):  # the read path under many users; one job of many tasks
         from benchmarks.load import main as load_main
 

@@ -286,6 +286,8 @@ def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
     if s.parent_job_id:
         out.print(f"parent: {s.parent_job_id}", markup=False, highlight=False)
+    band = s.priority if s.effective_priority == s.priority else f"{s.priority} (scheduled as {s.effective_priority})"
+    out.print(f"user: {s.user or '-'}  band: {band}  preemptions: {s.preemptions}", markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
@@ -821,6 +823,9 @@ job_app.command("endpoints")(job_endpoints)
 from iris.cli_reservations import parse_reserve, reservation_app  # noqa: E402
 
 app.add_typer(reservation_app, name="reservation")
+from iris.cli_users import user_app  # noqa: E402
+
+app.add_typer(user_app, name="user")
 
 if __name__ == "__main__":
     main()

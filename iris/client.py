@@ -45,7 +45,7 @@ from activities.contracts import (
 from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
-from iris import endpoints, fleet
+from iris import endpoints, fleet, users
 from iris.bundle import zip_bundle
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
@@ -53,9 +53,18 @@ from iris.connection import TemporalSettings
 from iris.job_tree import child_job_id, inherit
 from iris.key_check import check_cluster_key
 from iris.reservations import ReservationStatus, read_published
-from iris.submission import build_request, command_argv, make_job_id, split_launch
+from iris.submission import build_request, command_argv, make_job_id, resolve_user, split_launch
 from iris.task_connection import require_cluster_address, task_parent
-from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskState, TaskStatus, WorkerStatus
+from iris.types import (
+    JobFailedError,
+    JobState,
+    JobStatus,
+    SliceStatus,
+    TaskState,
+    TaskStatus,
+    UserStatus,
+    WorkerStatus,
+)
 from worker_agent.object_store import Logs, SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
@@ -65,6 +74,7 @@ from workflows.visibility import (
     JOB_NAME,
     JOB_NAMESPACE,
     JOB_PARENT,
+    JOB_PRIORITY,
     JOB_STATE,
     JOB_TASKS,
     JOB_USER,
@@ -124,6 +134,10 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
         tasks=tasks,
         parent_job_id=st.parent_job_id,
         namespace=st.namespace,
+        user=st.user,
+        priority=st.priority or "interactive",
+        effective_priority=st.effective_priority or st.priority or "interactive",
+        preemptions=st.preemptions or sum(t.preemption_count for t in tasks),
     )
 
 
@@ -146,6 +160,9 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
         finished_at=view.finished_at or None,
         parent_job_id=attrs.get(JOB_PARENT) or "",
         namespace=attrs.get(JOB_NAMESPACE) or "",
+        user=attrs.get(JOB_USER) or "",
+        priority=attrs.get(JOB_PRIORITY) or "interactive",
+        effective_priority=attrs.get(JOB_PRIORITY) or "interactive",
     )
 
 
@@ -198,12 +215,16 @@ class AsyncIrisClient:
     @classmethod
     async def connect(
         cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-        settings: TemporalSettings | None = None,
+        settings: TemporalSettings | None = None, user: str | None = None,
     ) -> AsyncIrisClient:
         """Connect to `address`, or to the embedded local cluster (started if it is not running).
 
         TLS, API key and namespace come from `settings`, else from the IRIS_TEMPORAL_* environment.
+        Jobs are submitted as the connection's authenticated identity when it has one, else as
+        `user`, else IRIS_USER, else the login name.
         """
+        if user is not None:
+            resolve_user(user)  # a bad name is a ValueError naming `user`, before connecting
         settings = settings or TemporalSettings.load(address=address, namespace=namespace)
         store = store or os.environ.get(STORE_ENV)
         if settings.address is None:
@@ -225,7 +246,8 @@ class AsyncIrisClient:
                 SUMMARY_QUERY, result_type=pb.ClusterSummary
             )
             store = summary.store_url
-        return cls(client, store, user=settings.user(), parent_job_id=task_parent(settings.address))
+        user = settings.authenticated_user() or resolve_user(user)
+        return cls(client, store, user=user, parent_job_id=task_parent(settings.address))
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -310,6 +332,7 @@ class AsyncIrisClient:
                     SearchAttributePair(JOB_STATE, JobState.PENDING.value),
                     SearchAttributePair(JOB_NAME, req.name),
                     SearchAttributePair(JOB_USER, req.user),
+                    SearchAttributePair(JOB_PRIORITY, req.band or "interactive"),
                     SearchAttributePair(JOB_TASKS, req.replicas),
                     SearchAttributePair(KIND, JOB_KIND),
                     SearchAttributePair(JOB_NAMESPACE, req.namespace),
@@ -593,6 +616,14 @@ class AsyncIrisClient:
     async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         return await fleet.list_slices(self.temporal, include_ended)
 
+    async def list_users(self) -> list[UserStatus]:
+        """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
+        return await users.list_users(self.temporal)
+
+    async def set_credits(self, user: str, amount: float) -> None:
+        """An operator's call: set `user`'s remaining balance."""
+        await users.set_credits(self.temporal, user, amount)
+
     async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
                            on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
         """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
@@ -715,11 +746,14 @@ class IrisClient:
 
     @classmethod
     def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-                settings: TemporalSettings | None = None) -> IrisClient:
-        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster."""
+                settings: TemporalSettings | None = None, user: str | None = None) -> IrisClient:
+        """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster.
+
+        `user` names whom jobs are submitted as when the connection has no authenticated identity."""
         loop = _LoopThread()
         try:
-            return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings)), loop)
+            return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
+                                                        user=user)), loop)  # fmt: skip
         except BaseException:
             loop.close()
             raise
@@ -825,6 +859,14 @@ class IrisClient:
     def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         """The autoscaler's slices, newest first (with `include_ended`, finished ones too)."""
         return self._run(self._async.list_slices(include_ended))
+
+    def list_users(self) -> list[UserStatus]:
+        """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
+        return self._run(self._async.list_users())
+
+    def set_credits(self, user: str, amount: float) -> None:
+        """An operator's call: set `user`'s remaining balance (usage so far is kept)."""
+        self._run(self._async.set_credits(user, amount))
 
     def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""

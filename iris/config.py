@@ -49,7 +49,9 @@ from iris.config_fields import (
     parse_duration,
 )
 from iris.config_fields import Runtime as RuntimeField
+from iris.config_sharing import SharingFile
 from iris.units import parse_memory
+from workflows.sharing_state import SharingSettings
 
 AttributeValue = str | int | float | bool
 """What an attribute may hold: scalars only, so constraints can compare them."""
@@ -196,6 +198,8 @@ class ClusterConfig:
     scan_interval_seconds: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
     """How often an idle autoscaler looks at the queue (`autoscaler.scan_interval`; cluster-autoscaler's
     --scan-interval). Deadlines it knows of (an idle slice's scale_down_delay) wake it on time regardless."""
+    sharing: SharingSettings = field(default_factory=SharingSettings)
+    """Credits, rates, fair share's half-life and the preemption grace (`sharing:`, iris.config_sharing)."""
 
     def __post_init__(self) -> None:
         if self.scan_interval_seconds <= 0:
@@ -336,6 +340,7 @@ class ClusterFile(BaseModel):
     local: LocalFile = LocalFile()
     scale_groups: Annotated[tuple[ScaleGroupFile, ...], ListOrNone] = ()
     autoscaler: AutoscalerFile = AutoscalerFile()
+    sharing: SharingFile = SharingFile()
 
 
 # ---------------------------------------------------------------------------- reading
@@ -383,7 +388,8 @@ def parse_config(data: Any, source: str) -> ClusterConfig:
         scale_groups.append(group)
     config: ClusterConfig = _build(
         lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source,
-                              scan_interval_seconds=parsed.autoscaler.scan_interval),
+                              scan_interval_seconds=parsed.autoscaler.scan_interval,
+                              sharing=parsed.sharing.settings()),
         source, "",
     )
     return config

@@ -152,6 +152,10 @@ class TemporalSettings(BaseSettings):
 
     def user(self) -> str:
         """The submitting user: the authenticated identity when there is one, else the login name."""
+        return self.authenticated_user() or local_user()
+
+    def authenticated_user(self) -> str | None:
+        """The connection's authenticated identity (mTLS or API-key subject), None without one."""
         if self.tls_cert is not None:
             subject = certificate_subject(self.tls_cert.read_bytes())
             if subject:
@@ -161,7 +165,7 @@ class TemporalSettings(BaseSettings):
             subject = api_key_subject(key)
             if subject:
                 return subject
-        return local_user()
+        return None
 
     def describe(self) -> dict[str, Any]:
         """What may be logged: where and how we connect, never a secret."""

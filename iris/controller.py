@@ -26,6 +26,7 @@ from activities.contracts import (
     AUTOSCALER_KIND,
     AUTOSCALER_WORKFLOW_ID,
     CONFIGURE_AUTOSCALER,
+    CONFIGURE_SHARING,
     CONTROL_TASK_QUEUE,
     JOB_STATE_ATTRIBUTE,
     KIND_ATTRIBUTE,
@@ -53,13 +54,14 @@ from iris.types import JobState
 from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
 from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.sharing_state import SharingSettings
 
 log = structlog.get_logger("iris.controller")
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
 
-async def ensure_scheduler(client: Client, store_url: str) -> None:
+async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSettings | None = None) -> None:
     handle = await client.start_workflow(
         SchedulerWorkflow.run,
         None,
@@ -70,6 +72,8 @@ async def ensure_scheduler(client: Client, store_url: str) -> None:
         static_summary="Iris scheduler (singleton)",
     )
     await handle.signal(SchedulerWorkflow.configure, store_url)
+    if sharing is not None:  # a controller without a config leaves the settings as the last one set them
+        await handle.signal(CONFIGURE_SHARING, sharing)
 
 
 def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
@@ -128,6 +132,7 @@ SANDBOX_PASSTHROUGH = (
     "workflows.job_lifecycle",
     "workflows.worker_lifecycle",
     "workflows.scheduler_state",
+    "workflows.sharing_state",
     "workflows.slice_lifecycle",
 )
 
@@ -216,7 +221,8 @@ async def serve(
         dashboard = DashboardServer(Dashboard(client, ui, store_url), dashboard_port, dashboard_host)
         await dashboard.start()
     try:
-        await _serve(client, settings, store_url, probe, scaling, build_id(build))
+        await _serve(client, settings, store_url, probe, scaling, build_id(build),
+                     config.sharing if config is not None else None)
     finally:
         if dashboard is not None:
             await dashboard.stop()
@@ -260,7 +266,7 @@ class ControllerProbe:
 
 async def _serve(
     client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
-    build: str,
+    build: str, sharing: SharingSettings | None = None,
 ) -> None:
     control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
                                   store_url=store_url)  # fmt: skip
@@ -281,7 +287,7 @@ async def _serve(
                         elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
                             log.warning("search_attribute_missing", step=str(step))
                     promotion = await promote(client, build)  # before any start: runs go to the current build
-                    await ensure_scheduler(client, store_url)
+                    await ensure_scheduler(client, store_url, sharing)
                     await ensure_autoscaler(client, scaling)
                     ready = True
                     log.info("controller_serving", **settings.describe(), store=store_url, build=build,

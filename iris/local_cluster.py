@@ -44,6 +44,7 @@ from activities.platforms.base import ControlPlaneAddress, worker_id_for
 from activities.platforms.local import format_attribute as format_attribute  # re-exported
 from activities.platforms.local import slice_processes, worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec, default_config
+from iris.config_sharing import sharing_document
 from iris.connection import connect_client
 from iris.processes import (
     crash_excerpt,
@@ -59,6 +60,7 @@ from iris.processes import (
 )
 from worker_agent.process_table import start_time
 from worker_agent.runtimes.process import ProcessGroupLedger
+from workflows.sharing_state import SharingSettings
 
 log = structlog.get_logger(__name__)
 
@@ -205,7 +207,8 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
         if g.image:
             doc["image"] = g.image
         groups.append(doc)
-    return {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds}}
+    return {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds},
+            "sharing": sharing_document(config.sharing)}
 
 
 def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
@@ -754,7 +757,8 @@ class LocalCluster:
         self._start_temporal(state, previous, dynamic_config, temporal_timeout)
         if CONTROLLER in components:
             scaling: dict[str, Path] = {}
-            if config.scale_groups:  # the controller reads its scale groups from a file, as in production
+            if config.scale_groups or config.sharing != SharingSettings():
+                # The controller reads its scale groups and sharing settings from a file, as in production.
                 scaling["config_path"] = self.home / "scale-groups.yaml"
                 scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
             dashboard_port = previous.get("dashboard_port")

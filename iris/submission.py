@@ -114,11 +114,9 @@ def build_request(
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
-    `priority` is a band: "production", "interactive" (the default) or "batch".
-    Until the request carries the band by name, its `priority` field holds the
-    band's rank (batch 0, interactive 1, production 2), so that the scheduler's
-    higher-first order is already band order. `reservation` (a list of
-    ResourceSpec) and `reservation_constraints` are checked in iris.reservations. The user is IRIS_USER, else the
+    `priority` is a band: "production", "interactive" (the default) or "batch",
+    carried by name in the request's `band`. `reservation` (a list of ResourceSpec) and
+    `reservation_constraints` are checked in iris.reservations. The user is IRIS_USER, else the
     login name (`resolve_user`; the client overrides it with the connection's
     identity or `connect(user=...)` once it knows one). `namespace` defaults to the
     user (the client sets it once the user is known); a child job inherits its parent's.
@@ -187,7 +185,7 @@ def build_request(
         env=_env(env),
         image=image or "",
         tolerations=tols,
-        priority=scheduler.BAND_RANK[band],
+        band=band.value,
         submitted_at=time.time(),
         tpu_variant=resources.tpu or "",
         setup=setup_commands(setup),

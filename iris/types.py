@@ -22,6 +22,7 @@ __all__ = [
     "SliceStatus",
     "TaskState",
     "TaskStatus",
+    "UserStatus",
     "WorkerStatus",
     "get_job_info",
 ]
@@ -99,10 +100,25 @@ class JobStatus:
     tasks: tuple[TaskStatus, ...] = ()
     parent_job_id: str = ""  # the job whose task submitted this one; "" for a root job
     namespace: str = ""  # the namespace the job runs in (default: its user)
+    user: str = ""
+    priority: str = "interactive"  # the band asked for
+    effective_priority: str = "interactive"  # the band the scheduler uses (batch: the user's credits are spent)
+    preemptions: int = 0  # times the job's tasks were evicted for higher-band work (a gang's eviction counts once)
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class UserStatus:
+    """One user as the scheduler publishes it: credits left, credits spent, running tasks, pending jobs."""
+
+    user: str
+    credits: float
+    used: float
+    running_tasks: int
+    pending_jobs: int
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,17 @@ import pytest
 from iris.submission import build_request, resolve_user
 
 
-def test_the_default_band_is_interactive_and_bands_order_by_rank() -> None:
-    """Requests carry the band's rank (batch < interactive < production), interactive by default."""
-    ranks = [build_request(priority=band).priority for band in ("batch", "interactive", "production")]
-    assert [0, 1, 2] == ranks
-    assert 1 == build_request().priority
+def test_the_default_band_is_interactive_and_requests_carry_the_band_by_name() -> None:
+    """Requests carry the band by name, interactive by default; the old integer field stays unused."""
+    bands = [build_request(priority=band).band for band in ("batch", "interactive", "production")]
+    assert ["batch", "interactive", "production"] == bands
+    assert "interactive" == build_request().band
+    assert 0 == build_request(priority="production").priority
 
 
 def test_band_names_are_case_insensitive() -> None:
     """"Production" is production."""
-    assert 2 == build_request(priority="Production").priority
+    assert "production" == build_request(priority="Production").band
 
 
 @pytest.mark.parametrize("bad", ["urgent", "", 5, None, True])

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Awaitable, Iterable
@@ -41,10 +42,12 @@ from activities.contracts import (
     RESERVATION_ENV,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
+    STOP_TASK,
     WORKER_SESSION,
     Release,
     RunTaskInput,
     RunTaskResult,
+    StopTask,
     TaskStarted,
     WorkerSessionInput,
     agent_session_queue,
@@ -206,6 +209,8 @@ class WorkerAgent:
         # for `task exec` and `task profile` (worker_agent.task_access).
         self._running: RunningTasks = {}
         self.access = TaskAccess(self.runtime, self._running, self.blobs, config.store_url)
+        self._ran: dict[tuple[str, int, int], float] = {}  # attempt -> seconds its process ran, until released
+        self._handles: dict[tuple[str, int, int], TaskHandle] = {}  # running attempts, for stop_task
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -270,7 +275,9 @@ class WorkerAgent:
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
             sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
-            tasks = self._worker(worker_task_queue(self.config.worker_id), self.run_task, *self.access.activities())
+            tasks = self._worker(
+                worker_task_queue(self.config.worker_id), self.run_task, self.stop_task, *self.access.activities()
+            )
             running = [asyncio.create_task(sessions.run())]
             failed: str | None = None
             try:
@@ -397,6 +404,20 @@ class WorkerAgent:
                 self._session_lost.set()
             raise
 
+    @activity.defn(name=STOP_TASK)
+    async def stop_task(self, inp: StopTask) -> bool:
+        """SIGTERM a running attempt and SIGKILL it after the grace (an eviction); False when it does not run here.
+
+        Its run_task sees the process end and reports the signal's exit as usual.
+        """
+        handle = self._handles.get((inp.job_id, inp.task_index, inp.attempt))
+        if handle is None:
+            return False
+        self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
+                      grace_seconds=inp.grace_seconds)  # fmt: skip
+        await self.runtime.kill(handle, max(0.0, inp.grace_seconds))
+        return True
+
     @activity.defn(name=RUN_TASK)
     async def run_task(self, inp: RunTaskInput) -> RunTaskResult:
         """Run one attempt; a non-zero exit is a result, an agent fault is an ApplicationError."""
@@ -405,6 +426,7 @@ class WorkerAgent:
         try:
             return await self._run_task(inp)
         finally:
+            self._ran.pop((inp.job_id, inp.task_index, inp.attempt), None)
             self._activities -= 1
             if not self._activities:
                 self._no_activity.set()
@@ -548,11 +570,16 @@ class WorkerAgent:
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         self._running[(inp.job_id, inp.task_index)] = (handle, inp.attempt, spec)
+        began = time.monotonic()
+        key = (inp.job_id, inp.task_index, inp.attempt)
+        self._handles[key] = handle
         try:
             async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
                 ended = await self._wait_heartbeating(handle, sampled)
                 if ended.usage is not None:  # the runtime's account at the end: what sampling missed last
                     sampled.add(ended.usage.memory_bytes, ended.usage.cpu_seconds)
+                # What the attempt is charged for (resource-time), sent with its release.
+                self._ran[key] = time.monotonic() - began
                 return ended
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
@@ -566,6 +593,8 @@ class WorkerAgent:
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
             raise
         finally:
+            if self._handles.get(key) is handle:
+                del self._handles[key]
             started.cancel()
             if self._running.get((inp.job_id, inp.task_index), (None,))[0] == handle:
                 del self._running[(inp.job_id, inp.task_index)]
@@ -577,7 +606,8 @@ class WorkerAgent:
         signal costs it a whole workflow task; on failure the workflow releases.
         """
         try:
-            await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt))
+            ran = self._ran.pop((inp.job_id, inp.task_index, inp.attempt), -1.0)
+            await self._releases.send(Release(inp.job_id, inp.task_index, inp.attempt, ran_seconds=ran))
             return True
         except Exception as err:  # Temporal unreachable, whatever the class: the workflow releases
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))

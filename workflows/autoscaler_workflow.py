@@ -17,6 +17,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
@@ -34,7 +35,14 @@ with workflow.unsafe.imports_passed_through():
         SliceViewInput,
         StartSlice,
     )
-    from activities.contracts import AUTOSCALER_WORKFLOW_ID, CONFIGURE_AUTOSCALER, SCALE_DOWN, SLICE_STATE
+    from activities.contracts import (
+        AUTOSCALER_WORKFLOW_ID,
+        CONFIGURE_AUTOSCALER,
+        HEADROOM,
+        SCALE_DOWN,
+        SCHEDULER_WORKFLOW_ID,
+        SLICE_STATE,
+    )
     from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
     from workflows.slice_lifecycle import SliceState
@@ -146,6 +154,7 @@ class AutoscalerWorkflow:
         self._wake = False
         self._busy = True
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
+        self._headroom_told: list[list[Any]] | None = None  # what the scheduler was last told (again after a new run)
 
     @workflow.run
     async def run(self, state: AutoscalerState | None = None) -> None:
@@ -166,6 +175,7 @@ class AutoscalerWorkflow:
                     workflow.logger.warning("autoscaler: no plan this tick: %s", plan.error)
                 else:
                     await self._apply(config, plan)
+                    await self._tell_headroom(plan.headroom)
             self._publish()
             info = workflow.info()
             if info.is_continue_as_new_suggested() or info.is_target_worker_deployment_version_changed():
@@ -237,6 +247,17 @@ class AutoscalerWorkflow:
         self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
             s.state != SliceState.READY for s in self.state.slices.values()
         )
+
+    async def _tell_headroom(self, rows: list[list[Any]]) -> None:
+        """Tell the scheduler what each group can still bring when that changed (its preemption rule:
+        a job that a new slice can serve waits for it instead of evicting anyone)."""
+        if rows == self._headroom_told:
+            return
+        try:
+            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(HEADROOM, rows)
+            self._headroom_told = rows
+        except Exception as err:  # no scheduler yet: told at the next tick
+            workflow.logger.warning("autoscaler: headroom not told to the scheduler: %s", err)
 
     def _decided(self, group: str, decision: str) -> None:
         rt = self.state.groups.setdefault(group, GroupRuntime())

@@ -77,6 +77,8 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         num_groups=max(1, req.coschedule_num_groups),
         ports=list(req.ports),
         coordinator=req.replicas > 1,
+        band=req.band,
+        user=req.user,
     )
 
 

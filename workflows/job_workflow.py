@@ -34,6 +34,7 @@ from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        EFFECTIVE_BAND,
         KILL_JOB,
         task_workflow_id,
     )
@@ -97,6 +98,11 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
             self._on(JobEvent.KILL)
 
 
+    @workflow.signal(name=EFFECTIVE_BAND)
+    def effective_band(self, band: str) -> None:
+        """The band the scheduler schedules this job in (batch while its user has no credits); sent on change."""
+        self.status.effective_priority = band
+
     # -- the run -----------------------------------------------------------------------------
 
     @workflow.run
@@ -115,6 +121,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
                 num_tasks=req.replicas, submitted_at=req.submitted_at,
                 parent_job_id=req.parent_job_id, namespace=req.namespace,
+                priority=req.band or "interactive", effective_priority=req.band or "interactive",
             )
             self._published = JobView.from_memo(workflow.memo())  # what the client started it with
         problem = self._check(req)
@@ -129,6 +136,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
             self._counts = {TaskState.PENDING: req.replicas}
         if gang is not None:
+            self.status.preemptions = gang.preemptions
             for row in self.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
         self._refresh_state()
@@ -173,6 +181,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
             # PENDING is a dispatch failure, not the gang's fault: it is placed again without spending a budget.
             progress.failures += int(cause.state == TaskState.FAILED)
             progress.preemptions += int(cause.state == TaskState.WORKER_FAILED)
+            self.status.preemptions = progress.preemptions  # the gang's, not one per member
             for row in self.status.tasks:
                 row.failure_count, row.preemption_count = progress.failures, progress.preemptions
             if progress.failures > req.max_retries_failure or progress.preemptions > req.max_retries_preemption:

@@ -36,6 +36,8 @@ class SchedulingSpec:
     num_groups: int = 1  # > 1: a multi-slice gang, its tasks split evenly over that many groups
     ports: list[str] = field(default_factory=list)  # named ports each task gets on its host
     coordinator: bool = False  # task 0 gets a coordinator port (a job of more than one task)
+    band: str = ""  # "production" | "interactive" | "batch"; "" = interactive
+    user: str = ""  # whose job: fair share and credits
 
 
 @dataclass
@@ -84,6 +86,23 @@ class Reserve:
     constraints: list[ConstraintSpec] = field(default_factory=list)
     tolerations: list[str] = field(default_factory=list)
     user: str = ""
+
+
+@dataclass
+class Evict:
+    """Signal `evict`, scheduler -> task: stop this attempt (SIGTERM, the grace, SIGKILL) for higher-band work."""
+
+    attempt: int
+    reason: str = ""
+    grace_seconds: float = 30.0  # the cluster's SIGTERM-to-SIGKILL grace
+
+
+@dataclass
+class SetCredits:
+    """Signal `set_credits` to the scheduler: `user`'s remaining balance becomes `amount`."""
+
+    user: str
+    amount: float
 
 
 @dataclass
@@ -172,6 +191,8 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         num_groups=int(raw_spec.get("num_groups", 1)),
         ports=list(raw_spec.get("ports") or []),
         coordinator=bool(raw_spec.get("coordinator", False)),
+        band=str(raw_spec.get("band") or ""),
+        user=str(raw_spec.get("user") or ""),
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))

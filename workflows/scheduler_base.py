@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from activities.contracts import Delivery
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Assigned, Enqueue, Unschedulable
-    from workflows.scheduler_state import SchedulerState, WorkerEntry
+    from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
     from workflows.worker_lifecycle import WorkerEvent
 
 
@@ -33,7 +33,7 @@ class SchedulerBase:
     def _enqueue(self, request: Enqueue) -> None:  # Queue
         raise NotImplementedError
 
-    def _release(self, job_id: str, task_index: int, attempt: int) -> None:  # Queue
+    def _release(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:  # Queue
         raise NotImplementedError
 
     def _commit(
@@ -54,4 +54,7 @@ class SchedulerBase:
         raise NotImplementedError
 
     def _reservations_lost(self, worker_ids: set[str]) -> None:  # Reserving
+        raise NotImplementedError
+
+    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:  # Sharing
         raise NotImplementedError

@@ -119,7 +119,8 @@ class Queue(SchedulerBase):
         spec = claim.spec
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
-                                               dict(claim.ports))  # fmt: skip
+                                               dict(claim.ports), spec.user, spec.band or "interactive",
+                                               bool(spec.group_by), workflow.now().timestamp())  # fmt: skip
         if claim.ports:
             self.state.ported.add(key)
         entry = self.state.pending.get(claim.job_id)
@@ -143,7 +144,7 @@ class Queue(SchedulerBase):
 
     def _on_release(self, request: Release) -> None:
         placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
-        self._release(request.job_id, request.task_index, request.attempt)
+        self._release(request.job_id, request.task_index, request.attempt, request.ran_seconds)
         worker = self.state.workers.get(request.dispatch_failed_on)
         if worker is not None and request.dispatch_failed_session not in ("", worker.session):
             # Placed on an agent that has since restarted: the new agent polls, do not shut it out.
@@ -155,7 +156,7 @@ class Queue(SchedulerBase):
             if ran_on is not None and ran_on.dispatch_failures:
                 self._worker_event(ran_on, WorkerEvent.RAN_TASK)
 
-    def _release(self, job_id: str, task_index: int, attempt: int) -> None:
+    def _release(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:
         entry = self.state.pending.get(job_id)
         if entry is not None and entry.attempts.get(task_index) == attempt:
             del entry.attempts[task_index]
@@ -167,6 +168,7 @@ class Queue(SchedulerBase):
         placement = self.state.placements.get(key)
         if placement is not None and placement.attempt == attempt:
             del self.state.placements[key]
+            self._charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
             self._changed()
 
     def _commit(
@@ -177,7 +179,7 @@ class Queue(SchedulerBase):
         Handlers may have run while the scheduling activity did (a worker lost, a
         task released or killed), so each placement is checked again; a gang is
         committed whole or not at all. No await in here: the check and the commit
-        see one state.
+        see one state. `now` (workflow time) is when the placements start to be charged.
         """
         book = Book(self.state) if self.state.reservations else None  # reservations: their own check
         used = committed(self.state) if book is None else {}
@@ -194,6 +196,7 @@ class Queue(SchedulerBase):
             if entry is None:
                 continue
             spec = entry.spec
+            band = plan.effective_bands.get(job_id) or spec.band or "interactive"
             need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
             trial = {w: list(u) for w, u in used.items()} if spec.group_by and book is None else used
             trial_book = book.copy() if spec.group_by and book is not None else book
@@ -241,6 +244,10 @@ class Queue(SchedulerBase):
                     spec.gpus,
                     spec.tpus,
                     ports.get(a.task_index, {}),
+                    spec.user,
+                    band,
+                    bool(spec.group_by),
+                    now,
                 )
                 if ports.get(a.task_index):
                     self.state.ported.add(key)

@@ -177,7 +177,7 @@ class Registration(SchedulerBase):
         for worker_id in gone:
             self.state.workers.pop(worker_id, None)
         for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
-            del self.state.placements[key]
+            self._charge_release(self.state.placements.pop(key))  # its place is gone with the worker: charged now
         self._reservations_lost(gone)
         self._changed()
 

@@ -22,10 +22,12 @@ from workflows import reservation_state
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import ActionRow, new_ring
+from workflows.sharing_state import Books, fill_share
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
-PACK_VERSION = 2
+PACK_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # the build before this one packed version 2 (no sharing)
 
 
 @dataclass
@@ -72,6 +74,10 @@ class Placement:
     gpus: int
     tpus: int
     ports: dict[str, int] = field(default_factory=dict)  # port name -> port held on its worker's host
+    user: str = ""
+    band: str = ""  # the band it was placed in (what preemption compares)
+    gang: bool = False  # a coscheduled job's member: evicted with its whole gang
+    placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
 
 
 @dataclass
@@ -87,6 +93,7 @@ class SchedulerState:
     # next read), so booking ports reads those few, not every placement. Not packed: rebuilt by unpack.
     ported: set[str] = field(default_factory=set)
     reservations: dict[str, HeldReservation] = field(default_factory=dict)  # reservation id -> it, oldest first
+    books: Books = field(default_factory=Books)  # accounts, sharing settings, evictions under way
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -127,11 +134,13 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """The scheduling activity's input: healthy workers' free capacity and the queue, zlib(protobuf)."""
-    snap = pb.SchedulingSnapshot()
+    """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
+    snap = pb.SchedulingSnapshot(now=now)
     used = committed(state)
+    held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
+    waiting = state.books.waiting()
     for w in state.workers.values():
-        if not w.healthy or w.cordoned or w.suspect_until > now:
+        if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
             continue
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
@@ -143,7 +152,10 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
         sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
+    fill_share(snap.share, state.books, state.placements.items(), {w.worker_id: i for i, w in enumerate(snap.workers)})
     for entry in state.pending.values():
+        if entry.job_id in waiting:
+            continue
         spec = entry.spec
         sj = snap.jobs.add(
             job_id=entry.job_id,
@@ -154,6 +166,8 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
             tolerations=spec.tolerations,
             num_groups=spec.num_groups if spec.num_groups > 1 else 0,
+            band=spec.band,
+            user=spec.user,
         )
         reason = state.pending_reasons.get(entry.job_id)
         if reason:
@@ -209,7 +223,7 @@ def _spec_row(spec: SchedulingSpec) -> list[Any]:
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
         [[c.key, c.op, c.value] for c in spec.constraints],
         spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
-        spec.ports, spec.coordinator,
+        spec.ports, spec.coordinator, spec.band, spec.user,
     ]
 
 
@@ -220,6 +234,8 @@ def _spec(row: list[Any]) -> SchedulingSpec:
         num_groups=rest[0] if rest else 1,  # a row packed before multi-slice gangs has 9 fields
         ports=rest[1] if len(rest) > 1 else [],  # and one packed before named ports 10
         coordinator=rest[2] if len(rest) > 2 else False,
+        band=rest[3] if len(rest) > 3 else "",  # and one packed before bands and users 12
+        user=rest[4] if len(rest) > 4 else "",
     )
 
 
@@ -230,13 +246,13 @@ def pack(state: SchedulerState) -> bytes:
     """
     names = list(state.workers)
     index = {worker_id: i for i, worker_id in enumerate(names)}
-    groups: dict[tuple[str, int, int, int, int], list[int]] = {}
+    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Any]] = {}
     for p in state.placements.values():
         if p.worker_id not in index:  # a placement on a worker that left meanwhile still holds its place
             index[p.worker_id] = len(names)
             names.append(p.worker_id)
-        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), []).extend(
-            (p.task_index, p.attempt, index[p.worker_id])
+        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).extend(
+            (p.task_index, p.attempt, index[p.worker_id], p.placed_at)
         )
     doc = {
         "v": PACK_VERSION,
@@ -257,6 +273,7 @@ def pack(state: SchedulerState) -> bytes:
         "actions": list(state.actions),
         "ports": {key: p.ports for key, p in state.placements.items() if p.ports},
         "port_cursors": state.port_cursors,
+        "books": state.books.pack(),
     }
     if state.reservations:  # optional: a state without reservations packs as before
         doc["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
@@ -267,10 +284,12 @@ def unpack(data: bytes) -> SchedulerState:
     """The state `pack` wrote. A scheduler run continues as new onto a new build with the packing of the
     build before it (docs/operators.md): a change to the format must read the one before it."""
     doc = json.loads(zlib.decompress(data))
-    if doc.get("v") != PACK_VERSION:
-        raise ValueError(f"packed scheduler state has version {doc.get('v')!r}, expected {PACK_VERSION}")
+    version = doc.get("v")
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
     state = SchedulerState(
-        store_url=doc["store_url"], pending_reasons=doc["reasons"], port_cursors=doc.get("port_cursors") or {}
+        store_url=doc["store_url"], pending_reasons=doc["reasons"], port_cursors=doc.get("port_cursors") or {},
+        books=Books.unpack(doc.get("books")),
     )
     state.actions = new_ring(doc.get("actions", ()))  # a run packed before actions were kept has none
     for row in doc["workers"]:
@@ -284,11 +303,19 @@ def unpack(data: bytes) -> SchedulerState:
     for job_id, spec, attempts, submitted_at in doc["pending"]:
         queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
         state.pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
-    for job_id, cpu, memory, gpus, tpus, runs in doc["placements"]:
-        for i in range(0, len(runs), 3):
+    for row in doc["placements"]:
+        if version == 2:
+            job_id, cpu, memory, gpus, tpus, runs = row
+            user, band, gang, step = "", "", False, 3
+        else:
+            job_id, cpu, memory, gpus, tpus, user, band, gang, runs = row
+            step = 4
+        for i in range(0, len(runs), step):
             task_index, attempt, worker = runs[i : i + 3]
+            placed_at = runs[i + 3] if step == 4 else 0.0
             state.placements[task_workflow_id(job_id, task_index)] = Placement(
-                job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus
+                job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus,
+                user=user, band=band, gang=gang, placed_at=placed_at,
             )
     for key, ports in (doc.get("ports") or {}).items():
         if key in state.placements:

@@ -31,6 +31,7 @@ from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
 from workflows.scheduler_reservations import RESERVATION_CHECK_SECONDS, Reserving
+from workflows.scheduler_sharing import Sharing
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -64,7 +65,7 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
+class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
@@ -85,6 +86,9 @@ class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
+        self._told_bands: dict[str, str] = {}
+        self._published_users: list[list[object]] | None = None
+        self._users_published_at = 0.0
 
     @workflow.run
     async def run(
@@ -112,6 +116,8 @@ class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
             self._purge_lost()
             self._check_reserving_jobs()
             self._publish_reservations()
+            self.state.books.expire(workflow.now().timestamp(), self.state.pending)
+            self._publish_users()
             if self._run_should_end():
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
@@ -190,7 +196,11 @@ class SchedulerWorkflow(Registration, Queue, Deliveries, Reserving):
         if plan.assignments or plan.timed_out:
             self._snapshot = None
         self._take_holds(plan)  # before the commit: the plan may place a tree's tasks in what it holds
+        evictions = self._take_evictions(plan)  # before the commit: a preemptor waits for its victims
         await self._announce(plan)
+        told = evictions + self._tell_bands(plan)
+        if told:
+            await self._deliver(told, urgent=False)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
         changed = []

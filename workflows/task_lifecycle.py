@@ -4,6 +4,7 @@
        │  ▲                  │ │                  │
        │  └─dispatch_failed──┘ └──────┬───────────┤──failed──▶ FAILED ──retry──▶ PENDING
        │                              │           └──worker_lost──▶ WORKER_FAILED ──retry──▶ PENDING
+       │                              └──evicted (from ASSIGNED or RUNNING)──▶ WORKER_FAILED
        ├──timed_out──▶ UNSCHEDULABLE  │
        └──killed──▶ KILLED ◀──killed──┘
 
@@ -27,6 +28,7 @@ class TaskEvent(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # the task's own fault (non-zero exit, exception)
     WORKER_LOST = "worker_lost"  # heartbeats stopped: the worker died or was preempted
+    EVICTED = "evicted"  # the scheduler stopped it for higher-band work: a preemption, not a failure
     RETRY = "retry"  # budget left: back to the queue
     KILLED = "killed"  # its job cancelled it
     TIMED_OUT = "timed_out"  # the scheduling timeout passed while pending
@@ -57,10 +59,12 @@ TRANSITIONS: dict[tuple[TaskState, TaskEvent], Step] = {
     (_S.ASSIGNED, _E.FAILED): Step(_S.FAILED, (_X.RELEASE, _X.COUNT_FAILURE)),
     (_S.ASSIGNED, _E.WORKER_LOST): Step(_S.WORKER_FAILED, (_X.RELEASE, _X.COUNT_PREEMPTION)),
     (_S.ASSIGNED, _E.KILLED): Step(_S.KILLED, (_X.RELEASE,)),
+    (_S.ASSIGNED, _E.EVICTED): Step(_S.WORKER_FAILED, (_X.RELEASE, _X.COUNT_PREEMPTION)),
     (_S.RUNNING, _E.SUCCEEDED): Step(_S.SUCCEEDED, (_X.RELEASE,)),
     (_S.RUNNING, _E.FAILED): Step(_S.FAILED, (_X.RELEASE, _X.COUNT_FAILURE)),
     (_S.RUNNING, _E.WORKER_LOST): Step(_S.WORKER_FAILED, (_X.RELEASE, _X.COUNT_PREEMPTION)),
     (_S.RUNNING, _E.KILLED): Step(_S.KILLED, (_X.RELEASE,)),
+    (_S.RUNNING, _E.EVICTED): Step(_S.WORKER_FAILED, (_X.RELEASE, _X.COUNT_PREEMPTION)),
     (_S.FAILED, _E.RETRY): Step(_S.PENDING, (_X.TELL_JOB, _X.ENQUEUE)),
     (_S.FAILED, _E.KILLED): Step(_S.KILLED, (_X.RELEASE,)),  # killed on its way to the next attempt
     (_S.WORKER_FAILED, _E.RETRY): Step(_S.PENDING, (_X.TELL_JOB, _X.ENQUEUE)),

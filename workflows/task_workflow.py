@@ -26,11 +26,13 @@ with workflow.unsafe.imports_passed_through():
         CLAIM,
         DELIVER_SIGNALS,
         ENQUEUE,
+        EVICT,
         PROCESS_STARTED,
         RELEASE,
         RUN_TASK,
         SCHEDULER_RESTARTED,
         SCHEDULER_WORKFLOW_ID,
+        STOP_TASK,
         TASK_ENDED,
         TASK_RETRYING,
         TASK_STATUS_QUERY,
@@ -39,11 +41,12 @@ with workflow.unsafe.imports_passed_through():
         Release,
         RunTaskInput,
         RunTaskResult,
+        StopTask,
         TaskNetwork,
         result_blob_key,
         worker_task_queue,
     )
-    from workflows.messages import Assigned, Claim, Enqueue, TaskInput, TaskResult, TaskRetrying, Unschedulable
+    from workflows.messages import Assigned, Claim, Enqueue, Evict, TaskInput, TaskResult, TaskRetrying, Unschedulable
     from workflows.states import TERMINAL_TASK_STATES, TaskState
     from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
@@ -67,6 +70,38 @@ class TaskWorkflow:
         self._input: TaskInput | None = None
         self._reporting: asyncio.Task[None] | None = None
         self._network: TaskNetwork | None = None  # the running attempt's ports and peers
+        self._running: workflow.ActivityHandle[RunTaskResult] | None = None  # the attempt's run_task
+        self._evicted: Evict | None = None  # the scheduler stopped this attempt for higher-band work
+
+    @workflow.signal(name=EVICT)
+    def evict(self, msg: Evict) -> None:
+        """Stop the attempt for higher-band work: its agent sends SIGTERM and, after the cluster's grace,
+        SIGKILL (`stop_task`); the attempt then counts a preemption, not a failure."""
+        if msg.attempt != self.attempt or self.state not in (TaskState.ASSIGNED, TaskState.RUNNING):
+            return
+        if self._evicted is None:
+            self._evicted = msg
+            if self._running is not None and not self._running.done():
+                asyncio.get_running_loop().create_task(self._stop(msg, self.result.worker_id))
+
+    async def _stop(self, msg: Evict, worker_id: str) -> None:
+        """Ask the worker's agent to stop the attempt with the grace; when it cannot (the attempt has not
+        started there, the agent is gone), cancel the attempt instead (the agent's own short grace)."""
+        inp = self._input
+        running = self._running
+        if inp is None or running is None:
+            return
+        try:
+            stopped = await workflow.execute_activity(
+                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds), result_type=bool,
+                task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=msg.grace_seconds + 30),
+                retry_policy=RetryPolicy(maximum_attempts=1), summary=f"evict attempt {msg.attempt}",
+            )  # fmt: skip
+        except ActivityError:
+            stopped = False
+        if not stopped and not running.done():
+            running.cancel()
 
     @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
@@ -170,7 +205,8 @@ class TaskWorkflow:
                 self._network = self._assigned.network
                 self._move(TaskEvent.ASSIGNED, self._assigned.worker_id)
                 self._agent_released = False
-                event, error, started = await self._run_attempt(inp, self._assigned.worker_id)
+                self._evicted = None
+                event, error, started = await self._run_attempt(inp, self._assigned)
                 if started and self.state == TaskState.ASSIGNED:
                     # The process ran, even if it ended before anyone heard it started: record RUNNING.
                     self._move(TaskEvent.STARTED)
@@ -260,8 +296,9 @@ class TaskWorkflow:
                 await workflow.sleep(delay)
                 delay = min(delay * 2, ENQUEUE_BACKOFF_MAX)
 
-    async def _run_attempt(self, inp: TaskInput, worker_id: str) -> tuple[TaskEvent, str, bool]:
+    async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
+        worker_id = assigned.worker_id
         request = RunTaskInput(
             job_id=inp.job_id,
             task_index=inp.task_index,
@@ -284,8 +321,10 @@ class TaskWorkflow:
             namespace=inp.namespace,
             reservation_id=self._assigned.reservation_id if self._assigned is not None else "",
         )
+        if self._evicted is not None:  # evicted before it was dispatched
+            return TaskEvent.EVICTED, f"evicted before it started: {self._evicted.reason}", False
         try:
-            result = await workflow.execute_activity(
+            self._running = workflow.start_activity(
                 RUN_TASK,
                 request,
                 result_type=RunTaskResult,
@@ -297,8 +336,12 @@ class TaskWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"task {inp.task_index} attempt {self.attempt} on {worker_id}",
             )
+            result = await self._running
         except ActivityError as err:
             cause = err.cause
+            if self._evicted is not None and workflow.cancellation_reason() is None:
+                # Stopped for higher-band work by cancellation (the agent could not stop it with the grace).
+                return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", False
             if isinstance(cause, CancelledError) or workflow.cancellation_reason() is not None:
                 # Killed while the attempt ended another way (its worker died, so it timed out): the kill wins.
                 raise asyncio.CancelledError() from err
@@ -314,6 +357,8 @@ class TaskWorkflow:
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down", False
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
+        finally:
+            self._running = None
         self.result.exit_code = result.exit_code
         self.result.result_blob = result.result_blob
         self.result.peak_memory_bytes = result.peak_memory_bytes
@@ -321,4 +366,6 @@ class TaskWorkflow:
         self._agent_released = result.released
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, "", True
+        if self._evicted is not None:  # its agent stopped it for higher-band work
+            return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", result.started
         return TaskEvent.FAILED, result.error or f"exit code {result.exit_code}", result.started

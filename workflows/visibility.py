@@ -18,6 +18,7 @@ from activities.contracts import (
     JOB_NAME_ATTRIBUTE,
     JOB_NAMESPACE_ATTRIBUTE,
     JOB_PARENT_ATTRIBUTE,
+    JOB_PRIORITY_ATTRIBUTE,
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
@@ -31,6 +32,7 @@ from workflows.states import JobState, TaskState
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
+JOB_PRIORITY = SearchAttributeKey.for_keyword(JOB_PRIORITY_ATTRIBUTE)
 JOB_TASKS = SearchAttributeKey.for_int(JOB_TASKS_ATTRIBUTE)
 JOB_NAMESPACE = SearchAttributeKey.for_keyword(JOB_NAMESPACE_ATTRIBUTE)
 JOB_PARENT = SearchAttributeKey.for_keyword(JOB_PARENT_ATTRIBUTE)

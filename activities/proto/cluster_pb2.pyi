@@ -55,7 +55,7 @@ class Command(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRequest(_message.Message):
-    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace", "reservation", "reservation_constraints")
+    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace", "reservation", "reservation_constraints", "band")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +90,7 @@ class JobRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -117,7 +118,8 @@ class JobRequest(_message.Message):
     namespace: str
     reservation: _containers.RepeatedCompositeFieldContainer[Resources]
     reservation_constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., reservation: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., reservation_constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ...) -> None: ...
+    band: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., reservation: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., reservation_constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., band: _Optional[str] = ...) -> None: ...
 
 class Launch(_message.Message):
     __slots__ = ("argv", "env", "setup")
@@ -215,7 +217,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., endpoints: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact", "parent_job_id", "namespace")
+    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact", "parent_job_id", "namespace", "priority", "effective_priority", "preemptions")
     class TaskStateCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -237,6 +239,9 @@ class JobStatus(_message.Message):
     COMPACT_FIELD_NUMBER: _ClassVar[int]
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: str
@@ -251,7 +256,10 @@ class JobStatus(_message.Message):
     compact: bool
     parent_job_id: str
     namespace: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    priority: str
+    effective_priority: str
+    preemptions: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., priority: _Optional[str] = ..., effective_priority: _Optional[str] = ..., preemptions: _Optional[int] = ...) -> None: ...
 
 class JobHandover(_message.Message):
     __slots__ = ("status", "open_tasks", "next_task", "has_children")
@@ -310,7 +318,7 @@ class SchedulingWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -322,6 +330,8 @@ class SchedulingJob(_message.Message):
     TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
     REASON_CRC_FIELD_NUMBER: _ClassVar[int]
     NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_indices: _containers.RepeatedScalarFieldContainer[int]
     request: Resources
@@ -333,17 +343,106 @@ class SchedulingJob(_message.Message):
     tolerations: _containers.RepeatedScalarFieldContainer[str]
     reason_crc: int
     num_groups: int
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ...) -> None: ...
+    band: str
+    user: str
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+
+class ShareUser(_message.Message):
+    __slots__ = ("user", "balance", "used", "usage", "usage_as_of")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    BALANCE_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_AS_OF_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    balance: float
+    used: float
+    usage: float
+    usage_as_of: float
+    def __init__(self, user: _Optional[str] = ..., balance: _Optional[float] = ..., used: _Optional[float] = ..., usage: _Optional[float] = ..., usage_as_of: _Optional[float] = ...) -> None: ...
+
+class ShareRunningJob(_message.Message):
+    __slots__ = ("job_id", "user", "band", "request", "coscheduled", "task_indices", "worker_rows", "started_at")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    COSCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ROWS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    user: str
+    band: str
+    request: Resources
+    coscheduled: bool
+    task_indices: _containers.RepeatedScalarFieldContainer[int]
+    worker_rows: _containers.RepeatedScalarFieldContainer[int]
+    started_at: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., band: _Optional[str] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., coscheduled: _Optional[bool] = ..., task_indices: _Optional[_Iterable[int]] = ..., worker_rows: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ShareRates(_message.Message):
+    __slots__ = ("cpu_core_hour", "memory_gib_hour", "gpu_hour", "tpu_chip_hour")
+    CPU_CORE_HOUR_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GIB_HOUR_FIELD_NUMBER: _ClassVar[int]
+    GPU_HOUR_FIELD_NUMBER: _ClassVar[int]
+    TPU_CHIP_HOUR_FIELD_NUMBER: _ClassVar[int]
+    cpu_core_hour: float
+    memory_gib_hour: float
+    gpu_hour: float
+    tpu_chip_hour: float
+    def __init__(self, cpu_core_hour: _Optional[float] = ..., memory_gib_hour: _Optional[float] = ..., gpu_hour: _Optional[float] = ..., tpu_chip_hour: _Optional[float] = ...) -> None: ...
+
+class ShareHeadroom(_message.Message):
+    __slots__ = ("group", "slices", "hosts_per_slice", "host_capacity", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AttributeValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SLICES_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_PER_SLICE_FIELD_NUMBER: _ClassVar[int]
+    HOST_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    slices: int
+    hosts_per_slice: int
+    host_capacity: Resources
+    attributes: _containers.MessageMap[str, AttributeValue]
+    def __init__(self, group: _Optional[str] = ..., slices: _Optional[int] = ..., hosts_per_slice: _Optional[int] = ..., host_capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
+
+class ShareInput(_message.Message):
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RATES_FIELD_NUMBER: _ClassVar[int]
+    HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedCompositeFieldContainer[ShareUser]
+    default_credits: float
+    running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
+    rates: ShareRates
+    half_life_hours: float
+    headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
-    __slots__ = ("workers", "jobs", "reservations")
+    __slots__ = ("workers", "jobs", "reservations", "now", "share")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[SchedulingWorker]
     jobs: _containers.RepeatedCompositeFieldContainer[SchedulingJob]
     reservations: _containers.RepeatedCompositeFieldContainer[SchedulingReservation]
-    def __init__(self, workers: _Optional[_Iterable[_Union[SchedulingWorker, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[SchedulingReservation, _Mapping]]] = ...) -> None: ...
+    now: float
+    share: ShareInput
+    def __init__(self, workers: _Optional[_Iterable[_Union[SchedulingWorker, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[SchedulingReservation, _Mapping]]] = ..., now: _Optional[float] = ..., share: _Optional[_Union[ShareInput, _Mapping]] = ...) -> None: ...
 
 class SchedulingReservation(_message.Message):
     __slots__ = ("reservation_id", "job_id", "entries", "constraints", "tolerations", "held", "used", "waited_seconds", "held_once")
@@ -384,6 +483,20 @@ class ReservationHold(_message.Message):
     worker_id: str
     def __init__(self, reservation_id: _Optional[str] = ..., entry: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
 
+class SchedulingEviction(_message.Message):
+    __slots__ = ("job_id", "task_indices", "band", "preemptor", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_indices: _containers.RepeatedScalarFieldContainer[int]
+    band: str
+    preemptor: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., band: _Optional[str] = ..., preemptor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class SchedulingAssignment(_message.Message):
     __slots__ = ("job_id", "task_index", "worker_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -403,7 +516,7 @@ class TimedOutTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ...) -> None: ...
 
 class SchedulingPlan(_message.Message):
-    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons")
+    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons", "evictions", "effective_bands")
     class PendingReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -418,17 +531,28 @@ class SchedulingPlan(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class EffectiveBandsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     PENDING_REASONS_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_HOLDS_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_REASONS_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_BANDS_FIELD_NUMBER: _ClassVar[int]
     assignments: _containers.RepeatedCompositeFieldContainer[SchedulingAssignment]
     timed_out: _containers.RepeatedCompositeFieldContainer[TimedOutTask]
     pending_reasons: _containers.ScalarMap[str, str]
     reservation_holds: _containers.RepeatedCompositeFieldContainer[ReservationHold]
     reservation_reasons: _containers.ScalarMap[str, str]
-    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    evictions: _containers.RepeatedCompositeFieldContainer[SchedulingEviction]
+    effective_bands: _containers.ScalarMap[str, str]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WorkerList(_message.Message):
     __slots__ = ("workers",)

@@ -53,6 +53,7 @@ from iris.dashboard.views import (
 )
 from iris.types import JobState
 from iris.units import format_memory
+from iris.users import list_users
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -273,7 +274,9 @@ class Dashboard:
         }  # fmt: skip
 
     async def users(self, request: web.Request) -> dict[str, Any]:
-        return {"template": "users.html", "page": "users", "title": "Users"}
+        """The table the scheduler publishes in its memo (one describe, no query)."""
+        return {"template": "users.html", "page": "users", "title": "Users",
+                "users": await list_users(self.reads.client)}  # fmt: skip
 
     async def reservations(self, request: web.Request) -> dict[str, Any]:
         reservations = await self.reads.reservations()

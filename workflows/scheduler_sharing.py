@@ -1,0 +1,128 @@
+"""The scheduler workflow's sharing part: it carries out a plan's evictions, keeps the books, publishes users.
+
+The pure scheduler decides (bands, demotion, fair share, victims: `scheduler.sharing`,
+`scheduler.preemption`); this part only carries the plan out:
+
+- An eviction becomes a hold for its preemptor (`sharing_state.Hold`) and an `evict`
+  signal to every victim attempt. The victim's task cancels its run_task, so its
+  process gets SIGTERM and, after the cluster's grace, SIGKILL; the task counts a
+  preemption and goes back to the queue with its band. The preemptor's own
+  assignments in that plan are not committed: it waits, outside the passes, with
+  the workers it was planned on held for it, until its victims have released
+  their places; the next pass then places it there first.
+- Releases are charged (see `sharing_state.Books.charge`).
+- A demoted job is told the band it is scheduled in (`effective_band`), once per change.
+- The user table is published in the scheduler's memo for `iris user list`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import (
+        CONFIGURE_SHARING,
+        EFFECTIVE_BAND,
+        EVICT,
+        HEADROOM,
+        SET_CREDITS,
+        Delivery,
+        task_workflow_id,
+    )
+    from activities.proto import cluster_pb2 as pb
+    from workflows.messages import Evict, SetCredits
+    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_state import Placement
+    from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
+
+
+PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
+
+
+class Sharing(SchedulerBase):
+    """Mixed into SchedulerWorkflow (see its module)."""
+
+    _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
+    _published_users: list[list[object]] | None
+    _users_published_at: float
+
+    @workflow.signal(name=CONFIGURE_SHARING)
+    def configure_sharing(self, settings: SharingSettings) -> None:
+        self._signals_received += 1
+        self.state.books.configure(settings)
+        self._changed()
+
+    @workflow.signal(name=SET_CREDITS)
+    def set_credits(self, request: SetCredits) -> None:
+        """An operator's call: the user's remaining balance; a bad amount is dropped with a warning."""
+        self._signals_received += 1
+        try:
+            self.state.books.set_credits(request.user, request.amount)
+        except ValueError as err:
+            workflow.logger.warning("set_credits for %s dropped: %s", request.user, err)
+            return
+        self._changed()
+
+    @workflow.signal(name=HEADROOM)
+    def headroom(self, rows: list[list[Any]]) -> None:
+        """What each scale group can still bring (from the autoscaler, when it changes)."""
+        self._signals_received += 1
+        self.state.books.headroom = rows
+        self._changed()
+
+    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
+        """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
+        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds)])
+        key = task_workflow_id(placement.job_id, placement.task_index)
+        self.state.books.released(key, placement.attempt)
+
+    def _take_evictions(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+        """Turn the plan's evictions into holds and `evict` signals; drop the preemptors' assignments."""
+        stops = take_evictions(self.state.books, self.state, plan, workflow.now().timestamp())
+        for e in plan.evictions:
+            workflow.logger.info("evicting %d %s tasks of %s for %s", len(e.task_indices), e.band, e.job_id,
+                                 e.preemptor)  # fmt: skip
+        if plan.evictions:
+            self._snapshot = None
+        grace = self.state.books.settings.preemption_grace_seconds
+        return [Delivery(key, EVICT, Evict(attempt, reason, grace)) for key, attempt, reason in stops]
+
+    def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+        """Tell each demoted (or restored) job the band it is scheduled in, once per change."""
+        out = []
+        for job_id, band in plan.effective_bands.items():  # demoted, placed in this pass or still pending
+            if self._told_bands.get(job_id) != band:
+                out.append(Delivery(job_id, EFFECTIVE_BAND, band))
+                self._told_bands[job_id] = band
+        for job_id in list(self._told_bands):
+            entry = self.state.pending.get(job_id)
+            if entry is None:
+                if job_id not in plan.effective_bands:
+                    del self._told_bands[job_id]  # placed: it keeps the band it was placed in
+            elif job_id not in plan.effective_bands:
+                out.append(Delivery(job_id, EFFECTIVE_BAND, entry.spec.band or "interactive"))  # credits came back
+                del self._told_bands[job_id]
+        return out
+
+    def _publish_users(self) -> None:
+        """Put the user table in the memo when it changed (one upsert, read by `iris user list`).
+
+        While work is queued, at most every PUBLISH_INTERVAL seconds (each upsert is a history event,
+        and every release changes someone's usage); at once when the queue is empty, so the table is
+        exact once the cluster settles."""
+        now = workflow.now().timestamp()
+        if self.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
+            return
+        running: dict[str, int] = {}
+        for p in self.state.placements.values():
+            running[p.user] = running.get(p.user, 0) + 1
+        pending: dict[str, int] = {}
+        for entry in self.state.pending.values():
+            pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
+        rows = users_memo(self.state.books, running, pending)
+        if rows != self._published_users:
+            self._published_users = rows
+            self._users_published_at = now
+            workflow.upsert_memo({USERS_MEMO: rows})
