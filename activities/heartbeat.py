@@ -24,7 +24,8 @@ BEAT_SECONDS = 2.0
 
 
 def _beats() -> bool:
-    return not activity.info().is_local
+    """Only a regular activity beats (a local one, or the function called outside any activity, does not)."""
+    return activity.in_activity() and not activity.info().is_local
 
 
 async def heartbeating(awaitable: Awaitable[T], every: float = BEAT_SECONDS) -> T:

@@ -5,6 +5,11 @@ The commit (`SchedulerWorkflow._commit`) is driven directly on a state, as the s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from unittest import mock
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +20,13 @@ from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry,
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _workflow_clock() -> Iterator[None]:
+    """A release charges its attempt at workflow time: give it a clock outside a workflow."""
+    with mock.patch("temporalio.workflow.now", return_value=datetime(2026, 1, 1, tzinfo=UTC)):
+        yield
 
 
 def _worker(
