@@ -44,7 +44,6 @@ def free_port() -> int:
         return port
 
 
-
 # The dev server polls its transfer queue (signals, child starts, activity dispatch) at 20/s by
 # default, which adds ~50 ms to every hop between workflows; measured: a 1-task job's
 # submit-to-running went from ~390 ms to ~110 ms with this, at no idle CPU cost.
@@ -142,8 +141,6 @@ def supervisor_command(home: Path) -> list[str]:
     return [sys.executable, "-m", "iris.supervisor", str(home)]
 
 
-
-
 # What a daemon inherits from whoever ran `iris cluster up`: enough to run Python, reach container
 # engines and clouds, and read the codec key; not the rest of their shell (tokens, history, ...).
 _DAEMON_ENV_NAMES = frozenset({
@@ -155,7 +152,6 @@ _DAEMON_ENV_PREFIXES = ("LC_", "DOCKER_", "CONTAINERD_", "AWS_", "CLOUDSDK_", "I
 # The local cluster hands its daemons the dev server's address itself; a user's settings for a team's
 # Temporal (TLS files, API key, namespace) would point them elsewhere.
 _DAEMON_ENV_EXCLUDED_PREFIXES = ("IRIS_TEMPORAL_",)
-
 
 
 def daemon_environment(source: Mapping[str, str]) -> dict[str, str]:
@@ -178,4 +174,3 @@ def child_env(home: Path) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["IRIS_HOME"] = str(home)
     return env
-

@@ -28,7 +28,6 @@ def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
         return pool.submit(asyncio.run, coro).result()
 
 
-
 async def readiness_client(address: str, namespace: str = "default") -> Client:
     """The client the local cluster checks its own readiness and health with (the one place to configure it)."""
     return await connect_client(address, namespace=namespace)
@@ -104,4 +103,3 @@ async def wait_until_ready(
         if time.monotonic() >= deadline:
             raise RuntimeError(f"local cluster not ready after {timeout:.0f}s ({last}){read}")
         await asyncio.sleep(0.25)
-

@@ -5,10 +5,10 @@ never in memory, so every step survives a controller restart and is idempotent:
 
 - `$IRIS_HOME/slices/<slice id>.json` is the slice's "infrastructure" record
   (written by `create_slice`, removed by `terminate`), carrying the Iris labels;
-- every worker process is marked with environment variables (`IRIS_MANAGED`,
-  `IRIS_SLICE_ID`, `IRIS_SCALE_GROUP`, `IRIS_HOST_INDEX`) and found again by
-  reading them back with psutil (`find_workers`); each runs in its own session, so terminating
-  stops its whole process group (SIGTERM, a grace period, then SIGKILL).
+- every worker process is marked with environment variables (`IRIS_LOCAL_WORKER`,
+  `IRIS_MANAGED`, `IRIS_SLICE_ID`, `IRIS_SCALE_GROUP`, `IRIS_HOST_INDEX`) and found
+  again by reading them back with psutil (`find_workers`); each runs in its own session,
+  so terminating stops its whole process group (SIGTERM, a grace period, then SIGKILL).
 
 `iris cluster up` starts, finds and stops its static `local.worker_groups` with the same
 `worker_argv`, `start_worker`, `find_workers` and `stop_processes` (activities.platforms.
