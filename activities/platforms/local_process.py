@@ -78,6 +78,10 @@ class LocalProcess:
             return False
         except PermissionError:
             return True
+        leader = _status(self.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if leader is not None and leader[0] not in _GONE and os.getpgid(self.pid) == self.pid:
+                return True  # the leader runs: no need to read the whole process table
         for proc in psutil.process_iter(["status"]):
             if proc.info["status"] in _GONE:
                 continue
