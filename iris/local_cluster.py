@@ -57,6 +57,7 @@ from iris.local_state import (
     Component,
     down_components,
     private_directory,
+    warn_if_reconfigured,
 )
 from iris.processes import crash_excerpt, log_since, pid_alive, port_free
 
@@ -130,7 +131,7 @@ class LocalCluster:
         with self.record.locked():
             state = self.record.read()
             if state is not None and state.get("pids"):
-                self._warn_if_other(state, config, components)
+                warn_if_reconfigured(state, config, components)
                 restarted = local_healing.heal(self.record, state, temporal_timeout)
                 if supervise and SUPERVISOR not in state["argv"]:  # asked for, and never had one
                     self.record.spawn(state, SUPERVISOR, supervisor_command(self.home))
@@ -163,21 +164,6 @@ class LocalCluster:
         assert info is not None
         log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
         return dataclasses.replace(info, restarted=restarted)
-
-    def _warn_if_other(
-        self, state: Mapping[str, Any], config: ClusterConfig | None, components: Sequence[Component]
-    ) -> None:
-        """Log that an explicitly asked-for config differs from the recorded one (which is kept)."""
-        if config is None or "workers" not in components:
-            return
-        requested = [s.worker_id for s in config.local_workers()]
-        if requested != list(state["worker_ids"]):
-            log.warning(
-                "local_cluster.already_running",
-                message="already running; run `iris cluster down` first to apply a new config",
-                running_workers=list(state["worker_ids"]),
-                requested_workers=requested,
-            )
 
     def down(self) -> None:
         """Stop every process (supervisor, workers, controller, Temporal); temporal.db, store/ and the record stay."""

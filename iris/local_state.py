@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import structlog
+
 from activities.platforms.local_process import LocalProcess, start_process, start_worker, worker_process_name
+from iris.config import ClusterConfig
 from iris.local_commands import child_env
 from iris.processes import port_open
 
@@ -27,6 +30,8 @@ SUPERVISOR = "supervisor"
 
 Component = Literal["temporal", "controller", "workers"]
 ALL_COMPONENTS: tuple[Component, ...] = ("temporal", "controller", "workers")
+
+log = structlog.get_logger("iris.local_cluster")
 
 
 @dataclass(frozen=True)
@@ -157,3 +162,19 @@ def down_components(info: ClusterInfo | None) -> list[str]:
     if TEMPORAL in info.pids and not info.running and TEMPORAL not in down:
         down.insert(0, TEMPORAL)
     return down
+
+
+def warn_if_reconfigured(
+    state: Mapping[str, Any], config: ClusterConfig | None, components: Sequence[Component]
+) -> None:
+    """Log that an explicitly asked-for config differs from the recorded one (which is kept)."""
+    if config is None or "workers" not in components:
+        return
+    requested = [s.worker_id for s in config.local_workers()]
+    if requested != list(state["worker_ids"]):
+        log.warning(
+            "local_cluster.already_running",
+            message="already running; run `iris cluster down` first to apply a new config",
+            running_workers=list(state["worker_ids"]),
+            requested_workers=requested,
+        )
