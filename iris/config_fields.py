@@ -18,7 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from activities.contracts import RuntimeName
-from iris.units import parse_cpu, parse_memory
+from iris.units import kind, parse_cpu, parse_duration, parse_memory
+from iris.units import short as _short
 
 NAME_MAX_LENGTH = 63
 """Group names prefix worker ids, process and log file names, and cloud resource names (63, as DNS labels)."""
@@ -26,8 +27,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 # Attribute keys travel as `--attribute K=V` and appear in constraint expressions, so no
 # '=', '!', '<', '>' or whitespace; ':' is allowed for taints ("taint:preemptible").
 _ATTRIBUTE_KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
-_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 class FieldError(ValueError):
@@ -37,19 +36,6 @@ class FieldError(ValueError):
         super().__init__(f"{subpath}: {message}")
         self.subpath = subpath
         self.message = message
-
-
-def kind(value: object) -> str:
-    """A YAML-ish name for a value's type, for error messages."""
-    if value is None:
-        return "nothing"
-    names = {"dict": "a mapping", "list": "a list", "str": "a string", "tuple": "a list"}
-    return names.get(type(value).__name__, type(value).__name__)
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
 
 
 def _name(value: object) -> str:
@@ -130,32 +116,6 @@ def _unprefixed(parse: Any) -> Any:
         return result
 
     return BeforeValidator(check)
-
-
-def parse_duration(value: object, field_name: str) -> float:
-    """Seconds from "0s", "30s", "5m", "1h", "1m30s", "500ms" or a plain number of seconds."""
-    prefix = f"{field_name}: " if field_name else ""
-    if isinstance(value, bool):
-        raise ValueError(f"{prefix}expected a duration like '30s' or '5m', got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip()
-        parts = _DURATION_PART_RE.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            try:
-                seconds = float(text)
-            except ValueError:
-                raise ValueError(
-                    f"{prefix}cannot parse {_short(value)}; use a duration like '0s', '30s', '5m', '1h'"
-                ) from None
-        else:
-            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    else:
-        raise ValueError(f"{prefix}expected a duration like '30s' or '5m', got {kind(value)}")
-    if not 0 <= seconds < math.inf:
-        raise ValueError(f"{prefix}must be a non-negative duration, got {value!r}")
-    return seconds
 
 
 def _none_is_empty(value: object) -> object:

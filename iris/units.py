@@ -1,11 +1,18 @@
-"""Parsing of user-facing resource quantities ("1.5Gi", "512m", 0.5 cores).
+"""Parsing of user-facing quantities: sizes ("1.5Gi", "512m"), cores (0.5) and durations ("30s", "10m").
 
-Parsed once at the edge (ResourceSpec, CLI flags, config files) into the exact
-integers the scheduler works in: millicores and bytes.
+Parsed once at the edge (ResourceSpec, CLI flags, config files) into what the scheduler
+works in: millicores, bytes and seconds.
+
+Why not pydantic's own types: `ByteSize` reads "1g" and "512m" as decimal (10**9, 512 * 10**6)
+and refuses "1.5Gi", while Iris's sizes are binary ("1g" is 2**30, as in the public API's
+`ResourceSpec(memory="1g")` and every config file); `timedelta` takes ISO 8601 ("PT30S") and
+"HH:MM:SS" but not "30s", "10m" or "1h30m". Using them would change what every existing
+request and config means, so the parsers here stay, each one small and tested.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 _MEMORY_UNITS = {
@@ -29,6 +36,8 @@ _MEMORY_UNITS = {
     "tib": 1024**4,
 }
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_memory(value: str | int | float, field: str = "memory") -> int:
@@ -64,6 +73,46 @@ def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
     if millis != millis or millis < 0 or millis == float("inf"):
         raise ValueError(f"{field}: must be a non-negative number of cores, got {value!r}")
     return round(millis)
+
+
+def kind(value: object) -> str:
+    """A YAML-ish name for a value's type, for error messages."""
+    if value is None:
+        return "nothing"
+    names = {"dict": "a mapping", "list": "a list", "str": "a string", "tuple": "a list"}
+    return names.get(type(value).__name__, type(value).__name__)
+
+
+def short(value: object) -> str:
+    """`value`'s repr, cut short for a one-line error message."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
+
+
+def parse_duration(value: object, field_name: str) -> float:
+    """Seconds from "0s", "30s", "5m", "1h", "1m30s", "500ms" or a plain number of seconds."""
+    prefix = f"{field_name}: " if field_name else ""
+    if isinstance(value, bool):
+        raise ValueError(f"{prefix}expected a duration like '30s' or '5m', got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        parts = _DURATION_PART_RE.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise ValueError(
+                    f"{prefix}cannot parse {short(value)}; use a duration like '0s', '30s', '5m', '1h'"
+                ) from None
+        else:
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError(f"{prefix}expected a duration like '30s' or '5m', got {kind(value)}")
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"{prefix}must be a non-negative duration, got {value!r}")
+    return seconds
 
 
 def format_memory(num_bytes: int) -> str:

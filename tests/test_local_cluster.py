@@ -22,6 +22,7 @@ import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
+from activities.platforms.local_process import find_workers
 from iris import local_cluster
 from iris.config import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
 from iris.local_cluster import (
@@ -497,3 +498,28 @@ def test_cluster_status_names_what_is_down_and_up_says_what_it_restarted(cluster
     assert 0 == up.returncode, up.stderr
     assert "restarted: controller, supervisor" in up.stderr
     assert [] == cluster.down_components()
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_static_workers_are_found_and_stopped_the_way_the_local_platform_finds_its_slice_hosts(
+    cluster: LocalCluster,
+) -> None:
+    """The cluster's workers carry the local platform's markers: `find_workers` (what LocalPlatform lists
+    its slice hosts with) finds them by id; `stop_worker` stops one for good; `down` stops the rest."""
+    info = cluster.up(two_workers(), wait=False)
+    found = find_workers(cluster.home)
+    assert {w: f.process.pid for w, f in found.items()} == {
+        "w-0": info.pids["worker-w-0"],
+        "w-1": info.pids["worker-w-1"],
+    }
+    assert find_workers(cluster.home.parent / "another-home") == {}
+
+    cluster.stop_worker("w-1", wait=5.0)
+    assert process_group_members(info.pids["worker-w-1"]) == []  # its `sleep` child too
+    assert set(find_workers(cluster.home)) == {"w-0"}
+    status = cluster.status()
+    assert status is not None and "worker-w-1" not in status.pids and status.worker_ids == ["w-0"]
+
+    cluster.down()
+    assert find_workers(cluster.home) == {}
+    assert process_group_members(info.pids["worker-w-0"]) == []

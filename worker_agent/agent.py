@@ -54,6 +54,7 @@ from activities.contracts import (
     parent_job_of,
     worker_task_queue,
 )
+from activities.home import iris_home
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.backoff import Backoff, pause
@@ -660,7 +661,7 @@ def default_task_dir(state_dir: Path | None) -> Path:
 
 
 def default_state_dir(worker_id: str) -> Path:
-    home = Path(os.environ.get("IRIS_HOME", Path.home() / ".iris"))
-    return home / "agents" / worker_id.replace("/", "_") / "running"
+    """The agent's record of its running task groups, under IRIS_HOME (where `iris cluster down` reads it)."""
+    return iris_home() / "agents" / worker_id.replace("/", "_") / "running"
 
 

@@ -5,14 +5,14 @@ never in memory, so every step survives a controller restart and is idempotent:
 
 - `$IRIS_HOME/slices/<slice id>.json` is the slice's "infrastructure" record
   (written by `create_slice`, removed by `terminate`), carrying the Iris labels;
-- every worker process is marked with environment variables (`IRIS_MANAGED`,
-  `IRIS_SLICE_ID`, `IRIS_SCALE_GROUP`, `IRIS_HOST_INDEX`) and found again by
-  reading them back with psutil; each runs in its own session, so terminating
-  stops its whole process group (SIGTERM, a grace period, then SIGKILL).
+- every worker process is marked with environment variables (`IRIS_LOCAL_WORKER`,
+  `IRIS_MANAGED`, `IRIS_SLICE_ID`, `IRIS_SCALE_GROUP`, `IRIS_HOST_INDEX`) and found
+  again by reading them back with psutil (`find_workers`); each runs in its own session,
+  so terminating stops its whole process group (SIGTERM, a grace period, then SIGKILL).
 
-`iris cluster up` starts its static `local.worker_groups` (and its controller and dev
-server) with the same `worker_argv` and `spawn_worker`, so there is one way to start a
-local process.
+`iris cluster up` starts, finds and stops its static `local.worker_groups` with the same
+`worker_argv`, `start_worker`, `find_workers` and `stop_processes` (activities.platforms.
+local_process), so there is one way to start and stop a local worker.
 """
 
 from __future__ import annotations
@@ -21,16 +21,12 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import psutil
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +47,13 @@ from activities.platforms.base import (
     slice_labels,
     worker_id_for,
 )
+from activities.platforms.local_process import (
+    FoundWorker,
+    find_workers,
+    start_worker,
+    stop_processes,
+    worker_log_path,
+)
 
 log = structlog.get_logger("iris.platforms.local")
 
@@ -59,9 +62,6 @@ MANAGED_ENV = "IRIS_MANAGED"
 SLICE_ENV = "IRIS_SLICE_ID"
 GROUP_ENV = "IRIS_SCALE_GROUP"
 INDEX_ENV = "IRIS_HOST_INDEX"
-STOP_GRACE_SECONDS = 10.0
-
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # spawned by this process: reaped, so no zombies linger
 
 
 class Settings(BaseModel):
@@ -123,41 +123,6 @@ def worker_argv(
     return argv
 
 
-def spawn_worker(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> int:
-    """Start a local cluster process detached (own session, stdin closed, output appended to `log_path`); its pid.
-
-    The one way a local worker (a slice host or a static worker), the local controller or the dev
-    server is started. The log and everything the process creates are private to the user
-    (umask 077): a daemon's files hold job names, arguments and outputs.
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(argv)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, env=dict(env), umask=0o077,
-        )  # fmt: skip
-    _CHILDREN[proc.pid] = proc
-    return proc.pid
-
-
-def reap_child(pid: int) -> bool:
-    """Collect `pid`'s exit status if this process started it (no zombie kept); whether it was ours."""
-    proc = _CHILDREN.get(pid)
-    if proc is None:
-        return False
-    if proc.poll() is not None:
-        del _CHILDREN[pid]
-    return True
-
-
-def _reap() -> None:
-    for pid, proc in list(_CHILDREN.items()):
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
-
-
 def _log_tail(path: Path, limit: int = 400) -> str:
     try:
         text = path.read_bytes()[-limit:].decode(errors="replace")
@@ -166,83 +131,32 @@ def _log_tail(path: Path, limit: int = 400) -> str:
     return " | ".join(line for line in text.splitlines() if line.strip())[-limit:]
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def slice_processes(home: Path, labels: Mapping[str, str] | None = None) -> dict[str, dict[int, psutil.Process]]:
+def slice_processes(home: Path, labels: Mapping[str, str] | None = None) -> dict[str, dict[int, FoundWorker]]:
     """Live slice worker processes of the Iris in `home`, by slice id and host index, found by their markers.
 
-    Only session leaders whose command line names the host's worker id count, so a task that
-    inherited an agent's environment is never mistaken for the agent; another IRIS_HOME's
-    slices (another local cluster on this machine) are never this one's.
+    The local workers `find_workers` finds that carry a slice's markers (the static workers of
+    `iris cluster up` carry none); those matching `labels`, when given.
     """
-    _reap()
-    found: dict[str, dict[int, psutil.Process]] = {}
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) != proc.pid:
-                continue
-            env = proc.environ()
-            if env.get(MANAGED_ENV) != "true" or SLICE_ENV not in env or INDEX_ENV not in env:
-                continue
-            if env.get("IRIS_HOME") != str(home):
-                continue
-            slice_id, index = env[SLICE_ENV], int(env[INDEX_ENV])
-            if worker_id_for(slice_id, index) not in proc.cmdline():
-                continue
-            if labels and any(_env_label(env, k) != v for k, v in labels.items()):
-                continue
-            if _alive(proc):
-                found.setdefault(slice_id, {})[index] = proc
-        except (psutil.Error, OSError, ValueError):
+    found: dict[str, dict[int, FoundWorker]] = {}
+    for worker_id, worker in find_workers(home).items():
+        env = worker.env
+        if env.get(MANAGED_ENV) != "true" or SLICE_ENV not in env or INDEX_ENV not in env:
             continue
+        try:
+            slice_id, index = env[SLICE_ENV], int(env[INDEX_ENV])
+        except ValueError:
+            continue
+        if worker_id != worker_id_for(slice_id, index):
+            continue
+        if labels and any(_env_label(env, k) != v for k, v in labels.items()):
+            continue
+        found.setdefault(slice_id, {})[index] = worker
     return found
 
 
 def _env_label(env: Mapping[str, str], label: str) -> str | None:
     return {MANAGED_LABEL: env.get(MANAGED_ENV), SCALE_GROUP_LABEL: env.get(GROUP_ENV),
             SLICE_ID_LABEL: env.get(SLICE_ENV)}.get(label)  # fmt: skip
-
-
-def stop_process_groups(procs: Sequence[psutil.Process], grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM each process's group, wait up to `grace` s, then SIGKILL what is left of it."""
-    groups = [p.pid for p in procs]
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
-        time.sleep(0.2)
-    for pgid in groups:
-        if _group_alive(pgid):
-            log.warning("local_slice.sigkill", pgid=pgid, grace_seconds=grace)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
-        time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a non-zombie process remains in group `pgid` (zombies may have no one to reap them)."""
-    _reap()
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                return True
-        except (psutil.Error, OSError):
-            continue
-    return False
 
 
 class LocalPlatform:
@@ -276,8 +190,8 @@ class LocalPlatform:
         tmp.replace(path)
 
     def log_path(self, worker_id: str) -> Path:
-        """Where a slice worker writes its output (the local cluster's naming: logs/worker-<id>.log)."""
-        return self.home / "logs" / f"worker-{worker_id}.log"
+        """Where a slice worker writes its output (as a static worker of the local cluster does)."""
+        return worker_log_path(self.home, worker_id)
 
     # -- the Platform protocol
 
@@ -311,13 +225,13 @@ class LocalPlatform:
     async def describe(self, slice_id: str) -> SliceInfo | None:
         return await asyncio.to_thread(self._describe, slice_id)
 
-    def _describe(self, slice_id: str, procs: Mapping[int, psutil.Process] | None = None) -> SliceInfo | None:
+    def _describe(self, slice_id: str, procs: Mapping[int, FoundWorker] | None = None) -> SliceInfo | None:
         record = self._records().get(slice_id)
         procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
         if record is None and not procs:
             return None
         if record is None:  # processes without a record: a half-terminated slice, still Iris's to clean up
-            group = next((p.environ().get(GROUP_ENV, "") for p in procs.values()), "")
+            group = next((p.env.get(GROUP_ENV, "") for p in procs.values()), "")
             count, labels, bootstrapped = max(procs) + 1, slice_labels(group, slice_id), True
         else:
             group, count = record["scale_group"], int(record["hosts_per_slice"])
@@ -327,7 +241,7 @@ class LocalPlatform:
                 index=i,
                 address="127.0.0.1",
                 worker_id=worker_id_for(slice_id, i),
-                state=f"pid {procs[i].pid}" if i in procs else ("exited" if bootstrapped else "not started"),
+                state=f"pid {procs[i].process.pid}" if i in procs else ("exited" if bootstrapped else "not started"),
             )
             for i in range(count)
         ]
@@ -349,8 +263,8 @@ class LocalPlatform:
         if record is None:
             raise SliceFailed(f"local slice {slice_id} does not exist (terminated?)")
         running = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
-        env = {**os.environ, **control.extra_env, "PYTHONUNBUFFERED": "1", "IRIS_HOME": str(self.home)}
-        env.update({MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name})
+        env = {**os.environ, **control.extra_env, "PYTHONUNBUFFERED": "1"}
+        markers = {MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name}
         record["bootstrapped"] = True  # recorded first: a crash after a spawn still lets terminate find it
         self._write_record(record)
         for i in range(group.hosts_per_slice):
@@ -362,8 +276,10 @@ class LocalPlatform:
                 attributes=host_attributes(group, slice_id, i), runtime=group.runtime, gpus=group.gpus,
                 tpus=group.tpus, image=group.image, command=self.settings.worker_command,
             )  # fmt: skip
-            pid = spawn_worker(argv, self.log_path(worker_id), {**env, INDEX_ENV: str(i)})
-            log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=pid)
+            started = start_worker(
+                argv, home=self.home, worker_id=worker_id, env=env, markers={**markers, INDEX_ENV: str(i)}
+            )
+            log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=started.pid)
 
     async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
         return await asyncio.to_thread(self._list, labels)
@@ -383,7 +299,7 @@ class LocalPlatform:
 
     def _terminate(self, slice_id: str) -> None:
         procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
-        stop_process_groups(list(procs.values()))
+        stop_processes({worker_id_for(slice_id, i): p.process for i, p in procs.items()})
         with contextlib.suppress(FileNotFoundError):
             self._record_path(slice_id).unlink()
         log.info("local_slice.terminated", slice_id=slice_id, processes=len(procs))

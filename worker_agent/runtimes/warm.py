@@ -14,11 +14,11 @@ import json
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 import structlog
 
+from worker_agent.process_table import GONE, status
 from worker_agent.runtimes.base import TaskStartError
 from worker_agent.runtimes.forkserver import HEADER, RUNNER_MODULE
 
@@ -56,11 +56,8 @@ def runner_args(argv: Sequence[str], python: str) -> list[str] | None:
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a live (non-zombie) process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2 :].split()[0] not in ("Z", "X")
+    found = status(pid)
+    return found is not None and found[0] not in GONE
 
 
 class WarmProcess:
