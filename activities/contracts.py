@@ -184,6 +184,7 @@ REGISTRATION_UPDATE = "registration"  # the agent waits here for the scheduler's
 CONFIGURE_AUTOSCALER = "configure"  # the scale groups, from the controller
 SLICE_STATE = "slice_state"  # a slice moved (a SliceUpdate)
 SCALE_DOWN = "scale_down"  # a slice should go (a ScaleDown)
+WAKE_AUTOSCALER = "wake"  # from the scheduler: a pass left jobs unplaced that were not before (their count)
 MAX_RELEASE_BATCH = 1_000  # releases per signal (~70 KB of JSON)
 
 

@@ -135,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.dashboard import main as dashboard_main
 
         return dashboard_main(argv[1:])
+    if argv[:1] == ["autoscaler-idle"]:  # an idle autoscaler's history events per hour, before and after
+        from benchmarks.autoscaler_idle import main as idle_main
+
+        return idle_main(argv[1:])
     if argv[:1] == ["trees"]:  # from a parent job's end to its 100 children's processes gone
         from benchmarks.trees import main as trees_main
 

@@ -196,8 +196,10 @@ class ClusterConfig:
     source: str | None = field(default=None, compare=False)
     """The file this came from (recorded in the cluster state), None when built in code."""
     scan_interval_seconds: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
-    """How often an idle autoscaler looks at the queue (`autoscaler.scan_interval`; cluster-autoscaler's
-    --scan-interval). Deadlines it knows of (an idle slice's scale_down_delay) wake it on time regardless."""
+    """How often the autoscaler looks while slices may change unannounced: READY slices with work, spare
+    slices of a `buffer_slices` group (`autoscaler.scan_interval`; cluster-autoscaler's --scan-interval).
+    Otherwise the scheduler wakes it when a job cannot be placed, and deadlines it knows of (an idle slice's
+    scale_down_delay) wake it on time."""
     sharing: SharingSettings = field(default_factory=SharingSettings)
     """Credits, rates, fair share's half-life and the preemption grace (`sharing:`, iris.config_sharing)."""
 

@@ -60,6 +60,7 @@ WORDS: dict[tuple[type[BaseModel], str], tuple[str | None, str]] = {
     (ResourcesFile, "memory"): ("size (`512m`, `2g`, `1.5Gi`, bytes)", "memory"),
     (ResourcesFile, "gpus"): (None, "GPUs"),
     (ResourcesFile, "tpus"): (None, "TPU chips"),
-    (AutoscalerFile, "scan_interval"): (DURATION, "how often an idle autoscaler looks at the queue (2 s while "
-                                                  "anything is pending or booting)"),
+    (AutoscalerFile, "scan_interval"): (DURATION, "how often the autoscaler looks while slices run work or a "
+                                                  "group keeps `buffer_slices` (2 s while slices boot or drain); "
+                                                  "otherwise the scheduler wakes it when a job cannot be placed"),
 }  # fmt: skip

@@ -1,12 +1,22 @@
 """AutoscalerWorkflow: the singleton that grows and shrinks the fleet in whole slices.
 
-Every few seconds a local activity reads the scheduler's snapshot and runs the
+When woken, a local activity reads the scheduler's snapshot and runs the
 pure planner (`scheduler.autoscale.plan_scaling`); the workflow then starts a
 SliceWorkflow per new slice (through an activity, id = slice id, so a retried
 start never makes a second one) and asks idle slices to scale down. Slices are
 not its children: each tells it of its state changes with a `slice_state`
 signal. A group backs off exponentially after a quota error or after repeated
 failures to bring a slice up, and says why in `status`.
+
+It does not poll when there is nothing to do. What wakes it: the scheduler's
+`wake` signal when a pass leaves a job unplaced that was not before (sent with
+the pass's other deliveries), a slice's state change, a new configuration, and
+the plan's own deadlines (an idle slice's scale_down_delay, a back-off or
+scale_up_delay ending). It looks every `scan_interval` only while something may
+change unannounced: READY slices with work (to see them go idle) in a group that
+may shrink, and idle slices of a group that keeps `buffer_slices` (to see a job
+take one); every BUSY_TICK while slices boot or drain; otherwise IDLE_TICK, a
+backstop of minutes.
 
 State lives in one dataclass handed whole to continue-as-new.
 """
@@ -42,14 +52,16 @@ with workflow.unsafe.imports_passed_through():
         SCALE_DOWN,
         SCHEDULER_WORKFLOW_ID,
         SLICE_STATE,
+        WAKE_AUTOSCALER,
     )
     from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
     from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
-BUSY_TICK = timedelta(seconds=2)  # while work is pending or slices are on their way
-IDLE_TICK = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
+BUSY_TICK = timedelta(seconds=2)  # while slices are on their way or going, or the last plan acted
+SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
+IDLE_TICK = timedelta(minutes=10)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
@@ -81,7 +93,7 @@ class AutoscalerConfig:
     groups: list[ScaleGroup] = field(default_factory=list)
     registration_timeout_seconds: float = 300.0
     drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
-    scan_interval_seconds: float = IDLE_TICK.total_seconds()  # how often an idle autoscaler looks at demand
+    scan_interval_seconds: float = SCAN_INTERVAL.total_seconds()  # how often it looks while slices may change
 
 
 @dataclass
@@ -153,6 +165,7 @@ class AutoscalerWorkflow:
         self.state = state or AutoscalerState()
         self._wake = False
         self._busy = True
+        self._watching = False  # slices may change unannounced (see the module docstring)
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
         self._headroom_told: list[list[Any]] | None = None  # what the scheduler was last told (again after a new run)
 
@@ -173,6 +186,7 @@ class AutoscalerWorkflow:
                 )  # fmt: skip
                 if plan.error:
                     workflow.logger.warning("autoscaler: no plan this tick: %s", plan.error)
+                    self._recheck_after = config.scan_interval_seconds  # ask again soon: a wake may be lost
                 else:
                     await self._apply(config, plan)
                     await self._tell_headroom(plan.headroom)
@@ -193,12 +207,13 @@ class AutoscalerWorkflow:
     # -- one tick ---------------------------------------------------------------------------------
 
     def _tick(self, config: AutoscalerConfig | None) -> timedelta | None:
-        """How long to wait for a signal before the next look: the scan interval (shorter while busy), or
-        sooner when the last plan has a deadline (an idle slice's scale_down_delay, a backoff ending)."""
+        """How long to wait for a signal before the next look: BUSY_TICK while slices come and go, the scan
+        interval while slices may change unannounced, IDLE_TICK otherwise; sooner when the last plan has a
+        deadline (an idle slice's scale_down_delay, a backoff ending)."""
         if config is None or not config.groups:
             return None  # no scale group, no timer: an autoscaler with nothing to scale writes no history
-        scan = timedelta(seconds=config.scan_interval_seconds) if config is not None else IDLE_TICK
-        tick = min(BUSY_TICK, scan) if self._busy else scan
+        scan = timedelta(seconds=config.scan_interval_seconds)
+        tick = min(BUSY_TICK, scan) if self._busy else scan if self._watching else max(scan, IDLE_TICK)
         if self._recheck_after is not None:
             tick = min(tick, timedelta(seconds=self._recheck_after))
         return tick
@@ -244,9 +259,23 @@ class AutoscalerWorkflow:
                 started.append(await self._start_slice(config, group))
             if any(started):
                 self._decided(group_name, f"scaled up: started {', '.join(s for s in started if s)} for pending work")
-        self._busy = bool(plan.pending_jobs or plan.create or plan.remove) or any(
+        self._busy = bool(plan.create or plan.remove) or any(
             s.state != SliceState.READY for s in self.state.slices.values()
         )
+        self._watching = self._slices_may_change(config)
+
+    def _slices_may_change(self, config: AutoscalerConfig) -> bool:
+        """Whether a slice may change in a way no signal announces: a READY slice with work may go idle (its
+        idle time counts from when it is seen idle) in a group above min_slices, and a job may take an idle
+        slice of a group that keeps `buffer_slices` (a new spare is due)."""
+        for g in config.groups:
+            ready = [s for s in self.state.slices.values() if s.group == g.spec.name and s.state == SliceState.READY]
+            if g.buffer_slices and ready:
+                return True
+            live = sum(1 for s in self.state.slices.values() if s.group == g.spec.name)
+            if live > g.min_slices and any(s.idle_since is None for s in ready):
+                return True
+        return False
 
     async def _tell_headroom(self, rows: list[list[Any]]) -> None:
         """Tell the scheduler what each group can still bring when that changed (its preemption rule:
@@ -378,6 +407,11 @@ class AutoscalerWorkflow:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
         elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
             self._failed(update.group, update.error, update.error_type)
+        self._wake = True
+
+    @workflow.signal(name=WAKE_AUTOSCALER)
+    def wake(self, unplaced: int) -> None:
+        """The scheduler left `unplaced` jobs waiting that were not before: look at demand now."""
         self._wake = True
 
     @workflow.query

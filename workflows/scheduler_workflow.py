@@ -36,10 +36,12 @@ from workflows.scheduler_sharing import Sharing
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         AUTOSCALE_SNAPSHOT_QUERY,
+        AUTOSCALER_WORKFLOW_ID,
         CONFIGURE_SCHEDULER,
         PENDING_REASON,
         REBUILD_SCHEDULER,
         RECENT_ACTIONS_QUERY,
+        WAKE_AUTOSCALER,
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
@@ -204,12 +206,17 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
         changed = []
+        unplaced = 0  # jobs this pass left waiting that had no reason before: new demand for the autoscaler
         for job_id, reason in plan.pending_reasons.items():
             if job_id in self.state.pending:
+                unplaced += bool(reason) and not reasons.get(job_id)
                 reasons[job_id] = reason
                 changed.append(Delivery(job_id, PENDING_REASON, reason))
         for job_id in [job_id for job_id in reasons if job_id not in self.state.pending]:
             del reasons[job_id]
+        if unplaced:
+            # The autoscaler waits for this instead of polling: one more signal in the same delivery.
+            changed.append(Delivery(AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER, unplaced))
         if changed:
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
             await self._deliver(changed, urgent=False)

@@ -176,6 +176,20 @@ def node_id_for(slice_id: str) -> str:
     return node_id if node_id[:1].isalpha() else f"iris-{node_id}"
 
 
+NODE_ID_MAX = 63  # a Cloud TPU node id is at most 63 characters
+
+
+def zonal_node_id(slice_id: str, zone: str) -> str:
+    """The node id of a slice of a multi-zone group in `zone`: the slice's, then the zone, so the node names
+    where it is (the console, `gcloud compute tpus tpu-vm list`). Too long, the slice id's middle goes (its
+    end is its unique part)."""
+    node_id, suffix = node_id_for(slice_id), f"-{zone}"
+    room = NODE_ID_MAX - len(suffix)
+    if len(node_id) > room:
+        node_id = node_id[: room - 9].rstrip("-") + node_id[-9:]
+    return node_id + suffix
+
+
 def _is_loopback(endpoint: str) -> bool:
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     if host == "localhost":
@@ -263,8 +277,13 @@ class GcpPlatform:
         """Made on first use, so checking a config needs no credentials."""
         return tpu_client(self.settings.api_endpoint)
 
+    def _node_id(self, zone: str, slice_id: str) -> str:
+        """The slice's node id in `zone`: the slice id, with the zone after it in a group that lists `zones`
+        (each zone has its own name for the slice's node, so a retried create still finds it)."""
+        return zonal_node_id(slice_id, zone) if self.settings.zones else node_id_for(slice_id)
+
     def _node_name(self, zone: str, slice_id: str) -> str:
-        return f"{self.settings.parent(zone)}/nodes/{node_id_for(slice_id)}"
+        return f"{self.settings.parent(zone)}/nodes/{self._node_id(zone, slice_id)}"
 
     async def _call(self, fn: Any, /, **kwargs: Any) -> Any:
         """A blocking client call in a thread; a permanent refusal (403, 401, 400, ...) is PlatformRefused."""
@@ -364,7 +383,7 @@ class GcpPlatform:
         _ZONE_OF[(s.project, slice_id)] = zone
         try:
             operation = await self._call(self.client.create_node, parent=s.parent(zone),
-                                         node_id=node_id_for(slice_id), node=request, timeout=CALL_TIMEOUT)
+                                         node_id=self._node_id(zone, slice_id), node=request, timeout=CALL_TIMEOUT)
             await asyncio.to_thread(operation.result, timeout=CREATE_TIMEOUT)  # its error is classified below
         except gexc.AlreadyExists:
             pass  # an earlier attempt's create is under way: describe tells how far it got
@@ -374,11 +393,11 @@ class GcpPlatform:
             raise  # the call itself was refused: nothing was made
         except gexc.GoogleAPICallError as e:  # the create operation failed
             await self._delete_quietly(zone, slice_id)
-            what = f"gcp: node {node_id_for(slice_id)} ({s.accelerator_type} in {zone})"
+            what = f"gcp: node {self._node_id(zone, slice_id)} ({s.accelerator_type} in {zone})"
             raise classify(e, f"{what}: {_status(e)}") from None
         node = await self._get(zone, slice_id)
         if node is None:
-            raise SliceFailed(f"gcp: node {node_id_for(slice_id)} vanished right after its create operation")
+            raise SliceFailed(f"gcp: node {self._node_id(zone, slice_id)} vanished right after its create operation")
         return self._info(node)
 
     async def _delete_quietly(self, zone: str, slice_id: str) -> None:
@@ -418,7 +437,7 @@ class GcpPlatform:
         if info is None or info.state != PlatformState.READY:
             why = "has no node" if info is None else f"is {info.state.value}"
             raise SshError(f"gcp: cannot bootstrap slice {slice_id}: it {why}")
-        node_id = node_id_for(slice_id)
+        node_id = self._node_id(info.labels[ZONE_ATTRIBUTE], slice_id)
 
         async def start(host: HostInfo) -> None:
             attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE]}
@@ -447,7 +466,7 @@ class GcpPlatform:
         if node is None or info is None or info.state == PlatformState.DELETING:
             return  # gone, or an earlier call's delete is under way
         if info.state == PlatformState.READY:
-            node_id = node_id_for(slice_id)
+            node_id = node.name.rsplit("/", 1)[-1]
 
             async def stop(host: HostInfo) -> None:
                 script = remote_agent.stop_script(remote_agent.host_dir(KIND, host.worker_id), host.worker_id)

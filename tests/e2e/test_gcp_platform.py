@@ -56,13 +56,14 @@ def test_tpu_slice_bootstrap_register_run_delete(
     sshd: Sshd, metadata: FakeMetadata, fake_tpu: FakeTpu, cluster: Cluster, client: IrisClient, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """create -> READY -> agents started over SSH register with the TPU facts from the metadata server ->
-    a coscheduled job runs on the slice -> terminate stops the agents and deletes the node."""
+    """create (in the second zone: the first is stocked out) -> READY -> agents started over SSH register
+    with the TPU facts from the metadata server and their zone -> a coscheduled job runs on the slice ->
+    terminate stops the agents and deletes the node, whose id names its zone."""
     monkeypatch.setenv("IRIS_HOME", str(tmp_path / "controller-home"))
     group = ScaleGroupSpec(
         name="tpu-v4-16", platform="gcp", hosts_per_slice=2, cpu_millis=1000, memory_bytes=1 << 30,
         attributes={TAINT: True},
-        settings={"project": "proj", "zone": "us-central2-b", "accelerator_type": "v4-16",
+        settings={"project": "proj", "zones": ["us-central2-a", "us-central2-b"], "accelerator_type": "v4-16",
                   "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": fake_tpu.endpoint,
                   "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": sshd.ports[0]},
                   "worker_command": f"{sys.executable} -m iris worker serve",
@@ -70,9 +71,12 @@ def test_tpu_slice_bootstrap_register_run_delete(
     )
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)
     platform = GcpPlatform(group)
+    fake_tpu.create_errors["us-central2-a"] = (8, "There is no more capacity in the zone us-central2-a")
     started = time.monotonic()
     info = asyncio.run(platform.create_slice(SLICE, group))
-    assert PlatformState.READY == info.state
+    assert (PlatformState.READY, "us-central2-b") == (info.state, info.labels["zone"])
+    node = f"{SLICE}-us-central2-b"  # the node's id names its zone
+    assert [f"projects/proj/locations/us-central2-b/nodes/{node}"] == list(fake_tpu.nodes)
     asyncio.run(platform.bootstrap(SLICE, group, control))
     pids: list[int] = []
     try:
@@ -85,9 +89,9 @@ def test_tpu_slice_bootstrap_register_run_delete(
         print(f"gcp slice create -> 2 agents registered over SSH: {time.monotonic() - started:.1f} s")
         for index in (0, 1):
             attrs = workers[f"{SLICE}-{index}"]
-            assert (SLICE, index, "v4-16", "v4-16", "2x2x2", 2, "tpu-v4-16") == (
+            assert (SLICE, index, "v4-16", "v4-16", "2x2x2", 2, "tpu-v4-16", "us-central2-b") == (
                 attrs["tpu-name"], attrs["tpu-worker-id"], attrs["tpu-topology"], attrs["tpu-accelerator-type"],
-                attrs["tpu-chip-topology"], attrs["tpu-vm-count"], attrs["iris-scale-group"],
+                attrs["tpu-chip-topology"], attrs["tpu-vm-count"], attrs["iris-scale-group"], attrs["zone"],
             )
         assert any(path.endswith("/tpu-env") for path, _ in metadata.requests)
 
@@ -108,8 +112,9 @@ def test_tpu_slice_bootstrap_register_run_delete(
     for pid in pids:
         wait_until(lambda p=pid: pid_gone(p), timeout=30, what=f"agent {pid} gone")
     assert {} == fake_tpu.nodes
-    assert ["GetNode", "CreateNode", "GetOperation", "GetNode"] == fake_tpu.methods()[:4]
+    creates = [r.parent.rsplit("/", 1)[-1] for m, r in fake_tpu.requests if m == "CreateNode"]
+    assert ["us-central2-a", "us-central2-b"] == creates  # stocked out in the first, made in the second
     assert "DeleteNode" in fake_tpu.methods()
     known = (tmp_path / "controller-home" / "known_hosts").read_text()
-    assert f"[{SLICE}-0]:{sshd.ports[0]} " in known and f"[{SLICE}-1]:{sshd.ports[0]} " in known
+    assert f"[{node}-0]:{sshd.ports[0]} " in known and f"[{node}-1]:{sshd.ports[0]} " in known
 

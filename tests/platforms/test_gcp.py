@@ -20,7 +20,7 @@ from activities.platforms.base import (
     SliceFailed,
     slice_labels,
 )
-from activities.platforms.gcp import GcpPlatform
+from activities.platforms.gcp import NODE_ID_MAX, GcpPlatform, zonal_node_id
 from activities.platforms.manual import ManualPlatform
 from iris.config import parse_config
 from iris.controller import scale_group
@@ -214,7 +214,8 @@ async def test_a_stocked_out_zone_is_skipped_for_its_backoff(fake_tpu: FakeTpu) 
     info = await platform.create_slice("tpu-a", group)
     assert (PlatformState.READY, "us-east5-a") == (info.state, info.labels["zone"])
     assert info.placement.startswith("in us-east5-a (us-central2-b: ") and "no more capacity" in info.placement
-    assert ["projects/proj/locations/us-east5-a/nodes/tpu-a"] == list(fake_tpu.nodes)  # nothing left in the first
+    # nothing left in the first; the node's id names its zone
+    assert ["projects/proj/locations/us-east5-a/nodes/tpu-a-us-east5-a"] == list(fake_tpu.nodes)
     assert (1, 1) == (creates_in(fake_tpu, "us-central2-b"), creates_in(fake_tpu, "us-east5-a"))
     described = await GcpPlatform(group, clock=clock).describe("tpu-a")  # found in its zone by a new object too
     assert described is not None and "us-east5-a" == described.labels["zone"]
@@ -254,6 +255,15 @@ async def test_every_zone_stocked_out_is_quota_naming_each(fake_tpu: FakeTpu) ->
         await platform.create_slice("tpu-y", group)
     assert [] == [m for m, _ in fake_tpu.requests[before:] if m == "CreateNode"]
     assert {} == fake_tpu.nodes
+
+
+def test_a_zonal_node_id_is_valid_and_keeps_the_slice_ids_end() -> None:
+    """A long group name loses its middle, never the slice id's unique end or the zone; 63 characters at most."""
+    assert "tpu-a-us-east5-a" == zonal_node_id("tpu-a", "us-east5-a")
+    slice_id = "a-very-long-scale-group-name-for-tpu-v5litepod-256-x-caf19bae"
+    long = zonal_node_id(slice_id, "northamerica-northeast1-a")
+    assert len(long) == NODE_ID_MAX and long.endswith("-caf19bae-northamerica-northeast1-a"), long
+    assert re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", long)
 
 
 def test_zone_or_zones(fake_tpu: FakeTpu) -> None:
