@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -208,11 +210,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         controller = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
             stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         assert controller.stdout is not None
-        if controller.stdout.readline().strip() != b"ready":
+        line = b"-"
+        while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
+            line = controller.stdout.readline()
+        if line.strip() != b"ready":
             print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
             return 2
+        out = controller.stdout
+        threading.Thread(target=lambda: sum(1 for _ in out), daemon=True).start()  # later log lines: no full pipe
 
         async def go() -> dict[str, list[PageFigures]]:
             client = await Client.connect(address)
