@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -39,6 +39,7 @@ from iris.dashboard.reads import (
     session_prefix,
 )
 from iris.dashboard.views import (
+    Slice,
     WorkerFilter,
     as_tree,
     attributes,
@@ -202,11 +203,14 @@ class Dashboard:
 
     async def queue(self, request: web.Request) -> dict[str, Any]:
         text = request.query.get("job", "").strip()
-        summary, queue = await asyncio.gather(self.reads.summary(), self.reads.queue())
-        entries = list(enumerate(queue, start=1))
-        if text:
-            entries = [(i, j) for i, j in entries if text in j.job_id]
-        shown = paginate(entries, parse_page(request.query.get("page")))
+        summary, snapshot = await asyncio.gather(self.reads.summary(), self.reads.snapshot())
+        queue = snapshot.queue
+        if text:  # positions of the matching jobs, then one page of them: only that page is read further
+            positions: Sequence[int] = [i for i, job_id in enumerate(snapshot.job_ids) if text in job_id]
+        else:
+            positions = range(len(queue))
+        at = paginate(positions, parse_page(request.query.get("page")))
+        shown = Slice([(i + 1, queue[i]) for i in at.rows], at.start, at.total, at.page, at.pages)
         visible = await self.reads.jobs_by_id([j.job_id for _, j in shown.rows])
         now = time.time()
         rows = []
@@ -286,17 +290,19 @@ class Dashboard:
             attribute=request.query.get("attr", "").strip(),
         )  # fmt: skip
         fleet = await self.reads.fleet()
-        shown = paginate(filter_workers(fleet.workers, flt), parse_page(request.query.get("page")))
+        kept = fleet.derived(flt, lambda: filter_workers(fleet.workers, flt))
+        shown = paginate(kept, parse_page(request.query.get("page")))
         return {
             "template": "workers.html", "page": "workers", "title": "Workers", "filter": flt, "shown": shown,
-            "counts": worker_counts(fleet.workers), "fleet": fleet, "limit": FULL_WORKERS_LIMIT,
+            "counts": fleet.derived("counts", lambda: worker_counts(fleet.workers)), "fleet": fleet,
+            "limit": FULL_WORKERS_LIMIT,
             "page_url": lambda p: self._query_args(request, page=p),
         }  # fmt: skip
 
     async def worker(self, request: web.Request) -> dict[str, Any]:
         worker_id = request.match_info["worker_id"]
         fleet = await self.reads.fleet()
-        found = next((w for w in fleet.workers if w.worker_id == worker_id), None)
+        found = fleet.derived("by_id", lambda: {w.worker_id: w for w in fleet.workers}).get(worker_id)
         if found is None:
             return {"template": "missing.html", "page": "workers", "title": "No such worker", "status": 404,
                     "what": f"worker {worker_id}"}  # fmt: skip
@@ -317,7 +323,8 @@ class Dashboard:
         )
         return {
             "template": "fleet.html", "page": "fleet", "title": "Fleet", "autoscaler": status, "slices": slices,
-            "chart": capacity_bars(capacity_by_group(workers.workers)), "complete": workers.complete,
+            "chart": capacity_bars(workers.derived("capacity", lambda: capacity_by_group(workers.workers))),
+            "complete": workers.complete,
             "next_url": self._query_args(request, token=encode_token(slices.next_token)) if slices.next_token else "",
             "first_url": self._query_args(request, token=None) if token else "",
         }  # fmt: skip
