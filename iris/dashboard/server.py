@@ -26,6 +26,7 @@ from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_w
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
+from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
 from iris.dashboard.reads import (
     FULL_WORKERS_LIMIT,
@@ -100,6 +101,8 @@ class Dashboard:
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
         self.depth = DepthHistory()
+        self.depth_store = DepthStore(store_url)
+        self._depth_loaded = False
         self.env = _environment()
         self.env.globals["sessions_url"] = self.sessions_url
         self._sampler: asyncio.Task[None] | None = None
@@ -164,14 +167,25 @@ class Dashboard:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
+        if self._depth_loaded:
+            await asyncio.to_thread(self.depth_store.save, self.depth)  # a controller stopped keeps its picture
 
     async def _sample(self) -> None:
-        """Queue depth every SAMPLE_SECONDS from the scheduler's summary (the cached read every page shares)."""
+        """Queue depth every SAMPLE_SECONDS from the scheduler's summary (the cached read every page shares).
+
+        The samples saved in the store before a restart come first; they are saved again every SAVE_SECONDS.
+        """
+        await asyncio.to_thread(self.depth_store.load, self.depth)
+        self._depth_loaded = True  # from now on a save keeps what was there before
+        saved_at = time.monotonic()
         while True:
             try:
                 self.depth.add((await self.reads.summary()).pending_tasks)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
                 log.debug("dashboard_sample_failed", error=str(err))
+            if time.monotonic() - saved_at >= SAVE_SECONDS:
+                await asyncio.to_thread(self.depth_store.save, self.depth)
+                saved_at = time.monotonic()
             await asyncio.sleep(SAMPLE_SECONDS)
 
     @staticmethod
