@@ -432,8 +432,9 @@ class ClusterReads:
             )
 
     async def _load_snapshot(self) -> Snapshot:
-        """The scheduler's compact snapshot (kept for the autoscaler, re-encoded only when its state changed):
-        the pending jobs and the schedulable workers. An answer equal to the last one is not decoded again.
+        """The scheduler's compact snapshot (the scheduling pass's input, kept for the autoscaler): the pending
+        jobs and the schedulable workers. An answer equal to the last one is not decoded again (the scheduler
+        re-encodes it at each pass while work waits, so most refreshes decode: ~12 ms at 10,000 jobs).
         """
         async with temporal_call():
             data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
