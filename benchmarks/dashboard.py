@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -150,13 +152,14 @@ async def start_job_records(client: Client, count: int) -> None:
     await _gather_limited([start(j) for j in range(count)], limit=32)
 
 
-async def measure(base: str, pages: Sequence[str], loads: int) -> list[PageFigures]:
-    """Each page `loads` times in a row; a 503 (the page said Temporal did not answer) counts as failed."""
+async def measure(base: str, pages: Sequence[str], loads: int, pause: float = 0.0) -> list[PageFigures]:
+    """Each page `loads` times in a row, `pause` s apart; a 503 (Temporal did not answer) counts as failed."""
     out = []
     async with aiohttp.ClientSession() as http:
         for page in pages:
             figures = PageFigures(page, [], [], 0)
             for _ in range(loads):
+                await asyncio.sleep(pause)
                 started = time.perf_counter()
                 async with http.get(base + page) as response:
                     body = await response.read()
@@ -183,6 +186,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-records", type=int, default=2_000, help="job workflows in visibility (2000)")
     parser.add_argument("--hosts-per-agent", type=int, default=100, help="hosts per liveness session (100)")
     parser.add_argument("--loads", type=int, default=20, help="loads of each page (default 20)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds between loads (default 0); e.g. 0.25 spreads a page's loads over the "
+                             "dashboard's 2 s refreshes, so loads beside a refresh are measured too")  # fmt: skip
     args = parser.parse_args(argv)
     if args.placed > args.workers * 16:
         parser.error("--placed: at most 16 tasks fit a synthetic worker")
@@ -208,11 +214,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         controller = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
             stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
         assert controller.stdout is not None
-        if controller.stdout.readline().strip() != b"ready":
+        line = b"-"
+        while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
+            line = controller.stdout.readline()
+        if line.strip() != b"ready":
             print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
             return 2
+        out = controller.stdout
+        threading.Thread(target=lambda: sum(1 for _ in out), daemon=True).start()  # later log lines: no full pipe
 
         async def go() -> dict[str, list[PageFigures]]:
             client = await Client.connect(address)
@@ -244,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     web = DashboardServer(dashboard, 0)
                     await web.start()
                     try:
-                        out[label] = await measure(web.url, pages, args.loads)
+                        out[label] = await measure(web.url, pages, args.loads, args.pause)
                     finally:
                         await web.stop()
                 return out
@@ -262,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shutil.rmtree(home, ignore_errors=True)  # kept above when something failed
     for label, figures in results.items():
         print(f"dashboard pages at {args.workers} workers, {args.pending} pending + {args.placed} placed tasks, "
-              f"{args.job_records} jobs in visibility; {args.loads} loads each, {label} (ms):")  # fmt: skip
+              f"{args.job_records} jobs in visibility; {args.loads} loads each {args.pause:g} s apart, "
+              f"{label} (ms):")  # fmt: skip
         print(f"  {'page':<38} {'median':>8} {'p90':>8}   {'server':>8} {'p90':>8} {'temporal':>9} {'KiB':>6}")
         for f in figures:
             print(f.row())

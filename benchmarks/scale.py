@@ -29,7 +29,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -168,13 +168,14 @@ async def _gather_limited(coros: Sequence[Any], limit: int = CONCURRENCY) -> lis
 
 
 async def _summary(client: Client) -> pb.ClusterSummary:
-    """The scheduler's counts; a busy dev server sometimes drops a query, so ask again for up to 60 s."""
+    """The scheduler's counts; a busy dev server sometimes drops a query, and on a loaded machine the run's
+    replay for a query can pass the SDK's 2 s deadlock limit, so ask again for up to 60 s."""
     for attempt in range(60):
         try:
             return await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
                 "summary", result_type=pb.ClusterSummary
             )
-        except RPCError:
+        except (RPCError, WorkflowQueryFailedError):
             if attempt == 59:
                 raise
             await asyncio.sleep(1.0)

@@ -10,7 +10,9 @@ leaves pending.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
+from typing import TypeVar
 
 from scheduler import multislice
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
@@ -29,6 +31,24 @@ from scheduler.types import (
     SchedulingResult,
     WorkerSnapshot,
 )
+
+Job = TypeVar("Job")
+_priority: Callable[[PendingJob], int] = attrgetter("priority")
+_band: Callable[[PendingJob], Band] = attrgetter("band")
+
+
+def queue_order(jobs: Sequence[Job], priority: Callable[[Job], int],
+                band: Callable[[Job], Band] | None = None) -> list[Job]:  # fmt: skip
+    """The order a pass without sharing tries the queue: higher band first, then higher priority, then FIFO.
+
+    `jobs` come in submission order. Anything with a priority and a band can be ordered (the dashboard
+    orders the scheduler's snapshot with it, so its queue page shows the order the pass uses); without
+    `band` every job is in the default one. The one place this order is written: swap it here.
+    """
+    ordered = sorted(jobs, key=lambda job: -priority(job)) if any(priority(job) for job in jobs) else list(jobs)
+    if band is not None and any(band(job) is not DEFAULT_BAND for job in jobs):
+        ordered.sort(key=lambda job: -BAND_RANK[band(job)])  # stable: priority, then FIFO, inside a band
+    return ordered
 
 
 def _placed(hosts: Sequence[WorkerSnapshot], job: PendingJob) -> int:
@@ -66,9 +86,7 @@ def find_assignments(
     preemption: Preemption | None = None
     bands: dict[str, Band] = {}
     if share is None:
-        ordered: Iterable[PendingJob] = sorted(jobs, key=lambda job: -job.priority)  # stable: FIFO
-        if any(job.band is not DEFAULT_BAND for job in jobs):
-            ordered = sorted(ordered, key=lambda job: -BAND_RANK[job.band])
+        ordered: Iterable[PendingJob] = queue_order(jobs, _priority, _band)
     else:
         bands = {job.job_id: effective_band(job, share) for job in jobs}
         by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs

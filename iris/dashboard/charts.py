@@ -78,7 +78,8 @@ def depth_line(samples: Sequence[tuple[float, int]], height: int = 120) -> str:
     area = f"{left},{top + plot_h} {line} {points[-1][0]:.1f},{top + plot_h}"
     minutes = span / 60
     return (
-        f'<svg class="chart" role="img" aria-label="queue depth over time" viewBox="0 0 {WIDTH} {height}" '
+        f'<svg class="chart" role="img" aria-label="queue depth over time" data-since="{t0:.1f}" '
+        f'viewBox="0 0 {WIDTH} {height}" '
         f'width="{WIDTH}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
         f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" class="axis"/>'
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" class="axis"/>'

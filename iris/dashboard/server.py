@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -26,6 +26,7 @@ from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_w
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
+from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
 from iris.dashboard.reads import (
     FULL_WORKERS_LIMIT,
@@ -39,6 +40,7 @@ from iris.dashboard.reads import (
     session_prefix,
 )
 from iris.dashboard.views import (
+    Slice,
     WorkerFilter,
     as_tree,
     attributes,
@@ -100,6 +102,8 @@ class Dashboard:
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
         self.depth = DepthHistory()
+        self.depth_store = DepthStore(store_url)
+        self._depth_loaded = False
         self.env = _environment()
         self.env.globals["sessions_url"] = self.sessions_url
         self._sampler: asyncio.Task[None] | None = None
@@ -164,14 +168,25 @@ class Dashboard:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
+        if self._depth_loaded:
+            await asyncio.to_thread(self.depth_store.save, self.depth)  # a controller stopped keeps its picture
 
     async def _sample(self) -> None:
-        """Queue depth every SAMPLE_SECONDS from the scheduler's summary (the cached read every page shares)."""
+        """Queue depth every SAMPLE_SECONDS from the scheduler's summary (the cached read every page shares).
+
+        The samples saved in the store before a restart come first; they are saved again every SAVE_SECONDS.
+        """
+        await asyncio.to_thread(self.depth_store.load, self.depth)
+        self._depth_loaded = True  # from now on a save keeps what was there before
+        saved_at = time.monotonic()
         while True:
             try:
                 self.depth.add((await self.reads.summary()).pending_tasks)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
                 log.debug("dashboard_sample_failed", error=str(err))
+            if time.monotonic() - saved_at >= SAVE_SECONDS:
+                await asyncio.to_thread(self.depth_store.save, self.depth)
+                saved_at = time.monotonic()
             await asyncio.sleep(SAMPLE_SECONDS)
 
     @staticmethod
@@ -203,11 +218,14 @@ class Dashboard:
 
     async def queue(self, request: web.Request) -> dict[str, Any]:
         text = request.query.get("job", "").strip()
-        summary, queue = await asyncio.gather(self.reads.summary(), self.reads.queue())
-        entries = list(enumerate(queue, start=1))
-        if text:
-            entries = [(i, j) for i, j in entries if text in j.job_id]
-        shown = paginate(entries, parse_page(request.query.get("page")))
+        summary, snapshot = await asyncio.gather(self.reads.summary(), self.reads.snapshot())
+        queue = snapshot.queue
+        if text:  # positions of the matching jobs, then one page of them: only that page is read further
+            positions: Sequence[int] = [i for i, job_id in enumerate(snapshot.job_ids) if text in job_id]
+        else:
+            positions = range(len(queue))
+        at = paginate(positions, parse_page(request.query.get("page")))
+        shown = Slice([(i + 1, queue[i]) for i in at.rows], at.start, at.total, at.page, at.pages)
         visible = await self.reads.jobs_by_id([j.job_id for _, j in shown.rows])
         now = time.time()
         rows = []
@@ -289,17 +307,19 @@ class Dashboard:
             attribute=request.query.get("attr", "").strip(),
         )  # fmt: skip
         fleet = await self.reads.fleet()
-        shown = paginate(filter_workers(fleet.workers, flt), parse_page(request.query.get("page")))
+        kept = fleet.derived(flt, lambda: filter_workers(fleet.workers, flt))
+        shown = paginate(kept, parse_page(request.query.get("page")))
         return {
             "template": "workers.html", "page": "workers", "title": "Workers", "filter": flt, "shown": shown,
-            "counts": worker_counts(fleet.workers), "fleet": fleet, "limit": FULL_WORKERS_LIMIT,
+            "counts": fleet.derived("counts", lambda: worker_counts(fleet.workers)), "fleet": fleet,
+            "limit": FULL_WORKERS_LIMIT,
             "page_url": lambda p: self._query_args(request, page=p),
         }  # fmt: skip
 
     async def worker(self, request: web.Request) -> dict[str, Any]:
         worker_id = request.match_info["worker_id"]
         fleet = await self.reads.fleet()
-        found = next((w for w in fleet.workers if w.worker_id == worker_id), None)
+        found = fleet.derived("by_id", lambda: {w.worker_id: w for w in fleet.workers}).get(worker_id)
         if found is None:
             return {"template": "missing.html", "page": "workers", "title": "No such worker", "status": 404,
                     "what": f"worker {worker_id}"}  # fmt: skip
@@ -320,7 +340,8 @@ class Dashboard:
         )
         return {
             "template": "fleet.html", "page": "fleet", "title": "Fleet", "autoscaler": status, "slices": slices,
-            "chart": capacity_bars(capacity_by_group(workers.workers)), "complete": workers.complete,
+            "chart": capacity_bars(workers.derived("capacity", lambda: capacity_by_group(workers.workers))),
+            "complete": workers.complete,
             "next_url": self._query_args(request, token=encode_token(slices.next_token)) if slices.next_token else "",
             "first_url": self._query_args(request, token=None) if token else "",
         }  # fmt: skip

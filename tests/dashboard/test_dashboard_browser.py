@@ -49,6 +49,13 @@ def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "") 
         time.sleep(0.3)
 
 
+def depth_since(driver: Any) -> str:
+    """When the queue-depth picture's first sample was taken, as the page says ("" without a picture)."""
+    found = driver.execute_script("const e = document.querySelector('svg[data-since]');"
+                                  "return e ? e.getAttribute('data-since') : '';")  # fmt: skip
+    return str(found or "")
+
+
 def open_page(driver: Any, url: str) -> None:
     """Load `url` and require that it logged no console error (script errors, failed loads)."""
     console_errors(driver)  # drop what earlier pages logged
@@ -146,6 +153,8 @@ def test_actions_survive_a_controller_restart(cluster: Cluster, client: IrisClie
     job = client.submit_command([sys.executable, "-c", "pass"], name="dash-durable",
                                 resources=ResourceSpec(cpu=0.5, memory="128m"))  # fmt: skip
     job.wait(timeout=120)
+    open_page(browser, f"{cluster.info.dashboard_url}/queue")
+    since = eventually(lambda: depth_since(browser), 60, "a queue-depth picture (two samples)")
     assert cluster.local.kill_process("controller", signal.SIGTERM, wait=20)
     cluster.local.restart_process("controller")
     url = f"{cluster.info.dashboard_url}/actions?job={job.job_id}"
@@ -161,3 +170,5 @@ def test_actions_survive_a_controller_restart(cluster: Cluster, client: IrisClie
     assert "job submitted" in actions
     open_page(browser, url)
     client.list_workers()  # the restarted controller answers the scheduler's queries again
+    open_page(browser, f"{cluster.info.dashboard_url}/queue")  # the picture starts where it did before the restart
+    assert since == eventually(lambda: depth_since(browser), 30, "the queue-depth picture again")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import zlib
+from pathlib import Path
+
 import pytest
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.dashboard.actions import Action, ActionFilter, Scan, merge, visibility_time
-from iris.dashboard.charts import Usage, capacity_bars, depth_line
+from iris.dashboard.charts import DepthHistory, Usage, capacity_bars, depth_line
+from iris.dashboard.depth import DepthStore
 from iris.dashboard.links import TemporalUI, default_ui_url
-from iris.dashboard.reads import JobRow, decode_token, encode_token
+from iris.dashboard.reads import JobRow, Snapshot, decode_token, encode_token
 from iris.dashboard.views import (
     WorkerFilter,
     as_tree,
@@ -96,6 +100,34 @@ def test_capacity_by_group_counts_healthy_workers_only() -> None:
         worker("c-0", cpu_used=1000), worker("gone", healthy=False, cpu_used=4000, iris_scale_group="tpu"),
     ]  # fmt: skip
     assert [Usage("other workers", 1, 4), Usage("tpu", 3, 8)] == capacity_by_group(fleet)
+
+
+def test_the_queue_is_in_the_order_the_scheduler_tries_it() -> None:
+    """Higher priority first, submission order among equals, as the pass orders it; workers' use is capacity - free."""
+    snap = pb.SchedulingSnapshot()
+    for job_id, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5)]:
+        snap.jobs.add(job_id=job_id, priority=priority, task_indices=[0, 1])
+    w = snap.workers.add(worker_id="w-0")
+    w.capacity.cpu_millis, w.free.cpu_millis = 4000, 1500
+    snapshot = Snapshot(zlib.compress(snap.SerializeToString()))
+    assert ["b", "d", "a", "c"] == snapshot.job_ids == [job.job_id for job in snapshot.queue]
+    assert [("w-0", 2500)] == [(w.worker_id, w.committed.cpu_millis) for w in snapshot.workers]
+    assert [] == Snapshot(b"").queue  # nothing published yet
+
+
+def test_queue_depth_samples_survive_in_the_store(tmp_path: Path) -> None:
+    """Saved samples of the last hour come back before the new ones; an unusable store keeps them in memory."""
+    before = DepthHistory()
+    for at, depth in [(1_000.0, 5), (5_000.0, 7), (5_005.0, 9)]:
+        before.add(depth, at)
+    DepthStore(tmp_path.as_uri()).save(before)
+    after = DepthHistory()
+    after.add(3, 5_010.0)
+    assert 2 == DepthStore(str(tmp_path)).load(after, now=5_020.0)  # 1,000 s is more than an hour before
+    assert [(5_000.0, 7), (5_005.0, 9), (5_010.0, 3)] == list(after.samples)
+    memory = DepthStore("memory://bench")
+    memory.save(before)
+    assert 0 == memory.load(DepthHistory())
 
 
 def job_row(job_id: str, parent: str = "") -> JobRow:
