@@ -40,6 +40,7 @@ from iris import fleet
 from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
+from scheduler.types import DEFAULT_BAND, Band, parse_band
 from workflows.autoscaler_workflow import AutoscalerStatus
 from workflows.visibility import JobView
 
@@ -336,7 +337,7 @@ class Snapshot:
     def queue(self) -> list[pb.SchedulingJob]:
         """The pending jobs in the order the scheduler's pass tries them (`scheduler.scheduling.queue_order`)."""
         if self._queue is None:
-            self._queue = queue_order(list(self._message.jobs), _snapshot_priority)
+            self._queue = queue_order(list(self._message.jobs), _snapshot_priority, _snapshot_band)
         return self._queue
 
     @property
@@ -354,7 +355,12 @@ class Snapshot:
 
 
 _snapshot_priority: Callable[[pb.SchedulingJob], int] = attrgetter("priority")
-"""The snapshot holds no band yet (the pass runs every job in the default one): the order is priority, FIFO."""
+
+
+def _snapshot_band(job: pb.SchedulingJob) -> Band:
+    """The band a queued job asked for ("" in a request from before bands: the default band). Fair share
+    inside a band and credit demotion are the pass's, computed there, and not repeated here."""
+    return parse_band(job.band, "band") if job.band else DEFAULT_BAND
 
 
 class Derived:

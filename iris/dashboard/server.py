@@ -234,7 +234,7 @@ class Dashboard:
             submitted = row.submitted_at if row else now - job.waited_seconds
             rows.append({
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
-                "band": (row.band if row and row.band else str(job.priority) if job.priority else "—"),
+                "band": (row.band if row and row.band else job.band or "interactive"),
                 "reason": row.pending_reason if row else "",
             })  # fmt: skip
         return {

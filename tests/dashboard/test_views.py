@@ -115,6 +115,14 @@ def test_the_queue_is_in_the_order_the_scheduler_tries_it() -> None:
     assert [] == Snapshot(b"").queue  # nothing published yet
 
 
+def test_the_queue_puts_higher_bands_first() -> None:
+    """Production, then interactive (also a request without a band), then batch; submission order inside each."""
+    snap = pb.SchedulingSnapshot()
+    for job_id, band in [("sweep", "batch"), ("notebook", ""), ("serve", "production"), ("train", "interactive")]:
+        snap.jobs.add(job_id=job_id, band=band, task_indices=[0])
+    assert ["serve", "notebook", "train", "sweep"] == Snapshot(zlib.compress(snap.SerializeToString())).job_ids
+
+
 def test_queue_depth_samples_survive_in_the_store(tmp_path: Path) -> None:
     """Saved samples of the last hour come back before the new ones; an unusable store keeps them in memory."""
     before = DepthHistory()
