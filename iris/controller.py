@@ -51,7 +51,8 @@ from iris.deployment import build_id, deployment_config, promote
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
-from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerWorkflow, ScaleGroup
+from workflows.autoscaler_state import AutoscalerConfig, ScaleGroup
+from workflows.autoscaler_workflow import AutoscalerWorkflow
 from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.sharing_state import SharingSettings

@@ -26,7 +26,7 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from iris.types import SliceState, SliceStatus
-from workflows.autoscaler_workflow import AutoscalerStatus
+from workflows.autoscaler_state import AutoscalerStatus
 from workflows.messages import CordonWorkers
 from workflows.slice_lifecycle import TERMINAL_SLICE_STATES
 from workflows.slice_workflow import ScaleDown

@@ -37,7 +37,8 @@ from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from worker_agent.encryption import KeyMismatchError
-from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerStatus, AutoscalerWorkflow
+from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus
+from workflows.autoscaler_workflow import AutoscalerWorkflow
 from workflows.messages import Enqueue, RegistrationReply
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -54,13 +53,21 @@ with workflow.unsafe.imports_passed_through():
         SLICE_STATE,
         WAKE_AUTOSCALER,
     )
-    from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
+    from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
+    from workflows.autoscaler_state import (
+        AutoscalerConfig,
+        AutoscalerState,
+        AutoscalerStatus,
+        GroupRuntime,
+        GroupStatus,
+        ScaleGroup,
+        SliceEntry,
+    )
     from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 BUSY_TICK = timedelta(seconds=2)  # while slices are on their way or going, or the last plan acted
-SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
 IDLE_TICK = timedelta(minutes=10)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
@@ -72,90 +79,6 @@ REFUSED_BACKOFF_MAX_SECONDS = 3600.0
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
 GONE = (SliceState.FAILED, SliceState.TERMINATED)
-
-
-@dataclass
-class ScaleGroup:
-    """One configured scale group: what its slices are, and how many of them may exist when."""
-
-    spec: ScaleGroupSpec
-    min_slices: int = 0
-    max_slices: int = 1
-    scale_up_delay: float = 0.0
-    scale_down_delay: float = 300.0
-    buffer_slices: int = 0  # idle READY slices kept beyond demand
-
-
-@dataclass
-class AutoscalerConfig:
-    """Signal `configure`: the scale groups (from the controller's config file) and slice timeouts."""
-
-    groups: list[ScaleGroup] = field(default_factory=list)
-    registration_timeout_seconds: float = 300.0
-    drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
-    scan_interval_seconds: float = SCAN_INTERVAL.total_seconds()  # how often it looks while slices may change
-
-
-@dataclass
-class SliceEntry:
-    slice_id: str
-    group: str
-    state: SliceState
-    worker_ids: list[str] = field(default_factory=list)
-    idle_since: float | None = None
-    error: str = ""
-
-
-@dataclass
-class GroupRuntime:
-    last_scale_up: float | None = None
-    backoff_until: float | None = None
-    backoff_reason: str = ""
-    failures: int = 0  # slices of this group that failed in a row
-    last_error: str = ""
-    last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
-    last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
-    last_decision_at: float = 0.0
-    last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
-
-
-@dataclass
-class AutoscalerState:
-    config: AutoscalerConfig | None = None
-    slices: dict[str, SliceEntry] = field(default_factory=dict)
-    groups: dict[str, GroupRuntime] = field(default_factory=dict)
-    unmet: dict[str, str] = field(default_factory=dict)
-    group_reasons: dict[str, str] = field(default_factory=dict)
-    pending_jobs: int = 0  # jobs waiting for a place at the last plan
-    recovered: bool = False  # running slices were read back from visibility (first run only)
-    cleanup_needed: bool = False  # orphan cleanup after a (re)configuration
-
-
-@dataclass
-class GroupStatus:
-    name: str
-    platform: str
-    min_slices: int
-    max_slices: int
-    slices: dict[str, list[str]]  # state -> slice ids
-    reason: str = ""  # why it is not scaling up now ("" when it is free to)
-    backoff_reason: str = ""
-    backoff_seconds: float = 0.0
-    last_error: str = ""
-    last_error_type: str = ""
-    last_decision: str = ""
-    last_decision_at: float = 0.0
-    idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
-    scale_down_delay: float = 0.0
-    buffer_slices: int = 0
-    last_placement: str = ""  # e.g. "slice tpu-3 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED ...)"
-
-
-@dataclass
-class AutoscalerStatus:
-    groups: list[GroupStatus] = field(default_factory=list)
-    unmet: dict[str, str] = field(default_factory=dict)  # job id -> why no group will take it
-    pending_jobs: int = 0
 
 
 @workflow.defn(name="AutoscalerWorkflow", versioning_behavior=VersioningBehavior.PINNED)

@@ -41,7 +41,7 @@ from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
 from scheduler.types import DEFAULT_BAND, Band, parse_band
-from workflows.autoscaler_workflow import AutoscalerStatus
+from workflows.autoscaler_state import AutoscalerStatus
 from workflows.visibility import JobView
 
 T = TypeVar("T")

@@ -6,7 +6,8 @@ import asyncio
 
 from activities.platforms.base import PLATFORM_REFUSED, ScaleGroupSpec
 from tests.support import workflows_on_dev_server
-from workflows.autoscaler_workflow import AutoscalerConfig, AutoscalerStatus, AutoscalerWorkflow, ScaleGroup
+from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
+from workflows.autoscaler_workflow import AutoscalerWorkflow
 from workflows.slice_lifecycle import SliceState
 from workflows.slice_workflow import SliceUpdate
 

@@ -1,0 +1,99 @@
+"""The autoscaler's state and what it publishes: plain dataclasses, handed whole to continue-as-new.
+
+Apart from `workflows/autoscaler_workflow.py` so the workflow module holds only orchestration, and so
+readers of the published status (the CLI, the dashboard) need not import the workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from activities.platforms.base import ScaleGroupSpec
+from workflows.slice_lifecycle import SliceState
+
+SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
+
+
+@dataclass
+class ScaleGroup:
+    """One configured scale group: what its slices are, and how many of them may exist when."""
+
+    spec: ScaleGroupSpec
+    min_slices: int = 0
+    max_slices: int = 1
+    scale_up_delay: float = 0.0
+    scale_down_delay: float = 300.0
+    buffer_slices: int = 0  # idle READY slices kept beyond demand
+
+
+@dataclass
+class AutoscalerConfig:
+    """Signal `configure`: the scale groups (from the controller's config file) and slice timeouts."""
+
+    groups: list[ScaleGroup] = field(default_factory=list)
+    registration_timeout_seconds: float = 300.0
+    drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
+    scan_interval_seconds: float = SCAN_INTERVAL.total_seconds()  # how often it looks while slices may change
+
+
+@dataclass
+class SliceEntry:
+    slice_id: str
+    group: str
+    state: SliceState
+    worker_ids: list[str] = field(default_factory=list)
+    idle_since: float | None = None
+    error: str = ""
+
+
+@dataclass
+class GroupRuntime:
+    last_scale_up: float | None = None
+    backoff_until: float | None = None
+    backoff_reason: str = ""
+    failures: int = 0  # slices of this group that failed in a row
+    last_error: str = ""
+    last_error_type: str = ""  # its kind: QuotaExhausted, PlatformRefused, SliceFailed, ...
+    last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
+    last_decision_at: float = 0.0
+    last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
+
+
+@dataclass
+class AutoscalerState:
+    config: AutoscalerConfig | None = None
+    slices: dict[str, SliceEntry] = field(default_factory=dict)
+    groups: dict[str, GroupRuntime] = field(default_factory=dict)
+    unmet: dict[str, str] = field(default_factory=dict)
+    group_reasons: dict[str, str] = field(default_factory=dict)
+    pending_jobs: int = 0  # jobs waiting for a place at the last plan
+    recovered: bool = False  # running slices were read back from visibility (first run only)
+    cleanup_needed: bool = False  # orphan cleanup after a (re)configuration
+
+
+@dataclass
+class GroupStatus:
+    name: str
+    platform: str
+    min_slices: int
+    max_slices: int
+    slices: dict[str, list[str]]  # state -> slice ids
+    reason: str = ""  # why it is not scaling up now ("" when it is free to)
+    backoff_reason: str = ""
+    backoff_seconds: float = 0.0
+    last_error: str = ""
+    last_error_type: str = ""
+    last_decision: str = ""
+    last_decision_at: float = 0.0
+    idle_since: dict[str, float] = field(default_factory=dict)  # idle READY slice -> since when
+    scale_down_delay: float = 0.0
+    buffer_slices: int = 0
+    last_placement: str = ""  # e.g. "slice tpu-3 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED ...)"
+
+
+@dataclass
+class AutoscalerStatus:
+    groups: list[GroupStatus] = field(default_factory=list)
+    unmet: dict[str, str] = field(default_factory=dict)  # job id -> why no group will take it
+    pending_jobs: int = 0
