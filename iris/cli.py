@@ -3,38 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import structlog
 import typer
 from rich.table import Table
 
-from activities.contracts import DEFAULT_PORT_RANGE
 from iris.bundle import zip_bundle
 from iris.cli_common import (
     NO_LOCAL_CLUSTER,
     StoreOpt,
     TemporalOpt,
     close_clients,
+    configure_logging,
     err,
     fail,
     iris_client,
-    on_exit,
     out,
     temporal_settings,
 )
 from iris.cli_errors import CliError, exit_now, run_cli
-from iris.cli_parsing import parse_constraint, parse_pair, parse_since, parse_value
-from iris.cli_ports import job_endpoints, parse_port_range
-from iris.connection import TemporalSettings
+from iris.cli_parsing import parse_constraint, parse_pair, parse_since
+from iris.cli_ports import job_endpoints
 from iris.submission import build_request, command_argv
 from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec
-from iris.units import format_memory, parse_cpu, parse_memory
+from iris.units import format_memory
 
 app = typer.Typer(
     help="Iris: durable multi-host accelerator jobs on Temporal.", no_args_is_help=True,
@@ -50,27 +44,6 @@ app.add_typer(worker_app, name="worker")
 app.add_typer(controller_app, name="controller")
 temporal_app = typer.Typer(help="An existing Temporal deployment.", no_args_is_help=True)
 app.add_typer(temporal_app, name="temporal")
-
-HealthPortOpt = Annotated[
-    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
-]
-HealthHostOpt = Annotated[
-    str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
-]
-
-
-
-def configure_logging(json: bool = True) -> None:
-    """Logs go to stderr, one event per line: JSON for the daemons, readable for interactive commands."""
-    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            renderer,
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
 
 
 def _version() -> str:
@@ -371,206 +344,6 @@ def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     out.print(table)
 
 
-@worker_app.command("serve")
-def worker_serve(
-    worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
-    runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
-    containerd_socket: Annotated[
-        str, typer.Option(help="containerd's CRI socket (--runtime containerd)", envvar="CONTAINERD_ADDRESS")
-    ] = "/run/containerd/containerd.sock",
-    docker_host: Annotated[
-        str | None, typer.Option(help="Docker engine URL (--runtime docker; default: DOCKER_HOST)")
-    ] = None,
-    default_image: Annotated[
-        str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
-    ] = None,
-    task_dir: Annotated[
-        Path | None,
-        typer.Option(help="root of the tasks' own directories; with docker/containerd a path the engine's host sees"),
-    ] = None,
-    task_user: Annotated[
-        str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
-    ] = "auto",
-    attribute: Annotated[
-        list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")
-    ] = None,
-    cpu: Annotated[str | None, typer.Option(help="cores to offer (default: all)")] = None,
-    memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
-    gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
-    tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
-    address: Annotated[
-        str | None,
-        typer.Option(envvar="IRIS_WORKER_ADDRESS",
-                     help="how other hosts reach this host's tasks (default: the IP its host name resolves to)"),
-    ] = None,
-    port_range: Annotated[
-        str, typer.Option(envvar="IRIS_PORT_RANGE", help="START-END: ports the scheduler may give this host's tasks")
-    ] = "{}-{}".format(*DEFAULT_PORT_RANGE),
-    tpu_vm: Annotated[
-        bool | None,
-        typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
-                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
-                          "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
-    ] = None,
-    temporal: TemporalOpt = None,
-    store: StoreOpt = None,
-    health_port: HealthPortOpt = None,
-    health_host: HealthHostOpt = "127.0.0.1",
-) -> None:
-    """The agent on one worker host: register, heartbeat, run tasks."""
-    import socket
-
-    from worker_agent.agent import (
-        AgentConfig,
-        RegistrationRefused,
-        WorkerAgent,
-        default_state_dir,
-        default_task_dir,
-    )
-    from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
-    from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
-
-    configure_logging()
-    try:
-        attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
-        attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
-        cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
-        memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
-        ports = parse_port_range(port_range)
-    except (ValueError, MetadataUnavailable) as e:
-        fail(str(e))
-    wid = worker_id or socket.gethostname()
-    settings = temporal_settings(temporal)
-    if settings.address is None or store is None:
-        raise fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    from iris.daemon_logs import ship_daemon_logs
-
-    on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
-    from iris.task_connection import referenced_files, task_cluster_env
-
-    state_dir = default_state_dir(wid)
-    cluster_env = task_cluster_env(settings, store, state_dir.parent / "secrets")  # a task reaches this cluster
-    config = AgentConfig(
-        worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
-        attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
-        address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
-    )
-    options = RuntimeOptions(
-        worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
-        containerd_socket=containerd_socket,
-    )
-    try:
-        config.task_dir = (
-            task_dir.resolve() if task_dir is not None
-            else shared_task_dir(runtime, options) or default_task_dir(config.state_dir)
-        )  # fmt: skip
-        # containerd writes a task's log where the agent must read it: beside the task directories.
-        options = dataclasses.replace(options, cri_log_dir=config.task_dir / ".cri-logs")
-        task_runtime = make_runtime(runtime, options)
-    except ValueError as e:
-        fail(str(e))
-
-    async def main() -> None:
-        from iris import observability
-        from iris.controller import connect
-        from iris.key_check import check_cluster_key
-
-        if health_port is None:
-            client = await connect(settings, timeout=None)
-            await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
-            await WorkerAgent(client, config, task_runtime).serve()
-            return
-        metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
-        client = await connect(
-            settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
-        )
-        await check_cluster_key(client)
-
-        async def checks() -> dict[str, bool]:
-            return {
-                "temporal_reachable": await observability.temporal_reachable(client),
-                "pollers_running": observability.heartbeat_fresh(metrics),
-            }
-
-        health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
-        await health.start()
-        try:
-            await WorkerAgent(client, config, task_runtime).serve()
-        finally:
-            await health.stop()
-
-    from worker_agent.encryption import KeyMismatchError
-
-    try:
-        asyncio.run(main())
-    except RegistrationRefused as e:
-        fail(f"worker {wid}: {e}", 3)
-    except KeyMismatchError as e:
-        fail(f"worker {wid} refuses to start: {e}", 3)
-
-
-def _host_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 4 * 1024**3
-
-
-# -- iris controller -------------------------------------------------------------------------------------
-
-
-@controller_app.command("serve")
-def controller_serve(
-    temporal: TemporalOpt = None,
-    store: StoreOpt = None,
-    namespace: Annotated[
-        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
-    ] = None,
-    health_port: HealthPortOpt = None,
-    health_host: HealthHostOpt = "127.0.0.1",
-    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
-    dashboard_port: Annotated[
-        int | None, typer.Option("--dashboard-port", envvar="IRIS_DASHBOARD_PORT", help="serve the web dashboard here")
-    ] = None,
-    dashboard_host: Annotated[
-        str, typer.Option("--dashboard-host", envvar="IRIS_DASHBOARD_HOST", help="address the dashboard listens on")
-    ] = "127.0.0.1",
-    temporal_ui: Annotated[
-        str | None,
-        typer.Option("--temporal-ui", envvar="IRIS_TEMPORAL_UI", help="Temporal UI URL the dashboard links to"),
-    ] = None,
-    build_id: Annotated[
-        str | None,
-        typer.Option(envvar="IRIS_BUILD_ID", help="this build's version of the iris-control deployment "
-                     "(default: a digest of the control plane's code; see docs/operators.md)"),
-    ] = None,
-) -> None:
-    """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
-    from iris.config import load_config
-    from iris.controller import autoscaler_config, serve
-
-    configure_logging()
-    try:
-        settings = TemporalSettings.load(address=temporal, namespace=namespace)
-        cluster_config = load_config(config) if config else None
-        autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if settings.address is None or store is None:
-        raise fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
-    from iris.daemon_logs import ship_daemon_logs
-
-    if temporal_ui is not None and not temporal_ui.startswith(("http://", "https://")):
-        raise fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
-    if dashboard_port is not None and not 0 <= dashboard_port <= 65535:
-        raise fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
-    on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
-    asyncio.run(serve(
-        settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
-        dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
-    ))  # fmt: skip
-
-
 # -- iris temporal -------------------------------------------------------------------------------------
 
 
@@ -686,125 +459,21 @@ def dashboard() -> None:
     out.print(info.dashboard_url, markup=False, highlight=False)
 
 
-# -- payload encryption --------------------------------------------------------------------------------
-
-
-# -- images --------------------------------------------------------------------------------------------
-
-build_app = typer.Typer(help="Images.", invoke_without_command=True)
-app.add_typer(build_app, name="build")
-TagOpt = Annotated[str, typer.Option(help="image tag")]
-DockerHostOpt = Annotated[str | None, typer.Option("--docker-host", envvar="DOCKER_HOST", help="docker engine URL")]
-
-
-@build_app.callback()
-def build(
-    ctx: typer.Context,
-    tag: TagOpt = "latest",
-    context: Annotated[Path, typer.Option(help="the Iris source checkout (build context)")] = Path(),
-    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="K=V passed to the Dockerfiles")] = None,
-    docker_host: DockerHostOpt = None,
-) -> None:
-    """Build the iris-controller, iris-worker and iris-task images (then `iris build push --registry R`)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    from iris.build import BuildError, build_images
-
-    try:
-        args = dict(parse_pair(a, "--build-arg") for a in build_arg or [])
-        built = build_images(context, tag=tag, build_args=args, docker_host=docker_host,
-                             on_line=lambda line: err.print(line, markup=False, highlight=False))
-    except (ValueError, BuildError) as e:
-        raise fail(str(e), 1) from None
-    for image in built:
-        out.print(f"built {image.ref} {image.image_id}", markup=False, highlight=False)
-
-
-@build_app.command("push")
-def build_push(
-    registry: Annotated[str, typer.Option(help="registry (and path) to push to, e.g. ghcr.io/acme")],
-    tag: TagOpt = "latest",
-    docker_host: DockerHostOpt = None,
-) -> None:
-    """Push the built images to REGISTRY/<name>:<tag>."""
-    from iris.build import BuildError, push_images
-
-    try:
-        pushed = push_images(registry, tag=tag, docker_host=docker_host,
-                             on_line=lambda line: err.print(line, markup=False, highlight=False))
-    except (ValueError, BuildError) as e:
-        raise fail(str(e), 1) from None
-    for ref in pushed:
-        out.print(f"pushed {ref}", markup=False, highlight=False)
-
-
-@app.command("codec-server")
-def codec_server(
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8081,
-    host: Annotated[str, typer.Option(help="address to listen on (keep it loopback: it decrypts)")] = "127.0.0.1",
-    ui_origin: Annotated[
-        list[str] | None, typer.Option("--ui-origin", help="Temporal UI origin allowed to call it, e.g. http://localhost:8233")
-    ] = None,
-    token_file: Annotated[
-        Path | None, typer.Option(help="file holding the bearer token callers must send (or IRIS_CODEC_SERVER_TOKEN)")
-    ] = None,
-    oidc_issuer: Annotated[
-        str | None, typer.Option(help="accept OIDC access tokens signed by this issuer (the Temporal UI's SSO)")
-    ] = None,
-    oidc_audience: Annotated[str | None, typer.Option(help="the audience OIDC access tokens must name")] = None,
-    no_auth: Annotated[
-        bool, typer.Option("--no-auth", help="let any caller that reaches the port decode (loopback + origins only)")
-    ] = False,
-) -> None:
-    """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE).
-
-    Callers authenticate with a bearer token (--token-file / IRIS_CODEC_SERVER_TOKEN) or an OIDC
-    access token (--oidc-issuer); docs/operators.md (Encryption) gives the threat model.
-    """
-    from aiohttp import web
-
-    from iris.codec import EncryptionCodec, load_key
-    from iris.codec_server import TOKEN_ENV, Authenticator, NoAuth, OidcAuth, TokenAuth, make_app
-
-    try:
-        key = load_key()
-        token = token_file.read_text().strip() if token_file is not None else os.environ.get(TOKEN_ENV, "")
-        auths: list[Authenticator] = [TokenAuth(token)] if token else []
-    except OSError as e:
-        raise fail(f"--token-file: cannot read {token_file}: {e.strerror or e}") from None
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if key is None:
-        raise fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
-    if oidc_issuer:
-        auths.append(OidcAuth(oidc_issuer, oidc_audience))
-    if no_auth and not auths:
-        auths = [NoAuth()]
-    if len(auths) > 1:
-        raise fail("codec-server: give either a token or --oidc-issuer, not both")
-    if not auths:
-        raise fail("codec-server needs one way to authenticate callers: --token-file (or IRIS_CODEC_SERVER_TOKEN), "
-                    "--oidc-issuer, or --no-auth")
-    codec = EncryptionCodec(key)
-    err.print(f"codec server for key {codec.key_id} on http://{host}:{port} ({type(auths[0]).__name__})")
-    web.run_app(make_app(codec, tuple(ui_origin or ()), auths[0]), host=host, port=port, print=None)
-
-
-@app.command("codec-key")
-def codec_key() -> None:
-    """Print a new random payload encryption key (base64), for IRIS_CODEC_KEY or a key file."""
-    from iris.codec import generate_key
-
-    out.print(generate_key(), markup=False, highlight=False)
-
-
 def main() -> None:
     configure_logging(json=False)  # `serve` commands switch to JSON
     code = run_cli(app, prog_name="iris", before_exit=close_clients)
     exit_now(code)
 
 
-# The fleet commands live in their own module.
+# The daemons, the image and key commands, and the fleet commands live in their own modules.
+from iris.cli_daemons import controller_serve, worker_serve  # noqa: E402
+from iris.cli_images import build_app, codec_key, codec_server  # noqa: E402
+
+app.command("codec-server")(codec_server)
+app.command("codec-key")(codec_key)
+app.add_typer(build_app, name="build")
+worker_app.command("serve")(worker_serve)
+controller_app.command("serve")(controller_serve)
 from iris.cli_fleet import slice_app, worker_cordon, worker_drain  # noqa: E402
 
 app.add_typer(slice_app, name="slice")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
+import structlog
 import typer
 from rich.console import Console
 
@@ -18,8 +19,8 @@ from iris.client import ADDRESS_ENV, STORE_ENV, IrisClient
 from iris.connection import TemporalSettings
 
 __all__ = [
-    "NO_LOCAL_CLUSTER", "StoreOpt", "TemporalOpt", "close_clients", "err", "fail", "iris_client", "on_exit", "out",
-    "temporal_settings",
+    "NO_LOCAL_CLUSTER", "StoreOpt", "TemporalOpt", "close_clients", "configure_logging", "err", "fail", "iris_client",
+    "on_exit", "out", "temporal_settings",
 ]
 
 
@@ -90,3 +91,16 @@ def close_clients() -> None:
 def fail(message: str, code: int = USAGE) -> CliError:
     """Stop the command with one line on stderr (see iris.cli_errors); `raise fail(...)` reads as intended."""
     raise CliError(message, code)
+
+
+def configure_logging(json: bool = True) -> None:
+    """Logs go to stderr, one event per line: JSON for the daemons, readable for interactive commands."""
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
