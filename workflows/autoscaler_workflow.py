@@ -68,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 BUSY_TICK = timedelta(seconds=2)  # while slices are on their way or going, or the last plan acted
-IDLE_TICK = timedelta(minutes=10)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
+IDLE_TICK = timedelta(minutes=1)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 600.0
 FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
