@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import subprocess
@@ -45,8 +44,15 @@ from activities.contracts import (
     WorkerSessionInput,
 )
 from activities.signals import coalescer
-from benchmarks.repo import REPO
-from benchmarks.scale import AGENT_QUEUE, SyntheticAgents, _gather_limited, _stop, _summary, host_metadata
+from benchmarks.scale import (
+    AGENT_QUEUE,
+    SyntheticAgents,
+    _gather_limited,
+    _stop,
+    _summary,
+    host_metadata,
+    start_bench_controller,
+)
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI
 from iris.local_cluster import free_port, temporal_binary, temporal_command
 from iris.processes import port_open
@@ -211,19 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             time.sleep(0.2)
         address = f"127.0.0.1:{port}"
-        controller = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
-            stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        assert controller.stdout is not None
-        line = b"-"
-        while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
-            line = controller.stdout.readline()
-        if line.strip() != b"ready":
-            print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
+        controller = start_bench_controller(address, home)
+        if controller is None:
             return 2
         out = controller.stdout
+        assert out is not None
         threading.Thread(target=lambda: sum(1 for _ in out), daemon=True).start()  # later log lines: no full pipe
 
         async def go() -> dict[str, list[PageFigures]]:

@@ -287,6 +287,23 @@ async def save_histories(client: Client, out: Path) -> None:
         (out / f"{kind}-scale-{seen[kind]}.json").write_text(json.dumps(fixture))
 
 
+
+def start_bench_controller(address: str, home: Path) -> subprocess.Popen[bytes] | None:
+    """The bench's controller (`benchmarks.scale_controller`), once it says ready; None (reported) if it does not."""
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
+        stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert controller.stdout is not None
+    line = b"-"
+    while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
+        line = controller.stdout.readline()
+    if line.strip() != b"ready":
+        print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
+        return None
+    return controller
+
 async def run_scale(
     client: Client,
     controller_pid: int,
@@ -469,20 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             time.sleep(0.2)
         address = f"127.0.0.1:{port}"
-        controller = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.scale_controller", address],
-            stdout=subprocess.PIPE,
-            stderr=(home / "controller.log").open("wb"),
-            start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            cwd=REPO,
-        )
-        assert controller.stdout is not None
-        line = b"-"
-        while line and line.strip() != b"ready":  # its log lines (e.g. the deployment's promotion) come first
-            line = controller.stdout.readline()
-        if line.strip() != b"ready":
-            print(f"error: the bench controller did not start; see {home / 'controller.log'}", file=sys.stderr)
+        controller = start_bench_controller(address, home)
+        if controller is None:
             return 2
 
         async def go() -> ScaleFigures:
