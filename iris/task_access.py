@@ -26,12 +26,13 @@ from activities.contracts import (
 )
 from iris.client import IrisClient
 from iris.types import JobState, TaskState, TaskStatus
-from worker_agent.object_store import open_log_store
+from worker_agent.object_store import Logs, open_log_store
 from worker_agent.storage import LogCursor, StorageError
 
 __all__ = ["TaskAccessError", "exec_in_task", "find_running_task", "profile_task"]
 
 STREAM_POLL_SECONDS = 0.25
+CANCEL_TIMEOUT_SECONDS = 20.0  # an interrupted CLI never hangs on an unreachable server
 WORKFLOW = "TaskAccessWorkflow"
 
 
@@ -61,32 +62,42 @@ def find_running_task(client: IrisClient, job_id: str, task_index: int) -> TaskS
 def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], object]) -> Outcome:
     """Run the access workflow for `inp`, passing its output to `output` as it comes; how it ended.
 
-    Interrupted (Ctrl-C), the workflow is cancelled, which stops the command on the worker.
+    Interrupted (Ctrl-C) at any point once the start was asked for, even before the server answered,
+    the workflow is cancelled by its id, which stops the command on the worker.
     """
     logs = open_log_store(task_access_log_url(client.store_url))
-    handle = client._run(client._async.temporal.start_workflow(
-        WORKFLOW, inp, id=f"iris-task-access-{inp.access_id}", task_queue=CONTROL_TASK_QUEUE,
-        result_type=TaskAccessResult,
-    ))  # fmt: skip
-    ended = asyncio.run_coroutine_threadsafe(handle.result(), client._loop.loop)
-    cursor = LogCursor()
+    workflow_id = f"iris-task-access-{inp.access_id}"
+    temporal = client._async.temporal
     try:
-        while True:
-            with contextlib.suppress(concurrent.futures.TimeoutError):
-                ended.result(timeout=STREAM_POLL_SECONDS)
-            final = ended.done()
-            with contextlib.suppress(StorageError, FileNotFoundError):
-                data, cursor = logs.read_new_bytes(inp.access_id, 0, cursor, final=final)
-                if data:
-                    output(data)
-            if final:
-                result = ended.result()
-                return Outcome(result.exit_code, result.error)
+        handle = client._run(temporal.start_workflow(
+            WORKFLOW, inp, id=workflow_id, task_queue=CONTROL_TASK_QUEUE, result_type=TaskAccessResult,
+        ))  # fmt: skip
+        ended = asyncio.run_coroutine_threadsafe(handle.result(), client._loop.loop)
+        try:
+            return _stream(logs, inp.access_id, ended, output)
+        finally:
+            ended.cancel()
     except KeyboardInterrupt:
-        ended.cancel()
         with contextlib.suppress(Exception):
-            client._run(handle.cancel())
+            client._loop.run(temporal.get_workflow_handle(workflow_id).cancel(), timeout=CANCEL_TIMEOUT_SECONDS)
         raise
+
+
+def _stream(logs: Logs, access_id: str, ended: concurrent.futures.Future[TaskAccessResult],
+            output: Callable[[bytes], object]) -> Outcome:  # fmt: skip
+    """Pass the command's output on every STREAM_POLL_SECONDS until the workflow ends, then the rest."""
+    cursor = LogCursor()
+    while True:
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            ended.result(timeout=STREAM_POLL_SECONDS)
+        final = ended.done()
+        with contextlib.suppress(StorageError, FileNotFoundError):
+            data, cursor = logs.read_new_bytes(access_id, 0, cursor, final=final)
+            if data:
+                output(data)
+        if final:
+            result = ended.result()
+            return Outcome(result.exit_code, result.error)
 
 
 def exec_in_task(client: IrisClient, job_id: str, task_index: int, argv: list[str],

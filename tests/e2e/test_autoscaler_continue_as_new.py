@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from temporalio.client import Client
@@ -53,15 +54,24 @@ def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 async def _autoscaler_runs(address: str) -> list[int]:
-    """History length of every autoscaler run, after replaying each against today's code."""
+    """History length of every autoscaler run, newest first, after replaying each against today's code.
+
+    The runs are found by walking the continue-as-new chain back from the current run (each run's
+    first event names the run before it), not through visibility: every call has a deadline, so a
+    server that stops answering fails the test in seconds instead of hanging it.
+    """
     client = await Client.connect(address)
     replayer = Replayer(workflows=ALL_WORKFLOWS)
+    deadline = timedelta(seconds=30)
+    run_id = (await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).describe(rpc_timeout=deadline)).run_id
     lengths = []
-    async for wf in client.list_workflows(f"WorkflowId='{AUTOSCALER_WORKFLOW_ID}'"):
-        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"run {wf.run_id}: {result.replay_failure}"
+    while run_id:
+        handle = client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID, run_id=run_id)
+        history = await handle.fetch_history(rpc_timeout=deadline)
+        result = await asyncio.wait_for(replayer.replay_workflow(history, raise_on_replay_failure=False), 60)
+        assert result.replay_failure is None, f"run {run_id}: {result.replay_failure}"
         lengths.append(len(history.events))
+        run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
     return lengths
 
 
