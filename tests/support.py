@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecution, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker, WorkflowRunner
+from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
 from iris.controller import workflow_runner
 from iris.deployment import deployment_config, promote
@@ -169,6 +170,17 @@ async def workflows_on_dev_server(
         await env.shutdown()
 
 
+async def replay(replayer: Replayer, history: WorkflowHistory) -> WorkflowReplayResult | None:
+    """Replay `history`; None when it has no completed workflow task yet (nothing to check).
+
+    A run listed the moment it began has only its start event, and the SDK's Replayer waits
+    forever on such a history (seen as a test hanging until its timeout), so those are skipped.
+    """
+    if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
+        return None
+    return await replayer.replay_workflow(history, raise_on_replay_failure=False)
+
+
 async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") -> WorkflowHistory:
     """Fetch one run's history and replay it against the current workflow code.
 
@@ -177,8 +189,8 @@ async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") ->
     """
     history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
     replayer = Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()])  # as the controller runs them
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, f"{wf.id} run {wf.run_id}: {result.replay_failure}"
+    result = await replay(replayer, history)
+    assert result is None or result.replay_failure is None, f"{wf.id} run {wf.run_id}: {result.replay_failure}"
     folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""
     if folder:
         name = f"{wf.workflow_type}-{record}-{wf.status.name.lower() if wf.status else ''}-{wf.run_id[-8:]}.json"

@@ -17,7 +17,7 @@ from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceS
 from iris.config import parse_config
 from iris.local_cluster import LocalCluster
 from tests.e2e.test_fleet import slice_hosts
-from tests.support import Cluster, wait_until
+from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {
@@ -68,8 +68,8 @@ async def _autoscaler_runs(address: str) -> list[int]:
     while run_id:
         handle = client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID, run_id=run_id)
         history = await handle.fetch_history(rpc_timeout=deadline)
-        result = await asyncio.wait_for(replayer.replay_workflow(history, raise_on_replay_failure=False), 60)
-        assert result.replay_failure is None, f"run {run_id}: {result.replay_failure}"
+        result = await asyncio.wait_for(replay(replayer, history), 60)
+        assert result is None or result.replay_failure is None, f"run {run_id}: {result.replay_failure}"
         lengths.append(len(history.events))
         run_id = history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id
     return lengths

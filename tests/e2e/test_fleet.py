@@ -26,7 +26,7 @@ from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, Reso
 from iris.config import parse_config
 from iris.fleet import SLICE_STATE
 from iris.local_cluster import LocalCluster
-from tests.support import Cluster, wait_until
+from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 from workflows.slice_workflow import ScaleDown
 
@@ -334,8 +334,8 @@ async def _replay_fleet_histories(address: str) -> dict[str, int]:
     events: list[int] = []
     async for wf in client.list_workflows("WorkflowType IN ('SliceWorkflow', 'AutoscalerWorkflow')"):
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
+        result = await replay(replayer, history)
+        assert result is None or result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
         kind = f"{wf.workflow_type}-{wf.status.name.lower() if wf.status else 'unknown'}"
         if wf.workflow_type == "SliceWorkflow":  # one kind per way a slice ends
             kind += f"-{(wf.typed_search_attributes.get(SLICE_STATE) or 'unknown').lower()}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.support import Cluster
+from tests.support import Cluster, replay
 from workflows.registry import ALL_WORKFLOWS
 
 
@@ -29,8 +29,8 @@ async def _replay_all(address: str) -> dict[str, int]:
     iris_types = ", ".join(f"'{w.__name__}'" for w in ALL_WORKFLOWS)  # each is registered under its class name
     async for wf in client.list_workflows(f"WorkflowType IN ({iris_types})"):  # not other tests' helpers
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
+        result = await replay(replayer, history)
+        assert result is None or result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
         counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1
         # Record a couple of each type *and* ending (completed, failed, still running...), so
         # every path a workflow can close by is in the fixtures.
