@@ -4,10 +4,10 @@ Why: importing cloudpickle pulls in typing, dataclasses, logging, platform, uuid
 of CPU in a fresh interpreter, and a container's task runner is a fresh interpreter on every
 attempt, often under a fraction of a core. Yet loading needs little of it: ``cloudpickle.loads``
 is ``pickle.loads``, and a by-value function's pickle names only six small helpers of
-``cloudpickle.cloudpickle`` that rebuild functions, their code and their cells. This module holds
-copies of those six (cloudpickle 3.1's, unchanged) and an unpickler that finds them here; every
-other name of cloudpickle's (dynamic classes, enums, type variables, ...) imports cloudpickle
-itself, as plain unpickling would. Tests check the copies rebuild what cloudpickle's own do.
+``cloudpickle.cloudpickle`` that rebuild functions, their code and their cells. This module
+implements those six against what the pickle passes them, and an unpickler that finds them here;
+every other name of cloudpickle's (dynamic classes, enums, type variables, ...) imports cloudpickle
+itself, as plain unpickling would. Tests check they rebuild what cloudpickle's own do.
 
 Pickling a result is the same in reverse: a value made only of None, booleans, numbers, strings,
 bytes and the builtin containers is written by the pickle module's own code even inside
@@ -40,63 +40,64 @@ _PLAIN_WALK_LIMIT = 10_000
 """Containers looked into before a result is handed to cloudpickle anyway (big or cyclic values)."""
 
 
-# -- cloudpickle 3.1's helpers for rebuilding functions (cloudpickle/cloudpickle.py) ---------------
+# -- the names a by-value function's pickle refers to, implemented here --------------------------
+# A pickle made by cloudpickle rebuilds a function by calling these names of cloudpickle's module;
+# what each must do is fixed by the arguments cloudpickle's reducer writes. They are written here
+# against that contract (not taken from cloudpickle), and the tests compare the functions they
+# rebuild with cloudpickle's own.
 
-
-class _EmptyCellValue:
-    """Sentinel for empty cells."""
+_NO_VALUE = object()
 
 
 def _builtin_type(name: str) -> Any:
-    if name == "ClassType":  # cloudpickle < 1.3 pickles
-        return type
-    return getattr(types, name)
+    """A type of the `types` module, by name ("ClassType" is what pickles of old cloudpickles say for `type`)."""
+    return type if name == "ClassType" else getattr(types, name)
 
 
 def subimport(name: str) -> types.ModuleType:
-    __import__(name)  # __import__("a.b") returns a, not a.b
+    """The module `name` itself, dotted names included."""
+    __import__(name)
     return sys.modules[name]
 
 
 def _make_function(code: types.CodeType, globals: dict[str, Any], name: str, argdefs: Any, closure: Any) -> Any:
+    """A function of `code` over `globals`; its globals see the builtins like any module's."""
     globals["__builtins__"] = __builtins__
     return types.FunctionType(code, globals, name, argdefs, closure)
 
 
 def _make_empty_cell() -> Any:
-    if False:
-        # trick the compiler into creating an empty cell in our lambda
-        cell = None
-        raise AssertionError("this route should not be executed")
-
-    return (lambda: cell).__closure__[0]  # type: ignore[has-type,index]
+    """A closure cell with nothing in it yet; its value may be set later by the function's state."""
+    return types.CellType()
 
 
-def _make_cell(value: Any = _EmptyCellValue) -> Any:
-    cell = _make_empty_cell()
-    if value is not _EmptyCellValue:
-        cell.cell_contents = value
-    return cell
+def _make_cell(value: Any = _NO_VALUE) -> Any:
+    """A closure cell holding `value` (empty when no value is given)."""
+    return types.CellType() if value is _NO_VALUE else types.CellType(value)
 
 
-def _function_setstate(obj: Any, state: tuple[dict[str, Any], dict[str, Any]]) -> None:
-    """Update the state of a dynamic function (``__globals__`` and ``__closure__`` in place: they are read-only)."""
-    state, slotstate = state  # type: ignore[assignment]
-    obj.__dict__.update(state)
-    obj_globals = slotstate.pop("__globals__")
-    obj_closure = slotstate.pop("__closure__")
-    slotstate.pop("_cloudpickle_submodules")  # they are imported by now: the state only held them
-    obj.__globals__.update(obj_globals)
-    obj.__globals__["__builtins__"] = __builtins__
-    if obj_closure is not None:
-        for i, cell in enumerate(obj_closure):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # cell is empty
-                continue
-            obj.__closure__[i].cell_contents = value
-    for k, v in slotstate.items():
-        setattr(obj, k, v)
+def _function_setstate(func: Any, state: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """Give a rebuilt function its attributes, globals and cell contents.
+
+    The pickle sends `(dict, slots)`: `dict` is the function's `__dict__`; `slots` has its
+    `__globals__` and `__closure__` (both read-only on a function, so filled in place), the
+    submodules it needed imported (done by unpickling them) and attributes such as `__name__`,
+    `__qualname__`, `__defaults__`, `__kwdefaults__`, `__module__`, `__doc__`, `__annotations__`.
+    """
+    attributes, slots = state
+    func.__dict__.update(attributes)
+    slots = dict(slots)
+    func.__globals__.update(slots.pop("__globals__"))
+    func.__globals__["__builtins__"] = __builtins__
+    closure = slots.pop("__closure__")
+    slots.pop("_cloudpickle_submodules", None)
+    for target, source in zip(func.__closure__ or (), closure or (), strict=False):
+        try:  # noqa: SIM105 (contextlib is one more import before the function)
+            target.cell_contents = source.cell_contents
+        except ValueError:  # an empty cell stays empty
+            pass
+    for name, value in slots.items():
+        setattr(func, name, value)
 
 
 _LIGHT_HELPERS = {
