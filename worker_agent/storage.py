@@ -5,30 +5,36 @@ several processes (client, agent, task runner, CLI) through one string they can 
 store URL. Today the only backend is a directory (local, or a shared mount); the URL scheme leaves
 room for ``gs://`` and ``s3://`` later without changing callers.
 
-Keys come partly from users (job ids and names may hold ``..``, ``/``, NUL or shell
-metacharacters), so every key component is percent-encoded before it touches the filesystem
-(anything outside ``[A-Za-z0-9._-]``, plus the components ``.`` and ``..``); the resolved path is
-then checked to lie under the store root as a second line of defence. The encoding is injective,
-so distinct keys never share a file.
+Keys come partly from users, so every key component is encoded before it touches the
+filesystem, and the resolved path must lie under the store root: ``blob_files`` holds that layout
+and the blob file operations, with nothing but ``os``, for the task runner's fresh interpreter.
 
-This module uses only the standard library: the task runner imports it on every task start.
+This module uses only the standard library.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import shutil
-import string
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Final
-from urllib.parse import unquote, urlsplit
+
+from worker_agent.blob_files import (
+    BlobNotFoundError,
+    StorageError,
+    contained_path,
+    delete_blob,
+    encode_component,
+    read_blob,
+    split_key,
+    store_root,
+    write_blob,
+)
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -47,31 +53,9 @@ __all__ = [
     "parse_store_url",
 ]
 
-_SAFE_CHARS: Final = frozenset(string.ascii_letters + string.digits + "._-")
-# Filesystems cap a name at 255 bytes; longer encoded components are shortened with a digest.
-_MAX_COMPONENT_CHARS: Final = 200
-_DIGEST_CHARS: Final = 32
-_BLOB_FILE_MODE: Final = 0o644
 _LINE_WINDOW: Final = 1 << 16  # how far back `since` looks for the start of a line
 MARK_SECONDS: Final = 1.0
 """How often a log writer notes how far its log had grown (the time resolution of `logs --since`)."""
-
-
-class StorageError(Exception):
-    """A store could not perform an operation (I/O failure, bad layout, key outside the root)."""
-
-
-class BlobNotFoundError(StorageError, LookupError):
-    """The requested blob does not exist; carries the key and the path that was looked at."""
-
-    def __init__(self, key: str, path: Path) -> None:
-        super().__init__(f"blob {key!r} is missing: no file at {path}")
-        self.key = key
-        self.path = path
-
-
-class LogStoreError(StorageError):
-    """A log could not be opened, written or read (disk full, unwritable directory, ...)."""
 
 
 def parse_store_url(url: str) -> Path:
@@ -80,47 +64,11 @@ def parse_store_url(url: str) -> Path:
     Any other scheme is rejected by name, so a typo such as ``gcs://`` fails at construction
     rather than as a confusing file-not-found later.
     """
-    if url.startswith("/"):
-        return Path(url)
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise ValueError(f"file store URL {url!r} names host {parts.netloc!r}; only local paths work")
-        path = unquote(parts.path)
-        if not path.startswith("/"):
-            raise ValueError(f"file store URL {url!r} must hold an absolute path")
-        return Path(path)
-    if parts.scheme:
-        raise ValueError(
-            f"unsupported store URL scheme {parts.scheme!r} in {url!r}; "
-            "use file:///abs/path or an absolute path"
-        )
-    raise ValueError(f"store URL {url!r} must be file:///abs/path or an absolute path")
+    return Path(store_root(url))
 
 
-def encode_component(component: str) -> str:
-    """Encode one key component into a file name that cannot escape or alias another component.
-
-    Percent-encodes (UTF-8) every character outside ``[A-Za-z0-9._-]`` (so ``%`` itself is always
-    encoded, which keeps the mapping injective), spells ``.`` and ``..`` as ``%2E`` runs, and
-    shortens names longer than the filesystem allows with a SHA-256 digest after a ``~`` (a
-    character no encoded name otherwise contains).
-    """
-    if not component:
-        raise ValueError("key components must be non-empty")
-    pieces: list[str] = []
-    for char in component:
-        if char in _SAFE_CHARS:
-            pieces.append(char)
-        else:
-            pieces.extend(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
-    encoded = "".join(pieces)
-    if encoded in (".", ".."):
-        encoded = encoded.replace(".", "%2E")
-    if len(encoded) > _MAX_COMPONENT_CHARS:
-        digest = hashlib.sha256(encoded.encode("ascii")).hexdigest()[:_DIGEST_CHARS]
-        encoded = f"{encoded[: _MAX_COMPONENT_CHARS - _DIGEST_CHARS - 1]}~{digest}"
-    return encoded
+class LogStoreError(StorageError):
+    """A log could not be opened, written or read (disk full, unwritable directory, ...)."""
 
 
 def join_key(*parts: str) -> str:
@@ -140,21 +88,12 @@ def _escape_part(part: str) -> str:
     return part.replace("%", "%25").replace("/", "%2F")
 
 
-def _split_key(key: str) -> list[str]:
-    if not isinstance(key, str):
-        raise TypeError(f"store keys are str, got {type(key).__name__}")
-    components = key.split("/")
-    if any(not component for component in components):
-        raise ValueError(f"invalid key {key!r}: empty path component (leading, trailing or doubled '/')")
-    return [encode_component(component) for component in components]
+_split_key = split_key  # the name other modules of this package import
 
 
 def _contained_path(root: Path, components: list[str], what: str) -> Path:
     """Join encoded components under root and check the resolved result stays under root."""
-    path = root.joinpath(*components)
-    if not path.resolve().is_relative_to(root.resolve()):
-        raise StorageError(f"{what} resolves outside the store root {root} (a symlink?)")
-    return path
+    return Path(contained_path(str(root), components, what))
 
 
 def _require_absolute(root: Path) -> None:
@@ -194,35 +133,11 @@ class BlobStore:
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``, replacing any previous blob atomically."""
-        path = self.path_for(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".partial")
-            tmp = Path(tmp_name)
-            try:
-                with os.fdopen(fd, "wb") as tmp_file:
-                    tmp_file.write(data)
-                    tmp_file.flush()
-                    os.fchmod(tmp_file.fileno(), _BLOB_FILE_MODE)
-                    if self.durable:
-                        os.fsync(tmp_file.fileno())
-                tmp.replace(path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                raise
-        except OSError as exc:
-            raise StorageError(f"cannot store blob {key!r} at {path}: {exc.strerror or exc}") from exc
+        write_blob(str(self.path_for(key)), key, data, durable=self.durable)
 
     def get(self, key: str) -> bytes:
         """Return the blob under ``key``; raise BlobNotFoundError if there is none."""
-        path = self.path_for(key)
-        try:
-            return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise BlobNotFoundError(key, path) from None
-        except OSError as exc:
-            raise StorageError(f"cannot read blob {key!r} at {path}: {exc.strerror or exc}") from exc
+        return read_blob(str(self.path_for(key)), key)
 
     def exists(self, key: str) -> bool:
         """Whether a blob is stored under ``key``."""
@@ -230,13 +145,7 @@ class BlobStore:
 
     def delete(self, key: str) -> None:
         """Remove the blob under ``key``; a missing blob is not an error (idempotent)."""
-        path = self.path_for(key)
-        try:
-            path.unlink(missing_ok=True)
-        except IsADirectoryError:
-            return
-        except OSError as exc:
-            raise StorageError(f"cannot delete blob {key!r} at {path}: {exc.strerror or exc}") from exc
+        delete_blob(str(self.path_for(key)), key)
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove the blob ``prefix`` and every blob whose key starts with ``prefix + '/'``.

@@ -106,7 +106,7 @@ class TaskArea:
             self.path.parent.rmdir()
 
 
-_RUNNER_MODULES: Final = ("__init__.py", "task_runner.py", "storage.py")
+_RUNNER_MODULES: Final = ("__init__.py", "task_runner.py", "blob_files.py", "shipped_call.py")
 _STAGED_FORMAT: Final = b"sources+bytecode\0"  # in the digest: a copy staged without bytecode is not reused
 
 

@@ -13,9 +13,13 @@ Contract with the agent (see ``task_runner_argv``, ``read_result``, ``read_task_
 - on failure a one-line reason is stored under ``<result key>.error``, the full traceback goes
   to stderr (the task's log) and the exit code is 1. An exit by signal leaves no error blob.
 
-Imports are kept to what every run needs: a fresh interpreter (containers, or the process runtime
-before its forkserver is ready) pays for them on every attempt, under the task's CPU limit. So the
-command line is read without argparse and the traceback module is imported only on failure.
+Imports are kept to what reaching the function needs: a fresh interpreter (every container task,
+or the process runtime before its forkserver is ready) pays for them on every attempt, under the
+task's CPU limit. So the command line is read without argparse, the store's files are reached
+through ``blob_files`` (``os`` only), the call is unpickled by ``shipped_call`` (cloudpickle only if
+the payload needs more than its function helpers), a plain result is pickled without cloudpickle,
+and ``traceback`` is imported only on failure. This module imports nothing else at its top, not
+even ``typing``: keep it so (``tests/worker_agent/test_task_runner.py`` checks it).
 
 Once the outcome is stored, the process ends the way the standard library's forked workers do
 (``end_process``): non-daemon threads are joined, ``atexit`` handlers run, stdio is flushed, and the
@@ -26,18 +30,28 @@ finalizing objects still alive at exit, which Python does not promise anyway (cl
 
 from __future__ import annotations
 
-import contextlib
+import _collections_abc  # collections.abc without the collections package: loaded at start-up by os
 import os
 import sys
-from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-import cloudpickle
+from worker_agent.blob_files import (
+    BlobNotFoundError,
+    StorageError,
+    blob_path,
+    delete_blob,
+    read_blob,
+    store_root,
+    write_blob,
+)
+from worker_agent.shipped_call import dump_result, load_call
 
-from worker_agent.storage import BlobNotFoundError, BlobStore, StorageError
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~9 ms of a fresh interpreter's CPU)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Final, NoReturn
+
     from worker_agent.object_store import Blobs
+    from worker_agent.storage import BlobStore
 
 __all__ = [
     "ERROR_SUFFIX",
@@ -90,6 +104,8 @@ def read_task_error(store: Blobs, result_key: str) -> str | None:
 
 def read_result(store: BlobStore, result_key: str) -> Any:
     """The unpickled return value of a successful run; BlobNotFoundError if there is none."""
+    import cloudpickle
+
     return cloudpickle.loads(store.get(result_key))
 
 
@@ -111,15 +127,15 @@ class _TaskRunError(Exception):
         self.reason = reason
 
 
-def _load_call(store: BlobStore, function_key: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+def _load_call(path: str, function_key: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     try:
-        payload = store.get(function_key)
+        payload = read_blob(path, function_key)
     except BlobNotFoundError as exc:
         raise _TaskRunError(f"task function blob is missing: {exc}") from exc
     except StorageError as exc:
         raise _TaskRunError(f"cannot read the task function blob: {exc}") from exc
     try:
-        call = cloudpickle.loads(payload)
+        call = load_call(payload)
     except Exception as exc:
         raise _TaskRunError(f"cannot unpickle the task's function: {describe_exception(exc)}") from exc
     if not (
@@ -139,7 +155,7 @@ def _load_call(store: BlobStore, function_key: str) -> tuple[Any, tuple[Any, ...
 def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         value = fn(*args, **kwargs)
-        if isinstance(value, Coroutine):
+        if isinstance(value, _collections_abc.Coroutine):
             import asyncio  # only async tasks pay for importing asyncio
 
             value = asyncio.run(value)
@@ -152,17 +168,29 @@ def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return value
 
 
-def run(store: BlobStore, function_key: str, result_key: str) -> None:
+class _Paths:
+    """The files of one run in the task's own store: the function, the result, the failure note."""
+
+    def __init__(self, store_url: str, function_key: str, result_key: str) -> None:
+        root = store_root(store_url)  # a malformed URL or key fails here, before any user code runs
+        self.function_key, self.result_key, self.error_key = function_key, result_key, error_key(result_key)
+        self.function = blob_path(root, function_key)
+        self.result = blob_path(root, result_key)
+        self.error = blob_path(root, self.error_key)
+
+
+def run(paths: _Paths) -> None:
     """Load, call and store the result of one shipped callable; raise _TaskRunError on failure."""
-    store.delete(error_key(result_key))  # a stale reason from an earlier run must not linger
-    fn, args, kwargs = _load_call(store, function_key)
+    delete_blob(paths.error, paths.error_key)  # a stale reason from an earlier run must not linger
+    fn, args, kwargs = _load_call(paths.function, paths.function_key)
     value = _call(fn, args, kwargs)
     try:
-        data = cloudpickle.dumps(value)
+        data = dump_result(value)
     except Exception as exc:
         raise _TaskRunError(f"cannot pickle the task's return value: {describe_exception(exc)}") from exc
     try:
-        store.put(result_key, data)
+        # The attempt's own area, which the agent copies to the shared store durably: no fsync here.
+        write_blob(paths.result, paths.result_key, data, durable=False)
     except StorageError as exc:
         raise _TaskRunError(f"cannot store the task's result: {exc}") from exc
 
@@ -190,17 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, str):
         print(f"{USAGE}\niris task runner: {args}", file=sys.stderr)
         return EXIT_USAGE
-    function_key, result_key = args["--function"], args["--result"]
     try:
-        # The attempt's own area, which the agent copies to the shared store durably: no fsync here.
-        store = BlobStore.from_url(args["--store"], durable=False)
-        for key in (function_key, result_key):
-            store.path_for(key)  # a malformed key fails here, before any user code runs
+        paths = _Paths(args["--store"], args["--function"], args["--result"])
     except (ValueError, StorageError) as exc:
         print(f"iris task runner: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        run(store, function_key, result_key)
+        run(paths)
     except (_TaskRunError, StorageError) as failure:
         import traceback
 
@@ -208,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exception(failure.__cause__ or failure, file=sys.stderr)
         print(f"iris task failed: {reason}", file=sys.stderr)
         try:
-            store.put(error_key(result_key), reason.encode("utf-8", "replace"))
+            write_blob(paths.error, paths.error_key, reason.encode("utf-8", "replace"), durable=False)
         except StorageError as exc:
             print(f"iris task runner: cannot record the failure: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -220,13 +244,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def end_process(code: int) -> NoReturn:
     """Join non-daemon threads, run atexit handlers, flush stdio, then end the process with ``code``."""
     import atexit
-    import threading
 
-    threading._shutdown()  # type: ignore[attr-defined]  # what interpreter exit does first
+    threading = sys.modules.get("threading")  # no threading module, no threads of its kind to join
+    if threading is not None:
+        threading._shutdown()  # type: ignore[attr-defined]  # what interpreter exit does first
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # closed or broken by the task
+        try:  # noqa: SIM105 - contextlib.suppress would cost an import
             stream.flush()
+        except (OSError, ValueError):  # closed or broken by the task
+            pass
     os._exit(code)
 
 

@@ -10,6 +10,7 @@ import asyncio
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,58 @@ async def test_recover_kills_only_this_workers_leftovers(
             sweeper = make_engine_runtime(name, request, worker_id=str(runtime._worker_id))  # type: ignore[attr-defined]
             await sweeper.recover()
             await sweeper.close()
+
+
+async def test_a_shipped_callable_runs_in_the_image_from_the_mounted_runner_code(
+    engine_runtime: ContainerRuntime, log_store: LogStore, tmp_path: Path
+) -> None:
+    """The agent's path in an image that has only a Python: a closure over a class made at run time, using
+    a package on the job's PYTHONPATH, returns through the task's store; an exception is one line."""
+    import cloudpickle
+
+    from worker_agent.storage import BlobStore
+    from worker_agent.task_area import TaskArea, stage_runner_code
+    from worker_agent.task_runner import read_result, read_task_error, task_runner_argv
+
+    package = tmp_path / "site" / "jobpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("def greet(name):\n    return 'hello ' + name\n")
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    tasks.chmod(0o711)
+    staged = str(stage_runner_code(tasks))
+
+    class Box:
+        def __init__(self, value: str) -> None:
+            self.value = value
+
+    def shout(box: Box) -> Box:
+        import jobpkg  # type: ignore[import-not-found]  # only on the task's PYTHONPATH
+
+        return Box(jobpkg.greet(box.value).upper())
+
+    def fail() -> None:
+        raise ValueError("bad input\nin two lines")
+
+    calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [(shout, (Box("iris"),), {}), (fail, (), {})]
+    outcomes = []
+    for attempt, call in enumerate(calls):
+        area = TaskArea.at(tasks, "job-a", 0, attempt)
+        area.create()
+        own = BlobStore(area.store_dir)
+        own.put("fn", cloudpickle.dumps(call))
+        spec = TaskSpec(
+            argv=task_runner_argv(area.store_url, "fn", "result", PY), log=log_store.open_writer("job-a", 0, attempt),
+            image=PYTHON_IMAGE, job_id="job-a", attempt=attempt, cwd=str(area.work_dir), runner_code=staged,
+            mounts=[Mount(str(area.path), read_only=False), Mount(str(package.parent))],
+            env={"PYTHONPATH": str(package.parent)}, memory_bytes=256 << 20,
+        )  # fmt: skip
+        ended = await asyncio.wait_for(engine_runtime.wait(await engine_runtime.start(spec)), 120)
+        spec.log.close()
+        outcomes.append((ended, own))
+    (succeeded, own), (failed, failed_own) = outcomes
+    assert TaskExit(0) == succeeded, log_store.read_lines("job-a", 0)
+    assert "HELLO IRIS" == read_result(own, "result").value
+    assert 1 == failed.exit_code
+    assert "ValueError: bad input in two lines" == read_task_error(failed_own, "result")
+    assert "iris task failed: ValueError: bad input in two lines" in log_store.read_lines("job-a", 0)

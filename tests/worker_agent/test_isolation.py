@@ -190,7 +190,7 @@ def test_staged_runner_code_carries_bytecode_its_python_loads(tmp_path: Path) ->
 
     staged = stage_runner_code(tmp_path)
     sources = sorted(staged.rglob("*.py"))
-    assert {"task_runner.py", "storage.py", "cloudpickle.py"} <= {s.name for s in sources}
+    assert {"task_runner.py", "blob_files.py", "shipped_call.py", "cloudpickle.py"} <= {s.name for s in sources}
     for source in sources:
         cached = Path(importlib.util.cache_from_source(str(source)))
         header = cached.read_bytes()[:16]

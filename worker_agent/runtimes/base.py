@@ -317,11 +317,11 @@ def runner_code_mounts(staged: str | None = None) -> list[tuple[str, str]]:
     """(host dir, container dir) pairs, read-only: the task runner's package and cloudpickle.
 
     The runner (``python -m worker_agent.task_runner``) imports only this package's
-    ``task_runner`` and ``storage`` modules, the standard library and cloudpickle, so mounting
-    those lets any image with a matching Python run a shipped callable. ``staged`` is a copy the
-    agent made where the engine's host can see it (``task_area.stage_runner_code``; needed when
-    the agent itself runs in a container); without it, the packages are mounted from where this
-    process imports them.
+    ``task_runner``, ``blob_files`` and ``shipped_call`` modules, the standard library and
+    cloudpickle, so mounting those lets any image with a matching Python run a shipped callable.
+    ``staged`` is a copy the agent made where the engine's host can see it
+    (``task_area.stage_runner_code``; needed when the agent itself runs in a container); without
+    it, the packages are mounted from where this process imports them.
     """
     if staged is not None:
         return [(f"{staged}/{name}", f"{RUNNER_CODE_DIR}/{name}") for name in ("worker_agent", "cloudpickle")]

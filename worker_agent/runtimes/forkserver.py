@@ -53,9 +53,10 @@ from typing import Any, Final
 
 import worker_agent.task_runner  # noqa: F401 - imported once here rather than in every task
 
-# What the runner imports only when it needs it (an async function, a failure), imported here too:
-# a child may run as a user who cannot read this interpreter's library.
-for _lazy in ("asyncio", "traceback"):
+# What the runner imports only when it needs it (an async function, a failure, a result that is
+# not plain data, a long key, an escaped store URL, threads to join), imported here too: a child
+# may run as a user who cannot read this interpreter's library.
+for _lazy in ("asyncio", "traceback", "cloudpickle", "hashlib", "urllib.parse", "threading"):
     __import__(_lazy)
 
 RUNNER_MODULE: Final = "worker_agent.task_runner"
