@@ -47,7 +47,12 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
         )
         for w in snap.workers
     ]
-    jobs = [
+    return workers, jobs_from_pb(snap)
+
+
+def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
+    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these)."""
+    return [
         PendingJob(
             job_id=j.job_id,
             task_indices=tuple(j.task_indices),
@@ -67,7 +72,6 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
         )
         for j in snap.jobs
     ]
-    return workers, jobs
 
 
 def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:

@@ -154,6 +154,7 @@ class FairQueue:
 
     def __init__(self, jobs: Sequence[PendingJob], bands: Mapping[str, Band], shares: dict[str, float]) -> None:
         self.shares = shares
+        self.bands = bands  # the band each job is tried in (its own, or batch when its user has no credits)
         self.by_band: dict[int, dict[str, list[tuple[int, PendingJob]]]] = {}
         for position, job in enumerate(jobs):
             rank = BAND_RANK[bands[job.job_id]]

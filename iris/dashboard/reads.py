@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from operator import attrgetter
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import structlog
@@ -36,11 +35,13 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
 )
 from activities.proto import cluster_pb2 as pb
+from activities.scheduling import jobs_from_pb, share_from_pb
 from iris import fleet
 from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
-from scheduler.types import DEFAULT_BAND, Band, parse_band
+from scheduler.sharing import FairQueue
+from scheduler.types import Band, PendingJob
 from workflows.autoscaler_state import AutoscalerStatus
 from workflows.visibility import JobView
 
@@ -329,16 +330,26 @@ class Snapshot:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self._message = pb.SchedulingSnapshot.FromString(zlib.decompress(data)) if data else pb.SchedulingSnapshot()
-        self._queue: list[pb.SchedulingJob] | None = None
+        self._queue: list[PendingJob] | None = None
+        self._bands: Mapping[str, Band] = {}
         self._ids: list[str] | None = None
         self._workers: list[SnapshotWorker] | None = None
 
     @property
-    def queue(self) -> list[pb.SchedulingJob]:
-        """The pending jobs in the order the scheduler's pass tries them (`scheduler.scheduling.queue_order`)."""
+    def queue(self) -> list[PendingJob]:
+        """The pending jobs in the order the scheduler's pass considers them: `scheduler.scheduling.queue_order`,
+        the pass's own function, on the same decoded snapshot (band, with a user out of credits in batch, then
+        fair share among users, then priority and submission), as it tries them when none of them places."""
         if self._queue is None:
-            self._queue = queue_order(list(self._message.jobs), _snapshot_priority, _snapshot_band)
+            ordered = queue_order(jobs_from_pb(self._message), share_from_pb(self._message))
+            self._queue = list(ordered)
+            self._bands = ordered.bands if isinstance(ordered, FairQueue) else {}
         return self._queue
+
+    def band(self, job: PendingJob) -> Band:
+        """The band the pass tries `job` in: its own, or batch when its user has no credits left."""
+        _ = self.queue
+        return self._bands.get(job.job_id, job.band)
 
     @property
     def job_ids(self) -> list[str]:
@@ -352,15 +363,6 @@ class Snapshot:
         if self._workers is None:
             self._workers = [SnapshotWorker(w) for w in self._message.workers]
         return self._workers
-
-
-_snapshot_priority: Callable[[pb.SchedulingJob], int] = attrgetter("priority")
-
-
-def _snapshot_band(job: pb.SchedulingJob) -> Band:
-    """The band a queued job asked for ("" in a request from before bands: the default band). Fair share
-    inside a band and credit demotion are the pass's, computed there, and not repeated here."""
-    return parse_band(job.band, "band") if job.band else DEFAULT_BAND
 
 
 class Derived:

@@ -232,10 +232,11 @@ class Dashboard:
         for position, job in shown.rows:
             row = visible.get(job.job_id)
             submitted = row.submitted_at if row else now - job.waited_seconds
+            band = snapshot.band(job)
             rows.append({
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
-                "band": (row.band if row and row.band else job.band or "interactive"),
-                "reason": row.pending_reason if row else "",
+                "band": str(band), "asked": str(job.band) if band != job.band else "",
+                "user": job.user or (row.user if row else ""), "reason": row.pending_reason if row else "",
             })  # fmt: skip
         return {
             "template": "queue.html", "page": "queue", "title": "Queue", "summary": summary, "rows": rows,

@@ -9,6 +9,7 @@ import pytest
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from activities.scheduling import share_from_pb, snapshot_from_pb
 from iris.dashboard.actions import Action, ActionFilter, Scan, merge, visibility_time
 from iris.dashboard.charts import DepthHistory, Usage, capacity_bars, depth_line
 from iris.dashboard.depth import DepthStore
@@ -24,6 +25,9 @@ from iris.dashboard.views import (
     parse_page,
     task_counts,
 )
+from scheduler.scheduling import find_assignments
+from workflows.messages import SchedulingSpec
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, encode_snapshot
 
 
 def action(at: float, subject: str = "j") -> Action:
@@ -121,6 +125,32 @@ def test_the_queue_puts_higher_bands_first() -> None:
     for job_id, band in [("sweep", "batch"), ("notebook", ""), ("serve", "production"), ("train", "interactive")]:
         snap.jobs.add(job_id=job_id, band=band, task_indices=[0])
     assert ["serve", "notebook", "train", "sweep"] == Snapshot(zlib.compress(snap.SerializeToString())).job_ids
+
+
+def test_the_queue_shows_two_users_in_the_fair_share_order_the_pass_uses() -> None:
+    """Inside a band the user with the least share goes first, whoever submitted first; the pass agrees.
+
+    ana already runs a task (an hour of it counts toward her share), bo runs nothing: bo's job, submitted
+    last, is tried first, and is the one a pass places in the one free core. A user without credits waits
+    in batch, after both, and the page says which band the job asked for.
+    """
+    state = SchedulerState()
+    state.workers["w-0"] = WorkerEntry("w-0", "s", cpu_millis=2000, memory_bytes=1 << 30, gpus=0, tpus=0,
+                                       attributes={})  # fmt: skip
+    state.placements["ana-0/task-0"] = Placement("ana-0", 0, 0, "w-0", 1000, 0, 0, 0, user="ana", band="interactive")
+    for at, (job_id, user) in enumerate([("ana-1", "ana"), ("ana-2", "ana"), ("broke-1", "cy"), ("bo-1", "bo")]):
+        spec = SchedulingSpec(cpu_millis=1000, memory_bytes=0, user=user)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0}, submitted_at=float(at))
+    state.books.set_credits("cy", 0)
+    data = encode_snapshot(state, now=10.0)
+    snapshot = Snapshot(data)
+    assert ["bo-1", "ana-1", "ana-2", "broke-1"] == snapshot.job_ids
+    assert ["interactive", "interactive", "interactive", "batch"] == [snapshot.band(j) for j in snapshot.queue]
+    assert ["bo", "ana", "ana", "cy"] == [job.user for job in snapshot.queue]
+    message = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    workers, jobs = snapshot_from_pb(message)
+    plan = find_assignments(workers, jobs, share=share_from_pb(message))
+    assert [snapshot.job_ids[0]] == [a.job_id for a in plan.assignments]
 
 
 def test_queue_depth_samples_survive_in_the_store(tmp_path: Path) -> None:
