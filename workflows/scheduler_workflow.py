@@ -27,6 +27,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
+from workflows.scheduler_dashboard import DashboardQueries
 from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
@@ -67,7 +68,7 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
+class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, DashboardQueries):
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
