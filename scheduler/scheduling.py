@@ -17,7 +17,7 @@ from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBuck
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
 from scheduler.reservations import Reservation, Reservations, held_rows
-from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
+from scheduler.sharing import FairQueue, Q, ShareSnapshot, effective_band
 from scheduler.types import (
     BAND_RANK,
     DEFAULT_BAND,
@@ -31,14 +31,15 @@ from scheduler.types import (
 )
 
 
-def queue_order(jobs: Sequence[PendingJob], share: ShareSnapshot | None = None) -> list[PendingJob] | FairQueue:
+def queue_order(jobs: Sequence[Q], share: ShareSnapshot | None = None) -> list[Q] | FairQueue[Q]:
     """The order a pass tries the queue; the one place it is written (the dashboard's queue page uses it too).
 
-    `jobs` come in submission order. Without `share`: higher band first, then higher priority, then
-    FIFO. With `share`: a `FairQueue` (band, demoted to batch for a user without credits, then the
-    user with the least fair share, then priority and FIFO); the pass tells it what each job placed,
-    so shares grow and users interleave. Iterated without telling it anything, it is the order the
-    pass considers the jobs when none of them places (what a queue of waiting jobs shows).
+    `jobs` come in submission order (`PendingJob`s, or any `Queued`: what ordering reads of a job).
+    Without `share`: higher band first, then higher priority, then FIFO. With `share`: a `FairQueue`
+    (band, demoted to batch for a user without credits, then the user with the least fair share,
+    then priority and FIFO); the pass tells it what each job placed, so shares grow and users
+    interleave. Iterated without telling it anything, it is the order the pass considers the jobs
+    when none of them places (what a queue of waiting jobs shows).
     """
     if share is not None:
         bands = {job.job_id: effective_band(job, share) for job in jobs}
@@ -81,7 +82,7 @@ def find_assignments(
     held = Reservations(state, reservations, explain_plain) if reservations else None
     if held is not None:
         held.hold_waiting()
-    fair: FairQueue | None = None
+    fair: FairQueue[PendingJob] | None = None
     preemption: Preemption | None = None
     bands: Mapping[str, Band] = {}
     ordered = queue_order(jobs, share)

@@ -110,38 +110,43 @@ def workers_page(state: SchedulerState, request: pb.DashboardWorkersRequest) -> 
     """The workers the request's filter keeps, sorted by id, one page of them; counts and groups of all.
 
     Every registered worker is counted and can be listed: lost ones (until the registry forgets them)
-    and cordoned ones too, each with what it has committed and how many tasks it runs.
+    and cordoned ones too, each with what it has committed and how many tasks it runs. One pass over
+    the placements sums CPU per worker (busy or not, the groups' use); only the page's rows collect more.
     """
-    per = _per_worker(state.placements)
+    cpu: dict[str, int] = {}
+    get = cpu.get
+    for p in state.placements.values():
+        cpu[p.worker_id] = get(p.worker_id, 0) + p.cpu_millis
     out = pb.DashboardWorkers()
     counts = {"healthy": 0, "cordoned": 0, "lost": 0}
-    busy_count = 0
     groups: dict[str, list[int]] = {}
     kept: list[WorkerEntry] = []
     for w in state.workers.values():
-        used = per.get(w.worker_id)
-        busy = used is not None
         counts[worker_state(w)] += 1
-        busy_count += busy
         if w.healthy:
-            g = groups.get(_group(w))
+            name = _group(w)
+            g = groups.get(name)
             if g is None:
-                g = groups[_group(w)] = [0, 0]
-            g[0] += used.cpu_millis if used is not None else 0
+                g = groups[name] = [0, 0]
+            g[0] += get(w.worker_id, 0)
             g[1] += w.cpu_millis
-        if _keeps(w, request, busy):
+        if _keeps(w, request, w.worker_id in cpu):
             kept.append(w)
     kept.sort(key=lambda w: w.worker_id)
     offset = min(max(0, request.offset), len(kept))
     limit = min(max(0, request.limit), MAX_LIMIT)
-    for w in kept[offset : offset + limit]:
+    rows = kept[offset : offset + limit]
+    shown = {w.worker_id for w in rows}
+    per = _per_worker({k: p for k, p in state.placements.items() if p.worker_id in shown}) if shown else {}
+    for w in rows:
         used = per.get(w.worker_id)
         out.workers.append(_status(w, used, RUNNING_SHOWN))
         out.running_counts.append(len(used.tasks) if used is not None else 0)
     out.matched, out.offset = len(kept), offset
-    out.healthy, out.cordoned, out.lost, out.busy = counts["healthy"], counts["cordoned"], counts["lost"], busy_count
-    for name, (used_cpu, cpu) in sorted(groups.items()):
-        out.groups.add(group=name, used_cpu_millis=used_cpu, cpu_millis=cpu)
+    out.healthy, out.cordoned, out.lost = counts["healthy"], counts["cordoned"], counts["lost"]
+    out.busy = sum(1 for worker_id in cpu if worker_id in state.workers)
+    for name, (used_cpu, total) in sorted(groups.items()):
+        out.groups.add(group=name, used_cpu_millis=used_cpu, cpu_millis=total)
     return out
 
 
@@ -173,6 +178,17 @@ class DashboardQueries(SchedulerBase):
     def dashboard_worker(self, worker_id: str) -> pb.WorkerStatus:
         return worker_status(self.state, worker_id)
 
+    _pass_snapshot: bytes | None = None  # the last pass's input, kept by the pass (SchedulerWorkflow)
+
     @workflow.query(name=DASHBOARD_QUEUE_QUERY)
     def dashboard_queue(self) -> pb.DashboardQueue:
-        return pb.DashboardQueue(summary=self.summary(), snapshot=self.autoscale_snapshot())
+        """The summary and the queue's snapshot; never an encoding of its own while work waits.
+
+        While tasks wait, passes run every second and each keeps its input: that one is sent even
+        after the state changed (at most a pass old), so a query never spends the hundreds of ms an
+        encoding costs at 100,000 tasks. With nothing pending there is no queue to send.
+        """
+        if not self.state.pending:
+            return pb.DashboardQueue(summary=self.summary())
+        snapshot = self._snapshot or self._pass_snapshot or self.autoscale_snapshot()
+        return pb.DashboardQueue(summary=self.summary(), snapshot=snapshot)

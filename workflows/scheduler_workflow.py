@@ -178,7 +178,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._snapshot = None
 
     async def _scheduling_pass(self) -> None:
-        self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+        self._snapshot = self._pass_snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only

@@ -231,10 +231,10 @@ class Dashboard:
         for position, job in shown.rows:
             row = visible.get(job.job_id)
             submitted = row.submitted_at if row else now - job.waited_seconds
-            band = snapshot.band(job)
+            band, asked = snapshot.band(job), snapshot.asked(job)
             rows.append({
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
-                "band": str(band), "asked": str(job.band) if band != job.band else "",
+                "band": str(band), "asked": str(asked) if band != asked else "",
                 "user": job.user or (row.user if row else ""), "reason": row.pending_reason if row else "",
             })  # fmt: skip
         return {
