@@ -276,13 +276,23 @@ class Snapshot:
 
     Parsing is cheap (C); what costs is Python touching 10,000 jobs, so the queue is ordered once per
     answer from a light row per job (id, priority, band, user: all ordering reads) and the page reads
-    the protobuf of the 50 jobs it shows.
+    the protobuf of the 50 jobs it shows. The scheduler re-encodes its snapshot at every pass (the
+    time and each job's wait change); when the jobs' rows and the sharing part are those of the
+    `previous` answer, and it is less than REORDER_SECONDS older, its order is kept (the same inputs
+    but for the clock, whose only effect is a slow decay of usage) and only the rows are read again.
     """
 
-    def __init__(self, data: bytes) -> None:
+    REORDER_SECONDS = MAX_STALE_SECONDS
+
+    def __init__(self, data: bytes, previous: Snapshot | None = None) -> None:
         self.data = data
         self._message = pb.SchedulingSnapshot.FromString(zlib.decompress(data)) if data else pb.SchedulingSnapshot()
+        self._previous = previous
         self._queue: list[pb.SchedulingJob] | None = None
+        self._rows: list[QueuedJob] = []
+        self._share = b""
+        self._order: list[int] = []  # positions in the snapshot, in queue order
+        self._ordered_at = 0.0  # the snapshot time the order was worked out at
         self._bands: Mapping[str, Band] = {}
         self._ids: list[str] | None = None
 
@@ -292,12 +302,20 @@ class Snapshot:
         the pass's own function, with the snapshot's sharing part (band, with a user out of credits in batch,
         then fair share among users, then priority and submission), as it tries them when none places."""
         if self._queue is None:
-            jobs = self._message.jobs
-            rows = [QueuedJob(j.job_id, j.priority, BANDS.get(j.band) or parse_band(j.band, "band"), j.user, i)
-                    for i, j in enumerate(jobs)]  # fmt: skip
-            ordered = queue_order(rows, share_from_pb(self._message, places=False))
-            self._queue = [jobs[row.at] for row in ordered]
-            self._bands = ordered.bands if isinstance(ordered, FairQueue) else {}
+            message, jobs = self._message, self._message.jobs
+            self._rows = [QueuedJob(j.job_id, j.priority, BANDS.get(j.band) or parse_band(j.band, "band"), j.user, i)
+                          for i, j in enumerate(jobs)]  # fmt: skip
+            self._share = message.share.SerializeToString(deterministic=True) if message.HasField("share") else b""
+            last, self._previous = self._previous, None  # one step back only: no chain of old answers kept
+            if (last is not None and last._queue is not None and last._rows == self._rows
+                    and last._share == self._share and 0 <= message.now - last._ordered_at <= self.REORDER_SECONDS):
+                self._order, self._bands, self._ordered_at = last._order, last._bands, last._ordered_at
+            else:
+                ordered = queue_order(self._rows, share_from_pb(message, places=False))
+                self._order = [row.at for row in ordered]
+                self._bands = ordered.bands if isinstance(ordered, FairQueue) else {}
+                self._ordered_at = message.now
+            self._queue = [jobs[i] for i in self._order]
         return self._queue
 
     @staticmethod
@@ -363,7 +381,8 @@ class ClusterReads:
         last = self._queue.peek()
         if last is not None and last.snapshot.data == answer.snapshot:
             return Queue(answer.summary, last.snapshot)
-        return Queue(answer.summary, await asyncio.to_thread(_decode_queue, answer.snapshot))  # off the event loop
+        previous = last.snapshot if last is not None else None
+        return Queue(answer.summary, await asyncio.to_thread(_decode_queue, answer.snapshot, previous))
 
     async def _load_autoscaler(self) -> AutoscalerStatus | None:
         async with temporal_call():
@@ -481,9 +500,9 @@ class ClusterReads:
         return page.rows
 
 
-def _decode_queue(data: bytes) -> Snapshot:
-    snapshot = Snapshot(data)
-    _ = snapshot.queue  # the queue page's part, worked out here; the workers' when a page asks
+def _decode_queue(data: bytes, previous: Snapshot | None) -> Snapshot:
+    snapshot = Snapshot(data, previous)
+    _ = snapshot.queue  # worked out here, off the event loop
     return snapshot
 
 

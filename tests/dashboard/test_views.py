@@ -201,6 +201,25 @@ def test_the_queue_shows_two_users_in_the_fair_share_order_the_pass_uses() -> No
     assert [snapshot.job_ids[0]] == [a.job_id for a in plan.assignments]
 
 
+def test_a_new_snapshot_is_ordered_again_when_its_users_shares_change() -> None:
+    """A re-encoded snapshot with the same queue and shares keeps the order; one where ana's task ended
+    (her share drops below bo's) lists her jobs first again."""
+    state = SchedulerState()
+    state.workers["w-0"] = WorkerEntry("w-0", "s", cpu_millis=4000, memory_bytes=1 << 30, gpus=0, tpus=0,
+                                       attributes={})  # fmt: skip
+    state.placements["run/task-0"] = Placement("run", 0, 0, "w-0", 1000, 0, 0, 0, user="ana", band="interactive")
+    for at, (job_id, user) in enumerate([("ana-1", "ana"), ("bo-1", "bo")]):
+        spec = SchedulingSpec(cpu_millis=1000, memory_bytes=0, user=user)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0}, submitted_at=float(at))
+    first = Snapshot(encode_snapshot(state, now=10.0))
+    assert ["bo-1", "ana-1"] == first.job_ids
+    again = Snapshot(encode_snapshot(state, now=11.0), first)
+    assert ["bo-1", "ana-1"] == again.job_ids
+    del state.placements["run/task-0"]
+    state.placements["run/task-0"] = Placement("run", 0, 0, "w-0", 1000, 0, 0, 0, user="bo", band="interactive")
+    assert ["ana-1", "bo-1"] == Snapshot(encode_snapshot(state, now=12.0), again).job_ids
+
+
 def test_queue_depth_samples_survive_in_the_store(tmp_path: Path) -> None:
     """Saved samples of the last hour come back before the new ones; an unusable store keeps them in memory."""
     before = DepthHistory()
