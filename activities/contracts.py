@@ -47,8 +47,8 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 }
 """Name -> Temporal type (`Keyword`, `Int`): the dev server's flags and the controller's registration."""
 JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND = "Job", "Task", "Worker", "Scheduler"
-SLICE_KIND, AUTOSCALER_KIND = "Slice", "Autoscaler"
-KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALER_KIND)
+SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND = "Slice", "Autoscaler", "TaskAccess"
+KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND)
 """Every value IrisKind takes: the README's saved queries filter the Temporal UI by them."""
 
 

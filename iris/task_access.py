@@ -15,10 +15,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
     EXEC_IN_TASK,
+    KIND_ATTRIBUTE,
     PROFILE_TASK,
+    TASK_ACCESS_KIND,
     TaskAccessInput,
     TaskAccessResult,
     profile_blob_key,
@@ -35,6 +39,7 @@ STREAM_POLL_SECONDS = 0.25
 # With the client shutdown, an interrupted CLI exits within ~20 s whatever the server does.
 CANCEL_TIMEOUT_SECONDS = 10.0
 WORKFLOW = "TaskAccessWorkflow"
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
 class TaskAccessError(Exception):
@@ -72,6 +77,7 @@ def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], obj
     try:
         handle = client._run(temporal.start_workflow(
             WORKFLOW, inp, id=workflow_id, task_queue=CONTROL_TASK_QUEUE, result_type=TaskAccessResult,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, TASK_ACCESS_KIND)]),
         ))  # fmt: skip
         ended = asyncio.run_coroutine_threadsafe(handle.result(), client._loop.loop)
         try:

@@ -112,6 +112,14 @@ def _record_history(cluster: Cluster) -> None:
     asyncio.run(save())
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C's default action, as in a terminal: a suite started in the background (CI's
+    `cmd &`) has SIGINT ignored, and its children inherit that, so the CLI would never see it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupting_exec_kills_the_command(cluster: Cluster, spinning: Job) -> None:
     """Ctrl-C on `iris task exec` cancels it: the command it ran in the task's environment is killed."""
     import signal
@@ -126,8 +134,8 @@ def test_interrupting_exec_kills_the_command(cluster: Cluster, spinning: Job) ->
         return [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) == marker]
 
     cli = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--", "sleep", "3131"],
-                           env={**cluster.env, "PYTHONFAULTHANDLER": "1"},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                           env={**cluster.env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, preexec_fn=_as_from_a_terminal)  # fmt: skip
     try:
         wait_until(lambda: running(), timeout=60, what="the exec'd command runs")
         cli.send_signal(signal.SIGINT)
