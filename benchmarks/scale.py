@@ -80,6 +80,8 @@ class ScaleFigures:
     # <= 200 ms at 10,000 workers x 100,000 pending (the deadlock detector fires at 2 s).
     workflow_task_seconds: list[float] = field(default_factory=list)
     longest_workflow_task: str = ""  # which one: its run's event number, and whether it began the run
+    # The longest workflow tasks by what they did (the commands they completed with): [ms, label].
+    longest_workflow_tasks: list[list[Any]] = field(default_factory=list)
     lost_detect_seconds: float | None = None
     limits_hit: list[str] = field(default_factory=list)
 
@@ -121,8 +123,37 @@ class ScaleFigures:
         return (
             f"  longest workflow task  {durations[-1] * 1000:8.0f} ms  ({self.longest_workflow_task}; median"
             f" {durations[len(durations) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over {len(durations)};"
-            " target <= 200 ms)"
+            " target <= 200 ms)\n"
+            + "\n".join(f"    {ms:8.0f} ms  {label}" for ms, label in self.longest_workflow_tasks)
         )
+
+
+def _task_label(events: list[Any], index: int) -> str:
+    """What a completed workflow task did, from the commands recorded right after it."""
+    did = []
+    for event in events[index + 1 :]:
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        ):
+            break
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            did.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            did.append("continue-as-new (packs the state)")
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            did.append("timer")
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            did.append("local activity")
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            did.append("memo")
+    signals = 0
+    for event in reversed(events[:index]):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+        signals += event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    first = "the run's first (loads the carried state); " if events[index].event_id <= 4 else ""
+    return f"{first}{signals} signals in; then {', '.join(did) or 'nothing'}"
 
 
 def host_metadata(index: int, session: str) -> pb.WorkerMetadata:
@@ -216,7 +247,7 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
         figures.events_max_run = max(figures.events_max_run, len(events))
         scheduled: dict[int, float] = {}  # find_assignments activities by their scheduled event
         task_started: dict[int, float] = {}  # workflow tasks by their started event
-        for event in events:
+        for index, event in enumerate(events):
             figures.largest_payload = max([figures.largest_payload, *_payload_sizes(event)])
             at = event.event_time.ToDatetime().timestamp()
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -229,6 +260,12 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                         first = " (the run's first: it unpacks the carried state)" if event.event_id <= 4 else ""
                         figures.longest_workflow_task = f"run {wf.run_id[:8]} event {event.event_id}{first}"
                     figures.workflow_task_seconds.append(took)
+                    tops = figures.longest_workflow_tasks
+                    if len(tops) < 8 or took * 1000 > tops[-1][0]:
+                        label = f"run {wf.run_id[:8]} event {event.event_id}: {_task_label(events, index)}"
+                        tops.append([round(took * 1000), label])
+                        tops.sort(key=lambda row: -row[0])
+                        del tops[8:]
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 attrs = event.workflow_task_failed_event_attributes
                 cause = WorkflowTaskFailedCause.Name(attrs.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")

@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
-from activities.scheduling import find_assignments_activity
+from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
 from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
@@ -59,7 +59,8 @@ async def serve(address: str) -> None:
             client,
             task_queue=CONTROL_TASK_QUEUE,
             workflows=[SchedulerWorkflow, WorkerWorkflow],
-            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler],
+            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler,
+                        scheduler_pause],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=workflow_runner(),

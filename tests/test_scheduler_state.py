@@ -9,14 +9,13 @@ from activities.scheduling import MAX_REASON, cap_reason, encode_plan
 from scheduler.types import SchedulingResult
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler_actions import record
+from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import (
     PendingEntry,
     Placement,
     SchedulerState,
     WorkerEntry,
     encode_snapshot,
-    pack,
-    unpack,
 )
 from workflows.worker_lifecycle import WorkerState
 

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
-    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_base import SchedulerBase, held_while_loading
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler_state import (
         PendingEntry,
@@ -77,14 +77,17 @@ class Queue(SchedulerBase):
     @workflow.signal(name=ENQUEUE)
     def enqueue(self, raw: RawValue) -> None:
         """Add tasks to the queue; an attempt already queued or placed is not added twice."""
-        self._signals_received += 1
-        self._enqueue(_decode_enqueue(raw))
+        self._enqueued([_decode_enqueue(raw)])  # decoded at once: an unreadable one is dropped here
 
     @workflow.signal(name=ENQUEUE_BATCH)
     def enqueue_batch(self, raw: RawValue) -> None:
         """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
+        self._enqueued(_decode_enqueues(raw))
+
+    @held_while_loading
+    def _enqueued(self, requests: list[Enqueue]) -> None:
         self._signals_received += 1
-        for request in _decode_enqueues(raw):
+        for request in requests:
             self._enqueue(request)
 
     def _enqueue(self, request: Enqueue) -> None:
@@ -109,6 +112,7 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=CLAIM)
+    @held_while_loading
     def claim(self, claim: Claim) -> None:
         """A task holds a place this scheduler does not know of (it started empty): book it."""
         self._signals_received += 1
@@ -131,11 +135,13 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=RELEASE)
+    @held_while_loading
     def release(self, request: Release) -> None:
         self._signals_received += 1
         self._on_release(request)
 
     @workflow.signal(name=RELEASE_BATCH)
+    @held_while_loading
     def release_batch(self, requests: list[Release]) -> None:
         """Several releases in one signal (coalesced by the agent whose tasks ended)."""
         self._signals_received += 1
@@ -291,6 +297,10 @@ class Queue(SchedulerBase):
 
     @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
+        if self._loader is not None:  # as the previous run left it, until the carried state is whole
+            healthy, total, pending, running = self._loader.counts
+            return pb.ClusterSummary(store_url=self.state.store_url, healthy_workers=healthy, total_workers=total,
+                                     pending_tasks=pending, running_tasks=running)  # fmt: skip
         return pb.ClusterSummary(
             store_url=self.state.store_url,
             healthy_workers=self.healthy_worker_count(),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -41,17 +42,15 @@ with workflow.unsafe.imports_passed_through():
         PENDING_REASON,
         REBUILD_SCHEDULER,
         RECENT_ACTIONS_QUERY,
+        SCHEDULER_PAUSE,
         WAKE_AUTOSCALER,
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler_actions import ActionRow
-    from workflows.scheduler_state import (
-        SchedulerState,
-        encode_snapshot,
-        pack,
-        unpack,
-    )
+    from workflows.scheduler_base import held_while_loading
+    from workflows.scheduler_carry import StateLoader, pack
+    from workflows.scheduler_state import SchedulerState, encode_snapshot
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
@@ -63,6 +62,9 @@ SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives wh
 REBUILD_GRACE = timedelta(seconds=5)  # after asking, how long claims may still come in before passes resume
 # The next run starts on the build that is current then (the run itself is pinned to its own build).
 UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+# Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
+# ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
+PAUSE_TIMEOUT = timedelta(seconds=30)
 
 
 
@@ -74,8 +76,13 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
-        # task are handled before run() starts and must land on the carried-over state.
-        self.state = unpack(packed) if packed else SchedulerState()
+        # task are handled before run() starts and must land on the carried-over state. A big state
+        # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
+        self._held: list[Callable[[], None]] = []
+        self._loader: StateLoader | None = StateLoader(packed) if packed else None
+        self.state = self._loader.state if self._loader is not None else SchedulerState()
+        if self._loader is not None and self._loader.step():
+            self._loader = None
         self._started_empty = not packed
         self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
         self._rebuilt_at: float | None = None
@@ -97,6 +104,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
+        if self._loader is not None:
+            await self._load_rest()
         if self._started_empty:
             # A run that starts with no state (a terminated scheduler came back) asks the live
             # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
@@ -137,6 +146,21 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
                     args=[pack(self.state), self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
+
+    async def _load_rest(self) -> None:
+        """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
+        assert self._loader is not None
+        while not self._loader.step():
+            await self._pause()
+        workflow.logger.info("carried state loaded in %d workflow tasks", self._loader.steps)
+        self._loader = None
+        held, self._held = self._held, []
+        for handle in held:
+            handle()
+        await self._pause()  # the first pass in a task of its own
+
+    async def _pause(self) -> None:
+        await workflow.execute_activity(SCHEDULER_PAUSE, start_to_close_timeout=PAUSE_TIMEOUT)
 
     def _run_should_end(self) -> bool:
         """The history is long, the signal budget spent, or operators made another build current."""
@@ -225,6 +249,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
     # -- handlers ------------------------------------------------------------------------------
 
     @workflow.signal(name=CONFIGURE_SCHEDULER)
+    @held_while_loading
     def configure(self, store_url: str) -> None:
         self._signals_received += 1
         self.state.store_url = store_url
@@ -241,6 +266,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
 
         The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
         """
+        if self._loader is not None:
+            raise RuntimeError("the scheduler is loading its carried state: ask again in a moment")
         if self._snapshot is None:
             self._snapshot = encode_snapshot(self.state, workflow.now().timestamp())
         return self._snapshot
