@@ -8,7 +8,7 @@ be read (and type-checked) alone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class SchedulerBase:
         raise NotImplementedError
 
     def _commit(
-        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None, jobs: Collection[str] | None = None
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue
         raise NotImplementedError
 

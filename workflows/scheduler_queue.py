@@ -8,6 +8,7 @@ a gang whole or not at all, before anyone is told.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -178,20 +179,23 @@ class Queue(SchedulerBase):
             self._changed()
 
     def _commit(
-        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS
-    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS,
+        jobs: Collection[str] | None = None,
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # fmt: skip
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
         Handlers may have run while the scheduling activity did (a worker lost, a
         task released or killed), so each placement is checked again; a gang is
         committed whole or not at all. No await in here: the check and the commit
-        see one state. `now` (workflow time) is when the placements start to be charged.
+        see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`,
+        only those jobs' assignments are committed (the announcement commits a batch at a time).
         """
         book = Book(self.state) if self.state.reservations else None  # reservations: their own check
         used = committed(self.state) if book is None else {}
         by_job: dict[str, list[pb.SchedulingAssignment]] = {}
         for a in plan.assignments:
-            by_job.setdefault(a.job_id, []).append(a)
+            if jobs is None or a.job_id in jobs:
+                by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
         port_bookings = None  # the ports live tasks hold, built once a job needs some
         for job_id, assignments in by_job.items():

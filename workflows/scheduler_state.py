@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,10 +131,19 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
+    return zlib.compress(b"".join(snapshot_parts(state, now)), 1)
+
+
+def snapshot_parts(state: SchedulerState, now: float) -> Iterator[bytes]:
+    """The snapshot in three serialized parts (workers; sharing's part; the queue and reservations).
+
+    Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
+    The scheduler may build each in a workflow task of its own: the state may change in between, as
+    it does while the pass runs anyway; the commit checks every placement against the state then.
+    """
     snap = pb.SchedulingSnapshot(now=now)
     used = committed(state)
     held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
-    waiting = state.books.waiting()
     for w in state.workers.values():
         if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
             continue
@@ -147,7 +157,13 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
         sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
-    fill_share(snap.share, state.books, state.placements.items(), {w.worker_id: i for i, w in enumerate(snap.workers)})
+    rows = {w.worker_id: i for i, w in enumerate(snap.workers)}
+    yield snap.SerializeToString()
+    snap = pb.SchedulingSnapshot()
+    fill_share(snap.share, state.books, state.placements.items(), rows)
+    yield snap.SerializeToString()
+    snap = pb.SchedulingSnapshot()
+    waiting = state.books.waiting()
     for entry in state.pending.values():
         if entry.job_id in waiting:
             continue
@@ -176,7 +192,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             if c.value is not None:
                 set_attr(sc.value, c.value)
     reservation_state.encode(snap, state, now)
-    return zlib.compress(snap.SerializeToString(), 1)
+    yield snap.SerializeToString()
 
 
 def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:

@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_while_loading
     from workflows.scheduler_carry import StateLoader, pack
-    from workflows.scheduler_state import SchedulerState, encode_snapshot
+    from workflows.scheduler_state import SchedulerState, encode_snapshot, snapshot_parts
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
@@ -65,6 +65,9 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
 # ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
 PAUSE_TIMEOUT = timedelta(seconds=30)
+# Above this weight (a placement 1, a worker 4, a queued job 2) a pass builds its snapshot's three parts in
+# three workflow tasks: at 10,000 workers and 100,000 placements the whole took ~0.2 s of CPU.
+SPLIT_SNAPSHOT = 30_000
 
 
 
@@ -201,7 +204,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         self._snapshot = None
 
     async def _scheduling_pass(self) -> None:
-        self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+        self._snapshot = snapshot = await self._encode_snapshot()
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only
@@ -245,6 +248,17 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
             await self._deliver(changed, urgent=False)
 
+
+    async def _encode_snapshot(self) -> bytes:
+        """The pass's snapshot; for a big state, each of its parts in a workflow task of its own."""
+        state = self.state
+        split = len(state.placements) + 4 * len(state.workers) + 2 * len(state.pending) > SPLIT_SNAPSHOT
+        parts: list[bytes] = []
+        for part in snapshot_parts(state, workflow.now().timestamp()):
+            if parts and split:
+                await self._pause()
+            parts.append(part)
+        return zlib.compress(b"".join(parts), 1)
 
     # -- handlers ------------------------------------------------------------------------------
 
