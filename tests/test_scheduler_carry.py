@@ -18,7 +18,7 @@ from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.messages import CordonWorkers, Enqueue, RegisterResult
-from workflows.scheduler_carry import StateLoader, pack, unpack
+from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
 from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -53,6 +53,28 @@ def test_a_state_loads_in_steps_and_comes_back_whole() -> None:
     assert state == loader.state
     assert ["queued", "big"] == list(loader.state.pending)
     assert unpack(pack(state)) == loader.state
+
+
+def test_what_changes_while_the_state_is_packed_is_carried_too() -> None:
+    """The run packs in steps while signals change the state: the packing is the state when it finished."""
+    state = _state()
+    state.pending["other"] = PendingEntry("other", SPEC_FITS, {0: 0, 1: 0}, 8.0)
+    state.pending["third"] = PendingEntry("third", SPEC_FITS, {0: 0}, 9.0)
+    packer = Packer(state, step=4, chunk=4)
+    packer.step()
+    packer.step()
+    del state.placements["run/task-0"]  # released
+    state.placements["run/task-1"] = Placement("run", 1, 1, "w39", 100, 2**20, 0, 0, {"http": 20001}, "ana")  # again
+    state.ported.add("run/task-1")
+    state.placements["late/task-0"] = Placement("late", 0, 0, "w-gone", 100, 2**20, 0, 0)  # a worker not listed
+    del state.pending["queued"].attempts[3]  # placed meanwhile
+    del state.pending["other"]  # killed
+    state.pending["other"] = PendingEntry("other", SPEC_FITS, {5: 1}, 10.0)  # and enqueued again: last in the queue
+    state.pending["new"] = PendingEntry("new", SPEC_FITS, {0: 0}, 11.0)
+    again = unpack(packer.finish(state))
+    assert state == again
+    assert ["queued", "third", "other", "new"] == list(again.pending)
+    assert {"http": 20001} == again.placements["run/task-1"].ports
 
 
 def test_a_packing_of_another_version_is_refused_naming_it() -> None:

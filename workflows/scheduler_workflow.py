@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_while_loading
-    from workflows.scheduler_carry import StateLoader, pack
+    from workflows.scheduler_carry import Packer, StateLoader
     from workflows.scheduler_state import SchedulerState, encode_snapshot, snapshot_parts
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
@@ -145,8 +145,12 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
                 if self._replies:
                     workflow.logger.info("%d registrations answered by the next run", len(self._replies))
                 self._purge_lost(force=True)
+                # Packed over several workflow tasks while signals still come in (scheduler_carry.Packer).
+                packer = Packer(self.state)
+                while not packer.step():
+                    await self._pause()
                 workflow.continue_as_new(
-                    args=[pack(self.state), self._signal_budget, self._reservation_check],
+                    args=[packer.finish(self.state), self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
 
