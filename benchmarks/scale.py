@@ -51,6 +51,7 @@ HOST_CPU_MILLIS = 8_000
 TASK_CPU_MILLIS = 500  # 16 tasks fit a host: 10,000 hosts hold 160,000
 CONCURRENCY = 64  # registrations in flight
 ENQUEUE_SENDERS = 64  # enqueues in flight (the --enqueue-senders default): each is one job starting
+TIMINGS_FILE = "activations.json"  # the controller's CPU time per scheduler activation (activation_timing)
 
 
 @dataclass
@@ -83,6 +84,9 @@ class ScaleFigures:
     # The longest workflow tasks by what they did (the commands they completed with): [ms, label].
     longest_workflow_tasks: list[list[Any]] = field(default_factory=list)
     lost_detect_seconds: float | None = None
+    # The scheduler's own code per activation, measured in the controller (benchmarks.activation_timing):
+    # {"activations": n, "top": [[cpu ms, wall ms, what], ...]}, longest CPU first.
+    scheduler_activations: dict[str, Any] = field(default_factory=dict)
     limits_hit: list[str] = field(default_factory=list)
 
     def report(self) -> str:
@@ -104,6 +108,7 @@ class ScaleFigures:
             f"  largest payload        {self.largest_payload / 1024:8.0f} KiB (limit {PAYLOAD_LIMIT // 1024} KiB)",
             f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
             self._workflow_tasks_line(),
+            *self._activation_lines(),
             f"  force-closed tasks     {self.force_closed_tasks:8d}     (server flushed >100 buffered signals;"
             " the task is retried, nothing is lost)",
             f"  closing tasks redone   {self.unhandled_command_tasks:8d}     (signals came in as a run continued"
@@ -114,6 +119,9 @@ class ScaleFigures:
             "  limits hit: " + ("; ".join(self.limits_hit) if self.limits_hit else "none"),
         ]
         return "\n".join(lines)
+
+    def _activation_lines(self) -> list[str]:
+        return _activation_lines_of(self.scheduler_activations)
 
     def _workflow_tasks_line(self) -> str:
         durations = sorted(self.workflow_task_seconds)
@@ -126,6 +134,16 @@ class ScaleFigures:
             " target <= 200 ms)\n"
             + "\n".join(f"    {ms:8.0f} ms  {label}" for ms, label in self.longest_workflow_tasks)
         )
+
+
+def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
+    top = timings.get("top") or []
+    if not top:
+        return ["  scheduler activations       not measured"]
+    lines = [f"  longest activation CPU {top[0][0]:8.0f} ms  (the scheduler's own code, in the controller, over"
+             f" {timings.get('activations', 0)} activations; wall time beside)"]  # fmt: skip
+    lines += [f"    {cpu:8.0f} ms CPU {wall:6.0f} ms wall  {what}" for cpu, wall, what in top]
+    return lines
 
 
 def _task_label(events: list[Any], index: int) -> str:
@@ -328,7 +346,8 @@ async def save_histories(client: Client, out: Path) -> None:
 def start_bench_controller(address: str, home: Path) -> subprocess.Popen[bytes] | None:
     """The bench's controller (`benchmarks.scale_controller`), once it says ready; None (reported) if it does not."""
     controller = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
+        [sys.executable, "-m", "benchmarks.scale_controller", address, str(home / TIMINGS_FILE)],
+        stdout=subprocess.PIPE,
         stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -552,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if controller is not None:
             _stop(controller)
+            with contextlib.suppress(OSError, ValueError, NameError):
+                figures.scheduler_activations = json.loads((home / TIMINGS_FILE).read_text())
         _stop(server)
         server_log.close()
         if clean:

@@ -5,7 +5,8 @@ dev server, not the scheduler), so `assigned`/`unschedulable` signals to tasks
 are accepted here without an RPC; every other signal (the answers to
 registrations) goes out through the real `deliver_signals`. Everything else is
 the controller's own worker: the same workflows, sandbox and scheduling activity.
-Run as `python -m benchmarks.scale_controller ADDRESS` so its memory is its own.
+Run as `python -m benchmarks.scale_controller ADDRESS [TIMINGS]` so its memory is its own; with TIMINGS (a
+file), it writes there the CPU time of the scheduler's longest activations when it stops.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import concurrent.futures
 import signal
 import sys
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.worker import Worker
@@ -22,6 +24,7 @@ from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVE
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
+from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
 from iris.deployment import build_id, deployment_config, promote
@@ -48,12 +51,13 @@ async def assignments_or_count(deliveries: list[Delivery], patience: float) -> D
     return DeliveryOutcome(gone=await deliver_or_count(deliveries))
 
 
-async def serve(address: str) -> None:
+async def serve(address: str, timings_path: Path | None = None) -> None:
     client = await connect_client(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    timings = Timings()
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(
             client,
@@ -63,7 +67,7 @@ async def serve(address: str) -> None:
                         scheduler_pause],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
-            workflow_runner=workflow_runner(),
+            workflow_runner=TimedRunner(workflow_runner(), "SchedulerWorkflow", timings),
             deployment_config=deployment_config(BUILD),
         )
         async with worker:
@@ -71,7 +75,9 @@ async def serve(address: str) -> None:
             await ensure_scheduler(client, "memory://bench")
             print("ready", flush=True)
             await stop.wait()
+    if timings_path is not None:
+        timings.write(timings_path)
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1]))
+    asyncio.run(serve(sys.argv[1], Path(sys.argv[2]) if len(sys.argv) > 2 else None))
