@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         DeliveryOutcome,
     )
     from activities.proto import cluster_pb2 as pb
+    from workflows.delivery_wire import deliveries_payload
     from workflows.messages import (
         Enqueue,
     )
@@ -94,7 +95,7 @@ class Deliveries(SchedulerBase):
         workflow task on the submit-to-running path; everything else by a regular activity.
         """
         local = urgent and len(deliveries) <= LOCAL_DELIVERY_MAX
-        return await _delivery(DELIVER_SIGNALS, [deliveries], list[int], local=local)
+        return await _delivery(DELIVER_SIGNALS, [deliveries_payload(deliveries)], list[int], local=local)
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -147,7 +148,7 @@ class Deliveries(SchedulerBase):
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        args = [deliveries, ANNOUNCE_GRACE_SECONDS]
+        args = [deliveries_payload(deliveries), ANNOUNCE_GRACE_SECONDS]
         return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome, local=len(deliveries) <= LOCAL_DELIVERY_MAX)
 
     def _deliver_late(
@@ -163,7 +164,7 @@ class Deliveries(SchedulerBase):
         async def deliver() -> None:
             try:
                 outcome = await workflow.execute_activity(
-                    DELIVER_ASSIGNMENTS, args=[[delivery for delivery, _ in late], LATE_PATIENCE_SECONDS],
+                    DELIVER_ASSIGNMENTS, args=[deliveries_payload([d for d, _ in late]), LATE_PATIENCE_SECONDS],
                     result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
                 )  # fmt: skip
                 self._give_back(late, outcome.gone + outcome.late)
