@@ -8,7 +8,7 @@ be read (and type-checked) alone.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class SchedulerBase:
     _replies: list[Delivery]  # registration answers not sent yet
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
+    _claimed: int  # claims handled in this run (each takes a place outside a commit)
     _loader: StateLoader | None  # the carried state still loading (None once whole)
     _held: list[Callable[[], None]]  # signals that came in while it loads, applied after
 
@@ -61,8 +62,9 @@ class SchedulerBase:
         raise NotImplementedError
 
     def _commit(
-        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None, jobs: Collection[str] | None = None
-    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None,
+        jobs: dict[str, list[pb.SchedulingAssignment]] | None = None, used: dict[str, list[int]] | None = None,
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue  # fmt: skip
         raise NotImplementedError
 
     def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:  # Queue

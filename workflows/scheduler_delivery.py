@@ -31,9 +31,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_network import announce_batches
-    from workflows.scheduler_state import (
-        PendingEntry,
-    )
+    from workflows.scheduler_state import PendingEntry
+    from workflows.scheduler_state import committed as committed_capacity
 
 ANNOUNCE_BATCH = 2_000  # deliveries per deliver_signals call
 # Registration replies, pending reasons and big announce batches are sent by a regular activity. A
@@ -54,19 +53,23 @@ ANNOUNCE_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
 
-def _job_batches(plan: pb.SchedulingPlan, size: int) -> list[set[str]]:
-    """The plan's jobs, in plan order, in groups of about `size` assignments (a job is never split)."""
-    counts: dict[str, int] = {}
+def _job_batches(plan: pb.SchedulingPlan, size: int) -> list[dict[str, list[pb.SchedulingAssignment]]]:
+    """The plan's assignments by job, in plan order, in groups of about `size` (a job is never split)."""
+    by_job: dict[str, list[pb.SchedulingAssignment]] = {}
     for a in plan.assignments:
-        counts[a.job_id] = counts.get(a.job_id, 0) + 1
-    batches: list[set[str]] = []
+        found = by_job.get(a.job_id)
+        if found is None:
+            by_job[a.job_id] = [a]
+        else:
+            found.append(a)
+    batches: list[dict[str, list[pb.SchedulingAssignment]]] = []
     taken = size
-    for job_id, n in counts.items():
+    for job_id, assignments in by_job.items():
         if taken >= size:
-            batches.append(set())
+            batches.append({})
             taken = 0
-        batches[-1].add(job_id)
-        taken += n
+        batches[-1][job_id] = assignments
+        taken += len(assignments)
     return batches
 
 
@@ -103,16 +106,24 @@ class Deliveries(SchedulerBase):
         Each batch of jobs is committed (against the state then) just before it is told, in a workflow
         task of its own: committing a 10,000-task plan at once took one task ~0.3 s at 100,000 placements.
         """
+        batches = _job_batches(plan, ANNOUNCE_BATCH)
         # What a late assignment needs to go back to the queue (the commit drops emptied entries).
-        entries = {a.job_id: self.state.pending[a.job_id] for a in plan.assignments if a.job_id in self.state.pending}
+        pending = self.state.pending
+        entries = {job_id: pending[job_id] for jobs in batches for job_id in jobs if job_id in pending}
         now = workflow.now().timestamp()
         timed_out: list[tuple[Delivery, pb.SchedulingAssignment | None]] | None = None  # told with the first batch
         committed = 0
-        for jobs in _job_batches(plan, ANNOUNCE_BATCH):
+        # What the workers hold, added up once and kept up to date by the commits. Between batches a
+        # release only frees capacity (counted still: safe); a claim takes some, so it is added up again.
+        used: dict[str, list[int]] | None = None
+        claimed = self._claimed
+        for jobs in batches:
             if committed >= MAX_COMMIT_PER_PASS:
                 self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
                 break
-            accepted = self._commit(plan, now=now, limit=None, jobs=jobs)
+            if used is None or claimed != self._claimed:
+                used, claimed = committed_capacity(self.state), self._claimed
+            accepted = self._commit(plan, now=now, limit=None, jobs=jobs, used=used)
             committed += len(accepted)
             outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
                 (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in accepted

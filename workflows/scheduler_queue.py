@@ -8,7 +8,6 @@ a gang whole or not at all, before anyone is told.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -122,6 +121,7 @@ class Queue(SchedulerBase):
         if held is not None and held.attempt >= claim.attempt:
             return
         spec = claim.spec
+        self._claimed += 1  # a place taken outside a commit: a pass's running count of what is used is stale
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
                                                dict(claim.ports), spec.user, spec.band or "interactive",
@@ -180,21 +180,27 @@ class Queue(SchedulerBase):
 
     def _commit(
         self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS,
-        jobs: Collection[str] | None = None,
+        jobs: dict[str, list[pb.SchedulingAssignment]] | None = None, used: dict[str, list[int]] | None = None,
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # fmt: skip
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
         Handlers may have run while the scheduling activity did (a worker lost, a
         task released or killed), so each placement is checked again; a gang is
         committed whole or not at all. No await in here: the check and the commit
-        see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`,
-        only those jobs' assignments are committed (the announcement commits a batch at a time).
+        see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`
+        (job id -> its assignments), only those are committed (the announcement commits a batch at a
+        time); with `used` (`committed(state)`, or more), the capacity taken is read from it and added
+        to it instead of adding up every placement again.
         """
         book = Book(self.state) if self.state.reservations else None  # reservations: their own check
-        used = committed(self.state) if book is None else {}
-        by_job: dict[str, list[pb.SchedulingAssignment]] = {}
-        for a in plan.assignments:
-            if jobs is None or a.job_id in jobs:
+        if book is not None:
+            used = {}
+        elif used is None:
+            used = committed(self.state)
+        by_job = jobs
+        if by_job is None:
+            by_job = {}
+            for a in plan.assignments:
                 by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
         port_bookings = None  # the ports live tasks hold, built once a job needs some
@@ -222,10 +228,13 @@ class Queue(SchedulerBase):
                 elif ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
-                    ok = all(u[i] + need[i] <= capacity[i] for i in range(4))
+                    ok = (u[0] + need[0] <= capacity[0] and u[1] + need[1] <= capacity[1]
+                          and u[2] + need[2] <= capacity[2] and u[3] + need[3] <= capacity[3])  # fmt: skip
                     if ok:
-                        for i in range(4):
-                            u[i] += need[i]
+                        u[0] += need[0]
+                        u[1] += need[1]
+                        u[2] += need[2]
+                        u[3] += need[3]
                 if ok:
                     fitting.append(a)
                 elif spec.group_by:
@@ -239,7 +248,9 @@ class Queue(SchedulerBase):
                     fitting = []  # a host has no port left: the gang waits, whole
                 fitting = [a for a in fitting if a.task_index in ports]
             if spec.group_by and fitting:
-                used, book = trial, trial_book
+                if book is None:
+                    used.update(trial)  # in place: the caller's `used` sees the gang too
+                book = trial_book
             reservation_id = book.reservation_of(job_id) if book is not None else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
