@@ -38,6 +38,20 @@ class Timings:
         path.write_text(json.dumps({"activations": self.count, "top": self.top}))
 
 
+def _commands(completion: Any) -> str:
+    """What an activation ended with: the activities it scheduled by type, continue-as-new, ..."""
+    if completion is None or not completion.HasField("successful"):
+        return "failed"
+    out = []
+    for command in completion.successful.commands:
+        variant = command.WhichOneof("variant") or ""
+        if variant in ("schedule_activity", "schedule_local_activity"):
+            out.append(getattr(command, variant).activity_type)
+        else:
+            out.append(variant)
+    return ", ".join(out) or "nothing"
+
+
 class _TimedInstance(WorkflowInstance):
     def __init__(self, inner: WorkflowInstance, timings: Timings) -> None:
         self._inner = inner
@@ -45,11 +59,13 @@ class _TimedInstance(WorkflowInstance):
 
     def activate(self, act: Any) -> Any:
         cpu, wall = time.thread_time(), time.perf_counter()
+        completion = None
         try:
-            return self._inner.activate(act)
+            completion = self._inner.activate(act)
+            return completion
         finally:
             jobs = sorted({job.WhichOneof("variant") or "" for job in act.jobs})
-            what = ("replay: " if act.is_replaying else "") + ", ".join(jobs)
+            what = ("replay: " if act.is_replaying else "") + ", ".join(jobs) + " -> " + _commands(completion)
             self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what)
 
     def get_info(self) -> Any:

@@ -76,6 +76,9 @@ class SchedulerBase:
     def healthy_worker_count(self) -> int:  # Registration
         raise NotImplementedError
 
+    async def _pause(self) -> None:  # SchedulerWorkflow: the rest in a workflow task of its own
+        raise NotImplementedError
+
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
         raise NotImplementedError
 

@@ -117,6 +117,8 @@ class Deliveries(SchedulerBase):
         # release only frees capacity (counted still: safe); a claim takes some, so it is added up again.
         used: dict[str, list[int]] | None = None
         claimed = self._claimed
+        if len(batches) > 1:
+            await self._pause()  # a big plan: its first batch not in the task that read the plan
         for jobs in batches:
             if committed >= MAX_COMMIT_PER_PASS:
                 self._dirty = True  # the rest of the plan waits for the next pass, computed afresh

@@ -259,6 +259,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         state = self.state
         split = len(state.placements) + 4 * len(state.workers) + 2 * len(state.pending) > SPLIT_SNAPSHOT
         parts: list[bytes] = []
+        if split:  # not in the task that ended the last pass (its pending reasons, the users' table)
+            await self._pause()
         for part in snapshot_parts(state, workflow.now().timestamp()):
             if parts and split:
                 await self._pause()
