@@ -137,6 +137,7 @@ class Packer:
         self._q_keys = list(self._pending)
         self._lines: list[str] = []
         self._x_at = self._q_at = 0
+        self._weight = 0  # of the lines packed so far
 
     def step(self) -> bool:
         """Pack about `step` weight of the frozen view; True once all of it is packed."""
@@ -149,10 +150,12 @@ class Packer:
             entries = (self._pending[job_id] for job_id in self._q_keys[self._q_at : end])
             self._lines += _chunks("q", _pending_rows(entries, self._chunk), self._chunk)
             self._q_at = end
+            self._weight += self._step - room
         if room > 0 and self._x_at < len(self._x_keys):
             end = min(len(self._x_keys), self._x_at + room)
             placements = (self._placements[key] for key in self._x_keys[self._x_at : end])
             self._lines += _chunks("x", _placement_rows(placements, self._names, self._chunk), self._chunk)
+            self._weight += len(self._x_keys[self._x_at : end])
             self._x_at = end
         return self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
 
@@ -187,6 +190,7 @@ class Packer:
             "books": state.books.pack(),
             # What `summary` answers while the rest loads: healthy and all workers, pending and running tasks.
             "counts": [healthy, len(state.workers), sum(len(e.attempts) for e in live_q.values()), len(live_x)],
+            "weight": self._weight + len(changed_x) + 2 * len(changed_q) + 4 * len(state.workers),
         }
         if state.reservations:  # optional: a state without reservations packs without the key
             header["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
@@ -227,6 +231,7 @@ class StateLoader:
         self._names: list[str] = header["names"]
         self._ports: dict[str, dict[str, int]] = header["ports"]
         self.counts: list[int] = header["counts"]
+        self.small = header["weight"] <= self._step  # loads in one step
         self.state = state = SchedulerState(
             store_url=header["store_url"], pending_reasons=header["reasons"], port_cursors=header["port_cursors"],
             books=Books.unpack(header["books"]),

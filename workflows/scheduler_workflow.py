@@ -84,7 +84,9 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         self._held: list[Callable[[], None]] = []
         self._loader: StateLoader | None = StateLoader(packed) if packed else None
         self.state = self._loader.state if self._loader is not None else SchedulerState()
-        if self._loader is not None and self._loader.step():
+        if self._loader is not None and self._loader.small:  # a big one is loaded by run(), a step per task
+            while not self._loader.step():
+                pass
             self._loader = None
         self._started_empty = not packed
         self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
@@ -158,8 +160,10 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
     async def _load_rest(self) -> None:
         """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
         assert self._loader is not None
-        while not self._loader.step():
+        while True:  # not in the first task: it also imports the workflow's modules into a fresh sandbox
             await self._pause()
+            if self._loader.step():
+                break
         workflow.logger.info("carried state loaded in %d workflow tasks", self._loader.steps)
         self._loader = None
         held, self._held = self._held, []
