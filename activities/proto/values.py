@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+
 from activities.proto import cluster_pb2 as pb
 
 _FIELDS = {bool: "bool_value", int: "int_value", float: "float_value", str: "string_value"}
@@ -32,3 +36,13 @@ def get_attr(value: pb.AttributeValue) -> Any:
     """The Python value, or None when unset."""
     kind = value.WhichOneof("kind")
     return getattr(value, kind) if kind else None
+
+
+def binary_payload(message: Message) -> RawValue:
+    """`message` as a binary/protobuf payload, where Temporal's converter would write its JSON.
+
+    The receiving handler, typed with the message class, reads either; the binary one is parsed in C,
+    the JSON one field by field in Python (6,900 hosts' registrations took ~0.3 s of a scheduler task).
+    """
+    metadata = {"encoding": b"binary/protobuf", "messageType": message.DESCRIPTOR.full_name.encode()}
+    return RawValue(Payload(metadata=metadata, data=message.SerializeToString()))
