@@ -30,9 +30,9 @@ from workflows.worker_lifecycle import WorkerState
 PACK_VERSION = 4  # 4: a header line, then chunk lines a run loads a few per workflow task
 READABLE_VERSIONS = (4,)  # Iris is unreleased: no older packing is read
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
-# its attempts / 16): 20,000 units took 20-40 ms of CPU on a loaded 2-core machine, so a task stays well
-# under 200 ms. A state of less weight loads (and packs) in one task, as before.
-LOAD_STEP = 20_000
+# its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox
+# on a loaded machine. A state of less weight loads (and packs) in one task, as before.
+LOAD_STEP = 12_000
 CHUNK = 2_500  # weight units per chunk line: a step loads whole chunks
 _STATES = {s.value: s for s in WorkerState}  # WorkerState(value) costs microseconds per call
 

@@ -24,6 +24,7 @@ from workflows.sharing_state import Books, fill_share
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
+SNAPSHOT_PART = 5_000  # workers, or queued jobs, per part of a snapshot built in parts (snapshot_parts)
 
 
 @dataclass
@@ -134,19 +135,26 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     return zlib.compress(b"".join(snapshot_parts(state, now)), 1)
 
 
-def snapshot_parts(state: SchedulerState, now: float) -> Iterator[bytes]:
-    """The snapshot in three serialized parts (workers; sharing's part; the queue and reservations).
+def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART) -> Iterator[bytes]:
+    """The snapshot in serialized parts: workers (`most` a part), sharing's part, the queue (`most` jobs a
+    part) and reservations. The first part is empty: it only adds up what the placements hold.
 
     Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
     The scheduler may build each in a workflow task of its own: the state may change in between, as
     it does while the pass runs anyway; the commit checks every placement against the state then.
     """
-    snap = pb.SchedulingSnapshot(now=now)
     used = committed(state)
+    yield b""
+    snap = pb.SchedulingSnapshot(now=now)
     held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
+    rows: dict[str, int] = {}
     for w in state.workers.values():
         if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
             continue
+        if len(snap.workers) >= most:
+            yield snap.SerializeToString()
+            snap = pb.SchedulingSnapshot()
+        rows[w.worker_id] = len(rows)
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
         sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
@@ -157,7 +165,6 @@ def snapshot_parts(state: SchedulerState, now: float) -> Iterator[bytes]:
         sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
-    rows = {w.worker_id: i for i, w in enumerate(snap.workers)}
     yield snap.SerializeToString()
     snap = pb.SchedulingSnapshot()
     fill_share(snap.share, state.books, state.placements.items(), rows)
@@ -167,6 +174,9 @@ def snapshot_parts(state: SchedulerState, now: float) -> Iterator[bytes]:
     for entry in state.pending.values():
         if entry.job_id in waiting:
             continue
+        if len(snap.jobs) >= most:
+            yield snap.SerializeToString()
+            snap = pb.SchedulingSnapshot()
         spec = entry.spec
         sj = snap.jobs.add(
             job_id=entry.job_id,
