@@ -28,6 +28,7 @@ from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
 from iris.deployment import build_id, deployment_config, promote
+from iris.gc_tuning import tune_for_controller
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
@@ -52,6 +53,7 @@ async def assignments_or_count(deliveries: list[Delivery], patience: float) -> D
 
 
 async def serve(address: str, timings_path: Path | None = None) -> None:
+    tune_for_controller()  # as `iris controller serve` does
     client = await connect_client(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -48,6 +48,7 @@ from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
 from iris.deployment import build_id, deployment_config, promote
+from iris.gc_tuning import tune_for_controller
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
@@ -202,6 +203,7 @@ async def serve(
     `build` names this controller's version of the deployment (see iris.deployment).
     """
     scaling = autoscaler_config(config)
+    tune_for_controller()
     probe = ControllerProbe()
     health = None
     if health_port is None:
