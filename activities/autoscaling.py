@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -141,6 +141,8 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
         data = await scheduler.query(AUTOSCALE_SNAPSHOT_QUERY, result_type=bytes)
     except RPCError as e:
         return PlanResult(error=f"scheduler not answering: {e.message}")
+    except WorkflowQueryFailedError as e:  # e.g. a new run still loading its carried state: next tick
+        return PlanResult(error=f"scheduler not answering: {e}")
     workers, pending = decode_snapshot(data)
     shapes = [group_shape(g) for g in inp.groups]
     views = [SliceView(s.slice_id, s.group, s.state, tuple(s.worker_ids), s.idle_since) for s in inp.slices]

@@ -11,6 +11,7 @@ import zlib
 from temporalio import activity
 
 import scheduler
+from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
@@ -203,3 +204,9 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
         reservations = decode_reservations(snap) if snap.reservations else ()
         result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
         return encode_plan(result, known, {job.job_id: job.band for job in jobs})
+
+
+@activity.defn(name=SCHEDULER_PAUSE)
+async def scheduler_pause() -> None:
+    """Nothing: the scheduler awaits it between steps of loading its carried state, so each is a workflow
+    task of its own (a durable timer would do too, but the dev server fires a 1 ms timer ~1 s late)."""

@@ -51,6 +51,7 @@ HOST_CPU_MILLIS = 8_000
 TASK_CPU_MILLIS = 500  # 16 tasks fit a host: 10,000 hosts hold 160,000
 CONCURRENCY = 64  # registrations in flight
 ENQUEUE_SENDERS = 64  # enqueues in flight (the --enqueue-senders default): each is one job starting
+TIMINGS_FILE = "activations.json"  # the controller's CPU time per scheduler activation (activation_timing)
 
 
 @dataclass
@@ -80,7 +81,12 @@ class ScaleFigures:
     # <= 200 ms at 10,000 workers x 100,000 pending (the deadlock detector fires at 2 s).
     workflow_task_seconds: list[float] = field(default_factory=list)
     longest_workflow_task: str = ""  # which one: its run's event number, and whether it began the run
+    # The longest workflow tasks by what they did (the commands they completed with): [ms, label].
+    longest_workflow_tasks: list[list[Any]] = field(default_factory=list)
     lost_detect_seconds: float | None = None
+    # The scheduler's own code per activation, measured in the controller (benchmarks.activation_timing):
+    # {"activations": n, "top": [[cpu ms, wall ms, what], ...]}, longest CPU first.
+    scheduler_activations: dict[str, Any] = field(default_factory=dict)
     limits_hit: list[str] = field(default_factory=list)
 
     def report(self) -> str:
@@ -102,6 +108,7 @@ class ScaleFigures:
             f"  largest payload        {self.largest_payload / 1024:8.0f} KiB (limit {PAYLOAD_LIMIT // 1024} KiB)",
             f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
             self._workflow_tasks_line(),
+            *self._activation_lines(),
             f"  force-closed tasks     {self.force_closed_tasks:8d}     (server flushed >100 buffered signals;"
             " the task is retried, nothing is lost)",
             f"  closing tasks redone   {self.unhandled_command_tasks:8d}     (signals came in as a run continued"
@@ -113,6 +120,9 @@ class ScaleFigures:
         ]
         return "\n".join(lines)
 
+    def _activation_lines(self) -> list[str]:
+        return _activation_lines_of(self.scheduler_activations)
+
     def _workflow_tasks_line(self) -> str:
         durations = sorted(self.workflow_task_seconds)
         if not durations:
@@ -121,8 +131,47 @@ class ScaleFigures:
         return (
             f"  longest workflow task  {durations[-1] * 1000:8.0f} ms  ({self.longest_workflow_task}; median"
             f" {durations[len(durations) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over {len(durations)};"
-            " target <= 200 ms)"
+            " target <= 200 ms)\n"
+            + "\n".join(f"    {ms:8.0f} ms  {label}" for ms, label in self.longest_workflow_tasks)
         )
+
+
+def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
+    top = timings.get("top") or []
+    if not top:
+        return ["  scheduler activations       not measured"]
+    lines = [f"  longest activation CPU {top[0][0]:8.0f} ms  (the scheduler's own code, in the controller, over"
+             f" {timings.get('activations', 0)} activations; wall time beside)"]  # fmt: skip
+    lines += [f"    {cpu:8.0f} ms CPU {wall:6.0f} ms wall  {what}" for cpu, wall, what in top]
+    return lines
+
+
+def _task_label(events: list[Any], index: int) -> str:
+    """What a completed workflow task did, from the commands recorded right after it."""
+    did = []
+    for event in events[index + 1 :]:
+        if event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        ):
+            break
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            did.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            did.append("continue-as-new (packs the state)")
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            did.append("timer")
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            did.append("local activity")
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            did.append("memo")
+    signals = 0
+    for event in reversed(events[:index]):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+        signals += event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    first = "the run's first (loads the carried state); " if events[index].event_id <= 4 else ""
+    return f"{first}{signals} signals in; then {', '.join(did) or 'nothing'}"
 
 
 def host_metadata(index: int, session: str) -> pb.WorkerMetadata:
@@ -216,7 +265,7 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
         figures.events_max_run = max(figures.events_max_run, len(events))
         scheduled: dict[int, float] = {}  # find_assignments activities by their scheduled event
         task_started: dict[int, float] = {}  # workflow tasks by their started event
-        for event in events:
+        for index, event in enumerate(events):
             figures.largest_payload = max([figures.largest_payload, *_payload_sizes(event)])
             at = event.event_time.ToDatetime().timestamp()
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
@@ -229,6 +278,12 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                         first = " (the run's first: it unpacks the carried state)" if event.event_id <= 4 else ""
                         figures.longest_workflow_task = f"run {wf.run_id[:8]} event {event.event_id}{first}"
                     figures.workflow_task_seconds.append(took)
+                    tops = figures.longest_workflow_tasks
+                    if len(tops) < 8 or took * 1000 > tops[-1][0]:
+                        label = f"run {wf.run_id[:8]} event {event.event_id}: {_task_label(events, index)}"
+                        tops.append([round(took * 1000), label])
+                        tops.sort(key=lambda row: -row[0])
+                        del tops[8:]
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
                 attrs = event.workflow_task_failed_event_attributes
                 cause = WorkflowTaskFailedCause.Name(attrs.cause).removeprefix("WORKFLOW_TASK_FAILED_CAUSE_")
@@ -291,7 +346,8 @@ async def save_histories(client: Client, out: Path) -> None:
 def start_bench_controller(address: str, home: Path) -> subprocess.Popen[bytes] | None:
     """The bench's controller (`benchmarks.scale_controller`), once it says ready; None (reported) if it does not."""
     controller = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.scale_controller", address], stdout=subprocess.PIPE,
+        [sys.executable, "-m", "benchmarks.scale_controller", address, str(home / TIMINGS_FILE)],
+        stdout=subprocess.PIPE,
         stderr=(home / "controller.log").open("wb"), start_new_session=True, cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -515,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if controller is not None:
             _stop(controller)
+            with contextlib.suppress(OSError, ValueError, NameError):
+                figures.scheduler_activations = json.loads((home / TIMINGS_FILE).read_text())
         _stop(server)
         server_log.close()
         if clean:

@@ -5,7 +5,8 @@ dev server, not the scheduler), so `assigned`/`unschedulable` signals to tasks
 are accepted here without an RPC; every other signal (the answers to
 registrations) goes out through the real `deliver_signals`. Everything else is
 the controller's own worker: the same workflows, sandbox and scheduling activity.
-Run as `python -m benchmarks.scale_controller ADDRESS` so its memory is its own.
+Run as `python -m benchmarks.scale_controller ADDRESS [TIMINGS]` so its memory is its own; with TIMINGS (a
+file), it writes there the CPU time of the scheduler's longest activations when it stops.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ import asyncio
 import concurrent.futures
 import signal
 import sys
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.worker import Worker
 
 from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.recovery import rebuild_scheduler
-from activities.scheduling import find_assignments_activity
+from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
+from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
 from iris.controller import ensure_scheduler, workflow_runner
 from iris.deployment import build_id, deployment_config, promote
+from iris.gc_tuning import tune_for_controller
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
@@ -48,21 +52,24 @@ async def assignments_or_count(deliveries: list[Delivery], patience: float) -> D
     return DeliveryOutcome(gone=await deliver_or_count(deliveries))
 
 
-async def serve(address: str) -> None:
+async def serve(address: str, timings_path: Path | None = None) -> None:
+    tune_for_controller()  # as `iris controller serve` does
     client = await connect_client(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    timings = Timings()
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
             workflows=[SchedulerWorkflow, WorkerWorkflow],
-            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler],
+            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler,
+                        scheduler_pause],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
-            workflow_runner=workflow_runner(),
+            workflow_runner=TimedRunner(workflow_runner(), "SchedulerWorkflow", timings),
             deployment_config=deployment_config(BUILD),
         )
         async with worker:
@@ -70,7 +77,9 @@ async def serve(address: str) -> None:
             await ensure_scheduler(client, "memory://bench")
             print("ready", flush=True)
             await stop.wait()
+    if timings_path is not None:
+        timings.write(timings_path)
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1]))
+    asyncio.run(serve(sys.argv[1], Path(sys.argv[2]) if len(sys.argv) > 2 else None))

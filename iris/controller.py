@@ -40,7 +40,7 @@ from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import find_lost_tasks, rebuild_scheduler
 from activities.reservations import find_ended_jobs
-from activities.scheduling import find_assignments_activity
+from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
 from iris import observability
@@ -48,6 +48,7 @@ from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
 from iris.deployment import build_id, deployment_config, promote
+from iris.gc_tuning import tune_for_controller
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
@@ -154,7 +155,7 @@ def control_worker(
         workflows=ALL_WORKFLOWS,
         activities=[
             find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
-            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs,
+            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs, scheduler_pause,
             *SliceActivities(control).all(),
         ],
         activity_executor=executor,
@@ -202,6 +203,7 @@ async def serve(
     `build` names this controller's version of the deployment (see iris.deployment).
     """
     scaling = autoscaler_config(config)
+    tune_for_controller()
     probe = ControllerProbe()
     health = None
     if health_port is None:

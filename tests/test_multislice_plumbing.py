@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import zlib
-
 import pytest
 
 from activities.proto import cluster_pb2 as pb
@@ -14,13 +11,12 @@ from iris.types import CoschedulingConfig, ResourceSpec
 from worker_agent.megascale import megascale_env
 from workflows.details import job_request_markdown
 from workflows.messages import SchedulingSpec
+from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import (
     PendingEntry,
     SchedulerState,
     WorkerEntry,
     encode_snapshot,
-    pack,
-    unpack,
 )
 
 
@@ -58,19 +54,6 @@ def test_num_groups_reaches_the_scheduling_pass_and_survives_packing() -> None:
     again = unpack(pack(state))
     assert state == again
     assert 2 == again.pending["j"].spec.num_groups
-
-
-def test_state_packed_before_multi_slice_gangs_still_unpacks() -> None:
-    """A packed row without num_groups or host (the build before) reads as one group and no host."""
-    state = SchedulerState()
-    state.workers["w0"] = WorkerEntry("w0", "s", 1000, 1 << 30, 0, 0, {})
-    state.pending["j"] = PendingEntry("j", SchedulingSpec(1000, 1 << 30), {0: 0}, 0.0)
-    doc = json.loads(zlib.decompress(pack(state)))
-    doc["workers"][0] = doc["workers"][0][:-1]
-    doc["pending"][0][1] = doc["pending"][0][1][:-1]
-    again = unpack(zlib.compress(json.dumps(doc).encode()))
-    assert 1 == again.pending["j"].spec.num_groups
-    assert "" == again.workers["w0"].host
 
 
 def test_megascale_env_of_a_task() -> None:

@@ -16,7 +16,8 @@ from iris.submission import build_request
 from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
 from workflows.reservation_state import Book, apply_holds, from_request, lose_workers, view
-from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry, encode_snapshot, pack, unpack
+from workflows.scheduler_carry import pack, unpack
+from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry, encode_snapshot
 
 GIB = 1 << 30
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_lifecycle import WorkerState
 
@@ -62,3 +62,18 @@ def test_whole_gang_committed_when_everything_still_holds() -> None:
     accepted = _scheduler(state)._commit(_plan(4), now=0.0)
     assert [f"w{i}" for i in range(4)] == [assigned.worker_id for _, assigned, _ in accepted]
     assert "j" not in state.pending
+
+
+def test_a_plan_committed_batch_by_batch_never_places_twice_on_one_worker() -> None:
+    """The announcement commits a job batch at a time with one running count of what is used: a gang
+    committed in one batch counts in the next, so a later job planned on the same workers waits."""
+    state = _state(group_by="slice", tasks=2)
+    state.pending["k"] = PendingEntry("k", SchedulingSpec(cpu_millis=1000, memory_bytes=2**20), {0: 0}, 0.0)
+    plan = _plan(2)
+    plan.assignments.add(job_id="k", task_index=0, worker_id="w1")  # planned stale: w1 is the gang's now
+    scheduler = _scheduler(state)
+    used = committed(state)
+    first = scheduler._commit(plan, now=0.0, jobs={"j": list(plan.assignments)[:2]}, used=used)
+    second = scheduler._commit(plan, now=0.0, jobs={"k": list(plan.assignments)[2:]}, used=used)
+    assert (2, []) == (len(first), second)
+    assert {"w0": [1000, 2**20, 0, 0], "w1": [1000, 2**20, 0, 0]} == used == committed(state)

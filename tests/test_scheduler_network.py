@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from activities.proto import cluster_pb2 as pb
 from scheduler.network import COORDINATOR_PORT, PortBook, check_port_names
 from workflows.messages import Assigned, SchedulingSpec
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, pack, unpack
+from workflows.scheduler_carry import pack, unpack
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 MIB = 1 << 20

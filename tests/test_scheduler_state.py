@@ -9,14 +9,14 @@ from activities.scheduling import MAX_REASON, cap_reason, encode_plan
 from scheduler.types import SchedulingResult
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler_actions import record
+from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import (
     PendingEntry,
     Placement,
     SchedulerState,
     WorkerEntry,
     encode_snapshot,
-    pack,
-    unpack,
+    snapshot_parts,
 )
 from workflows.worker_lifecycle import WorkerState
 
@@ -79,3 +79,14 @@ def test_plan_carries_only_reasons_that_changed() -> None:
     plan = pb.SchedulingPlan.FromString(zlib.decompress(encode_plan(result, known)))
     assert {"job-000001": "0/2 workers: 2 lack pool=gpu", "job-000002": cap_reason(long)} == dict(plan.pending_reasons)
     assert MAX_REASON == len(plan.pending_reasons["job-000002"])
+
+
+def test_a_snapshot_built_in_parts_is_the_whole_snapshot() -> None:
+    """Parts of a few workers or jobs each, joined, parse as the snapshot built at once (order kept)."""
+    state = _fleet(workers=7, jobs=5, tasks_per_job=2, placed_per_worker=1)
+    parts = list(snapshot_parts(state, 1e9 + 5, most=2))
+    assert len(parts) > 6
+    whole = pb.SchedulingSnapshot.FromString(b"".join(snapshot_parts(state, 1e9 + 5, most=10**6)))
+    assert whole == pb.SchedulingSnapshot.FromString(b"".join(parts))
+    assert [f"host-{i:05d}" for i in range(7)] == [w.worker_id for w in whole.workers]
+    assert 7 == sum(len(job.task_indices) for job in whole.share.running)

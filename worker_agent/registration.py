@@ -33,6 +33,7 @@ from activities.contracts import (
     worker_workflow_id,
 )
 from activities.proto import cluster_pb2 as pb
+from activities.proto.values import binary_payload
 from worker_agent.backoff import Backoff, pause
 
 log = structlog.get_logger("iris.agent")
@@ -87,7 +88,7 @@ async def register_hosts(
                 ),
             )
             monitor_started = True
-        await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
+        await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
         wait = ANSWER_WAIT_SECONDS
         if deadline is not None:
             wait = max(1.0, min(wait, deadline - loop.time()))

@@ -7,14 +7,36 @@ be read (and type-checked) alone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from activities.contracts import Delivery
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Assigned, Enqueue, Unschedulable
+    from workflows.scheduler_carry import StateLoader
     from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
     from workflows.worker_lifecycle import WorkerEvent
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def held_while_loading(handler: F) -> F:
+    """A signal handler that waits, in arrival order, while the run loads its carried state in steps.
+
+    Before the state is whole a handler would act on part of it (an enqueue of a job whose entry is not
+    loaded yet would be overwritten); the run applies what it held once the last chunk is in.
+    """
+
+    @functools.wraps(handler)
+    def held(self: SchedulerBase, *args: Any) -> None:
+        if self._loader is not None:
+            self._held.append(functools.partial(handler, self, *args))
+            return
+        handler(self, *args)
+
+    return cast(F, held)
 
 
 class SchedulerBase:
@@ -25,6 +47,9 @@ class SchedulerBase:
     _replies: list[Delivery]  # registration answers not sent yet
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
+    _claimed: int  # claims handled in this run (each takes a place outside a commit)
+    _loader: StateLoader | None  # the carried state still loading (None once whole)
+    _held: list[Callable[[], None]]  # signals that came in while it loads, applied after
 
     def _changed(self) -> None:
         """The state changed: wake the loop and forget the cached snapshot (SchedulerWorkflow)."""
@@ -37,8 +62,9 @@ class SchedulerBase:
         raise NotImplementedError
 
     def _commit(
-        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None
-    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = None,
+        jobs: dict[str, list[pb.SchedulingAssignment]] | None = None, used: dict[str, list[int]] | None = None,
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # Queue  # fmt: skip
         raise NotImplementedError
 
     def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:  # Queue
@@ -48,6 +74,9 @@ class SchedulerBase:
         raise NotImplementedError
 
     def healthy_worker_count(self) -> int:  # Registration
+        raise NotImplementedError
+
+    async def _pause(self) -> None:  # SchedulerWorkflow: the rest in a workflow task of its own
         raise NotImplementedError
 
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
-    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_base import SchedulerBase, held_while_loading
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler_state import (
         PendingEntry,
@@ -77,14 +77,17 @@ class Queue(SchedulerBase):
     @workflow.signal(name=ENQUEUE)
     def enqueue(self, raw: RawValue) -> None:
         """Add tasks to the queue; an attempt already queued or placed is not added twice."""
-        self._signals_received += 1
-        self._enqueue(_decode_enqueue(raw))
+        self._enqueued([_decode_enqueue(raw)])  # decoded at once: an unreadable one is dropped here
 
     @workflow.signal(name=ENQUEUE_BATCH)
     def enqueue_batch(self, raw: RawValue) -> None:
         """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
+        self._enqueued(_decode_enqueues(raw))
+
+    @held_while_loading
+    def _enqueued(self, requests: list[Enqueue]) -> None:
         self._signals_received += 1
-        for request in _decode_enqueues(raw):
+        for request in requests:
             self._enqueue(request)
 
     def _enqueue(self, request: Enqueue) -> None:
@@ -109,6 +112,7 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=CLAIM)
+    @held_while_loading
     def claim(self, claim: Claim) -> None:
         """A task holds a place this scheduler does not know of (it started empty): book it."""
         self._signals_received += 1
@@ -117,6 +121,7 @@ class Queue(SchedulerBase):
         if held is not None and held.attempt >= claim.attempt:
             return
         spec = claim.spec
+        self._claimed += 1  # a place taken outside a commit: a pass's running count of what is used is stale
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
                                                dict(claim.ports), spec.user, spec.band or "interactive",
@@ -131,11 +136,13 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=RELEASE)
+    @held_while_loading
     def release(self, request: Release) -> None:
         self._signals_received += 1
         self._on_release(request)
 
     @workflow.signal(name=RELEASE_BATCH)
+    @held_while_loading
     def release_batch(self, requests: list[Release]) -> None:
         """Several releases in one signal (coalesced by the agent whose tasks ended)."""
         self._signals_received += 1
@@ -172,20 +179,29 @@ class Queue(SchedulerBase):
             self._changed()
 
     def _commit(
-        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS
-    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:
+        self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS,
+        jobs: dict[str, list[pb.SchedulingAssignment]] | None = None, used: dict[str, list[int]] | None = None,
+    ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # fmt: skip
         """Commit the plan's capacity, re-checked against the state now, before anyone is told.
 
         Handlers may have run while the scheduling activity did (a worker lost, a
         task released or killed), so each placement is checked again; a gang is
         committed whole or not at all. No await in here: the check and the commit
-        see one state. `now` (workflow time) is when the placements start to be charged.
+        see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`
+        (job id -> its assignments), only those are committed (the announcement commits a batch at a
+        time); with `used` (`committed(state)`, or more), the capacity taken is read from it and added
+        to it instead of adding up every placement again.
         """
         book = Book(self.state) if self.state.reservations else None  # reservations: their own check
-        used = committed(self.state) if book is None else {}
-        by_job: dict[str, list[pb.SchedulingAssignment]] = {}
-        for a in plan.assignments:
-            by_job.setdefault(a.job_id, []).append(a)
+        if book is not None:
+            used = {}
+        elif used is None:
+            used = committed(self.state)
+        by_job = jobs
+        if by_job is None:
+            by_job = {}
+            for a in plan.assignments:
+                by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
         port_bookings = None  # the ports live tasks hold, built once a job needs some
         for job_id, assignments in by_job.items():
@@ -212,10 +228,13 @@ class Queue(SchedulerBase):
                 elif ok and worker is not None:
                     u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
-                    ok = all(u[i] + need[i] <= capacity[i] for i in range(4))
+                    ok = (u[0] + need[0] <= capacity[0] and u[1] + need[1] <= capacity[1]
+                          and u[2] + need[2] <= capacity[2] and u[3] + need[3] <= capacity[3])  # fmt: skip
                     if ok:
-                        for i in range(4):
-                            u[i] += need[i]
+                        u[0] += need[0]
+                        u[1] += need[1]
+                        u[2] += need[2]
+                        u[3] += need[3]
                 if ok:
                     fitting.append(a)
                 elif spec.group_by:
@@ -229,7 +248,9 @@ class Queue(SchedulerBase):
                     fitting = []  # a host has no port left: the gang waits, whole
                 fitting = [a for a in fitting if a.task_index in ports]
             if spec.group_by and fitting:
-                used, book = trial, trial_book
+                if book is None:
+                    used.update(trial)  # in place: the caller's `used` sees the gang too
+                book = trial_book
             reservation_id = book.reservation_of(job_id) if book is not None else ""
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
@@ -291,6 +312,10 @@ class Queue(SchedulerBase):
 
     @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
+        if self._loader is not None:  # as the previous run left it, until the carried state is whole
+            healthy, total, pending, running = self._loader.counts
+            return pb.ClusterSummary(store_url=self.state.store_url, healthy_workers=healthy, total_workers=total,
+                                     pending_tasks=pending, running_tasks=running)  # fmt: skip
         return pb.ClusterSummary(
             store_url=self.state.store_url,
             healthy_workers=self.healthy_worker_count(),

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         WorkerLost,
     )
     from workflows.scheduler_actions import record
-    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_base import SchedulerBase, held_while_loading
     from workflows.scheduler_state import (
         WorkerEntry,
         refusal,
@@ -55,6 +55,7 @@ class Registration(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     @workflow.signal(name=WORKER_LOST)
+    @held_while_loading
     def worker_lost(self, lost: WorkerLost) -> None:
         self._signals_received += 1
         worker = self.state.workers.get(lost.worker_id)
@@ -62,6 +63,7 @@ class Registration(SchedulerBase):
             self._worker_event(worker, WorkerEvent.LOST, why=lost.reason)
 
     @workflow.signal(name=CORDON_WORKERS)
+    @held_while_loading
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
         self._signals_received += 1
@@ -88,6 +90,7 @@ class Registration(SchedulerBase):
             )
 
     @workflow.signal(name=REMOVE_WORKERS)
+    @held_while_loading
     def remove_workers(self, request: RemoveWorkers) -> None:
         """These workers are gone for good: forget them and the capacity their tasks held.
 
@@ -100,6 +103,7 @@ class Registration(SchedulerBase):
             workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
 
     @workflow.signal(name=REGISTER_WORKERS)
+    @held_while_loading
     def register_workers(self, batch: pb.WorkerBatch) -> None:
         """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
         self._signals_received += 1
@@ -116,12 +120,15 @@ class Registration(SchedulerBase):
         self._changed()
 
     @workflow.update
-    def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
+    async def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
         """Add or refresh a worker; a restarted agent (new session) replaces its old entry.
 
         For tools and tests that register one host and need the answer at once; agents send
         `register_workers` through their WorkerWorkflow.
         """
+        if self._loader is not None:  # the validator saw part of the registry: check again once it is whole
+            await workflow.wait_condition(lambda: self._loader is None)
+            self._check_registration(meta)
         self._admit(meta)
         self._changed()
         return RegisterResult(accepted=True)
@@ -196,10 +203,13 @@ class Registration(SchedulerBase):
 
     @workflow.query(name=HEALTHY_WORKER_QUERY)
     def healthy_worker_count(self) -> int:
+        if self._loader is not None:  # as the previous run left it, until the carried state is whole
+            return self._loader.counts[0]
         return sum(1 for w in self.state.workers.values() if w.healthy)
 
     @workflow.query(name=WORKERS_QUERY)
     def workers(self) -> pb.WorkerList:
+        """Every worker with what is placed there (while the run loads its carried state: those loaded yet)."""
         out = pb.WorkerList()
         by_worker: dict[str, pb.WorkerStatus] = {}
         for w in self.state.workers.values():

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Reserve
     from workflows.reservation_state import apply_holds, from_request, lose_workers, view
-    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_base import SchedulerBase, held_while_loading
 
 _UNREAD = object()
 # How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated
@@ -54,6 +54,7 @@ class Reserving(SchedulerBase):
     _job_check: workflow.ActivityHandle[list[str]] | None = None
 
     @workflow.signal(name=RESERVE)
+    @held_while_loading
     def reserve(self, request: Reserve) -> None:
         """Hold a job's reservation for its tree; idempotent (a job has one reservation)."""
         self._signals_received += 1
@@ -64,6 +65,7 @@ class Reserving(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=RELEASE_RESERVATION)
+    @held_while_loading
     def release_reservation(self, job_id: str) -> None:
         """The reserving job ended: its capacity goes back to the pool for the next pass. Idempotent."""
         self._signals_received += 1

@@ -1,33 +1,30 @@
-"""The scheduler workflow's state: its dataclasses, the scheduling snapshot, and the packed form it continues as.
+"""The scheduler workflow's state: its dataclasses and the scheduling snapshot.
 
 Pure functions of the state (no Temporal calls), so they are unit-testable and
-run the same inside the workflow and in tests. At 10,000 workers and 100,000
-pending tasks the dataclasses would be tens of MB as Temporal's JSON; `pack`
-turns them into compact positional JSON compressed with zlib, well under the
-2 MB payload limit, and `unpack` reverses it when the next run starts.
+run the same inside the workflow and in tests. The packed form a run continues
+as is in scheduler_carry.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import DEFAULT_PORT_RANGE, task_workflow_id
+from activities.contracts import DEFAULT_PORT_RANGE
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows import reservation_state
-from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.messages import SchedulingSpec
 from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import ActionRow, new_ring
 from workflows.sharing_state import Books, fill_share
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
-PACK_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # the build before this one packed version 2 (no sharing)
+SNAPSHOT_PART = 5_000  # workers, or queued jobs, per part of a snapshot built in parts (snapshot_parts)
 
 
 @dataclass
@@ -135,13 +132,29 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
-    snap = pb.SchedulingSnapshot(now=now)
+    return zlib.compress(b"".join(snapshot_parts(state, now)), 1)
+
+
+def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART) -> Iterator[bytes]:
+    """The snapshot in serialized parts: workers (`most` a part), sharing's part, the queue (`most` jobs a
+    part) and reservations. The first part is empty: it only adds up what the placements hold.
+
+    Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
+    The scheduler may build each in a workflow task of its own: the state may change in between, as
+    it does while the pass runs anyway; the commit checks every placement against the state then.
+    """
     used = committed(state)
+    yield b""
+    snap = pb.SchedulingSnapshot(now=now)
     held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
-    waiting = state.books.waiting()
+    rows: dict[str, int] = {}
     for w in state.workers.values():
         if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
             continue
+        if len(snap.workers) >= most:
+            yield snap.SerializeToString()
+            snap = pb.SchedulingSnapshot()
+        rows[w.worker_id] = len(rows)
         u = used.get(w.worker_id, [0, 0, 0, 0])
         sw = snap.workers.add(worker_id=w.worker_id)
         sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
@@ -152,10 +165,18 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
         sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
-    fill_share(snap.share, state.books, state.placements.items(), {w.worker_id: i for i, w in enumerate(snap.workers)})
+    yield snap.SerializeToString()
+    snap = pb.SchedulingSnapshot()
+    fill_share(snap.share, state.books, state.placements.items(), rows)
+    yield snap.SerializeToString()
+    snap = pb.SchedulingSnapshot()
+    waiting = state.books.waiting()
     for entry in state.pending.values():
         if entry.job_id in waiting:
             continue
+        if len(snap.jobs) >= most:
+            yield snap.SerializeToString()
+            snap = pb.SchedulingSnapshot()
         spec = entry.spec
         sj = snap.jobs.add(
             job_id=entry.job_id,
@@ -181,7 +202,7 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
             if c.value is not None:
                 set_attr(sc.value, c.value)
     reservation_state.encode(snap, state, now)
-    return zlib.compress(snap.SerializeToString(), 1)
+    yield snap.SerializeToString()
 
 
 def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
@@ -216,109 +237,3 @@ def refusal(state: SchedulerState, meta: pb.WorkerMetadata) -> str:
                 "resources; stop the other agent or pick another id"
             )
     return reason
-
-
-def _spec_row(spec: SchedulingSpec) -> list[Any]:
-    return [
-        spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
-        [[c.key, c.op, c.value] for c in spec.constraints],
-        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
-        spec.ports, spec.coordinator, spec.band, spec.user,
-    ]
-
-
-def _spec(row: list[Any]) -> SchedulingSpec:
-    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations, *rest = row
-    return SchedulingSpec(
-        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
-        num_groups=rest[0] if rest else 1,  # a row packed before multi-slice gangs has 9 fields
-        ports=rest[1] if len(rest) > 1 else [],  # and one packed before named ports 10
-        coordinator=rest[2] if len(rest) > 2 else False,
-        band=rest[3] if len(rest) > 3 else "",  # and one packed before bands and users 12
-        user=rest[4] if len(rest) > 4 else "",
-    )
-
-
-def pack(state: SchedulerState) -> bytes:
-    """The state as zlib(positional JSON); placements and queued attempts as flat integer runs per job.
-
-    Measured at 10k workers, 100k queued and 100k placed tasks: ~2 MB of JSON, ~0.4 MB packed.
-    """
-    names = list(state.workers)
-    index = {worker_id: i for i, worker_id in enumerate(names)}
-    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Any]] = {}
-    for p in state.placements.values():
-        if p.worker_id not in index:  # a placement on a worker that left meanwhile still holds its place
-            index[p.worker_id] = len(names)
-            names.append(p.worker_id)
-        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).extend(
-            (p.task_index, p.attempt, index[p.worker_id], p.placed_at)
-        )
-    doc = {
-        "v": PACK_VERSION,
-        "store_url": state.store_url,
-        "workers": [
-            [w.worker_id, w.session, w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, w.attributes, w.runtime,
-             str(w.state), w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at, w.host, w.address,
-             list(w.port_range)]
-            for w in state.workers.values()
-        ],
-        "names": names[len(state.workers):],
-        "pending": [
-            [e.job_id, _spec_row(e.spec), [n for pair in e.attempts.items() for n in pair], e.submitted_at]
-            for e in state.pending.values()
-        ],
-        "placements": [[*key, runs] for key, runs in groups.items()],
-        "reasons": state.pending_reasons,
-        "actions": list(state.actions),
-        "ports": {key: p.ports for key, p in state.placements.items() if p.ports},
-        "port_cursors": state.port_cursors,
-        "books": state.books.pack(),
-    }
-    if state.reservations:  # optional: a state without reservations packs as before
-        doc["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
-    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
-
-
-def unpack(data: bytes) -> SchedulerState:
-    """The state `pack` wrote. A scheduler run continues as new onto a new build with the packing of the
-    build before it (docs/operators.md): a change to the format must read the one before it."""
-    doc = json.loads(zlib.decompress(data))
-    version = doc.get("v")
-    if version not in READABLE_VERSIONS:
-        raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
-    state = SchedulerState(
-        store_url=doc["store_url"], pending_reasons=doc["reasons"], port_cursors=doc.get("port_cursors") or {},
-        books=Books.unpack(doc.get("books")),
-    )
-    state.actions = new_ring(doc.get("actions", ()))  # a run packed before actions were kept has none
-    for row in doc["workers"]:
-        entry = state.workers[row[0]] = WorkerEntry(*row)
-        entry.state = WorkerState(entry.state)
-        entry.port_range = (int(entry.port_range[0]), int(entry.port_range[1]))
-    for row in doc.get("rsv", ()):
-        held = reservation_state.from_row(row)
-        state.reservations[held.reservation_id] = held
-    names = [*state.workers, *doc["names"]]
-    for job_id, spec, attempts, submitted_at in doc["pending"]:
-        queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
-        state.pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
-    for row in doc["placements"]:
-        if version == 2:
-            job_id, cpu, memory, gpus, tpus, runs = row
-            user, band, gang, step = "", "", False, 3
-        else:
-            job_id, cpu, memory, gpus, tpus, user, band, gang, runs = row
-            step = 4
-        for i in range(0, len(runs), step):
-            task_index, attempt, worker = runs[i : i + 3]
-            placed_at = runs[i + 3] if step == 4 else 0.0
-            state.placements[task_workflow_id(job_id, task_index)] = Placement(
-                job_id, task_index, attempt, names[worker], cpu, memory, gpus, tpus,
-                user=user, band=band, gang=gang, placed_at=placed_at,
-            )
-    for key, ports in (doc.get("ports") or {}).items():
-        if key in state.placements:
-            state.placements[key].ports = ports
-            state.ported.add(key)
-    return state

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -42,17 +43,15 @@ with workflow.unsafe.imports_passed_through():
         PENDING_REASON,
         REBUILD_SCHEDULER,
         RECENT_ACTIONS_QUERY,
+        SCHEDULER_PAUSE,
         WAKE_AUTOSCALER,
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler_actions import ActionRow
-    from workflows.scheduler_state import (
-        SchedulerState,
-        encode_snapshot,
-        pack,
-        unpack,
-    )
+    from workflows.scheduler_base import held_while_loading
+    from workflows.scheduler_carry import Packer, StateLoader
+    from workflows.scheduler_state import SchedulerState, encode_snapshot, snapshot_parts
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
@@ -64,6 +63,12 @@ SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives wh
 REBUILD_GRACE = timedelta(seconds=5)  # after asking, how long claims may still come in before passes resume
 # The next run starts on the build that is current then (the run itself is pinned to its own build).
 UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+# Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
+# ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
+PAUSE_TIMEOUT = timedelta(seconds=30)
+# Above this weight (a placement 1, a worker 4, a queued job 2) a pass builds its snapshot's parts in a
+# workflow task each: at 10,000 workers and 100,000 placements the whole took ~0.2 s of CPU.
+SPLIT_SNAPSHOT = 30_000
 
 
 
@@ -75,8 +80,15 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
-        # task are handled before run() starts and must land on the carried-over state.
-        self.state = unpack(packed) if packed else SchedulerState()
+        # task are handled before run() starts and must land on the carried-over state. A big state
+        # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
+        self._held: list[Callable[[], None]] = []
+        self._loader: StateLoader | None = StateLoader(packed) if packed else None
+        self.state = self._loader.state if self._loader is not None else SchedulerState()
+        if self._loader is not None and self._loader.small:  # a big one is loaded by run(), a step per task
+            while not self._loader.step():
+                pass
+            self._loader = None
         self._started_empty = not packed
         self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
         self._rebuilt_at: float | None = None
@@ -87,6 +99,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._reservation_check = reservation_check_seconds  # likewise
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
+        self._claimed = 0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
         self._told_bands: dict[str, str] = {}
@@ -98,6 +111,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
+        if self._loader is not None:
+            await self._load_rest()
         if self._started_empty:
             # A run that starts with no state (a terminated scheduler came back) asks the live
             # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
@@ -134,10 +149,31 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                 if self._replies:
                     workflow.logger.info("%d registrations answered by the next run", len(self._replies))
                 self._purge_lost(force=True)
+                # Packed over several workflow tasks while signals still come in (scheduler_carry.Packer).
+                packer = Packer(self.state)
+                while not packer.step():
+                    await self._pause()
                 workflow.continue_as_new(
-                    args=[pack(self.state), self._signal_budget, self._reservation_check],
+                    args=[packer.finish(self.state), self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
+
+    async def _load_rest(self) -> None:
+        """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
+        assert self._loader is not None
+        while True:  # not in the first task: it also imports the workflow's modules into a fresh sandbox
+            await self._pause()
+            if self._loader.step():
+                break
+        workflow.logger.info("carried state loaded in %d workflow tasks", self._loader.steps)
+        self._loader = None
+        held, self._held = self._held, []
+        for handle in held:
+            handle()
+        await self._pause()  # the first pass in a task of its own
+
+    async def _pause(self) -> None:
+        await workflow.execute_activity(SCHEDULER_PAUSE, start_to_close_timeout=PAUSE_TIMEOUT)
 
     def _run_should_end(self) -> bool:
         """The history is long, the signal budget spent, or operators made another build current."""
@@ -178,7 +214,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._snapshot = None
 
     async def _scheduling_pass(self) -> None:
-        self._snapshot = self._pass_snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+        self._snapshot = self._pass_snapshot = snapshot = await self._encode_snapshot()
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only
@@ -223,9 +259,23 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             await self._deliver(changed, urgent=False)
 
 
+    async def _encode_snapshot(self) -> bytes:
+        """The pass's snapshot; for a big state, each of its parts in a workflow task of its own."""
+        state = self.state
+        split = len(state.placements) + 4 * len(state.workers) + 2 * len(state.pending) > SPLIT_SNAPSHOT
+        parts: list[bytes] = []
+        if split:  # not in the task that ended the last pass (its pending reasons, the users' table)
+            await self._pause()
+        for part in snapshot_parts(state, workflow.now().timestamp()):
+            parts.append(part)
+            if split:  # the next part is built in the next task
+                await self._pause()
+        return zlib.compress(b"".join(parts), 1)
+
     # -- handlers ------------------------------------------------------------------------------
 
     @workflow.signal(name=CONFIGURE_SCHEDULER)
+    @held_while_loading
     def configure(self, store_url: str) -> None:
         self._signals_received += 1
         self.state.store_url = store_url
@@ -242,6 +292,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
 
         The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
         """
+        if self._loader is not None:
+            raise RuntimeError("the scheduler is loading its carried state: ask again in a moment")
         if self._snapshot is None:
             self._snapshot = encode_snapshot(self.state, workflow.now().timestamp())
         return self._snapshot

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+
 from activities.proto import cluster_pb2 as pb
+
+_FIELDS = {bool: "bool_value", int: "int_value", float: "float_value", str: "string_value"}
 
 
 def set_attr(out: pb.AttributeValue, value: Any) -> None:
-    """Store a str/int/float/bool; bool is checked first because it is a subclass of int."""
-    if isinstance(value, bool):
+    """Store a str/int/float/bool; bool is checked first because it is a subclass of int.
+
+    The exact type picks the field first: a workflow snapshot sets tens of thousands of attributes,
+    and inside the workflow sandbox every `isinstance` goes through a slower wrapper.
+    """
+    field = _FIELDS.get(type(value))
+    if field is not None:
+        setattr(out, field, value)
+    elif isinstance(value, bool):
         out.bool_value = value
     elif isinstance(value, int):
         out.int_value = value
@@ -23,3 +36,13 @@ def get_attr(value: pb.AttributeValue) -> Any:
     """The Python value, or None when unset."""
     kind = value.WhichOneof("kind")
     return getattr(value, kind) if kind else None
+
+
+def binary_payload(message: Message) -> RawValue:
+    """`message` as a binary/protobuf payload, where Temporal's converter would write its JSON.
+
+    The receiving handler, typed with the message class, reads either; the binary one is parsed in C,
+    the JSON one field by field in Python (6,900 hosts' registrations took ~0.3 s of a scheduler task).
+    """
+    metadata = {"encoding": b"binary/protobuf", "messageType": message.DESCRIPTOR.full_name.encode()}
+    return RawValue(Payload(metadata=metadata, data=message.SerializeToString()))

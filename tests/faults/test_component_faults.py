@@ -25,7 +25,8 @@ from iris import (
     get_job_info,
 )
 from tests.support import replay_run
-from workflows.scheduler_state import SchedulerState, unpack
+from workflows.scheduler_carry import unpack
+from workflows.scheduler_state import SchedulerState
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until

@@ -1,0 +1,104 @@
+"""CPU time of each scheduler activation in the bench's controller: the workflow's own cost, apart from waiting.
+
+A workflow task's duration in history (started -> completed) also counts the time the task waited in
+a busy controller (other workflows, the scheduling activity's thread, a loaded machine). This runner
+measures what the scheduler's code itself costs per activation: the thread's CPU time (and wall time)
+in `activate`, and the creation of a run's instance (the sandbox importing the workflow's modules).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from temporalio import workflow
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+
+TOP = 8
+
+
+class Timings:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self.top: list[list[Any]] = []  # [cpu ms, wall ms, what], longest CPU first
+
+    def add(self, cpu: float, wall: float, what: str) -> None:
+        with self._lock:
+            self.count += 1
+            if len(self.top) < TOP or cpu * 1000 > self.top[-1][0]:
+                self.top.append([round(cpu * 1000, 1), round(wall * 1000, 1), what])
+                self.top.sort(key=lambda row: -row[0])
+                del self.top[TOP:]
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps({"activations": self.count, "top": self.top}))
+
+
+def _commands(completion: Any) -> str:
+    """What an activation ended with: the activities it scheduled by type, continue-as-new, ..."""
+    if completion is None or not completion.HasField("successful"):
+        return "failed"
+    out = []
+    for command in completion.successful.commands:
+        variant = command.WhichOneof("variant") or ""
+        if variant in ("schedule_activity", "schedule_local_activity"):
+            out.append(getattr(command, variant).activity_type)
+        else:
+            out.append(variant)
+    return ", ".join(out) or "nothing"
+
+
+class _TimedInstance(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance, timings: Timings) -> None:
+        self._inner = inner
+        self._timings = timings
+
+    def activate(self, act: Any) -> Any:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        completion = None
+        try:
+            completion = self._inner.activate(act)
+            return completion
+        finally:
+            jobs = sorted({job.WhichOneof("variant") or "" for job in act.jobs})
+            what = ("replay: " if act.is_replaying else "") + ", ".join(jobs) + " -> " + _commands(completion)
+            self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what)
+
+    def get_info(self) -> Any:
+        return self._inner.get_info()
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+
+class TimedRunner(WorkflowRunner):
+    """Wraps a runner; times the activations of workflows of type `workflow_type`."""
+
+    def __init__(self, inner: WorkflowRunner, workflow_type: str, timings: Timings) -> None:
+        self.inner = inner
+        self.workflow_type = workflow_type
+        self.timings = timings
+
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        self.inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        instance = self.inner.create_instance(det)
+        if det.defn.name != self.workflow_type:
+            return instance
+        self.timings.add(time.thread_time() - cpu, time.perf_counter() - wall, "a run's sandbox created")
+        return _TimedInstance(instance, self.timings)
+
+    def set_worker_level_failure_exception_types(self, types: Any) -> None:
+        self.inner.set_worker_level_failure_exception_types(types)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

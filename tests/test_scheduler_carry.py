@@ -1,0 +1,157 @@
+"""The scheduler's carried state loads in steps, and nothing sent to the scheduler meanwhile is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+
+from activities.contracts import Release
+from activities.proto import cluster_pb2 as pb
+from activities.recovery import rebuild_scheduler
+from activities.scheduling import find_assignments_activity, scheduler_pause
+from tests.support import workflows_on_dev_server
+from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
+from tests.test_scheduler_determinism import SPEC_FITS
+from workflows.messages import CordonWorkers, Enqueue, RegisterResult
+from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_workflow import SchedulerWorkflow
+
+WORKERS = 40  # 1,000 millicpu each: 10 of SPEC_FITS' tasks
+PLACED = 300  # on the first 30 workers; the last 10 are free
+
+
+def _state() -> SchedulerState:
+    state = SchedulerState(store_url="memory://carry")
+    for i in range(WORKERS):
+        state.workers[f"w{i:02d}"] = WorkerEntry(f"w{i:02d}", "s", 1000, 1 << 30, 0, 0, {"zone": f"z{i % 2}"})
+    for i in range(PLACED):
+        state.placements[f"run/task-{i}"] = Placement("run", i, 0, f"w{i // 10:02d}", 100, 2**20, 0, 0,
+                                                      user="ana", band="interactive", placed_at=5.0)  # fmt: skip
+    state.pending["queued"] = PendingEntry("queued", SPEC_FITS, dict.fromkeys(range(20), 0), 7.0)
+    state.pending_reasons["queued"] = "waiting"
+    return state
+
+
+def test_a_state_loads_in_steps_and_comes_back_whole() -> None:
+    """Small chunks: many steps, workers first, the queue in its order, then placements; the header's counts."""
+    state = _state()
+    state.pending["big"] = PendingEntry("big", SPEC_FITS, {i: 1 for i in range(200)}, 8.0)  # split over rows
+    loader = StateLoader(pack(state, step=4, chunk=4))
+    assert [WORKERS, WORKERS, 220, PLACED] == loader.counts
+    assert "waiting" == loader.state.pending_reasons["queued"]  # in the header: there at once
+    loader.step()
+    assert 0 < len(loader.state.workers) < WORKERS and not loader.state.placements
+    while not loader.step():
+        pass
+    assert loader.steps > 50
+    assert state == loader.state
+    assert ["queued", "big"] == list(loader.state.pending)
+    assert unpack(pack(state)) == loader.state
+
+
+def test_what_changes_while_the_state_is_packed_is_carried_too() -> None:
+    """The run packs in steps while signals change the state: the packing is the state when it finished."""
+    state = _state()
+    state.pending["other"] = PendingEntry("other", SPEC_FITS, {0: 0, 1: 0}, 8.0)
+    state.pending["third"] = PendingEntry("third", SPEC_FITS, {0: 0}, 9.0)
+    packer = Packer(state, step=4, chunk=4)
+    packer.step()
+    packer.step()
+    del state.placements["run/task-0"]  # released
+    state.placements["run/task-1"] = Placement("run", 1, 1, "w39", 100, 2**20, 0, 0, {"http": 20001}, "ana")  # again
+    state.ported.add("run/task-1")
+    state.placements["late/task-0"] = Placement("late", 0, 0, "w-gone", 100, 2**20, 0, 0)  # a worker not listed
+    del state.pending["queued"].attempts[3]  # placed meanwhile
+    del state.pending["other"]  # killed
+    state.pending["other"] = PendingEntry("other", SPEC_FITS, {5: 1}, 10.0)  # and enqueued again: last in the queue
+    state.pending["new"] = PendingEntry("new", SPEC_FITS, {0: 0}, 11.0)
+    again = unpack(packer.finish(state))
+    assert state == again
+    assert ["queued", "third", "other", "new"] == list(again.pending)
+    assert {"http": 20001} == again.placements["run/task-1"].ports
+
+
+def test_a_packing_of_another_version_is_refused_naming_it() -> None:
+    lines = zlib.decompress(pack(_state())).split(b"\n")
+    header = json.loads(lines[0])
+    header["v"] = 3
+    with pytest.raises(ValueError, match="version 3"):
+        StateLoader(zlib.compress(b"\n".join([json.dumps(header).encode(), *lines[1:]])))
+
+
+async def _running(handle: WorkflowHandle[object, None]) -> set[str]:
+    workers = await handle.query("workers", result_type=pb.WorkerList)
+    return {key for w in workers.workers for key in w.running_tasks}
+
+
+async def _eventually(check: object, seconds: float = 30.0) -> None:
+    for _ in range(int(seconds * 10)):
+        if await check():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("not reached in time")
+
+
+async def test_signals_and_queries_while_the_state_loads(client_and_queue: tuple[Client, str]) -> None:
+    """Signals sent while the run loads its state are held and applied after; queries answer meanwhile."""
+    client, queue = client_and_queue
+    handle = await client.start_workflow(
+        SchedulerWorkflow.run, args=[pack(_state(), step=2, chunk=2)], id=queue, task_queue=queue
+    )
+    for _ in range(50):  # a query before the run's first workflow task may be refused
+        try:
+            summary = await handle.query("summary", result_type=pb.ClusterSummary)
+            break
+        except WorkflowQueryFailedError:
+            await asyncio.sleep(0.1)
+    loading = len((await handle.query("workers", result_type=pb.WorkerList)).workers) < WORKERS
+    assert loading, "the state loaded before the test could look: make its chunks smaller"
+    # The previous run's counts, answered while only part of the state is in.
+    assert (WORKERS, WORKERS, 20, PLACED) == (
+        summary.healthy_workers, summary.total_workers, summary.pending_tasks, summary.running_tasks
+    )
+    with pytest.raises(WorkflowQueryFailedError, match="loading"):
+        await handle.query("autoscale_snapshot", result_type=bytes)
+
+    await handle.signal("enqueue", Enqueue("late", SPEC_FITS, {0: 0, 1: 0}))
+    await handle.signal("release", Release("run", 0, 0))
+    await handle.signal("cordon_workers", CordonWorkers(["w39"], True, "drain"))
+    meta = pb.WorkerMetadata(worker_id="w40", agent_session="s2")
+    meta.capacity.cpu_millis, meta.capacity.memory_bytes = 1000, 1 << 30
+    # Answered once the state is whole (its validator saw part of the registry; the handler checks again).
+    registered = await handle.execute_update("register_worker", meta, result_type=RegisterResult)
+    assert registered.accepted
+
+    expected = {f"run/task-{i}" for i in range(1, PLACED)} | {f"queued/task-{i}" for i in range(20)}
+    expected |= {"late/task-0", "late/task-1"}
+
+    async def all_placed() -> bool:
+        return await _running(handle) == expected
+
+    await _eventually(all_placed)
+    workers = {w.worker_id: w for w in (await handle.query("workers", result_type=pb.WorkerList)).workers}
+    assert workers["w39"].cordoned and not workers["w39"].running_tasks and "w40" in workers
+
+    # The signals were delivered while the run was still loading: before the pause ahead of its last
+    # loading step (the first pass comes after one more pause; the passes' activities come later).
+    events = [e async for e in handle.fetch_history_events()]
+    scheduled = {
+        e.event_id for e in events if e.activity_task_scheduled_event_attributes.activity_type.name == "scheduler_pause"
+    }
+    pauses = [e.event_id for e in events if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled]
+    signals = [e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    assert len(pauses) > 20 and len(signals) == 3 and max(signals) < pauses[-2]
+
+
+@pytest.fixture
+async def client_and_queue() -> object:
+    activities = [find_assignments_activity, tasks_that_exist, announced_to_tasks_that_exist, rebuild_scheduler,
+                  scheduler_pause]  # fmt: skip
+    async with workflows_on_dev_server("sched-carry", [SchedulerWorkflow], activities) as pair:
+        yield pair
