@@ -42,7 +42,8 @@ FLEET = {
         {
             "name": "broken", "platform": "local", "hosts_per_slice": 2, "max_slices": 1,
             "resources": {"cpu": 0.5, "memory": "256m"}, "attributes": {"pool": "broken"},
-            "local": {"worker_command": [sys.executable, "-c", "import sys; sys.exit('agent cannot ' + 'start here')"]},  # said by the process, not in its command line
+            # the process says it; its command line does not contain the words
+            "local": {"worker_command": [sys.executable, "-c", "import sys; sys.exit('agent cannot ' + 'start here')"]},
         },
         {
             "name": "quota", "platform": "local", "hosts_per_slice": 2, "max_slices": 2,
