@@ -6,7 +6,7 @@ import signal
 import time
 from pathlib import Path
 
-from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec, TaskState
+from iris import CoschedulingConfig, IrisClient, JobState, JobStatus, ResourceSpec, TaskState
 from iris.config import parse_config
 from tests.support import Cluster, pid_gone, wait_until
 
@@ -42,12 +42,14 @@ def test_gang_waits_for_a_whole_slice_after_a_host_dies(cluster: Cluster, client
     killed_at = time.monotonic()
     cluster.local.kill_process("slice-a-2", signal.SIGKILL, wait=5)
     try:
-        waiting = wait_until(
-            lambda: (s := job.status()).state == JobState.PENDING and s.pending_reason and s, timeout=40
-        )
+        def requeued() -> JobStatus | None:  # the job's row and its tasks' rows are reported apart
+            s = job.status()
+            whole = s.state == JobState.PENDING and all(t.state == TaskState.PENDING for t in s.tasks)
+            return s if whole and s.pending_reason and all(t.preemption_count for t in s.tasks) else None
+
+        waiting = wait_until(requeued, timeout=40, what="the whole gang re-queued")
         detection = time.monotonic() - killed_at
         print(f"gang host loss detected and gang re-queued after {detection:.1f} s")
-        assert all(t.state == TaskState.PENDING for t in waiting.tasks)
         assert [1, 1, 1, 1] == [t.preemption_count for t in waiting.tasks]
         for i in (0, 1, 3):
             first = (tmp_path / f"task-{i}").read_text().split("\n")[0]
