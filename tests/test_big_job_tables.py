@@ -22,6 +22,7 @@ from temporalio.converter import DataConverter
 from activities.contracts import result_blob_key, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from iris import JobFailedError, ResourceSpec
+from iris.cli import listed_tasks
 from iris.client import AsyncIrisClient, _job_status
 from iris.submission import build_request
 from worker_agent.object_store import open_blob_store
@@ -89,6 +90,19 @@ def test_a_summary_keeps_the_rows_of_the_tasks_that_did_not_succeed() -> None:
     assert [(7, "FAILED"), (12_345, "RUNNING"), (24_999, "PENDING")] == [(t.task_index, t.state) for t in summary.tasks]
     assert dict(st.task_state_counts) == dict(summary.task_state_counts)
     assert "task 7: FAILED" == _job_status(summary).tasks[0].error
+
+
+def test_iris_job_status_lists_a_big_jobs_counts_and_the_tasks_that_did_not_succeed() -> None:
+    st = _status("job-big", 25_000, "SUCCEEDED")
+    st.tasks[7].state, st.tasks[9].state = "FAILED", "KILLED"
+    st.task_state_counts.update({"SUCCEEDED": 24_998, "FAILED": 1, "KILLED": 1})
+    status = _job_status(st)
+    shown, note = listed_tasks(status, all_tasks=False)
+    assert [7, 9] == [t.task_index for t in shown]
+    assert "tasks: 25,000 (1 FAILED, 1 KILLED, 24,998 SUCCEEDED); listed: 2 that did not succeed" in note
+    assert (status.tasks, "") == listed_tasks(status, all_tasks=True)
+    small = _job_status(_status("job-small", MAX_TABLE_ROWS, "SUCCEEDED"))
+    assert (small.tasks, "") == listed_tasks(small, all_tasks=False)
 
 
 def test_the_client_reads_every_row_of_a_summary_by_range() -> None:
