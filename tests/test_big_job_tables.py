@@ -167,7 +167,7 @@ def test_a_job_past_the_limit_is_refused_naming_replicas() -> None:
 
 def test_jobs_whose_budgets_allow_more_than_5000_attempts_hand_over() -> None:
     """Preemptions count: with the default budget of 100, a job of 50 tasks may hand over, one of 49 does not."""
-    def hands_over(replicas: int, **budgets: int) -> bool:
+    def hands_over(replicas: int, **budgets: Any) -> bool:
         return may_outgrow_history(build_request(resources=ResourceSpec(replicas=replicas), **budgets))
 
     assert (hands_over(49), hands_over(50)) == (False, True)
