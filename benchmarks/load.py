@@ -151,9 +151,13 @@ async def fanout(info: ClusterInfo, replicas: int) -> dict[str, Any]:
     runs = await job_runs(iris.temporal, job_id)
     events = sum(r.events for r in runs)
     longest = max(runs, key=lambda r: r.longest_task_s, default=RunFigures())
+    failed = [t for t in whole.tasks if t.state not in (JobState.PENDING, "SUCCEEDED", "KILLED")]
     return {
         "replicas": replicas,
         "state": str(status.state),
+        "error": status.error,
+        "failed_tasks": [f"{t.task_index} {t.state} on {t.worker_id} exit {t.exit_code}: {t.error}"
+                         for t in failed[:5]],
         "counts": status.task_state_counts,
         "elapsed_s": elapsed,
         "tasks_per_s": replicas / elapsed,
@@ -228,6 +232,7 @@ def format_fanout(r: dict[str, Any]) -> str:
     load = "/".join(f"{x:.1f}" for x in r["load_average_before"])
     return "\n".join([
         f"fan-out: one job of {r['replicas']} tasks ended {r['state']} {r['counts']} in {r['elapsed_s']:.1f} s",
+        *([f"  error: {r['error']}", *(f"    task {t}" for t in r["failed_tasks"])] if r["error"] else []),
         f"  tasks/s: {r['tasks_per_s']:.1f}",
         f"  events per task: {r['events_per_task']:.2f} ({r['job_history_events']} events, "
         f"{r['job_workflow_tasks']} workflow tasks, in {r['job_runs']} runs)",

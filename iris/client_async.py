@@ -56,7 +56,7 @@ from iris.types import JobFailedError, JobState, JobStatus, TaskState
 from worker_agent.object_store import SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
-from workflows.job_summary import is_summary, page_ranges, read_page, with_rows
+from workflows.job_summary import is_summary, read_page, with_rows
 from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
 from workflows.visibility import JOB_NAME, JOB_STATE, JOB_USER, expand_row, initial_job_view
@@ -244,10 +244,12 @@ class AsyncIrisClient(ClusterReads):
         handle = self.temporal.get_workflow_handle(job_id)
         rows: list[pb.TaskStatus] = []
         try:
-            for start, stop in page_ranges(st.num_tasks):
-                page = await handle.query(JOB_TASKS_QUERY, args=[start, stop], result_type=bytes,
-                                          rpc_timeout=QUERY_TIMEOUT)  # fmt: skip
-                rows.extend(read_page(page))
+            while len(rows) < st.num_tasks:
+                page = read_page(await handle.query(JOB_TASKS_QUERY, args=[len(rows), st.num_tasks],
+                                                    result_type=bytes, rpc_timeout=QUERY_TIMEOUT))  # fmt: skip
+                if not page:
+                    break  # a table shorter than its num_tasks (cannot happen; no endless loop if it did)
+                rows.extend(page)
         except (RPCError, WorkflowQueryFailedError) as err:
             log.warning("task_rows_not_read", job_id=job_id, error=str(err))
             return st

@@ -28,9 +28,8 @@ from iris.submission import build_request
 from worker_agent.object_store import open_blob_store
 from workflows.job_handover import pack_handover, unpack_handover
 from workflows.job_summary import (
-    MAX_PAGE_ROWS,
+    MAX_PAGE_BYTES,
     is_summary,
-    page_ranges,
     read_page,
     summary_status,
     task_page,
@@ -105,11 +104,19 @@ def test_iris_job_status_lists_a_big_jobs_counts_and_the_tasks_that_did_not_succ
     assert (small.tasks, "") == listed_tasks(small, all_tasks=False)
 
 
+def _read_by_range(st: pb.JobStatus) -> list[pb.TaskStatus]:
+    """As the client reads a summary's rows: each answer from where the previous one ended."""
+    rows: list[pb.TaskStatus] = []
+    while len(rows) < st.num_tasks:
+        rows.extend(read_page(task_page(st, len(rows), st.num_tasks)))
+    return rows
+
+
 def test_the_client_reads_every_row_of_a_summary_by_range() -> None:
     """The rows read by range make the whole table again, and the client sees every task as if whole."""
     st = _with_usage(_status("job-big", 25_000, "SUCCEEDED", callable_=True))
     st.tasks[3].error = "flaky"
-    rows = [row for start, stop in page_ranges(st.num_tasks) for row in read_page(task_page(st, start, stop))]
+    rows = _read_by_range(st)
     whole = with_rows(summary_status(st), rows)
     assert not is_summary(whole)
     status = _job_status(whole)
@@ -119,13 +126,18 @@ def test_the_client_reads_every_row_of_a_summary_by_range() -> None:
     assert [expand_row("job-big", True, r)[1] for r in whole.tasks] == [r.result_blob for r in st.tasks]
 
 
-def test_one_page_of_rows_stays_under_the_payload_limit_even_when_errors_do_not_compress() -> None:
-    st = _with_usage(_status("job-big", MAX_PAGE_ROWS + 10, "FAILED"))
+def test_one_answer_of_rows_stays_under_the_payload_limit_even_when_errors_do_not_compress() -> None:
+    """25,000 rows of `true` tasks come in one answer; rows whose errors do not compress in several."""
+    st = _with_usage(_status("job-big", 25_000, "SUCCEEDED", callable_=True))
+    assert 25_000 == len(read_page(task_page(st, 0, 25_000)))
+    del st.tasks[8_000:]
+    st.num_tasks = 8_000
     for row in st.tasks:
         row.error = os.urandom(MAX_ERROR_CHARS // 2).hex()  # 300 characters zlib cannot shrink much
-    page = task_page(st, 0, 10 * MAX_PAGE_ROWS)
-    assert len(page) < PAYLOAD_LIMIT
-    assert MAX_PAGE_ROWS == len(read_page(page))  # no more than a page, whatever the range asked
+    answers = [len(task_page(st, start, 8_000)) for start in range(0, 8_000, 2_000)]
+    assert max(answers) <= MAX_PAGE_BYTES < PAYLOAD_LIMIT
+    rows = _read_by_range(st)
+    assert [r.error for r in rows] == [r.error for r in st.tasks]  # every error the job kept
 
 
 def test_a_table_of_up_to_max_table_rows_is_answered_whole() -> None:

@@ -3,9 +3,9 @@
 Past MAX_TABLE_ROWS tasks, the job's query answer and result carry the job's fields and counts and
 only the rows of the tasks that did not succeed (the first MAX_TABLE_ROWS of them): every row,
 even compact, is ~2.3 MB as Temporal's JSON at 10,000 tasks with usage figures and ~5.8 MB at
-25,000, against a 2 MB payload limit. The client reads the rows by range (`JOB_TASKS_QUERY`,
-MAX_PAGE_ROWS at a time, binary protobuf compressed) when it needs them all. Pure functions: the
-workflow and the client share them.
+25,000, against a 2 MB payload limit. The client reads the rows by range (`JOB_TASKS_QUERY`, as many
+as fit in MAX_PAGE_BYTES compressed: one answer at 25,000 rows of `true` tasks) when it needs them
+all. Pure functions: the workflow and the client share them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from activities.proto import cluster_pb2 as pb
 from workflows.states import TaskState
 from workflows.visibility import MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_rows
 
-MAX_PAGE_ROWS = 5_000
-"""Rows per `job_tasks` answer: 5,000 rows with 300-character errors are ~1.9 MB uncompressed, so
-even errors that do not compress keep one answer under the 2 MB payload limit."""
+MAX_PAGE_ROWS = 25_000
+"""Rows one `job_tasks` answer holds at most (~200 KB compressed at 25,000 rows of `true` tasks)."""
+MAX_PAGE_BYTES = 1_000_000
+"""What one `job_tasks` answer holds at most, compressed: fewer rows when their errors do not compress."""
 
 
 def summary_status(status: pb.JobStatus) -> pb.JobStatus:
@@ -56,22 +57,22 @@ def is_summary(status: pb.JobStatus) -> bool:
 
 
 def task_page(status: pb.JobStatus, start: int, stop: int) -> bytes:
-    """Rows `start` to `stop` (at most MAX_PAGE_ROWS), compact, as zlib(binary JobStatus) for `job_tasks`."""
+    """Rows from `start` towards `stop`, compact, as zlib(binary JobStatus) for `job_tasks`: at most
+    MAX_PAGE_ROWS, and fewer (in proportion, so once or twice more) until they fit in MAX_PAGE_BYTES."""
     start = max(0, start)
-    stop = min(len(status.tasks), stop, start + MAX_PAGE_ROWS)
-    page = pb.JobStatus(job_id=status.job_id, num_tasks=status.num_tasks, compact=True)
-    page.tasks.extend(status.tasks[start:stop])
-    compact_rows(page.job_id, page.tasks, MAX_PAGE_ROWS)  # every error the job kept
-    return zlib.compress(page.SerializeToString(), 1)
+    count = min(len(status.tasks), stop, start + MAX_PAGE_ROWS) - start
+    while True:
+        page = pb.JobStatus(job_id=status.job_id, num_tasks=status.num_tasks, compact=True)
+        page.tasks.extend(status.tasks[start : start + max(0, count)])
+        compact_rows(page.job_id, page.tasks, len(page.tasks))  # every error the job kept
+        data = zlib.compress(page.SerializeToString(), 1)
+        if len(data) <= MAX_PAGE_BYTES or count <= 1:
+            return data
+        count = min(count - 1, int(count * MAX_PAGE_BYTES / len(data) * 0.9))
 
 
 def read_page(data: bytes) -> list[pb.TaskStatus]:
     return list(pb.JobStatus.FromString(zlib.decompress(data)).tasks)
-
-
-def page_ranges(num_tasks: int) -> list[tuple[int, int]]:
-    """The `job_tasks` ranges that read a table of `num_tasks` rows."""
-    return [(start, min(num_tasks, start + MAX_PAGE_ROWS)) for start in range(0, num_tasks, MAX_PAGE_ROWS)]
 
 
 def with_rows(summary: pb.JobStatus, rows: list[pb.TaskStatus]) -> pb.JobStatus:
