@@ -8,7 +8,9 @@ Every Temporal call the clients make is counted by a client interceptor, so the 
 how many queries reached workflows (the target is none from list and wait) next to jobs/s.
 
 fanout: one job of `--replicas` tasks of `true` (past Temporal's 2,000 pending children per
-workflow, so it runs in waves), reporting tasks/s and the job's history length.
+workflow, so it runs in waves, and continues as new), reporting tasks/s, events per task, the longest
+workflow task of the job's workflow and its largest payload, and how long `status()` takes to read
+every task's row.
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
+    Client,
     DescribeWorkflowInput,
     FetchWorkflowHistoryEventsInput,
     Interceptor,
@@ -34,8 +40,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from benchmarks.history import count_histories
+from benchmarks.history import event_seconds
 from benchmarks.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
+from benchmarks.scale import _payload_sizes
 from iris.client import AsyncIrisClient
 from iris.connection import connect_client
 from iris.local_cluster import ClusterInfo, LocalCluster
@@ -128,30 +135,86 @@ async def polling_load(info: ClusterInfo, users: int, per_user: int) -> dict[str
 
 
 async def fanout(info: ClusterInfo, replicas: int) -> dict[str, Any]:
-    """One job of `replicas` tasks of `true`: tasks/s from submit to SUCCEEDED, and its history's size."""
+    """One job of `replicas` tasks of `true`: tasks/s from submit to SUCCEEDED, and its histories' cost."""
     iris = await AsyncIrisClient.connect(info.address, store=info.store_url)
+    load_before = os.getloadavg()
     t0 = time.perf_counter()
     resources = ResourceSpec(cpu=_resources().cpu, memory=_resources().memory, replicas=replicas)
     job_id = await iris.submit_command(THROUGHPUT_COMMAND, resources=resources, name=f"fanout-{replicas}")
     status = await iris.wait(job_id, timeout=6 * 3600)
     elapsed = time.perf_counter() - t0
-    tasks, events = await count_histories(iris.temporal, {"job": [job_id]})
-    await asyncio.sleep(1)  # visibility trails the histories by a few milliseconds
-    runs = [
-        len((await iris.temporal.get_workflow_handle(job_id, run_id=wf.run_id).fetch_history()).events)
-        async for wf in iris.temporal.list_workflows(f"WorkflowId='{job_id}'")
-    ]
+    load_after = os.getloadavg()
+    iris._results.clear()  # read it again from the job: its summary, then its rows by range
+    t1 = time.perf_counter()
+    whole = await iris.status(job_id)
+    status_s = time.perf_counter() - t1
+    runs = await job_runs(iris.temporal, job_id)
+    events = sum(r.events for r in runs)
+    longest = max(runs, key=lambda r: r.longest_task_s, default=RunFigures())
+    failed = [t for t in whole.tasks if t.state not in (JobState.PENDING, "SUCCEEDED", "KILLED")]
     return {
         "replicas": replicas,
         "state": str(status.state),
+        "error": status.error,
+        "failed_tasks": [f"{t.task_index} {t.state} on {t.worker_id} exit {t.exit_code}: {t.error}"
+                         for t in failed[:5]],
         "counts": status.task_state_counts,
         "elapsed_s": elapsed,
         "tasks_per_s": replicas / elapsed,
-        "job_workflow_tasks": tasks.get("job", 0),
-        "job_history_events": events.get("job", 0),
+        "job_workflow_tasks": sum(r.workflow_tasks for r in runs),
+        "job_history_events": events,
+        "events_per_task": events / replicas,
         "job_runs": len(runs),
-        "job_largest_run_events": max(runs, default=0),
+        "job_largest_run_events": max((r.events for r in runs), default=0),
+        "longest_workflow_task_s": longest.longest_task_s,
+        "longest_workflow_task_at": longest.longest_task_at,
+        "largest_payload_bytes": max((r.largest_payload for r in runs), default=0),
+        "status_rows": len(whole.tasks),
+        "status_read_s": status_s,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
     }
+
+
+@dataclass
+class RunFigures:
+    """One run of the job's workflow, from its history."""
+
+    run_id: str = ""
+    events: int = 0
+    workflow_tasks: int = 0
+    longest_task_s: float = 0.0  # workflow task started -> completed, server times
+    longest_task_at: str = ""
+    largest_payload: int = 0
+
+
+async def job_runs(client: Client, job_id: str) -> list[RunFigures]:
+    """Every run of `job_id`, newest first, following continue-as-new back from the latest."""
+    out: list[RunFigures] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(job_id, run_id=run_id).fetch_history()
+        run = RunFigures(run_id=history.run_id)
+        started: dict[int, float] = {}
+        previous = ""
+        for event in history.events:
+            run.events += 1
+            run.largest_payload = max([run.largest_payload, *_payload_sizes(event)])
+            at = event_seconds(event)
+            if event.event_id == 1:
+                previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                started[event.event_id] = at
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                run.workflow_tasks += 1
+                began = started.pop(event.workflow_task_completed_event_attributes.started_event_id, None)
+                if began is not None and at - began > run.longest_task_s:
+                    run.longest_task_s = at - began
+                    run.longest_task_at = f"run {history.run_id[:8]} event {event.event_id}"
+        out.append(run)
+        if not previous:
+            return out
+        run_id = previous
 
 
 def format_polling(r: dict[str, Any]) -> str:
@@ -166,12 +229,18 @@ def format_polling(r: dict[str, Any]) -> str:
 
 
 def format_fanout(r: dict[str, Any]) -> str:
+    load = "/".join(f"{x:.1f}" for x in r["load_average_before"])
     return "\n".join([
         f"fan-out: one job of {r['replicas']} tasks ended {r['state']} {r['counts']} in {r['elapsed_s']:.1f} s",
+        *([f"  error: {r['error']}", *(f"    task {t}" for t in r["failed_tasks"])] if r["error"] else []),
         f"  tasks/s: {r['tasks_per_s']:.1f}",
-        f"  the job's history: {r['job_history_events']} events, {r['job_workflow_tasks']} workflow tasks, "
-        f"in {r['job_runs']} runs (continue-as-new)",
+        f"  events per task: {r['events_per_task']:.2f} ({r['job_history_events']} events, "
+        f"{r['job_workflow_tasks']} workflow tasks, in {r['job_runs']} runs)",
         f"  the largest run: {r['job_largest_run_events']} events (Temporal's limit: 51,200 per run)",
+        f"  longest workflow task of the job: {r['longest_workflow_task_s'] * 1000:.0f} ms "
+        f"({r['longest_workflow_task_at']}); largest payload {r['largest_payload_bytes'] / 1024:.0f} KiB",
+        f"  status(): {r['status_rows']} task rows read in {r['status_read_s']:.2f} s",
+        f"  load average 1/5/15 min at submit: {load}",
     ])
 
 

@@ -27,7 +27,7 @@ from iris.cli_errors import CliError, exit_now, run_cli
 from iris.cli_parsing import parse_constraint, parse_pair, parse_since
 from iris.cli_ports import job_endpoints
 from iris.submission import build_request, command_argv
-from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec
+from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec, TaskState, TaskStatus
 from iris.units import format_memory
 
 app = typer.Typer(
@@ -252,8 +252,28 @@ def job_list(
     out.print(table)
 
 
+LISTED_TASKS = 2_000  # rows `iris job status` lists without --all
+
+
+def listed_tasks(s: JobStatus, all_tasks: bool) -> tuple[tuple[TaskStatus, ...], str]:
+    """The rows `iris job status` lists, and a line saying what it left out: past LISTED_TASKS tasks, only
+    those that did not succeed (the first LISTED_TASKS of them), unless `--all`."""
+    if all_tasks or len(s.tasks) <= LISTED_TASKS:
+        return s.tasks, ""
+    shown = tuple(t for t in s.tasks if t.state != TaskState.SUCCEEDED)[:LISTED_TASKS]
+    counts = ", ".join(f"{n:,} {state}" for state, n in sorted(s.task_state_counts.items()))
+    return shown, f"tasks: {s.num_tasks:,} ({counts}); listed: {len(shown):,} that did not succeed (--all: every task)"
+
+
 @job_app.command("status")
-def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
+def job_status(
+    job_id: str,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+    all_tasks: Annotated[
+        bool, typer.Option("--all", help=f"list every task (past {LISTED_TASKS:,}: only those that did not succeed)")
+    ] = False,
+) -> None:
     """Show a job and its tasks (and why it is pending, if it is)."""
     s = iris_client(temporal, store).job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): [bold]{s.state}[/bold]", markup=True, highlight=False)
@@ -266,7 +286,10 @@ def job_status(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None
     if s.error:
         out.print(f"error: {s.error}", markup=False, highlight=False)
     table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")
-    for t in s.tasks:
+    shown, note = listed_tasks(s, all_tasks)
+    if note:
+        out.print(note, markup=False, highlight=False)
+    for t in shown:
         table.add_row(
             str(t.task_index), t.state, t.worker_id, str(t.attempt), str(t.failure_count),
             str(t.preemption_count), "" if t.exit_code is None else str(t.exit_code), t.error[:60],

@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
     JOB_STATUS_QUERY,
+    JOB_TASKS_QUERY,
     KILL_JOB,
     PENDING_REASON,
     SCHEDULER_WORKFLOW_ID,
@@ -55,6 +56,7 @@ from iris.types import JobFailedError, JobState, JobStatus, TaskState
 from worker_agent.object_store import SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
 from workflows.details import job_request_markdown
+from workflows.job_summary import is_summary, read_page, with_rows
 from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
 from workflows.visibility import JOB_NAME, JOB_STATE, JOB_USER, expand_row, initial_job_view
@@ -226,9 +228,32 @@ class AsyncIrisClient(ClusterReads):
             st = await self._status_without_controller(job_id)
             if not st.finished_at:
                 return st, False
-        if st.finished_at and JobState(st.state) in TERMINAL_JOB_STATES:
+        st = await self._whole_table(job_id, st)
+        if st.finished_at and JobState(st.state) in TERMINAL_JOB_STATES and not is_summary(st):
             self._results[job_id] = st
         return st, True
+
+    async def _whole_table(self, job_id: str, st: pb.JobStatus) -> pb.JobStatus:
+        """`st` with every task's row: a big job's summary (job_summary) is completed by range queries.
+
+        A job whose workflow cannot answer them (its controller is down) keeps its summary: the job's
+        fields and counts, and the rows of the tasks that did not succeed.
+        """
+        if not is_summary(st):
+            return st
+        handle = self.temporal.get_workflow_handle(job_id)
+        rows: list[pb.TaskStatus] = []
+        try:
+            while len(rows) < st.num_tasks:
+                page = read_page(await handle.query(JOB_TASKS_QUERY, args=[len(rows), st.num_tasks],
+                                                    result_type=bytes, rpc_timeout=QUERY_TIMEOUT))  # fmt: skip
+                if not page:
+                    break  # a table shorter than its num_tasks (cannot happen; no endless loop if it did)
+                rows.extend(page)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            log.warning("task_rows_not_read", job_id=job_id, error=str(err))
+            return st
+        return with_rows(st, rows)
 
     async def _status_without_controller(self, job_id: str) -> pb.JobStatus:
         """The job's status from Temporal alone, for when the controller cannot answer a query.
@@ -322,7 +347,8 @@ class AsyncIrisClient(ClusterReads):
                         log.info("long_poll_refused", job_id=job_id, error=err.message)
                         result = asyncio.ensure_future(self._result_when_closed(handle, poll))
                         continue
-                    if JobState(final.state) in TERMINAL_JOB_STATES:
+                    final = await self._whole_table(job_id, final)
+                    if JobState(final.state) in TERMINAL_JOB_STATES and not is_summary(final):
                         self._results[job_id] = final
                     status = _job_status(final)
                     if on_progress:
@@ -362,6 +388,9 @@ class AsyncIrisClient(ClusterReads):
                 raise JobFailedError(status, f"job {job_id} has not finished ({status.state}); "
                                      "wait() for it, or ask for results(partial=True)")
             raise JobFailedError(status)
+        if is_summary(st):
+            raise RuntimeError(f"job {job_id}: its {st.num_tasks} task rows could not be read (is its controller "
+                               "running? `iris cluster status`); try again")
         out = []
         for t in st.tasks:
             key = expand_row(st.job_id, st.compact, t)[1] if t.state == TaskState.SUCCEEDED else t.result_blob

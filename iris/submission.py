@@ -131,8 +131,8 @@ def build_request(
     if not isinstance(resources, ResourceSpec):
         raise ValueError(f"resources must be a ResourceSpec, got {type(resources).__name__}")
     if resources.replicas > MAX_REPLICAS:
-        raise ValueError(f"resources.replicas must be at most {MAX_REPLICAS} (a job's history and result must stay "
-                         f"within Temporal's limits; split the work into several jobs), got {resources.replicas}")
+        raise ValueError(f"resources.replicas must be at most {MAX_REPLICAS:,} (a job's table must stay within "
+                         f"Temporal's payload limit; split the work into several jobs), got {resources.replicas}")
     cons = _constraints(constraints)
     if coscheduling is not None and not isinstance(coscheduling, CoschedulingConfig):
         raise ValueError(f"coscheduling must be a CoschedulingConfig, got {type(coscheduling).__name__}")

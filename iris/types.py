@@ -97,6 +97,8 @@ class JobStatus:
     pending_reason: str
     submitted_at: float
     finished_at: float | None
+    # Every task's row by index; past 2,000 tasks the client reads them by range, and a job whose controller
+    # does not answer gives only the rows of the tasks that did not succeed (its summary).
     tasks: tuple[TaskStatus, ...] = ()
     parent_job_id: str = ""  # the job whose task submitted this one; "" for a root job
     namespace: str = ""  # the namespace the job runs in (default: its user)

@@ -50,7 +50,8 @@ class TaskArea:
         """Make the area fresh and empty (one left by a crashed agent for this attempt is replaced).
 
         A sibling task's `remove` may take the job's directory while it is empty, between any two
-        steps here, until this area is in it; then the steps are taken again.
+        steps here, until this area is in it; then the steps are taken again. (`mkdir(exist_ok=True)`
+        raises FileExistsError when the directory was there for mkdir and gone when it checked.)
         """
         shutil.rmtree(self.path, ignore_errors=True)
         for attempt in range(_CREATE_TRIES):
@@ -60,7 +61,7 @@ class TaskArea:
                     directory.chmod(_TRAVERSE_ONLY)
                 self.path.mkdir(mode=_PRIVATE)
                 break
-            except FileNotFoundError:
+            except (FileNotFoundError, FileExistsError):
                 if attempt == _CREATE_TRIES - 1:
                     raise
         self.store_dir.mkdir()

@@ -12,6 +12,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         JOB_STATUS_QUERY,
+        JOB_TASKS_QUERY,
         PENDING_REASON,
         TASK_ENDED,
         TASK_RETRYING,
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.details import job_status_markdown
     from workflows.job_base import JobBase
     from workflows.job_lifecycle import JobEvent, JobPhase
+    from workflows.job_summary import summary_status, task_page
     from workflows.messages import (
         TaskResult,
         TaskRetrying,
@@ -35,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
         MAX_REASON_CHARS,
         JobView,
         cap_text,
-        compact_status,
         memo_changes,
     )
 
@@ -46,7 +47,13 @@ class Table(JobBase):
 
     @workflow.query(name=JOB_STATUS_QUERY)
     def job_status(self) -> pb.JobStatus:
-        return compact_status(self.status)
+        """The job, with its rows past MAX_TABLE_ROWS tasks left to `job_tasks` (a summary: job_summary)."""
+        return summary_status(self.status)
+
+    @workflow.query(name=JOB_TASKS_QUERY)
+    def job_tasks(self, start: int, stop: int) -> bytes:
+        """Task rows `start` to `stop` (at most MAX_PAGE_ROWS), compressed: how a client reads a big job's table."""
+        return task_page(self.status, start, stop)
 
     @workflow.signal(name=TASK_STARTED)
     def task_started(self, msg: TaskStarted) -> None:

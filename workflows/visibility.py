@@ -8,7 +8,7 @@ workflows. Pure functions: the workflow and the client share them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,8 @@ MAX_ERROR_CHARS = 300
 MAX_JOB_ERROR_CHARS = 2_000
 MAX_REASON_CHARS = 500
 MAX_TABLE_ROWS = 2_000
-"""Tasks beyond which a job's query answer and result are compact (see compact_status)."""
+"""Tasks beyond which a job's query answer and result are a summary (workflows/job_summary.py) and its
+handed-over table is compact (compact_status)."""
 MAX_LISTED_ERRORS = 200
 """Task errors a compact table keeps (the first ones by task index); the job's own error stays whole."""
 
@@ -141,7 +142,7 @@ def initial_job_view(req: pb.JobRequest) -> JobView:
 
 
 def compact_status(status: pb.JobStatus) -> pb.JobStatus:
-    """The job's status as its query answers and its result returns: whole up to MAX_TABLE_ROWS tasks.
+    """The job's status as it is handed over to its next run: whole up to MAX_TABLE_ROWS tasks.
 
     Past that, rows leave out what the client derives (task ids, result keys) and errors
     past the first MAX_LISTED_ERRORS, so 10,000 rows stay near 1 MB (the payload limit is
@@ -152,16 +153,21 @@ def compact_status(status: pb.JobStatus) -> pb.JobStatus:
     out = pb.JobStatus()
     out.CopyFrom(status)
     out.compact = True
+    compact_rows(out.job_id, out.tasks, MAX_LISTED_ERRORS)
+    return out
+
+
+def compact_rows(job_id: str, rows: Iterable[pb.TaskStatus], max_errors: int) -> None:
+    """Leave out of `rows` what the client derives (`expand_row`), and errors past the first `max_errors`."""
     errors = 0
-    for row in out.tasks:
+    for row in rows:
         row.task_id = ""
-        if row.result_blob == result_blob_key(out.job_id, row.task_index, row.attempt):
+        if row.result_blob == result_blob_key(job_id, row.task_index, row.attempt):
             row.result_blob = ""
         if row.error:
             errors += 1
-            if errors > MAX_LISTED_ERRORS:
+            if errors > max_errors:
                 row.error = ""
-    return out
 
 
 def expand_row(job_id: str, compact: bool, row: pb.TaskStatus) -> tuple[str, str]:

@@ -52,18 +52,24 @@ def test_a_job_leaves_no_directory_behind_once_its_last_area_on_the_host_is_remo
     assert again.work_dir.is_dir()
 
 
-@pytest.mark.parametrize("window", ["chmod", "mkdir"])
+@pytest.mark.parametrize("window", ["chmod", "mkdir", "is_dir"])
 def test_area_is_made_although_a_sibling_removes_the_empty_job_directory_meanwhile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
 ) -> None:
-    """A sibling task's removal may take the job's empty directory between any two steps of `create`."""
+    """A sibling task's removal may take the job's empty directory between any two steps of `create`.
+
+    `is_dir`: the job's directory existed when `mkdir(exist_ok=True)` tried it, and was gone when it
+    checked (FileExistsError; one task of a 25,000-task job failed on it).
+    """
     area = TaskArea.at(tmp_path / "tasks", "j", 1, 0)
     job_dir = area.path.parent
+    if window == "is_dir":
+        job_dir.mkdir(parents=True)  # a sibling's area was in it a moment ago
     original = getattr(Path, window)
     raced: list[Path] = []
 
     def sibling_removes_first(self: Path, *args: object, **kwargs: object) -> object:
-        target = job_dir if window == "chmod" else area.path
+        target = area.path if window == "mkdir" else job_dir
         if self == target and not raced:
             raced.append(self)
             job_dir.rmdir()  # what `remove` of the job's last other area does, at the worst moment
