@@ -11,6 +11,7 @@ import zlib
 from temporalio import activity
 
 import scheduler
+from activities import plan_batches
 from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
 from activities.proto import cluster_pb2 as pb
@@ -165,11 +166,14 @@ def encode_plan(
     result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None
 ) -> bytes:
     """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds),
-    its evictions, and the effective bands that differ from the band each job asked for (`asked`)."""
+    its evictions, and the effective bands that differ from the band each job asked for (`asked`); its
+    assignments in the batches the scheduler announces (plan_batches)."""
     known = known or {}
     plan = pb.SchedulingPlan()
-    for a in result.assignments:
-        plan.assignments.add(job_id=a.job_id, task_index=a.task_index, worker_id=a.worker_id)
+    for e in result.evictions:  # before the assignments: the preemptors' ones are put last
+        plan.evictions.add(job_id=e.job_id, task_indices=e.task_indices, band=str(e.band), preemptor=e.preemptor,
+                           reason=cap_reason(e.reason))  # fmt: skip
+    plan_batches.fill(plan, ((a.job_id, a.task_index, a.worker_id) for a in result.assignments))
     for job_id, index in result.timed_out:
         plan.timed_out.add(job_id=job_id, task_index=index)
     for job_id, reason in result.pending_reasons.items():
@@ -181,9 +185,6 @@ def encode_plan(
             plan.reservation_holds.add(reservation_id=reservation_id, entry=entry, worker_id=worker_id)
     for reservation_id, reason in result.reservation_reasons.items():
         plan.reservation_reasons[reservation_id] = cap_reason(reason)
-    for e in result.evictions:
-        plan.evictions.add(job_id=e.job_id, task_indices=e.task_indices, band=str(e.band), preemptor=e.preemptor,
-                           reason=cap_reason(e.reason))  # fmt: skip
     asked = asked or {}
     for job_id, band in result.effective_bands.items():
         if band != asked.get(job_id, band):

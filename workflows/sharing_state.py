@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from activities import plan_batches
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
@@ -207,16 +208,11 @@ def take_evictions(books: Books, state: Any, plan: pb.SchedulingPlan, now: float
     """
     if not plan.evictions:
         return []
-    preemptors = {e.preemptor for e in plan.evictions}
+    start = plan_batches.held_back_from(plan)  # the preemptors' assignments come last (plan_batches)
     planned: dict[str, set[str]] = {}
-    kept = []
-    for a in plan.assignments:
-        if a.job_id in preemptors:
-            planned.setdefault(a.job_id, set()).add(a.worker_id)
-        else:
-            kept.append(a)
-    del plan.assignments[:]
-    plan.assignments.extend(kept)
+    for a in plan.assignments[start:]:
+        planned.setdefault(a.job_id, set()).add(a.worker_id)
+    del plan.assignments[start:]
     out = []
     for e in plan.evictions:
         if e.preemptor not in state.pending:

@@ -516,7 +516,7 @@ class TimedOutTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ...) -> None: ...
 
 class SchedulingPlan(_message.Message):
-    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons", "evictions", "effective_bands")
+    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons", "evictions", "effective_bands", "batch_ends", "batched")
     class PendingReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -545,6 +545,8 @@ class SchedulingPlan(_message.Message):
     RESERVATION_REASONS_FIELD_NUMBER: _ClassVar[int]
     EVICTIONS_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_BANDS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ENDS_FIELD_NUMBER: _ClassVar[int]
+    BATCHED_FIELD_NUMBER: _ClassVar[int]
     assignments: _containers.RepeatedCompositeFieldContainer[SchedulingAssignment]
     timed_out: _containers.RepeatedCompositeFieldContainer[TimedOutTask]
     pending_reasons: _containers.ScalarMap[str, str]
@@ -552,7 +554,9 @@ class SchedulingPlan(_message.Message):
     reservation_reasons: _containers.ScalarMap[str, str]
     evictions: _containers.RepeatedCompositeFieldContainer[SchedulingEviction]
     effective_bands: _containers.ScalarMap[str, str]
-    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    batch_ends: _containers.RepeatedScalarFieldContainer[int]
+    batched: bool
+    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ..., batch_ends: _Optional[_Iterable[int]] = ..., batched: _Optional[bool] = ...) -> None: ...
 
 class WorkerList(_message.Message):
     __slots__ = ("workers",)
