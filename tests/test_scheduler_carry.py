@@ -21,6 +21,7 @@ from workflows.messages import CordonWorkers, Enqueue, RegisterResult
 from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
 from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.worker_lifecycle import WorkerState
 
 WORKERS = 40  # 1,000 millicpu each: 10 of SPEC_FITS' tasks
 PLACED = 300  # on the first 30 workers; the last 10 are free
@@ -77,12 +78,54 @@ def test_what_changes_while_the_state_is_packed_is_carried_too() -> None:
     assert {"http": 20001} == again.placements["run/task-1"].ports
 
 
+@pytest.mark.parametrize("steps", [1, 6, 10_000])  # changes while the workers are packed, after, at the end
+def test_workers_changed_added_and_removed_while_the_state_is_packed_are_carried_too(steps: int) -> None:
+    """Workers are packed first, a few per step; what registration and liveness change meanwhile is carried:
+    the packing is the registry as it was when the run finished, in its order."""
+    state = _state()
+    packer = Packer(state, step=8, chunk=8)
+    for _ in range(steps):
+        if packer.step():
+            break
+    state.workers["w00"].cordoned = True  # an operator's cordon
+    state.workers["w01"].state = WorkerState.LOST  # its agent stopped heartbeating
+    state.workers["w01"].lost_at = 30.0
+    state.workers["w02"] = WorkerEntry("w02", "s2", 2000, 1 << 30, 0, 0, {"zone": "z9"})  # its agent restarted
+    state.workers["w03"] = WorkerEntry("w03", "s", 1000, 1 << 30, 0, 0, {"zone": "z1"})  # the same, made again
+    del state.workers["w38"]  # removed
+    state.workers["w99"] = WorkerEntry("w99", "s", 1000, 1 << 30, 0, 0, {"zone": "z0"}, host="h99")  # new
+    moved = state.workers.pop("w10")  # removed and registered again: last in the registry now
+    state.workers["w10"] = moved
+    loader = StateLoader(packer.finish(state))
+    assert [len(state.workers) - 1, len(state.workers), 20, PLACED] == loader.counts
+    while not loader.step():
+        pass
+    assert state == loader.state
+    assert list(state.workers) == list(loader.state.workers)
+    assert WorkerState.LOST == loader.state.workers["w01"].state and "w38" not in loader.state.workers
+
+
+def test_a_registry_changed_after_it_was_packed_keeps_its_order_without_a_list_of_it() -> None:
+    """Changed and new workers only: the last line names them, not the whole registry's order."""
+    state = _state()
+    packer = Packer(state)
+    while not packer.step():
+        pass
+    state.workers["w05"].dispatch_failures = 2
+    state.workers["w-new"] = WorkerEntry("w-new", "s", 1000, 1 << 30, 0, 0, {})
+    lines = zlib.decompress(packer.finish(state)).split(b"\n")
+    kind, _, delta = json.loads(lines[-2])
+    assert "d" == kind
+    assert ([], ["w05", "w-new"], []) == (delta[4], [row[0] for row in delta[5]], delta[6])
+    assert state == unpack(zlib.compress(b"\n".join(lines)))
+
+
 def test_a_packing_of_another_version_is_refused_naming_it() -> None:
     lines = zlib.decompress(pack(_state())).split(b"\n")
-    header = json.loads(lines[0])
+    header = json.loads(lines[-1])  # the last line
     header["v"] = 3
     with pytest.raises(ValueError, match="version 3"):
-        StateLoader(zlib.compress(b"\n".join([json.dumps(header).encode(), *lines[1:]])))
+        StateLoader(zlib.compress(b"\n".join([*lines[:-1], json.dumps(header).encode()])))
 
 
 async def _running(handle: WorkflowHandle[object, None]) -> set[str]:

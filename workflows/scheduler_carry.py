@@ -2,12 +2,12 @@
 
 At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
 them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes zlib of JSON lines, a small header first and then chunks of a bounded weight (workers,
-queued jobs, placements by job), and `StateLoader` builds the state a few chunks per workflow task:
-the scheduler loads `step` weight units, waits on a 1 ms durable timer (a new workflow task), loads
-the next, and so on, holding the signals that arrive meanwhile (scheduler_workflow). A small state
-loads in the first task, as before. The header carries the counts the `summary` query answers while
-the rest loads.
+`pack` writes zlib of JSON lines, chunks of a bounded weight (workers, queued jobs, placements by job),
+a line of what changed while they were packed, and a small header last, and `StateLoader` builds the
+state a few chunks per workflow task: the scheduler loads `step` weight units, awaits a no-op activity
+(a new workflow task), loads the next, and so on, holding the signals that arrive meanwhile
+(scheduler_workflow). A small state loads in the first task, as before. The header carries the counts
+the `summary` query answers while the rest loads.
 
 Pure functions of the state (no Temporal calls): the same code runs in the workflow and in tests.
 """
@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterable, Iterator
+from itertools import compress, filterfalse
+from operator import attrgetter, countOf, is_not, ne
 from typing import Any
 
 from activities.contracts import task_workflow_id
@@ -27,8 +29,8 @@ from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, W
 from workflows.sharing_state import Books
 from workflows.worker_lifecycle import WorkerState
 
-PACK_VERSION = 4  # 4: a header line, then chunk lines a run loads a few per workflow task
-READABLE_VERSIONS = (4,)  # Iris is unreleased: no older packing is read
+PACK_VERSION = 5  # 5: chunk lines a run loads a few per workflow task, a line of changes, the header last
+READABLE_VERSIONS = (5,)  # Iris is unreleased: no older packing is read
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
 # its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox
 # on a loaded machine. A state of less weight loads (and packs) in one task, as before.
@@ -69,11 +71,11 @@ def _chunks(kind: str, rows: Iterator[tuple[int, Any]], chunk: int) -> Iterator[
         yield json.dumps([kind, weight, batch], separators=(",", ":"))
 
 
-def _worker_rows(state: SchedulerState) -> Iterator[tuple[int, Any]]:
-    for w in state.workers.values():
-        yield 4, [w.worker_id, w.session, w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, w.attributes, w.runtime,
-                  w.state.value, w.suspect_until, w.dispatch_failures, w.cordoned, w.lost_at, w.host, w.address,
-                  list(w.port_range)]  # fmt: skip
+def _worker_row(w: dict[str, Any]) -> list[Any]:
+    """A worker's row, from its entry's attributes (`WorkerEntry.__dict__`, or a copy of it)."""
+    return [w["worker_id"], w["session"], w["cpu_millis"], w["memory_bytes"], w["gpus"], w["tpus"], w["attributes"],
+            w["runtime"], w["state"].value, w["suspect_until"], w["dispatch_failures"], w["cordoned"], w["lost_at"],
+            w["host"], w["address"], list(w["port_range"])]  # fmt: skip
 
 
 def _pending_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
@@ -120,52 +122,76 @@ class _Names:
 class Packer:
     """Packs the state over several workflow tasks while the run goes on, then adds what changed meanwhile.
 
-    Packing 100,000 placements and a queue of 100,000 tasks took ~0.15 s of CPU: too much for the one
-    workflow task that continues as new. So the run freezes a view of the placements and the queue (a
-    shallow copy: a placement is replaced, never changed; a queued job's attempts are copied), packs it
-    `step` weight per `step()`, one workflow task each, while signals keep changing the live state, and
-    `finish()` packs the workers, the header and a last line with what changed since the view: the
-    placements and queued jobs added, replaced or gone. Loaded in order, the lines give the live state.
+    Packing 10,000 workers, 100,000 placements and a queue of 100,000 tasks took ~0.25 s of CPU: too
+    much for the one workflow task that continues as new. So the run packs `step` weight per `step()`,
+    one workflow task each, while signals keep changing the live state: the workers (each copied as it
+    is packed), then a frozen view of the queue (a queued job's attempts are copied) and of the
+    placements (a shallow copy: a placement is replaced, never changed), compressing as it goes.
+    `finish()` adds a line with what changed since each was packed (workers, placements and queued jobs
+    added, replaced or gone), found by comparisons that run in C, and the header. Loaded in order, the
+    lines give the live state.
     """
 
     def __init__(self, state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> None:
         self._step, self._chunk = step, chunk
+        self._state = state
         self._names = _Names(state.workers)
+        self._w_keys = list(state.workers)
+        self._workers: dict[str, dict[str, Any]] = {}  # worker id -> its entry's attributes as packed
         self._placements = dict(state.placements)
         self._pending = {job_id: (e, dict(e.attempts)) for job_id, e in state.pending.items()}
         self._x_keys = list(self._placements)
         self._q_keys = list(self._pending)
-        self._lines: list[str] = []
-        self._x_at = self._q_at = 0
+        self._w_at = self._x_at = self._q_at = 0
         self._weight = 0  # of the lines packed so far
+        self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
+        self._packed: list[bytes] = []  # compressed so far
+
+    def _add(self, lines: Iterable[str]) -> None:
+        self._packed += [self._z.compress(line.encode() + b"\n") for line in lines]
 
     def step(self) -> bool:
-        """Pack about `step` weight of the frozen view; True once all of it is packed."""
+        """Pack about `step` weight (workers, then the frozen queue and placements); True once all is packed."""
         room = self._step
-        if self._q_at < len(self._q_keys):
+        if self._w_at < len(self._w_keys):
+            end = min(len(self._w_keys), self._w_at + max(1, room // 4))
+            live, frozen = self._state.workers, self._workers
+            rows = []
+            for key in self._w_keys[self._w_at : end]:
+                worker = live.get(key)
+                if worker is not None:  # gone before its turn: not packed, and not "gone" at the finish
+                    frozen[key] = copied = dict(worker.__dict__)
+                    rows.append((4, _worker_row(copied)))
+            self._add(_chunks("w", iter(rows), self._chunk))
+            room -= 4 * (end - self._w_at)
+            self._weight += 4 * len(rows)
+            self._w_at = end
+        if room > 0 and self._q_at < len(self._q_keys):
             end = self._q_at
-            while end < len(self._q_keys) and room > 0:
-                room -= 2 + len(self._pending[self._q_keys[end]][1]) // 16
+            used = 0
+            while end < len(self._q_keys) and used < room:
+                used += 2 + len(self._pending[self._q_keys[end]][1]) // 16
                 end += 1
             entries = (self._pending[job_id] for job_id in self._q_keys[self._q_at : end])
-            self._lines += _chunks("q", _pending_rows(entries, self._chunk), self._chunk)
+            self._add(_chunks("q", _pending_rows(entries, self._chunk), self._chunk))
             self._q_at = end
-            self._weight += self._step - room
+            self._weight += used
+            room -= used
         if room > 0 and self._x_at < len(self._x_keys):
             end = min(len(self._x_keys), self._x_at + room)
             placements = (self._placements[key] for key in self._x_keys[self._x_at : end])
-            self._lines += _chunks("x", _placement_rows(placements, self._names, self._chunk), self._chunk)
-            self._weight += len(self._x_keys[self._x_at : end])
+            self._add(_chunks("x", _placement_rows(placements, self._names, self._chunk), self._chunk))
+            self._weight += end - self._x_at
             self._x_at = end
-        return self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
+        return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
 
     def finish(self, state: SchedulerState) -> bytes:
-        """The packed state: header, workers, the frozen view's lines, and what changed since."""
+        """The packed state: the lines packed by the steps, what changed since, and the header."""
         while not self.step():
             pass
         live_x, frozen_x = state.placements, self._placements
-        gone_x = [key for key in frozen_x if key not in live_x]
-        changed_x = [p for key, p in live_x.items() if frozen_x.get(key) is not p]
+        gone_x = list(filterfalse(live_x.__contains__, frozen_x))
+        changed_x = list(compress(live_x.values(), map(is_not, map(frozen_x.get, live_x), live_x.values())))
         live_q, frozen_q = state.pending, self._pending
         gone_q = [job_id for job_id, (e, _) in frozen_q.items() if live_q.get(job_id) is not e]
         changed_q = []
@@ -173,11 +199,19 @@ class Packer:
             frozen = frozen_q.get(job_id)
             if frozen is None or frozen[0] is not e or frozen[1] != e.attempts:
                 changed_q.append((e, e.attempts))
+        live_w, frozen_w = state.workers, self._workers
+        gone_w = list(filterfalse(live_w.__contains__, frozen_w))
+        changed_w = list(compress(live_w, map(ne, map(frozen_w.get, live_w), map(_DICT, live_w.values()))))
+        # The loader keeps the packed order and adds new workers last; say the order when the run changed it.
+        new_w = list(filterfalse(frozen_w.__contains__, changed_w))
+        same_order = list(filter(live_w.__contains__, frozen_w)) + new_w == list(live_w)
         delta = [
             gone_x, [row for _, row in _placement_rows(changed_x, self._names, len(changed_x) + 1)],
             gone_q, [row for _, row in _pending_rows(changed_q, len(changed_q) * 16 + 16)],
+            gone_w, [_worker_row(live_w[key].__dict__) for key in changed_w], [] if same_order else list(live_w),
         ]  # fmt: skip
-        healthy = sum(1 for w in state.workers.values() if w.healthy)
+        weight = len(gone_x) + len(changed_x) + 2 * (len(gone_q) + len(changed_q)) + len(gone_w) + 4 * len(changed_w)
+        healthy = len(live_w) - countOf(map(_STATE, live_w.values()), WorkerState.LOST)
         header: dict[str, Any] = {
             "v": PACK_VERSION,
             "step": self._step,
@@ -189,17 +223,19 @@ class Packer:
             "port_cursors": state.port_cursors,
             "books": state.books.pack(),
             # What `summary` answers while the rest loads: healthy and all workers, pending and running tasks.
-            "counts": [healthy, len(state.workers), sum(len(e.attempts) for e in live_q.values()), len(live_x)],
-            "weight": self._weight + len(changed_x) + 2 * len(changed_q) + 4 * len(state.workers),
+            "counts": [healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
+            "weight": self._weight + weight,
         }
         if state.reservations:  # optional: a state without reservations packs without the key
             header["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
-        lines = [json.dumps(header, separators=(",", ":"))]
-        lines += _chunks("w", _worker_rows(state), self._chunk)
-        lines += self._lines
-        weight = len(gone_x) + len(changed_x) + 2 * (len(gone_q) + len(changed_q))
-        lines.append(json.dumps(["d", weight, delta], separators=(",", ":")))
-        return zlib.compress("\n".join(lines).encode(), 1)  # level 1: 3x faster than 6, ~15% bigger
+        self._add([json.dumps(["d", weight, delta], separators=(",", ":"))])
+        tail = self._z.compress(json.dumps(header, separators=(",", ":")).encode()) + self._z.flush()
+        return b"".join([*self._packed, tail])
+
+
+_DICT = attrgetter("__dict__")
+_STATE = attrgetter("state")
+_ATTEMPTS = attrgetter("attempts")
 
 
 def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> bytes:
@@ -214,19 +250,19 @@ def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> by
 class StateLoader:
     """Builds the state `pack` wrote, `step()` by `step()`; `state` is usable (partly filled) throughout.
 
-    The header (names, reasons, actions, books, reservations, counts) is read at once; workers, then
-    the queue, then placements come chunk by chunk, in the order they were packed, so the queue keeps
-    its FIFO order and a placement's ports (in the header) are set when the placement is built.
+    The header (the last line: names, reasons, actions, books, reservations, counts) is read at once;
+    workers, then the queue, then placements come chunk by chunk, in the order they were packed, so the
+    queue keeps its FIFO order and a placement's ports (in the header) are set when the placement is built.
     """
 
     def __init__(self, data: bytes) -> None:
         lines = zlib.decompress(data).split(b"\n")
-        header = json.loads(lines[0])
+        header = json.loads(lines.pop())
         version = header.get("v") if isinstance(header, dict) else None
         if version not in READABLE_VERSIONS:
             raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
         self._lines = lines
-        self._next = 1
+        self._next = 0
         self._step = max(1, int(header["step"]))
         self._names: list[str] = header["names"]
         self._ports: dict[str, dict[str, int]] = header["ports"]
@@ -276,7 +312,7 @@ class StateLoader:
 
     def _load_d(self, delta: list[Any]) -> None:
         """What changed while the state was packed (Packer.finish): gone first, then the new and changed."""
-        gone_x, rows_x, gone_q, rows_q = delta
+        gone_x, rows_x, gone_q, rows_q, gone_w, rows_w, order_w = delta
         for key in gone_x:
             del self.state.placements[key]
             self.state.ported.discard(key)
@@ -291,6 +327,12 @@ class StateLoader:
                 pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
             else:  # the same entry, its attempts changed: it keeps its place in the queue
                 entry.attempts = queued
+        workers = self.state.workers
+        for worker_id in gone_w:
+            del workers[worker_id]
+        self._load_w(rows_w)  # a changed worker keeps its place, a new one comes last
+        if order_w:
+            self.state.workers = {worker_id: workers[worker_id] for worker_id in order_w}
 
     def _load_x(self, rows: list[list[Any]]) -> None:
         placements, names, ports, ported = self.state.placements, self._names, self._ports, self.state.ported
