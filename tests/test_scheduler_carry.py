@@ -120,6 +120,22 @@ def test_a_registry_changed_after_it_was_packed_keeps_its_order_without_a_list_o
     assert state == unpack(zlib.compress(b"\n".join(lines)))
 
 
+def test_the_previous_builds_packing_loads() -> None:
+    """A run on the build before packs version 4 (its header first, no worker changes in the last line);
+    its next run may start on this build, and loads it."""
+    state = _state()
+    *chunks, last, header = zlib.decompress(pack(state, step=8, chunk=8)).split(b"\n")
+    kind, weight, delta = json.loads(last)
+    assert ([], [], []) == tuple(delta[4:])
+    old_header = {**json.loads(header), "v": 4}
+    old = [json.dumps(old_header).encode(), *chunks, json.dumps([kind, weight, delta[:4]]).encode()]
+    loader = StateLoader(zlib.compress(b"\n".join(old)))
+    assert [WORKERS, WORKERS, 20, PLACED] == loader.counts
+    while not loader.step():
+        pass
+    assert state == loader.state
+
+
 def test_a_packing_of_another_version_is_refused_naming_it() -> None:
     lines = zlib.decompress(pack(_state())).split(b"\n")
     header = json.loads(lines[-1])  # the last line

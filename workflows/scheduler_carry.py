@@ -30,7 +30,9 @@ from workflows.sharing_state import Books
 from workflows.worker_lifecycle import WorkerState
 
 PACK_VERSION = 5  # 5: chunk lines a run loads a few per workflow task, a line of changes, the header last
-READABLE_VERSIONS = (5,)  # Iris is unreleased: no older packing is read
+# 4 (the header first; no worker changes in the last line): what a run on the build before packs for its
+# next run, which may start on this build (continue-as-new onto the current build).
+READABLE_VERSIONS = (4, 5)
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
 # its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox
 # on a loaded machine. A state of less weight loads (and packs) in one task, as before.
@@ -161,6 +163,7 @@ class Packer:
                 worker = live.get(key)
                 if worker is not None:  # gone before its turn: not packed, and not "gone" at the finish
                     frozen[key] = copied = dict(worker.__dict__)
+                    copied["attributes"] = dict(worker.attributes)  # compared at the finish, even if changed in place
                     rows.append((4, _worker_row(copied)))
             self._add(_chunks("w", iter(rows), self._chunk))
             room -= 4 * (end - self._w_at)
@@ -257,7 +260,7 @@ class StateLoader:
 
     def __init__(self, data: bytes) -> None:
         lines = zlib.decompress(data).split(b"\n")
-        header = json.loads(lines.pop())
+        header = json.loads(lines.pop(0) if lines[0].startswith(b"{") else lines.pop())  # first in version 4
         version = header.get("v") if isinstance(header, dict) else None
         if version not in READABLE_VERSIONS:
             raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
@@ -312,7 +315,8 @@ class StateLoader:
 
     def _load_d(self, delta: list[Any]) -> None:
         """What changed while the state was packed (Packer.finish): gone first, then the new and changed."""
-        gone_x, rows_x, gone_q, rows_q, gone_w, rows_w, order_w = delta
+        gone_x, rows_x, gone_q, rows_q, *workers_delta = delta
+        gone_w, rows_w, order_w = workers_delta or ([], [], [])  # version 4 packed the workers last
         for key in gone_x:
             del self.state.placements[key]
             self.state.ported.discard(key)
