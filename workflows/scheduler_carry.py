@@ -148,6 +148,7 @@ class Packer:
         self._weight = 0  # of the lines packed so far
         self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
         self._packed: list[bytes] = []  # compressed so far
+        self.steps = 0  # steps taken so far
 
     def _add(self, lines: Iterable[str]) -> None:
         self._packed += [self._z.compress(line.encode() + b"\n") for line in lines]
@@ -155,6 +156,7 @@ class Packer:
     def step(self) -> bool:
         """Pack about `step` weight (workers, then the frozen queue and placements); True once all is packed."""
         room = self._step
+        self.steps += 1
         if self._w_at < len(self._w_keys):
             end = min(len(self._w_keys), self._w_at + max(1, room // 4))
             live, frozen = self._state.workers, self._workers

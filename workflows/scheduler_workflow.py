@@ -153,6 +153,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                 packer = Packer(self.state)
                 while not packer.step():
                     await self._pause()
+                if packer.steps > 1:  # a big state: what changed meanwhile, and the header, in a task of their own
+                    await self._pause()
                 workflow.continue_as_new(
                     args=[packer.finish(self.state), self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
