@@ -9,10 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from activities.platforms.base import ScaleGroupSpec
+from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
 from workflows.slice_lifecycle import SliceState
 
 SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
+BACKOFF_BASE_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 600.0
+FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
+# A permanent refusal (forbidden, invalid argument): at once and long, doubling; a retry cannot succeed
+# until someone changes the config or the permissions.
+REFUSED_BACKOFF_SECONDS = 600.0
+REFUSED_BACKOFF_MAX_SECONDS = 3600.0
 
 
 @dataclass
@@ -58,6 +65,25 @@ class GroupRuntime:
     last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
     last_decision_at: float = 0.0
     last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
+
+    def fail(self, error: str, error_type: str, now: float) -> float | None:
+        """Count a failed slice; the back-off it starts in seconds (at once on quota or refusal), or None."""
+        self.failures += 1
+        self.last_error, self.last_error_type = error, error_type
+        quota = error_type == QUOTA_EXHAUSTED
+        if error_type == PLATFORM_REFUSED:
+            delay = min(REFUSED_BACKOFF_MAX_SECONDS, REFUSED_BACKOFF_SECONDS * 2 ** (self.failures - 1))
+            self.backoff_reason = f"refused by the platform (a config or permission problem): {error}"
+        elif quota or self.failures >= FAILURES_BEFORE_BACKOFF:
+            k = self.failures if quota else self.failures - FAILURES_BEFORE_BACKOFF + 1
+            delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (k - 1))
+            self.backoff_reason = (
+                f"quota exhausted: {error}" if quota else f"{self.failures} slices failed in a row, last: {error}"
+            )
+        else:
+            return None
+        self.backoff_until = now + delay
+        return delay
 
 
 @dataclass

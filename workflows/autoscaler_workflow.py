@@ -53,7 +53,10 @@ with workflow.unsafe.imports_passed_through():
         SLICE_STATE,
         WAKE_AUTOSCALER,
     )
-    from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED
+
+    # Imported here so the sandbox lists its module: the converter reads ScaleGroupSpec's type hints
+    # through the sandbox's sys.modules (without it, decoding `configure` fails: "name 'Any' is not defined").
+    from activities.platforms.base import ScaleGroupSpec  # noqa: F401
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
     from workflows.autoscaler_state import (
         AutoscalerConfig,
@@ -69,13 +72,6 @@ with workflow.unsafe.imports_passed_through():
 
 BUSY_TICK = timedelta(seconds=2)  # while slices are on their way or going, or the last plan acted
 IDLE_TICK = timedelta(minutes=1)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
-BACKOFF_BASE_SECONDS = 10.0
-BACKOFF_MAX_SECONDS = 600.0
-FAILURES_BEFORE_BACKOFF = 2  # bootstrap failures in a row before a group backs off (quota: at once)
-# A permanent refusal (forbidden, invalid argument): at once and long, doubling; a retry cannot succeed
-# until someone changes the config or the permissions.
-REFUSED_BACKOFF_SECONDS = 600.0
-REFUSED_BACKOFF_MAX_SECONDS = 3600.0
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
 GONE = (SliceState.FAILED, SliceState.TERMINATED)
@@ -264,24 +260,10 @@ class AutoscalerWorkflow:
             workflow.logger.warning("autoscaler: terminated orphan slices %s", cleaned)
 
     def _failed(self, group: str, error: str, error_type: str) -> None:
-        """A slice of `group` failed: count it, and back the group off (at once on quota)."""
+        """A slice of `group` failed: count it, and back the group off (at once on quota or refusal)."""
         rt = self.state.groups.setdefault(group, GroupRuntime())
-        rt.failures += 1
-        rt.last_error, rt.last_error_type = error, error_type
-        quota = error_type == QUOTA_EXHAUSTED
-        if error_type == PLATFORM_REFUSED:
-            delay = min(REFUSED_BACKOFF_MAX_SECONDS, REFUSED_BACKOFF_SECONDS * 2 ** (rt.failures - 1))
-            rt.backoff_until = workflow.now().timestamp() + delay
-            rt.backoff_reason = f"refused by the platform (a config or permission problem): {error}"
-            self._decided(group, f"backed off {delay:g}s after {error_type}")
-            workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
-        elif quota or rt.failures >= FAILURES_BEFORE_BACKOFF:
-            k = rt.failures if quota else rt.failures - FAILURES_BEFORE_BACKOFF + 1
-            delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (k - 1))
-            rt.backoff_until = workflow.now().timestamp() + delay
-            rt.backoff_reason = (
-                f"quota exhausted: {error}" if quota else f"{rt.failures} slices failed in a row, last: {error}"
-            )
+        delay = rt.fail(error, error_type, workflow.now().timestamp())
+        if delay is not None:
             self._decided(group, f"backed off {delay:g}s after {error_type or 'a failed slice'}")
             workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
 

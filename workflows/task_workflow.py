@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+
+# Workflow code: sandboxed, as this module.
+from workflows.task_signals import send_and_go_on, until_delivered
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -55,7 +57,6 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 mis
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
 MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
-ENQUEUE_BACKOFF_MAX = 60.0  # seconds between attempts to deliver a refused enqueue, at most
 
 
 @workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
@@ -139,7 +140,7 @@ class TaskWorkflow:
             def still_held() -> bool:
                 return self.attempt == attempt and self.state not in TERMINAL_TASK_STATES
 
-            await self._until_delivered(scheduler, CLAIM, claim, still_held)
+            await until_delivered(scheduler, CLAIM, claim, still_held)
         finally:
             self._reporting = None
 
@@ -246,7 +247,7 @@ class TaskWorkflow:
                         self.result.preemption_count, last_state, error,
                     )
                     job = workflow.get_external_workflow_handle(parent.workflow_id)
-                    await self._send(job, TASK_RETRYING, retrying)
+                    await send_and_go_on(job, TASK_RETRYING, retrying)
         except asyncio.CancelledError:
             return await self._killed(inp)
 
@@ -259,17 +260,6 @@ class TaskWorkflow:
         await scheduler.signal(RELEASE, Release(inp.job_id, inp.task_index, self.attempt))
         return self.status()
 
-    @staticmethod
-    async def _send(handle: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any) -> None:
-        """Signal without waiting for delivery, which would cost a workflow task.
-
-        Only for a workflow that goes on running: the server drops a signal
-        whose sender has completed by the time it is delivered. The yield lets
-        the signal issue its command in this workflow task.
-        """
-        asyncio.get_running_loop().create_task(handle.signal(signal, arg))
-        await asyncio.sleep(0)
-
     async def _enqueue(self, scheduler: workflow.ExternalWorkflowHandle[Any], request: Enqueue) -> None:
         """Enqueue this attempt; sent again with backoff while the server refuses the signal.
 
@@ -279,22 +269,7 @@ class TaskWorkflow:
         def still_waiting() -> bool:
             return self.state == TaskState.PENDING and self.attempt in request.attempts.values()
 
-        await self._until_delivered(scheduler, ENQUEUE, request, still_waiting)
-
-    async def _until_delivered(self, scheduler: workflow.ExternalWorkflowHandle[Any], signal: str, arg: Any,
-                               wanted: Callable[[], bool]) -> None:  # fmt: skip
-        """Signal the scheduler; while the server refuses (no scheduler, its signal limit), again with backoff."""
-        delay = 1.0
-        while True:
-            try:
-                await scheduler.signal(signal, arg)
-                return
-            except Exception as err:
-                if not wanted():
-                    return
-                workflow.logger.warning("%s refused, again in %gs: %s", signal, delay, err)
-                await workflow.sleep(delay)
-                delay = min(delay * 2, ENQUEUE_BACKOFF_MAX)
+        await until_delivered(scheduler, ENQUEUE, request, still_waiting)
 
     async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
