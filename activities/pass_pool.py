@@ -7,8 +7,8 @@ the machine's cores.
 
 One long-lived child per controller process (`max_workers=1`: passes are one at a time anyway),
 started with `spawn` (a multi-threaded process is never forked). It is started by the first
-snapshot of `PASS_PROCESS_MIN_BYTES` or more and used once it is up: passes of small clusters, and
-the passes while the child starts, run in the activity's thread, so no pass waits for a start-up.
+snapshot of `PASS_PROCESS_MIN_BYTES` or more; the passes of small clusters run in the activity's
+thread, so a small cluster never starts the child nor waits for it.
 The child exits within `WATCH_SECONDS` when its parent is gone, even a SIGKILLed one.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import gc
+import importlib
 import multiprocessing
 import os
 import signal
@@ -36,8 +37,8 @@ MIN_BYTES_ENV = "IRIS_PASS_PROCESS_MIN_BYTES"
 PASS_PROCESS_MIN_BYTES = 16 * 1024
 """Compressed snapshots this big or bigger are scheduled in the child: in the scale bench's shape, ~2,000 workers
 with 20,000 tasks queued, a pass of ~0.1 s of CPU. Smaller passes cost little GIL and a small cluster's controller
-never starts the child (~0.35 s of CPU, ~60 MB). Set MIN_BYTES_ENV to 0 to send every pass to the child, waiting
-for it to start (tests), or to "off" to keep every pass in-process."""
+never starts the child (~0.5 s of CPU, ~60 MB). Set MIN_BYTES_ENV to 0 to send every pass to the child (tests),
+or to "off" to keep every pass in-process."""
 WATCH_SECONDS = 0.5  # how often the child checks that its parent lives
 RETRY_START_SECONDS = 60.0  # after a child failed to start, passes run in-process this long before a new try
 POLL_SECONDS = 0.25  # how often the waiting thread wakes: a cancellation is raised in it between waits
@@ -73,8 +74,10 @@ def _child_init(parent: int, gc_thresholds: tuple[int, int, int]) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _ready() -> int:
-    """Run in the child once, to start it: its pid."""
+def _ready(module: str) -> int:
+    """Run in the child once, to start it: imports the pass's module (~0.5 s of CPU) before any pass; its pid."""
+    if module:
+        importlib.import_module(module)
     return os.getpid()
 
 
@@ -87,36 +90,9 @@ class PassPool:
         self._started: concurrent.futures.Future[int] | None = None
         self._retry_at = 0.0  # (monotonic) when to start a child again after one failed to start
 
-    def ready(self, *, wait: bool = False) -> bool:
-        """Whether the child is up to take a pass; starts it if it is not (and waits for it with `wait`).
-
-        A child that cannot start is logged and tried again after RETRY_START_SECONDS; until then this
-        is False (passes run in the caller), or with `wait`, PassProcessError.
-        """
-        with self._lock:
-            if self._started is None and (wait or time.monotonic() >= self._retry_at):
-                self._executor = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_child_init, initargs=(os.getpid(), gc.get_threshold()),
-                )  # fmt: skip
-                self._started = self._executor.submit(_ready)
-            started, executor = self._started, self._executor
-        if started is None or executor is None:
-            return False
-        try:
-            if wait:
-                _wait(started)
-            if not started.done():
-                return False
-            started.result()
-            return True
-        except BrokenProcessPool as err:
-            self._drop(executor)
-            self._retry_at = time.monotonic() + RETRY_START_SECONDS
-            log.warning("pass_process_failed_to_start", error=str(err))
-            if wait:
-                raise PassProcessError(f"the scheduling pass's process did not start: {err}") from err
-            return False
+    def available(self) -> bool:
+        """False for RETRY_START_SECONDS after a child failed to start: passes run in the caller meanwhile."""
+        return time.monotonic() >= self._retry_at
 
     def pid(self) -> int | None:
         """The child's pid once it is up (for tests and figures)."""
@@ -124,16 +100,30 @@ class PassPool:
         return started.result() if started is not None and started.done() and not started.exception() else None
 
     def run(self, fn: Callable[[bytes], T], data: bytes) -> T:
-        """`fn(data)` in the child (starting it if needed).
+        """`fn(data)` in the child; the first call starts it (importing `fn`'s module there) and waits for it.
 
-        PassProcessError when the child dies meanwhile (the next call starts a fresh one). When the waiting
-        thread is interrupted (the activity is cancelled or timed out), the child is stopped with the pass.
+        PassProcessError when the child dies meanwhile or does not start (the next call starts a fresh one).
+        When the waiting thread is interrupted (the activity is cancelled or timed out), the child is stopped
+        with the pass.
         """
-        self.ready(wait=True)
         with self._lock:
-            executor = self._executor
-        if executor is None:  # stopped meanwhile (the controller stops)
-            raise PassProcessError("the scheduling pass's process was stopped")
+            if self._executor is None or self._started is None:
+                self._executor = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_child_init, initargs=(os.getpid(), gc.get_threshold()),
+                )  # fmt: skip
+                self._started = self._executor.submit(_ready, fn.__module__)
+            executor, started = self._executor, self._started
+        try:
+            _wait(started)
+        except BrokenProcessPool as err:
+            self._drop(executor)
+            self._retry_at = time.monotonic() + RETRY_START_SECONDS
+            log.warning("pass_process_failed_to_start", error=str(err))
+            raise PassProcessError(f"the scheduling pass's process did not start: {err}") from err
+        except BaseException:
+            self._drop(executor)
+            raise
         try:
             return _wait(executor.submit(fn, data))
         except BrokenProcessPool as err:
@@ -175,9 +165,13 @@ POOL = PassPool()
 
 
 def run_pass(fn: Callable[[bytes], T], snapshot: bytes) -> T:
-    """`fn(snapshot)`: in the child when the snapshot is big enough and the child is up, else here."""
+    """`fn(snapshot)`: in the child when the snapshot is big enough, else here.
+
+    The first big pass waits for the child to start (~0.5 s of CPU, ~1 s on a loaded machine): once per
+    controller, and only in a cluster whose passes take a good part of that anyway.
+    """
     least = min_bytes()
-    if least is not None and len(snapshot) >= least and POOL.ready(wait=least == 0):
+    if least is not None and len(snapshot) >= least and POOL.available():
         return POOL.run(fn, snapshot)
     return fn(snapshot)
 

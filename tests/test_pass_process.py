@@ -62,11 +62,10 @@ def pool_stopped() -> Iterator[None]:
 
 def test_a_big_pass_gives_the_same_plan_in_the_child(pool_stopped: None) -> None:
     """2,000 workers with 20,000 tasks queued and 2,000 running: the child's plan is the in-process plan, byte for
-    byte (assignments, reasons, timeouts), and run_pass sends such a snapshot to the child once it is up."""
+    byte (assignments, reasons, timeouts), and run_pass sends such a snapshot to the child."""
     snapshot = encode_snapshot(_fleet(2000, 2000, 10, 1), 1e9 + 5)
     assert len(snapshot) >= PASS_PROCESS_MIN_BYTES
     here = plan_pass(snapshot)
-    assert POOL.ready(wait=True)
     there = POOL.run(plan_pass, snapshot)
     assert here == there
     plan = pb.SchedulingPlan.FromString(zlib.decompress(there))
@@ -88,8 +87,7 @@ def test_a_small_snapshot_never_starts_the_child(pool_stopped: None) -> None:
 
 def test_a_pass_in_a_child_that_dies_fails_and_the_next_gets_a_fresh_child(pool_stopped: None) -> None:
     """A child killed mid-pass fails that pass (Temporal retries the activity); the next pass runs in a new child."""
-    assert POOL.ready(wait=True)
-    first = POOL.pid()
+    first = POOL.run(pid_here, b"")
     assert first is not None
     failed: list[BaseException] = []
 
