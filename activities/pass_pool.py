@@ -9,7 +9,9 @@ One long-lived child per controller process (`max_workers=1`: passes are one at 
 started with `spawn` (a multi-threaded process is never forked). It is started by the first
 snapshot of `PASS_PROCESS_MIN_BYTES` or more; the passes of small clusters run in the activity's
 thread, so a small cluster never starts the child nor waits for it.
-The child exits within `WATCH_SECONDS` when its parent is gone, even a SIGKILLed one.
+The child exits within `WATCH_SECONDS` when its parent is gone, even a SIGKILLed one. As with any
+`spawn`, the child imports the parent's main module: a script that serves a controller needs the
+`if __name__ == "__main__":` guard (`iris controller serve` and the benches have it).
 """
 
 from __future__ import annotations
