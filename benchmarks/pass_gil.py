@@ -112,8 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         POOL.shutdown()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"{args.workers} workers x {args.pending} pending: snapshot {len(data) / 1024:.0f} KiB, one pass"
-          f" {one_pass:.2f} s; tasks of ~{TASK_MS:.0f} ms CPU; load average {load}")
+    print(
+        f"{args.workers} workers x {args.pending} pending: snapshot {len(data) / 1024:.0f} KiB, one pass"
+        f" {one_pass:.2f} s; tasks of ~{TASK_MS:.0f} ms CPU; load average {load}"
+    )
     print(line("no pass", alone))
     print(line("pass in a thread (before)", in_thread))
     print(line("pass in the pass process", in_child))
