@@ -151,9 +151,9 @@ def _pass_processes(controller: int) -> list[psutil.Process]:
     """The controller's pass child (and the resource tracker that comes with it), once there."""
     try:
         found = psutil.Process(controller).children(recursive=True)
-    except psutil.NoSuchProcess:
+        return found if any("spawn_main" in " ".join(p.cmdline()) for p in found) else []
+    except psutil.Error:  # the controller, or one of its children, ended meanwhile
         return []
-    return found if any("spawn_main" in " ".join(p.cmdline()) for p in found) else []
 
 
 def _gone(processes: list[psutil.Process]) -> bool:
