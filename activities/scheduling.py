@@ -14,6 +14,7 @@ import scheduler
 from activities import plan_batches
 from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
+from activities.pass_pool import run_pass
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
@@ -199,12 +200,17 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
     Decoding, scheduling and diffing the reasons all happen here, not in the workflow task.
     """
     with heartbeating_thread():
-        snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
-        workers, jobs = snapshot_from_pb(snap)
-        known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
-        reservations = decode_reservations(snap) if snap.reservations else ()
-        result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
-        return encode_plan(result, known, {job.job_id: job.band for job in jobs})
+        return run_pass(plan_pass, snapshot)  # a big pass in a process of its own: see activities.pass_pool
+
+
+def plan_pass(snapshot: bytes) -> bytes:
+    """The pass itself, pure CPU: the compressed snapshot in, the compressed plan out."""
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
+    workers, jobs = snapshot_from_pb(snap)
+    known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
+    reservations = decode_reservations(snap) if snap.reservations else ()
+    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
+    return encode_plan(result, known, {job.job_id: job.band for job in jobs})
 
 
 @activity.defn(name=SCHEDULER_PAUSE)

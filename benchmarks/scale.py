@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
@@ -77,6 +78,7 @@ class ScaleFigures:
     unhandled_command_tasks: int = 0
     refused_signals: int = 0
     controller_peak_rss_mb: float = 0.0
+    pass_process_peak_rss_mb: float = 0.0  # the controller's child processes (its scheduling pass's)
     # Workflow task durations (started -> completed, server times) of every scheduler run; the target is
     # <= 200 ms at 10,000 workers x 100,000 pending (the deadlock detector fires at 2 s).
     workflow_task_seconds: list[float] = field(default_factory=list)
@@ -106,7 +108,8 @@ class ScaleFigures:
             f" per task {self.events_total / max(1, self.pending):.3f},"
             f" per host {self.events_total / max(1, self.workers):.3f}",
             f"  largest payload        {self.largest_payload / 1024:8.0f} KiB (limit {PAYLOAD_LIMIT // 1024} KiB)",
-            f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB",
+            f"  controller peak RSS    {self.controller_peak_rss_mb:8.0f} MB"
+            f"  (+ {self.pass_process_peak_rss_mb:.0f} MB in its scheduling pass's process)",
             self._workflow_tasks_line(),
             *self._activation_lines(),
             f"  force-closed tasks     {self.force_closed_tasks:8d}     (server flushed >100 buffered signals;"
@@ -204,6 +207,15 @@ def controller_peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def children_peak_rss_mb(pid: int) -> float:
+    """VmHWM of the controller's child processes (the process big scheduling passes run in), in MB."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    return sum(controller_peak_rss_mb(child.pid) for child in children)
 
 
 async def _gather_limited(coros: Sequence[Any], limit: int = CONCURRENCY) -> list[Any]:
@@ -436,6 +448,7 @@ async def run_scale(
         except RPCError as err:  # e.g. the scheduler's workflow task keeps failing: reported, not a crash
             figures.limits_hit.append(f"the scheduler stopped answering: {err}")
     figures.controller_peak_rss_mb = controller_peak_rss_mb(controller_pid)
+    figures.pass_process_peak_rss_mb = children_peak_rss_mb(controller_pid)
     await read_histories(client, figures)
     return figures
 

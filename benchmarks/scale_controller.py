@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.worker import Worker
 
 from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.pass_pool import pass_process
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
@@ -60,7 +61,7 @@ async def serve(address: str, timings_path: Path | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     timings = Timings()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
         worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,

@@ -35,6 +35,7 @@ from activities.contracts import (
     SUMMARY_QUERY,
 )
 from activities.job_tree import kill_descendants
+from activities.pass_pool import pass_process
 from activities.platforms import platform_for
 from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
@@ -277,7 +278,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
         ready = False
         while not stop.is_set():
             worker = control_worker(client, executor, control, build)

@@ -1,0 +1,208 @@
+"""Big scheduling passes run in a child process: the same plan, beats while it computes, no child left behind.
+
+The pass moved out of the controller so it stops holding the GIL the scheduler workflow's tasks need
+(activities.pass_pool); these tests hold it to what a user relies on: the plan does not change, a long
+pass is not taken for a dead controller, a cancelled or crashed one is retried on a fresh child, and the
+child never outlives its controller, however that ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+import pytest
+from temporalio import activity, workflow
+from temporalio.client import WorkflowFailureError
+from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.worker import UnsandboxedWorkflowRunner
+
+from activities.heartbeat import heartbeating_thread
+from activities.pass_pool import MIN_BYTES_ENV, PASS_PROCESS_MIN_BYTES, POOL, PassProcessError, run_pass
+from activities.proto import cluster_pb2 as pb
+from activities.scheduling import plan_pass
+from iris import IrisClient
+from iris.local_cluster import LocalCluster
+from iris.local_commands import controller_command
+from tests.support import pid_gone, wait_until, workflows_on_dev_server
+from tests.test_scheduler_state import _fleet
+from workflows.scheduler_state import encode_snapshot
+
+BEAT = 0.2
+
+
+def pid_here(_: bytes) -> int:
+    """Where a pass runs."""
+    return os.getpid()
+
+
+def sleep_here(data: bytes) -> int:
+    """A pass that takes `data` seconds; where it ran."""
+    time.sleep(float(data))
+    return os.getpid()
+
+
+@pytest.fixture
+def pool_stopped() -> Iterator[None]:
+    """Each test starts without a child and leaves none."""
+    POOL.shutdown()
+    yield
+    POOL.shutdown()
+
+
+def test_a_big_pass_gives_the_same_plan_in_the_child(pool_stopped: None) -> None:
+    """2,000 workers with 20,000 tasks queued and 2,000 running: the child's plan is the in-process plan, byte for
+    byte (assignments, reasons, timeouts), and run_pass sends such a snapshot to the child."""
+    snapshot = encode_snapshot(_fleet(2000, 2000, 10, 1), 1e9 + 5)
+    assert len(snapshot) >= PASS_PROCESS_MIN_BYTES
+    here = plan_pass(snapshot)
+    there = POOL.run(plan_pass, snapshot)
+    assert here == there
+    plan = pb.SchedulingPlan.FromString(zlib.decompress(there))
+    assert 0 < len(plan.assignments)
+    child = POOL.pid()
+    assert child not in (None, os.getpid())
+    assert child == run_pass(pid_here, snapshot)
+    assert os.getpid() == run_pass(pid_here, snapshot[: PASS_PROCESS_MIN_BYTES // 2])  # a small one stays here
+
+
+def test_a_small_snapshot_never_starts_the_child(pool_stopped: None) -> None:
+    """A small cluster's passes run in the activity's thread and start no process."""
+    before = psutil.Process().children()
+    snapshot = encode_snapshot(_fleet(20, 5, 2, 0), 1e9)
+    assert os.getpid() == run_pass(pid_here, snapshot)
+    assert POOL.pid() is None
+    assert before == psutil.Process().children()
+
+
+def test_a_pass_in_a_child_that_dies_fails_and_the_next_gets_a_fresh_child(pool_stopped: None) -> None:
+    """A child killed mid-pass fails that pass (Temporal retries the activity); the next pass runs in a new child."""
+    first = POOL.run(pid_here, b"")
+    assert first is not None
+    failed: list[BaseException] = []
+
+    def long_pass() -> None:
+        try:
+            POOL.run(sleep_here, b"30")
+        except BaseException as err:
+            failed.append(err)
+
+    runner = threading.Thread(target=long_pass)
+    runner.start()
+    time.sleep(0.5)
+    os.kill(first, signal.SIGKILL)
+    runner.join(timeout=10)
+    assert [PassProcessError] == [type(e) for e in failed]
+    second = POOL.run(pid_here, b"")
+    assert second != first
+
+
+@activity.defn
+def passes_in_the_child(seconds: float) -> int:
+    """The scheduling activity's shape: beats from a side thread while the pass runs in the child."""
+    with heartbeating_thread(every=BEAT):
+        return run_pass(sleep_here, str(seconds).encode())
+
+
+@workflow.defn(versioning_behavior=VersioningBehavior.PINNED)
+class OnePass:
+    @workflow.run
+    async def run(self, seconds: float, cancel_after: float) -> int:
+        handle = workflow.start_activity(
+            passes_in_the_child, seconds, start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1), retry_policy=RetryPolicy(maximum_attempts=1),
+        )  # fmt: skip
+        if cancel_after:
+            await workflow.sleep(cancel_after)
+            handle.cancel()
+        return await handle
+
+
+async def test_the_activity_beats_while_the_child_computes_and_a_cancelled_pass_stops_it(
+    pool_stopped: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2.5 s pass in the child outlives a 1 s heartbeat timeout; a cancelled pass takes its child with it, and the
+    next pass starts a new one."""
+    monkeypatch.setenv(MIN_BYTES_ENV, "0")  # every pass goes to the child
+    async with workflows_on_dev_server("pass-process", [OnePass], [passes_in_the_child],
+                                       UnsandboxedWorkflowRunner()) as (client, queue):  # fmt: skip
+        child = await client.execute_workflow(OnePass.run, args=[2.5, 0.0], id=f"{queue}-beats", task_queue=queue)
+        assert child not in (None, os.getpid())
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(OnePass.run, args=[60.0, 2.0], id=f"{queue}-cancel", task_queue=queue)
+        assert isinstance(failed.value.cause, ActivityError)
+        assert isinstance(failed.value.cause.cause, CancelledError)
+        await asyncio.to_thread(wait_until, lambda: pid_gone(child), 10.0, 0.1, "the cancelled pass's child gone")
+        fresh = await client.execute_workflow(OnePass.run, args=[0.0, 0.0], id=f"{queue}-after", task_queue=queue)
+        assert fresh != child
+
+
+def _pass_processes(controller: int) -> list[psutil.Process]:
+    """The controller's pass child (and the resource tracker that comes with it), once there."""
+    try:
+        found = psutil.Process(controller).children(recursive=True)
+        return found if any("spawn_main" in " ".join(p.cmdline()) for p in found) else []
+    except psutil.Error:  # the controller, or one of its children, ended meanwhile
+        return []
+
+
+def _gone(processes: list[psutil.Process]) -> bool:
+    return all(pid_gone(p.pid) for p in processes)
+
+
+@pytest.fixture
+def dev_server(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path / "home")
+    local.up(components=("temporal",))
+    try:
+        yield local
+    finally:
+        local.down()
+
+
+def _controller(local: LocalCluster) -> subprocess.Popen[bytes]:
+    info = local.status()
+    assert info is not None
+    argv = controller_command(address=info.address, store_url=info.store_url)
+    log = (local.home / "controller.log").open("ab")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, MIN_BYTES_ENV: "0"})  # fmt: skip
+
+
+def _submit(local: LocalCluster, name: str) -> None:
+    """A job no worker can take: it waits in the queue, so the scheduler runs passes."""
+    info = local.status()
+    assert info is not None
+    with IrisClient.connect(info.address, store=info.store_url) as iris:
+        iris.submit_command(["true"], name=name)
+
+
+def _ends_with_its_children(local: LocalCluster, how: signal.Signals) -> None:
+    """Start a controller, have it start its pass child, end it with `how`: every process it started is gone."""
+    controller = _controller(local)
+    try:
+        _submit(local, f"waits-{how.name.lower()}")
+        children = wait_until(lambda: _pass_processes(controller.pid), 90, 0.2, "the pass child started")
+        os.kill(controller.pid, how)
+        controller.wait(timeout=30)
+        wait_until(lambda: _gone(children), 10, 0.1, f"the controller's children gone after {how.name}")
+    finally:
+        if controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait()
+
+
+def test_the_child_never_outlives_its_controller(dev_server: LocalCluster) -> None:
+    """A controller SIGKILLed alone (not its group) leaves no process behind; one stopped with SIGTERM neither."""
+    _ends_with_its_children(dev_server, signal.SIGKILL)
+    _ends_with_its_children(dev_server, signal.SIGTERM)
