@@ -7,7 +7,10 @@ the IrisJobState search attribute and the job's memo, at most once per workflow 
 
 from __future__ import annotations
 
+import json
+
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -27,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         TaskResult,
         TaskRetrying,
+        task_result_from_json,
     )
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.visibility import (
@@ -78,8 +82,9 @@ class Table(JobBase):
         self._publish()
 
     @workflow.signal(name=TASK_ENDED)
-    def task_ended(self, result: TaskResult) -> None:
+    def task_ended(self, raw: RawValue) -> None:
         """A task of a job that continues as new ended; it reaches this run even if an earlier one started it."""
+        result = read_task_result(raw)
         if 0 <= result.task_index < len(self.status.tasks):
             self._ended.append((result.task_index, result))
 
@@ -192,3 +197,10 @@ class Table(JobBase):
             self.status.state = state
             workflow.upsert_search_attributes([JOB_STATE.value_set(str(state))])
             workflow.set_current_details(job_status_markdown(self.status))  # UI metadata, not history
+
+
+def read_task_result(raw: RawValue) -> TaskResult:
+    """A task's result (a child's, or a TASK_ENDED signal's), decoded by hand: see `task_result_from_json`."""
+    if raw.payload.metadata.get("encoding") == b"json/plain":
+        return task_result_from_json(json.loads(raw.payload.data))
+    return workflow.payload_converter().from_payload(raw.payload, TaskResult)  # type: ignore[no-any-return]

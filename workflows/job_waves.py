@@ -13,7 +13,7 @@ from collections import deque
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
 from workflows.job_handover import HANDOVER_ATTEMPTS
 
@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
     )
     from workflows.states import TaskState
-    from workflows.task_workflow import TaskWorkflow
+    from workflows.task_workflow import TASK_WORKFLOW
     from workflows.visibility import KIND
 
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
@@ -155,7 +155,7 @@ class Waves(JobBase):
             handles = await asyncio.gather(
                 *(
                     workflow.start_child_workflow(
-                        TaskWorkflow.run,
+                        TASK_WORKFLOW,  # by name, for its result raw: decoded by hand (job_table.read_task_result)
                         TaskInput(
                             job_id=job_id,
                             task_index=i,
@@ -177,6 +177,7 @@ class Waves(JobBase):
                             namespace=req.namespace,
                         ),
                         id=task_workflow_id(job_id, i),
+                        result_type=RawValue,
                         task_queue=CONTROL_TASK_QUEUE,
                         parent_close_policy=closing,
                         static_summary=f"{req.name or job_id} task {i}/{req.replicas}",

@@ -23,12 +23,12 @@ from collections import deque
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
+from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows import job_reservation
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
-from workflows.job_table import Table
+from workflows.job_table import Table, read_task_result
 from workflows.job_tree import Tree
 from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
 
@@ -298,8 +298,9 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
 
 
 def _child_result(index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> TaskResult:
+    """The child's result, which it hands over raw (job_waves starts it so): decoded by hand."""
     try:
-        result: TaskResult = handle.result()
+        raw: RawValue = handle.result()
     except BaseException as err:  # the child itself failed or was terminated from outside
         return TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
-    return result
+    return read_task_result(raw)

@@ -248,6 +248,33 @@ class TaskResult:
     transitions: list[str] = field(default_factory=list)
 
 
+def task_result_from_json(obj: dict[str, Any]) -> TaskResult:
+    """Build a `TaskResult` from its JSON form without Temporal's generic converter.
+
+    The converter evaluates the dataclass's type hints for every value: ~0.75 ms a result in the
+    sandbox, so a 25,000-task job's workflow task that took 420 ended children at once ran past the
+    SDK's 2 s deadlock detector on a loaded controller. Same result as the converter's: missing
+    fields default, unknown ones are ignored.
+    """
+    exit_code = obj.get("exit_code")
+    return TaskResult(
+        task_index=int(obj["task_index"]),
+        state=str(obj["state"]),
+        worker_id=str(obj.get("worker_id") or ""),
+        attempt=int(obj.get("attempt", 0)),
+        failure_count=int(obj.get("failure_count", 0)),
+        preemption_count=int(obj.get("preemption_count", 0)),
+        exit_code=None if exit_code is None else int(exit_code),
+        error=str(obj.get("error") or ""),
+        result_blob=str(obj.get("result_blob") or ""),
+        dispatch_failed=bool(obj.get("dispatch_failed", False)),
+        peak_memory_bytes=int(obj.get("peak_memory_bytes", 0)),
+        cpu_seconds=float(obj.get("cpu_seconds", 0.0)),
+        run_seconds=float(obj.get("run_seconds", 0.0)),
+        transitions=[str(t) for t in obj.get("transitions") or []],
+    )
+
+
 @dataclass
 class GangProgress:
     """A gang's attempt number and spent budgets, carried across continue-as-new."""

@@ -56,10 +56,11 @@ DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task
 HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
+TASK_WORKFLOW = "TaskWorkflow"  # its type name; a job starts it by name (for its result raw)
 MAX_TRANSITIONS = 40  # the task's recorded state changes, oldest dropped first
 
 
-@workflow.defn(name="TaskWorkflow", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=TASK_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class TaskWorkflow:
     def __init__(self) -> None:
         self.state = TaskState.PENDING
