@@ -52,7 +52,12 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
 
 
 def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
-    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these)."""
+    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these).
+
+    A job's wait is the snapshot's time less its submission time, or, in a snapshot without submission
+    times, the wait the scheduler wrote.
+    """
+    now = snap.now
     return [
         PendingJob(
             job_id=j.job_id,
@@ -64,7 +69,7 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
             ),
             group_by=j.group_by or None,
             priority=j.priority,
-            waited_seconds=j.waited_seconds,
+            waited_seconds=max(0.0, now - j.submitted_at) if j.submitted_at else j.waited_seconds,
             scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
             tolerations=frozenset(j.tolerations),
             num_groups=max(1, j.num_groups),
