@@ -48,6 +48,10 @@ def assert_exact(state: SchedulerState) -> None:
     assert used == state.placements.used == committed(state)
     assert jobs == state.placements.jobs
     assert set(jobs) == set(state.placements.stamps)
+    users: dict[str, int] = {}
+    for p in state.placements.values():
+        users[p.user] = users.get(p.user, 0) + 1
+    assert users == state.placements.users
 
 
 def _fleet(rng: random.Random, workers: int) -> SchedulerState:
@@ -136,7 +140,7 @@ def test_every_dict_change_keeps_the_index() -> None:
         assert (placements.used, placements.jobs) == (copied.used, copied.jobs)
     assert (placements.used, placements.jobs) == recount(placements)
     placements.clear()
-    assert ({}, {}, {}) == (placements.used, placements.jobs, placements.stamps)
+    assert ({}, {}, {}, {}) == (placements.used, placements.jobs, placements.stamps, placements.users)
 
 
 def test_a_jobs_stamp_changes_with_its_placements_only() -> None:

@@ -4,7 +4,8 @@ A pass used to add up all placements (100,000 at scale) to learn what each worke
 walk them all again to list running work by job for sharing's part of the snapshot. `Placements` is the
 same mapping (task workflow id -> placement) that keeps both as placements come and go: per worker the
 cpu, memory, gpus and tpus committed, per job its placements and a stamp that changes with them (what
-the snapshot's cached pieces are keyed by, workflows/snapshot_cache.py).
+the snapshot's cached pieces are keyed by, workflows/snapshot_cache.py), and per user the running
+tasks (the published user table).
 
 Nothing here is carried: it is rebuilt as a run loads its placements. A placement is replaced, never
 changed in place (the packer relies on that too), so the index stays exact.
@@ -32,6 +33,7 @@ class Placements(dict[str, "Placement"]):
         self._count: dict[str, int] = {}  # worker id -> its placements (an idle worker has no `used` row)
         self.jobs: dict[str, dict[str, Placement]] = {}  # job id -> its placements by task workflow id
         self.stamps: dict[str, int] = {}  # job id -> a number that changes whenever its placements do
+        self.users: dict[str, int] = {}  # user -> placements (the published user table's running tasks)
         self._tick = 0
         self.update(items)
 
@@ -48,7 +50,7 @@ class Placements(dict[str, "Placement"]):
     def load(self, placements: Iterable[tuple[str, Placement]]) -> None:
         """Set many placements (a run loading its carried state): as setting each, with less overhead."""
         contains, put = dict.__contains__, dict.__setitem__
-        used, count, jobs, stamps = self.used, self._count, self.jobs, self.stamps
+        used, count, jobs, stamps, users = self.used, self._count, self.jobs, self.stamps, self.users
         self._tick += 1
         tick = self._tick  # one stamp for all: each job's differs from any it had before
         for key, p in placements:
@@ -72,6 +74,7 @@ class Placements(dict[str, "Placement"]):
                 job = jobs[p.job_id] = {}
             job[key] = p
             stamps[p.job_id] = tick
+            users[p.user] = users.get(p.user, 0) + 1
         self._tick += 1  # a later change gets a newer stamp than this load's, even when replaced above
 
     def _index(self, key: str, placement: Placement) -> None:
@@ -93,6 +96,7 @@ class Placements(dict[str, "Placement"]):
         job[key] = placement
         self._tick += 1
         self.stamps[job_id] = self._tick
+        self.users[placement.user] = self.users.get(placement.user, 0) + 1
 
     def __delitem__(self, key: str) -> None:
         placement = dict.pop(self, key)
@@ -117,6 +121,7 @@ class Placements(dict[str, "Placement"]):
         self.used.clear()
         self._count.clear()
         self.jobs.clear()
+        self.users.clear()
         self.stamps.clear()  # stamps only grow: a job placed again gets a newer one
 
     def setdefault(self, key: str, default: Any = None) -> Any:
@@ -156,6 +161,11 @@ class Placements(dict[str, "Placement"]):
             self._count[w] = n
         else:
             del self.used[w], self._count[w]
+        n = self.users[placement.user] - 1
+        if n:
+            self.users[placement.user] = n
+        else:
+            del self.users[placement.user]
         job_id = placement.job_id
         job = self.jobs[job_id]
         del job[key]
