@@ -153,3 +153,13 @@ def test_a_jobs_wait_is_read_from_its_submission_time() -> None:
     snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 100.0)))
     assert (40.0, 0.0) == (snap.jobs[0].submitted_at, snap.jobs[0].waited_seconds)
     assert 60.0 == snapshot_from_pb(snap)[1][0].waited_seconds
+
+
+def test_the_snapshot_bench_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks snapshot` at a small size prints each figure."""
+    from benchmarks.snapshot import main
+
+    assert 0 == main(["--workers", "20", "--placed", "200", "--pending", "100", "--commit", "20"])
+    out = capsys.readouterr().out
+    for figure in ("committed capacity", "plain whole encoding", "cold build", "warm", "after a cordon"):
+        assert figure in out

@@ -178,6 +178,8 @@ class SnapshotBuild:
         used_by = state.placements.used
         old = cache.workers
         new = dict(old) if self._keep else old  # pieces of workers gone are dropped at the end
+        if self._keep and len(cache.free) > 4 * len(state.workers) + 1_000:
+            cache.free = {}  # free values seen before, most no longer any worker's: kept bounded
         free_cache = cache.free if self._keep else dict(cache.free)
         layout: list[str] = []
         parts = self._parts
