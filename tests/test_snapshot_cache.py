@@ -70,8 +70,9 @@ def _change(rng: random.Random, state: SchedulerState, now: float, serial: int) 
         state.workers[rng.choice(ids)].suspect_until = now + rng.choice((-1.0, 5.0))
     elif op == "register":  # a new worker, or an agent registering again: a new entry
         worker_id = rng.choice((f"w{serial}", rng.choice(ids)))
+        flag = rng.choice((1, True, 1.0, "1"))  # equal in Python, not in an attribute's encoding
         state.workers[worker_id] = WorkerEntry(worker_id, f"s{serial}", 4_000, 8 << 30, 2, 0,
-                                               {"zone": f"z{serial % 2}", "n": serial})  # fmt: skip
+                                               {"zone": f"z{serial % 2}", "flag": flag})  # fmt: skip
     elif op == "evict" and state.placements and state.pending:
         victims = rng.sample(list(state.placements), min(2, len(state.placements)))
         state.books.holds[rng.choice(list(state.pending))] = Hold(

@@ -40,7 +40,7 @@ from workflows.sharing_state import fill_share_header, running_job
 STEP_WORK = 40_000
 _HIT = 1  # a piece found in the cache
 _FREE = 1  # a worker's free capacity spliced in
-_WORKER = 5  # a worker's entry encoded (its attributes, capacity)
+_WORKER = 3  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
 _JOB = 8  # a queued job's entry encoded, plus a unit per two task indices
 _RUNNING = 5  # a running job's entry encoded, plus a unit per placement
 
@@ -64,16 +64,23 @@ def _field(tag: bytes, body: bytes) -> bytes:
 
 _WORKERS_TAG = b"\x0a"  # SchedulingSnapshot.workers = 1
 _FREE_TAG = b"\x12"  # SchedulingWorker.free = 2
+_ID_TAG = b"\x0a"  # SchedulingWorker.worker_id = 1
 
 
-def _worker_static(w: WorkerEntry) -> bytes:
-    """A worker's entry without its free capacity: id, attributes, capacity."""
-    sw = pb.SchedulingWorker(worker_id=w.worker_id)
-    sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
-    sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
-    for key, value in w.attributes.items():
-        set_attr(sw.attributes[key], value)
-    return sw.SerializeToString()
+def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
+    """A worker's entry without its free capacity: its id, then its attributes and capacity, which most
+    workers share with others (`shapes`: those encoded so far, by value)."""
+    # Typed: True == 1 == 1.0 in Python, not in an attribute's encoding.
+    shape = (w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, tuple((k, type(v), v) for k, v in w.attributes.items()))
+    rest = shapes.get(shape)
+    if rest is None:
+        sw = pb.SchedulingWorker()
+        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
+        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
+        for key, value in w.attributes.items():
+            set_attr(sw.attributes[key], value)
+        rest = shapes[shape] = sw.SerializeToString()
+    return _field(_ID_TAG, w.worker_id.encode()) + rest
 
 
 def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str) -> bytes:
@@ -110,6 +117,7 @@ class SnapshotCache:
         # worker id -> (its entry, its used capacity then, its entry without free capacity, with it)
         self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
         self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> its field, spliced in
+        self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
         self.layout: list[str] = []  # the eligible workers in snapshot order: what `worker_rows` index
         self.layout_id = 0  # changes with `layout`
         # job id -> (its placements' stamp, layout_id, its attempts being evicted, its piece)
@@ -178,9 +186,10 @@ class SnapshotBuild:
         used_by = state.placements.used
         old = cache.workers
         new = dict(old) if self._keep else old  # pieces of workers gone are dropped at the end
-        if self._keep and len(cache.free) > 4 * len(state.workers) + 1_000:
-            cache.free = {}  # free values seen before, most no longer any worker's: kept bounded
+        if self._keep and len(cache.free) + len(cache.shapes) > 4 * len(state.workers) + 1_000:
+            cache.free, cache.shapes = {}, {}  # values seen before, most no longer any worker's: kept bounded
         free_cache = cache.free if self._keep else dict(cache.free)
+        shapes = cache.shapes if self._keep else dict(cache.shapes)
         layout: list[str] = []
         parts = self._parts
         zero = [0, 0, 0, 0]
@@ -203,7 +212,7 @@ class SnapshotBuild:
             if got is not None and got[0] is w:
                 static = got[2]
             else:
-                static = _worker_static(w)
+                static = _worker_static(w, shapes)
                 units += _WORKER
             free = (max(0, w.cpu_millis - used[0]), max(0, w.memory_bytes - used[1]),
                     max(0, w.gpus - used[2]), max(0, w.tpus - used[3]))  # fmt: skip
