@@ -49,6 +49,10 @@ _DONE = object()
 
 
 def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
