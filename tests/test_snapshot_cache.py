@@ -110,6 +110,34 @@ def test_cached_snapshot_is_the_snapshot_from_nothing(seed: int) -> None:
     assert hits, "pieces were reused"
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_changes_between_a_builds_steps_leave_no_stale_piece(seed: int) -> None:
+    """The scheduler handles signals between two steps of a build; whatever they change (a job's
+    placements gone and back, a worker replaced), the next build is still the snapshot from nothing."""
+    rng = random.Random(seed)
+    state = SchedulerState()
+    for i in range(12):
+        state.workers[f"w{i}"] = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, 2, 0, {"zone": f"z{i % 2}"})
+    cache = SnapshotCache()
+    for serial in range(40):
+        now = 100.0 + serial
+        build = cache.build(state, now, step_work=rng.choice((2, 5)))
+        while not build.step():
+            for _ in range(rng.randint(0, 2)):
+                _change(rng, state, now, serial)
+            if state.placements and rng.random() < 0.3:  # a job's placements all gone, then back
+                job_id = rng.choice(list(state.placements.jobs))
+                tasks = dict(state.placements.jobs[job_id])
+                for key in tasks:
+                    del state.placements[key]
+                for key, p in tasks.items():
+                    state.placements[key] = p
+        build.result()
+        again = cache.build(state, now, step_work=0)
+        again.step()
+        assert encode_snapshot(state, now) == again.result()
+
+
 def test_a_query_leaves_the_cache_as_it_was() -> None:
     """The autoscaler's query reads the cache but never fills it: a pass after it has as much left to
     encode as without it, so the pass's workflow tasks are those a replay (without the query) makes."""

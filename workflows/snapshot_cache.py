@@ -259,10 +259,12 @@ class SnapshotBuild:
         stamps = placements.stamps
         layout_id = self._layout_id
         parts, work, limit = self._parts, self._work, self._limit
-        for job_id, tasks in list(placements.jobs.items()):
-            stamp = stamps.get(job_id)
-            if stamp is None:
+        jobs = placements.jobs
+        for job_id in list(jobs):
+            tasks = jobs.get(job_id)  # read with its stamp: the job may have changed between two steps
+            if tasks is None:
                 continue  # its last placement went while the build waited between steps
+            stamp = stamps[job_id]
             stopping = evicting.get(job_id)
             sig = tuple(sorted(stopping)) if stopping else None
             got = old.get(job_id)
