@@ -158,3 +158,32 @@ def test_a_jobs_stamp_changes_with_its_placements_only() -> None:
     del placements["a/task-0"]
     placements["a/task-0"] = Placement("a", 0, 1, "w", 1, 1, 0, 0)  # gone and back: not the old stamp
     assert placements.stamps["a"] > stamp
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reservation_book_reads_the_index_as_a_recount_would(seed: int) -> None:
+    """A reservation's book (work outside the trees per worker; each tree's use per worker) reads the
+    index and the trees' placements only: it equals what adding up every placement gives."""
+    from workflows.reservation_state import Book, HeldReservation
+
+    rng = random.Random(seed)
+    state = _fleet(rng, 6)
+    for reserving in ("r1", "r1/a"):
+        state.reservations[f"rsv-{reserving}"] = HeldReservation(f"rsv-{reserving}", reserving, "u",
+                                                                 [[100, 1, 0, 0]], [], [], NOW)  # fmt: skip
+    for n in range(60):
+        job_id = rng.choice(("r1/x", "r1/a/b", "r1/a", "other", "r2/y", "r1"))
+        state.placements[task_workflow_id(job_id, n)] = Placement(job_id, n, 0, rng.choice(list(state.workers)),
+                                                                  rng.choice((100, 300)), 1 << 20, 0, 0)  # fmt: skip
+    book = Book(state)
+    outside: dict[str, list[int]] = {}
+    used: dict[tuple[str, str], list[int]] = {}
+    for p in state.placements.values():
+        root = book.root_of(p.job_id)
+        row = outside.setdefault(p.worker_id, [0, 0, 0, 0]) if root is None else used.setdefault(
+            (root, p.worker_id), [0, 0, 0, 0])  # fmt: skip
+        for i, n in enumerate((p.cpu_millis, p.memory_bytes, p.gpus, p.tpus)):
+            row[i] += n
+    assert used == book.used
+    assert outside == {w: u for w, u in book.outside.items() if any(u)}
+    assert all(not any(u) for w, u in book.outside.items() if w not in outside)
