@@ -38,7 +38,7 @@ def _change(rng: random.Random, state: SchedulerState, now: float, serial: int) 
     """One thing that happens between passes."""
     ids = list(state.workers)
     op = rng.choice(("place", "place", "release", "enqueue", "reason", "cordon", "lose", "register", "evict",
-                     "quarantine", "requeue", "nothing"))  # fmt: skip
+                     "quarantine", "requeue", "forget", "claim", "nothing"))  # fmt: skip
     if op == "place" and state.pending:
         entry = rng.choice(list(state.pending.values()))
         for index in list(entry.attempts)[: rng.randint(1, 3)]:
@@ -78,6 +78,15 @@ def _change(rng: random.Random, state: SchedulerState, now: float, serial: int) 
         state.books.holds[rng.choice(list(state.pending))] = Hold(
             [rng.choice(ids)], {key: state.placements[key].attempt for key in victims}, now
         )
+    elif op == "claim":  # a task claims its place on a worker that has not registered yet (it may soon)
+        state.placements[task_workflow_id(f"claimed-{serial}", 0)] = Placement(
+            f"claimed-{serial}", 0, 0, f"w{serial + rng.randint(1, 3)}", 100, 1 << 28, 0, 0, placed_at=now
+        )
+    elif op == "forget" and len(ids) > 4:  # a lost worker removed, with what was placed there
+        gone = rng.choice(ids)
+        del state.workers[gone]
+        for key in [k for k, p in state.placements.items() if p.worker_id == gone]:
+            del state.placements[key]
     elif op == "requeue" and state.pending:  # a task's attempt queued again: the same entry changes
         entry = rng.choice(list(state.pending.values()))
         entry.attempts[max(entry.attempts) + 1] = 1
@@ -173,6 +182,29 @@ def test_a_warm_pass_encodes_only_what_changed() -> None:
             pass
         steps.append(build.steps)
     assert steps[0] > 1 == steps[1]
+
+
+def test_a_cordon_or_a_new_worker_reencodes_no_running_job() -> None:
+    """Running jobs' worker rows number all workers, so a worker leaving the snapshot (cordoned) or a new
+    one joining it changes one worker's piece and where each is, not the pieces of every running job."""
+    state = SchedulerState()
+    for i in range(10):
+        state.workers[f"w{i}"] = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, 0, 0, {"zone": "z"})
+    for i in range(30):
+        state.placements[task_workflow_id(f"r{i // 3}", i % 3)] = Placement(f"r{i // 3}", i % 3, 0, f"w{i % 10}",
+                                                                            100, 1, 0, 0)  # fmt: skip
+    cache = SnapshotCache()
+    for now, change in ((1.0, None), (2.0, "cordon"), (3.0, "register")):
+        if change == "cordon":
+            state.workers["w3"].cordoned = True
+        elif change == "register":
+            state.workers["w10"] = WorkerEntry("w10", "s", 4_000, 8 << 30, 0, 0, {"zone": "z"})
+        before = dict(cache.running)
+        build = cache.build(state, now, step_work=0)
+        build.step()
+        assert encode_snapshot(state, now) == build.result()
+        if change:
+            assert all(before[job_id] is piece for job_id, piece in cache.running.items())
 
 
 def test_a_jobs_wait_is_read_from_its_submission_time() -> None:

@@ -200,19 +200,27 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
             set_attr(room.attributes[key], value)
 
 
-def running_job(tasks: Iterable[tuple[str, Any]], rows: Mapping[str, int], evicting: Mapping[str, int] | None) -> bytes:
-    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts).
+def running_job(
+    tasks: Iterable[tuple[str, Any]], rows: Mapping[str, int], evicting: Mapping[str, int] | None
+) -> tuple[bytes, bool]:
+    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts), and
+    whether a placement was left out for its worker having no row.
 
-    `tasks` are the job's placements by task workflow id, `rows` the snapshot's workers by position, `evicting` its
+    `tasks` are the job's placements by task workflow id, `rows` number the workers (all the scheduler's:
+    the snapshot's `share.worker_positions` says where each is in the snapshot, if at all), `evicting` its
     attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them out.
     """
     indices: list[int] = []
     worker_rows: list[int] = []
     started: list[float] = []
     first = None
+    unnumbered = False
     for key, p in tasks:
+        if evicting and evicting.get(key, -1) >= p.attempt:
+            continue
         row = rows.get(p.worker_id)
-        if row is None or (evicting and evicting.get(key, -1) >= p.attempt):
+        if row is None:
+            unnumbered = True
             continue
         if first is None:
             first = p
@@ -220,10 +228,10 @@ def running_job(tasks: Iterable[tuple[str, Any]], rows: Mapping[str, int], evict
         worker_rows.append(row)
         started.append(p.placed_at)
     if first is None:
-        return b""
+        return b"", unnumbered
     snap = pb.SchedulingSnapshot()
     _add_running(snap.share, first, indices, worker_rows, started)
-    return snap.SerializeToString()
+    return snap.SerializeToString(), unnumbered
 
 
 def _add_running(share: pb.ShareInput, first: Any, indices: list[int], worker_rows: list[int],

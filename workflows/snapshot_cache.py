@@ -8,9 +8,11 @@ that is unchanged:
 - a worker's entry is keyed by its `WorkerEntry` (replaced, never changed in place, when the worker
   registers again) and its used capacity (`Placements.used`); the free capacity, the only part that
   changes with placements, is spliced in by hand (most workers share a few free values);
-- a running job's entry by its placements' stamp (`Placements.stamps`), the layout of the snapshot's
-  workers (`worker_rows` index them by position: when the eligible workers change, every running job is
-  encoded again from the index, not from a walk of all placements) and its attempts being evicted;
+- a running job's entry by its placements' stamp (`Placements.stamps`) and its attempts being evicted.
+  Its `worker_rows` number all the scheduler's workers in the state's order, eligible or not, and the
+  snapshot lists those outside it (`share.absent_rows`), so a worker cordoned, lost,
+  quarantined or held, or a new one, re-encodes no running job; a worker removed renumbers those after
+  it, and every running job is encoded again (from the index, not a walk of all placements);
 - a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason; it carries
   its submission time (`submitted_at`), not its wait, so it does not change with the clock.
 
@@ -122,10 +124,14 @@ class SnapshotCache:
         self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
         self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> its field, spliced in
         self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
-        self.layout: list[str] = []  # the eligible workers in snapshot order: what `worker_rows` index
-        self.layout_id = 0  # changes with `layout`
-        # job id -> (its placements' stamp, layout_id, its attempts being evicted, its piece)
-        self.running: dict[str, tuple[int, int, Any, bytes]] = {}
+        # Every worker, in the state's order: what `worker_rows` number (eligible or not, so a number stays
+        # put while workers are cordoned, lost or come back), and that numbering.
+        self.numbered: list[str] = []
+        self.rows: dict[str, int] = {}
+        self.numbering = 0  # changes when a worker leaves the numbering (the rows after it move)
+        # job id -> (its placements' stamp, numbering, its attempts being evicted, len(numbered) when one of
+        # its placements was on a worker not numbered yet, else -1; its piece)
+        self.running: dict[str, tuple[int, int, Any, int, bytes]] = {}
         # job id -> (entry, spec, task indices, pending reason, its piece)
         self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes]] = {}
 
@@ -198,7 +204,9 @@ class SnapshotBuild:
         parts = self._parts
         zero = [0, 0, 0, 0]
         work, limit = self._work, self._limit
-        for w in list(state.workers.values()):
+        entries = list(state.workers.values())
+        self._numbered = [w.worker_id for w in entries]
+        for w in entries:
             if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
                 continue
             worker_id = w.worker_id
@@ -233,14 +241,28 @@ class SnapshotBuild:
                 work = 0
                 yield
         self._work = work
+        self._layout = layout
         if self._keep:
             live = state.workers
             cache.workers = {k: v for k, v in new.items() if k in live} if len(new) > len(live) else new
-            if layout != cache.layout:
-                cache.layout, cache.layout_id = layout, cache.layout_id + 1
-        self._layout, self._layout_id = layout, cache.layout_id if self._keep else -1
-        if not self._keep and layout == cache.layout:
-            self._layout_id = cache.layout_id  # the same layout: the cached running pieces hold
+        self._number()
+
+    def _number(self) -> None:
+        """Number every worker by its place in the state; reuse the cache's numbering while it holds."""
+        cache, numbered = self._cache, self._numbered
+        known = cache.numbered
+        if numbered == known:
+            self._rows, self._numbering = cache.rows, cache.numbering
+            return
+        rows = {worker_id: i for i, worker_id in enumerate(numbered)}
+        extended = numbered[: len(known)] == known  # only new workers, after the others: no row moved
+        if not self._keep:
+            self._rows, self._numbering = rows, cache.numbering if extended else -1
+            return
+        if not extended:
+            cache.numbering += 1
+        cache.numbered, cache.rows = numbered, rows
+        self._rows, self._numbering = rows, cache.numbering
 
     def _running(self) -> Iterator[None]:
         state, cache = self._state, self._cache
@@ -253,11 +275,10 @@ class SnapshotBuild:
             p = placements.get(key)
             if p is not None:
                 evicting.setdefault(p.job_id, []).append((key, attempt))
-        rows = {worker_id: i for i, worker_id in enumerate(self._layout)}
+        rows, numbering, count = self._rows, self._numbering, len(self._numbered)
         old = cache.running
-        new: dict[str, tuple[int, int, Any, bytes]] = {}
+        new: dict[str, tuple[int, int, Any, int, bytes]] = {}
         stamps = placements.stamps
-        layout_id = self._layout_id
         parts, work, limit = self._parts, self._work, self._limit
         jobs = placements.jobs
         for job_id in list(jobs):
@@ -268,13 +289,14 @@ class SnapshotBuild:
             stopping = evicting.get(job_id)
             sig = tuple(sorted(stopping)) if stopping else None
             got = old.get(job_id)
-            if got is not None and got[0] == stamp and got[1] == layout_id and got[2] == sig and layout_id >= 0:
+            if (got is not None and got[0] == stamp and got[1] == numbering >= 0 and got[2] == sig
+                    and got[3] in (-1, count)):  # fmt: skip
                 new[job_id] = got
-                piece = got[3]
+                piece = got[4]
                 units = _HIT
             else:
-                piece = running_job(tasks.items(), rows, dict(stopping) if stopping else None)
-                new[job_id] = (stamp, layout_id, sig, piece)
+                piece, unnumbered = running_job(tasks.items(), rows, dict(stopping) if stopping else None)
+                new[job_id] = (stamp, numbering, sig, count if unnumbered else -1, piece)
                 units = _RUNNING + len(tasks)
             if piece:
                 parts.append(piece)
@@ -285,6 +307,11 @@ class SnapshotBuild:
         self._work = work
         if self._keep:
             cache.running = new
+        if len(self._layout) < count:  # the numbered workers outside the snapshot
+            inside = set(self._layout)
+            snap = pb.SchedulingSnapshot()
+            snap.share.absent_rows.extend(i for i, worker_id in enumerate(self._numbered) if worker_id not in inside)
+            parts.append(snap.SerializeToString())
 
     def _jobs(self) -> Iterator[None]:
         state, cache = self._state, self._cache
