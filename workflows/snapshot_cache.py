@@ -38,7 +38,7 @@ from workflows.sharing_state import fill_share_header, running_job
 # Work units (about a microsecond of CPU each on a loaded 2-core machine, half that on a quiet one; the
 # sandbox adds some) a build does per workflow task. A warm pass at 10,000 workers and 100,000 tasks
 # takes ~30,000 (the walks over workers, running and queued jobs): one step. A cold one (the first after
-# continue-as-new) ~350,000: about nine steps of a workflow task each.
+# continue-as-new) ~320,000: about eight steps of a workflow task each.
 STEP_WORK = 40_000
 _HIT = 1  # a piece found in the cache
 _FREE = 1  # a worker's free capacity spliced in
