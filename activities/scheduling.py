@@ -7,6 +7,7 @@ The snapshot and plan travel as zlib-compressed binary protobuf so that a
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 from temporalio import activity
 
@@ -54,7 +55,12 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
 
 
 def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
-    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these)."""
+    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these).
+
+    A job's wait is the snapshot's time less its submission time, or, in a snapshot without submission
+    times, the wait the scheduler wrote.
+    """
+    now = snap.now
     return [
         PendingJob(
             job_id=j.job_id,
@@ -66,7 +72,7 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
             ),
             group_by=j.group_by or None,
             priority=j.priority,
-            waited_seconds=j.waited_seconds,
+            waited_seconds=max(0.0, now - j.submitted_at) if j.submitted_at else j.waited_seconds,
             scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
             tolerations=frozenset(j.tolerations),
             num_groups=max(1, j.num_groups),
@@ -110,18 +116,23 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
     if not snap.HasField("share"):
         return None
     share = snap.share
+    positions = _positions(len(snap.workers), share.absent_rows)
     if not places:
+        counted = [(job, _placed(job, positions)) for job in share.running]
         return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
-                             running=[_running(job, (UNPLACED,) * len(job.task_indices)) for job in share.running],
+                             running=[_running(job, (UNPLACED,) * n) for job, n in counted if n],
                              policy=_policy(share))  # fmt: skip
     names = [w.worker_id for w in snap.workers]
-    running = [
-        _running(job, tuple(
-            RunningTask(index, names[row], started)
-            for index, row, started in zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
-        ))
-        for job in share.running
-    ]  # fmt: skip
+    running = []
+    for job in share.running:
+        rows = zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
+        if positions:  # rows number all the scheduler's workers: those outside the snapshot are left out
+            tasks = tuple(RunningTask(index, names[at], started) for index, row, started in rows
+                          if (at := positions[row]) >= 0)  # fmt: skip
+        else:
+            tasks = tuple(RunningTask(index, names[row], started) for index, row, started in rows)
+        if tasks:
+            running.append(_running(job, tasks))
     room = []
     for h in share.headroom:
         shape = GroupShape(h.group, h.hosts_per_slice, resources_from_pb(h.host_capacity),
@@ -135,6 +146,28 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
 
 UNPLACED = RunningTask(-1, "", 0.0)
 """A running task counted without its place (`share_from_pb(places=False)`)."""
+
+
+def _positions(present: int, absent: Sequence[int]) -> list[int]:
+    """Each worker row's position in the snapshot's workers (-1: absent); empty when rows are positions."""
+    if not absent:
+        return []
+    gone = set(absent)
+    positions, at = [], 0
+    for row in range(present + len(gone)):
+        if row in gone:
+            positions.append(-1)
+        else:
+            positions.append(at)
+            at += 1
+    return positions
+
+
+def _placed(job: pb.ShareRunningJob, positions: Sequence[int]) -> int:
+    """How many of the job's tasks run on workers in the snapshot."""
+    if not positions:
+        return len(job.task_indices)
+    return sum(1 for row in job.worker_rows if positions[row] >= 0)
 
 
 def _policy(share: pb.ShareInput) -> SharePolicy:

@@ -77,3 +77,19 @@ def test_a_plan_committed_batch_by_batch_never_places_twice_on_one_worker() -> N
     second = scheduler._commit(plan, now=0.0, jobs={"k": list(plan.assignments)[2:]}, used=used)
     assert (2, []) == (len(first), second)
     assert {"w0": [1000, 2**20, 0, 0], "w1": [1000, 2**20, 0, 0]} == used == committed(state)
+
+
+def test_a_gang_that_does_not_fit_leaves_the_running_count_as_it_was() -> None:
+    """A gang refused (one member's worker full meanwhile) books nothing in the caller's count of what is
+    used; one placed whole adds to the rows of its workers only."""
+    state = _state(group_by="slice", tasks=3)
+    state.workers["w9"] = WorkerEntry("w9", "s", 1000, 2**30, 0, 0, {"slice": "a"})
+    state.placements["k/task-0"] = Placement("k", 0, 0, "w2", 500, 2**20, 0, 0)
+    scheduler = _scheduler(state)
+    used = committed(state)
+    assert [] == scheduler._commit(_plan(3), now=0.0, used=used)  # w2 has only 500 of 1000 left
+    assert {"w2": [500, 2**20, 0, 0]} == used
+    del state.placements["k/task-0"]
+    used = {"w9": [0, 0, 0, 0]}
+    assert 3 == len(scheduler._commit(_plan(3), now=0.0, used=used))
+    assert {"w9": [0, 0, 0, 0], **{f"w{i}": [1000, 2**20, 0, 0] for i in range(3)}} == used

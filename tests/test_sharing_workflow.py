@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import find_assignments_activity
+from activities.scheduling import find_assignments_activity, share_from_pb
 from iris.config import parse_config
 from iris.users import users_from_memo
 from workflows.messages import SchedulingSpec
@@ -96,10 +96,10 @@ def test_evicting_and_unschedulable_placements_are_not_candidates_again() -> Non
     state = _gang_state()
     state.books.holds["other"] = Hold(["s-9"], {"sweep/task-0": 0}, NOW)
     state.workers["s-1"].cordoned = True
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, NOW)))
-    assert [[2, 3]] == [sorted(job.task_indices) for job in snap.share.running]
-    names = [w.worker_id for w in snap.workers]
-    assert ["s-2", "s-3"] == [names[row] for row in snap.share.running[0].worker_rows]
+    share = share_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, NOW))))
+    assert share is not None
+    running = [sorted((t.task_index, t.worker_id) for t in job.tasks) for job in share.running]
+    assert [[(2, "s-2"), (3, "s-3")]] == running
 
 
 def test_a_release_is_charged_for_the_time_its_process_ran_once() -> None:

@@ -84,12 +84,17 @@ class Book:
             for index, worker_id in r.held.items():
                 _add(self.held.setdefault((r.job_id, worker_id), [0, 0, 0, 0]), r.entries[index])
                 self.on_worker.setdefault(worker_id, set()).add(r.job_id)
-        for p in state.placements.values():
-            need = [p.cpu_millis, p.memory_bytes, p.gpus, p.tpus]
-            root = self.root_of(p.job_id)
+        # All the work placed (the placements keep it per worker), less the trees' own, read per job: a
+        # walk over the trees' placements, not over every placement.
+        placements = state.placements
+        self.outside = {w: list(u) for w, u in placements.used.items()}
+        for job_id, tasks in placements.jobs.items():
+            root = self.root_of(job_id)
             if root is None:
-                _add(self.outside.setdefault(p.worker_id, [0, 0, 0, 0]), need)
-            else:
+                continue
+            for p in tasks.values():
+                need = [p.cpu_millis, p.memory_bytes, p.gpus, p.tpus]
+                _add(self.outside[p.worker_id], [-n for n in need])
                 _add(self.used.setdefault((root, p.worker_id), [0, 0, 0, 0]), need)
                 self.on_worker.setdefault(p.worker_id, set()).add(root)
 

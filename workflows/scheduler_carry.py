@@ -341,15 +341,17 @@ class StateLoader:
             self.state.workers = {worker_id: workers[worker_id] for worker_id in order_w}
 
     def _load_x(self, rows: list[list[Any]]) -> None:
-        placements, names, ports, ported = self.state.placements, self._names, self._ports, self.state.ported
+        names, ports, ported = self._names, self._ports, self.state.ported
+        loaded = []
         for job_id, cpu, memory, gpus, tpus, user, band, gang, runs in rows:
             for i in range(0, len(runs), 4):
                 key = task_workflow_id(job_id, runs[i])
                 held = ports.get(key) or {}
-                placements[key] = Placement(job_id, runs[i], runs[i + 1], names[runs[i + 2]], cpu, memory, gpus, tpus,
-                                            held, user, band, gang, runs[i + 3])  # fmt: skip
+                loaded.append((key, Placement(job_id, runs[i], runs[i + 1], names[runs[i + 2]], cpu, memory, gpus,
+                                              tpus, held, user, band, gang, runs[i + 3])))  # fmt: skip
                 if held:
                     ported.add(key)
+        self.state.placements.load(loaded)  # indexed as they are set (placement_index)
 
 
 def unpack(data: bytes) -> SchedulerState:

@@ -214,7 +214,9 @@ class Queue(SchedulerBase):
             spec = entry.spec
             band = plan.effective_bands.get(job_id) or spec.band or "interactive"
             need = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus)
-            trial = {w: list(u) for w, u in used.items()} if spec.group_by and book is None else used
+            # A gang books on copies of the rows it touches, taken into `used` only if it is placed whole.
+            gang = bool(spec.group_by) and book is None
+            trial: dict[str, list[int]] = {} if gang else used
             trial_book = book.copy() if spec.group_by and book is not None else book
             fitting = []
             for a in assignments:
@@ -226,7 +228,10 @@ class Queue(SchedulerBase):
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
                     ok = trial_book.place(job_id, a.worker_id, need, capacity)
                 elif ok and worker is not None:
-                    u = trial.setdefault(a.worker_id, [0, 0, 0, 0])
+                    u = trial.get(a.worker_id)
+                    if u is None:
+                        row = used.get(a.worker_id)
+                        u = trial[a.worker_id] = list(row) if row is not None else [0, 0, 0, 0]
                     capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
                     ok = (u[0] + need[0] <= capacity[0] and u[1] + need[1] <= capacity[1]
                           and u[2] + need[2] <= capacity[2] and u[3] + need[3] <= capacity[3])  # fmt: skip

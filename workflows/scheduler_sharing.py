@@ -118,9 +118,7 @@ class Sharing(SchedulerBase):
         now = workflow.now().timestamp()
         if self.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
             return
-        running: dict[str, int] = {}
-        for p in self.state.placements.values():
-            running[p.user] = running.get(p.user, 0) + 1
+        running = self.state.placements.users  # kept as placements come and go (placement_index)
         pending: dict[str, int] = {}
         for entry in self.state.pending.values():
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1

@@ -18,6 +18,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows import reservation_state
 from workflows.messages import SchedulingSpec
+from workflows.placement_index import Placements
 from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import ActionRow, new_ring
 from workflows.sharing_state import Books, fill_share
@@ -82,7 +83,8 @@ class SchedulerState:
     store_url: str = ""
     workers: dict[str, WorkerEntry] = field(default_factory=dict)
     pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
-    placements: dict[str, Placement] = field(default_factory=dict)  # task workflow id -> placement
+    # Task workflow id -> placement; keeps what each worker has committed and each job's placements.
+    placements: Placements = field(default_factory=Placements)
     pending_reasons: dict[str, str] = field(default_factory=dict)
     actions: deque[ActionRow] = field(default_factory=new_ring)  # recent placements, requeues, cordons
     port_cursors: dict[str, int] = field(default_factory=dict)  # host address -> last port handed out
@@ -91,6 +93,10 @@ class SchedulerState:
     ported: set[str] = field(default_factory=set)
     reservations: dict[str, HeldReservation] = field(default_factory=dict)  # reservation id -> it, oldest first
     books: Books = field(default_factory=Books)  # accounts, sharing settings, evictions under way
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.placements, Placements):  # a plain dict (tests): indexed from here on
+            self.placements = Placements(self.placements)
 
 
 def validate_metadata(meta: pb.WorkerMetadata) -> str:
@@ -119,29 +125,27 @@ def validate_metadata(meta: pb.WorkerMetadata) -> str:
 
 
 def committed(state: SchedulerState) -> dict[str, list[int]]:
-    """Committed cpu, memory, gpus, tpus per worker, from the placements."""
-    used: dict[str, list[int]] = {}
-    for p in state.placements.values():
-        u = used.setdefault(p.worker_id, [0, 0, 0, 0])
-        u[0] += p.cpu_millis
-        u[1] += p.memory_bytes
-        u[2] += p.gpus
-        u[3] += p.tpus
-    return used
+    """Committed cpu, memory, gpus, tpus per worker (a copy the caller may add to), as the placements keep it."""
+    return {worker_id: list(u) for worker_id, u in state.placements.used.items()}
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf)."""
-    return zlib.compress(b"".join(snapshot_parts(state, now)), 1)
+    """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf).
+
+    Encoded as the pass encodes it (workflows/snapshot_cache.py), from nothing.
+    """
+    from workflows.snapshot_cache import encode_snapshot as encode  # it builds on this module
+
+    return encode(state, now)
 
 
 def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART) -> Iterator[bytes]:
-    """The snapshot in serialized parts: workers (`most` a part), sharing's part, the queue (`most` jobs a
-    part) and reservations. The first part is empty: it only adds up what the placements hold.
+    """The snapshot from one walk over the whole state, in serialized parts: workers (`most` a part),
+    sharing's part, the queue (`most` jobs a part) and reservations; the first part is empty.
 
     Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
-    The scheduler may build each in a workflow task of its own: the state may change in between, as
-    it does while the pass runs anyway; the commit checks every placement against the state then.
+    The pass builds its snapshot from cached pieces (workflows/snapshot_cache.py); this plain encoding
+    is what those are checked against.
     """
     used = committed(state)
     yield b""

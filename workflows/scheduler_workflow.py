@@ -51,7 +51,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_while_loading
     from workflows.scheduler_carry import Packer, StateLoader
-    from workflows.scheduler_state import SchedulerState, encode_snapshot, snapshot_parts
+    from workflows.scheduler_state import SchedulerState
+    from workflows.snapshot_cache import SnapshotCache
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
@@ -66,9 +67,6 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
 # ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
 PAUSE_TIMEOUT = timedelta(seconds=30)
-# Above this weight (a placement 1, a worker 4, a queued job 2) a pass builds its snapshot's parts in a
-# workflow task each: at 10,000 workers and 100,000 placements the whole took ~0.2 s of CPU.
-SPLIT_SNAPSHOT = 30_000
 
 
 
@@ -102,6 +100,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._claimed = 0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
+        # The pieces of the last pass's snapshot (workflow memory only: a pure function of the state).
+        self._pieces = SnapshotCache()
         self._told_bands: dict[str, str] = {}
         self._published_users: list[list[object]] | None = None
         self._users_published_at = 0.0
@@ -262,17 +262,12 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
 
 
     async def _encode_snapshot(self) -> bytes:
-        """The pass's snapshot; for a big state, each of its parts in a workflow task of its own."""
-        state = self.state
-        split = len(state.placements) + 4 * len(state.workers) + 2 * len(state.pending) > SPLIT_SNAPSHOT
-        parts: list[bytes] = []
-        if split:  # not in the task that ended the last pass (its pending reasons, the users' table)
+        """The pass's snapshot from the pieces the last pass left (snapshot_cache). What is left to encode
+        is done a step per workflow task: one for a warm cache, several for a cold one (a new run)."""
+        build = self._pieces.build(self.state, workflow.now().timestamp())
+        while not build.step():
             await self._pause()
-        for part in snapshot_parts(state, workflow.now().timestamp()):
-            parts.append(part)
-            if split:  # the next part is built in the next task
-                await self._pause()
-        return zlib.compress(b"".join(parts), 1)
+        return build.result()
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -297,5 +292,5 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         if self._loader is not None:
             raise RuntimeError("the scheduler is loading its carried state: ask again in a moment")
         if self._snapshot is None:
-            self._snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+            self._snapshot = self._pieces.encode(self.state, workflow.now().timestamp())  # leaves the cache be
         return self._snapshot

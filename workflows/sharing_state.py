@@ -166,6 +166,25 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows:
     until they release it) and those on workers outside the snapshot (lost, cordoned, held), where
     an eviction would free nothing the pass could use.
     """
+    fill_share_header(share, books)
+    evicting = books.evicting()
+    jobs: dict[str, tuple[Any, list[int], list[int], list[float]]] = {}
+    for key, p in running:  # lists per job, extended once: 100k appends to protobuf fields cost 3x more
+        row = rows.get(p.worker_id)
+        if row is None or (evicting and evicting.get(key, -1) >= p.attempt):
+            continue
+        job = jobs.get(p.job_id)
+        if job is None:
+            job = jobs[p.job_id] = (p, [], [], [])
+        job[1].append(p.task_index)
+        job[2].append(row)
+        job[3].append(p.placed_at)
+    for first, indices, worker_rows, started in jobs.values():
+        _add_running(share, first, indices, worker_rows, started)
+
+
+def fill_share_header(share: pb.ShareInput, books: Books) -> None:
+    """Sharing's part of a snapshot but the running work: accounts, policy, headroom."""
     s = books.settings
     share.default_credits = s.default_credits
     share.half_life_hours = s.half_life_hours
@@ -180,23 +199,48 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows:
         room.host_capacity.gpus, room.host_capacity.tpus = capacity[2], capacity[3]
         for key, value in attributes.items():
             set_attr(room.attributes[key], value)
-    evicting = books.evicting()
-    jobs: dict[str, tuple[Any, list[int], list[int], list[float]]] = {}
-    for key, p in running:  # lists per job, extended once: 100k appends to protobuf fields cost 3x more
-        row = rows.get(p.worker_id)
-        if row is None or (evicting and evicting.get(key, -1) >= p.attempt):
+
+
+def running_job(
+    tasks: Iterable[tuple[str, Any]], rows: Mapping[str, int], evicting: Mapping[str, int] | None
+) -> tuple[bytes, bool]:
+    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts), and
+    whether a placement was left out for its worker having no row.
+
+    `tasks` are the job's placements by task workflow id, `rows` number the workers (all the scheduler's:
+    the snapshot's `share.worker_positions` says where each is in the snapshot, if at all), `evicting` its
+    attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them out.
+    """
+    indices: list[int] = []
+    worker_rows: list[int] = []
+    started: list[float] = []
+    first = None
+    unnumbered = False
+    for key, p in tasks:
+        if evicting and evicting.get(key, -1) >= p.attempt:
             continue
-        job = jobs.get(p.job_id)
-        if job is None:
-            job = jobs[p.job_id] = (p, [], [], [])
-        job[1].append(p.task_index)
-        job[2].append(row)
-        job[3].append(p.placed_at)
-    for first, indices, worker_rows, started in jobs.values():
-        out = share.running.add(job_id=first.job_id, user=first.user, band=first.band, coscheduled=first.gang,
-                                task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
-        out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes
-        out.request.gpus, out.request.tpus = first.gpus, first.tpus
+        row = rows.get(p.worker_id)
+        if row is None:
+            unnumbered = True
+            continue
+        if first is None:
+            first = p
+        indices.append(p.task_index)
+        worker_rows.append(row)
+        started.append(p.placed_at)
+    if first is None:
+        return b"", unnumbered
+    snap = pb.SchedulingSnapshot()
+    _add_running(snap.share, first, indices, worker_rows, started)
+    return snap.SerializeToString(), unnumbered
+
+
+def _add_running(share: pb.ShareInput, first: Any, indices: list[int], worker_rows: list[int],
+                 started: list[float]) -> None:  # fmt: skip
+    out = share.running.add(job_id=first.job_id, user=first.user, band=first.band, coscheduled=first.gang,
+                            task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
+    out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes
+    out.request.gpus, out.request.tpus = first.gpus, first.tpus
 
 
 def take_evictions(books: Books, state: Any, plan: pb.SchedulingPlan, now: float) -> list[tuple[str, int, str]]:

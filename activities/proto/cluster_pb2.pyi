@@ -318,7 +318,7 @@ class SchedulingWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +332,7 @@ class SchedulingJob(_message.Message):
     NUM_GROUPS_FIELD_NUMBER: _ClassVar[int]
     BAND_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_indices: _containers.RepeatedScalarFieldContainer[int]
     request: Resources
@@ -345,7 +346,8 @@ class SchedulingJob(_message.Message):
     num_groups: int
     band: str
     user: str
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+    submitted_at: float
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ...) -> None: ...
 
 class ShareUser(_message.Message):
     __slots__ = ("user", "balance", "used", "usage", "usage_as_of")
@@ -415,20 +417,22 @@ class ShareHeadroom(_message.Message):
     def __init__(self, group: _Optional[str] = ..., slices: _Optional[int] = ..., hosts_per_slice: _Optional[int] = ..., host_capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
 
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom")
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     RATES_FIELD_NUMBER: _ClassVar[int]
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    ABSENT_ROWS_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[ShareUser]
     default_credits: float
     running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
     rates: ShareRates
     half_life_hours: float
     headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ...) -> None: ...
+    absent_rows: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs", "reservations", "now", "share")

@@ -1,0 +1,189 @@
+"""The placements' index (workflows/placement_index.py): what each worker has committed and each job's
+placements stay exactly what a recount of every placement gives, whatever happens to them."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+
+import pytest
+
+from activities.contracts import task_workflow_id
+from activities.proto import cluster_pb2 as pb
+from workflows.messages import SchedulingSpec
+from workflows.placement_index import Placements
+from workflows.scheduler_carry import pack, unpack
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
+from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.sharing_state import release_charge
+from workflows.worker_lifecycle import WorkerState
+
+NOW = 1_000.0
+
+
+class Scheduler(SchedulerWorkflow):
+    """The scheduler's own commit, release and worker removal, run outside a workflow: a release is
+    charged at a fixed time instead of the workflow's clock."""
+
+    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
+        self.state.books.charge([release_charge(placement, NOW, ran_seconds)])
+        self.state.books.released(task_workflow_id(placement.job_id, placement.task_index), placement.attempt)
+
+
+def recount(placements: dict[str, Placement]) -> tuple[dict[str, list[int]], dict[str, dict[str, Placement]]]:
+    """What the index must hold, from every placement."""
+    used: dict[str, list[int]] = {}
+    jobs: dict[str, dict[str, Placement]] = {}
+    for key, p in placements.items():
+        u = used.setdefault(p.worker_id, [0, 0, 0, 0])
+        for i, n in enumerate((p.cpu_millis, p.memory_bytes, p.gpus, p.tpus)):
+            u[i] += n
+        jobs.setdefault(p.job_id, {})[key] = p
+    return used, jobs
+
+
+def assert_exact(state: SchedulerState) -> None:
+    used, jobs = recount(state.placements)
+    assert used == state.placements.used == committed(state)
+    assert jobs == state.placements.jobs
+    assert set(jobs) == set(state.placements.stamps)
+    users: dict[str, int] = {}
+    for p in state.placements.values():
+        users[p.user] = users.get(p.user, 0) + 1
+    assert users == state.placements.users
+
+
+def _fleet(rng: random.Random, workers: int) -> SchedulerState:
+    state = SchedulerState()
+    for i in range(workers):
+        w = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, rng.choice((0, 2)), rng.choice((0, 4)), {"zone": f"z{i % 2}"})
+        state.workers[w.worker_id] = w
+    return state
+
+
+def _enqueue(rng: random.Random, state: SchedulerState, serial: int) -> None:
+    spec = SchedulingSpec(cpu_millis=rng.choice((250, 500, 1000)), memory_bytes=rng.choice((1, 2)) << 30,
+                          gpus=rng.choice((0, 0, 1)), group_by=rng.choice(("", "", "zone")),
+                          user=f"u{serial % 3}")  # fmt: skip
+    job_id = f"job-{serial}"
+    state.pending[job_id] = PendingEntry(job_id, spec, dict.fromkeys(range(rng.randint(1, 6)), 0), NOW)
+
+
+def _plan(rng: random.Random, state: SchedulerState) -> pb.SchedulingPlan:
+    """Assignments of queued tasks to random workers (some stale, some over capacity): the commit decides."""
+    plan = pb.SchedulingPlan()
+    ids = list(state.workers)
+    for entry in list(state.pending.values())[:4]:
+        for index in entry.attempts:
+            plan.assignments.add(job_id=entry.job_id, task_index=index, worker_id=rng.choice(ids))
+    return plan
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
+    """Commits, releases, claims of a newer attempt, lost and removed workers and continue-as-new, in
+    random order: after each, per-worker used capacity and per-job placements equal a full recount."""
+    rng = random.Random(seed)
+    scheduler = Scheduler()
+    scheduler.state = _fleet(rng, 8)
+    serial = peak = 0
+    for _ in range(150):
+        state = scheduler.state
+        op = rng.choice(("enqueue", "commit", "commit", "release", "claim", "lose", "forget", "carry", "register"))
+        if op == "enqueue":
+            serial += 1
+            _enqueue(rng, state, serial)
+        elif op == "commit" and state.pending:
+            scheduler._commit(_plan(rng, state), now=NOW)
+        elif op == "release" and state.placements:
+            key = rng.choice(list(state.placements))
+            p = state.placements[key]
+            attempt = p.attempt if rng.random() < 0.8 else p.attempt + 1  # a stale release changes nothing
+            scheduler._release(p.job_id, p.task_index, attempt)
+        elif op == "claim" and state.placements:
+            # A newer attempt of a placed task claims its place on another worker (a run that started empty).
+            key = rng.choice(list(state.placements))
+            p = state.placements[key]
+            state.placements[key] = Placement(p.job_id, p.task_index, p.attempt + 1, rng.choice(list(state.workers)),
+                                              p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, user=p.user)  # fmt: skip
+        elif op == "lose" and state.workers and rng.random() < 0.3:
+            rng.choice(list(state.workers.values())).state = WorkerState.LOST
+        elif op == "forget" and state.workers and rng.random() < 0.3:
+            scheduler._forget([rng.choice(list(state.workers))])
+        elif op == "register":
+            w = WorkerEntry(f"w{len(state.workers) + serial}", "s", 4_000, 8 << 30, 1, 0, {"zone": "z0"})
+            state.workers[w.worker_id] = w
+        elif op == "carry":
+            scheduler.state = unpack(pack(state, step=7, chunk=3))
+            assert dict(state.placements) == dict(scheduler.state.placements)
+        assert_exact(scheduler.state)
+        peak = max(peak, len(scheduler.state.placements))
+    assert peak >= 5, "the sequence placed something"
+
+
+def test_every_dict_change_keeps_the_index() -> None:
+    """pop, popitem, setdefault, update, |=, clear, copies and pickles: the index follows each."""
+
+    def place(i: int, worker: str) -> Placement:
+        return Placement(f"j{i % 2}", i, 0, worker, 100 * (i + 1), 1 << 20, i % 2, 0)
+
+    placements = Placements({task_workflow_id("j0", 0): place(0, "a")})
+    placements.update({task_workflow_id("j1", 1): place(1, "b")}, **{"x/task-2": place(2, "a")})
+    placements |= {"x/task-3": place(3, "b")}
+    placements.setdefault("x/task-4", place(4, "a"))
+    placements.setdefault("x/task-4", place(5, "b"))  # present: unchanged
+    assert place(2, "a") == placements.pop("x/task-2")
+    assert None is placements.pop("absent", None)
+    placements.popitem()
+    for copied in (copy.copy(placements), copy.deepcopy(placements), pickle.loads(pickle.dumps(placements))):
+        assert (placements.used, placements.jobs) == (copied.used, copied.jobs)
+    assert (placements.used, placements.jobs) == recount(placements)
+    placements.clear()
+    assert ({}, {}, {}, {}) == (placements.used, placements.jobs, placements.stamps, placements.users)
+
+
+def test_a_jobs_stamp_changes_with_its_placements_only() -> None:
+    """The snapshot's cached running pieces are keyed by these stamps: another job's change leaves it."""
+    placements = Placements()
+    placements["a/task-0"] = Placement("a", 0, 0, "w", 1, 1, 0, 0)
+    placements["b/task-0"] = Placement("b", 0, 0, "w", 1, 1, 0, 0)
+    a = placements.stamps["a"]
+    placements["b/task-1"] = Placement("b", 1, 0, "w", 1, 1, 0, 0)
+    del placements["b/task-0"]
+    assert a == placements.stamps["a"]
+    placements["a/task-0"] = Placement("a", 0, 1, "w", 1, 1, 0, 0)  # a newer attempt
+    assert a != placements.stamps["a"]
+    stamp = placements.stamps["a"]
+    del placements["a/task-0"]
+    placements["a/task-0"] = Placement("a", 0, 1, "w", 1, 1, 0, 0)  # gone and back: not the old stamp
+    assert placements.stamps["a"] > stamp
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reservation_book_reads_the_index_as_a_recount_would(seed: int) -> None:
+    """A reservation's book (work outside the trees per worker; each tree's use per worker) reads the
+    index and the trees' placements only: it equals what adding up every placement gives."""
+    from workflows.reservation_state import Book, HeldReservation
+
+    rng = random.Random(seed)
+    state = _fleet(rng, 6)
+    for reserving in ("r1", "r1/a"):
+        state.reservations[f"rsv-{reserving}"] = HeldReservation(f"rsv-{reserving}", reserving, "u",
+                                                                 [[100, 1, 0, 0]], [], [], NOW)  # fmt: skip
+    for n in range(60):
+        job_id = rng.choice(("r1/x", "r1/a/b", "r1/a", "other", "r2/y", "r1"))
+        state.placements[task_workflow_id(job_id, n)] = Placement(job_id, n, 0, rng.choice(list(state.workers)),
+                                                                  rng.choice((100, 300)), 1 << 20, 0, 0)  # fmt: skip
+    book = Book(state)
+    outside: dict[str, list[int]] = {}
+    used: dict[tuple[str, str], list[int]] = {}
+    for p in state.placements.values():
+        root = book.root_of(p.job_id)
+        row = outside.setdefault(p.worker_id, [0, 0, 0, 0]) if root is None else used.setdefault(
+            (root, p.worker_id), [0, 0, 0, 0])  # fmt: skip
+        for i, n in enumerate((p.cpu_millis, p.memory_bytes, p.gpus, p.tpus)):
+            row[i] += n
+    assert used == book.used
+    assert outside == {w: u for w, u in book.outside.items() if any(u)}
+    assert all(not any(u) for w, u in book.outside.items() if w not in outside)

@@ -1,0 +1,346 @@
+"""The pass's snapshot from cached pieces: a pass re-encodes only what changed since the last one.
+
+Serialized protobuf messages concatenate into their merge, so the snapshot is the join of small
+serialized `SchedulingSnapshot`s: one per eligible worker, sharing's header and one per running job,
+one per queued job, and the reservations. Each piece is kept with what it depends on and reused while
+that is unchanged:
+
+- a worker's entry is keyed by its `WorkerEntry` (replaced, never changed in place, when the worker
+  registers again) and its used capacity (`Placements.used`); the free capacity, the only part that
+  changes with placements, is spliced in by hand (most workers share a few free values);
+- a running job's entry by its placements' stamp (`Placements.stamps`) and its attempts being evicted.
+  Its `worker_rows` number all the scheduler's workers in the state's order, eligible or not, and the
+  snapshot lists those outside it (`share.absent_rows`), so a worker cordoned, lost,
+  quarantined or held, or a new one, re-encodes no running job; a worker removed renumbers those after
+  it, and every running job is encoded again (from the index, not a walk of all placements);
+- a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason; it carries
+  its submission time (`submitted_at`), not its wait, so it does not change with the clock.
+
+The cache is workflow memory only, a pure function of the state: rebuilt from nothing after
+continue-as-new or a replay, never carried. It is updated only by the pass (`SnapshotBuild`), never by
+a query, so how much a pass has left to encode, and so how many workflow tasks it takes, is the same
+when the history is replayed. The bytes are those of an encoding with an empty cache.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import set_attr
+from workflows import reservation_state
+from workflows.messages import SchedulingSpec
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.sharing_state import fill_share_header, running_job
+
+# Work units (about a microsecond of CPU each on a loaded 2-core machine, half that on a quiet one; the
+# sandbox adds some) a build does per workflow task. A warm pass at 10,000 workers and 100,000 tasks
+# takes ~30,000 (the walks over workers, running and queued jobs): one step. A cold one (the first after
+# continue-as-new) ~320,000: about eight steps of a workflow task each.
+STEP_WORK = 40_000
+_HIT = 1  # a piece found in the cache
+_FREE = 1  # a worker's free capacity spliced in
+_WORKER = 3  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
+_JOB = 8  # a queued job's entry encoded, plus a unit per two task indices
+_RUNNING = 5  # a running job's entry encoded, plus a unit per placement
+
+
+_DONE = object()
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: bytes, body: bytes) -> bytes:
+    """A length-delimited field: its tag, its length, its bytes."""
+    return tag + _varint(len(body)) + body
+
+
+_WORKERS_TAG = b"\x0a"  # SchedulingSnapshot.workers = 1
+_FREE_TAG = b"\x12"  # SchedulingWorker.free = 2
+_ID_TAG = b"\x0a"  # SchedulingWorker.worker_id = 1
+
+
+def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
+    """A worker's entry without its free capacity: its id, then its attributes and capacity, which most
+    workers share with others (`shapes`: those encoded so far, by value)."""
+    # Typed: True == 1 == 1.0 in Python, not in an attribute's encoding.
+    shape = (w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, tuple((k, type(v), v) for k, v in w.attributes.items()))
+    rest = shapes.get(shape)
+    if rest is None:
+        sw = pb.SchedulingWorker()
+        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
+        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
+        for key, value in w.attributes.items():
+            set_attr(sw.attributes[key], value)
+        rest = shapes[shape] = sw.SerializeToString()
+    return _field(_ID_TAG, w.worker_id.encode()) + rest
+
+
+def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str) -> bytes:
+    snap = pb.SchedulingSnapshot()
+    sj = snap.jobs.add(
+        job_id=entry.job_id,
+        task_indices=indices,
+        group_by=spec.group_by,
+        priority=spec.priority,
+        submitted_at=entry.submitted_at,
+        scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
+        tolerations=spec.tolerations,
+        num_groups=spec.num_groups if spec.num_groups > 1 else 0,
+        band=spec.band,
+        user=spec.user,
+    )
+    if reason:
+        sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
+    sj.request.cpu_millis = spec.cpu_millis
+    sj.request.memory_bytes = spec.memory_bytes
+    sj.request.gpus = spec.gpus
+    sj.request.tpus = spec.tpus
+    for c in spec.constraints:
+        sc = sj.constraints.add(key=c.key, op=c.op)
+        if c.value is not None:
+            set_attr(sc.value, c.value)
+    return snap.SerializeToString()
+
+
+class SnapshotCache:
+    """The snapshot's pieces as the last pass encoded them (see the module)."""
+
+    def __init__(self) -> None:
+        # worker id -> (its entry, its used capacity then, its entry without free capacity, with it)
+        self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
+        self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> its field, spliced in
+        self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
+        # Every worker, in the state's order: what `worker_rows` number (eligible or not, so a number stays
+        # put while workers are cordoned, lost or come back), and that numbering.
+        self.numbered: list[str] = []
+        self.rows: dict[str, int] = {}
+        self.numbering = 0  # changes when a worker leaves the numbering (the rows after it move)
+        # job id -> (its placements' stamp, numbering, its attempts being evicted, len(numbered) when one of
+        # its placements was on a worker not numbered yet, else -1; its piece)
+        self.running: dict[str, tuple[int, int, Any, int, bytes]] = {}
+        # job id -> (entry, spec, task indices, pending reason, its piece)
+        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes]] = {}
+
+    def build(self, state: SchedulerState, now: float, *, step_work: int = STEP_WORK) -> SnapshotBuild:
+        """A build of the snapshot that keeps what it encodes for the next one (the pass's)."""
+        return SnapshotBuild(self, state, now, step_work=step_work, keep=True)
+
+    def encode(self, state: SchedulerState, now: float) -> bytes:
+        """The snapshot at once, reading the cache but leaving it as it is (queries: they are not replayed)."""
+        build = SnapshotBuild(self, state, now, step_work=0, keep=False)
+        while not build.step():
+            pass
+        return build.result()
+
+
+def encode_snapshot(state: SchedulerState, now: float) -> bytes:
+    """zlib(SchedulingSnapshot) of the state, from nothing (tests, tools, and the cache's reference)."""
+    return SnapshotCache().encode(state, now)
+
+
+class SnapshotBuild:
+    """One snapshot, built `step()` by `step()`, about `step_work` units each (0: all in one step).
+
+    The state may change between steps (the scheduler handles signals in between), as it does while the
+    pass runs anyway: the commit checks every placement against the state as it is then.
+    """
+
+    def __init__(self, cache: SnapshotCache, state: SchedulerState, now: float, *, step_work: int,
+                 keep: bool) -> None:  # fmt: skip
+        self._cache, self._state, self._now = cache, state, now
+        self._step_work, self._keep = step_work, keep
+        self._parts: list[bytes] = []
+        self._limit = step_work if step_work > 0 else float("inf")  # work units per step
+        self._work = 0  # done in this step by the stages before
+        self._steps = self._run()
+        self._done = False
+        self.steps = 0
+
+    def step(self) -> bool:
+        """Build about `step_work` units more; True once the snapshot is whole."""
+        self.steps += 1
+        if next(self._steps, _DONE) is _DONE:
+            self._done = True
+        return self._done
+
+    def result(self) -> bytes:
+        assert self._done, "the snapshot is not whole yet"
+        return zlib.compress(b"".join(self._parts), 1)
+
+    def _run(self) -> Iterator[None]:
+        yield from self._workers()
+        yield from self._running()
+        yield from self._jobs()
+        snap = pb.SchedulingSnapshot()
+        reservation_state.encode(snap, self._state, self._now)
+        self._parts.append(snap.SerializeToString())
+
+    def _workers(self) -> Iterator[None]:
+        state, cache, now = self._state, self._cache, self._now
+        self._parts.append(pb.SchedulingSnapshot(now=now).SerializeToString())
+        held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
+        used_by = state.placements.used
+        old = cache.workers
+        new = dict(old) if self._keep else old  # pieces of workers gone are dropped at the end
+        if self._keep and len(cache.free) + len(cache.shapes) > 4 * len(state.workers) + 1_000:
+            cache.free, cache.shapes = {}, {}  # values seen before, most no longer any worker's: kept bounded
+        free_cache = cache.free if self._keep else dict(cache.free)
+        shapes = cache.shapes if self._keep else dict(cache.shapes)
+        layout: list[str] = []
+        parts = self._parts
+        zero = [0, 0, 0, 0]
+        work, limit = self._work, self._limit
+        entries = list(state.workers.values())
+        self._numbered = [w.worker_id for w in entries]
+        for w in entries:
+            if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
+                continue
+            worker_id = w.worker_id
+            layout.append(worker_id)
+            used = used_by.get(worker_id) or zero
+            got = new.get(worker_id)
+            if got is not None and got[0] is w and got[1] == used:
+                parts.append(got[3])
+                work += _HIT
+                if work >= limit:
+                    work = 0
+                    yield
+                continue
+            units = _FREE
+            if got is not None and got[0] is w:
+                static = got[2]
+            else:
+                static = _worker_static(w, shapes)
+                units += _WORKER
+            free = (max(0, w.cpu_millis - used[0]), max(0, w.memory_bytes - used[1]),
+                    max(0, w.gpus - used[2]), max(0, w.tpus - used[3]))  # fmt: skip
+            field = free_cache.get(free)
+            if field is None:
+                res = pb.Resources(cpu_millis=free[0], memory_bytes=free[1], gpus=free[2], tpus=free[3])
+                field = free_cache[free] = _field(_FREE_TAG, res.SerializeToString())
+            piece = _field(_WORKERS_TAG, static + field)
+            if self._keep:
+                new[worker_id] = (w, list(used), static, piece)
+            parts.append(piece)
+            work += units
+            if work >= limit:
+                work = 0
+                yield
+        self._work = work
+        self._layout = layout
+        if self._keep:
+            live = state.workers
+            cache.workers = {k: v for k, v in new.items() if k in live} if len(new) > len(live) else new
+        self._number()
+
+    def _number(self) -> None:
+        """Number every worker by its place in the state; reuse the cache's numbering while it holds."""
+        cache, numbered = self._cache, self._numbered
+        known = cache.numbered
+        if numbered == known:
+            self._rows, self._numbering = cache.rows, cache.numbering
+            return
+        rows = {worker_id: i for i, worker_id in enumerate(numbered)}
+        extended = numbered[: len(known)] == known  # only new workers, after the others: no row moved
+        if not self._keep:
+            self._rows, self._numbering = rows, cache.numbering if extended else -1
+            return
+        if not extended:
+            cache.numbering += 1
+        cache.numbered, cache.rows = numbered, rows
+        self._rows, self._numbering = rows, cache.numbering
+
+    def _running(self) -> Iterator[None]:
+        state, cache = self._state, self._cache
+        snap = pb.SchedulingSnapshot()
+        fill_share_header(snap.share, state.books)
+        self._parts.append(snap.SerializeToString())
+        placements = state.placements
+        evicting: dict[str, list[tuple[str, int]]] = {}
+        for key, attempt in state.books.evicting().items():
+            p = placements.get(key)
+            if p is not None:
+                evicting.setdefault(p.job_id, []).append((key, attempt))
+        rows, numbering, count = self._rows, self._numbering, len(self._numbered)
+        old = cache.running
+        new: dict[str, tuple[int, int, Any, int, bytes]] = {}
+        stamps = placements.stamps
+        parts, work, limit = self._parts, self._work, self._limit
+        jobs = placements.jobs
+        for job_id in list(jobs):
+            tasks = jobs.get(job_id)  # read with its stamp: the job may have changed between two steps
+            if tasks is None:
+                continue  # its last placement went while the build waited between steps
+            stamp = stamps[job_id]
+            stopping = evicting.get(job_id)
+            sig = tuple(sorted(stopping)) if stopping else None
+            got = old.get(job_id)
+            if (got is not None and got[0] == stamp and got[1] == numbering >= 0 and got[2] == sig
+                    and got[3] in (-1, count)):  # fmt: skip
+                new[job_id] = got
+                piece = got[4]
+                units = _HIT
+            else:
+                piece, unnumbered = running_job(tasks.items(), rows, dict(stopping) if stopping else None)
+                new[job_id] = (stamp, numbering, sig, count if unnumbered else -1, piece)
+                units = _RUNNING + len(tasks)
+            if piece:
+                parts.append(piece)
+            work += units
+            if work >= limit:
+                work = 0
+                yield
+        self._work = work
+        if self._keep:
+            cache.running = new
+        if len(self._layout) < count:  # the numbered workers outside the snapshot
+            inside = set(self._layout)
+            snap = pb.SchedulingSnapshot()
+            snap.share.absent_rows.extend(i for i, worker_id in enumerate(self._numbered) if worker_id not in inside)
+            parts.append(snap.SerializeToString())
+
+    def _jobs(self) -> Iterator[None]:
+        state, cache = self._state, self._cache
+        waiting = state.books.waiting()
+        reasons = state.pending_reasons
+        old = cache.jobs
+        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes]] = {}
+        parts, work, limit = self._parts, self._work, self._limit
+        for entry in list(state.pending.values()):
+            job_id = entry.job_id
+            if job_id in waiting:
+                continue
+            spec = entry.spec
+            indices = sorted(entry.attempts)
+            reason = reasons.get(job_id, "")
+            got = old.get(job_id)
+            if got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason:
+                new[job_id] = got
+                piece = got[4]
+                units = _HIT
+            else:
+                piece = _job_piece(entry, spec, indices, reason)
+                new[job_id] = (entry, spec, indices, reason, piece)
+                units = _JOB + len(indices) // 2
+            parts.append(piece)
+            work += units
+            if work >= limit:
+                work = 0
+                yield
+        self._work = work
+        if self._keep:
+            cache.jobs = new
