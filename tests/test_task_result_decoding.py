@@ -15,7 +15,7 @@ from workflows.messages import TaskResult, task_result_from_json
 RESULTS = [
     TaskResult(task_index=0, state="SUCCEEDED"),
     TaskResult(7, "FAILED", "w-3", 2, 1, 1, 137, "exit 137: killed", "results/j/7", False, 1 << 30, 1.5, 3.25,
-               ["ASSIGNED@0 w-1", "RUNNING@0", "FAILED@0"]),  # fmt: skip
+               ["ASSIGNED@0 w-1", "RUNNING@0", "FAILED@0"]),
     TaskResult(3, "KILLED", exit_code=None, dispatch_failed=True, error="dispatch failed ✗"),
     TaskResult(4, "SUCCEEDED", exit_code=0, cpu_seconds=0.0, run_seconds=12.0),
 ]
