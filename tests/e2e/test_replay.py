@@ -1,7 +1,8 @@
 """Determinism: every workflow history the e2e session produced replays against today's code.
 
-Runs after the other e2e modules (alphabetical order), so it sees jobs, tasks,
-gang retries, kills, timeouts, the scheduler and worker liveness. With
+It first runs one job of each ending itself (success, failure after a retry, a gang broken by
+one task, a kill), so it stands alone; run after other e2e modules in the same session it also
+replays theirs (timeouts, waves, the scheduler and worker liveness). With
 IRIS_RECORD_HISTORIES=DIR set, it also saves one history per workflow type
 there; tests/test_replay_recorded.py replays those checked-in histories.
 """
@@ -16,8 +17,11 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from tests.support import Cluster, replay
+from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
+
+SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
 
 async def _replay_all(address: str) -> dict[str, int]:
@@ -43,7 +47,23 @@ async def _replay_all(address: str) -> dict[str, int]:
     return counts
 
 
-def test_every_history_replays_deterministically(cluster: Cluster) -> None:
+def _one_job_of_each_ending(client: IrisClient) -> None:
+    """Histories of every way a job ends: succeeded, failed after a retry, gang broken, killed."""
+    done = client.submit_command(["true"], resources=SMALL)
+    retried = client.submit_command(["sh", "-c", "exit 3"], resources=SMALL, max_retries_failure=1)
+    gang = client.submit_command(
+        ["sh", "-c", 'if [ "$IRIS_TASK_INDEX" = 0 ]; then exit 1; fi; sleep 300'],
+        resources=ResourceSpec(cpu=1, memory="1g", replicas=4), coscheduling=CoschedulingConfig(group_by="tpu-name"),
+    )  # fmt: skip
+    killed = client.submit_command(["sleep", "300"], resources=SMALL)
+    wait_until(lambda: killed.status().state == JobState.RUNNING, timeout=60, what="the job to kill runs")
+    killed.terminate()
+    ends = [job.wait(timeout=120, raise_on_failure=False).state for job in (done, retried, gang, killed)]
+    assert [JobState.SUCCEEDED, JobState.FAILED, JobState.FAILED, JobState.KILLED] == ends
+
+
+def test_every_history_replays_deterministically(cluster: Cluster, client: IrisClient) -> None:
     """Replaying every job, task, scheduler and worker history of this session raises no non-determinism."""
+    _one_job_of_each_ending(client)
     counts = asyncio.run(_replay_all(cluster.info.address))
     assert {"JobWorkflow", "TaskWorkflow", "SchedulerWorkflow", "WorkerWorkflow"} <= set(counts)
