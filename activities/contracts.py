@@ -161,6 +161,9 @@ SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
 RECENT_ACTIONS_QUERY = "recent_actions"  # the scheduler's last placements, requeues and cordons, oldest first
+DASHBOARD_WORKERS_QUERY = "dashboard_workers"  # one filtered page of workers, with counts (DashboardWorkers)
+DASHBOARD_WORKER_QUERY = "dashboard_worker"  # one worker with all its running tasks (WorkerStatus)
+DASHBOARD_QUEUE_QUERY = "dashboard_queue"  # the summary and the snapshot in one answer (DashboardQueue)
 # TaskWorkflow
 # ASSIGNED (above): the task's place
 UNSCHEDULABLE = "unschedulable"  # its scheduling timeout passed

@@ -47,7 +47,12 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
         )
         for w in snap.workers
     ]
-    jobs = [
+    return workers, jobs_from_pb(snap)
+
+
+def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
+    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these)."""
+    return [
         PendingJob(
             job_id=j.job_id,
             task_indices=tuple(j.task_indices),
@@ -67,7 +72,6 @@ def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot],
         )
         for j in snap.jobs
     ]
-    return workers, jobs
 
 
 def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:
@@ -94,43 +98,57 @@ def _band(name: str) -> Band:
     return parse_band(name, "band") if name else DEFAULT_BAND
 
 
-def share_from_pb(snap: pb.SchedulingSnapshot) -> ShareSnapshot | None:
-    """Sharing's part of the snapshot, or None when the scheduler sent none (bands in order, no preemption)."""
+def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareSnapshot | None:
+    """Sharing's part of the snapshot, or None when the scheduler sent none (bands in order, no preemption).
+
+    `places=False` (the dashboard, which only orders the queue) leaves out where and since when each
+    running task runs: its tasks are counted (shares need that) as placeholders, and the headroom is left out.
+    """
     if not snap.HasField("share"):
         return None
     share = snap.share
+    if not places:
+        return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
+                             running=[_running(job, (UNPLACED,) * len(job.task_indices)) for job in share.running],
+                             policy=_policy(share))  # fmt: skip
     names = [w.worker_id for w in snap.workers]
-    r = share.rates
-    policy = SharePolicy(
-        rates=Rates(r.cpu_core_hour, r.memory_gib_hour, r.gpu_hour, r.tpu_chip_hour),
-        half_life_hours=share.half_life_hours or 6.0,
-    )
-    users = {
-        u.user: UserAccount(u.user, u.balance, u.used, DecayedUsage(u.usage, u.usage_as_of)) for u in share.users
-    }
     running = [
-        RunningJob(
-            job_id=job.job_id,
-            user=job.user,
-            band=_band(job.band),
-            request=resources_from_pb(job.request),
-            tasks=tuple(
-                RunningTask(index, names[row], started)
-                for index, row, started in zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
-            ),
-            coscheduled=job.coscheduled,
-        )
+        _running(job, tuple(
+            RunningTask(index, names[row], started)
+            for index, row, started in zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
+        ))
         for job in share.running
-    ]
+    ]  # fmt: skip
     room = []
     for h in share.headroom:
         shape = GroupShape(h.group, h.hosts_per_slice, resources_from_pb(h.host_capacity),
                            {k: v for k, a in h.attributes.items() if (v := get_attr(a)) is not None})  # fmt: skip
         room.append(GroupHeadroom(h.group, tuple(slice_hosts(shape, f"{h.group}-new")), h.slices))
     return ShareSnapshot(
-        now=snap.now, users=users, default_credits=share.default_credits, running=running, headroom=room,
-        policy=policy,
+        now=snap.now, users=_accounts(share), default_credits=share.default_credits, running=running, headroom=room,
+        policy=_policy(share),
     )
+
+
+UNPLACED = RunningTask(-1, "", 0.0)
+"""A running task counted without its place (`share_from_pb(places=False)`)."""
+
+
+def _policy(share: pb.ShareInput) -> SharePolicy:
+    r = share.rates
+    return SharePolicy(
+        rates=Rates(r.cpu_core_hour, r.memory_gib_hour, r.gpu_hour, r.tpu_chip_hour),
+        half_life_hours=share.half_life_hours or 6.0,
+    )
+
+
+def _accounts(share: pb.ShareInput) -> dict[str, UserAccount]:
+    return {u.user: UserAccount(u.user, u.balance, u.used, DecayedUsage(u.usage, u.usage_as_of)) for u in share.users}
+
+
+def _running(job: pb.ShareRunningJob, tasks: tuple[RunningTask, ...]) -> RunningJob:
+    return RunningJob(job_id=job.job_id, user=job.user, band=_band(job.band), request=resources_from_pb(job.request),
+                      tasks=tasks, coscheduled=job.coscheduled)  # fmt: skip
 
 
 def cap_reason(reason: str) -> str:

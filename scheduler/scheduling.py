@@ -10,16 +10,14 @@ leaves pending.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import attrgetter
-from typing import TypeVar
+from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler import multislice
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
 from scheduler.reservations import Reservation, Reservations, held_rows
-from scheduler.sharing import FairQueue, ShareSnapshot, effective_band
+from scheduler.sharing import FairQueue, Q, ShareSnapshot, effective_band
 from scheduler.types import (
     BAND_RANK,
     DEFAULT_BAND,
@@ -32,22 +30,24 @@ from scheduler.types import (
     WorkerSnapshot,
 )
 
-Job = TypeVar("Job")
-_priority: Callable[[PendingJob], int] = attrgetter("priority")
-_band: Callable[[PendingJob], Band] = attrgetter("band")
 
+def queue_order(jobs: Sequence[Q], share: ShareSnapshot | None = None) -> list[Q] | FairQueue[Q]:
+    """The order a pass tries the queue; the one place it is written (the dashboard's queue page uses it too).
 
-def queue_order(jobs: Sequence[Job], priority: Callable[[Job], int],
-                band: Callable[[Job], Band] | None = None) -> list[Job]:  # fmt: skip
-    """The order a pass without sharing tries the queue: higher band first, then higher priority, then FIFO.
-
-    `jobs` come in submission order. Anything with a priority and a band can be ordered (the dashboard
-    orders the scheduler's snapshot with it, so its queue page shows the order the pass uses); without
-    `band` every job is in the default one. The one place this order is written: swap it here.
+    `jobs` come in submission order (`PendingJob`s, or any `Queued`: what ordering reads of a job).
+    Without `share`: higher band first, then higher priority, then FIFO. With `share`: a `FairQueue`
+    (band, demoted to batch for a user without credits, then the user with the least fair share,
+    then priority and FIFO); the pass tells it what each job placed, so shares grow and users
+    interleave. Iterated without telling it anything, it is the order the pass considers the jobs
+    when none of them places (what a queue of waiting jobs shows).
     """
-    ordered = sorted(jobs, key=lambda job: -priority(job)) if any(priority(job) for job in jobs) else list(jobs)
-    if band is not None and any(band(job) is not DEFAULT_BAND for job in jobs):
-        ordered.sort(key=lambda job: -BAND_RANK[band(job)])  # stable: priority, then FIFO, inside a band
+    if share is not None:
+        bands = {job.job_id: effective_band(job, share) for job in jobs}
+        by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
+        return FairQueue(by_priority, bands, share.shares())
+    ordered = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else list(jobs)
+    if any(job.band is not DEFAULT_BAND for job in jobs):
+        ordered.sort(key=lambda job: -BAND_RANK[job.band])  # stable: priority, then FIFO, inside a band
     return ordered
 
 
@@ -82,15 +82,12 @@ def find_assignments(
     held = Reservations(state, reservations, explain_plain) if reservations else None
     if held is not None:
         held.hold_waiting()
-    fair: FairQueue | None = None
+    fair: FairQueue[PendingJob] | None = None
     preemption: Preemption | None = None
-    bands: dict[str, Band] = {}
-    if share is None:
-        ordered: Iterable[PendingJob] = queue_order(jobs, _priority, _band)
-    else:
-        bands = {job.job_id: effective_band(job, share) for job in jobs}
-        by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
-        ordered = fair = FairQueue(by_priority, bands, share.shares())
+    bands: Mapping[str, Band] = {}
+    ordered = queue_order(jobs, share)
+    if share is not None and isinstance(ordered, FairQueue):
+        fair, bands = ordered, ordered.bands
         preemption = Preemption(state, share, _placed) if share.running else None
         weight = share.policy.running_weight_hours
         per_hour = share.policy.rates.per_hour

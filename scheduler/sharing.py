@@ -36,10 +36,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from scheduler.accounting import DEFAULT_CREDITS, DEFAULT_RATES, Rates, UserAccount
-from scheduler.types import BAND_RANK, Band, PendingJob, Resources, WorkerSnapshot
+from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,23 +138,40 @@ class ShareSnapshot:
         return out
 
 
-def effective_band(job: PendingJob, share: ShareSnapshot) -> Band:
+class Queued(Protocol):
+    """What ordering the queue reads of a job: a `PendingJob`, or anything with these (the dashboard's rows)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def band(self) -> Band: ...
+    @property
+    def user(self) -> str: ...
+
+
+Q = TypeVar("Q", bound=Queued)
+
+
+def effective_band(job: Queued, share: ShareSnapshot) -> Band:
     """The band a pending job is scheduled in: its own, or batch when its user has no credits left."""
     if job.band != Band.BATCH and share.balance(job.user) <= 0:
         return Band.BATCH
     return job.band
 
 
-class FairQueue:
+class FairQueue(Generic[Q]):
     """Pending jobs in pass order: band, then least share, then submission order; shares grow as jobs place.
 
     Iterate to get the jobs; after each one, call `placed(user, amount)` with
     the share its placed tasks add (nothing when none was placed).
     """
 
-    def __init__(self, jobs: Sequence[PendingJob], bands: Mapping[str, Band], shares: dict[str, float]) -> None:
+    def __init__(self, jobs: Sequence[Q], bands: Mapping[str, Band], shares: dict[str, float]) -> None:
         self.shares = shares
-        self.by_band: dict[int, dict[str, list[tuple[int, PendingJob]]]] = {}
+        self.bands = bands  # the band each job is tried in (its own, or batch when its user has no credits)
+        self.by_band: dict[int, dict[str, list[tuple[int, Q]]]] = {}
         for position, job in enumerate(jobs):
             rank = BAND_RANK[bands[job.job_id]]
             self.by_band.setdefault(rank, {}).setdefault(job.user, []).append((position, job))
@@ -163,7 +180,7 @@ class FairQueue:
         """Add to a user's share what the tasks just placed will cost."""
         self.shares[user] = self.shares.get(user, 0.0) + amount
 
-    def __iter__(self) -> Iterator[PendingJob]:
+    def __iter__(self) -> Iterator[Q]:
         shares = self.shares
         for rank in sorted(self.by_band, reverse=True):
             queues = self.by_band[rank]

@@ -27,6 +27,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
+from workflows.scheduler_dashboard import DashboardQueries
 from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler_queue import Queue
 from workflows.scheduler_registration import Registration
@@ -67,7 +68,7 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
+class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, DashboardQueries):
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
@@ -177,7 +178,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving):
         self._snapshot = None
 
     async def _scheduling_pass(self) -> None:
-        self._snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
+        self._snapshot = self._pass_snapshot = snapshot = encode_snapshot(self.state, workflow.now().timestamp())
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only

@@ -48,6 +48,7 @@ from activities.platforms.base import (
     worker_id_for,
 )
 from activities.platforms.local_process import (
+    START_LINE,
     FoundWorker,
     find_workers,
     start_worker,
@@ -124,11 +125,20 @@ def worker_argv(
 
 
 def _log_tail(path: Path, limit: int = 400) -> str:
+    """What the process's last start printed (after its `=== ... starting:` line), its last `limit` characters.
+
+    Only that start's own output: the line naming the command is ours, and a tail cut inside it
+    would show the user a piece of a command line instead of the process's error.
+    """
     try:
-        text = path.read_bytes()[-limit:].decode(errors="replace")
+        text = path.read_bytes()[-64 * 1024 :].decode(errors="replace")
     except OSError:
         return ""
-    return " | ".join(line for line in text.splitlines() if line.strip())[-limit:]
+    starts = list(START_LINE.finditer(text))
+    if starts:
+        text = text[starts[-1].end() :]
+    lines = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    return lines[-limit:] or "it printed nothing"
 
 
 def slice_processes(home: Path, labels: Mapping[str, str] | None = None) -> dict[str, dict[int, FoundWorker]]:

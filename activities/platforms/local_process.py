@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -121,6 +122,10 @@ def _reap_all() -> None:
     for pid, proc in list(_CHILDREN.items()):
         if proc.poll() is not None:
             del _CHILDREN[pid]
+
+
+START_LINE = re.compile(r"^=== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d starting: .*$", re.MULTILINE)
+"""The line a worker's log gets each time its process is started: the time and the command."""
 
 
 def start_process(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> LocalProcess:

@@ -573,3 +573,59 @@ class ClusterSummary(_message.Message):
     pending_tasks: int
     running_tasks: int
     def __init__(self, store_url: _Optional[str] = ..., healthy_workers: _Optional[int] = ..., total_workers: _Optional[int] = ..., pending_tasks: _Optional[int] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+
+class DashboardWorkersRequest(_message.Message):
+    __slots__ = ("text", "state", "attribute", "offset", "limit")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    state: str
+    attribute: str
+    offset: int
+    limit: int
+    def __init__(self, text: _Optional[str] = ..., state: _Optional[str] = ..., attribute: _Optional[str] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GroupCapacity(_message.Message):
+    __slots__ = ("group", "used_cpu_millis", "cpu_millis")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    USED_CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    used_cpu_millis: int
+    cpu_millis: int
+    def __init__(self, group: _Optional[str] = ..., used_cpu_millis: _Optional[int] = ..., cpu_millis: _Optional[int] = ...) -> None: ...
+
+class DashboardWorkers(_message.Message):
+    __slots__ = ("summary", "matched", "offset", "workers", "running_counts", "healthy", "cordoned", "lost", "busy", "groups")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    summary: ClusterSummary
+    matched: int
+    offset: int
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    running_counts: _containers.RepeatedScalarFieldContainer[int]
+    healthy: int
+    cordoned: int
+    lost: int
+    busy: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupCapacity]
+    def __init__(self, summary: _Optional[_Union[ClusterSummary, _Mapping]] = ..., matched: _Optional[int] = ..., offset: _Optional[int] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., running_counts: _Optional[_Iterable[int]] = ..., healthy: _Optional[int] = ..., cordoned: _Optional[int] = ..., lost: _Optional[int] = ..., busy: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[GroupCapacity, _Mapping]]] = ...) -> None: ...
+
+class DashboardQueue(_message.Message):
+    __slots__ = ("summary", "snapshot")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    summary: ClusterSummary
+    snapshot: bytes
+    def __init__(self, summary: _Optional[_Union[ClusterSummary, _Mapping]] = ..., snapshot: _Optional[bytes] = ...) -> None: ...

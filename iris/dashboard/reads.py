@@ -2,9 +2,10 @@
 
 Everything comes from state Iris already keeps (design decision 10): Temporal visibility (search
 attributes and memos of job, slice and worker workflows), the scheduler's and the autoscaler's
-published state (their `workers`, `autoscale_snapshot`, `summary` and `status` queries: one query to a
-singleton per refresh, whoever is looking), and the store (log tails). No job is queried to fill a
-list; only a job's own page asks that one job for its task table.
+published state (the scheduler's `dashboard_*` queries, which filter and page its registry and hand the
+queue page its summary and snapshot in one answer, and the autoscaler's `status`: one small query to a
+singleton per page and refresh), and the store (log tails). No job is queried to fill a list; only a
+job's own page asks that one job for its task table.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from operator import attrgetter
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import structlog
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 
 from activities.contracts import (
+    DASHBOARD_QUEUE_QUERY,
+    DASHBOARD_WORKER_QUERY,
+    DASHBOARD_WORKERS_QUERY,
     JOB_NAME_ATTRIBUTE,
     JOB_STATE_ATTRIBUTE,
     JOB_TASKS_ATTRIBUTE,
@@ -36,10 +39,12 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
 )
 from activities.proto import cluster_pb2 as pb
+from activities.scheduling import share_from_pb
 from iris import fleet
 from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
+from scheduler.sharing import FairQueue
 from scheduler.types import DEFAULT_BAND, Band, parse_band
 from workflows.autoscaler_state import AutoscalerStatus
 from workflows.visibility import JobView
@@ -51,13 +56,6 @@ CACHE_SECONDS = 2.0
 """How long one read of the singletons' state serves every viewer (the pages refresh every few seconds)."""
 MAX_STALE_SECONDS = 30.0
 """Older than this, a cached read is not served while it refreshes: the page waits for the fresh one."""
-FULL_WORKERS_LIMIT = 1_000
-"""Up to this many registered workers the dashboard asks the scheduler's `workers` query (every worker,
-lost and cordoned ones too, with its running tasks). Past it, that answer is megabytes of JSON encoded
-inside the scheduler's workflow task (1.5 s at 10,000 workers on this machine, close to the SDK's 2 s
-deadlock limit), so the dashboard reads the compact snapshot the scheduler keeps for the autoscaler:
-the schedulable workers with capacity and free resources, but no task lists."""
-
 JOB_STATE = SearchAttributeKey.for_keyword(JOB_STATE_ATTRIBUTE)
 JOB_NAME = SearchAttributeKey.for_keyword(JOB_NAME_ATTRIBUTE)
 JOB_USER = SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)
@@ -259,86 +257,76 @@ class Page(Generic[T]):
     total: int | None = None
 
 
-class Used(NamedTuple):
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
+BANDS: dict[str, Band] = {"": DEFAULT_BAND, **{str(b): b for b in Band}}
+"""A queued job's band by the name in the snapshot ("": a request from before bands, the default band)."""
 
 
-class WorkerLike(Protocol):
-    """What the worker pages show of a worker: `pb.WorkerStatus`, or a `SnapshotWorker`."""
+class QueuedJob(NamedTuple):
+    """What ordering reads of a queued job (`scheduler.sharing.Queued`) and its place in the snapshot."""
 
-    @property
-    def worker_id(self) -> str: ...
-    @property
-    def healthy(self) -> bool: ...
-    @property
-    def cordoned(self) -> bool: ...
-    @property
-    def attributes(self) -> Mapping[str, pb.AttributeValue]: ...
-    @property
-    def capacity(self) -> pb.Resources: ...
-    @property
-    def committed(self) -> Any: ...
-    @property
-    def running_tasks(self) -> Sequence[str]: ...
-
-
-class SnapshotWorker:
-    """A schedulable worker as the scheduler's snapshot holds it: capacity and free, no task list.
-
-    A thin wrapper (its use is worked out when a page asks): wrapping 10,000 costs milliseconds.
-    """
-
-    __slots__ = ("_w",)
-    healthy = True
-    cordoned = False
-    running_tasks: tuple[str, ...] = ()
-
-    def __init__(self, w: pb.SchedulingWorker) -> None:
-        self._w = w
-
-    @property
-    def committed(self) -> Used:
-        cap, free = self._w.capacity, self._w.free
-        return Used(cap.cpu_millis - free.cpu_millis, cap.memory_bytes - free.memory_bytes,
-                    cap.gpus - free.gpus, cap.tpus - free.tpus)  # fmt: skip
-
-    @property
-    def worker_id(self) -> str:
-        return self._w.worker_id
-
-    @property
-    def attributes(self) -> Mapping[str, pb.AttributeValue]:
-        return self._w.attributes
-
-    @property
-    def capacity(self) -> pb.Resources:
-        return self._w.capacity
+    job_id: str
+    priority: int
+    band: Band
+    user: str
+    at: int  # its position in the snapshot
 
 
 class Snapshot:
-    """One answer of the scheduler's snapshot query, decoded only as far as the pages ask.
+    """One answer of the scheduler's snapshot, decoded only as far as the queue page asks.
 
-    Parsing is cheap (C); what costs is Python touching 10,000 jobs or workers, so the queue in the
-    scheduler's order and the wrapped workers are each worked out once per answer, when first asked.
-    The queue page pages through `queue` without reading more of it.
+    Parsing is cheap (C); what costs is Python touching 10,000 jobs, so the queue is ordered once per
+    answer from a light row per job (id, priority, band, user: all ordering reads) and the page reads
+    the protobuf of the 50 jobs it shows. The scheduler re-encodes its snapshot at every pass (the
+    time and each job's wait change); when the jobs' rows and the sharing part are those of the
+    `previous` answer, and it is less than REORDER_SECONDS older, its order is kept (the same inputs
+    but for the clock, whose only effect is a slow decay of usage) and only the rows are read again.
     """
 
-    def __init__(self, data: bytes) -> None:
+    REORDER_SECONDS = MAX_STALE_SECONDS
+
+    def __init__(self, data: bytes, previous: Snapshot | None = None) -> None:
         self.data = data
         self._message = pb.SchedulingSnapshot.FromString(zlib.decompress(data)) if data else pb.SchedulingSnapshot()
+        self._previous = previous
         self._queue: list[pb.SchedulingJob] | None = None
+        self._rows: list[QueuedJob] = []
+        self._share = b""
+        self._order: list[int] = []  # positions in the snapshot, in queue order
+        self._ordered_at = 0.0  # the snapshot time the order was worked out at
+        self._bands: Mapping[str, Band] = {}
         self._ids: list[str] | None = None
-        self._workers: list[SnapshotWorker] | None = None
 
     @property
     def queue(self) -> list[pb.SchedulingJob]:
-        """The pending jobs in the order the scheduler's pass tries them (`scheduler.scheduling.queue_order`)."""
+        """The pending jobs in the order the scheduler's pass considers them: `scheduler.scheduling.queue_order`,
+        the pass's own function, with the snapshot's sharing part (band, with a user out of credits in batch,
+        then fair share among users, then priority and submission), as it tries them when none places."""
         if self._queue is None:
-            self._queue = queue_order(list(self._message.jobs), _snapshot_priority, _snapshot_band)
+            message, jobs = self._message, self._message.jobs
+            self._rows = [QueuedJob(j.job_id, j.priority, BANDS.get(j.band) or parse_band(j.band, "band"), j.user, i)
+                          for i, j in enumerate(jobs)]  # fmt: skip
+            self._share = message.share.SerializeToString(deterministic=True) if message.HasField("share") else b""
+            last, self._previous = self._previous, None  # one step back only: no chain of old answers kept
+            if (last is not None and last._queue is not None and last._rows == self._rows
+                    and last._share == self._share and 0 <= message.now - last._ordered_at <= self.REORDER_SECONDS):
+                self._order, self._bands, self._ordered_at = last._order, last._bands, last._ordered_at
+            else:
+                ordered = queue_order(self._rows, share_from_pb(message, places=False))
+                self._order = [row.at for row in ordered]
+                self._bands = ordered.bands if isinstance(ordered, FairQueue) else {}
+                self._ordered_at = message.now
+            self._queue = [jobs[i] for i in self._order]
         return self._queue
+
+    @staticmethod
+    def asked(job: pb.SchedulingJob) -> Band:
+        """The band the job asked for."""
+        return BANDS.get(job.band) or parse_band(job.band, "band")
+
+    def band(self, job: pb.SchedulingJob) -> Band:
+        """The band the pass tries `job` in: the one it asked for, or batch when its user has no credits left."""
+        _ = self.queue
+        return self._bands.get(job.job_id) or self.asked(job)
 
     @property
     def job_ids(self) -> list[str]:
@@ -347,62 +335,13 @@ class Snapshot:
             self._ids = [job.job_id for job in self.queue]
         return self._ids
 
-    @property
-    def workers(self) -> list[SnapshotWorker]:
-        if self._workers is None:
-            self._workers = [SnapshotWorker(w) for w in self._message.workers]
-        return self._workers
-
-
-_snapshot_priority: Callable[[pb.SchedulingJob], int] = attrgetter("priority")
-
-
-def _snapshot_band(job: pb.SchedulingJob) -> Band:
-    """The band a queued job asked for ("" in a request from before bands: the default band). Fair share
-    inside a band and credit demotion are the pass's, computed there, and not repeated here."""
-    return parse_band(job.band, "band") if job.band else DEFAULT_BAND
-
-
-class Derived:
-    """What pages work out from one answer (counts, sums, a filter's rows), kept while that answer is served.
-
-    Many loads of the workers and fleet pages between two refreshes pay for walking 10,000 workers once.
-    """
-
-    SIZE = 32
-
-    def __init__(self) -> None:
-        self._source: object = None
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-
-    def get(self, source: object, key: Hashable, compute: Callable[[], T]) -> T:
-        if source is not self._source:
-            self._source, self._items = source, OrderedDict()
-        if key in self._items:
-            self._items.move_to_end(key)
-            return self._items[key]  # type: ignore[no-any-return]
-        value = self._items[key] = compute()
-        while len(self._items) > self.SIZE:
-            self._items.popitem(last=False)
-        return value
-
 
 @dataclass(frozen=True)
-class Fleet:
-    """The workers the scheduler knows; `complete` is False when read from its snapshot (see FULL_WORKERS_LIMIT).
+class Queue:
+    """One answer of the scheduler's `dashboard_queue` query: its summary and its snapshot, decoded."""
 
-    `derived(key, compute)` is `compute()` worked out once per answer of the scheduler (see `Derived`).
-    """
-
-    workers: Sequence[WorkerLike]
-    complete: bool
-    total: int
-    healthy: int
-    source: object = None
-    memo: Derived = field(default_factory=Derived)
-
-    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
-        return self.memo.get(self.source, key, compute)
+    summary: pb.ClusterSummary
+    snapshot: Snapshot
 
 
 @dataclass
@@ -411,19 +350,16 @@ class ClusterReads:
 
     client: Client
     cache_seconds: float = CACHE_SECONDS
-    _workers: Cached[pb.WorkerList] = field(init=False)
-    _snapshot: Cached[Snapshot] = field(init=False)
+    _queue: Cached[Queue] = field(init=False)
     _summary: Cached[pb.ClusterSummary] = field(init=False)
     _autoscaler: Cached[AutoscalerStatus | None] = field(init=False)
     _actions: Cached[list[list[Any]]] = field(init=False)
     _reservations: Cached[list[ReservationStatus]] = field(init=False)
     _visibility: KeyedCache = field(init=False)
-    _derived: Derived = field(init=False, default_factory=Derived)
 
     def __post_init__(self) -> None:
         self._visibility = KeyedCache(self.cache_seconds)
-        self._workers = Cached(self._load_workers, self.cache_seconds)
-        self._snapshot = Cached(self._load_snapshot, self.cache_seconds)
+        self._queue = Cached(self._load_queue, self.cache_seconds)
         self._summary = Cached(self._load_summary, self.cache_seconds)
         self._autoscaler = Cached(self._load_autoscaler, self.cache_seconds)
         self._actions = Cached(self._load_actions, self.cache_seconds)
@@ -431,25 +367,22 @@ class ClusterReads:
 
     # -- the singletons' published state
 
-    async def _load_workers(self) -> pb.WorkerList:
-        async with temporal_call():
-            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                "workers", result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT
-            )
+    def _scheduler(self) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
 
-    async def _load_snapshot(self) -> Snapshot:
-        """The scheduler's compact snapshot (the scheduling pass's input, kept for the autoscaler): the pending
-        jobs and the schedulable workers. An answer equal to the last one is not decoded again (the scheduler
-        re-encodes it at each pass while work waits, so most refreshes decode: ~12 ms at 10,000 jobs).
-        """
+    async def _load_queue(self) -> Queue:
+        """The summary and the compact snapshot (the scheduling pass's input, kept for the autoscaler) in one
+        answer. A snapshot equal to the last one is not decoded again (the scheduler re-encodes it at each
+        pass while work waits, so most refreshes decode)."""
         async with temporal_call():
-            data = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                "autoscale_snapshot", result_type=bytes, rpc_timeout=QUERY_TIMEOUT
+            answer = await self._scheduler().query(
+                DASHBOARD_QUEUE_QUERY, result_type=pb.DashboardQueue, rpc_timeout=QUERY_TIMEOUT
             )
-        last = self._snapshot.peek()
-        if last is not None and last.data == data:
-            return last
-        return await asyncio.to_thread(_decode_queue, data)  # parsed and ordered off the event loop
+        last = self._queue.peek()
+        if last is not None and last.snapshot.data == answer.snapshot:
+            return Queue(answer.summary, last.snapshot)
+        previous = last.snapshot if last is not None else None
+        return Queue(answer.summary, await asyncio.to_thread(_decode_queue, answer.snapshot, previous))
 
     async def _load_autoscaler(self) -> AutoscalerStatus | None:
         async with temporal_call():
@@ -457,14 +390,14 @@ class ClusterReads:
 
     async def _load_actions(self) -> list[list[Any]]:
         async with temporal_call():
-            rows: list[list[Any]] = await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            rows: list[list[Any]] = await self._scheduler().query(
                 RECENT_ACTIONS_QUERY, result_type=list[list[Any]], rpc_timeout=QUERY_TIMEOUT
             )
         return rows
 
     async def _load_summary(self) -> pb.ClusterSummary:
         async with temporal_call():
-            return await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            return await self._scheduler().query(
                 "summary", result_type=pb.ClusterSummary, rpc_timeout=QUERY_TIMEOUT
             )
 
@@ -475,19 +408,32 @@ class ClusterReads:
     async def reservations(self) -> list[ReservationStatus]:
         return await self._reservations.get()
 
-    async def fleet(self) -> Fleet:
-        """Every worker (small fleets) or the schedulable ones from the snapshot (past FULL_WORKERS_LIMIT)."""
-        summary = await self.summary()
-        if summary.total_workers <= FULL_WORKERS_LIMIT:
-            answer = await self._workers.get()
-            workers = answer.workers
-            return Fleet(list(workers), True, len(workers), sum(1 for w in workers if w.healthy), answer, self._derived)
-        snapshot = await self._snapshot.get()
-        return Fleet(snapshot.workers, False, summary.total_workers, summary.healthy_workers, snapshot, self._derived)
+    async def queue(self) -> Queue:
+        """The scheduler's summary and last snapshot: the snapshot's `queue` is the pending jobs in its order."""
+        return await self._queue.get()
 
-    async def snapshot(self) -> Snapshot:
-        """The scheduler's last snapshot: its `queue` is the pending jobs in the scheduler's order."""
-        return await self._snapshot.get()
+    async def workers(self, request: pb.DashboardWorkersRequest) -> pb.DashboardWorkers:
+        """One page of the workers the request's filter keeps, and counts of all (filtered by the scheduler)."""
+
+        async def load() -> pb.DashboardWorkers:
+            async with temporal_call():
+                return await self._scheduler().query(
+                    DASHBOARD_WORKERS_QUERY, request, result_type=pb.DashboardWorkers, rpc_timeout=QUERY_TIMEOUT
+                )
+
+        return await self._visibility.get(("workers", request.SerializeToString(deterministic=True)), load)
+
+    async def worker(self, worker_id: str) -> pb.WorkerStatus | None:
+        """One worker with all its running tasks; None when the scheduler holds no such worker."""
+
+        async def load() -> pb.WorkerStatus:
+            async with temporal_call():
+                return await self._scheduler().query(
+                    DASHBOARD_WORKER_QUERY, worker_id, result_type=pb.WorkerStatus, rpc_timeout=QUERY_TIMEOUT
+                )
+
+        found = await self._visibility.get(("worker", worker_id), load)
+        return found if found.worker_id else None
 
     async def summary(self) -> pb.ClusterSummary:
         return await self._summary.get()
@@ -554,9 +500,9 @@ class ClusterReads:
         return page.rows
 
 
-def _decode_queue(data: bytes) -> Snapshot:
-    snapshot = Snapshot(data)
-    _ = snapshot.queue  # the queue page's part, worked out here; the workers' when a page asks
+def _decode_queue(data: bytes, previous: Snapshot | None) -> Snapshot:
+    snapshot = Snapshot(data, previous)
+    _ = snapshot.queue  # worked out here, off the event loop
     return snapshot
 
 

@@ -29,7 +29,6 @@ from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
 from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
 from iris.dashboard.reads import (
-    FULL_WORKERS_LIMIT,
     JOBS_QUERY,
     WAITED,
     ClusterReads,
@@ -40,17 +39,16 @@ from iris.dashboard.reads import (
     session_prefix,
 )
 from iris.dashboard.views import (
+    PAGE_SIZE,
     Slice,
     WorkerFilter,
     as_tree,
     attributes,
-    capacity_by_group,
     duration,
-    filter_workers,
+    group_usage,
     paginate,
     parse_page,
     task_counts,
-    worker_counts,
     worker_state,
 )
 from iris.types import JobState
@@ -218,7 +216,8 @@ class Dashboard:
 
     async def queue(self, request: web.Request) -> dict[str, Any]:
         text = request.query.get("job", "").strip()
-        summary, snapshot = await asyncio.gather(self.reads.summary(), self.reads.snapshot())
+        answer = await self.reads.queue()
+        summary, snapshot = answer.summary, answer.snapshot
         queue = snapshot.queue
         if text:  # positions of the matching jobs, then one page of them: only that page is read further
             positions: Sequence[int] = [i for i, job_id in enumerate(snapshot.job_ids) if text in job_id]
@@ -232,10 +231,11 @@ class Dashboard:
         for position, job in shown.rows:
             row = visible.get(job.job_id)
             submitted = row.submitted_at if row else now - job.waited_seconds
+            band, asked = snapshot.band(job), snapshot.asked(job)
             rows.append({
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
-                "band": (row.band if row and row.band else job.band or "interactive"),
-                "reason": row.pending_reason if row else "",
+                "band": str(band), "asked": str(asked) if band != asked else "",
+                "user": job.user or (row.user if row else ""), "reason": row.pending_reason if row else "",
             })  # fmt: skip
         return {
             "template": "queue.html", "page": "queue", "title": "Queue", "summary": summary, "rows": rows,
@@ -306,29 +306,31 @@ class Dashboard:
             text=request.query.get("q", "").strip(), state=request.query.get("state", "").strip(),
             attribute=request.query.get("attr", "").strip(),
         )  # fmt: skip
-        fleet = await self.reads.fleet()
-        kept = fleet.derived(flt, lambda: filter_workers(fleet.workers, flt))
-        shown = paginate(kept, parse_page(request.query.get("page")))
+        page = parse_page(request.query.get("page"))
+        answer = await self.reads.workers(flt.request((page - 1) * PAGE_SIZE, PAGE_SIZE))
+        if answer.matched and answer.offset >= answer.matched:  # past the last page: show the last one
+            page = -(-answer.matched // PAGE_SIZE)
+            answer = await self.reads.workers(flt.request((page - 1) * PAGE_SIZE, PAGE_SIZE))
+        rows = list(zip(answer.workers, answer.running_counts, strict=True))
+        shown = Slice(rows, answer.offset, answer.matched, page, max(1, -(-answer.matched // PAGE_SIZE)))
         return {
             "template": "workers.html", "page": "workers", "title": "Workers", "filter": flt, "shown": shown,
-            "counts": fleet.derived("counts", lambda: worker_counts(fleet.workers)), "fleet": fleet,
-            "limit": FULL_WORKERS_LIMIT,
-            "page_url": lambda p: self._query_args(request, page=p),
+            "answer": answer, "page_url": lambda p: self._query_args(request, page=p),
         }  # fmt: skip
 
     async def worker(self, request: web.Request) -> dict[str, Any]:
         worker_id = request.match_info["worker_id"]
-        fleet = await self.reads.fleet()
-        found = fleet.derived("by_id", lambda: {w.worker_id: w for w in fleet.workers}).get(worker_id)
+        found = await self.reads.worker(worker_id)
         if found is None:
             return {"template": "missing.html", "page": "workers", "title": "No such worker", "status": 404,
                     "what": f"worker {worker_id}"}  # fmt: skip
-        sessions = await self.reads.worker_sessions(worker_id)
-        recent, _ = await action_log.recent_actions(self.reads, action_log.ActionFilter(worker=worker_id), limit=10)
-        running = sorted(found.running_tasks)
+        sessions, (recent, _) = await asyncio.gather(
+            self.reads.worker_sessions(worker_id),
+            action_log.recent_actions(self.reads, action_log.ActionFilter(worker=worker_id), limit=10),
+        )
+        running = list(found.running_tasks)
         return {
-            "template": "worker.html", "page": "workers", "title": f"Worker {worker_id}", "w": found, "fleet": fleet,
-            "limit": FULL_WORKERS_LIMIT,
+            "template": "worker.html", "page": "workers", "title": f"Worker {worker_id}", "w": found,
             "sessions": sessions, "recent": recent, "running": [(t, t.rsplit("/task-", 1)) for t in running[:500]],
             "more_running": max(0, len(running) - 500),
         }  # fmt: skip
@@ -336,12 +338,11 @@ class Dashboard:
     async def fleet(self, request: web.Request) -> dict[str, Any]:
         token = decode_token(request.query.get("token", ""))
         status, workers, slices = await asyncio.gather(
-            self.reads.autoscaler(), self.reads.fleet(), self.reads.slices(50, token)
+            self.reads.autoscaler(), self.reads.workers(WorkerFilter().request(0, 0)), self.reads.slices(50, token)
         )
         return {
             "template": "fleet.html", "page": "fleet", "title": "Fleet", "autoscaler": status, "slices": slices,
-            "chart": capacity_bars(workers.derived("capacity", lambda: capacity_by_group(workers.workers))),
-            "complete": workers.complete,
+            "chart": capacity_bars(group_usage(workers)),
             "next_url": self._query_args(request, token=encode_token(slices.next_token)) if slices.next_token else "",
             "first_url": self._query_args(request, token=None) if token else "",
         }  # fmt: skip

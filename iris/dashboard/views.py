@@ -10,16 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from iris.dashboard.charts import Usage
-from iris.dashboard.reads import JobRow, WorkerLike
+from iris.dashboard.reads import JobRow
 
 T = TypeVar("T")
 PAGE_SIZE = 50
-SCALE_GROUP_ATTRIBUTE = "iris-scale-group"
-GROUP_ATTRIBUTES = (SCALE_GROUP_ATTRIBUTE, "tpu-name")
-"""A worker's group for the capacity picture: its scale group, else its (fixed) slice."""
-NO_GROUP = "other workers"
 
 
 @dataclass(frozen=True)
@@ -51,11 +48,11 @@ def parse_page(text: str | None) -> int:
 # -- workers
 
 
-def attributes(worker: WorkerLike) -> dict[str, object]:
+def attributes(worker: pb.WorkerStatus) -> dict[str, object]:
     return {k: get_attr(v) for k, v in sorted(worker.attributes.items())}
 
 
-def worker_state(worker: WorkerLike) -> str:
+def worker_state(worker: pb.WorkerStatus) -> str:
     if not worker.healthy:
         return "lost"
     return "cordoned" if worker.cordoned else "healthy"
@@ -63,66 +60,24 @@ def worker_state(worker: WorkerLike) -> str:
 
 @dataclass(frozen=True)
 class WorkerFilter:
-    """`text` in the worker id, a state (healthy, lost, cordoned, busy, idle), an attribute `k=v` or `k`."""
+    """`text` in the worker id, a state (healthy, lost, cordoned, busy, idle), an attribute `k=v` or `k`.
+
+    The scheduler applies it to its registry (`workflows.scheduler_dashboard`) and sends one page.
+    """
 
     text: str = ""
     state: str = ""
     attribute: str = ""
 
-    def keeps(self, worker: WorkerLike) -> bool:
-        if self.text and self.text not in worker.worker_id:
-            return False
-        if self.state in ("healthy", "lost", "cordoned") and worker_state(worker) != self.state:
-            return False
-        if self.state == "busy" and not busy(worker):
-            return False
-        if self.state == "idle" and (busy(worker) or not worker.healthy):
-            return False
-        if self.attribute:
-            key, has_value, value = self.attribute.partition("=")
-            if key not in worker.attributes:
-                return False
-            if has_value and str(get_attr(worker.attributes[key])) != value:
-                return False
-        return True
+    def request(self, offset: int, limit: int) -> pb.DashboardWorkersRequest:
+        return pb.DashboardWorkersRequest(text=self.text, state=self.state, attribute=self.attribute,
+                                          offset=offset, limit=limit)  # fmt: skip
 
 
-def busy(worker: WorkerLike) -> bool:
-    """Runs a task (or, from the snapshot, which lists none, holds committed capacity)."""
-    return bool(worker.running_tasks) or worker.committed.cpu_millis > 0 or worker.committed.memory_bytes > 0
-
-
-def filter_workers(workers: Sequence[WorkerLike], flt: WorkerFilter) -> list[WorkerLike]:
-    """The workers the filter keeps, by worker id."""
-    return sorted((w for w in workers if flt.keeps(w)), key=lambda w: w.worker_id)
-
-
-def group_of(worker: WorkerLike) -> str:
-    for key in GROUP_ATTRIBUTES:
-        if key in worker.attributes:
-            return str(get_attr(worker.attributes[key]))
-    return NO_GROUP
-
-
-def capacity_by_group(workers: Sequence[WorkerLike]) -> list[Usage]:
-    """CPU cores committed and offered by the healthy workers of each scale group (one pass)."""
-    sums: dict[str, list[float]] = {}
-    for w in workers:
-        if not w.healthy:
-            continue
-        s = sums.setdefault(group_of(w), [0.0, 0.0])
-        s[0] += w.committed.cpu_millis / 1000
-        s[1] += w.capacity.cpu_millis / 1000
-    return [Usage(group, round(used, 3), round(total, 3), "cpu") for group, (used, total) in sorted(sums.items())]
-
-
-def worker_counts(workers: Sequence[WorkerLike]) -> dict[str, int]:
-    counts = {"healthy": 0, "cordoned": 0, "lost": 0, "busy": 0}
-    for w in workers:
-        counts[worker_state(w)] += 1
-        if busy(w):
-            counts["busy"] += 1
-    return counts
+def group_usage(answer: pb.DashboardWorkers) -> list[Usage]:
+    """CPU cores committed and offered by the healthy workers of each scale group, as the scheduler summed them."""
+    return [Usage(g.group, round(g.used_cpu_millis / 1000, 3), round(g.cpu_millis / 1000, 3), "cpu")
+            for g in answer.groups]  # fmt: skip
 
 
 # -- jobs

@@ -124,6 +124,45 @@ def test_a_job_from_queue_to_finish(cluster: Cluster, client: IrisClient, browse
                 job.terminate()
 
 
+def test_the_queue_lists_two_users_in_the_schedulers_fair_share_order(cluster: Cluster, browser: Any,
+                                                                       tmp_path: Path) -> None:  # fmt: skip
+    """ivy already runs a task (an hour of it counts toward her share), jo runs nothing: jo's job, submitted
+    last, is listed before ivy's two, as the scheduler's pass would try them; ivy's keep their own order."""
+    info = cluster.info
+    go = tmp_path / "go"
+    nowhere = [Constraint("pool", "EQ", "nowhere")]  # no worker has it: the jobs wait in the queue
+    small = ResourceSpec(cpu=0.5, memory="128m")
+    jobs = []
+    with IrisClient.connect(info.address, store=info.store_url, user="ivy") as ivy, \
+            IrisClient.connect(info.address, store=info.store_url, user="jo") as jo:  # fmt: skip
+        try:
+            running = ivy.submit_command(
+                [sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.1)"],
+                name="ivy-running", resources=small, constraints=CPU_WORKERS,
+            )  # fmt: skip
+            jobs.append(running)
+            eventually(lambda: running.status().task_state_counts.get("RUNNING") == 1, 60, "ivy's task runs")
+            for client, name in ((ivy, "ivy-1"), (ivy, "ivy-2"), (jo, "jo-1")):
+                jobs.append(client.submit_command(["true"], name=name, resources=small, constraints=nowhere))
+            waiting = [job.job_id for job in jobs[1:]]
+
+            def listed() -> list[str]:
+                open_page(browser, f"{info.dashboard_url}/queue")
+                ids = browser.execute_script(
+                    "return [...document.querySelectorAll('#queue tr[data-job]')].map(r => r.dataset.job);"
+                )
+                return [job_id for job_id in ids if job_id in waiting]
+
+            shown = eventually(lambda: len(found := listed()) == 3 and found, 60, "the three waiting jobs listed")
+            assert [waiting[2], waiting[0], waiting[1]] == shown
+            users = [text_of(browser, f'#queue tr[data-job="{job_id}"] td:nth-child(4)') for job_id in shown]
+            assert ["jo", "ivy", "ivy"] == users
+        finally:
+            go.touch()
+            for job in jobs:
+                job.terminate()
+
+
 def test_every_page_renders_without_console_errors(cluster: Cluster, browser: Any) -> None:
     """Each page, and the placeholders that say what is not there yet, load cleanly in chromium."""
     for page in PAGES:

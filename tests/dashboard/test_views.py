@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.scheduling import share_from_pb, snapshot_from_pb
 from iris.dashboard.actions import Action, ActionFilter, Scan, merge, visibility_time
 from iris.dashboard.charts import DepthHistory, Usage, capacity_bars, depth_line
 from iris.dashboard.depth import DepthStore
@@ -17,13 +18,17 @@ from iris.dashboard.reads import JobRow, Snapshot, decode_token, encode_token
 from iris.dashboard.views import (
     WorkerFilter,
     as_tree,
-    capacity_by_group,
     duration,
-    filter_workers,
+    group_usage,
     paginate,
     parse_page,
     task_counts,
 )
+from scheduler.scheduling import find_assignments
+from workflows.messages import SchedulingSpec
+from workflows.scheduler_dashboard import worker_status, workers_page
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, encode_snapshot
+from workflows.worker_lifecycle import WorkerState
 
 
 def action(at: float, subject: str = "j") -> Action:
@@ -74,44 +79,91 @@ def test_paginate_clamps_the_page() -> None:
     assert 1 == parse_page("x") == parse_page("-4")
 
 
-def worker(worker_id: str, healthy: bool = True, cpu_used: int = 0, **attrs: object) -> pb.WorkerStatus:
-    w = pb.WorkerStatus(worker_id=worker_id, healthy=healthy)
-    w.capacity.cpu_millis, w.committed.cpu_millis = 4000, cpu_used
-    if cpu_used:
-        w.running_tasks.append("job/task-0")
-    for key, value in attrs.items():
-        set_attr(w.attributes[key.replace("_", "-")], value)
+def entry(worker_id: str, healthy: bool = True, cordoned: bool = False, **attrs: object) -> WorkerEntry:
+    w = WorkerEntry(worker_id, "s", cpu_millis=4000, memory_bytes=1 << 30, gpus=0, tpus=0,
+                    attributes={k.replace("_", "-"): v for k, v in attrs.items()}, cordoned=cordoned)  # fmt: skip
+    if not healthy:
+        w.state = WorkerState.LOST
     return w
 
 
-def test_worker_filter_by_text_state_and_attribute() -> None:
-    """Filters combine; results come sorted by worker id."""
-    fleet = [worker("b-1", cpu_used=1000, zone="z1"), worker("a-2", zone="z2"), worker("a-1", healthy=False, zone="z1")]
-    assert ["a-1", "a-2", "b-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter())]
-    assert ["b-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(state="busy"))]
-    assert ["a-2"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(state="idle"))]
-    assert ["a-1"] == [w.worker_id for w in filter_workers(fleet, WorkerFilter(text="a", attribute="zone=z1"))]
-    assert [] == filter_workers(fleet, WorkerFilter(attribute="gpu"))
+def registry(*workers: WorkerEntry, running: dict[str, int] | None = None) -> SchedulerState:
+    """A scheduler state holding `workers`, with `running[worker_id]` one-core tasks placed on each."""
+    state = SchedulerState()
+    for w in workers:
+        state.workers[w.worker_id] = w
+    for worker_id, n in (running or {}).items():
+        for i in range(n):
+            key = f"job-{worker_id}/task-{i}"
+            state.placements[key] = Placement(f"job-{worker_id}", i, 0, worker_id, 1000, 0, 0, 0)
+    return state
+
+
+def ids(answer: pb.DashboardWorkers) -> list[str]:
+    return [w.worker_id for w in answer.workers]
+
+
+def test_the_scheduler_filters_and_pages_its_workers() -> None:
+    """Filters combine; rows come sorted by worker id, lost and cordoned ones included; counts cover everyone."""
+    state = registry(entry("b-1", zone="z1"), entry("a-2", zone="z2"), entry("a-1", healthy=False, zone="z1"),
+                     entry("c-1", cordoned=True), running={"b-1": 1})  # fmt: skip
+
+    def page(offset: int = 0, limit: int = 50, **flt: str) -> pb.DashboardWorkers:
+        return workers_page(state, WorkerFilter(**flt).request(offset, limit))
+
+    everyone = page()
+    assert ["a-1", "a-2", "b-1", "c-1"] == ids(everyone)
+    assert (4, 2, 1, 1, 1) == (everyone.matched, everyone.healthy, everyone.cordoned, everyone.lost, everyone.busy)
+    assert [0, 0, 1, 0] == list(everyone.running_counts)
+    assert ["b-1"] == ids(page(state="busy"))
+    assert ["a-2", "c-1"] == ids(page(state="idle"))  # alive and running nothing (cordoned or not)
+    assert ["c-1"] == ids(page(state="cordoned"))
+    assert ["a-1"] == ids(page(text="a", attribute="zone=z1"))
+    assert [] == ids(page(attribute="gpu"))
+    second = page(offset=2, limit=2)
+    assert (["b-1", "c-1"], 4, 2) == (ids(second), second.matched, second.offset)
+    counts_only = page(limit=0)
+    assert ([], 4) == (ids(counts_only), counts_only.matched)
+
+
+def test_ten_thousand_workers_are_all_listed_compactly() -> None:
+    """At 10,000 workers every one is reachable a page at a time; a row names a few running tasks, its page all."""
+    workers = [entry(f"w-{i:05d}", healthy=i % 100 != 7, cordoned=i % 100 == 9) for i in range(10_000)]
+    state = registry(*workers, running={"w-00042": 5})
+    seen: list[str] = []
+    offset = 0
+    while True:
+        answer = workers_page(state, WorkerFilter().request(offset, 50))
+        assert len(answer.workers) <= 50
+        seen += ids(answer)
+        offset += 50
+        if offset >= answer.matched:
+            break
+    assert sorted(w.worker_id for w in workers) == seen
+    lost = workers_page(state, WorkerFilter(state="lost").request(0, 500))
+    assert 100 == lost.matched == lost.lost and all(not w.healthy for w in lost.workers)
+    row = workers_page(state, WorkerFilter(text="w-00042").request(0, 50))
+    assert ([5], 3) == (list(row.running_counts), len(row.workers[0].running_tasks))
+    mine = worker_status(state, "w-00042")
+    assert (5, 5000) == (len(mine.running_tasks), mine.committed.cpu_millis)
+    assert "" == worker_status(state, "nobody").worker_id
 
 
 def test_capacity_by_group_counts_healthy_workers_only() -> None:
-    fleet = [
-        worker("s-0", cpu_used=3000, iris_scale_group="tpu"), worker("s-1", iris_scale_group="tpu"),
-        worker("c-0", cpu_used=1000), worker("gone", healthy=False, cpu_used=4000, iris_scale_group="tpu"),
-    ]  # fmt: skip
-    assert [Usage("other workers", 1, 4), Usage("tpu", 3, 8)] == capacity_by_group(fleet)
+    tpu: dict[str, Any] = {"iris_scale_group": "tpu"}
+    state = registry(entry("s-0", **tpu), entry("s-1", **tpu), entry("c-0"), entry("gone", healthy=False, **tpu),
+                     running={"s-0": 3, "c-0": 1, "gone": 4})  # fmt: skip
+    answer = workers_page(state, WorkerFilter().request(0, 0))
+    assert [Usage("other workers", 1, 4), Usage("tpu", 3, 8)] == group_usage(answer)
 
 
 def test_the_queue_is_in_the_order_the_scheduler_tries_it() -> None:
-    """Higher priority first, submission order among equals, as the pass orders it; workers' use is capacity - free."""
+    """Higher priority first, submission order among equals, as the pass orders it."""
     snap = pb.SchedulingSnapshot()
     for job_id, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5)]:
         snap.jobs.add(job_id=job_id, priority=priority, task_indices=[0, 1])
-    w = snap.workers.add(worker_id="w-0")
-    w.capacity.cpu_millis, w.free.cpu_millis = 4000, 1500
     snapshot = Snapshot(zlib.compress(snap.SerializeToString()))
     assert ["b", "d", "a", "c"] == snapshot.job_ids == [job.job_id for job in snapshot.queue]
-    assert [("w-0", 2500)] == [(w.worker_id, w.committed.cpu_millis) for w in snapshot.workers]
     assert [] == Snapshot(b"").queue  # nothing published yet
 
 
@@ -121,6 +173,51 @@ def test_the_queue_puts_higher_bands_first() -> None:
     for job_id, band in [("sweep", "batch"), ("notebook", ""), ("serve", "production"), ("train", "interactive")]:
         snap.jobs.add(job_id=job_id, band=band, task_indices=[0])
     assert ["serve", "notebook", "train", "sweep"] == Snapshot(zlib.compress(snap.SerializeToString())).job_ids
+
+
+def test_the_queue_shows_two_users_in_the_fair_share_order_the_pass_uses() -> None:
+    """Inside a band the user with the least share goes first, whoever submitted first; the pass agrees.
+
+    ana already runs a task (an hour of it counts toward her share), bo runs nothing: bo's job, submitted
+    last, is tried first, and is the one a pass places in the one free core. A user without credits waits
+    in batch, after both, and the page says which band the job asked for.
+    """
+    state = SchedulerState()
+    state.workers["w-0"] = WorkerEntry("w-0", "s", cpu_millis=2000, memory_bytes=1 << 30, gpus=0, tpus=0,
+                                       attributes={})  # fmt: skip
+    state.placements["ana-0/task-0"] = Placement("ana-0", 0, 0, "w-0", 1000, 0, 0, 0, user="ana", band="interactive")
+    for at, (job_id, user) in enumerate([("ana-1", "ana"), ("ana-2", "ana"), ("broke-1", "cy"), ("bo-1", "bo")]):
+        spec = SchedulingSpec(cpu_millis=1000, memory_bytes=0, user=user)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0}, submitted_at=float(at))
+    state.books.set_credits("cy", 0)
+    data = encode_snapshot(state, now=10.0)
+    snapshot = Snapshot(data)
+    assert ["bo-1", "ana-1", "ana-2", "broke-1"] == snapshot.job_ids
+    assert ["interactive", "interactive", "interactive", "batch"] == [snapshot.band(j) for j in snapshot.queue]
+    assert ["bo", "ana", "ana", "cy"] == [job.user for job in snapshot.queue]
+    message = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    workers, jobs = snapshot_from_pb(message)
+    plan = find_assignments(workers, jobs, share=share_from_pb(message))
+    assert [snapshot.job_ids[0]] == [a.job_id for a in plan.assignments]
+
+
+def test_a_new_snapshot_is_ordered_again_when_its_users_shares_change() -> None:
+    """A re-encoded snapshot with the same queue and shares keeps the order; one where ana's task ended
+    (her share drops below bo's) lists her jobs first again."""
+    state = SchedulerState()
+    state.workers["w-0"] = WorkerEntry("w-0", "s", cpu_millis=4000, memory_bytes=1 << 30, gpus=0, tpus=0,
+                                       attributes={})  # fmt: skip
+    state.placements["run/task-0"] = Placement("run", 0, 0, "w-0", 1000, 0, 0, 0, user="ana", band="interactive")
+    for at, (job_id, user) in enumerate([("ana-1", "ana"), ("bo-1", "bo")]):
+        spec = SchedulingSpec(cpu_millis=1000, memory_bytes=0, user=user)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0}, submitted_at=float(at))
+    first = Snapshot(encode_snapshot(state, now=10.0))
+    assert ["bo-1", "ana-1"] == first.job_ids
+    again = Snapshot(encode_snapshot(state, now=11.0), first)
+    assert ["bo-1", "ana-1"] == again.job_ids
+    del state.placements["run/task-0"]
+    state.placements["run/task-0"] = Placement("run", 0, 0, "w-0", 1000, 0, 0, 0, user="bo", band="interactive")
+    assert ["ana-1", "bo-1"] == Snapshot(encode_snapshot(state, now=12.0), again).job_ids
 
 
 def test_queue_depth_samples_survive_in_the_store(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ FLEET = {
         {
             "name": "broken", "platform": "local", "hosts_per_slice": 2, "max_slices": 1,
             "resources": {"cpu": 0.5, "memory": "256m"}, "attributes": {"pool": "broken"},
-            "local": {"worker_command": [sys.executable, "-c", "import sys; sys.exit('agent cannot start here')"]},
+            "local": {"worker_command": [sys.executable, "-c", "import sys; sys.exit('agent cannot ' + 'start here')"]},  # said by the process, not in its command line
         },
         {
             "name": "quota", "platform": "local", "hosts_per_slice": 2, "max_slices": 2,

@@ -126,11 +126,17 @@ def test_interrupting_exec_kills_the_command(cluster: Cluster, spinning: Job) ->
         return [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) == marker]
 
     cli = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--", "sleep", "3131"],
-                           env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+                           env={**cluster.env, "PYTHONFAULTHANDLER": "1"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         wait_until(lambda: running(), timeout=60, what="the exec'd command runs")
         cli.send_signal(signal.SIGINT)
-        cli.wait(timeout=30)
+        try:
+            cli.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            cli.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
+            _, stderr = cli.communicate(timeout=30)
+            pytest.fail(f"iris task exec still runs 30 s after Ctrl-C; its stacks:\n{stderr.decode(errors='replace')}")
         wait_until(lambda: not running(), timeout=30, what="the exec'd command is killed")
     finally:
         cli.kill()
