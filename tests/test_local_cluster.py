@@ -387,7 +387,7 @@ def test_a_port_another_process_listens_on_is_tried_again(
         busy = taken.getsockname()[1]
         picks = iter([busy])
         real = local_cluster.free_port
-        monkeypatch.setattr(local_cluster, "free_port", lambda: next(picks, None) or real())
+        monkeypatch.setattr(local_cluster, "free_port", lambda *a, **k: next(picks, None) or real(*a, **k))
         info = cluster.up(components=TEMPORAL_ONLY)
     assert info.running and not info.address.endswith(f":{busy}")
 
