@@ -261,8 +261,12 @@ class PrivateContainerd:
         _wait_for_socket(self.socket, self._process, self.log, timeout)
         return self
 
-    def import_image(self, archive: Path) -> None:
-        """``ctr -n k8s.io images import`` an image archive (the CRI plugin's namespace)."""
+    def import_image(self, archive: Path, timeout: float = 60.0) -> None:
+        """``ctr -n k8s.io images import`` an image archive (the CRI plugin's namespace); return once the CRI has it.
+
+        ``ctr`` returns when containerd has stored the images, but the CRI plugin learns of them later, from
+        containerd's event stream: a task started at once could find its image missing (and try to pull it).
+        """
         ctr = _require("ctr")
         result = subprocess.run(
             [ctr, "--address", str(self.socket), "-n", "k8s.io", "images", "import", "--no-unpack", str(archive)],
@@ -270,6 +274,23 @@ class PrivateContainerd:
         )  # fmt: skip
         if result.returncode != 0:
             raise EngineUnavailable(f"ctr images import failed: {result.stderr.strip()}")
+        import grpc
+
+        from worker_agent.runtimes.cri_client import CriClient
+
+        missing = _archive_tags(archive)
+        deadline = time.monotonic() + timeout
+        with CriClient(str(self.socket), timeout=10) as cri:
+            while True:
+                with contextlib.suppress(grpc.RpcError):  # the CRI plugin may still be starting
+                    missing = [tag for tag in missing if not cri.has_image(tag)]
+                if not missing:
+                    return
+                if time.monotonic() > deadline:
+                    raise EngineUnavailable(
+                        f"the CRI does not list {missing} {timeout:.0f}s after the import; see {self.log}"
+                    )
+                time.sleep(0.05)
 
     def stop(self) -> None:
         """Remove every pod, stop containerd, kill its shims, unmount and delete what it left."""
@@ -416,6 +437,15 @@ def write_python_image(target: Path) -> Path:
             manifest.append({"Config": config_name, "RepoTags": [tag], "Layers": [f"{diff_id}/layer.tar"]})
         _add_bytes(archive, "manifest.json", json.dumps(manifest).encode())
     return target
+
+
+def _archive_tags(archive: Path) -> list[str]:
+    """The tags a docker-archive's ``manifest.json`` names."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("manifest.json")
+        if member is None:
+            raise EngineUnavailable(f"{archive} has no manifest.json")
+        return [tag for image in json.load(member) for tag in image.get("RepoTags") or []]
 
 
 def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:

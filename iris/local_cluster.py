@@ -59,7 +59,7 @@ from iris.local_state import (
     private_directory,
     warn_if_reconfigured,
 )
-from iris.processes import crash_excerpt, log_since, pid_alive, port_free
+from iris.processes import crash_excerpt, log_since, pid_alive
 from workflows.sharing_state import SharingSettings
 
 __all__ = [
@@ -306,9 +306,7 @@ class LocalCluster:
                 # The controller reads its scale groups and sharing settings from a file, as in production.
                 scaling["config_path"] = self.home / "scale-groups.yaml"
                 scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
-            dashboard_port = previous.get("dashboard_port")
-            if not (isinstance(dashboard_port, int) and port_free(dashboard_port)):
-                dashboard_port = free_port()
+            dashboard_port = free_port(previous.get("dashboard_port"))
             state.update(dashboard_port=dashboard_port, dashboard_url=f"http://{HOST}:{dashboard_port}")
             argv = controller_command(address=state["address"], store_url=state["store_url"], **scaling)
             argv += dashboard_options(dashboard_port, state["ui_url"])
@@ -340,13 +338,8 @@ class LocalCluster:
         binary = temporal_binary()
         log_file = self.log_path(TEMPORAL)
         for attempt in range(local_healing.PORT_ATTEMPTS):
-            port = previous.get("temporal_port") if attempt == 0 else None
-            port = port if isinstance(port, int) and port_free(port) else free_port()
-            ui_port = previous.get("ui_port") if attempt == 0 else None
-            if not (isinstance(ui_port, int) and ui_port != port and port_free(ui_port)):
-                ui_port = free_port()
-                while ui_port == port:
-                    ui_port = free_port()
+            port = free_port(previous.get("temporal_port") if attempt == 0 else None)
+            ui_port = free_port(previous.get("ui_port") if attempt == 0 else None, avoid=port)
             address = f"{HOST}:{port}"
             state.update(
                 address=address, ui_url=f"http://{HOST}:{ui_port}", temporal_port=port, ui_port=ui_port

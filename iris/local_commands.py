@@ -6,9 +6,9 @@ these command lines, which `cluster.json` records so a dead process comes back a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +19,7 @@ from activities.platforms.base import ControlPlaneAddress
 from activities.platforms.local import worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec
 from iris.config_sharing import sharing_document
+from iris.processes import reserve_port
 
 HOST = "127.0.0.1"
 
@@ -37,12 +38,18 @@ def temporal_binary() -> Path:
     return Path(found)
 
 
-def free_port() -> int:
-    """A loopback TCP port that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_port(preferred: object = None, *, avoid: int | None = None) -> int:
+    """A loopback TCP port for one of the cluster's servers, reserved for it (see `reserve_port`).
+
+    `preferred` (e.g. the port recorded last time) if it is free now and not `avoid`, else one the OS picks.
+    """
+    if isinstance(preferred, int) and preferred != avoid:
+        with contextlib.suppress(OSError):
+            return reserve_port(preferred)
+    port = reserve_port()
+    while port == avoid:
+        port = reserve_port()
+    return port
 
 
 # The dev server polls its transfer queue (signals, child starts, activity dispatch) at 20/s by

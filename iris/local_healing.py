@@ -99,9 +99,8 @@ def await_temporal(record: ClusterRecord, state: Mapping[str, Any], timeout: flo
 def move_temporal(state: dict[str, Any], argv: list[str]) -> list[str]:
     """New free ports for the dev server, written into its command line, the state and every other command."""
     old = state["address"]
-    port, ui_port = local_commands.free_port(), local_commands.free_port()
-    while ui_port == port:
-        ui_port = local_commands.free_port()
+    port = local_commands.free_port()
+    ui_port = local_commands.free_port(avoid=port)
     argv[argv.index("--port") + 1], argv[argv.index("--ui-port") + 1] = str(port), str(ui_port)
     host = local_commands.HOST
     address = f"{host}:{port}"

@@ -26,6 +26,26 @@ def port_open(port: int) -> bool:
         return s.connect_ex((_HOST, port)) == 0
 
 
+def reserve_port(port: int = 0) -> int:
+    """Bind the loopback `port` (0: one the OS picks), then leave it in TIME_WAIT; the port, OSError if taken.
+
+    A server of the local cluster binds its port seconds after `up` chose it (its process has to start
+    first). Meanwhile the OS could hand a merely free port to any program that asks for one or connects
+    somewhere (servers started side by side did take one). A connection closed by its accepting end leaves
+    the port in TIME_WAIT for a minute: the OS gives it to no one else, neither to bind(0) nor to connect(),
+    while a server that reuses the address (Go's listeners, asyncio's) binds it at once.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((_HOST, port))
+        server.listen(1)
+        bound: int = server.getsockname()[1]
+        with socket.create_connection((_HOST, bound), timeout=5):
+            accepted, _ = server.accept()
+            accepted.close()  # the accepting end closes first: its side, the port, goes to TIME_WAIT
+    return bound
+
+
 def port_free(port: int) -> bool:
     """Whether the loopback `port` can be bound now by a server that reuses the address.
 

@@ -22,15 +22,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from iris.processes import reserve_port
 from tests.support import missing_engine
 
 SSHD = Path("/usr/sbin/sshd")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port no other program gets until sshd binds it (see iris.processes.reserve_port)."""
+    return reserve_port()
 
 
 def keygen(path: Path) -> None:

@@ -7,6 +7,7 @@ readiness on their own.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -386,7 +387,7 @@ def test_a_port_another_process_listens_on_is_tried_again(
         busy = taken.getsockname()[1]
         picks = iter([busy])
         real = local_cluster.free_port
-        monkeypatch.setattr(local_cluster, "free_port", lambda: next(picks, None) or real())
+        monkeypatch.setattr(local_cluster, "free_port", lambda *a, **k: next(picks, None) or real(*a, **k))
         info = cluster.up(components=TEMPORAL_ONLY)
     assert info.running and not info.address.endswith(f":{busy}")
 
@@ -473,7 +474,15 @@ def test_the_supervisor_restarts_what_dies_and_down_stops_it_first(cluster: Loca
     info = wait_until(mended, timeout=30, what="worker and server started again")
     assert first.address == info.address
     assert (info.pids["worker-w-0"], info.pids["temporal"]) != (first.pids["worker-w-0"], first.pids["temporal"])
-    assert "component_restarted" in cluster.log_path("supervisor").read_text()
+
+    def restarts_logged() -> set[str] | None:
+        # The supervisor logs a restart once `heal` returns, which is after the new pids are recorded.
+        lines = cluster.log_path("supervisor").read_text().splitlines()
+        events = [json.loads(line) for line in lines if line.startswith("{")]
+        logged = {e["component"] for e in events if e["event"] == "component_restarted"}
+        return logged if {"worker-w-0", "temporal"} <= logged else None
+
+    wait_until(restarts_logged, timeout=30, what="the supervisor logs both restarts")
     cluster.down()
     for pid in info.pids.values():
         assert not pid_alive(pid)

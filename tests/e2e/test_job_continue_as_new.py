@@ -62,6 +62,14 @@ async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[Workf
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
 
 
+def _of_job(process: psutil.Process, job_id: str) -> bool:
+    """Whether `process` is a task process of job `job_id` (the agent puts IRIS_JOB_ID in a task's environment)."""
+    try:
+        return process.environ().get("IRIS_JOB_ID") == job_id
+    except psutil.Error:  # gone meanwhile, or not ours to read
+        return False
+
+
 def _flaky(marks: Path) -> list[str]:
     """Every third task fails its first attempt; every task runs a second so runs overlap tasks."""
     code = (
@@ -110,7 +118,8 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
         return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
 
     def task_processes() -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline"]) if sleeper == p.info["cmdline"]]
+        # This job's, by its id in their environment: the machine may run other clusters' tasks of this command.
+        return [p for p in psutil.process_iter(["cmdline"]) if sleeper == p.info["cmdline"] and _of_job(p, job.job_id)]
 
     wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
     assert 20 == len(task_processes())

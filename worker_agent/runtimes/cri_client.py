@@ -65,6 +65,7 @@ class CriClient:
     def __init__(self, socket: str, timeout: float = _RPC_TIMEOUT_SECONDS) -> None:
         self._channel = grpc.insecure_channel(channel_target(socket))
         self._runtime = cri_grpc.RuntimeServiceStub(self._channel)
+        self._images = cri_grpc.ImageServiceStub(self._channel)
         self._timeout = timeout
 
     def __enter__(self) -> CriClient:
@@ -79,6 +80,11 @@ class CriClient:
         """The engine's name and CRI version (an answer means the CRI plugin is up)."""
         response: cri.VersionResponse = self._runtime.Version(cri.VersionRequest(), timeout=self._timeout)
         return response
+
+    def has_image(self, image: str) -> bool:
+        """Whether the CRI knows ``image`` (a tag or digest) locally, i.e. a task could start from it without a pull."""
+        request = cri.ImageStatusRequest(image=cri.ImageSpec(image=image))
+        return bool(self._images.ImageStatus(request, timeout=self._timeout).image.id)
 
     def list_containers(self, labels: Mapping[str, str] | None = None) -> list[cri.Container]:
         """Containers in any state whose labels include ``labels``."""
