@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from activities.contracts import task_workflow_id
+from benchmarks.whole_snapshot import snapshot_parts
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed, snapshot_parts
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
 from workflows.snapshot_cache import SnapshotCache
 
 CPU_MILLIS = 500

@@ -36,7 +36,7 @@ from iris.local_cluster import LocalCluster
 from iris.local_commands import controller_command
 from tests.support import pid_gone, wait_until, workflows_on_dev_server
 from tests.test_scheduler_state import _fleet
-from workflows.scheduler_state import encode_snapshot
+from workflows.snapshot_cache import encode_snapshot
 
 BEAT = 0.2
 

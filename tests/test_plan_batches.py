@@ -9,9 +9,10 @@ from activities import plan_batches
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed, encode_snapshot
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.sharing_state import take_evictions
+from workflows.snapshot_cache import encode_snapshot
 from workflows.worker_lifecycle import WorkerState
 
 NOW = 1_000.0

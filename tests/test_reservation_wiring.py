@@ -17,7 +17,8 @@ from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
 from workflows.reservation_state import Book, apply_holds, from_request, lose_workers, view
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry, encode_snapshot
+from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
+from workflows.snapshot_cache import encode_snapshot
 
 GIB = 1 << 30
 

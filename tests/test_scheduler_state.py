@@ -6,6 +6,7 @@ import zlib
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import MAX_REASON, cap_reason, encode_plan
+from benchmarks.whole_snapshot import snapshot_parts
 from scheduler.types import SchedulingResult
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler_actions import record
@@ -15,9 +16,8 @@ from workflows.scheduler_state import (
     Placement,
     SchedulerState,
     WorkerEntry,
-    encode_snapshot,
-    snapshot_parts,
 )
+from workflows.snapshot_cache import encode_snapshot
 from workflows.worker_lifecycle import WorkerState
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024

@@ -12,9 +12,10 @@ import pytest
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import share_from_pb, snapshot_from_pb
+from benchmarks.whole_snapshot import snapshot_parts
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, snapshot_parts
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.sharing_state import Hold
 from workflows.snapshot_cache import SnapshotCache, encode_snapshot
 from workflows.worker_lifecycle import WorkerState

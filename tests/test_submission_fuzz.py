@@ -17,7 +17,8 @@ from activities.scheduling import find_assignments_activity
 from iris.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from workflows.job_waves import scheduling_spec
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, encode_snapshot
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.snapshot_cache import encode_snapshot
 
 FIELDS = (
     "name", "resources", "constraint", "coscheduling", "env", "image", "max_task_failures",

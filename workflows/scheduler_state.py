@@ -7,25 +7,21 @@ as is in scheduler_carry.
 
 from __future__ import annotations
 
-import zlib
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from activities.contracts import DEFAULT_PORT_RANGE
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import get_attr, set_attr
-from workflows import reservation_state
+from activities.proto.values import get_attr
 from workflows.messages import SchedulingSpec
 from workflows.placement_index import Placements
 from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import ActionRow, new_ring
-from workflows.sharing_state import Books, fill_share
+from workflows.sharing_state import Books
 from workflows.worker_lifecycle import WorkerState
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
-SNAPSHOT_PART = 5_000  # workers, or queued jobs, per part of a snapshot built in parts (snapshot_parts)
 
 
 @dataclass
@@ -127,86 +123,6 @@ def validate_metadata(meta: pb.WorkerMetadata) -> str:
 def committed(state: SchedulerState) -> dict[str, list[int]]:
     """Committed cpu, memory, gpus, tpus per worker (a copy the caller may add to), as the placements keep it."""
     return {worker_id: list(u) for worker_id, u in state.placements.used.items()}
-
-
-def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """The scheduling activity's input: healthy workers' free capacity, the queue and sharing's part, zlib(protobuf).
-
-    Encoded as the pass encodes it (workflows/snapshot_cache.py), from nothing.
-    """
-    from workflows.snapshot_cache import encode_snapshot as encode  # it builds on this module
-
-    return encode(state, now)
-
-
-def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART) -> Iterator[bytes]:
-    """The snapshot from one walk over the whole state, in serialized parts: workers (`most` a part),
-    sharing's part, the queue (`most` jobs a part) and reservations; the first part is empty.
-
-    Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
-    The pass builds its snapshot from cached pieces (workflows/snapshot_cache.py); this plain encoding
-    is what those are checked against.
-    """
-    used = committed(state)
-    yield b""
-    snap = pb.SchedulingSnapshot(now=now)
-    held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
-    rows: dict[str, int] = {}
-    for w in state.workers.values():
-        if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
-            continue
-        if len(snap.workers) >= most:
-            yield snap.SerializeToString()
-            snap = pb.SchedulingSnapshot()
-        rows[w.worker_id] = len(rows)
-        u = used.get(w.worker_id, [0, 0, 0, 0])
-        sw = snap.workers.add(worker_id=w.worker_id)
-        sw.free.cpu_millis = max(0, w.cpu_millis - u[0])
-        sw.free.memory_bytes = max(0, w.memory_bytes - u[1])
-        sw.free.gpus = max(0, w.gpus - u[2])
-        sw.free.tpus = max(0, w.tpus - u[3])
-        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
-        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
-        for key, value in w.attributes.items():
-            set_attr(sw.attributes[key], value)
-    yield snap.SerializeToString()
-    snap = pb.SchedulingSnapshot()
-    fill_share(snap.share, state.books, state.placements.items(), rows)
-    yield snap.SerializeToString()
-    snap = pb.SchedulingSnapshot()
-    waiting = state.books.waiting()
-    for entry in state.pending.values():
-        if entry.job_id in waiting:
-            continue
-        if len(snap.jobs) >= most:
-            yield snap.SerializeToString()
-            snap = pb.SchedulingSnapshot()
-        spec = entry.spec
-        sj = snap.jobs.add(
-            job_id=entry.job_id,
-            task_indices=sorted(entry.attempts),
-            group_by=spec.group_by,
-            priority=spec.priority,
-            waited_seconds=max(0.0, now - entry.submitted_at),
-            scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
-            tolerations=spec.tolerations,
-            num_groups=spec.num_groups if spec.num_groups > 1 else 0,
-            band=spec.band,
-            user=spec.user,
-        )
-        reason = state.pending_reasons.get(entry.job_id)
-        if reason:
-            sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
-        sj.request.cpu_millis = spec.cpu_millis
-        sj.request.memory_bytes = spec.memory_bytes
-        sj.request.gpus = spec.gpus
-        sj.request.tpus = spec.tpus
-        for c in spec.constraints:
-            sc = sj.constraints.add(key=c.key, op=c.op)
-            if c.value is not None:
-                set_attr(sc.value, c.value)
-    reservation_state.encode(snap, state, now)
-    yield snap.SerializeToString()
 
 
 def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:

@@ -27,7 +27,8 @@ from iris.dashboard.views import (
 from scheduler.scheduling import find_assignments
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_dashboard import worker_status, workers_page
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, encode_snapshot
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.snapshot_cache import encode_snapshot
 from workflows.worker_lifecycle import WorkerState
 
 
