@@ -16,8 +16,8 @@ from workflows.scheduler_state import (
     PendingEntry,
     SchedulerState,
     WorkerEntry,
-    encode_snapshot,
 )
+from workflows.snapshot_cache import encode_snapshot
 
 
 @pytest.mark.parametrize("num_groups", [0, -1, 1.5, True, "2"])

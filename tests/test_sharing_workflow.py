@@ -17,7 +17,6 @@ from workflows.scheduler_state import (
     Placement,
     SchedulerState,
     WorkerEntry,
-    encode_snapshot,
 )
 from workflows.sharing_state import (
     USERS_MEMO,
@@ -28,6 +27,7 @@ from workflows.sharing_state import (
     take_evictions,
     users_memo,
 )
+from workflows.snapshot_cache import encode_snapshot
 from workflows.states import TaskState
 from workflows.task_lifecycle import TaskEffect, TaskEvent, transition
 

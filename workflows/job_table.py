@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         TaskResult,
         TaskRetrying,
         task_result_from_json,
+        task_started_from_json,
     )
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.visibility import (
@@ -60,7 +61,9 @@ class Table(JobBase):
         return task_page(self.status, start, stop)
 
     @workflow.signal(name=TASK_STARTED)
-    def task_started(self, msg: TaskStarted) -> None:
+    def task_started(self, raw: RawValue) -> None:
+        """The agent started a task's process (one signal per attempt: decoded by hand, as results are)."""
+        msg = read_task_started(raw)
         if not 0 <= msg.task_index < len(self.status.tasks):
             return
         row = self.status.tasks[msg.task_index]
@@ -204,3 +207,10 @@ def read_task_result(raw: RawValue) -> TaskResult:
     if raw.payload.metadata.get("encoding") == b"json/plain":
         return task_result_from_json(json.loads(raw.payload.data))
     return workflow.payload_converter().from_payload(raw.payload, TaskResult)  # type: ignore[no-any-return]
+
+
+def read_task_started(raw: RawValue) -> TaskStarted:
+    """A TASK_STARTED signal's argument, decoded by hand: see `task_started_from_json`."""
+    if raw.payload.metadata.get("encoding") == b"json/plain":
+        return task_started_from_json(json.loads(raw.payload.data))
+    return workflow.payload_converter().from_payload(raw.payload, TaskStarted)  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import TaskNetwork
+from activities.contracts import TaskNetwork, TaskStarted
 
 
 @dataclass
@@ -272,6 +272,19 @@ def task_result_from_json(obj: dict[str, Any]) -> TaskResult:
         cpu_seconds=float(obj.get("cpu_seconds", 0.0)),
         run_seconds=float(obj.get("run_seconds", 0.0)),
         transitions=[str(t) for t in obj.get("transitions") or []],
+    )
+
+
+def task_started_from_json(obj: dict[str, Any]) -> TaskStarted:
+    """Build a `TaskStarted` (one per task attempt, from its agent) from its JSON form, as
+    `task_result_from_json` does a result: the converter's per-value type hints made a job's workflow
+    task that took a few hundred at once pass the 2 s deadlock detector on a loaded machine."""
+    endpoints = obj.get("endpoints") or {}
+    return TaskStarted(
+        task_index=int(obj["task_index"]),
+        attempt=int(obj.get("attempt", 0)),
+        worker_id=str(obj.get("worker_id") or ""),
+        endpoints={str(k): str(v) for k, v in endpoints.items()},
     )
 
 
