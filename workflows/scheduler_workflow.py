@@ -155,10 +155,25 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     await self._pause()
                 if packer.steps > 1:  # a big state: what changed meanwhile, and the header, in a task of their own
                     await self._pause()
+                packed = packer.finish(self.state)
+                del packer
+                self._let_go()
                 workflow.continue_as_new(
-                    args=[packer.finish(self.state), self._signal_budget, self._reservation_check],
+                    args=[packed, self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
+
+    def _let_go(self) -> None:
+        """Drop the state this run carried on, so reference counting frees it now, in this task.
+
+        A run's instance ends up in reference cycles (the SDK's event loop, the sandbox's modules), so
+        whatever it still holds when it ends waits for the cyclic collector: at 10,000 workers and
+        100,000 tasks ~500,000 objects, one collection of ~0.4 s in some later workflow task.
+        """
+        self.state = SchedulerState()
+        self._pieces = SnapshotCache()
+        self._snapshot = self._pass_snapshot = None
+        self._held = []
 
     async def _load_rest(self) -> None:
         """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
