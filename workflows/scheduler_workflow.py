@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_while_loading
-    from workflows.scheduler_carry import Packer, StateLoader
+    from workflows.scheduler_carry import Packer, StateLoader, unpack
     from workflows.scheduler_state import SchedulerState
     from workflows.snapshot_cache import SnapshotCache
 
@@ -82,6 +82,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
         self._held: list[Callable[[], None]] = []
         self._loader: StateLoader | None = StateLoader(packed) if packed else None
+        self._state: SchedulerState | None = None
+        self._carried = b""  # what this run handed over, once it let go of its state (`_let_go`)
         self.state = self._loader.state if self._loader is not None else SchedulerState()
         if self._loader is not None and self._loader.small:  # a big one is loaded by run(), a step per task
             while not self._loader.step():
@@ -157,20 +159,33 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     await self._pause()
                 packed = packer.finish(self.state)
                 del packer
-                self._let_go()
+                self._let_go(packed)
                 workflow.continue_as_new(
                     args=[packed, self._signal_budget, self._reservation_check],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
                 )
 
-    def _let_go(self) -> None:
-        """Drop the state this run carried on, so reference counting frees it now, in this task.
+    @property
+    def state(self) -> SchedulerState:
+        if self._state is None:  # let go of at continue-as-new (`_let_go`), and a query still reached this run
+            self._state = unpack(self._carried)
+        return self._state
+
+    @state.setter
+    def state(self, value: SchedulerState) -> None:
+        self._state = value
+
+    def _let_go(self, packed: bytes) -> None:
+        """Drop the state as this run continues as new, so reference counting frees it now, in this task.
 
         A run's instance ends up in reference cycles (the SDK's event loop, the sandbox's modules), so
         whatever it still holds when it ends waits for the cyclic collector: at 10,000 workers and
-        100,000 tasks ~500,000 objects, one collection of ~0.4 s in some later workflow task.
+        100,000 tasks ~500,000 objects, one collection of ~0.4 s in some later workflow task. A query
+        that still reaches this run (one without a run id can, while the next run starts) gets the
+        state back from what was packed, as it was handed over.
         """
-        self.state = SchedulerState()
+        self._carried = packed
+        self._state = None
         self._pieces = SnapshotCache()
         self._snapshot = self._pass_snapshot = None
         self._held = []
