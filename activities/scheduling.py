@@ -61,6 +61,10 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
     times, the wait the scheduler wrote.
     """
     now = snap.now
+    # Submission order, not the order the jobs' enqueues reached the scheduler: two jobs submitted a
+    # moment apart may enqueue the other way round (their workflows run side by side). Stable: a
+    # snapshot without submission times keeps its order.
+    queued = sorted(snap.jobs, key=lambda j: j.submitted_at)
     return [
         PendingJob(
             job_id=j.job_id,
@@ -79,7 +83,7 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
             band=_band(j.band),
             user=j.user,
         )
-        for j in snap.jobs
+        for j in queued
     ]
 
 
