@@ -47,7 +47,6 @@ class SchedulerBase:
     _replies: list[Delivery]  # registration answers not sent yet
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
-    _claimed: int  # claims handled in this run (each takes a place outside a commit)
     _loader: StateLoader | None  # the carried state still loading (None once whole)
     _held: list[Callable[[], None]]  # signals that came in while it loads, applied after
 

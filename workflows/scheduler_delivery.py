@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_network import announce_batches
     from workflows.scheduler_state import PendingEntry
-    from workflows.scheduler_state import committed as committed_capacity
 
 # Registration replies, pending reasons and big announce batches are sent by a regular activity. A
 # local activity keeps the workflow task open while it runs; when deliveries are slow (a loaded
@@ -92,10 +91,6 @@ class Deliveries(SchedulerBase):
         now = workflow.now().timestamp()
         timed_out: list[tuple[Delivery, pb.SchedulingAssignment | None]] | None = None  # told with the first batch
         committed = 0
-        # What the workers hold, added up once and kept up to date by the commits. Between batches a
-        # release only frees capacity (counted still: safe); a claim takes some, so it is added up again.
-        used: dict[str, list[int]] | None = None
-        claimed = self._claimed
         if len(cuts) > 1:
             await self._pause()  # a big plan: its first batch not in the task that read the plan
         for start, end in cuts:
@@ -106,9 +101,7 @@ class Deliveries(SchedulerBase):
             # What a late assignment needs to go back to the queue (the commit drops emptied entries).
             pending = self.state.pending
             entries = {job_id: pending[job_id] for job_id in jobs if job_id in pending}
-            if used is None or claimed != self._claimed:
-                used, claimed = committed_capacity(self.state), self._claimed
-            accepted = self._commit(plan, now=now, limit=None, jobs=jobs, used=used)
+            accepted = self._commit(plan, now=now, limit=None, jobs=jobs)
             committed += len(accepted)
             outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
                 (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in accepted

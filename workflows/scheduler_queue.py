@@ -121,7 +121,6 @@ class Queue(SchedulerBase):
         if held is not None and held.attempt >= claim.attempt:
             return
         spec = claim.spec
-        self._claimed += 1  # a place taken outside a commit: a pass's running count of what is used is stale
         self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
                                                dict(claim.ports), spec.user, spec.band or "interactive",
@@ -190,7 +189,7 @@ class Queue(SchedulerBase):
         see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`
         (job id -> its assignments), only those are committed (the announcement commits a batch at a
         time); with `used` (`committed(state)`, or more), the capacity taken is read from it and added
-        to it instead of adding up every placement again.
+        to it instead of from what the placements keep.
         """
         book = Book(self.state) if self.state.reservations else None  # reservations: their own check
         if book is not None:

@@ -99,7 +99,6 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._reservation_check = reservation_check_seconds  # likewise
         self._replies: list[Delivery] = []  # registration answers not sent yet
         self._last_purge = 0.0
-        self._claimed = 0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
         # The pieces of the last pass's snapshot (workflow memory only: a pure function of the state).
