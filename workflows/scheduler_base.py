@@ -2,14 +2,18 @@
 
 SchedulerWorkflow mixes in Registration, Queue and Deliveries (one concern per module) over this
 base; the workflow class and its parts define the methods, these declarations only let each part
-be read (and type-checked) alone.
+be read (and type-checked) alone. What every part does alike is here: signals take their turn
+(`held_in_turn`), and held ones are worked off a bounded amount per workflow task.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from temporalio import workflow
 
 if TYPE_CHECKING:
     from activities.contracts import Delivery
@@ -22,21 +26,30 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., None])
 
 
-def held_while_loading(handler: F) -> F:
-    """A signal handler that waits, in arrival order, while the run loads its carried state in steps.
+# How much held work (`held_in_turn`: a host registered counts one, any other held signal one) one
+# workflow task does; the rest waits for the next task. 1,000 hosts take ~10 ms of the scheduler's CPU.
+WORK_PER_TASK = 1_000
 
-    Before the state is whole a handler would act on part of it (an enqueue of a job whose entry is not
-    loaded yet would be overwritten); the run applies what it held once the last chunk is in.
+
+def held_in_turn(handler: F) -> F:
+    """A signal handler that takes its turn: signals are applied in arrival order, and while some wait, so
+    does this one.
+
+    They wait while the run loads its carried state in steps (an enqueue of a job whose entry is not
+    loaded yet would be overwritten), and while a burst is worked off a bounded amount per workflow task
+    (a restarted fleet's registrations; `_work_off_held`). Counted on arrival.
     """
 
     @functools.wraps(handler)
-    def held(self: SchedulerBase, *args: Any) -> None:
-        if self._loader is not None:
+    def in_turn(self: SchedulerBase, *args: Any) -> None:
+        self._signals_received += 1
+        if self._loader is not None or self._held:
             self._held.append(functools.partial(handler, self, *args))
+            self._dirty = True  # wake the loop: it works them off
             return
         handler(self, *args)
 
-    return cast(F, held)
+    return cast(F, in_turn)
 
 
 class SchedulerBase:
@@ -48,7 +61,34 @@ class SchedulerBase:
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
     _loader: StateLoader | None  # the carried state still loading (None once whole)
-    _held: list[Callable[[], None]]  # signals that came in while it loads, applied after
+    _held: deque[Callable[[], None]]  # signals waiting their turn (`held_in_turn`), oldest first
+    _work_task: int  # the workflow task `_work_done` counts in (its history length when it started)
+    _work_done: int  # held work done in it
+
+    async def _work_off_held(self) -> None:
+        """Apply the held signals, WORK_PER_TASK a workflow task; returns in the task that found none left.
+
+        A burst of signals comes in one workflow task (64 agents' registrations, 6,400 hosts, took
+        ~70 ms of the scheduler's CPU and a 223 ms task on a busy controller); signals that come in
+        while some wait are held behind them (`held_in_turn`), so the order stays the order of arrival.
+        """
+        while True:
+            while self._held and self._work_left() > 0:
+                self._held.popleft()()
+                self._spend(1)
+            if not self._held:
+                return
+            await self._pause()
+
+    def _work_left(self) -> int:
+        task = workflow.info().get_current_history_length()  # the same all through one workflow task
+        if task != self._work_task:
+            self._work_task, self._work_done = task, 0
+        return WORK_PER_TASK - self._work_done
+
+    def _spend(self, work: int) -> None:
+        self._work_left()
+        self._work_done += work
 
     def _changed(self) -> None:
         """The state changed: wake the loop and forget the cached snapshot (SchedulerWorkflow)."""

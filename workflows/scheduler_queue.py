@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
-    from workflows.scheduler_base import SchedulerBase, held_while_loading
+    from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler_state import (
         PendingEntry,
@@ -84,9 +84,8 @@ class Queue(SchedulerBase):
         """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
         self._enqueued(_decode_enqueues(raw))
 
-    @held_while_loading
+    @held_in_turn
     def _enqueued(self, requests: list[Enqueue]) -> None:
-        self._signals_received += 1
         for request in requests:
             self._enqueue(request)
 
@@ -112,10 +111,9 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=CLAIM)
-    @held_while_loading
+    @held_in_turn
     def claim(self, claim: Claim) -> None:
         """A task holds a place this scheduler does not know of (it started empty): book it."""
-        self._signals_received += 1
         key = task_workflow_id(claim.job_id, claim.task_index)
         held = self.state.placements.get(key)
         if held is not None and held.attempt >= claim.attempt:
@@ -135,16 +133,14 @@ class Queue(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=RELEASE)
-    @held_while_loading
+    @held_in_turn
     def release(self, request: Release) -> None:
-        self._signals_received += 1
         self._on_release(request)
 
     @workflow.signal(name=RELEASE_BATCH)
-    @held_while_loading
+    @held_in_turn
     def release_batch(self, requests: list[Release]) -> None:
         """Several releases in one signal (coalesced by the agent whose tasks ended)."""
-        self._signals_received += 1
         for request in requests:
             self._on_release(request)
 

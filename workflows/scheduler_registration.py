@@ -10,6 +10,7 @@ that does not pick up its work is kept from new work for a while (quarantine).
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 from temporalio import workflow
@@ -36,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         WorkerLost,
     )
     from workflows.scheduler_actions import record
-    from workflows.scheduler_base import SchedulerBase, held_while_loading
+    from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_state import (
         WorkerEntry,
         refusal,
@@ -55,18 +56,16 @@ class Registration(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     @workflow.signal(name=WORKER_LOST)
-    @held_while_loading
+    @held_in_turn
     def worker_lost(self, lost: WorkerLost) -> None:
-        self._signals_received += 1
         worker = self.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
             self._worker_event(worker, WorkerEvent.LOST, why=lost.reason)
 
     @workflow.signal(name=CORDON_WORKERS)
-    @held_while_loading
+    @held_in_turn
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
-        self._signals_received += 1
         if request.only_if_idle and request.cordoned:
             asked = set(request.worker_ids)
             busy = sum(1 for p in self.state.placements.values() if p.worker_id in asked)
@@ -90,34 +89,40 @@ class Registration(SchedulerBase):
             )
 
     @workflow.signal(name=REMOVE_WORKERS)
-    @held_while_loading
+    @held_in_turn
     def remove_workers(self, request: RemoveWorkers) -> None:
         """These workers are gone for good: forget them and the capacity their tasks held.
 
         Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
         """
-        self._signals_received += 1
         gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
         if gone:
             self._forget(gone)
             workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
 
     @workflow.signal(name=REGISTER_WORKERS)
-    @held_while_loading
+    @held_in_turn
     def register_workers(self, batch: pb.WorkerBatch) -> None:
         """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
-        self._signals_received += 1
-        refused = {}
-        for meta in batch.workers:
+        self._admit_batch(batch, 0, {})
+
+    def _admit_batch(self, batch: pb.WorkerBatch, start: int, refused: dict[str, str]) -> None:
+        """Admit the batch's hosts from `start` on, as many as this workflow task may still do; the rest
+        goes back to the head of the held signals, for the next task (`_work_off_held`)."""
+        end = min(len(batch.workers), start + max(0, self._work_left()))
+        for meta in batch.workers[start:end]:
             reason = refusal(self.state, meta)
             if reason:
                 refused[meta.worker_id] = f"registration refused: {reason}"
                 workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
             else:
                 self._admit(meta)
-        if batch.reply_to:
-            self._replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
+        self._spend(end - start)
         self._changed()
+        if end < len(batch.workers):
+            self._held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
+        elif batch.reply_to:
+            self._replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
 
     @workflow.update
     async def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
@@ -126,8 +131,8 @@ class Registration(SchedulerBase):
         For tools and tests that register one host and need the answer at once; agents send
         `register_workers` through their WorkerWorkflow.
         """
-        if self._loader is not None:  # the validator saw part of the registry: check again once it is whole
-            await workflow.wait_condition(lambda: self._loader is None)
+        if self._loader is not None or self._held:  # after what came before it (the validator saw part of
+            await workflow.wait_condition(lambda: self._loader is None and not self._held)  # the registry)
             self._check_registration(meta)
         self._admit(meta)
         self._changed()

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Reserve
     from workflows.reservation_state import apply_holds, from_request, lose_workers, view
-    from workflows.scheduler_base import SchedulerBase, held_while_loading
+    from workflows.scheduler_base import SchedulerBase, held_in_turn
 
 _UNREAD = object()
 # How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated
@@ -54,10 +54,9 @@ class Reserving(SchedulerBase):
     _job_check: workflow.ActivityHandle[list[str]] | None = None
 
     @workflow.signal(name=RESERVE)
-    @held_while_loading
+    @held_in_turn
     def reserve(self, request: Reserve) -> None:
         """Hold a job's reservation for its tree; idempotent (a job has one reservation)."""
-        self._signals_received += 1
         reservation_id = reservation_id_of(request.job_id)
         if reservation_id in self.state.reservations or not request.entries:
             return
@@ -65,10 +64,9 @@ class Reserving(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=RELEASE_RESERVATION)
-    @held_while_loading
+    @held_in_turn
     def release_reservation(self, job_id: str) -> None:
         """The reserving job ended: its capacity goes back to the pool for the next pass. Idempotent."""
-        self._signals_received += 1
         self._release_reservation(job_id)
 
     def _release_reservation(self, job_id: str) -> None:

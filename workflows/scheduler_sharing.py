@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Evict, SetCredits
-    from workflows.scheduler_base import SchedulerBase, held_while_loading
+    from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_state import Placement
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
 
@@ -49,17 +49,15 @@ class Sharing(SchedulerBase):
     _users_published_at: float
 
     @workflow.signal(name=CONFIGURE_SHARING)
-    @held_while_loading
+    @held_in_turn
     def configure_sharing(self, settings: SharingSettings) -> None:
-        self._signals_received += 1
         self.state.books.configure(settings)
         self._changed()
 
     @workflow.signal(name=SET_CREDITS)
-    @held_while_loading
+    @held_in_turn
     def set_credits(self, request: SetCredits) -> None:
         """An operator's call: the user's remaining balance; a bad amount is dropped with a warning."""
-        self._signals_received += 1
         try:
             self.state.books.set_credits(request.user, request.amount)
         except ValueError as err:
@@ -68,10 +66,9 @@ class Sharing(SchedulerBase):
         self._changed()
 
     @workflow.signal(name=HEADROOM)
-    @held_while_loading
+    @held_in_turn
     def headroom(self, rows: list[list[Any]]) -> None:
         """What each scale group can still bring (from the autoscaler, when it changes)."""
-        self._signals_received += 1
         self.state.books.headroom = rows
         self._changed()
 

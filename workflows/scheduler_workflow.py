@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
+from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -49,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler_actions import ActionRow
-    from workflows.scheduler_base import held_while_loading
+    from workflows.scheduler_base import held_in_turn
     from workflows.scheduler_carry import Packer, StateLoader, unpack
     from workflows.scheduler_state import SchedulerState
     from workflows.snapshot_cache import SnapshotCache
@@ -80,7 +81,9 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state. A big state
         # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
-        self._held: list[Callable[[], None]] = []
+        self._held: deque[Callable[[], None]] = deque()
+        self._work_task = -1
+        self._work_done = 0
         self._loader: StateLoader | None = StateLoader(packed) if packed else None
         self._state: SchedulerState | None = None
         self._carried = b""  # what this run handed over, once it let go of its state (`_let_go`)
@@ -128,6 +131,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     lambda: self._dirty, timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer()
                 )
             self._dirty = False
+            if self._held:
+                await self._work_off_held()
             if self._work_waits() and not self._signal_budget_spent() and not self._rebuild_holds():
                 await self._scheduling_pass()
             if self._replies:
@@ -142,6 +147,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     lambda: workflow.all_handlers_finished()
                     and self._late_deliveries == 0  # their places are given back by this run
                 )
+                await self._work_off_held()
                 # One round: while 10,000 agents register, every round brings new registrations,
                 # and waiting for the last one let a run pass the server's signal limit. An
                 # agent without its answer registers again (idempotent) and the next run answers.
@@ -156,6 +162,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     await self._pause()
                 if packer.steps > 1:  # a big state: what changed meanwhile, and the header, in a task of their own
                     await self._pause()
+                await self._work_off_held()  # what came in meanwhile and waits: this run applies it
                 packed = packer.finish(self.state)
                 del packer
                 self._let_go(packed)
@@ -187,7 +194,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._state = None
         self._pieces = SnapshotCache()
         self._snapshot = self._pass_snapshot = None
-        self._held = []
+        self._held = deque()
 
     async def _load_rest(self) -> None:
         """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
@@ -198,9 +205,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                 break
         workflow.logger.info("carried state loaded in %d workflow tasks", self._loader.steps)
         self._loader = None
-        held, self._held = self._held, []
-        for handle in held:
-            handle()
+        await self._work_off_held()
         await self._pause()  # the first pass in a task of its own
 
     async def _pause(self) -> None:
@@ -301,9 +306,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
     # -- handlers ------------------------------------------------------------------------------
 
     @workflow.signal(name=CONFIGURE_SCHEDULER)
-    @held_while_loading
+    @held_in_turn
     def configure(self, store_url: str) -> None:
-        self._signals_received += 1
         self.state.store_url = store_url
 
 
