@@ -97,6 +97,7 @@ class Deliveries(SchedulerBase):
             if committed >= MAX_COMMIT_PER_PASS:
                 self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
                 break
+            await self._work_off_held()  # signals held behind a burst: the commit sees every one that came
             jobs = plan_batches.by_job(plan.assignments[start:end])
             # What a late assignment needs to go back to the queue (the commit drops emptied entries).
             pending = self.state.pending

@@ -267,6 +267,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
             return
         plan_bytes = await passing
+        await self._work_off_held()  # what came in during the pass, held behind a burst, before the plan is read
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
