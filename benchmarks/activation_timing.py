@@ -25,6 +25,10 @@ class Timings:
         self._lock = threading.Lock()
         self.count = 0
         self.top: list[list[Any]] = []  # [cpu ms, wall ms, what], longest CPU first
+        # Runs replayed from their first event: a query that reached a run as it continued as new (the
+        # server hands it to the closed run, which the controller no longer caches), or an eviction.
+        self.replays = 0
+        self.replay_cpu = 0.0  # seconds, all their replaying activations
 
     def add(self, cpu: float, wall: float, what: str) -> None:
         with self._lock:
@@ -34,8 +38,16 @@ class Timings:
                 self.top.sort(key=lambda row: -row[0])
                 del self.top[TOP:]
 
+    def replayed(self, cpu: float, first: bool) -> None:
+        with self._lock:
+            self.replays += first
+            self.replay_cpu += cpu
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps({"activations": self.count, "top": self.top}))
+        path.write_text(json.dumps({
+            "activations": self.count, "top": self.top, "replays": self.replays,
+            "replay_cpu_ms": round(self.replay_cpu * 1000),
+        }))  # fmt: skip
 
 
 def _commands(completion: Any) -> str:
@@ -67,6 +79,8 @@ class _TimedInstance(WorkflowInstance):
             jobs = sorted({job.WhichOneof("variant") or "" for job in act.jobs})
             what = ("replay: " if act.is_replaying else "") + ", ".join(jobs) + " -> " + _commands(completion)
             self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what)
+            if act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too
+                self._timings.replayed(time.thread_time() - cpu, first="initialize_workflow" in jobs)
 
     def get_info(self) -> Any:
         return self._inner.get_info()

@@ -146,6 +146,9 @@ def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
     lines = [f"  longest activation CPU {top[0][0]:8.0f} ms  (the scheduler's own code, in the controller, over"
              f" {timings.get('activations', 0)} activations; wall time beside)"]  # fmt: skip
     lines += [f"    {cpu:8.0f} ms CPU {wall:6.0f} ms wall  {what}" for cpu, wall, what in top]
+    replays, replay_ms = timings.get("replays", 0), timings.get("replay_cpu_ms", 0)
+    lines.append(f"  runs replayed in full   {replays:5d}     ({replay_ms} ms of CPU; a query that reached a run as it"
+                 " continued as new is answered by replaying it)")  # fmt: skip
     return lines
 
 

@@ -136,6 +136,8 @@ async def test_a_run_continues_as_new_after_its_signal_budget() -> None:
             if wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
                 closed = client.get_workflow_handle(queue, run_id=wf.run_id)
                 assert await closed.query("healthy_worker_count") > 0, wf.run_id
+                summary = await closed.query("summary", result_type=pb.ClusterSummary)  # the counts handed over
+                assert summary.total_workers == summary.healthy_workers > 0, wf.run_id
         await handle.terminate("test done")
 
 

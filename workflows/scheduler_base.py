@@ -60,7 +60,9 @@ class SchedulerBase:
     _replies: list[Delivery]  # registration answers not sent yet
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
+    _reports: int  # claims and enqueues received (a scheduler that started empty waits for its tasks' reports)
     _loader: StateLoader | None  # the carried state still loading (None once whole)
+    _handed_over: pb.ClusterSummary | None  # the counts this run handed over as it continued as new (`_let_go`)
     _held: deque[Callable[[], None]]  # signals waiting their turn (`held_in_turn`), oldest first
     _work_task: int  # the workflow task `_work_done` counts in (its history length when it started)
     _work_done: int  # held work done in it

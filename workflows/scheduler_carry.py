@@ -149,6 +149,7 @@ class Packer:
         self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
         self._packed: list[bytes] = []  # compressed so far
         self.steps = 0  # steps taken so far
+        self.counts: list[int] = []  # the header's counts, once finished
 
     def _add(self, lines: Iterable[str]) -> None:
         self._packed += [self._z.compress(line.encode() + b"\n") for line in lines]
@@ -231,6 +232,7 @@ class Packer:
             "counts": [healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
             "weight": self._weight + weight,
         }
+        self.counts = header["counts"]
         if state.reservations:  # optional: a state without reservations packs without the key
             header["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
         self._add([json.dumps(["d", weight, delta], separators=(",", ":"))])

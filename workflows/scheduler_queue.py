@@ -86,6 +86,7 @@ class Queue(SchedulerBase):
 
     @held_in_turn
     def _enqueued(self, requests: list[Enqueue]) -> None:
+        self._reports += len(requests)
         for request in requests:
             self._enqueue(request)
 
@@ -114,6 +115,7 @@ class Queue(SchedulerBase):
     @held_in_turn
     def claim(self, claim: Claim) -> None:
         """A task holds a place this scheduler does not know of (it started empty): book it."""
+        self._reports += 1
         key = task_workflow_id(claim.job_id, claim.task_index)
         held = self.state.placements.get(key)
         if held is not None and held.attempt >= claim.attempt:
@@ -312,6 +314,8 @@ class Queue(SchedulerBase):
 
     @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
+        if self._handed_over is not None:  # this run continued as new: as it handed the state over
+            return self._handed_over
         if self._loader is not None:  # as the previous run left it, until the carried state is whole
             healthy, total, pending, running = self._loader.counts
             return pb.ClusterSummary(store_url=self.state.store_url, healthy_workers=healthy, total_workers=total,
