@@ -18,7 +18,8 @@ CHILDREN = 3
 
 
 def _child(work: str, tag: str) -> None:
-    Path(work, tag).write_text(str(os.getpid()))
+    Path(work, f"{tag}.tmp").write_text(str(os.getpid()))
+    Path(work, f"{tag}.tmp").rename(Path(work, tag))  # whole when it appears: the test reads it as soon as it exists
     time.sleep(600)
 
 
