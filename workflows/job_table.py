@@ -8,6 +8,8 @@ the IrisJobState search attribute and the job's memo, at most once per workflow 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -202,15 +204,21 @@ class Table(JobBase):
             workflow.set_current_details(job_status_markdown(self.status))  # UI metadata, not history
 
 
+T = TypeVar("T")
+
+
 def read_task_result(raw: RawValue) -> TaskResult:
     """A task's result (a child's, or a TASK_ENDED signal's), decoded by hand: see `task_result_from_json`."""
-    if raw.payload.metadata.get("encoding") == b"json/plain":
-        return task_result_from_json(json.loads(raw.payload.data))
-    return workflow.payload_converter().from_payload(raw.payload, TaskResult)  # type: ignore[no-any-return]
+    return _read_by_hand(raw, task_result_from_json, TaskResult)
 
 
 def read_task_started(raw: RawValue) -> TaskStarted:
     """A TASK_STARTED signal's argument, decoded by hand: see `task_started_from_json`."""
+    return _read_by_hand(raw, task_started_from_json, TaskStarted)
+
+
+def _read_by_hand(raw: RawValue, from_json: Callable[[dict[str, Any]], T], cls: type[T]) -> T:
+    """JSON payloads through `from_json`; any other encoding through the converter."""
     if raw.payload.metadata.get("encoding") == b"json/plain":
-        return task_started_from_json(json.loads(raw.payload.data))
-    return workflow.payload_converter().from_payload(raw.payload, TaskStarted)  # type: ignore[no-any-return]
+        return from_json(json.loads(raw.payload.data))
+    return workflow.payload_converter().from_payload(raw.payload, cls)  # type: ignore[no-any-return]
