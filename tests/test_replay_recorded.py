@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from iris.payload_guard import PayloadGuard
 from workflows.registry import ALL_WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -33,3 +34,27 @@ async def test_recorded_history_replays(workflow_type: str) -> None:
     history = WorkflowHistory.from_json(recorded["workflow_id"], json.dumps(recorded["history"]))
     assert workflow_type == history.events[0].workflow_execution_started_event_attributes.workflow_type.name
     await Replayer(workflows=ALL_WORKFLOWS).replay_workflow(history)
+
+
+async def test_a_scheduler_run_whose_signals_a_query_split_replays() -> None:
+    """A scheduler run recorded by a controller that took a query on a cold cache replays (issue: the
+    scheduler stopped for good on its replay).
+
+    In that run a restarted controller answered a query before the workflow task that followed, and the SDK
+    applied the signals that had come since the last task (a registration and the new controller's
+    `configure`) while answering it; the registration after them came with the task itself. So the two
+    registrations were answered by two deliveries (events 155 and 161) where a replay, which sees all three
+    signals in one task, had answered both in one. The `configure` barrier answers them the same way.
+    """
+    events = json.loads((HISTORIES / "scheduler-query-split.json").read_text())
+    history = WorkflowHistory.from_json("iris-scheduler", json.dumps(events))
+    delivered = [
+        e.event_id for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "deliver_signals"
+    ]  # fmt: skip
+    assert [155, 161] == [i for i in delivered if 150 < i < 170]
+    result = await Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()]).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None

@@ -36,14 +36,15 @@ def held_in_turn(handler: F) -> F:
     does this one.
 
     They wait while the run loads its carried state in steps (an enqueue of a job whose entry is not
-    loaded yet would be overwritten), and while a burst is worked off a bounded amount per workflow task
-    (a restarted fleet's registrations; `_work_off_held`). Counted on arrival.
+    loaded yet would be overwritten), while a burst is worked off a bounded amount per workflow task
+    (a restarted fleet's registrations; `_work_off_held`), and behind a `configure` that came while
+    registration answers were owed (`_reply_barrier`). Counted on arrival.
     """
 
     @functools.wraps(handler)
     def in_turn(self: SchedulerBase, *args: Any) -> None:
         self._signals_received += 1
-        if self._loader is not None or self._held:
+        if self._loader is not None or self._held or self._reply_barrier:
             self._held.append(functools.partial(handler, self, *args))
             self._dirty = True  # wake the loop: it works them off
             return
@@ -58,6 +59,9 @@ class SchedulerBase:
     _snapshot: bytes | None  # the last encoded snapshot, until the state changes
     _signals_received: int  # in this run (SIGNAL_BUDGET)
     _replies: list[Delivery]  # registration answers not sent yet
+    # A `configure` came while answers were owed: they are sent before any later signal is applied
+    # (SchedulerWorkflow.configure explains why).
+    _reply_barrier: bool
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
     _reports: int  # claims and enqueues received (a scheduler that started empty waits for its tasks' reports)

@@ -69,6 +69,7 @@ class Deliveries(SchedulerBase):
 
     async def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
+        self._reply_barrier = False
         await self._deliver(replies, urgent=False)
 
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:

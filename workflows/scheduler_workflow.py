@@ -107,6 +107,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._signal_budget = signal_budget  # an argument, so a test can make it small (the sandbox re-imports us)
         self._reservation_check = reservation_check_seconds  # likewise
         self._replies: list[Delivery] = []  # registration answers not sent yet
+        self._reply_barrier = False  # `configure`: the answers owed go out before later signals apply
         self._last_purge = 0.0
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self._snapshot: bytes | None = None
@@ -137,6 +138,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                     lambda: self._dirty, timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer()
                 )
             self._dirty = False
+            if self._reply_barrier:  # answers owed before a `configure`, before what came after it
+                await self._send_replies()
             if self._held:
                 await self._work_off_held()
             if self._work_waits() and not self._signal_budget_spent() and not self._rebuild_holds():
@@ -326,7 +329,18 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
     @workflow.signal(name=CONFIGURE_SCHEDULER)
     @held_in_turn
     def configure(self, store_url: str) -> None:
+        """A controller started and names the store. Registration answers owed now go out before any
+        signal that came after this one is applied (a barrier, `held_in_turn`).
+
+        A controller's start is when a run is replayed from a cold cache while agents register again,
+        and when a query can reach a controller that does not hold the run: the SDK then applies the
+        signals that came after the last workflow task ahead of the task itself (docs/reliability.md,
+        "Replays"). A run recorded so, the registrations before a `configure` answered a task earlier
+        than those after it, replays with this barrier (tests/histories/scheduler-query-split.json).
+        """
         self.state.store_url = store_url
+        if self._replies:
+            self._reply_barrier = True
 
 
     @workflow.query(name=RECENT_ACTIONS_QUERY)
