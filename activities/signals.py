@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from typing import Any
 
 import structlog
 from temporalio import activity
@@ -72,14 +73,21 @@ def coalescer(client: Client, workflow_id: str) -> SignalCoalescer:
 
 
 @activity.defn(name=DELIVER_SIGNALS)
-async def deliver_signals(deliveries: list[Delivery]) -> list[int]:
+async def deliver_signals(deliveries: list[Delivery], report_sent: bool = False) -> list[int] | dict[str, Any]:
     """Send every signal; return the indices whose workflow no longer runs (or never will: an
     assignment waits for a task its running job is starting).
 
+    With `report_sent` (the scheduler's registration answers), `{"gone": [...], "sent": n}`: the answers
+    it was given, recorded in history, so a replay counts off exactly those as sent, whatever else the
+    replaying workflow had owed by then (docs/reliability.md, "Replays"). Called with one argument, the
+    SDK leaves `deliveries` untyped: rows are typed here.
+
     Any other error fails the activity, and Temporal retries the whole batch.
     """
-    outcome = await heartbeating(send_signals(activity.client(), deliveries, ASSIGN_PATIENCE))
-    return sorted(outcome.gone + outcome.late)
+    typed = [d if isinstance(d, Delivery) else Delivery(**d) for d in deliveries]
+    outcome = await heartbeating(send_signals(activity.client(), typed, ASSIGN_PATIENCE))
+    gone = sorted(outcome.gone + outcome.late)
+    return {"gone": gone, "sent": len(typed)} if report_sent else gone
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris.bundle import zip_bundle
 from iris.cli_common import (
     NO_LOCAL_CLUSTER,
@@ -451,11 +452,20 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     if TEMPORAL in down:
         out.print(f"Store: {info.store_url if info else ''}", markup=False, highlight=False)
         raise CliError("the local cluster's Temporal server is down; `iris cluster up` starts it again", 1)
-    client = iris_client(address, info.store_url if info is not None else None)
+    try:
+        client = iris_client(address, info.store_url if info is not None else None)
+    except Exception:  # it asks the scheduler for the store: a stuck scheduler is named here too
+        failing = _scheduler_failure_at(address)
+        if failing:
+            raise CliError(failing, 1) from None
+        raise
     try:
         summary = client._run(client._async.summary(budget=STATUS_QUERY_SECONDS))
     except Exception as e:  # the controller is down, starting or stalled: say so, at once
         out.print(f"Store: {client.store_url}", markup=False, highlight=False)
+        failing = _scheduler_failure(client)
+        if failing:  # it will not answer until someone acts: not a wait-and-see
+            raise CliError(failing, 1) from None
         out.print(f"workers: unknown (the controller does not answer: {type(e).__name__})",
                   markup=False, highlight=False)  # fmt: skip
         return
@@ -467,6 +477,30 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     from iris.cli_fleet import print_fleet_status
 
     print_fleet_status(client)
+
+
+def _scheduler_failure_at(address: str) -> str | None:
+    """As `_scheduler_failure`, with a plain connection to `address` (no client could be made)."""
+    from iris.local_readiness import readiness_client
+    from iris.workflow_health import failing_line, workflow_task_failure
+
+    async def ask() -> str | None:
+        client = await readiness_client(address, temporal_settings(address).namespace)
+        failure = await workflow_task_failure(client, SCHEDULER_WORKFLOW_ID)
+        return failing_line("scheduler", failure) if failure else None
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), 10.0))
+    except Exception:
+        return None
+
+
+def _scheduler_failure(client: Any) -> str | None:
+    """The scheduler's failing workflow task as one line, or None (also when Temporal cannot say)."""
+    try:
+        return client._run(client._async.scheduler_failure())
+    except Exception:
+        return None
 
 
 @app.command("dashboard")

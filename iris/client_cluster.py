@@ -23,6 +23,7 @@ from iris import fleet, users
 from iris.client_status import _worker_status
 from iris.reservations import ReservationStatus, read_published
 from iris.types import SliceStatus, UserStatus, WorkerStatus
+from iris.workflow_health import failing_line, workflow_task_failure
 
 log = structlog.get_logger("iris.client")
 
@@ -104,6 +105,11 @@ class ClusterReads:
     async def list_reservations(self) -> list[ReservationStatus]:
         """Reservations as the scheduler last published them (its memo: no query to the scheduler)."""
         return await read_published(self.temporal)
+
+    async def scheduler_failure(self) -> str | None:
+        """"scheduler workflow task failing: <error>" while the scheduler's workflow task fails, else None."""
+        failure = await workflow_task_failure(self.temporal, SCHEDULER_WORKFLOW_ID)
+        return failing_line("scheduler", failure) if failure else None
 
     async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
         """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""

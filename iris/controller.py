@@ -53,6 +53,7 @@ from iris.gc_tuning import tune_for_controller
 from iris.payload_guard import GuardedRunner, PayloadGuard
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
+from iris.workflow_health import workflow_task_failure
 from workflows.autoscaler_state import AutoscalerConfig, ScaleGroup
 from workflows.autoscaler_workflow import AutoscalerWorkflow
 from workflows.registry import ALL_WORKFLOWS
@@ -244,7 +245,20 @@ class ControllerProbe:
 
     async def checks(self) -> dict[str, bool]:
         reachable = self.client is not None and await observability.temporal_reachable(self.client)
-        return {"temporal_reachable": reachable, "pollers_running": self.polling}
+        checks = {"temporal_reachable": reachable, "pollers_running": self.polling}
+        if reachable and self.client is not None:
+            checks["scheduler_workflow_task_ok"] = await self._scheduler_ok(self.client)
+        return checks
+
+    async def _scheduler_ok(self, client: Client) -> bool:
+        """False while the scheduler's workflow task fails: nothing is placed until someone acts."""
+        try:
+            failure = await asyncio.wait_for(workflow_task_failure(client, SCHEDULER_WORKFLOW_ID), 5.0)
+        except Exception:  # not started yet, or Temporal busy: not this check's to report
+            return True
+        if failure:
+            log.warning("scheduler_workflow_task_failing", error=failure)
+        return failure is None
 
     async def refresh(self) -> None:
         """Jobs by state from visibility and the scheduler's queue, read at scrape time."""

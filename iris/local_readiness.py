@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from activities.contracts import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
 from iris.connection import connect_client
+from iris.workflow_health import failing_line, workflow_task_failure
 
 _T = TypeVar("_T")
 
@@ -64,6 +65,21 @@ async def wait_for_temporal(
         await asyncio.sleep(0.1)
 
 
+# How long the scheduler's workflow task must keep failing before readiness gives up at once.
+FAILING_GRACE = 5.0
+
+
+async def _failing(client: Client | None) -> str | None:
+    """"scheduler workflow task failing: …" while it does (a task that fails will not heal by waiting)."""
+    if client is None:
+        return None
+    try:
+        failure = await asyncio.wait_for(workflow_task_failure(client, SCHEDULER_WORKFLOW_ID), 5.0)
+    except Exception:  # not created yet, server busy: nothing to say
+        return None
+    return failing_line("scheduler", failure) if failure else None
+
+
 async def wait_until_ready(
     address: str,
     expected_workers: int,
@@ -81,6 +97,7 @@ async def wait_until_ready(
     """
     deadline = time.monotonic() + timeout
     last = "no answer yet"
+    failing_since: float | None = None
     read = f"; read the logs: {', '.join(str(p) for p in log_files)}" if log_files else ""
     client: Client | None = None
     while True:
@@ -100,6 +117,13 @@ async def wait_until_ready(
             last = f"scheduler reports {count} of {expected_workers} workers healthy"
         except Exception as e:  # not ready yet; the last reason is reported on timeout
             last = f"{type(e).__name__}: {e}"
+            failing = await _failing(client)
+            if failing is None:
+                failing_since = None
+            elif failing_since is None:
+                failing_since = time.monotonic()
+            elif time.monotonic() - failing_since >= FAILING_GRACE:  # not one slow or unlucky task
+                raise RuntimeError(f"local cluster failed to start: {failing}{read}") from None
         if time.monotonic() >= deadline:
             raise RuntimeError(f"local cluster not ready after {timeout:.0f}s ({last}){read}")
         await asyncio.sleep(0.25)

@@ -68,9 +68,22 @@ class Deliveries(SchedulerBase):
     """Mixed into SchedulerWorkflow (see its module)."""
 
     async def _send_replies(self) -> None:
+        """Answer the registrations owed; the activity says how many answers it was given, and any
+        owed beyond them stay owed, at the head (the loop wakes while any are, not on a flag).
+
+        Why count: the signals of one workflow task can reach the workflow in two activations (a query
+        answered on a controller without the run in its cache: docs/reliability.md, "Replays"). Then the
+        answers sent after the first are fewer than a replay, which sees every signal at once, owes. What
+        history recorded as sent is what counts as sent, so both send the rest in the same next task.
+        """
         replies, self._replies = self._replies, []
         self._reply_barrier = False
-        await self._deliver(replies, urgent=False)
+        answer = await workflow.execute_activity(
+            DELIVER_SIGNALS, args=[deliveries_payload(replies), True], start_to_close_timeout=timedelta(seconds=120)
+        )
+        sent = answer["sent"] if isinstance(answer, dict) else len(replies)  # a bare list: recorded before counts
+        if sent < len(replies):
+            self._replies[:0] = replies[sent:]
 
     async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone.

@@ -135,7 +135,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         while True:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self._dirty, timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer()
+                    lambda: self._dirty or bool(self._replies),  # answers owed: state, not a flag (_send_replies)
+                    timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer(),
                 )
             self._dirty = False
             if self._reply_barrier:  # answers owed before a `configure`, before what came after it

@@ -22,7 +22,7 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_workflow_id
+from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, SCHEDULER_WORKFLOW_ID, task_workflow_id
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
@@ -54,6 +54,7 @@ from iris.dashboard.views import (
 from iris.types import JobState
 from iris.units import format_memory
 from iris.users import list_users
+from iris.workflow_health import failing_line, workflow_task_failure
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -131,6 +132,14 @@ class Dashboard:
     async def _root(self, _: web.Request) -> web.Response:
         raise web.HTTPFound("/queue")
 
+    async def _scheduler_failing(self) -> str | None:
+        """"scheduler workflow task failing: …" while it does, so a page says why it cannot be read."""
+        try:
+            failure = await asyncio.wait_for(workflow_task_failure(self.reads.client, SCHEDULER_WORKFLOW_ID), 3.0)
+        except Exception:
+            return None
+        return failing_line("scheduler", failure) if failure else None
+
     def _page(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
             started = time.perf_counter()
@@ -140,6 +149,7 @@ class Dashboard:
                 context = await handler(request)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
                 message = getattr(err, "message", "") or str(err) or type(err).__name__
+                message = await self._scheduler_failing() or message  # the cause, when the scheduler is stuck
                 log.warning("dashboard_read_failed", path=request.path, error=message)
                 context = {"template": "unavailable.html", "page": request.path.strip("/").split("/")[0],
                            "title": "Unavailable", "error": message.splitlines()[0], "status": 503}  # fmt: skip
