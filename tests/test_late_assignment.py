@@ -8,6 +8,7 @@ The announcement and delivery activities are stand-ins that report what a real d
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
@@ -33,8 +34,8 @@ async def slow_task(deliveries: list[Delivery], patience: float) -> DeliveryOutc
 
 
 @activity.defn(name=DELIVER_SIGNALS)
-async def delivered(deliveries: list[Delivery]) -> list[int]:
-    return []
+async def delivered(deliveries: list[Delivery], report_sent: bool = False) -> list[int] | dict[str, Any]:
+    return {"gone": [], "sent": len(deliveries)} if report_sent else []
 
 
 async def _placed(client: Client, workflow_id: str) -> list[str]:

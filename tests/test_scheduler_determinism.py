@@ -62,11 +62,12 @@ async def _load(client: Client, workflow_id: str) -> None:
 
 
 @activity.defn(name=DELIVER_SIGNALS)
-async def slow_deliver_signals(deliveries: list[Delivery]) -> list[int]:
+async def slow_deliver_signals(deliveries: list[Delivery], report_sent: bool = False) -> list[int] | dict[str, Any]:
     """Replies and reasons as slow as on a loaded controller: longer than a workflow task may stay open."""
-    if any(d.signal != "assigned" for d in deliveries):
+    typed = [d if isinstance(d, Delivery) else Delivery(**d) for d in deliveries]
+    if any(d.signal != "assigned" for d in typed):
         await asyncio.sleep(SLOW_DELIVERY)
-    return await deliver_signals(deliveries)
+    return await deliver_signals(typed, report_sent)
 
 
 async def test_signal_bursts_during_passes_replay_deterministically() -> None:

@@ -77,6 +77,10 @@ PAUSE_TIMEOUT = timedelta(seconds=30)
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, DashboardQueries):
+    # What a query may set: `autoscale_snapshot` keeps its own answer until the state changes (no decision
+    # reads it). Every other attribute is the same after a query as before (tests/query_guard.py checks).
+    QUERY_CACHES = ("_snapshot",)
+
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
@@ -184,8 +188,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
 
     @property
     def state(self) -> SchedulerState:
-        if self._state is None:  # let go of at continue-as-new (`_let_go`), and a query still reached this run
-            self._state = unpack(self._carried)
+        if self._state is None:  # let go of at continue-as-new (`_let_go`), and a query still reached this run:
+            return unpack(self._carried)  # unpacked for that answer alone (a query changes nothing it finds)
         return self._state
 
     @state.setter

@@ -1,0 +1,87 @@
+"""A worker interceptor that fails any query which changes its workflow's state (tests only).
+
+Queries are answered from whatever the worker holds, and a workflow the server asks while it holds no
+cached run is replayed to answer: a query that changed state would make the next decisions differ from
+those a replay makes, the class of bug that stopped the scheduler (docs/reliability.md, "Replays"). The
+guard takes a fingerprint of the workflow instance before and after each query and raises on a difference.
+A handler may keep a cache of its own answer: such attributes are listed in the class's `QUERY_CACHES`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import Message
+from temporalio import workflow
+from temporalio.worker import (
+    HandleQueryInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+
+class QueryChangedState(AssertionError):
+    """A query handler changed the workflow's state."""
+
+
+def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
+    """A comparable picture of `value`: nested containers, dataclasses, objects' attributes, protobufs."""
+    seen: set[int] = set()
+
+    def walk(v: Any, depth: int) -> Any:
+        if v is None or isinstance(v, str | int | float | bool | bytes):
+            return v
+        if depth > 40 or id(v) in seen:
+            return ("<seen>", type(v).__name__)
+        if isinstance(v, Message):
+            return (type(v).__name__, v.SerializeToString(deterministic=True))
+        if isinstance(v, Callable) and not hasattr(v, "__dict__"):  # type: ignore[arg-type]
+            return ("<callable>", getattr(v, "__qualname__", type(v).__name__))
+        seen.add(id(v))
+        try:
+            if isinstance(v, dict):
+                return ("dict", tuple((walk(k, depth + 1), walk(x, depth + 1)) for k, x in v.items()))
+            if isinstance(v, list | tuple | deque):
+                return (type(v).__name__, tuple(walk(x, depth + 1) for x in v))
+            if isinstance(v, set | frozenset):
+                return ("set", tuple(sorted((repr(walk(x, depth + 1)) for x in v))))
+            if dataclasses.is_dataclass(v) and not isinstance(v, type):
+                return (type(v).__name__, tuple(walk(getattr(v, f.name), depth + 1) for f in dataclasses.fields(v)))
+            attrs = getattr(v, "__dict__", None)
+            slots = getattr(type(v), "__slots__", ())
+            if attrs is None and not slots:
+                return (type(v).__name__, repr(v))
+            pairs = dict(attrs or {})
+            for name in (slots if isinstance(slots, tuple | list) else (slots,)):
+                if hasattr(v, name):
+                    pairs[name] = getattr(v, name)
+            return (
+                type(v).__name__,
+                tuple((k, walk(x, depth + 1)) for k, x in sorted(pairs.items()) if depth or k not in skip),
+            )
+        finally:
+            seen.discard(id(v))
+
+    return walk(value, 0)
+
+
+class _Inbound(WorkflowInboundInterceptor):
+    async def handle_query(self, input: HandleQueryInput) -> Any:
+        instance = workflow.instance()
+        skip = frozenset(getattr(type(instance), "QUERY_CACHES", ()))
+        before = fingerprint(instance, skip)
+        answer = await self.next.handle_query(input)
+        if fingerprint(instance, skip) != before:
+            raise QueryChangedState(f"query {input.query!r} changed the state of {type(instance).__name__}")
+        return answer
+
+
+class QueryGuard(Interceptor):
+    """Fails the query (the caller sees a query failure naming it) when a handler changed state."""
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _Inbound

@@ -1,0 +1,186 @@
+"""The scheduler replays whatever the order and grouping of what reaches it (a randomized, seeded test).
+
+Two workers serve it on one queue: one keeps no workflow in its cache (`max_cached_workflows=0`: every task
+and every query replays the history), the other caches and is restarted now and then, as a controller is,
+so its successor starts cold and takes tasks and queries for a run it does not hold. Meanwhile the test
+sends registrations, losses, cordons, enqueues and releases, asks every query the scheduler answers, and
+registers hosts by update, at random moments from a seeded generator. At the end the whole history must
+replay with the current code, no workflow task may have failed, and no query may have changed the
+workflow's state (tests/query_guard.py, on both workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import random
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from activities.contracts import (
+    AUTOSCALE_SNAPSHOT_QUERY,
+    DASHBOARD_QUEUE_QUERY,
+    DASHBOARD_WORKER_QUERY,
+    DASHBOARD_WORKERS_QUERY,
+    HEALTHY_WORKER_QUERY,
+    PENDING_REASON,
+    RECENT_ACTIONS_QUERY,
+    SUMMARY_QUERY,
+    WORKERS_QUERY,
+    Release,
+)
+from activities.proto import cluster_pb2 as pb
+from activities.recovery import rebuild_scheduler
+from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_assignments, deliver_signals
+from iris.controller import workflow_runner
+from iris.deployment import deployment_config, promote
+from tests.query_guard import QueryGuard
+from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
+from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
+from workflows.scheduler_workflow import SchedulerWorkflow
+
+SEEDS = [int(s) for s in os.environ.get("IRIS_INTERLEAVING_SEEDS", "7,1234").split(",")]
+STEPS = 160
+ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
+FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
+NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
+
+
+def _host(agent: int, host: int, session: str) -> pb.WorkerMetadata:
+    meta = pb.WorkerMetadata(worker_id=f"a{agent}-h{host}", host="127.0.0.1", agent_session=session)
+    meta.capacity.cpu_millis = 1000
+    meta.capacity.memory_bytes = 2**30
+    return meta
+
+
+async def _worker(env: WorkflowEnvironment, queue: str, executor: concurrent.futures.Executor, cached: bool) -> Worker:
+    """A controller's workflow worker: a client of its own (one worker per client, queue and build)."""
+    client = await Client.connect(env.client.service_client.config.target_host, namespace=env.client.namespace)
+    return Worker(
+        client, task_queue=queue, workflows=[SchedulerWorkflow], activities=ACTIVITIES, activity_executor=executor,
+        workflow_runner=workflow_runner(), deployment_config=deployment_config(TEST_BUILD), interceptors=[QueryGuard()],
+        max_cached_workflows=100 if cached else 0,
+    )  # fmt: skip
+
+
+class Driver:
+    """What one seed sends, and the queries' failures other than "not answered now"."""
+
+    def __init__(self, handle: WorkflowHandle[Any, Any], rng: random.Random) -> None:
+        self.handle, self.rng = handle, rng
+        self.sessions: dict[str, str] = {}  # worker id -> its agent's session
+        self.jobs: list[str] = []
+        self.query_failures: list[str] = []
+
+    async def step(self, i: int) -> None:
+        rng, h = self.rng, self.handle
+        action = rng.choice(["register", "register", "lost", "cordon", "enqueue", "enqueue", "release", "update"])
+        if action == "register":
+            agent, session = rng.randrange(6), f"s{i}"
+            batch = pb.WorkerBatch(reply_to=f"no-such-agent-{i}")  # an answer to nobody is dropped
+            for host in range(rng.randint(1, 3)):
+                batch.workers.append(_host(agent, host, session))
+                self.sessions[f"a{agent}-h{host}"] = session
+            await h.signal("register_workers", batch)
+        elif action == "lost" and self.sessions:
+            worker_id = rng.choice(sorted(self.sessions))
+            await h.signal("worker_lost", WorkerLost(worker_id, self.sessions[worker_id], "test"))
+        elif action == "cordon" and self.sessions:
+            await h.signal("cordon_workers", CordonWorkers([rng.choice(sorted(self.sessions))], rng.random() < 0.7,
+                                                           "test"))  # fmt: skip
+        elif action == "enqueue":
+            job_id = f"job-{i}"
+            self.jobs.append(job_id)
+            await h.signal("enqueue", Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0}))
+        elif action == "release" and self.jobs:
+            await h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
+        elif action == "update":
+            session = f"u{i}"
+            self.sessions[f"a9-h{i % 3}"] = session
+            await h.execute_update("register_worker", _host(9, i % 3, session))
+
+    async def ask(self) -> None:
+        """One query of every kind the scheduler answers, in a random order."""
+        worker = next(iter(sorted(self.sessions)), "none")
+        asks: list[tuple[str, list[Any]]] = [
+            (HEALTHY_WORKER_QUERY, []), (SUMMARY_QUERY, []), (WORKERS_QUERY, []), (AUTOSCALE_SNAPSHOT_QUERY, []),
+            (RECENT_ACTIONS_QUERY, []), (DASHBOARD_QUEUE_QUERY, []), (DASHBOARD_WORKER_QUERY, [worker]),
+            (DASHBOARD_WORKERS_QUERY, [pb.DashboardWorkersRequest(limit=10)]),
+            (PENDING_REASON, [self.jobs[-1] if self.jobs else "none"]),
+        ]  # fmt: skip
+        self.rng.shuffle(asks)
+        for name, args in asks:
+            try:
+                await self.handle.query(name, *args)
+            except WorkflowQueryFailedError as err:
+                self.query_failures.append(f"{name}: {err}")
+            except RPCError:
+                pass  # no worker answered in time (one is restarting): not what this test looks for
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_random_interleavings_replay_and_queries_change_nothing(seed: int) -> None:
+    """Signals, updates, queries, cache misses and worker restarts in a seeded random order: the history
+    replays, no workflow task failed, and no query changed the scheduler's state."""
+    rng = random.Random(seed)
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
+    queue = f"interleave-{seed}-{uuid.uuid4().hex[:6]}"
+    try:
+        client = env.client
+        with concurrent.futures.ThreadPoolExecutor(8) as executor:
+            uncached = await _worker(env, queue, executor, cached=False)
+            cached = await _worker(env, queue, executor, cached=True)
+            runs = [asyncio.create_task(uncached.run()), asyncio.create_task(cached.run())]
+            await promote(client, TEST_BUILD)
+            handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
+            driver = Driver(handle, rng)
+            for i in range(STEPS):
+                sends = [driver.step(i) for _ in range(rng.randint(1, 3))]
+                if rng.random() < 0.3:
+                    sends.append(driver.ask())
+                await asyncio.gather(*sends)
+                if rng.random() < 0.06:  # a controller restarts: its successor starts with an empty cache
+                    await cached.shutdown()
+                    cached = await _worker(env, queue, executor, cached=True)
+                    runs.append(asyncio.create_task(cached.run()))
+                await asyncio.sleep(rng.random() * 0.05)
+            await driver.ask()
+            await _settled(handle)
+            history = await handle.fetch_history()
+            await handle.terminate("test done")
+            await cached.shutdown()
+            await uncached.shutdown()
+            for run in runs:
+                run.cancel()
+    finally:
+        await env.shutdown()
+    failed = [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert [] == failed
+    assert [] == driver.query_failures
+    result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None
+
+
+async def _settled(handle: WorkflowHandle[Any, Any], timeout: float = 60) -> None:
+    """Until nothing is in flight: no activity and no workflow task pending or open."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        raw = (await handle.describe()).raw_description
+        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"still busy after {timeout} s")
