@@ -24,7 +24,7 @@ from temporalio.worker import (
 )
 
 
-class QueryChangedState(AssertionError):
+class QueryChangedStateError(AssertionError):
     """A query handler changed the workflow's state."""
 
 
@@ -48,7 +48,7 @@ def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
             if isinstance(v, list | tuple | deque):
                 return (type(v).__name__, tuple(walk(x, depth + 1) for x in v))
             if isinstance(v, set | frozenset):
-                return ("set", tuple(sorted((repr(walk(x, depth + 1)) for x in v))))
+                return ("set", tuple(sorted(repr(walk(x, depth + 1)) for x in v)))
             if dataclasses.is_dataclass(v) and not isinstance(v, type):
                 return (type(v).__name__, tuple(walk(getattr(v, f.name), depth + 1) for f in dataclasses.fields(v)))
             attrs = getattr(v, "__dict__", None)
@@ -76,7 +76,7 @@ class _Inbound(WorkflowInboundInterceptor):
         before = fingerprint(instance, skip)
         answer = await self.next.handle_query(input)
         if fingerprint(instance, skip) != before:
-            raise QueryChangedState(f"query {input.query!r} changed the state of {type(instance).__name__}")
+            raise QueryChangedStateError(f"query {input.query!r} changed the state of {type(instance).__name__}")
         return answer
 
 

@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
@@ -184,3 +185,34 @@ async def _settled(handle: WorkflowHandle[Any, Any], timeout: float = 60) -> Non
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"still busy after {timeout} s")
+
+
+@workflow.defn(name="CountsItsQueries", sandboxed=False)
+class CountsItsQueries:
+    """A workflow whose query changes its state: what the guard is for."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query
+    def ask(self) -> int:
+        self.asked += 1
+        return self.asked
+
+
+async def test_the_guard_fails_a_query_that_changes_state() -> None:
+    """A query handler that changes its workflow's state fails with a message naming the query."""
+    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
+    try:
+        queue = f"guard-{uuid.uuid4().hex[:6]}"
+        async with Worker(env.client, task_queue=queue, workflows=[CountsItsQueries], interceptors=[QueryGuard()]):
+            handle = await env.client.start_workflow("CountsItsQueries", id=queue, task_queue=queue)
+            with pytest.raises(WorkflowQueryFailedError, match="query 'ask' changed the state of CountsItsQueries"):
+                await handle.query("ask")
+            await handle.terminate("test done")
+    finally:
+        await env.shutdown()
