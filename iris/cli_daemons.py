@@ -112,6 +112,7 @@ def worker_serve(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
         address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
+        watch_notices=tpu_vm,  # a TPU VM's preemption/maintenance notices (auto: when $GCE_METADATA_HOST is set)
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
