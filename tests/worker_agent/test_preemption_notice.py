@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -51,7 +50,7 @@ def test_notice_arrives_within_a_second(metadata: FakeMetadata, key: str, value:
             time.sleep(0.02)
         changed = metadata.set_instance(key, value)
         assert told.wait(5), "no notice"
-        (notice, at), = notices
+        ((notice, at),) = notices
         assert notice.reason.startswith(cause) and value in notice.reason
         assert at - changed < 1.0
         assert all(flavor == "Google" for _, flavor in metadata.requests)
@@ -108,7 +107,7 @@ def test_checkpoint_dirs(tmp_path: Path) -> None:
     assert str(tmp_path / "ck") == checkpoint_root(f"file://{tmp_path}/ck")
     assert str(tmp_path / "ck" / "3") == task_checkpoint_dir(checkpoint_root(tmp_path / "ck"), 3)
     assert "gs://bucket/run-1/0" == task_checkpoint_dir(checkpoint_root("gs://bucket/run-1/"), 0)
-    assert os.path.isabs(checkpoint_root("relative/dir"))
+    assert Path(checkpoint_root("relative/dir")).is_absolute()
     with pytest.raises(ValueError, match="checkpoint_dir"):
         checkpoint_root("")
     with pytest.raises(ValueError, match="checkpoint_dir: a file:// URL"):
