@@ -255,8 +255,11 @@ class FakeMetadata:
                     self.send_header("ETag", etag)
                 self.send_header("Content-Type", "application/text")
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # a long poll whose agent has gone
+                    pass
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
