@@ -31,7 +31,7 @@ from typing import Any
 import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from activities.platforms import remote_agent
 from activities.platforms.base import (
@@ -52,6 +52,7 @@ from activities.platforms.base import (
 )
 from activities.platforms.gcp_zones import ZoneBackoff
 from activities.platforms.ssh import SshError, SshTarget, SshTransport
+from scheduler.spot import Capacity, CapacityPolicy
 from scheduler.tpu import tpu_vm_count
 
 log = structlog.get_logger(__name__)
@@ -137,7 +138,18 @@ class Settings(BaseModel):
     )
     accelerator_type: str = Field(min_length=1, description="the node's type, e.g. `v5litepod-16`")
     runtime_version: str = Field(min_length=1, description="the TPU VM image, e.g. `v2-alpha-tpuv5-lite`")
-    spot: bool = Field(default=False, description="spot (preemptible) capacity")
+    spot: bool | None = Field(default=None, description="spot (preemptible) capacity: a synonym of `capacity: spot`")
+    capacity: str | None = Field(
+        default=None,
+        description="`on_demand` (the default), `spot`, or `spot_then_on_demand` (spot, on-demand for a while after "
+        "`spot_fallback` says so)",
+    )
+    spot_fallback: dict[str, Any] | None = Field(
+        default=None,
+        description="with `spot_then_on_demand`: `{after_preemptions: N, within: DURATION, hold: DURATION}` "
+        "(defaults 2, 1h, 2h): N spot slices preempted within `within` (or spot stocked out in every zone) "
+        "make new slices on-demand for `hold`",
+    )
     network: str | None = Field(default=None, description="VPC network; default: the project's default")
     service_account: str | None = Field(default=None, description="the VMs' service account e-mail")
     api_endpoint: str | None = Field(
@@ -160,6 +172,18 @@ class Settings(BaseModel):
         if len(set(zones)) != len(zones) or any(not z for z in zones):
             raise ValueError("must name distinct, non-empty zones")
         return zones
+
+    @model_validator(mode="after")
+    def _capacity(self) -> Settings:
+        CapacityPolicy.parse(self.model_dump(include={"spot", "capacity", "spot_fallback"}))  # ValueError: its field
+        return self
+
+    @property
+    def wants_spot(self) -> bool:
+        """Whether a slice made with these settings is spot (a fallback's slice comes with `capacity: on_demand`)."""
+        return CapacityPolicy.parse(self.model_dump(include={"spot", "capacity", "spot_fallback"})).kind != (
+            Capacity.ON_DEMAND
+        )
 
     @property
     def zone_list(self) -> list[str]:
@@ -200,6 +224,7 @@ def _is_loopback(endpoint: str) -> bool:
         return False
 
 
+CAPACITY_LABEL = "iris-capacity"  # the node's label: spot or on_demand
 ZONE_ATTRIBUTE = "zone"  # every gcp worker's attribute (and its slice's label in `describe`): the node's zone
 # (project, slice id) -> the zone its node is in, so describe asks that zone first; a restart just asks them all
 _ZONE_OF: dict[tuple[str, str], str] = {}
@@ -373,8 +398,8 @@ class GcpPlatform:
         s = self.settings
         request = tpu_v2.Node(
             accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
-            labels=slice_labels(group.name, slice_id),
-            scheduling_config=tpu_v2.SchedulingConfig(spot=s.spot),
+            labels={**slice_labels(group.name, slice_id), CAPACITY_LABEL: "spot" if s.wants_spot else "on_demand"},
+            scheduling_config=tpu_v2.SchedulingConfig(spot=s.wants_spot),
             network_config=tpu_v2.NetworkConfig(network=s.network or "", enable_external_ips=False),
         )
         if s.service_account:
