@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
+from activities.slices import SLICE_PREEMPTED as PREEMPTED
 from scheduler.spot import Capacity, CapacityPolicy, Choice, choose, note_preemption, note_stockout
 from workflows.autoscaler_state import GroupRuntime, SliceEntry
 
-PREEMPTED = "SlicePreempted"  # workflows.autoscaler_workflow.PREEMPTED: a lost READY slice
 CAPACITY_KEYS = ("capacity", "spot", "spot_fallback")
 CAPACITY_PLATFORMS = ("gcp",)  # platforms whose slices are spot or on-demand
 
