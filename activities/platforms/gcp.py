@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from google.api_core import exceptions as gexc
@@ -118,6 +118,21 @@ class SshSettings(BaseModel):
     port: int = Field(default=22, ge=1, le=65535, description="the VMs' SSH port")
 
 
+class SpotFallbackSettings(BaseModel):
+    """`spot_fallback:` of a `spot_then_on_demand` group (scheduler.spot.SpotFallback)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after_preemptions: int = Field(
+        default=2, ge=1, description="this many of the group's spot slices preempted within `within` (or spot "
+        "stocked out in every zone) make new slices on-demand",
+    )  # fmt: skip
+    within: str | float = Field(default="1h", json_schema_extra={"doc_type": "duration"},
+                                description="the window the preemptions are counted in (30m, 1h, ...)")  # fmt: skip
+    hold: str | float = Field(default="2h", json_schema_extra={"doc_type": "duration"},
+                              description="how long new slices are on-demand before spot again")  # fmt: skip
+
+
 class Settings(BaseModel):
     """The `gcp:` block of a scale group."""
 
@@ -139,16 +154,15 @@ class Settings(BaseModel):
     accelerator_type: str = Field(min_length=1, description="the node's type, e.g. `v5litepod-16`")
     runtime_version: str = Field(min_length=1, description="the TPU VM image, e.g. `v2-alpha-tpuv5-lite`")
     spot: bool | None = Field(default=None, description="spot (preemptible) capacity: a synonym of `capacity: spot`")
-    capacity: str | None = Field(
+    capacity: Literal["on_demand", "spot", "spot_then_on_demand"] | None = Field(
         default=None,
-        description="`on_demand` (the default), `spot`, or `spot_then_on_demand` (spot, on-demand for a while after "
-        "`spot_fallback` says so)",
+        json_schema_extra={"doc_type": "on_demand, spot or spot_then_on_demand"},
+        description="`on_demand` (the default), `spot`, or `spot_then_on_demand`: spot, and on-demand for a while "
+        "when `spot_fallback` says so",
     )
-    spot_fallback: dict[str, Any] | None = Field(
-        default=None,
-        description="with `spot_then_on_demand`: `{after_preemptions: N, within: DURATION, hold: DURATION}` "
-        "(defaults 2, 1h, 2h): N spot slices preempted within `within` (or spot stocked out in every zone) "
-        "make new slices on-demand for `hold`",
+    spot_fallback: SpotFallbackSettings = Field(
+        default=SpotFallbackSettings(),
+        description="with `capacity: spot_then_on_demand`: when new slices go on-demand, and for how long",
     )
     network: str | None = Field(default=None, description="VPC network; default: the project's default")
     service_account: str | None = Field(default=None, description="the VMs' service account e-mail")
@@ -173,17 +187,20 @@ class Settings(BaseModel):
             raise ValueError("must name distinct, non-empty zones")
         return zones
 
+    def capacity_policy(self) -> CapacityPolicy:
+        """The block's capacity rule (ValueError naming the field when `spot`, `capacity`, `spot_fallback` disagree)."""
+        given = {"spot", "capacity", "spot_fallback"} & self.model_fields_set
+        return CapacityPolicy.parse(self.model_dump(include=given))
+
     @model_validator(mode="after")
     def _capacity(self) -> Settings:
-        CapacityPolicy.parse(self.model_dump(include={"spot", "capacity", "spot_fallback"}))  # ValueError: its field
+        self.capacity_policy()
         return self
 
     @property
     def wants_spot(self) -> bool:
         """Whether a slice made with these settings is spot (a fallback's slice comes with `capacity: on_demand`)."""
-        return CapacityPolicy.parse(self.model_dump(include={"spot", "capacity", "spot_fallback"})).kind != (
-            Capacity.ON_DEMAND
-        )
+        return self.capacity_policy().kind != Capacity.ON_DEMAND
 
     @property
     def zone_list(self) -> list[str]:
