@@ -63,6 +63,23 @@ class Hosts:
         wait_until(lambda: set(names) <= {w.worker_id for w in self.client.list_workers() if w.healthy},
                    timeout=60, what=f"{names} registered")  # fmt: skip
 
+    def remove(self, worker_ids: list[str], reason: str) -> None:
+        """What SliceWorkflow tells the scheduler when the cloud took the workers' slice back."""
+        import asyncio
+
+        from temporalio.client import Client
+
+        from activities.contracts import SCHEDULER_WORKFLOW_ID
+        from workflows.messages import RemoveWorkers
+
+        async def signal() -> None:
+            temporal = await Client.connect(self.cluster.info.address)
+            await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+                "remove_workers", RemoveWorkers(worker_ids, reason=reason)
+            )
+
+        asyncio.run(signal())
+
     def close(self) -> None:
         for worker_id in self.started:
             self.cluster.local.stop_worker(worker_id)
@@ -181,3 +198,23 @@ def test_no_notice_no_file(client: IrisClient) -> None:
     job.wait(timeout=60)
     ((path, exists, is_set),) = job.results()
     assert path.endswith("preemption-notice") and (False, False) == (exists, is_set)
+
+
+def test_host_taken_back_is_a_preemption_naming_the_slice(hosts: Hosts, client: IrisClient, tmp_path: Path) -> None:
+    """The slice of a running task is lost (as SliceWorkflow reports a PREEMPTED node): the attempt is stopped at
+    once and counted as a preemption whose error names the slice's fate; it runs again elsewhere."""
+    pool = f"lost-{uuid.uuid4().hex[:6]}"
+    hosts.start([f"{pool}-a"], [{"pool": pool}], watching=None)
+    script = f'echo "$IRIS_ATTEMPT" >> {tmp_path}/runs; [ "$IRIS_ATTEMPT" != 0 ] || sleep 300'
+    job = client.submit_command(["sh", "-c", script], constraints=[Constraint("pool", "EQ", pool)], name="lost")
+    wait_until(lambda: (tmp_path / "runs").exists(), timeout=60, what="the task running")
+    hosts.remove([f"{pool}-a"], reason=f"slice {pool} preempted: node preempted")
+    waiting = wait_until(lambda: (s := job.status()).tasks and s.tasks[0].preemption_count == 1 and s, timeout=60,
+                         what="the attempt counted as a preemption")  # fmt: skip
+    task = waiting.tasks[0]
+    assert 0 == task.failure_count
+    assert f"its host is gone (slice {pool} preempted: node preempted)" in task.error, task.error
+    hosts.start([f"{pool}-b"], [{"pool": pool}], watching=None)
+    status = job.wait(timeout=120)
+    assert (JobState.SUCCEEDED, 1, 0) == (status.state, status.tasks[0].preemption_count,
+                                          status.tasks[0].failure_count)  # fmt: skip
