@@ -323,7 +323,7 @@ class WorkerAgent:
         if path is None:
             return
         try:
-            path.write_text((self.notice.reason if self.notice else "evicted") + "\n")
+            path.write_text((self.notice.reason if self.notice else "evicted for higher-band work") + "\n")
         except OSError as err:  # its area is going away: the SIGTERM still comes
             self.log.warning("notice_file_failed", path=str(path), error=str(err))
 

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, JobStatus, ResourceSpec
-from iris.config import LocalWorkerSpec
+from iris.config import LocalWorkerSpec, parse_config
 from scheduler.types import AttrValue
 from tests.platforms.tpu_fake import FakeMetadata
-from tests.support import Cluster, forget_workers, wait_until
+from tests.support import Cluster, forget_workers, running_cluster, wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "spot.md"
 
@@ -218,3 +218,32 @@ def test_host_taken_back_is_a_preemption_naming_the_slice(hosts: Hosts, client: 
     status = job.wait(timeout=120)
     assert (JobState.SUCCEEDED, 1, 0) == (status.state, status.tasks[0].preemption_count,
                                           status.tasks[0].failure_count)  # fmt: skip
+
+
+EVICTION_FLEET = {
+    "local": {"worker_groups": [{"name": "one", "count": 1, "resources": {"cpu": 1, "memory": "2g"}}]},
+    "sharing": {"preemption_grace": "3s", "default_credits": 10_000},
+}
+
+
+def test_an_eviction_posts_the_notice_file_before_sigterm(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Evicted for higher-band work, a task finds its IRIS_PREEMPTION_NOTICE_FILE when its SIGTERM comes, as
+    after a cloud's notice: one way to handle both."""
+    marks = tmp_path_factory.mktemp("marks")
+    script = (
+        f"trap 'cat \"$IRIS_PREEMPTION_NOTICE_FILE\" > {marks}/term-$IRIS_ATTEMPT 2>&1; exit 143' TERM; "
+        f'echo run > {marks}/run-$IRIS_ATTEMPT; [ "$IRIS_ATTEMPT" != 0 ] || {{ sleep 300 & wait; }}'
+    )
+    home = tmp_path_factory.mktemp("iris-eviction")
+    with running_cluster(home, parse_config(EVICTION_FLEET, "eviction fleet")) as cluster:
+        address, store = cluster.info.address, cluster.info.store_url
+        with IrisClient.connect(address, store=store, user="ana") as ana, \
+                IrisClient.connect(address, store=store, user="bob") as bob:  # fmt: skip
+            spec = ResourceSpec(cpu=1, memory="256m")
+            sweep = ana.submit_command(["sh", "-c", script], resources=spec, priority="batch", name="sweep")
+            wait_until(lambda: (marks / "run-0").exists(), timeout=60, what="the batch task running")
+            urgent = bob.submit_command(["true"], resources=spec, priority="interactive", name="urgent")
+            assert JobState.SUCCEEDED == urgent.wait(timeout=90).state
+            done = sweep.wait(timeout=90)
+    assert (JobState.SUCCEEDED, 1, 0) == (done.state, done.tasks[0].preemption_count, done.tasks[0].failure_count)
+    assert "evicted for higher-band work" == (marks / "term-0").read_text().strip()
