@@ -242,6 +242,7 @@ def _is_loopback(endpoint: str) -> bool:
 
 
 CAPACITY_LABEL = "iris-capacity"  # the node's label: spot or on_demand
+CAPACITY_ATTRIBUTE = "capacity"  # every gcp worker's attribute: its node's capacity (a job may constrain on it)
 ZONE_ATTRIBUTE = "zone"  # every gcp worker's attribute (and its slice's label in `describe`): the node's zone
 # (project, slice id) -> the zone its node is in, so describe asks that zone first; a restart just asks them all
 _ZONE_OF: dict[tuple[str, str], str] = {}
@@ -480,9 +481,11 @@ class GcpPlatform:
             why = "has no node" if info is None else f"is {info.state.value}"
             raise SshError(f"gcp: cannot bootstrap slice {slice_id}: it {why}")
         node_id = self._node_id(info.labels[ZONE_ATTRIBUTE], slice_id)
+        capacity = info.labels.get(CAPACITY_LABEL) or ("spot" if self.settings.wants_spot else "on_demand")
 
         async def start(host: HostInfo) -> None:
-            attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE]}
+            attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE],
+                          CAPACITY_ATTRIBUTE: capacity}  # fmt: skip
             argv = [*remote_agent.agent_argv(host.worker_id, attributes, group, control), "--tpu-vm"]
             command = self.settings.worker_command or remote_agent.DEFAULT_WORKER_COMMAND
             script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id), command, argv, control,
