@@ -120,6 +120,8 @@ def test_notice_sigterm_checkpoint_and_resume(hosts: Hosts, client: IrisClient, 
     task = waiting.tasks[0]
     assert 0 == task.failure_count
     assert f"preempted on {pool}-a: GCP preemption notice (instance/preempted=TRUE)" in task.error
+    wait_until(lambda: any(w.worker_id == f"{pool}-a" and w.cordoned for w in client.list_workers()), timeout=30,
+               what="the noticed host cordoned itself")  # fmt: skip
     hosts.start([f"{pool}-b"], [{"pool": pool}], watching=None)  # somewhere to go on
 
     status = job.wait(timeout=120)
