@@ -211,8 +211,12 @@ def test_host_taken_back_is_a_preemption_naming_the_slice(hosts: Hosts, client: 
     job = client.submit_command(["sh", "-c", script], constraints=[Constraint("pool", "EQ", pool)], name="lost")
     wait_until(lambda: (tmp_path / "runs").exists(), timeout=60, what="the task running")
     hosts.remove([f"{pool}-a"], reason=f"slice {pool} preempted: node preempted")
-    waiting = wait_until(lambda: (s := job.status()).tasks and s.tasks[0].preemption_count == 1 and s, timeout=60,
-                         what="the attempt counted as a preemption")  # fmt: skip
+
+    def preempted() -> JobStatus | None:
+        status = job.status()
+        return status if status.tasks and status.tasks[0].preemption_count == 1 else None
+
+    waiting = wait_until(preempted, timeout=60, what="the attempt counted as a preemption")
     task = waiting.tasks[0]
     assert 0 == task.failure_count
     assert f"its host is gone (slice {pool} preempted: node preempted)" in task.error, task.error
