@@ -24,6 +24,7 @@ class Capacity(StrEnum):
     SPOT_THEN_ON_DEMAND = "spot_then_on_demand"  # a group's policy, never one slice's capacity
 
 
+CAPACITY_ATTRIBUTE = "capacity"  # a worker's attribute: the capacity its host is on (spot or on_demand)
 DEFAULT_AFTER_PREEMPTIONS = 2
 DEFAULT_WITHIN_SECONDS = 3600.0
 DEFAULT_HOLD_SECONDS = 7200.0

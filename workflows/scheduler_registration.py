@@ -199,10 +199,11 @@ class Registration(SchedulerBase):
 
     def _forget(self, worker_ids: list[str]) -> None:
         gone = set(worker_ids)
+        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
+            # its place is gone with the worker: charged now (while the worker's capacity kind is known)
+            self._charge_release(self.state.placements.pop(key))
         for worker_id in gone:
             self.state.workers.pop(worker_id, None)
-        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
-            self._charge_release(self.state.placements.pop(key))  # its place is gone with the worker: charged now
         self._reservations_lost(gone)
         self._changed()
 

@@ -52,7 +52,7 @@ from activities.platforms.base import (
 )
 from activities.platforms.gcp_zones import ZoneBackoff
 from activities.platforms.ssh import SshError, SshTarget, SshTransport
-from scheduler.spot import Capacity, CapacityPolicy
+from scheduler.spot import CAPACITY_ATTRIBUTE, Capacity, CapacityPolicy
 from scheduler.tpu import tpu_vm_count
 
 log = structlog.get_logger(__name__)
@@ -242,7 +242,6 @@ def _is_loopback(endpoint: str) -> bool:
 
 
 CAPACITY_LABEL = "iris-capacity"  # the node's label: spot or on_demand
-CAPACITY_ATTRIBUTE = "capacity"  # every gcp worker's attribute: its node's capacity (a job may constrain on it)
 ZONE_ATTRIBUTE = "zone"  # every gcp worker's attribute (and its slice's label in `describe`): the node's zone
 # (project, slice id) -> the zone its node is in, so describe asks that zone first; a restart just asks them all
 _ZONE_OF: dict[tuple[str, str], str] = {}

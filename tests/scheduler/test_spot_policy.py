@@ -87,3 +87,36 @@ def test_parse_defaults_and_durations() -> None:
     assert SpotFallback(3, 1800.0, 5400.0) == parsed.fallback
     assert Capacity.SPOT == CapacityPolicy.parse({"spot": True}).kind
     assert 90.0 == duration_seconds("90s", "x") == duration_seconds(90, "x")
+
+
+def test_a_spot_chip_hour_has_its_own_price() -> None:
+    """`tpu_chip_hour_spot` prices TPU chips on spot workers; other capacity (and other resources) as before."""
+    from scheduler import Accounts, Charge, Rates, Resources, charge_all
+
+    host = Resources(cpu_millis=8000, tpus=4)
+    rates = Rates(cpu_core_hour=1.0, tpu_chip_hour=10.0, tpu_chip_hour_spot=3.0)
+    assert (48.0, 20.0, 48.0) == (rates.cost(host, 3600.0), rates.cost(host, 3600.0, "spot"),
+                                  Rates().cost(host, 3600.0, "spot"))  # fmt: skip
+    accounts, spent = charge_all(Accounts(default_credits=100.0), [
+        Charge("ana", "j/task-0", 0, host, 0.0, 3600.0, capacity="spot"),
+        Charge("bob", "j/task-1", 0, host, 0.0, 3600.0, capacity="on_demand"),
+    ], rates=rates)  # fmt: skip
+    assert (68.0, 80.0, 52.0) == (spent, accounts.account("ana").balance, accounts.account("bob").balance)
+    with pytest.raises(ValueError, match="tpu_chip_hour_spot"):
+        Rates(tpu_chip_hour_spot=-1.0)
+
+
+def test_the_spot_rate_is_configured_and_carried() -> None:
+    """`sharing.rates.tpu_chip_hour_spot` reaches the scheduler's settings and survives their carry and document."""
+    from iris.config_sharing import SharingFile, sharing_document
+    from workflows.sharing_state import SharingSettings
+
+    settings = SharingFile.model_validate({"rates": {"tpu_chip_hour_spot": 3}}).settings()
+    assert 3.0 == settings.rates.tpu_chip_hour_spot
+    assert settings == SharingSettings.from_row(settings.row())
+    assert settings == SharingFile.model_validate(sharing_document(settings)).settings()
+    unset = SharingFile.model_validate({}).settings()
+    assert unset.rates.tpu_chip_hour_spot is None
+    assert unset == SharingFile.model_validate(sharing_document(unset)).settings()
+    old_row = unset.row()[:7]  # a carry written before the spot rate existed
+    assert unset == SharingSettings.from_row(old_row)
