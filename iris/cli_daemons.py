@@ -72,9 +72,12 @@ def worker_serve(
     ] = None,
     notice_grace: Annotated[
         float,
-        typer.Option(min=0, envvar="IRIS_NOTICE_GRACE",
-                     help="seconds at least between a preemption notice's SIGTERM and the SIGKILL (the cloud's "
-                          "notice window when longer)"),
+        typer.Option(
+            min=0,
+            envvar="IRIS_NOTICE_GRACE",
+            help="seconds at least between a preemption notice's SIGTERM and the SIGKILL (the cloud's "
+            "notice window when longer)",
+        ),
     ] = 30.0,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
