@@ -352,6 +352,7 @@ class StopTask:
     task_index: int
     attempt: int
     grace_seconds: float
+    reason: str = ""  # why (the task's IRIS_PREEMPTION_NOTICE_FILE says it)
 
 
 @dataclass

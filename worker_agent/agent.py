@@ -317,13 +317,18 @@ class WorkerAgent:
         self.log.info("task_preempting", job_id=key[0], task_index=key[1], attempt=key[2], grace_seconds=grace)
         self._spawn(self.runtime.kill(handle, grace))
 
-    def _post_notice(self, key: tuple[str, int, int]) -> None:
-        """Make the attempt's IRIS_PREEMPTION_NOTICE_FILE appear (before its SIGTERM, so a handler sees it)."""
+    def _post_notice(self, key: tuple[str, int, int], evicted: str = "") -> None:
+        """Make the attempt's IRIS_PREEMPTION_NOTICE_FILE appear (before its SIGTERM, so a handler sees it),
+        holding the notice's reason, or `evicted: <why>` for an eviction."""
         path = self._notice_files.get(key)
         if path is None:
             return
+        if self.notice is not None:
+            text = self.notice.reason
+        else:
+            text = f"evicted: {evicted}" if evicted else "evicted for higher-band work"
         try:
-            path.write_text((self.notice.reason if self.notice else "evicted for higher-band work") + "\n")
+            path.write_text(text + "\n")
         except OSError as err:  # its area is going away: the SIGTERM still comes
             self.log.warning("notice_file_failed", path=str(path), error=str(err))
 
@@ -487,7 +492,7 @@ class WorkerAgent:
             return False
         self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                       grace_seconds=inp.grace_seconds)  # fmt: skip
-        self._post_notice((inp.job_id, inp.task_index, inp.attempt))  # an eviction is a notice too
+        self._post_notice((inp.job_id, inp.task_index, inp.attempt), inp.reason)  # an eviction is a notice too
         await self.runtime.kill(handle, max(0.0, inp.grace_seconds))
         return True
 

@@ -95,7 +95,8 @@ class TaskWorkflow:
             return
         try:
             stopped = await workflow.execute_activity(
-                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds), result_type=bool,
+                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds, msg.reason),
+                result_type=bool,
                 task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
                 start_to_close_timeout=timedelta(seconds=msg.grace_seconds + 30),
                 retry_policy=RetryPolicy(maximum_attempts=1), summary=f"evict attempt {msg.attempt}",
