@@ -141,3 +141,33 @@ async def test_group_preempted_twice_falls_back_to_on_demand() -> None:
             await handle.terminate("test done")
     finally:
         tpu.stop()
+
+
+async def test_spot_stocked_out_everywhere_falls_back_at_once() -> None:
+    """The spot create is refused for capacity (RESOURCE_EXHAUSTED): the group does not back off; its next
+    slice is on-demand at once, and the status says spot is stocked out."""
+    tpu = FakeTpu().start()
+    tpu.fail_next_create = (8, "There is no more capacity in the zone: stockout")  # RESOURCE_EXHAUSTED
+    queue_name = ""
+    slices = SliceActivities(ControlPlaneAddress("127.0.0.1:1", "default", "file:///nonexistent"))
+    real = [slices.create, slices.wait_ready, slices.watch, slices.terminate]
+    try:
+        async with workflows_on_dev_server(
+            "stockout", [AutoscalerWorkflow, SliceWorkflow], [*real, *stand_ins(lambda: queue_name)]
+        ) as (client, queue):
+            queue_name = queue
+            await ensure_search_attributes(client, wait=30)
+            handle = await client.start_workflow(AutoscalerWorkflow.run, None, id=AUTOSCALER_WORKFLOW_ID,
+                                                 task_queue=queue)  # fmt: skip
+            await handle.signal("configure", AutoscalerConfig(groups=[ScaleGroup(group_spec(tpu), max_slices=1)],
+                                                              scan_interval_seconds=1.0))  # fmt: skip
+            node = await ready_node(tpu, set())
+            assert not node.scheduling_config.spot and "on_demand" == node.labels["iris-capacity"]
+            creates = [r for m, r in tpu.requests if m == "CreateNode"]
+            assert [True, False] == [r.node.scheduling_config.spot for r in creates]
+            group = (await status_of(handle, lambda s: bool(s.groups[0].fallback_reason))).groups[0]
+            assert group.fallback_reason.startswith("spot stocked out in every zone: ")
+            assert "" == group.backoff_reason
+            await handle.terminate("test done")
+    finally:
+        tpu.stop()
