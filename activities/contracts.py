@@ -285,6 +285,9 @@ class RunTaskResult:
     peak_memory_bytes: int = 0
     cpu_seconds: float = 0.0
     run_seconds: float = 0.0
+    # Why the attempt was stopped for its host's preemption notice ("" = it was not): a preemption,
+    # whatever its exit code (worker_agent.preemption).
+    preempted: str = ""
 
 
 @dataclass
@@ -349,6 +352,7 @@ class StopTask:
     task_index: int
     attempt: int
     grace_seconds: float
+    reason: str = ""  # why (the task's IRIS_PREEMPTION_NOTICE_FILE says it)
 
 
 @dataclass

@@ -60,6 +60,9 @@ SLICE_STILL_BUSY = "slice_still_busy"
 SLICE_TERMINATE = "slice_terminate"
 CLEANUP_ORPHANS = "cleanup_orphan_slices"
 INVALID_SCALE_GROUP = "InvalidScaleGroup"
+# A slice the cloud took back while it was being made or bootstrapped (workflows.autoscaler_workflow.PREEMPTED):
+# a preemption, as of a READY slice (no back-off; a spot group's fallback counts it), not a failure.
+SLICE_PREEMPTED = "SlicePreempted"
 
 POLL_SECONDS = 1.0
 WATCH_SECONDS = 3.0
@@ -148,7 +151,8 @@ class SliceActivities:
             if info.state == PlatformState.READY:
                 return info
             if info.state in (PlatformState.FAILED, PlatformState.PREEMPTED, PlatformState.DELETING):
-                raise ApplicationError(f"slice {req.slice_id} {info.state.lower()}: {info.error}", type=SLICE_FAILED,
+                kind = SLICE_PREEMPTED if info.state == PlatformState.PREEMPTED else SLICE_FAILED
+                raise ApplicationError(f"slice {req.slice_id} {info.state.lower()}: {info.error}", type=kind,
                                        non_retryable=True)  # fmt: skip
             activity.heartbeat(info.state)
             await asyncio.sleep(POLL_SECONDS)
@@ -176,7 +180,8 @@ class SliceActivities:
             info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
             if info is None or info.state != PlatformState.READY:
                 why = "is gone" if info is None else f"is {info.state.lower()}: {info.error}"
-                raise ApplicationError(f"bootstrap failed: slice {req.slice_id} {why}", type=SLICE_FAILED,
+                kind = SLICE_PREEMPTED if info is not None and info.state == PlatformState.PREEMPTED else SLICE_FAILED
+                raise ApplicationError(f"bootstrap failed: slice {req.slice_id} {why}", type=kind,
                                        non_retryable=True)  # fmt: skip
             if time.monotonic() > deadline:
                 raise ApplicationError(

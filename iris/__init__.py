@@ -1,6 +1,7 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
 from iris.client import AsyncIrisClient, IrisClient, Job
+from iris.preemption import PreemptionNotice, preemption_notice
 from iris.reservations import ReservationStatus, ReservedWorker
 from iris.types import (
     Constraint,
@@ -28,6 +29,7 @@ __all__ = [
     "JobInfo",
     "JobState",
     "JobStatus",
+    "PreemptionNotice",
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",
@@ -37,4 +39,5 @@ __all__ = [
     "TaskStatus",
     "WorkerStatus",
     "get_job_info",
+    "preemption_notice",
 ]

@@ -30,8 +30,15 @@ def explain_group(g: GroupStatus, unmet: dict[str, str], now: float) -> list[str
         shown = []
         for slice_id in ids:
             since = g.idle_since.get(slice_id)
-            shown.append(slice_id if since is None else f"{slice_id} (idle {_age(since, now)})")
+            notes = [n for n in (g.capacity.get(slice_id, "").replace("_", "-"),
+                                 "" if since is None else f"idle {_age(since, now)}") if n]  # fmt: skip
+            shown.append(f"{slice_id} ({', '.join(notes)})" if notes else slice_id)
         lines.append(f"{state.lower()}: {', '.join(shown)}")
+    if g.capacity_policy:
+        capacity = f"capacity: {g.capacity_policy}"
+        if g.fallback_reason:
+            capacity += f"; new slices on-demand until {_clock(g.fallback_until)} (spot fallback: {g.fallback_reason})"
+        lines.append(capacity)
     waiting = [job for job, why in unmet.items() if g.reason and f"{g.name}: {g.reason}" in why]
     booting = sum(len(ids) for state, ids in g.slices.items() if state in ("CREATING", "BOOTSTRAPPING"))
     demand = f"{len(waiting)} jobs wait for this group" if waiting else "no job waits for this group"

@@ -94,6 +94,7 @@ _FLAG_OF_FIELD = {
     "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
     "bundle": "--bundle", "setup": "--setup", "priority": "--priority", "ports": "--port",
     "reservation_constraints": "--reserve-constraint", "reservation": "--reserve",
+    "checkpoint_dir": "--checkpoint-dir",
 }
 
 
@@ -154,6 +155,10 @@ def run(
     reserve_constraint: Annotated[
         list[str] | None, typer.Option(help="where the reservation may be held, as --constraint")
     ] = None,
+    checkpoint_dir: Annotated[
+        str | None,
+        typer.Option(help="path or URL: every attempt of task i gets IRIS_CHECKPOINT_DIR=<it>/<i>"),
+    ] = None,
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -185,6 +190,8 @@ def run(
             reservation_constraints=[parse_constraint(c) for c in reserve_constraint or []] or None,
         )
         options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
+        if checkpoint_dir is not None:
+            options["checkpoint_dir"] = checkpoint_dir
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
         build_request(**options)  # every check, before anything connects or starts

@@ -70,6 +70,15 @@ def worker_serve(
                      help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
                           "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
     ] = None,
+    notice_grace: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            envvar="IRIS_NOTICE_GRACE",
+            help="seconds at least between a preemption notice's SIGTERM and the SIGKILL (the cloud's "
+            "notice window when longer)",
+        ),
+    ] = 30.0,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -112,6 +121,8 @@ def worker_serve(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
         address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
+        watch_notices=tpu_vm,  # a TPU VM's preemption/maintenance notices (auto: when $GCE_METADATA_HOST is set)
+        notice_grace_seconds=notice_grace,
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,

@@ -8,6 +8,7 @@ sharing:
     memory_gib_hour: 0
     gpu_hour: 10
     tpu_chip_hour: 10
+    tpu_chip_hour_spot: 3     # a TPU chip-hour on spot capacity (default: tpu_chip_hour)
   half_life: 6h               # fair share: usage counts half as much this long after it was spent
   preemption_grace: 30s       # an evicted task's SIGTERM to SIGKILL
 ```
@@ -50,6 +51,7 @@ class RatesFile(BaseModel):
     memory_gib_hour: Rate = 0.0
     gpu_hour: Rate = 10.0
     tpu_chip_hour: Rate = 10.0
+    tpu_chip_hour_spot: Rate | None = None
 
 
 class SharingFile(BaseModel):
@@ -68,6 +70,7 @@ class SharingFile(BaseModel):
             default_credits=self.default_credits, cpu_core_hour=r.cpu_core_hour, memory_gib_hour=r.memory_gib_hour,
             gpu_hour=r.gpu_hour, tpu_chip_hour=r.tpu_chip_hour, half_life_hours=self.half_life / 3600.0,
             preemption_grace_seconds=self.preemption_grace,
+            tpu_chip_hour_spot=-1.0 if r.tpu_chip_hour_spot is None else r.tpu_chip_hour_spot,
         )  # fmt: skip
 
 
@@ -76,7 +79,8 @@ def sharing_document(settings: SharingSettings) -> dict[str, object]:
     return {
         "default_credits": settings.default_credits,
         "rates": {"cpu_core_hour": settings.cpu_core_hour, "memory_gib_hour": settings.memory_gib_hour,
-                  "gpu_hour": settings.gpu_hour, "tpu_chip_hour": settings.tpu_chip_hour},
+                  "gpu_hour": settings.gpu_hour, "tpu_chip_hour": settings.tpu_chip_hour,
+                  **({"tpu_chip_hour_spot": settings.tpu_chip_hour_spot} if settings.tpu_chip_hour_spot >= 0 else {})},
         "half_life": settings.half_life_hours * 3600.0,
         "preemption_grace": settings.preemption_grace_seconds,
     }

@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from activities.contracts import JOB_ID_SEPARATOR as SEPARATOR
 from activities.contracts import parent_job_of
 from activities.proto import cluster_pb2 as pb
+from worker_agent.checkpoints import CHECKPOINT_DIR_ENV
 
 MAX_JOB_ID_LENGTH = 900
 """Temporal refuses workflow ids past 1,000 characters; a job's task ids add `/task-N` to its id."""
@@ -78,7 +79,8 @@ def inherit(
         child.namespace = parent.namespace or parent.user
     if "priority" not in given:
         child.priority = parent.priority
-    env = {**parent_env, **child.env}
+    # A child's checkpoints are its own: it does not inherit the parent's checkpoint root.
+    env = {**{k: v for k, v in parent_env.items() if k != CHECKPOINT_DIR_ENV}, **child.env}
     child.env.clear()
     child.env.update(env)
     if "constraints" not in given:

@@ -25,6 +25,7 @@ from iris.reservations import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.network import check_port_names
 from scheduler.types import TAINT_PREFIX, Op
+from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, checkpoint_root
 from workflows.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
 
 RESERVED_ENV_PREFIX = "IRIS_"
@@ -111,6 +112,7 @@ def build_request(
     namespace: str | None = None,
     reservation: Any = None,
     reservation_constraints: Any = None,
+    checkpoint_dir: Any = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
@@ -120,6 +122,8 @@ def build_request(
     login name (`resolve_user`; the client overrides it with the connection's
     identity or `connect(user=...)` once it knows one). `namespace` defaults to the
     user (the client sets it once the user is known); a child job inherits its parent's.
+    `checkpoint_dir` (a path or URL) gives every attempt of task i `IRIS_CHECKPOINT_DIR` =
+    `checkpoint_dir/<i>`.
     """
     band = scheduler.parse_band(priority, "priority")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_LENGTH):
@@ -200,6 +204,8 @@ def build_request(
         if c.value is not None:
             set_attr(out.value, c.value)
     add_reservation(req, reservation, reservation_constraints, _constraints)
+    if checkpoint_dir is not None:  # each task's own directory under it: worker_agent.checkpoints
+        req.env[CHECKPOINT_DIR_ENV] = checkpoint_root(checkpoint_dir)
     return req
 
 

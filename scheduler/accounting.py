@@ -9,7 +9,8 @@ config says otherwise): a task costs, per hour it holds its request,
     cpu_core_hour x cores + memory_gib_hour x GiB + gpu_hour x gpus + tpu_chip_hour x tpu chips
 
 with defaults 1 credit per CPU core-hour, 0 per GiB-hour (memory comes with the
-cores), 10 per GPU-hour and 10 per TPU chip-hour. A task is charged for the time
+cores), 10 per GPU-hour and 10 per TPU chip-hour; a TPU chip-hour on spot capacity
+(a worker whose `capacity` attribute is `spot`) costs `tpu_chip_hour_spot` when set. A task is charged for the time
 its attempt held its worker, from start to release, whatever the outcome: a
 failed or preempted attempt used the machine too. Credits are floats; a
 balance may go below zero (a running task is never stopped for credits). A
@@ -42,6 +43,7 @@ GIB = 1 << 30
 # What a user never given credits starts with, unless the cluster's config says otherwise: enough for a
 # thousand core-hours, so a fresh cluster schedules bands as asked until an operator sets balances.
 DEFAULT_CREDITS = 1000.0
+SPOT = "spot"  # a worker's `capacity` attribute (scheduler.spot.CAPACITY_ATTRIBUTE) on spot capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,25 +54,30 @@ class Rates:
     memory_gib_hour: float = 0.0
     gpu_hour: float = 10.0
     tpu_chip_hour: float = 10.0
+    # A TPU chip-hour on spot capacity (a worker whose `capacity` attribute is "spot"); None: `tpu_chip_hour`.
+    tpu_chip_hour_spot: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("cpu_core_hour", "memory_gib_hour", "gpu_hour", "tpu_chip_hour"):
+        for name in ("cpu_core_hour", "memory_gib_hour", "gpu_hour", "tpu_chip_hour", "tpu_chip_hour_spot"):
             value = getattr(self, name)
+            if value is None and name == "tpu_chip_hour_spot":
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
-    def per_hour(self, request: Resources) -> float:
-        """Credits one task with this request costs per hour it runs."""
+    def per_hour(self, request: Resources, capacity: str = "") -> float:
+        """Credits one task with this request costs per hour it runs (on `capacity`: "spot" or anything else)."""
+        chip = self.tpu_chip_hour_spot if capacity == SPOT and self.tpu_chip_hour_spot is not None else None
         return (
             self.cpu_core_hour * request.cpu_millis / 1000
             + self.memory_gib_hour * request.memory_bytes / GIB
             + self.gpu_hour * request.gpus
-            + self.tpu_chip_hour * request.tpus
+            + (self.tpu_chip_hour if chip is None else chip) * request.tpus
         )
 
-    def cost(self, request: Resources, seconds: float) -> float:
-        """Credits for holding `request` for `seconds` (negative durations cost nothing)."""
-        return self.per_hour(request) * max(0.0, seconds) / SECONDS_PER_HOUR
+    def cost(self, request: Resources, seconds: float, capacity: str = "") -> float:
+        """Credits for holding `request` for `seconds` on `capacity` (negative durations cost nothing)."""
+        return self.per_hour(request, capacity) * max(0.0, seconds) / SECONDS_PER_HOUR
 
 
 DEFAULT_RATES = Rates()
@@ -121,6 +128,7 @@ class Charge:
     request: Resources
     started_at: float
     until: float
+    capacity: str = ""  # the worker's `capacity` attribute ("spot" is charged at the spot rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +217,7 @@ def charge_all(
         total = max(0.0, item.until - item.started_at)
         if total <= done:
             continue
-        amount = rates.cost(item.request, total - done)
+        amount = rates.cost(item.request, total - done, item.capacity)
         found = users.get(item.user)
         account = found if found is not None else UserAccount(item.user, accounts.default_credits)
         users[item.user] = UserAccount(

@@ -35,6 +35,7 @@ from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
 from activities.contracts import (
+    CORDON_WORKERS,
     DEFAULT_PORT_RANGE,
     MAX_RELEASE_BATCH,
     PROCESS_STARTED,
@@ -59,9 +60,11 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from worker_agent.backoff import Backoff, pause
 from worker_agent.bundles import Bundles
+from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.object_store import open_blob_store, open_log_store
+from worker_agent.preemption import NOTICE_FILE_ENV, NOTICE_FILE_NAME, GcpNoticeWatcher, Notice
 from worker_agent.registration import describe_error as _describe
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
@@ -78,6 +81,7 @@ from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_access import RunningTasks, TaskAccess
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
+from worker_agent.tpu_metadata import metadata_server_configured
 from worker_agent.usage import TaskUsage, sampling
 
 log = structlog.get_logger("iris.agent")
@@ -121,6 +125,10 @@ class AgentConfig:
     # and the files those variables name, mounted read-only into container tasks at the same paths.
     cluster_env: dict[str, str] = field(default_factory=dict)
     cluster_files: list[str] = field(default_factory=list)
+    # Watch the GCE metadata server for a preemption or maintenance notice (None: when $GCE_METADATA_HOST
+    # is set); on one, every task gets SIGTERM and at least `notice_grace_seconds` before the SIGKILL.
+    watch_notices: bool | None = None
+    notice_grace_seconds: float = 30.0
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
@@ -212,6 +220,12 @@ class WorkerAgent:
         self.access = TaskAccess(self.runtime, self._running, self.blobs, config.store_url)
         self._ran: dict[tuple[str, int, int], float] = {}  # attempt -> seconds its process ran, until released
         self._handles: dict[tuple[str, int, int], TaskHandle] = {}  # running attempts, for stop_task
+        # The host's preemption notice (worker_agent.preemption), once one came: every attempt then
+        # running is stopped and reported as preempted; none starts after it.
+        self.notice: Notice | None = None
+        self._notice_files: dict[tuple[str, int, int], Path] = {}  # attempt -> its IRIS_PREEMPTION_NOTICE_FILE
+        self._preempted: dict[tuple[str, int, int], str] = {}  # attempt -> why it was stopped
+        self._stopping: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -253,6 +267,7 @@ class WorkerAgent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         self.state_lock.lock()
+        watcher = self._watch_notices(loop)
         try:
             recovered = await self.runtime.recover()
             if recovered:
@@ -263,12 +278,73 @@ class WorkerAgent:
             await self._serve(stop)
             self.log.info("worker_stopping")
         finally:
+            if watcher is not None:
+                watcher.stop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             self.state_lock.unlock()
             await self.runtime.close()
             with contextlib.suppress(OSError):  # its tasks' areas are gone: leave no empty root behind
                 self.task_root.rmdir()
+
+    def _watch_notices(self, loop: asyncio.AbstractEventLoop) -> GcpNoticeWatcher | None:
+        """Start watching the metadata server for a notice when configured to (or when it is named)."""
+        watch = self.config.watch_notices
+        if watch is False or (watch is None and not metadata_server_configured()):
+            return None
+
+        def on_notice(notice: Notice) -> None:  # from the watcher's thread
+            loop.call_soon_threadsafe(self.notice_arrived, notice)
+
+        return GcpNoticeWatcher(on_notice).start()
+
+    def notice_arrived(self, notice: Notice) -> None:
+        """A preemption notice for this host: stop every running attempt (SIGTERM now, SIGKILL after the grace),
+        each reported as preempted with the notice's reason, and take no new work (the first notice holds)."""
+        if self.notice is not None:
+            return
+        self.notice = notice
+        self.log.warning("preemption_notice_received", reason=notice.reason, running=len(self._handles))
+        for key, handle in list(self._handles.items()):
+            self._preempt(key, handle)
+        self._spawn(self._cordon_self(notice.reason))
+
+    def _preempt(self, key: tuple[str, int, int], handle: TaskHandle) -> None:
+        assert self.notice is not None
+        self._preempted[key] = self.notice.reason
+        self._post_notice(key)
+        grace = max(self.notice.window_seconds, self.config.notice_grace_seconds)
+        self.log.info("task_preempting", job_id=key[0], task_index=key[1], attempt=key[2], grace_seconds=grace)
+        self._spawn(self.runtime.kill(handle, grace))
+
+    def _post_notice(self, key: tuple[str, int, int], evicted: str = "") -> None:
+        """Make the attempt's IRIS_PREEMPTION_NOTICE_FILE appear (before its SIGTERM, so a handler sees it),
+        holding the notice's reason, or `evicted: <why>` for an eviction."""
+        path = self._notice_files.get(key)
+        if path is None:
+            return
+        if self.notice is not None:
+            text = self.notice.reason
+        else:
+            text = f"evicted: {evicted}" if evicted else "evicted for higher-band work"
+        try:
+            path.write_text(text + "\n")
+        except OSError as err:  # its area is going away: the SIGTERM still comes
+            self.log.warning("notice_file_failed", path=str(path), error=str(err))
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _cordon_self(self, reason: str) -> None:
+        """Ask the scheduler to place nothing more here (the host is going); logged when it cannot be told."""
+        try:
+            await self.client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
+                CORDON_WORKERS, {"worker_ids": [self.config.worker_id], "cordoned": True, "reason": reason}
+            )
+        except Exception as err:  # the notice's own work (the SIGTERMs) is done already
+            self.log.warning("cordon_signal_failed", error=_describe(err))
 
     async def _serve(self, stop: asyncio.Event) -> None:
         """Poll and stay registered until `stop`, replacing Temporal workers that fail."""
@@ -416,6 +492,7 @@ class WorkerAgent:
             return False
         self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                       grace_seconds=inp.grace_seconds)  # fmt: skip
+        self._post_notice((inp.job_id, inp.task_index, inp.attempt), inp.reason)  # an eviction is a notice too
         await self.runtime.kill(handle, max(0.0, inp.grace_seconds))
         return True
 
@@ -447,6 +524,10 @@ class WorkerAgent:
                 "(agent paused or cut off); not started",
                 type=WORKER_SHUTDOWN,
             )
+        if self.notice is not None:  # the host is going: this attempt runs elsewhere, as a preemption
+            tlog.info("task_refused_after_notice", reason=self.notice.reason)
+            return RunTaskResult(exit_code=-1, error=f"not started: {self.notice.reason}", started=False,
+                                 preempted=self.notice.reason)  # fmt: skip
         try:
             inp = await self.launches.resolve(inp)
         except LaunchUnreadableError as err:
@@ -467,6 +548,12 @@ class WorkerAgent:
         if inp.reservation_id:
             env[RESERVATION_ENV] = inp.reservation_id
         area = TaskArea.at(self.task_root, inp.job_id, inp.task_index, inp.attempt)
+        key = (inp.job_id, inp.task_index, inp.attempt)
+        self._notice_files[key] = area.path / NOTICE_FILE_NAME
+        env[NOTICE_FILE_ENV] = str(self._notice_files[key])
+        checkpoints = ""
+        if inp.env.get(CHECKPOINT_DIR_ENV):  # the job's root: this task's own directory under it
+            checkpoints = env[CHECKPOINT_DIR_ENV] = task_checkpoint_dir(inp.env[CHECKPOINT_DIR_ENV], inp.task_index)
         try:
             step = "cannot prepare the task's directory"
             await asyncio.to_thread(area.create)
@@ -478,9 +565,13 @@ class WorkerAgent:
                 step = "cannot fetch the job's code bundle"
                 bundle = await self.bundles.prepare(inp.job_id, inp.bundle_blob)
                 env["PYTHONPATH"] = os.pathsep.join(p for p in (str(bundle), inp.env.get("PYTHONPATH", "")) if p)
+            if checkpoints and is_local(checkpoints):
+                step = "cannot make the task's checkpoint directory"
+                await asyncio.to_thread(make_local, checkpoints)
             step = "cannot open the task's log"
             writer = self.logs.open_writer(inp.job_id, inp.task_index, inp.attempt)
         except (StorageError, OSError, zipfile.BadZipFile) as err:
+            self._notice_files.pop(key, None)
             await asyncio.to_thread(area.remove)
             if step == "task function blob is missing" and not isinstance(err, BlobNotFoundError):
                 step = "cannot read the task function blob"
@@ -491,6 +582,8 @@ class WorkerAgent:
                 mounts = [Mount(str(area.path), read_only=False)]
                 if bundle is not None:
                     mounts.append(Mount(str(bundle), read_only=False))
+                if checkpoints and is_local(checkpoints):
+                    mounts.append(Mount(checkpoints, read_only=False))
                 if self.runtime.name != RuntimeName.PROCESS:
                     mounts.extend(Mount(path) for path in self.config.cluster_files)
                 spec = TaskSpec(
@@ -504,11 +597,13 @@ class WorkerAgent:
                 usage = TaskUsage()
                 if ended is None:
                     ended = await self._run(spec, inp, tlog, usage)
-            if isinstance(ended, RunTaskResult):
-                return ended
+            if isinstance(ended, RunTaskResult):  # its setup failed (or was stopped by a notice)
+                return replace(ended, preempted=self._preempted.get(key, ""))
             if inp.result_blob:
                 await asyncio.to_thread(area.publish_outputs, self.blobs, inp.result_blob)
         finally:
+            self._notice_files.pop(key, None)
+            preempted = self._preempted.pop(key, "")
             await asyncio.to_thread(area.remove)
         exit_code = ended.exit_code
         tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None,
@@ -523,7 +618,7 @@ class WorkerAgent:
                 error = ended.reason or (f"exit code {exit_code}" if exit_code > 0 else signalled)
             result = RunTaskResult(exit_code=exit_code, error=error, released=released)
         return replace(result, peak_memory_bytes=usage.peak_memory_bytes, cpu_seconds=usage.cpu_seconds,
-                       run_seconds=usage.run_seconds)  # fmt: skip
+                       run_seconds=usage.run_seconds, preempted=preempted)  # fmt: skip
 
     async def _set_up(
         self, spec: TaskSpec, inp: RunTaskInput, bundle: Path, tlog: Any
@@ -574,6 +669,8 @@ class WorkerAgent:
         began = time.monotonic()
         key = (inp.job_id, inp.task_index, inp.attempt)
         self._handles[key] = handle
+        if self.notice is not None:  # the notice came while it was starting
+            self._preempt(key, handle)
         try:
             async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
                 ended = await self._wait_heartbeating(handle, sampled)

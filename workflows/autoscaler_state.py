@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
+from scheduler.spot import FallbackRecord
 from workflows.slice_lifecycle import SliceState
 
 SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
@@ -52,6 +53,7 @@ class SliceEntry:
     worker_ids: list[str] = field(default_factory=list)
     idle_since: float | None = None
     error: str = ""
+    capacity: str = ""  # spot or on_demand (scheduler.spot.Capacity) on a platform that has both; else ""
 
 
 @dataclass
@@ -65,6 +67,7 @@ class GroupRuntime:
     last_decision: str = ""  # the last scale-up, scale-down or back-off, in words
     last_decision_at: float = 0.0
     last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
+    spot: FallbackRecord = field(default_factory=FallbackRecord)  # capacity: spot_then_on_demand's memory
 
     def fail(self, error: str, error_type: str, now: float) -> float | None:
         """Count a failed slice; the back-off it starts in seconds (at once on quota or refusal), or None."""
@@ -116,6 +119,10 @@ class GroupStatus:
     scale_down_delay: float = 0.0
     buffer_slices: int = 0
     last_placement: str = ""  # e.g. "slice tpu-3 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED ...)"
+    capacity_policy: str = ""  # the group's `capacity` ("" on a platform without one)
+    capacity: dict[str, str] = field(default_factory=dict)  # slice id -> spot | on_demand
+    fallback_reason: str = ""  # why new slices are on-demand now ("" when they are not)
+    fallback_until: float = 0.0  # until when
 
 
 @dataclass

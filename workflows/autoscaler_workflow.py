@@ -58,6 +58,8 @@ with workflow.unsafe.imports_passed_through():
     # through the sandbox's sys.modules (without it, decoding `configure` fails: "name 'Any' is not defined").
     from activities.platforms.base import ScaleGroupSpec  # noqa: F401
     from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
+    from scheduler.spot import FallbackRecord  # noqa: F401 - GroupRuntime's field, decoded through the sandbox
+    from workflows.autoscaler_capacity import group_policy, note_lost, slice_capacity
     from workflows.autoscaler_state import (
         AutoscalerConfig,
         AutoscalerState,
@@ -215,8 +217,13 @@ class AutoscalerWorkflow:
         spec = group.spec
         slice_id = f"{spec.name}-{workflow.uuid4().hex[:8]}"
         now = workflow.now().timestamp()
-        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, SliceState.CREATING)
-        self.state.groups.setdefault(spec.name, GroupRuntime()).last_scale_up = now
+        rt = self.state.groups.setdefault(spec.name, GroupRuntime())
+        spec, capacity = slice_capacity(spec, rt, now)  # spot or on-demand (autoscaler_capacity)
+        self.state.slices[slice_id] = SliceEntry(slice_id, spec.name, SliceState.CREATING,
+                                                 capacity=capacity.capacity.value if capacity else "")  # fmt: skip
+        rt.last_scale_up = now
+        if capacity is not None and capacity.reason:
+            workflow.logger.info("autoscaler: slice %s of %s on demand: %s", slice_id, spec.name, capacity.reason)
         inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds)
         summary = f"slice {slice_id}: group {spec.name}, {spec.hosts_per_slice} x {spec.platform} hosts"
         try:
@@ -308,9 +315,17 @@ class AutoscalerWorkflow:
         rt = self.state.groups.setdefault(update.group, GroupRuntime())
         if update.placement and update.state == SliceState.BOOTSTRAPPING:
             rt.last_placement = f"slice {update.slice_id} {update.placement}"
+        fell_back = False
+        groups = self.state.config.groups if self.state.config else []
+        group = next((g for g in groups if g.spec.name == update.group), None)
+        if update.state == SliceState.FAILED and group is not None:
+            now = workflow.now().timestamp()
+            fell_back = note_lost(group.spec, rt, entry, update.error, update.error_type, now)
+            if fell_back:
+                self._decided(update.group, f"spot fallback: new slices on demand for a while ({rt.spot.reason})")
         if update.state == SliceState.READY:
             rt.failures, rt.backoff_until, rt.backoff_reason = 0, None, ""
-        elif update.state == SliceState.FAILED and update.error_type != PREEMPTED:
+        elif update.state == SliceState.FAILED and update.error_type != PREEMPTED and not fell_back:
             self._failed(update.group, update.error, update.error_type)
         self._wake = True
 
@@ -344,6 +359,11 @@ class AutoscalerWorkflow:
                                 if s.group == name and s.idle_since is not None},
                     scale_down_delay=g.scale_down_delay, buffer_slices=g.buffer_slices,
                     last_placement=rt.last_placement,
+                    capacity_policy=policy.kind.value if (policy := group_policy(g.spec)) else "",
+                    capacity={s.slice_id: s.capacity for s in self.state.slices.values()
+                              if s.group == name and s.capacity},
+                    fallback_reason=rt.spot.reason if rt.spot.until and rt.spot.until > now else "",
+                    fallback_until=rt.spot.until if rt.spot.until and rt.spot.until > now else 0.0,
                 )
             )  # fmt: skip
         return out

@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         CORDON_WORKERS,
+        EVICT,
         HEALTHY_WORKER_QUERY,
         REGISTER_WORKERS,
         REGISTERED,
@@ -26,11 +27,13 @@ with workflow.unsafe.imports_passed_through():
         WORKER_LOST,
         WORKERS_QUERY,
         Delivery,
+        task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.messages import (
         CordonWorkers,
+        Evict,
         RegisterResult,
         RegistrationReply,
         RemoveWorkers,
@@ -97,6 +100,7 @@ class Registration(SchedulerBase):
         """
         gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
         if gone:
+            self._tell_lost_tasks(gone, request.reason)
             self._forget(gone)
             workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
 
@@ -184,12 +188,22 @@ class Registration(SchedulerBase):
                 self._reservations_lost({worker.worker_id})
                 workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
 
+    def _tell_lost_tasks(self, worker_ids: list[str], reason: str) -> None:
+        """The attempts placed on removed workers are stopped now, as preemptions whose error names the cause
+        (e.g. the slice the cloud took back), rather than only when their heartbeats time out."""
+        gone = set(worker_ids)
+        for p in self.state.placements.values():
+            if p.worker_id in gone:
+                evict = Evict(p.attempt, f"its host is gone ({reason})", grace_seconds=0.0)
+                self._replies.append(Delivery(task_workflow_id(p.job_id, p.task_index), EVICT, evict))
+
     def _forget(self, worker_ids: list[str]) -> None:
         gone = set(worker_ids)
+        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
+            # its place is gone with the worker: charged now (while the worker's capacity kind is known)
+            self._charge_release(self.state.placements.pop(key))
         for worker_id in gone:
             self.state.workers.pop(worker_id, None)
-        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
-            self._charge_release(self.state.placements.pop(key))  # its place is gone with the worker: charged now
         self._reservations_lost(gone)
         self._changed()
 

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
+    from scheduler.spot import CAPACITY_ATTRIBUTE
     from workflows.messages import Evict, SetCredits
     from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_state import Placement
@@ -74,7 +75,9 @@ class Sharing(SchedulerBase):
 
     def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
         """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
-        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds)])
+        worker = self.state.workers.get(placement.worker_id)
+        capacity = str(worker.attributes.get(CAPACITY_ATTRIBUTE, "")) if worker is not None else ""
+        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds, capacity)])
         key = task_workflow_id(placement.job_id, placement.task_index)
         self.state.books.released(key, placement.attempt)
 

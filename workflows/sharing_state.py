@@ -45,14 +45,16 @@ class SharingSettings:
     tpu_chip_hour: float = 10.0
     half_life_hours: float = 6.0
     preemption_grace_seconds: float = DEFAULT_GRACE_SECONDS
+    tpu_chip_hour_spot: float = -1.0  # a TPU chip-hour on spot capacity; < 0: as `tpu_chip_hour`
 
     @property
     def rates(self) -> Rates:
-        return Rates(self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour)
+        spot = self.tpu_chip_hour_spot if self.tpu_chip_hour_spot >= 0 else None
+        return Rates(self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour, spot)
 
     def row(self) -> list[float]:
         return [self.default_credits, self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour,
-                self.half_life_hours, self.preemption_grace_seconds]  # fmt: skip
+                self.half_life_hours, self.preemption_grace_seconds, self.tpu_chip_hour_spot]  # fmt: skip
 
     @classmethod
     def from_row(cls, row: list[float] | None) -> SharingSettings:
@@ -276,13 +278,14 @@ def take_evictions(books: Books, state: Any, plan: pb.SchedulingPlan, now: float
     return out
 
 
-def release_charge(placement: Any, now: float, ran_seconds: float = -1.0) -> Charge:
+def release_charge(placement: Any, now: float, ran_seconds: float = -1.0, capacity: str = "") -> Charge:
     """What one released attempt costs: its request for the time its process ran, as its agent measured
-    it (`ran_seconds`), or, when nobody measured it (killed, worker lost), from its placement to `now`."""
+    it (`ran_seconds`), or, when nobody measured it (killed, worker lost), from its placement to `now`;
+    on `capacity` (its worker's `capacity` attribute: spot is charged at the spot rate)."""
     p = placement
     until = p.placed_at + ran_seconds if ran_seconds >= 0 else max(now, p.placed_at)
     return Charge(p.user, task_workflow_id(p.job_id, p.task_index), p.attempt,
-                  Resources(p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), p.placed_at, until)  # fmt: skip
+                  Resources(p.cpu_millis, p.memory_bytes, p.gpus, p.tpus), p.placed_at, until, capacity)  # fmt: skip
 
 
 def users_memo(books: Books, running: Mapping[str, int], pending: Mapping[str, int]) -> list[list[Any]]:

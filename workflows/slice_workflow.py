@@ -259,8 +259,8 @@ class SliceWorkflow:
                     self.error = f"{self.error}; terminate failed: {message}".lstrip("; ")
                     await self._publish()
             elif effect == Effect.REMOVE_WORKERS:
-                await self._tell_scheduler(REMOVE_WORKERS, RemoveWorkers(
-                    self.worker_ids, f"slice {self.inp.slice_id} {self.state.lower()}"))  # fmt: skip
+                why = self.error or f"slice {self.inp.slice_id} {self.state.lower()}"  # e.g. "slice s preempted: ..."
+                await self._tell_scheduler(REMOVE_WORKERS, RemoveWorkers(self.worker_ids, why))
             # BOOTSTRAP and WATCH are the next state's work (see _work)
 
     async def _tell_scheduler(self, signal: str, arg: Any) -> None:

@@ -95,7 +95,8 @@ class TaskWorkflow:
             return
         try:
             stopped = await workflow.execute_activity(
-                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds), result_type=bool,
+                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds, msg.reason),
+                result_type=bool,
                 task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
                 start_to_close_timeout=timedelta(seconds=msg.grace_seconds + 30),
                 retry_policy=RetryPolicy(maximum_attempts=1), summary=f"evict attempt {msg.attempt}",
@@ -340,6 +341,8 @@ class TaskWorkflow:
         self.result.peak_memory_bytes = result.peak_memory_bytes
         self.result.cpu_seconds, self.result.run_seconds = result.cpu_seconds, result.run_seconds
         self._agent_released = result.released
+        if result.preempted:  # it ended after a preemption notice for its host: runs again, not a failure
+            return TaskEvent.WORKER_LOST, f"preempted on {worker_id}: {result.preempted}", result.started
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, "", True
         if self._evicted is not None:  # its agent stopped it for higher-band work

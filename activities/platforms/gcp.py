@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from activities.platforms import remote_agent
 from activities.platforms.base import (
@@ -52,6 +52,7 @@ from activities.platforms.base import (
 )
 from activities.platforms.gcp_zones import ZoneBackoff
 from activities.platforms.ssh import SshError, SshTarget, SshTransport
+from scheduler.spot import CAPACITY_ATTRIBUTE, Capacity, CapacityPolicy
 from scheduler.tpu import tpu_vm_count
 
 log = structlog.get_logger(__name__)
@@ -117,6 +118,21 @@ class SshSettings(BaseModel):
     port: int = Field(default=22, ge=1, le=65535, description="the VMs' SSH port")
 
 
+class SpotFallbackSettings(BaseModel):
+    """`spot_fallback:` of a `spot_then_on_demand` group (scheduler.spot.SpotFallback)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    after_preemptions: int = Field(
+        default=2, ge=1, description="this many of the group's spot slices preempted within `within` (or spot "
+        "stocked out in every zone) make new slices on-demand",
+    )  # fmt: skip
+    within: str | float = Field(default="1h", json_schema_extra={"doc_type": "duration"},
+                                description="the window the preemptions are counted in (30m, 1h, ...)")  # fmt: skip
+    hold: str | float = Field(default="2h", json_schema_extra={"doc_type": "duration"},
+                              description="how long new slices are on-demand before spot again")  # fmt: skip
+
+
 class Settings(BaseModel):
     """The `gcp:` block of a scale group."""
 
@@ -137,7 +153,17 @@ class Settings(BaseModel):
     )
     accelerator_type: str = Field(min_length=1, description="the node's type, e.g. `v5litepod-16`")
     runtime_version: str = Field(min_length=1, description="the TPU VM image, e.g. `v2-alpha-tpuv5-lite`")
-    spot: bool = Field(default=False, description="spot (preemptible) capacity")
+    spot: bool | None = Field(default=None, description="spot (preemptible) capacity: a synonym of `capacity: spot`")
+    capacity: Literal["on_demand", "spot", "spot_then_on_demand"] | None = Field(
+        default=None,
+        json_schema_extra={"doc_type": "on_demand, spot or spot_then_on_demand"},
+        description="`on_demand` (the default), `spot`, or `spot_then_on_demand`: spot, and on-demand for a while "
+        "when `spot_fallback` says so",
+    )
+    spot_fallback: SpotFallbackSettings = Field(
+        default=SpotFallbackSettings(),
+        description="with `capacity: spot_then_on_demand`: when new slices go on-demand, and for how long",
+    )
     network: str | None = Field(default=None, description="VPC network; default: the project's default")
     service_account: str | None = Field(default=None, description="the VMs' service account e-mail")
     api_endpoint: str | None = Field(
@@ -160,6 +186,21 @@ class Settings(BaseModel):
         if len(set(zones)) != len(zones) or any(not z for z in zones):
             raise ValueError("must name distinct, non-empty zones")
         return zones
+
+    def capacity_policy(self) -> CapacityPolicy:
+        """The block's capacity rule (ValueError naming the field when `spot`, `capacity`, `spot_fallback` disagree)."""
+        given = {"spot", "capacity", "spot_fallback"} & self.model_fields_set
+        return CapacityPolicy.parse(self.model_dump(include=given))
+
+    @model_validator(mode="after")
+    def _capacity(self) -> Settings:
+        self.capacity_policy()
+        return self
+
+    @property
+    def wants_spot(self) -> bool:
+        """Whether a slice made with these settings is spot (a fallback's slice comes with `capacity: on_demand`)."""
+        return self.capacity_policy().kind != Capacity.ON_DEMAND
 
     @property
     def zone_list(self) -> list[str]:
@@ -200,6 +241,7 @@ def _is_loopback(endpoint: str) -> bool:
         return False
 
 
+CAPACITY_LABEL = "iris-capacity"  # the node's label: spot or on_demand
 ZONE_ATTRIBUTE = "zone"  # every gcp worker's attribute (and its slice's label in `describe`): the node's zone
 # (project, slice id) -> the zone its node is in, so describe asks that zone first; a restart just asks them all
 _ZONE_OF: dict[tuple[str, str], str] = {}
@@ -373,8 +415,8 @@ class GcpPlatform:
         s = self.settings
         request = tpu_v2.Node(
             accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
-            labels=slice_labels(group.name, slice_id),
-            scheduling_config=tpu_v2.SchedulingConfig(spot=s.spot),
+            labels={**slice_labels(group.name, slice_id), CAPACITY_LABEL: "spot" if s.wants_spot else "on_demand"},
+            scheduling_config=tpu_v2.SchedulingConfig(spot=s.wants_spot),
             network_config=tpu_v2.NetworkConfig(network=s.network or "", enable_external_ips=False),
         )
         if s.service_account:
@@ -438,9 +480,11 @@ class GcpPlatform:
             why = "has no node" if info is None else f"is {info.state.value}"
             raise SshError(f"gcp: cannot bootstrap slice {slice_id}: it {why}")
         node_id = self._node_id(info.labels[ZONE_ATTRIBUTE], slice_id)
+        capacity = info.labels.get(CAPACITY_LABEL) or ("spot" if self.settings.wants_spot else "on_demand")
 
         async def start(host: HostInfo) -> None:
-            attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE]}
+            attributes = {**host_attributes(group, slice_id, host.index), ZONE_ATTRIBUTE: info.labels[ZONE_ATTRIBUTE],
+                          CAPACITY_ATTRIBUTE: capacity}  # fmt: skip
             argv = [*remote_agent.agent_argv(host.worker_id, attributes, group, control), "--tpu-vm"]
             command = self.settings.worker_command or remote_agent.DEFAULT_WORKER_COMMAND
             script = remote_agent.start_script(remote_agent.host_dir(KIND, host.worker_id), command, argv, control,

@@ -93,6 +93,7 @@ def test_tpu_slice_bootstrap_register_run_delete(
                 attrs["tpu-name"], attrs["tpu-worker-id"], attrs["tpu-topology"], attrs["tpu-accelerator-type"],
                 attrs["tpu-chip-topology"], attrs["tpu-vm-count"], attrs["iris-scale-group"], attrs["zone"],
             )
+            assert "on_demand" == attrs["capacity"]  # the node's capacity, for constraints
         assert any(path.endswith("/tpu-env") for path, _ in metadata.requests)
 
         job = client.submit_command(

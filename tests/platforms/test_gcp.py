@@ -70,7 +70,7 @@ async def test_create_describe_list_delete(fake_tpu: FakeTpu) -> None:
     assert 1 == len(create)
     assert (PARENT, "tpu-v5e-16-abc") == (create[0].parent, create[0].node_id)
     node = create[0].node
-    assert slice_labels("tpu-v5e-16", "tpu-v5e-16-abc") == dict(node.labels)
+    assert {**slice_labels("tpu-v5e-16", "tpu-v5e-16-abc"), "iris-capacity": "spot"} == dict(node.labels)
     assert ("v5litepod-16", "v2-alpha-tpuv5-lite", True, "iris-net", "iris@proj.iam.gserviceaccount.com") == (
         node.accelerator_type,
         node.runtime_version,

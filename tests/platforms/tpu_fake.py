@@ -16,8 +16,11 @@ Every request is logged as (method, request message) for the tests to assert on.
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -211,32 +214,52 @@ class FakeTpu:
 
 
 class FakeMetadata:
-    """A GCE metadata server answering a TPU VM's instance attributes (only with `Metadata-Flavor: Google`)."""
+    """A GCE metadata server answering a TPU VM's instance attributes (only with `Metadata-Flavor: Google`).
+
+    It also answers `instance/preempted` (FALSE) and `instance/maintenance-event` (NONE) with an ETag,
+    and, as the real one, holds a `?wait_for_change=true&last_etag=E` request until the value's ETag
+    is no longer E (or `timeout_sec` passes). `set_instance` changes a value (what the cloud does
+    before it takes the VM back) and records when, for tests that time the notice's way to a task.
+    """
 
     def __init__(self, attributes: dict[str, str]) -> None:
         self.attributes = attributes
         self.requests: list[tuple[str, str | None]] = []
+        self.instance: dict[str, str] = {"preempted": "FALSE", "maintenance-event": "NONE"}
+        self.changed_at: dict[str, float] = {}  # key -> time.time() of its last change
+        self._changed = threading.Condition()
+        self._closing = False
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 fake.requests.append((self.path, self.headers.get("Metadata-Flavor")))
                 prefix = "/computeMetadata/v1/instance/attributes/"
+                path, _, query = self.path.partition("?")
+                instance_key = path.removeprefix("/computeMetadata/v1/instance/")
                 if self.headers.get("Metadata-Flavor") != "Google":
                     self._answer(403, "Missing required header: Metadata-Flavor")
                 elif self.path.startswith(prefix) and self.path[len(prefix) :] in fake.attributes:
                     self._answer(200, fake.attributes[self.path[len(prefix) :]])
+                elif path.startswith("/computeMetadata/v1/instance/") and instance_key in fake.instance:
+                    value = fake._wait(instance_key, urllib.parse.parse_qs(query))
+                    self._answer(200, value, etag=_etag(value))
                 else:
                     self._answer(404, "not found")
 
-            def _answer(self, code: int, body: str) -> None:
+            def _answer(self, code: int, body: str, etag: str = "") -> None:
                 data = body.encode()
                 self.send_response(code)
                 self.send_header("Metadata-Flavor", "Google")
+                if etag:
+                    self.send_header("ETag", etag)
                 self.send_header("Content-Type", "application/text")
                 self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # a long poll whose agent has gone
+                    pass
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -245,14 +268,38 @@ class FakeMetadata:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def _wait(self, key: str, query: dict[str, list[str]]) -> str:
+        """`key`'s value; with wait_for_change, once its ETag differs from last_etag (or after timeout_sec)."""
+        with self._changed:
+            if query.get("wait_for_change", [""])[0].lower() == "true":
+                last = query.get("last_etag", [""])[0]
+                timeout = float(query.get("timeout_sec", ["60"])[0])
+                self._changed.wait_for(lambda: self._closing or _etag(self.instance[key]) != last, timeout=timeout)
+            return self.instance[key]
+
+    def set_instance(self, key: str, value: str) -> float:
+        """Change `instance/<key>` (e.g. `preempted` to `TRUE`); when it changed (time.time())."""
+        with self._changed:
+            self.instance[key] = value
+            self.changed_at[key] = time.time()
+            self._changed.notify_all()
+            return self.changed_at[key]
+
     @property
     def host(self) -> str:
         """The value of $GCE_METADATA_HOST that points at this server."""
         return f"127.0.0.1:{self.server.server_address[1]}"
 
     def stop(self) -> None:
+        with self._changed:  # long polls in flight end now
+            self._closing = True
+            self._changed.notify_all()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _etag(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
 def tpu_vm_attributes(node_id: str, accelerator_type: str, topology: str, worker: int, vms: int) -> dict[str, str]:
