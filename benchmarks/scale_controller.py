@@ -16,6 +16,7 @@ import concurrent.futures
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 from temporalio.worker import Worker
@@ -38,19 +39,20 @@ BUILD = build_id()
 
 
 @activity.defn(name=DELIVER_SIGNALS)
-async def deliver_or_count(deliveries: list[Delivery]) -> list[int]:
+async def deliver_or_count(deliveries: list[Delivery], report_sent: bool = False) -> list[int] | dict[str, Any]:
     """Signals to (absent) task workflows count as delivered; the rest are really sent."""
-    real = [(i, d) for i, d in enumerate(deliveries) if d.signal not in TASK_SIGNALS]
-    if not real:
-        return []
-    gone = await deliver_signals([d for _, d in real])
-    return [real[i][0] for i in gone]
+    typed = [d if isinstance(d, Delivery) else Delivery(**d) for d in deliveries]
+    real = [(i, d) for i, d in enumerate(typed) if d.signal not in TASK_SIGNALS]
+    sent = await deliver_signals([d for _, d in real]) if real else []
+    gone = [real[i][0] for i in sent if isinstance(i, int)] if isinstance(sent, list) else []
+    return {"gone": gone, "sent": len(typed)} if report_sent else gone
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
 async def assignments_or_count(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
     """The scheduler's announcements, as `deliver_or_count` treats them: none gone, none late."""
-    return DeliveryOutcome(gone=await deliver_or_count(deliveries))
+    gone = await deliver_or_count(deliveries)
+    return DeliveryOutcome(gone=gone if isinstance(gone, list) else gone["gone"])
 
 
 async def serve(address: str, timings_path: Path | None = None) -> None:
