@@ -35,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from benchmarks.replays import replay_all_sync
 from iris.client import IrisClient, Job
 from iris.config import ClusterConfig, parse_config
 from iris.local_cluster import CONTROLLER, TEMPORAL, LocalCluster, worker_process_name
@@ -163,6 +164,7 @@ class ChaosReport:
     jobs: int
     faults: list[Recovery] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    replayed: int = 0  # runs whose history replayed on the current code (scheduler, jobs, autoscaler)
     states: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent starting, under load, finishing, stopping
@@ -186,6 +188,7 @@ class ChaosReport:
                 lines.append(f"  {'':<20} runs a job pinned to it after {statistics.median(pinned):5.1f} s median, "
                              f"{max(pinned):5.1f} s max")  # fmt: skip
         lines.append("  jobs: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.states.items())))
+        lines.append(f"  histories replayed on the current code: {self.replayed} runs (scheduler, jobs, autoscaler)")
         lines.append(f"  problems: {len(self.problems)}")
         lines.extend(f"    {p}" for p in self.problems[:20])
         return "\n".join(lines)
@@ -399,6 +402,8 @@ class ChaosRun:
             self._finish()
             phase("finish")
             self.check()
+            self.replay()
+            phase("replay")
         finally:
             mark = time.monotonic()
             self.down()
@@ -506,6 +511,20 @@ class ChaosRun:
                                                                          range(s.replicas)]:
                 problems.append(f"{s.job.job_id}: gang not whole on one slice in host order: {final}")
         return problems
+
+    def replay(self) -> None:
+        """Every scheduler, job and autoscaler run of this cluster replays on the current code."""
+        info = self.local.status()
+        if info is None:
+            self.report.problems.append("replay: the cluster is gone, nothing to replay")
+            return
+        try:
+            replays = replay_all_sync(info.address)
+        except Exception as err:  # the server does not answer: said, not a crash
+            self.report.problems.append(f"replay: could not replay the histories: {type(err).__name__}: {err}")
+            return
+        self.report.replayed = replays.replayed
+        self.report.problems.extend(f"replay: {failure}" for failure in replays.failures)
 
     # -- the end
 

@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client
 
-from activities.contracts import HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
+from activities.contracts import CONFIGURE_SCHEDULER, HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
 from iris.connection import connect_client
-from iris.workflow_health import failing_line, workflow_task_failure
+from iris.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 
 _T = TypeVar("_T")
 
@@ -65,6 +65,10 @@ async def wait_for_temporal(
         await asyncio.sleep(0.1)
 
 
+class NotServedYetError(Exception):
+    """No query yet: the run is not held by a live controller (iris.workflow_health.served_since_last_signal)."""
+
+
 # How long the scheduler's workflow task must keep failing before readiness gives up at once.
 FAILING_GRACE = 5.0
 
@@ -108,6 +112,8 @@ async def wait_until_ready(
             if client is None:
                 client = await asyncio.wait_for(readiness_client(address, namespace), remaining)
             handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+            if not await served_since_last_signal(client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER):
+                raise NotServedYetError("the scheduler has not run a workflow task on the new controller yet")
             count = await asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
                 remaining,

@@ -41,3 +41,30 @@ async def workflow_task_failure(client: Client, workflow_id: str) -> str | None:
 def failing_line(workflow: str, failure: str) -> str:
     """The one line every surface shows."""
     return f"{workflow} workflow task failing: {failure}"
+
+
+async def served_since_last_signal(client: Client, workflow_id: str, signal: str, page: int = 50) -> bool:
+    """Whether a workflow task completed after the newest `signal` (within the last `page` events).
+
+    A controller signals the scheduler `configure` as it starts; once a task completed after that, a live
+    controller holds the run and the server sends queries there. A query before then can reach a controller
+    that must replay the run to answer, and the SDK applies the signals that came since its last task while
+    answering (docs/reliability.md, "Replays"): readers that start with a controller wait for this first.
+    """
+    described = await client.get_workflow_handle(workflow_id).describe()
+    reply = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=described.raw_description.workflow_execution_info.execution,
+            maximum_page_size=page,
+        )
+    )
+    for event in reply.history.events:  # newest first
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return True
+        if (
+            event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+            and event.workflow_execution_signaled_event_attributes.signal_name == signal
+        ):
+            return False
+    return True

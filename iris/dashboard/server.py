@@ -22,7 +22,13 @@ from aiohttp import web
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, SCHEDULER_WORKFLOW_ID, task_workflow_id
+from activities.contracts import (
+    CONFIGURE_SCHEDULER,
+    JOB_STATE_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
+    SCHEDULER_WORKFLOW_ID,
+    task_workflow_id,
+)
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
@@ -54,7 +60,7 @@ from iris.dashboard.views import (
 from iris.types import JobState
 from iris.units import format_memory
 from iris.users import list_users
-from iris.workflow_health import failing_line, workflow_task_failure
+from iris.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -187,9 +193,14 @@ class Dashboard:
         await asyncio.to_thread(self.depth_store.load, self.depth)
         self._depth_loaded = True  # from now on a save keeps what was there before
         saved_at = time.monotonic()
+        served = False  # the sampler starts with its controller: no query before the scheduler runs here
         while True:
             try:
-                self.depth.add((await self.reads.summary()).pending_tasks)
+                served = served or await served_since_last_signal(
+                    self.reads.client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER
+                )
+                if served:
+                    self.depth.add((await self.reads.summary()).pending_tasks)
             except (TimeoutError, RPCError, WorkflowQueryFailedError) as err:
                 log.debug("dashboard_sample_failed", error=str(err))
             if time.monotonic() - saved_at >= SAVE_SECONDS:

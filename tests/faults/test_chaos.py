@@ -16,7 +16,8 @@ SEED = 26
 
 def test_a_mixed_load_survives_a_seeded_schedule_of_faults(tmp_path: Path) -> None:
     """Nothing lost, nothing run twice at once, gangs whole, no agent died that no fault touched, every
-    component back within 30 s, no process left after `iris cluster down`."""
+    component back within 30 s, every scheduler, job and autoscaler run replays, no process left after
+    `iris cluster down`."""
     report = run_chaos(tmp_path / "home", jobs=60, faults=6, seed=SEED, cpu_workers=3)
     print("\n" + report.figures())
     assert [] == report.problems
@@ -24,4 +25,5 @@ def test_a_mixed_load_survives_a_seeded_schedule_of_faults(tmp_path: Path) -> No
         r.fault for r in report.faults
     }
     assert 60 == sum(report.states.values())
+    assert report.replayed > 60  # every job's runs and the scheduler's (a failure is one of the problems)
     assert [] == report.leftover_processes
