@@ -94,7 +94,10 @@ def worker_serve(
         default_state_dir,
         default_task_dir,
     )
+    from worker_agent.runtimes.base import RuntimeName
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
+    from worker_agent.runtimes.select import task_user as resolve_task_user
+    from worker_agent.runtimes.task_user_check import task_user_refusal
     from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
 
     configure_logging()
@@ -139,6 +142,14 @@ def worker_serve(
     except ValueError as e:
         fail(str(e))
 
+    async def check_task_user() -> None:
+        """Process tasks run as another user: it must be able to run Python and read Iris (before registering)."""
+        user = resolve_task_user(options.task_user) if runtime == RuntimeName.PROCESS else None
+        if user is not None:
+            refusal = await asyncio.to_thread(task_user_refusal, user)
+            if refusal:
+                raise TaskUserRefused(refusal)
+
     async def main() -> None:
         from iris import observability
         from iris.controller import connect
@@ -147,6 +158,7 @@ def worker_serve(
         if health_port is None:
             client = await connect(settings, timeout=None)
             await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
+            await check_task_user()
             await WorkerAgent(client, config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
@@ -154,6 +166,7 @@ def worker_serve(
             settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
         )
         await check_cluster_key(client)
+        await check_task_user()
 
         async def checks() -> dict[str, bool]:
             return {
@@ -176,6 +189,12 @@ def worker_serve(
         fail(f"worker {wid}: {e}", 3)
     except KeyMismatchError as e:
         fail(f"worker {wid} refuses to start: {e}", 3)
+    except TaskUserRefused as e:
+        fail(str(e))
+
+
+class TaskUserRefused(Exception):  # noqa: N818 - a refusal, as RegistrationRefused
+    """The task user cannot run tasks on this host (worker_agent.runtimes.task_user_check)."""
 
 
 def _host_memory() -> int:

@@ -138,5 +138,6 @@ def _pythonpath() -> dict[str, str]:
 
 
 def worker_command() -> str:
-    """`iris worker serve` from this interpreter (the remote side is this machine)."""
-    return f"{sys.executable} -m iris worker serve"
+    """`iris worker serve` from this interpreter (the remote side is this machine), its tasks as its own user:
+    this interpreter may live where `nobody` cannot read it (the agent would refuse to start)."""
+    return f"{sys.executable} -m iris worker serve --task-user ''"

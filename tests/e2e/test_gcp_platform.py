@@ -66,7 +66,7 @@ def test_tpu_slice_bootstrap_register_run_delete(
         settings={"project": "proj", "zones": ["us-central2-a", "us-central2-b"], "accelerator_type": "v4-16",
                   "runtime_version": "tpu-ubuntu2204-base", "api_endpoint": fake_tpu.endpoint,
                   "ssh": {"user": sshd.user, "identity_file": str(sshd.client_key), "port": sshd.ports[0]},
-                  "worker_command": f"{sys.executable} -m iris worker serve",
+                  "worker_command": f"{sys.executable} -m iris worker serve --task-user ''",
                   "env": {"GCE_METADATA_HOST": metadata.host}},
     )
     control = ControlPlaneAddress(cluster.info.address, "default", cluster.info.store_url)

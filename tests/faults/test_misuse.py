@@ -72,7 +72,7 @@ def serve_worker(c: FaultCluster, *args: str, home: Path | None = None) -> subpr
     """Run `iris worker serve` against the cluster (as if on another host when `home` is given)."""
     env = c.env if home is None else {**c.env, "IRIS_HOME": str(home)}
     done = subprocess.run(
-        [sys.executable, "-m", "iris", "worker", "serve", "--memory", "1g", *args],
+        [sys.executable, "-m", "iris", "worker", "serve", "--memory", "1g", "--task-user", "", *args],
         env=env, capture_output=True, text=True, timeout=90,
     )
     done.stderr = " ".join(done.stderr.split())  # the CLI wraps its messages at the terminal width
