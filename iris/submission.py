@@ -20,6 +20,7 @@ from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
+from iris.job_control import add_job_control
 from iris.job_tree import check_namespace
 from iris.reservations import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
@@ -111,6 +112,9 @@ def build_request(
     namespace: str | None = None,
     reservation: Any = None,
     reservation_constraints: Any = None,
+    after: Any = None,
+    after_rule: Any = "succeeded",
+    max_concurrent: Any = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
@@ -200,6 +204,7 @@ def build_request(
         if c.value is not None:
             set_attr(out.value, c.value)
     add_reservation(req, reservation, reservation_constraints, _constraints)
+    add_job_control(req, after, after_rule, max_concurrent)  # iris/job_control.py
     return req
 
 

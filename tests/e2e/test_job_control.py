@@ -1,0 +1,162 @@
+"""Job control on the session cluster: dependencies (`after=`), throttled arrays, idempotent names."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from iris import IrisClient, JobFailedError, JobState, ResourceSpec
+from tests.support import wait_until
+
+SMALL = ResourceSpec(cpu=0.25, memory="64m")
+
+
+def wait_for_file(path: str, timeout: float = 300.0) -> float:
+    """A task that runs until `path` exists; returns when it ended."""
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.1)
+    return time.time()
+
+
+def started_at() -> float:
+    return time.time()
+
+
+def fail_now() -> None:
+    raise RuntimeError("this dependency fails on purpose")
+
+
+def record_interval(directory: str, hold: float) -> None:
+    """Write this task's start and end times to its own file (the intervals show how many ran at once)."""
+    begin = time.time()
+    time.sleep(hold)
+    index = os.environ["IRIS_TASK_INDEX"]
+    Path(directory, f"{index}-{os.environ['IRIS_ATTEMPT']}").write_text(f"{begin} {time.time()}")
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(b, 1) for b, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_dependent_job_waits_naming_its_dependency_and_runs_after_it(client: IrisClient, tmp_path: Path) -> None:
+    """A job submitted `after` another waits PENDING with a reason naming it, starts no task, and runs once
+    the other has succeeded; `iris job status`'s fields show the dependency."""
+    gate = tmp_path / "go"
+    first = client.submit(wait_for_file, str(gate), resources=SMALL, name="prep")
+    second = client.submit(started_at, resources=SMALL, name="train", after=[first.job_id])
+    status = second.status()
+    assert (JobState.PENDING, (first.job_id,), "succeeded") == (status.state, status.after, status.after_rule)
+    assert f"waiting for job {first.job_id} to succeed (after_rule=succeeded)" == status.pending_reason
+    listed = {s.job_id: s for s in client.list_jobs(limit=50)}
+    assert first.job_id in listed[second.job_id].pending_reason  # visibility (list_jobs) says it too
+    time.sleep(2.0)  # a job placed at once would be RUNNING or done by now
+    assert {"PENDING": 1} == second.status().task_state_counts
+    gate.touch()
+    ended = first.wait(timeout=120).finished_at
+    second.wait(timeout=120)
+    assert ended is not None and second.results()[0] >= ended
+    assert "" == second.status().pending_reason
+
+
+def test_a_dependency_that_fails_makes_the_job_unschedulable_naming_it(client: IrisClient) -> None:
+    """`succeeded` refuses a failed dependency (UNSCHEDULABLE, the error names the job and its state, no task
+    ran); `ended` runs after it anyway."""
+    failing = client.submit(fail_now, resources=SMALL, name="bad-prep")
+    strict = client.submit(started_at, resources=SMALL, after=[failing.job_id])
+    lenient = client.submit(started_at, resources=SMALL, after=[failing.job_id], after_rule="ended")
+    with pytest.raises(JobFailedError):
+        strict.wait(timeout=120)
+    status = strict.status()
+    assert JobState.UNSCHEDULABLE == status.state
+    assert f"dependency {failing.job_id} ended FAILED; after_rule=succeeded needs SUCCEEDED" == status.error
+    assert [None] == [t.worker_id or None for t in status.tasks]
+    assert JobState.SUCCEEDED == lenient.wait(timeout=120).state
+
+
+def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: IrisClient) -> None:
+    """An unknown job id in `after`, a bad rule, a cap on a gang: ValueError naming the field, nothing started."""
+    before = len(client.list_jobs(limit=500))
+    with pytest.raises(ValueError, match=r"^after\[0\]: no such job: no-such-job-123$"):
+        client.submit(started_at, resources=SMALL, after=["no-such-job-123"])
+    with pytest.raises(ValueError, match="after_rule must be one of succeeded, ended"):
+        client.submit(started_at, resources=SMALL, after=[], after_rule="afterok")
+    with pytest.raises(ValueError, match="max_concurrent cannot be used with coscheduling"):
+        from iris import CoschedulingConfig
+
+        client.submit(started_at, resources=ResourceSpec(cpu=1, replicas=4), max_concurrent=2,
+                      coscheduling=CoschedulingConfig(group_by="tpu-name"))  # fmt: skip
+    with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):
+        client.submit_command(["true"], if_exists="reuse")
+    assert before == len(client.list_jobs(limit=500))
+
+
+def test_a_job_killed_while_it_waits_ends_killed(client: IrisClient, tmp_path: Path) -> None:
+    """Killing a waiting job ends it KILLED at once; its dependency runs on."""
+    first = client.submit(wait_for_file, str(tmp_path / "never"), resources=SMALL)
+    second = client.submit(started_at, resources=SMALL, after=[first.job_id])
+    wait_until(lambda: second.status().pending_reason.startswith("waiting for job"), what="second waits")
+    client.terminate(second.job_id)
+    assert JobState.KILLED == second.wait(timeout=60, raise_on_failure=False).state
+    assert first.status().state in (JobState.PENDING, JobState.RUNNING)
+    client.terminate(first.job_id)
+
+
+def test_a_throttled_array_never_has_more_than_its_cap_placed(client: IrisClient, tmp_path: Path) -> None:
+    """12 tasks capped at 2 on a fleet with room for many more: never more than 2 run at once (their own
+    clocks say so), the cap is used, and the waiting tasks' reason names it."""
+    job = client.submit(record_interval, str(tmp_path), 1.0, resources=ResourceSpec(cpu=0.1, memory="64m",
+                        replicas=12), max_concurrent=2, name="sweep")  # fmt: skip
+    wait_until(lambda: "max_concurrent=2" in job.status().pending_reason, what="the cap named in the reason")
+    assert 2 == job.status().max_concurrent
+    job.wait(timeout=300)
+    intervals = [tuple(map(float, p.read_text().split())) for p in tmp_path.iterdir()]
+    assert 12 == len(intervals)
+    assert 2 == most_at_once(intervals)  # type: ignore[arg-type]
+
+
+def test_racing_reuse_submits_get_one_job(client: IrisClient, tmp_path: Path) -> None:
+    """Four clients submitting one name with `reuse` at once get the same job, which ran once; `fail` is refused
+    while it runs; once it succeeded `reuse` still returns it and `new` starts another."""
+    name = f"prep-{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "go"
+
+    def submit(_: int) -> str:
+        return client.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
+
+    with ThreadPoolExecutor(4) as pool:
+        ids = set(pool.map(submit, range(4)))
+    assert 1 == len(ids)
+    (job_id,) = ids
+    with pytest.raises(ValueError, match=f"if_exists='fail': job {job_id} named '{name}' is"):
+        client.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="fail")
+    gate.touch()
+    client.wait(job_id, timeout=120)
+    assert [name] == [j.name for j in client.list_jobs(limit=500, name=name)]
+    assert job_id == client.submit(started_at, resources=SMALL, name=name, if_exists="reuse").job_id
+    other = client.submit(started_at, resources=SMALL, name=name, if_exists="new").job_id
+    assert job_id != other
+    client.wait(other, timeout=120)
+
+
+def test_reuse_after_a_failure_starts_a_new_job(client: IrisClient) -> None:
+    """A name whose only job failed is submitted again by `reuse` (under a new id), and once more returns it."""
+    name = f"flaky-{uuid.uuid4().hex[:6]}"
+    bad = client.submit(fail_now, resources=SMALL, name=name, if_exists="reuse")
+    assert JobState.FAILED == bad.wait(timeout=120, raise_on_failure=False).state
+    again = client.submit(started_at, resources=SMALL, name=name, if_exists="reuse")
+    assert bad.job_id != again.job_id
+    assert again.job_id == client.submit(started_at, resources=SMALL, name=name, if_exists="reuse").job_id
+    again.wait(timeout=120)
