@@ -1,0 +1,50 @@
+"""A job waiting for another (`after=`) keeps waiting through a dead controller and a dead Temporal server."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from iris import JobState, ResourceSpec
+
+from .conftest import FaultCluster, MakeCluster, group, wait_until
+
+SMALL = ResourceSpec(cpu=0.25, memory="64m")
+
+
+def wait_for_file(path: str) -> float:
+    import os
+
+    while not os.path.exists(path):
+        time.sleep(0.1)
+    return time.time()
+
+
+def started_at() -> float:
+    return time.time()
+
+
+def test_a_dependent_job_waits_through_controller_and_server_restarts(make_cluster: MakeCluster) -> None:
+    """With the controller SIGKILLed and restarted, then the dev server SIGKILLed and restarted, while a job
+    waits for another, it still waits (PENDING, naming the other), then runs once the other has succeeded."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=2))
+    gate = c.work / "go"
+    first = c.client.submit(wait_for_file, str(gate), resources=SMALL, name="prep")
+    second = c.client.submit(started_at, resources=SMALL, name="eval", after=[first.job_id])
+    wait_until(lambda: c.status(first.job_id).state == JobState.RUNNING, what="the dependency runs")
+    reason = f"waiting for job {first.job_id} to succeed (after_rule=succeeded)"
+    assert reason == c.status(second.job_id).pending_reason
+
+    assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
+    time.sleep(3.0)
+    c.local.restart_process("controller")
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    time.sleep(3.0)
+    c.local.restart_process("temporal")
+    wait_until(lambda: c.status(second.job_id).pending_reason == reason, timeout=120, what="the waiting job answers")
+    assert {"PENDING": 1} == c.status(second.job_id).task_state_counts
+
+    gate.touch()
+    ended = first.wait(timeout=180).finished_at
+    assert JobState.SUCCEEDED == second.wait(timeout=180).state
+    assert ended is not None and second.results()[0] >= ended
