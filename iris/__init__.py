@@ -2,6 +2,7 @@
 
 from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.reservations import ReservationStatus, ReservedWorker
+from iris.schedules import ScheduleStatus
 from iris.types import (
     Constraint,
     CoschedulingConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",
+    "ScheduleStatus",
     "SliceState",
     "SliceStatus",
     "TaskState",

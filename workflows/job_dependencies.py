@@ -1,5 +1,7 @@
 """A job that waits for other jobs (`after=`): a durable wait in its own workflow, before it is queued.
 
+(Also where a job started by a schedule's firing takes its name and submission time.)
+
 Why an activity per dependency and not a signal from the dependency: a signal needs the dependency to
 know its dependents, which races with a dependency that ends while the dependent registers (and with
 one that has ended already). The `await_job` activity (activities/dependencies.py) long-polls the
@@ -28,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.job_base import JobBase
     from workflows.job_lifecycle import JobPhase
     from workflows.states import JobState, TaskState
+    from workflows.visibility import JOB_NAME
 
 SUCCEEDED_RULE = "succeeded"
 ENDED_RULE = "ended"
@@ -69,6 +72,11 @@ class Dependencies(JobBase):
         self.status.max_concurrent = req.max_concurrent
         if req.after and waiting:
             self.status.pending_reason = waiting_reason(list(req.after), req.after_rule)
+        if req.schedule and not req.submitted_at:  # a schedule's firing (iris/schedules.py) started this job
+            job_id = workflow.info().workflow_id  # `<schedule>-<fire time>`: Temporal appended the time
+            req.name, req.submitted_at = job_id, workflow.now().timestamp()
+            self.status.name, self.status.submitted_at = job_id, req.submitted_at
+            workflow.upsert_search_attributes([JOB_NAME.value_set(job_id)])
 
     async def _await_dependencies(self, req: pb.JobRequest) -> tuple[JobState, str] | None:
         """None once every dependency ended as the rule accepts; else how the job ends, and why.

@@ -160,3 +160,44 @@ def test_reuse_after_a_failure_starts_a_new_job(client: IrisClient) -> None:
     assert bad.job_id != again.job_id
     assert again.job_id == client.submit(started_at, resources=SMALL, name=name, if_exists="reuse").job_id
     again.wait(timeout=120)
+
+
+def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(client: IrisClient) -> None:
+    """A Temporal Schedule firing every 3 s submits jobs named `<schedule>-<fire time>` as its creator;
+    its status says its cron, time zone and next 3 firings; paused it fires no more, trigger submits one
+    now, and deleted it is gone while its jobs stay."""
+    name = f"nightly-{uuid.uuid4().hex[:6]}"
+    sched = client.create_schedule(name, started_at, cron="*/3 * * * * * *", timezone="Europe/Paris",
+                                   overlap="skip", resources=SMALL, max_retries_failure=1)  # fmt: skip
+    try:
+        status = sched.status()
+        assert (name, "*/3 * * * * * *", "Europe/Paris", False) == (status.name, status.cron, status.timezone,
+                                                                      status.paused)  # fmt: skip
+        assert 3 == len(status.next_runs) and status.next_runs[0] < status.next_runs[1] < status.next_runs[2]
+        assert name in [s.name for s in client.list_schedules()]
+        wait_until(lambda: len(sched.jobs()) >= 2, timeout=60, what="two firings")
+        jobs = sched.jobs()
+        first = jobs[0].wait(timeout=120)
+        assert first.name == jobs[0].job_id and first.job_id.startswith(f"{name}-20")
+        assert client.job_status(jobs[0].job_id).user == client.job_status(jobs[1].job_id).user
+        sched.pause()
+        assert sched.status().paused
+        time.sleep(1.0)
+        paused_count = len(sched.jobs())
+        time.sleep(7.0)  # two firings' worth
+        assert paused_count == len(sched.jobs())
+        sched.trigger()
+        wait_until(lambda: len(sched.jobs()) == paused_count + 1, timeout=30, what="the triggered job")
+        recent = sched.status().recent_jobs
+        assert recent and recent[-1] == sched.jobs()[-1].job_id
+    finally:
+        sched.delete()
+    with pytest.raises(KeyError, match=f"no such schedule: {name}"):
+        sched.status()
+    assert name not in [s.name for s in client.list_schedules()]
+    with pytest.raises(ValueError, match="overlap must be one of"):
+        client.create_schedule(f"{name}-x", started_at, cron="* * * * *", overlap="sometimes")
+    with pytest.raises(ValueError, match="timezone: unknown time zone 'Mars/Olympus'"):
+        client.create_schedule(f"{name}-x", started_at, cron="* * * * *", timezone="Mars/Olympus")
+    with pytest.raises(ValueError, match="^cron: "):
+        client.create_schedule(f"{name}-x", started_at, cron="every full moon")
