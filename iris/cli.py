@@ -216,7 +216,10 @@ def run(
     except ValueError as e:
         raise fail(_as_flags(str(e))) from None
     client = iris_client(temporal, store, start=True)
-    job = client.submit_command(command, if_exists=if_exists, **options)
+    try:
+        job = client.submit_command(command, if_exists=if_exists, **options)
+    except ValueError as e:  # what only the cluster can tell: an unknown --after job, a refused --if-exists fail
+        raise fail(_as_flags(str(e))) from None
     err.print(f"submitted [bold]{job.job_id}[/bold]")
     if no_wait:
         out.print(job.job_id)
@@ -538,6 +541,9 @@ app.add_typer(reservation_app, name="reservation")
 from iris.cli_users import user_app  # noqa: E402
 
 app.add_typer(user_app, name="user")
+from iris.cli_job_control import schedule_app  # noqa: E402
+
+app.add_typer(schedule_app, name="schedule")
 
 if __name__ == "__main__":
     main()
