@@ -19,7 +19,7 @@ SMALL = ResourceSpec(cpu=0.25, memory="64m")
 def wait_for_file(path: str, timeout: float = 300.0) -> float:
     """A task that runs until `path` exists; returns when it ended."""
     deadline = time.time() + timeout
-    while not os.path.exists(path):
+    while not Path(path).exists():
         if time.time() > deadline:
             raise TimeoutError(path)
         time.sleep(0.1)
@@ -199,5 +199,5 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         client.create_schedule(f"{name}-x", started_at, cron="* * * * *", overlap="sometimes")
     with pytest.raises(ValueError, match="timezone: unknown time zone 'Mars/Olympus'"):
         client.create_schedule(f"{name}-x", started_at, cron="* * * * *", timezone="Mars/Olympus")
-    with pytest.raises(ValueError, match="^cron: "):
+    with pytest.raises(ValueError, match=r"^cron: "):
         client.create_schedule(f"{name}-x", started_at, cron="every full moon")

@@ -61,7 +61,9 @@ def test_schedule_commands(cluster: Cluster, client: IrisClient) -> None:
         assert job.job_id in iris(cluster, "schedule", "jobs", name).stdout
         twice = iris(cluster, "schedule", "create", name, "--cron", "0 3 * * *", "--", "true")
         assert (2, f"error: --name: a schedule named '{name}' exists (delete it first)") == (
-            twice.returncode, twice.stderr.strip())
+            twice.returncode,
+            twice.stderr.strip(),
+        )
     finally:
         assert 0 == iris(cluster, "schedule", "delete", name).returncode
     gone = iris(cluster, "schedule", "pause", name)

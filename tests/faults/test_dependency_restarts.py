@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 from iris import JobState, ResourceSpec
 
@@ -13,9 +14,7 @@ SMALL = ResourceSpec(cpu=0.25, memory="64m")
 
 
 def wait_for_file(path: str) -> float:
-    import os
-
-    while not os.path.exists(path):
+    while not Path(path).exists():
         time.sleep(0.1)
     return time.time()
 
