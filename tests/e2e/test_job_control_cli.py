@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 import uuid
 
 from iris import IrisClient, JobState
@@ -34,6 +35,9 @@ def test_run_options_and_job_status_show_dependencies(cluster: Cluster, client: 
     assert f"after: {prep} (after_rule=ended)" in shown
     assert "max_concurrent: 2 tasks placed at a time" in shown
     assert JobState.SUCCEEDED == client.wait(job_id, timeout=120).state
+    page = urllib.request.urlopen(f"{cluster.info.dashboard_url}/jobs/{job_id}", timeout=30).read().decode()
+    assert f'<a href="/jobs/{prep}">{prep}</a> (after_rule=ended)' in page  # the dashboard links the dependency
+    assert "2 tasks placed at a time" in page
     bad = iris(cluster, "run", "--after", "no-such-job-9", "--no-wait", "--", "true")
     assert (2, "error: --after[0]: no such job: no-such-job-9") == (bad.returncode, bad.stderr.strip())
     rule = iris(cluster, "run", "--after", prep, "--after-rule", "afterok", "--", "true")

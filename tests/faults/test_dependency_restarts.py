@@ -47,3 +47,35 @@ def test_a_dependent_job_waits_through_controller_and_server_restarts(make_clust
     ended = first.wait(timeout=180).finished_at
     assert JobState.SUCCEEDED == second.wait(timeout=180).state
     assert ended is not None and second.results()[0] >= ended
+
+
+def test_a_schedule_fires_through_controller_and_server_restarts(make_cluster: MakeCluster) -> None:
+    """A firing due while the controller is dead starts its job, which runs once the controller is back; a
+    firing due while the dev server is dead is caught up when it is back. Each job runs to its end."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=2))
+    sched = c.client.create_schedule("tick", started_at, cron="*/5 * * * * * *", overlap="allow_all", resources=SMALL)
+    wait_until(lambda: len(sched.jobs()) >= 1, timeout=60, what="a first firing")
+
+    assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
+    before = len(sched.jobs())
+    wait_until(lambda: len(sched.jobs()) > before, timeout=30, what="a firing with no controller")
+    waiting = sched.jobs()[-1]
+    c.local.restart_process("controller")
+    status = waiting.wait(timeout=180, raise_on_failure=False)
+    assert JobState.SUCCEEDED == status.state, status
+
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    down_at = time.time()
+    time.sleep(8.0)  # at least one firing falls while the server is away
+    c.local.restart_process("temporal")
+    sched.pause()
+
+    def caught_up() -> bool:
+        return any(c.client.job_status(j.job_id).submitted_at >= down_at for j in sched.jobs())
+
+    wait_until(caught_up, timeout=120, what="the firing missed while the server was away")
+    late = [j for j in sched.jobs() if c.client.job_status(j.job_id).submitted_at >= down_at]
+    for job in late:
+        status = job.wait(timeout=180, raise_on_failure=False)
+        assert JobState.SUCCEEDED == status.state, status
+    sched.delete()
