@@ -45,7 +45,8 @@ def test_run_options_and_job_status_show_dependencies(cluster: Cluster, client: 
 
 
 def test_schedule_commands(cluster: Cluster, client: IrisClient) -> None:
-    """create, list, pause, unpause, trigger, jobs and delete, each one command; errors are one line, exit 2."""
+    """create, list, pause, unpause, trigger, jobs and delete, each one command (the dashboard lists the schedule
+    too); errors are one line, exit 2."""
     name = f"cli-{uuid.uuid4().hex[:6]}"
     made = iris(cluster, "schedule", "create", name, "--cron", "0 3 * * *", "--timezone", "Asia/Tokyo",
                 "--cpu", "0.25", "--memory", "64m", "--", "echo", "nightly")  # fmt: skip
@@ -53,6 +54,8 @@ def test_schedule_commands(cluster: Cluster, client: IrisClient) -> None:
     try:
         listed = iris(cluster, "schedule", "list").stdout
         assert name in listed and "Asia/Tokyo" in listed and "active" in listed
+        page = urllib.request.urlopen(f"{cluster.info.dashboard_url}/schedules", timeout=30).read().decode()
+        assert f'<tr data-schedule="{name}">' in page and "Asia/Tokyo" in page  # the dashboard lists it
         assert 0 == iris(cluster, "schedule", "pause", name).returncode
         assert client.schedule(name).status().paused
         assert 0 == iris(cluster, "schedule", "unpause", name).returncode
