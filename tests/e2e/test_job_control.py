@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from iris import IrisClient, JobFailedError, JobState, ResourceSpec
-from tests.support import wait_until
+from tests.support import Cluster, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="64m")
 
@@ -127,19 +128,29 @@ def test_a_throttled_array_never_has_more_than_its_cap_placed(client: IrisClient
     assert 2 == most_at_once(intervals)  # type: ignore[arg-type]
 
 
-def test_racing_reuse_submits_get_one_job(client: IrisClient, tmp_path: Path) -> None:
-    """Four clients submitting one name with `reuse` at once get the same job, which ran once; `fail` is refused
-    while it runs; once it succeeded `reuse` still returns it and `new` starts another."""
+def test_racing_reuse_submits_get_one_job(cluster: Cluster, client: IrisClient, tmp_path: Path) -> None:
+    """Four clients (each its own connection) submitting one name with `reuse` at once get the same job, which
+    ran once; `fail` is refused while it runs; once it succeeded `reuse` still returns it and `new` starts
+    another."""
     name = f"prep-{uuid.uuid4().hex[:6]}"
     gate = tmp_path / "go"
+    clients = [IrisClient.connect(cluster.info.address, store=cluster.info.store_url) for _ in range(4)]
+    start = threading.Barrier(4)
 
-    def submit(_: int) -> str:
-        return client.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
+    def submit(other: IrisClient) -> str:
+        start.wait(timeout=30)
+        return other.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
 
-    with ThreadPoolExecutor(4) as pool:
-        ids = set(pool.map(submit, range(4)))
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            ids = set(pool.map(submit, clients))
+    finally:
+        for other in clients:
+            other.close()
     assert 1 == len(ids)
     (job_id,) = ids
+    wait_until(lambda: client.list_jobs(limit=500, name=name), what="the job listed")
+    assert [job_id] == [j.job_id for j in client.list_jobs(limit=500, name=name)]  # one job started, not four
     with pytest.raises(ValueError, match=f"if_exists='fail': job {job_id} named '{name}' is"):
         client.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="fail")
     gate.touch()
