@@ -40,9 +40,7 @@ def schedule_create(
     timezone: Annotated[str, typer.Option("--timezone", help="the cron's time zone (IANA name)")] = "UTC",
     overlap: Annotated[
         str,
-        typer.Option(
-            "--overlap", help="a firing while the last job runs: skip, buffer_one, allow_all, cancel_other"
-        ),
+        typer.Option("--overlap", help="a firing while the last job runs: skip, buffer_one, allow_all, cancel_other"),
     ] = "skip",
     replicas: Annotated[int, typer.Option(help="number of tasks")] = 1,
     cpu: Annotated[str, typer.Option(help="cores per task (0.5 = half)")] = "1",

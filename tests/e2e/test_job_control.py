@@ -137,16 +137,16 @@ def test_racing_reuse_submits_get_one_job(cluster: Cluster, client: IrisClient, 
     clients = [IrisClient.connect(cluster.info.address, store=cluster.info.store_url) for _ in range(4)]
     start = threading.Barrier(4)
 
-    def submit(other: IrisClient) -> str:
+    def submit(each: IrisClient) -> str:
         start.wait(timeout=30)
-        return other.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
+        return each.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
 
     try:
         with ThreadPoolExecutor(4) as pool:
             ids = set(pool.map(submit, clients))
     finally:
-        for other in clients:
-            other.close()
+        for each in clients:
+            each.close()
     assert 1 == len(ids)
     (job_id,) = ids
     wait_until(lambda: client.list_jobs(limit=500, name=name), what="the job listed")
