@@ -17,6 +17,7 @@ Pure helpers (`accepts`, `waiting_reason`) are shared with the client.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -99,9 +100,12 @@ class Dependencies(JobBase):
         }
         outcome: tuple[JobState, str] | None = None
         while waits and outcome is None:
-            await workflow.wait_condition(
-                lambda: self._phase is JobPhase.KILLING or any(h.done() for h in waits.values())
-            )
+            try:
+                await workflow.wait_condition(
+                    lambda: self._phase is JobPhase.KILLING or any(h.done() for h in waits.values())
+                )
+            except asyncio.CancelledError:  # cancelled from outside (e.g. the Temporal UI): as `iris job kill`
+                self.kill("job workflow cancelled")
             if self._phase is JobPhase.KILLING:
                 outcome = (JobState.KILLED, self._kill_reason or "killed while waiting for its dependencies")
                 break

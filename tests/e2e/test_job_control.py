@@ -105,12 +105,17 @@ def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: Iris
 
 
 def test_a_job_killed_while_it_waits_ends_killed(client: IrisClient, tmp_path: Path) -> None:
-    """Killing a waiting job ends it KILLED at once; its dependency runs on."""
+    """Killing a waiting job (or cancelling its workflow in the Temporal UI) ends it KILLED at once; its
+    dependency runs on."""
     first = client.submit(wait_for_file, str(tmp_path / "never"), resources=SMALL)
     second = client.submit(started_at, resources=SMALL, after=[first.job_id])
     wait_until(lambda: second.status().pending_reason.startswith("waiting for job"), what="second waits")
     client.terminate(second.job_id)
     assert JobState.KILLED == second.wait(timeout=60, raise_on_failure=False).state
+    third = client.submit(started_at, resources=SMALL, after=[first.job_id])
+    wait_until(lambda: third.status().pending_reason.startswith("waiting for job"), what="third waits")
+    client._run(client._async.temporal.get_workflow_handle(third.job_id).cancel())  # the Temporal UI's cancel
+    assert JobState.KILLED == third.wait(timeout=60, raise_on_failure=False).state
     assert first.status().state in (JobState.PENDING, JobState.RUNNING)
     client.terminate(first.job_id)
 
