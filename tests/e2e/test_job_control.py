@@ -217,3 +217,27 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         client.create_schedule(f"{name}-x", started_at, cron="* * * * *", timezone="Mars/Olympus")
     with pytest.raises(ValueError, match=r"^cron: "):
         client.create_schedule(f"{name}-x", started_at, cron="every full moon")
+
+
+def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, tmp_path: Path) -> None:
+    """While a throttled array sits at its cap (its held-back tasks can only be placed once one ends), the
+    scheduler's history does not grow by the ~5 events a second of its 1 s pass timer."""
+    from activities.contracts import SCHEDULER_WORKFLOW_ID
+
+    gate = tmp_path / "go"
+    job = client.submit(wait_for_file, str(gate), resources=ResourceSpec(cpu=0.1, memory="64m", replicas=6),
+                        max_concurrent=2)  # fmt: skip
+    wait_until(lambda: job.status().task_state_counts.get("RUNNING") == 2, what="two tasks running")
+    scheduler = client._async.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+
+    def history_length() -> int:
+        return client._run(scheduler.describe()).raw_description.workflow_execution_info.history_length
+
+    time.sleep(2.0)  # the last placements' signals settle
+    before = history_length()
+    time.sleep(8.0)
+    grown = history_length() - before
+    print(f"\nscheduler history events in 8 s with an array at its cap: {grown}")
+    assert grown < 15  # the 1 s timer would add ~40
+    gate.touch()
+    job.wait(timeout=120)
