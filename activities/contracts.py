@@ -16,6 +16,7 @@ from typing import Any
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
 AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
+WAIT_TASK_QUEUE = "iris-waits"  # long waits of the control plane (a job's dependencies): their own activity slots
 HEALTHY_WORKER_QUERY = "healthy_worker_count"
 # The Worker Deployment every controller belongs to; each controller build is one version of it
 # (docs/operators.md: a run finishes on the build that started it).
@@ -139,6 +140,7 @@ EXEC_IN_TASK = "exec_in_task"
 PROFILE_TASK = "profile_task"
 KILL_DESCENDANTS = "kill_descendants"  # activity: kill the unfinished jobs of an ended job's tree
 FIND_ENDED_JOBS = "find_ended_jobs"  # activity: reserving jobs that ended without releasing their reservation
+AWAIT_JOB = "await_job"  # activity: wait for a job to end and return its state (a dependency, `after=`)
 # Activity that does nothing: a workflow awaits it to end its workflow task and go on in the next one
 # (the dev server fires even a 1 ms timer only ~1 s later), e.g. between steps of loading carried state.
 SCHEDULER_PAUSE = "scheduler_pause"

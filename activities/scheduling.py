@@ -82,6 +82,8 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
             num_groups=max(1, j.num_groups),
             band=_band(j.band),
             user=j.user,
+            max_concurrent=j.max_concurrent,
+            placed=j.placed,
         )
         for j in queued
     ]

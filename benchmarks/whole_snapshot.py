@@ -73,6 +73,8 @@ def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART)
             num_groups=spec.num_groups if spec.num_groups > 1 else 0,
             band=spec.band,
             user=spec.user,
+            max_concurrent=spec.max_concurrent,
+            placed=len(state.placements.jobs.get(entry.job_id) or ()) if spec.max_concurrent else 0,
         )
         reason = state.pending_reasons.get(entry.job_id)
         if reason:

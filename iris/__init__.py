@@ -3,6 +3,7 @@
 from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.preemption import PreemptionNotice, preemption_notice
 from iris.reservations import ReservationStatus, ReservedWorker
+from iris.schedules import ScheduleStatus
 from iris.types import (
     Constraint,
     CoschedulingConfig,
@@ -33,6 +34,7 @@ __all__ = [
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",
+    "ScheduleStatus",
     "SliceState",
     "SliceStatus",
     "TaskState",

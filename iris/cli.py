@@ -25,8 +25,10 @@ from iris.cli_common import (
     temporal_settings,
 )
 from iris.cli_errors import CliError, exit_now, run_cli
+from iris.cli_job_control import job_control_lines
 from iris.cli_parsing import parse_constraint, parse_pair, parse_since
 from iris.cli_ports import job_endpoints
+from iris.job_control import parse_if_exists
 from iris.submission import build_request, command_argv
 from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec, TaskState, TaskStatus
 from iris.units import format_memory
@@ -95,6 +97,7 @@ _FLAG_OF_FIELD = {
     "bundle": "--bundle", "setup": "--setup", "priority": "--priority", "ports": "--port",
     "reservation_constraints": "--reserve-constraint", "reservation": "--reserve",
     "checkpoint_dir": "--checkpoint-dir",
+    "after_rule": "--after-rule", "after": "--after", "max_concurrent": "--max-concurrent", "if_exists": "--if-exists",
 }
 
 
@@ -159,6 +162,19 @@ def run(
         str | None,
         typer.Option(help="path or URL: every attempt of task i gets IRIS_CHECKPOINT_DIR=<it>/<i>"),
     ] = None,
+    after: Annotated[
+        list[str] | None, typer.Option("--after", help="run after this job has ended (see --after-rule); repeatable")
+    ] = None,
+    after_rule: Annotated[
+        str, typer.Option("--after-rule", help="succeeded: every --after job must succeed; ended: any end")
+    ] = "succeeded",
+    max_concurrent: Annotated[
+        int | None, typer.Option("--max-concurrent", help="at most N tasks of this job placed at once")
+    ] = None,
+    if_exists: Annotated[
+        str, typer.Option("--if-exists", help="with --name: new (always submit), reuse (the job of that name "
+                                               "unless it ended badly) or fail (if one is pending or running)")
+    ] = "new",
     no_wait: Annotated[bool, typer.Option("--no-wait", help="print the job id and return")] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
@@ -192,6 +208,8 @@ def run(
         options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
         if checkpoint_dir is not None:
             options["checkpoint_dir"] = checkpoint_dir
+        options.update(after=after or None, after_rule=after_rule, max_concurrent=max_concurrent)
+        parse_if_exists(if_exists, name)
         if setup and bundle is None:
             raise ValueError("setup: needs --bundle (the directory it runs in)")
         build_request(**options)  # every check, before anything connects or starts
@@ -206,7 +224,10 @@ def run(
     except ValueError as e:
         raise fail(_as_flags(str(e))) from None
     client = iris_client(temporal, store, start=True)
-    job = client.submit_command(command, **options)
+    try:
+        job = client.submit_command(command, if_exists=if_exists, **options)
+    except ValueError as e:  # what only the cluster can tell: an unknown --after job, a refused --if-exists fail
+        raise fail(_as_flags(str(e))) from None
     err.print(f"submitted [bold]{job.job_id}[/bold]")
     if no_wait:
         out.print(job.job_id)
@@ -289,6 +310,8 @@ def job_status(
         out.print(f"parent: {s.parent_job_id}", markup=False, highlight=False)
     band = s.priority if s.effective_priority == s.priority else f"{s.priority} (scheduled as {s.effective_priority})"
     out.print(f"user: {s.user or '-'}  band: {band}  preemptions: {s.preemptions}", markup=False, highlight=False)
+    for line in job_control_lines(s):  # dependencies and a throttled array's cap (iris/cli_job_control.py)
+        out.print(line, markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if s.error:
@@ -559,6 +582,9 @@ app.add_typer(reservation_app, name="reservation")
 from iris.cli_users import user_app  # noqa: E402
 
 app.add_typer(user_app, name="user")
+from iris.cli_job_control import schedule_app  # noqa: E402
+
+app.add_typer(schedule_app, name="schedule")
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from iris import endpoints, fleet
+from iris import endpoints, fleet, schedules
 from iris.client_async import ADDRESS_ENV as ADDRESS_ENV
 from iris.client_async import CONTROLLER_DOWN_REASON as CONTROLLER_DOWN_REASON
 from iris.client_async import MAX_DESCRIBE_INTERVAL as MAX_DESCRIBE_INTERVAL
@@ -241,6 +241,32 @@ class IrisClient:
     def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
         """No new work on this worker (its running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
         self._run(fleet.cordon_worker(self._async.temporal, worker_id, cordoned))
+
+    # -- schedules (iris/schedules.py) --
+
+    def create_schedule(self, name: str, fn: Callable[..., Any], *args: Any, cron: str, timezone: str = "UTC",
+                        overlap: str = "skip", **options: Any) -> schedules.ScheduleRef:
+        """A Temporal Schedule named `name`: each firing submits `fn(*args)` as a job `<name>-<fire time>`,
+        with the job `options` of `submit`. `overlap`: skip, buffer_one, allow_all or cancel_other."""
+        self._run(schedules.create(self._async, name, fn, args, cron=cron, timezone=timezone, overlap=overlap,
+                                   **options))  # fmt: skip
+        return self.schedule(name)
+
+    def create_command_schedule(self, name: str, command: Sequence[str], *, cron: str, timezone: str = "UTC",
+                                overlap: str = "skip", **options: Any) -> schedules.ScheduleRef:
+        """`create_schedule` for a command (the options of `submit_command`)."""
+        self._run(schedules.create(self._async, name, None, (), command=command, cron=cron, timezone=timezone,
+                                   overlap=overlap, **options))  # fmt: skip
+        return self.schedule(name)
+
+    def list_schedules(self) -> list[schedules.ScheduleStatus]:
+        """Every schedule, by name."""
+        return self._run(schedules.list_all(self._async))
+
+    def schedule(self, name: str) -> schedules.ScheduleRef:
+        """The schedule `name` (its calls raise KeyError if there is none)."""
+        return schedules.ScheduleRef(schedules.AsyncSchedule(self._async, name), self._run,
+                                     lambda job_id: Job(self, job_id))  # fmt: skip
 
     def drain_worker(self, worker_id: str, timeout: float | None = None,
                      on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:

@@ -9,6 +9,7 @@ import asyncio
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from activities.contracts import (
 )
 from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
+from iris import idempotent
 from iris.bundle import zip_bundle
 from iris.client_cluster import QUERY_TIMEOUT, ClusterReads
 from iris.client_status import (
@@ -48,6 +50,7 @@ from iris.client_status import (
 from iris.code_shipping import pickle_callable, unpickle_result
 from iris.codec import load_key
 from iris.connection import TemporalSettings
+from iris.job_control import IfExists, check_dependencies, parse_if_exists, start_memo
 from iris.job_tree import child_job_id, inherit
 from iris.key_check import check_cluster_key
 from iris.submission import build_request, command_argv, make_job_id, resolve_user, split_launch
@@ -59,7 +62,7 @@ from workflows.details import job_request_markdown
 from workflows.job_summary import is_summary, read_page, with_rows
 from workflows.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
-from workflows.visibility import JOB_NAME, JOB_STATE, JOB_USER, expand_row, initial_job_view
+from workflows.visibility import JOB_NAME, JOB_STATE, JOB_USER, expand_row
 
 log = structlog.get_logger("iris.client")
 
@@ -126,20 +129,22 @@ class AsyncIrisClient(ClusterReads):
         """Ship `fn(*args, **kwargs)` as a job; returns the job id."""
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/idempotent.py
         options.setdefault("name", getattr(fn, "__name__", None) or "job")
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         given = _given(options)
         req = build_request(**options)
         payload = pickle_callable(fn, args, kwargs or {})
-        return await self._start(req, payload=payload, bundle=bundle, given=given)
+        return await self._start(req, payload=payload, bundle=bundle, given=given, if_exists=if_exists)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
         argv = command_argv(command)
+        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/idempotent.py
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         given = _given(options)
         req = build_request(**options)
         req.entrypoint.command.argv.extend(argv)
-        return await self._start(req, bundle=bundle, given=given)
+        return await self._start(req, bundle=bundle, given=given, if_exists=if_exists)
 
     async def _parent_request(self) -> tuple[pb.JobRequest, dict[str, str]]:
         """The request of the job whose task this client runs in, and its env (read once, from its history).
@@ -166,17 +171,27 @@ class AsyncIrisClient(ClusterReads):
 
     async def _start(
         self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None,
-        given: frozenset[str] = frozenset(),
+        given: frozenset[str] = frozenset(), if_exists: IfExists = IfExists.NEW,
     ) -> str:
+        if req.after:  # every job it waits for exists, before anything is uploaded or started
+            await check_dependencies(self.temporal, list(req.after))
         if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
             req.user = self.user
         if self.parent_job_id:  # submitted from a task: a child of its job (iris/job_tree.py)
             inherit(req, *await self._parent_request(), given)
         req.namespace = req.namespace or req.user
         job_id = child_job_id(req.parent_job_id, make_job_id(req.name))
+        named = None
+        if if_exists is not IfExists.NEW:  # a job of the name, or the id to start one under (iris/idempotent.py)
+            named = await idempotent.plan(self.temporal, req, if_exists)
+            if named.existing:
+                return named.existing
+            job_id = named.job_id
         req.job_id = job_id
+        # A racing submit of the same name derives the same id: its blobs must not overwrite this one's.
+        blob_id = job_id if named is None else f"{job_id}/{uuid.uuid4().hex[:8]}"
         if payload is not None:
-            key = f"jobs/{job_id}/function"
+            key = f"jobs/{blob_id}/function"
             await asyncio.to_thread(self.blobs.put, key, payload)
             req.entrypoint.function_blob = key
         if bundle is not None:
@@ -190,18 +205,24 @@ class AsyncIrisClient(ClusterReads):
         details = job_request_markdown(req)  # before a big command moves out of the request
         launch = split_launch(req)
         if launch is not None:
-            req.launch_blob = launch_blob_key(job_id)
+            req.launch_blob = launch_blob_key(blob_id)
             await asyncio.to_thread(self.blobs.put, req.launch_blob, launch)
-        await self.temporal.start_workflow(
-            JobWorkflow.run,
-            req,
-            id=job_id,
-            task_queue=CONTROL_TASK_QUEUE,
-            search_attributes=_start_attributes(req),
-            memo=initial_job_view(req).to_memo(),
-            static_summary=f"{req.name}: {req.replicas} x {what}",
-            static_details=details,
-        )
+        async def start(job_id: str, policies: dict[str, Any]) -> None:
+            await self.temporal.start_workflow(
+                JobWorkflow.run,
+                req,
+                id=job_id,
+                task_queue=CONTROL_TASK_QUEUE,
+                search_attributes=_start_attributes(req),
+                memo=start_memo(req),
+                static_summary=f"{req.name}: {req.replicas} x {what}",
+                static_details=details,
+                **policies,
+            )
+
+        if named is not None:
+            return await idempotent.start_named(self.temporal, req, named, if_exists, start)
+        await start(job_id, {})
         return job_id
 
     # -- reading state ---------------------------------------------------------------------------

@@ -66,6 +66,9 @@ def _job_status(st: pb.JobStatus, pending_reason: str = "") -> JobStatus:
         priority=st.priority or "interactive",
         effective_priority=st.effective_priority or st.priority or "interactive",
         preemptions=st.preemptions or sum(t.preemption_count for t in tasks),
+        after=tuple(st.after),
+        after_rule=st.after_rule,
+        max_concurrent=st.max_concurrent,
     )
 
 

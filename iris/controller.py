@@ -47,6 +47,7 @@ from activities.slices import SliceActivities
 from iris import observability
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
+from iris.controller_waits import serve_waits
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
 from iris.deployment import build_id, deployment_config, promote
 from iris.gc_tuning import tune_for_controller
@@ -292,6 +293,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    waits = asyncio.create_task(serve_waits(client, stop))  # a job's dependencies (iris/controller_waits.py)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
         ready = False
         while not stop.is_set():
@@ -327,3 +329,5 @@ async def _serve(
                 log.error("control_worker_failed", error=str(running.exception()))
                 await asyncio.sleep(1.0)
         log.info("controller_stopping")
+    stop.set()
+    await waits

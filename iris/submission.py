@@ -20,6 +20,7 @@ from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris.bundle import setup_commands
+from iris.job_control import add_job_control
 from iris.job_tree import check_namespace
 from iris.reservations import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
@@ -113,6 +114,9 @@ def build_request(
     reservation: Any = None,
     reservation_constraints: Any = None,
     checkpoint_dir: Any = None,
+    after: Any = None,
+    after_rule: Any = "succeeded",
+    max_concurrent: Any = None,
 ) -> pb.JobRequest:
     """Validate every option and build the request (without its entrypoint).
 
@@ -206,6 +210,7 @@ def build_request(
     add_reservation(req, reservation, reservation_constraints, _constraints)
     if checkpoint_dir is not None:  # each task's own directory under it: worker_agent.checkpoints
         req.env[CHECKPOINT_DIR_ENV] = checkpoint_root(checkpoint_dir)
+    add_job_control(req, after, after_rule, max_concurrent)  # iris/job_control.py
     return req
 
 

@@ -106,6 +106,9 @@ class JobStatus:
     priority: str = "interactive"  # the band asked for
     effective_priority: str = "interactive"  # the band the scheduler uses (batch: the user's credits are spent)
     preemptions: int = 0  # times the job's tasks were evicted for higher-band work (a gang's eviction counts once)
+    after: tuple[str, ...] = ()  # the jobs it waits for, or waited for (`after=`)
+    after_rule: str = ""  # "succeeded" | "ended" when it has dependencies
+    max_concurrent: int = 0  # its cap on tasks placed at once (0 = none)
 
     @property
     def done(self) -> bool:

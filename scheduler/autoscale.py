@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import GroupHeadroom
+from scheduler.throttle import capped
 from scheduler.types import BAND_RANK, Assignment, AttrValue, PendingJob, Resources, WorkerSnapshot
 
 # Slice states as the autoscaler workflow names them.
@@ -162,7 +163,9 @@ def plan_scaling(
     """Decide scale-ups and scale-downs for one autoscaler tick (see the module docstring)."""
     by_name = {g.name: g for g in groups}
     live = [s for s in slices if s.group in by_name]
-    jobs = [j for j in pending if j.task_indices and not _timed_out(j)]
+    # A throttled array asks for no more capacity than its cap lets it use (scheduler.throttle).
+    jobs = [capped(j) for j in pending if j.task_indices and not _timed_out(j)]
+    jobs = [j for j in jobs if j.task_indices]
 
     used, leftover = _place_on_existing(by_name, live, jobs, workers)
     create, unmet, group_reasons, unclaimed = _plan_new_slices(groups, live, leftover, now)

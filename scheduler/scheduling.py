@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler import multislice
+from scheduler import multislice, throttle
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
@@ -94,8 +94,17 @@ def find_assignments(
     for job in ordered:
         if not job.task_indices:
             continue
+        held_back = 0  # tasks a throttled array's cap keeps waiting in this pass (scheduler.throttle)
+        if job.max_concurrent:
+            limited = throttle.capped(job)
+            held_back = len(job.task_indices) - len(limited.task_indices)
+            if held_back:
+                state.reasons[job.job_id] = throttle.reason(job, held_back)
+            if not limited.task_indices:
+                continue  # waiting for its own tasks to end is not waiting for the fleet: no timeout
+            job = limited
         timeout = job.scheduling_timeout_seconds
-        if timeout is not None and job.waited_seconds > timeout:
+        if timeout is not None and job.waited_seconds > timeout and not job.placed:
             state.timed_out.extend((job.job_id, index) for index in job.task_indices)
             continue
         if held is not None and held.place(job):
@@ -117,6 +126,8 @@ def find_assignments(
             placed = _run_plain(state, job, bucket, starving, evict)
         if fair is not None and placed:
             fair.placed(job.user, per_hour(job.request) * weight * placed)
+        if held_back and placed < len(job.task_indices):  # the room under its cap did not all fit either
+            state.reasons[job.job_id] = f"{state.reasons[job.job_id]}; {throttle.reason(job, held_back)}"
     if share is not None:
         _explain_demotions(state, jobs, bands)
     plan = held.plan() if held is not None else None

@@ -170,6 +170,10 @@ class PendingJob:
 
     `num_groups` > 1 makes a gang multi-slice: its tasks are split evenly over
     that many distinct groups, all placed at once or none (`scheduler.multislice`).
+
+    `max_concurrent` > 0 caps how many of the job's tasks are placed at once (a throttled array):
+    `placed` of them are placed now, so a pass places at most `max_concurrent - placed` more
+    (`scheduler.throttle`). Never set on a gang (refused at submission).
     """
 
     job_id: str
@@ -184,6 +188,8 @@ class PendingJob:
     band: Band = DEFAULT_BAND  # parsed at the boundary (parse_band): no __post_init__ on 100k jobs a pass
     user: str = ""
     num_groups: int = 1  # checked at the boundary (submission); only meaningful with group_by
+    max_concurrent: int = 0  # 0 = no cap
+    placed: int = 0  # the job's tasks placed now (read only with max_concurrent)
 
 
 @dataclass(frozen=True, slots=True)

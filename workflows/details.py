@@ -84,6 +84,10 @@ def job_request_markdown(req: pb.JobRequest) -> str:
     ))  # fmt: skip
     if req.scheduling_timeout_seconds:
         rows.append(("Scheduling timeout", f"{req.scheduling_timeout_seconds:g} s"))
+    if req.after:
+        rows.append(("After", f"{', '.join(_code(j) for j in req.after)} ({req.after_rule or 'succeeded'})"))
+    if req.max_concurrent:
+        rows.append(("Max concurrent", f"{req.max_concurrent} tasks placed at a time"))
     if req.env:
         rows.append(("Environment", ", ".join(_code(k) for k in sorted(req.env))))
     return "\n".join(["| | |", "|---|---|", *(f"| **{k}** | {v} |" for k, v in rows)])

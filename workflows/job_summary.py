@@ -45,6 +45,8 @@ def _copy_field(src: pb.JobStatus, dst: pb.JobStatus, name: str) -> None:
     field = src.DESCRIPTOR.fields_by_name[name]
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         getattr(dst, name).update(getattr(src, name))
+    elif field.is_repeated:  # e.g. `after`: a list is extended, never assigned
+        getattr(dst, name).extend(getattr(src, name))
     elif field.message_type is not None:
         getattr(dst, name).CopyFrom(getattr(src, name))
     else:

@@ -79,6 +79,7 @@ def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
         coordinator=req.replicas > 1,
         band=req.band,
         user=req.user,
+        max_concurrent=req.max_concurrent,
     )
 
 

@@ -27,6 +27,7 @@ from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows import job_reservation
+from workflows.job_dependencies import Dependencies
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table, read_task_result
 from workflows.job_tree import Tree
@@ -60,7 +61,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation):
+class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation, Dependencies):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -125,17 +126,23 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
                 priority=req.band or "interactive", effective_priority=req.band or "interactive",
             )
             self._published = JobView.from_memo(workflow.memo())  # what the client started it with
+            self._show_job_control(req, waiting=gang is None)  # job_dependencies
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
         if not handover and gang is None and not await self._announce_to_parent():
             return self._finish(JobState.KILLED, f"killed: its parent job {req.parent_job_id} had already ended")
-        if req.reservation and not handover and gang is None:
-            await job_reservation.hold(job_id, req)
         if not handover:
             for i in range(req.replicas):
                 self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
             self._counts = {TaskState.PENDING: req.replicas}
+        if req.after and not handover and gang is None:  # wait for the jobs it runs after (job_dependencies)
+            self._refresh_state()
+            ended = await self._await_dependencies(req)
+            if ended is not None:
+                return self._finish(*ended)
+        if req.reservation and not handover and gang is None:
+            await job_reservation.hold(job_id, req)
         if gang is not None:
             self.status.preemptions = gang.preemptions
             for row in self.status.tasks:

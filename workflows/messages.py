@@ -38,6 +38,7 @@ class SchedulingSpec:
     coordinator: bool = False  # task 0 gets a coordinator port (a job of more than one task)
     band: str = ""  # "production" | "interactive" | "batch"; "" = interactive
     user: str = ""  # whose job: fair share and credits
+    max_concurrent: int = 0  # > 0: at most this many of the job's tasks placed at once (scheduler.throttle)
 
 
 @dataclass
@@ -193,6 +194,7 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         coordinator=bool(raw_spec.get("coordinator", False)),
         band=str(raw_spec.get("band") or ""),
         user=str(raw_spec.get("user") or ""),
+        max_concurrent=int(raw_spec.get("max_concurrent", 0)),
     )
     attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
     return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))

@@ -46,16 +46,17 @@ def _spec_row(spec: SchedulingSpec) -> list[Any]:
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
         [[c.key, c.op, c.value] for c in spec.constraints],
         spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
-        spec.ports, spec.coordinator, spec.band, spec.user,
+        spec.ports, spec.coordinator, spec.band, spec.user, spec.max_concurrent,
     ]  # fmt: skip
 
 
 def _spec(row: list[Any]) -> SchedulingSpec:
     cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations, *rest = row
-    groups, ports, coordinator, band, user = rest
+    groups, ports, coordinator, band, user, *later = rest  # `later`: fields a pack from an older build lacks
     return SchedulingSpec(
         cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
         num_groups=groups, ports=ports, coordinator=coordinator, band=band, user=user,
+        max_concurrent=later[0] if later else 0,
     )  # fmt: skip
 
 

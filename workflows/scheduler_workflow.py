@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_in_turn
     from workflows.scheduler_carry import Packer, StateLoader, unpack
-    from workflows.scheduler_state import SchedulerState
+    from workflows.scheduler_state import PendingEntry, SchedulerState
     from workflows.snapshot_cache import SnapshotCache
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
@@ -260,8 +260,17 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
 
     def _work_waits(self) -> bool:
-        """Tasks wait for a place, or a reservation for its workers: passes are due (and the 1 s timer armed)."""
-        return bool(self.state.pending) or self._reservations_waiting()
+        """Tasks wait for a place, or a reservation for its workers: passes are due (and the 1 s timer armed).
+
+        A throttled array's tasks held back by its own cap (scheduler/throttle.py) do not count: only one of
+        its tasks ending, which wakes the loop anyway, can change that; a long array at its cap arms no timer.
+        """
+        return any(map(self._may_place, self.state.pending.values())) or self._reservations_waiting()
+
+    def _may_place(self, entry: PendingEntry) -> bool:
+        """Whether a pass could place any of this job's pending tasks (not when it is at its max_concurrent)."""
+        cap = entry.spec.max_concurrent
+        return not cap or len(self.state.placements.jobs.get(entry.job_id) or ()) < cap
 
     def _signal_budget_spent(self) -> bool:
         return self._signals_received >= self._signal_budget

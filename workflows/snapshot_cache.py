@@ -13,8 +13,9 @@ that is unchanged:
   snapshot lists those outside it (`share.absent_rows`), so a worker cordoned, lost,
   quarantined or held, or a new one, re-encodes no running job; a worker removed renumbers those after
   it, and every running job is encoded again (from the index, not a walk of all placements);
-- a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason; it carries
-  its submission time (`submitted_at`), not its wait, so it does not change with the clock.
+- a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason (and, for a
+  throttled array, how many of its tasks are placed); it carries its submission time (`submitted_at`),
+  not its wait, so it does not change with the clock.
 
 The cache is workflow memory only, a pure function of the state: rebuilt from nothing after
 continue-as-new or a replay, never carried. It is updated only by the pass (`SnapshotBuild`), never by
@@ -89,7 +90,7 @@ def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
     return _field(_ID_TAG, w.worker_id.encode()) + rest
 
 
-def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str) -> bytes:
+def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str, placed: int = 0) -> bytes:
     snap = pb.SchedulingSnapshot()
     sj = snap.jobs.add(
         job_id=entry.job_id,
@@ -102,6 +103,8 @@ def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], re
         num_groups=spec.num_groups if spec.num_groups > 1 else 0,
         band=spec.band,
         user=spec.user,
+        max_concurrent=spec.max_concurrent,
+        placed=placed if spec.max_concurrent else 0,
     )
     if reason:
         sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
@@ -132,8 +135,8 @@ class SnapshotCache:
         # job id -> (its placements' stamp, numbering, its attempts being evicted, len(numbered) when one of
         # its placements was on a worker not numbered yet, else -1; its piece)
         self.running: dict[str, tuple[int, int, Any, int, bytes]] = {}
-        # job id -> (entry, spec, task indices, pending reason, its piece)
-        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes]] = {}
+        # job id -> (entry, spec, task indices, pending reason, its piece, its tasks placed if throttled)
+        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int]] = {}
 
     def build(self, state: SchedulerState, now: float, *, step_work: int = STEP_WORK) -> SnapshotBuild:
         """A build of the snapshot that keeps what it encodes for the next one (the pass's)."""
@@ -318,8 +321,9 @@ class SnapshotBuild:
         waiting = state.books.waiting()
         reasons = state.pending_reasons
         old = cache.jobs
-        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes]] = {}
+        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int]] = {}
         parts, work, limit = self._parts, self._work, self._limit
+        placements = state.placements.jobs
         for entry in list(state.pending.values()):
             job_id = entry.job_id
             if job_id in waiting:
@@ -327,14 +331,16 @@ class SnapshotBuild:
             spec = entry.spec
             indices = sorted(entry.attempts)
             reason = reasons.get(job_id, "")
+            placed = len(placements.get(job_id) or ()) if spec.max_concurrent else 0
             got = old.get(job_id)
-            if got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason:
+            if (got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason
+                    and got[5] == placed):  # fmt: skip
                 new[job_id] = got
                 piece = got[4]
                 units = _HIT
             else:
-                piece = _job_piece(entry, spec, indices, reason)
-                new[job_id] = (entry, spec, indices, reason, piece)
+                piece = _job_piece(entry, spec, indices, reason, placed)
+                new[job_id] = (entry, spec, indices, reason, piece, placed)
                 units = _JOB + len(indices) // 2
             parts.append(piece)
             work += units

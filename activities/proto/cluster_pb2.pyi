@@ -55,7 +55,7 @@ class Command(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRequest(_message.Message):
-    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace", "reservation", "reservation_constraints", "band")
+    __slots__ = ("job_id", "name", "user", "resources", "replicas", "constraints", "coschedule_group_by", "max_task_failures", "max_retries_failure", "max_retries_preemption", "scheduling_timeout_seconds", "env", "entrypoint", "image", "tolerations", "priority", "submitted_at", "tpu_variant", "bundle_blob", "setup", "launch_blob", "coschedule_num_groups", "ports", "parent_job_id", "namespace", "reservation", "reservation_constraints", "band", "after", "after_rule", "max_concurrent", "schedule")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,10 @@ class JobRequest(_message.Message):
     RESERVATION_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     BAND_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_RULE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     user: str
@@ -119,7 +123,11 @@ class JobRequest(_message.Message):
     reservation: _containers.RepeatedCompositeFieldContainer[Resources]
     reservation_constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
     band: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., reservation: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., reservation_constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., band: _Optional[str] = ...) -> None: ...
+    after: _containers.RepeatedScalarFieldContainer[str]
+    after_rule: str
+    max_concurrent: int
+    schedule: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., user: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., replicas: _Optional[int] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., coschedule_group_by: _Optional[str] = ..., max_task_failures: _Optional[int] = ..., max_retries_failure: _Optional[int] = ..., max_retries_preemption: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., env: _Optional[_Mapping[str, str]] = ..., entrypoint: _Optional[_Union[Entrypoint, _Mapping]] = ..., image: _Optional[str] = ..., tolerations: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., submitted_at: _Optional[float] = ..., tpu_variant: _Optional[str] = ..., bundle_blob: _Optional[str] = ..., setup: _Optional[_Iterable[str]] = ..., launch_blob: _Optional[str] = ..., coschedule_num_groups: _Optional[int] = ..., ports: _Optional[_Iterable[str]] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., reservation: _Optional[_Iterable[_Union[Resources, _Mapping]]] = ..., reservation_constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., band: _Optional[str] = ..., after: _Optional[_Iterable[str]] = ..., after_rule: _Optional[str] = ..., max_concurrent: _Optional[int] = ..., schedule: _Optional[str] = ...) -> None: ...
 
 class Launch(_message.Message):
     __slots__ = ("argv", "env", "setup")
@@ -217,7 +225,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task_index: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., attempt: _Optional[int] = ..., failure_count: _Optional[int] = ..., preemption_count: _Optional[int] = ..., exit_code: _Optional[int] = ..., error: _Optional[str] = ..., has_exit_code: _Optional[bool] = ..., result_blob: _Optional[str] = ..., peak_memory_bytes: _Optional[int] = ..., cpu_seconds: _Optional[float] = ..., duration_seconds: _Optional[float] = ..., endpoints: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact", "parent_job_id", "namespace", "priority", "effective_priority", "preemptions")
+    __slots__ = ("job_id", "name", "state", "num_tasks", "task_state_counts", "error", "pending_reason", "submitted_at", "finished_at", "tasks", "user", "compact", "parent_job_id", "namespace", "priority", "effective_priority", "preemptions", "after", "after_rule", "max_concurrent")
     class TaskStateCountsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +250,9 @@ class JobStatus(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    AFTER_RULE_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     state: str
@@ -259,7 +270,10 @@ class JobStatus(_message.Message):
     priority: str
     effective_priority: str
     preemptions: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., priority: _Optional[str] = ..., effective_priority: _Optional[str] = ..., preemptions: _Optional[int] = ...) -> None: ...
+    after: _containers.RepeatedScalarFieldContainer[str]
+    after_rule: str
+    max_concurrent: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., num_tasks: _Optional[int] = ..., task_state_counts: _Optional[_Mapping[str, int]] = ..., error: _Optional[str] = ..., pending_reason: _Optional[str] = ..., submitted_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., user: _Optional[str] = ..., compact: _Optional[bool] = ..., parent_job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., priority: _Optional[str] = ..., effective_priority: _Optional[str] = ..., preemptions: _Optional[int] = ..., after: _Optional[_Iterable[str]] = ..., after_rule: _Optional[str] = ..., max_concurrent: _Optional[int] = ...) -> None: ...
 
 class JobHandover(_message.Message):
     __slots__ = ("status", "open_tasks", "next_task", "has_children")
@@ -318,7 +332,7 @@ class SchedulingWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at", "max_concurrent", "placed")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +347,8 @@ class SchedulingJob(_message.Message):
     BAND_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    PLACED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_indices: _containers.RepeatedScalarFieldContainer[int]
     request: Resources
@@ -347,7 +363,9 @@ class SchedulingJob(_message.Message):
     band: str
     user: str
     submitted_at: float
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ...) -> None: ...
+    max_concurrent: int
+    placed: int
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., placed: _Optional[int] = ...) -> None: ...
 
 class ShareUser(_message.Message):
     __slots__ = ("user", "balance", "used", "usage", "usage_as_of")

@@ -29,6 +29,7 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
     task_workflow_id,
 )
+from iris import schedules
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
@@ -69,7 +70,7 @@ SAMPLE_SECONDS = 5.0
 """How often the queue depth is sampled for its picture (kept for the last hour)."""
 LOG_TAIL_LINES = 60
 TASKS_PER_PAGE = 100
-PAGES = ("actions", "queue", "jobs", "users", "reservations", "workers", "fleet")
+PAGES = ("actions", "queue", "jobs", "schedules", "users", "reservations", "workers", "fleet")
 Handler = Callable[[web.Request], Awaitable[dict[str, Any]]]
 
 
@@ -125,6 +126,7 @@ class Dashboard:
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
             ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/reservations", self.reservations),
             ("/workers", self.workers), ("/workers/{worker_id}", self.worker), ("/fleet", self.fleet),
+            ("/schedules", self.schedules),
         ):  # fmt: skip
             app.router.add_get(name, self._page(handler))
         static = resources.files("iris.dashboard") / "static"
@@ -311,6 +313,11 @@ class Dashboard:
             "page_url": lambda p: self._query_args(request, page=p), "now": time.time(),
             "log_url": lambda i: self._query_args(request, task=i) + "#logs",
         }  # fmt: skip
+
+    async def schedules(self, request: web.Request) -> dict[str, Any]:
+        """Every schedule (Temporal's list of schedules: one call, no workflow queried)."""
+        return {"template": "schedules.html", "page": "schedules", "title": "Schedules",
+                "schedules": await schedules.list_all(self.iris), "utc": UTC}  # fmt: skip
 
     async def users(self, request: web.Request) -> dict[str, Any]:
         """The table the scheduler publishes in its memo (one describe, no query)."""

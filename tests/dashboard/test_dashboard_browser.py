@@ -18,7 +18,7 @@ from tests.support import Cluster, missing_engine
 
 pytestmark = pytest.mark.e2e
 
-PAGES = ("actions", "queue", "jobs", "users", "reservations", "workers", "fleet")
+PAGES = ("actions", "queue", "jobs", "schedules", "users", "reservations", "workers", "fleet")
 CPU_WORKERS = [Constraint("pool", "EQ", "cpu")]  # the session fleet's two 2-cpu workers
 
 

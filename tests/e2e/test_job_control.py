@@ -1,0 +1,243 @@
+"""Job control on the session cluster: dependencies (`after=`), throttled arrays, idempotent names."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from iris import IrisClient, JobFailedError, JobState, ResourceSpec
+from tests.support import Cluster, wait_until
+
+SMALL = ResourceSpec(cpu=0.25, memory="64m")
+
+
+def wait_for_file(path: str, timeout: float = 300.0) -> float:
+    """A task that runs until `path` exists; returns when it ended."""
+    deadline = time.time() + timeout
+    while not Path(path).exists():
+        if time.time() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.1)
+    return time.time()
+
+
+def started_at() -> float:
+    return time.time()
+
+
+def fail_now() -> None:
+    raise RuntimeError("this dependency fails on purpose")
+
+
+def record_interval(directory: str, hold: float) -> None:
+    """Write this task's start and end times to its own file (the intervals show how many ran at once)."""
+    begin = time.time()
+    time.sleep(hold)
+    index = os.environ["IRIS_TASK_INDEX"]
+    Path(directory, f"{index}-{os.environ['IRIS_ATTEMPT']}").write_text(f"{begin} {time.time()}")
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(b, 1) for b, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_dependent_job_waits_naming_its_dependency_and_runs_after_it(client: IrisClient, tmp_path: Path) -> None:
+    """A job submitted `after` another waits PENDING with a reason naming it, starts no task, and runs once
+    the other has succeeded; `iris job status`'s fields show the dependency."""
+    gate = tmp_path / "go"
+    first = client.submit(wait_for_file, str(gate), resources=SMALL, name="prep")
+    second = client.submit(started_at, resources=SMALL, name="train", after=[first.job_id])
+    status = second.status()
+    assert (JobState.PENDING, (first.job_id,), "succeeded") == (status.state, status.after, status.after_rule)
+    assert f"waiting for job {first.job_id} to succeed (after_rule=succeeded)" == status.pending_reason
+    listed = {s.job_id: s for s in client.list_jobs(limit=50)}
+    assert first.job_id in listed[second.job_id].pending_reason  # visibility (list_jobs) says it too
+    time.sleep(2.0)  # a job placed at once would be RUNNING or done by now
+    assert {"PENDING": 1} == second.status().task_state_counts
+    gate.touch()
+    ended = first.wait(timeout=120).finished_at
+    second.wait(timeout=120)
+    assert ended is not None and second.results()[0] >= ended
+    assert "" == second.status().pending_reason
+
+
+def test_a_dependency_that_fails_makes_the_job_unschedulable_naming_it(client: IrisClient) -> None:
+    """`succeeded` refuses a failed dependency (UNSCHEDULABLE, the error names the job and its state, no task
+    ran); `ended` runs after it anyway."""
+    failing = client.submit(fail_now, resources=SMALL, name="bad-prep")
+    strict = client.submit(started_at, resources=SMALL, after=[failing.job_id])
+    lenient = client.submit(started_at, resources=SMALL, after=[failing.job_id], after_rule="ended")
+    with pytest.raises(JobFailedError):
+        strict.wait(timeout=120)
+    status = strict.status()
+    assert JobState.UNSCHEDULABLE == status.state
+    assert f"dependency {failing.job_id} ended FAILED; after_rule=succeeded needs SUCCEEDED" == status.error
+    assert [None] == [t.worker_id or None for t in status.tasks]
+    assert JobState.SUCCEEDED == lenient.wait(timeout=120).state
+
+
+def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: IrisClient) -> None:
+    """An unknown job id in `after`, a bad rule, a cap on a gang: ValueError naming the field, nothing started."""
+    before = len(client.list_jobs(limit=500))
+    with pytest.raises(ValueError, match=r"^after\[0\]: no such job: no-such-job-123$"):
+        client.submit(started_at, resources=SMALL, after=["no-such-job-123"])
+    with pytest.raises(ValueError, match="after_rule must be one of succeeded, ended"):
+        client.submit(started_at, resources=SMALL, after=[], after_rule="afterok")
+    with pytest.raises(ValueError, match="max_concurrent cannot be used with coscheduling"):
+        from iris import CoschedulingConfig
+
+        client.submit(started_at, resources=ResourceSpec(cpu=1, replicas=4), max_concurrent=2,
+                      coscheduling=CoschedulingConfig(group_by="tpu-name"))  # fmt: skip
+    with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):
+        client.submit_command(["true"], if_exists="reuse")
+    assert before == len(client.list_jobs(limit=500))
+
+
+def test_a_job_killed_while_it_waits_ends_killed(client: IrisClient, tmp_path: Path) -> None:
+    """Killing a waiting job (or cancelling its workflow in the Temporal UI) ends it KILLED at once; its
+    dependency runs on."""
+    first = client.submit(wait_for_file, str(tmp_path / "never"), resources=SMALL)
+    second = client.submit(started_at, resources=SMALL, after=[first.job_id])
+    wait_until(lambda: second.status().pending_reason.startswith("waiting for job"), what="second waits")
+    client.terminate(second.job_id)
+    assert JobState.KILLED == second.wait(timeout=60, raise_on_failure=False).state
+    third = client.submit(started_at, resources=SMALL, after=[first.job_id])
+    wait_until(lambda: third.status().pending_reason.startswith("waiting for job"), what="third waits")
+    client._run(client._async.temporal.get_workflow_handle(third.job_id).cancel())  # the Temporal UI's cancel
+    assert JobState.KILLED == third.wait(timeout=60, raise_on_failure=False).state
+    assert first.status().state in (JobState.PENDING, JobState.RUNNING)
+    client.terminate(first.job_id)
+
+
+def test_a_throttled_array_never_has_more_than_its_cap_placed(client: IrisClient, tmp_path: Path) -> None:
+    """12 tasks capped at 2 on a fleet with room for many more: never more than 2 run at once (their own
+    clocks say so), the cap is used, and the waiting tasks' reason names it."""
+    job = client.submit(record_interval, str(tmp_path), 1.0, resources=ResourceSpec(cpu=0.1, memory="64m",
+                        replicas=12), max_concurrent=2, name="sweep")  # fmt: skip
+    wait_until(lambda: "max_concurrent=2" in job.status().pending_reason, what="the cap named in the reason")
+    assert 2 == job.status().max_concurrent
+    job.wait(timeout=300)
+    intervals = [tuple(map(float, p.read_text().split())) for p in tmp_path.iterdir()]
+    assert 12 == len(intervals)
+    assert 2 == most_at_once(intervals)  # type: ignore[arg-type]
+
+
+def test_racing_reuse_submits_get_one_job(cluster: Cluster, client: IrisClient, tmp_path: Path) -> None:
+    """Four clients (each its own connection) submitting one name with `reuse` at once get the same job, which
+    ran once; `fail` is refused while it runs; once it succeeded `reuse` still returns it and `new` starts
+    another."""
+    name = f"prep-{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "go"
+    clients = [IrisClient.connect(cluster.info.address, store=cluster.info.store_url) for _ in range(4)]
+    start = threading.Barrier(4)
+
+    def submit(each: IrisClient) -> str:
+        start.wait(timeout=30)
+        return each.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="reuse").job_id
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            ids = set(pool.map(submit, clients))
+    finally:
+        for each in clients:
+            each.close()
+    assert 1 == len(ids)
+    (job_id,) = ids
+    wait_until(lambda: client.list_jobs(limit=500, name=name), what="the job listed")
+    assert [job_id] == [j.job_id for j in client.list_jobs(limit=500, name=name)]  # one job started, not four
+    with pytest.raises(ValueError, match=f"if_exists='fail': job {job_id} named '{name}' is"):
+        client.submit(wait_for_file, str(gate), resources=SMALL, name=name, if_exists="fail")
+    gate.touch()
+    client.wait(job_id, timeout=120)
+    assert [name] == [j.name for j in client.list_jobs(limit=500, name=name)]
+    assert job_id == client.submit(started_at, resources=SMALL, name=name, if_exists="reuse").job_id
+    other = client.submit(started_at, resources=SMALL, name=name, if_exists="new").job_id
+    assert job_id != other
+    client.wait(other, timeout=120)
+
+
+def test_reuse_after_a_failure_starts_a_new_job(client: IrisClient) -> None:
+    """A name whose only job failed is submitted again by `reuse` (under a new id), and once more returns it."""
+    name = f"flaky-{uuid.uuid4().hex[:6]}"
+    bad = client.submit(fail_now, resources=SMALL, name=name, if_exists="reuse")
+    assert JobState.FAILED == bad.wait(timeout=120, raise_on_failure=False).state
+    again = client.submit(started_at, resources=SMALL, name=name, if_exists="reuse")
+    assert bad.job_id != again.job_id
+    assert again.job_id == client.submit(started_at, resources=SMALL, name=name, if_exists="reuse").job_id
+    again.wait(timeout=120)
+
+
+def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(client: IrisClient) -> None:
+    """A Temporal Schedule firing every 3 s submits jobs named `<schedule>-<fire time>` as its creator;
+    its status says its cron, time zone and next 3 firings; paused it fires no more, trigger submits one
+    now, and deleted it is gone while its jobs stay."""
+    name = f"nightly-{uuid.uuid4().hex[:6]}"
+    sched = client.create_schedule(name, started_at, cron="*/3 * * * * * *", timezone="Europe/Paris",
+                                   overlap="skip", resources=SMALL, max_retries_failure=1)  # fmt: skip
+    try:
+        status = sched.status()
+        assert (name, "*/3 * * * * * *", "Europe/Paris", False) == (status.name, status.cron, status.timezone,
+                                                                      status.paused)  # fmt: skip
+        assert 3 == len(status.next_runs) and status.next_runs[0] < status.next_runs[1] < status.next_runs[2]
+        assert name in [s.name for s in client.list_schedules()]
+        wait_until(lambda: len(sched.jobs()) >= 2, timeout=60, what="two firings")
+        jobs = sched.jobs()
+        first = jobs[0].wait(timeout=120)
+        assert first.name == jobs[0].job_id and first.job_id.startswith(f"{name}-20")
+        assert client.job_status(jobs[0].job_id).user == client.job_status(jobs[1].job_id).user
+        sched.pause()
+        assert sched.status().paused
+        time.sleep(1.0)
+        paused_count = len(sched.jobs())
+        time.sleep(7.0)  # two firings' worth
+        assert paused_count == len(sched.jobs())
+        sched.trigger()
+        wait_until(lambda: len(sched.jobs()) == paused_count + 1, timeout=30, what="the triggered job")
+        recent = sched.status().recent_jobs
+        assert recent and recent[-1] == sched.jobs()[-1].job_id
+    finally:
+        sched.delete()
+    with pytest.raises(KeyError, match=f"no such schedule: {name}"):
+        sched.status()
+    assert name not in [s.name for s in client.list_schedules()]
+    with pytest.raises(ValueError, match="overlap must be one of"):
+        client.create_schedule(f"{name}-x", started_at, cron="* * * * *", overlap="sometimes")
+    with pytest.raises(ValueError, match="timezone: unknown time zone 'Mars/Olympus'"):
+        client.create_schedule(f"{name}-x", started_at, cron="* * * * *", timezone="Mars/Olympus")
+    with pytest.raises(ValueError, match=r"^cron: "):
+        client.create_schedule(f"{name}-x", started_at, cron="every full moon")
+
+
+def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, tmp_path: Path) -> None:
+    """While a throttled array sits at its cap (its held-back tasks can only be placed once one ends), the
+    scheduler's history does not grow by the ~5 events a second of its 1 s pass timer."""
+    from activities.contracts import SCHEDULER_WORKFLOW_ID
+
+    gate = tmp_path / "go"
+    job = client.submit(wait_for_file, str(gate), resources=ResourceSpec(cpu=0.1, memory="64m", replicas=6),
+                        max_concurrent=2)  # fmt: skip
+    wait_until(lambda: job.status().task_state_counts.get("RUNNING") == 2, what="two tasks running")
+    scheduler = client._async.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+
+    def history_length() -> int:
+        return client._run(scheduler.describe()).raw_description.workflow_execution_info.history_length
+
+    time.sleep(2.0)  # the last placements' signals settle
+    before = history_length()
+    time.sleep(8.0)
+    grown = history_length() - before
+    print(f"\nscheduler history events in 8 s with an array at its cap: {grown}")
+    assert grown < 15  # the 1 s timer would add ~40
+    gate.touch()
+    job.wait(timeout=120)
