@@ -63,7 +63,7 @@ import heapq
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
-from scheduler.attributes import is_number, taint_constraints, value_kind
+from scheduler.attributes import is_number, taint_constraints, value_key, value_kind
 from scheduler.capacity import CapacityTree
 from scheduler.index import ClusterIndex
 from scheduler.types import (
@@ -175,10 +175,13 @@ def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:
     return (1, 0.0, worker.worker_id)
 
 
-def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, str, AttrValue | None], ...]:
+def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, object, object], ...]:
     """Hashable identity of a constraint list that keeps True apart from 1 (dataclass eq does not)."""
     return tuple(
-        (c.key, str(c.op), "" if c.value is None else value_kind(c.value), c.value) for c in constraints
+        (c.key, str(c.op), tuple(value_key(v) for v in c.value), c.soft)
+        if isinstance(c.value, (tuple, list))
+        else (c.key, str(c.op), "" if c.value is None else value_kind(c.value), c.value)
+        for c in constraints
     )
 
 
@@ -206,6 +209,8 @@ class PassState:
         self.feasibility: dict[object, Feasibility] = {}
         self.plain_buckets: dict[tuple[int, Resources], PlainBucket] = {}
         self.gang_buckets: dict[tuple[int, Resources, str], GangBucket] = {}
+        # (id of a job's preferences, id of its hard feasibility) -> its preference tiers (scheduler.preferences)
+        self.preference_tiers: dict[tuple[int, int], list[Feasibility]] = {}
         self.assignments: list[Assignment] = []
         self.timed_out: list[tuple[str, int]] = []
         self.reasons: dict[str, str] = {}
@@ -303,7 +308,16 @@ class PassState:
             if self.index.taint_keys
             else ()
         )
-        full = (*job.constraints, *taints)
+        found = self.feasibility_of((*job.constraints, *taints))
+        self.feasibility_by_id[memo_key] = found
+        return found
+
+    def feasibility_of(self, full: tuple[Constraint, ...]) -> Feasibility:
+        """Return the cached feasible workers for a whole constraint list (taints included).
+
+        Class-level when no constraint names a unique key (one evaluation per worker class, as
+        Nomad's computed classes); otherwise the feasible workers are found row by row.
+        """
         key = _constraint_key(full)
         found = self.feasibility.get(key)
         if found is None:
@@ -314,8 +328,15 @@ class PassState:
                     (c for c in class_ok if c in self.class_rank), key=self.class_rank.__getitem__
                 )
             found = self.feasibility[key] = Feasibility(full, classes)
-        self.feasibility_by_id[memo_key] = found
         return found
+
+    def plain_bucket(self, feasibility: Feasibility, request: Resources) -> PlainBucket:
+        """Return (building on first use) the plain bucket for a feasibility and a request."""
+        key = (id(feasibility), request)
+        bucket = self.plain_buckets.get(key)
+        if bucket is None:
+            bucket = self.plain_buckets[key] = PlainBucket(feasibility, request)
+        return bucket
 
     def rows(self, feasibility: Feasibility) -> Set[int]:
         """Return the feasible worker rows (built once per feasibility, from the index)."""
@@ -374,11 +395,12 @@ class PassState:
 
     # -- plain tasks ---------------------------------------------------------
 
-    def place_plain(self, job: PendingJob, bucket: PlainBucket) -> int:
-        """Place as many of the job's tasks as fit, several per worker at once; return how many."""
+    def place_plain(self, job: PendingJob, bucket: PlainBucket, start: int = 0) -> int:
+        """Place as many of the job's tasks from `start` on as fit, several per worker at once; return the
+        job's tasks placed so far (`start` included)."""
         tasks = job.task_indices
         total = len(tasks)
-        placed = 0
+        placed = start
         request = bucket.request
         rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
         fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved

@@ -31,6 +31,9 @@ def constraints(draw: st.DrawFn) -> Constraint:
         return Constraint(key, op)
     if op in (Op.GT, Op.GE, Op.LT, Op.LE):
         return Constraint(key, op, draw(st.one_of(st.integers(-2, 3), st.sampled_from([0.5, 1.0, 2.5]))))
+    if op in (Op.IN, Op.NOT_IN):
+        kind = draw(st.sampled_from([st.sampled_from(["a", "b", "1"]), st.integers(-2, 3), st.booleans()]))
+        return Constraint(key, op, draw(st.lists(kind, min_size=1, max_size=3)))
     return Constraint(key, op, draw(values))
 
 
