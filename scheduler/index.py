@@ -233,8 +233,20 @@ class ClusterIndex:
         Each worker is charged to the first constraint that rejects it, so the
         counts add up to the number of workers excluded.
         """
+        if not any(c.key in self.unique for c in constraints):  # class by class, then the survivors' workers
+            sizes = self.class_members
+            classes: Set[int] = self.class_index.rows
+            counts = []
+            for constraint in constraints:
+                kept = classes & self.class_index.match(constraint)
+                counts.append(sum(len(sizes[k]) for k in classes - kept))
+                classes = kept
+            rows: set[int] = set()
+            for class_id in classes:
+                rows.update(sizes[class_id])
+            return counts, rows
         remaining: Set[int] = self.worker_index.rows
-        counts: list[int] = []
+        counts = []
         for constraint in constraints:
             matched = self.matching_workers((constraint,))
             kept = remaining & matched

@@ -242,6 +242,7 @@ class PassState:
         for members in self.group_members:
             members.sort(key=lambda row: _member_order(workers[row]))
         self.group_version = [0] * len(self.group_members)
+        self.group_class: list[int] | None = None  # built on first use (_group_classes)
         self.group_used = [
             any(
                 workers[row].capacity is not None and workers[row].capacity != workers[row].free
@@ -484,20 +485,43 @@ class PassState:
         bucket = self.gang_buckets.get(key)
         if bucket is not None:
             return bucket
-        if feasibility.mask is None:
-            mask = bytearray(len(self.workers))
-            for row in self.rows(feasibility):
-                mask[row] = 1
-            feasibility.mask = mask
-        mask = feasibility.mask
         groups = []
-        for gid in self.groups_of_key.get(group_by, ()):
-            members = [row for row in self.group_members[gid] if mask[row]]
-            if members:
-                groups.append(GroupCandidate(gid, members))
+        gids = self.groups_of_key.get(group_by, ())
+        if feasibility.classes is not None:  # class-level: a group of one class is all in or all out
+            ok = set(feasibility.classes)
+            class_of, group_class = self.index.class_of, self._group_classes()
+            for gid in gids:
+                members = self.group_members[gid]
+                if group_class[gid] < 0:
+                    members = [row for row in members if class_of[row] in ok]
+                elif group_class[gid] not in ok:
+                    continue
+                if members:
+                    groups.append(GroupCandidate(gid, members))
+        else:
+            if feasibility.mask is None:
+                mask = bytearray(len(self.workers))
+                for row in self.rows(feasibility):
+                    mask[row] = 1
+                feasibility.mask = mask
+            mask = feasibility.mask
+            for gid in gids:
+                members = [row for row in self.group_members[gid] if mask[row]]
+                if members:
+                    groups.append(GroupCandidate(gid, members))
         bucket = GangBucket(feasibility, job.request, group_by, groups, list(groups))
         self.gang_buckets[key] = bucket
         return bucket
+
+    def _group_classes(self) -> list[int]:
+        """The worker class of each group when all its members share one (a slice's hosts do), else -1."""
+        if self.group_class is None:
+            class_of = self.index.class_of
+            self.group_class = [
+                class_of[members[0]] if all(class_of[row] == class_of[members[0]] for row in members) else -1
+                for members in self.group_members
+            ]
+        return self.group_class
 
     def _fitting(self, group: GroupCandidate, request: Resources) -> int:
         """Count the group's feasible members that can take one task now (cached by group version)."""

@@ -48,6 +48,20 @@ def test_index_matches_brute_force(rows: list[dict[str, object]], wanted: list[C
     assert expected == {i for i, bit in enumerate(index.feasible_mask(wanted)) if bit}
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(attributes, max_size=25), st.lists(constraints(), max_size=4))
+def test_reason_counts_match_brute_force(rows: list[dict[str, object]], wanted: list[Constraint]) -> None:
+    """count_excluded charges each worker to the first constraint that rejects it (class-level or not)."""
+    workers = [WorkerSnapshot(f"w{i}", Resources(), attrs) for i, attrs in enumerate(rows)]  # type: ignore[arg-type]
+    counts, remaining = ClusterIndex.build(workers).count_excluded(wanted)
+    expected, left = [], set(range(len(workers)))
+    for constraint in wanted:
+        kept = {i for i in left if evaluate_all([constraint], workers[i].attributes)}
+        expected.append(len(left) - len(kept))
+        left = kept
+    assert (expected, left) == (counts, set(remaining))
+
+
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
     """Draw a small cluster (some workers in tpu-name groups) and a queue of plain jobs and gangs."""
