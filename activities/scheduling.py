@@ -33,12 +33,23 @@ def resources_from_pb(r: pb.Resources) -> Resources:
     return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
 
 
-def constraints_from_pb(
-    messages: Iterable[pb.Constraint],
-) -> tuple[tuple[Constraint, ...], tuple[Constraint, ...]]:
-    """A job's constraints as the pass takes them: (hard, soft), `PendingJob.constraints` and `.preferences`."""
-    built = tuple(Constraint(*constraint_fields(c)) for c in messages)
-    return split_soft(built) if any(c.soft for c in built) else (built, ())
+Split = tuple[tuple[Constraint, ...], tuple[Constraint, ...]]
+
+
+def constraints_from_pb(messages: Iterable[pb.Constraint], seen: dict[tuple[bytes, ...], Split] | None = None) -> Split:
+    """A job's constraints as the pass takes them: (hard, soft), `PendingJob.constraints` and `.preferences`.
+
+    With `seen`, jobs with the same constraints share one pair of tuples: built once, and the pass's
+    caches (keyed by the tuples' identity) hit for all of them.
+    """
+    key = tuple(c.SerializeToString() for c in messages) if seen is not None else ()
+    found = seen.get(key) if seen is not None else None
+    if found is None:
+        built = tuple(Constraint(*constraint_fields(c)) for c in messages)
+        found = split_soft(built) if any(c.soft for c in built) else (built, ())
+        if seen is not None:
+            seen[key] = found
+    return found
 
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
@@ -74,12 +85,13 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
     # moment apart may enqueue the other way round (their workflows run side by side). Stable: a
     # snapshot without submission times keeps its order.
     queued = sorted(snap.jobs, key=lambda j: j.submitted_at)
+    seen: dict[tuple[bytes, ...], Split] = {}
     return [
         PendingJob(
             job_id=j.job_id,
             task_indices=tuple(j.task_indices),
             request=resources_from_pb(j.request),
-            constraints=(split := constraints_from_pb(j.constraints))[0],
+            constraints=(split := constraints_from_pb(j.constraints, seen))[0],
             preferences=split[1],
             group_by=j.group_by or None,
             priority=j.priority,
