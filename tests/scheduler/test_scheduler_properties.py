@@ -173,3 +173,30 @@ def test_fragmented_case_best_fit_beats_first_fit() -> None:
     theirs, _ = first_fit(parse_workers(doc), parse_jobs(doc))
     gangs = {j["id"] for j in doc["jobs"] if j["coschedule_group_by"]}
     assert len({a.job_id for a in ours.assignments} & gangs) > len({a.job_id for a in theirs} & gangs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(*[st.integers(-1, 3)] * 4), min_size=1, max_size=20),
+    st.lists(st.tuples(st.integers(0, 19), *[st.integers(-1, 3)] * 4), max_size=10),
+    st.tuples(*[st.integers(0, 3)] * 4),
+)
+def test_capacity_tree_finds_the_first_member_that_fits(
+    free: list[tuple[int, int, int, int]],
+    updates: list[tuple[int, int, int, int, int]],
+    request: tuple[int, int, int, int],
+) -> None:
+    """The pruned descent returns the first member, in order, whose free capacity covers the request."""
+    from scheduler.capacity import CapacityTree
+
+    columns = [[f[d] for f in free] for d in range(4)]
+    tree = CapacityTree(range(len(free)), *columns, bytearray(len(free)))
+    for position, *values in updates:
+        if position < len(free):
+            tree.update(position, *values)
+            for d in range(4):
+                columns[d][position] = values[d]
+    expected = next(
+        (p for p in range(len(free)) if all(columns[d][p] >= request[d] for d in range(4))), -1
+    )
+    assert expected == tree.first_fit(*request)
