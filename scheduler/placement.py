@@ -242,7 +242,7 @@ class PassState:
         for members in self.group_members:
             members.sort(key=lambda row: _member_order(workers[row]))
         self.group_version = [0] * len(self.group_members)
-        self.group_class: list[int] | None = None  # built on first use (_group_classes)
+        self.group_classes: dict[str, tuple[dict[int, list[int]], list[int]]] = {}  # _groups_by_class
         self.group_used = [
             any(
                 workers[row].capacity is not None and workers[row].capacity != workers[row].free
@@ -489,15 +489,18 @@ class PassState:
         gids = self.groups_of_key.get(group_by, ())
         if feasibility.classes is not None:  # class-level: a group of one class is all in or all out
             ok = set(feasibility.classes)
-            class_of, group_class = self.index.class_of, self._group_classes()
-            for gid in gids:
-                members = self.group_members[gid]
-                if group_class[gid] < 0:
-                    members = [row for row in members if class_of[row] in ok]
-                elif group_class[gid] not in ok:
-                    continue
+            class_of = self.index.class_of
+            by_class, mixed = self._groups_by_class(group_by)
+            chosen = [gid for class_id in feasibility.classes for gid in by_class.get(class_id, ())]
+            chosen.sort()  # the order of `gids` (ids grow in order of first appearance), for the same ties
+            partial = {}
+            for gid in mixed:
+                members = [row for row in self.group_members[gid] if class_of[row] in ok]
                 if members:
-                    groups.append(GroupCandidate(gid, members))
+                    partial[gid] = members
+            if partial:
+                chosen = sorted([*chosen, *partial])
+            groups = [GroupCandidate(gid, partial.get(gid) or self.group_members[gid]) for gid in chosen]
         else:
             if feasibility.mask is None:
                 mask = bytearray(len(self.workers))
@@ -513,15 +516,23 @@ class PassState:
         self.gang_buckets[key] = bucket
         return bucket
 
-    def _group_classes(self) -> list[int]:
-        """The worker class of each group when all its members share one (a slice's hosts do), else -1."""
-        if self.group_class is None:
+    def _groups_by_class(self, group_by: str) -> tuple[dict[int, list[int]], list[int]]:
+        """A group key's groups whose members share one worker class (a slice's hosts do), by that class,
+        and the others (mixed), each in id order; built once per key and pass."""
+        found = self.group_classes.get(group_by)
+        if found is None:
             class_of = self.index.class_of
-            self.group_class = [
-                class_of[members[0]] if all(class_of[row] == class_of[members[0]] for row in members) else -1
-                for members in self.group_members
-            ]
-        return self.group_class
+            by_class: dict[int, list[int]] = {}
+            mixed: list[int] = []
+            for gid in self.groups_of_key.get(group_by, ()):
+                members = self.group_members[gid]
+                first = class_of[members[0]]
+                if all(class_of[row] == first for row in members):
+                    by_class.setdefault(first, []).append(gid)
+                else:
+                    mixed.append(gid)
+            found = self.group_classes[group_by] = (by_class, mixed)
+        return found
 
     def _fitting(self, group: GroupCandidate, request: Resources) -> int:
         """Count the group's feasible members that can take one task now (cached by group version)."""
