@@ -7,7 +7,7 @@ The snapshot and plan travel as zlib-compressed binary protobuf so that a
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from temporalio import activity
 
@@ -17,8 +17,9 @@ from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
 from activities.pass_pool import run_pass
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import get_attr
+from activities.proto.values import constraint_fields, get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
+from scheduler.attributes import split_soft
 from scheduler.autoscale import GroupShape, slice_hosts
 from scheduler.reservations import Reservation, demand_view
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
@@ -30,6 +31,25 @@ MAX_REASON = 300  # characters of a pending reason that are kept
 
 def resources_from_pb(r: pb.Resources) -> Resources:
     return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
+
+
+Split = tuple[tuple[Constraint, ...], tuple[Constraint, ...]]
+
+
+def constraints_from_pb(messages: Iterable[pb.Constraint], seen: dict[tuple[bytes, ...], Split] | None = None) -> Split:
+    """A job's constraints as the pass takes them: (hard, soft), `PendingJob.constraints` and `.preferences`.
+
+    With `seen`, jobs with the same constraints share one pair of tuples: built once, and the pass's
+    caches (keyed by the tuples' identity) hit for all of them.
+    """
+    key = tuple(c.SerializeToString() for c in messages) if seen is not None else ()
+    found = seen.get(key) if seen is not None else None
+    if found is None:
+        built = tuple(Constraint(*constraint_fields(c)) for c in messages)
+        found = split_soft(built) if any(c.soft for c in built) else (built, ())
+        if seen is not None:
+            seen[key] = found
+    return found
 
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
@@ -65,15 +85,14 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
     # moment apart may enqueue the other way round (their workflows run side by side). Stable: a
     # snapshot without submission times keeps its order.
     queued = sorted(snap.jobs, key=lambda j: j.submitted_at)
+    seen: dict[tuple[bytes, ...], Split] = {}
     return [
         PendingJob(
             job_id=j.job_id,
             task_indices=tuple(j.task_indices),
             request=resources_from_pb(j.request),
-            constraints=tuple(
-                Constraint(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)  # type: ignore[arg-type]
-                for c in j.constraints
-            ),
+            constraints=(split := constraints_from_pb(j.constraints, seen))[0],
+            preferences=split[1],
             group_by=j.group_by or None,
             priority=j.priority,
             waited_seconds=max(0.0, now - j.submitted_at) if j.submitted_at else j.waited_seconds,
@@ -96,10 +115,7 @@ def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:
             reservation_id=r.reservation_id,
             job_id=r.job_id,
             entries=tuple(resources_from_pb(e) for e in r.entries),
-            constraints=tuple(
-                Constraint(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)  # type: ignore[arg-type]
-                for c in r.constraints
-            ),
+            constraints=constraints_from_pb(r.constraints)[0],
             tolerations=frozenset(r.tolerations),
             held={h.entry: h.worker_id for h in r.held},
             used={w: resources_from_pb(u) for w, u in r.used.items()},

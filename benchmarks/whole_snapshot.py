@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Iterator
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.proto.values import set_attr, set_constraint
 from workflows import reservation_state
 from workflows.scheduler_state import SchedulerState, committed
 from workflows.sharing_state import fill_share
@@ -84,8 +84,6 @@ def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART)
         sj.request.gpus = spec.gpus
         sj.request.tpus = spec.tpus
         for c in spec.constraints:
-            sc = sj.constraints.add(key=c.key, op=c.op)
-            if c.value is not None:
-                set_attr(sc.value, c.value)
+            set_constraint(sj.constraints.add(), c.key, c.op, c.value, c.soft)
     reservation_state.encode(snap, state, now)
     yield snap.SerializeToString()

@@ -122,7 +122,12 @@ def run(
     tpu: Annotated[str | None, typer.Option(help="TPU variant, e.g. v5e-16")] = None,
     gpu: Annotated[int, typer.Option(help="GPUs per task")] = 0,
     constraint: Annotated[
-        list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")
+        list[str] | None,
+        typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k, 'k in a,b', 'k notin a,b'"),
+    ] = None,
+    prefer: Annotated[
+        list[str] | None,
+        typer.Option("--prefer", help="a soft constraint (same syntax as -c): matching workers first, else any"),
     ] = None,
     coschedule: Annotated[str | None, typer.Option(help="place all tasks on workers sharing this attribute")] = None,
     slices: Annotated[
@@ -192,7 +197,8 @@ def run(
         options: dict[str, Any] = dict(
             name=name if name is not None else Path(command[0]).name,
             resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
-            constraints=[parse_constraint(c) for c in constraint or []],
+            constraints=[parse_constraint(c) for c in constraint or []]
+            + [parse_constraint(p, "--prefer", soft=True) for p in prefer or []],
             coscheduling=CoschedulingConfig(coschedule, slices) if coschedule is not None else None,
             env=dict(parse_pair(e, "--env") for e in env or []),
             image=image,
@@ -217,7 +223,7 @@ def run(
             zip_bundle(bundle)  # a missing or oversized directory is an error before anything starts
             options["bundle"] = bundle
         command_argv(command)
-        for text in (*command, name or "", *(env or []), *(constraint or [])):
+        for text in (*command, name or "", *(env or []), *(constraint or []), *(prefer or [])):
             text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
     except UnicodeError:
         raise

@@ -1,4 +1,4 @@
-"""Parsing of CLI expressions: constraints (`zone=us`, `tpu-worker-id>=2`, `!taint:x`) and `K=V` pairs."""
+"""Parsing of CLI expressions: constraints (`zone=us`, `cores>=2`, `!taint:x`, `zone in a,b`) and `K=V` pairs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from scheduler.types import AttrValue, Op
 _OPS = (("!=", Op.NE), (">=", Op.GE), ("<=", Op.LE), ("=", Op.EQ), (">", Op.GT), ("<", Op.LT))
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+# `zone in a,b` / `zone notin a,b`: a key without operator characters, the word, a comma-separated list.
+_SET = re.compile(r"^([^\s=!<>]+)\s+(in|notin)\s+(.*)$", re.IGNORECASE)
 
 
 def parse_value(text: str) -> AttrValue:
@@ -24,20 +26,39 @@ def parse_value(text: str) -> AttrValue:
     return text
 
 
-def parse_constraint(expr: str) -> Constraint:
-    """`k=v` `k!=v` `k>v` `k>=v` `k<v` `k<=v`, `k` (exists), `!k` (not exists)."""
+def parse_constraint(expr: str, flag: str = "--constraint", *, soft: bool = False) -> Constraint:
+    """`k=v` `k!=v` `k>v` `k>=v` `k<v` `k<=v`, `k` (exists), `!k` (not exists), `k in a,b`, `k notin a,b`.
+
+    `soft` makes it a preference (`--prefer`, same syntax); errors name `flag`.
+    """
     text = expr.strip()
     if not text:
-        raise ValueError("--constraint: empty expression")
+        raise ValueError(f"{flag}: empty expression")
+    listed = _SET.match(text)
+    if listed:
+        key, word, rest = listed.groups()
+        items = [item.strip() for item in rest.split(",")]
+        if not all(items):
+            raise ValueError(f"{flag} {expr!r}: expected KEY {word.lower()} VALUE,VALUE,... (no empty value)")
+        op = Op.IN if word.lower() == "in" else Op.NOT_IN
+        return _built(flag, expr, key, op, [parse_value(item) for item in items], soft)
     for token, op in _OPS:
         key, sep, value = text.partition(token)
         if sep:
             if not key.strip() or not value.strip():
-                raise ValueError(f"--constraint {expr!r}: expected KEY{token}VALUE")
-            return Constraint(key.strip(), op, parse_value(value.strip()))
+                raise ValueError(f"{flag} {expr!r}: expected KEY{token}VALUE")
+            return _built(flag, expr, key.strip(), op, parse_value(value.strip()), soft)
     if text.startswith("!"):
-        return Constraint(text[1:].strip(), Op.NOT_EXISTS)
-    return Constraint(text, Op.EXISTS)
+        return _built(flag, expr, text[1:].strip(), Op.NOT_EXISTS, None, soft)
+    return _built(flag, expr, text, Op.EXISTS, None, soft)
+
+
+def _built(flag: str, expr: str, key: str, op: Op, value: AttrValue | list[AttrValue] | None, soft: bool) -> Constraint:
+    """The Constraint, or a ValueError that names the flag and the expression."""
+    try:
+        return Constraint(key, op, value, soft=soft)
+    except ValueError as err:
+        raise ValueError(f"{flag} {expr!r}: {err}") from None
 
 
 def parse_pair(expr: str, flag: str) -> tuple[str, str]:

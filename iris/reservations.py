@@ -15,7 +15,7 @@ from typing import Any
 
 from activities.contracts import RESERVATION_ENV, RESERVATIONS_MEMO, SCHEDULER_WORKFLOW_ID
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.proto.values import set_constraint
 from iris.types import Constraint, ResourceSpec
 from scheduler.types import Op
 
@@ -68,10 +68,11 @@ def add_reservation(
         raise ValueError("reservation_" + text if text.startswith("constraints") else text) from None
     if variants and not any(c.key == "tpu-topology" for c in constraints):
         constraints.append(Constraint("tpu-topology", Op.EQ, variants.pop()))
-    for c in constraints:
-        out = req.reservation_constraints.add(key=c.key, op=str(c.op))
-        if c.value is not None:
-            set_attr(out.value, c.value)
+    for i, c in enumerate(constraints):
+        if c.soft:
+            raise ValueError(f"reservation_constraints[{i}]: a reservation is held where it must be; soft=True is "
+                             "for a job's constraints")  # fmt: skip
+        set_constraint(req.reservation_constraints.add(), c.key, c.op, c.value)
 
 
 @dataclass(frozen=True)

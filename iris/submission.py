@@ -18,7 +18,7 @@ from typing import Any
 import scheduler
 from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.proto.values import set_constraint
 from iris.bundle import setup_commands
 from iris.job_control import add_job_control
 from iris.job_tree import check_namespace
@@ -68,6 +68,8 @@ def _constraints(constraints: Any) -> list[Constraint]:
         if c.key != c.key.strip() or any(ch < " " or ch == "\x7f" for ch in c.key):
             raise ValueError(f"constraints[{i}].key must not contain control characters or edge spaces, got {c.key!r}")
         if isinstance(c.value, str) and "\0" in c.value:
+            raise ValueError(f"constraints[{i}].value must not contain NUL, got {c.value!r}")
+        if isinstance(c.value, tuple) and any(isinstance(v, str) and "\0" in v for v in c.value):
             raise ValueError(f"constraints[{i}].value must not contain NUL, got {c.value!r}")
         out.append(c)
     try:
@@ -150,14 +152,15 @@ def build_request(
             f"all pending at once), got {resources.replicas}"
         )
     topology = resources.tpu or next(
-        (c.value for c in cons if c.key == "tpu-topology" and c.op == Op.EQ and isinstance(c.value, str)), None
+        (c.value for c in cons if c.key == "tpu-topology" and c.op == Op.EQ and isinstance(c.value, str)
+         and not c.soft), None,
     )
     if resources.tpu:
         try:
             scheduler.tpu_vm_count(resources.tpu)
         except ValueError as err:
             raise ValueError(f"resources.tpu: {err}") from None
-    if resources.tpu and not any(c.key == "tpu-topology" for c in cons):
+    if resources.tpu and not any(c.key == "tpu-topology" and not c.soft for c in cons):
         cons.append(Constraint("tpu-topology", Op.EQ, resources.tpu))
     if coscheduling is not None and topology is not None:
         try:
@@ -204,9 +207,7 @@ def build_request(
     req.resources.memory_bytes = resources.memory_bytes
     req.resources.gpus = resources.gpus
     for c in cons:
-        out = req.constraints.add(key=c.key, op=str(c.op))
-        if c.value is not None:
-            set_attr(out.value, c.value)
+        set_constraint(req.constraints.add(), c.key, c.op, c.value, c.soft)
     add_reservation(req, reservation, reservation_constraints, _constraints)
     if checkpoint_dir is not None:  # each task's own directory under it: worker_agent.checkpoints
         req.env[CHECKPOINT_DIR_ENV] = checkpoint_root(checkpoint_dir)

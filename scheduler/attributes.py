@@ -17,6 +17,11 @@ Typing rules (decided once, used everywhere):
   value is rejected when the Constraint is built).
 - A missing attribute fails every operator except NOT_EXISTS (NE included:
   "zone != a" does not select workers that have no zone at all).
+- IN holds when the attribute EQ one of its values (the union of those EQ
+  constraints); NOT_IN when the attribute is present and EQ none of them (the
+  intersection of the NEs), so a missing attribute fails NOT_IN like NE.
+- A soft constraint evaluates like a hard one; only the pass treats it as a
+  preference (`PendingJob.preferences`).
 - NaN equals nothing and orders against nothing (IEEE semantics).
 """
 
@@ -26,20 +31,20 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from scheduler.types import ORDERING_OPS, TAINT_PREFIX, UNARY_OPS, AttrValue, Constraint, Op
+from scheduler.types import (
+    ORDERING_OPS,
+    SET_OPS,
+    TAINT_PREFIX,
+    UNARY_OPS,
+    AttrValue,
+    Constraint,
+    Op,
+    value_kind,
+)
 
 # A hashable normalisation of a value that keeps booleans apart from numbers
 # while letting 1 and 1.0 meet: ("b", True), ("n", 1), ("s", "x").
 ValueKey = tuple[str, AttrValue]
-
-
-def value_kind(value: AttrValue) -> str:
-    """Return "b", "n" or "s": the comparison kind of an attribute value (bool is not a number)."""
-    if isinstance(value, bool):
-        return "b"
-    if isinstance(value, (int, float)):
-        return "n"
-    return "s"
 
 
 def value_key(value: AttrValue) -> ValueKey:
@@ -69,6 +74,9 @@ def evaluate(constraint: Constraint, attributes: Mapping[str, AttrValue]) -> boo
     if not present or want is None:
         return False
     have = attributes[key]
+    if isinstance(want, (tuple, list)):  # IN / NOT_IN (Constraint keeps their values as a tuple, nothing else)
+        found = any(values_equal(have, item) for item in want)
+        return found if op == Op.IN else not found
     match op:
         case Op.EQ:
             return values_equal(have, want)
@@ -112,25 +120,41 @@ def taint_constraints(
     )
 
 
+def _shown(value: AttrValue) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def describe(constraint: Constraint) -> str:
-    """Render a constraint the way users write it: "zone=a", "cores>=8", "gpu", "!taint:x"."""
+    """Render a constraint the way users write it: "zone=a", "cores>=8", "gpu", "!taint:x", "zone in a,b"."""
     symbol = {Op.EQ: "=", Op.NE: "!=", Op.GT: ">", Op.GE: ">=", Op.LT: "<", Op.LE: "<="}
     if constraint.op == Op.EXISTS:
         return constraint.key
     if constraint.op == Op.NOT_EXISTS:
         return f"!{constraint.key}"
     value = constraint.value
-    shown = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"{constraint.key}{symbol[Op(constraint.op)]}{shown}"
+    if isinstance(value, (tuple, list)):
+        word = "in" if constraint.op == Op.IN else "notin"
+        return f"{constraint.key} {word} {','.join(_shown(item) for item in value)}"
+    return f"{constraint.key}{symbol[Op(constraint.op)]}{_shown(value)}"  # type: ignore[arg-type]
+
+
+def split_soft(constraints: Iterable[Constraint]) -> tuple[tuple[Constraint, ...], tuple[Constraint, ...]]:
+    """Split a job's constraints into (hard, soft), each in the order given: `PendingJob.constraints`
+    and `PendingJob.preferences`."""
+    hard: list[Constraint] = []
+    soft: list[Constraint] = []
+    for constraint in constraints:
+        (soft if constraint.soft else hard).append(constraint)
+    return tuple(hard), tuple(soft)
 
 
 def _coerce(item: Any) -> Constraint:
     """Build a Constraint from a Constraint, a mapping {key, op, value} or a (key, op[, value]) tuple."""
     if isinstance(item, Constraint):
-        return Constraint(item.key, item.op, item.value)  # re-run validation
+        return Constraint(item.key, item.op, item.value, item.soft)  # re-run validation
     if isinstance(item, Mapping):
-        return Constraint(item.get("key"), item.get("op"), item.get("value"))  # type: ignore[arg-type]
-    if isinstance(item, tuple) and len(item) in (2, 3):
+        return Constraint(item.get("key"), item.get("op"), item.get("value"), item.get("soft", False))  # type: ignore[arg-type]
+    if isinstance(item, tuple) and len(item) in (2, 3, 4):
         return Constraint(*item)
     raise ValueError(f"constraint must be a Constraint, mapping or (key, op, value) tuple, got {item!r}")
 
@@ -140,9 +164,10 @@ def validate_constraints(constraints: Iterable[Any]) -> None:
 
     This is the submission-time check: a bad request fails at submit instead of
     pending forever. Beyond what Constraint validates on construction (operator
-    arity, ordering on numbers only), it rejects NaN values and constraint sets
-    that contradict themselves on one key (EXISTS and NOT_EXISTS, two different
-    EQ values, NOT_EXISTS next to a value operator).
+    arity, ordering on numbers only, IN / NOT_IN lists of one type), it rejects NaN
+    values and hard constraint sets that contradict themselves on one key (EXISTS
+    and NOT_EXISTS, two different EQ values, NOT_EXISTS next to a value operator).
+    Soft constraints are preferences: one that no worker could meet is not an error.
     """
     by_key: dict[str, list[Constraint]] = {}
     for index, item in enumerate(constraints):
@@ -150,28 +175,39 @@ def validate_constraints(constraints: Iterable[Any]) -> None:
             constraint = _coerce(item)
         except ValueError as error:
             raise ValueError(f"constraints[{index}]: {error}") from None
-        if isinstance(constraint.value, float) and math.isnan(constraint.value):
+        values = constraint.value if isinstance(constraint.value, (tuple, list)) else (constraint.value,)
+        if any(isinstance(value, float) and math.isnan(value) for value in values):
             raise ValueError(f"constraints[{index}]: value for {constraint.key!r} must not be NaN")
-        by_key.setdefault(constraint.key, []).append(constraint)
+        if not constraint.soft:
+            by_key.setdefault(constraint.key, []).append(constraint)
     for key, group in by_key.items():
         ops = {c.op for c in group}
         if Op.NOT_EXISTS in ops and len(ops) > 1:
             raise ValueError(
                 f"constraints on {key!r} contradict: NOT_EXISTS with {sorted(ops - {Op.NOT_EXISTS})}"
             )
-        equals = {value_key(c.value) for c in group if c.op == Op.EQ and c.value is not None}
+        equals = {value_key(c.value) for c in group if c.op == Op.EQ and isinstance(c.value, (str, int, float))}
         if len(equals) > 1:
             raise ValueError(f"constraints on {key!r} contradict: EQ to {len(equals)} different values")
+        allowed: set[ValueKey] | None = None
+        for c in group:
+            if c.op == Op.IN and isinstance(c.value, (tuple, list)):
+                listed = {value_key(v) for v in c.value}
+                allowed = listed if allowed is None else allowed & listed
+        if allowed is not None and not (allowed & equals if equals else allowed):
+            raise ValueError(f"constraints on {key!r} contradict: no value is allowed by all its EQ and IN")
 
 
 __all__ = [
     "ORDERING_OPS",
+    "SET_OPS",
     "UNARY_OPS",
     "ValueKey",
     "describe",
     "evaluate",
     "evaluate_all",
     "is_number",
+    "split_soft",
     "taint_constraints",
     "validate_constraints",
     "value_key",

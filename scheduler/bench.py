@@ -12,6 +12,11 @@ carries them as `task_indices` 0..replicas-1. A constraint that can never
 match (an ordering operator with a non-numeric value, which the scheduler's
 Constraint rejects at submission) leaves its job unplaced.
 
+Richer constraints (optional; an input without them runs exactly as the spec says): `op` may
+also be "IN" or "NOT_IN" with `value` a JSON list of values of one type, and a constraint may
+carry `"soft": true`, a preference (`scheduler.preferences`): it ranks the workers the hard
+constraints allow and never leaves a job unplaced (`bench_validate` does not check it).
+
 Multi-slice gangs (optional): a coscheduled job may carry `"coschedule_num_groups": k`;
 its replicas are then split evenly over k distinct values of `coschedule_group_by`
 (`scheduler.multislice`), task i on slice `i // (replicas / k)`.
@@ -42,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.accounting import DEFAULT_CREDITS, DecayedUsage, UserAccount
+from scheduler.attributes import split_soft
 from scheduler.scheduling import find_assignments
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
 from scheduler.types import Assignment, Band, Constraint, Eviction, PendingJob, Resources, WorkerSnapshot, parse_band
@@ -130,7 +136,7 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
     jobs), and it lets the scheduler's feasibility cache hit by identity. With
     `sharing` each job also gets its band and user.
     """
-    constraint_cache: dict[str, tuple[Constraint, ...] | None] = {}
+    constraint_cache: dict[str, tuple[tuple[Constraint, ...], tuple[Constraint, ...]] | None] = {}
     request_cache: dict[tuple[Any, ...], Resources] = {}
     indices_cache: dict[int, tuple[int, ...]] = {}
     band_cache: dict[Any, Band] = {}
@@ -140,14 +146,15 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
         signature = json.dumps(raw, sort_keys=True) if raw else ""
         if signature not in constraint_cache:
             try:
-                constraint_cache[signature] = tuple(
-                    Constraint(c["key"], c["op"], c.get("value")) for c in raw
+                constraint_cache[signature] = split_soft(
+                    Constraint(c["key"], c["op"], c.get("value"), bool(c.get("soft", False))) for c in raw
                 )
             except ValueError:
                 constraint_cache[signature] = None  # can never match: leave the job unplaced
-        constraints = constraint_cache[signature]
-        if constraints is None:
+        split = constraint_cache[signature]
+        if split is None:
             continue
+        constraints, preferences = split
         shape = (item.get("cpu", 0), item.get("memory_bytes", 0), item.get("gpus", 0), item.get("tpus", 0))
         request = request_cache.get(shape)
         if request is None:
@@ -170,6 +177,7 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
                 band=band,
                 user=str(item.get("user", "")),
                 num_groups=int(item.get("coschedule_num_groups") or 1),
+                preferences=preferences,
             )
         else:
             job = PendingJob(
@@ -179,6 +187,7 @@ def parse_jobs(doc: Document, *, sharing: bool = False) -> list[PendingJob]:
                 constraints=constraints,
                 group_by=item.get("coschedule_group_by"),
                 num_groups=int(item.get("coschedule_num_groups") or 1),
+                preferences=preferences,
             )
         jobs.append(job)
     return jobs

@@ -4,9 +4,10 @@
 
 Checks: every assignment names a known job, an existing task index and a known
 worker; no task is assigned twice; the sum of requests on a worker never
-exceeds its free cpu, memory, gpus or tpus; every constraint of the job holds
-on the worker (brute-force evaluation of the reference semantics, independent
-of the scheduler's index); a coscheduled job has all of its tasks assigned on
+exceeds its free cpu, memory, gpus or tpus; every hard constraint of the job
+holds on the worker (a `"soft": true` one is a preference, not checked;
+brute-force evaluation of the reference semantics, independent of the
+scheduler's index); a coscheduled job has all of its tasks assigned on
 workers sharing one value of `coschedule_group_by`, or none. A multi-slice
 job (optional `coschedule_num_groups`: k > 1) has all of its tasks or none, on
 k distinct values of the key, task i with the tasks of its slice `i // (n/k)`
@@ -69,7 +70,7 @@ def validate(doc_in: Mapping[str, Any], doc_out: Mapping[str, Any]) -> list[str]
         per_job.setdefault(job_id, []).append((index, worker_id))
         attributes = worker.get("attributes") or {}
         for raw in job.get("constraints") or []:
-            if not _holds(raw, attributes):
+            if not raw.get("soft") and not _holds(raw, attributes):
                 errors.append(f"task {job_id}/{index} on {worker_id}: constraint {raw} does not hold")
         total = used.setdefault(worker_id, dict.fromkeys(_DIMENSIONS, Fraction(0)))
         for dimension in _DIMENSIONS:

@@ -52,18 +52,20 @@ class CapacityTree:
         cpu, mem, gpu, tpu = self.cpu, self.mem, self.gpu, self.tpu
         if cpu[1] < rc or mem[1] < rm or gpu[1] < rg or tpu[1] < rt:
             return -1
+        # Leftmost descent: go left, keeping the right sibling to come back to when a subtree's maxima
+        # (each resource's from a different member, maybe) promised a fit that no member has.
         size = self.size
-        stack = [1]
-        pop, push = stack.pop, stack.append
-        while stack:
-            node = pop()
-            if cpu[node] < rc or mem[node] < rm or gpu[node] < rg or tpu[node] < rt:
-                continue
-            if node >= size:
-                return node - size
-            push(2 * node + 1)
-            push(2 * node)
-        return -1
+        stack: list[int] = []
+        push, pop = stack.append, stack.pop
+        node = 1
+        while node < size:
+            node *= 2
+            push(node + 1)
+            while cpu[node] < rc or mem[node] < rm or gpu[node] < rg or tpu[node] < rt:
+                if not stack:
+                    return -1
+                node = pop()
+        return node - size
 
     def update(self, position: int, cpu: int, mem: int, gpu: int, tpu: int) -> None:
         """Set one member's free capacity (only ever lowered in a pass) and fix the maxima above it."""

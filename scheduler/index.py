@@ -11,7 +11,8 @@ Two layers, as in Nomad's computed node classes:
    class cache explicitly: a constraint on such a key is answered by a second
    `AttributeIndex` whose rows are workers.
 
-An `AttributeIndex` keeps posting lists per (key, value) for EQ/NE, a set of
+An `AttributeIndex` keeps posting lists per (key, value) for EQ/NE (IN/NOT_IN
+take the union of their values' lists), a set of
 holders per key for EXISTS/NOT_EXISTS and a sorted numeric column per key for
 the ordering operators (bisect), so one constraint costs a dictionary lookup
 or a binary search plus a set build, never a loop over rows.
@@ -94,6 +95,11 @@ class AttributeIndex:
                 return self._all - holders
         if want is None:
             return set()
+        if isinstance(want, (tuple, list)):  # IN / NOT_IN: the union of the values' posting lists
+            postings = self._postings.get(key, {})
+            lists = [found for v in want if v == v and (found := postings.get(value_key(v))) is not None]
+            union: Set[int] = lists[0] if len(lists) == 1 else set().union(*lists)
+            return union if op == Op.IN else holders - union
         if op in (Op.EQ, Op.NE):
             equal = set() if want != want else self._postings.get(key, {}).get(value_key(want), set())
             return equal if op == Op.EQ else holders - equal
@@ -227,8 +233,20 @@ class ClusterIndex:
         Each worker is charged to the first constraint that rejects it, so the
         counts add up to the number of workers excluded.
         """
+        if not any(c.key in self.unique for c in constraints):  # class by class, then the survivors' workers
+            sizes = self.class_members
+            classes: Set[int] = self.class_index.rows
+            counts = []
+            for constraint in constraints:
+                kept = classes & self.class_index.match(constraint)
+                counts.append(sum(len(sizes[k]) for k in classes - kept))
+                classes = kept
+            rows: set[int] = set()
+            for class_id in classes:
+                rows.update(sizes[class_id])
+            return counts, rows
         remaining: Set[int] = self.worker_index.rows
-        counts: list[int] = []
+        counts = []
         for constraint in constraints:
             matched = self.matching_workers((constraint,))
             kept = remaining & matched

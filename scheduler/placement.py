@@ -63,7 +63,7 @@ import heapq
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 
-from scheduler.attributes import is_number, taint_constraints, value_kind
+from scheduler.attributes import is_number, taint_constraints, value_key, value_kind
 from scheduler.capacity import CapacityTree
 from scheduler.index import ClusterIndex
 from scheduler.types import (
@@ -175,10 +175,13 @@ def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:
     return (1, 0.0, worker.worker_id)
 
 
-def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, str, AttrValue | None], ...]:
+def _constraint_key(constraints: Sequence[Constraint]) -> tuple[tuple[str, str, object, object], ...]:
     """Hashable identity of a constraint list that keeps True apart from 1 (dataclass eq does not)."""
     return tuple(
-        (c.key, str(c.op), "" if c.value is None else value_kind(c.value), c.value) for c in constraints
+        (c.key, str(c.op), tuple(value_key(v) for v in c.value), c.soft)
+        if isinstance(c.value, (tuple, list))
+        else (c.key, str(c.op), "" if c.value is None else value_kind(c.value), c.value)
+        for c in constraints
     )
 
 
@@ -206,6 +209,8 @@ class PassState:
         self.feasibility: dict[object, Feasibility] = {}
         self.plain_buckets: dict[tuple[int, Resources], PlainBucket] = {}
         self.gang_buckets: dict[tuple[int, Resources, str], GangBucket] = {}
+        # (id of a job's preferences, id of its hard feasibility) -> its preference tiers (scheduler.preferences)
+        self.preference_tiers: dict[tuple[int, int], list[Feasibility]] = {}
         self.assignments: list[Assignment] = []
         self.timed_out: list[tuple[str, int]] = []
         self.reasons: dict[str, str] = {}
@@ -237,6 +242,7 @@ class PassState:
         for members in self.group_members:
             members.sort(key=lambda row: _member_order(workers[row]))
         self.group_version = [0] * len(self.group_members)
+        self.group_classes: dict[str, tuple[dict[int, list[int]], list[int]]] = {}  # _groups_by_class
         self.group_used = [
             any(
                 workers[row].capacity is not None and workers[row].capacity != workers[row].free
@@ -303,7 +309,16 @@ class PassState:
             if self.index.taint_keys
             else ()
         )
-        full = (*job.constraints, *taints)
+        found = self.feasibility_of((*job.constraints, *taints))
+        self.feasibility_by_id[memo_key] = found
+        return found
+
+    def feasibility_of(self, full: tuple[Constraint, ...]) -> Feasibility:
+        """Return the cached feasible workers for a whole constraint list (taints included).
+
+        Class-level when no constraint names a unique key (one evaluation per worker class, as
+        Nomad's computed classes); otherwise the feasible workers are found row by row.
+        """
         key = _constraint_key(full)
         found = self.feasibility.get(key)
         if found is None:
@@ -314,8 +329,15 @@ class PassState:
                     (c for c in class_ok if c in self.class_rank), key=self.class_rank.__getitem__
                 )
             found = self.feasibility[key] = Feasibility(full, classes)
-        self.feasibility_by_id[memo_key] = found
         return found
+
+    def plain_bucket(self, feasibility: Feasibility, request: Resources) -> PlainBucket:
+        """Return (building on first use) the plain bucket for a feasibility and a request."""
+        key = (id(feasibility), request)
+        bucket = self.plain_buckets.get(key)
+        if bucket is None:
+            bucket = self.plain_buckets[key] = PlainBucket(feasibility, request)
+        return bucket
 
     def rows(self, feasibility: Feasibility) -> Set[int]:
         """Return the feasible worker rows (built once per feasibility, from the index)."""
@@ -374,11 +396,12 @@ class PassState:
 
     # -- plain tasks ---------------------------------------------------------
 
-    def place_plain(self, job: PendingJob, bucket: PlainBucket) -> int:
-        """Place as many of the job's tasks as fit, several per worker at once; return how many."""
+    def place_plain(self, job: PendingJob, bucket: PlainBucket, start: int = 0) -> int:
+        """Place as many of the job's tasks from `start` on as fit, several per worker at once; return the
+        job's tasks placed so far (`start` included)."""
         tasks = job.task_indices
         total = len(tasks)
-        placed = 0
+        placed = start
         request = bucket.request
         rc, rm, rg, rt = request.cpu_millis, request.memory_bytes, request.gpus, request.tpus
         fc, fm, fg, ft, reserved = self.free_cpu, self.free_mem, self.free_gpu, self.free_tpu, self.reserved
@@ -462,20 +485,54 @@ class PassState:
         bucket = self.gang_buckets.get(key)
         if bucket is not None:
             return bucket
-        if feasibility.mask is None:
-            mask = bytearray(len(self.workers))
-            for row in self.rows(feasibility):
-                mask[row] = 1
-            feasibility.mask = mask
-        mask = feasibility.mask
         groups = []
-        for gid in self.groups_of_key.get(group_by, ()):
-            members = [row for row in self.group_members[gid] if mask[row]]
-            if members:
-                groups.append(GroupCandidate(gid, members))
+        gids = self.groups_of_key.get(group_by, ())
+        if feasibility.classes is not None:  # class-level: a group of one class is all in or all out
+            ok = set(feasibility.classes)
+            class_of = self.index.class_of
+            by_class, mixed = self._groups_by_class(group_by)
+            chosen = [gid for class_id in feasibility.classes for gid in by_class.get(class_id, ())]
+            chosen.sort()  # the order of `gids` (ids grow in order of first appearance), for the same ties
+            partial = {}
+            for gid in mixed:
+                members = [row for row in self.group_members[gid] if class_of[row] in ok]
+                if members:
+                    partial[gid] = members
+            if partial:
+                chosen = sorted([*chosen, *partial])
+            groups = [GroupCandidate(gid, partial.get(gid) or self.group_members[gid]) for gid in chosen]
+        else:
+            if feasibility.mask is None:
+                mask = bytearray(len(self.workers))
+                for row in self.rows(feasibility):
+                    mask[row] = 1
+                feasibility.mask = mask
+            mask = feasibility.mask
+            for gid in gids:
+                members = [row for row in self.group_members[gid] if mask[row]]
+                if members:
+                    groups.append(GroupCandidate(gid, members))
         bucket = GangBucket(feasibility, job.request, group_by, groups, list(groups))
         self.gang_buckets[key] = bucket
         return bucket
+
+    def _groups_by_class(self, group_by: str) -> tuple[dict[int, list[int]], list[int]]:
+        """A group key's groups whose members share one worker class (a slice's hosts do), by that class,
+        and the others (mixed), each in id order; built once per key and pass."""
+        found = self.group_classes.get(group_by)
+        if found is None:
+            class_of = self.index.class_of
+            by_class: dict[int, list[int]] = {}
+            mixed: list[int] = []
+            for gid in self.groups_of_key.get(group_by, ()):
+                members = self.group_members[gid]
+                first = class_of[members[0]]
+                if all(class_of[row] == first for row in members):
+                    by_class.setdefault(first, []).append(gid)
+                else:
+                    mixed.append(gid)
+            found = self.group_classes[group_by] = (by_class, mixed)
+        return found
 
     def _fitting(self, group: GroupCandidate, request: Resources) -> int:
         """Count the group's feasible members that can take one task now (cached by group version)."""

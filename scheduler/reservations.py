@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from scheduler.attributes import describe as describe_constraint
 from scheduler.attributes import evaluate_all, taint_constraints
 from scheduler.placement import Feasibility, PassState, _emit, _member_order
+from scheduler.preferences import rank as preference_rank
 from scheduler.reasons import first_short_dimension, format_amount, join_counts, reservation_shortfall
 from scheduler.types import TAINT_PREFIX, Constraint, PendingJob, Resources, WorkerSnapshot
 
@@ -316,7 +317,10 @@ class Reservations:
                 state.reasons[job.job_id] = f"waiting for reservation {reservation.reservation_id} to be held: {why}"
             return True
         rows = [row for row in pool.rows if self._feasible(job, row)]
-        placed = self._place_gang(job, pool, rows) if job.group_by else self._place_plain(job, pool, rows)
+        if job.preferences:
+            placed = self._place_preferred(job, pool, rows)
+        else:
+            placed = self._place_gang(job, pool, rows) if job.group_by else self._place_plain(job, pool, rows)
         total = len(job.task_indices)
         if placed < total:
             reason = self._explain(job, reservation, pool, rows)
@@ -330,6 +334,19 @@ class Reservations:
             return False
         taints = [key for key in attributes if key.startswith(TAINT_PREFIX)]
         return not taints or evaluate_all(taint_constraints(job.constraints, job.tolerations, taints), attributes)
+
+    def _place_preferred(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
+        """Place with soft constraints: workers meeting more of them, from the first, go first
+        (`scheduler.preferences`); a gang tries each tier's workers alone, best tier first."""
+        workers = self.state.workers
+        tier = {row: preference_rank(job.preferences, workers[row].attributes) for row in rows}
+        if not job.group_by:
+            return self._place_plain(job, pool, sorted(rows, key=lambda row: -tier[row]))
+        for level in range(len(job.preferences), 0, -1):
+            placed = self._place_gang(job, pool, [row for row in rows if tier[row] >= level])
+            if placed:
+                return placed
+        return self._place_gang(job, pool, rows)
 
     def _place_plain(self, job: PendingJob, pool: _Pool, rows: Sequence[int]) -> int:
         tasks, request = job.task_indices, job.request

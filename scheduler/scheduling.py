@@ -1,10 +1,10 @@
 """The entry point of a pass and the pending reasons it writes.
 
 The policy (queue order, backfill, starvation, best fit) is described in
-`scheduler.placement`, where it is implemented, sharing (bands, credits, fair
-share) in `scheduler.sharing` and eviction in `scheduler.preemption`; this
-module drives the jobs through them in queue order and explains every job it
-leaves pending.
+`scheduler.placement`, where it is implemented, soft constraints in
+`scheduler.preferences`, sharing (bands, credits, fair share) in
+`scheduler.sharing` and eviction in `scheduler.preemption`; this module drives
+the jobs through them in queue order and explains every job it leaves pending.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from scheduler import multislice, throttle
+from scheduler import multislice, preferences, throttle
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
@@ -117,13 +117,17 @@ def find_assignments(
             if preemption.may_evict_for(rank):
                 evict = (preemption, rank)
         if job.group_by:
-            placed = _run_gang(state, job, state.gang_bucket(job, feasibility), starving, evict)
+            if job.preferences and preferences.place_gang(state, job, feasibility):
+                placed = len(job.task_indices)
+            else:
+                placed = _run_gang(state, job, state.gang_bucket(job, feasibility), starving, evict)
         else:
             key = (id(feasibility), job.request)
             bucket = state.plain_buckets.get(key)
             if bucket is None:
                 bucket = state.plain_buckets[key] = PlainBucket(feasibility, job.request)
-            placed = _run_plain(state, job, bucket, starving, evict)
+            early = preferences.place_plain(state, job, feasibility) if job.preferences else 0
+            placed = _run_plain(state, job, bucket, starving, evict, early)
         if fair is not None and placed:
             fair.placed(job.user, per_hour(job.request) * weight * placed)
         if held_back and placed < len(job.task_indices):  # the room under its cap did not all fit either
@@ -155,10 +159,15 @@ def _explain_demotions(state: PassState, jobs: Sequence[PendingJob], bands: Mapp
             reasons[job.job_id] = f"scheduled as batch: {who} has no credits left ({job.band} needs credits); {reason}"
 
 
-def _run_plain(state: PassState, job: PendingJob, bucket: PlainBucket, starving: bool, evict: Evict) -> int:
-    """Place a plain job's tasks, evicting if allowed; explain (and for a starving job, reserve for) the rest."""
-    placed = state.place_plain(job, bucket)
+def _run_plain(
+    state: PassState, job: PendingJob, bucket: PlainBucket, starving: bool, evict: Evict, early: int = 0
+) -> int:
+    """Place a plain job's tasks, evicting if allowed; explain (and for a starving job, reserve for) the rest.
+
+    `early` tasks were placed already, on workers the job prefers (`scheduler.preferences`).
+    """
     total = len(job.task_indices)
+    placed = state.place_plain(job, bucket, early) if early < total else early
     if placed == total:
         return placed
     prefix = ""

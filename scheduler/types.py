@@ -28,6 +28,8 @@ class Op(StrEnum):
     GE = "GE"
     LT = "LT"
     LE = "LE"
+    IN = "IN"  # the attribute equals one of a list of values
+    NOT_IN = "NOT_IN"  # the attribute is present and equals none of them
 
 
 class Band(StrEnum):
@@ -56,6 +58,46 @@ def parse_band(value: object, field_name: str = "priority") -> Band:
 
 UNARY_OPS = frozenset({Op.EXISTS, Op.NOT_EXISTS})
 ORDERING_OPS = frozenset({Op.GT, Op.GE, Op.LT, Op.LE})
+SET_OPS = frozenset({Op.IN, Op.NOT_IN})
+
+_KIND_NAMES = {"b": "booleans", "n": "numbers", "s": "strings"}
+
+
+def value_kind(value: object) -> str:
+    """Return "b", "n" or "s": the comparison kind of an attribute value (bool is not a number)."""
+    if isinstance(value, bool):
+        return "b"
+    if isinstance(value, (int, float)):
+        return "n"
+    return "s"
+
+
+def _value_list(key: str, op: Op, value: object) -> tuple[AttrValue, ...]:
+    """Check and normalize the values of an IN / NOT_IN constraint: a non-empty list of one kind, no repeats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ValueError(
+            f"constraint {key} {op} needs a list of values, e.g. Constraint({key!r}, {str(op)!r}, ['a', 'b']), "
+            f"got {value!r}"
+        )
+    items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else list(value)
+    if not items:
+        raise ValueError(f"constraint {key} {op} needs at least one value, got an empty list")
+    out: list[AttrValue] = []
+    seen: set[tuple[str, AttrValue]] = set()
+    for item in items:
+        if not isinstance(item, (str, int, float, bool)):
+            raise ValueError(
+                f"constraint values for {key!r} must be str, int, float or bool, got {type(item).__name__}"
+            )
+        ident = (value_kind(item), item)
+        if ident not in seen:
+            seen.add(ident)
+            out.append(item)
+    kinds = {value_kind(item) for item in out}
+    if len(kinds) > 1:
+        shown = " and ".join(_KIND_NAMES[k] for k in sorted(kinds))
+        raise ValueError(f"constraint values for {key!r} must all be of one type, got {shown}: {value!r}")
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +145,19 @@ class Resources:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """One requirement on a worker attribute, e.g. Constraint("tpu-topology", Op.EQ, "v5e-16")."""
+    """One requirement on a worker attribute, e.g. Constraint("tpu-topology", Op.EQ, "v5e-16").
+
+    IN / NOT_IN take a list of values of one type (`Constraint("zone", "IN", ["a", "b"])`), kept as
+    a tuple. `soft=True` makes it a preference: workers that meet it are chosen first when any has
+    room, and the job still runs where it does not hold (the pass carries soft constraints as
+    `PendingJob.preferences`, never as requirements).
+    """
 
     key: str
     op: Op | str  # a string is accepted and normalized to Op at construction
-    value: AttrValue | None = None
+    # IN / NOT_IN: a list is accepted and kept as a tuple (the list type is only for callers)
+    value: AttrValue | tuple[AttrValue, ...] | list[AttrValue] | None = None
+    soft: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -119,12 +169,19 @@ class Constraint:
                 f"constraint op for {self.key!r} must be one of {', '.join(Op)}, got {self.op!r}"
             ) from None
         object.__setattr__(self, "op", op)
+        if not isinstance(self.soft, bool):
+            raise ValueError(f"constraint soft for {self.key!r} must be True or False, got {self.soft!r}")
         if op in UNARY_OPS:
             if self.value is not None:
                 raise ValueError(f"constraint {self.key} {op} takes no value, got {self.value!r}")
             return
         if self.value is None:
             raise ValueError(f"constraint {self.key} {op} needs a value")
+        if op in SET_OPS:
+            object.__setattr__(self, "value", _value_list(self.key, op, self.value))
+            return
+        if isinstance(self.value, (list, tuple, set, frozenset)):
+            raise ValueError(f"constraint value for {self.key!r}: a list of values needs op IN or NOT_IN, not {op}")
         if not isinstance(self.value, (str, int, float, bool)):
             raise ValueError(
                 f"constraint value for {self.key!r} must be str, int, float or bool, "
@@ -135,6 +192,10 @@ class Constraint:
                 f"constraint {self.key} {op} needs a number, got {self.value!r}: "
                 "ordering operators compare numeric attributes only"
             )
+
+    def required(self) -> Constraint:
+        """The same constraint as a requirement (soft=False): how a pass evaluates a preference."""
+        return Constraint(self.key, self.op, self.value) if self.soft else self
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +235,10 @@ class PendingJob:
     `max_concurrent` > 0 caps how many of the job's tasks are placed at once (a throttled array):
     `placed` of them are placed now, so a pass places at most `max_concurrent - placed` more
     (`scheduler.throttle`). Never set on a gang (refused at submission).
+    `preferences` are the job's soft constraints: the pass tries workers (or, for a gang,
+    groups) meeting all of them first, then all but the last, and so on, and at last any
+    feasible worker (`scheduler.preferences`). They never filter, never appear in a
+    pending reason and do not change what the autoscaler or preemption consider.
     """
 
     job_id: str
@@ -190,6 +255,9 @@ class PendingJob:
     num_groups: int = 1  # checked at the boundary (submission); only meaningful with group_by
     max_concurrent: int = 0  # 0 = no cap
     placed: int = 0  # the job's tasks placed now (read only with max_concurrent)
+    # Soft constraints (preferences), in the order given; `constraints` holds only hard ones. Built
+    # by `scheduler.attributes.split_soft` at the boundary. Earlier preferences weigh more.
+    preferences: tuple[Constraint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,11 +43,19 @@ def _memory(num_bytes: int) -> str:
 
 
 def _constraint(c: pb.Constraint) -> str:
+    text = _constraint_text(c)
+    return f"{text} (preferred)" if c.soft else text
+
+
+def _constraint_text(c: pb.Constraint) -> str:
     match c.op:
         case "EXISTS":
             return _code(c.key)
         case "NOT_EXISTS":
             return _code(f"!{c.key}")
+        case "IN" | "NOT_IN":
+            listed = ", ".join(str(get_attr(v)) for v in c.values)
+            return _code(f"{c.key} {'in' if c.op == 'IN' else 'not in'} {listed}")
         case op:
             return _code(f"{c.key} {_OPS.get(op, op)} {get_attr(c.value)}")
 

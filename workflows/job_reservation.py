@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
-    from activities.proto.values import get_attr
+    from activities.proto.values import constraint_fields
     from workflows.job_base import JobBase
     from workflows.messages import ConstraintSpec, Reserve
 
@@ -31,10 +31,7 @@ def reserve_request(job_id: str, req: pb.JobRequest) -> Reserve:
     return Reserve(
         job_id=job_id,
         entries=[[r.cpu_millis, r.memory_bytes, r.gpus, r.tpus] for r in req.reservation],
-        constraints=[
-            ConstraintSpec(c.key, c.op, get_attr(c.value) if c.HasField("value") else None)
-            for c in req.reservation_constraints
-        ],
+        constraints=[ConstraintSpec(*constraint_fields(c)) for c in req.reservation_constraints],
         tolerations=list(req.tolerations),
         user=req.user,
     )

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
-    from activities.proto.values import get_attr
+    from activities.proto.values import constraint_fields
     from workflows.job_base import JobBase
     from workflows.job_lifecycle import JobPhase
     from workflows.messages import (
@@ -63,7 +63,7 @@ EARLY_ENQUEUE_MAX = 32  # tasks
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
     constraints = []
     for c in req.constraints:
-        constraints.append(ConstraintSpec(c.key, c.op, get_attr(c.value) if c.HasField("value") else None))
+        constraints.append(ConstraintSpec(*constraint_fields(c)))
     return SchedulingSpec(
         cpu_millis=req.resources.cpu_millis,
         memory_bytes=req.resources.memory_bytes,

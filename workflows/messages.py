@@ -17,7 +17,8 @@ class ConstraintSpec:
     key: str
     op: str
     # Any, not a union: Temporal's converter would coerce True and 1.0 to 1 through a union hint.
-    value: Any = None
+    value: Any = None  # a list for IN / NOT_IN
+    soft: bool = False  # a preference, not a requirement
 
 
 @dataclass
@@ -184,7 +185,10 @@ def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
         memory_bytes=int(raw_spec["memory_bytes"]),
         gpus=int(raw_spec.get("gpus", 0)),
         tpus=int(raw_spec.get("tpus", 0)),
-        constraints=[ConstraintSpec(c["key"], c["op"], c.get("value")) for c in raw_spec.get("constraints") or []],
+        constraints=[
+            ConstraintSpec(c["key"], c["op"], c.get("value"), bool(c.get("soft", False)))
+            for c in raw_spec.get("constraints") or []
+        ],
         group_by=raw_spec.get("group_by", ""),
         priority=int(raw_spec.get("priority", 0)),
         scheduling_timeout_seconds=float(raw_spec.get("scheduling_timeout_seconds", 0.0)),

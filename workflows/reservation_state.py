@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.proto.values import set_constraint
 from scheduler.reservations import tree_root
 from workflows.messages import ConstraintSpec, Reserve
 
@@ -53,7 +53,8 @@ def from_request(reserve: Reserve, reservation_id: str, now: float) -> HeldReser
 def to_row(r: HeldReservation) -> list[Any]:
     """Positional JSON for the packed state (scheduler_state.pack)."""
     return [
-        r.reservation_id, r.job_id, r.user, r.entries, [[c.key, c.op, c.value] for c in r.constraints],
+        r.reservation_id, r.job_id, r.user, r.entries,
+        [[c.key, c.op, c.value, True] if c.soft else [c.key, c.op, c.value] for c in r.constraints],
         r.tolerations, r.requested_at, [[i, w] for i, w in r.held.items()], [[i, w] for i, w in r.lost.items()],
         r.reason, r.held_at,
     ]  # fmt: skip
@@ -175,9 +176,7 @@ def encode(snap: pb.SchedulingSnapshot, state: SchedulerState, now: float) -> No
         for entry in r.entries:
             sr.entries.append(_vec(entry))
         for c in r.constraints:
-            sc = sr.constraints.add(key=c.key, op=c.op)
-            if c.value is not None:
-                set_attr(sc.value, c.value)
+            set_constraint(sr.constraints.add(), c.key, c.op, c.value, c.soft)
         for index, worker_id in r.held.items():
             sr.held.add(entry=index, worker_id=worker_id)
         for (root, worker_id), used in book.used.items():

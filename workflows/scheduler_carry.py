@@ -44,7 +44,7 @@ _STATES = {s.value: s for s in WorkerState}  # WorkerState(value) costs microsec
 def _spec_row(spec: SchedulingSpec) -> list[Any]:
     return [
         spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
-        [[c.key, c.op, c.value] for c in spec.constraints],
+        [[c.key, c.op, c.value, True] if c.soft else [c.key, c.op, c.value] for c in spec.constraints],
         spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
         spec.ports, spec.coordinator, spec.band, spec.user, spec.max_concurrent,
     ]  # fmt: skip

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr
+from activities.proto.values import set_attr, set_constraint
 from workflows import reservation_state
 from workflows.messages import SchedulingSpec
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
@@ -113,9 +113,7 @@ def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], re
     sj.request.gpus = spec.gpus
     sj.request.tpus = spec.tpus
     for c in spec.constraints:
-        sc = sj.constraints.add(key=c.key, op=c.op)
-        if c.value is not None:
-            set_attr(sc.value, c.value)
+        set_constraint(sj.constraints.add(), c.key, c.op, c.value, c.soft)
     return snap.SerializeToString()
 
 

@@ -31,14 +31,18 @@ class Resources(_message.Message):
     def __init__(self, cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., gpus: _Optional[int] = ..., tpus: _Optional[int] = ...) -> None: ...
 
 class Constraint(_message.Message):
-    __slots__ = ("key", "op", "value")
+    __slots__ = ("key", "op", "value", "values", "soft")
     KEY_FIELD_NUMBER: _ClassVar[int]
     OP_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    SOFT_FIELD_NUMBER: _ClassVar[int]
     key: str
     op: str
     value: AttributeValue
-    def __init__(self, key: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
+    values: _containers.RepeatedCompositeFieldContainer[AttributeValue]
+    soft: bool
+    def __init__(self, key: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ..., values: _Optional[_Iterable[_Union[AttributeValue, _Mapping]]] = ..., soft: _Optional[bool] = ...) -> None: ...
 
 class Entrypoint(_message.Message):
     __slots__ = ("function_blob", "command")

@@ -38,6 +38,29 @@ def get_attr(value: pb.AttributeValue) -> Any:
     return getattr(value, kind) if kind else None
 
 
+def set_constraint(out: pb.Constraint, key: str, op: str, value: Any = None, soft: bool = False) -> None:
+    """Fill a Constraint message: the one encoder of a constraint (scalar `value`, or IN / NOT_IN's list).
+
+    Every hop a constraint takes (the client's request, the scheduler's snapshot, its reservations)
+    writes it here and reads it back with `constraint_fields`, so a new field is added in one place.
+    """
+    out.key, out.op = key, str(op)
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            set_attr(out.values.add(), item)
+    elif value is not None:
+        set_attr(out.value, value)
+    if soft:
+        out.soft = True
+
+
+def constraint_fields(c: pb.Constraint) -> tuple[str, str, Any, bool]:
+    """(key, op, value, soft) of a Constraint message; IN / NOT_IN's values come back as a list."""
+    if c.values:
+        return c.key, c.op, [get_attr(v) for v in c.values], c.soft
+    return c.key, c.op, get_attr(c.value) if c.HasField("value") else None, c.soft
+
+
 def binary_payload(message: Message) -> RawValue:
     """`message` as a binary/protobuf payload, where Temporal's converter would write its JSON.
 

@@ -31,6 +31,9 @@ def constraints(draw: st.DrawFn) -> Constraint:
         return Constraint(key, op)
     if op in (Op.GT, Op.GE, Op.LT, Op.LE):
         return Constraint(key, op, draw(st.one_of(st.integers(-2, 3), st.sampled_from([0.5, 1.0, 2.5]))))
+    if op in (Op.IN, Op.NOT_IN):
+        kind = draw(st.sampled_from([st.sampled_from(["a", "b", "1"]), st.integers(-2, 3), st.booleans()]))
+        return Constraint(key, op, draw(st.lists(kind, min_size=1, max_size=3)))
     return Constraint(key, op, draw(values))
 
 
@@ -43,6 +46,20 @@ def test_index_matches_brute_force(rows: list[dict[str, object]], wanted: list[C
     expected = {i for i, w in enumerate(workers) if evaluate_all(wanted, w.attributes)}
     assert expected == set(index.matching_workers(wanted))
     assert expected == {i for i, bit in enumerate(index.feasible_mask(wanted)) if bit}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(attributes, max_size=25), st.lists(constraints(), max_size=4))
+def test_reason_counts_match_brute_force(rows: list[dict[str, object]], wanted: list[Constraint]) -> None:
+    """count_excluded charges each worker to the first constraint that rejects it (class-level or not)."""
+    workers = [WorkerSnapshot(f"w{i}", Resources(), attrs) for i, attrs in enumerate(rows)]  # type: ignore[arg-type]
+    counts, remaining = ClusterIndex.build(workers).count_excluded(wanted)
+    expected, left = [], set(range(len(workers)))
+    for constraint in wanted:
+        kept = {i for i in left if evaluate_all([constraint], workers[i].attributes)}
+        expected.append(len(left) - len(kept))
+        left = kept
+    assert (expected, left) == (counts, set(remaining))
 
 
 @st.composite
@@ -156,3 +173,30 @@ def test_fragmented_case_best_fit_beats_first_fit() -> None:
     theirs, _ = first_fit(parse_workers(doc), parse_jobs(doc))
     gangs = {j["id"] for j in doc["jobs"] if j["coschedule_group_by"]}
     assert len({a.job_id for a in ours.assignments} & gangs) > len({a.job_id for a in theirs} & gangs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(*[st.integers(-1, 3)] * 4), min_size=1, max_size=20),
+    st.lists(st.tuples(st.integers(0, 19), *[st.integers(-1, 3)] * 4), max_size=10),
+    st.tuples(*[st.integers(0, 3)] * 4),
+)
+def test_capacity_tree_finds_the_first_member_that_fits(
+    free: list[tuple[int, int, int, int]],
+    updates: list[tuple[int, int, int, int, int]],
+    request: tuple[int, int, int, int],
+) -> None:
+    """The pruned descent returns the first member, in order, whose free capacity covers the request."""
+    from scheduler.capacity import CapacityTree
+
+    columns = [[f[d] for f in free] for d in range(4)]
+    tree = CapacityTree(range(len(free)), *columns, bytearray(len(free)))
+    for position, *values in updates:
+        if position < len(free):
+            tree.update(position, *values)
+            for d in range(4):
+                columns[d][position] = values[d]
+    expected = next(
+        (p for p in range(len(free)) if all(columns[d][p] >= request[d] for d in range(4))), -1
+    )
+    assert expected == tree.first_fit(*request)
