@@ -1,5 +1,6 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
+from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.reservations import ReservationStatus, ReservedWorker
 from iris.types import (
@@ -20,6 +21,7 @@ from iris.types import (
 
 __all__ = [
     "AsyncIrisClient",
+    "AuthenticationError",
     "Constraint",
     "CoschedulingConfig",
     "IrisClient",
@@ -28,6 +30,7 @@ __all__ = [
     "JobInfo",
     "JobState",
     "JobStatus",
+    "PermissionDeniedError",
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",

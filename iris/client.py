@@ -8,9 +8,11 @@ had before the async client and its helpers moved out are re-exported (`x as x`)
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -70,6 +72,12 @@ class _LoopThread:
             self.loop.close()
 
 
+def _close_at_exit(ref: weakref.ref[IrisClient]) -> None:
+    client = ref()
+    if client is not None:
+        client.close()
+
+
 class Job:
     """A submitted job."""
 
@@ -112,12 +120,25 @@ class IrisClient:
 
     @classmethod
     def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-                settings: TemporalSettings | None = None, user: str | None = None) -> IrisClient:
+                settings: TemporalSettings | None = None, user: str | None = None,
+                token: str | None = None) -> IrisClient:
         """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster.
 
-        `user` names whom jobs are submitted as when the connection has no authenticated identity."""
+        `user` names whom jobs are submitted as when the connection has no authenticated identity.
+        In team mode (an `http(s)://` Iris API address, or a local cluster with `auth: tokens`), `token`
+        (else IRIS_TOKEN, else IRIS_TOKEN_FILE) is the credential and jobs are the verified user's."""
+        from iris.auth.connect import team_api
+
+        api = team_api(address, token, explicit_settings=settings is not None and settings.address is not None)
         loop = _LoopThread()
         try:
+            if api is not None:
+                from iris.auth.remote import RemoteIrisClient
+
+                remote = loop.run(RemoteIrisClient.connect(api[0], api[1], user=user))
+                client = cls(remote, loop)  # type: ignore[arg-type]  # the same methods, through the Iris API
+                atexit.register(_close_at_exit, weakref.ref(client))  # its HTTP session closes before the loop dies
+                return client
             return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
                                                         user=user)), loop)  # fmt: skip
         except BaseException:
@@ -129,6 +150,9 @@ class IrisClient:
 
     def close(self) -> None:
         """Stop the client's private event loop and its thread; the client cannot be used afterwards."""
+        if getattr(self._async, "remote", False) and not self._loop.loop.is_closed():
+            with contextlib.suppress(Exception):
+                self._loop.run(self._async.close(), timeout=5.0)  # type: ignore[attr-defined]
         self._loop.close()
 
     def __enter__(self) -> IrisClient:
@@ -236,10 +260,15 @@ class IrisClient:
 
     def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            return self._run(self._async.terminate_slice(slice_id, drain_timeout))  # type: ignore[attr-defined]
         return self._run(fleet.terminate_slice(self._async.temporal, slice_id, drain_timeout))
 
     def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
         """No new work on this worker (its running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            self._run(self._async.cordon_worker(worker_id, cordoned))  # type: ignore[attr-defined]
+            return
         self._run(fleet.cordon_worker(self._async.temporal, worker_id, cordoned))
 
     def drain_worker(self, worker_id: str, timeout: float | None = None,

@@ -23,8 +23,11 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities.contracts import JOB_STATE_ATTRIBUTE, JOB_USER_ATTRIBUTE, task_workflow_id
+from iris.auth.api import Gate, IrisApi, may
+from iris.auth.rules import Action
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
+from iris.dashboard import login
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
 from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
@@ -95,7 +98,9 @@ def _environment() -> jinja2.Environment:
 class Dashboard:
     """The pages of one cluster; `app()` is the aiohttp application that serves them."""
 
-    def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0) -> None:
+    def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0,
+                 gate: Gate | None = None) -> None:  # fmt: skip
+        self.gate = gate  # team mode: every page and the Iris API need a credential (iris/dashboard/login.py)
         self.reads = ClusterReads(client, cache_seconds)
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
@@ -112,7 +117,11 @@ class Dashboard:
         return self.ui.search(f'WorkflowType = "WorkerWorkflow" AND WorkflowId STARTS_WITH "{prefix}"')
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[login.guard(self.gate)] if self.gate is not None else [])
+        if self.gate is not None:
+            api = IrisApi(self.iris, self.gate)
+            api.add_routes(app)
+            login.add_routes(app, self.gate, api)
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
@@ -146,7 +155,8 @@ class Dashboard:
             context.setdefault("status", 200)
             partial = request.headers.get("X-Iris-Partial") == "1"
             html = self.env.get_template(context["template"]).render(
-                partial=partial, pages=PAGES, ui=self.ui, refresh=REFRESH_SECONDS,
+                partial=partial, pages=PAGES, ui=self.ui, refresh=REFRESH_SECONDS, team=self.gate is not None,
+                viewer=login.viewer(request), may_kill=lambda owner: may(login.viewer(request), Action.KILL, owner),
                 rendered_at=_ts(time.time()), **{k: v for k, v in context.items() if k != "template"},
             )  # fmt: skip
             elapsed = time.perf_counter() - started
