@@ -18,13 +18,13 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name="AuthWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class AuthWorkflow:
-    def __init__(self) -> None:
-        self.state = st.AuthState()
+    @workflow.init
+    def __init__(self, carried: st.AuthState | None) -> None:
+        # The carried state is in place before any handler runs: an update can come in the new run's first task.
+        self.state = carried if carried is not None else st.AuthState()
 
     @workflow.run
     async def run(self, carried: st.AuthState | None) -> None:
-        if carried is not None:
-            self.state = carried
         await workflow.wait_condition(lambda: workflow.info().is_continue_as_new_suggested())
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(args=[self.state])
