@@ -42,7 +42,7 @@ async def test_directory_survives_continue_as_new() -> None:
                 await promote(env.client, TEST_BUILD)
                 handle = await env.client.start_workflow(AuthWorkflow.run, None, id=st.AUTH_WORKFLOW_ID,
                                                          task_queue=queue)  # fmt: skip
-                first_run = handle.result_run_id
+                first_run = handle.result_run_id or ""
                 for name, role in (("admin", "admin"), ("ana", "user"), ("bob", "user")):
                     answer = await handle.execute_update(st.ADD_USER, st.AddUser(name, role, token_hash(f"t-{name}"),
                                                          1.0), result_type=st.AuthAnswer)  # fmt: skip
