@@ -1,6 +1,6 @@
 """Where a client goes in team mode: the Iris API's URL and the caller's token, or None for Temporal as before.
 
-- an `http(s)://` address is an Iris API;
+- an `http(s)://` address (given, or in IRIS_TEMPORAL_ADDRESS) is an Iris API;
 - no address (and no IRIS_TEMPORAL_ADDRESS) reaches the local cluster in $IRIS_HOME, and when that
   cluster runs in team mode, its API (the dashboard's port);
 - anything else is a Temporal address: the unauthenticated path, unchanged. An explicit `token=`
@@ -29,6 +29,8 @@ def team_api(
     address: str | None, token: str | None, *, explicit_settings: bool = False
 ) -> tuple[str, str | None] | None:
     """(API URL, token) when this connection goes through the Iris API; None for a Temporal connection."""
+    if address is None and not explicit_settings and is_api_url(os.environ.get(f"{ENV_PREFIX}ADDRESS")):
+        address = os.environ[f"{ENV_PREFIX}ADDRESS"]  # IRIS_TEMPORAL_ADDRESS=http://...: the Iris API
     if is_api_url(address):
         return str(address), resolve_token(token)
     if address is None and not explicit_settings and not os.environ.get(f"{ENV_PREFIX}ADDRESS"):
