@@ -501,6 +501,7 @@ def test_cluster_status_names_what_is_down_and_up_says_what_it_restarted(cluster
                             text=True, timeout=60)  # fmt: skip
     assert 0 == status.returncode, status.stderr
     assert "down: controller" in status.stdout
+    assert "Auth: none (one user, no login)" in status.stdout.splitlines()
     assert "workers: unknown (the controller does not answer" in status.stdout
     up = subprocess.run([sys.executable, "-m", "iris", "cluster", "up"], env=env, capture_output=True, text=True,
                         timeout=120)  # fmt: skip
