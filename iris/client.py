@@ -233,10 +233,15 @@ class IrisClient:
         A task publishes its endpoints when it starts and they vanish when it ends: a finished
         job resolves to []. KeyError for an unknown job.
         """
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            found = self._run(self._async.endpoints(job_id)).get(name, {})  # type: ignore[attr-defined]
+            return [found[i] for i in sorted(found)]
         return self._run(endpoints.resolve(self._async.temporal, job_id, name))
 
     def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
         """Every named port of the job's running tasks: name -> task index -> "host:port"."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            return self._run(self._async.endpoints(job_id))  # type: ignore[attr-defined,no-any-return]
         return self._run(endpoints.job_endpoints(self._async.temporal, job_id))
 
     def list_workers(self) -> list[WorkerStatus]:

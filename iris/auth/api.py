@@ -49,6 +49,7 @@ from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.verify import Verifiers
 from iris.client_async import AsyncIrisClient
 from iris.client_status import _job_status
+from iris.endpoints import job_endpoints
 from iris.submission import resolve_user
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
@@ -138,6 +139,7 @@ class IrisApi:
             ("GET", "/job/exists", self.exists),
             ("POST", "/job/wait", self.wait),
             ("GET", "/job/results", self.results),
+            ("GET", "/job/endpoints", self.endpoints),
             ("POST", "/job/kill", self.kill),
             ("POST", "/job/logs", self.logs),
             ("POST", "/job/access", self.task_access),
@@ -269,6 +271,10 @@ class IrisApi:
             key = expand_row(st.job_id, st.compact, t)[1] if t.state == TaskState.SUCCEEDED else t.result_blob
             out.append(await asyncio.to_thread(self.iris._result_data, key, st.compact) if key else None)
         return answer(out)
+
+    async def endpoints(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        authorize(who, Action.READ)
+        return answer(await job_endpoints(self.iris.temporal, request.query["job_id"]))
 
     async def kill(self, request: web.Request, who: Identity) -> web.StreamResponse:
         body = await request.json()

@@ -146,6 +146,12 @@ class RemoteIrisClient:
         self.logs = RemoteLogs(self)
         self.store_url = ""
 
+    @property
+    def temporal(self) -> Any:
+        """There is none: team mode gives users no Temporal connection (what needs one is refused in one line)."""
+        raise RuntimeError("this needs a Temporal connection, which team mode does not give users; "
+                           "ask an admin to run it where the controller's credentials are")  # fmt: skip
+
     @classmethod
     async def connect(cls, url: str, token: str | None, user: str | None = None) -> RemoteIrisClient:
         """Reach the API at `url` and learn who `token` is; AuthenticationError if it is missing or refused."""
@@ -286,6 +292,11 @@ class RemoteIrisClient:
 
     async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
         return bool((await self.post("/job/kill", {"job_id": job_id}))["killed"])
+
+    async def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
+        """Every named port of the job's running tasks (name -> task index -> host:port)."""
+        found: dict[str, dict[int, str]] = await self.get("/job/endpoints", job_id=job_id)
+        return found
 
     def fetch_task_logs(self, job_id: str, task_index: int) -> list[str]:
         return self.logs.read_lines(job_id, task_index)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from html import escape
+from typing import Any
 
 import structlog
 from aiohttp import web
 
+from iris.auth import store
 from iris.auth.api import COOKIE, PREFIX, Gate, IrisApi
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.auth.rules import Action, Identity
+from iris.auth.rules import Action, Identity, Role
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -63,6 +65,21 @@ def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
         return await handler(request)
 
     return middleware
+
+
+def pages(base: tuple[str, ...], who: Identity | None) -> tuple[str, ...]:
+    """The navigation: the audit log is an admin's page."""
+    return (*base, "audit") if who is not None and who.role == Role.ADMIN else base
+
+
+async def audit_page(gate: Gate | None, request: web.Request) -> dict[str, Any]:
+    who = viewer(request)
+    if gate is None or who is None or who.role != Role.ADMIN:
+        return {"template": "missing.html", "page": "audit", "title": "Admins only", "status": 403,
+                "what": "audit log you may read"}  # fmt: skip
+    await gate.directory.flush()
+    entries = await store.read_audit(gate.directory.client, limit=500)
+    return {"template": "audit.html", "page": "audit", "title": "Audit log", "entries": entries}
 
 
 def add_routes(app: web.Application, gate: Gate, api: IrisApi) -> None:

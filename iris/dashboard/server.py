@@ -122,6 +122,7 @@ class Dashboard:
             api = IrisApi(self.iris, self.gate)
             api.add_routes(app)
             login.add_routes(app, self.gate, api)
+            app.router.add_get("/audit", self._page(self.audit))
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
@@ -154,9 +155,10 @@ class Dashboard:
                            "title": "Unavailable", "error": message.splitlines()[0], "status": 503}  # fmt: skip
             context.setdefault("status", 200)
             partial = request.headers.get("X-Iris-Partial") == "1"
+            viewer = login.viewer(request)
             html = self.env.get_template(context["template"]).render(
-                partial=partial, pages=PAGES, ui=self.ui, refresh=REFRESH_SECONDS, team=self.gate is not None,
-                viewer=login.viewer(request), may_kill=lambda owner: may(login.viewer(request), Action.KILL, owner),
+                partial=partial, pages=login.pages(PAGES, viewer), ui=self.ui, refresh=REFRESH_SECONDS,
+                team=self.gate is not None, viewer=viewer, may_kill=lambda owner: may(viewer, Action.KILL, owner),
                 rendered_at=_ts(time.time()), **{k: v for k, v in context.items() if k != "template"},
             )  # fmt: skip
             elapsed = time.perf_counter() - started
@@ -223,6 +225,10 @@ class Dashboard:
             "next_url": self._query_args(request, before=repr(cursor)) if cursor is not None else "",
             "first_url": self._query_args(request, before=None) if before is not None else "",
         }  # fmt: skip
+
+    async def audit(self, request: web.Request) -> dict[str, Any]:
+        """Team mode's audit log, for admins (iris/auth/store.py)."""
+        return await login.audit_page(self.gate, request)
 
     async def queue(self, request: web.Request) -> dict[str, Any]:
         text = request.query.get("job", "").strip()

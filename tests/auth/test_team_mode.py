@@ -199,11 +199,16 @@ def test_credentials(team: Team) -> None:
 
 
 def test_dashboard_needs_a_credential(team: Team) -> None:
-    """Without a credential every page is 401 (a login page for a browser); with a bearer token it renders."""
+    """Without a credential every page is 401 (a login page for a browser); with a bearer token it renders; the
+    audit page is an admin's."""
     status, body = team.http("GET", "/queue")
     assert 401 == status and 'action="/login"' in body
     assert 401 == team.http("GET", "/api/v1/jobs", accept="application/json")[0]
-    assert 200 == team.http("GET", "/queue", "bob")[0]
+    status, body = team.http("GET", "/queue", "bob")
+    assert 200 == status and "/audit" not in body
+    assert 403 == team.http("GET", "/audit", "bob")[0]
+    status, body = team.http("GET", "/audit", "admin")
+    assert 200 == status and 'data-action="add-user"' in body
 
 
 def test_revoked_token_stops_within_10_s(team: Team) -> None:
