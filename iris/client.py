@@ -8,7 +8,6 @@ had before the async client and its helpers moved out are re-exported (`x as x`)
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import sys
 import threading
@@ -72,10 +71,14 @@ class _LoopThread:
             self.loop.close()
 
 
-def _close_at_exit(ref: weakref.ref[IrisClient]) -> None:
-    client = ref()
-    if client is not None:
-        client.close()
+def _close_remote(loop: _LoopThread, remote: Any) -> None:
+    """Close a team-mode client's HTTP session on its loop (waiting briefly unless called on that loop)."""
+    if loop.loop.is_closed() or not loop.thread.is_alive():
+        return
+    future = asyncio.run_coroutine_threadsafe(remote.close(), loop.loop)
+    if threading.current_thread() is not loop.thread:
+        with contextlib.suppress(Exception):
+            future.result(5.0)
 
 
 class Job:
@@ -114,6 +117,8 @@ class Job:
 class IrisClient:
     """The blocking client of the public API (see the README)."""
 
+    _session_finalizer: Any = None  # team mode: closes the Iris API session (iris/auth/remote.py)
+
     def __init__(self, async_client: AsyncIrisClient, loop: _LoopThread) -> None:
         self._async = async_client
         self._loop = loop
@@ -137,7 +142,8 @@ class IrisClient:
 
                 remote = loop.run(RemoteIrisClient.connect(api[0], api[1], user=user))
                 client = cls(remote, loop)  # type: ignore[arg-type]  # the same methods, through the Iris API
-                atexit.register(_close_at_exit, weakref.ref(client))  # its HTTP session closes before the loop dies
+                # Its HTTP session is closed on close(), when the client is collected, or at exit.
+                client._session_finalizer = weakref.finalize(client, _close_remote, loop, remote)
                 return client
             return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
                                                         user=user)), loop)  # fmt: skip
@@ -150,9 +156,9 @@ class IrisClient:
 
     def close(self) -> None:
         """Stop the client's private event loop and its thread; the client cannot be used afterwards."""
-        if getattr(self._async, "remote", False) and not self._loop.loop.is_closed():
-            with contextlib.suppress(Exception):
-                self._loop.run(self._async.close(), timeout=5.0)  # type: ignore[attr-defined]
+        finalizer = getattr(self, "_session_finalizer", None)
+        if finalizer is not None:
+            finalizer()  # team mode: close the HTTP session first (once)
         self._loop.close()
 
     def __enter__(self) -> IrisClient:
