@@ -63,7 +63,7 @@ log = structlog.get_logger("iris.auth.api")
 PREFIX = "/api/v1"
 COOKIE = "iris_token"
 PICKLE = "application/vnd.iris.pickle"
-WAIT_SLICE_SECONDS = 20.0
+WAIT_SLICE_SECONDS = 55.0
 """A `wait` call holds the request at most this long; the client asks again (proxies cut longer requests)."""
 IDENTITY_KEY = web.AppKey("iris_identity", Identity)
 OWNERS_KEPT = 10_000

@@ -267,7 +267,7 @@ class RemoteIrisClient:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - loop.time())
-            step = poll if on_progress is not None else 20.0
+            step = poll if on_progress is not None else 55.0  # the API holds a call at most this long
             step = step if left is None else min(step, left)
             final: JobStatus | None = await self.post("/job/wait", {"job_id": job_id, "timeout": max(step, 0.01)})
             if final is not None:

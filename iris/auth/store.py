@@ -1,7 +1,7 @@
 """The controller's side of the AuthWorkflow: start it, change it, and keep a fresh copy of the directory.
 
 Verification must not cost a query per request, so the directory is cached and re-read every
-REFRESH_SECONDS (and at once, at most every MISS_REFRESH_SECONDS, when a token is not found):
+REFRESH_SECONDS in the background (and at once, at most every MISS_REFRESH_SECONDS, when a token is not found):
 a revoked token stops working within that refresh on every controller, at once on the one that
 revoked it. Audit entries are buffered and sent as one signal about every FLUSH_SECONDS.
 """
@@ -26,7 +26,8 @@ log = structlog.get_logger("iris.auth")
 
 REFRESH_SECONDS = 2.0
 MISS_REFRESH_SECONDS = 0.5
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 5.0
+"""Audit entries go to the workflow in one signal at most this often: a workflow task per flush, not per call."""
 AUTH_KIND = "auth"
 QUERY_TIMEOUT = timedelta(seconds=5)
 
@@ -81,6 +82,7 @@ class Directory:
         self._lock = asyncio.Lock()
         self._pending: list[st.AuditEntry] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Future[None] | None = None
 
     async def refresh(self, *, older_than: float = REFRESH_SECONDS) -> None:
         async with self._lock:
@@ -93,9 +95,26 @@ class Directory:
             self._by_hash = {h: u.name for u in found.users for h in u.token_hashes}
             self._read_at = time.monotonic()
 
+    async def _fresh_enough(self) -> None:
+        """Read the directory now if it never was; else refresh a stale copy in the background (never in line:
+        a query's round trip must not stall every request)."""
+        if not self._read_at:
+            await self.refresh()
+        elif time.monotonic() - self._read_at >= REFRESH_SECONDS and (
+            self._refresher is None or self._refresher.done()
+        ):
+            self._refresher = asyncio.ensure_future(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as err:  # the copy stays as it was; the next request tries again
+            log.warning("directory_refresh_failed", error=str(err))
+
     async def user_of(self, token: str) -> st.AuthUser | None:
-        """The active user holding `token`, or None (refreshing first if the copy is stale or it is missing)."""
-        await self.refresh()
+        """The active user holding `token`, or None (reading again at once, at most every MISS_REFRESH_SECONDS,
+        when it is missing)."""
+        await self._fresh_enough()
         digest = token_hash(token)
         name = self._by_hash.get(digest)
         if name is None:
@@ -108,7 +127,7 @@ class Directory:
 
     async def role_of(self, name: str) -> str | None:
         """The role a named user holds (for OIDC identities), None for a user Iris does not know; "" if revoked."""
-        await self.refresh()
+        await self._fresh_enough()
         user = self._users.get(name)
         if user is None:
             return None
@@ -141,6 +160,8 @@ class Directory:
             self._pending[:0] = entries
 
     async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
         if self._flusher is not None and not self._flusher.done():
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
