@@ -95,6 +95,12 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
         local.down()
 
 
+def _submit_child() -> str:
+    """Runs in a task: submits a child job through the task's own connection, returns its id."""
+    with IrisClient.connect() as client:
+        return client.submit_command(["sleep", "600"], name="child", resources=SMALL).job_id
+
+
 def sleeper(team: Team, owner: str = "ana") -> Job:
     job = team.clients[owner].submit_command(["sleep", "600"], name="sleeper", resources=SMALL)
     wait_until(lambda: job.status().state == JobState.RUNNING, timeout=60)
@@ -112,6 +118,21 @@ def test_jobs_belong_to_their_verified_submitter(team: Team) -> None:
     ):
         posing.submit(lambda: 1, resources=SMALL)
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
+
+
+def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
+    """A job submitted from ana's task is ana's: bob cannot kill it or read its logs; ana can kill it."""
+    parent = team.clients["ana"].submit(_submit_child, name="parent", resources=SMALL)
+    parent.wait(timeout=90)
+    child_id = parent.results()[0]
+    assert child_id.startswith(parent.job_id + "/")
+    assert "ana" == team.clients["bob"].job_status(child_id).user
+    with pytest.raises(PermissionDeniedError, match="belongs to ana"):
+        team.clients["bob"].terminate(child_id)
+    with pytest.raises(PermissionDeniedError, match="belongs to ana"):
+        team.clients["bob"].fetch_task_logs(child_id, 0)
+    team.clients["ana"].terminate(child_id)
+    assert team.clients["ana"].job(child_id).wait(timeout=60, raise_on_failure=False).done
 
 
 def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
