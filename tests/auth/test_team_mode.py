@@ -193,7 +193,7 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
     assert 3 == team.cli("ana", "user", "credits", "ana", "1000000").returncode
     team.clients["admin"].set_credits("ana", 123)
     assert 0 == team.cli("admin", "user", "credits", "bob", "77").returncode
-    wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=30,
+    wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
                what="ana's credits set by the admin")  # fmt: skip
     worker = team.clients["ana"].list_workers()[0].worker_id
     with pytest.raises(PermissionDeniedError, match="admins only"):
