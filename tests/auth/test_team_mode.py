@@ -232,6 +232,25 @@ def test_dashboard_needs_a_credential(team: Team) -> None:
     assert 200 == status and 'data-action="add-user"' in body
 
 
+def test_dashboard_login_sets_a_cookie(team: Team) -> None:
+    """The login page takes a token and sets an HttpOnly cookie that opens the pages; a wrong token gets 401."""
+    import http.cookiejar
+    import urllib.parse
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = urllib.parse.urlencode({"token": team.tokens["bob"]}).encode()
+    with opener.open(urllib.request.Request(team.url + "/login", data=form), timeout=30) as response:
+        assert 200 == response.status and response.url.endswith("/queue")  # followed the redirect, with the cookie
+        assert "bob (user)" in response.read().decode()
+    assert ["iris_token"] == [c.name for c in jar]
+    assert jar.__iter__().__next__().has_nonstandard_attr("HttpOnly")
+    wrong = urllib.parse.urlencode({"token": "iris_x_wrong"}).encode()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(team.url + "/login", data=wrong), timeout=30)
+    assert 401 == refused.value.code
+
+
 def test_revoked_token_stops_within_10_s(team: Team) -> None:
     """After `iris auth revoke`, the token is refused within 10 s."""
     made = team.cli("admin", "auth", "add-user", "carol")
