@@ -2,7 +2,7 @@
 
 - an `http(s)://` address (given, or in IRIS_TEMPORAL_ADDRESS) is an Iris API;
 - no address (and no IRIS_TEMPORAL_ADDRESS) reaches the local cluster in $IRIS_HOME, and when that
-  cluster runs in team mode, its API (the dashboard's port);
+  cluster runs in team mode, its API (the dashboard's port); so does its Temporal address with a token;
 - anything else is a Temporal address: the unauthenticated path, unchanged. An explicit `token=`
   there is a mistake (a token opens the Iris API, never Temporal), said so at once.
 """
@@ -15,33 +15,39 @@ from iris.auth.remote import is_api_url, resolve_token
 from iris.connection import ENV_PREFIX
 
 
-def local_team_url() -> str | None:
-    """The local cluster's API URL when it is recorded in team mode, else None."""
+def local_team() -> tuple[str, str] | None:
+    """(API URL, Temporal address) of the local cluster in $IRIS_HOME when it is recorded in team mode, else None."""
     from iris.local_cluster import LocalCluster
 
     info = LocalCluster().status()
     if info is None or info.auth == "none" or not info.dashboard_url:
         return None
-    return info.dashboard_url
+    return info.dashboard_url, info.address
 
 
 def team_api(
     address: str | None, token: str | None, *, explicit_settings: bool = False
 ) -> tuple[str, str | None] | None:
-    """(API URL, token) when this connection goes through the Iris API; None for a Temporal connection."""
-    if address is None and not explicit_settings and is_api_url(os.environ.get(f"{ENV_PREFIX}ADDRESS")):
-        address = os.environ[f"{ENV_PREFIX}ADDRESS"]  # IRIS_TEMPORAL_ADDRESS=http://...: the Iris API
-    if is_api_url(address):
-        return str(address), resolve_token(token)
-    if address is None and not explicit_settings and not os.environ.get(f"{ENV_PREFIX}ADDRESS"):
-        url = local_team_url()
-        if url is not None:
-            return url, resolve_token(token)
+    """(API URL, token) when this connection goes through the Iris API; None for a Temporal connection.
+
+    A caller holding a token (given, IRIS_TOKEN or IRIS_TOKEN_FILE) who names the local team cluster's own
+    Temporal address is sent to its API too: a token always means the API's checks.
+    """
+    given = address
+    if given is None and not explicit_settings:
+        given = os.environ.get(f"{ENV_PREFIX}ADDRESS") or None
+    if is_api_url(given):
+        return str(given), resolve_token(token)
+    credential = resolve_token(token)
+    if given is None or credential is not None:
+        local = local_team()
+        if local is not None and given in (None, local[1]):
+            return local[0], credential
     if token is not None:
         raise ValueError(
-            f"token: a token opens an Iris API (http://HOST:PORT), not Temporal at {address or 'this address'}"
+            f"token: a token opens an Iris API (http://HOST:PORT), not Temporal at {given or 'this address'}"
         )
     return None
 
 
-__all__ = ["local_team_url", "team_api"]
+__all__ = ["local_team", "team_api"]
