@@ -7,6 +7,7 @@ One small cluster (`auth: tokens`, two workers) for the module; users `ana` and 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -252,6 +253,26 @@ def test_dashboard_login_sets_a_cookie(team: Team) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urllib.request.Request(team.url + "/login", data=wrong), timeout=30)
     assert 401 == refused.value.code
+
+
+async def test_codec_server_takes_an_admins_iris_token(team: Team) -> None:
+    """`iris codec-server --iris-api URL`: an admin's token decodes; a user's token or none is refused (401)."""
+    from aiohttp.test_utils import TestServer
+
+    from iris.auth.codec_gate import IrisApiAuth
+    from iris.codec_server import make_app
+    from tests.test_codec_server import SECRET, _codec, _plaintext, _post
+
+    server = TestServer(make_app(_codec(), (), IrisApiAuth(team.url)), host="127.0.0.1")
+    await server.start_server()
+    try:
+        status, body, _ = await _post(server, {"Authorization": f"Bearer {team.tokens['admin']}"})
+        assert (200, SECRET) == (status, json.loads(_plaintext(body)))
+        status, body, _ = await _post(server, {"Authorization": f"Bearer {team.tokens['bob']}"})
+        assert 401 == status and "admins only" in body["error"]
+        assert 401 == (await _post(server, {}))[0]
+    finally:
+        await server.close()
 
 
 def test_revoked_token_stops_within_10_s(team: Team) -> None:
