@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
+import hashlib
 import pickle
 import time
 import uuid
@@ -28,6 +30,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from google.protobuf.message import DecodeError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from activities.contracts import (
@@ -47,6 +50,7 @@ from iris.auth import store
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.verify import Verifiers
+from iris.bundle import BUNDLE_PREFIX
 from iris.client_async import AsyncIrisClient
 from iris.client_status import _job_status
 from iris.endpoints import job_endpoints
@@ -209,11 +213,21 @@ class IrisApi:
                 action="submit",
                 owner=named,
             )
-        req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
+        try:
+            req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
+        except (DecodeError, binascii.Error, TypeError) as err:
+            raise ValueError(f"request: not a job request ({err})") from None
         req.user = who.name
-        req.parent_job_id = ""  # a child job is submitted from its task, by the agent's connection
+        # What names stored objects or another job is the server's to set: a request pointing at another
+        # job's function, bundle or launch blob would run (and show) that job's code as this user's.
+        req.job_id = req.parent_job_id = req.bundle_blob = req.launch_blob = ""
         payload = base64.b64decode(body["payload"]) if body.get("payload") else None
-        bundle = (body["bundle"][0], base64.b64decode(body["bundle"][1])) if body.get("bundle") else None
+        if payload is None and not req.entrypoint.command.argv:
+            raise ValueError("request: a job runs a command, or a function given as its payload")
+        bundle = None
+        if body.get("bundle"):  # content-addressed here, never by the caller's word (iris/bundle.py)
+            data = base64.b64decode(body["bundle"][1])
+            bundle = (f"{BUNDLE_PREFIX}{hashlib.sha256(data).hexdigest()}.zip", data)
         job_id = await self.iris._start(req, payload=payload, bundle=bundle, given=frozenset(body.get("given", ())))
         self._owners[job_id] = who.name
         self.gate.audit(who, "submit", job_id, req.name)

@@ -119,6 +119,13 @@ def test_jobs_belong_to_their_verified_submitter(team: Team) -> None:
     ):
         posing.submit(lambda: 1, resources=SMALL)
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
+    from activities.proto import cluster_pb2 as pb
+
+    stolen = pb.JobRequest(
+        name="steal", user="ana", entrypoint=pb.Entrypoint(function_blob=f"jobs/{job.job_id}/function")
+    )
+    with pytest.raises(ValueError, match="request: a job runs a command"):  # another job's function is not a job
+        team.clients["bob"]._run(team.clients["bob"]._async._submit(stolen, None, None, frozenset()))  # type: ignore[attr-defined]
 
 
 def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
