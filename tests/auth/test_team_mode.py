@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from activities.proto import cluster_pb2 as pb
 from iris import AuthenticationError, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
 from iris.config import parse_config
 from iris.local_cluster import LocalCluster
@@ -119,8 +120,6 @@ def test_jobs_belong_to_their_verified_submitter(team: Team) -> None:
     ):
         posing.submit(lambda: 1, resources=SMALL)
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
-    from activities.proto import cluster_pb2 as pb
-
     stolen = pb.JobRequest(
         name="steal", user="ana", entrypoint=pb.Entrypoint(function_blob=f"jobs/{job.job_id}/function")
     )
