@@ -294,7 +294,9 @@ class Dashboard:
         failed = next((t.task_index for t in status.tasks if t.error or (t.exit_code or 0) != 0), None)
         index = int(chosen) if chosen and chosen.isdigit() else (failed if failed is not None else 0)
         tail: list[str] = []
-        if status.tasks and index < status.num_tasks:
+        if self.gate is not None and not may(login.viewer(request), Action.LOGS, status.user):
+            tail = [f"(team mode: the logs of {status.user}'s job are for its owner and admins)"]
+        elif status.tasks and index < status.num_tasks:
             try:
                 lines = await asyncio.to_thread(self.iris.fetch_task_logs, job_id, index)
                 tail = lines[-LOG_TAIL_LINES:]

@@ -158,6 +158,9 @@ def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
     assert (3, "") == (refused.returncode, refused.stdout)
     assert 1 == len(refused.stderr.strip().splitlines()) and "belongs to ana" in refused.stderr
     assert "hello from ana" in team.cli("admin", "job", "logs", job.job_id).stdout
+    assert "hello from ana" in team.http("GET", f"/jobs/{job.job_id}", "ana")[1]  # the dashboard's log tail
+    page = team.http("GET", f"/jobs/{job.job_id}", "bob")[1]
+    assert "hello from ana" not in page and "for its owner and admins" in page
 
 
 def test_kill_is_the_owners_and_admins(team: Team) -> None:
