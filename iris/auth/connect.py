@@ -17,12 +17,13 @@ from iris.connection import ENV_PREFIX
 
 def local_team() -> tuple[str, str] | None:
     """(API URL, Temporal address) of the local cluster in $IRIS_HOME when it is recorded in team mode, else None."""
-    from iris.local_cluster import LocalCluster
+    from activities.home import iris_home
+    from iris.local_state import ClusterRecord
 
-    info = LocalCluster().status()
-    if info is None or info.auth == "none" or not info.dashboard_url:
+    state = ClusterRecord(iris_home()).read()  # the record alone: no process is probed on the default path
+    if state is None or state.get("auth", "none") == "none" or not state.get("dashboard_url"):
         return None
-    return info.dashboard_url, info.address
+    return str(state["dashboard_url"]), str(state.get("address", ""))
 
 
 def team_api(
