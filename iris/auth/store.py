@@ -1,9 +1,10 @@
 """The controller's side of the AuthWorkflow: start it, change it, and keep a fresh copy of the directory.
 
 Verification must not cost a query per request, so the directory is cached and re-read every
-REFRESH_SECONDS in the background (and at once, at most every MISS_REFRESH_SECONDS, when a token is not found):
-a revoked token stops working within that refresh on every controller, at once on the one that
-revoked it. Audit entries are buffered and sent as one signal about every FLUSH_SECONDS.
+REFRESH_SECONDS in the background, in line when the copy is STALE_SECONDS old (after an idle spell),
+and at once, at most every MISS_REFRESH_SECONDS, when a token is not found: a revoked token stops
+working within STALE_SECONDS on every controller, at once on the one that revoked it. Audit entries are
+buffered and sent as one signal about every FLUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ log = structlog.get_logger("iris.auth")
 
 REFRESH_SECONDS = 2.0
 MISS_REFRESH_SECONDS = 0.5
+STALE_SECONDS = 5.0
+"""No request is decided on a copy older than this: a revoked token stops within it on every controller."""
 FLUSH_SECONDS = 5.0
 """Audit entries go to the workflow in one signal at most this often: a workflow task per flush, not per call."""
 AUTH_KIND = "auth"
@@ -96,13 +99,12 @@ class Directory:
             self._read_at = time.monotonic()
 
     async def _fresh_enough(self) -> None:
-        """Read the directory now if it never was; else refresh a stale copy in the background (never in line:
-        a query's round trip must not stall every request)."""
-        if not self._read_at:
-            await self.refresh()
-        elif time.monotonic() - self._read_at >= REFRESH_SECONDS and (
-            self._refresher is None or self._refresher.done()
-        ):
+        """A copy at most STALE_SECONDS old: read in line past that (after an idle spell), else refreshed in the
+        background once REFRESH_SECONDS old (under steady traffic no request waits on a query's round trip)."""
+        age = time.monotonic() - self._read_at
+        if not self._read_at or age >= STALE_SECONDS:
+            await self.refresh(older_than=STALE_SECONDS)
+        elif age >= REFRESH_SECONDS and (self._refresher is None or self._refresher.done()):
             self._refresher = asyncio.ensure_future(self._refresh_quietly())
 
     async def _refresh_quietly(self) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -25,7 +26,8 @@ TINY_HISTORY = ["--dynamic-config-value", "limit.historyCount.suggestContinueAsN
 
 async def test_directory_survives_continue_as_new() -> None:
     """Users added by update and 40 audit signals (past a 20-event threshold): after continue-as-new the
-    directory still verifies the token, a revoked user's token no longer does, and the audit log is whole."""
+    directory still verifies the token, a revoked user's token no longer does (within 10 s even for a copy read
+    before the revocation), and the audit log is whole."""
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL),
                                                 dev_server_extra_args=[*WAL_ARGS, *TINY_HISTORY])  # fmt: skip
     queue = f"auth-{uuid.uuid4().hex[:8]}"
@@ -49,9 +51,15 @@ async def test_directory_survives_continue_as_new() -> None:
                     assert answer.ok
                 for i in range(40):
                     await handle.signal(st.RECORD_AUDIT, [st.AuditEntry(float(10 + i), "ana", "submit", f"job-{i}")])
+                other_controller = Directory(env.client)  # a copy read before the revocation, never told of it
+                assert await other_controller.user_of("t-bob") is not None
                 answer = await handle.execute_update(st.REVOKE_USER, st.RevokeUser("bob", 60.0, by="admin"),
                                                      result_type=st.AuthAnswer)  # fmt: skip
                 assert answer.ok
+                revoked_at = time.monotonic()
+                while await other_controller.user_of("t-bob") is not None:
+                    assert time.monotonic() - revoked_at < 10, "a revoked token still worked after 10 s"
+                    await asyncio.sleep(0.2)
 
                 async def continued() -> bool:
                     desc = await env.client.get_workflow_handle(st.AUTH_WORKFLOW_ID).describe()
