@@ -1,5 +1,6 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
+from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.preemption import PreemptionNotice, preemption_notice
 from iris.reservations import ReservationStatus, ReservedWorker
@@ -22,6 +23,7 @@ from iris.types import (
 
 __all__ = [
     "AsyncIrisClient",
+    "AuthenticationError",
     "Constraint",
     "CoschedulingConfig",
     "IrisClient",
@@ -30,6 +32,7 @@ __all__ = [
     "JobInfo",
     "JobState",
     "JobStatus",
+    "PermissionDeniedError",
     "PreemptionNotice",
     "ReservationStatus",
     "ReservedWorker",

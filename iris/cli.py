@@ -447,6 +447,13 @@ def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")]
         err.print(f"restarted: {', '.join(info.restarted)}")
     elif info.already_running:
         err.print("already running")
+    if info.auth != "none":  # team mode: users reach only the Iris API; the admin's token is in IRIS_HOME
+        from iris.auth.bootstrap import ADMIN_TOKEN_FILE
+
+        out.print(f"Auth: {info.auth}\nIris API: {info.dashboard_url}\nDashboard: {info.dashboard_url}\n"
+                  f"admin token: {LocalCluster().home / ADMIN_TOKEN_FILE}\nworkers: {len(info.worker_ids)}",
+                  markup=False, highlight=False)  # fmt: skip
+        return
     out.print(f"Temporal: {info.address}\nUI: {info.ui_url}", markup=False, highlight=False)
     if info.dashboard_url:
         out.print(f"Dashboard: {info.dashboard_url}", markup=False, highlight=False)
@@ -475,6 +482,12 @@ def cluster_status(temporal: TemporalOpt = None) -> None:
     info = None if temporal is not None else local.status()
     if temporal is None and info is None:
         raise CliError(NO_LOCAL_CLUSTER)
+    if info is not None and info.auth != "none":  # team mode: only the addresses behind Iris's checks
+        from iris.cli_team import print_team_status
+
+        print_team_status(info, local.down_components(info))
+        return
+    out.print("Auth: none (one user, no login)", markup=False, highlight=False)
     address = temporal or (info.address if info is not None else "")
     down = local.down_components(info) if info is not None else []
     out.print(f"Temporal: {address}" + (" (down)" if TEMPORAL in down else ""), markup=False, highlight=False)
@@ -591,6 +604,9 @@ app.add_typer(user_app, name="user")
 from iris.cli_job_control import schedule_app  # noqa: E402
 
 app.add_typer(schedule_app, name="schedule")
+from iris.cli_auth import auth_app  # noqa: E402
+
+app.add_typer(auth_app, name="auth")
 
 if __name__ == "__main__":
     main()

@@ -57,6 +57,13 @@ def iris_client(temporal: str | None, store: str | None = None, *, start: bool =
     Read commands never start a cluster: a stopped one stays stopped and the user is told how to start it.
     Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
     """
+    from iris.auth.connect import team_api
+
+    api = team_api(temporal, None)  # team mode: the Iris API with IRIS_TOKEN / IRIS_TOKEN_FILE, never Temporal
+    if api is not None:
+        client = IrisClient.connect(api[0], token=api[1])
+        open_clients.append(client)
+        return client
     settings = temporal_settings(temporal)
     if settings.address is None and not start:
         from iris.local_cluster import LocalCluster

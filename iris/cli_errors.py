@@ -70,6 +70,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
     from pydantic import ValidationError
     from temporalio.service import RPCError
 
+    from iris.auth.errors import AUTH_EXIT_CODE, AuthenticationError, PermissionDeniedError
     from iris.types import JobFailedError
 
     match exc:
@@ -85,6 +86,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
             bad = getattr(exc, "object", "")[getattr(exc, "start", 0):getattr(exc, "end", 0)]
             shown = repr(bad.encode("utf-8", "surrogateescape")) if isinstance(bad, str) else repr(bad)
             return f"text must be valid UTF-8, got the bytes {shown}", USAGE
+        case AuthenticationError() | PermissionDeniedError():  # team mode's refusals (iris/auth): exit 3
+            return str(exc), AUTH_EXIT_CODE
         case KeyError():
             return str(exc.args[0]) if exc.args else "not found", FAILURE
         case ValueError():

@@ -77,6 +77,9 @@ def codec_server(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="let any caller that reaches the port decode (loopback + origins only)")
     ] = False,
+    iris_api: Annotated[
+        str | None, typer.Option("--iris-api", help="team mode: accept the Iris tokens of this API's admins")
+    ] = None,
 ) -> None:
     """Decrypt Iris payloads for your Temporal UI session (needs IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE).
 
@@ -100,13 +103,17 @@ def codec_server(
         raise fail("codec-server needs the key: set IRIS_CODEC_KEY or IRIS_CODEC_KEY_FILE")
     if oidc_issuer:
         auths.append(OidcAuth(oidc_issuer, oidc_audience))
+    if iris_api:
+        from iris.auth.codec_gate import IrisApiAuth
+
+        auths.append(IrisApiAuth(iris_api))
     if no_auth and not auths:
         auths = [NoAuth()]
     if len(auths) > 1:
-        raise fail("codec-server: give either a token or --oidc-issuer, not both")
+        raise fail("codec-server: give one of a token, --oidc-issuer or --iris-api")
     if not auths:
         raise fail("codec-server needs one way to authenticate callers: --token-file (or IRIS_CODEC_SERVER_TOKEN), "
-                    "--oidc-issuer, or --no-auth")
+                    "--oidc-issuer, --iris-api, or --no-auth")
     codec = EncryptionCodec(key)
     err.print(f"codec server for key {codec.key_id} on http://{host}:{port} ({type(auths[0]).__name__})")
     web.run_app(make_app(codec, tuple(ui_origin or ()), auths[0]), host=host, port=port, print=None)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -70,6 +71,16 @@ class _LoopThread:
             self.loop.close()
 
 
+def _close_remote(loop: _LoopThread, remote: Any) -> None:
+    """Close a team-mode client's HTTP session on its loop (waiting briefly unless called on that loop)."""
+    if loop.loop.is_closed() or not loop.thread.is_alive():
+        return
+    future = asyncio.run_coroutine_threadsafe(remote.close(), loop.loop)
+    if threading.current_thread() is not loop.thread:
+        with contextlib.suppress(Exception):
+            future.result(5.0)
+
+
 class Job:
     """A submitted job."""
 
@@ -106,18 +117,34 @@ class Job:
 class IrisClient:
     """The blocking client of the public API (see the README)."""
 
+    _session_finalizer: Any = None  # team mode: closes the Iris API session (iris/auth/remote.py)
+
     def __init__(self, async_client: AsyncIrisClient, loop: _LoopThread) -> None:
         self._async = async_client
         self._loop = loop
 
     @classmethod
     def connect(cls, address: str | None = None, namespace: str | None = None, *, store: str | None = None,
-                settings: TemporalSettings | None = None, user: str | None = None) -> IrisClient:
+                settings: TemporalSettings | None = None, user: str | None = None,
+                token: str | None = None) -> IrisClient:
         """Connect to `address` (IRIS_TEMPORAL_* for TLS/API key/namespace), else the embedded cluster.
 
-        `user` names whom jobs are submitted as when the connection has no authenticated identity."""
+        `user` names whom jobs are submitted as when the connection has no authenticated identity.
+        In team mode (an `http(s)://` Iris API address, or a local cluster with `auth: tokens`), `token`
+        (else IRIS_TOKEN, else IRIS_TOKEN_FILE) is the credential and jobs are the verified user's."""
+        from iris.auth.connect import team_api
+
+        api = team_api(address, token, explicit_settings=settings is not None and settings.address is not None)
         loop = _LoopThread()
         try:
+            if api is not None:
+                from iris.auth.remote import RemoteIrisClient
+
+                remote = loop.run(RemoteIrisClient.connect(api[0], api[1], user=user))
+                client = cls(remote, loop)  # type: ignore[arg-type]  # the same methods, through the Iris API
+                # Its HTTP session is closed on close(), when the client is collected, or at exit.
+                client._session_finalizer = weakref.finalize(client, _close_remote, loop, remote)
+                return client
             return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
                                                         user=user)), loop)  # fmt: skip
         except BaseException:
@@ -129,6 +156,9 @@ class IrisClient:
 
     def close(self) -> None:
         """Stop the client's private event loop and its thread; the client cannot be used afterwards."""
+        finalizer = getattr(self, "_session_finalizer", None)
+        if finalizer is not None:
+            finalizer()  # team mode: close the HTTP session first (once)
         self._loop.close()
 
     def __enter__(self) -> IrisClient:
@@ -209,10 +239,15 @@ class IrisClient:
         A task publishes its endpoints when it starts and they vanish when it ends: a finished
         job resolves to []. KeyError for an unknown job.
         """
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            found = self._run(self._async.endpoints(job_id)).get(name, {})  # type: ignore[attr-defined]
+            return [found[i] for i in sorted(found)]
         return self._run(endpoints.resolve(self._async.temporal, job_id, name))
 
     def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
         """Every named port of the job's running tasks: name -> task index -> "host:port"."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            return self._run(self._async.endpoints(job_id))  # type: ignore[attr-defined,no-any-return]
         return self._run(endpoints.job_endpoints(self._async.temporal, job_id))
 
     def list_workers(self) -> list[WorkerStatus]:
@@ -236,10 +271,15 @@ class IrisClient:
 
     def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            return self._run(self._async.terminate_slice(slice_id, drain_timeout))  # type: ignore[attr-defined]
         return self._run(fleet.terminate_slice(self._async.temporal, slice_id, drain_timeout))
 
     def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
         """No new work on this worker (its running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
+        if getattr(self._async, "remote", False):  # team mode: through the Iris API
+            self._run(self._async.cordon_worker(worker_id, cordoned))  # type: ignore[attr-defined]
+            return
         self._run(fleet.cordon_worker(self._async.temporal, worker_id, cordoned))
 
     # -- schedules (iris/schedules.py) --

@@ -109,11 +109,12 @@ class OidcAuth:
             self._jwks = jwt.PyJWKClient(discovery["jwks_uri"], cache_keys=True, lifespan=300)
         return self._jwks
 
-    def _verify(self, token: str) -> None:
+    def _verify(self, token: str) -> dict[str, Any]:
+        """The token's claims once its signature, issuer, audience and expiry hold; a PyJWTError otherwise."""
         import jwt
 
         key = self._keys().get_signing_key_from_jwt(token).key
-        jwt.decode(
+        return jwt.decode(
             token, key, algorithms=list(self.algorithms), issuer=self.issuer, audience=self.audience,
             options={"require": ["exp", "iss"], "verify_aud": self.audience is not None}, leeway=30,
         )  # fmt: skip

@@ -30,6 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass
 
 from activities.contracts import RuntimeName
+from iris.auth.settings import NO_AUTH, AuthField, AuthFile
 from iris.config_fields import (
     AtLeastOne,
     AtLeastZero,
@@ -202,6 +203,8 @@ class ClusterConfig:
     scale_down_delay) wake it on time."""
     sharing: SharingSettings = field(default_factory=SharingSettings)
     """Credits, rates, fair share's half-life and the preemption grace (`sharing:`, iris.config_sharing)."""
+    auth: AuthFile = NO_AUTH
+    """Team mode (`auth: tokens`, iris.auth.settings); the default is one user, no login."""
 
     def __post_init__(self) -> None:
         if self.scan_interval_seconds <= 0:
@@ -343,6 +346,7 @@ class ClusterFile(BaseModel):
     scale_groups: Annotated[tuple[ScaleGroupFile, ...], ListOrNone] = ()
     autoscaler: AutoscalerFile = AutoscalerFile()
     sharing: SharingFile = SharingFile()
+    auth: AuthField = NO_AUTH
 
 
 # ---------------------------------------------------------------------------- reading
@@ -391,7 +395,7 @@ def parse_config(data: Any, source: str) -> ClusterConfig:
     config: ClusterConfig = _build(
         lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source,
                               scan_interval_seconds=parsed.autoscaler.scan_interval,
-                              sharing=parsed.sharing.settings()),
+                              sharing=parsed.sharing.settings(), auth=parsed.auth),
         source, "",
     )
     return config

@@ -45,6 +45,7 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
 from iris import observability
+from iris.auth.api import Gate
 from iris.config import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.controller_waits import serve_waits
@@ -222,18 +223,37 @@ async def serve(
         )
         await health.start()
     dashboard = None
+    gate = await team_gate(client, config)  # team mode: the dashboard's port serves the Iris API (iris/auth)
+    if gate is not None and dashboard_port is None:
+        raise ValueError("auth: team mode serves the Iris API on the dashboard's port; give --dashboard-port")
     if dashboard_port is not None:
         ui = TemporalUI(temporal_ui_url or default_ui_url(str(settings.address)), client.namespace)
-        dashboard = DashboardServer(Dashboard(client, ui, store_url), dashboard_port, dashboard_host)
+        dashboard = DashboardServer(Dashboard(client, ui, store_url, gate=gate), dashboard_port, dashboard_host)
         await dashboard.start()
     try:
         await _serve(client, settings, store_url, probe, scaling, build_id(build),
-                     config.sharing if config is not None else None)
+                     config.sharing if config is not None else None, team=gate is not None)
     finally:
         if dashboard is not None:
             await dashboard.stop()
+        if gate is not None:
+            await gate.directory.close()
         if health is not None:
             await health.stop()
+
+
+async def team_gate(client: Client, config: ClusterConfig | None) -> Gate | None:
+    """In team mode (`auth: tokens`), the credential checks the Iris API and the dashboard share; else None."""
+    if config is None or not config.auth.team:
+        return None
+    from iris.auth.store import Directory
+    from iris.auth.verify import OidcVerifier, TokenVerifier, Verifier, Verifiers
+
+    directory = Directory(client)
+    chain: list[Verifier] = [TokenVerifier(directory)]
+    if config.auth.oidc is not None:
+        chain.append(OidcVerifier(config.auth.oidc.issuer, config.auth.oidc.audience, directory))
+    return Gate(Verifiers(tuple(chain)), directory)
 
 
 class ControllerProbe:
@@ -285,7 +305,7 @@ class ControllerProbe:
 
 async def _serve(
     client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
-    build: str, sharing: SharingSettings | None = None,
+    build: str, sharing: SharingSettings | None = None, team: bool = False,
 ) -> None:
     control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
                                   store_url=store_url)  # fmt: skip
@@ -309,6 +329,10 @@ async def _serve(
                     promotion = await promote(client, build)  # before any start: runs go to the current build
                     await ensure_scheduler(client, store_url, sharing)
                     await ensure_autoscaler(client, scaling)
+                    if team:  # the users, roles and audit log of team mode (iris/auth/store.py)
+                        from iris.auth.store import ensure_auth_workflow
+
+                        await ensure_auth_workflow(client)
                     ready = True
                     log.info("controller_serving", **settings.describe(), store=store_url, build=build,
                              current_build=promotion.current)

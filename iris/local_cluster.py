@@ -163,6 +163,10 @@ class LocalCluster:
                 raise
         info = self.status()
         assert info is not None
+        if info.auth != "none" and wait and expected is not None:
+            from iris.auth.bootstrap import write_admin_token
+
+            write_admin_token(self.home, info.address)  # the first admin's token, once, into admin.token
         log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
         return dataclasses.replace(info, restarted=restarted)
 
@@ -299,10 +303,12 @@ class LocalCluster:
             "config_path": config.source,
             "started_at": time.time(),
         }
-        self._start_temporal(state, previous, dynamic_config, temporal_timeout)
+        if config.auth.team:
+            state["auth"] = config.auth.mode
+        self._start_temporal(state, previous, dynamic_config, temporal_timeout, headless=config.auth.team)
         if CONTROLLER in components:
             scaling: dict[str, Path] = {}
-            if config.scale_groups or config.sharing != SharingSettings():
+            if config.scale_groups or config.sharing != SharingSettings() or config.auth.team:
                 # The controller reads its scale groups and sharing settings from a file, as in production.
                 scaling["config_path"] = self.home / "scale-groups.yaml"
                 scaling["config_path"].write_text(yaml.safe_dump(scale_groups_document(config), sort_keys=False))
@@ -333,6 +339,7 @@ class LocalCluster:
         previous: Mapping[str, Any],
         dynamic_config: Mapping[str, str] | None,
         timeout: float,
+        headless: bool = False,
     ) -> None:
         """Start the dev server on free ports (the previous ones if still free) and wait until it answers."""
         binary = temporal_binary()
@@ -345,7 +352,8 @@ class LocalCluster:
                 address=address, ui_url=f"http://{HOST}:{ui_port}", temporal_port=port, ui_port=ui_port
             )
             argv = temporal_command(
-                binary=binary, port=port, ui_port=ui_port, db_path=self.db_path, dynamic_config=dynamic_config
+                binary=binary, port=port, ui_port=ui_port, db_path=self.db_path, dynamic_config=dynamic_config,
+                headless=headless,
             )
             offset = log_file.stat().st_size if log_file.exists() else 0
             self.record.spawn(state, TEMPORAL, argv)

@@ -65,6 +65,7 @@ def temporal_command(
     ui_port: int,
     db_path: Path,
     dynamic_config: Mapping[str, str] | None = None,
+    headless: bool = False,
 ) -> list[str]:
     """The dev server command line (flags checked against temporal CLI 1.9.1 / Server 1.32).
 
@@ -82,6 +83,8 @@ def temporal_command(
         "--sqlite-pragma", "journal_mode=wal",
         "--sqlite-pragma", "synchronous=normal",
     ]  # fmt: skip
+    if headless:  # team mode: no Temporal UI, which would open every workflow to anyone on this machine
+        argv += ["--headless"]
     for name, kind in SEARCH_ATTRIBUTES.items():
         argv += ["--search-attribute", f"{name}={kind}"]
     for key, value in {**SERVER_TUNING, **(dynamic_config or {})}.items():
@@ -126,8 +129,11 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
         if g.image:
             doc["image"] = g.image
         groups.append(doc)
-    return {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds},
-            "sharing": sharing_document(config.sharing)}
+    document: dict[str, Any] = {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds},
+                "sharing": sharing_document(config.sharing)}
+    if config.auth.team:
+        document["auth"] = config.auth.document()
+    return document
 
 
 def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:

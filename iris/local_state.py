@@ -55,6 +55,8 @@ class ClusterInfo:
     dashboard_url: str = ""
     restarted: list[str] = field(default_factory=list, hash=False)
     """Set by `up()`: the recorded processes it found down and started again."""
+    auth: str = "none"
+    """`tokens` in team mode (iris/auth): users reach the cluster through the Iris API at `dashboard_url`."""
 
 
 def private_directory(path: Path) -> Path:
@@ -134,6 +136,7 @@ class ClusterRecord:
             dead=dead,
             config_path=state.get("config_path"),
             dashboard_url=state.get("dashboard_url", ""),
+            auth=state.get("auth", "none"),
         )
 
     def spawn(self, state: dict[str, Any], name: str, argv: Sequence[str], worker_id: str | None = None) -> None:

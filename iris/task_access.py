@@ -112,6 +112,10 @@ def exec_in_task(client: IrisClient, job_id: str, task_index: int, argv: list[st
     """Run `argv` in the running task's environment, streaming its output to `output`."""
     if not argv:
         raise TaskAccessError("name a command to run: iris task exec JOB -- CMD [ARG...]")
+    if getattr(client._async, "remote", False):  # team mode: the Iris API runs it for the job's owner or an admin
+        done = client._run(client._async.task_access(job_id, task_index, argv=argv))  # type: ignore[attr-defined]
+        output(done["output"])
+        return Outcome(done["exit_code"], done["error"])
     task = find_running_task(client, job_id, task_index)
     inp = TaskAccessInput(activity=EXEC_IN_TASK, access_id=uuid.uuid4().hex, job_id=job_id,
                           task_index=task_index, worker_id=task.worker_id, argv=list(argv))  # fmt: skip
@@ -123,6 +127,10 @@ def profile_task(client: IrisClient, job_id: str, task_index: int, duration: flo
     """Profile the task's Python process for `duration` seconds: how it went and the flame graph (SVG)."""
     if not duration > 0:
         raise TaskAccessError(f"--duration must be a positive number of seconds, got {duration!r}")
+    if getattr(client._async, "remote", False):  # team mode: the Iris API runs it for the job's owner or an admin
+        done = client._run(client._async.task_access(job_id, task_index, profile=True, duration=duration))  # type: ignore[attr-defined]
+        output(done["output"])
+        return Outcome(done["exit_code"], done["error"]), done["svg"]
     task = find_running_task(client, job_id, task_index)
     inp = TaskAccessInput(activity=PROFILE_TASK, access_id=uuid.uuid4().hex, job_id=job_id,
                           task_index=task_index, worker_id=task.worker_id, duration_seconds=duration)  # fmt: skip

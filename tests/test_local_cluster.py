@@ -142,7 +142,7 @@ def test_iris_home_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 def test_temporal_command_flags_exist_in_this_cli() -> None:
     """Every flag the local cluster passes to `temporal server start-dev` is one this CLI version knows."""
     argv = temporal_command(
-        binary=temporal_binary(), port=1, ui_port=2, db_path=Path("x.db"), dynamic_config={"a.b": "1"}
+        binary=temporal_binary(), port=1, ui_port=2, db_path=Path("x.db"), dynamic_config={"a.b": "1"}, headless=True
     )
     help_text = subprocess.run(
         [*argv[:3], "--help"], capture_output=True, text=True, check=True, timeout=30
@@ -501,6 +501,7 @@ def test_cluster_status_names_what_is_down_and_up_says_what_it_restarted(cluster
                             text=True, timeout=60)  # fmt: skip
     assert 0 == status.returncode, status.stderr
     assert "down: controller" in status.stdout
+    assert "Auth: none (one user, no login)" in status.stdout.splitlines()
     assert "workers: unknown (the controller does not answer" in status.stdout
     up = subprocess.run([sys.executable, "-m", "iris", "cluster", "up"], env=env, capture_output=True, text=True,
                         timeout=120)  # fmt: skip

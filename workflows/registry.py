@@ -6,6 +6,7 @@ workflow modules made each one-task job re-import the scheduler and the
 autoscaler twice (measured: a third of the controller's CPU under load).
 """
 
+from workflows.auth_workflow import AuthWorkflow
 from workflows.autoscaler_workflow import AutoscalerWorkflow
 from workflows.job_workflow import JobWorkflow
 from workflows.scheduler_workflow import SchedulerWorkflow
@@ -15,4 +16,4 @@ from workflows.task_workflow import TaskWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 
 ALL_WORKFLOWS = [JobWorkflow, TaskWorkflow, SchedulerWorkflow, WorkerWorkflow, SliceWorkflow, AutoscalerWorkflow,
-                 TaskAccessWorkflow]
+                 TaskAccessWorkflow, AuthWorkflow]

@@ -30,8 +30,11 @@ from activities.contracts import (
     task_workflow_id,
 )
 from iris import schedules
+from iris.auth.api import Gate, IrisApi, may
+from iris.auth.rules import Action
 from iris.client import AsyncIrisClient
 from iris.dashboard import actions as action_log
+from iris.dashboard import login
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
 from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
@@ -103,7 +106,9 @@ def _environment() -> jinja2.Environment:
 class Dashboard:
     """The pages of one cluster; `app()` is the aiohttp application that serves them."""
 
-    def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0) -> None:
+    def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0,
+                 gate: Gate | None = None) -> None:  # fmt: skip
+        self.gate = gate  # team mode: every page and the Iris API need a credential (iris/dashboard/login.py)
         self.reads = ClusterReads(client, cache_seconds)
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
@@ -120,7 +125,12 @@ class Dashboard:
         return self.ui.search(f'WorkflowType = "WorkerWorkflow" AND WorkflowId STARTS_WITH "{prefix}"')
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[login.guard(self.gate)] if self.gate is not None else [])
+        if self.gate is not None:
+            api = IrisApi(self.iris, self.gate)
+            api.add_routes(app)
+            login.add_routes(app, self.gate, api)
+            app.router.add_get("/audit", self._page(self.audit))
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
@@ -163,8 +173,10 @@ class Dashboard:
                            "title": "Unavailable", "error": message.splitlines()[0], "status": 503}  # fmt: skip
             context.setdefault("status", 200)
             partial = request.headers.get("X-Iris-Partial") == "1"
+            viewer = login.viewer(request)
             html = self.env.get_template(context["template"]).render(
-                partial=partial, pages=PAGES, ui=self.ui, refresh=REFRESH_SECONDS,
+                partial=partial, pages=login.pages(PAGES, viewer), ui=self.ui, refresh=REFRESH_SECONDS,
+                team=self.gate is not None, viewer=viewer, may_kill=lambda owner: may(viewer, Action.KILL, owner),
                 rendered_at=_ts(time.time()), **{k: v for k, v in context.items() if k != "template"},
             )  # fmt: skip
             elapsed = time.perf_counter() - started
@@ -237,6 +249,10 @@ class Dashboard:
             "first_url": self._query_args(request, before=None) if before is not None else "",
         }  # fmt: skip
 
+    async def audit(self, request: web.Request) -> dict[str, Any]:
+        """Team mode's audit log, for admins (iris/auth/store.py)."""
+        return await login.audit_page(self.gate, request)
+
     async def queue(self, request: web.Request) -> dict[str, Any]:
         text = request.query.get("job", "").strip()
         answer = await self.reads.queue()
@@ -301,7 +317,9 @@ class Dashboard:
         failed = next((t.task_index for t in status.tasks if t.error or (t.exit_code or 0) != 0), None)
         index = int(chosen) if chosen and chosen.isdigit() else (failed if failed is not None else 0)
         tail: list[str] = []
-        if status.tasks and index < status.num_tasks:
+        if self.gate is not None and not may(login.viewer(request), Action.LOGS, status.user):
+            tail = [f"(team mode: the logs of {status.user}'s job are for its owner and admins)"]
+        elif status.tasks and index < status.num_tasks:
             try:
                 lines = await asyncio.to_thread(self.iris.fetch_task_logs, job_id, index)
                 tail = lines[-LOG_TAIL_LINES:]

@@ -1,0 +1,363 @@
+"""The client's side of team mode: `AsyncIrisClient`'s methods, each one call to the Iris API.
+
+`IrisClient.connect(..., token=)` (or IRIS_TOKEN / IRIS_TOKEN_FILE, or a local cluster in team mode)
+returns a client built on `RemoteIrisClient`: it holds the user's Iris token and the API's URL, and
+nothing that opens Temporal. Requests are built and validated here (a bad option is still a
+ValueError naming the field, before anything is sent); the controller sets the job's user to the
+verified identity. The API's errors come back as the same exceptions (iris/auth/api.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import pickle
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from iris.auth.errors import AuthenticationError, PermissionDeniedError
+from iris.code_shipping import pickle_callable, unpickle_result
+from iris.submission import build_request, command_argv, resolve_user
+from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
+from worker_agent.storage import LogCursor
+
+TOKEN_ENV = "IRIS_TOKEN"
+TOKEN_FILE_ENV = "IRIS_TOKEN_FILE"
+PREFIX = "/api/v1"
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The caller's credential: `token`, else IRIS_TOKEN, else the contents of IRIS_TOKEN_FILE, else None."""
+    if token is not None:
+        if not isinstance(token, str) or not token.strip():
+            raise ValueError("token must be a non-empty string")
+        return token.strip()
+    if os.environ.get(TOKEN_ENV, "").strip():
+        return os.environ[TOKEN_ENV].strip()
+    path = os.environ.get(TOKEN_FILE_ENV, "").strip()
+    if path:
+        try:
+            return Path(path).expanduser().read_text().strip() or None
+        except OSError as err:
+            raise ValueError(f"{TOKEN_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
+    return None
+
+
+def error_for(status: int, body: dict[str, Any]) -> Exception:
+    """The exception the API's error answer stands for (iris/auth/api.py `refusal`)."""
+    message = str(body.get("message") or f"HTTP {status}")
+    match status:
+        case 401:
+            return AuthenticationError(message)
+        case 403:
+            return PermissionDeniedError(message, action=body.get("action", ""), job_id=body.get("job_id", ""),
+                                         owner=body.get("owner", ""))  # fmt: skip
+        case 404:
+            return KeyError(message)
+        case 400:
+            return ValueError(message)
+        case 409:
+            status_: JobStatus = pickle.loads(base64.b64decode(body["status"]))
+            return JobFailedError(status_, message)
+        case 504:
+            return TimeoutError(message)
+    return RuntimeError(f"Iris API: {message}")
+
+
+def is_api_url(address: str | None) -> bool:
+    return bool(address) and str(address).startswith(("http://", "https://"))
+
+
+class RemoteLogs:
+    """The log store's reading interface, each read checked by the API (the owner's and admins' only).
+
+    Blocking HTTP on purpose: a log follower reads from inside progress callbacks that already run
+    on the client's event loop.
+    """
+
+    def __init__(self, client: RemoteIrisClient) -> None:
+        self.client = client
+
+    @property
+    def url(self) -> str:
+        return self.client.url + PREFIX + "/job/logs"
+
+    def _call(self, op: str, job_id: str, task_index: int, **extra: Any) -> Any:
+        import json
+        import urllib.error
+        import urllib.request
+
+        if isinstance(extra.get("cursor"), LogCursor):
+            extra["cursor"] = [list(pair) for pair in extra["cursor"].offsets]
+        data = json.dumps({"op": op, "job_id": job_id, "task_index": task_index, **extra}).encode()
+        request = urllib.request.Request(self.url, data=data, method="POST", headers={
+            "Authorization": f"Bearer {self.client._token}", "Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return pickle.loads(response.read())
+        except urllib.error.HTTPError as err:
+            try:
+                body = json.loads(err.read() or b"{}")
+            except ValueError:
+                body = {}
+            raise error_for(err.code, body) from None
+        except urllib.error.URLError as err:
+            raise ConnectionError(f"cannot reach the Iris API at {self.client.url}: {err.reason}") from None
+
+    def read_lines(self, job_id: str, task_index: int) -> list[str]:
+        result: list[str] = self._call("read_lines", job_id, task_index)
+        return result
+
+    def read_bytes(self, job_id: str, task_index: int) -> bytes:
+        result: bytes = self._call("read_bytes", job_id, task_index)
+        return result
+
+    def read_new(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
+        result: tuple[list[str], LogCursor] = self._call("read_new", job_id, task_index, cursor=cursor or LogCursor())
+        return result
+
+    def read_new_bytes(self, job_id: str, task_index: int, cursor: LogCursor | None,
+                       final: bool = False) -> tuple[bytes, LogCursor]:  # fmt: skip
+        result: tuple[bytes, LogCursor] = self._call("read_new_bytes", job_id, task_index,
+                                                     cursor=cursor or LogCursor(), final=final)  # fmt: skip
+        return result
+
+    def cursor_since(self, job_id: str, task_index: int, since: float) -> LogCursor:
+        result: LogCursor = self._call("cursor_since", job_id, task_index, since=since)
+        return result
+
+
+class RemoteIrisClient:
+    """What `IrisClient` calls on its async client, through the Iris API with a bearer token."""
+
+    remote = True
+
+    def __init__(self, url: str, token: str, session: aiohttp.ClientSession, user: str = "") -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self.session = session
+        self.user = user  # the verified name (whoami)
+        self.role = ""
+        self.named_user: str | None = None  # `connect(user=...)` / IRIS_USER: checked by the API at submit
+        self.logs = RemoteLogs(self)
+        self.store_url = ""
+
+    @property
+    def temporal(self) -> Any:
+        """There is none: team mode gives users no Temporal connection (what needs one is refused in one line)."""
+        raise RuntimeError("this needs a Temporal connection, which team mode does not give users; "
+                           "ask an admin to run it where the controller's credentials are")  # fmt: skip
+
+    @classmethod
+    async def connect(cls, url: str, token: str | None, user: str | None = None) -> RemoteIrisClient:
+        """Reach the API at `url` and learn who `token` is; AuthenticationError if it is missing or refused."""
+        if user is not None:
+            resolve_user(user)
+        if token is None:
+            raise AuthenticationError(
+                f"the cluster at {url} runs in team mode: pass token= to connect(), "
+                "or set IRIS_TOKEN or IRIS_TOKEN_FILE"
+            )
+        session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"},
+                                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))  # fmt: skip
+        client = cls(url, token, session)
+        try:
+            me = await client.get("/whoami")
+        except BaseException:
+            await session.close()
+            raise
+        client.user, client.role = me["name"], me["role"]
+        client.named_user = user if user is not None else (os.environ.get("IRIS_USER") or None)
+        return client
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    # -- the wire
+
+    async def _answer(self, response: aiohttp.ClientResponse) -> Any:
+        if response.status == 202:
+            return None
+        if response.status < 400:
+            if response.content_type == "application/json":
+                return await response.json()
+            return pickle.loads(await response.read())
+        try:
+            body = await response.json()
+        except (aiohttp.ContentTypeError, ValueError):
+            body = {"message": (await response.text())[:200]}
+        raise error_for(response.status, body)
+
+    async def get(self, path: str, **params: Any) -> Any:
+        query = {k: str(v) for k, v in params.items() if v is not None}
+        try:
+            async with self.session.get(self.url + PREFIX + path, params=query) as response:
+                return await self._answer(response)
+        except aiohttp.ClientConnectionError as err:
+            raise ConnectionError(f"cannot reach the Iris API at {self.url}: {err}") from None
+
+    async def post(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            async with self.session.post(self.url + PREFIX + path, json=body) as response:
+                return await self._answer(response)
+        except aiohttp.ClientConnectionError as err:
+            raise ConnectionError(f"cannot reach the Iris API at {self.url}: {err}") from None
+
+    # -- submission
+
+    async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
+                     **options: Any) -> str:  # fmt: skip
+        from iris.client_async import _bundle, _given
+
+        if not callable(fn):
+            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        options.setdefault("name", getattr(fn, "__name__", None) or "job")
+        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+        given = _given(options)
+        req = build_request(**options)
+        return await self._submit(req, pickle_callable(fn, args, kwargs or {}), bundle, given)
+
+    async def submit_command(self, command: Sequence[str], **options: Any) -> str:
+        from iris.client_async import _bundle, _given
+
+        argv = command_argv(command)
+        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+        given = _given(options)
+        req = build_request(**options)
+        req.entrypoint.command.argv.extend(argv)
+        return await self._submit(req, None, bundle, given)
+
+    async def _submit(self, req: Any, payload: bytes | None, bundle: tuple[str, bytes] | None,
+                      given: frozenset[str]) -> str:  # fmt: skip
+        body = {
+            "request": base64.b64encode(req.SerializeToString()).decode(),
+            "payload": base64.b64encode(payload).decode() if payload is not None else None,
+            "bundle": [bundle[0], base64.b64encode(bundle[1]).decode()] if bundle is not None else None,
+            "given": sorted(given), "user": self.named_user,
+        }  # fmt: skip
+        job_id: str = (await self.post("/jobs", body))["job_id"]
+        return job_id
+
+    # -- jobs
+
+    async def _require_job(self, job_id: str) -> None:
+        await self.get("/job/exists", job_id=job_id)
+
+    async def status(self, job_id: str) -> JobStatus:
+        result: JobStatus = await self.get("/job/status", job_id=job_id)
+        return result
+
+    async def visible_status(self, job_id: str) -> JobStatus:
+        result: JobStatus = await self.get("/job/visible", job_id=job_id)
+        return result
+
+    async def wait(
+        self,
+        job_id: str,
+        timeout: float | None = None,
+        poll: float = 0.5,
+        on_progress: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
+        """The job's final status: the API holds each call until it ends or a slice of time passes."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            step = poll if on_progress is not None else 55.0  # the API holds a call at most this long
+            step = step if left is None else min(step, left)
+            final: JobStatus | None = await self.post("/job/wait", {"job_id": job_id, "timeout": max(step, 0.01)})
+            if final is not None:
+                if on_progress:
+                    on_progress(final)
+                return final
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
+            if on_progress:
+                on_progress(await self.visible_status(job_id))
+
+    async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
+        blobs: list[bytes | None] = await self.get("/job/results", job_id=job_id, partial="1" if partial else "0")
+        return [unpickle_result(b) if b is not None else None for b in blobs]
+
+    async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
+                        name: str | None = None, parent: str | None = None, namespace: str | None = None,
+                        under: str | None = None, page_size: int = 200) -> list[JobStatus]:  # fmt: skip
+        result: list[JobStatus] = await self.get("/jobs", limit=limit, state=state, user=user, name=name,
+                                                 parent=parent, namespace=namespace, under=under)  # fmt: skip
+        return result
+
+    async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
+        return bool((await self.post("/job/kill", {"job_id": job_id}))["killed"])
+
+    async def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
+        """Every named port of the job's running tasks (name -> task index -> host:port)."""
+        found: dict[str, dict[int, str]] = await self.get("/job/endpoints", job_id=job_id)
+        return found
+
+    def fetch_task_logs(self, job_id: str, task_index: int) -> list[str]:
+        return self.logs.read_lines(job_id, task_index)
+
+    async def task_access(self, job_id: str, task_index: int, *, argv: Sequence[str] = (), profile: bool = False,
+                          duration: float = 0.0) -> dict[str, Any]:  # fmt: skip
+        """Run `iris task exec` (or profile) through the API; exit code, error, output (and the SVG)."""
+        body = {"job_id": job_id, "task_index": task_index, "argv": list(argv), "duration": duration,
+                "activity": "profile_task" if profile else "exec_in_task"}  # fmt: skip
+        result: dict[str, Any] = await self.post("/job/access", body)
+        return result
+
+    # -- the cluster
+
+    async def list_workers(self) -> list[WorkerStatus]:
+        result: list[WorkerStatus] = await self.get("/cluster/workers")
+        return result
+
+    async def list_users(self) -> list[UserStatus]:
+        result: list[UserStatus] = await self.get("/cluster/users")
+        return result
+
+    async def list_reservations(self) -> Any:
+        return await self.get("/cluster/reservations")
+
+    async def list_slices(self, include_ended: bool = False) -> Any:
+        return await self.get("/cluster/slices", include_ended="1" if include_ended else "0")
+
+    async def summary(self, budget: float = 3.0) -> Any:
+        return await self.get("/cluster/summary", budget=budget)
+
+    async def set_credits(self, user: str, amount: float) -> None:
+        await self.post("/credits", {"user": user, "amount": amount})
+
+    async def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
+        await self.post("/fleet/cordon", {"worker_id": worker_id, "cordoned": cordoned})
+
+    async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
+                           on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:  # fmt: skip
+        result: WorkerStatus = await self.post("/fleet/drain", {"worker_id": worker_id, "timeout": timeout})
+        return result
+
+    async def terminate_slice(self, slice_id: str, drain_timeout: float = 0.0) -> bool:
+        return bool(await self.post("/fleet/terminate-slice", {"slice_id": slice_id, "drain_timeout": drain_timeout}))
+
+    # -- users
+
+    async def whoami(self) -> tuple[str, str]:
+        me = await self.get("/whoami")
+        return me["name"], me["role"]
+
+    async def add_user(self, name: str, role: str = "user") -> str:
+        token: str = (await self.post("/auth/users", {"name": name, "role": role}))["token"]
+        return token
+
+    async def revoke_user(self, name: str) -> None:
+        await self.post("/auth/revoke", {"name": name})
+
+    async def audit(self, since: float = 0.0) -> list[Any]:
+        result: list[Any] = await self.get("/auth/audit", since=since)
+        return result
+
+
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "RemoteIrisClient", "RemoteLogs", "is_api_url", "resolve_token"]

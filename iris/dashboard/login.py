@@ -1,0 +1,128 @@
+"""The dashboard in team mode: nothing without a credential, a login page, and the one write it offers (kill).
+
+A browser without a credential gets the login page (401); it posts a token, which is checked and
+set as an HttpOnly, SameSite=Strict cookie. Anything else (scripts, the API) sends
+`Authorization: Bearer TOKEN`. The viewer's identity rides on the request, so a page shows the
+kill button only where the viewer may use it, and the kill itself is checked again on the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from html import escape
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from iris.auth import store
+from iris.auth.api import COOKIE, PREFIX, Gate, IrisApi
+from iris.auth.errors import AuthenticationError, PermissionDeniedError
+from iris.auth.rules import Action, Identity, Role
+
+log = structlog.get_logger("iris.dashboard")
+
+VIEWER = "iris_viewer"
+OPEN_PATHS = ("/login", "/static/")
+COOKIE_SECONDS = 12 * 3600
+
+_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sign in · Iris</title>
+<link rel="stylesheet" href="/static/dashboard.css"></head><body><main id="content">
+<h1>Iris</h1><p>This cluster runs in team mode. Paste your token (<code>iris auth add-user</code> printed it).</p>
+{error}<form method="post" action="/login"><input type="password" name="token" autocomplete="off" autofocus
+aria-label="token"> <button type="submit">Sign in</button></form></main></body></html>"""
+
+
+def login_page(error: str = "", status: int = 401) -> web.Response:
+    shown = f'<p class="error">{escape(error)}</p>' if error else ""
+    response = web.Response(text=_PAGE.format(error=shown), status=status, content_type="text/html")
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="iris"'
+    return response
+
+
+def viewer(request: web.Request) -> Identity | None:
+    """Who is looking (None without team mode)."""
+    found = request.get(VIEWER)
+    return found if isinstance(found, Identity) else None
+
+
+def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Middleware: every page and API call needs a verified credential (the API checks its own)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                         ) -> web.StreamResponse:  # fmt: skip
+        if request.path.startswith(OPEN_PATHS) or request.path.startswith(PREFIX + "/"):
+            return await handler(request)
+        try:
+            request[VIEWER] = await gate.identify(request)
+        except AuthenticationError as err:
+            if request.headers.get("Authorization") or "text/html" not in request.headers.get("Accept", "text/html"):
+                return web.json_response({"error": "authentication", "message": str(err)}, status=401,
+                                         headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            return login_page(str(err) if request.cookies.get(COOKIE) else "")
+        return await handler(request)
+
+    return middleware
+
+
+def pages(base: tuple[str, ...], who: Identity | None) -> tuple[str, ...]:
+    """The navigation: the audit log is an admin's page."""
+    return (*base, "audit") if who is not None and who.role == Role.ADMIN else base
+
+
+async def audit_page(gate: Gate | None, request: web.Request) -> dict[str, Any]:
+    who = viewer(request)
+    if gate is None or who is None or who.role != Role.ADMIN:
+        return {"template": "missing.html", "page": "audit", "title": "Admins only", "status": 403,
+                "what": "audit log you may read"}  # fmt: skip
+    await gate.directory.flush()
+    entries = await store.read_audit(gate.directory.client, limit=500)
+    return {"template": "audit.html", "page": "audit", "title": "Audit log", "entries": entries}
+
+
+def add_routes(app: web.Application, gate: Gate, api: IrisApi) -> None:
+    async def show(_: web.Request) -> web.Response:
+        return login_page(status=200)
+
+    async def sign_in(request: web.Request) -> web.Response:
+        token = str((await request.post()).get("token", "")).strip()
+        try:
+            who = await gate.verifiers.identify(token)
+        except AuthenticationError as err:
+            return login_page(str(err))
+        response = web.HTTPFound("/queue")
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", max_age=COOKIE_SECONDS,
+                            secure=request.secure)  # fmt: skip
+        log.info("dashboard_login", user=who.name, role=who.role.value)
+        raise response
+
+    async def sign_out(_: web.Request) -> web.Response:
+        response = web.HTTPFound("/login")
+        response.del_cookie(COOKIE)
+        raise response
+
+    async def kill(request: web.Request) -> web.Response:
+        """The kill button: the same check as the API's (owner or admin), then back to the job's page."""
+        who = viewer(request)
+        job_id = request.match_info["job_id"]
+        if who is None:
+            return login_page()
+        try:
+            await api.require(who, Action.KILL, job_id)
+        except PermissionDeniedError as err:
+            return web.Response(text=str(err), status=403)
+        except KeyError:
+            return web.Response(text=f"no such job: {job_id}", status=404)
+        await api.iris.terminate(job_id, reason=f"killed by {who.name}")
+        gate.audit(who, "kill", job_id, "dashboard")
+        raise web.HTTPSeeOther(f"/jobs/{job_id}")
+
+    app.router.add_get("/login", show)
+    app.router.add_post("/login", sign_in)
+    app.router.add_post("/logout", sign_out)
+    app.router.add_post("/kill/{job_id:.+}", kill)
+
+
+__all__ = ["add_routes", "guard", "login_page", "viewer"]

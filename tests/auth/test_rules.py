@@ -1,0 +1,100 @@
+"""The rules of team mode without a cluster: the role table, the refusals' words, tokens, the directory's state."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris import AuthenticationError, PermissionDeniedError
+from iris.auth.rules import USER_SCOPE, Action, Identity, Role, Scope, authorize, decide
+from iris.auth.settings import AuthFile
+from iris.auth.tokens import looks_like_iris_token, new_token, token_hash
+from iris.cli_errors import describe
+from iris.config import parse_config
+from workflows import auth_state as st
+
+ADMIN = Identity("root", Role.ADMIN)
+ANA = Identity("ana", Role.USER)
+BOB = Identity("bob", Role.USER)
+AGENT = Identity("agent", Role.WORKER)
+
+
+def test_every_action_has_a_row() -> None:
+    """The user role's table covers every action, so no action is decided by a default."""
+    assert set(Action) == set(USER_SCOPE)
+
+
+@pytest.mark.parametrize("action", list(Action))
+def test_admin_may_do_everything_and_a_worker_nothing(action: Action) -> None:
+    """An admin passes every check; a worker credential passes none (it only serves as an agent)."""
+    assert decide(ADMIN, action, job_id="j", owner="ana").allowed
+    assert not decide(AGENT, action, job_id="j", owner="agent").allowed
+
+
+@pytest.mark.parametrize("action", [a for a, scope in USER_SCOPE.items() if scope == Scope.OWNER])
+def test_job_actions_are_the_owners(action: Action) -> None:
+    """Kill, logs/results and exec/profile: the owner may, another user is refused naming the action, job and owner."""
+    authorize(ANA, action, job_id="train-1", owner="ana")
+    with pytest.raises(PermissionDeniedError) as refused:
+        authorize(BOB, action, job_id="train-1", owner="ana")
+    message = str(refused.value)
+    assert "bob" in message and "train-1" in message and "ana" in message
+    assert (action.value, "train-1", "ana") == (refused.value.action, refused.value.job_id, refused.value.owner)
+    assert isinstance(refused.value, PermissionError)
+
+
+@pytest.mark.parametrize("action", [Action.CREDITS, Action.FLEET, Action.USERS])
+def test_operator_actions_are_admins_only(action: Action) -> None:
+    """Credits, cordon/drain/slice terminate and user management: a user is refused even for itself."""
+    with pytest.raises(PermissionDeniedError, match="admins only"):
+        authorize(ANA, action, owner="ana")
+
+
+def test_refusals_exit_3_on_one_line() -> None:
+    """The CLI turns both refusals into one line and exit code 3."""
+    assert describe(PermissionDeniedError("bob may not kill job j: it belongs to ana")) == (
+        "bob may not kill job j: it belongs to ana",
+        3,
+    )
+    assert describe(AuthenticationError("unknown or revoked token"))[1] == 3
+
+
+def test_tokens_are_random_and_kept_as_hashes() -> None:
+    """Two tokens differ; what is stored is a hash that does not contain the token."""
+    a, b = new_token("ana"), new_token("ana")
+    assert a != b and looks_like_iris_token(a)
+    assert token_hash(a) == token_hash(a) and a not in token_hash(a) and len(token_hash(a)) == 64
+
+
+def test_directory_state() -> None:
+    """Bootstrap works once; a second user of a name is refused until revoked; revoke drops every token."""
+    state = st.AuthState()
+    assert st.add_user(state, st.AddUser("admin", "admin", "h1", 1.0, bootstrap=True)).ok
+    assert not st.add_user(state, st.AddUser("eve", "admin", "h2", 2.0, bootstrap=True)).ok
+    assert st.add_user(state, st.AddUser("ana", "user", "h3", 3.0, by="admin")).ok
+    assert st.add_user(state, st.AddUser("ana", "user", "h3", 3.0, by="admin")).ok  # a redelivered update
+    assert not st.add_user(state, st.AddUser("ana", "user", "h4", 4.0, by="admin")).ok
+    assert st.revoke_user(state, st.RevokeUser("ana", 5.0, by="admin")).ok
+    ana = st.find_user(state, "ana")
+    assert ana is not None and ana.token_hashes == [] and ana.revoked_at == 5.0
+    assert not st.revoke_user(state, st.RevokeUser("nobody", 6.0)).ok
+    actions = [e.action for e in st.audit_since(state, st.AuditRequest()).entries]
+    assert ["revoke", "add-user", "bootstrap"] == actions
+
+
+def test_audit_is_bounded() -> None:
+    """The audit log keeps the newest MAX_AUDIT entries."""
+    state = st.AuthState()
+    st.record(state, [st.AuditEntry(float(i), "ana", "submit", f"j{i}") for i in range(st.MAX_AUDIT + 10)])
+    assert len(state.audit) == st.MAX_AUDIT
+    newest = st.audit_since(state, st.AuditRequest(since=float(st.MAX_AUDIT + 5))).entries
+    assert [f"j{i}" for i in range(st.MAX_AUDIT + 9, st.MAX_AUDIT + 4, -1)] == [e.subject for e in newest]
+
+
+def test_config_auth_key() -> None:
+    """`auth: tokens` and the long form both turn team mode on; without it there is none; typos are named."""
+    assert parse_config({"auth": "tokens"}, "c.yaml").auth.team
+    long = parse_config({"auth": {"mode": "tokens", "oidc": {"issuer": "https://idp", "audience": "iris"}}}, "c.yaml")
+    assert long.auth.oidc is not None and long.auth.oidc.audience == "iris"
+    assert parse_config({}, "c.yaml").auth == AuthFile()
+    with pytest.raises(ValueError, match=r"c.yaml: auth.mode"):
+        parse_config({"auth": "token"}, "c.yaml")

@@ -1,0 +1,340 @@
+"""Team mode on a real local cluster: who may do what, through the client, the CLI and the dashboard's HTTP.
+
+One small cluster (`auth: tokens`, two workers) for the module; users `ana` and `bob`, the first admin
+(its token from $IRIS_HOME/admin.token) and a worker credential.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities.proto import cluster_pb2 as pb
+from iris import AuthenticationError, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
+from iris.config import parse_config
+from iris.local_cluster import LocalCluster
+from tests.support import wait_until
+
+TEAM_FLEET = {
+    "auth": "tokens",
+    "local": {"worker_groups": [{"name": "cpu", "count": 2, "resources": {"cpu": 2, "memory": "2g"}}]},
+}
+SMALL = ResourceSpec(cpu=0.1, memory="64m")
+
+
+@dataclass
+class Team:
+    local: LocalCluster
+    url: str
+    tokens: dict[str, str]
+    clients: dict[str, IrisClient]
+
+    def env(self, who: str | None) -> dict[str, str]:
+        """The CLI's environment for `who` (no Temporal address: users reach only the Iris API)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("IRIS_TEMPORAL_", "IRIS_TOKEN", "IRIS_USER"))}
+        env["IRIS_HOME"] = str(self.local.home)
+        if who is not None:
+            env["IRIS_TOKEN"] = self.tokens[who]
+        return env
+
+    def cli(self, who: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "iris", *args], env=self.env(who), capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+
+    def http(self, method: str, path: str, who: str | None = None, accept: str = "text/html") -> tuple[int, str]:
+        headers = {"Accept": accept}
+        if who is not None:
+            headers["Authorization"] = f"Bearer {self.tokens[who]}"
+        request = urllib.request.Request(self.url + path, method=method, headers=headers,
+                                         data=b"" if method == "POST" else None)  # fmt: skip
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: object, **kwargs: object) -> None:
+                return None
+
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(request, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    home = tmp_path_factory.mktemp("iris-team")
+    local = LocalCluster(home)
+    info = local.up(parse_config(TEAM_FLEET, "team fleet"))
+    clients: dict[str, IrisClient] = {}
+    try:
+        admin_file = home / "admin.token"
+        assert 0o600 == admin_file.stat().st_mode & 0o777
+        tokens = {"admin": admin_file.read_text().strip()}
+        team = Team(local, info.dashboard_url, tokens, clients)
+        for name, flags in (("ana", ()), ("bob", ()), ("agent", ("--worker",))):
+            made = team.cli("admin", "auth", "add-user", name, *flags)
+            assert 0 == made.returncode, made.stderr
+            assert 1 == len(made.stdout.splitlines())
+            tokens[name] = made.stdout.strip()
+        for name in ("admin", "ana", "bob"):
+            clients[name] = IrisClient.connect(info.dashboard_url, token=tokens[name])
+        yield team
+    finally:
+        for c in clients.values():
+            c.close()
+        local.down()
+
+
+def _submit_child() -> str:
+    """Runs in a task: submits a child job through the task's own connection, returns its id."""
+    with IrisClient.connect() as client:
+        return client.submit_command(["sleep", "600"], name="child", resources=SMALL).job_id
+
+
+def sleeper(team: Team, owner: str = "ana") -> Job:
+    job = team.clients[owner].submit_command(["sleep", "600"], name="sleeper", resources=SMALL)
+    wait_until(lambda: job.status().state == JobState.RUNNING, timeout=60)
+    return job
+
+
+def test_jobs_belong_to_their_verified_submitter(team: Team) -> None:
+    """A job's user is the token's; naming another user is refused; everyone may read everyone's jobs."""
+    job = team.clients["ana"].submit(lambda: 6 * 7, name="answer", resources=SMALL)
+    assert "ana" == team.clients["bob"].job_status(job.job_id).user
+    assert job.job_id in [j.job_id for j in team.clients["bob"].list_jobs(user="ana")]
+    with (
+        IrisClient.connect(team.url, token=team.tokens["ana"], user="bob") as posing,
+        pytest.raises(PermissionDeniedError, match="ana may not submit as bob"),
+    ):
+        posing.submit(lambda: 1, resources=SMALL)
+    assert JobState.SUCCEEDED == job.wait(timeout=60).state
+    stolen = pb.JobRequest(
+        name="steal", user="ana", entrypoint=pb.Entrypoint(function_blob=f"jobs/{job.job_id}/function")
+    )
+    with pytest.raises(ValueError, match="request: a job runs a command"):  # another job's function is not a job
+        team.clients["bob"]._run(team.clients["bob"]._async._submit(stolen, None, None, frozenset()))  # type: ignore[attr-defined]
+
+
+def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
+    """A job submitted from ana's task is ana's: bob cannot kill it or read its logs; ana can kill it."""
+    parent = team.clients["ana"].submit(_submit_child, name="parent", resources=SMALL)
+    parent.wait(timeout=90)
+    child_id = parent.results()[0]
+    assert child_id.startswith(parent.job_id + "/")
+    assert "ana" == team.clients["bob"].job_status(child_id).user
+    with pytest.raises(PermissionDeniedError, match="belongs to ana"):
+        team.clients["bob"].terminate(child_id)
+    with pytest.raises(PermissionDeniedError, match="belongs to ana"):
+        team.clients["bob"].fetch_task_logs(child_id, 0)
+    team.clients["ana"].terminate(child_id)
+    assert team.clients["ana"].job(child_id).wait(timeout=60, raise_on_failure=False).done
+
+
+def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
+    """results() and logs: the owner and an admin read them, another user is refused naming job and owner."""
+    job = team.clients["ana"].submit(lambda: print("hello from ana") or 42, name="private", resources=SMALL)
+    job.wait(timeout=60)
+    for who in ("ana", "admin"):
+        assert [42] == team.clients[who].job(job.job_id).results()
+        assert "hello from ana" in "".join(team.clients[who].fetch_task_logs(job.job_id, 0))
+    bob = team.clients["bob"]
+    with pytest.raises(PermissionDeniedError, match=f"job {job.job_id}: it belongs to ana"):
+        bob.job(job.job_id).results()
+    with pytest.raises(PermissionDeniedError, match="it belongs to ana"):
+        bob.fetch_task_logs(job.job_id, 0)
+    refused = team.cli("bob", "job", "logs", job.job_id)
+    assert (3, "") == (refused.returncode, refused.stdout)
+    assert 1 == len(refused.stderr.strip().splitlines()) and "belongs to ana" in refused.stderr
+    assert "hello from ana" in team.cli("admin", "job", "logs", job.job_id).stdout
+    assert "hello from ana" in team.http("GET", f"/jobs/{job.job_id}", "ana")[1]  # the dashboard's log tail
+    page = team.http("GET", f"/jobs/{job.job_id}", "bob")[1]
+    assert "hello from ana" not in page and "for its owner and admins" in page
+
+
+def test_kill_is_the_owners_and_admins(team: Team) -> None:
+    """Another user cannot kill (client, CLI, dashboard); the owner and an admin can (client, CLI, dashboard)."""
+    jobs = [sleeper(team) for _ in range(3)]
+    with pytest.raises(PermissionDeniedError, match="bob \\(user\\) may not kill job"):
+        team.clients["bob"].terminate(jobs[0].job_id)
+    assert 3 == team.cli("bob", "job", "kill", jobs[0].job_id).returncode
+    info = team.local.status()
+    assert info is not None  # a token with the cluster's own Temporal address still goes through the checks
+    assert 3 == team.cli("bob", "job", "kill", jobs[0].job_id, "--temporal", info.address).returncode
+    assert 403 == team.http("POST", f"/kill/{jobs[0].job_id}", "bob")[0]
+    assert "Kill this job" not in team.http("GET", f"/jobs/{jobs[0].job_id}", "bob")[1]
+    for who in ("ana", "admin"):
+        assert "Kill this job" in team.http("GET", f"/jobs/{jobs[0].job_id}", who)[1]
+    assert JobState.RUNNING == jobs[0].status().state
+    assert team.clients["ana"].terminate(jobs[0].job_id)
+    assert 0 == team.cli("admin", "job", "kill", jobs[1].job_id).returncode
+    assert 303 == team.http("POST", f"/kill/{jobs[2].job_id}", "ana")[0]
+    for job in jobs:
+        assert JobState.KILLED == job.wait(timeout=60, raise_on_failure=False).state
+    audit = team.cli("admin", "auth", "audit", "--since", "5m").stdout
+    assert "kill (refused)" in audit and jobs[2].job_id in audit
+
+
+def test_exec_is_the_owners_and_admins(team: Team) -> None:
+    """`iris task exec` runs for the owner and an admin; another user is refused with exit 3."""
+    job = sleeper(team)
+    try:
+        for who in ("ana", "admin"):
+            done = team.cli(who, "task", "exec", job.job_id, "--", "echo", f"hi-{who}")
+            assert (0, f"hi-{who}\n") == (done.returncode, done.stdout), done.stderr
+        refused = team.cli("bob", "task", "exec", job.job_id, "--", "echo", "hi")
+        assert 3 == refused.returncode and "belongs to ana" in refused.stderr
+    finally:
+        team.clients["ana"].terminate(job.job_id)
+
+
+def test_operator_actions_are_admins_only(team: Team) -> None:
+    """Credits and cordon: a user is refused (client and CLI, exit 3), an admin succeeds."""
+    with pytest.raises(PermissionDeniedError, match="may not set credits"):
+        team.clients["ana"].set_credits("ana", 1_000_000)
+    assert 3 == team.cli("ana", "user", "credits", "ana", "1000000").returncode
+    team.clients["admin"].set_credits("ana", 123)
+    assert 0 == team.cli("admin", "user", "credits", "bob", "77").returncode
+    wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
+               what="ana's credits set by the admin")  # fmt: skip
+    worker = team.clients["ana"].list_workers()[0].worker_id
+    with pytest.raises(PermissionDeniedError, match="admins only"):
+        team.clients["ana"].cordon_worker(worker)
+    assert 3 == team.cli("ana", "worker", "cordon", worker).returncode
+    team.clients["admin"].cordon_worker(worker)
+    team.clients["admin"].cordon_worker(worker, cordoned=False)
+
+
+def test_credentials(team: Team) -> None:
+    """No token and a bogus one are AuthenticationError; a worker credential cannot submit; whoami names the caller."""
+    with pytest.raises(AuthenticationError):
+        IrisClient.connect(team.url)
+    with pytest.raises(AuthenticationError):
+        IrisClient.connect(team.url, token="iris_nobody_xxxxxxxx")
+    with (
+        IrisClient.connect(team.url, token=team.tokens["agent"]) as agent,
+        pytest.raises(PermissionDeniedError, match="worker credential"),
+    ):
+        agent.submit(lambda: 1, resources=SMALL)
+    assert "ana user\n" == team.cli("ana", "auth", "whoami").stdout
+    assert 3 == team.cli(None, "job", "list").returncode
+    assert 3 == team.cli("ana", "auth", "add-user", "mallory", "--admin").returncode
+
+
+def test_dashboard_needs_a_credential(team: Team) -> None:
+    """Without a credential every page is 401 (a login page for a browser); with a bearer token it renders; the
+    audit page is an admin's."""
+    status, body = team.http("GET", "/queue")
+    assert 401 == status and 'action="/login"' in body
+    assert 401 == team.http("GET", "/api/v1/jobs", accept="application/json")[0]
+    status, body = team.http("GET", "/queue", "bob")
+    assert 200 == status and "/audit" not in body
+    assert 403 == team.http("GET", "/audit", "bob")[0]
+    status, body = team.http("GET", "/audit", "admin")
+    assert 200 == status and 'data-action="add-user"' in body
+
+
+def test_dashboard_login_sets_a_cookie(team: Team) -> None:
+    """The login page takes a token and sets an HttpOnly cookie that opens the pages; a wrong token gets 401."""
+    import http.cookiejar
+    import urllib.parse
+
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = urllib.parse.urlencode({"token": team.tokens["bob"]}).encode()
+    with opener.open(urllib.request.Request(team.url + "/login", data=form), timeout=30) as response:
+        assert 200 == response.status and response.url.endswith("/queue")  # followed the redirect, with the cookie
+        assert "bob (user)" in response.read().decode()
+    assert ["iris_token"] == [c.name for c in jar]
+    assert jar.__iter__().__next__().has_nonstandard_attr("HttpOnly")
+    wrong = urllib.parse.urlencode({"token": "iris_x_wrong"}).encode()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(team.url + "/login", data=wrong), timeout=30)
+    assert 401 == refused.value.code
+
+
+async def test_codec_server_takes_an_admins_iris_token(team: Team) -> None:
+    """`iris codec-server --iris-api URL`: an admin's token decodes; a user's token or none is refused (401)."""
+    from aiohttp.test_utils import TestServer
+
+    from iris.auth.codec_gate import IrisApiAuth
+    from iris.codec_server import make_app
+    from tests.test_codec_server import SECRET, _codec, _plaintext, _post
+
+    server = TestServer(make_app(_codec(), (), IrisApiAuth(team.url)), host="127.0.0.1")
+    await server.start_server()
+    try:
+        status, body, _ = await _post(server, {"Authorization": f"Bearer {team.tokens['admin']}"})
+        assert (200, SECRET) == (status, json.loads(_plaintext(body)))
+        status, body, _ = await _post(server, {"Authorization": f"Bearer {team.tokens['bob']}"})
+        assert 401 == status and "admins only" in body["error"]
+        assert 401 == (await _post(server, {}))[0]
+    finally:
+        await server.close()
+
+
+def test_revoked_token_stops_within_10_s(team: Team) -> None:
+    """After `iris auth revoke`, the token is refused within 10 s."""
+    made = team.cli("admin", "auth", "add-user", "carol")
+    token = made.stdout.strip()
+    with IrisClient.connect(team.url, token=token) as carol:
+        assert "carol" == carol._async.user  # type: ignore[attr-defined]
+        revoked_at = time.monotonic()
+        assert 0 == team.cli("admin", "auth", "revoke", "carol").returncode
+
+        def refused() -> bool:
+            try:
+                carol.list_jobs(limit=1)
+            except AuthenticationError:
+                return True
+            return False
+
+        assert wait_until(refused, timeout=10)
+        assert time.monotonic() - revoked_at < 10
+
+
+def test_printed_addresses_do_not_open_temporal(team: Team) -> None:
+    """`iris cluster status` prints no Temporal address; a temporalio client given each printed address and a
+    user's token as its API key cannot list or terminate a workflow."""
+    job = sleeper(team, "bob")
+    try:
+        status = team.cli("ana", "cluster", "status")
+        assert 0 == status.returncode and "Auth: tokens" in status.stdout
+        info = team.local.status()
+        assert info is not None and info.address not in status.stdout
+        addresses = {word.split("//", 1)[1].rstrip("/") for word in status.stdout.split() if "://" in word}
+        assert addresses
+
+        async def attack(address: str) -> None:
+            client = await Client.connect(address, api_key=team.tokens["ana"], rpc_metadata={})
+            handle = client.get_workflow_handle(job.job_id)
+            with pytest.raises(Exception):  # noqa: B017 - any failure: it must not succeed
+                await handle.terminate("attack")
+            with pytest.raises(Exception):  # noqa: B017
+                [wf async for wf in client.list_workflows(limit=1)]
+
+        import asyncio
+
+        for address in addresses:
+            with contextlib.suppress(RuntimeError, TimeoutError):  # not a gRPC server: connecting itself fails
+                asyncio.run(asyncio.wait_for(attack(address), 30))
+        assert JobState.RUNNING == job.status().state
+    finally:
+        team.clients["bob"].terminate(job.job_id)
+
+
+def test_admin_token_file_is_private(team: Team) -> None:
+    """The first admin's token is in $IRIS_HOME/admin.token, readable by its owner only."""
+    path = Path(team.local.home) / "admin.token"
+    assert 0o600 == path.stat().st_mode & 0o777
