@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from scheduler.accounting import DEFAULT_CREDITS, DEFAULT_RATES, Rates, UserAccount
+from scheduler.teams import NO_TEAMS, Teams
 from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
 
@@ -110,7 +111,8 @@ class ShareSnapshot:
 
     `users` are the accounts as the workflows hold them (a user not listed has
     `default_credits` and no usage), `running` the running work that may be
-    evicted, `headroom` what the autoscaler can still add.
+    evicted, `headroom` what the autoscaler can still add, `teams` the teams and
+    their quotas (`scheduler.teams`; none: every user shares one pool as before).
     """
 
     now: float
@@ -119,6 +121,7 @@ class ShareSnapshot:
     running: Sequence[RunningJob] = ()
     headroom: Sequence[GroupHeadroom] = ()
     policy: SharePolicy = DEFAULT_SHARE_POLICY
+    teams: Teams = NO_TEAMS
 
     def balance(self, user: str) -> float:
         """The user's credits left."""

@@ -1,0 +1,284 @@
+"""Teams and quotas: guaranteed capacity per team, borrowing what others leave idle, and reclaiming it.
+
+The rules (decided here and in the pass, carried out by the workflows)
+-----------------------------------------------------------------------
+- **Teams.** A team has members, a guaranteed `quota` (cpu, memory, gpus, tpu
+  chips), an optional `borrowing_limit` (how much beyond its quota it may use;
+  None: no limit) and an optional `lending_limit` (how much of its unused quota
+  others may use; None: all of it). A user belongs to at most one team; a user
+  in none is in the team `default`, whose quota is zero unless the config
+  defines a team of that name. Only the resources some team has a quota of are
+  accounted ("covered" resources, as Kueue calls them): a config that gives
+  quotas in cpu only does not make every job borrow memory.
+- **Quota first.** A pass walks the queue twice. First every team's work that
+  fits in its own quota (its running work plus what the pass placed for it
+  stays within the quota), in the usual order (band, fair share, submission);
+  a plain job may place part of its tasks there. Then the rest, borrowed work,
+  in the same order, each job only as far as its team's borrowing limit and
+  the capacity that may be borrowed allow. So a team's work within its quota
+  always runs before any other team's borrowed work.
+- **What may be borrowed.** Capacity no quota covers (the fleet's total beyond
+  the sum of quotas) plus, per team, its unused quota up to its lending limit,
+  less what is borrowed already.
+- **Which running work is borrowed.** A team's running units (a whole gang, or
+  one task of a plain job), oldest first, count against its quota; the first
+  unit that takes the team beyond its quota, and every newer one, is borrowed.
+  A team therefore never loses its oldest work within its quota to a reclaim.
+- **Reclaim.** A job that fits in its team's quota and finds no free room may
+  evict other teams' borrowed units, whatever their band except `production`,
+  through the same gang-aware search as band preemption
+  (`scheduler.preemption`): whole gangs, only when that makes the job fit, and
+  a team is evicted only while it is still over its quota (so reclaim stops
+  once the borrower is back within it). Inside a team, bands decide as before:
+  a job may evict its own team's work of a strictly lower band. Borrowed work
+  may evict only borrowed work (of a lower band), never work within a quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
+
+DEFAULT_TEAM = "default"
+DIMENSIONS = ("cpu", "memory", "gpus", "tpu")  # the config's keys, in Resources' order
+Vector = list[int]
+
+
+def vector(r: Resources) -> Vector:
+    """A resource vector as a mutable list (cpu millis, memory bytes, gpus, tpu chips)."""
+    return [r.cpu_millis, r.memory_bytes, r.gpus, r.tpus]
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """One team: who is in it, what it is guaranteed, how far it may borrow and lend."""
+
+    name: str
+    members: tuple[str, ...] = ()
+    quota: Resources = Resources()  # noqa: RUF009 - frozen, so one shared default is safe
+    borrowing_limit: Resources | None = None  # None: no limit
+    lending_limit: Resources | None = None  # None: all of its unused quota
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"team name must be a non-empty string, got {self.name!r}")
+        if not all(isinstance(m, str) and m for m in self.members):
+            raise ValueError(f"team {self.name}: members must be non-empty strings, got {list(self.members)!r}")
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"team {self.name}: a member is listed twice")
+
+
+@dataclass(frozen=True, slots=True)
+class Teams:
+    """Every configured team and who is in which; validated at construction."""
+
+    teams: tuple[Team, ...] = ()
+    team_of_user: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        names: set[str] = set()
+        members: dict[str, str] = {}
+        for team in self.teams:
+            if team.name in names:
+                raise ValueError(f"teams: {team.name!r} is defined twice")
+            names.add(team.name)
+            for user in team.members:
+                if user in members:
+                    raise ValueError(f"teams: {user!r} is a member of both {members[user]!r} and {team.name!r}")
+                members[user] = team.name
+        object.__setattr__(self, "team_of_user", members)
+
+    def __bool__(self) -> bool:
+        return bool(self.teams)
+
+    def team_of(self, user: str) -> str:
+        """The user's team: the one that lists them, else `default`."""
+        return self.team_of_user.get(user, DEFAULT_TEAM)
+
+    def get(self, name: str) -> Team:
+        """The team of that name; `default` (zero quota, no limits) when none is configured so."""
+        for team in self.teams:
+            if team.name == name:
+                return team
+        return Team(DEFAULT_TEAM if name == DEFAULT_TEAM else name)
+
+    def names(self, extra: Iterable[str] = ()) -> list[str]:
+        """Configured teams in config order, then `default` and any other name seen, sorted."""
+        out = [t.name for t in self.teams]
+        rest = sorted(set(extra) - set(out))
+        return out + rest
+
+    def covered(self) -> tuple[bool, bool, bool, bool]:
+        """Which dimensions some team has a quota of: only these are accounted."""
+        totals = [0, 0, 0, 0]
+        for team in self.teams:
+            for d, value in enumerate(vector(team.quota)):
+                totals[d] += value
+        return tuple(value > 0 for value in totals)  # type: ignore[return-value]
+
+
+NO_TEAMS = Teams()
+
+
+class TeamUnit:
+    """A running unit as team accounting sees it: its team, what it uses, whether it is borrowed."""
+
+    __slots__ = ("borrowed", "job_id", "team", "usage")
+
+    def __init__(self, job_id: str, team: str, usage: Vector) -> None:
+        self.job_id = job_id
+        self.team = team
+        self.usage = usage
+        self.borrowed = False
+
+
+def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> bool:
+    """Whether `used` exceeds `limit` in any covered dimension."""
+    return any(c and u > q for u, q, c in zip(used, limit, covered, strict=True))
+
+
+def mark_borrowed(units_by_team: Mapping[str, list[tuple[float, str, TeamUnit]]], teams: Teams) -> None:
+    """Mark each team's borrowed units: oldest first, the one that crosses its quota and every newer one."""
+    covered = teams.covered()
+    for name, units in units_by_team.items():
+        quota = vector(teams.get(name).quota)
+        total = [0, 0, 0, 0]
+        crossed = False
+        for _, _, unit in sorted(units, key=lambda item: (item[0], item[1])):
+            for d in range(4):
+                total[d] += unit.usage[d]
+            crossed = crossed or over(total, quota, covered)
+            unit.borrowed = crossed
+
+
+class TeamPass:
+    """Team accounting of one pass: usage per team, the borrowing pool, what each job may place.
+
+    `used` starts from the running work the snapshot lists and grows with every task the pass
+    places and shrinks with every unit it evicts; the pass asks `within_quota` and `borrow_room`
+    before it places a job and tells `placed` / `evicted` afterwards.
+    """
+
+    def __init__(
+        self, teams: Teams, workers: Sequence[WorkerSnapshot], running: Iterable[tuple[str, str, Resources, int]]
+    ) -> None:
+        """`running`: (job id, user, request, tasks) of the running work counted against quotas."""
+        self.teams = teams
+        self.covered = teams.covered()
+        self.used: dict[str, Vector] = {}
+        self.quota: dict[str, Vector] = {}
+        self.limit: dict[str, Vector | None] = {}
+        for team in teams.teams:
+            self._team(team.name)
+        for _, user, request, count in running:
+            used = self._team(teams.team_of(user))
+            for d, value in enumerate(vector(request)):
+                used[d] += value * count
+        total = [0, 0, 0, 0]
+        for w in workers:
+            for d, value in enumerate(vector(w.capacity if w.capacity is not None else w.free)):
+                total[d] += value
+        self.fleet = total
+        self.available: Vector | None = None  # what may still be borrowed; set when the borrowing walk starts
+
+    def _team(self, name: str) -> Vector:
+        used = self.used.get(name)
+        if used is None:
+            team = self.teams.get(name)
+            used = self.used[name] = [0, 0, 0, 0]
+            self.quota[name] = vector(team.quota)
+            self.limit[name] = vector(team.borrowing_limit) if team.borrowing_limit is not None else None
+        return used
+
+    def team_of(self, user: str) -> str:
+        return self.teams.team_of(user)
+
+    def over_quota(self, team: str) -> bool:
+        """Whether the team uses more than its quota in a covered dimension now."""
+        return over(self._team(team), self.quota[team], self.covered)
+
+    def within_quota(self, team: str, request: Resources, count: int) -> int:
+        """How many of `count` tasks of `request` fit in the team's quota on top of what it uses."""
+        used, quota = self._team(team), self.quota[team]
+        return self._fit(used, quota, request, count)
+
+    def _fit(self, used: Sequence[int], cap: Sequence[int], request: Resources, count: int) -> int:
+        n = count
+        for d, r in enumerate(vector(request)):
+            if r and self.covered[d]:
+                room = cap[d] - used[d]
+                n = min(n, room // r if room >= 0 else 0)
+        return max(0, n)
+
+    def start_borrowing(self) -> None:
+        """Compute what may be borrowed once every team's work within its quota was placed."""
+        covered = self.covered
+        quotas = [0, 0, 0, 0]
+        for team in self.teams.teams:
+            for d, value in enumerate(vector(team.quota)):
+                quotas[d] += value
+        pool = [max(0, f - q) for f, q in zip(self.fleet, quotas, strict=True)]  # capacity no quota covers
+        borrowed = [0, 0, 0, 0]
+        for name, used in self.used.items():
+            quota = self.quota[name]
+            team = self.teams.get(name)
+            lend = vector(team.lending_limit) if team.lending_limit is not None else None
+            for d in range(4):
+                idle = max(0, quota[d] - used[d])
+                pool[d] += min(idle, lend[d]) if lend is not None else idle
+                borrowed[d] += max(0, used[d] - quota[d])
+        self.available = [p - b if c else 1 << 62 for p, b, c in zip(pool, borrowed, covered, strict=True)]
+
+    def borrow_room(self, team: str, request: Resources, count: int) -> tuple[int, str]:
+        """How many of `count` tasks the team may place beyond its quota now, and why not more ("" if all)."""
+        assert self.available is not None, "start_borrowing first"
+        used, quota, limit = self._team(team), self.quota[team], self.limit[team]
+        req = vector(request)
+        n = count
+        why = ""
+        for d in range(4):
+            r = req[d]
+            if not r or not self.covered[d]:
+                continue
+            base = max(quota[d], used[d])
+            cap = base + self.available[d]
+            short = "no idle quota left to borrow"
+            if limit is not None and quota[d] + limit[d] < cap:
+                cap, short = quota[d] + limit[d], f"team {team} is at its borrowing limit"
+            room = cap - used[d]
+            fits = room // r if room >= 0 else 0
+            if fits < n:
+                n, why = max(0, fits), f"{short} ({DIMENSIONS[d]})"
+        return n, why
+
+    def placed(self, team: str, request: Resources, count: int, borrowing: bool) -> None:
+        """Count `count` tasks of `request` placed for the team (and, beyond its quota, the pool they take)."""
+        used, quota = self._team(team), self.quota[team]
+        before = [max(0, u - q) for u, q in zip(used, quota, strict=True)]
+        for d, value in enumerate(vector(request)):
+            used[d] += value * count
+        if borrowing and self.available is not None:
+            for d in range(4):
+                if self.covered[d]:
+                    self.available[d] -= max(0, used[d] - quota[d]) - before[d]
+
+    def evicted(self, team: str, usage: Sequence[int]) -> None:
+        """A unit of the team is evicted: it no longer counts against its quota (nor the pool)."""
+        used, quota = self._team(team), self.quota[team]
+        before = [max(0, u - q) for u, q in zip(used, quota, strict=True)]
+        for d in range(4):
+            used[d] -= usage[d]
+        if self.available is not None:
+            for d in range(4):
+                if self.covered[d]:
+                    self.available[d] += before[d] - max(0, used[d] - quota[d])
+
+    def still_over(self, team: str, minus: Sequence[int]) -> bool:
+        """Whether the team is over its quota even without `minus` (units chosen but not yet evicted)."""
+        used = self._team(team)
+        return over([u - m for u, m in zip(used, minus, strict=True)], self.quota[team], self.covered)
+
+
+PRODUCTION = BAND_RANK[Band.PRODUCTION]
