@@ -189,7 +189,7 @@ def test_no_gang_is_split_and_reclaim_spares_production_and_quota(cluster: Clust
     for job_id, indices in evicted.items():
         if running[job_id].coscheduled:
             assert indices == {t.task_index for t in running[job_id].tasks}
-    before, stays_before = _after(cluster, SchedulingResult())
+    before, _ = _after(cluster, SchedulingResult())
     after, _ = _after(cluster, result)
     reclaimed: dict[str, int] = defaultdict(int)
     for e in result.evictions:
