@@ -20,8 +20,10 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
 from scheduler.autoscale import GroupShape, slice_hosts
+from scheduler.placement import DEFAULT_POLICY, SchedulingPolicy
 from scheduler.reservations import Reservation, demand_view
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
+from scheduler.teams import NO_TEAMS, Team, Teams
 from scheduler.types import DEFAULT_BAND, Band, Constraint, PendingJob, Resources, WorkerSnapshot, parse_band
 
 FIND_ASSIGNMENTS = "find_assignments"
@@ -125,7 +127,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
         counted = [(job, _placed(job, positions)) for job in share.running]
         return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
                              running=[_running(job, (UNPLACED,) * n) for job, n in counted if n],
-                             policy=_policy(share))  # fmt: skip
+                             policy=_policy(share), teams=teams_from_pb(share))  # fmt: skip
     names = [w.worker_id for w in snap.workers]
     running = []
     for job in share.running:
@@ -144,8 +146,26 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
         room.append(GroupHeadroom(h.group, tuple(slice_hosts(shape, f"{h.group}-new")), h.slices))
     return ShareSnapshot(
         now=snap.now, users=_accounts(share), default_credits=share.default_credits, running=running, headroom=room,
-        policy=_policy(share),
+        policy=_policy(share), teams=teams_from_pb(share),
     )
+
+
+def teams_from_pb(share: pb.ShareInput) -> Teams:
+    """The snapshot's teams (none: one pool)."""
+    if not share.teams:
+        return NO_TEAMS
+    return Teams(tuple(
+        Team(t.name, tuple(t.members), resources_from_pb(t.quota),
+             resources_from_pb(t.borrowing_limit) if t.HasField("borrowing_limit") else None,
+             resources_from_pb(t.lending_limit) if t.HasField("lending_limit") else None)
+        for t in share.teams
+    ))  # fmt: skip
+
+
+def policy_from_pb(snap: pb.SchedulingSnapshot) -> SchedulingPolicy:
+    """The pass's policy: the default, with the cluster's starvation threshold when the snapshot has one."""
+    seconds = snap.share.starvation_seconds if snap.HasField("share") else 0.0
+    return SchedulingPolicy(starvation_seconds=seconds) if seconds > 0 else DEFAULT_POLICY
 
 
 UNPLACED = RunningTask(-1, "", 0.0)
@@ -246,7 +266,8 @@ def plan_pass(snapshot: bytes) -> bytes:
     workers, jobs = snapshot_from_pb(snap)
     known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
     reservations = decode_reservations(snap) if snap.reservations else ()
-    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
+    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap),
+                                        policy=policy_from_pb(snap))  # fmt: skip
     return encode_plan(result, known, {job.job_id: job.band for job in jobs})
 
 

@@ -43,6 +43,8 @@ from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
 DEFAULT_TEAM = "default"
 DIMENSIONS = ("cpu", "memory", "gpus", "tpu")  # the config's keys, in Resources' order
+# A limit's value for a resource it does not name, per dimension (gpus and tpus travel as int32).
+UNLIMITED = (1 << 62, 1 << 62, (1 << 31) - 1, (1 << 31) - 1)
 Vector = list[int]
 
 

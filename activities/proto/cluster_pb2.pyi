@@ -416,8 +416,22 @@ class ShareHeadroom(_message.Message):
     attributes: _containers.MessageMap[str, AttributeValue]
     def __init__(self, group: _Optional[str] = ..., slices: _Optional[int] = ..., hosts_per_slice: _Optional[int] = ..., host_capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
 
+class ShareTeam(_message.Message):
+    __slots__ = ("name", "members", "quota", "borrowing_limit", "lending_limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    BORROWING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    LENDING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    members: _containers.RepeatedScalarFieldContainer[str]
+    quota: Resources
+    borrowing_limit: Resources
+    lending_limit: Resources
+    def __init__(self, name: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., quota: _Optional[_Union[Resources, _Mapping]] = ..., borrowing_limit: _Optional[_Union[Resources, _Mapping]] = ..., lending_limit: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows")
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows", "teams", "starvation_seconds")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
@@ -425,6 +439,8 @@ class ShareInput(_message.Message):
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_FIELD_NUMBER: _ClassVar[int]
     ABSENT_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TEAMS_FIELD_NUMBER: _ClassVar[int]
+    STARVATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[ShareUser]
     default_credits: float
     running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
@@ -432,7 +448,9 @@ class ShareInput(_message.Message):
     half_life_hours: float
     headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
     absent_rows: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ...) -> None: ...
+    teams: _containers.RepeatedCompositeFieldContainer[ShareTeam]
+    starvation_seconds: float
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs", "reservations", "now", "share")
