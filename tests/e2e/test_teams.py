@@ -17,11 +17,16 @@ GRACE = 3.0
 FLEET = {
     "local": {
         "worker_groups": [  # two slices of two 4-core hosts: 16 cores, a gang of two fills a slice (8 cores)
-            {"name": name, "count": 2, "resources": {"cpu": 4, "memory": "2g"}, "attributes": {"tpu-name": name},
-             "index_attribute": "tpu-worker-id"}
+            {
+                "name": name,
+                "count": 2,
+                "resources": {"cpu": 4, "memory": "2g"},
+                "attributes": {"tpu-name": name},
+                "index_attribute": "tpu-worker-id",
+            }
             for name in ("slice-a", "slice-b")
         ]
-    },  # fmt: skip
+    },
     "sharing": {
         "preemption_grace": f"{GRACE:g}s",
         "teams": [
