@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 from temporalio import activity
 
@@ -20,6 +21,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
 from scheduler.autoscale import GroupShape, slice_hosts
+from scheduler.estimate import MAX_ESTIMATED, Estimate, estimate_starts
 from scheduler.placement import DEFAULT_POLICY, SchedulingPolicy
 from scheduler.reservations import Reservation, demand_view
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
@@ -221,7 +223,8 @@ def reason_crc(reason: str) -> int:
 
 
 def encode_plan(
-    result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None
+    result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None,
+    queue: Sequence[Estimate] = (),
 ) -> bytes:
     """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds),
     its evictions, and the effective bands that differ from the band each job asked for (`asked`); its
@@ -247,6 +250,8 @@ def encode_plan(
     for job_id, band in result.effective_bands.items():
         if band != asked.get(job_id, band):
             plan.effective_bands[job_id] = str(band)
+    for waiting in queue:
+        plan.queue.add(job_id=waiting.job_id, estimated_start=waiting.start or 0.0, basis=cap_reason(waiting.basis))
     return zlib.compress(plan.SerializeToString(), 1)
 
 
@@ -266,9 +271,50 @@ def plan_pass(snapshot: bytes) -> bytes:
     workers, jobs = snapshot_from_pb(snap)
     known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
     reservations = decode_reservations(snap) if snap.reservations else ()
-    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap),
+    share = share_from_pb(snap)
+    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share,
                                         policy=policy_from_pb(snap))  # fmt: skip
-    return encode_plan(result, known, {job.job_id: job.band for job in jobs})
+    queue = queue_estimates(snap, workers, jobs, share, result)
+    return encode_plan(result, known, {job.job_id: job.band for job in jobs}, queue)
+
+
+def queue_estimates(
+    snap: pb.SchedulingSnapshot, workers: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob],
+    share: ShareSnapshot | None, result: scheduler.SchedulingResult,
+) -> list[Estimate]:  # fmt: skip
+    """Positions and estimated starts of the first waiting jobs (scheduler.estimate), from the pass's plan."""
+    if not result.queue:
+        return []
+    by_id = {job.job_id: job for job in jobs}
+    placed: dict[str, set[int]] = {}
+    requests = []
+    for a in result.assignments:
+        placed.setdefault(a.job_id, set()).add(a.task_index)
+    waiting = []
+    for job_id in result.queue[:MAX_ESTIMATED]:
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        done = placed.get(job_id)
+        if done:
+            job = replace(job, task_indices=tuple(i for i in job.task_indices if i not in done))
+        if job.task_indices:
+            waiting.append(job)
+    free = [0, 0, 0, 0]
+    for w in workers:
+        free[0] += w.free.cpu_millis
+        free[1] += w.free.memory_bytes
+        free[2] += w.free.gpus
+        free[3] += w.free.tpus
+    for job_id, indices in placed.items():
+        r = by_id[job_id].request
+        n = len(indices)
+        free = [free[0] - r.cpu_millis * n, free[1] - r.memory_bytes * n, free[2] - r.gpus * n, free[3] - r.tpus * n]
+        requests.extend([(snap.now, r)] * n)
+    running = [(t.started_at, job.request) for job in (share.running if share is not None else ()) for t in job.tasks]
+    typical = snap.share.typical_task_seconds if snap.HasField("share") else 0.0
+    total = Resources(*(max(0, v) for v in free))
+    return estimate_starts(waiting, total, running + requests, snap.now, typical or None, result.pending_reasons)
 
 
 @activity.defn(name=SCHEDULER_PAUSE)

@@ -161,6 +161,7 @@ def find_assignments(
         effective_bands=bands,
         reservation_holds=plan.holds if plan is not None else {},
         reservation_reasons=plan.reasons if plan is not None else {},
+        queue=tuple(state.reasons),  # reasons are written in the order jobs are tried
     )
 
 

@@ -36,6 +36,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_state import Placement
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
+    from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
+    from workflows.worker_lifecycle import WorkerState
 
 
 PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
@@ -47,6 +49,8 @@ class Sharing(SchedulerBase):
     _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
     _published_users: list[list[object]] | None
     _users_published_at: float
+    _queue_entries: list[pb.QueueEntry]
+    _published_teams: tuple[list[list[object]], list[list[object]]] | None
 
     @workflow.signal(name=CONFIGURE_SHARING)
     @held_in_turn
@@ -74,7 +78,11 @@ class Sharing(SchedulerBase):
 
     def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
         """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
-        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds)])
+        now = workflow.now().timestamp()
+        self.state.books.charge([release_charge(placement, now, ran_seconds)])
+        ran = ran_seconds if ran_seconds >= 0 else now - placement.placed_at
+        if ran > 0 and placement.placed_at > 0:
+            self.state.books.recent.append(ran)  # the queue's estimates learn how long work runs
         key = task_workflow_id(placement.job_id, placement.task_index)
         self.state.books.released(key, placement.attempt)
 
@@ -120,7 +128,28 @@ class Sharing(SchedulerBase):
         for entry in self.state.pending.values():
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
         rows = users_memo(self.state.books, running, pending)
-        if rows != self._published_users:
+        teams = self._team_rows(pending)
+        if rows != self._published_users or (teams != self._published_teams and teams[0]):
+            memo: dict[str, Any] = {USERS_MEMO: rows}
+            if teams[0] or (self._published_teams is not None and self._published_teams[0]):
+                memo[TEAMS_MEMO], memo[QUEUE_MEMO] = teams  # only a cluster with teams publishes these tables
             self._published_users = rows
+            self._published_teams = teams
             self._users_published_at = now
-            workflow.upsert_memo({USERS_MEMO: rows})
+            workflow.upsert_memo(memo)
+
+    def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
+        """The team table and the queue table (workflows/teams_memo.py); both empty without teams."""
+        teams = self.state.books.settings.team_values()
+        if not teams:
+            return [], []
+        fleet = [0, 0, 0, 0]
+        for w in self.state.workers.values():
+            if w.state == WorkerState.READY:
+                fleet[0] += w.cpu_millis
+                fleet[1] += w.memory_bytes
+                fleet[2] += w.gpus
+                fleet[3] += w.tpus
+        placements = (p for _, p in self.state.placements.items())
+        table = teams_memo(teams, placements, pending, fleet)
+        return table, queue_memo(self._queue_entries, self.state.pending, teams)

@@ -18,6 +18,7 @@ scheduling activity; this module only gives them their input and keeps the books
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,6 +30,7 @@ from activities.proto.values import set_attr
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
+from workflows.teams_memo import new_durations, typical_seconds
 
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_STARVATION_SECONDS = 1800.0  # `sharing.starvation_after`: a waiting gang has its hosts held back after this
@@ -128,6 +130,8 @@ class Books:
     # What each scale group can still bring, as the autoscaler last said: rows of
     # [group, slices, hosts_per_slice, [cpu_millis, memory_bytes, gpus, tpus], attributes].
     headroom: list[list[Any]] = field(default_factory=list)
+    # How long recently finished attempts ran (seconds), for the queue's estimates; workflow memory only.
+    recent: deque[float] = field(default_factory=new_durations, compare=False)
 
     def __post_init__(self) -> None:
         if self.accounts.default_credits != self.settings.default_credits:
@@ -229,6 +233,7 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
     share.rates.cpu_core_hour, share.rates.memory_gib_hour = s.cpu_core_hour, s.memory_gib_hour
     share.rates.gpu_hour, share.rates.tpu_chip_hour = s.gpu_hour, s.tpu_chip_hour
     fill_teams(share, s)
+    share.typical_task_seconds = typical_seconds(books.recent)
     for account in books.accounts.users.values():
         share.users.add(user=account.user, balance=account.balance, used=account.used,
                         usage=account.usage.value, usage_as_of=account.usage.as_of)  # fmt: skip
