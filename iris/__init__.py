@@ -2,6 +2,7 @@
 
 from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.reservations import ReservationStatus, ReservedWorker
+from iris.teams import QueueRow
 from iris.types import (
     Constraint,
     CoschedulingConfig,
@@ -14,6 +15,7 @@ from iris.types import (
     SliceStatus,
     TaskState,
     TaskStatus,
+    TeamStatus,
     WorkerStatus,
     get_job_info,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "JobInfo",
     "JobState",
     "JobStatus",
+    "QueueRow",
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",
@@ -35,6 +38,7 @@ __all__ = [
     "SliceStatus",
     "TaskState",
     "TaskStatus",
+    "TeamStatus",
     "WorkerStatus",
     "get_job_info",
 ]

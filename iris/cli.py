@@ -283,6 +283,8 @@ def job_status(
     out.print(f"user: {s.user or '-'}  band: {band}  preemptions: {s.preemptions}", markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
+    if place_line(s):
+        out.print(f"team: {s.team}  {place_line(s)}", markup=False, highlight=False)
     if s.error:
         out.print(f"error: {s.error}", markup=False, highlight=False)
     table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")
@@ -518,6 +520,10 @@ app.add_typer(reservation_app, name="reservation")
 from iris.cli_users import user_app  # noqa: E402
 
 app.add_typer(user_app, name="user")
+from iris.cli_teams import place_line, queue_list, team_app  # noqa: E402
+
+app.add_typer(team_app, name="team")
+app.command("queue")(queue_list)
 
 if __name__ == "__main__":
     main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
@@ -106,10 +107,28 @@ class JobStatus:
     priority: str = "interactive"  # the band asked for
     effective_priority: str = "interactive"  # the band the scheduler uses (batch: the user's credits are spent)
     preemptions: int = 0  # times the job's tasks were evicted for higher-band work (a gang's eviction counts once)
+    team: str = ""  # the user's team (`sharing.teams`); "default" for a user in none
+    queue_position: int | None = None  # 1 = placed next; None unless PENDING (and among the first 500 waiting)
+    estimated_start: datetime | None = None  # UTC; None when Iris cannot say (estimate_basis says why)
+    estimate_basis: str = ""  # how the estimate was made, in a sentence
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class TeamStatus:
+    """One team as the scheduler publishes it; resources as dicts with the config's keys (cpu in cores,
+    memory in bytes, gpus, tpu chips)."""
+
+    team: str
+    members: tuple[str, ...]
+    quota: dict[str, float]
+    used: dict[str, float]
+    borrowed: dict[str, float]
+    lent: dict[str, float]
+    pending_jobs: int
 
 
 @dataclass(frozen=True)

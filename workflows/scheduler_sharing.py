@@ -128,21 +128,18 @@ class Sharing(SchedulerBase):
         for entry in self.state.pending.values():
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
         rows = users_memo(self.state.books, running, pending)
-        teams = self._team_rows(pending)
-        if rows != self._published_users or (teams != self._published_teams and teams[0]):
-            memo: dict[str, Any] = {USERS_MEMO: rows}
-            if teams[0] or (self._published_teams is not None and self._published_teams[0]):
-                memo[TEAMS_MEMO], memo[QUEUE_MEMO] = teams  # only a cluster with teams publishes these tables
+        tables = self._team_rows(pending)
+        if rows != self._published_users or tables != self._published_teams:
             self._published_users = rows
-            self._published_teams = teams
+            self._published_teams = tables
             self._users_published_at = now
-            workflow.upsert_memo(memo)
+            workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1]})
 
     def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
-        """The team table and the queue table (workflows/teams_memo.py); both empty without teams."""
+        """The team table (empty without teams) and the queue table (workflows/teams_memo.py)."""
         teams = self.state.books.settings.team_values()
         if not teams:
-            return [], []
+            return [], queue_memo(self._queue_entries, self.state.pending, teams)
         fleet = [0, 0, 0, 0]
         for w in self.state.workers.values():
             if w.state == WorkerState.READY:
