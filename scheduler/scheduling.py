@@ -47,7 +47,7 @@ def queue_order(jobs: Sequence[Q], share: ShareSnapshot | None = None) -> list[Q
     if share is not None:
         bands = {job.job_id: effective_band(job, share) for job in jobs}
         by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
-        return FairQueue(by_priority, bands, share.shares())
+        return FairQueue(by_priority, bands, share.shares(), share.policy)
     ordered = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else list(jobs)
     if any(job.band is not DEFAULT_BAND for job in jobs):
         ordered.sort(key=lambda job: -BAND_RANK[job.band])  # stable: priority, then FIFO, inside a band
@@ -131,7 +131,7 @@ def find_assignments(
             fair.placed(job.user, per_hour(job.request) * weight * placed)
     if teams is not None and deferred:
         teams.start_borrowing()
-        again = FairQueue(deferred, bands, fair.shares) if fair is not None else deferred
+        again = FairQueue(deferred, bands, fair.shares, share.policy) if fair is not None and share else deferred
         for job in again:
             team = teams.team_of(job.user)
             n = len(job.task_indices)
