@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
-from scheduler.teams import TeamPass, TeamUnit, mark_borrowed
+from scheduler.teams import Entry, TeamPass, borrowed_units
 from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources, WorkerSnapshot
 
 if TYPE_CHECKING:
@@ -161,27 +161,26 @@ class Preemption:
     def use_teams(self, teams: TeamPass) -> None:
         """Account for teams: tag units with their team and mark the borrowed ones (oldest first within quota)."""
         self.teams = teams
-        by_team: dict[str, list[tuple[float, str, TeamUnit]]] = {}
-        keys: dict[int, tuple[str, int]] = {}
+        by_team: dict[str, list[Entry]] = {}
+        team_of = teams.team_of
         for job in self.share.running:
             if not job.tasks:
                 continue
-            team = teams.team_of(job.user)
+            team = team_of(job.user)
+            entries = by_team.get(team)
+            if entries is None:
+                entries = by_team[team] = []
             r = job.request
+            c, m, g, t = r.cpu_millis, r.memory_bytes, r.gpus, r.tpus
             if job.coscheduled:
                 n = len(job.tasks)
-                unit = TeamUnit(job.job_id, team, [r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n])
-                start = min(t.started_at for t in job.tasks)
-                first = min(t.task_index for t in job.tasks)
-                by_team.setdefault(team, []).append((start, f"{job.job_id}/{first}", unit))
-                keys[id(unit)] = (job.job_id, first)
+                start = min(task.started_at for task in job.tasks)
+                first = min(task.task_index for task in job.tasks)
+                entries.append((start, job.job_id, first, c * n, m * n, g * n, t * n))
                 continue
-            for t in job.tasks:
-                unit = TeamUnit(job.job_id, team, [r.cpu_millis, r.memory_bytes, r.gpus, r.tpus])
-                by_team.setdefault(team, []).append((t.started_at, f"{job.job_id}/{t.task_index}", unit))
-                keys[id(unit)] = (job.job_id, t.task_index)
-        mark_borrowed(by_team, teams.teams)
-        self.borrowed = {keys[id(u)] for units in by_team.values() for _, _, u in units if u.borrowed}
+            job_id = job.job_id
+            entries.extend([(task.started_at, job_id, task.task_index, c, m, g, t) for task in job.tasks])
+        self.borrowed = borrowed_units(by_team, teams.teams)
         self.team_by_job = {job.job_id: teams.team_of(job.user) for job in self.share.running}
         for gangs in self.gangs_on_row.values():
             for gang in gangs:

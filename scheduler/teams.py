@@ -124,16 +124,7 @@ class Teams:
 NO_TEAMS = Teams()
 
 
-class TeamUnit:
-    """A running unit as team accounting sees it: its team, what it uses, whether it is borrowed."""
-
-    __slots__ = ("borrowed", "job_id", "team", "usage")
-
-    def __init__(self, job_id: str, team: str, usage: Vector) -> None:
-        self.job_id = job_id
-        self.team = team
-        self.usage = usage
-        self.borrowed = False
+Entry = tuple[float, str, int, int, int, int, int]  # (started, job id, first task index, cpu, memory, gpus, tpus)
 
 
 def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> bool:
@@ -141,18 +132,24 @@ def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> 
     return any(c and u > q for u, q, c in zip(used, limit, covered, strict=True))
 
 
-def mark_borrowed(units_by_team: Mapping[str, list[tuple[float, str, TeamUnit]]], teams: Teams) -> None:
-    """Mark each team's borrowed units: oldest first, the one that crosses its quota and every newer one."""
-    covered = teams.covered()
-    for name, units in units_by_team.items():
+def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> set[tuple[str, int]]:
+    """Each team's borrowed units as (job id, first task index): oldest first, the one that crosses its quota
+    and every newer one. Sorts the lists in place."""
+    dims = [d for d, c in enumerate(teams.covered()) if c]
+    out: set[tuple[str, int]] = set()
+    for name, entries in entries_by_team.items():
         quota = vector(teams.get(name).quota)
+        entries.sort()
         total = [0, 0, 0, 0]
-        crossed = False
-        for _, _, unit in sorted(units, key=lambda item: (item[0], item[1])):
-            for d in range(4):
-                total[d] += unit.usage[d]
-            crossed = crossed or over(total, quota, covered)
-            unit.borrowed = crossed
+        for i, e in enumerate(entries):
+            total[0] += e[3]
+            total[1] += e[4]
+            total[2] += e[5]
+            total[3] += e[6]
+            if any(total[d] > quota[d] for d in dims):
+                out.update((x[1], x[2]) for x in entries[i:])
+                break
+    return out
 
 
 class TeamPass:
@@ -178,11 +175,15 @@ class TeamPass:
             used = self._team(teams.team_of(user))
             for d, value in enumerate(vector(request)):
                 used[d] += value * count
-        total = [0, 0, 0, 0]
+        cpu = mem = gpu = tpu = 0
         for w in workers:
-            for d, value in enumerate(vector(w.capacity if w.capacity is not None else w.free)):
-                total[d] += value
-        self.fleet = total
+            r = w.capacity if w.capacity is not None else w.free
+            cpu += r.cpu_millis
+            mem += r.memory_bytes
+            gpu += r.gpus
+            tpu += r.tpus
+        self.fleet = [cpu, mem, gpu, tpu]
+        self.dims = [d for d, c in enumerate(self.covered) if c]
         self.available: Vector | None = None  # what may still be borrowed; set when the borrowing walk starts
 
     def _team(self, name: str) -> Vector:
@@ -208,11 +209,14 @@ class TeamPass:
 
     def _fit(self, used: Sequence[int], cap: Sequence[int], request: Resources, count: int) -> int:
         n = count
-        for d, r in enumerate(vector(request)):
-            if r and self.covered[d]:
+        req = (request.cpu_millis, request.memory_bytes, request.gpus, request.tpus)
+        for d in self.dims:
+            r = req[d]
+            if r:
                 room = cap[d] - used[d]
-                n = min(n, room // r if room >= 0 else 0)
-        return max(0, n)
+                if room < r * n:
+                    n = room // r if room > 0 else 0
+        return n
 
     def start_borrowing(self) -> None:
         """Compute what may be borrowed once every team's work within its quota was placed."""
@@ -257,7 +261,15 @@ class TeamPass:
 
     def placed(self, team: str, request: Resources, count: int, borrowing: bool) -> None:
         """Count `count` tasks of `request` placed for the team (and, beyond its quota, the pool they take)."""
+        if not count:
+            return
         used, quota = self._team(team), self.quota[team]
+        if not borrowing or self.available is None:
+            used[0] += request.cpu_millis * count
+            used[1] += request.memory_bytes * count
+            used[2] += request.gpus * count
+            used[3] += request.tpus * count
+            return
         before = [max(0, u - q) for u, q in zip(used, quota, strict=True)]
         for d, value in enumerate(vector(request)):
             used[d] += value * count
@@ -279,8 +291,8 @@ class TeamPass:
 
     def still_over(self, team: str, minus: Sequence[int]) -> bool:
         """Whether the team is over its quota even without `minus` (units chosen but not yet evicted)."""
-        used = self._team(team)
-        return over([u - m for u, m in zip(used, minus, strict=True)], self.quota[team], self.covered)
+        used, quota = self._team(team), self.quota[team]
+        return any(used[d] - minus[d] > quota[d] for d in self.dims)
 
 
 PRODUCTION = BAND_RANK[Band.PRODUCTION]
