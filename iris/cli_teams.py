@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import typer
 from rich.table import Table
 
 from iris.cli_common import TemporalOpt, iris_client, out
+from iris.teams import amounts, when
 from iris.types import JobStatus
-from scheduler.reasons import format_bytes
 
 team_app = typer.Typer(help="Teams: guaranteed quotas, use, borrowed and lent capacity.", no_args_is_help=True)
-
-
-def amounts(resources: dict[str, float]) -> str:
-    """{"cpu": 8.0, "memory": 34359738368, "gpus": 0, "tpu": 16} -> "cpu 8, memory 32GiB, tpu 16" (zeros left out)."""
-    parts = []
-    for key, value in resources.items():
-        if value:
-            shown = format_bytes(int(value)) if key == "memory" else f"{value:g}"
-            parts.append(f"{key} {shown}")
-    return ", ".join(parts) or "-"
-
-
-def when(moment: datetime | None) -> str:
-    """An estimated start as "14:05 UTC (in 12 min)", or "unknown"."""
-    if moment is None:
-        return "unknown"
-    minutes = max(0, round((moment - datetime.now(UTC)).total_seconds() / 60))
-    return f"{moment:%H:%M} UTC (in {minutes} min)"
 
 
 def place_line(status: JobStatus) -> str:

@@ -18,6 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris.types import JobState, JobStatus, TeamStatus
+from scheduler.reasons import format_bytes
 from scheduler.teams import DEFAULT_TEAM, DIMENSIONS, UNLIMITED
 from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO
 
@@ -94,6 +95,24 @@ class QueueView:
             return replace(status, team=team)
         return replace(status, team=team, queue_position=place.position, estimated_start=place.estimated_start,
                        estimate_basis=place.estimate_basis)  # fmt: skip
+
+
+def amounts(resources: dict[str, float]) -> str:
+    """{"cpu": 8.0, "memory": 34359738368, "gpus": 0, "tpu": 16} -> "cpu 8, memory 32GiB, tpu 16" (zeros left out)."""
+    parts = []
+    for key, value in resources.items():
+        if value:
+            shown = format_bytes(int(value)) if key == "memory" else f"{value:g}"
+            parts.append(f"{key} {shown}")
+    return ", ".join(parts) or "-"
+
+
+def when(moment: datetime | None) -> str:
+    """An estimated start as "14:05 UTC (in 12 min)", or "unknown"."""
+    if moment is None:
+        return "unknown"
+    minutes = max(0, round((moment - datetime.now(UTC)).total_seconds() / 60))
+    return f"{moment:%H:%M} UTC (in {minutes} min)"
 
 
 async def queue_view(client: Client) -> QueueView:

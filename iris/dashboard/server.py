@@ -51,6 +51,7 @@ from iris.dashboard.views import (
     task_counts,
     worker_state,
 )
+from iris.teams import QueueView, amounts, scheduler_memo, teams_from_memo, when
 from iris.types import JobState
 from iris.units import format_memory
 from iris.users import list_users
@@ -62,7 +63,7 @@ SAMPLE_SECONDS = 5.0
 """How often the queue depth is sampled for its picture (kept for the last hour)."""
 LOG_TAIL_LINES = 60
 TASKS_PER_PAGE = 100
-PAGES = ("actions", "queue", "jobs", "users", "reservations", "workers", "fleet")
+PAGES = ("actions", "queue", "jobs", "users", "teams", "reservations", "workers", "fleet")
 Handler = Callable[[web.Request], Awaitable[dict[str, Any]]]
 
 
@@ -104,6 +105,7 @@ class Dashboard:
         self._depth_loaded = False
         self.env = _environment()
         self.env.globals["sessions_url"] = self.sessions_url
+        self.env.globals["when"] = when
         self._sampler: asyncio.Task[None] | None = None
 
     def sessions_url(self, worker_id: str) -> str:
@@ -116,7 +118,8 @@ class Dashboard:
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
-            ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/reservations", self.reservations),
+            ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/teams", self.teams),
+            ("/reservations", self.reservations),
             ("/workers", self.workers), ("/workers/{worker_id}", self.worker), ("/fleet", self.fleet),
         ):  # fmt: skip
             app.router.add_get(name, self._page(handler))
@@ -226,6 +229,7 @@ class Dashboard:
         at = paginate(positions, parse_page(request.query.get("page")))
         shown = Slice([(i + 1, queue[i]) for i in at.rows], at.start, at.total, at.page, at.pages)
         visible = await self.reads.jobs_by_id([j.job_id for _, j in shown.rows])
+        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates (iris.teams)
         now = time.time()
         rows = []
         for position, job in shown.rows:
@@ -236,6 +240,8 @@ class Dashboard:
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
                 "band": str(band), "asked": str(asked) if band != asked else "",
                 "user": job.user or (row.user if row else ""), "reason": row.pending_reason if row else "",
+                "team": places.team_of_user.get(job.user, "default") if places.team_of_user else "",
+                "place": places.places.get(job.job_id),
             })  # fmt: skip
         return {
             "template": "queue.html", "page": "queue", "title": "Queue", "summary": summary, "rows": rows,
@@ -295,6 +301,11 @@ class Dashboard:
         """The table the scheduler publishes in its memo (one describe, no query)."""
         return {"template": "users.html", "page": "users", "title": "Users",
                 "users": await list_users(self.reads.client)}  # fmt: skip
+
+    async def teams(self, request: web.Request) -> dict[str, Any]:
+        """The team table the scheduler publishes in its memo (one describe, no query)."""
+        return {"template": "teams.html", "page": "teams", "title": "Teams",
+                "teams": teams_from_memo(await scheduler_memo(self.reads.client)), "amounts": amounts}  # fmt: skip
 
     async def reservations(self, request: web.Request) -> dict[str, Any]:
         reservations = await self.reads.reservations()

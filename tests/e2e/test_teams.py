@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,11 @@ def connect(cluster: Cluster, user: str) -> IrisClient:
     return IrisClient.connect(cluster.info.address, store=cluster.info.store_url, user=user)
 
 
+def read_page(cluster: Cluster, path: str) -> str:
+    with urllib.request.urlopen(f"{cluster.info.dashboard_url}{path}", timeout=30) as page:
+        return str(page.read().decode())
+
+
 def placed_first(job: Job) -> JobStatus | None:
     status = job.status()
     return status if status.queue_position == 1 else None
@@ -89,6 +95,9 @@ def test_a_lender_reclaims_its_quota_from_a_borrower_within_the_grace(teams_clus
         assert 1 == vision.pending_jobs
         assert (8.0, 0.0, 0) == (nlp.used["cpu"], nlp.lent["cpu"], nlp.pending_jobs)
         assert (1, extra.job_id, "vision") == (ana.queue()[0].position, ana.queue()[0].job_id, ana.queue()[0].team)
+        page = read_page(teams_cluster, "/queue")  # the dashboard's queue: team and estimated start beside the job
+        row = page[page.index(f'<tr data-job="{extra.job_id}">') :].split("</tr>")[0]
+        assert "team vision" in row and 'class="estimate"' in row
         assert JobState.SUCCEEDED == lender.wait(timeout=60).state
         again = wait_until(lambda: len(list(second.glob("run-*-1"))) == 2, timeout=90, what="the evicted gang reruns")
         assert again
@@ -106,3 +115,5 @@ def test_the_cli_lists_teams_and_the_queue(teams_cluster: Cluster) -> None:
     listed = iris_cli(teams_cluster, "queue")
     assert 0 == listed.returncode, listed.stderr
     assert "ESTIMATED START" in listed.stdout
+    page = read_page(teams_cluster, "/teams")  # the dashboard's Teams page
+    assert '<tr data-team="vision">' in page and '<tr data-team="nlp">' in page
