@@ -8,13 +8,14 @@ import yaml
 from temporalio.converter import DataConverter
 
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import policy_from_pb, share_from_pb
+from activities.scheduling import plan_pass, policy_from_pb, share_from_pb
 from iris.config import parse_config
 from iris.config_sharing import SharingFile, sharing_document
 from scheduler.teams import UNLIMITED, Team, Teams
 from scheduler.types import Resources
+from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import SchedulerState
+from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.sharing_state import Books, SharingSettings
 from workflows.snapshot_cache import encode_snapshot
 
@@ -74,3 +75,20 @@ def test_a_row_carried_from_before_teams_still_loads() -> None:
     """A carried settings row of seven numbers (before teams) loads with no teams and the default threshold."""
     old = SharingSettings().row()[:7]
     assert SharingSettings() == SharingSettings.from_row(old)
+
+
+def test_durations_reach_the_snapshot_and_estimates_come_back_in_the_plan() -> None:
+    """What the scheduler learned of task durations is in the snapshot; the plan carries the queue's estimates."""
+    state = SchedulerState(store_url="memory://teams")
+    state.workers["w0"] = WorkerEntry("w0", "s", 1000, 1 << 30, 0, 0, {})
+    state.placements["run/task-0"] = Placement("run", 0, 0, "w0", 1000, 1 << 20, 0, 0, user="ana",
+                                               band="interactive", placed_at=40.0)  # fmt: skip
+    state.pending["queued"] = PendingEntry("queued", SPEC_FITS, {0: 0}, 50.0)
+    state.books.recent.extend([60.0, 100.0, 80.0])
+    data = encode_snapshot(state, 100.0)
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    assert 80.0 == snap.share.typical_task_seconds
+    plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_pass(data)))
+    assert ["queued"] == [e.job_id for e in plan.queue]
+    assert 120.0 == plan.queue[0].estimated_start  # the running task (started at 40) ends at 40 + 80
+    assert plan.queue[0].basis.startswith("first in the queue; running work frees the capacity it needs in ~20 s")
