@@ -26,7 +26,7 @@ class Sim:
     durations: dict[str, float] = field(default_factory=dict)
     running: dict[str, tuple[PendingJob, list[tuple[int, str]], float, float]] = field(default_factory=dict)
     started: dict[str, float] = field(default_factory=dict)
-    estimated: dict[str, float | None] = field(default_factory=dict)
+    estimated: dict[str, float] = field(default_factory=dict)
     finished: list[float] = field(default_factory=list)  # durations of finished tasks, newest last
 
     def submit(self, job: PendingJob, duration: float) -> None:
