@@ -8,6 +8,7 @@ seconds while work is queued, at once when the queue empties.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -115,8 +116,23 @@ def when(moment: datetime | None) -> str:
     return f"{moment:%H:%M} UTC (in {minutes} min)"
 
 
+VIEW_SECONDS = 2.0  # a client reuses the scheduler's tables this long: a poll loop is not a describe loop
+
+
+_views: dict[int, tuple[float, QueueView]] = {}
+
+
 async def queue_view(client: Client) -> QueueView:
-    return QueueView.from_memo(await scheduler_memo(client))
+    """The tables as of at most VIEW_SECONDS ago (the scheduler publishes them every few seconds anyway)."""
+    now = time.monotonic()
+    found = _views.get(id(client))
+    if found is not None and now - found[0] < VIEW_SECONDS:
+        return found[1]
+    view = QueueView.from_memo(await scheduler_memo(client))
+    if len(_views) > 64:
+        _views.clear()
+    _views[id(client)] = (now, view)
+    return view
 
 
 async def list_teams(client: Client) -> list[TeamStatus]:
