@@ -141,5 +141,5 @@ async def list_teams(client: Client) -> list[TeamStatus]:
 
 
 async def queue(client: Client) -> list[QueueRow]:
-    """The waiting jobs in the order the scheduler tries them (the first 500)."""
+    """The waiting jobs in the order the scheduler tries them (the first 200)."""
     return queue_from_memo(await scheduler_memo(client))

@@ -108,7 +108,7 @@ class JobStatus:
     effective_priority: str = "interactive"  # the band the scheduler uses (batch: the user's credits are spent)
     preemptions: int = 0  # times the job's tasks were evicted for higher-band work (a gang's eviction counts once)
     team: str = ""  # the user's team (`sharing.teams`); "default" for a user in none
-    queue_position: int | None = None  # 1 = placed next; None unless PENDING (and among the first 500 waiting)
+    queue_position: int | None = None  # 1 = placed next; None unless PENDING (and among the first 200 waiting)
     estimated_start: datetime | None = None  # UTC; None when Iris cannot say (estimate_basis says why)
     estimate_basis: str = ""  # how the estimate was made, in a sentence
 

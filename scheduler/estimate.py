@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from scheduler.types import PendingJob, Resources
 
-MAX_ESTIMATED = 500  # the first jobs of the queue that get a position and an estimate
+MAX_ESTIMATED = 200  # the first jobs of the queue that get a position and an estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ def estimate_starts(
     pool = [free.cpu_millis, free.memory_bytes, free.gpus, free.tpus]
     out = []
     t = now
-    learned = f"each task taken to run {_minutes(typical)}, the median of recently finished tasks"
+    learned = f"tasks taken to run ~{_minutes(typical)}, the median of recent ones"
     for position, job in enumerate(jobs, start=1):
         n = len(job.task_indices)
         r = job.request
@@ -101,7 +101,8 @@ def estimate_starts(
             pool[d] -= need[d]
         heapq.heappush(events, (t + typical, need[0], need[1], need[2], need[3]))
         ahead_text = f"after {ahead} job{'s' if ahead != 1 else ''} ahead" if ahead else "first in the queue"
-        out.append(Estimate(job.job_id, position, t,
-                            f"{ahead_text}; running work frees the capacity it needs in ~{_minutes(t - now)} "
-                            f"({learned})"))  # fmt: skip
+        # No duration relative to now in the sentence: published, it stays the same while the estimate holds.
+        out.append(
+            Estimate(job.job_id, position, t, f"{ahead_text}, once running work frees what it needs ({learned})")
+        )
     return out

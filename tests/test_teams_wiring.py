@@ -91,4 +91,4 @@ def test_durations_reach_the_snapshot_and_estimates_come_back_in_the_plan() -> N
     plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_pass(data)))
     assert ["queued"] == [e.job_id for e in plan.queue]
     assert 120.0 == plan.queue[0].estimated_start  # the running task (started at 40) ends at 40 + 80
-    assert plan.queue[0].basis.startswith("first in the queue; running work frees the capacity it needs in ~20 s")
+    assert plan.queue[0].basis.startswith("first in the queue, once running work frees what it needs")

@@ -24,7 +24,7 @@ from scheduler.teams import UNLIMITED, Teams
 
 TEAMS_MEMO = "teams"
 QUEUE_MEMO = "queue"
-MAX_QUEUE_ROWS = 500
+MAX_QUEUE_ROWS = 200  # ~150 bytes each: every upsert of the memo is an event in the scheduler's history
 RECENT_DURATIONS = 256  # finished attempts whose durations give the typical task duration
 
 
@@ -89,8 +89,8 @@ def queue_memo(entries: Iterable[Any], pending: Mapping[str, Any], teams: Teams)
         if entry is None:
             continue
         user = entry.spec.user
-        rows.append([e.job_id, user, teams.team_of(user), entry.spec.band or "interactive",
-                     round(e.estimated_start, 1), e.basis])  # fmt: skip
+        start = round(e.estimated_start / 60.0) * 60.0  # to the minute: the table changes when an estimate does
+        rows.append([e.job_id, user, teams.team_of(user), entry.spec.band or "interactive", start, e.basis])
         if len(rows) == MAX_QUEUE_ROWS:
             break
     return rows
