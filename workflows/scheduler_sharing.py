@@ -147,6 +147,5 @@ class Sharing(SchedulerBase):
                 fleet[1] += w.memory_bytes
                 fleet[2] += w.gpus
                 fleet[3] += w.tpus
-        placements = (p for _, p in self.state.placements.items())
-        table = teams_memo(teams, placements, pending, fleet)
+        table = teams_memo(teams, self.state.placements.jobs.values(), pending, fleet)
         return table, queue_memo(self._queue_entries, self.state.pending, teams)

@@ -39,22 +39,27 @@ def typical_seconds(durations: Iterable[float]) -> float:
 
 
 def teams_memo(
-    teams: Teams, placements: Iterable[Any], pending_by_user: Mapping[str, int], fleet: list[int]
+    teams: Teams, jobs: Iterable[Mapping[str, Any]], pending_by_user: Mapping[str, int], fleet: list[int]
 ) -> list[list[Any]]:
-    """The team table (see the module). `placements` are the scheduler's (`scheduler_state.Placement`),
-    `fleet` the healthy workers' total capacity."""
+    """The team table (see the module). `jobs` are the scheduler's placements job by job
+    (`Placements.jobs`: a job's tasks share one request, so this walks jobs, not tasks), `fleet` the
+    healthy workers' total capacity."""
     if not teams:
         return []
     used: dict[str, list[int]] = {}
-    for p in placements:
+    for tasks in jobs:
+        if not tasks:
+            continue
+        p = next(iter(tasks.values()))
+        n = len(tasks)
         team = teams.team_of(p.user)
         row = used.get(team)
         if row is None:
             row = used[team] = [0, 0, 0, 0]
-        row[0] += p.cpu_millis
-        row[1] += p.memory_bytes
-        row[2] += p.gpus
-        row[3] += p.tpus
+        row[0] += p.cpu_millis * n
+        row[1] += p.memory_bytes * n
+        row[2] += p.gpus * n
+        row[3] += p.tpus * n
     pending: dict[str, int] = {}
     for user, count in pending_by_user.items():
         team = teams.team_of(user)
