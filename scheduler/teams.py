@@ -219,75 +219,94 @@ class TeamPass:
         return n
 
     def start_borrowing(self) -> None:
-        """Compute what may be borrowed once every team's work within its quota was placed."""
-        covered = self.covered
+        """Set up the borrowing walk, once every team's work within its quota was placed.
+
+        What team T may still borrow is the capacity no quota covers, plus every *other* team's idle
+        quota up to its lending limit, less what all teams borrow beyond their quotas; T's own idle
+        quota is its own, not a loan. The sums over teams (`lendable`, `borrowed`) are kept as the walk
+        places and evicts, so each question is a few additions.
+        """
         quotas = [0, 0, 0, 0]
         for team in self.teams.teams:
             for d, value in enumerate(vector(team.quota)):
                 quotas[d] += value
-        pool = [max(0, f - q) for f, q in zip(self.fleet, quotas, strict=True)]  # capacity no quota covers
-        borrowed = [0, 0, 0, 0]
-        for name, used in self.used.items():
-            quota = self.quota[name]
-            team = self.teams.get(name)
-            lend = vector(team.lending_limit) if team.lending_limit is not None else None
-            for d in range(4):
-                idle = max(0, quota[d] - used[d])
-                pool[d] += min(idle, lend[d]) if lend is not None else idle
-                borrowed[d] += max(0, used[d] - quota[d])
-        self.available = [p - b if c else 1 << 62 for p, b, c in zip(pool, borrowed, covered, strict=True)]
+        self.unquoted = [max(0, f - q) for f, q in zip(self.fleet, quotas, strict=True)]
+        self.lend_cap: dict[str, Vector | None] = {}
+        self.lendable = [0, 0, 0, 0]
+        self.borrowed = [0, 0, 0, 0]
+        for name in self.used:
+            lend = self.teams.get(name).lending_limit
+            self.lend_cap[name] = vector(lend) if lend is not None else None
+            self._count(name, 1)
+        self.available = [0, 0, 0, 0]  # marks the walk as started
+
+    def _lends(self, name: str) -> list[int]:
+        """What of the team's idle quota others may use now."""
+        used, quota = self._team(name), self.quota[name]
+        if name not in self.lend_cap:
+            lend = self.teams.get(name).lending_limit
+            self.lend_cap[name] = vector(lend) if lend is not None else None
+        cap = self.lend_cap[name]
+        idle = [max(0, q - u) for q, u in zip(quota, used, strict=True)]
+        return idle if cap is None else [min(i, c) for i, c in zip(idle, cap, strict=True)]
+
+    def _count(self, name: str, sign: int) -> None:
+        """Add (sign 1) or take out (-1) the team's share of the sums over teams."""
+        used, quota = self._team(name), self.quota[name]
+        lends = self._lends(name)
+        for d in range(4):
+            self.lendable[d] += sign * lends[d]
+            self.borrowed[d] += sign * max(0, used[d] - quota[d])
 
     def borrow_room(self, team: str, request: Resources, count: int) -> tuple[int, str]:
         """How many of `count` tasks the team may place beyond its quota now, and why not more ("" if all)."""
         assert self.available is not None, "start_borrowing first"
         used, quota, limit = self._team(team), self.quota[team], self.limit[team]
+        own = self._lends(team)
         req = vector(request)
         n = count
         why = ""
-        for d in range(4):
+        for d in self.dims:
             r = req[d]
-            if not r or not self.covered[d]:
+            if not r:
                 continue
-            base = max(quota[d], used[d])
-            cap = base + self.available[d]
+            mine = max(0, used[d] - quota[d])
+            # beyond its quota T may reach what others lend, less what the others borrow already
+            cap = quota[d] + self.unquoted[d] + self.lendable[d] - own[d] - (self.borrowed[d] - mine)
             short = "no idle quota left to borrow"
             if limit is not None and quota[d] + limit[d] < cap:
                 cap, short = quota[d] + limit[d], f"team {team} is at its borrowing limit"
             room = cap - used[d]
-            fits = room // r if room >= 0 else 0
+            fits = room // r if room > 0 else 0
             if fits < n:
                 n, why = max(0, fits), f"{short} ({DIMENSIONS[d]})"
         return n, why
 
     def placed(self, team: str, request: Resources, count: int, borrowing: bool) -> None:
-        """Count `count` tasks of `request` placed for the team (and, beyond its quota, the pool they take)."""
+        """Count `count` tasks of `request` placed for the team (and, once borrowing started, the sums)."""
         if not count:
             return
-        used, quota = self._team(team), self.quota[team]
-        if not borrowing or self.available is None:
-            used[0] += request.cpu_millis * count
-            used[1] += request.memory_bytes * count
-            used[2] += request.gpus * count
-            used[3] += request.tpus * count
-            return
-        before = [max(0, u - q) for u, q in zip(used, quota, strict=True)]
-        for d, value in enumerate(vector(request)):
-            used[d] += value * count
-        if borrowing and self.available is not None:
-            for d in range(4):
-                if self.covered[d]:
-                    self.available[d] -= max(0, used[d] - quota[d]) - before[d]
+        used = self._team(team)
+        walking = self.available is not None
+        if walking:
+            self._count(team, -1)
+        used[0] += request.cpu_millis * count
+        used[1] += request.memory_bytes * count
+        used[2] += request.gpus * count
+        used[3] += request.tpus * count
+        if walking:
+            self._count(team, 1)
 
     def evicted(self, team: str, usage: Sequence[int]) -> None:
-        """A unit of the team is evicted: it no longer counts against its quota (nor the pool)."""
-        used, quota = self._team(team), self.quota[team]
-        before = [max(0, u - q) for u, q in zip(used, quota, strict=True)]
+        """A unit of the team is evicted: it no longer counts against its quota (nor the sums)."""
+        used = self._team(team)
+        walking = self.available is not None
+        if walking:
+            self._count(team, -1)
         for d in range(4):
             used[d] -= usage[d]
-        if self.available is not None:
-            for d in range(4):
-                if self.covered[d]:
-                    self.available[d] += before[d] - max(0, used[d] - quota[d])
+        if walking:
+            self._count(team, 1)
 
     def still_over(self, team: str, minus: Sequence[int]) -> bool:
         """Whether the team is over its quota even without `minus` (units chosen but not yet evicted)."""

@@ -113,7 +113,7 @@ def _borrowed_left(team: str, quota: int, stays: list[RunningJob]) -> list[Runni
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(team_clusters())
 def test_no_team_waits_below_its_quota_while_others_hold_borrowed_capacity(cluster: Cluster) -> None:
     """A team with a one-host job that fits in its quota and is not placed leaves no other team borrowing."""
@@ -132,7 +132,7 @@ def test_no_team_waits_below_its_quota_while_others_hold_borrowed_capacity(clust
                 assert not left, f"{job.job_id} of {team} waits while {other} borrows {[j.job_id for j in left]}"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(team_clusters())
 def test_nothing_is_borrowed_beyond_the_limits(cluster: Cluster) -> None:
     """What a pass places never takes a team beyond quota + borrowing limit, nor borrowing beyond what is lent."""
@@ -165,7 +165,7 @@ def test_nothing_is_borrowed_beyond_the_limits(cluster: Cluster) -> None:
     assert borrowed(after) <= max(lendable(after), borrowed(before))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(team_clusters())
 def test_no_gang_is_split_and_reclaim_spares_production_and_quota(cluster: Cluster) -> None:
     """Gangs are placed and evicted whole; reclaim never takes production, nor a team's work within its quota."""
