@@ -155,7 +155,9 @@ class Preemption:
         # for the search under way; None without teams, when eligibility is the band rule alone.
         self.teams: TeamPass | None = None
         self.ctx: tuple[str, bool] | None = None
-        self.borrowed: set[tuple[str, int]] = set()  # (job id, first task index) of every borrowed unit
+        self.team_by_job: dict[str, str] = {}
+        self.borrowed_whole: set[tuple[str, float]] = set()  # (job id, started) of borrowed units (scheduler.teams)
+        self.borrowed_some: set[tuple[str, int]] = set()  # (job id, task index) of borrowed tasks of the rest
         self.has_units = bool(self.gangs_on_row or self.plain_on)
 
     def use_teams(self, teams: TeamPass) -> None:
@@ -163,33 +165,44 @@ class Preemption:
         self.teams = teams
         by_team: dict[str, list[Entry]] = {}
         team_of = teams.team_of
+        self.team_by_job = team_by_job = {}
+        gang_start: dict[str, float] = {}
+        over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
         for job in self.share.running:
-            if not job.tasks:
+            tasks = job.tasks
+            if not tasks:
                 continue
-            team = team_of(job.user)
+            team_by_job[job.job_id] = team = team_of(job.user)
+            if team not in over:
+                if job.coscheduled:
+                    gang_start[job.job_id] = 0.0
+                continue
             entries = by_team.get(team)
             if entries is None:
                 entries = by_team[team] = []
             r = job.request
             c, m, g, t = r.cpu_millis, r.memory_bytes, r.gpus, r.tpus
-            if job.coscheduled:
-                n = len(job.tasks)
-                start = min(task.started_at for task in job.tasks)
-                first = min(task.task_index for task in job.tasks)
-                entries.append((start, job.job_id, first, c * n, m * n, g * n, t * n))
-                continue
+            n = len(tasks)
             job_id = job.job_id
-            entries.extend([(task.started_at, job_id, task.task_index, c, m, g, t) for task in job.tasks])
-        self.borrowed = borrowed_units(by_team, teams.teams)
-        self.team_by_job = {job.job_id: teams.team_of(job.user) for job in self.share.running}
+            if job.coscheduled:
+                start = gang_start[job_id] = min(task.started_at for task in tasks)
+                entries.append((start, job_id, 0, c * n, m * n, g * n, t * n, 1, ()))
+                continue
+            first = tasks[0].started_at
+            if all(task.started_at == first for task in tasks):  # placed in one pass: one entry
+                entries.append((first, job_id, 0, c, m, g, t, n, tuple(task.task_index for task in tasks)))
+                continue
+            groups: dict[float, list[int]] = {}
+            for task in tasks:
+                groups.setdefault(task.started_at, []).append(task.task_index)
+            for start, group in groups.items():
+                entries.append((start, job_id, 0, c, m, g, t, len(group), tuple(group)))
+        self.borrowed_whole, self.borrowed_some = borrowed_units(by_team, teams.teams)
         for gangs in self.gangs_on_row.values():
             for gang in gangs:
-                self._tag(gang)
-
-    def _tag(self, unit: Unit) -> None:
-        if self.teams is not None and not unit.team:
-            unit.team = self.team_by_job.get(unit.job_id, "")
-            unit.borrowed = (unit.job_id, min(unit.indices)) in self.borrowed
+                if not gang.team:
+                    gang.team = team_by_job.get(gang.job_id, "")
+                    gang.borrowed = (gang.job_id, gang_start.get(gang.job_id, 0.0)) in self.borrowed_whole
 
     def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
         """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
@@ -213,13 +226,16 @@ class Preemption:
             return units
         units = list(self.gangs_on_row.get(row, ()))
         rates, now = self.share.policy.rates, self.share.now
+        teams = self.teams is not None
         for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
             lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
-            units.append(Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost))
+            unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
+            if teams:  # its team, and whether it is borrowed (use_teams)
+                unit.team = self.team_by_job.get(job.job_id, "")
+                unit.borrowed = (job.job_id, task.started_at) in self.borrowed_whole or (
+                    job.job_id, task.task_index) in self.borrowed_some  # fmt: skip
+            units.append(unit)
         units.sort(key=lambda u: u.order)
-        if self.teams is not None:
-            for unit in units:
-                self._tag(unit)
         self.on_row[row] = units
         return units
 

@@ -124,7 +124,9 @@ class Teams:
 NO_TEAMS = Teams()
 
 
-Entry = tuple[float, str, int, int, int, int, int]  # (started, job id, first task index, cpu, memory, gpus, tpus)
+# A team's running unit, or several plain tasks of one job started at once:
+# (started, job id, 0, cpu, memory, gpus, tpus of one unit, units, their task indices: empty for a gang).
+Entry = tuple[float, str, int, int, int, int, int, int, tuple[int, ...]]
 
 
 def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> bool:
@@ -132,24 +134,45 @@ def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> 
     return any(c and u > q for u, q, c in zip(used, limit, covered, strict=True))
 
 
-def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> set[tuple[str, int]]:
-    """Each team's borrowed units as (job id, first task index): oldest first, the one that crosses its quota
-    and every newer one. Sorts the lists in place."""
+def borrowed_units(
+    entries_by_team: Mapping[str, list[Entry]], teams: Teams
+) -> tuple[set[tuple[str, float]], set[tuple[str, int]]]:
+    """Each team's borrowed units, oldest first: the one that crosses its quota and every newer one.
+
+    Returns the borrowed entries whole, as (job id, started), and the borrowed tasks of an entry that
+    crosses the quota part way, as (job id, task index). Sorts the lists in place.
+    """
     dims = [d for d, c in enumerate(teams.covered()) if c]
-    out: set[tuple[str, int]] = set()
+    whole: set[tuple[str, float]] = set()
+    some: set[tuple[str, int]] = set()
     for name, entries in entries_by_team.items():
         quota = vector(teams.get(name).quota)
         entries.sort()
         total = [0, 0, 0, 0]
         for i, e in enumerate(entries):
-            total[0] += e[3]
-            total[1] += e[4]
-            total[2] += e[5]
-            total[3] += e[6]
-            if any(total[d] > quota[d] for d in dims):
-                out.update((x[1], x[2]) for x in entries[i:])
-                break
-    return out
+            unit, k = (e[3], e[4], e[5], e[6]), e[7]
+            crossed = False
+            for d in dims:
+                if total[d] + unit[d] * k > quota[d]:
+                    crossed = True
+                    break
+            if not crossed:
+                total[0] += e[3] * k
+                total[1] += e[4] * k
+                total[2] += e[5] * k
+                total[3] += e[6] * k
+                continue
+            fits = k  # how many of the entry's units still fit within the quota
+            for d in dims:
+                if unit[d]:
+                    fits = min(fits, max(0, (quota[d] - total[d]) // unit[d]))
+            if fits == 0:
+                whole.add((e[1], e[0]))
+            else:
+                some.update((e[1], index) for index in sorted(e[8])[fits:])
+            whole.update((x[1], x[0]) for x in entries[i + 1 :])
+            break
+    return whole, some
 
 
 class TeamPass:
