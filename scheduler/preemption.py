@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
-from scheduler.teams import Entry, TeamPass, borrowed_units
+from scheduler.teams import Borrowed, Entry, TeamPass, borrowed_units
 from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources, WorkerSnapshot
 
 if TYPE_CHECKING:
@@ -156,8 +156,8 @@ class Preemption:
         self.teams: TeamPass | None = None
         self.ctx: tuple[str, bool] | None = None
         self.team_by_job: dict[str, str] = {}
-        self.borrowed_whole: set[tuple[str, float]] = set()  # (job id, started) of borrowed units (scheduler.teams)
-        self.borrowed_some: set[tuple[str, int]] = set()  # (job id, task index) of borrowed tasks of the rest
+        self.borrowed = Borrowed()  # which running units are borrowed (scheduler.teams)
+        self._rows_with_units: set[int] | None = None
         self.has_units = bool(self.gangs_on_row or self.plain_on)
 
     def use_teams(self, teams: TeamPass) -> None:
@@ -197,12 +197,12 @@ class Preemption:
                 groups.setdefault(task.started_at, []).append(task.task_index)
             for start, group in groups.items():
                 entries.append((start, job_id, 0, c, m, g, t, len(group), tuple(group)))
-        self.borrowed_whole, self.borrowed_some = borrowed_units(by_team, teams.teams)
+        self.borrowed = borrowed = borrowed_units(by_team, teams.teams)
         for gangs in self.gangs_on_row.values():
             for gang in gangs:
                 if not gang.team:
-                    gang.team = team_by_job.get(gang.job_id, "")
-                    gang.borrowed = (gang.job_id, gang_start.get(gang.job_id, 0.0)) in self.borrowed_whole
+                    gang.team = team = team_by_job.get(gang.job_id, "")
+                    gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
 
     def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
         """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
@@ -231,9 +231,8 @@ class Preemption:
             lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
             unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
             if teams:  # its team, and whether it is borrowed (use_teams)
-                unit.team = self.team_by_job.get(job.job_id, "")
-                unit.borrowed = (job.job_id, task.started_at) in self.borrowed_whole or (
-                    job.job_id, task.task_index) in self.borrowed_some  # fmt: skip
+                unit.team = team = self.team_by_job.get(job.job_id, "")
+                unit.borrowed = self.borrowed(team, job.job_id, task.started_at, task.task_index)
             units.append(unit)
         units.sort(key=lambda u: u.order)
         self.on_row[row] = units
@@ -241,8 +240,10 @@ class Preemption:
 
     def rows_with_units(self) -> set[int]:
         """Every worker row that runs an evictable unit."""
-        row_of = self.row_of
-        return set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
+        if self._rows_with_units is None:  # the same all pass long: units are marked evicted, never removed
+            row_of = self.row_of
+            self._rows_with_units = set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
+        return self._rows_with_units
 
     def may_evict_for(self, rank: int) -> bool:
         """Whether any running unit is of a band strictly below `rank` (with teams, a job within its quota may

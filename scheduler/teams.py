@@ -134,22 +134,36 @@ def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> 
     return any(c and u > q for u, q, c in zip(used, limit, covered, strict=True))
 
 
-def borrowed_units(
-    entries_by_team: Mapping[str, list[Entry]], teams: Teams
-) -> tuple[set[tuple[str, float]], set[tuple[str, int]]]:
-    """Each team's borrowed units, oldest first: the one that crosses its quota and every newer one.
+@dataclass(slots=True)
+class Borrowed:
+    """Which running units are borrowed: per team, every entry after its cut (started, job id), and of
+    the entry at the cut, all of it (`whole`) or the tasks in `some` (job id, task index)."""
 
-    Returns the borrowed entries whole, as (job id, started), and the borrowed tasks of an entry that
-    crosses the quota part way, as (job id, task index). Sorts the lists in place.
-    """
+    cuts: dict[str, tuple[float, str]] = field(default_factory=dict)
+    whole: set[tuple[str, float]] = field(default_factory=set)
+    some: set[tuple[str, int]] = field(default_factory=set)
+
+    def __call__(self, team: str, job_id: str, started: float, task_index: int) -> bool:
+        cut = self.cuts.get(team)
+        if cut is None:
+            return False
+        key = (started, job_id)
+        if key != cut:
+            return key > cut
+        return (job_id, started) in self.whole or (job_id, task_index) in self.some
+
+
+def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> Borrowed:
+    """Each team's borrowed units, oldest first: the one that crosses its quota and every newer one.
+    Sorts the lists in place."""
     dims = [d for d, c in enumerate(teams.covered()) if c]
-    whole: set[tuple[str, float]] = set()
-    some: set[tuple[str, int]] = set()
+    out = Borrowed()
+    whole, some = out.whole, out.some
     for name, entries in entries_by_team.items():
         quota = vector(teams.get(name).quota)
         entries.sort()
         total = [0, 0, 0, 0]
-        for i, e in enumerate(entries):
+        for e in entries:
             unit, k = (e[3], e[4], e[5], e[6]), e[7]
             crossed = False
             for d in dims:
@@ -166,13 +180,13 @@ def borrowed_units(
             for d in dims:
                 if unit[d]:
                     fits = min(fits, max(0, (quota[d] - total[d]) // unit[d]))
+            out.cuts[name] = (e[0], e[1])
             if fits == 0:
                 whole.add((e[1], e[0]))
             else:
                 some.update((e[1], index) for index in sorted(e[8])[fits:])
-            whole.update((x[1], x[0]) for x in entries[i + 1 :])
             break
-    return whole, some
+    return out
 
 
 class TeamPass:
