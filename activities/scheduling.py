@@ -149,7 +149,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
     return ShareSnapshot(
         now=snap.now, users=_accounts(share), default_credits=share.default_credits, running=running, headroom=room,
         policy=_policy(share), teams=teams_from_pb(share),
-    )
+    )  # fmt: skip
 
 
 def teams_from_pb(share: pb.ShareInput) -> Teams:
@@ -223,7 +223,9 @@ def reason_crc(reason: str) -> int:
 
 
 def encode_plan(
-    result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None,
+    result: scheduler.SchedulingResult,
+    known: dict[str, int] | None = None,
+    asked: dict[str, Band] | None = None,
     queue: Sequence[Estimate] = (),
 ) -> bytes:
     """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds),

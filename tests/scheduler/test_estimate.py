@@ -18,8 +18,10 @@ def test_positions_and_starts_follow_the_running_work() -> None:
     running = [(-10.0, HOST), (-10.0, HOST)]
     out = estimate_starts(queue, Resources(), running, 0.0, 60.0)
     assert [(1, 50.0), (2, 50.0), (3, 110.0)] == [(e.position, e.start) for e in out]
-    assert "after 2 jobs ahead, once running work frees what it needs (tasks taken to run ~60 s, the median of " \
+    assert (
+        "after 2 jobs ahead, once running work frees what it needs (tasks taken to run ~60 s, the median of "
         "recent ones)" == out[2].basis
+    )
 
 
 def test_no_estimate_without_a_finished_task_or_when_it_waits_for_something_else() -> None:
