@@ -222,14 +222,19 @@ class Dashboard:
         answer = await self.reads.queue()
         summary, snapshot = answer.summary, answer.snapshot
         queue = snapshot.queue
+        job_ids = snapshot.job_ids
+        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates (iris.teams)
+        if places.places and places.team_of_user:  # teams: the pass's own order (quota first) where it published it
+            rank = {job_id: row.position for job_id, row in places.places.items()}
+            queue = sorted(queue, key=lambda j: rank.get(j.job_id, len(rank) + 1))
+            job_ids = [j.job_id for j in queue]
         if text:  # positions of the matching jobs, then one page of them: only that page is read further
-            positions: Sequence[int] = [i for i, job_id in enumerate(snapshot.job_ids) if text in job_id]
+            positions: Sequence[int] = [i for i, job_id in enumerate(job_ids) if text in job_id]
         else:
             positions = range(len(queue))
         at = paginate(positions, parse_page(request.query.get("page")))
         shown = Slice([(i + 1, queue[i]) for i in at.rows], at.start, at.total, at.page, at.pages)
         visible = await self.reads.jobs_by_id([j.job_id for _, j in shown.rows])
-        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates (iris.teams)
         now = time.time()
         rows = []
         for position, job in shown.rows:
