@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from temporalio import activity
 
@@ -21,8 +22,11 @@ from activities.proto.values import constraint_fields, get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
 from scheduler.attributes import split_soft
 from scheduler.autoscale import GroupShape, slice_hosts
+from scheduler.estimate import MAX_ESTIMATED, Estimate, estimate_starts
+from scheduler.placement import DEFAULT_POLICY, SchedulingPolicy
 from scheduler.reservations import Reservation, demand_view
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
+from scheduler.teams import NO_TEAMS, Team, Teams
 from scheduler.types import DEFAULT_BAND, Band, Constraint, PendingJob, Resources, WorkerSnapshot, parse_band
 
 FIND_ASSIGNMENTS = "find_assignments"
@@ -143,7 +147,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
         counted = [(job, _placed(job, positions)) for job in share.running]
         return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
                              running=[_running(job, (UNPLACED,) * n) for job, n in counted if n],
-                             policy=_policy(share))  # fmt: skip
+                             policy=_policy(share), teams=teams_from_pb(share))  # fmt: skip
     names = [w.worker_id for w in snap.workers]
     running = []
     for job in share.running:
@@ -162,8 +166,26 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
         room.append(GroupHeadroom(h.group, tuple(slice_hosts(shape, f"{h.group}-new")), h.slices))
     return ShareSnapshot(
         now=snap.now, users=_accounts(share), default_credits=share.default_credits, running=running, headroom=room,
-        policy=_policy(share),
-    )
+        policy=_policy(share), teams=teams_from_pb(share),
+    )  # fmt: skip
+
+
+def teams_from_pb(share: pb.ShareInput) -> Teams:
+    """The snapshot's teams (none: one pool)."""
+    if not share.teams:
+        return NO_TEAMS
+    return Teams(tuple(
+        Team(t.name, tuple(t.members), resources_from_pb(t.quota),
+             resources_from_pb(t.borrowing_limit) if t.HasField("borrowing_limit") else None,
+             resources_from_pb(t.lending_limit) if t.HasField("lending_limit") else None)
+        for t in share.teams
+    ))  # fmt: skip
+
+
+def policy_from_pb(snap: pb.SchedulingSnapshot) -> SchedulingPolicy:
+    """The pass's policy: the default, with the cluster's starvation threshold when the snapshot has one."""
+    seconds = snap.share.starvation_seconds if snap.HasField("share") else 0.0
+    return SchedulingPolicy(starvation_seconds=seconds) if seconds > 0 else DEFAULT_POLICY
 
 
 UNPLACED = RunningTask(-1, "", 0.0)
@@ -219,7 +241,10 @@ def reason_crc(reason: str) -> int:
 
 
 def encode_plan(
-    result: scheduler.SchedulingResult, known: dict[str, int] | None = None, asked: dict[str, Band] | None = None
+    result: scheduler.SchedulingResult,
+    known: dict[str, int] | None = None,
+    asked: dict[str, Band] | None = None,
+    queue: Sequence[Estimate] = (),
 ) -> bytes:
     """The plan, with only the pending reasons that differ from `known` (job id -> crc32 the scheduler holds),
     its evictions, and the effective bands that differ from the band each job asked for (`asked`); its
@@ -245,6 +270,8 @@ def encode_plan(
     for job_id, band in result.effective_bands.items():
         if band != asked.get(job_id, band):
             plan.effective_bands[job_id] = str(band)
+    for waiting in queue:
+        plan.queue.add(job_id=waiting.job_id, estimated_start=waiting.start or 0.0, basis=cap_reason(waiting.basis))
     return zlib.compress(plan.SerializeToString(), 1)
 
 
@@ -264,8 +291,50 @@ def plan_pass(snapshot: bytes) -> bytes:
     workers, jobs = snapshot_from_pb(snap)
     known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
     reservations = decode_reservations(snap) if snap.reservations else ()
-    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share_from_pb(snap))
-    return encode_plan(result, known, {job.job_id: job.band for job in jobs})
+    share = share_from_pb(snap)
+    result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share,
+                                        policy=policy_from_pb(snap))  # fmt: skip
+    queue = queue_estimates(snap, workers, jobs, share, result)
+    return encode_plan(result, known, {job.job_id: job.band for job in jobs}, queue)
+
+
+def queue_estimates(
+    snap: pb.SchedulingSnapshot, workers: Sequence[WorkerSnapshot], jobs: Sequence[PendingJob],
+    share: ShareSnapshot | None, result: scheduler.SchedulingResult,
+) -> list[Estimate]:  # fmt: skip
+    """Positions and estimated starts of the first waiting jobs (scheduler.estimate), from the pass's plan."""
+    if not result.queue:
+        return []
+    by_id = {job.job_id: job for job in jobs}
+    placed: dict[str, set[int]] = {}
+    requests = []
+    for a in result.assignments:
+        placed.setdefault(a.job_id, set()).add(a.task_index)
+    waiting = []
+    for job_id in result.queue[:MAX_ESTIMATED]:
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        done = placed.get(job_id)
+        if done:
+            job = replace(job, task_indices=tuple(i for i in job.task_indices if i not in done))
+        if job.task_indices:
+            waiting.append(job)
+    free = [0, 0, 0, 0]
+    for w in workers:
+        free[0] += w.free.cpu_millis
+        free[1] += w.free.memory_bytes
+        free[2] += w.free.gpus
+        free[3] += w.free.tpus
+    for job_id, indices in placed.items():
+        r = by_id[job_id].request
+        n = len(indices)
+        free = [free[0] - r.cpu_millis * n, free[1] - r.memory_bytes * n, free[2] - r.gpus * n, free[3] - r.tpus * n]
+        requests.extend([(snap.now, r)] * n)
+    running = [(t.started_at, job.request) for job in (share.running if share is not None else ()) for t in job.tasks]
+    typical = snap.share.typical_task_seconds if snap.HasField("share") else 0.0
+    total = Resources(*(max(0, v) for v in free))
+    return estimate_starts(waiting, total, running + requests, snap.now, typical or None, result.pending_reasons)
 
 
 @activity.defn(name=SCHEDULER_PAUSE)

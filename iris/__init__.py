@@ -5,6 +5,7 @@ from iris.client import AsyncIrisClient, IrisClient, Job
 from iris.preemption import PreemptionNotice, preemption_notice
 from iris.reservations import ReservationStatus, ReservedWorker
 from iris.schedules import ScheduleStatus
+from iris.teams import QueueRow
 from iris.types import (
     Constraint,
     CoschedulingConfig,
@@ -17,6 +18,7 @@ from iris.types import (
     SliceStatus,
     TaskState,
     TaskStatus,
+    TeamStatus,
     WorkerStatus,
     get_job_info,
 )
@@ -34,6 +36,7 @@ __all__ = [
     "JobStatus",
     "PermissionDeniedError",
     "PreemptionNotice",
+    "QueueRow",
     "ReservationStatus",
     "ReservedWorker",
     "ResourceSpec",
@@ -42,6 +45,7 @@ __all__ = [
     "SliceStatus",
     "TaskState",
     "TaskStatus",
+    "TeamStatus",
     "WorkerStatus",
     "get_job_info",
     "preemption_notice",

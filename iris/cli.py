@@ -320,6 +320,8 @@ def job_status(
         out.print(line, markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
+    if place_line(s):
+        out.print(f"team: {s.team}  {place_line(s)}", markup=False, highlight=False)
     if s.error:
         out.print(f"error: {s.error}", markup=False, highlight=False)
     table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")
@@ -607,6 +609,10 @@ app.add_typer(schedule_app, name="schedule")
 from iris.cli_auth import auth_app  # noqa: E402
 
 app.add_typer(auth_app, name="auth")
+from iris.cli_teams import place_line, queue_list, team_app  # noqa: E402
+
+app.add_typer(team_app, name="team")
+app.command("queue")(queue_list)
 
 if __name__ == "__main__":
     main()

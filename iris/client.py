@@ -31,7 +31,17 @@ from iris.client_status import _visibility_query as _visibility_query
 from iris.client_status import _visible_status as _visible_status
 from iris.connection import TemporalSettings
 from iris.reservations import ReservationStatus
-from iris.types import JobFailedError, JobState, JobStatus, SliceStatus, TaskStatus, UserStatus, WorkerStatus
+from iris.teams import QueueRow
+from iris.types import (
+    JobFailedError,
+    JobState,
+    JobStatus,
+    SliceStatus,
+    TaskStatus,
+    TeamStatus,
+    UserStatus,
+    WorkerStatus,
+)
 from worker_agent.object_store import Logs
 
 T = TypeVar("T")
@@ -264,6 +274,14 @@ class IrisClient:
     def list_users(self) -> list[UserStatus]:
         """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
         return self._run(self._async.list_users())
+
+    def list_teams(self) -> list[TeamStatus]:
+        """Teams' quotas, use, borrowed and lent capacity and pending jobs, as the scheduler publishes them."""
+        return self._run(self._async.list_teams())
+
+    def queue(self) -> list[QueueRow]:
+        """The waiting jobs in scheduling order: position, job, user, team, band, estimated start."""
+        return self._run(self._async.queue())
 
     def set_credits(self, user: str, amount: float) -> None:
         """An operator's call: set `user`'s remaining balance (usage so far is kept)."""

@@ -36,7 +36,7 @@ from activities.contracts import (
 )
 from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
-from iris import idempotent
+from iris import idempotent, teams
 from iris.bundle import zip_bundle
 from iris.client_cluster import QUERY_TIMEOUT, ClusterReads
 from iris.client_status import (
@@ -314,7 +314,11 @@ class AsyncIrisClient(ClusterReads):
             reason = CONTROLLER_DOWN_REASON if st.state in ("", JobState.PENDING) else ""
         elif st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
             reason = st.pending_reason or await self._scheduler_reason(job_id)
-        return _job_status(st, reason)
+        return await self._placed_in_queue(_job_status(st, reason))
+
+    async def _placed_in_queue(self, status: JobStatus) -> JobStatus:
+        """The status with its team, queue position and estimated start (iris.teams: the scheduler's memo)."""
+        return (await teams.queue_view(self.temporal)).apply(status)
 
     async def _scheduler_reason(self, job_id: str) -> str:
         try:
@@ -333,7 +337,8 @@ class AsyncIrisClient(ClusterReads):
             if "not found" in str(err).lower():
                 raise KeyError(f"no such job: {job_id}") from None
             raise
-        return _visible_status(job_id, await desc.memo(), desc.typed_search_attributes, desc.start_time.timestamp())
+        status = _visible_status(job_id, await desc.memo(), desc.typed_search_attributes, desc.start_time.timestamp())
+        return await self._placed_in_queue(status)
 
     async def wait(self, job_id: str, timeout: float | None = None, poll: float = 0.5,
                    on_progress: Callable[[JobStatus], None] | None = None) -> JobStatus:
@@ -438,7 +443,8 @@ class AsyncIrisClient(ClusterReads):
         out: list[JobStatus] = []
         async for wf in self.temporal.list_workflows(query, limit=limit, page_size=page_size):
             out.append(await self._listed_status(wf))
-        return out
+        view = await teams.queue_view(self.temporal)  # one describe for the whole listing
+        return [view.apply(status) for status in out]
 
     async def _listed_status(self, wf: WorkflowExecution) -> JobStatus:
         return _visible_status(wf.id, await wf.memo(), wf.typed_search_attributes, wf.start_time.timestamp())

@@ -19,10 +19,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, SUMMARY_QUERY, WORKERS_QUERY
 from activities.proto import cluster_pb2 as pb
-from iris import fleet, users
+from iris import fleet, teams, users
 from iris.client_status import _worker_status
 from iris.reservations import ReservationStatus, read_published
-from iris.types import SliceStatus, UserStatus, WorkerStatus
+from iris.teams import QueueRow
+from iris.types import SliceStatus, TeamStatus, UserStatus, WorkerStatus
 from iris.workflow_health import failing_line, workflow_task_failure
 
 log = structlog.get_logger("iris.client")
@@ -82,6 +83,14 @@ class ClusterReads:
     async def list_users(self) -> list[UserStatus]:
         """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
         return await users.list_users(self.temporal)
+
+    async def list_teams(self) -> list[TeamStatus]:
+        """Teams' quotas, use, borrowing and lending and pending jobs, as the scheduler publishes them."""
+        return await teams.list_teams(self.temporal)
+
+    async def queue(self) -> list[QueueRow]:
+        """The waiting jobs in scheduling order, with positions and estimated starts."""
+        return await teams.queue(self.temporal)
 
     async def set_credits(self, user: str, amount: float) -> None:
         """An operator's call: set `user`'s remaining balance."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
@@ -109,10 +110,28 @@ class JobStatus:
     after: tuple[str, ...] = ()  # the jobs it waits for, or waited for (`after=`)
     after_rule: str = ""  # "succeeded" | "ended" when it has dependencies
     max_concurrent: int = 0  # its cap on tasks placed at once (0 = none)
+    team: str = ""  # the user's team (`sharing.teams`); "default" for a user in none
+    queue_position: int | None = None  # 1 = placed next; None unless PENDING (and among the first 200 waiting)
+    estimated_start: datetime | None = None  # UTC; None when Iris cannot say (estimate_basis says why)
+    estimate_basis: str = ""  # how the estimate was made, in a sentence
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class TeamStatus:
+    """One team as the scheduler publishes it; resources as dicts with the config's keys (cpu in cores,
+    memory in bytes, gpus, tpu chips)."""
+
+    team: str
+    members: tuple[str, ...]
+    quota: dict[str, float]
+    used: dict[str, float]
+    borrowed: dict[str, float]
+    lent: dict[str, float]
+    pending_jobs: int
 
 
 @dataclass(frozen=True)

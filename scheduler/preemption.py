@@ -42,6 +42,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
+from scheduler.teams import Borrowed, Entry, TeamPass, borrowed_units
 from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources, WorkerSnapshot
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Unit:
     `order` sorts cheapest first: lowest band, least lost, fewest tasks (ids make it total).
     """
 
-    __slots__ = ("band", "evicted", "indices", "job_id", "lost", "order", "rank", "request", "rows")
+    __slots__ = ("band", "borrowed", "evicted", "indices", "job_id", "lost", "order", "rank", "request", "rows", "team")
 
     def __init__(
         self,
@@ -80,6 +81,13 @@ class Unit:
         self.lost = lost  # credits its tasks used since they started, thrown away by a restart
         self.evicted = False
         self.order = (rank, lost, len(indices), job_id, indices)
+        self.team = ""  # with teams (scheduler.teams): the unit's team and whether it runs on borrowed capacity
+        self.borrowed = False
+
+    def usage(self) -> list[int]:
+        """What the unit holds in all: its request times its tasks."""
+        r, n = self.request, len(self.indices)
+        return [r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n]
 
 
 def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
@@ -138,11 +146,78 @@ class Preemption:
                     found.append((job, t, rank))
         self.slices_left = {g.group: g.slices for g in share.headroom}
         self.trials: dict[tuple[object, ...], int] = {}
-        self.gang_failed: dict[tuple[int, int], int] = {}  # (bucket id, rank) -> smallest need that failed
-        self.plain_failed: set[tuple[int, int]] = set()
-        self.plain_heaps: dict[tuple[int, int], list[tuple[Cost, int]]] = {}
-        self.gang_heaps: dict[tuple[tuple[int, int], int], list[tuple[Cost, int]]] = {}
-        self.victims: list[tuple[Unit, str, int]] = []
+        self.gang_failed: dict[tuple[object, ...], int] = {}  # memo(bucket, rank) -> smallest need that failed
+        self.plain_failed: set[tuple[object, ...]] = set()
+        self.plain_heaps: dict[tuple[object, ...], list[tuple[Cost, int]]] = {}
+        self.gang_heaps: dict[tuple[tuple[object, ...], int], list[tuple[Cost, int]]] = {}
+        self.victims: list[tuple[Unit, str, int, str]] = []  # (unit, preemptor, its rank, its team if a reclaim)
+        # Teams (scheduler.teams): the pass's team accounting, and the preemptor's (team, within its quota)
+        # for the search under way; None without teams, when eligibility is the band rule alone.
+        self.teams: TeamPass | None = None
+        self.ctx: tuple[str, bool] | None = None
+        self.team_by_job: dict[str, str] = {}
+        self.borrowed = Borrowed()  # which running units are borrowed (scheduler.teams)
+        self._rows_with_units: set[int] | None = None
+        self.has_units = bool(self.gangs_on_row or self.plain_on)
+
+    def use_teams(self, teams: TeamPass) -> None:
+        """Account for teams: tag units with their team and mark the borrowed ones (oldest first within quota)."""
+        self.teams = teams
+        by_team: dict[str, list[Entry]] = {}
+        team_of = teams.team_of
+        self.team_by_job = team_by_job = {}
+        gang_start: dict[str, float] = {}
+        over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
+        for job in self.share.running:
+            tasks = job.tasks
+            if not tasks:
+                continue
+            team_by_job[job.job_id] = team = team_of(job.user)
+            if team not in over:
+                if job.coscheduled:
+                    gang_start[job.job_id] = 0.0
+                continue
+            entries = by_team.get(team)
+            if entries is None:
+                entries = by_team[team] = []
+            r = job.request
+            c, m, g, t = r.cpu_millis, r.memory_bytes, r.gpus, r.tpus
+            n = len(tasks)
+            job_id = job.job_id
+            if job.coscheduled:
+                start = gang_start[job_id] = min(task.started_at for task in tasks)
+                entries.append((start, job_id, 0, c * n, m * n, g * n, t * n, 1, ()))
+                continue
+            first = tasks[0].started_at
+            if all(task.started_at == first for task in tasks):  # placed in one pass: one entry
+                entries.append((first, job_id, 0, c, m, g, t, n, tuple(task.task_index for task in tasks)))
+                continue
+            groups: dict[float, list[int]] = {}
+            for task in tasks:
+                groups.setdefault(task.started_at, []).append(task.task_index)
+            for start, group in groups.items():
+                entries.append((start, job_id, 0, c, m, g, t, len(group), tuple(group)))
+        self.borrowed = borrowed = borrowed_units(by_team, teams.teams)
+        for gangs in self.gangs_on_row.values():
+            for gang in gangs:
+                if not gang.team:
+                    gang.team = team = team_by_job.get(gang.job_id, "")
+                    gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
+
+    def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
+        """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
+        if unit.evicted:
+            return False
+        ctx = self.ctx
+        if ctx is None or self.teams is None:
+            return unit.rank < rank
+        team, within = ctx
+        if unit.team == team:
+            return unit.rank < rank  # inside a team, bands decide
+        if not unit.borrowed or not (within or unit.rank < rank):
+            return False
+        minus = chosen.get(unit.team) if chosen else None
+        return self.teams.still_over(unit.team, minus or (0, 0, 0, 0))
 
     def units_on(self, row: int) -> list[Unit]:
         """The units running on a worker, cheapest first (built and sorted on first use)."""
@@ -151,21 +226,35 @@ class Preemption:
             return units
         units = list(self.gangs_on_row.get(row, ()))
         rates, now = self.share.policy.rates, self.share.now
+        teams = self.teams is not None
         for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
             lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
-            units.append(Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost))
+            unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
+            if teams:  # its team, and whether it is borrowed (use_teams)
+                unit.team = team = self.team_by_job.get(job.job_id, "")
+                unit.borrowed = self.borrowed(team, job.job_id, task.started_at, task.task_index)
+            units.append(unit)
         units.sort(key=lambda u: u.order)
         self.on_row[row] = units
         return units
 
     def rows_with_units(self) -> set[int]:
         """Every worker row that runs an evictable unit."""
-        row_of = self.row_of
-        return set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
+        if self._rows_with_units is None:  # the same all pass long: units are marked evicted, never removed
+            row_of = self.row_of
+            self._rows_with_units = set(self.gangs_on_row).union(row_of[w] for w in self.plain_on if w in row_of)
+        return self._rows_with_units
 
     def may_evict_for(self, rank: int) -> bool:
-        """Whether any running unit is of a band strictly below `rank`."""
+        """Whether any running unit is of a band strictly below `rank` (with teams, a job within its quota may
+        reclaim any band but production)."""
+        if self.ctx is not None and self.ctx[1]:
+            return self.has_units
         return self.min_rank < rank
+
+    def memo(self, bucket: object, rank: int) -> tuple[object, ...]:
+        """The key of a search's memos: the bucket, the preemptor's rank and, with teams, its context."""
+        return (id(bucket), rank, self.ctx)
 
     # -- the autoscaler first -------------------------------------------------
 
@@ -223,20 +312,24 @@ class Preemption:
         self.state.take(row, *from_free)
 
     def _evict(self, units: Sequence[Unit], preemptor: PendingJob, rank: int) -> None:
-        """Mark units evicted for `preemptor` (of band rank `rank`)."""
+        """Mark units evicted for `preemptor` (of band rank `rank`); with teams, they stop counting on their team."""
+        ctx, teams = self.ctx, self.teams
         for unit in units:
             unit.evicted = True
-            self.victims.append((unit, preemptor.job_id, rank))
+            reclaim = ctx[0] if ctx is not None and unit.team != ctx[0] else ""
+            self.victims.append((unit, preemptor.job_id, rank, reclaim))
+            if teams is not None and unit.team:
+                teams.evicted(unit.team, unit.usage())
 
     def plan(self) -> tuple[Eviction, ...]:
         """The evictions of the pass, one per (victim job, preemptor), task indices sorted."""
-        merged: dict[tuple[str, str], tuple[Unit, int, list[int]]] = {}
-        for unit, preemptor, rank in self.victims:
+        merged: dict[tuple[str, str], tuple[Unit, int, str, list[int]]] = {}
+        for unit, preemptor, rank, reclaim in self.victims:
             found = merged.get((unit.job_id, preemptor))
             if found is None:
-                merged[unit.job_id, preemptor] = (unit, rank, list(unit.indices))
+                merged[unit.job_id, preemptor] = (unit, rank, reclaim, list(unit.indices))
             else:
-                found[2].extend(unit.indices)
+                found[3].extend(unit.indices)
         band_of = {rank: band for band, rank in BAND_RANK.items()}
         return tuple(
             Eviction(
@@ -244,9 +337,11 @@ class Preemption:
                 tuple(sorted(indices)),
                 unit.band,
                 preemptor,
-                f"preempted by {band_of[rank]} job {preemptor}",
+                f"capacity borrowed by team {unit.team} reclaimed by team {reclaim} for job {preemptor}"
+                if reclaim and unit.borrowed
+                else f"preempted by {band_of[rank]} job {preemptor}",
             )
-            for (job_id, preemptor), (unit, rank, indices) in merged.items()
+            for (job_id, preemptor), (unit, rank, reclaim, indices) in merged.items()
         )
 
     # -- gangs ----------------------------------------------------------------
@@ -254,7 +349,7 @@ class Preemption:
     def for_gang(self, job: PendingJob, bucket: GangBucket, rank: int) -> list[Unit] | None:
         """Evict the cheapest victims that let the gang fit in one group and place it; the victims, or None."""
         need = len(job.task_indices)
-        memo = (id(bucket), rank)
+        memo = self.memo(bucket, rank)
         if need >= self.gang_failed.get(memo, 1 << 62):
             return None
         heap = self.gang_heaps.get((memo, need))
@@ -303,7 +398,7 @@ class Preemption:
         seen: dict[int, Unit] = {}
         for row in group.members:
             for unit in self.units_on(row):
-                if unit.rank < rank and not unit.evicted:
+                if self._eligible(unit, rank):
                     seen[id(unit)] = unit
         if not seen:
             return None
@@ -311,11 +406,14 @@ class Preemption:
         extra: dict[int, Extra] = {}
         fitting = sum(1 for row in members if self._fits(row, request, extra))
         chosen: list[Unit] = []
+        taken: dict[str, list[int]] | None = {} if self.ctx is not None else None
         for unit in sorted(seen.values(), key=lambda u: u.order):
             if fitting >= need:
                 break
             touched = set(unit.rows).intersection(members)
             if not touched:
+                continue
+            if taken is not None and not self._choose(unit, rank, taken):
                 continue
             before = sum(1 for row in touched if self._fits(row, request, extra))
             _add(extra, unit, 1)
@@ -335,11 +433,25 @@ class Preemption:
                 _add(extra, unit, 1)
         return _cost(chosen), chosen, extra
 
+    def _choose(self, unit: Unit, rank: int, taken: dict[str, list[int]]) -> bool:
+        """Whether a search may add `unit` to the victims it chose so far (`taken`: their usage per team);
+        counts it in when so. Another team's unit goes only while that team stays over its quota."""
+        if self.ctx is not None and unit.team != self.ctx[0] and not self._eligible(unit, rank, taken):
+            return False
+        usage = unit.usage()
+        found = taken.get(unit.team)
+        if found is None:
+            taken[unit.team] = usage
+        else:
+            for d in range(4):
+                found[d] += usage[d]
+        return True
+
     # -- plain tasks ----------------------------------------------------------
 
     def for_plain(self, job: PendingJob, bucket: PlainBucket, rank: int, indices: Sequence[int]) -> list[Unit]:
         """Place what eviction can of a plain job's `indices`, task by task, cheapest worker first; the victims."""
-        memo = (id(bucket), rank)
+        memo = self.memo(bucket, rank)
         if memo in self.plain_failed:
             return []
         state = self.state
@@ -394,8 +506,11 @@ class Preemption:
         if self._fits(row, request, extra):
             return (-1, 0.0, 0), []  # room without eviction (freed by an earlier eviction's leftovers)
         chosen: list[Unit] = []
+        taken: dict[str, list[int]] | None = {} if self.ctx is not None else None
         for unit in self.units_on(row):
-            if unit.rank >= rank or unit.evicted:
+            if not self._eligible(unit, rank):
+                continue
+            if taken is not None and not self._choose(unit, rank, taken):
                 continue
             _add(extra, unit, 1)
             chosen.append(unit)

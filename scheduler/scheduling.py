@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from scheduler import multislice, preferences, throttle
+from scheduler.accounting import DEFAULT_RATES
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
 from scheduler.preemption import Preemption, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
 from scheduler.reservations import Reservation, Reservations, held_rows
 from scheduler.sharing import FairQueue, Q, ShareSnapshot, effective_band
+from scheduler.teams import TeamPass
 from scheduler.types import (
     BAND_RANK,
     DEFAULT_BAND,
@@ -44,7 +47,7 @@ def queue_order(jobs: Sequence[Q], share: ShareSnapshot | None = None) -> list[Q
     if share is not None:
         bands = {job.job_id: effective_band(job, share) for job in jobs}
         by_priority = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else jobs
-        return FairQueue(by_priority, bands, share.shares())
+        return FairQueue(by_priority, bands, share.shares(), share.policy)
     ordered = sorted(jobs, key=lambda job: -job.priority) if any(job.priority for job in jobs) else list(jobs)
     if any(job.band is not DEFAULT_BAND for job in jobs):
         ordered.sort(key=lambda job: -BAND_RANK[job.band])  # stable: priority, then FIFO, inside a band
@@ -85,12 +88,18 @@ def find_assignments(
     fair: FairQueue[PendingJob] | None = None
     preemption: Preemption | None = None
     bands: Mapping[str, Band] = {}
+    weight, per_hour = 0.0, DEFAULT_RATES.per_hour
     ordered = queue_order(jobs, share)
     if share is not None and isinstance(ordered, FairQueue):
         fair, bands = ordered, ordered.bands
         preemption = Preemption(state, share, _placed) if share.running else None
         weight = share.policy.running_weight_hours
         per_hour = share.policy.rates.per_hour
+    teams = TeamPass(share.teams, workers, ((j.job_id, j.user, j.request, len(j.tasks)) for j in share.running)) \
+        if share is not None and share.teams else None  # fmt: skip
+    if teams is not None and preemption is not None:
+        preemption.use_teams(teams)
+    deferred: list[PendingJob] = []  # with teams: work beyond its team's quota, walked second (borrowing)
     for job in ordered:
         if not job.task_indices:
             continue
@@ -109,29 +118,49 @@ def find_assignments(
             continue
         if held is not None and held.place(job):
             continue  # a job of a reservation's tree: placed inside it or told why not
-        feasibility = state.feasibility_for(job)
-        starving = job.waited_seconds >= policy.starvation_seconds
-        evict = None
-        if preemption is not None:
-            rank = BAND_RANK[bands[job.job_id]]
-            if preemption.may_evict_for(rank):
-                evict = (preemption, rank)
-        if job.group_by:
-            if job.preferences and preferences.place_gang(state, job, feasibility):
-                placed = len(job.task_indices)
-            else:
-                placed = _run_gang(state, job, state.gang_bucket(job, feasibility), starving, evict)
-        else:
-            key = (id(feasibility), job.request)
-            bucket = state.plain_buckets.get(key)
-            if bucket is None:
-                bucket = state.plain_buckets[key] = PlainBucket(feasibility, job.request)
-            early = preferences.place_plain(state, job, feasibility) if job.preferences else 0
-            placed = _run_plain(state, job, bucket, starving, evict, early)
+        team = ""
+        if teams is not None:
+            team = teams.team_of(job.user)
+            n = len(job.task_indices)
+            k = teams.within_quota(team, job.request, n)
+            if k < n:
+                if job.group_by or k == 0:
+                    deferred.append(job)
+                    continue
+                deferred.append(replace(job, task_indices=job.task_indices[k:]))
+                job = replace(job, task_indices=job.task_indices[:k])
+            if preemption is not None:
+                preemption.ctx = (team, True)
+        placed = _try(state, job, policy, preemption, bands)
+        if teams is not None:
+            teams.placed(team, job.request, placed, borrowing=False)
+            if placed < len(job.task_indices) and deferred and deferred[-1].job_id == job.job_id:
+                deferred.pop()  # its part within quota waits already: the rest waits with it (same reason)
         if fair is not None and placed:
             fair.placed(job.user, per_hour(job.request) * weight * placed)
         if held_back and placed < len(job.task_indices):  # the room under its cap did not all fit either
             state.reasons[job.job_id] = f"{state.reasons[job.job_id]}; {throttle.reason(job, held_back)}"
+    if teams is not None and deferred:
+        teams.start_borrowing()
+        again = FairQueue(deferred, bands, fair.shares, share.policy) if fair is not None and share else deferred
+        for job in again:
+            team = teams.team_of(job.user)
+            n = len(job.task_indices)
+            k, why = teams.borrow_room(team, job.request, n)
+            if k == 0 or (k < n and job.group_by):
+                state.reasons[job.job_id] = f"beyond team {team}'s quota and {why}"
+                continue
+            part = replace(job, task_indices=job.task_indices[:k]) if k < n else job
+            if preemption is not None:
+                preemption.ctx = (team, False)
+            placed = _try(state, part, policy, preemption, bands)
+            teams.placed(team, job.request, placed, borrowing=True)
+            if k < n and placed == k:
+                state.reasons[job.job_id] = f"placed {k} of {n} tasks beyond team {team}'s quota; {why}"
+            elif placed < len(part.task_indices) and job.job_id in state.reasons:
+                state.reasons[job.job_id] = f"beyond team {team}'s quota: {state.reasons[job.job_id]}"
+            if fair is not None and placed:
+                fair.placed(job.user, per_hour(job.request) * weight * placed)
     if share is not None:
         _explain_demotions(state, jobs, bands)
     plan = held.plan() if held is not None else None
@@ -143,10 +172,35 @@ def find_assignments(
         effective_bands=bands,
         reservation_holds=plan.holds if plan is not None else {},
         reservation_reasons=plan.reasons if plan is not None else {},
+        queue=tuple(state.reasons),  # reasons are written in the order jobs are tried
     )
 
 
 Evict = tuple[Preemption, int] | None  # the pass's preemption state and the job's effective band rank
+
+
+def _try(
+    state: PassState, job: PendingJob, policy: SchedulingPolicy, preemption: Preemption | None,
+    bands: Mapping[str, Band],
+) -> int:  # fmt: skip
+    """Place one job (evicting if its band, or with teams its quota, allows); return how many tasks it placed."""
+    feasibility = state.feasibility_for(job)
+    starving = job.waited_seconds >= policy.starvation_seconds
+    evict = None
+    if preemption is not None:
+        rank = BAND_RANK[bands[job.job_id]]
+        if preemption.may_evict_for(rank):
+            evict = (preemption, rank)
+    if job.group_by:
+        if job.preferences and preferences.place_gang(state, job, feasibility):
+            return len(job.task_indices)
+        return _run_gang(state, job, state.gang_bucket(job, feasibility), starving, evict)
+    key = (id(feasibility), job.request)
+    bucket = state.plain_buckets.get(key)
+    if bucket is None:
+        bucket = state.plain_buckets[key] = PlainBucket(feasibility, job.request)
+    early = preferences.place_plain(state, job, feasibility) if job.preferences else 0
+    return _run_plain(state, job, bucket, starving, evict, early)
 
 
 def _explain_demotions(state: PassState, jobs: Sequence[PendingJob], bands: Mapping[str, Band]) -> None:

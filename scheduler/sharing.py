@@ -27,8 +27,18 @@ The rules (decided here, carried out by the workflows)
   users: after one user's job is placed, the next job tried is the head of the
   queue of whoever now has the least share. One user's 5,000-job sweep
   therefore does not push a colleague's one job to the back.
+- **Aging.** A job's place improves with its wait inside its band: the share
+  its user is ordered by, as seen by the job at the head of that user's queue,
+  halves for every `SharePolicy.aging_hours` (default 1 h) the job has waited,
+  at most `aging_max_halvings` times (default 4: a sixteenth). So a job that
+  waited 3 h counts its user's share at an eighth. Bounded, so heavy users
+  cannot escape fair share for good by queueing early; a user with no usage
+  is first anyway, and submission order decides among equals.
 - **Backfill** is unchanged: a job that does not fit is skipped and the walk
-  goes on, so small jobs start ahead of a big one that waits.
+  goes on, so small jobs start ahead of a big one that waits. A job waiting
+  past `starvation_after` (`SchedulingPolicy.starvation_seconds`; the cluster's
+  `sharing.starvation_after`, default 30 min) has the workers it needs held
+  back from later jobs (`scheduler.placement`) until it starts.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from scheduler.accounting import DEFAULT_CREDITS, DEFAULT_RATES, Rates, UserAccount
+from scheduler.teams import NO_TEAMS, Teams
 from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
 
@@ -49,6 +60,8 @@ class SharePolicy:
     rates: Rates = DEFAULT_RATES
     half_life_hours: float = 6.0
     running_weight_hours: float = 1.0
+    aging_hours: float = 1.0  # a waiting job's user share halves per this many hours it waited...
+    aging_max_halvings: int = 4  # ...at most this many times
 
     def __post_init__(self) -> None:
         if not self.half_life_hours > 0:
@@ -110,7 +123,8 @@ class ShareSnapshot:
 
     `users` are the accounts as the workflows hold them (a user not listed has
     `default_credits` and no usage), `running` the running work that may be
-    evicted, `headroom` what the autoscaler can still add.
+    evicted, `headroom` what the autoscaler can still add, `teams` the teams and
+    their quotas (`scheduler.teams`; none: every user shares one pool as before).
     """
 
     now: float
@@ -119,6 +133,7 @@ class ShareSnapshot:
     running: Sequence[RunningJob] = ()
     headroom: Sequence[GroupHeadroom] = ()
     policy: SharePolicy = DEFAULT_SHARE_POLICY
+    teams: Teams = NO_TEAMS
 
     def balance(self, user: str) -> float:
         """The user's credits left."""
@@ -168,9 +183,14 @@ class FairQueue(Generic[Q]):
     the share its placed tasks add (nothing when none was placed).
     """
 
-    def __init__(self, jobs: Sequence[Q], bands: Mapping[str, Band], shares: dict[str, float]) -> None:
+    def __init__(
+        self, jobs: Sequence[Q], bands: Mapping[str, Band], shares: dict[str, float],
+        policy: SharePolicy = DEFAULT_SHARE_POLICY,
+    ) -> None:  # fmt: skip
         self.shares = shares
         self.bands = bands  # the band each job is tried in (its own, or batch when its user has no credits)
+        self.aging_seconds = policy.aging_hours * 3600.0
+        self.aging_cap = float(policy.aging_max_halvings)
         self.by_band: dict[int, dict[str, list[tuple[int, Q]]]] = {}
         for position, job in enumerate(jobs):
             rank = BAND_RANK[bands[job.job_id]]
@@ -180,11 +200,20 @@ class FairQueue(Generic[Q]):
         """Add to a user's share what the tasks just placed will cost."""
         self.shares[user] = self.shares.get(user, 0.0) + amount
 
+    def aged(self, share: float, job: Q) -> float:
+        """The share `job` sees its user at: halved per aging period it waited, within the cap."""
+        if share <= 0:
+            return share
+        waited = getattr(job, "waited_seconds", 0.0)  # rows without a wait (the dashboard's) do not age
+        if waited <= 0:
+            return share
+        return float(share * 0.5 ** min(waited / self.aging_seconds, self.aging_cap))
+
     def __iter__(self) -> Iterator[Q]:
-        shares = self.shares
+        shares, aged = self.shares, self.aged
         for rank in sorted(self.by_band, reverse=True):
             queues = self.by_band[rank]
-            heap = [(shares.get(user, 0.0), queue[0][0], user) for user, queue in queues.items()]
+            heap = [(aged(shares.get(user, 0.0), queue[0][1]), queue[0][0], user) for user, queue in queues.items()]
             heapq.heapify(heap)
             heads = dict.fromkeys(queues, 0)
             while heap:
@@ -197,4 +226,4 @@ class FairQueue(Generic[Q]):
                     heapq.heappop(heap)
                     continue
                 heads[user] = head
-                heapq.heapreplace(heap, (shares.get(user, 0.0), queue[head][0], user))
+                heapq.heapreplace(heap, (aged(shares.get(user, 0.0), queue[head][1]), queue[head][0], user))

@@ -306,3 +306,5 @@ class SchedulingResult:
     # reservation id, and why each reservation with an entry still missing waits.
     reservation_holds: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     reservation_reasons: Mapping[str, str] = field(default_factory=dict)
+    # The jobs left waiting (with a pending reason) in the order the pass tried them: the queue's positions.
+    queue: tuple[str, ...] = ()

@@ -37,6 +37,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_state import Placement
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
+    from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
+    from workflows.worker_lifecycle import WorkerState
 
 
 PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
@@ -48,6 +50,8 @@ class Sharing(SchedulerBase):
     _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
     _published_users: list[list[object]] | None
     _users_published_at: float
+    _queue_entries: list[pb.QueueEntry]
+    _published_teams: tuple[list[list[object]], list[list[object]]] | None
 
     @workflow.signal(name=CONFIGURE_SHARING)
     @held_in_turn
@@ -75,9 +79,13 @@ class Sharing(SchedulerBase):
 
     def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
         """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
+        now = workflow.now().timestamp()
         worker = self.state.workers.get(placement.worker_id)
         capacity = str(worker.attributes.get(CAPACITY_ATTRIBUTE, "")) if worker is not None else ""
-        self.state.books.charge([release_charge(placement, workflow.now().timestamp(), ran_seconds, capacity)])
+        self.state.books.charge([release_charge(placement, now, ran_seconds, capacity)])
+        ran = ran_seconds if ran_seconds >= 0 else now - placement.placed_at
+        if ran > 0 and placement.placed_at > 0:
+            self.state.books.recent.append(ran)  # the queue's estimates learn how long work runs
         key = task_workflow_id(placement.job_id, placement.task_index)
         self.state.books.released(key, placement.attempt)
 
@@ -123,7 +131,24 @@ class Sharing(SchedulerBase):
         for entry in self.state.pending.values():
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
         rows = users_memo(self.state.books, running, pending)
-        if rows != self._published_users:
+        tables = self._team_rows(pending)
+        if rows != self._published_users or tables != self._published_teams:
             self._published_users = rows
+            self._published_teams = tables
             self._users_published_at = now
-            workflow.upsert_memo({USERS_MEMO: rows})
+            workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1]})
+
+    def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
+        """The team table (empty without teams) and the queue table (workflows/teams_memo.py)."""
+        teams = self.state.books.settings.team_values()
+        if not teams:
+            return [], queue_memo(self._queue_entries, self.state.pending, teams)
+        fleet = [0, 0, 0, 0]
+        for w in self.state.workers.values():
+            if w.state == WorkerState.READY:
+                fleet[0] += w.cpu_millis
+                fleet[1] += w.memory_bytes
+                fleet[2] += w.gpus
+                fleet[3] += w.tpus
+        table = teams_memo(teams, self.state.placements.jobs.values(), pending, fleet)
+        return table, queue_memo(self._queue_entries, self.state.pending, teams)

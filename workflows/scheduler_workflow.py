@@ -120,6 +120,8 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._told_bands: dict[str, str] = {}
         self._published_users: list[list[object]] | None = None
         self._users_published_at = 0.0
+        self._queue_entries: list[pb.QueueEntry] = []  # the last plan's queue (positions, estimates): not carried
+        self._published_teams: tuple[list[list[object]], list[list[object]]] | None = None
 
     @workflow.run
     async def run(
@@ -305,6 +307,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             self._snapshot = None
+        self._queue_entries = list(plan.queue)
         self._take_holds(plan)  # before the commit: the plan may place a tree's tasks in what it holds
         evictions = self._take_evictions(plan)  # before the commit: a preemptor waits for its victims
         await self._announce(plan)

@@ -18,6 +18,7 @@ scheduling activity; this module only gives them their input and keeps the books
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,9 +28,12 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
+from scheduler.teams import Team, Teams
 from scheduler.types import Resources
+from workflows.teams_memo import new_durations, typical_seconds
 
 DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_STARVATION_SECONDS = 1800.0  # `sharing.starvation_after`: a waiting gang has its hosts held back after this
 USERS_MEMO = "users"  # the scheduler's memo key of the published user table
 MAX_PUBLISHED_USERS = 2_000  # rows in the memo (~100 bytes each): far below the 2 MB memo limit
 
@@ -46,19 +50,57 @@ class SharingSettings:
     half_life_hours: float = 6.0
     preemption_grace_seconds: float = DEFAULT_GRACE_SECONDS
     tpu_chip_hour_spot: float = -1.0  # a TPU chip-hour on spot capacity; < 0: as `tpu_chip_hour`
+    starvation_after_seconds: float = DEFAULT_STARVATION_SECONDS
+    # Teams (`sharing.teams`, scheduler.teams), one row each: [name, members, quota, borrowing_limit,
+    # lending_limit], resources as [cpu_millis, memory_bytes, gpus, tpus], a limit None when absent.
+    teams: list[list[Any]] = field(default_factory=list)
 
     @property
     def rates(self) -> Rates:
         spot = self.tpu_chip_hour_spot if self.tpu_chip_hour_spot >= 0 else None
         return Rates(self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour, spot)
 
-    def row(self) -> list[float]:
+    def row(self) -> list[Any]:
         return [self.default_credits, self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour,
-                self.half_life_hours, self.preemption_grace_seconds, self.tpu_chip_hour_spot]  # fmt: skip
+                self.half_life_hours, self.preemption_grace_seconds, self.starvation_after_seconds,
+                self.teams, self.tpu_chip_hour_spot]  # fmt: skip
 
     @classmethod
-    def from_row(cls, row: list[float] | None) -> SharingSettings:
-        return cls(*row) if row else cls()
+    def from_row(cls, row: list[Any] | None) -> SharingSettings:
+        if not row:
+            return cls()
+        extra: dict[str, Any] = {}
+        if len(row) > 7:  # a row from before teams has seven numbers
+            extra = {"starvation_after_seconds": float(row[7]), "teams": list(row[8]) if len(row) > 8 else []}
+        if len(row) > 9:  # and one from before spot rates, nine
+            extra["tpu_chip_hour_spot"] = float(row[9])
+        return cls(*row[:7], **extra)
+
+    def team_values(self) -> Teams:
+        """The teams as the pure scheduler's value (validated)."""
+        return teams_from_rows(self.teams)
+
+
+def _resources(row: list[int] | None) -> Resources | None:
+    return None if row is None else Resources(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+
+def teams_from_rows(rows: Iterable[list[Any]]) -> Teams:
+    """`SharingSettings.teams` rows as `scheduler.teams.Teams`."""
+    return Teams(tuple(
+        Team(str(name), tuple(members), _resources(quota) or Resources(), _resources(borrow), _resources(lend))
+        for name, members, quota, borrow, lend in rows
+    ))  # fmt: skip
+
+
+def fill_teams(share: pb.ShareInput, settings: SharingSettings) -> None:
+    """The teams and the starvation threshold into a snapshot's sharing part."""
+    share.starvation_seconds = settings.starvation_after_seconds
+    for name, members, quota, borrow, lend in settings.teams:
+        team = share.teams.add(name=name, members=members)
+        for target, row in ((team.quota, quota), (team.borrowing_limit, borrow), (team.lending_limit, lend)):
+            if row is not None:
+                target.cpu_millis, target.memory_bytes, target.gpus, target.tpus = row
 
 
 @dataclass
@@ -92,6 +134,8 @@ class Books:
     # What each scale group can still bring, as the autoscaler last said: rows of
     # [group, slices, hosts_per_slice, [cpu_millis, memory_bytes, gpus, tpus], attributes].
     headroom: list[list[Any]] = field(default_factory=list)
+    # How long recently finished attempts ran (seconds), for the queue's estimates; workflow memory only.
+    recent: deque[float] = field(default_factory=new_durations, compare=False)
 
     def __post_init__(self) -> None:
         if self.accounts.default_credits != self.settings.default_credits:
@@ -192,6 +236,8 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
     share.half_life_hours = s.half_life_hours
     share.rates.cpu_core_hour, share.rates.memory_gib_hour = s.cpu_core_hour, s.memory_gib_hour
     share.rates.gpu_hour, share.rates.tpu_chip_hour = s.gpu_hour, s.tpu_chip_hour
+    fill_teams(share, s)
+    share.typical_task_seconds = typical_seconds(books.recent)
     for account in books.accounts.users.values():
         share.users.add(user=account.user, balance=account.balance, used=account.used,
                         usage=account.usage.value, usage_as_of=account.usage.as_of)  # fmt: skip

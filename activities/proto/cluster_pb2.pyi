@@ -438,8 +438,22 @@ class ShareHeadroom(_message.Message):
     attributes: _containers.MessageMap[str, AttributeValue]
     def __init__(self, group: _Optional[str] = ..., slices: _Optional[int] = ..., hosts_per_slice: _Optional[int] = ..., host_capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ...) -> None: ...
 
+class ShareTeam(_message.Message):
+    __slots__ = ("name", "members", "quota", "borrowing_limit", "lending_limit")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    BORROWING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    LENDING_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    members: _containers.RepeatedScalarFieldContainer[str]
+    quota: Resources
+    borrowing_limit: Resources
+    lending_limit: Resources
+    def __init__(self, name: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., quota: _Optional[_Union[Resources, _Mapping]] = ..., borrowing_limit: _Optional[_Union[Resources, _Mapping]] = ..., lending_limit: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows")
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows", "teams", "starvation_seconds", "typical_task_seconds")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
@@ -447,6 +461,9 @@ class ShareInput(_message.Message):
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_FIELD_NUMBER: _ClassVar[int]
     ABSENT_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TEAMS_FIELD_NUMBER: _ClassVar[int]
+    STARVATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TYPICAL_TASK_SECONDS_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[ShareUser]
     default_credits: float
     running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
@@ -454,7 +471,10 @@ class ShareInput(_message.Message):
     half_life_hours: float
     headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
     absent_rows: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ...) -> None: ...
+    teams: _containers.RepeatedCompositeFieldContainer[ShareTeam]
+    starvation_seconds: float
+    typical_task_seconds: float
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ..., typical_task_seconds: _Optional[float] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs", "reservations", "now", "share")
@@ -541,8 +561,18 @@ class TimedOutTask(_message.Message):
     task_index: int
     def __init__(self, job_id: _Optional[str] = ..., task_index: _Optional[int] = ...) -> None: ...
 
+class QueueEntry(_message.Message):
+    __slots__ = ("job_id", "estimated_start", "basis")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_START_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    estimated_start: float
+    basis: str
+    def __init__(self, job_id: _Optional[str] = ..., estimated_start: _Optional[float] = ..., basis: _Optional[str] = ...) -> None: ...
+
 class SchedulingPlan(_message.Message):
-    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons", "evictions", "effective_bands", "batch_ends", "batched")
+    __slots__ = ("assignments", "timed_out", "pending_reasons", "reservation_holds", "reservation_reasons", "evictions", "effective_bands", "batch_ends", "batched", "queue")
     class PendingReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -573,6 +603,7 @@ class SchedulingPlan(_message.Message):
     EFFECTIVE_BANDS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ENDS_FIELD_NUMBER: _ClassVar[int]
     BATCHED_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     assignments: _containers.RepeatedCompositeFieldContainer[SchedulingAssignment]
     timed_out: _containers.RepeatedCompositeFieldContainer[TimedOutTask]
     pending_reasons: _containers.ScalarMap[str, str]
@@ -582,7 +613,8 @@ class SchedulingPlan(_message.Message):
     effective_bands: _containers.ScalarMap[str, str]
     batch_ends: _containers.RepeatedScalarFieldContainer[int]
     batched: bool
-    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ..., batch_ends: _Optional[_Iterable[int]] = ..., batched: _Optional[bool] = ...) -> None: ...
+    queue: _containers.RepeatedCompositeFieldContainer[QueueEntry]
+    def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ..., batch_ends: _Optional[_Iterable[int]] = ..., batched: _Optional[bool] = ..., queue: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ...) -> None: ...
 
 class WorkerList(_message.Message):
     __slots__ = ("workers",)

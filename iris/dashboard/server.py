@@ -61,6 +61,7 @@ from iris.dashboard.views import (
     task_counts,
     worker_state,
 )
+from iris.teams import QueueView, amounts, scheduler_memo, teams_from_memo, when
 from iris.types import JobState
 from iris.units import format_memory
 from iris.users import list_users
@@ -73,7 +74,7 @@ SAMPLE_SECONDS = 5.0
 """How often the queue depth is sampled for its picture (kept for the last hour)."""
 LOG_TAIL_LINES = 60
 TASKS_PER_PAGE = 100
-PAGES = ("actions", "queue", "jobs", "schedules", "users", "reservations", "workers", "fleet")
+PAGES = ("actions", "queue", "jobs", "schedules", "users", "teams", "reservations", "workers", "fleet")
 Handler = Callable[[web.Request], Awaitable[dict[str, Any]]]
 
 
@@ -117,6 +118,7 @@ class Dashboard:
         self._depth_loaded = False
         self.env = _environment()
         self.env.globals["sessions_url"] = self.sessions_url
+        self.env.globals["when"] = when
         self._sampler: asyncio.Task[None] | None = None
 
     def sessions_url(self, worker_id: str) -> str:
@@ -134,7 +136,8 @@ class Dashboard:
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),
-            ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/reservations", self.reservations),
+            ("/jobs/{job_id:.+}", self.job), ("/users", self.users), ("/teams", self.teams),
+            ("/reservations", self.reservations),
             ("/workers", self.workers), ("/workers/{worker_id}", self.worker), ("/fleet", self.fleet),
             ("/schedules", self.schedules),
         ):  # fmt: skip
@@ -258,8 +261,14 @@ class Dashboard:
         answer = await self.reads.queue()
         summary, snapshot = answer.summary, answer.snapshot
         queue = snapshot.queue
+        job_ids = snapshot.job_ids
+        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates (iris.teams)
+        if places.places and places.team_of_user:  # teams: the pass's own order (quota first) where it published it
+            rank = {job_id: row.position for job_id, row in places.places.items()}
+            queue = sorted(queue, key=lambda j: rank.get(j.job_id, len(rank) + 1))
+            job_ids = [j.job_id for j in queue]
         if text:  # positions of the matching jobs, then one page of them: only that page is read further
-            positions: Sequence[int] = [i for i, job_id in enumerate(snapshot.job_ids) if text in job_id]
+            positions: Sequence[int] = [i for i, job_id in enumerate(job_ids) if text in job_id]
         else:
             positions = range(len(queue))
         at = paginate(positions, parse_page(request.query.get("page")))
@@ -275,6 +284,8 @@ class Dashboard:
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),
                 "band": str(band), "asked": str(asked) if band != asked else "",
                 "user": job.user or (row.user if row else ""), "reason": row.pending_reason if row else "",
+                "team": places.team_of_user.get(job.user, "default") if places.team_of_user else "",
+                "place": places.places.get(job.job_id),
             })  # fmt: skip
         return {
             "template": "queue.html", "page": "queue", "title": "Queue", "summary": summary, "rows": rows,
@@ -341,6 +352,11 @@ class Dashboard:
         """The table the scheduler publishes in its memo (one describe, no query)."""
         return {"template": "users.html", "page": "users", "title": "Users",
                 "users": await list_users(self.reads.client)}  # fmt: skip
+
+    async def teams(self, request: web.Request) -> dict[str, Any]:
+        """The team table the scheduler publishes in its memo (one describe, no query)."""
+        return {"template": "teams.html", "page": "teams", "title": "Teams",
+                "teams": teams_from_memo(await scheduler_memo(self.reads.client)), "amounts": amounts}  # fmt: skip
 
     async def reservations(self, request: web.Request) -> dict[str, Any]:
         reservations = await self.reads.reservations()

@@ -1,0 +1,354 @@
+"""Teams and quotas: guaranteed capacity per team, borrowing what others leave idle, and reclaiming it.
+
+The rules (decided here and in the pass, carried out by the workflows)
+-----------------------------------------------------------------------
+- **Teams.** A team has members, a guaranteed `quota` (cpu, memory, gpus, tpu
+  chips), an optional `borrowing_limit` (how much beyond its quota it may use;
+  None: no limit) and an optional `lending_limit` (how much of its unused quota
+  others may use; None: all of it). A user belongs to at most one team; a user
+  in none is in the team `default`, whose quota is zero unless the config
+  defines a team of that name. Only the resources some team has a quota of are
+  accounted ("covered" resources, as Kueue calls them): a config that gives
+  quotas in cpu only does not make every job borrow memory.
+- **Quota first.** A pass walks the queue twice. First every team's work that
+  fits in its own quota (its running work plus what the pass placed for it
+  stays within the quota), in the usual order (band, fair share, submission);
+  a plain job may place part of its tasks there. Then the rest, borrowed work,
+  in the same order, each job only as far as its team's borrowing limit and
+  the capacity that may be borrowed allow. So a team's work within its quota
+  always runs before any other team's borrowed work.
+- **What may be borrowed.** Capacity no quota covers (the fleet's total beyond
+  the sum of quotas) plus, per team, its unused quota up to its lending limit,
+  less what is borrowed already.
+- **Which running work is borrowed.** A team's running units (a whole gang, or
+  one task of a plain job), oldest first, count against its quota; the first
+  unit that takes the team beyond its quota, and every newer one, is borrowed.
+  A team therefore never loses its oldest work within its quota to a reclaim.
+- **Reclaim.** A job that fits in its team's quota and finds no free room may
+  evict other teams' borrowed units, whatever their band except `production`,
+  through the same gang-aware search as band preemption
+  (`scheduler.preemption`): whole gangs, only when that makes the job fit, and
+  a team is evicted only while it is still over its quota (so reclaim stops
+  once the borrower is back within it). Inside a team, bands decide as before:
+  a job may evict its own team's work of a strictly lower band. Borrowed work
+  may evict only borrowed work (of a lower band), never work within a quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
+
+DEFAULT_TEAM = "default"
+DIMENSIONS = ("cpu", "memory", "gpus", "tpu")  # the config's keys, in Resources' order
+# A limit's value for a resource it does not name, per dimension (gpus and tpus travel as int32).
+UNLIMITED = (1 << 62, 1 << 62, (1 << 31) - 1, (1 << 31) - 1)
+Vector = list[int]
+
+
+def vector(r: Resources) -> Vector:
+    """A resource vector as a mutable list (cpu millis, memory bytes, gpus, tpu chips)."""
+    return [r.cpu_millis, r.memory_bytes, r.gpus, r.tpus]
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """One team: who is in it, what it is guaranteed, how far it may borrow and lend."""
+
+    name: str
+    members: tuple[str, ...] = ()
+    quota: Resources = Resources()  # noqa: RUF009 - frozen, so one shared default is safe
+    borrowing_limit: Resources | None = None  # None: no limit
+    lending_limit: Resources | None = None  # None: all of its unused quota
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"team name must be a non-empty string, got {self.name!r}")
+        if not all(isinstance(m, str) and m for m in self.members):
+            raise ValueError(f"team {self.name}: members must be non-empty strings, got {list(self.members)!r}")
+        if len(set(self.members)) != len(self.members):
+            raise ValueError(f"team {self.name}: a member is listed twice")
+
+
+@dataclass(frozen=True, slots=True)
+class Teams:
+    """Every configured team and who is in which; validated at construction."""
+
+    teams: tuple[Team, ...] = ()
+    team_of_user: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        names: set[str] = set()
+        members: dict[str, str] = {}
+        for team in self.teams:
+            if team.name in names:
+                raise ValueError(f"teams: {team.name!r} is defined twice")
+            names.add(team.name)
+            for user in team.members:
+                if user in members:
+                    raise ValueError(f"teams: {user!r} is a member of both {members[user]!r} and {team.name!r}")
+                members[user] = team.name
+        object.__setattr__(self, "team_of_user", members)
+
+    def __bool__(self) -> bool:
+        return bool(self.teams)
+
+    def team_of(self, user: str) -> str:
+        """The user's team: the one that lists them, else `default`."""
+        return self.team_of_user.get(user, DEFAULT_TEAM)
+
+    def get(self, name: str) -> Team:
+        """The team of that name; `default` (zero quota, no limits) when none is configured so."""
+        for team in self.teams:
+            if team.name == name:
+                return team
+        return Team(DEFAULT_TEAM if name == DEFAULT_TEAM else name)
+
+    def names(self, extra: Iterable[str] = ()) -> list[str]:
+        """Configured teams in config order, then `default` and any other name seen, sorted."""
+        out = [t.name for t in self.teams]
+        rest = sorted(set(extra) - set(out))
+        return out + rest
+
+    def covered(self) -> tuple[bool, bool, bool, bool]:
+        """Which dimensions some team has a quota of: only these are accounted."""
+        totals = [0, 0, 0, 0]
+        for team in self.teams:
+            for d, value in enumerate(vector(team.quota)):
+                totals[d] += value
+        return tuple(value > 0 for value in totals)  # type: ignore[return-value]
+
+
+NO_TEAMS = Teams()
+
+
+# A team's running unit, or several plain tasks of one job started at once:
+# (started, job id, 0, cpu, memory, gpus, tpus of one unit, units, their task indices: empty for a gang).
+Entry = tuple[float, str, int, int, int, int, int, int, tuple[int, ...]]
+
+
+def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> bool:
+    """Whether `used` exceeds `limit` in any covered dimension."""
+    return any(c and u > q for u, q, c in zip(used, limit, covered, strict=True))
+
+
+@dataclass(slots=True)
+class Borrowed:
+    """Which running units are borrowed: per team, every entry after its cut (started, job id), and of
+    the entry at the cut, all of it (`whole`) or the tasks in `some` (job id, task index)."""
+
+    cuts: dict[str, tuple[float, str]] = field(default_factory=dict)
+    whole: set[tuple[str, float]] = field(default_factory=set)
+    some: set[tuple[str, int]] = field(default_factory=set)
+
+    def __call__(self, team: str, job_id: str, started: float, task_index: int) -> bool:
+        cut = self.cuts.get(team)
+        if cut is None:
+            return False
+        key = (started, job_id)
+        if key != cut:
+            return key > cut
+        return (job_id, started) in self.whole or (job_id, task_index) in self.some
+
+
+def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> Borrowed:
+    """Each team's borrowed units, oldest first: the one that crosses its quota and every newer one.
+    Sorts the lists in place."""
+    dims = [d for d, c in enumerate(teams.covered()) if c]
+    out = Borrowed()
+    whole, some = out.whole, out.some
+    for name, entries in entries_by_team.items():
+        quota = vector(teams.get(name).quota)
+        entries.sort()
+        total = [0, 0, 0, 0]
+        for e in entries:
+            unit, k = (e[3], e[4], e[5], e[6]), e[7]
+            crossed = False
+            for d in dims:
+                if total[d] + unit[d] * k > quota[d]:
+                    crossed = True
+                    break
+            if not crossed:
+                total[0] += e[3] * k
+                total[1] += e[4] * k
+                total[2] += e[5] * k
+                total[3] += e[6] * k
+                continue
+            fits = k  # how many of the entry's units still fit within the quota
+            for d in dims:
+                if unit[d]:
+                    fits = min(fits, max(0, (quota[d] - total[d]) // unit[d]))
+            out.cuts[name] = (e[0], e[1])
+            if fits == 0:
+                whole.add((e[1], e[0]))
+            else:
+                some.update((e[1], index) for index in sorted(e[8])[fits:])
+            break
+    return out
+
+
+class TeamPass:
+    """Team accounting of one pass: usage per team, the borrowing pool, what each job may place.
+
+    `used` starts from the running work the snapshot lists and grows with every task the pass
+    places and shrinks with every unit it evicts; the pass asks `within_quota` and `borrow_room`
+    before it places a job and tells `placed` / `evicted` afterwards.
+    """
+
+    def __init__(
+        self, teams: Teams, workers: Sequence[WorkerSnapshot], running: Iterable[tuple[str, str, Resources, int]]
+    ) -> None:
+        """`running`: (job id, user, request, tasks) of the running work counted against quotas."""
+        self.teams = teams
+        self.covered = teams.covered()
+        self.used: dict[str, Vector] = {}
+        self.quota: dict[str, Vector] = {}
+        self.limit: dict[str, Vector | None] = {}
+        for team in teams.teams:
+            self._team(team.name)
+        for _, user, request, count in running:
+            used = self._team(teams.team_of(user))
+            for d, value in enumerate(vector(request)):
+                used[d] += value * count
+        cpu = mem = gpu = tpu = 0
+        for w in workers:
+            r = w.capacity if w.capacity is not None else w.free
+            cpu += r.cpu_millis
+            mem += r.memory_bytes
+            gpu += r.gpus
+            tpu += r.tpus
+        self.fleet = [cpu, mem, gpu, tpu]
+        self.dims = [d for d, c in enumerate(self.covered) if c]
+        self.available: Vector | None = None  # what may still be borrowed; set when the borrowing walk starts
+
+    def _team(self, name: str) -> Vector:
+        used = self.used.get(name)
+        if used is None:
+            team = self.teams.get(name)
+            used = self.used[name] = [0, 0, 0, 0]
+            self.quota[name] = vector(team.quota)
+            self.limit[name] = vector(team.borrowing_limit) if team.borrowing_limit is not None else None
+        return used
+
+    def team_of(self, user: str) -> str:
+        return self.teams.team_of(user)
+
+    def over_quota(self, team: str) -> bool:
+        """Whether the team uses more than its quota in a covered dimension now."""
+        return over(self._team(team), self.quota[team], self.covered)
+
+    def within_quota(self, team: str, request: Resources, count: int) -> int:
+        """How many of `count` tasks of `request` fit in the team's quota on top of what it uses."""
+        used, quota = self._team(team), self.quota[team]
+        return self._fit(used, quota, request, count)
+
+    def _fit(self, used: Sequence[int], cap: Sequence[int], request: Resources, count: int) -> int:
+        n = count
+        req = (request.cpu_millis, request.memory_bytes, request.gpus, request.tpus)
+        for d in self.dims:
+            r = req[d]
+            if r:
+                room = cap[d] - used[d]
+                if room < r * n:
+                    n = room // r if room > 0 else 0
+        return n
+
+    def start_borrowing(self) -> None:
+        """Set up the borrowing walk, once every team's work within its quota was placed.
+
+        What team T may still borrow is the capacity no quota covers, plus every *other* team's idle
+        quota up to its lending limit, less what all teams borrow beyond their quotas; T's own idle
+        quota is its own, not a loan. The sums over teams (`lendable`, `borrowed`) are kept as the walk
+        places and evicts, so each question is a few additions.
+        """
+        quotas = [0, 0, 0, 0]
+        for team in self.teams.teams:
+            for d, value in enumerate(vector(team.quota)):
+                quotas[d] += value
+        self.unquoted = [max(0, f - q) for f, q in zip(self.fleet, quotas, strict=True)]
+        self.lend_cap: dict[str, Vector | None] = {}
+        self.lendable = [0, 0, 0, 0]
+        self.borrowed = [0, 0, 0, 0]
+        for name in self.used:
+            lend = self.teams.get(name).lending_limit
+            self.lend_cap[name] = vector(lend) if lend is not None else None
+            self._count(name, 1)
+        self.available = [0, 0, 0, 0]  # marks the walk as started
+
+    def _lends(self, name: str) -> list[int]:
+        """What of the team's idle quota others may use now."""
+        used, quota = self._team(name), self.quota[name]
+        if name not in self.lend_cap:
+            lend = self.teams.get(name).lending_limit
+            self.lend_cap[name] = vector(lend) if lend is not None else None
+        cap = self.lend_cap[name]
+        idle = [max(0, q - u) for q, u in zip(quota, used, strict=True)]
+        return idle if cap is None else [min(i, c) for i, c in zip(idle, cap, strict=True)]
+
+    def _count(self, name: str, sign: int) -> None:
+        """Add (sign 1) or take out (-1) the team's share of the sums over teams."""
+        used, quota = self._team(name), self.quota[name]
+        lends = self._lends(name)
+        for d in range(4):
+            self.lendable[d] += sign * lends[d]
+            self.borrowed[d] += sign * max(0, used[d] - quota[d])
+
+    def borrow_room(self, team: str, request: Resources, count: int) -> tuple[int, str]:
+        """How many of `count` tasks the team may place beyond its quota now, and why not more ("" if all)."""
+        assert self.available is not None, "start_borrowing first"
+        used, quota, limit = self._team(team), self.quota[team], self.limit[team]
+        own = self._lends(team)
+        req = vector(request)
+        n = count
+        why = ""
+        for d in self.dims:
+            r = req[d]
+            if not r:
+                continue
+            mine = max(0, used[d] - quota[d])
+            # beyond its quota T may reach what others lend, less what the others borrow already
+            cap = quota[d] + self.unquoted[d] + self.lendable[d] - own[d] - (self.borrowed[d] - mine)
+            short = "no idle quota left to borrow"
+            if limit is not None and quota[d] + limit[d] < cap:
+                cap, short = quota[d] + limit[d], f"team {team} is at its borrowing limit"
+            room = cap - used[d]
+            fits = room // r if room > 0 else 0
+            if fits < n:
+                n, why = max(0, fits), f"{short} ({DIMENSIONS[d]})"
+        return n, why
+
+    def placed(self, team: str, request: Resources, count: int, borrowing: bool) -> None:
+        """Count `count` tasks of `request` placed for the team (and, once borrowing started, the sums)."""
+        if not count:
+            return
+        used = self._team(team)
+        walking = self.available is not None
+        if walking:
+            self._count(team, -1)
+        used[0] += request.cpu_millis * count
+        used[1] += request.memory_bytes * count
+        used[2] += request.gpus * count
+        used[3] += request.tpus * count
+        if walking:
+            self._count(team, 1)
+
+    def evicted(self, team: str, usage: Sequence[int]) -> None:
+        """A unit of the team is evicted: it no longer counts against its quota (nor the sums)."""
+        used = self._team(team)
+        walking = self.available is not None
+        if walking:
+            self._count(team, -1)
+        for d in range(4):
+            used[d] -= usage[d]
+        if walking:
+            self._count(team, 1)
+
+    def still_over(self, team: str, minus: Sequence[int]) -> bool:
+        """Whether the team is over its quota even without `minus` (units chosen but not yet evicted)."""
+        used, quota = self._team(team), self.quota[team]
+        return any(used[d] - minus[d] > quota[d] for d in self.dims)
+
+
+PRODUCTION = BAND_RANK[Band.PRODUCTION]

@@ -1,0 +1,137 @@
+"""Teams and quotas in one pass: quota first, borrowing within limits, reclaim of borrowed work."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import Band, PendingJob, Resources, ShareSnapshot, WorkerSnapshot, find_assignments
+from scheduler.teams import Team, Teams
+from tests.scheduler.sched_helpers import GIB, occupied, running
+
+HOST = Resources(1000, GIB, 0, 0)
+NOW = 10_000.0
+
+
+def hosts(slices: int = 2, per_slice: int = 8) -> list[WorkerSnapshot]:
+    """`slices` groups of identical one-cpu hosts (tpu-name s0, s1, ...)."""
+    return [
+        WorkerSnapshot(f"s{s}-w{i}", HOST, {"tpu-name": f"s{s}", "tpu-worker-id": i}, HOST)
+        for s in range(slices)
+        for i in range(per_slice)
+    ]
+
+
+def two_teams(**limits: Resources | None) -> Teams:
+    """Teams a (ana) and b (bo) with 8 cpu each."""
+    return Teams((
+        Team("a", ("ana",), Resources(8000), limits.get("a_borrow"), limits.get("a_lend")),
+        Team("b", ("bo",), Resources(8000), limits.get("b_borrow"), limits.get("b_lend")),
+    ))  # fmt: skip
+
+
+def gang(job_id: str, user: str, size: int = 8, band: Band = Band.INTERACTIVE) -> PendingJob:
+    return PendingJob(job_id, tuple(range(size)), HOST, group_by="tpu-name", band=band, user=user)
+
+
+def plain(job_id: str, user: str, tasks: int = 1, band: Band = Band.INTERACTIVE) -> PendingJob:
+    return PendingJob(job_id, tuple(range(tasks)), HOST, band=band, user=user)
+
+
+def test_a_lender_reclaims_borrowed_gang_whole_and_the_borrower_keeps_its_quota() -> None:
+    """A fills 16 hosts with two gangs; B's gang of 8 evicts A's newer (borrowed) gang whole, not the older one."""
+    fleet = hosts()
+    old = running("a/old", [w for w in fleet if w.worker_id.startswith("s0")], "interactive", "ana", HOST, 100.0)
+    new = running("a/new", [w for w in fleet if w.worker_id.startswith("s1")], "interactive", "ana", HOST, 200.0)
+    share = ShareSnapshot(now=NOW, running=[old, new], teams=two_teams())
+    result = find_assignments(occupied(fleet, old, new), [gang("b/train", "bo", band=Band.BATCH)], share=share)
+    assert [(e.job_id, e.task_indices) for e in result.evictions] == [("a/new", tuple(range(8)))]
+    assert "reclaimed by team b" in result.evictions[0].reason
+    assert {a.worker_id for a in result.assignments} == {f"s1-w{i}" for i in range(8)}
+    assert "evicting 8 interactive tasks of a/new" == result.pending_reasons["b/train"]
+
+
+def test_production_is_never_reclaimed() -> None:
+    """Borrowed production work stays; the lender waits with a reason."""
+    fleet = hosts()
+    old = running("a/old", fleet[:8], "interactive", "ana", HOST, 100.0)
+    new = running("a/new", fleet[8:], "production", "ana", HOST, 200.0)
+    share = ShareSnapshot(now=NOW, running=[old, new], teams=two_teams())
+    result = find_assignments(occupied(fleet, old, new), [gang("b/train", "bo")], share=share)
+    assert () == result.evictions
+    assert "b/train" in result.pending_reasons
+
+
+def test_work_within_quota_goes_before_borrowed_work_of_a_higher_band() -> None:
+    """With room for one, B's batch job within its quota beats A's production job beyond A's quota."""
+    fleet = hosts(1, 9)
+    mine = running("a/run", fleet[:8], "production", "ana", HOST, 100.0, coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[mine], teams=two_teams())
+    jobs = [plain("a/more", "ana", band=Band.PRODUCTION), plain("b/one", "bo", band=Band.BATCH)]
+    result = find_assignments(occupied(fleet, mine), jobs, share=share)
+    assert [("b/one", fleet[8].worker_id)] == [(a.job_id, a.worker_id) for a in result.assignments]
+    assert () == result.evictions  # a beyond-quota job never evicts work within another team's quota
+    assert "beyond team a's quota" in result.pending_reasons["a/more"]
+
+
+def test_borrowing_stops_at_the_borrowing_limit() -> None:
+    """A (quota 8, may borrow 3) gets 11 of 16 idle hosts."""
+    share = ShareSnapshot(now=NOW, teams=two_teams(a_borrow=Resources(3000)))
+    result = find_assignments(hosts(), [plain("a/sweep", "ana", 16)], share=share)
+    assert 11 == len(result.assignments)
+    assert "borrowing limit (cpu)" in result.pending_reasons["a/sweep"]
+
+
+def test_lending_stops_at_the_lending_limit() -> None:
+    """B lends at most 4 of its idle 8: A gets 12 of 16 hosts."""
+    share = ShareSnapshot(now=NOW, teams=two_teams(b_lend=Resources(4000)))
+    result = find_assignments(hosts(), [plain("a/sweep", "ana", 16)], share=share)
+    assert 12 == len(result.assignments)
+    assert "no idle quota left to borrow (cpu)" in result.pending_reasons["a/sweep"]
+
+
+def test_a_user_in_no_team_runs_on_borrowed_capacity_only() -> None:
+    """The default team has no quota: its job uses idle capacity and is reclaimed by a team that needs it."""
+    fleet = hosts(1, 8)
+    share = ShareSnapshot(now=NOW, teams=two_teams())
+    assert 8 == len(find_assignments(fleet, [plain("cy/x", "cy", 8)], share=share).assignments)
+    guest = running("cy/x", fleet, "interactive", "cy", HOST, 100.0, coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[guest], teams=two_teams())
+    result = find_assignments(occupied(fleet, guest), [plain("ana/y", "ana", 2, band=Band.BATCH)], share=share)
+    assert 2 == len(result.assignments)
+    assert ["cy/x"] == [e.job_id for e in result.evictions]
+    assert 2 == len(result.evictions[0].task_indices)
+
+
+def test_reclaim_stops_once_the_borrower_is_back_within_its_quota() -> None:
+    """A uses 10 of its 8 (2 borrowed); B needs 4: only the 2 borrowed tasks go, B places 2 and waits."""
+    fleet = hosts(1, 10)
+    work = running("a/run", fleet, "batch", "ana", HOST, 100.0, coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[work], teams=two_teams())
+    result = find_assignments(occupied(fleet, work), [plain("b/x", "bo", 4)], share=share)
+    assert [8, 9] == sorted(i for e in result.evictions for i in e.task_indices)  # the newest two are borrowed
+    assert 2 == len(result.assignments)
+
+
+def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:
+    """The same cluster without teams: a batch job evicts nobody (bands alone decide)."""
+    fleet = hosts()
+    old = running("a/old", fleet[:8], "interactive", "ana", HOST, 100.0)
+    new = running("a/new", fleet[8:], "interactive", "ana", HOST, 200.0)
+    share = ShareSnapshot(now=NOW, running=[old, new])
+    result = find_assignments(occupied(fleet, old, new), [gang("b/train", "bo", band=Band.BATCH)], share=share)
+    assert () == result.evictions
+
+
+@pytest.mark.parametrize(
+    ("teams", "message"),
+    [
+        (lambda: Teams((Team("a", ("ana",)), Team("a"))), "'a' is defined twice"),
+        (lambda: Teams((Team("a", ("ana",)), Team("b", ("ana",)))), "'ana' is a member of both 'a' and 'b'"),
+        (lambda: Team(""), "team name must be a non-empty string"),
+        (lambda: Team("a", ("ana", "ana")), "a member is listed twice"),
+    ],
+)
+def test_bad_teams_are_refused_with_a_reason(teams: object, message: str) -> None:
+    """Teams validate themselves: a clear error names what is wrong."""
+    with pytest.raises(ValueError, match=message):
+        teams()  # type: ignore[operator]

@@ -1,0 +1,32 @@
+"""The team table the scheduler publishes: use per team, what is borrowed, and who lent it."""
+
+from __future__ import annotations
+
+from iris.teams import QueueView, teams_from_memo
+from scheduler.teams import Team, Teams
+from scheduler.types import Resources
+from workflows.scheduler_state import Placement
+from workflows.teams_memo import TEAMS_MEMO, teams_memo
+
+TEAMS = Teams(
+    (Team("a", ("ana",), Resources(8000)), Team("b", ("bo",), Resources(8000), lending_limit=Resources(6000)))
+)
+
+
+def job(job_id: str, user: str, tasks: int) -> dict[str, Placement]:
+    return {
+        f"{job_id}/task-{i}": Placement(job_id, i, 0, f"w{i}", 1000, 1 << 20, 0, 0, user=user) for i in range(tasks)
+    }
+
+
+def test_a_borrowers_use_shows_as_borrowed_and_as_lent_by_the_idle_team() -> None:
+    """a runs 12 of a 16-core fleet under quotas of 8 + 8: 4 borrowed, lent by b; cy (no team) shows as default."""
+    jobs = [job("a/1", "ana", 8), job("a/2", "ana", 4), job("b/1", "bo", 1), job("cy/1", "cy", 1)]
+    rows = teams_memo(TEAMS, jobs, {"bo": 2}, [16000, 1 << 40, 0, 0])
+    table = {t.team: t for t in teams_from_memo({TEAMS_MEMO: rows})}
+    assert ["a", "b", "default"] == list(table)
+    assert (12.0, 4.0, 0.0) == (table["a"].used["cpu"], table["a"].borrowed["cpu"], table["a"].lent["cpu"])
+    assert (1.0, 0.0, 5.0, 2) == (table["b"].used["cpu"], table["b"].borrowed["cpu"], table["b"].lent["cpu"],
+                                  table["b"].pending_jobs)  # fmt: skip
+    assert (1.0, 1.0) == (table["default"].used["cpu"], table["default"].borrowed["cpu"])
+    assert "default" == QueueView.from_memo({TEAMS_MEMO: rows}).team_of_user.get("cy", "default")
