@@ -53,6 +53,7 @@ from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_ur
 from iris.deployment import build_id, deployment_config, promote
 from iris.gc_tuning import tune_for_controller
 from iris.payload_guard import GuardedRunner, PayloadGuard
+from iris.query_guard import query_guards
 from iris.temporal_setup import ensure_search_attributes
 from iris.types import JobState
 from iris.workflow_health import workflow_task_failure
@@ -165,7 +166,8 @@ def control_worker(
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
         workflow_runner=GuardedRunner(workflow_runner()),
-        interceptors=[PayloadGuard()],  # an unreadable signal is dropped and recorded, never a failed task
+        # An unreadable signal is dropped and recorded, never a failed task; the suite checks every query.
+        interceptors=[PayloadGuard(), *query_guards()],
         deployment_config=deployment_config(build),
     )
 

@@ -8,6 +8,7 @@ use, so suites that never ask for it never pay for it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -18,6 +19,10 @@ from iris import IrisClient
 from iris.config import parse_config
 from iris.local_cluster import LocalCluster
 from tests.support import Cluster
+
+# Every controller the suite starts checks that no query changes its workflow's state (iris/query_guard.py):
+# a query that did would make a replay decide differently (docs/reliability.md, "Replays").
+os.environ.setdefault("IRIS_QUERY_GUARD", "1")
 
 TEST_FLEET = {
     "local": {

@@ -6,7 +6,7 @@ so its successor starts cold and takes tasks and queries for a run it does not h
 sends registrations, losses, cordons, enqueues and releases, asks every query the scheduler answers, and
 registers hosts by update, at random moments from a seeded generator. At the end the whole history must
 replay with the current code, no workflow task may have failed, and no query may have changed the
-workflow's state (tests/query_guard.py, on both workers).
+workflow's state (iris/query_guard.py, on both workers).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from iris.controller import workflow_runner
 from iris.deployment import deployment_config, promote
-from tests.query_guard import QueryGuard
+from iris.query_guard import QueryGuard
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
 from workflows.scheduler_workflow import SchedulerWorkflow

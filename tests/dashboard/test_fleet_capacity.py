@@ -20,7 +20,7 @@ def test_fleet_page_shows_capacity_and_the_fallback() -> None:
     html = _environment().get_template("fleet.html").render(
         partial=False, pages=PAGES, ui=TemporalUI("http://127.0.0.1:8233"), refresh=REFRESH_SECONDS,
         rendered_at="now", page="fleet", title="Fleet", status=200, autoscaler=AutoscalerStatus(groups=[group]),
-        slices=Page(slices, None, 2), chart="", next_url="", first_url="",
+        slices=Page(slices, None, 2), chart="", next_url="", first_url="", viewer=None,
     )  # fmt: skip
     assert "spot fallback: 2 spot slices preempted within 1h" in html
     assert '<span class="capacity">spot</span>' in html

@@ -1,4 +1,7 @@
-"""A worker interceptor that fails any query which changes its workflow's state (tests only).
+"""A worker interceptor that fails any query which changes its workflow's state.
+
+Off in production; the test suite turns it on in every controller it starts (`IRIS_QUERY_GUARD=1`), so
+each query any test makes is checked.
 
 Queries are answered from whatever the worker holds, and a workflow the server asks while it holds no
 cached run is replayed to answer: a query that changed state would make the next decisions differ from
@@ -10,6 +13,7 @@ A handler may keep a cache of its own answer: such attributes are listed in the 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -28,11 +32,23 @@ class QueryChangedStateError(AssertionError):
     """A query handler changed the workflow's state."""
 
 
+MAX_NODES = 200_000  # a state bigger than this is not checked: the walk would cost a query too much
+
+
+class _TooBigError(Exception):
+    pass
+
+
 def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
-    """A comparable picture of `value`: nested containers, dataclasses, objects' attributes, protobufs."""
+    """A comparable picture of `value`: nested containers, dataclasses, objects' attributes, protobufs
+    (None for a value of more than MAX_NODES parts)."""
     seen: set[int] = set()
+    count = [0]
 
     def walk(v: Any, depth: int) -> Any:
+        count[0] += 1
+        if count[0] > MAX_NODES:
+            raise _TooBigError
         if v is None or isinstance(v, str | int | float | bool | bytes):
             return v
         if depth > 40 or id(v) in seen:
@@ -66,7 +82,10 @@ def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
         finally:
             seen.discard(id(v))
 
-    return walk(value, 0)
+    try:
+        return walk(value, 0)
+    except _TooBigError:
+        return None
 
 
 class _Inbound(WorkflowInboundInterceptor):
@@ -75,9 +94,14 @@ class _Inbound(WorkflowInboundInterceptor):
         skip = frozenset(getattr(type(instance), "QUERY_CACHES", ()))
         before = fingerprint(instance, skip)
         answer = await self.next.handle_query(input)
-        if fingerprint(instance, skip) != before:
+        if before is not None and fingerprint(instance, skip) != before:
             raise QueryChangedStateError(f"query {input.query!r} changed the state of {type(instance).__name__}")
         return answer
+
+
+def query_guards() -> list[Interceptor]:
+    """[QueryGuard()] when `IRIS_QUERY_GUARD=1` (the test suite's controllers), else none."""
+    return [QueryGuard()] if os.environ.get("IRIS_QUERY_GUARD") == "1" else []
 
 
 class QueryGuard(Interceptor):
