@@ -38,6 +38,7 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKER_SESSION, WorkerSe
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from activities.signals import coalescer
+from benchmarks.replays import replay_all
 from benchmarks.repo import REPO
 from iris.connection import connect_client
 from iris.local_cluster import free_port, temporal_binary, temporal_command
@@ -90,6 +91,8 @@ class ScaleFigures:
     # {"activations": n, "top": [[cpu ms, wall ms, what], ...]}, longest CPU first.
     scheduler_activations: dict[str, Any] = field(default_factory=dict)
     limits_hit: list[str] = field(default_factory=list)
+    replayed_runs: int = 0  # the scheduler's runs replayed on the current code (benchmarks.replays)
+    replay_failures: list[str] = field(default_factory=list)
 
     def report(self) -> str:
         cans = self.continue_as_new_bytes
@@ -120,6 +123,8 @@ class ScaleFigures:
             "  agent lost -> hosts unhealthy "
             + (f"{self.lost_detect_seconds:.1f} s" if self.lost_detect_seconds is not None else "not seen"),
             "  limits hit: " + ("; ".join(self.limits_hit) if self.limits_hit else "none"),
+            f"  history replays        {self.replayed_runs:8d}     scheduler runs replayed on the current code, "
+            f"{len(self.replay_failures)} failed" + "".join(f"\n    {f}" for f in self.replay_failures[:5]),
         ]
         return "\n".join(lines)
 
@@ -453,6 +458,8 @@ async def run_scale(
     figures.controller_peak_rss_mb = controller_peak_rss_mb(controller_pid)
     figures.pass_process_peak_rss_mb = children_peak_rss_mb(controller_pid)
     await read_histories(client, figures)
+    replays = await replay_all(client, types=("SchedulerWorkflow",), limit=100)  # every run, not a quiet one
+    figures.replayed_runs, figures.replay_failures = replays.replayed, replays.failures
     return figures
 
 

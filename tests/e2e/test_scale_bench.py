@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
-    """40 hosts in 4 agent sessions take 300 tasks; no limit is hit and a silent agent's hosts are lost.
+    """40 hosts in 4 agent sessions take 300 tasks; no limit is hit, a silent agent's hosts are lost, and every
+    scheduler run replays on the current code.
 
     The server suggests continue-as-new every 25 events here, so the scheduler's state travels packed
     between runs several times while it works.
@@ -29,3 +30,5 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert figures["lost_detect_seconds"] is not None  # the quiet agent's 10 hosts were reported lost
     assert "limits hit: none" in run.stdout
     assert figures["workflow_task_seconds"] and "longest workflow task" in run.stdout  # phase timing reported
+    assert figures["replayed_runs"] >= figures["runs"] - 1  # every scheduler run (the open one may have no task yet)
+    assert [] == figures["replay_failures"]
