@@ -16,7 +16,8 @@ job without them. Inside a tier the usual order holds (best fit, groups kept who
 Each tier is an ordinary `Feasibility` (hard constraints, taints and a prefix of the preferences,
 made hard), so it uses the class cache like any constraint list: evaluated once per worker class
 unless a constraint names a unique key, cached per pass, its buckets shared by every job with the
-same tier. A job without preferences never comes here.
+same tier. A tier with the same worker classes as the next wider one is dropped (a preference that
+every feasible worker meets costs no second walk). A job without preferences never comes here.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ def tiers(state: PassState, job: PendingJob, base: Feasibility) -> list[Feasibil
     found = cache.get(key)
     if found is None:
         wanted = [c.required() for c in job.preferences]
-        found = cache[key] = [state.feasibility_of((*base.constraints, *wanted[:n])) for n in range(len(wanted), 0, -1)]
+        kept: list[Feasibility] = []
+        wider = base.classes
+        for n in range(1, len(wanted) + 1):  # from the widest tier to the narrowest
+            tier = state.feasibility_of((*base.constraints, *wanted[:n]))
+            if tier.classes is not None and tier.classes == wider:
+                continue  # the same workers as the wider tier (a subset with equal classes): nothing to prefer
+            kept.append(tier)
+            wider = tier.classes
+        found = cache[key] = kept[::-1]
     return found
 
 
