@@ -21,6 +21,7 @@ from iris.cli_parsing import parse_pair, parse_value
 from iris.cli_ports import parse_port_range
 from iris.connection import TemporalSettings
 from iris.units import parse_cpu, parse_memory
+from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
 
 HealthPortOpt = Annotated[
     int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
@@ -70,6 +71,14 @@ def worker_serve(
                      help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
                           "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
     ] = None,
+    lease: Annotated[
+        float, typer.Option("--lease", envvar="IRIS_LEASE_SECONDS",
+                            help="seconds a task outlives the agent's last heartbeat Temporal recorded")
+    ] = DEFAULT_LEASE_SECONDS,
+    lease_margin: Annotated[
+        float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
+                            help="seconds a lost task's next attempt waits beyond the lease")
+    ] = DEFAULT_LEASE_MARGIN_SECONDS,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -95,6 +104,7 @@ def worker_serve(
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
         ports = parse_port_range(port_range)
+        leases = LeaseSettings(seconds=lease, margin_seconds=lease_margin)
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()
@@ -112,10 +122,11 @@ def worker_serve(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
         address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
+        lease=leases,
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
-        containerd_socket=containerd_socket,
+        containerd_socket=containerd_socket, lease_seconds=leases.seconds,
     )
     try:
         config.task_dir = (

@@ -31,6 +31,7 @@ class RuntimeOptions:
     - ``containerd_socket``: containerd's CRI socket.
     - ``container_python``: the interpreter on an image's PATH that runs shipped callables.
     - ``cri_log_dir``: where containerd writes task logs for the agent to follow (a path both see).
+    - ``lease_seconds``: the attempts' lease (docs/reliability.md); None: process tasks are not fenced.
     """
 
     worker_id: str
@@ -40,6 +41,7 @@ class RuntimeOptions:
     containerd_socket: str = DEFAULT_CONTAINERD_SOCKET
     container_python: str = "python3"
     cri_log_dir: Path | None = None
+    lease_seconds: float | None = None  # process tasks die this long after the agent's last recorded heartbeat
 
 
 def task_user(name: str) -> TaskUser | None:
@@ -68,7 +70,9 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         choices = ", ".join(r.value for r in RuntimeName)
         raise ValueError(f"--runtime: must be one of {choices}, got {name!r}") from None
     if runtime is RuntimeName.PROCESS:
-        return ProcessRuntime(ledger_dir=options.ledger_dir, run_as=task_user(options.task_user))
+        return ProcessRuntime(
+            ledger_dir=options.ledger_dir, run_as=task_user(options.task_user), lease_seconds=options.lease_seconds
+        )
     try:
         return _engine_runtime(runtime, options)
     except ModuleNotFoundError as exc:
