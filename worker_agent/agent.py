@@ -601,6 +601,7 @@ class WorkerAgent:
         try:
             async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
                 lease.progress = lambda: [PROCESS_STARTED, sampled.detail()]
+                lease.poke()
                 ended = await self.runtime.wait(handle)
                 if ended.fenced:
                     # Its agent stopped renewing the lease (cut off from Temporal, or frozen past it):

@@ -67,6 +67,7 @@ class AttemptLease:
         self.deadline = 0.0  # on lease_clock(): past it the attempt must be dead
         self.renew: Callable[[float], None] = lambda deadline: None
         self._renewed = asyncio.Event()
+        self._poked = asyncio.Event()
         self._token = activity.info().task_token
         self._told_sdk = False
 
@@ -91,7 +92,13 @@ class AttemptLease:
                 # cancel_requested...), which kills the task the usual way.
                 self._told_sdk = True
                 activity.heartbeat(*self.details())
-            await asyncio.sleep(self.settings.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self.settings.interval)
+            self._poked.clear()
+
+    def poke(self) -> None:
+        """Send the next heartbeat now (the task just started: the server should know at once)."""
+        self._poked.set()
 
     async def beat(self) -> Beat:
         """Send one heartbeat; when the server records it, renew the lease from when it was sent."""

@@ -357,6 +357,8 @@ class TaskWorkflow:
                 started = PROCESS_STARTED in cause.last_heartbeat_details
                 if not started:  # a dispatch failure (re-queued, no budget spent), not a lost worker
                     error = f"worker {worker_id} timed out ({kind}) before the task started"
+                    if fenced:
+                        error = f"{LEASE_EXPIRED_REASON} ({error})"
                     return TaskEvent.DISPATCH_FAILED, error, False
                 if fenced:
                     return TaskEvent.WORKER_LOST, f"{LEASE_EXPIRED_REASON} (worker {worker_id}, {kind})", started
