@@ -123,6 +123,8 @@ def expire(directory: Path, now: float) -> tuple[list[int], int]:
         # stays a zombie); reported once.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(lease.pgid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # a container's init, led group or not
+            os.kill(lease.pgid, signal.SIGKILL)
         marker = path.with_name(path.name + FENCED_SUFFIX)
         if not marker.exists():
             with contextlib.suppress(OSError):

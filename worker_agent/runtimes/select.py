@@ -86,8 +86,10 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
 
         try:
             return DockerRuntime(
-                worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
-            )
+                worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python,
+                lease_seconds=options.lease_seconds,
+                ledger_dir=options.ledger_dir / "containers" if options.ledger_dir is not None else None,
+            )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"--docker-host: {exc}") from None
     import grpc
