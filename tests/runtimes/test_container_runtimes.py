@@ -19,7 +19,7 @@ import pytest
 from activities.contracts import LEASE_EXPIRED_REASON
 from benchmarks.engines import PYTHON_IMAGE
 from tests.runtimes.conftest import make_engine_runtime
-from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskSpec, TaskStartError
+from worker_agent.runtimes.base import ContainerRuntime, LeasedRuntime, Mount, TaskExit, TaskSpec, TaskStartError
 from worker_agent.storage import LogStore
 
 PY = "/usr/local/bin/python3"
@@ -212,18 +212,23 @@ async def test_a_shipped_callable_runs_in_the_image_from_the_mounted_runner_code
     assert "iris task failed: ValueError: bad input in two lines" in log_store.read_lines("job-a", 0)
 
 
-async def test_a_docker_task_whose_lease_is_not_renewed_dies_by_the_watchdog(
-    request: pytest.FixtureRequest, log_store: LogStore, tmp_path: Path
+@pytest.mark.parametrize("engine", ["docker", "containerd"])
+async def test_a_container_whose_lease_is_not_renewed_dies_by_the_watchdog(
+    engine: str, request: pytest.FixtureRequest, log_store: LogStore, tmp_path: Path
 ) -> None:
-    """With a 1 s lease nobody renews, the lease watchdog kills the container through its init's host pid
+    """With a 1 s lease nobody renews, the lease watchdog kills the container through its process's host pid
     (not through the engine), and the exit says the lease expired; a renewed one runs on."""
     from worker_agent.lease_watchdog import lease_clock
-    from worker_agent.runtimes.docker import DockerRuntime
+    from worker_agent.runtimes.select import RuntimeOptions, make_runtime
 
-    engine = request.getfixturevalue("dockerd")
-    runtime = DockerRuntime(
-        worker_id=f"lease-{os.getpid()}", docker_host=engine.url, lease_seconds=1.0, ledger_dir=tmp_path / "leases"
-    )
+    found = request.getfixturevalue("dockerd" if engine == "docker" else "containerd")
+    options = RuntimeOptions(
+        worker_id=f"lease-{os.getpid()}", ledger_dir=tmp_path / "leases", lease_seconds=1.0,
+        docker_host=found.url if engine == "docker" else None,
+        containerd_socket=str(found.socket) if engine == "containerd" else "", cri_log_dir=tmp_path / "cri-logs",
+    )  # fmt: skip
+    runtime = make_runtime(engine, options)
+    assert isinstance(runtime, LeasedRuntime)
     spec = _spec(log_store, "import time; time.sleep(60)")
     try:
         renewed = await runtime.start(replace(spec, lease_deadline=lease_clock() + 30))

@@ -105,5 +105,6 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
         raise ValueError(f"--containerd-socket: no CRI answers at {options.containerd_socket} ({detail})") from None
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python,
-        log_dir=options.cri_log_dir,
+        log_dir=options.cri_log_dir, lease_seconds=options.lease_seconds,
+        ledger_dir=options.ledger_dir / "containers" if options.ledger_dir is not None else None,
     )
