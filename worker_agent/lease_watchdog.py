@@ -20,8 +20,9 @@ included), never set back, and still counting while the host is suspended (``CLO
 stops then, and a resumed host would think its leases fresh).
 
 Standard library only, started as ``python -m worker_agent.lease_watchdog DIR TICK`` with stdin a
-pipe the agent holds open: end of file means the agent is gone, and the watchdog then keeps
-enforcing the leases it finds until no leased group is left, and exits.
+pipe the agent holds open: end of file means the agent is gone, and the watchdog then enforces the
+leases of the groups that agent left until none of them is alive, and exits (a later agent with the
+same ledger has a watchdog of its own).
 """
 
 from __future__ import annotations
@@ -93,21 +94,21 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def expire(directory: Path, now: float) -> tuple[list[int], int]:
-    """SIGKILL every leased group in `directory` whose deadline is before `now`.
+def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[list[int], set[int]]:
+    """SIGKILL every leased group in `directory` (of `only`, if given) whose deadline is before `now`.
 
-    Returns the groups fenced for the first time and how many leased groups hold a lease still.
+    Returns the groups fenced for the first time and the leased groups that hold a lease still.
     A group whose leader was replaced by an unrelated process with the same number is left alone.
     """
     killed: list[int] = []
-    alive = 0
+    alive: set[int] = set()
     try:
         entries = list(directory.iterdir())
     except OSError:
         return killed, alive
     for path in entries:
         lease = read_lease(path)
-        if lease is None or lease.deadline <= 0:
+        if lease is None or lease.deadline <= 0 or (only is not None and lease.pgid not in only):
             continue
         if lease.ticks is not None:
             ticks = start_ticks(lease.pgid)
@@ -117,7 +118,7 @@ def expire(directory: Path, now: float) -> tuple[list[int], int]:
         if not _group_alive(lease.pgid):
             continue
         if now <= lease.deadline:
-            alive += 1
+            alive.add(lease.pgid)
             continue
         # Again on every tick while anything of it is left (a leader its frozen agent has not reaped
         # stays a zombie); reported once.
@@ -137,19 +138,22 @@ def main(argv: list[str] | None = None) -> int:
     """Enforce the leases in DIR every TICK seconds until the agent is gone and no leased group is left."""
     args = sys.argv[1:] if argv is None else argv
     directory, tick = Path(args[0]), float(args[1])
-    agent_alive = True
+    orphans: set[int] | None = None  # once the agent is gone: the groups it left, the only ones still watched
     while True:
-        killed, alive = expire(directory, lease_clock())
+        killed, alive = expire(directory, lease_clock(), orphans)
         for pgid in killed:
             print(f"iris lease watchdog: lease of process group {pgid} expired; killed", file=sys.stderr, flush=True)
-        if not agent_alive and not alive:
-            return 0
-        if agent_alive:
-            readable, _, _ = select.select([0], [], [], tick)
-            if readable and not os.read(0, 512):
-                agent_alive = False  # end of file: the agent is gone (its leases will not be renewed)
-        else:
+        if orphans is not None:
+            if not alive:
+                return 0
+            orphans = alive
             time.sleep(tick)
+            continue
+        readable, _, _ = select.select([0], [], [], tick)
+        if readable and not os.read(0, 512):
+            # End of file: the agent is gone; its leases will not be renewed. What a later agent with the same
+            # ledger starts is that agent's watchdog's to enforce.
+            orphans = alive
 
 
 if __name__ == "__main__":
