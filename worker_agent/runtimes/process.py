@@ -285,6 +285,8 @@ class ProcessGroupLedger:
         if self.directory is None:
             return killed
         for entry in self.directory.iterdir():
+            if entry.is_dir():
+                continue
             if entry.name.isdigit():
                 pgid = int(entry.name)
                 with contextlib.suppress(OSError, ValueError):

@@ -62,6 +62,11 @@ def shared_task_dir(name: str, options: RuntimeOptions) -> Path | None:
     return Path(tempfile.gettempdir()) / "iris-tasks" / options.worker_id.replace("/", "_")
 
 
+def _container_leases(options: RuntimeOptions) -> Path | None:
+    """Where a container runtime keeps its leases: beside the process ledger (which holds only its own entries)."""
+    return options.ledger_dir.parent / "container-leases" if options.ledger_dir is not None else None
+
+
 def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
     """The runtime called ``name``; ValueError naming the choices (or the engine's problem) otherwise."""
     try:
@@ -88,7 +93,7 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
             return DockerRuntime(
                 worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python,
                 lease_seconds=options.lease_seconds,
-                ledger_dir=options.ledger_dir / "containers" if options.ledger_dir is not None else None,
+                ledger_dir=_container_leases(options),
             )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"--docker-host: {exc}") from None
@@ -106,5 +111,5 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python,
         log_dir=options.cri_log_dir, lease_seconds=options.lease_seconds,
-        ledger_dir=options.ledger_dir / "containers" if options.ledger_dir is not None else None,
+        ledger_dir=_container_leases(options),
     )
