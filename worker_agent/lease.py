@@ -69,7 +69,6 @@ class AttemptLease:
         self._renewed = asyncio.Event()
         self._poked = asyncio.Event()
         self._token = activity.info().task_token
-        self._told_sdk = False
 
     def details(self) -> list[Any]:
         """What the next heartbeat carries."""
@@ -84,14 +83,16 @@ class AttemptLease:
         return self.deadline
 
     async def run(self) -> None:
-        """Beat and renew until cancelled."""
+        """Beat and renew until cancelled; each time, the SDK's own heartbeat too.
+
+        The SDK's core cancels an activity on its own when its heartbeat API has not been called for the
+        heartbeat timeout, and only its heartbeats bring the server's answer (cancel requested, not found)
+        to the activity: so it gets one per beat, which it forwards to the server as well (no more often
+        than its throttle). Those renew nothing here; they only make the server time the attempt out later.
+        """
         while True:
-            beat = await self.beat()
-            if beat in (Beat.STOP, Beat.GONE) and not self._told_sdk:
-                # The SDK's own heartbeat gets the same answer and cancels the activity (not_found,
-                # cancel_requested...), which kills the task the usual way.
-                self._told_sdk = True
-                activity.heartbeat(*self.details())
+            await self.beat()
+            activity.heartbeat(*self.details())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poked.wait(), self.settings.interval)
             self._poked.clear()

@@ -25,7 +25,7 @@ class LeaseSettings:
 
     seconds: float = DEFAULT_LEASE_SECONDS
     margin_seconds: float = DEFAULT_LEASE_MARGIN_SECONDS
-    interval: float = 2.0
+    interval: float = 3.0
 
     def __post_init__(self) -> None:
         if not self.seconds > 0:

@@ -167,3 +167,12 @@ def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_clust
     assert frozen_end - stopped_at < LEASE + 2.0  # the frozen member by its lease
     assert [] == _overlaps(records)
     assert {f"{job.job_id}/task-0": 1, f"{job.job_id}/task-1": 1} == _ends(records)
+
+
+def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_cluster: MakeCluster) -> None:
+    """A task running 3x the lease (and past the heartbeat timeout) on a healthy agent is renewed all along:
+    it runs once, uninterrupted."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1))
+    job = c.client.submit_command(["sleep", str(3 * LEASE)], resources=ONE_CPU)
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert (JobState.SUCCEEDED, 0, 0) == (status.state, status.tasks[0].attempt, status.tasks[0].preemption_count)

@@ -146,7 +146,7 @@ def test_fence_seconds_waits_out_what_the_heartbeat_timeout_did_not() -> None:
 def test_lease_settings_renew_several_times_per_lease_and_refuse_nonsense() -> None:
     """A short lease is renewed at least three times within it; a lease or margin out of range names itself."""
     assert 1.0 == LeaseSettings(seconds=3).interval
-    assert 2.0 == LeaseSettings(seconds=30).interval
+    assert 3.0 == LeaseSettings(seconds=30).interval
     with pytest.raises(ValueError, match="lease: must be > 0"):
         LeaseSettings(seconds=0)
     with pytest.raises(ValueError, match="lease margin"):
