@@ -6,12 +6,19 @@ from dataclasses import dataclass
 
 from activities.contracts import LEASE_KEY, LEASE_MARGIN_KEY
 
-__all__ = ["DEFAULT_LEASE_MARGIN_SECONDS", "DEFAULT_LEASE_SECONDS", "RENEWALS_PER_LEASE", "LeaseSettings"]
+__all__ = [
+    "DEFAULT_LEASE_MARGIN_SECONDS",
+    "DEFAULT_LEASE_SECONDS",
+    "MAX_LEASE_SECONDS",
+    "RENEWALS_PER_LEASE",
+    "LeaseSettings",
+]
 
 DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_LEASE_MARGIN_SECONDS = 2.0
 # A renewal must come several times per lease: one lost heartbeat must not cost a healthy task its life.
 RENEWALS_PER_LEASE = 3
+MAX_LEASE_SECONDS = 1800.0  # the task workflow waits out at most an hour (workflows.fencing): lease + margin fit
 
 
 @dataclass(frozen=True)
@@ -28,10 +35,11 @@ class LeaseSettings:
     interval: float = 3.0
 
     def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ValueError(f"lease: must be > 0 seconds, got {self.seconds}")
-        if not self.margin_seconds >= 0:
-            raise ValueError(f"lease margin: must be >= 0 seconds, got {self.margin_seconds}")
+        if not 0 < self.seconds <= MAX_LEASE_SECONDS:
+            raise ValueError(f"lease: must be > 0 and at most {MAX_LEASE_SECONDS:g} seconds, got {self.seconds}")
+        if not 0 <= self.margin_seconds <= MAX_LEASE_SECONDS:
+            raise ValueError(f"lease margin: must be >= 0 and at most {MAX_LEASE_SECONDS:g} seconds, "
+                             f"got {self.margin_seconds}")  # fmt: skip
         if not self.interval > 0:
             raise ValueError(f"lease interval: must be > 0 seconds, got {self.interval}")
         object.__setattr__(self, "interval", min(self.interval, self.seconds / RENEWALS_PER_LEASE))
