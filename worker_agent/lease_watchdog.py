@@ -151,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         readable, _, _ = select.select([0], [], [], tick)
         if readable and not os.read(0, 512):
-            # End of file: the agent is gone; its leases will not be renewed. What a later agent with the same
-            # ledger starts is that agent's watchdog's to enforce.
-            orphans = alive
+            # End of file: the agent is gone; its leases will not be renewed. The groups it left are those the
+            # ledger holds now (read again: it may have started one since the last look); what a later agent
+            # with the same ledger starts is that agent's watchdog's to enforce.
+            orphans = expire(directory, lease_clock())[1]
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_c
     print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
           f"(heartbeat timeout {HEARTBEAT:.0f} s, then {FENCE:g} s for the lease)")
     assert 0 == retried.failure_count
-    assert not pid_running(orphan)  # its agent is dead, but its lease ran out: the watchdog killed it
+    ledger = c.local.home / "agents" / "victim-0" / "running"
+    entries = {e.name: e.read_text() for e in ledger.iterdir()} if ledger.exists() else {}
+    assert not pid_running(orphan), entries  # its agent is dead, but its lease ran out: the watchdog killed it
     assert detection < HEARTBEAT + FENCE + SLACK
 
     final = job.wait(timeout=60)

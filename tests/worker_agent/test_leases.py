@@ -133,6 +133,29 @@ def test_the_watchdog_outlives_its_agent_and_kills_only_the_task_it_recorded(tmp
             process.wait()
 
 
+def test_a_task_started_just_before_its_agent_died_is_still_fenced(tmp_path: Path) -> None:
+    """The agent records a task and dies within the watchdog's tick: the watchdog, told of the death at
+    once, still finds the task and kills it at its deadline."""
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    watchdog = subprocess.Popen(
+        [sys.executable, "-m", "worker_agent.lease_watchdog", str(ledger), "5"],
+        stdin=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    task = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        time.sleep(0.5)  # the watchdog has looked at an empty ledger and waits its (long) tick
+        (ledger / str(task.pid)).write_text(f"\n{lease_clock() + LEASE!r}\n{start_ticks(task.pid)}\n")
+        assert watchdog.stdin is not None
+        watchdog.stdin.close()
+        assert -signal.SIGKILL == task.wait(timeout=10 * LEASE)
+        assert 0 == watchdog.wait(timeout=10)
+    finally:
+        for process in (task, watchdog):
+            process.kill()
+            process.wait()
+
+
 def test_fence_seconds_waits_out_what_the_heartbeat_timeout_did_not() -> None:
     """The wait after a heartbeat timeout is lease + margin - timeout (at least 0); no lease, no wait."""
     settings = LeaseSettings(seconds=10, margin_seconds=2)
