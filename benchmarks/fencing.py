@@ -133,7 +133,7 @@ class FencingRun:
         return self.report
 
     def _submit(self, client: IrisClient, index: int) -> None:
-        seconds = round(self.load_rng.uniform(2.0, 6.0), 1)
+        seconds = round(self.load_rng.uniform(4.0, 30.0), 1)  # many outlive a frozen agent's detection
         gang = self.load_rng.random() < 0.2
         argv = [sys.executable, str(self.script), str(self.runs / f"job-{index}"), str(seconds)]
         for attempt in range(30):  # the controller may be away for a moment: submit again
