@@ -272,6 +272,12 @@ class RunTaskInput:
 PROCESS_STARTED = "process-started"
 """`run_task`'s heartbeat detail once the task's process runs: a heartbeat timeout without it means the
 attempt never started anything, so the task workflow re-queues it as a dispatch failure."""
+LEASED = "leased"
+"""`run_task`'s heartbeat detail before the process starts: the attempt holds a lease (docs/reliability.md)."""
+LEASE_KEY = "lease_seconds"  # a heartbeat's lease detail: {LEASE_KEY: seconds, LEASE_MARGIN_KEY: seconds}
+LEASE_MARGIN_KEY = "lease_margin_seconds"
+LEASE_EXPIRED = "LeaseExpired"  # ApplicationError type of an attempt its agent's lease watchdog killed
+LEASE_EXPIRED_REASON = "lease expired: the worker stopped renewing it"
 
 
 @dataclass

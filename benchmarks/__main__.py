@@ -127,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.chaos import main as chaos_main
 
         return chaos_main(argv[1:])
+    if argv[:1] == ["fencing"]:  # frozen and killed agents and controllers: no attempt overlaps, none is lost
+        from benchmarks.fencing import main as fencing_main
+
+        return fencing_main(argv[1:])
     if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
         from benchmarks.scale import main as scale_main
 

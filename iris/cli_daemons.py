@@ -21,6 +21,7 @@ from iris.cli_parsing import parse_pair, parse_value
 from iris.cli_ports import parse_port_range
 from iris.connection import TemporalSettings
 from iris.units import parse_cpu, parse_memory
+from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
 
 HealthPortOpt = Annotated[
     int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
@@ -79,6 +80,14 @@ def worker_serve(
             "notice window when longer)",
         ),
     ] = 30.0,
+    lease: Annotated[
+        float, typer.Option("--lease", envvar="IRIS_LEASE_SECONDS",
+                            help="seconds a task outlives the agent's last heartbeat Temporal recorded")
+    ] = DEFAULT_LEASE_SECONDS,
+    lease_margin: Annotated[
+        float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
+                            help="seconds a lost task's next attempt waits beyond the lease")
+    ] = DEFAULT_LEASE_MARGIN_SECONDS,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -107,6 +116,7 @@ def worker_serve(
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
         ports = parse_port_range(port_range)
+        leases = LeaseSettings(seconds=lease, margin_seconds=lease_margin)
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()
@@ -126,10 +136,11 @@ def worker_serve(
         address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
         watch_notices=tpu_vm,  # a TPU VM's preemption/maintenance notices (auto: when $GCE_METADATA_HOST is set)
         notice_grace_seconds=notice_grace,
+        lease=leases,
     )
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
-        containerd_socket=containerd_socket,
+        containerd_socket=containerd_socket, lease_seconds=leases.seconds,
     )
     try:
         config.task_dir = (

@@ -37,6 +37,8 @@ from activities.coalescer import SignalCoalescer
 from activities.contracts import (
     CORDON_WORKERS,
     DEFAULT_PORT_RANGE,
+    LEASE_EXPIRED,
+    LEASE_EXPIRED_REASON,
     MAX_RELEASE_BATCH,
     PROCESS_STARTED,
     RELEASE_BATCH,
@@ -63,12 +65,15 @@ from worker_agent.bundles import Bundles
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
+from worker_agent.lease import AttemptLease
+from worker_agent.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.preemption import NOTICE_FILE_ENV, NOTICE_FILE_NAME, GcpNoticeWatcher, Notice
 from worker_agent.registration import describe_error as _describe
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
     ContainerRuntime,
+    LeasedRuntime,
     Mount,
     RuntimeName,
     TaskExit,
@@ -129,6 +134,8 @@ class AgentConfig:
     # is set); on one, every task gets SIGTERM and at least `notice_grace_seconds` before the SIGKILL.
     watch_notices: bool | None = None
     notice_grace_seconds: float = 30.0
+    # How long an attempt outlives this agent's last heartbeat Temporal recorded (docs/reliability.md).
+    lease: LeaseSettings = field(default_factory=LeaseSettings)
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
@@ -195,7 +202,7 @@ class WorkerAgent:
     def __init__(self, client: Client, config: AgentConfig, runtime: ContainerRuntime | None = None) -> None:
         self.client = client
         self.config = config
-        self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir)
+        self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir, lease_seconds=config.lease.seconds)
         self.session = uuid.uuid4().hex
         self.instance = uuid.uuid4().hex[:16]  # this process: names its session queue and its pollers
         self.blobs = open_blob_store(config.store_url)
@@ -513,6 +520,17 @@ class WorkerAgent:
         tlog = self.log.bind(job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt)
         if inp.worker_id != self.config.worker_id:
             raise ApplicationError(f"task for worker {inp.worker_id} reached {self.config.worker_id}")
+        fenced = isinstance(self.runtime, LeasedRuntime) and self.runtime.leases
+        lease = AttemptLease(self.client, self.config.lease, fenced=fenced)
+        beating = asyncio.create_task(lease.run())  # the first heartbeat goes out while the task is prepared
+        try:
+            return await self._run_leased(inp, lease, tlog)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+
+    async def _run_leased(self, inp: RunTaskInput, lease: AttemptLease, tlog: Any) -> RunTaskResult:
         late = _delivered_late()
         if late is not None:
             # The server handed the task to a poll this agent made before it was paused or cut
@@ -593,10 +611,10 @@ class WorkerAgent:
                     worker_id=self.config.worker_id, cpu_millis=inp.cpu_millis, memory_bytes=inp.memory_bytes,
                     mounts=mounts, runner_code=await self._runner_code(),
                 )  # fmt: skip
-                ended = await self._set_up(spec, inp, bundle, tlog) if inp.setup and bundle else None
+                ended = await self._set_up(spec, inp, bundle, lease, tlog) if inp.setup and bundle else None
                 usage = TaskUsage()
                 if ended is None:
-                    ended = await self._run(spec, inp, tlog, usage)
+                    ended = await self._run(spec, inp, lease, tlog, usage)
             if isinstance(ended, RunTaskResult):  # its setup failed (or was stopped by a notice)
                 return replace(ended, preempted=self._preempted.get(key, ""))
             if inp.result_blob:
@@ -621,7 +639,7 @@ class WorkerAgent:
                        run_seconds=usage.run_seconds, preempted=preempted)  # fmt: skip
 
     async def _set_up(
-        self, spec: TaskSpec, inp: RunTaskInput, bundle: Path, tlog: Any
+        self, spec: TaskSpec, inp: RunTaskInput, bundle: Path, lease: AttemptLease, tlog: Any
     ) -> TaskExit | RunTaskResult | None:
         """Run the job's setup commands once per job on this host, through the task's runtime.
 
@@ -632,7 +650,7 @@ class WorkerAgent:
                 return None
             script = " && ".join(f"({cmd})" for cmd in inp.setup)
             tlog.info("job_setup_started", commands=len(inp.setup))
-            ended = await self._run(replace(spec, argv=["/bin/sh", "-c", script]), inp, tlog)
+            ended = await self._run(replace(spec, argv=["/bin/sh", "-c", script]), inp, lease, tlog)
             if isinstance(ended, TaskExit) and ended.exit_code == 0:
                 self.bundles.mark_set_up(bundle)
                 return None
@@ -651,13 +669,16 @@ class WorkerAgent:
         return self._staged_runner
 
     async def _run(
-        self, spec: TaskSpec, inp: RunTaskInput, tlog: Any, usage: TaskUsage | None = None
+        self, spec: TaskSpec, inp: RunTaskInput, lease: AttemptLease, tlog: Any, usage: TaskUsage | None = None
     ) -> TaskExit | RunTaskResult:
-        """Start the task, heartbeat until it ends, kill it if the attempt is cancelled.
+        """Start the task under its lease, wait while the lease beats, kill it if the attempt is cancelled.
 
-        A task that cannot start is a result (the attempt's failure), not an exception. With
-        `usage`, the task's resource use is sampled into it while it runs.
+        The task starts only once Temporal has recorded a heartbeat of the attempt, with the lease
+        that heartbeat renewed: a task never runs on a lease the server could not have seen. A task
+        that cannot start is a result (the attempt's failure), not an exception. With `usage`, the
+        task's resource use is sampled into it while it runs.
         """
+        spec = replace(spec, lease_deadline=await lease.fresh() if lease.fenced else 0.0)
         try:
             handle = await self.runtime.start(spec)
         except (TaskStartError, ValueError) as err:
@@ -669,11 +690,21 @@ class WorkerAgent:
         began = time.monotonic()
         key = (inp.job_id, inp.task_index, inp.attempt)
         self._handles[key] = handle
+        runtime = self.runtime
+        if isinstance(runtime, LeasedRuntime):
+            lease.renew = lambda deadline: runtime.renew(handle, deadline)
         if self.notice is not None:  # the notice came while it was starting
             self._preempt(key, handle)
         try:
             async with sampling(self.runtime, handle, usage or TaskUsage()) as sampled:
-                ended = await self._wait_heartbeating(handle, sampled)
+                lease.progress = lambda: [PROCESS_STARTED, sampled.detail()]
+                lease.poke()
+                ended = await self.runtime.wait(handle)
+                if ended.fenced:
+                    # Its agent stopped renewing the lease (cut off from Temporal, or frozen past it):
+                    # the attempt is lost to the worker, not the task's fault.
+                    tlog.warning("task_lease_expired", exit_code=ended.exit_code)
+                    raise ApplicationError(LEASE_EXPIRED_REASON, type=LEASE_EXPIRED)
                 if ended.usage is not None:  # the runtime's account at the end: what sampling missed last
                     sampled.add(ended.usage.memory_bytes, ended.usage.cpu_seconds)
                 # What the attempt is charged for (resource-time), sent with its release.
@@ -690,7 +721,14 @@ class WorkerAgent:
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
             raise
+        except Exception:
+            # Whatever went wrong here, the attempt's process must not outlive its run_task: the task
+            # workflow may start the task elsewhere as soon as this reports.
+            await self.runtime.kill(handle, KILL_GRACE_SECONDS)
+            raise
         finally:
+            lease.renew = lambda deadline: None
+            lease.progress = lambda: [PROCESS_STARTED]
             if self._handles.get(key) is handle:
                 del self._handles[key]
             started.cancel()
@@ -710,19 +748,6 @@ class WorkerAgent:
         except Exception as err:  # Temporal unreachable, whatever the class: the workflow releases
             self.log.warning("release_signal_failed", job_id=inp.job_id, error=_describe(err))
             return False
-
-    async def _wait_heartbeating(self, handle: TaskHandle, usage: TaskUsage) -> TaskExit:
-        """Wait for the task, heartbeating with its use so far (read while it runs: `iris job summary`)."""
-        waiter = asyncio.ensure_future(self.runtime.wait(handle))
-        try:
-            while True:
-                activity.heartbeat(PROCESS_STARTED, usage.detail())
-                done, _ = await asyncio.wait({waiter}, timeout=HEARTBEAT_SECONDS)
-                if done:
-                    return waiter.result()
-        finally:
-            if not waiter.done():
-                waiter.cancel()
 
     async def _tell_started(self, inp: RunTaskInput) -> None:
         """Tell the job its task runs; off the task's path, failures only logged."""

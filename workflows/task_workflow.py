@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         DELIVER_SIGNALS,
         ENQUEUE,
         EVICT,
+        LEASE_EXPIRED,
+        LEASE_EXPIRED_REASON,
         PROCESS_STARTED,
         RELEASE,
         RUN_TASK,
@@ -48,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         result_blob_key,
         worker_task_queue,
     )
+    from workflows.fencing import fence_seconds
     from workflows.messages import Assigned, Claim, Enqueue, Evict, TaskInput, TaskResult, TaskRetrying, Unschedulable
     from workflows.states import TERMINAL_TASK_STATES, TaskState
     from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
@@ -273,6 +276,31 @@ class TaskWorkflow:
 
         await until_delivered(scheduler, ENQUEUE, request, still_waiting)
 
+    async def _fence(self, cause: BaseException | None, worker_id: str) -> bool:
+        """After a heartbeat timeout, wait until the attempt's lease has surely run out; whether it held one.
+
+        The agent renews the lease only with heartbeats the server recorded, so the attempt's
+        processes are dead `lease` after the last heartbeat the server saw; the server timed the
+        attempt out `heartbeat_timeout` after it. What is left of lease + margin is waited here, in
+        the server's own time (docs/reliability.md). Shielded: a kill arriving meanwhile (a gang
+        breaking up) must not let the job place the attempt again before its lease is gone.
+        """
+        if not (isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT):
+            return False
+        wait = fence_seconds(cause.last_heartbeat_details, HEARTBEAT_TIMEOUT.total_seconds())
+        if wait is None:
+            return False
+        if wait > 0:
+            workflow.set_current_details(
+                f"fencing attempt {self.attempt}: worker {worker_id} stopped renewing its lease; "
+                f"placing it again in {wait:g} s, once the lease has surely expired"
+            )
+            timer = asyncio.ensure_future(workflow.sleep(wait))
+            while not timer.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(timer)
+        return True
+
     async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
         worker_id = assigned.worker_id
@@ -316,6 +344,7 @@ class TaskWorkflow:
             result = await self._running
         except ActivityError as err:
             cause = err.cause
+            fenced = await self._fence(cause, worker_id)
             if self._evicted is not None and workflow.cancellation_reason() is None:
                 # Stopped for higher-band work by cancellation (the agent could not stop it with the grace).
                 return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", False
@@ -329,10 +358,16 @@ class TaskWorkflow:
                 started = PROCESS_STARTED in cause.last_heartbeat_details
                 if not started:  # a dispatch failure (re-queued, no budget spent), not a lost worker
                     error = f"worker {worker_id} timed out ({kind}) before the task started"
+                    if fenced:
+                        error = f"{LEASE_EXPIRED_REASON} ({error})"
                     return TaskEvent.DISPATCH_FAILED, error, False
+                if fenced:
+                    return TaskEvent.WORKER_LOST, f"{LEASE_EXPIRED_REASON} (worker {worker_id}, {kind})", started
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})", started
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down", False
+            if isinstance(cause, ApplicationError) and cause.type == LEASE_EXPIRED:
+                return TaskEvent.WORKER_LOST, f"{LEASE_EXPIRED_REASON} (worker {worker_id})", True
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
         finally:
             self._running = None

@@ -25,6 +25,8 @@ from iris import (
     get_job_info,
 )
 from tests.support import replay_run
+from worker_agent.lease_settings import LeaseSettings
+from workflows.fencing import fence_seconds
 from workflows.scheduler_carry import unpack
 from workflows.scheduler_state import SchedulerState
 from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
@@ -32,14 +34,17 @@ from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 
 HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
+# What a lost attempt waits beyond the heartbeat timeout for its lease to run out (agents' default lease).
+FENCE = fence_seconds([LeaseSettings().detail()], HEARTBEAT) or 0.0
 DISPATCH = DISPATCH_TIMEOUT.total_seconds()
 SLACK = 6.0  # a loaded 2-core machine: timers, workflow tasks and polls all add latency
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 
 
 def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_cluster: MakeCluster) -> None:
-    """A SIGKILLed agent's task is retried elsewhere as a preemption, and the agent restarted
-    with the same id re-registers and kills the task process it left behind."""
+    """A SIGKILLed agent's task is retried elsewhere as a preemption once its lease has run out; the task
+    process it left behind was killed by the lease watchdog meanwhile, and the agent restarted with the
+    same id registers again and takes work."""
     c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"))
     runs = c.work / "runs"
     script = (
@@ -58,12 +63,15 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_c
         task = c.status(job.job_id).tasks[0]
         return task if task.preemption_count >= 1 else None
 
-    retried = wait_until(preempted, timeout=HEARTBEAT + 3 * SLACK, interval=0.05, what="task seen as preempted")
+    retried = wait_until(preempted, timeout=HEARTBEAT + FENCE + 3 * SLACK, interval=0.05, what="task preempted")
     detection = time.monotonic() - killed_at
     print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
-          f"(heartbeat timeout {HEARTBEAT:.0f} s)")
+          f"(heartbeat timeout {HEARTBEAT:.0f} s, then {FENCE:g} s for the lease)")
     assert 0 == retried.failure_count
-    assert detection < HEARTBEAT + SLACK
+    ledger = c.local.home / "agents" / "victim-0" / "running"
+    entries = {e.name: e.read_text() for e in ledger.iterdir()} if ledger.exists() else {}
+    assert not pid_running(orphan), entries  # its agent is dead, but its lease ran out: the watchdog killed it
+    assert detection < HEARTBEAT + FENCE + SLACK
 
     final = job.wait(timeout=60)
     task = final.tasks[0]
@@ -72,7 +80,6 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_c
     )
     victim = c.workers()["victim-0"]
     assert (False, ()) == (victim.healthy, victim.running_tasks)
-    assert pid_running(orphan)  # its agent is dead: nobody could stop it yet
 
     later = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
     assert "spare-0" == later.wait(timeout=60).tasks[0].worker_id  # the dead worker gets no new work
@@ -81,7 +88,6 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_c
     c.local.start_worker(c.specs["victim-0"])
     wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim healthy again")
     print(f"agent restart -> healthy again: {time.monotonic() - restarted_at:.1f} s")
-    assert not pid_running(orphan)  # the new agent killed it before registering
     assert 2 == len(lines(runs))  # attempt 0 (killed) and attempt 1, nothing else
     pinned = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("role", "EQ", "victim")])
     assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id

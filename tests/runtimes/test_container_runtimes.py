@@ -7,16 +7,19 @@ the session (see conftest.py), the image is this interpreter in a minimal root f
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from activities.contracts import LEASE_EXPIRED_REASON
 from benchmarks.engines import PYTHON_IMAGE
 from tests.runtimes.conftest import make_engine_runtime
-from worker_agent.runtimes.base import ContainerRuntime, Mount, TaskExit, TaskSpec, TaskStartError
+from worker_agent.runtimes.base import ContainerRuntime, LeasedRuntime, Mount, TaskExit, TaskSpec, TaskStartError
 from worker_agent.storage import LogStore
 
 PY = "/usr/local/bin/python3"
@@ -207,3 +210,45 @@ async def test_a_shipped_callable_runs_in_the_image_from_the_mounted_runner_code
     assert 1 == failed.exit_code
     assert "ValueError: bad input in two lines" == read_task_error(failed_own, "result")
     assert "iris task failed: ValueError: bad input in two lines" in log_store.read_lines("job-a", 0)
+
+
+@pytest.mark.parametrize("engine", ["docker", "containerd"])
+async def test_a_container_whose_lease_is_not_renewed_dies_by_the_watchdog(
+    engine: str, request: pytest.FixtureRequest, log_store: LogStore, tmp_path: Path
+) -> None:
+    """With a 1 s lease nobody renews, the lease watchdog kills the container through its process's host pid
+    (not through the engine), and the exit says the lease expired; a renewed one runs on."""
+    from worker_agent.lease_watchdog import lease_clock
+    from worker_agent.runtimes.select import RuntimeOptions, make_runtime
+
+    found = request.getfixturevalue("dockerd" if engine == "docker" else "containerd")
+    options = RuntimeOptions(
+        worker_id=f"lease-{os.getpid()}", ledger_dir=tmp_path / "leases", lease_seconds=1.0,
+        docker_host=found.url if engine == "docker" else None,
+        containerd_socket=str(found.socket) if engine == "containerd" else "", cri_log_dir=tmp_path / "cri-logs",
+    )  # fmt: skip
+    runtime = make_runtime(engine, options)
+    assert isinstance(runtime, LeasedRuntime)
+    spec = _spec(log_store, "import time; time.sleep(60)")
+    try:
+        renewed = await runtime.start(replace(spec, lease_deadline=lease_clock() + 30))
+
+        async def renew() -> None:
+            while True:
+                runtime.renew(renewed, lease_clock() + 1.0)
+                await asyncio.sleep(0.2)
+
+        renewing = asyncio.ensure_future(renew())
+        ending = asyncio.ensure_future(runtime.wait(renewed))
+        began = lease_clock()
+        fenced = await runtime.start(replace(spec, lease_deadline=began + 1.0))
+        ended = await asyncio.wait_for(runtime.wait(fenced), timeout=20)
+        assert (True, LEASE_EXPIRED_REASON) == (ended.fenced, ended.reason)
+        assert lease_clock() - began < 10
+        await asyncio.sleep(1.5)
+        assert runtime.leases and not ending.done()  # renewed: still running
+        renewing.cancel()
+        await runtime.kill(renewed, 0)
+    finally:
+        await runtime.recover()
+        await runtime.close()

@@ -19,9 +19,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Final, NewType, Protocol
+from typing import BinaryIO, Final, NewType, Protocol, runtime_checkable
 
-from activities.contracts import RuntimeName
+from activities.contracts import LEASE_EXPIRED_REASON, RuntimeName
 
 __all__ = [
     "CONTAINER_PATH",
@@ -32,6 +32,7 @@ __all__ = [
     "LABEL_WORKER_ID",
     "ContainerRuntime",
     "FinishedTasks",
+    "LeasedRuntime",
     "Mount",
     "RecoveredTask",
     "RuntimeName",
@@ -41,6 +42,7 @@ __all__ = [
     "TaskStartError",
     "TaskStats",
     "container_environment",
+    "lease_expired_reason",
     "oom_reason",
     "runner_code_mounts",
     "signal_exit_code",
@@ -117,6 +119,8 @@ class TaskSpec:
     - ``mounts``: the task's own paths; a container sees these and nothing else of the host.
     - ``runner_code``: a host directory with a copy of the task runner's code for containers
       (see ``runner_code_mounts``); None mounts it from this process's own packages.
+    - ``lease_deadline``: when the attempt's lease runs out unless renewed, on the host's
+      ``lease_clock()`` (0: no lease); a runtime with leases kills the task then (``LeasedRuntime``).
     """
 
     argv: Sequence[str]
@@ -132,6 +136,7 @@ class TaskSpec:
     memory_bytes: int = 0
     mounts: Sequence[Mount] = ()
     runner_code: str | None = None
+    lease_deadline: float = 0.0
 
     def __post_init__(self) -> None:
         argv = tuple(self.argv)
@@ -152,6 +157,9 @@ class TaskSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"TaskSpec.{name} must be an integer >= 0, got {value!r}")
+        deadline = self.lease_deadline
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline < 0:
+            raise ValueError(f"TaskSpec.lease_deadline must be a number >= 0, got {self.lease_deadline!r}")
         mounts = tuple(self.mounts)
         if not all(isinstance(m, Mount) for m in mounts):
             raise ValueError("TaskSpec.mounts must hold Mount values")
@@ -193,6 +201,7 @@ class TaskExit:
     exit_code: int
     reason: str = ""
     oom_killed: bool = False
+    fenced: bool = False  # killed because the attempt's lease expired (its agent stopped renewing it)
     # What the task used in all, when the runtime still knows at its end; not part of how it ended.
     usage: TaskStats | None = field(default=None, compare=False)
 
@@ -249,6 +258,24 @@ class ContainerRuntime(Protocol):
         ...
 
 
+@runtime_checkable
+class LeasedRuntime(Protocol):
+    """A runtime that fences its tasks: something that is not the agent kills a task whose lease ran out.
+
+    The agent starts a task with ``TaskSpec.lease_deadline`` and moves the deadline with ``renew``
+    each time Temporal has recorded a heartbeat of the attempt (docs/reliability.md).
+    """
+
+    @property
+    def leases(self) -> bool:
+        """Whether this runtime's tasks are fenced (it may be built without leases)."""
+        ...
+
+    def renew(self, handle: TaskHandle, deadline: float) -> None:
+        """Move the task's lease to ``deadline`` on the host's ``lease_clock()``; nothing for a task gone."""
+        ...
+
+
 class FinishedTasks:
     """The exits of the last few hundred finished tasks, so a late ``kill`` of one returns its exit.
 
@@ -269,6 +296,11 @@ class FinishedTasks:
     def get(self, handle: TaskHandle) -> TaskExit | None:
         """The recorded exit of ``handle``, or None."""
         return self._exits.get(handle)
+
+
+def lease_expired_reason() -> str:
+    """The one-line end of a task killed because its agent stopped renewing the attempt's lease."""
+    return LEASE_EXPIRED_REASON
 
 
 def oom_reason(memory_bytes: int) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import secrets
 import shutil
@@ -50,10 +51,12 @@ from worker_agent.runtimes.base import (
     TaskStartError,
     TaskStats,
     container_environment,
+    lease_expired_reason,
     oom_reason,
     runner_code_mounts,
     signal_exit_code,
 )
+from worker_agent.runtimes.container_leases import ContainerLeases
 from worker_agent.runtimes.cri import cri_runtime_v1_pb2 as cri
 from worker_agent.runtimes.cri import cri_runtime_v1_pb2_grpc as cri_grpc
 from worker_agent.runtimes.cri_client import CriLogParser, channel_target
@@ -100,7 +103,12 @@ class ContainerdRuntime:
         python: str = "python3",
         log_dir: Path | None = None,
         pass_devices: bool = True,
+        lease_seconds: float | None = None,
+        ledger_dir: Path | None = None,
     ) -> None:
+        # With a lease, the lease watchdog kills the task's process group (the container's main process,
+        # which leads its own session) when its agent stops renewing it (container_leases).
+        self._leases = ContainerLeases(lease_seconds, ledger_dir) if lease_seconds is not None else None
         self._worker_id = worker_id
         self._socket = socket
         self._python = python
@@ -109,6 +117,16 @@ class ContainerdRuntime:
         self._channel: grpc.aio.Channel | None = None
         self._running: dict[TaskHandle, _Running] = {}
         self._finished = FinishedTasks()
+
+    @property
+    def leases(self) -> bool:
+        """Whether containers are fenced by their leases (with a lease, and an agent that sees the engine's pids)."""
+        return self._leases is not None and self._leases.enforced
+
+    def renew(self, handle: TaskHandle, deadline: float) -> None:
+        """Move the lease of ``handle``'s container to ``deadline`` (``lease_clock()``)."""
+        if self._leases is not None:
+            self._leases.renew(handle, deadline)
 
     @property
     def name(self) -> RuntimeName:
@@ -170,6 +188,12 @@ class ContainerdRuntime:
         pump.start()
         handle = TaskHandle(container_id)
         self._running[handle] = _Running(pod_id, container_id, spec.memory_bytes, log_dir, pump, exited)
+        if self._leases is not None and spec.lease_deadline:
+            with contextlib.suppress(grpc.aio.AioRpcError, KeyError, ValueError, TypeError):
+                status = await runtime.ContainerStatus(
+                    cri.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=_RPC_TIMEOUT_SECONDS
+                )
+                self._leases.add(handle, int(json.loads(status.info["info"])["pid"]), spec.lease_deadline)
         logger.debug("cri container started", container=container_id[:12], pod=pod_id[:12], task_id=spec.task_id)
         return handle
 
@@ -299,6 +323,8 @@ class ContainerdRuntime:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+        if self._leases is not None:
+            self._leases.close()
         for directory in (self._log_root, self._log_root.parent):
             with contextlib.suppress(OSError):
                 directory.rmdir()
@@ -326,6 +352,8 @@ class ContainerdRuntime:
                 running.finish = asyncio.ensure_future(self._collect(running))
         exit = await asyncio.shield(running.finish)
         self._running.pop(handle, None)
+        if self._leases is not None and self._leases.forget(handle):
+            exit = TaskExit(exit.exit_code, lease_expired_reason(), fenced=True)
         return self._finished.record(handle, exit)
 
     async def _collect(self, running: _Running) -> TaskExit:

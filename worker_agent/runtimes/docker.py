@@ -51,10 +51,12 @@ from worker_agent.runtimes.base import (
     TaskStartError,
     TaskStats,
     container_environment,
+    lease_expired_reason,
     oom_reason,
     runner_code_mounts,
     signal_exit_code,
 )
+from worker_agent.runtimes.container_leases import ContainerLeases
 
 __all__ = ["DockerRuntime", "accelerator_devices"]
 
@@ -106,6 +108,8 @@ class DockerRuntime:
         docker_host: str | None = None,
         python: str = "python3",
         pass_devices: bool = True,
+        lease_seconds: float | None = None,
+        ledger_dir: Path | None = None,
     ) -> None:
         try:
             # Each running task holds two long requests (its wait and its log stream): a pool sized
@@ -124,6 +128,18 @@ class DockerRuntime:
         self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="iris-docker")
         self._running: dict[TaskHandle, _Running] = {}
         self._finished = FinishedTasks()
+        # With a lease, the lease watchdog kills a container whose agent stopped renewing it (container_leases).
+        self._leases = ContainerLeases(lease_seconds, ledger_dir) if lease_seconds is not None else None
+
+    @property
+    def leases(self) -> bool:
+        """Whether containers are fenced by their leases (with a lease, and an agent that sees the engine's pids)."""
+        return self._leases is not None and self._leases.enforced
+
+    def renew(self, handle: TaskHandle, deadline: float) -> None:
+        """Move the lease of ``handle``'s container to ``deadline`` (``lease_clock()``)."""
+        if self._leases is not None:
+            self._leases.renew(handle, deadline)
 
     @property
     def name(self) -> RuntimeName:
@@ -192,6 +208,10 @@ class DockerRuntime:
         )
         pump.start()
         self._running[handle] = _Running(container_id, spec.memory_bytes, pump)
+        if self._leases is not None and spec.lease_deadline:
+            with contextlib.suppress(APIError, DockerException, KeyError, TypeError):
+                pid = int((await self._call(self._client.inspect_container, container_id))["State"]["Pid"])
+                self._leases.add(handle, pid, spec.lease_deadline)
         logger.debug("container started", container=container_id[:12], image=spec.image, task_id=spec.task_id)
         return handle
 
@@ -262,6 +282,8 @@ class DockerRuntime:
         """Close the engine connection and the thread pool; running containers are left alone."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()
+        if self._leases is not None:
+            self._leases.close()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -296,6 +318,8 @@ class DockerRuntime:
                 running.finish = asyncio.ensure_future(self._collect(running))
         exit = await asyncio.shield(running.finish)
         self._running.pop(handle, None)
+        if self._leases is not None and self._leases.forget(handle):
+            exit = TaskExit(exit.exit_code, lease_expired_reason(), fenced=True)
         return self._finished.record(handle, exit)
 
     async def _collect(self, running: _Running) -> TaskExit:

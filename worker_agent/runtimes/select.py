@@ -31,6 +31,7 @@ class RuntimeOptions:
     - ``containerd_socket``: containerd's CRI socket.
     - ``container_python``: the interpreter on an image's PATH that runs shipped callables.
     - ``cri_log_dir``: where containerd writes task logs for the agent to follow (a path both see).
+    - ``lease_seconds``: the attempts' lease (docs/reliability.md); None: process tasks are not fenced.
     """
 
     worker_id: str
@@ -40,6 +41,7 @@ class RuntimeOptions:
     containerd_socket: str = DEFAULT_CONTAINERD_SOCKET
     container_python: str = "python3"
     cri_log_dir: Path | None = None
+    lease_seconds: float | None = None  # process tasks die this long after the agent's last recorded heartbeat
 
 
 def task_user(name: str) -> TaskUser | None:
@@ -60,6 +62,11 @@ def shared_task_dir(name: str, options: RuntimeOptions) -> Path | None:
     return Path(tempfile.gettempdir()) / "iris-tasks" / options.worker_id.replace("/", "_")
 
 
+def _container_leases(options: RuntimeOptions) -> Path | None:
+    """Where a container runtime keeps its leases: beside the process ledger (which holds only its own entries)."""
+    return options.ledger_dir.parent / "container-leases" if options.ledger_dir is not None else None
+
+
 def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
     """The runtime called ``name``; ValueError naming the choices (or the engine's problem) otherwise."""
     try:
@@ -68,7 +75,9 @@ def make_runtime(name: str, options: RuntimeOptions) -> ContainerRuntime:
         choices = ", ".join(r.value for r in RuntimeName)
         raise ValueError(f"--runtime: must be one of {choices}, got {name!r}") from None
     if runtime is RuntimeName.PROCESS:
-        return ProcessRuntime(ledger_dir=options.ledger_dir, run_as=task_user(options.task_user))
+        return ProcessRuntime(
+            ledger_dir=options.ledger_dir, run_as=task_user(options.task_user), lease_seconds=options.lease_seconds
+        )
     try:
         return _engine_runtime(runtime, options)
     except ModuleNotFoundError as exc:
@@ -82,8 +91,10 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
 
         try:
             return DockerRuntime(
-                worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python
-            )
+                worker_id=options.worker_id, docker_host=options.docker_host, python=options.container_python,
+                lease_seconds=options.lease_seconds,
+                ledger_dir=_container_leases(options),
+            )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"--docker-host: {exc}") from None
     import grpc
@@ -99,5 +110,6 @@ def _engine_runtime(runtime: RuntimeName, options: RuntimeOptions) -> ContainerR
         raise ValueError(f"--containerd-socket: no CRI answers at {options.containerd_socket} ({detail})") from None
     return ContainerdRuntime(
         worker_id=options.worker_id, socket=options.containerd_socket, python=options.container_python,
-        log_dir=options.cri_log_dir,
+        log_dir=options.cri_log_dir, lease_seconds=options.lease_seconds,
+        ledger_dir=_container_leases(options),
     )

@@ -1,0 +1,178 @@
+"""Leases fence every attempt: an agent frozen (SIGSTOP) while its tasks run on never lets two attempts of a
+task overlap, for single tasks and for gangs (docs/reliability.md, "Leases").
+
+Each task appends `task attempt worker what time` records, fsynced, to a file outside the store while it
+runs; the attempts' spans, read back, must not overlap, and every task must end exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
+from workflows.task_workflow import HEARTBEAT_TIMEOUT
+
+from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
+
+LEASE = 5.0  # short, so the test is: the watchdog kills a frozen agent's task 5 s after its last renewal
+MARGIN = 2.0
+HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
+FROZEN = 3 * LEASE  # how long the agent stays stopped
+ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+
+RECORDER = """\
+import os, sys, time
+path, first_seconds = sys.argv[1], float(sys.argv[2])
+task, attempt, worker = os.environ["IRIS_TASK_ID"], os.environ["IRIS_ATTEMPT"], os.environ["IRIS_WORKER_ID"]
+fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def record(what):
+    os.write(fd, f"{task} {attempt} {worker} {what} {time.time():.3f}\\n".encode())
+    os.fsync(fd)
+record("start")
+until = time.monotonic() + (first_seconds if attempt == "0" else 2.0)
+while time.monotonic() < until:
+    time.sleep(0.1)
+    record("alive")
+record("end")
+"""
+
+
+@pytest.fixture(autouse=True)
+def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents of these clusters hold 5 s leases (the cluster's daemons inherit IRIS_* settings)."""
+    monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))
+    monkeypatch.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
+
+
+def _recorder(c: FaultCluster) -> tuple[list[str], Path]:
+    script = c.work / "recorder.py"
+    script.write_text(RECORDER)
+    records = c.work / "records"
+    return [sys.executable, str(script), str(records), "60"], records
+
+
+Span = tuple[float, float]
+
+
+def _spans(records: Path) -> dict[str, dict[str, Span]]:
+    """task -> attempt -> (first, last) record time."""
+    spans: dict[str, dict[str, Span]] = defaultdict(dict)
+    for line in lines(records):
+        task, attempt, _, _, at = line.split()
+        first, last = spans[task].get(attempt, (float(at), float(at)))
+        spans[task][attempt] = (min(first, float(at)), max(last, float(at)))
+    return spans
+
+
+def _overlaps(records: Path) -> list[str]:
+    """Every pair of attempts of one task whose spans overlap."""
+    found = []
+    for task, attempts in _spans(records).items():
+        ordered = sorted(attempts.items(), key=lambda item: item[1])
+        for (a, (_, a_end)), (b, (b_start, _)) in itertools.pairwise(ordered):
+            if b_start <= a_end:
+                found.append(f"{task}: attempt {a} ran until {a_end:.3f}, attempt {b} started {b_start:.3f}")
+    return found
+
+
+def _ends(records: Path) -> dict[str, int]:
+    ends: dict[str, int] = defaultdict(int)
+    for line in lines(records):
+        task, _, _, what, _ = line.split()
+        ends[task] += what == "end"
+    return dict(ends)
+
+
+def _first_worker(records: Path, task_suffix: str) -> str:
+    for line in lines(records):
+        task, attempt, worker, _, _ = line.split()
+        if task.endswith(task_suffix) and attempt == "0":
+            return worker
+    raise AssertionError(f"no record of {task_suffix}")
+
+
+def _freeze(c: FaultCluster, worker_id: str, seconds: float) -> float:
+    """SIGSTOP `worker_id`'s agent (its task processes run on) for `seconds`; when it was stopped."""
+    assert c.local.kill_process(worker_id, signal.SIGSTOP)
+    return time.time()
+
+
+def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
+    """An agent SIGSTOPped for 3x the lease (its task left running): the task is killed by the lease watchdog,
+    runs again elsewhere only after, is recorded as a preemption saying the lease expired, and succeeds once."""
+    c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f"), group("spare", cpu=2, pool="f"))
+    argv, records = _recorder(c)
+    job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    wait_until(lambda: len(lines(records)) >= 3, timeout=60, what="attempt 0 running")
+    assert "victim-0" == _first_worker(records, "task-0")  # best fit: the tighter worker takes it
+    stopped_at = _freeze(c, "victim-0", FROZEN)
+
+    def lease_expired() -> TaskStatus | None:
+        task = c.status(job.job_id).tasks[0]
+        return task if "lease expired" in task.error else None
+
+    try:
+        seen = wait_until(lease_expired, timeout=HEARTBEAT + LEASE + MARGIN + 20, interval=0.2, what="lease expiry")
+        reported = time.time() - stopped_at
+        assert (1, 0) == (seen.preemption_count, seen.failure_count)
+        assert seen.error.startswith("lease expired: the worker stopped renewing it")
+        time.sleep(max(0.0, stopped_at + FROZEN - time.time()))
+    finally:
+        c.local.kill_process("victim-0", signal.SIGCONT)
+    final = job.wait(timeout=90)
+    spans = next(iter(_spans(records).values()))
+    killed = spans["0"][1] - stopped_at
+    print(f"\nagent SIGSTOP -> attempt 0 killed {killed:.1f} s later (lease {LEASE:g} s); lease expiry "
+          f"reported {reported:.1f} s later; attempt 1 started {spans['1'][0] - stopped_at:.1f} s later")  # fmt: skip
+    assert JobState.SUCCEEDED == final.state
+    assert ("spare-0", 1) == (final.tasks[0].worker_id, final.tasks[0].attempt)
+    assert killed < LEASE + 2.0  # killed by its lease while the agent was still frozen
+    assert [] == _overlaps(records)
+    assert {f"{job.job_id}/task-0": 1} == _ends(records)
+
+
+def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_cluster: MakeCluster) -> None:
+    """A gang member's agent SIGSTOPped for 3x the lease: the whole gang moves to the other slice, and no
+    member of its second attempt starts before the last record of any member of the first."""
+    c: FaultCluster = make_cluster(group("a", cpu=1, count=2, slice="a"), group("b", cpu=1, count=2, slice="b"))
+    argv, records = _recorder(c)
+    job = c.client.submit_command(
+        argv, resources=ResourceSpec(cpu=1, memory="100m", replicas=2), coscheduling=CoschedulingConfig("slice")
+    )
+    wait_until(lambda: len({line.split()[0] for line in lines(records)}) == 2, timeout=60, what="gang running")
+    victim = _first_worker(records, "task-0")
+    stopped_at = _freeze(c, victim, FROZEN)
+    try:
+        wait_until(lambda: any(s.get("1") for s in _spans(records).values()), timeout=HEARTBEAT + LEASE + MARGIN + 30,
+                   interval=0.2, what="gang placed again")  # fmt: skip
+        time.sleep(max(0.0, stopped_at + FROZEN - time.time()))
+    finally:
+        c.local.kill_process(victim, signal.SIGCONT)
+    final = c.client.wait(job.job_id, timeout=90)
+    spans = _spans(records)
+    first_end = max(s["0"][1] for s in spans.values())
+    second_start = min(s["1"][0] for s in spans.values())
+    print(f"\ngang member's agent SIGSTOP -> first attempt gone {first_end - stopped_at:.1f} s later, "
+          f"second started {second_start - stopped_at:.1f} s later")  # fmt: skip
+    assert JobState.SUCCEEDED == final.state
+    assert first_end < second_start  # the surviving member is killed by its agent when the gang breaks
+    frozen_end = max(s["0"][1] for task, s in spans.items() if task.endswith("task-0"))
+    assert frozen_end - stopped_at < LEASE + 2.0  # the frozen member by its lease
+    assert [] == _overlaps(records)
+    assert {f"{job.job_id}/task-0": 1, f"{job.job_id}/task-1": 1} == _ends(records)
+
+
+def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_cluster: MakeCluster) -> None:
+    """A task running 3x the lease (and past the heartbeat timeout) on a healthy agent is renewed all along:
+    it runs once, uninterrupted."""
+    c: FaultCluster = make_cluster(group("cpu", cpu=1))
+    job = c.client.submit_command(["sleep", str(3 * LEASE)], resources=ONE_CPU)
+    status = job.wait(timeout=120, raise_on_failure=False)
+    assert (JobState.SUCCEEDED, 0, 0) == (status.state, status.tasks[0].attempt, status.tasks[0].preemption_count)

@@ -1,0 +1,131 @@
+"""An attempt's lease, renewed only by heartbeats Temporal has recorded (docs/reliability.md, "Leases").
+
+Why the agent sends `run_task`'s heartbeats itself rather than through ``activity.heartbeat()``: the
+SDK forwards those in the background and never says whether the server got them, and a lease may
+only be renewed by a heartbeat the server has recorded. The server times an attempt out
+``heartbeat_timeout`` after the last heartbeat it received; a renewal written as
+``(when that heartbeat was sent) + lease`` therefore never outlives what the server has seen by more
+than ``lease``, however long the agent is frozen, cut off or dead afterwards, and the task workflow
+waits that long (plus a margin) before the attempt runs elsewhere. The heartbeats are the ones the
+agent sent anyway (one every ``interval``): renewing costs no traffic of its own.
+
+What the server answers is handed back to the SDK where it must act: when the attempt was
+cancelled (or paused, or reset) or no longer exists, one ``activity.heartbeat()`` lets the SDK's own
+heartbeat learn it and cancel the activity the usual way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import structlog
+from temporalio import activity
+from temporalio.api.common.v1 import Payloads
+from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contracts import LEASED
+from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+from worker_agent.lease_watchdog import lease_clock
+
+__all__ = ["DEFAULT_LEASE_MARGIN_SECONDS", "DEFAULT_LEASE_SECONDS", "AttemptLease", "Beat", "LeaseSettings"]
+
+log = structlog.get_logger("iris.lease")
+
+
+class Beat(StrEnum):
+    """What the server made of one heartbeat."""
+
+    RECORDED = "recorded"  # renewed
+    STOP = "stop"  # recorded, and the attempt was cancelled, paused or reset: the SDK is told
+    GONE = "gone"  # the attempt no longer exists there (timed out, its workflow ended)
+    UNREACHABLE = "unreachable"  # no answer: not renewed
+
+
+class AttemptLease:
+    """Heartbeats one attempt to Temporal and renews its lease on each recorded heartbeat.
+
+    ``run()`` beats every ``settings.interval`` until cancelled. ``fresh()`` returns once a recorded
+    heartbeat left at least one interval of lease (start the task then, with ``deadline``);
+    ``renew`` is called with each new deadline (the runtime moves the task's lease). ``progress``
+    gives what the heartbeat says of the attempt (LEASED, then PROCESS_STARTED and its use so far);
+    with ``fenced`` (the runtime kills tasks whose lease ran out) every heartbeat also carries the
+    lease, which the task workflow waits out before it runs the attempt elsewhere.
+    """
+
+    def __init__(self, client: Client, settings: LeaseSettings, *, fenced: bool) -> None:
+        self.client = client
+        self.settings = settings
+        self.fenced = fenced
+        self.progress: Callable[[], Sequence[Any]] = lambda: [LEASED]
+        self.deadline = 0.0  # on lease_clock(): past it the attempt must be dead
+        self.renew: Callable[[float], None] = lambda deadline: None
+        self._renewed = asyncio.Event()
+        self._poked = asyncio.Event()
+        self._token = activity.info().task_token
+
+    def details(self) -> list[Any]:
+        """What the next heartbeat carries."""
+        progress = list(self.progress())
+        return [*progress, self.settings.detail()] if self.fenced else progress
+
+    async def fresh(self) -> float:
+        """Wait until a recorded heartbeat leaves at least one interval of lease; the deadline."""
+        while self.deadline - lease_clock() < self.settings.interval:
+            self._renewed.clear()
+            await self._renewed.wait()
+        return self.deadline
+
+    async def run(self) -> None:
+        """Beat and renew until cancelled; each time, the SDK's own heartbeat too.
+
+        The SDK's core cancels an activity on its own when its heartbeat API has not been called for the
+        heartbeat timeout, and only its heartbeats bring the server's answer (cancel requested, not found)
+        to the activity: so it gets one per beat, which it forwards to the server as well (no more often
+        than its throttle). Those renew nothing here; they only make the server time the attempt out later.
+        """
+        while True:
+            await self.beat()
+            activity.heartbeat(*self.details())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), self.settings.interval)
+            self._poked.clear()
+
+    def poke(self) -> None:
+        """Send the next heartbeat now (the task just started: the server should know at once)."""
+        self._poked.set()
+
+    async def beat(self) -> Beat:
+        """Send one heartbeat; when the server records it, renew the lease from when it was sent."""
+        details = self.details()
+        sent = lease_clock()
+        try:
+            payloads = await self.client.data_converter.encode(details)
+            request = RecordActivityTaskHeartbeatRequest(
+                task_token=self._token, details=Payloads(payloads=payloads),
+                identity=self.client.identity, namespace=self.client.namespace,
+            )  # fmt: skip
+            response = await self.client.workflow_service.record_activity_task_heartbeat(
+                request, retry=False, timeout=timedelta(seconds=max(self.settings.interval, 1.0))
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return Beat.GONE
+            log.warning("lease_heartbeat_failed", error=str(err), status=err.status.name)
+            return Beat.UNREACHABLE
+        except Exception as err:  # no answer at all (connection lost, timed out): not renewed
+            log.warning("lease_heartbeat_failed", error=str(err) or type(err).__name__)
+            return Beat.UNREACHABLE
+        self.deadline = max(self.deadline, sent + self.settings.seconds)
+        self._renewed.set()
+        with contextlib.suppress(OSError):  # the task is gone meanwhile: nothing left to renew
+            self.renew(self.deadline)
+        if response.cancel_requested or response.activity_paused or response.activity_reset:
+            return Beat.STOP
+        return Beat.RECORDED

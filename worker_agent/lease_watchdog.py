@@ -1,0 +1,161 @@
+"""The lease watchdog: kills a task's process group once its agent has stopped renewing the attempt's lease.
+
+Why a process of its own: a frozen agent (SIGSTOP, a hung kernel thread, a host swapping itself to
+death) cannot kill anything, and its task processes run on in their own sessions while the
+scheduler starts the attempt elsewhere. This process is not the agent, lives in a session of its
+own (a signal to the agent's process group does not reach it) and so cannot be frozen with it; it
+enforces what the agent last wrote and nothing else.
+
+The contract with the agent (``worker_agent.runtimes.process.ProcessGroupLedger`` writes it):
+one file per running task in the ledger directory, named by the task's process-group id, whose
+lines are the leader's start time as psutil reports it, the lease's deadline on this host's
+``CLOCK_BOOTTIME`` (``lease_clock()``; 0 or absent: no lease) and the leader's start time in clock
+ticks since boot (``/proc/PID/stat``, so a reused pid is never signalled). The agent replaces the
+file (write, then rename) each time Temporal has recorded a heartbeat of the attempt. When this
+host's clock passes a deadline, the group is SIGKILLed and ``<pgid>.fenced`` is created beside the
+entry, so the agent can say why the task died.
+
+The clock is ``CLOCK_BOOTTIME``: one kernel clock for every process on the host (containers
+included), never set back, and still counting while the host is suspended (``CLOCK_MONOTONIC``
+stops then, and a resumed host would think its leases fresh).
+
+Standard library only, started as ``python -m worker_agent.lease_watchdog DIR TICK`` with stdin a
+pipe the agent holds open: end of file means the agent is gone, and the watchdog then enforces the
+leases of the groups that agent left until none of them is alive, and exits (a later agent with the
+same ledger has a watchdog of its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Final, NamedTuple
+
+__all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "read_lease", "start_ticks"]
+
+FENCED_SUFFIX: Final = ".fenced"
+
+
+def lease_clock() -> float:
+    """Seconds on this host's CLOCK_BOOTTIME: the one clock leases are written and enforced in."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (``/proc/PID/stat`` field 22), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+class Lease(NamedTuple):
+    """One ledger entry as the watchdog reads it."""
+
+    pgid: int
+    deadline: float  # on lease_clock(); 0: the task holds no lease
+    ticks: int | None  # the leader's start in ticks since boot, when it was recorded
+
+
+def read_lease(path: Path) -> Lease | None:
+    """The entry at `path`, or None if it is not a ledger entry (or was replaced while being read)."""
+    if not path.name.isdigit():
+        return None
+    try:
+        lines = path.read_text().split("\n")
+    except OSError:
+        return None
+    try:
+        deadline = float(lines[1]) if len(lines) > 1 and lines[1].strip() else 0.0
+        ticks = int(lines[2]) if len(lines) > 2 and lines[2].strip() else None
+    except ValueError:
+        return None
+    return Lease(int(path.name), deadline, ticks)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[list[int], set[int]]:
+    """SIGKILL every leased group in `directory` (of `only`, if given) whose deadline is before `now`.
+
+    Returns the groups fenced for the first time and the leased groups that hold a lease still.
+    A group whose leader was replaced by an unrelated process with the same number is left alone.
+    """
+    killed: list[int] = []
+    alive: set[int] = set()
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return killed, alive
+    for path in entries:
+        lease = read_lease(path)
+        if lease is None or lease.deadline <= 0 or (only is not None and lease.pgid not in only):
+            continue
+        if lease.ticks is not None:
+            ticks = start_ticks(lease.pgid)
+            # A live process with this number that started at another time is not the task's leader.
+            if ticks is not None and ticks != lease.ticks:
+                continue
+        if not _group_alive(lease.pgid):
+            continue
+        if now <= lease.deadline:
+            alive.add(lease.pgid)
+            continue
+        # Again on every tick while anything of it is left (a leader its frozen agent has not reaped
+        # stays a zombie); reported once.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(lease.pgid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # a container's init, led group or not
+            os.kill(lease.pgid, signal.SIGKILL)
+        marker = path.with_name(path.name + FENCED_SUFFIX)
+        if not marker.exists():
+            with contextlib.suppress(OSError):
+                marker.touch()
+            killed.append(lease.pgid)
+    return killed, alive
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Enforce the leases in DIR every TICK seconds until the agent is gone and no leased group is left."""
+    args = sys.argv[1:] if argv is None else argv
+    directory, tick = Path(args[0]), float(args[1])
+    orphans: set[int] | None = None  # once the agent is gone: the groups it left, the only ones still watched
+    while True:
+        killed, alive = expire(directory, lease_clock(), orphans)
+        for pgid in killed:
+            print(f"iris lease watchdog: lease of process group {pgid} expired; killed", file=sys.stderr, flush=True)
+        if orphans is not None:
+            if not alive:
+                return 0
+            orphans = alive
+            time.sleep(tick)
+            continue
+        readable, _, _ = select.select([0], [], [], tick)
+        if readable and not os.read(0, 512):
+            # End of file: the agent is gone; its leases will not be renewed. The groups it left are those the
+            # ledger holds now (read again: it may have started one since the last look); what a later agent
+            # with the same ledger starts is that agent's watchdog's to enforce.
+            orphans = expire(directory, lease_clock())[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
