@@ -28,9 +28,11 @@ def test_health_and_metrics_follow_the_daemons_and_temporal(deployment: Deployme
     controller_port, worker_port = free_port(), free_port()
     d.controller("controller", controller_port)
     d.worker("w1", worker_port)
-    for port in (controller_port, worker_port):
+    ok_checks = {"temporal_reachable": True, "pollers_running": True}
+    controller_checks = {**ok_checks, "scheduler_workflow_task_ok": True}
+    for port, checks in ((controller_port, controller_checks), (worker_port, ok_checks)):
         _, body = wait_until(lambda p=port: (s := health(p))[0] == 200 and s, timeout=90, what="health 200")
-        assert {"status": "ok", "checks": {"temporal_reachable": True, "pollers_running": True}} == body
+        assert {"status": "ok", "checks": checks} == body
 
     client = IrisClient.connect(deployment.info.address, store=deployment.info.store_url)
     ok = client.submit_command(["python", "-c", "print(1)"], name="fine", resources=ResourceSpec(cpu=0.5))
