@@ -85,6 +85,7 @@ def slice_hosts(home: Path) -> dict[str, list[psutil.Process]]:
         try:
             env = p.environ()
             ours = env.get("IRIS_HOME") == str(home) and "IRIS_SLICE_ID" in env and p.pid == os.getpgid(p.pid)
+            ours = ours and "serve" in p.cmdline()  # the agent, not its lease watchdog (a session of its own)
             if ours and p.status() != psutil.STATUS_ZOMBIE:
                 found.setdefault(env["IRIS_SLICE_ID"], []).append(p)
         except (psutil.Error, OSError):
