@@ -180,8 +180,10 @@ class SliceActivities:
             info = await _platform_call(req.group, lambda p: p.describe(req.slice_id))
             if info is None or info.state != PlatformState.READY:
                 why = "is gone" if info is None else f"is {info.state.lower()}: {info.error}"
-                kind = SLICE_PREEMPTED if info is not None and info.state == PlatformState.PREEMPTED else SLICE_FAILED
-                raise ApplicationError(f"bootstrap failed: slice {req.slice_id} {why}", type=kind,
+                # A failure, whatever the platform calls it: its agents never registered (the local platform
+                # says PREEMPTED of exited processes), so the group backs off. A cloud's preemption while
+                # the slice is made is told apart in `wait_ready`.
+                raise ApplicationError(f"bootstrap failed: slice {req.slice_id} {why}", type=SLICE_FAILED,
                                        non_retryable=True)  # fmt: skip
             if time.monotonic() > deadline:
                 raise ApplicationError(
