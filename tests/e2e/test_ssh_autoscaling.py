@@ -157,7 +157,8 @@ def test_gcp_group_grows_for_a_tpu_gang_and_deletes_the_node_when_idle(fleet: Ss
     print(f"gcp slice: empty group -> gang done {ran - submitted:.1f} s; done -> node deleted {gone - ran:.1f} s")
     creates = [r for m, r in fleet.tpu.requests if m == "CreateNode"]
     assert 1 == len(creates)
-    assert {"iris-managed": "true", "iris-scale-group": "tpu-v4-16", "iris-slice-id": slice_id} == dict(
+    assert {"iris-managed": "true", "iris-scale-group": "tpu-v4-16", "iris-slice-id": slice_id,
+            "iris-capacity": "on_demand"} == dict(
         creates[0].node.labels
     )
     assert 1 == fleet.tpu.methods().count("DeleteNode")
