@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecution, WorkflowHistory
+from temporalio.client import Client, WorkflowExecution, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
@@ -197,3 +197,18 @@ async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") ->
         fixture = {"workflow_id": wf.id, "history": json.loads(history.to_json())}
         (Path(folder) / name).write_text(json.dumps(fixture))
     return history
+
+
+async def workflow_settled(handle: WorkflowHandle[Any, Any], timeout: float = 90) -> None:
+    """Wait until the workflow has nothing in flight: no activity and no workflow task pending or open.
+
+    A finished activity schedules the next workflow task in the same transaction, so this is never seen between.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        raw = (await handle.describe()).raw_description
+        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"still busy after {timeout} s")

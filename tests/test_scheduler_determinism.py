@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from activities.contracts import DELIVER_SIGNALS, Delivery, Release
@@ -24,7 +24,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from tests.support import workflows_on_dev_server
+from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -75,7 +75,7 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
     async with workflows_on_dev_server("sched-determinism", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         await _load(client, queue)
-        await _settled(handle)  # the last passes and replies
+        await workflow_settled(handle)  # the last passes and replies
         failures = [
             WorkflowTaskFailedCause.Name(e.workflow_task_failed_event_attributes.cause)
             async for e in handle.fetch_history_events()
@@ -88,20 +88,6 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
     result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
 
-
-async def _settled(handle: WorkflowHandle[Any, Any], timeout: float = 90) -> None:
-    """Wait until the workflow has nothing in flight: no activity and no workflow task pending or open.
-
-    A finished activity schedules the next workflow task in the same transaction, so this is never seen between.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        raw = (await handle.describe()).raw_description
-        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"still busy after {timeout} s")
 
 
 async def _healthy(client: Client, workflow_id: str) -> int:

@@ -45,7 +45,7 @@ from activities.signals import deliver_assignments, deliver_signals
 from iris.controller import workflow_runner
 from iris.deployment import deployment_config, promote
 from iris.query_guard import QueryGuard
-from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
+from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
 from workflows.scheduler_workflow import SchedulerWorkflow
 
@@ -156,7 +156,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int)
                     runs.append(asyncio.create_task(cached.run()))
                 await asyncio.sleep(rng.random() * 0.05)
             await driver.ask()
-            await _settled(handle)
+            await workflow_settled(handle)
             history = await handle.fetch_history()
             await handle.terminate("test done")
             await cached.shutdown()
@@ -179,17 +179,6 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int)
     result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
 
-
-async def _settled(handle: WorkflowHandle[Any, Any], timeout: float = 60) -> None:
-    """Until nothing is in flight: no activity and no workflow task pending or open."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        raw = (await handle.describe()).raw_description
-        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"still busy after {timeout} s")
 
 
 @workflow.defn(name="CountsItsQueries", sandboxed=False)
