@@ -14,7 +14,9 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from activities.contracts import (
@@ -65,6 +67,15 @@ def find_running_task(client: IrisClient, job_id: str, task_index: int) -> TaskS
     return task
 
 
+async def start_access(temporal: Client, inp: TaskAccessInput) -> WorkflowHandle[Any, TaskAccessResult]:
+    """Start the access workflow for `inp` (the CLI's path and the Iris API's in team mode alike)."""
+    return await temporal.start_workflow(
+        WORKFLOW, inp, id=f"iris-task-access-{inp.access_id}", task_queue=CONTROL_TASK_QUEUE,
+        result_type=TaskAccessResult,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, TASK_ACCESS_KIND)]),
+    )
+
+
 def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], object]) -> Outcome:
     """Run the access workflow for `inp`, passing its output to `output` as it comes; how it ended.
 
@@ -75,10 +86,7 @@ def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], obj
     workflow_id = f"iris-task-access-{inp.access_id}"
     temporal = client._async.temporal
     try:
-        handle = client._run(temporal.start_workflow(
-            WORKFLOW, inp, id=workflow_id, task_queue=CONTROL_TASK_QUEUE, result_type=TaskAccessResult,
-            search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, TASK_ACCESS_KIND)]),
-        ))  # fmt: skip
+        handle = client._run(start_access(temporal, inp))
         ended = asyncio.run_coroutine_threadsafe(handle.result(), client._loop.loop)
         try:
             return _stream(logs, inp.access_id, ended, output)

@@ -31,16 +31,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 from google.protobuf.message import DecodeError
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from activities.contracts import (
-    CONTROL_TASK_QUEUE,
     EXEC_IN_TASK,
-    KIND_ATTRIBUTE,
     PROFILE_TASK,
-    TASK_ACCESS_KIND,
     TaskAccessInput,
-    TaskAccessResult,
     profile_blob_key,
     task_access_log_url,
 )
@@ -55,6 +50,7 @@ from iris.client_async import AsyncIrisClient
 from iris.client_status import _job_status
 from iris.endpoints import job_endpoints
 from iris.submission import resolve_user
+from iris.task_access import start_access
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
 from worker_agent.storage import LogCursor
@@ -336,12 +332,7 @@ class IrisApi:
                               argv=[str(a) for a in body.get("argv", ())],
                               duration_seconds=float(body.get("duration", 0.0)))  # fmt: skip
         self.gate.audit(who, "profile" if profile else "exec", job_id, " ".join(inp.argv)[:200])
-        handle = await self.iris.temporal.start_workflow(
-            "TaskAccessWorkflow", inp, id=f"iris-task-access-{inp.access_id}", task_queue=CONTROL_TASK_QUEUE,
-            result_type=TaskAccessResult,
-            search_attributes=TypedSearchAttributes([SearchAttributePair(
-                SearchAttributeKey.for_keyword(KIND_ATTRIBUTE), TASK_ACCESS_KIND)]),
-        )  # fmt: skip
+        handle = await start_access(self.iris.temporal, inp)
         result = await handle.result()
         logs = open_log_store(task_access_log_url(self.iris.store_url))
         try:
