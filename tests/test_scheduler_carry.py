@@ -17,7 +17,7 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS
-from workflows.messages import CordonWorkers, Enqueue, RegisterResult
+from workflows.messages import CordonWorkers, Enqueue
 from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
 from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
@@ -183,9 +183,7 @@ async def test_signals_and_queries_while_the_state_loads(client_and_queue: tuple
     await handle.signal("cordon_workers", CordonWorkers(["w39"], True, "drain"))
     meta = pb.WorkerMetadata(worker_id="w40", agent_session="s2")
     meta.capacity.cpu_millis, meta.capacity.memory_bytes = 1000, 1 << 30
-    # Answered once the state is whole (its validator saw part of the registry; the handler checks again).
-    registered = await handle.execute_update("register_worker", meta, result_type=RegisterResult)
-    assert registered.accepted
+    await handle.signal("register_workers", pb.WorkerBatch(workers=[meta]))  # admitted once the state is whole
 
     expected = {f"run/task-{i}" for i in range(1, PLACED)} | {f"queued/task-{i}" for i in range(20)}
     expected |= {"late/task-0", "late/task-1"}
@@ -197,7 +195,7 @@ async def test_signals_and_queries_while_the_state_loads(client_and_queue: tuple
     workers = {w.worker_id: w for w in (await handle.query("workers", result_type=pb.WorkerList)).workers}
     assert workers["w39"].cordoned and not workers["w39"].running_tasks and "w40" in workers
 
-    # The signals were delivered while the run was still loading: before the pause ahead of its last
+    # The four signals (the registration too) were delivered while the run was still loading: before the pause ahead of its last
     # loading step (the first pass comes after one more pause; the passes' activities come later).
     events = [e async for e in handle.fetch_history_events()]
     scheduled = {
@@ -205,7 +203,7 @@ async def test_signals_and_queries_while_the_state_loads(client_and_queue: tuple
     }
     pauses = [e.event_id for e in events if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled]
     signals = [e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
-    assert len(pauses) > 20 and len(signals) == 3 and max(signals) < pauses[-2]
+    assert len(pauses) > 20 and len(signals) == 4 and max(signals) < pauses[-2]
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 Two workers serve it on one queue: one keeps no workflow in its cache (`max_cached_workflows=0`: every task
 and every query replays the history), the other caches and is restarted now and then, as a controller is,
 so its successor starts cold and takes tasks and queries for a run it does not hold. Meanwhile the test
-sends registrations, losses, cordons, enqueues and releases, asks every query the scheduler answers, and
-registers hosts by update, at random moments from a seeded generator. At the end the whole history must
+sends registrations, losses, cordons, enqueues and releases and asks every query the scheduler answers, at
+random moments from a seeded generator. At the end the whole history must
 replay with the current code, no workflow task may have failed, and no query may have changed the
 workflow's state (iris/query_guard.py, on both workers).
 """
@@ -16,6 +16,7 @@ import concurrent.futures
 import os
 import random
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,7 +52,7 @@ from workflows.scheduler_workflow import SchedulerWorkflow
 
 SEEDS = [int(s) for s in os.environ.get("IRIS_INTERLEAVING_SEEDS", "7,1234").split(",")]
 STEPS = 160
-NON_DETERMINISTIC = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR
+UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
 FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
@@ -85,7 +86,7 @@ class Driver:
 
     async def step(self, i: int) -> None:
         rng, h = self.rng, self.handle
-        action = rng.choice(["register", "register", "lost", "cordon", "enqueue", "enqueue", "release", "update"])
+        action = rng.choice(["register", "register", "lost", "cordon", "enqueue", "enqueue", "release", "register"])
         if action == "register":
             agent, session = rng.randrange(6), f"s{i}"
             batch = pb.WorkerBatch(reply_to=f"no-such-agent-{i}")  # an answer to nobody is dropped
@@ -105,10 +106,6 @@ class Driver:
             await h.signal("enqueue", Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0}))
         elif action == "release" and self.jobs:
             await h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
-        elif action == "update":
-            session = f"u{i}"
-            self.sessions[f"a9-h{i % 3}"] = session
-            await h.execute_update("register_worker", _host(9, i % 3, session))
 
     async def ask(self) -> None:
         """One query of every kind the scheduler answers, in a random order."""
@@ -130,8 +127,8 @@ class Driver:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_random_interleavings_replay_and_queries_change_nothing(seed: int) -> None:
-    """Signals, updates, queries, cache misses and worker restarts in a seeded random order: the history
+async def test_random_interleavings_replay_and_queries_change_nothing(seed: int, tmp_path: Path) -> None:
+    """Signals, queries, cache misses and worker restarts in a seeded random order: the history
     replays, no workflow task failed, and no query changed the scheduler's state."""
     rng = random.Random(seed)
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
@@ -158,6 +155,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int)
             await driver.ask()
             await workflow_settled(handle)
             history = await handle.fetch_history()
+            (tmp_path / "history.json").write_text(history.to_json())  # what a failure below is read from
             await handle.terminate("test done")
             await cached.shutdown()
             await uncached.shutdown()
@@ -165,16 +163,16 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int)
                 run.cancel()
     finally:
         await env.shutdown()
-    # No task failed as non-deterministic. (Under load the SDK's core has failed a task of an uncached run
-    # with "Fatal error in workflow machines: Attempted to check for LA marker handling in invalid state";
-    # the task is retried and the run goes on: a core issue, not a decision of Iris's.)
-    nondeterministic = [
+    # No workflow task failed, but for a signal that came while one ran (the server asks for another): not
+    # as non-deterministic, and not in the SDK's core either (a local activity run outside any task once
+    # failed the next one: "Attempted to check for LA marker handling in invalid state").
+    failed = [
         e.workflow_task_failed_event_attributes.failure.message
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        and e.workflow_task_failed_event_attributes.cause == NON_DETERMINISTIC
+        and e.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
     ]
-    assert [] == nondeterministic
+    assert [] == failed
     assert [] == driver.query_failures
     result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None

@@ -121,12 +121,6 @@ class WorkerLost:
 
 
 @dataclass
-class RegisterResult:
-    accepted: bool
-    reason: str = ""
-
-
-@dataclass
 class TaskRetrying:
     """A task goes back to the queue; the job updates its table."""
 

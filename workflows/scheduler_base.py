@@ -124,7 +124,7 @@ class SchedulerBase:
     async def _pause(self) -> None:  # SchedulerWorkflow: the rest in a workflow task of its own
         raise NotImplementedError
 
-    async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:  # Deliveries
+    async def _deliver(self, deliveries: list[Delivery]) -> list[int]:  # Deliveries
         raise NotImplementedError
 
     def _reservations_lost(self, worker_ids: set[str]) -> None:  # Reserving

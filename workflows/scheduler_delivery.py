@@ -1,8 +1,15 @@
 """The scheduler workflow's deliveries: assignments, timeouts, pending reasons and registration answers.
 
-Signals go out through activities (deliver_signals, deliver_assignments), never as signal commands:
-only a small, urgent batch goes by local activity (it is the latency path), everything else by a
-regular activity, so no workflow task stays open while thousands of signals are sent.
+Signals go out through regular activities (deliver_signals, deliver_assignments), never as signal
+commands and never by local activity: no workflow task stays open while signals are sent, and the
+run's history records each delivery as a command the next task can only agree with.
+
+Why not a local activity, even for the small urgent batches of the submit-to-running path: a local
+activity runs inside a workflow task, so a controller that answers a query on a run it did not hold
+(docs/reliability.md, "Replays") ran one outside any task and kept the run in its cache ahead of
+history; its next task then failed ("Attempted to check for LA marker handling in invalid state") and
+queries waited on it. The same deliveries as regular activities start eagerly on the controller that
+completes the task (the SDK's eager activity start), which keeps the latency within a few milliseconds.
 """
 
 from __future__ import annotations
@@ -35,11 +42,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_network import announce_batches
     from workflows.scheduler_state import PendingEntry
 
-# Registration replies, pending reasons and big announce batches are sent by a regular activity. A
-# local activity keeps the workflow task open while it runs; when deliveries are slow (a loaded
-# server, thousands of them) and more than ~100 signals arrive meanwhile, the server force-closes
-# the task and everything it did is redone.
-LOCAL_DELIVERY_MAX = 100  # an announce batch this small still goes by local activity: it is the latency path
 # How long a late assignment waits for its task in the background. A task still not there then
 # (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
 # whenever it comes; its place is given back meanwhile.
@@ -53,12 +55,8 @@ ANNOUNCE_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
 
-async def _delivery(name: str, args: list[Any], result_type: type[T], *, local: bool) -> T:
-    """Run a delivery activity: local (no workflow task for its reply, 60 s) or regular (120 s)."""
-    if local:
-        return await workflow.execute_local_activity(
-            name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=60)
-        )
+async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:
+    """Run a delivery activity (a regular one: the module says why)."""
     return await workflow.execute_activity(
         name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120)
     )
@@ -85,14 +83,9 @@ class Deliveries(SchedulerBase):
         if sent < len(replies):
             self._replies[:0] = replies[sent:]
 
-    async def _deliver(self, deliveries: list[Delivery], *, urgent: bool) -> list[int]:
-        """Send signals by activity; the indices of those whose workflow is gone.
-
-        Only a small, urgent batch (task assignments) goes by local activity, which saves a
-        workflow task on the submit-to-running path; everything else by a regular activity.
-        """
-        local = urgent and len(deliveries) <= LOCAL_DELIVERY_MAX
-        return await _delivery(DELIVER_SIGNALS, [deliveries_payload(deliveries)], list[int], local=local)
+    async def _deliver(self, deliveries: list[Delivery]) -> list[int]:
+        """Send signals by activity; the indices of those whose workflow is gone."""
+        return await _delivery(DELIVER_SIGNALS, [deliveries_payload(deliveries)], list[int])
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -153,7 +146,7 @@ class Deliveries(SchedulerBase):
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
         args = [deliveries_payload(deliveries), ANNOUNCE_GRACE_SECONDS]
-        return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome, local=len(deliveries) <= LOCAL_DELIVERY_MAX)
+        return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome)
 
     def _deliver_late(
         self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]

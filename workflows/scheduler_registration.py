@@ -4,8 +4,12 @@ Every change to a worker's state goes through the table in worker_lifecycle (`_w
 
 Registration is a signal carrying a batch of hosts (`register_workers`), sent by each agent's
 WorkerWorkflow and answered with a `registered` signal, so 10,000 agents do not queue updates on
-the one scheduler. A lost worker stays listed as unhealthy for LOST_RETENTION, then leaves; a worker
-that does not pick up its work is kept from new work for a while (quarantine).
+the one scheduler. There is no update at all: an update's acceptance is ordered among the commands of
+its task, and a controller that answered a query on a run it did not hold (docs/reliability.md,
+"Replays") ordered it differently from the run's history, failing its next task.
+
+A lost worker stays listed as unhealthy for LOST_RETENTION, then leaves; a worker that does not pick up
+its work is kept from new work for a while (quarantine).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import functools
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -34,7 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         CordonWorkers,
         Evict,
-        RegisterResult,
         RegistrationReply,
         RemoveWorkers,
         WorkerLost,
@@ -127,27 +129,6 @@ class Registration(SchedulerBase):
             self._held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
         elif batch.reply_to:
             self._replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
-
-    @workflow.update
-    async def register_worker(self, meta: pb.WorkerMetadata) -> RegisterResult:
-        """Add or refresh a worker; a restarted agent (new session) replaces its old entry.
-
-        For tools and tests that register one host and need the answer at once; agents send
-        `register_workers` through their WorkerWorkflow.
-        """
-        if self._loader is not None or self._held:  # after what came before it (the validator saw part of
-            await workflow.wait_condition(lambda: self._loader is None and not self._held)  # the registry)
-            self._check_registration(meta)
-        self._admit(meta)
-        self._changed()
-        return RegisterResult(accepted=True)
-
-    @register_worker.validator
-    def _check_registration(self, meta: pb.WorkerMetadata) -> None:
-        """Refuse malformed metadata before it reaches history; the reason goes back to the agent."""
-        reason = refusal(self.state, meta)
-        if reason:
-            raise ApplicationError(f"registration refused: {reason}", type="InvalidWorker", non_retryable=True)
 
     def _admit(self, meta: pb.WorkerMetadata) -> None:
         """Add or refresh a worker; an operator's cordon outlives the agent's restart."""

@@ -313,7 +313,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         await self._announce(plan)
         told = evictions + self._tell_bands(plan)
         if told:
-            await self._deliver(told, urgent=False)
+            await self._deliver(told)
         # The plan carries only the reasons that changed; jobs that left the queue drop theirs.
         reasons = self.state.pending_reasons
         changed = []
@@ -330,7 +330,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             changed.append(Delivery(AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER, unplaced))
         if changed:
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
-            await self._deliver(changed, urgent=False)
+            await self._deliver(changed)
 
 
     async def _encode_snapshot(self) -> bytes:

@@ -20,14 +20,15 @@ import pytest
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 
-from activities.contracts import worker_task_queue
+from activities.contracts import WorkerSessionInput, worker_task_queue
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
 from tests.support import replay_run
 from worker_agent.agent import HEARTBEAT_FORWARD_SECONDS, KILL_GRACE_SECONDS
+from worker_agent.registration import register_hosts
 from worker_agent.storage import BlobStore, LogStore
 from workflows.task_workflow import DISPATCH_TIMEOUT
 
@@ -80,13 +81,12 @@ def serve_worker(c: FaultCluster, *args: str, home: Path | None = None) -> subpr
 
 
 async def _register_raw(address: str, meta: pb.WorkerMetadata) -> str:
-    """Send a registration straight to the scheduler (no CLI checks); the refusal message."""
+    """Register `meta` as an agent's code does (its monitor, the signal, the answer) but without the CLI's
+    checks; the refusal message, or "accepted"."""
     client = await Client.connect(address)
-    try:
-        await client.get_workflow_handle("iris-scheduler").execute_update("register_worker", meta)
-    except WorkflowUpdateFailedError as err:
-        return str(getattr(err.cause, "message", err.cause))
-    return "accepted"
+    session = WorkerSessionInput(worker_id=meta.worker_id, session=meta.agent_session, announced=True)
+    refused = await register_hosts(client, session, [meta], timeout=60)
+    return (refused or {}).get(meta.worker_id, "accepted")
 
 
 async def _monitors(address: str, worker_id: str) -> set[tuple[str, str]]:
