@@ -195,8 +195,9 @@ async def test_signals_and_queries_while_the_state_loads(client_and_queue: tuple
     workers = {w.worker_id: w for w in (await handle.query("workers", result_type=pb.WorkerList)).workers}
     assert workers["w39"].cordoned and not workers["w39"].running_tasks and "w40" in workers
 
-    # The four signals (the registration too) were delivered while the run was still loading: before the pause ahead of its last
-    # loading step (the first pass comes after one more pause; the passes' activities come later).
+    # The four signals (the registration too) were delivered while the run was still loading: before the
+    # pause ahead of its last loading step (the first pass comes after one more pause; the passes'
+    # activities come later).
     events = [e async for e in handle.fetch_history_events()]
     scheduled = {
         e.event_id for e in events if e.activity_task_scheduled_event_attributes.activity_type.name == "scheduler_pause"
