@@ -12,7 +12,9 @@ not take new work back).
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 import hashlib
 import importlib.util
 import os
@@ -33,21 +35,67 @@ from activities.contracts import CONTROL_DEPLOYMENT
 
 log = structlog.get_logger("iris.deployment")
 BUILD_ID_ENV = "IRIS_BUILD_ID"
-# The packages whose code decides what a workflow does; any change to them is a new build.
+# Where the code that replays lives: the workflow definitions, and whatever of these packages they import.
+REPLAY_ROOT = "workflows"
 CONTROL_PACKAGES = ("workflows", "activities", "scheduler")
 
 
-def code_build_id() -> str:
-    """A digest of the control plane's source (workflows, activities, scheduler): equal code, equal id."""
-    digest = hashlib.sha256()
+def replayed_modules() -> dict[str, Path]:
+    """The modules a workflow's replay runs, by name: every module of `workflows`, and, transitively, every
+    module of CONTROL_PACKAGES one of them imports (anywhere in the file: a function-level import too).
+
+    Only their source is the build: an activity's body, an agent's or the CLI's code may change without
+    pinning running jobs to the controllers that started them (what an activity returns is in history).
+    Read from the source files, importing nothing, so every host computes the same set.
+    """
+    roots = {}
     for package in CONTROL_PACKAGES:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        root = Path(next(iter(spec.submodule_search_locations)))
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".proto")):
-            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
+        spec = importlib.util.find_spec(package)  # a top-level package: imports nothing
+        if spec is not None and spec.submodule_search_locations:
+            roots[package] = Path(next(iter(spec.submodule_search_locations)))
+    if REPLAY_ROOT not in roots:
+        return {}
+
+    def source(name: str) -> Path | None:
+        package, *rest = name.split(".")
+        base = roots[package].joinpath(*rest)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+        return None  # a class or function imported by name, or not ours
+
+    found: dict[str, Path] = {}
+    todo = [f"{REPLAY_ROOT}.{'.'.join(p.relative_to(roots[REPLAY_ROOT]).with_suffix('').parts)}"
+            for p in roots[REPLAY_ROOT].rglob("*.py")]  # fmt: skip
+    while todo:
+        name = todo.pop().removesuffix(".__init__")
+        path = None if name in found else source(name)
+        if path is not None:
+            found[name] = path
+            todo += [m for m in _imports(path) if m.split(".")[0] in roots]
+    return dict(sorted(found.items()))
+
+
+def _imports(path: Path) -> list[str]:
+    """Every absolute import in the file, with each of its parent packages (`a.b.c` -> `a`, `a.b`, `a.b.c`)
+    and, for `from m import x`, `m.x` (x may be a module)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    parts = [name.split(".") for name in names]
+    return [".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)]
+
+
+@functools.cache
+def code_build_id() -> str:
+    """A digest of the source of the modules that replay (`replayed_modules`): equal code, equal id."""
+    digest = hashlib.sha256()
+    for name, path in replayed_modules().items():
+        digest.update(f"{name}\0".encode())
+        digest.update(path.read_bytes())
     return f"code-{digest.hexdigest()[:12]}"
 
 
