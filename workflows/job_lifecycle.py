@@ -15,8 +15,9 @@ table has no entry for is a bug and fails the workflow task (InvalidTransition).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from workflows import lifecycle
 
 
 class JobPhase(StrEnum):
@@ -39,14 +40,10 @@ class JobEffect(StrEnum):
     RESET_TASKS = "reset_tasks"  # every row back to PENDING for the gang's next attempt
 
 
-@dataclass(frozen=True)
-class Step:
-    next: JobPhase
-    effects: tuple[JobEffect, ...] = ()
-
+Step = lifecycle.Step  # Step(JobPhase, (JobEffect, ...))
 
 _P, _E, _X = JobPhase, JobEvent, JobEffect
-TRANSITIONS: dict[tuple[JobPhase, JobEvent], Step] = {
+TRANSITIONS: dict[tuple[JobPhase, JobEvent], lifecycle.Step[JobPhase, JobEffect]] = {
     (_P.ACTIVE, _E.FAIL): Step(_P.FAILING, (_X.CANCEL_RUNNING,)),
     (_P.ACTIVE, _E.GANG_BROKE): Step(_P.GANG_BROKEN, (_X.KEEP_CAUSE, _X.CANCEL_RUNNING)),
     (_P.ACTIVE, _E.KILL): Step(_P.KILLING, (_X.CANCEL_RUNNING,)),
@@ -64,13 +61,6 @@ TRANSITIONS: dict[tuple[JobPhase, JobEvent], Step] = {
 """Every legal move. KILLING absorbs everything: a killed job ends KILLED, whatever else happens."""
 
 
-class InvalidTransition(ValueError):  # noqa: N818 - reads as the outcome it names
-    """An event that the table has no entry for in this phase: a bug in the workflow."""
-
-
-def transition(phase: JobPhase, event: JobEvent) -> Step:
-    """The next phase and the effects to perform; InvalidTransition when `event` cannot happen in `phase`."""
-    step = TRANSITIONS.get((phase, event))
-    if step is None:
-        raise InvalidTransition(f"job in phase {phase} cannot take event {event}")
-    return step
+InvalidTransition = lifecycle.InvalidTransition
+transition = lifecycle.transition_function(TRANSITIONS, "job in phase")
+"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""

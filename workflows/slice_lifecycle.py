@@ -13,8 +13,9 @@ something behind) and removes its workers from the scheduler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from workflows import lifecycle
 
 
 class SliceState(StrEnum):
@@ -50,15 +51,11 @@ class Effect(StrEnum):
     REMOVE_WORKERS = "remove_workers"  # the scheduler forgets the slice's workers
 
 
-@dataclass(frozen=True)
-class Step:
-    next: SliceState
-    effects: tuple[Effect, ...] = ()
-
+Step = lifecycle.Step  # Step(SliceState, (Effect, ...))
 
 _GONE = (Effect.TERMINATE, Effect.REMOVE_WORKERS)
 
-TRANSITIONS: dict[tuple[SliceState, SliceEvent], Step] = {
+TRANSITIONS: dict[tuple[SliceState, SliceEvent], lifecycle.Step[SliceState, Effect]] = {
     (SliceState.CREATING, SliceEvent.CREATED): Step(SliceState.BOOTSTRAPPING, (Effect.BOOTSTRAP,)),
     (SliceState.CREATING, SliceEvent.ERROR): Step(SliceState.FAILED, _GONE),
     (SliceState.CREATING, SliceEvent.SCALE_DOWN): Step(SliceState.DRAINING),
@@ -74,13 +71,6 @@ TRANSITIONS: dict[tuple[SliceState, SliceEvent], Step] = {
 }
 
 
-class InvalidTransition(ValueError):  # noqa: N818 - reads as the outcome it names
-    """An event that the table has no entry for in this state."""
-
-
-def transition(state: SliceState, event: SliceEvent) -> Step:
-    """The next state and the effects to perform; InvalidTransition when `event` cannot happen in `state`."""
-    step = TRANSITIONS.get((state, event))
-    if step is None:
-        raise InvalidTransition(f"slice in state {state} cannot take event {event}")
-    return step
+InvalidTransition = lifecycle.InvalidTransition
+transition = lifecycle.transition_function(TRANSITIONS, "slice in state")
+"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""

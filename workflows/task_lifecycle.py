@@ -15,9 +15,9 @@ workflow and fails its workflow task loudly (InvalidTransition).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
+from workflows import lifecycle
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 
 
@@ -42,14 +42,10 @@ class TaskEffect(StrEnum):
     TELL_JOB = "tell_job"  # the job's table shows the task pending again (task_retrying)
 
 
-@dataclass(frozen=True)
-class Step:
-    next: TaskState
-    effects: tuple[TaskEffect, ...] = ()
-
+Step = lifecycle.Step  # Step(TaskState, (TaskEffect, ...))
 
 _S, _E, _X = TaskState, TaskEvent, TaskEffect
-TRANSITIONS: dict[tuple[TaskState, TaskEvent], Step] = {
+TRANSITIONS: dict[tuple[TaskState, TaskEvent], lifecycle.Step[TaskState, TaskEffect]] = {
     (_S.PENDING, _E.ASSIGNED): Step(_S.ASSIGNED),
     (_S.PENDING, _E.KILLED): Step(_S.KILLED, (_X.RELEASE,)),
     (_S.PENDING, _E.TIMED_OUT): Step(_S.UNSCHEDULABLE),
@@ -77,13 +73,6 @@ re-places the whole gang): the workflow skips ENQUEUE for it."""
 UNKILLABLE = TERMINAL_TASK_STATES - {TaskState.FAILED, TaskState.WORKER_FAILED}
 
 
-class InvalidTransition(ValueError):  # noqa: N818 - reads as the outcome it names
-    """An event that the table has no entry for in this state: a bug in the workflow."""
-
-
-def transition(state: TaskState, event: TaskEvent) -> Step:
-    """The next state and the effects to perform; InvalidTransition when `event` cannot happen in `state`."""
-    step = TRANSITIONS.get((state, event))
-    if step is None:
-        raise InvalidTransition(f"task in state {state} cannot take event {event}")
-    return step
+InvalidTransition = lifecycle.InvalidTransition
+transition = lifecycle.transition_function(TRANSITIONS, "task in state")
+"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""

@@ -14,8 +14,9 @@ bug and fails the workflow task (InvalidTransition).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from workflows import lifecycle
 
 
 class WorkerState(StrEnum):
@@ -39,14 +40,10 @@ class WorkerEffect(StrEnum):
     STAMP_LOST = "stamp_lost"  # remember when: it is removed LOST_RETENTION later
 
 
-@dataclass(frozen=True)
-class Step:
-    next: WorkerState
-    effects: tuple[WorkerEffect, ...] = ()
-
+Step = lifecycle.Step  # Step(WorkerState, (WorkerEffect, ...))
 
 _S, _E, _X = WorkerState, WorkerEvent, WorkerEffect
-TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], Step] = {
+TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], lifecycle.Step[WorkerState, WorkerEffect]] = {
     (_S.READY, _E.REGISTERED): Step(_S.READY, (_X.RESET,)),
     (_S.READY, _E.DISPATCH_FAILED): Step(_S.QUARANTINED, (_X.QUARANTINE,)),
     (_S.READY, _E.RAN_TASK): Step(_S.READY, (_X.FORGIVE,)),
@@ -65,13 +62,6 @@ TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], Step] = {
 """Every legal move."""
 
 
-class InvalidTransition(ValueError):  # noqa: N818 - reads as the outcome it names
-    """An event that the table has no entry for in this state: a bug in the workflow."""
-
-
-def transition(state: WorkerState, event: WorkerEvent) -> Step:
-    """The next state and the effects to perform; InvalidTransition when `event` cannot happen in `state`."""
-    step = TRANSITIONS.get((WorkerState(state), event))
-    if step is None:
-        raise InvalidTransition(f"worker in state {state} cannot take event {event}")
-    return step
+InvalidTransition = lifecycle.InvalidTransition
+transition = lifecycle.transition_function(TRANSITIONS, "worker in state", WorkerState)
+"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""
