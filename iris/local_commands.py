@@ -55,15 +55,7 @@ def free_port(preferred: object = None, *, avoid: int | None = None) -> int:
 # The dev server polls its transfer queue (signals, child starts, activity dispatch) at 20/s by
 # default, which adds ~50 ms to every hop between workflows; measured: a 1-task job's
 # submit-to-running went from ~390 ms to ~110 ms with this, at no idle CPU cost.
-# Eager activity start: an activity a workflow task schedules on its own queue is handed back with the
-# task's completion and run by the worker that completed it, with no trip through matching. The
-# scheduler delivers its assignments by regular activity (workflows/scheduler_delivery.py says why);
-# measured with `python -m benchmarks`, one run each: submit-to-running median 158 ms without, 111 ms
-# with, and public-API throughput 8.6/s -> 13.2/s (the design skeleton gains alike: 11.5/s -> 16.5/s).
-SERVER_TUNING: dict[str, str] = {
-    "history.transferProcessorMaxPollRPS": "1000",
-    "system.enableActivityEagerExecution": "true",
-}
+SERVER_TUNING: dict[str, str] = {"history.transferProcessorMaxPollRPS": "1000"}
 
 
 def temporal_command(

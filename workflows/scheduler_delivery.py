@@ -8,8 +8,8 @@ Why not a local activity, even for the small urgent batches of the submit-to-run
 activity runs inside a workflow task, so a controller that answers a query on a run it did not hold
 (docs/reliability.md, "Replays") ran one outside any task and kept the run in its cache ahead of
 history; its next task then failed ("Attempted to check for LA marker handling in invalid state") and
-queries waited on it. The same deliveries as regular activities start eagerly on the controller that
-completes the task (the SDK's eager activity start), which keeps the latency within a few milliseconds.
+queries waited on it. The cost is one trip through matching: ~30 ms of submit-to-running
+(docs/performance.md).
 """
 
 from __future__ import annotations
