@@ -8,6 +8,7 @@ from workflows import job_lifecycle as job
 from workflows import task_lifecycle as task
 from workflows import worker_lifecycle as worker
 from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
+from workflows.lifecycle import InvalidTransition
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 from workflows.task_lifecycle import TaskEffect, TaskEvent
 from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
@@ -49,7 +50,7 @@ def test_a_task_can_be_killed_whenever_it_is_not_over(state: TaskState) -> None:
 def test_a_task_that_is_over_takes_no_event(state: TaskState) -> None:
     """SUCCEEDED, KILLED and UNSCHEDULABLE are final: nothing leaves them, and trying fails loudly."""
     assert not [key for key in task.TRANSITIONS if key[0] == state]
-    with pytest.raises(task.InvalidTransition, match=f"task in state {state} cannot take event killed"):
+    with pytest.raises(InvalidTransition, match=f"task in state {state} cannot take event killed"):
         task.transition(state, TaskEvent.KILLED)
 
 
@@ -80,7 +81,7 @@ def test_a_task_back_in_the_queue_asks_for_a_place(key: tuple[TaskState, TaskEve
 
 def test_an_illegal_task_move_names_state_and_event() -> None:
     """A move the table lacks is a bug in the workflow: it raises, naming both."""
-    with pytest.raises(task.InvalidTransition, match="task in state PENDING cannot take event succeeded"):
+    with pytest.raises(InvalidTransition, match="task in state PENDING cannot take event succeeded"):
         task.transition(TaskState.PENDING, TaskEvent.SUCCEEDED)
 
 
@@ -108,7 +109,7 @@ def test_leaving_active_cancels_the_running_tasks(key: tuple[JobPhase, JobEvent]
 def test_only_a_broken_gang_goes_again(phase: JobPhase) -> None:
     """Only a broken gang returns to ACTIVE (its rows reset); a failing or killed job never does."""
     assert not [k for k, v in job.TRANSITIONS.items() if k[0] == phase and v.next == JobPhase.ACTIVE]
-    with pytest.raises(job.InvalidTransition, match=f"job in phase {phase} cannot take event gang_retry"):
+    with pytest.raises(InvalidTransition, match=f"job in phase {phase} cannot take event gang_retry"):
         job.transition(phase, JobEvent.GANG_RETRY)
     assert (JobPhase.ACTIVE, (JobEffect.RESET_TASKS,)) == (
         job.transition(JobPhase.GANG_BROKEN, JobEvent.GANG_RETRY).next,
@@ -161,5 +162,5 @@ def test_a_worker_is_stamped_lost_once(key: tuple[WorkerState, WorkerEvent], ste
 @pytest.mark.parametrize("state", [s for s in WorkerState if s != WorkerState.QUARANTINED])
 def test_only_a_quarantine_can_end(state: WorkerState) -> None:
     """QUARANTINE_ENDED outside a quarantine is a bug: it fails loudly, naming state and event."""
-    with pytest.raises(worker.InvalidTransition, match=f"worker in state {state} cannot take event quarantine_ended"):
+    with pytest.raises(InvalidTransition, match=f"worker in state {state} cannot take event quarantine_ended"):
         worker.transition(state, WorkerEvent.QUARANTINE_ENDED)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows import lifecycle
+from workflows.lifecycle import Step, transition_function
 
 
 class JobPhase(StrEnum):
@@ -40,10 +40,8 @@ class JobEffect(StrEnum):
     RESET_TASKS = "reset_tasks"  # every row back to PENDING for the gang's next attempt
 
 
-Step = lifecycle.Step  # Step(JobPhase, (JobEffect, ...))
-
 _P, _E, _X = JobPhase, JobEvent, JobEffect
-TRANSITIONS: dict[tuple[JobPhase, JobEvent], lifecycle.Step[JobPhase, JobEffect]] = {
+TRANSITIONS: dict[tuple[JobPhase, JobEvent], Step[JobPhase, JobEffect]] = {
     (_P.ACTIVE, _E.FAIL): Step(_P.FAILING, (_X.CANCEL_RUNNING,)),
     (_P.ACTIVE, _E.GANG_BROKE): Step(_P.GANG_BROKEN, (_X.KEEP_CAUSE, _X.CANCEL_RUNNING)),
     (_P.ACTIVE, _E.KILL): Step(_P.KILLING, (_X.CANCEL_RUNNING,)),
@@ -61,6 +59,4 @@ TRANSITIONS: dict[tuple[JobPhase, JobEvent], lifecycle.Step[JobPhase, JobEffect]
 """Every legal move. KILLING absorbs everything: a killed job ends KILLED, whatever else happens."""
 
 
-InvalidTransition = lifecycle.InvalidTransition
-transition = lifecycle.transition_function(TRANSITIONS, "job in phase")
-"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""
+transition = transition_function(TRANSITIONS, "job in phase")

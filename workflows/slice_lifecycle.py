@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows import lifecycle
+from workflows.lifecycle import Step, transition_function
 
 
 class SliceState(StrEnum):
@@ -51,11 +51,9 @@ class Effect(StrEnum):
     REMOVE_WORKERS = "remove_workers"  # the scheduler forgets the slice's workers
 
 
-Step = lifecycle.Step  # Step(SliceState, (Effect, ...))
-
 _GONE = (Effect.TERMINATE, Effect.REMOVE_WORKERS)
 
-TRANSITIONS: dict[tuple[SliceState, SliceEvent], lifecycle.Step[SliceState, Effect]] = {
+TRANSITIONS: dict[tuple[SliceState, SliceEvent], Step[SliceState, Effect]] = {
     (SliceState.CREATING, SliceEvent.CREATED): Step(SliceState.BOOTSTRAPPING, (Effect.BOOTSTRAP,)),
     (SliceState.CREATING, SliceEvent.ERROR): Step(SliceState.FAILED, _GONE),
     (SliceState.CREATING, SliceEvent.SCALE_DOWN): Step(SliceState.DRAINING),
@@ -71,6 +69,4 @@ TRANSITIONS: dict[tuple[SliceState, SliceEvent], lifecycle.Step[SliceState, Effe
 }
 
 
-InvalidTransition = lifecycle.InvalidTransition
-transition = lifecycle.transition_function(TRANSITIONS, "slice in state")
-"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""
+transition = transition_function(TRANSITIONS, "slice in state")

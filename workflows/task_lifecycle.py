@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows import lifecycle
+from workflows.lifecycle import Step, transition_function
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 
 
@@ -42,10 +42,8 @@ class TaskEffect(StrEnum):
     TELL_JOB = "tell_job"  # the job's table shows the task pending again (task_retrying)
 
 
-Step = lifecycle.Step  # Step(TaskState, (TaskEffect, ...))
-
 _S, _E, _X = TaskState, TaskEvent, TaskEffect
-TRANSITIONS: dict[tuple[TaskState, TaskEvent], lifecycle.Step[TaskState, TaskEffect]] = {
+TRANSITIONS: dict[tuple[TaskState, TaskEvent], Step[TaskState, TaskEffect]] = {
     (_S.PENDING, _E.ASSIGNED): Step(_S.ASSIGNED),
     (_S.PENDING, _E.KILLED): Step(_S.KILLED, (_X.RELEASE,)),
     (_S.PENDING, _E.TIMED_OUT): Step(_S.UNSCHEDULABLE),
@@ -73,6 +71,4 @@ re-places the whole gang): the workflow skips ENQUEUE for it."""
 UNKILLABLE = TERMINAL_TASK_STATES - {TaskState.FAILED, TaskState.WORKER_FAILED}
 
 
-InvalidTransition = lifecycle.InvalidTransition
-transition = lifecycle.transition_function(TRANSITIONS, "task in state")
-"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""
+transition = transition_function(TRANSITIONS, "task in state")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from workflows import lifecycle
+from workflows.lifecycle import Step, transition_function
 
 
 class WorkerState(StrEnum):
@@ -40,10 +40,8 @@ class WorkerEffect(StrEnum):
     STAMP_LOST = "stamp_lost"  # remember when: it is removed LOST_RETENTION later
 
 
-Step = lifecycle.Step  # Step(WorkerState, (WorkerEffect, ...))
-
 _S, _E, _X = WorkerState, WorkerEvent, WorkerEffect
-TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], lifecycle.Step[WorkerState, WorkerEffect]] = {
+TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], Step[WorkerState, WorkerEffect]] = {
     (_S.READY, _E.REGISTERED): Step(_S.READY, (_X.RESET,)),
     (_S.READY, _E.DISPATCH_FAILED): Step(_S.QUARANTINED, (_X.QUARANTINE,)),
     (_S.READY, _E.RAN_TASK): Step(_S.READY, (_X.FORGIVE,)),
@@ -62,6 +60,4 @@ TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], lifecycle.Step[WorkerState, W
 """Every legal move."""
 
 
-InvalidTransition = lifecycle.InvalidTransition
-transition = lifecycle.transition_function(TRANSITIONS, "worker in state", WorkerState)
-"""The next state and the effects to perform; InvalidTransition when the event cannot happen in the state."""
+transition = transition_function(TRANSITIONS, "worker in state", WorkerState)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from workflows.lifecycle import InvalidTransition
 from workflows.slice_lifecycle import (
     TERMINAL_SLICE_STATES,
     TRANSITIONS,
     Effect,
-    InvalidTransition,
     SliceEvent,
     SliceState,
     transition,
