@@ -51,6 +51,7 @@ OVERLAPS = {
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 NEXT_RUNS = 3
+LISTING_WAIT = 10.0  # seconds create and delete wait for the listing to show them
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ async def create(
     memo = {MEMO_KEY: {"cron": cron, "timezone": timezone, "overlap": overlap, "user": req.user}}
     try:
         await client.temporal.create_schedule(name, schedule, memo=memo)
+        await _until_listed(client, name, listed=True)
     except ScheduleAlreadyRunningError:
         raise ValueError(f"name: a schedule named {name!r} exists (delete it first)") from None
     except RPCError as err:
@@ -159,6 +161,20 @@ def _status(
         overlap=str(own.get("overlap", "skip")),
         user=str(own.get("user", "")),
     )
+
+
+async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool) -> None:
+    """Wait (up to LISTING_WAIT seconds) until Temporal's listing shows `name` (or no longer does).
+
+    Listing reads the visibility store, which follows writes by up to a second or so: without this
+    wait, `iris schedule list` right after `create` (or `delete`) could show the old list.
+    """
+    deadline = asyncio.get_running_loop().time() + LISTING_WAIT
+    while True:
+        found = [entry.id async for entry in await client.temporal.list_schedules() if entry.id == name]
+        if bool(found) == listed or asyncio.get_running_loop().time() >= deadline:
+            return
+        await asyncio.sleep(0.2)
 
 
 async def list_all(client: AsyncIrisClient) -> list[ScheduleStatus]:
@@ -213,6 +229,7 @@ class AsyncSchedule:
         """Delete the schedule; the jobs it started run on."""
         await self.status()
         await self._handle.delete()
+        await _until_listed(self._client, self.name, listed=False)
 
     async def job_ids(self) -> list[str]:
         """The ids of every job the schedule started, oldest first (visibility: Temporal tags them)."""

@@ -24,7 +24,7 @@ def _build_id(tree: Path) -> str:
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the control plane's packages to edit."""
-    for package in ("iris", "workflows", "activities", "scheduler"):
+    for package in ("iris", "workflows", "activities", "scheduler", "worker_agent"):
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path
 

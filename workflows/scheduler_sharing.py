@@ -17,6 +17,7 @@ The pure scheduler decides (bands, demotion, fair share, victims: `scheduler.sha
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -50,6 +51,7 @@ class Sharing(SchedulerBase):
     _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
     _published_users: list[list[object]] | None
     _users_published_at: float
+    _users_owed = False  # a change of the user table waits for PUBLISH_INTERVAL
     _queue_entries: list[pb.QueueEntry]
     _published_teams: tuple[list[list[object]], list[list[object]]] | None
 
@@ -125,7 +127,9 @@ class Sharing(SchedulerBase):
         exact once the cluster settles."""
         now = workflow.now().timestamp()
         if self.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
+            self._users_owed = True  # `_users_publish_timer` wakes the loop for it
             return
+        self._users_owed = False
         running = self.state.placements.users  # kept as placements come and go (placement_index)
         pending: dict[str, int] = {}
         for entry in self.state.pending.values():
@@ -137,6 +141,13 @@ class Sharing(SchedulerBase):
             self._published_teams = tables
             self._users_published_at = now
             workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1]})
+
+    def _users_publish_timer(self) -> timedelta | None:
+        """When a publication held back by PUBLISH_INTERVAL is due (the loop may have nothing else to wake it)."""
+        if not self._users_owed:
+            return None
+        left = PUBLISH_INTERVAL - (workflow.now().timestamp() - self._users_published_at)
+        return timedelta(seconds=max(0.1, left))
 
     def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
         """The team table (empty without teams) and the queue table (workflows/teams_memo.py)."""

@@ -142,7 +142,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._dirty or bool(self._replies),  # answers owed: state, not a flag (_send_replies)
-                    timeout=PASS_INTERVAL if self._work_waits() else self._reservation_timer(),
+                    timeout=PASS_INTERVAL if self._work_waits() else self._idle_timer(),
                 )
             self._dirty = False
             if self._reply_barrier:  # answers owed before a `configure`, before what came after it
@@ -260,6 +260,11 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         if self._rebuilt_at is None:
             self._rebuilt_at = now
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
+
+    def _idle_timer(self) -> timedelta | None:
+        """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
+        timers = [t for t in (self._reservation_timer(), self._users_publish_timer()) if t is not None]
+        return min(timers) if timers else None
 
     def _work_waits(self) -> bool:
         """Tasks wait for a place, or a reservation for its workers: passes are due (and the 1 s timer armed).

@@ -356,13 +356,13 @@ class TaskWorkflow:
                     return TaskEvent.DISPATCH_FAILED, f"worker {worker_id} did not pick the task up", False
                 kind = cause.type.name if cause.type else "timeout"
                 started = PROCESS_STARTED in cause.last_heartbeat_details
+                if fenced:
+                    # A fencing agent starts the process right after a recorded heartbeat leased it: once one
+                    # was recorded, the process may have run (the agent may have died before saying so).
+                    return TaskEvent.WORKER_LOST, f"{LEASE_EXPIRED_REASON} (worker {worker_id}, {kind})", started
                 if not started:  # a dispatch failure (re-queued, no budget spent), not a lost worker
                     error = f"worker {worker_id} timed out ({kind}) before the task started"
-                    if fenced:
-                        error = f"{LEASE_EXPIRED_REASON} ({error})"
                     return TaskEvent.DISPATCH_FAILED, error, False
-                if fenced:
-                    return TaskEvent.WORKER_LOST, f"{LEASE_EXPIRED_REASON} (worker {worker_id}, {kind})", started
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} stopped heartbeating ({kind})", started
             if isinstance(cause, ApplicationError) and cause.type == WORKER_SHUTDOWN:
                 return TaskEvent.WORKER_LOST, f"worker {worker_id} shut down", False

@@ -197,6 +197,7 @@ def test_exec_is_the_owners_and_admins(team: Team) -> None:
         assert 3 == refused.returncode and "belongs to ana" in refused.stderr
     finally:
         team.clients["ana"].terminate(job.job_id)
+        job.wait(timeout=60, raise_on_failure=False)  # its charge is in before the next test sets credits
 
 
 def test_operator_actions_are_admins_only(team: Team) -> None:
@@ -204,6 +205,9 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
     with pytest.raises(PermissionDeniedError, match="may not set credits"):
         team.clients["ana"].set_credits("ana", 1_000_000)
     assert 3 == team.cli("ana", "user", "credits", "ana", "1000000").returncode
+    # A balance set while ana still runs a task would be charged for it when it ends: none runs now.
+    wait_until(lambda: all(u.running_tasks == 0 for u in team.clients["admin"].list_users() if u.user == "ana"),
+               timeout=60, what="ana's tasks released")  # fmt: skip
     team.clients["admin"].set_credits("ana", 123)
     assert 0 == team.cli("admin", "user", "credits", "bob", "77").returncode
     wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
