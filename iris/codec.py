@@ -19,6 +19,8 @@ one signal whose arguments do not convert (see `iris.payload_guard`), and everyt
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -31,10 +33,12 @@ from temporalio.converter import (
     DefaultFailureConverterWithEncodedAttributes,
     DefaultPayloadConverter,
     EncodingPayloadConverter,
+    JSONPlainPayloadConverter,
     PayloadCodec,
 )
 
 from activities.contracts import UnreadablePayload
+from iris.dataclass_json import UnplainError, plan_for, to_plain
 from worker_agent.encryption import (
     KEY_ENV,
     KEY_FILE_ENV,
@@ -139,11 +143,41 @@ class _EncryptedPayloadRefusal(EncodingPayloadConverter):
         raise UnreadablePayload(mismatch_message("payload", payload_key_id(payload), None))
 
 
+class _MessageJSONConverter(JSONPlainPayloadConverter):
+    """The SDK's JSON converter, with Iris's messages encoded and decoded by iris.dataclass_json (the same
+    bytes and values, without the SDK's per-value copies and type hints)."""
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if type(value) in (list, tuple) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            try:
+                plain = to_plain(value)
+            except UnplainError:
+                return super().to_payload(value)
+            data = json.dumps(plain, separators=(",", ":"), sort_keys=True).encode()  # as the SDK's encoder writes
+            return Payload(metadata={"encoding": self.encoding.encode()}, data=data)
+        return super().to_payload(value)
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        plan = plan_for(type_hint) if type_hint is not None else None
+        if plan is None:
+            return super().from_payload(payload, type_hint)
+        try:
+            value = json.loads(payload.data)
+        except json.JSONDecodeError as err:
+            raise RuntimeError("Failed parsing") from err
+        return plan(value)
+
+
 class IrisPayloadConverter(CompositePayloadConverter):
-    """The SDK's default converters, plus a clear one-line error for payloads this process cannot decrypt."""
+    """The SDK's default converters (messages decoded by plan), plus a one-line error for payloads this
+    process cannot decrypt."""
 
     def __init__(self) -> None:
-        super().__init__(*DefaultPayloadConverter.default_encoding_payload_converters, _EncryptedPayloadRefusal())
+        converters = [
+            _MessageJSONConverter() if isinstance(c, JSONPlainPayloadConverter) else c
+            for c in DefaultPayloadConverter.default_encoding_payload_converters
+        ]
+        super().__init__(*converters, _EncryptedPayloadRefusal())
 
 
 def data_converter(key: bytes | None) -> DataConverter:

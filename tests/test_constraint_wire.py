@@ -17,13 +17,14 @@ from temporalio.converter import DataConverter
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import decode_reservations, snapshot_from_pb
+from iris.codec import data_converter
 from iris.submission import build_request
 from iris.types import Constraint, ResourceSpec
 from workflows import reservation_state
 from workflows.details import job_request_markdown
 from workflows.job_reservation import reserve_request
 from workflows.job_waves import scheduling_spec
-from workflows.messages import ConstraintSpec, Enqueue, Reserve, enqueue_from_json
+from workflows.messages import ConstraintSpec, Enqueue, Reserve
 from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import PendingEntry, SchedulerState
 from workflows.snapshot_cache import encode_snapshot
@@ -59,7 +60,7 @@ def test_every_field_of_a_constraint_is_known_to_this_test() -> None:
 
 def _typed(constraints: tuple[Constraint, ...]) -> list[tuple[object, ...]]:
     """Constraints with each value's type beside it (True == 1 == 1.0 in Python, not in a constraint)."""
-    out = []
+    out: list[tuple[object, ...]] = []
     for c in constraints:
         values = c.value if isinstance(c.value, tuple) else (c.value,)
         out.append((c.key, c.op, tuple((type(v), v) for v in values), type(c.value), c.soft))
@@ -73,12 +74,12 @@ def _through_the_wire(message: object, cls: type) -> object:
 
 
 def test_a_job_s_constraints_reach_the_pass_whole() -> None:
-    """Submit -> job workflow's enqueue (hand-decoded) -> continue-as-new carry -> snapshot -> PendingJob."""
+    """Submit -> job workflow's enqueue (scheduler's converter) -> continue-as-new carry -> snapshot -> PendingJob."""
     request = _through_the_wire(build_request(constraints=SENT, resources=ResourceSpec(replicas=2)), pb.JobRequest)
     assert isinstance(request, pb.JobRequest)
     spec = scheduling_spec(request)
     payload = DataConverter.default.payload_converter.to_payloads([Enqueue("ana/j", spec, {0: 0, 1: 0}, 3.0)])[0]
-    enqueue = enqueue_from_json(json.loads(payload.data))
+    enqueue = data_converter(None).payload_converter.from_payloads([payload], [Enqueue])[0]
     assert spec == enqueue.spec
     state = SchedulerState(store_url="memory://wire")
     state.pending["ana/j"] = PendingEntry("ana/j", enqueue.spec, enqueue.attempts, 3.0)

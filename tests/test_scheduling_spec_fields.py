@@ -1,6 +1,6 @@
 """Every field of a job's scheduling request survives every hand-written encoding it passes through.
 
-A `SchedulingSpec` is encoded by hand in several places (the enqueue decoder, the continue-as-new
+A `SchedulingSpec` passes several encoders (the enqueue signal's converter, the continue-as-new
 carry, the pass's snapshot pieces and its reference encoder, the activity's decoder): a new field
 that one of them drops is a request the scheduler silently ignores. These tests build a spec with
 every field set to a value that is not its default, so a field added to the dataclass and left out
@@ -10,7 +10,6 @@ of any encoder fails here by name.
 from __future__ import annotations
 
 import dataclasses
-import json
 import zlib
 from typing import Any
 
@@ -20,7 +19,8 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import jobs_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
-from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec, enqueue_from_json
+from iris.codec import data_converter
+from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot
@@ -64,12 +64,12 @@ def test_the_test_sets_every_field() -> None:
         assert getattr(defaults, name) != getattr(plain, name) or getattr(defaults, name) != getattr(gang, name), name
 
 
-def test_every_field_survives_the_enqueue_decoder() -> None:
-    """The scheduler's hand decoder of `enqueue` reads every field the converter writes."""
-    converter = DataConverter.default.payload_converter
+def test_every_field_survives_the_enqueue_signal() -> None:
+    """The scheduler's converter (a plan per type, iris.dataclass_json) reads every field a sender writes."""
+    sender, scheduler = DataConverter.default.payload_converter, data_converter(None).payload_converter
     for spec in (_spec(), _spec(**GANG)):
-        payload = converter.to_payloads([Enqueue("job-1", spec, {0: 0, 1: 0}, 12.5)])[0]
-        assert spec == enqueue_from_json(json.loads(payload.data)).spec
+        payload = sender.to_payloads([Enqueue("job-1", spec, {0: 0, 1: 0}, 12.5)])[0]
+        assert spec == scheduler.from_payloads([payload], [Enqueue])[0].spec
 
 
 def test_every_field_survives_continue_as_new() -> None:

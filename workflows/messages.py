@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import TaskNetwork, TaskStarted
+from activities.contracts import TaskNetwork
 
 
 @dataclass
@@ -165,39 +165,6 @@ class RegistrationReply:
     refused: dict[str, str] = field(default_factory=dict)
 
 
-def enqueue_from_json(obj: dict[str, Any]) -> Enqueue:
-    """Build an `Enqueue` from its JSON form without Temporal's generic converter.
-
-    The converter resolves every dataclass's type hints per value (~0.16 ms an enqueue,
-    several times that in the workflow sandbox); thousands of enqueues arriving in one
-    scheduler workflow task then passed the 2 s deadlock detector. Same result, missing
-    fields default and unknown ones are ignored, as the converter does.
-    """
-    raw_spec = obj["spec"]
-    spec = SchedulingSpec(
-        cpu_millis=int(raw_spec["cpu_millis"]),
-        memory_bytes=int(raw_spec["memory_bytes"]),
-        gpus=int(raw_spec.get("gpus", 0)),
-        tpus=int(raw_spec.get("tpus", 0)),
-        constraints=[
-            ConstraintSpec(c["key"], c["op"], c.get("value"), bool(c.get("soft", False)))
-            for c in raw_spec.get("constraints") or []
-        ],
-        group_by=raw_spec.get("group_by", ""),
-        priority=int(raw_spec.get("priority", 0)),
-        scheduling_timeout_seconds=float(raw_spec.get("scheduling_timeout_seconds", 0.0)),
-        tolerations=list(raw_spec.get("tolerations") or []),
-        num_groups=int(raw_spec.get("num_groups", 1)),
-        ports=list(raw_spec.get("ports") or []),
-        coordinator=bool(raw_spec.get("coordinator", False)),
-        band=str(raw_spec.get("band") or ""),
-        user=str(raw_spec.get("user") or ""),
-        max_concurrent=int(raw_spec.get("max_concurrent", 0)),
-    )
-    attempts = {int(index): int(attempt) for index, attempt in (obj.get("attempts") or {}).items()}
-    return Enqueue(obj["job_id"], spec, attempts, float(obj.get("submitted_at", 0.0)))
-
-
 # Workflow inputs and results: here rather than beside their workflows because the sandbox re-imports
 # a workflow's module for every run, and building these classes was ~60% of that import.
 
@@ -246,46 +213,6 @@ class TaskResult:
     run_seconds: float = 0.0
     # The task's state changes, e.g. "ASSIGNED@0 w1", "RUNNING@0", "SUCCEEDED@0" (the last MAX_TRANSITIONS).
     transitions: list[str] = field(default_factory=list)
-
-
-def task_result_from_json(obj: dict[str, Any]) -> TaskResult:
-    """Build a `TaskResult` from its JSON form without Temporal's generic converter.
-
-    The converter evaluates the dataclass's type hints for every value: ~0.75 ms a result in the
-    sandbox, so a 25,000-task job's workflow task that took 420 ended children at once ran past the
-    SDK's 2 s deadlock detector on a loaded controller. Same result as the converter's: missing
-    fields default, unknown ones are ignored.
-    """
-    exit_code = obj.get("exit_code")
-    return TaskResult(
-        task_index=int(obj["task_index"]),
-        state=str(obj["state"]),
-        worker_id=str(obj.get("worker_id") or ""),
-        attempt=int(obj.get("attempt", 0)),
-        failure_count=int(obj.get("failure_count", 0)),
-        preemption_count=int(obj.get("preemption_count", 0)),
-        exit_code=None if exit_code is None else int(exit_code),
-        error=str(obj.get("error") or ""),
-        result_blob=str(obj.get("result_blob") or ""),
-        dispatch_failed=bool(obj.get("dispatch_failed", False)),
-        peak_memory_bytes=int(obj.get("peak_memory_bytes", 0)),
-        cpu_seconds=float(obj.get("cpu_seconds", 0.0)),
-        run_seconds=float(obj.get("run_seconds", 0.0)),
-        transitions=[str(t) for t in obj.get("transitions") or []],
-    )
-
-
-def task_started_from_json(obj: dict[str, Any]) -> TaskStarted:
-    """Build a `TaskStarted` (one per task attempt, from its agent) from its JSON form, as
-    `task_result_from_json` does a result: the converter's per-value type hints made a job's workflow
-    task that took a few hundred at once pass the 2 s deadlock detector on a loaded machine."""
-    endpoints = obj.get("endpoints") or {}
-    return TaskStarted(
-        task_index=int(obj["task_index"]),
-        attempt=int(obj.get("attempt", 0)),
-        worker_id=str(obj.get("worker_id") or ""),
-        endpoints={str(k): str(v) for k, v in endpoints.items()},
-    )
 
 
 @dataclass

@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.plan_batches import ANNOUNCE_BATCH  # deliveries per deliver_signals call, too
     from activities.proto import cluster_pb2 as pb
-    from workflows.delivery_wire import deliveries_payload
     from workflows.messages import (
         Enqueue,
     )
@@ -77,7 +76,7 @@ class Deliveries(SchedulerBase):
         replies, self._replies = self._replies, []
         self._reply_barrier = False
         answer = await workflow.execute_activity(
-            DELIVER_SIGNALS, args=[deliveries_payload(replies), True], start_to_close_timeout=timedelta(seconds=120)
+            DELIVER_SIGNALS, args=[replies, True], start_to_close_timeout=timedelta(seconds=120)
         )
         sent = answer["sent"] if isinstance(answer, dict) else len(replies)  # a bare list: recorded before counts
         if sent < len(replies):
@@ -85,7 +84,7 @@ class Deliveries(SchedulerBase):
 
     async def _deliver(self, deliveries: list[Delivery]) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone."""
-        return await _delivery(DELIVER_SIGNALS, [deliveries_payload(deliveries)], list[int])
+        return await _delivery(DELIVER_SIGNALS, [deliveries], list[int])
 
     async def _announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -145,7 +144,7 @@ class Deliveries(SchedulerBase):
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        args = [deliveries_payload(deliveries), ANNOUNCE_GRACE_SECONDS]
+        args = [deliveries, ANNOUNCE_GRACE_SECONDS]
         return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome)
 
     def _deliver_late(
@@ -161,7 +160,7 @@ class Deliveries(SchedulerBase):
         async def deliver() -> None:
             try:
                 outcome = await workflow.execute_activity(
-                    DELIVER_ASSIGNMENTS, args=[deliveries_payload([d for d, _ in late]), LATE_PATIENCE_SECONDS],
+                    DELIVER_ASSIGNMENTS, args=[[d for d, _ in late], LATE_PATIENCE_SECONDS],
                     result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
                 )  # fmt: skip
                 self._give_back(late, outcome.gone + outcome.late)
