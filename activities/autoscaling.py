@@ -8,7 +8,6 @@ goes into the autoscaler's history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -31,80 +30,24 @@ from activities.contracts import (
     SLICE_KIND,
     SLICE_STATE_ATTRIBUTE,
 )
-from activities.platforms.base import ScaleGroupSpec
+from activities.contracts.fleet import (
+    AUTOSCALE_PLAN,
+    KNOWN_SLICES,
+    START_SLICE,
+    GroupInput,
+    KnownSlice,
+    PlanInput,
+    PlanResult,
+    StartSlice,
+)
 from activities.scheduling import decode_snapshot
 from scheduler.autoscale import GroupShape, SliceView, headroom, plan_scaling
 from scheduler.types import Resources
 
 log = structlog.get_logger("iris.autoscaler")
 
-AUTOSCALE_PLAN = "autoscale_plan"
-START_SLICE = "start_slice_workflow"
-KNOWN_SLICES = "known_slices"
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
-
-
-@dataclass
-class GroupInput:
-    """One scale group as the planner needs it, with the autoscaler's timing and backoff."""
-
-    spec: ScaleGroupSpec
-    min_slices: int
-    max_slices: int
-    scale_up_delay: float
-    scale_down_delay: float
-    last_scale_up: float | None = None
-    backoff_until: float | None = None
-    backoff_reason: str = ""
-    buffer_slices: int = 0
-
-
-@dataclass
-class SliceViewInput:
-    slice_id: str
-    group: str
-    state: str
-    worker_ids: list[str] = field(default_factory=list)
-    idle_since: float | None = None
-
-
-@dataclass
-class PlanInput:
-    groups: list[GroupInput]
-    slices: list[SliceViewInput]
-    now: float
-
-
-@dataclass
-class PlanResult:
-    create: dict[str, int] = field(default_factory=dict)
-    remove: list[str] = field(default_factory=list)
-    idle_since: dict[str, float | None] = field(default_factory=dict)
-    unmet: dict[str, str] = field(default_factory=dict)
-    group_reasons: dict[str, str] = field(default_factory=dict)
-    pending_jobs: int = 0
-    error: str = ""  # the scheduler could not be read: plan nothing this time
-    recheck_after: float | None = None  # seconds until time alone changes the plan (absent in older histories)
-    # What each group can still bring, for the scheduler's preemption rule (workflows.sharing_state.Headroom rows).
-    headroom: list[list[Any]] = field(default_factory=list)
-
-
-@dataclass
-class StartSlice:
-    """Start SliceWorkflow `slice_id` (idempotent: an existing one with this id is kept)."""
-
-    slice_id: str
-    workflow_input: Any  # workflows.slice_workflow.SliceInput, as JSON
-    summary: str
-
-
-@dataclass
-class KnownSlice:
-    slice_id: str
-    group: str
-    state: str
-    worker_ids: list[str] = field(default_factory=list)
 
 
 def group_shape(g: GroupInput) -> GroupShape:

@@ -13,11 +13,11 @@ from dataclasses import replace
 from temporalio import activity
 
 import scheduler
-from activities import plan_batches
 from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
 from activities.pass_pool import run_pass
 from activities.proto import cluster_pb2 as pb
+from activities.proto import plan_batches
 from activities.proto.values import constraint_fields, get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
 from scheduler.attributes import split_soft

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
@@ -28,81 +27,45 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, WORKERS_QUERY
-from activities.heartbeat import heartbeating
-from activities.platforms import platform_for
-from activities.platforms.base import (
+from activities.contracts.fleet import (
+    CLEANUP_ORPHANS,
+    INVALID_SCALE_GROUP,
     MANAGED_LABEL,
     PLATFORM_REFUSED,
     QUOTA_EXHAUSTED,
     SCALE_GROUP_LABEL,
+    SLICE_BOOTSTRAP,
+    SLICE_CREATE,
     SLICE_FAILED,
+    SLICE_PREEMPTED,
+    SLICE_STILL_BUSY,
+    SLICE_TERMINATE,
+    SLICE_WAIT_DRAINED,
+    SLICE_WAIT_READY,
+    SLICE_WAIT_REGISTERED,
+    SLICE_WATCH,
+    BusyCheck,
     ControlPlaneAddress,
-    Platform,
-    PlatformRefused,
+    DrainWait,
+    OrphanCleanup,
     PlatformState,
-    QuotaExhausted,
+    RegistrationWait,
     ScaleGroupSpec,
-    SliceFailed,
     SliceInfo,
-    worker_id_for,
+    SliceRequest,
+    slice_worker_ids,
 )
+from activities.heartbeat import heartbeating
+from activities.platforms import platform_for
+from activities.platforms.base import Platform, PlatformRefused, QuotaExhausted, SliceFailed
 from activities.proto import cluster_pb2 as pb
 
 log = structlog.get_logger("iris.slices")
-
-SLICE_CREATE = "slice_create"
-SLICE_WAIT_READY = "slice_wait_ready"
-SLICE_BOOTSTRAP = "slice_bootstrap"
-SLICE_WAIT_REGISTERED = "slice_wait_registered"
-SLICE_WATCH = "slice_watch"
-SLICE_WAIT_DRAINED = "slice_wait_drained"
-SLICE_STILL_BUSY = "slice_still_busy"
-SLICE_TERMINATE = "slice_terminate"
-CLEANUP_ORPHANS = "cleanup_orphan_slices"
-INVALID_SCALE_GROUP = "InvalidScaleGroup"
-# A slice the cloud took back while it was being made or bootstrapped (workflows.autoscaler_workflow.PREEMPTED):
-# a preemption, as of a READY slice (no back-off; a spot group's fallback counts it), not a failure.
-SLICE_PREEMPTED = "SlicePreempted"
 
 POLL_SECONDS = 1.0
 WATCH_SECONDS = 3.0
 
 T = TypeVar("T")
-
-
-@dataclass
-class SliceRequest:
-    """One slice of one scale group: the input of every platform step."""
-
-    slice_id: str
-    group: ScaleGroupSpec
-
-
-@dataclass
-class RegistrationWait:
-    slice_id: str
-    group: ScaleGroupSpec
-    timeout_seconds: float = 300.0
-
-
-@dataclass
-class DrainWait:
-    worker_ids: list[str]
-    timeout_seconds: float
-
-
-@dataclass
-class BusyCheck:
-    worker_ids: list[str]
-
-
-@dataclass
-class OrphanCleanup:
-    groups: list[ScaleGroupSpec] = field(default_factory=list)
-
-
-def slice_worker_ids(slice_id: str, group: ScaleGroupSpec) -> list[str]:
-    return [worker_id_for(slice_id, i) for i in range(group.hosts_per_slice)]
 
 
 async def _platform_call(group: ScaleGroupSpec, step: Callable[[Platform], Awaitable[T]]) -> T:

@@ -34,10 +34,10 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
     SUMMARY_QUERY,
 )
+from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec
 from activities.job_tree import kill_descendants
 from activities.pass_pool import pass_process
 from activities.platforms import platform_for
-from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import find_lost_tasks, rebuild_scheduler
 from activities.reservations import find_ended_jobs

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from activities.contracts import SEARCH_ATTRIBUTES
-from activities.platforms.base import ControlPlaneAddress
+from activities.contracts.fleet import ControlPlaneAddress
 from activities.platforms.local import worker_argv
 from iris.config import ClusterConfig, LocalWorkerSpec
 from iris.config_sharing import sharing_document

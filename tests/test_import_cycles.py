@@ -1,8 +1,8 @@
-"""No import cycles among the project's modules, counting imports made inside functions.
+"""No import cycles among the project's modules, and imports that follow the layout (docs/architecture.md).
 
 Why: a cycle works only while the import order happens to suit it, and it hides which module
-owns what (the CLI's shared helpers, the bench's session handling). Imports under
-`if TYPE_CHECKING:` are left out: they never run.
+owns what (the CLI's shared helpers, the bench's session handling). Imports inside functions and
+under `if TYPE_CHECKING:` count too: a type-only cycle is the same tangle for a reader.
 """
 
 from __future__ import annotations
@@ -28,23 +28,12 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The project modules `name` imports: `from a import b` counts a.b when b is a module, else a."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -106,3 +95,37 @@ def test_no_import_cycles() -> None:
     graph = {name: imported(name, path, known) for name, path in known.items()}
     assert "iris.cli_common" in graph["iris.cli_fleet"]  # the scan sees real imports
     assert [] == cycles(graph)
+
+
+def _graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def test_workflows_import_the_contract_not_activity_implementations() -> None:
+    """A workflow knows an activity by the contract (names, inputs, results) and the schema, never by its code:
+    what replays must not move when an activity's body does."""
+    wrong = {
+        (name, target)
+        for name, targets in _graph().items()
+        if name.startswith("workflows")
+        for target in targets
+        if target.startswith("activities") and not target.startswith(("activities.contracts", "activities.proto"))
+        and target != "activities"
+    }
+    assert set() == wrong
+
+
+def test_the_scheduler_imports_only_itself() -> None:
+    """scheduler/ is the pure core: no Temporal, no other package of the project."""
+    assert {"scheduler.scheduling", "scheduler.placement"} <= set(_graph())
+    wrong = {
+        (name, target)
+        for name, targets in _graph().items()
+        if name.startswith("scheduler")
+        for target in targets
+        if not target.startswith("scheduler")
+    }
+    assert set() == wrong
+    temporal = [p for p in (ROOT / "scheduler").rglob("*.py") if "temporalio" in p.read_text()]
+    assert [] == temporal

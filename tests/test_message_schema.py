@@ -1,6 +1,6 @@
 """Every field of every message survives the wire, and is written as the SDK writes it (iris.dataclass_json).
 
-The messages are the dataclasses of activities/contracts.py and workflows/messages.py: signals, workflow
+The messages are the dataclasses of activities/contracts/ and workflows/messages.py: signals, workflow
 and activity inputs and results. Each is built here with every field set to a value that is not its
 default, generated from its type hints (not listed by hand), sent through the SDK's converter and read
 back through Iris's: a field a decoder dropped, or read as another type, fails by message and field.
@@ -20,6 +20,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, value_to_type
 
 import activities.contracts
+import activities.contracts.fleet
 import workflows.messages
 from iris.codec import data_converter
 from iris.dataclass_json import plan_for
@@ -27,7 +28,7 @@ from iris.dataclass_json import plan_for
 MESSAGES = sorted(
     {
         cls
-        for module in (activities.contracts, workflows.messages)
+        for module in (activities.contracts, activities.contracts.fleet, workflows.messages)
         for cls in vars(module).values()
         if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__
     },

@@ -12,9 +12,9 @@ import pytest
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placements
+from workflows.placement_index import Placement, Placements
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.sharing_state import release_charge
 from workflows.worker_lifecycle import WorkerState

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import zlib
 
-from activities import plan_batches
 from activities.proto import cluster_pb2 as pb
+from activities.proto import plan_batches
 from activities.scheduling import find_assignments_activity
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
+from workflows.placement_index import Placement
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.sharing_state import take_evictions
 from workflows.snapshot_cache import encode_snapshot

@@ -15,9 +15,10 @@ from iris.reservations import parse_published
 from iris.submission import build_request
 from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
+from workflows.placement_index import Placement
 from workflows.reservation_state import Book, apply_holds, from_request, lose_workers, view
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot
 
 GIB = 1 << 30

@@ -18,8 +18,9 @@ from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.messages import CordonWorkers, Enqueue
+from workflows.placement_index import Placement
 from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_lifecycle import WorkerState
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry, committed
+from workflows.placement_index import Placement
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_lifecycle import WorkerState
 

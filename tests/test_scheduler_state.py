@@ -9,14 +9,10 @@ from activities.scheduling import MAX_REASON, cap_reason, encode_plan
 from benchmarks.whole_snapshot import snapshot_parts
 from scheduler.types import SchedulingResult
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_actions import record
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import (
-    PendingEntry,
-    Placement,
-    SchedulerState,
-    WorkerEntry,
-)
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot
 from workflows.worker_lifecycle import WorkerState
 

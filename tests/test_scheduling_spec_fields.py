@@ -21,8 +21,9 @@ from activities.scheduling import jobs_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
 from iris.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot
 
 # A value for each field, none of them the default (checked below, so a new field must be added here).

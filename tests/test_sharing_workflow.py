@@ -11,13 +11,9 @@ from activities.scheduling import find_assignments_activity, share_from_pb
 from iris.config import parse_config
 from iris.users import users_from_memo
 from workflows.messages import SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import (
-    PendingEntry,
-    Placement,
-    SchedulerState,
-    WorkerEntry,
-)
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.sharing_state import (
     USERS_MEMO,
     Books,

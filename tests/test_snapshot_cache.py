@@ -14,8 +14,9 @@ from activities.proto import cluster_pb2 as pb
 from activities.scheduling import share_from_pb, snapshot_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.sharing_state import Hold
 from workflows.snapshot_cache import SnapshotCache, encode_snapshot
 from workflows.worker_lifecycle import WorkerState

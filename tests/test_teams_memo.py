@@ -5,7 +5,7 @@ from __future__ import annotations
 from iris.teams import QueueView, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
-from workflows.scheduler_state import Placement
+from workflows.placement_index import Placement
 from workflows.teams_memo import TEAMS_MEMO, teams_memo
 
 TEAMS = Teams(

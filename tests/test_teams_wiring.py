@@ -14,8 +14,9 @@ from iris.config_sharing import SharingFile, sharing_document
 from scheduler.teams import UNLIMITED, Team, Teams
 from scheduler.types import Resources
 from tests.test_scheduler_determinism import SPEC_FITS
+from workflows.placement_index import Placement
 from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.sharing_state import Books, SharingSettings
 from workflows.snapshot_cache import encode_snapshot
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from activities.platforms.base import QUOTA_EXHAUSTED, ScaleGroupSpec
-from activities.slices import SLICE_PREEMPTED as PREEMPTED
+from activities.contracts.fleet import QUOTA_EXHAUSTED, ScaleGroupSpec
+from activities.contracts.fleet import SLICE_PREEMPTED as PREEMPTED
 from scheduler.spot import Capacity, CapacityPolicy, Choice, choose, note_preemption, note_stockout
 from workflows.autoscaler_state import GroupRuntime, SliceEntry
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from activities.platforms.base import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
+from activities.contracts.fleet import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
 from scheduler.spot import FallbackRecord
 from workflows.slice_lifecycle import SliceState
 

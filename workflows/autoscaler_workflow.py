@@ -33,17 +33,6 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.autoscaling import (
-        AUTOSCALE_PLAN,
-        KNOWN_SLICES,
-        START_SLICE,
-        GroupInput,
-        KnownSlice,
-        PlanInput,
-        PlanResult,
-        SliceViewInput,
-        StartSlice,
-    )
     from activities.contracts import (
         AUTOSCALER_WORKFLOW_ID,
         CONFIGURE_AUTOSCALER,
@@ -53,11 +42,19 @@ with workflow.unsafe.imports_passed_through():
         SLICE_STATE,
         WAKE_AUTOSCALER,
     )
-
-    # Imported here so the sandbox lists its module: the converter reads ScaleGroupSpec's type hints
-    # through the sandbox's sys.modules (without it, decoding `configure` fails: "name 'Any' is not defined").
-    from activities.platforms.base import ScaleGroupSpec  # noqa: F401
-    from activities.slices import CLEANUP_ORPHANS, OrphanCleanup
+    from activities.contracts.fleet import (
+        AUTOSCALE_PLAN,
+        CLEANUP_ORPHANS,
+        KNOWN_SLICES,
+        START_SLICE,
+        GroupInput,
+        KnownSlice,
+        OrphanCleanup,
+        PlanInput,
+        PlanResult,
+        SliceViewInput,
+        StartSlice,
+    )
     from scheduler.spot import FallbackRecord  # noqa: F401 - GroupRuntime's field, decoded through the sandbox
     from workflows.autoscaler_capacity import group_policy, note_lost, slice_capacity
     from workflows.autoscaler_state import (

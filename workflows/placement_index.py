@@ -14,13 +14,28 @@ changed in place (the packer relies on that too), so the index stays exact.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workflows.scheduler_state import Placement
+from dataclasses import dataclass, field
+from typing import Any
 
 
-class Placements(dict[str, "Placement"]):
+@dataclass
+class Placement:
+    job_id: str
+    task_index: int
+    attempt: int
+    worker_id: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    ports: dict[str, int] = field(default_factory=dict)  # port name -> port held on its worker's host
+    user: str = ""
+    band: str = ""  # the band it was placed in (what preemption compares)
+    gang: bool = False  # a coscheduled job's member: evicted with its whole gang
+    placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
+
+
+class Placements(dict[str, Placement]):
     """Placements by task workflow id; `used` per worker and `jobs` per job follow every change.
 
     Every way a dict changes goes through `__setitem__` or `_remove` (pop, del, clear, update,

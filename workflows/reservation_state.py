@@ -13,16 +13,15 @@ only accepted where its reservation has room left.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_constraint
 from scheduler.reservations import tree_root
 from workflows.messages import ConstraintSpec, Reserve
-
-if TYPE_CHECKING:
-    from workflows.scheduler_state import SchedulerState
+from workflows.placement_index import Placements
 
 MAX_PUBLISHED = 100  # reservations listed in the scheduler's memo (each upsert is an event holding it all)
 MAX_WORKERS_LISTED = 32  # workers listed per reservation in the memo
@@ -72,10 +71,21 @@ def _vec(values: list[int]) -> pb.Resources:
     return pb.Resources(cpu_millis=values[0], memory_bytes=values[1], gpus=values[2], tpus=values[3])
 
 
+class StateView(Protocol):
+    """What of the scheduler's state (workflows.scheduler_state, which holds the reservations) this module reads."""
+
+    @property
+    def reservations(self) -> Mapping[str, HeldReservation]: ...
+    @property
+    def placements(self) -> Placements: ...
+    @property
+    def workers(self) -> Mapping[str, Any]: ...
+
+
 class Book:
     """Per worker, what is booked: outside work, and per reservation what it holds and its tree uses."""
 
-    def __init__(self, state: SchedulerState) -> None:
+    def __init__(self, state: StateView) -> None:
         self.roots = {r.job_id: r for r in state.reservations.values()}
         self.outside: dict[str, list[int]] = {}
         self.held: dict[tuple[str, str], list[int]] = {}
@@ -163,7 +173,7 @@ def _add(total: list[int], more: list[int] | tuple[int, ...]) -> None:
         total[i] += more[i]
 
 
-def encode(snap: pb.SchedulingSnapshot, state: SchedulerState, now: float) -> None:
+def encode(snap: pb.SchedulingSnapshot, state: StateView, now: float) -> None:
     """Add the reservations to the scheduling snapshot, with what each tree's running tasks use per worker."""
     if not state.reservations:
         return
@@ -184,7 +194,7 @@ def encode(snap: pb.SchedulingSnapshot, state: SchedulerState, now: float) -> No
                 sr.used[worker_id].CopyFrom(_vec(used))
 
 
-def apply_holds(state: SchedulerState, plan: pb.SchedulingPlan, now: float) -> bool:
+def apply_holds(state: StateView, plan: pb.SchedulingPlan, now: float) -> bool:
     """Take the plan's new holds (and reasons) that still fit the state now; whether anything changed.
 
     A first hold is taken whole or not at all; a replacement entry alone.
@@ -233,7 +243,7 @@ def apply_holds(state: SchedulerState, plan: pb.SchedulingPlan, now: float) -> b
     return changed
 
 
-def lose_workers(state: SchedulerState, worker_ids: set[str]) -> bool:
+def lose_workers(state: StateView, worker_ids: set[str]) -> bool:
     """Entries held on these (lost or removed) workers wait for a replacement; whether any did."""
     changed = False
     for r in state.reservations.values():
@@ -245,7 +255,7 @@ def lose_workers(state: SchedulerState, worker_ids: set[str]) -> bool:
     return changed
 
 
-def view(state: SchedulerState) -> list[dict[str, Any]]:
+def view(state: StateView) -> list[dict[str, Any]]:
     """The reservations as the scheduler publishes them in its memo (`iris reservation list`)."""
     if not state.reservations:
         return []

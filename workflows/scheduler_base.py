@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from activities.contracts import Delivery
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Assigned, Enqueue, Unschedulable
+    from workflows.placement_index import Placement
     from workflows.scheduler_carry import StateLoader
-    from workflows.scheduler_state import Placement, SchedulerState, WorkerEntry
+    from workflows.scheduler_state import SchedulerState, WorkerEntry
     from workflows.worker_lifecycle import WorkerEvent
 
 F = TypeVar("F", bound=Callable[..., None])

@@ -24,8 +24,9 @@ from typing import Any
 from activities.contracts import task_workflow_id
 from workflows import reservation_state
 from workflows.messages import ConstraintSpec, SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_actions import new_ring
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.sharing_state import Books
 from workflows.worker_lifecycle import WorkerState
 

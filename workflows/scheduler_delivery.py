@@ -23,7 +23,6 @@ from temporalio import workflow
 from workflows.scheduler_queue import MAX_COMMIT_PER_PASS  # a part of the workflow: sandboxed, as this module
 
 with workflow.unsafe.imports_passed_through():
-    from activities import plan_batches
     from activities.contracts import (
         ASSIGNED,
         DELIVER_ASSIGNMENTS,
@@ -32,8 +31,9 @@ with workflow.unsafe.imports_passed_through():
         Delivery,
         DeliveryOutcome,
     )
-    from activities.plan_batches import ANNOUNCE_BATCH  # deliveries per deliver_signals call, too
     from activities.proto import cluster_pb2 as pb
+    from activities.proto import plan_batches
+    from activities.proto.plan_batches import ANNOUNCE_BATCH  # deliveries per deliver_signals call, too
     from workflows.messages import (
         Enqueue,
     )

@@ -32,15 +32,12 @@ with workflow.unsafe.imports_passed_through():
         Enqueue,
         Unschedulable,
     )
+    from workflows.placement_index import Placement
     from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
     from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
-    from workflows.scheduler_state import (
-        PendingEntry,
-        Placement,
-        committed,
-    )
+    from workflows.scheduler_state import PendingEntry, committed
     from workflows.worker_lifecycle import WorkerEvent
 
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass

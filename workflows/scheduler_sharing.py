@@ -35,8 +35,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from scheduler.spot import CAPACITY_ATTRIBUTE
     from workflows.messages import Evict, SetCredits
+    from workflows.placement_index import Placement
     from workflows.scheduler_base import SchedulerBase, held_in_turn
-    from workflows.scheduler_state import Placement
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
     from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
     from workflows.worker_lifecycle import WorkerState

@@ -58,23 +58,6 @@ class PendingEntry:
 
 
 @dataclass
-class Placement:
-    job_id: str
-    task_index: int
-    attempt: int
-    worker_id: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    ports: dict[str, int] = field(default_factory=dict)  # port name -> port held on its worker's host
-    user: str = ""
-    band: str = ""  # the band it was placed in (what preemption compares)
-    gang: bool = False  # a coscheduled job's member: evicted with its whole gang
-    placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
-
-
-@dataclass
 class SchedulerState:
     store_url: str = ""
     workers: dict[str, WorkerEntry] = field(default_factory=dict)

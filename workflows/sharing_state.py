@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from activities import plan_batches
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from activities.proto import plan_batches
 from activities.proto.values import set_attr
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
 from scheduler.teams import Team, Teams

@@ -33,8 +33,7 @@ with workflow.unsafe.imports_passed_through():
         SLICE_STATE,
         SLICE_STATE_ATTRIBUTE,
     )
-    from activities.platforms.base import ScaleGroupSpec, SliceInfo
-    from activities.slices import (
+    from activities.contracts.fleet import (
         SLICE_BOOTSTRAP,
         SLICE_CREATE,
         SLICE_STILL_BUSY,
@@ -46,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         BusyCheck,
         DrainWait,
         RegistrationWait,
+        ScaleGroupSpec,
+        SliceInfo,
         SliceRequest,
         slice_worker_ids,
     )

@@ -13,8 +13,9 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from activities.contracts.fleet import ScaleGroupSpec
 from activities.extras import PLATFORM_EXTRAS, missing_extra
-from activities.platforms.base import Platform, ScaleGroupSpec
+from activities.platforms.base import Platform
 
 # platform name -> "module:Class"; tests may register a platform of their own under a new name.
 REGISTRY: dict[str, str] = {

@@ -18,23 +18,9 @@ what it created). Anything else is transient and retried.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
-AttributeValue = str | int | float | bool
-
-# Labels (and worker attributes) every Iris-made slice and host carries.
-MANAGED_LABEL = "iris-managed"
-SCALE_GROUP_LABEL = "iris-scale-group"
-SLICE_ID_LABEL = "iris-slice-id"
-# Coscheduling attributes each host of a slice gets (the scheduler groups by tpu-name).
-SLICE_NAME_ATTRIBUTE = "tpu-name"
-HOST_INDEX_ATTRIBUTE = "tpu-worker-id"
-
-QUOTA_EXHAUSTED = "QuotaExhausted"  # ApplicationError type: the group backs off
-PLATFORM_REFUSED = "PlatformRefused"  # ApplicationError type: permanent refusal, the group backs off long
-SLICE_FAILED = "SliceFailed"  # ApplicationError type: this slice is gone, try another
+from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec, SliceInfo
 
 
 class QuotaExhausted(Exception):  # noqa: N818 - named after the ApplicationError type it becomes
@@ -48,72 +34,6 @@ class PlatformRefused(Exception):  # noqa: N818 - named after the ApplicationErr
 
 class SliceFailed(Exception):  # noqa: N818 - named after the ApplicationError type it becomes
     """The platform failed this slice (and has cleaned up whatever it had created for it)."""
-
-
-class PlatformState(StrEnum):
-    """The platform's own view of a slice, as `describe` reports it."""
-
-    CREATING = "CREATING"  # infrastructure not ready yet
-    READY = "READY"  # every host reachable: bootstrap may start
-    FAILED = "FAILED"  # the platform gave up on it (error says why)
-    PREEMPTED = "PREEMPTED"  # it was READY and the platform took it away
-    DELETING = "DELETING"
-
-
-@dataclass
-class ScaleGroupSpec:
-    """What a platform needs to know of a scale group; travels through Temporal as JSON.
-
-    `settings` is the platform's own config block (`manual:`, `gcp:`, `coreweave:`),
-    validated by the platform module.
-    """
-
-    name: str
-    platform: str
-    hosts_per_slice: int
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int = 0
-    tpus: int = 0
-    attributes: dict[str, Any] = field(default_factory=dict)
-    runtime: str = "process"  # an activities.contracts.RuntimeName; the agents' --runtime
-    settings: dict[str, Any] = field(default_factory=dict)
-    image: str = ""  # the agents' --default-image (container runtimes)
-
-
-@dataclass
-class ControlPlaneAddress:
-    """Where a bootstrapped agent finds the control plane: the Temporal frontend and the store."""
-
-    temporal_address: str
-    namespace: str
-    store_url: str
-    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. TLS settings for the agent
-
-
-@dataclass
-class HostInfo:
-    """One host of a slice: its index in the slice, how to reach it, the worker id its agent uses."""
-
-    index: int
-    address: str  # "host" or "host:port"
-    worker_id: str
-    state: str = ""  # the platform's own word for the host, for `iris slice list`
-
-
-@dataclass
-class SliceInfo:
-    """`describe`/`list_slices` answer: the platform's view of one slice."""
-
-    slice_id: str
-    scale_group: str
-    state: PlatformState
-    hosts: list[HostInfo] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-    error: str = ""
-    # `create_slice`'s words on where the slice was made and why there, e.g. "in us-east5-a (us-central2-b:
-    # RESOURCE_EXHAUSTED ...)": shown by `iris autoscaler status`. "" when there was no choice to make.
-    placement: str = ""
 
 
 class Platform(Protocol):
@@ -140,22 +60,3 @@ class Platform(Protocol):
         ...
 
 
-def worker_id_for(slice_id: str, index: int) -> str:
-    """The worker id of host `index` of a slice: stable, so a re-bootstrapped agent is the same worker."""
-    return f"{slice_id}-{index}"
-
-
-def slice_labels(group_name: str, slice_id: str) -> dict[str, str]:
-    """The labels a platform puts on everything it creates for a slice."""
-    return {MANAGED_LABEL: "true", SCALE_GROUP_LABEL: group_name, SLICE_ID_LABEL: slice_id}
-
-
-def host_attributes(group: ScaleGroupSpec, slice_id: str, index: int) -> dict[str, AttributeValue]:
-    """The worker attributes of host `index`: the group's, then the slice's coscheduling and Iris labels."""
-    return {
-        **group.attributes,
-        SLICE_NAME_ATTRIBUTE: slice_id,
-        HOST_INDEX_ATTRIBUTE: index,
-        SLICE_ID_LABEL: slice_id,
-        SCALE_GROUP_LABEL: group.name,
-    }

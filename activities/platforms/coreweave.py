@@ -34,21 +34,19 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities.platforms.base import (
+from activities.contracts.fleet import (
     MANAGED_LABEL,
     SCALE_GROUP_LABEL,
     SLICE_ID_LABEL,
     ControlPlaneAddress,
     HostInfo,
-    PlatformRefused,
     PlatformState,
-    QuotaExhausted,
     ScaleGroupSpec,
-    SliceFailed,
     SliceInfo,
     slice_labels,
     worker_id_for,
 )
+from activities.platforms.base import PlatformRefused, QuotaExhausted, SliceFailed
 from activities.platforms.coreweave_model import (
     NODEPOOL_GROUP,
     NODEPOOL_PLURAL,

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from activities.platforms.base import (
+from activities.contracts.fleet import (
     SLICE_ID_LABEL,
     ControlPlaneAddress,
     ScaleGroupSpec,

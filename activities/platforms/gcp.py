@@ -33,23 +33,21 @@ from google.api_core import exceptions as gexc
 from google.cloud import tpu_v2
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from activities.platforms import remote_agent
-from activities.platforms.base import (
+from activities.contracts.fleet import (
     MANAGED_LABEL,
     SCALE_GROUP_LABEL,
     SLICE_ID_LABEL,
     ControlPlaneAddress,
     HostInfo,
-    PlatformRefused,
     PlatformState,
-    QuotaExhausted,
     ScaleGroupSpec,
-    SliceFailed,
     SliceInfo,
     host_attributes,
     slice_labels,
     worker_id_for,
 )
+from activities.platforms import remote_agent
+from activities.platforms.base import PlatformRefused, QuotaExhausted, SliceFailed
 from activities.platforms.gcp_zones import ZoneBackoff
 from activities.platforms.ssh import SshError, SshTarget, SshTransport
 from scheduler.spot import CAPACITY_ATTRIBUTE, Capacity, CapacityPolicy

@@ -30,8 +30,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.home import iris_home
-from activities.platforms.base import (
+from activities.contracts.fleet import (
     MANAGED_LABEL,
     SCALE_GROUP_LABEL,
     SLICE_ID_LABEL,
@@ -39,14 +38,14 @@ from activities.platforms.base import (
     ControlPlaneAddress,
     HostInfo,
     PlatformState,
-    QuotaExhausted,
     ScaleGroupSpec,
-    SliceFailed,
     SliceInfo,
     host_attributes,
     slice_labels,
     worker_id_for,
 )
+from activities.home import iris_home
+from activities.platforms.base import QuotaExhausted, SliceFailed
 from activities.platforms.local_process import (
     START_LINE,
     FoundWorker,

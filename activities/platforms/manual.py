@@ -24,19 +24,18 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from activities.platforms import remote_agent
-from activities.platforms.base import (
+from activities.contracts.fleet import (
     ControlPlaneAddress,
     HostInfo,
-    PlatformRefused,
     PlatformState,
-    QuotaExhausted,
     ScaleGroupSpec,
     SliceInfo,
     host_attributes,
     slice_labels,
     worker_id_for,
 )
+from activities.platforms import remote_agent
+from activities.platforms.base import PlatformRefused, QuotaExhausted
 from activities.platforms.ssh import SshError, SshRefusedError, SshTarget, SshTransport, parse_address
 
 log = structlog.get_logger(__name__)

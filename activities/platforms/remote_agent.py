@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from activities.platforms.base import AttributeValue, ControlPlaneAddress, ScaleGroupSpec
+from activities.contracts.fleet import AttributeValue, ControlPlaneAddress, ScaleGroupSpec
 from activities.platforms.ssh import SshError, Transport
 
 DEFAULT_WORKER_COMMAND = "iris worker serve"

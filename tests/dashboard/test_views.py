@@ -26,8 +26,9 @@ from iris.dashboard.views import (
 )
 from scheduler.scheduling import find_assignments
 from workflows.messages import SchedulingSpec
+from workflows.placement_index import Placement
 from workflows.scheduler_dashboard import worker_status, workers_page
-from workflows.scheduler_state import PendingEntry, Placement, SchedulerState, WorkerEntry
+from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot
 from workflows.worker_lifecycle import WorkerState
 

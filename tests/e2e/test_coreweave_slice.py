@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
-from activities.platforms.base import ControlPlaneAddress, PlatformState, ScaleGroupSpec
+from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.coreweave import CoreweavePlatform
 from activities.platforms.coreweave_model import nodepool_name
 from iris import Constraint, IrisClient, JobState, ResourceSpec, get_job_info

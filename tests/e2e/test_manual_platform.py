@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.platforms.base import ControlPlaneAddress, PlatformState, ScaleGroupSpec
+from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.manual import ManualPlatform
 from activities.platforms.remote_agent import host_key
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec

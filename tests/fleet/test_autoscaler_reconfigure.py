@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.platforms.base import PLATFORM_REFUSED, ScaleGroupSpec
+from activities.contracts.fleet import PLATFORM_REFUSED, ScaleGroupSpec
 from tests.support import workflows_on_dev_server
 from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
 from workflows.autoscaler_workflow import AutoscalerWorkflow

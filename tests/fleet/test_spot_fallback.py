@@ -17,19 +17,25 @@ from google.cloud import tpu_v2
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
-from activities.autoscaling import AUTOSCALE_PLAN, KNOWN_SLICES, START_SLICE, KnownSlice, PlanInput, PlanResult
-from activities.autoscaling import StartSlice as StartSliceInput
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
-from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
-from activities.slices import (
+from activities.contracts.fleet import (
+    AUTOSCALE_PLAN,
     CLEANUP_ORPHANS,
+    KNOWN_SLICES,
     SLICE_BOOTSTRAP,
     SLICE_WAIT_REGISTERED,
+    START_SLICE,
+    ControlPlaneAddress,
+    KnownSlice,
     OrphanCleanup,
+    PlanInput,
+    PlanResult,
     RegistrationWait,
-    SliceActivities,
+    ScaleGroupSpec,
     SliceRequest,
 )
+from activities.contracts.fleet import StartSlice as StartSliceInput
+from activities.slices import SliceActivities
 from iris.autoscaler_view import explain_group
 from iris.temporal_setup import ensure_search_attributes
 from tests.platforms.tpu_fake import FakeTpu

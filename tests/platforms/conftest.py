@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from activities.platforms.base import ScaleGroupSpec
+from activities.contracts.fleet import ScaleGroupSpec
 from tests.platforms.k8s_fake import FakeKubernetes
 
 

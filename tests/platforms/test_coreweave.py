@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.platforms.base import (
-    ControlPlaneAddress,
-    PlatformRefused,
-    PlatformState,
-    QuotaExhausted,
-    ScaleGroupSpec,
-    SliceFailed,
-)
+from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
+from activities.platforms.base import PlatformRefused, QuotaExhausted, SliceFailed
 from activities.platforms.coreweave import CoreweavePlatform, KubernetesApiError
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 

@@ -19,7 +19,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from activities.platforms.base import ControlPlaneAddress, QuotaExhausted, ScaleGroupSpec, SliceFailed
+from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec
+from activities.platforms.base import QuotaExhausted, SliceFailed
 from activities.platforms.coreweave import CoreweavePlatform
 from activities.platforms.coreweave_model import TLS_DIR, Settings
 from iris.config import parse_config

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from activities.platforms.base import ControlPlaneAddress, ScaleGroupSpec
+from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec
 from activities.platforms.coreweave_model import Settings, Verdict, assess, k8s_name, pod_manifest
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)

@@ -12,14 +12,8 @@ import pytest
 import yaml
 from google.cloud import tpu_v2
 
-from activities.platforms.base import (
-    PlatformRefused,
-    PlatformState,
-    QuotaExhausted,
-    ScaleGroupSpec,
-    SliceFailed,
-    slice_labels,
-)
+from activities.contracts.fleet import PlatformState, ScaleGroupSpec, slice_labels
+from activities.platforms.base import PlatformRefused, QuotaExhausted, SliceFailed
 from activities.platforms.gcp import NODE_ID_MAX, GcpPlatform, zonal_node_id
 from activities.platforms.manual import ManualPlatform
 from iris.config import parse_config

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from activities.platforms.base import PlatformState, QuotaExhausted, ScaleGroupSpec, slice_labels
+from activities.contracts.fleet import PlatformState, ScaleGroupSpec, slice_labels
+from activities.platforms.base import QuotaExhausted
 from activities.platforms.manual import ManualPlatform, parse_settings
 from activities.platforms.ssh import SshError
 from tests.sshd import Sshd, start_sshd, worker_command
@@ -174,7 +175,7 @@ async def test_host_names_are_reached_by_name(sshd: Sshd, iris_home: Path) -> No
 async def test_worker_command_and_env_reach_the_agent(sshd: Sshd) -> None:
     """The agent is `worker_command` with Iris's arguments; it sees the non-interactive session's environment,
     the control plane's address, and the block's `env` over both."""
-    from activities.platforms.base import ControlPlaneAddress
+    from activities.contracts.fleet import ControlPlaneAddress
     from activities.platforms.remote_agent import host_key
 
     record = 'env > "$PWD/agent-env"; echo "$@" > "$PWD/agent-argv"; sleep 60'
