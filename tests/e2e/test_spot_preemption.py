@@ -137,6 +137,13 @@ def test_notice_sigterm_checkpoint_and_resume(hosts: Hosts, client: IrisClient, 
     print(f"notice -> SIGTERM: {1000 * (first['sigterm_at'] - noticed):.0f} ms")
 
 
+def _stamps(folder: Path, pattern: str) -> list[float] | None:
+    """The four tasks' times in the files matching `pattern`, once all four are written (a file appears, empty,
+    when the shell opens it for `date`'s output, a moment before the time is in it)."""
+    texts = [p.read_text().strip() for p in folder.glob(pattern)]
+    return [float(t) for t in texts] if len(texts) == 4 and all(texts) else None
+
+
 def test_gang_notice_and_rerun(hosts: Hosts, client: IrisClient, tmp_path: Path) -> None:
     """A 4-host gang on a spot slice: every task has SIGTERM within 1 s of the notice, and the gang runs again
     whole on another slice; prints both times (docs/performance.md)."""
@@ -169,12 +176,10 @@ def test_gang_notice_and_rerun(hosts: Hosts, client: IrisClient, tmp_path: Path)
     for worker_id in standby:
         client.cordon_worker(worker_id, cordoned=False)
     noticed = spot.set_instance("preempted", "TRUE")
-    terms = wait_until(lambda: sorted(tmp_path.glob("term-0-*")) if len(list(tmp_path.glob("term-0-*"))) == 4 else None,
-                       timeout=30, what="SIGTERM in every task")  # fmt: skip
-    to_sigterm = max(float(p.read_text()) for p in terms) - noticed
-    reruns = wait_until(lambda: sorted(tmp_path.glob("run-1-*")) if len(list(tmp_path.glob("run-1-*"))) == 4 else None,
-                        timeout=90, what="the gang running again")  # fmt: skip
-    to_rerun = max(float(p.read_text()) for p in reruns) - noticed
+    terms = wait_until(lambda: _stamps(tmp_path, "term-0-*"), timeout=30, what="SIGTERM in every task")
+    to_sigterm = max(terms) - noticed
+    reruns = wait_until(lambda: _stamps(tmp_path, "run-1-*"), timeout=90, what="the gang running again")
+    to_rerun = max(reruns) - noticed
     status = job.wait(timeout=60)
     print(f"4-host gang: notice -> every task has SIGTERM {1000 * to_sigterm:.0f} ms; "
           f"notice -> gang running again on another slice {to_rerun:.2f} s")  # fmt: skip
