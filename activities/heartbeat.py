@@ -54,9 +54,14 @@ def heartbeating_thread(every: float = BEAT_SECONDS) -> Iterator[None]:
             context.run(activity.heartbeat)
 
     beater = threading.Thread(target=beat, name="activity-heartbeat", daemon=True)
-    beater.start()
+    # Shielded: the SDK cancels a sync activity by an asynchronous exception aimed at this thread's id, and until
+    # the new thread runs, CPython 3.11 gives it that id too; the exception then kills it before it says it
+    # started, and start() waits forever (seen: a pass activity hung 10 minutes). Delivered after start() instead.
     try:
+        with activity.shield_thread_cancel_exception():
+            beater.start()
         yield
     finally:
         stop.set()
-        beater.join()
+        if beater.ident is not None:  # started (a cancellation may come as the shield ends)
+            beater.join()
