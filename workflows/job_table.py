@@ -55,7 +55,7 @@ class Table(JobBase):
 
     @workflow.signal(name=TASK_STARTED)
     def task_started(self, raw: RawValue) -> None:
-        """The agent started a task's process (one signal per attempt: decoded by hand, as results are)."""
+        """The agent started a task's process (one signal per attempt: taken raw and decoded, as results are)."""
         msg = read_task_started(raw)
         if not 0 <= msg.task_index < len(self.status.tasks):
             return

@@ -156,7 +156,7 @@ class Waves(JobBase):
             handles = await asyncio.gather(
                 *(
                     workflow.start_child_workflow(
-                        TASK_WORKFLOW,  # by name, for its result raw: decoded by hand (job_table.read_task_result)
+                        TASK_WORKFLOW,  # by name, for its result raw: decoded by job_table.read_task_result
                         TaskInput(
                             job_id=job_id,
                             task_index=i,

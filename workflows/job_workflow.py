@@ -305,7 +305,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
 
 
 def _child_result(index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> TaskResult:
-    """The child's result, which it hands over raw (job_waves starts it so): decoded by hand."""
+    """The child's result, which it hands over raw (job_waves starts it so): decoded by the converter's plan."""
     try:
         raw: RawValue = handle.result()
     except BaseException as err:  # the child itself failed or was terminated from outside

@@ -56,7 +56,7 @@ KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALE
 class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, is what failed
     """A payload that cannot be read here: encrypted under another key (or none), malformed, another version.
 
-    Raised by Iris's payload converter and by workflow code that decodes a payload by hand; a
+    Raised by Iris's payload converter and by workflow code that decodes a raw payload itself; a
     signal whose handler raises it is dropped and recorded (iris.payload_guard), never retried.
     """
 
