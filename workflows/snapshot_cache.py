@@ -7,7 +7,8 @@ that is unchanged:
 
 - a worker's entry is keyed by its `WorkerEntry` (replaced, never changed in place, when the worker
   registers again) and its used capacity (`Placements.used`); the free capacity, the only part that
-  changes with placements, is spliced in by hand (most workers share a few free values);
+  changes with placements, is a serialized message of its own merged in (most workers share a few free
+  values);
 - a running job's entry by its placements' stamp (`Placements.stamps`) and its attempts being evicted.
   Its `worker_rows` number all the scheduler's workers in the state's order, eligible or not, and the
   snapshot lists those outside it (`share.absent_rows`), so a worker cordoned, lost,
@@ -42,7 +43,7 @@ from workflows.sharing_state import fill_share_header, running_job
 # continue-as-new) ~320,000: about eight steps of a workflow task each.
 STEP_WORK = 40_000
 _HIT = 1  # a piece found in the cache
-_FREE = 1  # a worker's free capacity spliced in
+_FREE = 1  # a worker's free capacity merged in
 _WORKER = 3  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
 _JOB = 8  # a queued job's entry encoded, plus a unit per two task indices
 _RUNNING = 5  # a running job's entry encoded, plus a unit per placement
@@ -51,32 +52,10 @@ _RUNNING = 5  # a running job's entry encoded, plus a unit per placement
 _DONE = object()
 
 
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    if n < 0x4000:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(tag: bytes, body: bytes) -> bytes:
-    """A length-delimited field: its tag, its length, its bytes."""
-    return tag + _varint(len(body)) + body
-
-
-_WORKERS_TAG = b"\x0a"  # SchedulingSnapshot.workers = 1
-_FREE_TAG = b"\x12"  # SchedulingWorker.free = 2
-_ID_TAG = b"\x0a"  # SchedulingWorker.worker_id = 1
-
-
 def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
-    """A worker's entry without its free capacity: its id, then its attributes and capacity, which most
-    workers share with others (`shapes`: those encoded so far, by value)."""
+    """A serialized `SchedulingWorker` without its free capacity: its id, then its attributes and capacity,
+    which most workers share with others (`shapes`: those encoded so far, by value). Serialized messages
+    concatenate into their merge, so id, shape and free capacity are encoded apart and joined."""
     # Typed: True == 1 == 1.0 in Python, not in an attribute's encoding.
     shape = (w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, tuple((k, type(v), v) for k, v in w.attributes.items()))
     rest = shapes.get(shape)
@@ -87,7 +66,7 @@ def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
         rest = shapes[shape] = sw.SerializeToString()
-    return _field(_ID_TAG, w.worker_id.encode()) + rest
+    return pb.SchedulingWorker(worker_id=w.worker_id).SerializeToString() + rest
 
 
 def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str, placed: int = 0) -> bytes:
@@ -123,7 +102,7 @@ class SnapshotCache:
     def __init__(self) -> None:
         # worker id -> (its entry, its used capacity then, its entry without free capacity, with it)
         self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
-        self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> its field, spliced in
+        self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> a SchedulingWorker with it
         self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
         # Every worker, in the state's order: what `worker_rows` number (eligible or not, so a number stays
         # put while workers are cordoned, lost or come back), and that numbering.
@@ -232,8 +211,10 @@ class SnapshotBuild:
             field = free_cache.get(free)
             if field is None:
                 res = pb.Resources(cpu_millis=free[0], memory_bytes=free[1], gpus=free[2], tpus=free[3])
-                field = free_cache[free] = _field(_FREE_TAG, res.SerializeToString())
-            piece = _field(_WORKERS_TAG, static + field)
+                field = free_cache[free] = pb.SchedulingWorker(free=res).SerializeToString()
+            snap = pb.SchedulingSnapshot()
+            snap.workers.add().MergeFromString(static + field)
+            piece = snap.SerializeToString()
             if self._keep:
                 new[worker_id] = (w, list(used), static, piece)
             parts.append(piece)
