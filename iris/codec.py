@@ -38,7 +38,7 @@ from temporalio.converter import (
 )
 
 from activities.contracts import UnreadablePayload
-from iris.dataclass_json import UnplainError, plan_for, to_plain
+from activities.contracts.dataclass_json import UnplainError, plan_for, to_plain
 from worker_agent.encryption import (
     KEY_ENV,
     KEY_FILE_ENV,
@@ -144,8 +144,8 @@ class _EncryptedPayloadRefusal(EncodingPayloadConverter):
 
 
 class _MessageJSONConverter(JSONPlainPayloadConverter):
-    """The SDK's JSON converter, with Iris's messages encoded and decoded by iris.dataclass_json (the same
-    bytes and values, without the SDK's per-value copies and type hints)."""
+    """The SDK's JSON converter, with Iris's messages encoded and decoded by activities.contracts.dataclass_json
+    (the same bytes and values, without the SDK's per-value copies and type hints)."""
 
     def to_payload(self, value: Any) -> Payload | None:
         if type(value) in (list, tuple) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from scheduler.types import Resources
 
@@ -165,24 +164,6 @@ class Accounts:
         """The user's account; a user never seen starts with `default_credits`."""
         found = self.users.get(user)
         return found if found is not None else UserAccount(user, self.default_credits)
-
-    def pack(self) -> dict[str, Any]:
-        """A JSON-ready form for the workflow's state and continue-as-new (the ledger's tuple keys as rows)."""
-        return {
-            "default_credits": self.default_credits,
-            "users": [[a.user, a.balance, a.used, a.usage.value, a.usage.as_of] for a in self.users.values()],
-            "ledger": [[task, attempt, seconds] for (task, attempt), seconds in self.ledger.charged.items()],
-        }
-
-    @classmethod
-    def unpack(cls, data: Mapping[str, Any]) -> Accounts:
-        """Rebuild what `pack` wrote."""
-        users = {
-            row[0]: UserAccount(row[0], float(row[1]), float(row[2]), DecayedUsage(float(row[3]), float(row[4])))
-            for row in data.get("users", [])
-        }
-        ledger = Ledger({(row[0], int(row[1])): float(row[2]) for row in data.get("ledger", [])})
-        return cls(users, ledger, float(data.get("default_credits", DEFAULT_CREDITS)))
 
     def set_credits(self, user: str, balance: float) -> Accounts:
         """An operator sets the balance left (usage so far is kept)."""

@@ -9,7 +9,6 @@ with every field set through all of them and compare what the pure scheduler rec
 from __future__ import annotations
 
 import dataclasses
-import json
 import zlib
 
 import pytest
@@ -92,16 +91,15 @@ def test_a_job_s_constraints_reach_the_pass_whole() -> None:
 
 
 def test_a_reservation_s_constraints_reach_the_pass_whole() -> None:
-    """Reservation constraints (IN / NOT_IN included) through the reserve signal, the carry's rows and the snapshot."""
+    """Reservation constraints (IN / NOT_IN included) through the reserve signal, the carry and the snapshot."""
     hard = [c for c in SENT if not c.soft]
     request = build_request(constraints=[], reservation=[ResourceSpec(cpu=1)], reservation_constraints=hard)
     reserve = _through_the_wire(reserve_request("ana/j", request), Reserve)
     assert isinstance(reserve, Reserve)
     state = SchedulerState(store_url="memory://wire")
     held = reservation_state.from_request(reserve, "rsv-ana/j", 1.0)
-    state.reservations[held.reservation_id] = reservation_state.from_row(
-        json.loads(json.dumps(reservation_state.to_row(held)))
-    )
+    state.reservations[held.reservation_id] = held
+    state = unpack(pack(state))  # carried through continue-as-new
     snap = pb.SchedulingSnapshot()
     reservation_state.encode(snap, state, 2.0)
     (reservation,) = decode_reservations(snap)

@@ -1,9 +1,11 @@
-"""Every field of every message survives the wire, and is written as the SDK writes it (iris.dataclass_json).
+"""Every field of every message survives the wire, and is written as the SDK writes it
+(activities.contracts.dataclass_json).
 
 The messages are the dataclasses of activities/contracts/ and workflows/messages.py: signals, workflow
-and activity inputs and results. Each is built here with every field set to a value that is not its
-default, generated from its type hints (not listed by hand), sent through the SDK's converter and read
-back through Iris's: a field a decoder dropped, or read as another type, fails by message and field.
+and activity inputs and results; and the scheduler's continue-as-new carry (workflows/scheduler_carry.py).
+Each is built here with every field set to a value that is not its default, generated from its type hints
+(not listed by hand), sent through the SDK's converter and read back through Iris's: a field a decoder
+dropped, or read as another type, fails by message and field.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from temporalio.converter import DataConverter, value_to_type
 import activities.contracts
 import activities.contracts.fleet
 import workflows.messages
+import workflows.scheduler_carry
+from activities.contracts.dataclass_json import plan_for
 from iris.codec import data_converter
-from iris.dataclass_json import plan_for
 
 MESSAGES = sorted(
     {
         cls
-        for module in (activities.contracts, activities.contracts.fleet, workflows.messages)
+        for module in (activities.contracts, activities.contracts.fleet, workflows.messages, workflows.scheduler_carry)
         for cls in vars(module).values()
         if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__
     },
@@ -55,6 +58,8 @@ def _value(hint: Any, default: Any, salt: str) -> Any:
         return _message(hint)
     if origin is list:
         return [_value(args[0], None, salt), _value(args[0], None, salt + "2")]
+    if origin is tuple:
+        return tuple(_value(a, None, f"{salt}{i}") for i, a in enumerate(args))
     if origin is dict:
         key = 3 if args[0] is int else f"{salt}-key"
         return {key: _value(args[1], None, salt)}

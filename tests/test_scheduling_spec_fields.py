@@ -66,7 +66,8 @@ def test_the_test_sets_every_field() -> None:
 
 
 def test_every_field_survives_the_enqueue_signal() -> None:
-    """The scheduler's converter (a plan per type, iris.dataclass_json) reads every field a sender writes."""
+    """The scheduler's converter (a plan per type, activities.contracts.dataclass_json) reads every field a
+    sender writes."""
     sender, scheduler = DataConverter.default.payload_converter, data_converter(None).payload_converter
     for spec in (_spec(), _spec(**GANG)):
         payload = sender.to_payloads([Enqueue("job-1", spec, {0: 0, 1: 0}, 12.5)])[0]
@@ -74,7 +75,8 @@ def test_every_field_survives_the_enqueue_signal() -> None:
 
 
 def test_every_field_survives_continue_as_new() -> None:
-    """The scheduler's carry (packed by hand) hands every field of a queued job's spec to the next run."""
+    """The scheduler's carry (its messages, by the one codec) hands every field of a queued job's spec to the
+    next run."""
     for spec in (_spec(), _spec(**GANG)):
         state = SchedulerState()
         state.pending["j"] = PendingEntry("j", spec, {0: 0, 1: 0}, 5.0)

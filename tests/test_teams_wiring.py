@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import yaml
 from temporalio.converter import DataConverter
 
+from activities.contracts.dataclass_json import plan_for, to_plain
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import plan_pass, policy_from_pb, share_from_pb
 from iris.config import parse_config
@@ -73,9 +75,10 @@ def test_every_encoder_keeps_the_teams() -> None:
 
 
 def test_a_row_carried_from_before_teams_still_loads() -> None:
-    """A carried settings row of seven numbers (before teams) loads with no teams and the default threshold."""
-    old = SharingSettings().row()[:7]
-    assert SharingSettings() == SharingSettings.from_row(old)
+    """Carried settings from before teams (no `teams`, no threshold) load with no teams and the default threshold."""
+    old = to_plain(SharingSettings(teams=[["t", [], [1, 2, 0, 0], None, None]], starvation_after_seconds=5.0))
+    del old["teams"], old["starvation_after_seconds"]
+    assert SharingSettings() == plan_for(SharingSettings)(json.loads(json.dumps(old)))  # type: ignore[misc]
 
 
 def test_durations_reach_the_snapshot_and_estimates_come_back_in_the_plan() -> None:

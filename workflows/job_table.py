@@ -198,7 +198,7 @@ class Table(JobBase):
 def read_task_result(raw: RawValue) -> TaskResult:
     """A task's result (a child's, or a TASK_ENDED signal's).
 
-    Taken raw and converted here, by the payload converter's per-type plan (iris.dataclass_json): a
+    Taken raw and converted here, by the payload converter's per-type plan (activities.contracts.dataclass_json): a
     job's workflow task that takes hundreds of ended tasks at once stays far from the deadlock detector.
     """
     return workflow.payload_converter().from_payload(raw.payload, TaskResult)  # type: ignore[no-any-return]

@@ -49,24 +49,6 @@ def from_request(reserve: Reserve, reservation_id: str, now: float) -> HeldReser
     )  # fmt: skip
 
 
-def to_row(r: HeldReservation) -> list[Any]:
-    """Positional JSON for the packed state (scheduler_state.pack)."""
-    return [
-        r.reservation_id, r.job_id, r.user, r.entries,
-        [[c.key, c.op, c.value, True] if c.soft else [c.key, c.op, c.value] for c in r.constraints],
-        r.tolerations, r.requested_at, [[i, w] for i, w in r.held.items()], [[i, w] for i, w in r.lost.items()],
-        r.reason, r.held_at,
-    ]  # fmt: skip
-
-
-def from_row(row: list[Any]) -> HeldReservation:
-    rid, job_id, user, entries, constraints, tolerations, requested_at, held, lost, reason, held_at = row
-    return HeldReservation(
-        rid, job_id, user, entries, [ConstraintSpec(*c) for c in constraints], tolerations, requested_at,
-        {int(i): w for i, w in held}, {int(i): w for i, w in lost}, reason, held_at,
-    )  # fmt: skip
-
-
 def _vec(values: list[int]) -> pb.Resources:
     return pb.Resources(cpu_millis=values[0], memory_bytes=values[1], gpus=values[2], tpus=values[3])
 

@@ -2,12 +2,16 @@
 
 At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
 them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes zlib of JSON lines, chunks of a bounded weight (workers, queued jobs, placements by job),
-a line of what changed while they were packed, and a small header last, and `StateLoader` builds the
-state a few chunks per workflow task: the scheduler loads `step` weight units, awaits a no-op activity
-(a new workflow task), loads the next, and so on, holding the signals that arrive meanwhile
-(scheduler_workflow). A small state loads in the first task, as before. The header carries the counts
-the `summary` query answers while the rest loads.
+`pack` writes zlib of JSON lines, each a message of this module (`CarryChunk`: workers, queued jobs,
+placements by job, of a bounded weight; the last chunk with what changed while they were packed; the
+`CarryHeader` last), and `StateLoader` builds the state a few chunks per workflow task: the scheduler
+loads `step` weight units, awaits a no-op activity (a new workflow task), loads the next, and so on,
+holding the signals that arrive meanwhile (scheduler_workflow). A small state loads in the first task.
+The header carries the counts the `summary` query answers while the rest loads.
+
+The messages are written and read by the plans of the one message codec
+(activities/contracts/dataclass_json.py): a field is carried the moment it is declared, and a carry from
+a build with fewer fields reads with their defaults (no version number, no positional rows).
 
 Pure functions of the state (no Temporal calls): the same code runs in the workflow and in tests.
 """
@@ -16,98 +20,151 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import compress, filterfalse
 from operator import attrgetter, countOf, is_not, ne
 from typing import Any
 
 from activities.contracts import task_workflow_id
-from workflows import reservation_state
-from workflows.messages import ConstraintSpec, SchedulingSpec
+from activities.contracts.dataclass_json import Plan, plan_for, to_plain
 from workflows.placement_index import Placement
+from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import new_ring
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import Books
+from workflows.sharing_state import Books, CarriedBooks
 from workflows.worker_lifecycle import WorkerState
 
-PACK_VERSION = 5  # 5: chunk lines a run loads a few per workflow task, a line of changes, the header last
-# 4 (the header first; no worker changes in the last line): what a run on the build before packs for its
-# next run, which may start on this build (continue-as-new onto the current build).
-READABLE_VERSIONS = (4, 5)
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
 # its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox
 # on a loaded machine. A state of less weight loads (and packs) in one task, as before.
 LOAD_STEP = 12_000
 CHUNK = 2_500  # weight units per chunk line: a step loads whole chunks
-_STATES = {s.value: s for s in WorkerState}  # WorkerState(value) costs microseconds per call
 
 
-def _spec_row(spec: SchedulingSpec) -> list[Any]:
-    return [
-        spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
-        [[c.key, c.op, c.value, True] if c.soft else [c.key, c.op, c.value] for c in spec.constraints],
-        spec.group_by, spec.priority, spec.scheduling_timeout_seconds, spec.tolerations, spec.num_groups,
-        spec.ports, spec.coordinator, spec.band, spec.user, spec.max_concurrent,
-    ]  # fmt: skip
+@dataclass
+class PlacedRuns:
+    """A job's placements of one shape, as columns read by position: task index, attempt, worker (its
+    number in the header's `names`) and when it was placed."""
+
+    job_id: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    user: str
+    band: str
+    gang: bool
+    task_indices: list[int] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)
+    placed_at: list[float] = field(default_factory=list)
 
 
-def _spec(row: list[Any]) -> SchedulingSpec:
-    cpu, memory, gpus, tpus, constraints, group_by, priority, timeout, tolerations, *rest = row
-    groups, ports, coordinator, band, user, *later = rest  # `later`: fields a pack from an older build lacks
-    return SchedulingSpec(
-        cpu, memory, gpus, tpus, [ConstraintSpec(*c) for c in constraints], group_by, priority, timeout, tolerations,
-        num_groups=groups, ports=ports, coordinator=coordinator, band=band, user=user,
-        max_concurrent=later[0] if later else 0,
-    )  # fmt: skip
+@dataclass
+class CarryChunk:
+    """One line of the carry: workers, queued jobs (a long one split over chunks: its attempts add up)
+    and placements. The last chunk (`changes`) holds what changed while the others were packed: what is
+    gone first, then what was added or replaced (a queued job's attempts replaced, in its place)."""
+
+    weight: int
+    workers: list[WorkerEntry] = field(default_factory=list)
+    queued: list[PendingEntry] = field(default_factory=list)
+    placed: list[PlacedRuns] = field(default_factory=list)
+    changes: bool = False
+    placements_gone: list[str] = field(default_factory=list)
+    queued_gone: list[str] = field(default_factory=list)
+    workers_gone: list[str] = field(default_factory=list)
+    worker_order: list[str] = field(default_factory=list)  # set when the run reordered its workers meanwhile
 
 
-def _chunks(kind: str, rows: Iterator[tuple[int, Any]], chunk: int) -> Iterator[str]:
-    """Lines of `[kind, weight, rows]`, each of about `chunk` weight."""
+@dataclass
+class CarryHeader:
+    """The carry's last line: what is not chunked, and what `summary` answers while the rest loads."""
+
+    step: int
+    weight: int
+    # Healthy and all workers, pending and running tasks.
+    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    store_url: str = ""
+    names: list[str] = field(default_factory=list)  # the workers placements refer to by number
+    reasons: dict[str, str] = field(default_factory=dict)
+    actions: list[list[Any]] = field(default_factory=list)
+    ports: dict[str, dict[str, int]] = field(default_factory=dict)  # task workflow id -> its ports
+    port_cursors: dict[str, int] = field(default_factory=dict)
+    books: CarriedBooks = field(default_factory=CarriedBooks)
+    reservations: list[HeldReservation] = field(default_factory=list)
+
+
+def _reader(cls: type) -> Plan:
+    plan = plan_for(cls)
+    if plan is None:
+        raise TypeError(f"{cls.__name__} must be decoded by plan (activities/contracts/dataclass_json.py)")
+    return plan
+
+
+_read_chunk = _reader(CarryChunk)
+_read_header = _reader(CarryHeader)
+
+
+def _line(message: CarryChunk | CarryHeader) -> str:
+    return json.dumps(to_plain(message), separators=(",", ":"))
+
+
+def _chunks(rows: Iterator[tuple[int, Any]], chunk: int, make: Callable[[int, list[Any]], CarryChunk]) -> Iterator[str]:
+    """Lines of `CarryChunk`s made of the rows (`make(weight, rows)`), each of about `chunk` weight."""
     batch: list[Any] = []
     weight = 0
     for w, row in rows:
         batch.append(row)
         weight += w
         if weight >= chunk:
-            yield json.dumps([kind, weight, batch], separators=(",", ":"))
+            yield _line(make(weight, batch))
             batch, weight = [], 0
     if batch:
-        yield json.dumps([kind, weight, batch], separators=(",", ":"))
+        yield _line(make(weight, batch))
 
 
-def _worker_row(w: dict[str, Any]) -> list[Any]:
-    """A worker's row, from its entry's attributes (`WorkerEntry.__dict__`, or a copy of it)."""
-    return [w["worker_id"], w["session"], w["cpu_millis"], w["memory_bytes"], w["gpus"], w["tpus"], w["attributes"],
-            w["runtime"], w["state"].value, w["suspect_until"], w["dispatch_failures"], w["cordoned"], w["lost_at"],
-            w["host"], w["address"], list(w["port_range"])]  # fmt: skip
+def _workers_chunk(weight: int, rows: list[Any]) -> CarryChunk:
+    return CarryChunk(weight, workers=rows)
 
 
-def _pending_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
+def _queued_chunk(weight: int, rows: list[Any]) -> CarryChunk:
+    return CarryChunk(weight, queued=rows)
+
+
+def _placed_chunk(weight: int, rows: list[Any]) -> CarryChunk:
+    return CarryChunk(weight, placed=rows)
+
+
+def _queued_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
     """A job per row; a job with more attempts than a chunk holds is split over several rows."""
     per_row = chunk * 16
     for e, attempts in entries:
-        flat = [n for pair in attempts.items() for n in pair]
-        spec = _spec_row(e.spec)
-        for start in range(0, max(1, len(flat)), 2 * per_row):
-            part = flat[start : start + 2 * per_row]
-            yield 2 + len(part) // 32, [e.job_id, spec, part, e.submitted_at]
+        items = list(attempts.items())
+        for start in range(0, max(1, len(items)), per_row):
+            part = dict(items[start : start + per_row])
+            yield 2 + len(part) // 16, PendingEntry(e.job_id, e.spec, part, e.submitted_at)
 
 
 def _placement_rows(placements: Iterable[Placement], names: _Names, chunk: int) -> Iterator[tuple[int, Any]]:
-    """Placements by job and shape: [job_id, cpu, memory, gpus, tpus, user, band, gang, runs of 4 numbers]."""
+    """Placements by job and shape, `chunk` placements at most per row."""
     index = names.index
-    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Any]] = {}
+    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Placement]] = {}
     for p in placements:
-        worker = index.get(p.worker_id)
-        if worker is None:
-            worker = names.add(p.worker_id)
-        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).extend(
-            (p.task_index, p.attempt, worker, p.placed_at)
+        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).append(
+            p
         )
-    for key, runs in groups.items():
-        for start in range(0, len(runs), 4 * chunk):
-            part = runs[start : start + 4 * chunk]
-            yield len(part) // 4, [*key, part]
+    for key, group in groups.items():
+        for start in range(0, len(group), chunk):
+            part = group[start : start + chunk]
+            workers = []
+            for p in part:
+                worker = index.get(p.worker_id)
+                workers.append(names.add(p.worker_id) if worker is None else worker)
+            runs = PlacedRuns(*key, [p.task_index for p in part], [p.attempt for p in part], workers,
+                              [p.placed_at for p in part])  # fmt: skip
+            yield len(part), runs
 
 
 class _Names:
@@ -169,8 +226,8 @@ class Packer:
                 if worker is not None:  # gone before its turn: not packed, and not "gone" at the finish
                     frozen[key] = copied = dict(worker.__dict__)
                     copied["attributes"] = dict(worker.attributes)  # compared at the finish, even if changed in place
-                    rows.append((4, _worker_row(copied)))
-            self._add(_chunks("w", iter(rows), self._chunk))
+                    rows.append((4, WorkerEntry(**copied)))
+            self._add(_chunks(iter(rows), self._chunk, _workers_chunk))
             room -= 4 * (end - self._w_at)
             self._weight += 4 * len(rows)
             self._w_at = end
@@ -181,14 +238,14 @@ class Packer:
                 used += 2 + len(self._pending[self._q_keys[end]][1]) // 16
                 end += 1
             entries = (self._pending[job_id] for job_id in self._q_keys[self._q_at : end])
-            self._add(_chunks("q", _pending_rows(entries, self._chunk), self._chunk))
+            self._add(_chunks(_queued_rows(entries, self._chunk), self._chunk, _queued_chunk))
             self._q_at = end
             self._weight += used
             room -= used
         if room > 0 and self._x_at < len(self._x_keys):
             end = min(len(self._x_keys), self._x_at + room)
             placements = (self._placements[key] for key in self._x_keys[self._x_at : end])
-            self._add(_chunks("x", _placement_rows(placements, self._names, self._chunk), self._chunk))
+            self._add(_chunks(_placement_rows(placements, self._names, self._chunk), self._chunk, _placed_chunk))
             self._weight += end - self._x_at
             self._x_at = end
         return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
@@ -213,32 +270,32 @@ class Packer:
         # The loader keeps the packed order and adds new workers last; say the order when the run changed it.
         new_w = list(filterfalse(frozen_w.__contains__, changed_w))
         same_order = list(filter(live_w.__contains__, frozen_w)) + new_w == list(live_w)
-        delta = [
-            gone_x, [row for _, row in _placement_rows(changed_x, self._names, len(changed_x) + 1)],
-            gone_q, [row for _, row in _pending_rows(changed_q, len(changed_q) * 16 + 16)],
-            gone_w, [_worker_row(live_w[key].__dict__) for key in changed_w], [] if same_order else list(live_w),
-        ]  # fmt: skip
-        weight = len(gone_x) + len(changed_x) + 2 * (len(gone_q) + len(changed_q)) + len(gone_w) + 4 * len(changed_w)
+        changes = CarryChunk(
+            0, [WorkerEntry(**live_w[key].__dict__) for key in changed_w],
+            [row for _, row in _queued_rows(changed_q, len(changed_q) * 16 + 16)],
+            [row for _, row in _placement_rows(changed_x, self._names, len(changed_x) + 1)],
+            changes=True, placements_gone=gone_x, queued_gone=gone_q, workers_gone=gone_w,
+            worker_order=[] if same_order else list(live_w),
+        )  # fmt: skip
+        changes.weight = (len(gone_x) + len(changed_x) + 2 * (len(gone_q) + len(changed_q)) + len(gone_w)
+                          + 4 * len(changed_w))  # fmt: skip
         healthy = len(live_w) - countOf(map(_STATE, live_w.values()), WorkerState.LOST)
-        header: dict[str, Any] = {
-            "v": PACK_VERSION,
-            "step": self._step,
-            "store_url": state.store_url,
-            "names": self._names.names,
-            "reasons": state.pending_reasons,
-            "actions": list(state.actions),
-            "ports": {key: live_x[key].ports for key in state.ported if key in live_x and live_x[key].ports},
-            "port_cursors": state.port_cursors,
-            "books": state.books.pack(),
-            # What `summary` answers while the rest loads: healthy and all workers, pending and running tasks.
-            "counts": [healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
-            "weight": self._weight + weight,
-        }
-        self.counts = header["counts"]
-        if state.reservations:  # optional: a state without reservations packs without the key
-            header["rsv"] = [reservation_state.to_row(r) for r in state.reservations.values()]
-        self._add([json.dumps(["d", weight, delta], separators=(",", ":"))])
-        tail = self._z.compress(json.dumps(header, separators=(",", ":")).encode()) + self._z.flush()
+        header = CarryHeader(
+            step=self._step,
+            weight=self._weight + changes.weight,
+            counts=[healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
+            store_url=state.store_url,
+            names=self._names.names,
+            reasons=state.pending_reasons,
+            actions=list(state.actions),
+            ports={key: live_x[key].ports for key in state.ported if key in live_x and live_x[key].ports},
+            port_cursors=state.port_cursors,
+            books=state.books.carried(),
+            reservations=list(state.reservations.values()),
+        )
+        self.counts = header.counts
+        self._add([_line(changes)])
+        tail = self._z.compress(_line(header).encode()) + self._z.flush()
         return b"".join([*self._packed, tail])
 
 
@@ -266,24 +323,23 @@ class StateLoader:
 
     def __init__(self, data: bytes) -> None:
         lines = zlib.decompress(data).split(b"\n")
-        header = json.loads(lines.pop(0) if lines[0].startswith(b"{") else lines.pop())  # first in version 4
-        version = header.get("v") if isinstance(header, dict) else None
-        if version not in READABLE_VERSIONS:
-            raise ValueError(f"packed scheduler state has version {version!r}, expected one of {READABLE_VERSIONS}")
+        try:
+            header: CarryHeader = _read_header(json.loads(lines.pop()))
+        except (TypeError, ValueError, KeyError) as e:  # not a carry this build can read: say so, not a traceback
+            raise ValueError(f"the packed scheduler state's header does not read as a CarryHeader: {e}") from e
         self._lines = lines
         self._next = 0
-        self._step = max(1, int(header["step"]))
-        self._names: list[str] = header["names"]
-        self._ports: dict[str, dict[str, int]] = header["ports"]
-        self.counts: list[int] = header["counts"]
-        self.small = header["weight"] <= self._step  # loads in one step
+        self._step = max(1, header.step)
+        self._names = header.names
+        self._ports = header.ports
+        self.counts = header.counts
+        self.small = header.weight <= self._step  # loads in one step
         self.state = state = SchedulerState(
-            store_url=header["store_url"], pending_reasons=header["reasons"], port_cursors=header["port_cursors"],
-            books=Books.unpack(header["books"]),
+            store_url=header.store_url, pending_reasons=header.reasons, port_cursors=header.port_cursors,
+            books=Books.from_carried(header.books),
         )  # fmt: skip
-        state.actions = new_ring(header["actions"])
-        for row in header.get("rsv", ()):
-            held = reservation_state.from_row(row)
+        state.actions = new_ring(header.actions)
+        for held in header.reservations:
             state.reservations[held.reservation_id] = held
         self.steps = 0  # steps taken so far
 
@@ -295,64 +351,50 @@ class StateLoader:
         """Load chunks until `step` weight units are loaded (at least one chunk); True once all is loaded."""
         loaded = 0
         while not self.done and loaded < self._step:
-            kind, weight, rows = json.loads(self._lines[self._next])
+            chunk: CarryChunk = _read_chunk(json.loads(self._lines[self._next]))
             self._next += 1
-            loaded += weight
-            getattr(self, f"_load_{kind}")(rows)
+            loaded += chunk.weight
+            self._load(chunk)
         self.steps += 1
         return self.done
 
-    def _load_w(self, rows: list[list[Any]]) -> None:
-        workers = self.state.workers
-        for row in rows:
-            entry = workers[row[0]] = WorkerEntry(*row)
-            entry.state = _STATES[row[8]]
-            entry.port_range = (int(row[15][0]), int(row[15][1]))
-
-    def _load_q(self, rows: list[list[Any]]) -> None:
-        pending = self.state.pending
-        for job_id, spec, attempts, submitted_at in rows:
-            queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
-            entry = pending.get(job_id)
-            if entry is None:
-                pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
-            else:  # the rest of a job split over rows
-                entry.attempts.update(queued)
-
-    def _load_d(self, delta: list[Any]) -> None:
-        """What changed while the state was packed (Packer.finish): gone first, then the new and changed."""
-        gone_x, rows_x, gone_q, rows_q, *workers_delta = delta
-        gone_w, rows_w, order_w = workers_delta or ([], [], [])  # version 4 packed the workers last
-        for key in gone_x:
-            del self.state.placements[key]
-            self.state.ported.discard(key)
-        self._load_x(rows_x)
-        pending = self.state.pending
-        for job_id in gone_q:
+    def _load(self, chunk: CarryChunk) -> None:
+        """A chunk's rows; for the last one (`changes`), what is gone first, then what was added or replaced."""
+        state = self.state
+        for key in chunk.placements_gone:
+            del state.placements[key]
+            state.ported.discard(key)
+        pending = state.pending
+        for job_id in chunk.queued_gone:
             del pending[job_id]
-        for job_id, spec, attempts, submitted_at in rows_q:
-            queued = dict(zip(attempts[::2], attempts[1::2], strict=True))
-            entry = pending.get(job_id)
-            if entry is None:
-                pending[job_id] = PendingEntry(job_id, _spec(spec), queued, submitted_at)
-            else:  # the same entry, its attempts changed: it keeps its place in the queue
-                entry.attempts = queued
-        workers = self.state.workers
-        for worker_id in gone_w:
+        workers = state.workers
+        for worker_id in chunk.workers_gone:
             del workers[worker_id]
-        self._load_w(rows_w)  # a changed worker keeps its place, a new one comes last
-        if order_w:
-            self.state.workers = {worker_id: workers[worker_id] for worker_id in order_w}
+        for worker in chunk.workers:  # a changed worker keeps its place, a new one comes last
+            workers[worker.worker_id] = worker
+        if chunk.worker_order:
+            state.workers = {worker_id: workers[worker_id] for worker_id in chunk.worker_order}
+        for entry in chunk.queued:
+            known = pending.get(entry.job_id)
+            if known is None:
+                pending[entry.job_id] = entry
+            elif chunk.changes:  # the same job, its attempts changed: it keeps its place in the queue
+                known.attempts = entry.attempts
+            else:  # the rest of a job split over chunks
+                known.attempts.update(entry.attempts)
+        self._load_placed(chunk.placed)
 
-    def _load_x(self, rows: list[list[Any]]) -> None:
+    def _load_placed(self, rows: list[PlacedRuns]) -> None:
         names, ports, ported = self._names, self._ports, self.state.ported
         loaded = []
-        for job_id, cpu, memory, gpus, tpus, user, band, gang, runs in rows:
-            for i in range(0, len(runs), 4):
-                key = task_workflow_id(job_id, runs[i])
+        for r in rows:
+            job_id, shape = r.job_id, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus)
+            for index, attempt, worker, placed_at in zip(r.task_indices, r.attempts, r.workers, r.placed_at,
+                                                         strict=True):  # fmt: skip
+                key = task_workflow_id(job_id, index)
                 held = ports.get(key) or {}
-                loaded.append((key, Placement(job_id, runs[i], runs[i + 1], names[runs[i + 2]], cpu, memory, gpus,
-                                              tpus, held, user, band, gang, runs[i + 3])))  # fmt: skip
+                loaded.append((key, Placement(job_id, index, attempt, names[worker], *shape, held, r.user, r.band,
+                                              r.gang, placed_at)))  # fmt: skip
                 if held:
                     ported.add(key)
         self.state.placements.load(loaded)  # indexed as they are set (placement_index)

@@ -49,7 +49,7 @@ def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
 
 
 def _decode_enqueue(raw: RawValue) -> Enqueue:
-    """An enqueue, converted by the payload converter's per-type plan (iris.dataclass_json): thousands
+    """An enqueue, converted by the payload converter's per-type plan (activities.contracts.dataclass_json): thousands
     arriving in one workflow task stay far from the deadlock detector."""
     return _decode(raw, Enqueue, "enqueue")  # type: ignore[no-any-return]
 

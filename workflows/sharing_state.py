@@ -11,7 +11,7 @@ scheduling activity; this module only gives them their input and keeps the books
   the placement, deleted in the same handler, is what makes a redelivered release
   charge nothing.
 - Accounts (balances, usage, the ledger) live in the scheduler's state and are
-  packed with it, so they survive continue-as-new and controller kills.
+  carried with it (`CarriedBooks`), so they survive continue-as-new and controller kills.
 - What `iris user list` shows is published in the scheduler's memo (`users_memo`),
   read through describe, never by a query per call.
 """
@@ -27,7 +27,7 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.proto import plan_batches
 from activities.proto.values import set_attr
-from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, charge_all
+from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, UserAccount, charge_all
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
 from workflows.teams_memo import new_durations, typical_seconds
@@ -59,22 +59,6 @@ class SharingSettings:
     def rates(self) -> Rates:
         spot = self.tpu_chip_hour_spot if self.tpu_chip_hour_spot >= 0 else None
         return Rates(self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour, spot)
-
-    def row(self) -> list[Any]:
-        return [self.default_credits, self.cpu_core_hour, self.memory_gib_hour, self.gpu_hour, self.tpu_chip_hour,
-                self.half_life_hours, self.preemption_grace_seconds, self.starvation_after_seconds,
-                self.teams, self.tpu_chip_hour_spot]  # fmt: skip
-
-    @classmethod
-    def from_row(cls, row: list[Any] | None) -> SharingSettings:
-        if not row:
-            return cls()
-        extra: dict[str, Any] = {}
-        if len(row) > 7:  # a row from before teams has seven numbers
-            extra = {"starvation_after_seconds": float(row[7]), "teams": list(row[8]) if len(row) > 8 else []}
-        if len(row) > 9:  # and one from before spot rates, nine
-            extra["tpu_chip_hour_spot"] = float(row[9])
-        return cls(*row[:7], **extra)
 
     def team_values(self) -> Teams:
         """The teams as the pure scheduler's value (validated)."""
@@ -125,6 +109,26 @@ HOLD_TIMEOUT_EXTRA = 120.0  # seconds past the grace period a hold waits for its
 
 
 @dataclass
+class CarriedAccounts:
+    """The accounts as continue-as-new carries them: the users, and the ledger as columns by position."""
+
+    users: list[UserAccount] = field(default_factory=list)
+    charged_tasks: list[str] = field(default_factory=list)
+    charged_attempts: list[int] = field(default_factory=list)
+    charged_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CarriedBooks:
+    """The books as continue-as-new carries them (workflows/scheduler_carry.py)."""
+
+    settings: SharingSettings = field(default_factory=SharingSettings)
+    accounts: CarriedAccounts = field(default_factory=CarriedAccounts)
+    holds: dict[str, Hold] = field(default_factory=dict)  # preemptor job id -> its hold
+    headroom: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass
 class Books:
     """The accounts, the sharing settings and the evictions under way, as the scheduler holds them."""
 
@@ -141,19 +145,22 @@ class Books:
         if self.accounts.default_credits != self.settings.default_credits:
             self.accounts = replace(self.accounts, default_credits=self.settings.default_credits)
 
-    def pack(self) -> dict[str, Any]:
-        holds = [[job_id, h.workers, h.victims, h.since] for job_id, h in self.holds.items()]
-        return {"settings": self.settings.row(), "accounts": self.accounts.pack(), "holds": holds,
-                "headroom": self.headroom}  # fmt: skip
+    def carried(self) -> CarriedBooks:
+        """What continue-as-new carries of the books (the durations are workflow memory only)."""
+        charged = self.accounts.ledger.charged
+        accounts = CarriedAccounts(
+            list(self.accounts.users.values()), [task for task, _ in charged], [attempt for _, attempt in charged],
+            list(charged.values()),
+        )  # fmt: skip
+        return CarriedBooks(self.settings, accounts, self.holds, self.headroom)
 
     @classmethod
-    def unpack(cls, doc: Mapping[str, Any] | None) -> Books:
-        if not doc:
-            return cls()
-        settings = SharingSettings.from_row(doc.get("settings"))
-        accounts = Accounts.unpack(doc.get("accounts") or {})
-        holds = {row[0]: Hold(list(row[1]), dict(row[2]), float(row[3])) for row in doc.get("holds") or []}
-        return cls(settings, accounts, holds, list(doc.get("headroom") or []))
+    def from_carried(cls, carried: CarriedBooks) -> Books:
+        a = carried.accounts
+        keys = zip(a.charged_tasks, a.charged_attempts, strict=True)
+        ledger = Ledger(dict(zip(keys, a.charged_seconds, strict=True)))
+        accounts = Accounts({u.user: u for u in a.users}, ledger, carried.settings.default_credits)
+        return cls(carried.settings, accounts, carried.holds, carried.headroom)
 
     def evicting(self) -> dict[str, int]:
         """Every attempt told to stop and not released yet: task workflow id -> attempt."""

@@ -131,6 +131,11 @@ def test_accounts_survive_a_json_round_trip() -> None:
     """What the workflow carries through continue-as-new comes back equal, ledger included."""
     import json
 
+    from activities.contracts.dataclass_json import plan_for, to_plain
+    from workflows.sharing_state import Books, CarriedBooks, SharingSettings
+
     accounts, _ = charge(Accounts(default_credits=7.0), run("ana", "j/task-0", 3, 0, HOUR))
     accounts = accounts.set_credits("bob", 5)
-    assert accounts == Accounts.unpack(json.loads(json.dumps(accounts.pack())))
+    books = Books(SharingSettings(default_credits=7.0), accounts)
+    carried = plan_for(CarriedBooks)(json.loads(json.dumps(to_plain(books.carried()))))
+    assert accounts == Books.from_carried(carried).accounts

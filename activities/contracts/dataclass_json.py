@@ -7,7 +7,8 @@ it. This is the one decoder for all of them: the payload converter (iris/codec.p
 once per type hint and then applies the plan, so a new field of a message is decoded the moment it
 is declared. Its rules are the SDK's (missing fields default, unknown ones are ignored, a value of
 the wrong type is a TypeError); a type it does not know (datetimes, unions other than `X | None`,
-tuples) leaves the whole type to the SDK's converter.
+tuples of any length) leaves the whole type to the SDK's converter. The scheduler's continue-as-new carry
+(workflows/scheduler_carry.py) is written and read by the same plans.
 """
 
 from __future__ import annotations
@@ -56,14 +57,60 @@ def _plan(hint: Any) -> Plan:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (list, typing.List) and len(args) == 1:  # noqa: UP006 - the alias as written in hints
         item = _plan(args[0])
+        if args[0] in _COLUMNS:  # a column of numbers or strings: checked by type sets, in C
+            return _column(item, *_COLUMNS[args[0]])
         return lambda value: [item(v) for v in _checked(value, list)]
     if origin in (dict, typing.Dict) and len(args) == 2:  # noqa: UP006
         key, val = _key_plan(args[0]), _plan(args[1])
+        if args[1] in _COLUMNS:  # scalar values: checked at once, as a list's
+            return _scalar_dict(key, val, _COLUMNS[args[1]][0])
         return lambda value: {key(k): val(v) for k, v in _checked(value, dict).items()}
+    if origin in (tuple, typing.Tuple) and args and Ellipsis not in args:  # noqa: UP006 - a fixed-length tuple
+        items = [_plan(a) for a in args]
+
+        def fixed(value: Any) -> tuple[Any, ...]:
+            if len(_checked(value, list)) != len(items):
+                raise TypeError(f"expected {len(items)} items, got {len(value)}")
+            return tuple(plan(v) for plan, v in zip(items, value, strict=True))
+
+        return fixed
     if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
         inner = _plan(next(a for a in args if a is not type(None)))
         return lambda value: None if value is None else inner(value)
     raise _UnsupportedTypeError(hint)
+
+
+# A list of these is checked at once: the types its items may have as they are, and those to convert.
+_COLUMNS: dict[Any, tuple[frozenset[type], Callable[[Any], Any] | None]] = {
+    int: (frozenset({int}), None),
+    float: (frozenset({float}), float),
+    str: (frozenset({str}), None),
+    bool: (frozenset({bool}), None),
+}
+
+
+def _column(item: Plan, exact: frozenset[type], convert: Callable[[Any], Any] | None) -> Plan:
+    """A list of scalars: kept (a copy) when every item has the type already, else converted or refused
+    item by item as `item` does; the same values either way, at C speed for the common case."""
+
+    def plan(value: Any) -> list[Any]:
+        kinds = set(map(type, _checked(value, list)))
+        if kinds <= exact:
+            return list(value)
+        if convert is not None and kinds <= {int, float}:
+            return list(map(convert, value))
+        return [item(v) for v in value]
+
+    return plan
+
+
+def _scalar_dict(key: Plan, val: Plan, exact: frozenset[type]) -> Plan:
+    def plan(value: Any) -> dict[Any, Any]:
+        if set(map(type, _checked(value, dict).values())) <= exact:
+            return dict(zip(map(key, value), value.values(), strict=True))
+        return {key(k): val(v) for k, v in value.items()}
+
+    return plan
 
 
 def _dataclass_plan(cls: type) -> Plan:
@@ -118,11 +165,11 @@ def _number(value: Any) -> float:
 
 
 _SCALARS = (str, int, float, bool, type(None))
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[str, ...] | None] = {}  # a dataclass's fields; None for an enum
 
 
 class UnplainError(Exception):
-    """A value `to_plain` leaves to the SDK's encoder (an enum, a protobuf message, a set, ...)."""
+    """A value `to_plain` leaves to the SDK's encoder (a protobuf message, a set, a datetime, ...)."""
 
 
 def to_plain(value: Any) -> Any:
@@ -136,9 +183,14 @@ def to_plain(value: Any) -> Any:
         return [to_plain(v) for v in value]
     if kind is dict:
         return {k: to_plain(v) for k, v in value.items()}
-    names = _FIELDS.get(kind)
-    if names is None:
-        if not dataclasses.is_dataclass(value):
+    if kind not in _FIELDS:
+        if issubclass(kind, enum.Enum):
+            _FIELDS[kind] = None
+        elif dataclasses.is_dataclass(value):
+            _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+        else:
             raise UnplainError(kind.__name__)
-        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+    names = _FIELDS[kind]
+    if names is None:  # an enum, by its value (as the SDK's encoder writes it)
+        return to_plain(value.value)
     return {name: to_plain(getattr(value, name)) for name in names}
