@@ -212,3 +212,39 @@ async def workflow_settled(handle: WorkflowHandle[Any, Any], timeout: float = 90
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"still busy after {timeout} s")
+
+
+_ACTIVITY_ENDS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+}
+
+
+def armed_timers(history: WorkflowHistory) -> list[float] | None:
+    """The durations (seconds) of the timers a run has started that have neither fired nor been cancelled,
+    as of the history's end: what alone can wake the run without a signal. None while the run is busy (a
+    workflow task scheduled after the last one completed, or an activity in flight), read from the same
+    history, so no second call races the first."""
+    armed: dict[int, float] = {}
+    activities: set[int] = set()
+    task_open = False
+    for event in history.events:
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_TIMER_STARTED:
+            timeout = event.timer_started_event_attributes.start_to_fire_timeout
+            armed[event.event_id] = timeout.ToTimedelta().total_seconds()
+        elif kind == EventType.EVENT_TYPE_TIMER_FIRED:
+            armed.pop(event.timer_fired_event_attributes.started_event_id, None)
+        elif kind == EventType.EVENT_TYPE_TIMER_CANCELED:
+            armed.pop(event.timer_canceled_event_attributes.started_event_id, None)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities.add(event.event_id)
+        elif kind in _ACTIVITY_ENDS:
+            activities.discard(getattr(event, _ACTIVITY_ENDS[kind]).scheduled_event_id)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            task_open = True
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task_open = False
+    return None if task_open or activities else list(armed.values())

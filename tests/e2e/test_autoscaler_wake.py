@@ -8,7 +8,6 @@ can have started it), and the slice is scaled down when the job is done.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,8 @@ from activities.contracts import AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER
 from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config import parse_config
 from tests.e2e.test_fleet import slice_hosts
-from tests.support import Cluster, running_cluster, wait_until
+from tests.support import Cluster, armed_timers, running_cluster, wait_until
+from workflows.autoscaler_workflow import IDLE_TICK
 
 FLEET = {
     "scale_groups": [
@@ -41,26 +41,28 @@ def woken(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 p.kill()
 
 
-async def _history(address: str) -> tuple[int, list[str]]:
-    """The autoscaler's current run: its length and the names of the signals it got."""
+async def _history(address: str) -> tuple[list[float] | None, list[str]]:
+    """The autoscaler's current run: the timers it has armed (None while a workflow task or an activity is
+    in flight) and the names of the signals it got."""
     client = await Client.connect(address)
     history = await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).fetch_history()
     signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in history.events
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
-    return len(history.events), signals
+    return armed_timers(history), signals
 
 
 def test_an_idle_autoscaler_writes_nothing_and_is_woken_by_a_job_it_must_place(woken: Cluster) -> None:
+    """Once its start is over (orphan cleanup, a first plan), the idle autoscaler waits on one timer of
+    IDLE_TICK, a backstop: not the 5 s scan interval it used to poll at. Read from its history, no sleep."""
     address = woken.info.address
-    def settled() -> int | None:  # its start (orphan cleanup, a first plan) is over
-        length, _ = asyncio.run(_history(address))
-        time.sleep(1)
-        return length if length == asyncio.run(_history(address))[0] else None
 
-    before = wait_until(settled, timeout=60, what="the autoscaler settled")
-    time.sleep(12)  # more than two scan intervals, which used to add a plan each
-    idle, signals = asyncio.run(_history(address))
-    assert before == idle, f"an idle autoscaler's history grew from {before} to {idle} events"
+    def waiting() -> list[float] | None:
+        timers, _ = asyncio.run(_history(address))
+        return timers if timers is not None and len(timers) == 1 else None
+
+    (timer,) = wait_until(waiting, timeout=60, what="the autoscaler waiting on one timer")
+    assert timer >= IDLE_TICK.total_seconds(), f"an idle autoscaler looks again in {timer} s"
+    _, signals = asyncio.run(_history(address))
     assert WAKE_AUTOSCALER not in signals
 
     with IrisClient.connect(address, store=woken.info.store_url) as client:

@@ -7,12 +7,13 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from iris import IrisClient, JobFailedError, JobState, ResourceSpec
-from tests.support import Cluster, wait_until
+from tests.support import Cluster, armed_timers, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="64m")
 
@@ -63,7 +64,8 @@ def test_a_dependent_job_waits_naming_its_dependency_and_runs_after_it(client: I
     assert f"waiting for job {first.job_id} to succeed (after_rule=succeeded)" == status.pending_reason
     listed = {s.job_id: s for s in client.list_jobs(limit=50)}
     assert first.job_id in listed[second.job_id].pending_reason  # visibility (list_jobs) says it too
-    time.sleep(2.0)  # a job placed at once would be RUNNING or done by now
+    # A job submitted after it runs: passes have run since, and would have placed `train` had it been queued.
+    assert JobState.SUCCEEDED == client.submit(started_at, resources=SMALL, name="other").wait(timeout=120).state
     assert {"PENDING": 1} == second.status().task_state_counts
     gate.touch()
     ended = first.wait(timeout=120).finished_at
@@ -197,10 +199,13 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         assert first.name == jobs[0].job_id and first.job_id.startswith(f"{name}-20")
         assert client.job_status(jobs[0].job_id).user == client.job_status(jobs[1].job_id).user
         sched.pause()
-        assert sched.status().paused
-        time.sleep(1.0)
+        paused = sched.status()  # describe: every firing before the pause is in it, none after
+        assert paused.paused
         paused_count = len(sched.jobs())
-        time.sleep(7.0)  # two firings' worth
+        # Two of its firing times pass while it is paused (its own next times, else two periods of 3 s).
+        due = paused.next_runs[1] if len(paused.next_runs) > 1 else datetime.now(UTC) + timedelta(seconds=6)
+        wait_until(lambda: datetime.now(UTC) > due + timedelta(seconds=1), timeout=30, what="two firing times")
+        assert paused.recent_jobs[-1:] == sched.status().recent_jobs[-1:]
         assert paused_count == len(sched.jobs())
         sched.trigger()
         wait_until(lambda: len(sched.jobs()) == paused_count + 1, timeout=30, what="the triggered job")
@@ -221,8 +226,9 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
 
 def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, tmp_path: Path) -> None:
     """While a throttled array sits at its cap (its held-back tasks can only be placed once one ends), the
-    scheduler's history does not grow by the ~5 events a second of its 1 s pass timer."""
+    scheduler arms no 1 s pass timer (~5 events a second in its history): read from its history."""
     from activities.contracts import SCHEDULER_WORKFLOW_ID
+    from workflows.scheduler_workflow import PASS_INTERVAL
 
     gate = tmp_path / "go"
     job = client.submit(wait_for_file, str(gate), resources=ResourceSpec(cpu=0.1, memory="64m", replicas=6),
@@ -230,14 +236,13 @@ def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, 
     wait_until(lambda: job.status().task_state_counts.get("RUNNING") == 2, what="two tasks running")
     scheduler = client._async.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
 
-    def history_length() -> int:
-        return client._run(scheduler.describe()).raw_description.workflow_execution_info.history_length
+    def settled_without_a_pass_timer() -> bool:
+        armed = armed_timers(client._run(scheduler.fetch_history()))
+        return armed is not None and PASS_INTERVAL.total_seconds() not in armed
 
-    time.sleep(2.0)  # the last placements' signals settle
-    before = history_length()
-    time.sleep(8.0)
-    grown = history_length() - before
-    print(f"\nscheduler history events in 8 s with an array at its cap: {grown}")
-    assert grown < 15  # the 1 s timer would add ~40
+    # With the pass timer armed, the scheduler would never be found settled without it: it is re-armed
+    # with every pass. Its other timers (the user table's publication) fire once and are not re-armed.
+    wait_until(settled_without_a_pass_timer, timeout=30, interval=0.2, what="the scheduler idle, no pass timer")
+    assert 2 == job.status().task_state_counts.get("RUNNING")
     gate.touch()
     job.wait(timeout=120)
