@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["dump_result", "load_call"]
 
 _CLOUDPICKLE_MODULES = frozenset({"cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast"})
+CHECKED_CLOUDPICKLE = ("3.0", "3.1")
+"""The cloudpickle releases (major.minor) whose pickles these helpers were checked against; pyproject.toml
+pins cloudpickle to them, and tests/worker_agent/test_shipped_call.py fails on any other: a new release
+is taken only once the helpers are checked against it (its reducer may pass them other arguments)."""
 RESULT_PROTOCOL = 5
 """cloudpickle's DEFAULT_PROTOCOL (pickle.HIGHEST_PROTOCOL since Python 3.8)."""
 _PLAIN_ATOMS = frozenset({type(None), bool, int, float, str, bytes, bytearray})

@@ -12,11 +12,21 @@ from typing import Any
 import cloudpickle
 import pytest
 
-from worker_agent.shipped_call import dump_result, is_plain, load_call
+from worker_agent.shipped_call import CHECKED_CLOUDPICKLE, dump_result, is_plain, load_call
 from worker_agent.storage import BlobStore
 from worker_agent.task_runner import read_result, read_task_error, task_runner_argv
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cloudpickle_is_a_release_the_light_helpers_were_checked_against() -> None:
+    """The helpers re-implement what cloudpickle's reducer calls: a release they were not checked against
+    (or a pin in pyproject.toml that lets one in) fails here, before a shipped call fails on a worker."""
+    installed = ".".join(cloudpickle.__version__.split(".")[:2])
+    assert installed in CHECKED_CLOUDPICKLE, f"cloudpickle {cloudpickle.__version__}: check shipped_call against it"
+    pin = next(line for line in (REPO / "pyproject.toml").read_text().splitlines() if '"cloudpickle' in line)
+    major, minor = CHECKED_CLOUDPICKLE[-1].split(".")
+    assert f"<{major}.{int(minor) + 1}" in pin, f"pyproject.toml lets a later cloudpickle in: {pin.strip()}"
 
 
 def _shapes() -> dict[str, Any]:
