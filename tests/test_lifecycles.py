@@ -1,14 +1,16 @@
-"""The task, job and worker lifecycle tables: reachable states, ways out, and effects that never leak a place."""
+"""The task, job, worker and scheduler-run tables: reachable states, ways out, and effects that never leak a place."""
 
 from __future__ import annotations
 
 import pytest
 
 from workflows import job_lifecycle as job
+from workflows import scheduler_phase as phase
 from workflows import task_lifecycle as task
 from workflows import worker_lifecycle as worker
 from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
 from workflows.lifecycle import InvalidTransition
+from workflows.scheduler_phase import SchedulerEffect, SchedulerEvent, SchedulerPhase
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 from workflows.task_lifecycle import TaskEffect, TaskEvent
 from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
@@ -164,3 +166,59 @@ def test_only_a_quarantine_can_end(state: WorkerState) -> None:
     """QUARANTINE_ENDED outside a quarantine is a bug: it fails loudly, naming state and event."""
     with pytest.raises(InvalidTransition, match=f"worker in state {state} cannot take event quarantine_ended"):
         worker.transition(state, WorkerEvent.QUARANTINE_ENDED)
+
+
+# -- the scheduler's phases (workflows/scheduler_phase.py) ---------------------------------------------------
+
+_START = {SchedulerEvent.CARRY_SMALL, SchedulerEvent.CARRY_BIG, SchedulerEvent.EMPTY}
+
+
+def _phases_after(start: SchedulerPhase) -> set[SchedulerPhase]:
+    seen, frontier = {start}, [start]
+    while frontier:
+        current = frontier.pop()
+        for (src, _), step in phase.TRANSITIONS.items():
+            if src == current and step.next not in seen:
+                seen.add(step.next)
+                frontier.append(step.next)
+    return seen
+
+
+@pytest.mark.parametrize("event", sorted(_START))
+def test_every_start_of_a_scheduler_run_leads_to_serving_and_to_a_hand_over(event: SchedulerEvent) -> None:
+    """However a run starts (a small carry, a big one, nothing), it can serve and can hand its state over."""
+    first = phase.transition(SchedulerPhase.STARTING, event).next
+    assert {SchedulerPhase.SERVING, SchedulerPhase.HANDED_OVER} <= _phases_after(first)
+
+
+def test_every_scheduler_phase_is_reachable_and_the_hand_over_is_final() -> None:
+    assert set(SchedulerPhase) == _phases_after(SchedulerPhase.STARTING)
+    assert not [key for key in phase.TRANSITIONS if key[0] == SchedulerPhase.HANDED_OVER]
+
+
+def test_signals_are_held_exactly_while_a_big_carry_loads() -> None:
+    """Held on the way into LOADING, applied on the way out; no other move holds or applies them."""
+    holding = {key for key, step in phase.TRANSITIONS.items() if SchedulerEffect.HOLD_SIGNALS in step.effects}
+    applying = {key for key, step in phase.TRANSITIONS.items() if SchedulerEffect.APPLY_HELD in step.effects}
+    assert {(SchedulerPhase.STARTING, SchedulerEvent.CARRY_BIG)} == holding
+    assert {(SchedulerPhase.LOADING, SchedulerEvent.LOADED)} == applying
+
+
+def test_only_a_run_that_started_empty_asks_the_fleet_and_it_serves_once_rebuilt() -> None:
+    asking = [key for key, step in phase.TRANSITIONS.items() if SchedulerEffect.ASK_FLEET in step.effects]
+    assert [(SchedulerPhase.STARTING, SchedulerEvent.EMPTY)] == asking
+    assert SchedulerPhase.SERVING == phase.transition(SchedulerPhase.REBUILDING, SchedulerEvent.REBUILT).next
+
+
+@pytest.mark.parametrize("current", [SchedulerPhase.STARTING, SchedulerPhase.LOADING, SchedulerPhase.CLOSING])
+def test_a_run_ends_only_from_serving_or_rebuilding(current: SchedulerPhase) -> None:
+    """A run neither continues as new half loaded nor twice: the table refuses, naming phase and event."""
+    with pytest.raises(InvalidTransition, match=f"scheduler in phase {current} cannot take event run_should_end"):
+        phase.transition(current, SchedulerEvent.RUN_SHOULD_END)
+
+
+def test_the_state_is_packed_before_it_is_let_go() -> None:
+    closing = phase.transition(SchedulerPhase.SERVING, SchedulerEvent.RUN_SHOULD_END)
+    assert (SchedulerPhase.CLOSING, (SchedulerEffect.PACK,)) == (closing.next, closing.effects)
+    with pytest.raises(InvalidTransition):
+        phase.transition(SchedulerPhase.SERVING, SchedulerEvent.LET_GO)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from temporalio import workflow
 
+from workflows.scheduler_phase import SchedulerPhase
+
 if TYPE_CHECKING:
     from activities.contracts import Delivery
     from activities.proto import cluster_pb2 as pb
@@ -45,7 +47,7 @@ def held_in_turn(handler: F) -> F:
     @functools.wraps(handler)
     def in_turn(self: SchedulerBase, *args: Any) -> None:
         self._signals_received += 1
-        if self._loader is not None or self._held or self._reply_barrier:
+        if self._phase is SchedulerPhase.LOADING or self._held or self._reply_barrier:
             self._held.append(functools.partial(handler, self, *args))
             self._dirty = True  # wake the loop: it works them off
             return
@@ -66,6 +68,7 @@ class SchedulerBase:
     _late_deliveries: int  # background deliveries of late assignments not finished yet
     _last_purge: float
     _reports: int  # claims and enqueues received (a scheduler that started empty waits for its tasks' reports)
+    _phase: SchedulerPhase  # scheduler_phase: LOADING, REBUILDING, SERVING, CLOSING, HANDED_OVER
     _loader: StateLoader | None  # the carried state still loading (None once whole)
     _handed_over: pb.ClusterSummary | None  # the counts this run handed over as it continued as new (`_let_go`)
     _held: deque[Callable[[], None]]  # signals waiting their turn (`held_in_turn`), oldest first

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_actions import placed_detail, record
     from workflows.scheduler_base import SchedulerBase, held_in_turn
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
+    from workflows.scheduler_phase import SchedulerPhase
     from workflows.scheduler_state import PendingEntry, committed
     from workflows.worker_lifecycle import WorkerEvent
 
@@ -307,9 +308,11 @@ class Queue(SchedulerBase):
 
     @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
-        if self._handed_over is not None:  # this run continued as new: as it handed the state over
+        if self._phase is SchedulerPhase.HANDED_OVER:  # this run continued as new: as it handed the state over
+            assert self._handed_over is not None
             return self._handed_over
-        if self._loader is not None:  # as the previous run left it, until the carried state is whole
+        if self._phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
+            assert self._loader is not None
             healthy, total, pending, running = self._loader.counts
             return pb.ClusterSummary(store_url=self.state.store_url, healthy_workers=healthy, total_workers=total,
                                      pending_tasks=pending, running_tasks=running)  # fmt: skip

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.scheduler_actions import record
     from workflows.scheduler_base import SchedulerBase, held_in_turn
+    from workflows.scheduler_phase import SchedulerPhase
     from workflows.scheduler_state import (
         WorkerEntry,
         refusal,
@@ -203,7 +204,8 @@ class Registration(SchedulerBase):
 
     @workflow.query(name=HEALTHY_WORKER_QUERY)
     def healthy_worker_count(self) -> int:
-        if self._loader is not None:  # as the previous run left it, until the carried state is whole
+        if self._phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
+            assert self._loader is not None
             return self._loader.counts[0]
         return sum(1 for w in self.state.workers.values() if w.healthy)
 

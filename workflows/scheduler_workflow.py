@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler_actions import ActionRow
     from workflows.scheduler_base import held_in_turn
     from workflows.scheduler_carry import Packer, StateLoader, unpack
+    from workflows.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
     from workflows.scheduler_state import PendingEntry, SchedulerState
     from workflows.snapshot_cache import SnapshotCache
 
@@ -90,6 +91,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         # task are handled before run() starts and must land on the carried-over state. A big state
         # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
         self._held: deque[Callable[[], None]] = deque()
+        self._phase = SchedulerPhase.STARTING  # scheduler_phase: moved only by its table (`_move`)
         self._work_task = -1
         self._work_done = 0
         self._loader: StateLoader | None = StateLoader(packed) if packed else None
@@ -97,11 +99,15 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self._carried = b""  # what this run handed over, once it let go of its state (`_let_go`)
         self._handed_over: pb.ClusterSummary | None = None  # and its counts, as `summary` answers them
         self.state = self._loader.state if self._loader is not None else SchedulerState()
-        if self._loader is not None and self._loader.small:  # a big one is loaded by run(), a step per task
+        if self._loader is None:
+            self._move(SchedulerEvent.EMPTY)
+        elif self._loader.small:  # a big one is loaded by run(), a step per task
             while not self._loader.step():
                 pass
             self._loader = None
-        self._started_empty = not packed
+            self._move(SchedulerEvent.CARRY_SMALL)
+        else:
+            self._move(SchedulerEvent.CARRY_BIG)
         self._rebuilding: workflow.ActivityHandle[dict[str, int]] | None = None
         self._rebuilt_at: float | None = None
         self._reports = 0  # claims and enqueues received: how many of the tasks asked may have answered
@@ -128,9 +134,9 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
-        if self._loader is not None:
+        if self._phase is SchedulerPhase.LOADING:
             await self._load_rest()
-        if self._started_empty:
+        if self._phase is SchedulerPhase.REBUILDING:
             # A run that starts with no state (a terminated scheduler came back) asks the live
             # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
             # the reports (and anything new) as they come in.
@@ -159,6 +165,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             self.state.books.expire(workflow.now().timestamp(), self.state.pending)
             self._publish_users()
             if self._run_should_end():
+                self._move(SchedulerEvent.RUN_SHOULD_END)
                 await workflow.wait_condition(
                     lambda: workflow.all_handlers_finished()
                     and self._late_deliveries == 0  # their places are given back by this run
@@ -209,6 +216,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         gets the state back from what was packed, as it was handed over; `summary`, the one asked every
         few seconds (metrics, dashboard), answers the counts handed over, without unpacking (0.1-0.3 s).
         """
+        self._move(SchedulerEvent.LET_GO)
         self._carried = packed
         healthy, total, pending, running = counts
         self._handed_over = pb.ClusterSummary(
@@ -229,6 +237,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
                 break
         workflow.logger.info("carried state loaded in %d workflow tasks", self._loader.steps)
         self._loader = None
+        self._move(SchedulerEvent.LOADED)
         await self._work_off_held()
         await self._pause()  # the first pass in a task of its own
 
@@ -244,12 +253,24 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             or info.is_target_worker_deployment_version_changed()
         )
 
+    def _move(self, event: SchedulerEvent) -> None:
+        """The run's phase after `event` (scheduler_phase's table; InvalidTransition fails the task). The
+        effects the table names are performed where the event happens, in this module."""
+        self._phase = transition(self._phase, event).next
+
     def _rebuild_holds(self) -> bool:
         """No pass while a scheduler that started empty hears from the fleet: a queued task must not
         be put where a running task, whose claim has not come in yet, holds the place. A task with
         nothing to report (it ended, or waits out a retry) leaves the wait to run to REBUILD_GRACE."""
-        if self._rebuilding is None:
+        if self._phase is not SchedulerPhase.REBUILDING:
             return False
+        if self._fleet_still_reporting():
+            return True
+        self._move(SchedulerEvent.REBUILT)
+        return False
+
+    def _fleet_still_reporting(self) -> bool:
+        assert self._rebuilding is not None, "REBUILDING starts the rebuild activity first"
         if not self._rebuilding.done():
             return True
         if self._rebuilding.exception() is not None:
@@ -376,7 +397,7 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
 
         The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
         """
-        if self._loader is not None:
+        if self._phase is SchedulerPhase.LOADING:
             raise RuntimeError("the scheduler is loading its carried state: ask again in a moment")
         if self._snapshot is None:
             self._snapshot = self._pieces.encode(self.state, workflow.now().timestamp())  # leaves the cache be

@@ -1,0 +1,74 @@
+"""A scheduler run's phases, as one transition table (pure: no Temporal, no I/O).
+
+    STARTING ──carry_small──▶ SERVING ──run_should_end──▶ CLOSING ──let_go──▶ HANDED_OVER
+        │                      ▲   ▲                        ▲
+        ├──carry_big──▶ LOADING┘   │                        │
+        │                (loaded)  │                        │
+        └──empty──▶ REBUILDING ────┘ (rebuilt)              │
+                         └──────────run_should_end──────────┘
+
+What each phase allows:
+- LOADING: the carried state comes in a step per workflow task (scheduler_carry.StateLoader); signals
+  are held (`held_in_turn`) and applied, in order, once it is whole; `summary` answers the counts the
+  previous run handed over.
+- REBUILDING: a run that started with no state asks the live workers and tasks to report
+  (activities.recovery) and makes no pass until they have, or REBUILD_GRACE passed.
+- SERVING: passes, signals as they come.
+- CLOSING: the run continues as new: no pass; the state is packed over a few workflow tasks.
+- HANDED_OVER: the state is packed and let go; a query that still reaches the run answers from what was
+  handed over.
+
+`transition(phase, event)` returns the next phase and the effects the workflow performs on the way, as
+data; the scheduler workflow performs them. An event the table has no entry for is a bug and fails the
+workflow task (InvalidTransition).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from workflows.lifecycle import Step, transition_function
+
+
+class SchedulerPhase(StrEnum):
+    STARTING = "STARTING"  # the run's constructor, before it knows what it was handed
+    LOADING = "LOADING"
+    REBUILDING = "REBUILDING"
+    SERVING = "SERVING"
+    CLOSING = "CLOSING"
+    HANDED_OVER = "HANDED_OVER"
+
+
+class SchedulerEvent(StrEnum):
+    CARRY_SMALL = "carry_small"  # handed a state that loads in the constructor's task
+    CARRY_BIG = "carry_big"  # handed a state that loads over several workflow tasks
+    EMPTY = "empty"  # handed nothing: a terminated scheduler came back, or the first run
+    LOADED = "loaded"  # the carried state is whole
+    REBUILT = "rebuilt"  # the fleet has reported (or the grace passed, or it could not be asked)
+    RUN_SHOULD_END = "run_should_end"  # long history, signal budget spent, or another build current
+    LET_GO = "let_go"  # packed: the state goes to the next run
+
+
+class SchedulerEffect(StrEnum):
+    HOLD_SIGNALS = "hold_signals"  # signals wait their turn until the state is whole
+    APPLY_HELD = "apply_held"  # the signals held meanwhile are applied, in order
+    ASK_FLEET = "ask_fleet"  # start the rebuild activity: live workers and tasks report again
+    PACK = "pack"  # pack the state over a few workflow tasks, the held signals applied before the last
+    CONTINUE_AS_NEW = "continue_as_new"  # drop the state and continue as new with what was packed
+
+
+_P, _E, _X = SchedulerPhase, SchedulerEvent, SchedulerEffect
+TRANSITIONS: dict[tuple[SchedulerPhase, SchedulerEvent], Step[SchedulerPhase, SchedulerEffect]] = {
+    (_P.STARTING, _E.CARRY_SMALL): Step(_P.SERVING),
+    (_P.STARTING, _E.CARRY_BIG): Step(_P.LOADING, (_X.HOLD_SIGNALS,)),
+    (_P.STARTING, _E.EMPTY): Step(_P.REBUILDING, (_X.ASK_FLEET,)),
+    (_P.LOADING, _E.LOADED): Step(_P.SERVING, (_X.APPLY_HELD,)),
+    (_P.REBUILDING, _E.REBUILT): Step(_P.SERVING),
+    (_P.REBUILDING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),  # reports still due go to the next run
+    (_P.SERVING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),
+    (_P.CLOSING, _E.LET_GO): Step(_P.HANDED_OVER, (_X.CONTINUE_AS_NEW,)),
+}
+"""Every legal move."""
+
+
+transition = transition_function(TRANSITIONS, "scheduler in phase", SchedulerPhase)
