@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -51,12 +51,12 @@ from worker_agent.runtimes.base import (
     TaskStartError,
     TaskStats,
     container_environment,
-    lease_expired_reason,
     oom_reason,
     runner_code_mounts,
     signal_exit_code,
 )
 from worker_agent.runtimes.container_leases import ContainerLeases
+from worker_agent.runtimes.containers import ContainerRuntime, RunningContainer
 from worker_agent.runtimes.cri import cri_runtime_v1_pb2 as cri
 from worker_agent.runtimes.cri import cri_runtime_v1_pb2_grpc as cri_grpc
 from worker_agent.runtimes.cri_client import CriLogParser, channel_target
@@ -77,22 +77,16 @@ _LOG_DRAIN_SECONDS: Final = 10.0
 _LOG_QUIET_SECONDS: Final = 0.2
 
 
-@dataclass
-class _Running:
-    """What the runtime keeps of a started task until it is gone."""
+@dataclass(kw_only=True)
+class _Running(RunningContainer):
+    """A started task's container, and its pod and log files."""
 
     pod_id: str
-    container_id: str
-    memory_bytes: int
     log_dir: Path
-    log_pump: threading.Thread
     exited: threading.Event
-    stopped: bool = False
-    finish: asyncio.Future[TaskExit] | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-class ContainerdRuntime:
+class ContainerdRuntime(ContainerRuntime[_Running]):
     """Runs each task attempt as a CRI pod on containerd; the handle is the container id."""
 
     def __init__(
@@ -119,24 +113,9 @@ class ContainerdRuntime:
         self._finished = FinishedTasks()
 
     @property
-    def leases(self) -> bool:
-        """Whether containers are fenced by their leases (with a lease, and an agent that sees the engine's pids)."""
-        return self._leases is not None and self._leases.enforced
-
-    def renew(self, handle: TaskHandle, deadline: float) -> None:
-        """Move the lease of ``handle``'s container to ``deadline`` (``lease_clock()``)."""
-        if self._leases is not None:
-            self._leases.renew(handle, deadline)
-
-    @property
     def name(self) -> RuntimeName:
         """Always ``containerd``."""
         return RuntimeName.CONTAINERD
-
-    @property
-    def python(self) -> str:
-        """The interpreter, on the image's PATH, that runs shipped callables."""
-        return self._python
 
     def _stubs(self) -> tuple[cri_grpc.RuntimeServiceStub, cri_grpc.ImageServiceStub]:
         # The channel is made on first use, inside the agent's event loop (grpc.aio binds to it).
@@ -187,7 +166,8 @@ class ContainerdRuntime:
         )  # fmt: skip
         pump.start()
         handle = TaskHandle(container_id)
-        self._running[handle] = _Running(pod_id, container_id, spec.memory_bytes, log_dir, pump, exited)
+        self._running[handle] = _Running(pod_id=pod_id, container_id=container_id, memory_bytes=spec.memory_bytes,
+                                         log_dir=log_dir, log_pump=pump, exited=exited)  # fmt: skip
         if self._leases is not None and spec.lease_deadline:
             with contextlib.suppress(grpc.aio.AioRpcError, KeyError, ValueError, TypeError):
                 status = await runtime.ContainerStatus(
@@ -239,21 +219,8 @@ class ContainerdRuntime:
         container_id: str = created.container_id
         return container_id
 
-    async def wait(self, handle: TaskHandle) -> TaskExit:
-        """Wait for the container to exit, drain its log, remove its pod; its exit."""
-        running = self._running.get(handle)
-        if running is None:
-            return self._known_exit(handle)
-        return await self._finish(handle, running)
-
-    async def kill(self, handle: TaskHandle, grace_seconds: float = 10.0) -> TaskExit:
-        """StopContainer (SIGTERM, SIGKILL after the grace), then remove the pod; idempotent."""
-        if grace_seconds < 0:
-            raise ValueError(f"grace_seconds must be >= 0, got {grace_seconds}")
-        running = self._running.get(handle)
-        if running is None:
-            return self._known_exit(handle)
-        running.stopped = True
+    async def _stop(self, running: _Running, grace_seconds: float) -> None:
+        """StopContainer (SIGTERM, SIGKILL after the grace); if it fails, collecting removes the pod anyway."""
         runtime, _ = self._stubs()
         try:
             await runtime.StopContainer(
@@ -264,7 +231,6 @@ class ContainerdRuntime:
             logger.warning(
                 "cri stop failed; removing the pod", container=running.container_id[:12], error=exc.details()
             )
-        return await self._finish(handle, running)
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
         """Working-set memory and CPU time so far, from the CRI's stats."""
@@ -345,17 +311,6 @@ class ContainerdRuntime:
                 f"cannot start task: image {image!r} is not on this worker and could not be pulled ({exc.details()})"
             ) from exc
 
-    async def _finish(self, handle: TaskHandle, running: _Running) -> TaskExit:
-        """Once per task (shared by concurrent wait/kill): wait for exit, drain logs, remove the pod."""
-        async with running.lock:
-            if running.finish is None:
-                running.finish = asyncio.ensure_future(self._collect(running))
-        exit = await asyncio.shield(running.finish)
-        self._running.pop(handle, None)
-        if self._leases is not None and self._leases.forget(handle):
-            exit = TaskExit(exit.exit_code, lease_expired_reason(), fenced=True)
-        return self._finished.record(handle, exit)
-
     async def _collect(self, running: _Running) -> TaskExit:
         status = await self._wait_exited(running.container_id)
         running.exited.set()
@@ -397,13 +352,6 @@ class ContainerdRuntime:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.NOT_FOUND:
                     logger.warning("cri pod removal failed", pod=pod_id[:12], error=exc.details())
-
-    def _known_exit(self, handle: TaskHandle) -> TaskExit:
-        exit = self._finished.get(handle)
-        if exit is None:
-            raise KeyError(f"no task {handle} in this containerd runtime")
-        return exit
-
 
 def _follow_log(path: Path, sink: BinaryIO, exited: threading.Event) -> None:
     """Copy the task's output from the CRI log file into ``sink`` until the task has exited (a thread)."""

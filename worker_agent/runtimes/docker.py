@@ -30,7 +30,6 @@ import re
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -51,12 +50,12 @@ from worker_agent.runtimes.base import (
     TaskStartError,
     TaskStats,
     container_environment,
-    lease_expired_reason,
     oom_reason,
     runner_code_mounts,
     signal_exit_code,
 )
 from worker_agent.runtimes.container_leases import ContainerLeases
+from worker_agent.runtimes.containers import ContainerRuntime, RunningContainer
 
 __all__ = ["DockerRuntime", "accelerator_devices"]
 
@@ -82,19 +81,7 @@ def container_name(spec: TaskSpec) -> str:
     return f"iris-{job}-{spec.task_index}-a{spec.attempt}-{secrets.token_hex(3)}"
 
 
-@dataclass
-class _Running:
-    """What the runtime keeps of a started container until it is gone."""
-
-    container_id: str
-    memory_bytes: int
-    log_pump: threading.Thread
-    stopped: bool = False
-    finish: asyncio.Future[TaskExit] | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-class DockerRuntime:
+class DockerRuntime(ContainerRuntime[RunningContainer]):
     """Runs each task attempt as a container of the job's image on one Docker Engine.
 
     ``docker_host`` is the engine's URL (``unix:///var/run/docker.sock`` style); None takes
@@ -126,30 +113,15 @@ class DockerRuntime:
         self._python = python
         self._devices = accelerator_devices() if pass_devices else []
         self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="iris-docker")
-        self._running: dict[TaskHandle, _Running] = {}
+        self._running: dict[TaskHandle, RunningContainer] = {}
         self._finished = FinishedTasks()
         # With a lease, the lease watchdog kills a container whose agent stopped renewing it (container_leases).
         self._leases = ContainerLeases(lease_seconds, ledger_dir) if lease_seconds is not None else None
 
     @property
-    def leases(self) -> bool:
-        """Whether containers are fenced by their leases (with a lease, and an agent that sees the engine's pids)."""
-        return self._leases is not None and self._leases.enforced
-
-    def renew(self, handle: TaskHandle, deadline: float) -> None:
-        """Move the lease of ``handle``'s container to ``deadline`` (``lease_clock()``)."""
-        if self._leases is not None:
-            self._leases.renew(handle, deadline)
-
-    @property
     def name(self) -> RuntimeName:
         """Always ``docker``."""
         return RuntimeName.DOCKER
-
-    @property
-    def python(self) -> str:
-        """The interpreter, on the image's PATH, that runs shipped callables."""
-        return self._python
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, **kwargs))
@@ -207,7 +179,8 @@ class DockerRuntime:
             target=self._pump_logs, args=(container_id, spec), name=f"iris-docker-logs-{container_id[:12]}", daemon=True
         )
         pump.start()
-        self._running[handle] = _Running(container_id, spec.memory_bytes, pump)
+        self._running[handle] = RunningContainer(container_id=container_id, memory_bytes=spec.memory_bytes,
+                                                 log_pump=pump)  # fmt: skip
         if self._leases is not None and spec.lease_deadline:
             with contextlib.suppress(APIError, DockerException, KeyError, TypeError):
                 pid = int((await self._call(self._client.inspect_container, container_id))["State"]["Pid"])
@@ -215,21 +188,8 @@ class DockerRuntime:
         logger.debug("container started", container=container_id[:12], image=spec.image, task_id=spec.task_id)
         return handle
 
-    async def wait(self, handle: TaskHandle) -> TaskExit:
-        """Wait for the container to exit, drain its log, remove it; its exit."""
-        running = self._running.get(handle)
-        if running is None:
-            return self._known_exit(handle)
-        return await self._finish(handle, running)
-
-    async def kill(self, handle: TaskHandle, grace_seconds: float = 10.0) -> TaskExit:
-        """``docker stop`` (SIGTERM, SIGKILL after the grace), then remove; idempotent."""
-        if grace_seconds < 0:
-            raise ValueError(f"grace_seconds must be >= 0, got {grace_seconds}")
-        running = self._running.get(handle)
-        if running is None:
-            return self._known_exit(handle)
-        running.stopped = True
+    async def _stop(self, running: RunningContainer, grace_seconds: float) -> None:
+        """``docker stop`` (SIGTERM, SIGKILL after the grace); a container that will not stop is killed."""
         try:
             await self._call(self._client.stop, running.container_id, timeout=math.ceil(grace_seconds))
         except NotFound:
@@ -238,7 +198,6 @@ class DockerRuntime:
             logger.warning("container stop failed; killing it", container=running.container_id[:12], error=str(exc))
             with contextlib.suppress(APIError, DockerException):
                 await self._call(self._client.kill, running.container_id)
-        return await self._finish(handle, running)
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
         """Memory in use and CPU time so far, from one stats sample of the engine."""
@@ -311,18 +270,7 @@ class DockerRuntime:
         except (APIError, DockerException, OSError, ValueError) as exc:
             logger.warning("container log stream ended early", container=container_id[:12], error=str(exc))
 
-    async def _finish(self, handle: TaskHandle, running: _Running) -> TaskExit:
-        """Once per container (shared by concurrent wait/kill): wait, drain logs, inspect, remove."""
-        async with running.lock:
-            if running.finish is None:
-                running.finish = asyncio.ensure_future(self._collect(running))
-        exit = await asyncio.shield(running.finish)
-        self._running.pop(handle, None)
-        if self._leases is not None and self._leases.forget(handle):
-            exit = TaskExit(exit.exit_code, lease_expired_reason(), fenced=True)
-        return self._finished.record(handle, exit)
-
-    async def _collect(self, running: _Running) -> TaskExit:
+    async def _collect(self, running: RunningContainer) -> TaskExit:
         try:
             status = await self._call(self._client.wait, running.container_id)
             code = int(status.get("StatusCode", -1))
@@ -345,13 +293,6 @@ class DockerRuntime:
             pass
         except (APIError, DockerException) as exc:
             logger.warning("container removal failed", container=container_id[:12], error=str(exc))
-
-    def _known_exit(self, handle: TaskHandle) -> TaskExit:
-        exit = self._finished.get(handle)
-        if exit is None:
-            raise KeyError(f"no task {handle} in this docker runtime")
-        return exit
-
 
 def _explain(exc: BaseException) -> str:
     """The engine's own one-line explanation of an API error."""
