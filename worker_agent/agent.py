@@ -68,7 +68,13 @@ from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.lease import AttemptLease
 from worker_agent.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
-from worker_agent.preemption import NOTICE_FILE_ENV, NOTICE_FILE_NAME, GcpNoticeWatcher, Notice
+from worker_agent.preemption import (
+    NOTICE_FILE_ENV,
+    NOTICE_FILE_NAME,
+    GcpNoticeWatcher,
+    Notice,
+    post_notice_file,
+)
 from worker_agent.registration import describe_error as _describe
 from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
@@ -335,7 +341,7 @@ class WorkerAgent:
         else:
             text = f"evicted: {evicted}" if evicted else "evicted for higher-band work"
         try:
-            path.write_text(text + "\n")
+            post_notice_file(path, text)
         except OSError as err:  # its area is going away: the SIGTERM still comes
             self.log.warning("notice_file_failed", path=str(path), error=str(err))
 

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
@@ -30,6 +31,14 @@ MAINTENANCE_KEY = "instance/maintenance-event"
 _INSTANCE_PATH = "/computeMetadata/v1/"
 NOTICE_FILE_ENV = "IRIS_PREEMPTION_NOTICE_FILE"  # every task's: a path that appears when a notice comes
 NOTICE_FILE_NAME = "preemption-notice"  # where that path is: in the attempt's own area
+
+
+def post_notice_file(path: Path, text: str) -> None:
+    """Make the notice file appear whole: a task that sees it (`iris.preemption_notice()`) reads its reason at
+    once, never a file created but not written yet (written beside it, then renamed into place)."""
+    temporary = path.with_name(f".{path.name}.partial")
+    temporary.write_text(text + "\n")
+    temporary.replace(path)
 GCP_PREEMPTION_WINDOW_SECONDS = 30.0  # what GCP gives a spot VM between the notice and the stop
 GCP_MAINTENANCE_WINDOW_SECONDS = 60.0  # what it gives before a terminating host maintenance
 WAIT_SECONDS = 60  # one long poll's bound (the server answers at once when the value changed)

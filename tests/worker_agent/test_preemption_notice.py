@@ -12,7 +12,7 @@ import pytest
 from iris.preemption import PreemptionNotice
 from tests.platforms.tpu_fake import FakeMetadata
 from worker_agent.checkpoints import checkpoint_root, task_checkpoint_dir
-from worker_agent.preemption import GcpNoticeWatcher, Notice, gcp_notice
+from worker_agent.preemption import GcpNoticeWatcher, Notice, gcp_notice, post_notice_file
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_task_side_notice(tmp_path: Path) -> None:
     notice = PreemptionNotice(path)
     assert not notice.is_set()
     assert not notice.wait(0.1)
-    threading.Timer(0.2, lambda: path.write_text("GCP preemption notice\n")).start()
+    threading.Timer(0.2, lambda: post_notice_file(path, "GCP preemption notice")).start()  # as the agent does
     assert notice.wait(5)
     assert notice.is_set() and "GCP preemption notice" == notice.reason()
     assert not PreemptionNotice(None).is_set()
