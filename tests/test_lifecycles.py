@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
 import pytest
 
 from workflows import job_lifecycle as job
@@ -9,7 +12,7 @@ from workflows import scheduler_phase as phase
 from workflows import task_lifecycle as task
 from workflows import worker_lifecycle as worker
 from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
-from workflows.lifecycle import InvalidTransition
+from workflows.lifecycle import InvalidTransition, Step
 from workflows.scheduler_phase import SchedulerEffect, SchedulerEvent, SchedulerPhase
 from workflows.states import TERMINAL_TASK_STATES, TaskState
 from workflows.task_lifecycle import TaskEffect, TaskEvent
@@ -17,13 +20,15 @@ from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
 
 LIVE_TASK = [s for s in TaskState if s not in TERMINAL_TASK_STATES]
 ATTEMPT = (TaskState.ASSIGNED, TaskState.RUNNING)
+S = TypeVar("S")
 
 
-def _reachable(start: TaskState) -> set[TaskState]:
+def _reachable(table: Mapping[tuple[S, Any], Step[S, Any]], start: S) -> set[S]:
+    """The states (or phases) `table` can reach from `start`, `start` included."""
     seen, frontier = {start}, [start]
     while frontier:
         current = frontier.pop()
-        for (src, _), step in task.TRANSITIONS.items():
+        for (src, _), step in table.items():
             if src == current and step.next not in seen:
                 seen.add(step.next)
                 frontier.append(step.next)
@@ -32,13 +37,13 @@ def _reachable(start: TaskState) -> set[TaskState]:
 
 def test_every_task_state_is_reachable_from_pending() -> None:
     """No state in the enum is dead code: each is reached from PENDING."""
-    assert set(TaskState) == _reachable(TaskState.PENDING)
+    assert set(TaskState) == _reachable(task.TRANSITIONS, TaskState.PENDING)
 
 
 @pytest.mark.parametrize("state", LIVE_TASK)
 def test_every_live_task_state_can_end(state: TaskState) -> None:
     """From every live state some events reach a final state (SUCCEEDED, KILLED, UNSCHEDULABLE)."""
-    assert _reachable(state) & (TERMINAL_TASK_STATES - {TaskState.FAILED, TaskState.WORKER_FAILED})
+    assert _reachable(task.TRANSITIONS, state) & (TERMINAL_TASK_STATES - {TaskState.FAILED, TaskState.WORKER_FAILED})
 
 
 @pytest.mark.parametrize("state", [s for s in TaskState if s not in task.UNKILLABLE])
@@ -133,18 +138,8 @@ def test_a_registration_always_brings_a_worker_back_fresh(state: WorkerState) ->
 
 def test_every_worker_state_is_reachable_and_can_get_back_to_ready() -> None:
     """No dead state: each is reached from READY, and each leads back to READY."""
-    def reach(start: WorkerState) -> set[WorkerState]:
-        seen, frontier = {start}, [start]
-        while frontier:
-            current = frontier.pop()
-            for (src, _), step in worker.TRANSITIONS.items():
-                if src == current and step.next not in seen:
-                    seen.add(step.next)
-                    frontier.append(step.next)
-        return seen
-
-    assert set(WorkerState) == reach(WorkerState.READY)
-    assert all(WorkerState.READY in reach(s) for s in WorkerState)
+    assert set(WorkerState) == _reachable(worker.TRANSITIONS, WorkerState.READY)
+    assert all(WorkerState.READY in _reachable(worker.TRANSITIONS, s) for s in WorkerState)
 
 
 @pytest.mark.parametrize(("key", "step"), list(worker.TRANSITIONS.items()))
@@ -174,14 +169,7 @@ _START = {SchedulerEvent.CARRY_SMALL, SchedulerEvent.CARRY_BIG, SchedulerEvent.E
 
 
 def _phases_after(start: SchedulerPhase) -> set[SchedulerPhase]:
-    seen, frontier = {start}, [start]
-    while frontier:
-        current = frontier.pop()
-        for (src, _), step in phase.TRANSITIONS.items():
-            if src == current and step.next not in seen:
-                seen.add(step.next)
-                frontier.append(step.next)
-    return seen
+    return _reachable(phase.TRANSITIONS, start)
 
 
 @pytest.mark.parametrize("event", sorted(_START))
