@@ -2,7 +2,7 @@
 
 At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
 them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes zlib of JSON lines, each a message of this module (`CarryChunk`: workers, queued jobs,
+`pack` writes zlib of JSON lines, each a message of scheduler_carry_schema (`CarryChunk`: workers, queued jobs,
 placements by job, of a bounded weight; the last chunk with what changed while they were packed; the
 `CarryHeader` last), and `StateLoader` builds the state a few chunks per workflow task: the scheduler
 loads `step` weight units, awaits a no-op activity (a new workflow task), loads the next, and so on,
@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import compress, filterfalse
 from operator import attrgetter, countOf, is_not, ne
 from typing import Any
@@ -29,10 +28,10 @@ from typing import Any
 from activities.contracts import task_workflow_id
 from activities.contracts.dataclass_json import Plan, plan_for, to_plain
 from workflows.placement_index import Placement
-from workflows.reservation_state import HeldReservation
 from workflows.scheduler_actions import new_ring
+from workflows.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import Books, CarriedBooks
+from workflows.sharing_state import Books
 from workflows.worker_lifecycle import WorkerState
 
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
@@ -40,60 +39,6 @@ from workflows.worker_lifecycle import WorkerState
 # on a loaded machine. A state of less weight loads (and packs) in one task, as before.
 LOAD_STEP = 12_000
 CHUNK = 2_500  # weight units per chunk line: a step loads whole chunks
-
-
-@dataclass
-class PlacedRuns:
-    """A job's placements of one shape, as columns read by position: task index, attempt, worker (its
-    number in the header's `names`) and when it was placed."""
-
-    job_id: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    user: str
-    band: str
-    gang: bool
-    task_indices: list[int] = field(default_factory=list)
-    attempts: list[int] = field(default_factory=list)
-    workers: list[int] = field(default_factory=list)
-    placed_at: list[float] = field(default_factory=list)
-
-
-@dataclass
-class CarryChunk:
-    """One line of the carry: workers, queued jobs (a long one split over chunks: its attempts add up)
-    and placements. The last chunk (`changes`) holds what changed while the others were packed: what is
-    gone first, then what was added or replaced (a queued job's attempts replaced, in its place)."""
-
-    weight: int
-    workers: list[WorkerEntry] = field(default_factory=list)
-    queued: list[PendingEntry] = field(default_factory=list)
-    placed: list[PlacedRuns] = field(default_factory=list)
-    changes: bool = False
-    placements_gone: list[str] = field(default_factory=list)
-    queued_gone: list[str] = field(default_factory=list)
-    workers_gone: list[str] = field(default_factory=list)
-    worker_order: list[str] = field(default_factory=list)  # set when the run reordered its workers meanwhile
-
-
-@dataclass
-class CarryHeader:
-    """The carry's last line: what is not chunked, and what `summary` answers while the rest loads."""
-
-    step: int
-    weight: int
-    # Healthy and all workers, pending and running tasks.
-    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
-    store_url: str = ""
-    names: list[str] = field(default_factory=list)  # the workers placements refer to by number
-    reasons: dict[str, str] = field(default_factory=dict)
-    actions: list[list[Any]] = field(default_factory=list)
-    ports: dict[str, dict[str, int]] = field(default_factory=dict)  # task workflow id -> its ports
-    port_cursors: dict[str, int] = field(default_factory=dict)
-    books: CarriedBooks = field(default_factory=CarriedBooks)
-    reservations: list[HeldReservation] = field(default_factory=list)
 
 
 def _reader(cls: type) -> Plan:

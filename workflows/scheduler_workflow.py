@@ -75,7 +75,6 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 PAUSE_TIMEOUT = timedelta(seconds=30)
 
 
-
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, DashboardQueries):
     # What a query may set: `autoscale_snapshot` keeps its own answer until the state changes (no decision
@@ -303,7 +302,6 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
     def _signal_budget_spent(self) -> bool:
         return self._signals_received >= self._signal_budget
 
-
     # -- the pass ----------------------------------------------------------------------------
 
     def _changed(self) -> None:
@@ -358,7 +356,6 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
             await self._deliver(changed)
 
-
     async def _encode_snapshot(self) -> bytes:
         """The pass's snapshot from the pieces the last pass left (snapshot_cache). What is left to encode
         is done a step per workflow task: one for a warm cache, several for a cold one (a new run)."""
@@ -384,7 +381,6 @@ class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, Das
         self.state.store_url = store_url
         if self._replies:
             self._reply_barrier = True
-
 
     @workflow.query(name=RECENT_ACTIONS_QUERY)
     def recent_actions(self) -> list[ActionRow]:

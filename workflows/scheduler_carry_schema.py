@@ -1,0 +1,68 @@
+"""The messages of the scheduler's continue-as-new carry (workflows/scheduler_carry.py packs and loads them).
+
+Written and read by the one message codec (activities/contracts/dataclass_json.py): a field is carried the
+moment it is declared here, and a carry from a build with fewer fields reads with their defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflows.reservation_state import HeldReservation
+from workflows.scheduler_state import PendingEntry, WorkerEntry
+from workflows.sharing_state import CarriedBooks
+
+
+@dataclass
+class PlacedRuns:
+    """A job's placements of one shape, as columns read by position: task index, attempt, worker (its
+    number in the header's `names`) and when it was placed."""
+
+    job_id: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    user: str
+    band: str
+    gang: bool
+    task_indices: list[int] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)
+    placed_at: list[float] = field(default_factory=list)
+
+
+@dataclass
+class CarryChunk:
+    """One line of the carry: workers, queued jobs (a long one split over chunks: its attempts add up)
+    and placements. The last chunk (`changes`) holds what changed while the others were packed: what is
+    gone first, then what was added or replaced (a queued job's attempts replaced, in its place)."""
+
+    weight: int
+    workers: list[WorkerEntry] = field(default_factory=list)
+    queued: list[PendingEntry] = field(default_factory=list)
+    placed: list[PlacedRuns] = field(default_factory=list)
+    changes: bool = False
+    placements_gone: list[str] = field(default_factory=list)
+    queued_gone: list[str] = field(default_factory=list)
+    workers_gone: list[str] = field(default_factory=list)
+    worker_order: list[str] = field(default_factory=list)  # set when the run reordered its workers meanwhile
+
+
+@dataclass
+class CarryHeader:
+    """The carry's last line: what is not chunked, and what `summary` answers while the rest loads."""
+
+    step: int
+    weight: int
+    # Healthy and all workers, pending and running tasks.
+    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    store_url: str = ""
+    names: list[str] = field(default_factory=list)  # the workers placements refer to by number
+    reasons: dict[str, str] = field(default_factory=dict)
+    actions: list[list[Any]] = field(default_factory=list)
+    ports: dict[str, dict[str, int]] = field(default_factory=dict)  # task workflow id -> its ports
+    port_cursors: dict[str, int] = field(default_factory=dict)
+    books: CarriedBooks = field(default_factory=CarriedBooks)
+    reservations: list[HeldReservation] = field(default_factory=list)
