@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from scheduler import PendingJob, Resources, WorkerSnapshot, find_assignments
 from scheduler.bench import output_document, schedule_document
-from scheduler.bench_gen import add_multislice, generate
-from scheduler.bench_validate import validate
+from scheduler.bench.gen import add_multislice, generate
+from scheduler.bench.validate import validate
 from scheduler.types import AttrValue
 from tests.scheduler.sched_helpers import gang, job, placed, tpu_slice, worker
 

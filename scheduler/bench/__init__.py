@@ -1,4 +1,4 @@
-"""Run one scheduling pass on a JSON cluster description (see /work/shared/spec/scheduler-bench.md).
+"""Run one scheduling pass on a JSON cluster description (the format: shared/spec/scheduler-bench.md).
 
     python -m scheduler.bench INPUT.json OUTPUT.json
 
@@ -15,7 +15,7 @@ Constraint rejects at submission) leaves its job unplaced.
 Richer constraints (optional; an input without them runs exactly as the spec says): `op` may
 also be "IN" or "NOT_IN" with `value` a JSON list of values of one type, and a constraint may
 carry `"soft": true`, a preference (`scheduler.preferences`): it ranks the workers the hard
-constraints allow and never leaves a job unplaced (`bench_validate` does not check it).
+constraints allow and never leaves a job unplaced (`bench.validate` does not check it).
 
 Multi-slice gangs (optional): a coscheduled job may carry `"coschedule_num_groups": k`;
 its replicas are then split evenly over k distinct values of `coschedule_group_by`
@@ -33,7 +33,7 @@ Sharing (optional fields; an input without them runs exactly as the spec says):
   minus its running tasks.
 
 With any of these the pass runs with a `ShareSnapshot`, and OUTPUT.json gains
-`"evictions": [{"job", "task_indices", "preemptor"}]` (`bench_validate` checks
+`"evictions": [{"job", "task_indices", "preemptor"}]` (`bench.validate` checks
 them: whole gangs, strictly lower bands, placed preemptors, capacity once the
 victims are gone).
 """
@@ -243,6 +243,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(assignments)} assignments{extra} in {seconds:.4f} s", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

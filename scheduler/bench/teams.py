@@ -1,9 +1,9 @@
 """The cost of teams: the same sharing pass with 20 teams (quotas, borrowing, reclaim) and without, in one run.
 
-    python -m scheduler.bench_teams                    # 10,000 workers x 100,000 tasks, 200 users, 20 teams
-    python -m scheduler.bench_teams --workers 2000 --tasks 20000 --repeats 3
+    python -m scheduler.bench.teams                    # 10,000 workers x 100,000 tasks, 200 users, 20 teams
+    python -m scheduler.bench.teams --workers 2000 --tasks 20000 --repeats 3
 
-The input is `bench_gen`'s mixed fleet with `add_sharing` (200 users, three bands, running work on
+The input is `bench.gen`'s mixed fleet with `add_sharing` (200 users, three bands, running work on
 half of the hosts). The teams pass adds 20 teams of 10 users each: each is guaranteed 4% of the
 fleet's cpu and tpu chips (80% in all), every other team may borrow at most as much again, and every
 third lends at most half of its quota. Both passes see the same workers, queue and running work and
@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler.bench import parse_jobs, parse_share, parse_workers
-from scheduler.bench_gen import add_sharing, generate
+from scheduler.bench.gen import add_sharing, generate
 from scheduler.scheduling import find_assignments
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources

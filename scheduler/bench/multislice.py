@@ -1,16 +1,16 @@
 """The cost of multi-slice gangs: the same fleet with and without them in the queue, in one run.
 
-    python -m scheduler.bench_multislice                  # 10,000 workers x 100,000 tasks
-    python -m scheduler.bench_multislice --workers 4000 --tasks 30000 --fraction 0.5 --repeats 7
+    python -m scheduler.bench.multislice                  # 10,000 workers x 100,000 tasks
+    python -m scheduler.bench.multislice --workers 4000 --tasks 30000 --fraction 0.5 --repeats 7
 
-The input is a mixed fleet from `bench_gen`; the variant turns FRACTION of its
+The input is a mixed fleet from `bench.gen`; the variant turns FRACTION of its
 coscheduled jobs into multi-slice gangs of 2-4 slices (`add_multislice`), the
 queue keeping its number of tasks. Each timing is what `scheduler.bench` times:
 building the snapshot from the parsed input plus the pass. The two passes
 alternate, REPEATS times each, so load from other processes falls on both
 alike; the figures are the medians and the best, with the best CPU time (the
 steadiest figure on a loaded machine). Both outputs are checked with
-`bench_validate` (a multi-slice gang whole on k distinct slices or absent).
+`bench.validate` (a multi-slice gang whole on k distinct slices or absent).
 Printed figures, not a test: the target is the multi-slice pass within 1.2x of
 the plain one at 10k x 100k.
 """
@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from scheduler.bench import output_document, schedule_shared
-from scheduler.bench_gen import add_multislice, generate
-from scheduler.bench_validate import count_placed, validate
+from scheduler.bench.gen import add_multislice, generate
+from scheduler.bench.validate import count_placed, validate
 
 
 def measure(docs: dict[str, dict[str, Any]], repeats: int) -> dict[str, Any]:

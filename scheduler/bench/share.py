@@ -1,12 +1,12 @@
 """The cost of sharing: the same pass with bands, fair share and preemption, and without, in one run.
 
-    python -m scheduler.bench_share                       # 10,000 workers x 100,000 tasks, 50 users
-    python -m scheduler.bench_share --workers 4000 --tasks 30000 --users 20 --repeats 7
+    python -m scheduler.bench.share                       # 10,000 workers x 100,000 tasks, 50 users
+    python -m scheduler.bench.share --workers 4000 --tasks 30000 --users 20 --repeats 7
 
 Two cases: running work on about half of the fleet, and on all of it (every
 slice busy, so every pending interactive or production gang must evict).
 
-The input is a mixed fleet from `bench_gen` with `add_sharing`: three bands,
+The input is a mixed fleet from `bench.gen` with `add_sharing`: three bands,
 USERS users (every tenth without credits), and running work, so pending
 interactive and production jobs find eviction candidates. In each case the
 two passes see the same workers (free capacity already reduced by the
@@ -19,7 +19,7 @@ best, with the best CPU time beside them (the steadiest figure when other
 processes load the machine). The parsed input is frozen out of the garbage
 collector and each pass starts after a collection: it stands for the file,
 and the spec's timing excludes reading the file. Both outputs are checked
-with `bench_validate`. Printed figures, not a test: the targets are a sharing
+with `bench.validate`. Printed figures, not a test: the targets are a sharing
 pass within 1.5x of the bandless one and under 0.75 s at 10k x 100k on a
 quiet 2-core machine.
 """
@@ -33,8 +33,8 @@ import time
 from typing import Any
 
 from scheduler.bench import output_document, schedule_shared
-from scheduler.bench_gen import add_sharing, generate
-from scheduler.bench_validate import count_placed, validate
+from scheduler.bench.gen import add_sharing, generate
+from scheduler.bench.validate import count_placed, validate
 
 
 def measure(doc: dict[str, Any], repeats: int) -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """Run the scheduler and the naive first-fit baseline side by side on the same inputs.
 
-    python -m scheduler.bench_compare                      # the three standard cases
-    python -m scheduler.bench_compare INPUT.json [...]     # your own inputs
-    python -m scheduler.bench_compare --baseline-budget 120
+    python -m scheduler.bench.compare                      # the three standard cases
+    python -m scheduler.bench.compare INPUT.json [...]     # your own inputs
+    python -m scheduler.bench.compare --baseline-budget 120
 
 Standard cases: 4,000 workers x 30,000 tasks and 10,000 x 100,000 (mixed
-fleets from `bench_gen`, seed 1) and a fragmented 400-worker fleet where best
+fleets from `bench.gen`, seed 1) and a fragmented 400-worker fleet where best
 fit must place strictly more coscheduled jobs than first fit. Both outputs are
-checked with `bench_validate`. Both timings cover the same work: building the
+checked with `bench.validate`. Both timings cover the same work: building the
 snapshot from the parsed input plus placing (one pass each).
 
 The baseline scans every worker for every task, so it can take minutes. With a
@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 from scheduler.bench import output_document, parse_jobs, parse_workers, schedule_document
-from scheduler.bench_baseline import first_fit
-from scheduler.bench_gen import generate, generate_fragmented
-from scheduler.bench_validate import count_placed, validate
+from scheduler.bench.baseline import first_fit
+from scheduler.bench.gen import generate, generate_fragmented
+from scheduler.bench.validate import count_placed, validate
 
 
 def _run_baseline(doc: dict[str, Any], budget: float | None) -> tuple[dict[str, Any], float, int, int]:

@@ -1,15 +1,15 @@
 """The cost of IN and soft constraints: the same pass with them on a share of the jobs and without, in one run.
 
-    python -m scheduler.bench_constraints                    # 10,000 workers x 100,000 tasks, 20% of the jobs
-    python -m scheduler.bench_constraints --workers 4000 --tasks 30000 --share 0.2 --repeats 7
+    python -m scheduler.bench.constraints                    # 10,000 workers x 100,000 tasks, 20% of the jobs
+    python -m scheduler.bench.constraints --workers 4000 --tasks 30000 --share 0.2 --repeats 7
 
-The input is a mixed fleet from `bench_gen` (seed 1). `with_constraints` gives SHARE of its jobs one
+The input is a mixed fleet from `bench.gen` (seed 1). `with_constraints` gives SHARE of its jobs one
 more constraint, half of them a hard `zone IN [two of the three zones]`, half a soft one (a zone, a
 list of zones, or a newer cpu generation, preferred). The plain pass runs the input as generated.
 Each timing is what `scheduler.bench` times: building the snapshot from the parsed input plus the
 pass. The passes alternate, REPEATS times each, so load from other processes falls on both alike;
 the figures are the medians and the best, with the best CPU time beside them (the steadiest figure
-when other processes load the machine). Both outputs are checked with `bench_validate`, and the
+when other processes load the machine). Both outputs are checked with `bench.validate`, and the
 soft constraints' effect is counted: of the tasks whose job prefers something, how many run where
 it holds. Printed figures, not a test: the target is the pass with them within 1.1x of the pass
 without.
@@ -27,8 +27,8 @@ from typing import Any
 
 from scheduler.attributes import evaluate_all
 from scheduler.bench import output_document, schedule_shared
-from scheduler.bench_gen import ZONES, generate
-from scheduler.bench_validate import count_placed, validate
+from scheduler.bench.gen import ZONES, generate
+from scheduler.bench.validate import count_placed, validate
 from scheduler.types import Constraint
 
 
