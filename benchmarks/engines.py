@@ -160,10 +160,10 @@ class PrivateDockerd:
         _wait_for_socket(self.socket, self._process, self.log, timeout)
         import docker
 
-        client = docker.APIClient(base_url=self.url, timeout=10)
         deadline = time.monotonic() + timeout
         while True:
-            try:
+            try:  # the client asks the engine's version as it is made: the socket may exist before dockerd listens
+                client = docker.APIClient(base_url=self.url, timeout=10)
                 client.ping()
                 break
             except Exception as exc:  # any failure means "not ready yet"
