@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 
 from activities.contracts import JOB_ID_SEPARATOR, KILL_DESCENDANTS, KILL_JOB, KillDescendants, parent_job_of
 
-log = structlog.get_logger("iris.job_tree")
+log = structlog.get_logger("iris.client.child_jobs")
 
 MAX_SIGNALS_IN_FLIGHT = 50
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from benchmarks.iris_jobs import BENCH_FLEET, measure_public_api
 from benchmarks.session import quiet_logging, stop_cluster
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     try:
         info = cluster.up(parse_config({**BENCH_FLEET, "auth": "tokens"}, "auth bench"))
         from iris.auth.bootstrap import ADMIN_TOKEN_FILE
-        from iris.client import IrisClient
+        from iris.client.iris_client import IrisClient
 
         with IrisClient.connect(info.dashboard_url, token=(home / ADMIN_TOKEN_FILE).read_text().strip()) as admin:
             user_token = admin._run(admin._async.add_user("bench"))  # type: ignore[attr-defined]

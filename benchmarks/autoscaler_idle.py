@@ -67,8 +67,8 @@ def _kill_slice_hosts(home: Path) -> None:
 
 def child(settle: float, minutes: float, min_slices: int) -> None:
     """One side: start a cluster, settle, count the autoscaler's events over `minutes`; JSON on stdout."""
-    from iris.config import parse_config
-    from iris.local_cluster import LocalCluster
+    from iris.config.cluster_file import parse_config
+    from iris.local.cluster import LocalCluster
 
     home = Path(tempfile.mkdtemp(prefix="iris-bench-idle-"))
     cluster = LocalCluster(home)

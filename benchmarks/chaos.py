@@ -36,9 +36,9 @@ from typing import Any
 import psutil
 
 from benchmarks.replays import replay_all_sync
-from iris.client import IrisClient, Job
-from iris.config import ClusterConfig, parse_config
-from iris.local_cluster import CONTROLLER, TEMPORAL, LocalCluster, worker_process_name
+from iris.client.iris_client import IrisClient, Job
+from iris.config.cluster_file import ClusterConfig, parse_config
+from iris.local.cluster import CONTROLLER, TEMPORAL, LocalCluster, worker_process_name
 from iris.types import Constraint, CoschedulingConfig, JobState, JobStatus, ResourceSpec
 
 STOP_SECONDS = 10.0  # an agent SIGSTOP lasts past the 6 s heartbeat timeout

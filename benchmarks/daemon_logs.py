@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from iris import daemon_logs
+from iris.controller import daemon_logs
 
 EVENTS = 20_000
 

@@ -57,8 +57,8 @@ from benchmarks.scale import (
     start_bench_controller,
 )
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI
-from iris.local_cluster import free_port, temporal_binary, temporal_command
-from iris.processes import port_open
+from iris.local.cluster import free_port, temporal_binary, temporal_command
+from iris.local.processes import port_open
 from worker_agent.registration import register_hosts
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.visibility import JobView

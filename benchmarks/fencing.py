@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.chaos import GANG_SLICES, chaos_config
-from iris.client import IrisClient, Job
-from iris.local_cluster import CONTROLLER, LocalCluster, worker_process_name
+from iris.client.iris_client import IrisClient, Job
+from iris.local.cluster import CONTROLLER, LocalCluster, worker_process_name
 from iris.types import CoschedulingConfig, JobState, ResourceSpec
 
 RECORDER = """\

@@ -16,7 +16,7 @@ from typing import Any
 
 import temporalio
 
-from iris.local_cluster import temporal_binary
+from iris.local.cluster import temporal_binary
 
 
 def process_cpu_seconds(pid: int) -> float | None:

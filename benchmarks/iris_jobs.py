@@ -22,8 +22,8 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from benchmarks.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from benchmarks.history import count_histories
 from benchmarks.host import CpuMeter
-from iris.client import AsyncIrisClient, IrisClient
-from iris.config import ClusterConfig, parse_config
+from iris.client.iris_client import AsyncIrisClient, IrisClient
+from iris.config.cluster_file import ClusterConfig, parse_config
 from iris.types import JobState, ResourceSpec
 
 TASK_CPU = 0.1
@@ -37,7 +37,7 @@ BENCH_FLEET: dict[str, Any] = {
 }
 """Two local workers with room for 2 x 160 tasks of 0.1 cpu / 32 MiB: capacity never limits the run.
 
-The default fleet (`iris.config.default_config`: 2 workers x 2 cores, 4 GiB) fits only 2 x 4
+The default fleet (`iris.config.cluster_file.default_config`: 2 workers x 2 cores, 4 GiB) fits only 2 x 4
 tasks of the default 1 GiB, or 2 x 20 of 0.1 cpu, so 200 jobs at once would measure queueing.
 """
 LATENCY_COMMAND = ["sh", "-c", "date +%s.%N"]

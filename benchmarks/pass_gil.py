@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from activities.pass_pool import POOL
 from activities.scheduling import plan_pass
-from iris.gc_tuning import tune_for_controller
+from iris.controller.gc_tuning import tune_for_controller
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.snapshot_cache import encode_snapshot

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.session import quiet_logging, sigterm_as_interrupt, stop_cluster
-from iris.client import IrisClient
-from iris.config import ClusterConfig, parse_config
-from iris.local_cluster import LocalCluster
+from iris.client.iris_client import IrisClient
+from iris.config.cluster_file import ClusterConfig, parse_config
+from iris.local.cluster import LocalCluster
 from iris.types import CoschedulingConfig, JobState, ResourceSpec
 
 HOSTS = 4

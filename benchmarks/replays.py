@@ -16,7 +16,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from iris.payload_guard import PayloadGuard
+from iris.controller.payload_guard import PayloadGuard
 from workflows.registry import ALL_WORKFLOWS
 
 DEFAULT_TYPES = ("SchedulerWorkflow", "JobWorkflow", "AutoscalerWorkflow")

@@ -41,8 +41,8 @@ from activities.signals import coalescer
 from benchmarks.replays import replay_all
 from benchmarks.repo import REPO
 from iris.connection import connect_client
-from iris.local_cluster import free_port, temporal_binary, temporal_command
-from iris.processes import port_open
+from iris.local.cluster import free_port, temporal_binary, temporal_command
+from iris.local.processes import port_open
 from worker_agent.registration import register_hosts
 from workflows.messages import Enqueue, SchedulingSpec
 

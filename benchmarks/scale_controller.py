@@ -28,9 +28,9 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
 from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
-from iris.controller import ensure_scheduler, workflow_runner
-from iris.deployment import build_id, deployment_config, promote
-from iris.gc_tuning import tune_for_controller
+from iris.controller.control_plane import ensure_scheduler, workflow_runner
+from iris.controller.gc_tuning import tune_for_controller
+from iris.deploy.worker_versioning import build_id, deployment_config, promote
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.worker_workflow import WorkerWorkflow
 

@@ -13,7 +13,7 @@ from types import FrameType
 
 import structlog
 
-from iris.local_cluster import LocalCluster
+from iris.local.cluster import LocalCluster
 
 __all__ = ["quiet_logging", "sigterm_as_interrupt", "stop_cluster"]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 
 from benchmarks.session import quiet_logging, sigterm_as_interrupt, stop_cluster
-from iris.client import IrisClient
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.client.iris_client import IrisClient
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from iris.types import JobState, ResourceSpec
 
 CHILD = ResourceSpec(cpu=0.01, memory="16m")

@@ -1,11 +1,11 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.client import AsyncIrisClient, IrisClient, Job
+from iris.client.iris_client import AsyncIrisClient, IrisClient, Job
+from iris.client.reservation_requests import ReservationStatus, ReservedWorker
+from iris.client.schedules import ScheduleStatus
+from iris.client.team_tables import QueueRow
 from iris.preemption import PreemptionNotice, preemption_notice
-from iris.reservations import ReservationStatus, ReservedWorker
-from iris.schedules import ScheduleStatus
-from iris.teams import QueueRow
 from iris.types import (
     Constraint,
     CoschedulingConfig,

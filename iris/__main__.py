@@ -1,3 +1,3 @@
-from iris.cli import main
+from iris.cli.main import main
 
 main()

@@ -30,7 +30,7 @@ from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
-from iris import codec
+from iris.security import codec
 
 ENV_PREFIX = "IRIS_TEMPORAL_"
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")

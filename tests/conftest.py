@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from iris import IrisClient
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.support import Cluster
 
-# Every controller the suite starts checks that no query changes its workflow's state (iris/query_guard.py):
+# Every controller the suite starts checks that no query changes its workflow's state (iris/controller/query_guard.py):
 # a query that did would make a replay decide differently (docs/reliability.md, "Replays").
 os.environ.setdefault("IRIS_QUERY_GUARD", "1")
 

@@ -22,14 +22,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from iris.processes import reserve_port
+from iris.local.processes import reserve_port
 from tests.support import missing_engine
 
 SSHD = Path("/usr/sbin/sshd")
 
 
 def free_port() -> int:
-    """A loopback port no other program gets until sshd binds it (see iris.processes.reserve_port)."""
+    """A loopback port no other program gets until sshd binds it (see iris.local.processes.reserve_port)."""
     return reserve_port()
 
 

@@ -20,10 +20,10 @@ from temporalio.client import Client, WorkflowExecution, WorkflowHandle, Workflo
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
-from iris.controller import workflow_runner
-from iris.deployment import deployment_config, promote
-from iris.local_cluster import ClusterInfo, LocalCluster
-from iris.payload_guard import PayloadGuard
+from iris.controller.control_plane import workflow_runner
+from iris.controller.payload_guard import PayloadGuard
+from iris.deploy.worker_versioning import deployment_config, promote
+from iris.local.cluster import ClusterInfo, LocalCluster
 from workflows.registry import ALL_WORKFLOWS
 
 TEMPORAL = Path(sys.executable).with_name("temporal")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _build_id(tree: Path) -> str:
     """The build id a controller computes from the sources in `tree` (a fresh interpreter, so no cache)."""
     done = subprocess.run(
-        [sys.executable, "-c", "from iris.deployment import code_build_id; print(code_build_id())"],
+        [sys.executable, "-c", "from iris.deploy.worker_versioning import code_build_id; print(code_build_id())"],
         cwd=tree, env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True,
     )  # fmt: skip
     return done.stdout.strip()
@@ -39,7 +39,7 @@ def test_only_what_replays_makes_a_new_build(tree: Path) -> None:
     before = _build_id(tree)
     assert before.startswith("code-")
     _append(tree / "activities" / "recovery.py", "# an activity's body changed")
-    _append(tree / "iris" / "cli.py", "# the CLI changed")
+    _append(tree / "iris" / "cli" / "main.py", "# the CLI changed")
     assert before == _build_id(tree)
     for changed in ("workflows/job_workflow.py", "activities/contracts/__init__.py", "activities/contracts/fleet.py",
                     "scheduler/placement.py"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from iris.job_tree import inherit
-from iris.submission import build_request
+from iris.client.child_jobs import inherit
+from iris.client.submission import build_request
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Tests for iris.code_shipping: the user's own modules travel by value to a worker that lacks them."""
+"""Tests for iris.client.code_shipping: the user's own modules travel by value to a worker that lacks them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import cloudpickle
 import pytest
 
 import worker_agent
-from iris.code_shipping import pickle_callable, unpickle_result, user_modules
+from iris.client.code_shipping import pickle_callable, unpickle_result, user_modules
 from worker_agent.storage import BlobStore
 from worker_agent.task_runner import read_task_error, task_runner_argv
 

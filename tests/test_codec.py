@@ -9,8 +9,15 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 
-from iris.codec import REASON_METADATA, EncryptionCodec, UnreadablePayload, data_converter, generate_key, load_key
-from iris.key_check import newest_evidence
+from iris.security.codec import (
+    REASON_METADATA,
+    EncryptionCodec,
+    UnreadablePayload,
+    data_converter,
+    generate_key,
+    load_key,
+)
+from iris.security.key_check import newest_evidence
 from worker_agent.object_store import BlobKeyError, SealedBlobs, open_blob_store
 from worker_agent.storage import BlobStore
 

@@ -15,10 +15,10 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.api.common.v1 import Payload
 
-from iris.cli import app
-from iris.cli_errors import run_cli
-from iris.codec import EncryptionCodec, generate_key, load_key
-from iris.codec_server import OidcAuth, TokenAuth, make_app
+from iris.cli.error_lines import run_cli
+from iris.cli.main import app
+from iris.security.codec import EncryptionCodec, generate_key, load_key
+from iris.security.codec_server import OidcAuth, TokenAuth, make_app
 
 KEY = load_key({"IRIS_CODEC_KEY": generate_key()})
 TOKEN = "a-long-enough-shared-token"

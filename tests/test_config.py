@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from iris.config import (
+from iris.config.cluster_file import (
     ClusterConfig,
     LocalWorkerSpec,
     Platform,

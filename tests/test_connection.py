@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from iris.connection import TemporalSettings, api_key_subject
-from iris.local_cluster import daemon_environment, private_directory
+from iris.local.cluster import daemon_environment, private_directory
 from tests.tls_relay import make_pki
 
 

@@ -16,8 +16,8 @@ from temporalio.converter import DataConverter
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import decode_reservations, snapshot_from_pb
-from iris.codec import data_converter
-from iris.submission import build_request
+from iris.client.submission import build_request
+from iris.security.codec import data_converter
 from iris.types import Constraint, ResourceSpec
 from workflows import reservation_state
 from workflows.details import job_request_markdown

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

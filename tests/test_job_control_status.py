@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
-from iris.client_status import _job_status
+from iris.client.status_reads import _job_status
 from workflows.job_summary import summary_status
 from workflows.visibility import MAX_TABLE_ROWS
 
@@ -24,8 +24,8 @@ def test_job_control_options_are_checked_at_construction() -> None:
     """`after` takes ids or handles (once each), at most 100; bad rules, caps and modes name their field."""
     import pytest
 
-    from iris.job_control import MAX_DEPENDENCIES, parse_after, parse_if_exists, parse_max_concurrent
-    from iris.submission import build_request
+    from iris.client.job_control import MAX_DEPENDENCIES, parse_after, parse_if_exists, parse_max_concurrent
+    from iris.client.submission import build_request
 
     class Handle:
         job_id = "b-2"
@@ -47,7 +47,7 @@ def test_job_control_options_are_checked_at_construction() -> None:
 def test_named_submits_derive_one_successor_id() -> None:
     """Two submits of a name after the same newest job derive the same id; another newest job, namespace or
     parent gives another (and a child's id stays under its parent's)."""
-    from iris.idempotent import successor_id
+    from iris.client.idempotent import successor_id
 
     req = pb.JobRequest(name="Prep 2026/12/01", namespace="ana")
     first = successor_id(req, "")

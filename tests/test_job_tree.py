@@ -9,11 +9,11 @@ import pytest
 from activities.contracts import parent_job_of, task_workflow_id
 from activities.job_tree import descendants_query, kill_reason
 from activities.proto import cluster_pb2 as pb
-from iris.cli_trees import tree_label, tree_order
+from iris.cli.tree_commands import tree_label, tree_order
+from iris.client.child_jobs import MAX_JOB_ID_LENGTH, ancestors, check_namespace, child_job_id, inherit
+from iris.client.submission import build_request, make_job_id
+from iris.client.task_connection import referenced_files, require_cluster_address, task_cluster_env, task_parent
 from iris.connection import TemporalSettings
-from iris.job_tree import MAX_JOB_ID_LENGTH, ancestors, check_namespace, child_job_id, inherit
-from iris.submission import build_request, make_job_id
-from iris.task_connection import referenced_files, require_cluster_address, task_cluster_env, task_parent
 from iris.types import Constraint, JobState, JobStatus, ResourceSpec
 
 

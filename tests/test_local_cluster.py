@@ -24,9 +24,10 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
 from activities.platforms.local_process import find_workers
-from iris import local_cluster
-from iris.config import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
-from iris.local_cluster import (
+from iris.config.cluster_file import ClusterConfig, LocalWorkerSpec, Runtime, WorkerGroupConfig
+from iris.deploy.temporal_setup import INDEXED_TYPES
+from iris.local import cluster as local_cluster
+from iris.local.cluster import (
     SEARCH_ATTRIBUTES,
     ClusterInfo,
     Component,
@@ -37,7 +38,6 @@ from iris.local_cluster import (
     temporal_command,
     worker_command,
 )
-from iris.temporal_setup import INDEXED_TYPES
 
 TEMPORAL_ONLY: tuple[Component, ...] = ("temporal",)
 

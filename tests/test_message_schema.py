@@ -26,7 +26,7 @@ import activities.contracts.fleet
 import workflows.messages
 import workflows.scheduler_carry_schema
 from activities.contracts.dataclass_json import plan_for
-from iris.codec import data_converter
+from iris.security.codec import data_converter
 
 MESSAGES = sorted(
     {

@@ -6,7 +6,7 @@ import pytest
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import decode_snapshot
-from iris.submission import build_request
+from iris.client.submission import build_request
 from iris.types import CoschedulingConfig, ResourceSpec
 from worker_agent.megascale import megascale_env
 from workflows.details import job_request_markdown

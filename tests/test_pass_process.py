@@ -32,8 +32,8 @@ from activities.pass_pool import MIN_BYTES_ENV, PASS_PROCESS_MIN_BYTES, POOL, Pa
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import plan_pass
 from iris import IrisClient
-from iris.local_cluster import LocalCluster
-from iris.local_commands import controller_command
+from iris.local.cluster import LocalCluster
+from iris.local.commands import controller_command
 from tests.support import pid_gone, wait_until, workflows_on_dev_server
 from tests.test_scheduler_state import _fleet
 from workflows.snapshot_cache import encode_snapshot

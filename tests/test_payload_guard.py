@@ -27,12 +27,12 @@ from temporalio.worker import Replayer, Worker
 from activities.contracts import SCHEDULER_WORKFLOW_ID, WorkerSessionInput
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from iris.codec import EncryptionCodec, data_converter, generate_key, load_key
-from iris.controller import workflow_runner
-from iris.deployment import deployment_config, promote
-from iris.key_check import check_cluster_key
-from iris.observability import REGISTRY
-from iris.payload_guard import GuardedRunner, PayloadGuard
+from iris.controller.control_plane import workflow_runner
+from iris.controller.observability import REGISTRY
+from iris.controller.payload_guard import GuardedRunner, PayloadGuard
+from iris.deploy.worker_versioning import deployment_config, promote
+from iris.security.codec import EncryptionCodec, data_converter, generate_key, load_key
+from iris.security.key_check import check_cluster_key
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch

@@ -20,7 +20,7 @@ from tests.support import missing_engine
 CHECK = """
 import json, socket
 from pathlib import Path
-from iris.local_commands import free_port
+from iris.local.commands import free_port
 
 Path("/proc/sys/net/ipv4/ip_local_port_range").write_text("40000 40099")
 picked = {free_port() for _ in range(3)}

@@ -20,7 +20,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from iris.payload_guard import PayloadGuard
+from iris.controller.payload_guard import PayloadGuard
 from workflows.registry import ALL_WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"

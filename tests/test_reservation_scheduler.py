@@ -14,7 +14,7 @@ from activities.recovery import rebuild_scheduler
 from activities.reservations import find_ended_jobs
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from iris.reservations import ReservationStatus, parse_published
+from iris.client.reservation_requests import ReservationStatus, parse_published
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import _batch
 from workflows.messages import Reserve, WorkerLost

@@ -10,9 +10,9 @@ import pytest
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import decode_reservations, encode_plan, snapshot_from_pb
 from iris import Constraint, ResourceSpec
-from iris.cli_reservations import _rows, parse_reserve
-from iris.reservations import parse_published
-from iris.submission import build_request
+from iris.cli.reservation_commands import _rows, parse_reserve
+from iris.client.reservation_requests import parse_published
+from iris.client.submission import build_request
 from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
 from workflows.placement_index import Placement

@@ -36,7 +36,7 @@ def test_worker_serve_refuses_a_runtime_it_cannot_use(args: list[str], expected:
 
 def test_config_takes_runtime_and_image_for_worker_and_scale_groups() -> None:
     """`runtime:` and `image:` reach the local workers and the scale group; a bad runtime names the field."""
-    from iris.config import Runtime, parse_config
+    from iris.config.cluster_file import Runtime, parse_config
 
     config = parse_config(
         {

@@ -6,7 +6,7 @@ so its successor starts cold and takes tasks and queries for a run it does not h
 sends registrations, losses, cordons, enqueues and releases and asks every query the scheduler answers, at
 random moments from a seeded generator. At the end the whole history must
 replay with the current code, no workflow task may have failed, and no query may have changed the
-workflow's state (iris/query_guard.py, on both workers).
+workflow's state (iris/controller/query_guard.py, on both workers).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from iris.controller import workflow_runner
-from iris.deployment import deployment_config, promote
-from iris.query_guard import QueryGuard
+from iris.controller.control_plane import workflow_runner
+from iris.controller.query_guard import QueryGuard
+from iris.deploy.worker_versioning import deployment_config, promote
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
 from workflows.scheduler_workflow import SchedulerWorkflow

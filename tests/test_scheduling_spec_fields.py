@@ -19,7 +19,7 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import jobs_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
-from iris.codec import data_converter
+from iris.security.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.placement_index import Placement
 from workflows.scheduler_carry import pack, unpack

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from iris.submission import build_request, resolve_user
+from iris.client.submission import build_request, resolve_user
 
 
 def test_the_default_band_is_interactive_and_requests_carry_the_band_by_name() -> None:

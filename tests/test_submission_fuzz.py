@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
-from iris.submission import build_request, command_argv
+from iris.client.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from workflows.job_waves import scheduling_spec
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iris.teams import QueueView, teams_from_memo
+from iris.client.team_tables import QueueView, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
 from workflows.placement_index import Placement

@@ -11,8 +11,8 @@ from temporalio.converter import DataConverter
 from activities.contracts.dataclass_json import plan_for, to_plain
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import plan_pass, policy_from_pb, share_from_pb
-from iris.config import parse_config
-from iris.config_sharing import SharingFile, sharing_document
+from iris.config.cluster_file import parse_config
+from iris.config.sharing import SharingFile, sharing_document
 from scheduler.teams import UNLIMITED, Team, Teams
 from scheduler.types import Resources
 from tests.test_scheduler_determinism import SPEC_FITS

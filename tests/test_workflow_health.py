@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
-from iris.local_readiness import wait_until_ready
-from iris.workflow_health import workflow_task_failure
+from iris.controller.workflow_health import workflow_task_failure
+from iris.local.readiness import wait_until_ready
 from tests.support import workflows_on_dev_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -132,7 +132,7 @@ class AgentConfig:
     default_image: str = ""  # container image for jobs that name none
     address: str = ""  # how other hosts reach this host's tasks ("" = the host's own address)
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports the scheduler may give this worker's tasks
-    # What a task needs to reach this cluster (iris.task_connection): Temporal, store, key files by path;
+    # What a task needs to reach this cluster (iris.client.task_connection): Temporal, store, key files by path;
     # and the files those variables name, mounted read-only into container tasks at the same paths.
     cluster_env: dict[str, str] = field(default_factory=dict)
     cluster_files: list[str] = field(default_factory=list)

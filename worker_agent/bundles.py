@@ -1,6 +1,6 @@
 """A job's code bundle on a worker host: fetched and unpacked once per job, set up once per job.
 
-The bundle (a zip the client made of the submitter's directory, see `iris.bundle`)
+The bundle (a zip the client made of the submitter's directory, see `iris.client.bundle`)
 becomes the working directory of every task of the job on this host and is on
 their `PYTHONPATH`. Its setup commands (e.g. `python -m venv .venv && .venv/bin/pip
 install -r requirements.txt`) run once per job and host, in that directory,

@@ -2,7 +2,7 @@
 
 Why one module: a process holds one key (`IRIS_CODEC_KEY`, base64 of 32 bytes, or the file named
 by `IRIS_CODEC_KEY_FILE`), and everything it writes under that key (Temporal payloads through
-`iris.codec`, store blobs through `worker_agent.object_store`) names the key by the same id, the
+`iris.security.codec`, store blobs through `worker_agent.object_store`) names the key by the same id, the
 first 16 hex digits of its SHA-256. A reader holding another key, or none, gets one line naming
 both ids (`KeyMismatchError`), whatever it was reading. The key itself never leaves the process.
 

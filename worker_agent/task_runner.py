@@ -7,7 +7,7 @@ stays the task's problem.
 
 Contract with the agent (see ``task_runner_argv``, ``read_result``, ``read_task_error``):
 
-- the function blob holds ``cloudpickle.dumps((fn, args, kwargs))`` (``iris.code_shipping``);
+- the function blob holds ``cloudpickle.dumps((fn, args, kwargs))`` (``iris.client.code_shipping``);
 - on success the pickled return value is stored under the result key and the exit code is 0
   (a returned coroutine is run to completion with ``asyncio.run``);
 - on failure a one-line reason is stored under ``<result key>.error``, the full traceback goes

@@ -73,7 +73,7 @@ class Dependencies(JobBase):
         self.status.max_concurrent = req.max_concurrent
         if req.after and waiting:
             self.status.pending_reason = waiting_reason(list(req.after), req.after_rule)
-        if req.schedule and not req.submitted_at:  # a schedule's firing (iris/schedules.py) started this job
+        if req.schedule and not req.submitted_at:  # a schedule's firing (iris/client/schedules.py) started this job
             job_id = workflow.info().workflow_id  # `<schedule>-<fire time>`: Temporal appended the time
             req.name, req.submitted_at = job_id, workflow.now().timestamp()
             self.status.name, self.status.submitted_at = job_id, req.submitted_at

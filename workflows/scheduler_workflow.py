@@ -78,7 +78,7 @@ PAUSE_TIMEOUT = timedelta(seconds=30)
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
 class SchedulerWorkflow(Registration, Queue, Sharing, Deliveries, Reserving, DashboardQueries):
     # What a query may set: `autoscale_snapshot` keeps its own answer until the state changes (no decision
-    # reads it). Every other attribute is the same after a query as before (iris/query_guard.py checks).
+    # reads it). Every other attribute is the same after a query as before (iris/controller/query_guard.py checks).
     QUERY_CACHES = ("_snapshot",)
 
     @workflow.init

@@ -57,7 +57,7 @@ class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, i
     """A payload that cannot be read here: encrypted under another key (or none), malformed, another version.
 
     Raised by Iris's payload converter and by workflow code that decodes a raw payload itself; a
-    signal whose handler raises it is dropped and recorded (iris.payload_guard), never retried.
+    signal whose handler raises it is dropped and recorded (iris.controller.payload_guard), never retried.
     """
 
 
@@ -101,7 +101,7 @@ def job_of_task(workflow_id: str) -> str:
 
 
 JOB_ID_SEPARATOR = "/"
-"""A child job's id is its parent's id, this, and a name of its own: ids read as paths (iris/job_tree.py)."""
+"""A child job's id is its parent's id, this, and a name of its own: ids read as paths (iris/client/child_jobs.py)."""
 
 
 def parent_job_of(job_id: str) -> str:

@@ -3,7 +3,7 @@
 The SDK's JSON converter resolves a dataclass's type hints for every value it decodes (~0.2-0.8 ms
 a message in the workflow sandbox): thousands of enqueues or ended tasks in one workflow task then
 passed the 2 s deadlock detector, and three messages had grown hand-written decoders to get around
-it. This is the one decoder for all of them: the payload converter (iris/codec.py) asks `plan_for`
+it. This is the one decoder for all of them: the payload converter (iris/security/codec.py) asks `plan_for`
 once per type hint and then applies the plan, so a new field of a message is decoded the moment it
 is declared. Its rules are the SDK's (missing fields default, unknown ones are ignored, a value of
 the wrong type is a TypeError); a type it does not know (datetimes, unions other than `X | None`,

@@ -40,17 +40,17 @@ from activities.contracts import (
     task_access_log_url,
 )
 from activities.proto import cluster_pb2 as pb
-from iris import fleet
 from iris.auth import store
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.verify import Verifiers
-from iris.bundle import BUNDLE_PREFIX
-from iris.client_async import AsyncIrisClient
-from iris.client_status import _job_status
-from iris.endpoints import job_endpoints
-from iris.submission import resolve_user
-from iris.task_access import start_access
+from iris.client import fleet_view
+from iris.client.async_client import AsyncIrisClient
+from iris.client.bundle import BUNDLE_PREFIX
+from iris.client.endpoints import job_endpoints
+from iris.client.status_reads import _job_status
+from iris.client.submission import resolve_user
+from iris.client.task_exec import start_access
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
 from worker_agent.storage import LogCursor
@@ -221,7 +221,7 @@ class IrisApi:
         if payload is None and not req.entrypoint.command.argv:
             raise ValueError("request: a job runs a command, or a function given as its payload")
         bundle = None
-        if body.get("bundle"):  # content-addressed here, never by the caller's word (iris/bundle.py)
+        if body.get("bundle"):  # content-addressed here, never by the caller's word (iris/client/bundle.py)
             data = base64.b64decode(body["bundle"][1])
             bundle = (f"{BUNDLE_PREFIX}{hashlib.sha256(data).hexdigest()}.zip", data)
         job_id = await self.iris._start(req, payload=payload, bundle=bundle, given=frozenset(body.get("given", ())))
@@ -381,13 +381,13 @@ class IrisApi:
             raise
         self.gate.audit(who, what, subject)
         if what == "cordon":
-            await fleet.cordon_worker(self.iris.temporal, body["worker_id"], bool(body.get("cordoned", True)))
+            await fleet_view.cordon_worker(self.iris.temporal, body["worker_id"], bool(body.get("cordoned", True)))
             return answer(None)
         if what == "drain":
             timeout = body.get("timeout")
             return answer(await self.iris.drain_worker(body["worker_id"], None if timeout is None else float(timeout)))
         if what == "terminate-slice":
-            return answer(await fleet.terminate_slice(self.iris.temporal, body["slice_id"],
+            return answer(await fleet_view.terminate_slice(self.iris.temporal, body["slice_id"],
                                                       float(body.get("drain_timeout", 0.0))))  # fmt: skip
         raise KeyError(f"no such fleet action: {what}")
 

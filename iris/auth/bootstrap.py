@@ -34,7 +34,7 @@ def write_secret(path: Path, token: str) -> None:
 
 def write_admin_token(home: Path, address: str) -> Path | None:
     """The local cluster's first admin, into `home/admin.token`, unless that file exists already."""
-    from iris.local_readiness import readiness_client, run_sync
+    from iris.local.readiness import readiness_client, run_sync
 
     path = home / ADMIN_TOKEN_FILE
     if path.exists():

@@ -18,7 +18,7 @@ CACHE_SECONDS = 5.0
 
 @dataclass
 class IrisApiAuth:
-    """An `iris.codec_server.Authenticator` that defers to the Iris API's verification."""
+    """An `iris.security.codec_server.Authenticator` that defers to the Iris API's verification."""
 
     url: str
     _seen: dict[str, tuple[float, str | None]] = field(default_factory=dict, repr=False)

@@ -18,7 +18,7 @@ from iris.connection import ENV_PREFIX
 def local_team() -> tuple[str, str] | None:
     """(API URL, Temporal address) of the local cluster in $IRIS_HOME when it is recorded in team mode, else None."""
     from activities.home import iris_home
-    from iris.local_state import ClusterRecord
+    from iris.local.record import ClusterRecord
 
     state = ClusterRecord(iris_home()).read()  # the record alone: no process is probed on the default path
     if state is None or state.get("auth", "none") == "none" or not state.get("dashboard_url"):

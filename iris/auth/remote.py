@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.code_shipping import pickle_callable, unpickle_result
-from iris.submission import build_request, command_argv, resolve_user
+from iris.client.code_shipping import pickle_callable, unpickle_result
+from iris.client.submission import build_request, command_argv, resolve_user
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
 
@@ -211,7 +211,7 @@ class RemoteIrisClient:
 
     async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
                      **options: Any) -> str:  # fmt: skip
-        from iris.client_async import _bundle, _given
+        from iris.client.async_client import _bundle, _given
 
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
@@ -222,7 +222,7 @@ class RemoteIrisClient:
         return await self._submit(req, pickle_callable(fn, args, kwargs or {}), bundle, given)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
-        from iris.client_async import _bundle, _given
+        from iris.client.async_client import _bundle, _given
 
         argv = command_argv(command)
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))

@@ -103,7 +103,7 @@ def authorize(who: Identity, action: Action, *, job_id: str = "", owner: str = "
 
 
 def root_job(job_id: str) -> str:
-    """The root of a job tree: a child's id is its parent's id, '/', its own name (iris/job_tree.py)."""
+    """The root of a job tree: a child's id is its parent's id, '/', its own name (iris/client/child_jobs.py)."""
     return job_id.split("/", 1)[0]
 
 

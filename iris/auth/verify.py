@@ -59,7 +59,7 @@ class OidcVerifier:
 
         import jwt
 
-        from iris.codec_server import OidcAuth
+        from iris.security.codec_server import OidcAuth
 
         if self._auth is None:
             self._auth = OidcAuth(self.issuer, self.audience)

@@ -40,8 +40,8 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import share_from_pb
-from iris import fleet
-from iris.reservations import ReservationStatus, read_published
+from iris.client import fleet_view
+from iris.client.reservation_requests import ReservationStatus, read_published
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
 from scheduler.sharing import FairQueue
@@ -386,7 +386,7 @@ class ClusterReads:
 
     async def _load_autoscaler(self) -> AutoscalerStatus | None:
         async with temporal_call():
-            return await fleet.autoscaler_status(self.client)
+            return await fleet_view.autoscaler_status(self.client)
 
     async def _load_actions(self) -> list[list[Any]]:
         async with temporal_call():
@@ -489,7 +489,7 @@ class ClusterReads:
         query = "WorkflowType = 'SliceWorkflow'"
         page, total = await asyncio.gather(self.list_page(query, page_size, token), self.count(query))
         memos = await asyncio.gather(*(wf.memo() for wf in page.rows))
-        return Page([fleet.slice_status(wf, memo) for wf, memo in zip(page.rows, memos, strict=True)],
+        return Page([fleet_view.slice_status(wf, memo) for wf, memo in zip(page.rows, memos, strict=True)],
                     page.next_token, total)  # fmt: skip
 
     async def worker_sessions(self, worker_id: str) -> list[WorkflowExecution]:

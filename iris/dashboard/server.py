@@ -29,10 +29,13 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
     task_workflow_id,
 )
-from iris import schedules
 from iris.auth.api import Gate, IrisApi, may
 from iris.auth.rules import Action
-from iris.client import AsyncIrisClient
+from iris.client import schedules
+from iris.client.iris_client import AsyncIrisClient
+from iris.client.team_tables import QueueView, amounts, scheduler_memo, teams_from_memo, when
+from iris.client.user_balances import list_users
+from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 from iris.dashboard import actions as action_log
 from iris.dashboard import login
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
@@ -61,11 +64,8 @@ from iris.dashboard.views import (
     task_counts,
     worker_state,
 )
-from iris.teams import QueueView, amounts, scheduler_memo, teams_from_memo, when
 from iris.types import JobState
 from iris.units import format_memory
-from iris.users import list_users
-from iris.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -262,7 +262,7 @@ class Dashboard:
         summary, snapshot = answer.summary, answer.snapshot
         queue = snapshot.queue
         job_ids = snapshot.job_ids
-        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates (iris.teams)
+        places = QueueView.from_memo(await scheduler_memo(self.reads.client))  # the pass's estimates
         if places.places and places.team_of_user:  # teams: the pass's own order (quota first) where it published it
             rank = {job_id: row.position for job_id, row in places.places.items()}
             queue = sorted(queue, key=lambda j: rank.get(j.job_id, len(rank) + 1))

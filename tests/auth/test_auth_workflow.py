@@ -15,8 +15,8 @@ from temporalio.worker import Worker
 
 from iris.auth.store import Directory
 from iris.auth.tokens import token_hash
-from iris.controller import workflow_runner
-from iris.deployment import deployment_config, promote
+from iris.controller.control_plane import workflow_runner
+from iris.deploy.worker_versioning import deployment_config, promote
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from workflows import auth_state as st
 from workflows.auth_workflow import AuthWorkflow

@@ -8,8 +8,8 @@ from iris import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import USER_SCOPE, Action, Identity, Role, Scope, authorize, decide
 from iris.auth.settings import AuthFile
 from iris.auth.tokens import looks_like_iris_token, new_token, token_hash
-from iris.cli_errors import describe
-from iris.config import parse_config
+from iris.cli.error_lines import describe
+from iris.config.cluster_file import parse_config
 from workflows import auth_state as st
 
 ADMIN = Identity("root", Role.ADMIN)

@@ -23,8 +23,8 @@ from temporalio.client import Client
 
 from activities.proto import cluster_pb2 as pb
 from iris import AuthenticationError, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.support import wait_until
 
 TEAM_FLEET = {
@@ -273,7 +273,7 @@ async def test_codec_server_takes_an_admins_iris_token(team: Team) -> None:
     from aiohttp.test_utils import TestServer
 
     from iris.auth.codec_gate import IrisApiAuth
-    from iris.codec_server import make_app
+    from iris.security.codec_server import make_app
     from tests.test_codec_server import SECRET, _codec, _plaintext, _post
 
     server = TestServer(make_app(_codec(), (), IrisApiAuth(team.url)), host="127.0.0.1")

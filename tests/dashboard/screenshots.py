@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from iris import Constraint, CoschedulingConfig, IrisClient, ResourceSpec
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.conftest import TEST_FLEET
 from tests.dashboard.browser import chromium, console_errors
 

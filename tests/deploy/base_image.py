@@ -31,7 +31,8 @@ BASE_IMAGE = "iris.test/base:local"
 # What the controller and the agent import, so their distributions go into the base. Cloud platforms
 # (kubernetes, google-cloud-tpu, asyncssh) are imported only when a scale group uses them: left out.
 DAEMON_MODULES = (
-    "iris.cli", "iris.controller", "iris.observability", "iris.codec", "iris.codec_server", "iris.temporal_setup",
+    "iris.cli.main", "iris.controller.control_plane", "iris.controller.observability", "iris.security.codec",
+    "iris.security.codec_server", "iris.deploy.temporal_setup",
     "worker_agent.agent", "worker_agent.runtimes.select", "worker_agent.object_store", "worker_agent.task_runner",
     "aiohttp.web", "click",
 )  # fmt: skip

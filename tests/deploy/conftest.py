@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from iris.local_cluster import ClusterInfo, LocalCluster, daemon_environment, free_port
+from iris.local.cluster import ClusterInfo, LocalCluster, daemon_environment, free_port
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from iris.build import IMAGES
+from iris.deploy.build import IMAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

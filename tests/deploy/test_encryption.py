@@ -25,8 +25,8 @@ from temporalio.client import Client
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris import IrisClient, JobFailedError, JobState
-from iris.codec import ENCODING, EncryptionCodec, data_converter, generate_key, load_key
-from iris.local_cluster import LocalCluster
+from iris.local.cluster import LocalCluster
+from iris.security.codec import ENCODING, EncryptionCodec, data_converter, generate_key, load_key
 from tests.deploy.conftest import free_port, get
 from tests.support import TEMPORAL, wait_until
 
@@ -245,7 +245,6 @@ def _getenv(name: str) -> str | None:
 def _secret_of_child() -> dict[str, object]:
     """A task that submits a child on its own (encrypted) cluster; what it and the child saw."""
     from iris import IrisClient
-
     with IrisClient.connect() as client:
         child = client.submit(_getenv, "SECRET_TOKEN", name="child")
         child.wait(timeout=120)

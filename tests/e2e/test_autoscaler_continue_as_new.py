@@ -14,8 +14,8 @@ from temporalio.worker import Replayer
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS

@@ -16,7 +16,7 @@ from temporalio.client import Client
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER
 from iris import Constraint, IrisClient, JobState, ResourceSpec
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, armed_timers, running_cluster, wait_until
 from workflows.autoscaler_workflow import IDLE_TICK

@@ -16,7 +16,7 @@ import pytest
 from benchmarks.__main__ import parse_args, parse_dynamic_config
 from benchmarks.figures import SETTLE_SECONDS, Latency, percentile
 from benchmarks.report import per_unit
-from iris.local_cluster import LocalCluster
+from iris.local.cluster import LocalCluster
 
 
 def test_percentile_interpolates_between_ranks() -> None:

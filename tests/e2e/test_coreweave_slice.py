@@ -24,8 +24,8 @@ from activities.contracts.fleet import ControlPlaneAddress, PlatformState, Scale
 from activities.platforms.coreweave import CoreweavePlatform
 from activities.platforms.coreweave_model import nodepool_name
 from iris import Constraint, IrisClient, JobState, ResourceSpec, get_job_info
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster, daemon_environment, free_port
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster, daemon_environment, free_port
 from tests.platforms.fake_kubelet import FakeKubelet
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 from tests.support import Cluster, pid_running, wait_until

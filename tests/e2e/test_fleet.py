@@ -23,9 +23,9 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec, SliceState
-from iris.config import parse_config
-from iris.fleet import SLICE_STATE
-from iris.local_cluster import LocalCluster
+from iris.client.fleet_view import SLICE_STATE
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 from workflows.slice_workflow import ScaleDown

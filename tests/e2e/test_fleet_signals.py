@@ -10,7 +10,7 @@ from temporalio.client import Client
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from activities.proto import cluster_pb2 as pb
 from iris import Constraint, IrisClient, JobState, ResourceSpec
-from iris.config import LocalWorkerSpec
+from iris.config.cluster_file import LocalWorkerSpec
 from tests.support import Cluster, forget_workers, wait_until
 from workflows.messages import CordonWorkers, RemoveWorkers
 

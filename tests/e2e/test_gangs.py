@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from iris import CoschedulingConfig, IrisClient, JobState, JobStatus, ResourceSpec, TaskState
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.support import Cluster, pid_gone, wait_until
 
 from .conftest import TEST_FLEET

@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from iris import IrisClient, JobState, ResourceSpec
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.support import Cluster, replay_run, running_cluster, wait_until
 from workflows.job_handover import HANDOVER_ATTEMPTS
 

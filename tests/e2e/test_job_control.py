@@ -98,7 +98,6 @@ def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: Iris
         client.submit(started_at, resources=SMALL, after=[], after_rule="afterok")
     with pytest.raises(ValueError, match="max_concurrent cannot be used with coscheduling"):
         from iris import CoschedulingConfig
-
         client.submit(started_at, resources=ResourceSpec(cpu=1, replicas=4), max_concurrent=2,
                       coscheduling=CoschedulingConfig(group_by="tpu-name"))  # fmt: skip
     with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):

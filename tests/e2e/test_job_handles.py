@@ -15,7 +15,6 @@ SUBMITTER = textwrap.dedent(
     """
     import sys
     from iris import IrisClient, ResourceSpec
-
     def square_of_index(offset):
         import os
         index = int(os.environ["IRIS_TASK_INDEX"])

@@ -20,7 +20,7 @@ from iris import (
     TaskState,
     get_job_info,
 )
-from iris.config import LocalWorkerSpec
+from iris.config.cluster_file import LocalWorkerSpec
 from tests.support import Cluster, pid_gone, wait_until
 from worker_agent.runtimes.cgroups import CgroupLimits
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec, TaskState
-from iris.config import LocalWorkerSpec
+from iris.config.cluster_file import LocalWorkerSpec
 from scheduler.types import AttrValue
 from tests.support import Cluster, forget_workers, pid_gone, wait_until
 

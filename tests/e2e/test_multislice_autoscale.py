@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.support import Cluster
 
 FLEET = {

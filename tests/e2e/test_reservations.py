@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from iris import Constraint, IrisClient, JobState, ResourceSpec, TaskState
-from iris.config import LocalWorkerSpec
+from iris.config.cluster_file import LocalWorkerSpec
 from tests.support import Cluster, wait_until
 
 TAINT = "rsv-e2e"  # keeps the rest of the suite's jobs off these workers
@@ -45,7 +45,6 @@ CHILD = (
 def _parent(address: str, store: str, out: str) -> int:
     """The reserving job's task: submit five one-worker children (named under its job), wait, then for `release`."""
     from iris import Constraint, IrisClient, ResourceSpec
-
     on_pool = [Constraint("pool", "EQ", "rsv")]
     with IrisClient.connect(address, store=store) as client:
         children = [

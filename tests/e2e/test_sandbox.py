@@ -9,7 +9,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from iris.controller import SANDBOX_PASSTHROUGH, workflow_runner
+from iris.controller.control_plane import SANDBOX_PASSTHROUGH, workflow_runner
 from tests.sandbox_probe import ClockReadingWorkflow
 from tests.support import Cluster
 from workflows.registry import ALL_WORKFLOWS

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
-from iris.client import Job
-from iris.config import parse_config
+from iris.client.iris_client import Job
+from iris.config.cluster_file import parse_config
 from iris.types import JobStatus, UserStatus
 from tests.support import Cluster, running_cluster, wait_until
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, JobStatus, ResourceSpec
-from iris.config import LocalWorkerSpec, parse_config
+from iris.config.cluster_file import LocalWorkerSpec, parse_config
 from scheduler.types import AttrValue
 from tests.platforms.tpu_fake import FakeMetadata
 from tests.support import Cluster, forget_workers, running_cluster, wait_until

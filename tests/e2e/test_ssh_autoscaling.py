@@ -29,8 +29,8 @@ from temporalio.client import Client, WorkflowHistory
 from activities.contracts import AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER
 from activities.platforms.remote_agent import host_key
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
-from iris.config import parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import LocalCluster
 from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
 from tests.sshd import Sshd, start_sshd, worker_command
 from tests.support import Cluster, armed_timers, lines, pid_gone, wait_until

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from iris import CoschedulingConfig, IrisClient, JobState, JobStatus, ResourceSpec, TeamStatus
-from iris.client import Job
-from iris.config import parse_config
+from iris.client.iris_client import Job
+from iris.config.cluster_file import parse_config
 from tests.e2e.test_sharing import iris_cli, victim_script
 from tests.support import Cluster, running_cluster, wait_until
 

@@ -128,7 +128,6 @@ def _child_over_tls() -> dict[str, object]:
     import os
 
     from iris import IrisClient, ResourceSpec
-
     with IrisClient.connect() as client:
         child = client.submit(_getenv, "IRIS_PARENT_JOB_ID", name="tls-child",
                               resources=ResourceSpec(cpu=0.25, memory="128m"))

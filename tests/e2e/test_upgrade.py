@@ -18,8 +18,8 @@ from temporalio.client import Client
 
 from activities.contracts import CONTROL_DEPLOYMENT, SCHEDULER_WORKFLOW_ID, task_workflow_id
 from iris import IrisClient, JobState
-from iris.config import parse_config
-from iris.local_cluster import CONTROLLER, controller_command
+from iris.config.cluster_file import parse_config
+from iris.local.cluster import CONTROLLER, controller_command
 from tests.support import Cluster, running_cluster, wait_until
 
 FLEET = {"local": {"worker_groups": [{"name": "cpu", "count": 1, "resources": {"cpu": 4, "memory": "4g"}}]}}

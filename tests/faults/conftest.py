@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from iris import IrisClient, JobStatus, WorkerStatus
-from iris.config import LocalWorkerSpec, parse_config
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import LocalWorkerSpec, parse_config
+from iris.local.cluster import LocalCluster
 from tests.support import Cluster, group_members, lines, pid_running, proc_stat, wait_until
 
 __all__ = ["group_members", "lines", "pid_running", "proc_stat", "wait_until"]  # re-exported for the tests

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from iris.config import parse_config
-from iris.controller import autoscaler_config
-from iris.local_cluster import scale_groups_document
+from iris.config.cluster_file import parse_config
+from iris.controller.control_plane import autoscaler_config
+from iris.local.cluster import scale_groups_document
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -36,8 +36,8 @@ from activities.contracts.fleet import (
 )
 from activities.contracts.fleet import StartSlice as StartSliceInput
 from activities.slices import SliceActivities
-from iris.autoscaler_view import explain_group
-from iris.temporal_setup import ensure_search_attributes
+from iris.client.autoscaler_view import explain_group
+from iris.deploy.temporal_setup import ensure_search_attributes
 from tests.platforms.tpu_fake import FakeTpu
 from tests.support import workflows_on_dev_server
 from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup

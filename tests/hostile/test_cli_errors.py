@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
-from iris.local_cluster import LocalCluster
+from iris.local.cluster import LocalCluster
 from workflows.job_workflow import MAX_REPLICAS
 
 from .conftest import assert_one_line_error, iris

@@ -6,7 +6,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from iris import Constraint, IrisClient, JobFailedError, JobState, ResourceSpec
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.support import Cluster, wait_until
 
 

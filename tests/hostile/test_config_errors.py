@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from iris.local_cluster import LocalCluster
+from iris.local.cluster import LocalCluster
 
 from .conftest import assert_one_line_error, iris
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from iris import IrisClient, ResourceSpec
-from iris.log_output import LogPrinter
+from iris.cli.log_output import LogPrinter
 
 from .conftest import iris
 

@@ -49,9 +49,10 @@ def run_without_extras(body: str) -> str:
 def test_the_local_cluster_path_needs_no_extra() -> None:
     out = run_without_extras(
         """
-        import iris, iris.cli, iris.client, iris.controller, iris.local_cluster, worker_agent.agent
+        import iris, iris.cli.main, iris.client.iris_client, iris.controller.control_plane, iris.local.cluster
+        import worker_agent.agent
         from activities.platforms import platform_class
-        from iris.config import default_config
+        from iris.config.cluster_file import default_config
         from worker_agent.runtimes.select import RuntimeOptions
         print(platform_class("local").__name__, type(default_config()).__name__)
         """
@@ -108,7 +109,7 @@ def test_a_store_without_its_extra_names_it(url: str, extra: str) -> None:
 def test_iris_build_without_the_docker_extra_names_it() -> None:
     out = run_without_extras(
         """
-        from iris.build import BuildError, _api
+        from iris.deploy.build import BuildError, _api
         try:
             _api(None)
         except BuildError as e:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
-from iris.autoscaler_view import explain_group
-from iris.config import parse_config
+from iris.client.autoscaler_view import explain_group
+from iris.config.cluster_file import parse_config
 from tests.ops.cli import iris
 from tests.support import Cluster, running_cluster, wait_until
 from workflows.autoscaler_state import GroupStatus

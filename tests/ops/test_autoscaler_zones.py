@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.ops.cli import iris
 from tests.platforms.tpu_fake import FakeTpu
 from tests.support import running_cluster, wait_until

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from iris import IrisClient, ResourceSpec, daemon_logs
-from iris.daemon_logs import DaemonLogShipper
+from iris import IrisClient, ResourceSpec
+from iris.controller import daemon_logs
+from iris.controller.daemon_logs import DaemonLogShipper
 from tests.ops.cli import iris
 from tests.support import Cluster, wait_until
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from iris.log_output import LogFollower, LogPrinter, last_lines
+from iris.cli.log_output import LogFollower, LogPrinter, last_lines
 from worker_agent.object_store import Logs, ObjectLogStore
 from worker_agent.storage import LogStore
 

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from iris.config import platform_settings_model
-from iris.config_file_keys import SECTIONS, WORDS
-from iris.config_reference import FILE_END, FILE_START, PLATFORMS, file_reference, reference, rows, section
+from iris.config.cluster_file import platform_settings_model
+from iris.config.file_keys import SECTIONS, WORDS
+from iris.config.reference import FILE_END, FILE_START, PLATFORMS, file_reference, reference, rows, section
 
 CONFIGURATION = Path(__file__).parents[2] / "docs" / "configuration.md"
 
 
 def test_operators_guide_holds_the_generated_reference() -> None:
-    """docs/configuration.md has exactly what the models say (regenerate: python -m iris.config_reference --write)."""
+    """docs/configuration.md has exactly what the models say (regenerate: python -m iris.config.reference --write)."""
     assert reference() == section(CONFIGURATION.read_text())
 
 
@@ -24,7 +24,7 @@ def test_configuration_holds_the_generated_file_keys() -> None:
 
 
 def test_every_file_key_is_described() -> None:
-    """Every field of the file's models has words in iris/config_file_keys.py, and no words describe a lost field."""
+    """Every field of the file's models has words in iris/config/file_keys.py, and no words describe a lost field."""
     fields = {(model, name) for _, model, _ in SECTIONS for name in model.model_fields}
     assert fields == set(WORDS)
     assert [] == [key for key, (_, words) in WORDS.items() if not words]

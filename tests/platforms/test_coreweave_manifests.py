@@ -23,7 +23,7 @@ from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec
 from activities.platforms.base import QuotaExhausted, SliceFailed
 from activities.platforms.coreweave import CoreweavePlatform
 from activities.platforms.coreweave_model import TLS_DIR, Settings
-from iris.config import parse_config
+from iris.config.cluster_file import parse_config
 from tests.platforms.k8s_fake import Call, FakeKubernetes
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "infra" / "coreweave" / "k8s"

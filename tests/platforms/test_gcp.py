@@ -16,8 +16,8 @@ from activities.contracts.fleet import PlatformState, ScaleGroupSpec, slice_labe
 from activities.platforms.base import PlatformRefused, QuotaExhausted, SliceFailed
 from activities.platforms.gcp import NODE_ID_MAX, GcpPlatform, zonal_node_id
 from activities.platforms.manual import ManualPlatform
-from iris.config import parse_config
-from iris.controller import scale_group
+from iris.config.cluster_file import parse_config
+from iris.controller.control_plane import scale_group
 from tests.platforms.tpu_fake import FakeTpu
 
 PARENT = "projects/proj/locations/us-central2-b"

@@ -20,8 +20,8 @@ import pytest
 
 from benchmarks.engines import PYTHON_IMAGE
 from iris import Constraint, CoschedulingConfig, IrisClient, JobFailedError, JobState, ResourceSpec
-from iris.config import LocalWorkerSpec, Runtime
-from iris.local_cluster import LocalCluster
+from iris.config.cluster_file import LocalWorkerSpec, Runtime
+from iris.local.cluster import LocalCluster
 from tests.support import Cluster, wait_until
 from worker_agent.runtimes.base import LABEL_JOB_ID
 

@@ -119,7 +119,7 @@ def _carried(settings: Any) -> Any:
 
 def test_the_spot_rate_is_configured_and_carried() -> None:
     """`sharing.rates.tpu_chip_hour_spot` reaches the scheduler's settings and survives their carry and document."""
-    from iris.config_sharing import SharingFile, sharing_document
+    from iris.config.sharing import SharingFile, sharing_document
     from workflows.sharing_state import SharingSettings
 
     settings = SharingFile.model_validate({"rates": {"tpu_chip_hour_spot": 3}}).settings()

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from iris.bundle import zip_bundle
+from iris.client.bundle import zip_bundle
 from worker_agent.bundles import UNPACKED, Bundles
 from worker_agent.object_store import open_blob_store
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from iris.code_shipping import pickle_callable
+from iris.client.code_shipping import pickle_callable
 from tests.worker_agent.conftest import REPO_ROOT
 from worker_agent.runtimes.base import Mount, TaskExit, TaskSpec, TaskStartError
 from worker_agent.runtimes.cgroups import CgroupLimits

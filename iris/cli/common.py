@@ -1,0 +1,113 @@
+"""What every `iris` subcommand module shares: the consoles, the connection options, the client, one-line failure.
+
+Why: the command modules (cli, cli_fleet, cli_ops) all need these; keeping them here lets them
+import one another's commands without an import cycle.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import structlog
+import typer
+from rich.console import Console
+
+from iris.cli.error_lines import USAGE, CliError
+from iris.client.iris_client import ADDRESS_ENV, STORE_ENV, IrisClient
+from iris.connection import TemporalSettings
+
+__all__ = [
+    "NO_LOCAL_CLUSTER", "StoreOpt", "TemporalOpt", "close_clients", "configure_logging", "err", "fail", "iris_client",
+    "on_exit", "out", "temporal_settings",
+]
+
+
+def console(stderr: bool = False) -> Console:
+    """Rich output that never wraps a line: at the terminal's width on a terminal, unbounded in a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(stderr=stderr, soft_wrap=True, width=None if tty else 1_000_000)
+
+
+err = console(stderr=True)
+out = console()
+
+TemporalOpt = Annotated[
+    str | None, typer.Option("--temporal", envvar=ADDRESS_ENV, help="Temporal HOST:PORT (default: local cluster)")
+]
+StoreOpt = Annotated[str | None, typer.Option("--store", envvar=STORE_ENV, help="blob/log store URL")]
+
+
+NO_LOCAL_CLUSTER = "no local cluster running (start it with `iris cluster up`)"
+
+
+def temporal_settings(temporal: str | None) -> TemporalSettings:
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    try:
+        return TemporalSettings.load(address=temporal)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
+def iris_client(temporal: str | None, store: str | None = None, *, start: bool = False) -> IrisClient:
+    """A client of `--temporal`, else of the local cluster; only `start=True` (iris run) may start one.
+
+    Read commands never start a cluster: a stopped one stays stopped and the user is told how to start it.
+    Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
+    """
+    from iris.auth.connect import team_api
+
+    api = team_api(temporal, None)  # team mode: the Iris API with IRIS_TOKEN / IRIS_TOKEN_FILE, never Temporal
+    if api is not None:
+        client = IrisClient.connect(api[0], token=api[1])
+        open_clients.append(client)
+        return client
+    settings = temporal_settings(temporal)
+    if settings.address is None and not start:
+        from iris.local.cluster import LocalCluster
+
+        info = LocalCluster().status()
+        if info is None or not info.running:
+            raise CliError(NO_LOCAL_CLUSTER)
+        settings = settings.model_copy(update={"address": info.address})
+        store = store or info.store_url
+    elif settings.address is None:
+        err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
+    client = IrisClient.connect(store=store, settings=settings)
+    open_clients.append(client)
+    return client
+
+
+open_clients: list[IrisClient] = []
+"""Clients this command opened, closed before the process exits."""
+
+
+on_exit: list[Callable[[], None]] = []
+"""What else a command leaves to do when it ends (a daemon's log shipper flushes its last lines)."""
+
+
+def close_clients() -> None:
+    while open_clients:
+        open_clients.pop().close()
+    while on_exit:
+        on_exit.pop()()
+
+
+def fail(message: str, code: int = USAGE) -> CliError:
+    """Stop the command with one line on stderr (see iris.cli.error_lines); `raise fail(...)` reads as intended."""
+    raise CliError(message, code)
+
+
+def configure_logging(json: bool = True) -> None:
+    """Logs go to stderr, one event per line: JSON for the daemons, readable for interactive commands."""
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )

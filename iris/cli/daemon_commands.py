@@ -1,0 +1,266 @@
+"""`iris worker serve` and `iris controller serve`: the long-running processes, started by operators.
+
+Why a module of their own: the daemons' options and start-up checks are long and read apart from
+the interactive commands; iris.cli.main registers them on its `worker` and `controller` groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from activities.contracts import DEFAULT_PORT_RANGE
+from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, temporal_settings
+from iris.cli.parsing import parse_pair, parse_value
+from iris.cli.port_commands import parse_port_range
+from iris.connection import TemporalSettings
+from iris.units import parse_cpu, parse_memory
+from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+
+HealthPortOpt = Annotated[
+    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
+]
+HealthHostOpt = Annotated[
+    str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
+]
+
+
+def worker_serve(
+    worker_id: Annotated[str | None, typer.Option("--worker-id", help="default: the host name")] = None,
+    runtime: Annotated[str, typer.Option(help="process | docker | containerd")] = "process",
+    containerd_socket: Annotated[
+        str, typer.Option(help="containerd's CRI socket (--runtime containerd)", envvar="CONTAINERD_ADDRESS")
+    ] = "/run/containerd/containerd.sock",
+    docker_host: Annotated[
+        str | None, typer.Option(help="Docker engine URL (--runtime docker; default: DOCKER_HOST)")
+    ] = None,
+    default_image: Annotated[
+        str | None, typer.Option(help="container image for jobs that name none (docker/containerd)")
+    ] = None,
+    task_dir: Annotated[
+        Path | None,
+        typer.Option(help="root of the tasks' own directories; with docker/containerd a path the engine's host sees"),
+    ] = None,
+    task_user: Annotated[
+        str, typer.Option(help="user process tasks run as: 'auto' (nobody when the agent is root), '' (the agent's)")
+    ] = "auto",
+    attribute: Annotated[
+        list[str] | None, typer.Option("--attribute", help="K=V (numbers and true/false are typed)")
+    ] = None,
+    cpu: Annotated[str | None, typer.Option(help="cores to offer (default: all)")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory to offer (default: all)")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs to offer")] = 0,
+    tpus: Annotated[int, typer.Option(help="TPU chips to offer")] = 0,
+    address: Annotated[
+        str | None,
+        typer.Option(envvar="IRIS_WORKER_ADDRESS",
+                     help="how other hosts reach this host's tasks (default: the IP its host name resolves to)"),
+    ] = None,
+    port_range: Annotated[
+        str, typer.Option(envvar="IRIS_PORT_RANGE", help="START-END: ports the scheduler may give this host's tasks")
+    ] = "{}-{}".format(*DEFAULT_PORT_RANGE),
+    tpu_vm: Annotated[
+        bool | None,
+        typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
+                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
+                          "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
+    ] = None,
+    notice_grace: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            envvar="IRIS_NOTICE_GRACE",
+            help="seconds at least between a preemption notice's SIGTERM and the SIGKILL (the cloud's "
+            "notice window when longer)",
+        ),
+    ] = 30.0,
+    lease: Annotated[
+        float, typer.Option("--lease", envvar="IRIS_LEASE_SECONDS",
+                            help="seconds a task outlives the agent's last heartbeat Temporal recorded")
+    ] = DEFAULT_LEASE_SECONDS,
+    lease_margin: Annotated[
+        float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
+                            help="seconds a lost task's next attempt waits beyond the lease")
+    ] = DEFAULT_LEASE_MARGIN_SECONDS,
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
+) -> None:
+    """The agent on one worker host: register, heartbeat, run tasks."""
+    import socket
+
+    from worker_agent.agent import (
+        AgentConfig,
+        RegistrationRefused,
+        WorkerAgent,
+        default_state_dir,
+        default_task_dir,
+    )
+    from worker_agent.runtimes.base import RuntimeName
+    from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
+    from worker_agent.runtimes.select import task_user as resolve_task_user
+    from worker_agent.runtimes.task_user_check import task_user_refusal
+    from worker_agent.tpu_metadata import MetadataUnavailable, tpu_attributes_if_available
+
+    configure_logging()
+    try:
+        attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
+        attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
+        cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
+        memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
+        ports = parse_port_range(port_range)
+        leases = LeaseSettings(seconds=lease, margin_seconds=lease_margin)
+    except (ValueError, MetadataUnavailable) as e:
+        fail(str(e))
+    wid = worker_id or socket.gethostname()
+    settings = temporal_settings(temporal)
+    if settings.address is None or store is None:
+        raise fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    from iris.controller.daemon_logs import ship_daemon_logs
+
+    on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
+    from iris.client.task_connection import referenced_files, task_cluster_env
+
+    state_dir = default_state_dir(wid)
+    cluster_env = task_cluster_env(settings, store, state_dir.parent / "secrets")  # a task reaches this cluster
+    config = AgentConfig(
+        worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
+        attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
+        address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
+        watch_notices=tpu_vm,  # a TPU VM's preemption/maintenance notices (auto: when $GCE_METADATA_HOST is set)
+        notice_grace_seconds=notice_grace,
+        lease=leases,
+    )
+    options = RuntimeOptions(
+        worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
+        containerd_socket=containerd_socket, lease_seconds=leases.seconds,
+    )
+    try:
+        config.task_dir = (
+            task_dir.resolve() if task_dir is not None
+            else shared_task_dir(runtime, options) or default_task_dir(config.state_dir)
+        )  # fmt: skip
+        # containerd writes a task's log where the agent must read it: beside the task directories.
+        options = dataclasses.replace(options, cri_log_dir=config.task_dir / ".cri-logs")
+        task_runtime = make_runtime(runtime, options)
+    except ValueError as e:
+        fail(str(e))
+
+    async def check_task_user() -> None:
+        """Process tasks run as another user: it must be able to run Python and read Iris (before registering)."""
+        user = resolve_task_user(options.task_user) if runtime == RuntimeName.PROCESS else None
+        if user is not None:
+            refusal = await asyncio.to_thread(task_user_refusal, user)
+            if refusal:
+                raise TaskUserRefused(refusal)
+
+    async def main() -> None:
+        from iris.controller import observability
+        from iris.controller.control_plane import connect
+        from iris.security.key_check import check_cluster_key
+
+        if health_port is None:
+            client = await connect(settings, timeout=None)
+            await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
+            await check_task_user()
+            await WorkerAgent(client, config, task_runtime).serve()
+            return
+        metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
+        client = await connect(
+            settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
+        )
+        await check_cluster_key(client)
+        await check_task_user()
+
+        async def checks() -> dict[str, bool]:
+            return {
+                "temporal_reachable": await observability.temporal_reachable(client),
+                "pollers_running": observability.heartbeat_fresh(metrics),
+            }
+
+        health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
+        await health.start()
+        try:
+            await WorkerAgent(client, config, task_runtime).serve()
+        finally:
+            await health.stop()
+
+    from worker_agent.encryption import KeyMismatchError
+
+    try:
+        asyncio.run(main())
+    except RegistrationRefused as e:
+        fail(f"worker {wid}: {e}", 3)
+    except KeyMismatchError as e:
+        fail(f"worker {wid} refuses to start: {e}", 3)
+    except TaskUserRefused as e:
+        fail(str(e))
+
+
+class TaskUserRefused(Exception):  # noqa: N818 - a refusal, as RegistrationRefused
+    """The task user cannot run tasks on this host (worker_agent.runtimes.task_user_check)."""
+
+
+def _host_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 * 1024**3
+
+
+def controller_serve(
+    temporal: TemporalOpt = None,
+    store: StoreOpt = None,
+    namespace: Annotated[
+        str | None, typer.Option(envvar="IRIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+    ] = None,
+    health_port: HealthPortOpt = None,
+    health_host: HealthHostOpt = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
+    dashboard_port: Annotated[
+        int | None, typer.Option("--dashboard-port", envvar="IRIS_DASHBOARD_PORT", help="serve the web dashboard here")
+    ] = None,
+    dashboard_host: Annotated[
+        str, typer.Option("--dashboard-host", envvar="IRIS_DASHBOARD_HOST", help="address the dashboard listens on")
+    ] = "127.0.0.1",
+    temporal_ui: Annotated[
+        str | None,
+        typer.Option("--temporal-ui", envvar="IRIS_TEMPORAL_UI", help="Temporal UI URL the dashboard links to"),
+    ] = None,
+    build_id: Annotated[
+        str | None,
+        typer.Option(envvar="IRIS_BUILD_ID", help="this build's version of the iris-control deployment "
+                     "(default: a digest of the control plane's code; see docs/operators.md)"),
+    ] = None,
+) -> None:
+    """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
+    from iris.config.cluster_file import load_config
+    from iris.controller.control_plane import autoscaler_config, serve
+
+    configure_logging()
+    try:
+        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+        cluster_config = load_config(config) if config else None
+        autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if settings.address is None or store is None:
+        raise fail("controller serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
+    from iris.controller.daemon_logs import ship_daemon_logs
+
+    if temporal_ui is not None and not temporal_ui.startswith(("http://", "https://")):
+        raise fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
+    if dashboard_port is not None and not 0 <= dashboard_port <= 65535:
+        raise fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
+    on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
+    asyncio.run(serve(
+        settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
+        dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
+    ))  # fmt: skip

@@ -1,0 +1,125 @@
+"""The cluster-wide reads and operator calls of `AsyncIrisClient`: workers, slices, users, reservations.
+
+A mixin, so the job client (iris/client/async_client.py) stays about jobs; everything here goes through
+`self.temporal` (the scheduler's queries and memo, the fleet's signals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+import structlog
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contracts import SCHEDULER_WORKFLOW_ID, SUMMARY_QUERY, WORKERS_QUERY
+from activities.proto import cluster_pb2 as pb
+from iris.client import fleet_view, team_tables, user_balances
+from iris.client.reservation_requests import ReservationStatus, read_published
+from iris.client.status_reads import _worker_status
+from iris.client.team_tables import QueueRow
+from iris.controller.workflow_health import failing_line, workflow_task_failure
+from iris.types import SliceStatus, TeamStatus, UserStatus, WorkerStatus
+
+log = structlog.get_logger("iris.client.iris_client")
+
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""How long a status query waits for the controller before Iris answers from Temporal alone."""
+READ_RETRY_SECONDS = 30.0
+"""How long a read of the scheduler's state keeps asking while the controller is away (a restart takes seconds)."""
+_CONTROLLER_AWAY = frozenset({
+    RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED,
+    RPCStatusCode.FAILED_PRECONDITION,  # "no poller seen for task queue recently"
+})  # fmt: skip
+
+T = TypeVar("T")
+
+
+class ClusterReads:
+    """What `AsyncIrisClient` asks of the scheduler and the fleet rather than of one job."""
+
+    temporal: Client
+
+    async def _ask_scheduler(self, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS) -> T:
+        """Query the scheduler, asking again while the controller is away (restarting, stalled) for up to `budget` s.
+
+        A query is answered by the controller's workflow worker: right after a controller (or
+        server) restart there may be none for a few seconds, which is no reason to fail a read.
+        Each try waits at most QUERY_TIMEOUT; the last failure is raised once `budget` is spent.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        delay = 0.2
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                return await asyncio.wait_for(
+                    self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                        query, result_type=result_type,
+                        rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
+                    ),
+                    max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
+                )  # fmt: skip
+            except (RPCError, TimeoutError) as err:
+                transient = isinstance(err, TimeoutError) or err.status in _CONTROLLER_AWAY
+                if not transient or loop.time() + delay >= deadline:
+                    raise
+                log.info("scheduler_not_answering", query=query, error=str(err), retry_in=delay)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, 2.0)
+
+    async def list_workers(self) -> list[WorkerStatus]:
+        workers = await self._ask_scheduler(WORKERS_QUERY, pb.WorkerList)
+        return [_worker_status(w) for w in workers.workers]
+
+    async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
+        return await fleet_view.list_slices(self.temporal, include_ended)
+
+    async def list_users(self) -> list[UserStatus]:
+        """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
+        return await user_balances.list_users(self.temporal)
+
+    async def list_teams(self) -> list[TeamStatus]:
+        """Teams' quotas, use, borrowing and lending and pending jobs, as the scheduler publishes them."""
+        return await team_tables.list_teams(self.temporal)
+
+    async def queue(self) -> list[QueueRow]:
+        """The waiting jobs in scheduling order, with positions and estimated starts."""
+        return await team_tables.queue(self.temporal)
+
+    async def set_credits(self, user: str, amount: float) -> None:
+        """An operator's call: set `user`'s remaining balance."""
+        await user_balances.set_credits(self.temporal, user, amount)
+
+    async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
+                           on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
+        """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
+        await fleet_view.cordon_worker(self.temporal, worker_id, reason="drained by user")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            worker = next((w for w in await self.list_workers() if w.worker_id == worker_id), None)
+            if worker is None or not worker.running_tasks:
+                return worker or WorkerStatus(worker_id, False, {}, 0.0, 0, (), cordoned=True)
+            if on_progress:
+                on_progress(worker)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"worker {worker_id} still runs {len(worker.running_tasks)} tasks after {timeout} s")
+            await asyncio.sleep(poll)
+
+    async def list_reservations(self) -> list[ReservationStatus]:
+        """Reservations as the scheduler last published them (its memo: no query to the scheduler)."""
+        return await read_published(self.temporal)
+
+    async def scheduler_failure(self) -> str | None:
+        """"scheduler workflow task failing: <error>" while the scheduler's workflow task fails, else None."""
+        failure = await workflow_task_failure(self.temporal, SCHEDULER_WORKFLOW_ID)
+        return failing_line("scheduler", failure) if failure else None
+
+    async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
+        """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
+        return await self._ask_scheduler(SUMMARY_QUERY, pb.ClusterSummary, budget)

@@ -1,0 +1,276 @@
+"""Schedules: Temporal Schedules that submit a job at each firing (no cron of Iris's own).
+
+A schedule's action starts a JobWorkflow from a request built and validated once, at creation, by the
+same code as `submit` (its function or command stored once, its user the creator's). Temporal appends
+the firing's time to the action's workflow id, so each job's id, and its name, is `<schedule>-<fire
+time>`; the job takes its name and its submission time from its own start (JobWorkflow, with
+`JobRequest.schedule` set). Pause, unpause, trigger, delete, overlap policies and time zones are
+Temporal's own. The cron and time zone as given are kept in the schedule's memo (Temporal compiles a
+cron into calendars), which also marks the schedule as Iris's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+import zoneinfo
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleHandle,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contracts import CONTROL_TASK_QUEUE
+from iris.client.code_shipping import pickle_callable
+from iris.client.status_reads import _start_attributes
+from iris.client.submission import build_request, command_argv
+from workflows.job_workflow import JobWorkflow
+from workflows.visibility import initial_job_view
+
+if TYPE_CHECKING:
+    from iris.client.async_client import AsyncIrisClient
+
+MEMO_KEY = "iris_schedule"
+OVERLAPS = {
+    "skip": ScheduleOverlapPolicy.SKIP,
+    "buffer_one": ScheduleOverlapPolicy.BUFFER_ONE,
+    "allow_all": ScheduleOverlapPolicy.ALLOW_ALL,
+    "cancel_other": ScheduleOverlapPolicy.CANCEL_OTHER,
+}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NEXT_RUNS = 3
+LISTING_WAIT = 10.0  # seconds create and delete wait for the listing to show them
+
+
+@dataclass(frozen=True)
+class ScheduleStatus:
+    """One schedule: its cron and time zone as given, whether paused, its next 3 firings, its latest jobs."""
+
+    name: str
+    cron: str
+    timezone: str
+    paused: bool
+    next_runs: tuple[datetime, ...]
+    recent_jobs: tuple[str, ...]  # ids of the jobs it started most recently, oldest first
+    overlap: str = "skip"
+    user: str = ""
+
+
+def check_schedule(name: Any, cron: Any, timezone: Any, overlap: Any) -> None:
+    """ValueError naming the field of a bad schedule option (the cron itself is Temporal's to parse)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"name must be 1-100 letters, digits, '.', '_' or '-' (it starts each job's id), got {name!r}")
+    if not isinstance(cron, str) or not cron.strip():
+        raise ValueError(f"cron must be a cron expression such as '0 3 * * *', got {cron!r}")
+    if not isinstance(timezone, str):
+        raise ValueError(f"timezone must be an IANA time zone name such as 'UTC', got {timezone!r}")
+    try:
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"timezone: unknown time zone {timezone!r}") from None
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
+
+
+async def create(
+    client: AsyncIrisClient, name: str, fn: Callable[..., Any] | None, args: Sequence[Any], *,
+    command: Sequence[str] | None = None, cron: str, timezone: str = "UTC", overlap: str = "skip",
+    kwargs: dict[str, Any] | None = None, **options: Any,
+) -> None:  # fmt: skip
+    """Create the schedule `name`: each firing submits `fn(*args)` (or `command`) with the job `options`."""
+    check_schedule(name, cron, timezone, overlap)
+    for refused in ("if_exists", "bundle"):
+        if options.get(refused) not in (None, "new"):
+            raise ValueError(f"{refused}: not an option of a schedule's jobs")
+        options.pop(refused, None)
+    if fn is not None and not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    options.setdefault("name", name)
+    req = build_request(**options)
+    if command is not None:
+        req.entrypoint.command.argv.extend(command_argv(command))
+    if client.user:
+        req.user = client.user
+    req.namespace = req.namespace or req.user
+    req.name, req.schedule, req.submitted_at = name, name, 0.0  # each job's name and time come from its firing
+    if req.after:
+        from iris.client.job_control import check_dependencies
+
+        await check_dependencies(client.temporal, list(req.after))
+    if fn is not None:
+        key = f"schedules/{name}/{uuid.uuid4().hex[:8]}/function"
+        await asyncio.to_thread(client.blobs.put, key, pickle_callable(fn, tuple(args), kwargs or {}))
+        req.entrypoint.function_blob = key
+    what = " ".join(req.entrypoint.command.argv)[:80] if req.entrypoint.command.argv else "python callable"
+    action = ScheduleActionStartWorkflow(
+        JobWorkflow.run,
+        req,
+        id=name,  # Temporal appends the firing's time: `<schedule>-<fire time>`
+        task_queue=CONTROL_TASK_QUEUE,
+        typed_search_attributes=_start_attributes(req),
+        memo=initial_job_view(req).to_memo(),
+        static_summary=f"{name} (schedule): {req.replicas} x {what}",
+    )
+    schedule = Schedule(
+        action=action,
+        spec=ScheduleSpec(cron_expressions=[cron], time_zone_name=timezone),
+        policy=SchedulePolicy(overlap=OVERLAPS[overlap]),
+        state=ScheduleState(note=f"created by {req.user}"),
+    )
+    memo = {MEMO_KEY: {"cron": cron, "timezone": timezone, "overlap": overlap, "user": req.user}}
+    try:
+        await client.temporal.create_schedule(name, schedule, memo=memo)
+        await _until_listed(client, name, listed=True)
+    except ScheduleAlreadyRunningError:
+        raise ValueError(f"name: a schedule named {name!r} exists (delete it first)") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.INVALID_ARGUMENT:
+            field = "timezone" if "time zone" in err.message.lower() or "timezone" in err.message.lower() else "cron"
+            raise ValueError(f"{field}: {err.message}") from None
+        raise
+
+
+def _memo_of(memo: Mapping[str, Any]) -> dict[str, Any] | None:
+    value = memo.get(MEMO_KEY)
+    return value if isinstance(value, dict) else None
+
+
+def _status(
+    name: str, own: dict[str, Any], paused: bool, next_times: Sequence[datetime], recent: Sequence[Any]
+) -> ScheduleStatus:
+    jobs = tuple(getattr(r.action, "workflow_id", "") for r in recent)
+    return ScheduleStatus(
+        name=name,
+        cron=str(own.get("cron", "")),
+        timezone=str(own.get("timezone", "UTC")),
+        paused=paused,
+        next_runs=tuple(next_times[:NEXT_RUNS]),
+        recent_jobs=tuple(j for j in jobs if j),
+        overlap=str(own.get("overlap", "skip")),
+        user=str(own.get("user", "")),
+    )
+
+
+async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool) -> None:
+    """Wait (up to LISTING_WAIT seconds) until Temporal's listing shows `name` (or no longer does).
+
+    Listing reads the visibility store, which follows writes by up to a second or so: without this
+    wait, `iris schedule list` right after `create` (or `delete`) could show the old list.
+    """
+    deadline = asyncio.get_running_loop().time() + LISTING_WAIT
+    while True:
+        found = [entry.id async for entry in await client.temporal.list_schedules() if entry.id == name]
+        if bool(found) == listed or asyncio.get_running_loop().time() >= deadline:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def list_all(client: AsyncIrisClient) -> list[ScheduleStatus]:
+    """Every Iris schedule, by name."""
+    out = []
+    async for entry in await client.temporal.list_schedules():
+        own = _memo_of(await entry.memo())
+        if own is None:
+            continue  # not Iris's
+        paused = bool(entry.schedule.state.paused) if entry.schedule is not None else False
+        info = entry.info
+        nexts, recent = (info.next_action_times, info.recent_actions) if info is not None else ([], [])
+        out.append(_status(entry.id, own, paused, nexts, recent))
+    return sorted(out, key=lambda s: s.name)
+
+
+class AsyncSchedule:
+    """One schedule by name; every call raises KeyError when there is no such Iris schedule."""
+
+    def __init__(self, client: AsyncIrisClient, name: str) -> None:
+        self._client = client
+        self.name = name
+        self._handle: ScheduleHandle = client.temporal.get_schedule_handle(name)
+
+    async def status(self) -> ScheduleStatus:
+        try:
+            desc = await self._handle.describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise KeyError(f"no such schedule: {self.name}") from None
+            raise
+        own = _memo_of(await desc.memo())
+        if own is None:
+            raise KeyError(f"no such schedule: {self.name} (a Temporal schedule that is not Iris's)")
+        info = desc.info
+        return _status(self.name, own, desc.schedule.state.paused, info.next_action_times, info.recent_actions)
+
+    async def pause(self, note: str = "paused") -> None:
+        await self.status()
+        await self._handle.pause(note=note)
+
+    async def unpause(self, note: str = "unpaused") -> None:
+        await self.status()
+        await self._handle.unpause(note=note)
+
+    async def trigger(self) -> None:
+        """Submit one job now, whatever runs already (the overlap policy is for the schedule's own firings)."""
+        await self.status()
+        await self._handle.trigger(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
+
+    async def delete(self) -> None:
+        """Delete the schedule; the jobs it started run on."""
+        await self.status()
+        await self._handle.delete()
+        await _until_listed(self._client, self.name, listed=False)
+
+    async def job_ids(self) -> list[str]:
+        """The ids of every job the schedule started, oldest first (visibility: Temporal tags them)."""
+        status = await self.status()
+        query = f"WorkflowType = 'JobWorkflow' AND TemporalScheduledById = '{self.name}'"
+        try:
+            found = [(wf.start_time, wf.id) async for wf in self._client.temporal.list_workflows(query)]
+        except RPCError:  # a server without that search attribute: the schedule's own recent list
+            return list(status.recent_jobs)
+        ids = [job_id for _, job_id in sorted(found)]
+        return list(dict.fromkeys(ids))  # a job that continued as new is listed once per run
+
+
+class ScheduleRef:
+    """The blocking handle `IrisClient.schedule(name)` returns (see AsyncSchedule); `.jobs()` gives job handles."""
+
+    def __init__(self, inner: AsyncSchedule, run: Callable[[Coroutine[Any, Any, Any]], Any],
+                 job: Callable[[str], Any]) -> None:  # fmt: skip
+        self._inner, self._run, self._job = inner, run, job
+        self.name = inner.name
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.name!r})"
+
+    def status(self) -> ScheduleStatus:
+        return self._run(self._inner.status())  # type: ignore[no-any-return]
+
+    def pause(self, note: str = "paused") -> None:
+        self._run(self._inner.pause(note))
+
+    def unpause(self, note: str = "unpaused") -> None:
+        self._run(self._inner.unpause(note))
+
+    def trigger(self) -> None:
+        """Submit one job now."""
+        self._run(self._inner.trigger())
+
+    def delete(self) -> None:
+        """Delete the schedule (its jobs run on)."""
+        self._run(self._inner.delete())
+
+    def jobs(self) -> list[Any]:
+        """A handle (as `submit` returns) for each job the schedule started, oldest first."""
+        return [self._job(job_id) for job_id in self._run(self._inner.job_ids())]

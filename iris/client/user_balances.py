@@ -1,0 +1,52 @@
+"""Users as the client sees them: balances and usage the scheduler publishes, and the operator's `set_credits`.
+
+`list_users` reads the scheduler workflow's memo (one describe call), never a query:
+the scheduler publishes the table whenever it changes (workflows/scheduler_sharing.py).
+`set_credits` is a signal to the scheduler; the new balance shows in the table after
+its next loop (well under a second on an idle cluster).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contracts import SCHEDULER_WORKFLOW_ID, SET_CREDITS
+from iris.client.submission import resolve_user
+from iris.types import UserStatus
+from workflows.messages import SetCredits
+from workflows.sharing_state import USERS_MEMO
+
+
+def users_from_memo(memo: Mapping[str, Any]) -> list[UserStatus]:
+    """The published rows as UserStatus values, by user name."""
+    rows = memo.get(USERS_MEMO) or []
+    return [UserStatus(str(r[0]), float(r[1]), float(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+
+async def list_users(client: Client) -> list[UserStatus]:
+    """Every user the scheduler knows of (an account, running tasks or pending jobs), by name."""
+    try:
+        desc = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return []  # no controller ever started: nobody has used anything
+        raise
+    return users_from_memo(await desc.memo())
+
+
+def check_amount(amount: object) -> float:
+    """A finite number of credits; ValueError naming `amount` otherwise."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
+        raise ValueError(f"amount must be a finite number of credits, got {amount!r}")
+    return float(amount)
+
+
+async def set_credits(client: Client, user: str, amount: float) -> None:
+    """Set `user`'s remaining balance (an operator's call); usage so far is kept."""
+    name = resolve_user(user)
+    await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(SET_CREDITS, SetCredits(name, check_amount(amount)))

@@ -1,0 +1,1 @@
+"""The cluster config file (`iris cluster up --config FILE`): its pydantic models and reference."""

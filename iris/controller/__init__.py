@@ -1,0 +1,1 @@
+"""The control-plane daemon (`iris controller serve`) and what daemons share: health, metrics, logs."""

@@ -1,0 +1,359 @@
+"""`iris controller serve`: the control-plane process (workflows + control activities).
+
+Stateless: every durable fact is in Temporal, so this process can be killed
+and restarted at any time. On start it makes sure the Iris search attributes
+exist and that the singleton scheduler workflow runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import signal
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
+from activities.contracts import (
+    AUTOSCALER_KIND,
+    AUTOSCALER_WORKFLOW_ID,
+    CONFIGURE_AUTOSCALER,
+    CONFIGURE_SHARING,
+    CONTROL_TASK_QUEUE,
+    JOB_STATE_ATTRIBUTE,
+    KIND_ATTRIBUTE,
+    SCHEDULER_KIND,
+    SCHEDULER_WORKFLOW_ID,
+    SUMMARY_QUERY,
+)
+from activities.contracts.fleet import ControlPlaneAddress, ScaleGroupSpec
+from activities.job_tree import kill_descendants
+from activities.pass_pool import pass_process
+from activities.platforms import platform_for
+from activities.proto import cluster_pb2 as pb
+from activities.recovery import find_lost_tasks, rebuild_scheduler
+from activities.reservations import find_ended_jobs
+from activities.scheduling import find_assignments_activity, scheduler_pause
+from activities.signals import deliver_assignments, deliver_signals
+from activities.slices import SliceActivities
+from iris.auth.api import Gate
+from iris.config.cluster_file import ClusterConfig, ScaleGroupConfig
+from iris.connection import TemporalSettings
+from iris.controller import observability
+from iris.controller.gc_tuning import tune_for_controller
+from iris.controller.payload_guard import GuardedRunner, PayloadGuard
+from iris.controller.query_guard import query_guards
+from iris.controller.waits_worker import serve_waits
+from iris.controller.workflow_health import workflow_task_failure
+from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
+from iris.deploy.temporal_setup import ensure_search_attributes
+from iris.deploy.worker_versioning import build_id, deployment_config, promote
+from iris.types import JobState
+from workflows.autoscaler_state import AutoscalerConfig, ScaleGroup
+from workflows.autoscaler_workflow import AutoscalerWorkflow
+from workflows.registry import ALL_WORKFLOWS
+from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.sharing_state import SharingSettings
+
+log = structlog.get_logger("iris.controller.control_plane")
+KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
+
+
+
+async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSettings | None = None) -> None:
+    handle = await client.start_workflow(
+        SchedulerWorkflow.run,
+        None,
+        id=SCHEDULER_WORKFLOW_ID,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, SCHEDULER_KIND)]),
+        static_summary="Iris scheduler (singleton)",
+    )
+    await handle.signal(SchedulerWorkflow.configure, store_url)
+    if sharing is not None:  # a controller without a config leaves the settings as the last one set them
+        await handle.signal(CONFIGURE_SHARING, sharing)
+
+
+def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
+    """A configured scale group as the autoscaler takes it; its platform settings are checked here.
+
+    ValueError (naming the group and the field) when the platform is unknown or its block is wrong.
+    """
+    platform = getattr(cfg.platform, "value", cfg.platform)
+    spec = ScaleGroupSpec(
+        name=cfg.name, platform=str(platform), hosts_per_slice=cfg.hosts_per_slice, cpu_millis=cfg.cpu_millis,
+        memory_bytes=cfg.memory_bytes, gpus=cfg.gpus, tpus=cfg.tpus, attributes=dict(cfg.attributes),
+        runtime=str(getattr(cfg, "runtime", "process") or "process"), settings=dict(cfg.extra), image=cfg.image,
+    )  # fmt: skip
+    platform_for(spec)
+    return ScaleGroup(spec, cfg.min_slices, cfg.max_slices, cfg.scale_up_delay_seconds, cfg.scale_down_delay_seconds,
+                      buffer_slices=cfg.buffer_slices)
+
+
+def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
+    if config is None:
+        return AutoscalerConfig()
+    return AutoscalerConfig(
+        groups=[scale_group(g) for g in config.scale_groups], scan_interval_seconds=config.scan_interval_seconds
+    )
+
+
+async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
+    """Start the singleton autoscaler if needed and hand it this controller's scale groups.
+
+    With several controllers, the last one to start configures it: give them one config file.
+    """
+    await client.start_workflow(
+        AutoscalerWorkflow.run,
+        None,
+        id=AUTOSCALER_WORKFLOW_ID,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
+        static_summary="Iris autoscaler (singleton)",
+        start_signal=CONFIGURE_AUTOSCALER,
+        start_signal_args=[config],
+    )
+
+
+# Modules the sandbox shares between workflow runs instead of re-importing them for each: only
+# pure ones (the scheduler, generated protos, leaf contract and state modules). Every module that
+# defines a workflow is re-imported inside the sandbox, so a workflow that reads the clock, the
+# filesystem or a random source fails its workflow task instead of passing unnoticed.
+SANDBOX_PASSTHROUGH = (
+    "scheduler",
+    "activities.contracts",
+    "activities.proto",
+    "workflows.messages",
+    "workflows.states",
+    "workflows.task_lifecycle",
+    "workflows.job_lifecycle",
+    "workflows.worker_lifecycle",
+    "workflows.scheduler_state",
+    "workflows.sharing_state",
+    "workflows.slice_lifecycle",
+)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def control_worker(
+    client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress, build: str
+) -> Worker:
+    """The control plane's Temporal worker: every Iris workflow and control activity, as version `build`."""
+    return Worker(
+        client,
+        task_queue=CONTROL_TASK_QUEUE,
+        workflows=ALL_WORKFLOWS,
+        activities=[
+            find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
+            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs, scheduler_pause,
+            *SliceActivities(control).all(),
+        ],
+        activity_executor=executor,
+        max_concurrent_workflow_tasks=200,
+        workflow_runner=GuardedRunner(workflow_runner()),
+        # An unreadable signal is dropped and recorded, never a failed task; the suite checks every query.
+        interceptors=[PayloadGuard(), *query_guards()],
+        deployment_config=deployment_config(build),
+    )
+
+
+async def connect(settings: TemporalSettings, timeout: float | None = 60.0, **kwargs: Any) -> Client:
+    """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us).
+
+    With `timeout` None, for as long as it takes (a worker agent never gives up on the control plane).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while True:
+        try:
+            return await settings.connect(**kwargs)
+        except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
+            if deadline is not None and loop.time() > deadline:
+                raise
+            log.warning("temporal_unreachable", **settings.describe(), error=str(err))
+            await asyncio.sleep(1.0)
+
+
+async def serve(
+    settings: TemporalSettings,
+    store_url: str,
+    health_port: int | None = None,
+    health_host: str = "127.0.0.1",
+    config: ClusterConfig | None = None,
+    dashboard_port: int | None = None,
+    dashboard_host: str = "127.0.0.1",
+    temporal_ui_url: str | None = None,
+    build: str | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
+
+    With `health_port`, `/health` and `/metrics` are served there (see iris.controller.observability); with
+    `dashboard_port`, the web dashboard (see iris.dashboard), linking to the Temporal UI at
+    `temporal_ui_url` (default: the dev server's, the Temporal port + 1000).
+    `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
+    `build` names this controller's version of the deployment (see iris.deploy.worker_versioning).
+    """
+    scaling = autoscaler_config(config)
+    tune_for_controller()
+    probe = ControllerProbe()
+    health = None
+    if health_port is None:
+        client = await connect(settings)
+    else:
+        sdk_port = observability.free_loopback_port()
+        client = await connect(
+            settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+        )
+        probe.client = client
+        health = observability.HealthServer(
+            health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
+        )
+        await health.start()
+    dashboard = None
+    gate = await team_gate(client, config)  # team mode: the dashboard's port serves the Iris API (iris/auth)
+    if gate is not None and dashboard_port is None:
+        raise ValueError("auth: team mode serves the Iris API on the dashboard's port; give --dashboard-port")
+    if dashboard_port is not None:
+        ui = TemporalUI(temporal_ui_url or default_ui_url(str(settings.address)), client.namespace)
+        dashboard = DashboardServer(Dashboard(client, ui, store_url, gate=gate), dashboard_port, dashboard_host)
+        await dashboard.start()
+    try:
+        await _serve(client, settings, store_url, probe, scaling, build_id(build),
+                     config.sharing if config is not None else None, team=gate is not None)
+    finally:
+        if dashboard is not None:
+            await dashboard.stop()
+        if gate is not None:
+            await gate.directory.close()
+        if health is not None:
+            await health.stop()
+
+
+async def team_gate(client: Client, config: ClusterConfig | None) -> Gate | None:
+    """In team mode (`auth: tokens`), the credential checks the Iris API and the dashboard share; else None."""
+    if config is None or not config.auth.team:
+        return None
+    from iris.auth.store import Directory
+    from iris.auth.verify import OidcVerifier, TokenVerifier, Verifier, Verifiers
+
+    directory = Directory(client)
+    chain: list[Verifier] = [TokenVerifier(directory)]
+    if config.auth.oidc is not None:
+        chain.append(OidcVerifier(config.auth.oidc.issuer, config.auth.oidc.audience, directory))
+    return Gate(Verifiers(tuple(chain)), directory)
+
+
+class ControllerProbe:
+    """What `/health` and `/metrics` read: Temporal's answer, whether the control worker polls, job counts."""
+
+    def __init__(self) -> None:
+        self.interceptor = observability.MetricsInterceptor()
+        self.client: Client | None = None
+        self.polling = False
+
+    async def checks(self) -> dict[str, bool]:
+        reachable = self.client is not None and await observability.temporal_reachable(self.client)
+        checks = {"temporal_reachable": reachable, "pollers_running": self.polling}
+        if reachable and self.client is not None:
+            checks["scheduler_workflow_task_ok"] = await self._scheduler_ok(self.client)
+        return checks
+
+    async def _scheduler_ok(self, client: Client) -> bool:
+        """False while the scheduler's workflow task fails: nothing is placed until someone acts."""
+        try:
+            failure = await asyncio.wait_for(workflow_task_failure(client, SCHEDULER_WORKFLOW_ID), 5.0)
+        except Exception:  # not started yet, or Temporal busy: not this check's to report
+            return True
+        if failure:
+            log.warning("scheduler_workflow_task_failing", error=failure)
+        return failure is None
+
+    async def refresh(self) -> None:
+        """Jobs by state from visibility and the scheduler's queue, read at scrape time."""
+        if self.client is None:
+            return
+        client = self.client
+        states = [s.value for s in JobState]
+
+        async def count(state: str) -> int:
+            found = await client.count_workflows(f"WorkflowType='JobWorkflow' AND {JOB_STATE_ATTRIBUTE}='{state}'")
+            return found.count
+
+        for state, n in zip(states, await asyncio.gather(*(count(s) for s in states)), strict=True):
+            observability.JOBS.labels(state).set(n)
+        summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+            SUMMARY_QUERY, result_type=pb.ClusterSummary, rpc_timeout=timedelta(seconds=5)
+        )
+        observability.PENDING_TASKS.set(summary.pending_tasks)
+        observability.PLACED_TASKS.set(summary.running_tasks)
+        observability.WORKERS.labels("true").set(summary.healthy_workers)
+        observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
+
+
+async def _serve(
+    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
+    build: str, sharing: SharingSettings | None = None, team: bool = False,
+) -> None:
+    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
+                                  store_url=store_url)  # fmt: skip
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waits = asyncio.create_task(serve_waits(client, stop))  # a job's dependencies (iris/controller/waits_worker.py)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
+        ready = False
+        while not stop.is_set():
+            worker = control_worker(client, executor, control, build)
+            running = asyncio.create_task(worker.run())
+            try:
+                if not ready:
+                    for step in await ensure_search_attributes(client):
+                        if step.outcome == "created":
+                            log.info("search_attribute_added", step=str(step))
+                        elif step.outcome == "failed":  # no admin rights: `iris temporal setup` is the operator's
+                            log.warning("search_attribute_missing", step=str(step))
+                    promotion = await promote(client, build)  # before any start: runs go to the current build
+                    await ensure_scheduler(client, store_url, sharing)
+                    await ensure_autoscaler(client, scaling)
+                    if team:  # the users, roles and audit log of team mode (iris/auth/store.py)
+                        from iris.auth.store import ensure_auth_workflow
+
+                        await ensure_auth_workflow(client)
+                    ready = True
+                    log.info("controller_serving", **settings.describe(), store=store_url, build=build,
+                             current_build=promotion.current)
+                probe.polling = True
+                stopping = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({stopping, running}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+            except RPCError as err:  # Temporal went away while we set up: try again
+                log.warning("controller_setup_failed", error=str(err))
+                await asyncio.sleep(1.0)
+            finally:
+                probe.polling = False
+                if not running.done():
+                    await worker.shutdown()
+                with contextlib.suppress(BaseException):
+                    await running
+            if running.done() and not running.cancelled() and running.exception() is not None and not stop.is_set():
+                log.error("control_worker_failed", error=str(running.exception()))
+                await asyncio.sleep(1.0)
+        log.info("controller_stopping")
+    stop.set()
+    await waits

@@ -1,0 +1,135 @@
+"""Whether the local cluster is up: the dev server answers, then the scheduler counts its workers healthy."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from temporalio.client import Client
+
+from activities.contracts import CONFIGURE_SCHEDULER, HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
+from iris.connection import connect_client
+from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
+
+_T = TypeVar("_T")
+
+
+def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` to completion from sync code, even when called inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def readiness_client(address: str, namespace: str = "default") -> Client:
+    """The client the local cluster checks its own readiness and health with (the one place to configure it)."""
+    return await connect_client(address, namespace=namespace)
+
+
+async def wait_for_temporal(
+    address: str,
+    timeout: float = 30.0,
+    *,
+    abort_if: Callable[[], str | None] | None = None,
+    log_file: Path | None = None,
+) -> None:
+    """Return once a Temporal client can connect to `address`; RuntimeError (naming `log_file`) if not.
+
+    `abort_if` is polled between attempts; a non-None answer (e.g. "the server exited")
+    fails at once instead of waiting out the timeout.
+    """
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    see = f"; see {log_file}" if log_file else ""
+    while True:
+        if abort_if is not None and (reason := abort_if()) is not None:
+            raise RuntimeError(f"Temporal server at {address} failed to start: {reason}{see}")
+        try:
+            # Each try is short: if another process listens on the port, the server's exit is noticed.
+            await asyncio.wait_for(readiness_client(address), max(0.1, min(2.0, deadline - time.monotonic())))
+            return
+        except Exception as e:  # any failure means "not up yet"; the last one is reported
+            last = f"{type(e).__name__}: {e}"
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"Temporal server at {address} did not answer within {timeout:.0f}s ({last}){see}"
+            )
+        await asyncio.sleep(0.1)
+
+
+class NotServedYetError(Exception):
+    """No query yet: the run is not held by a live controller (see workflow_health.served_since_last_signal)."""
+
+
+# How long the scheduler's workflow task must keep failing before readiness gives up at once.
+FAILING_GRACE = 5.0
+
+
+async def _failing(client: Client | None) -> str | None:
+    """"scheduler workflow task failing: …" while it does (a task that fails will not heal by waiting)."""
+    if client is None:
+        return None
+    try:
+        failure = await asyncio.wait_for(workflow_task_failure(client, SCHEDULER_WORKFLOW_ID), 5.0)
+    except Exception:  # not created yet, server busy: nothing to say
+        return None
+    return failing_line("scheduler", failure) if failure else None
+
+
+async def wait_until_ready(
+    address: str,
+    expected_workers: int,
+    timeout: float = 60.0,
+    *,
+    log_files: Sequence[Path | str] = (),
+    abort_if: Callable[[], str | None] | None = None,
+    namespace: str = "default",
+) -> None:
+    """Return once the controller's `iris-scheduler` workflow reports `expected_workers` healthy workers.
+
+    Any failure before then (server not up, workflow not yet created, no controller
+    polling to answer the query) just means "not ready yet". On timeout, or when
+    `abort_if` returns a reason, raise RuntimeError naming the log files to read.
+    """
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    failing_since: float | None = None
+    read = f"; read the logs: {', '.join(str(p) for p in log_files)}" if log_files else ""
+    client: Client | None = None
+    while True:
+        if abort_if is not None and (reason := abort_if()) is not None:
+            raise RuntimeError(f"local cluster failed to start: {reason}{read}")
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            if client is None:
+                client = await asyncio.wait_for(readiness_client(address, namespace), remaining)
+            handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+            if not await served_since_last_signal(client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER):
+                raise NotServedYetError("the scheduler has not run a workflow task on the new controller yet")
+            count = await asyncio.wait_for(
+                handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
+                remaining,
+            )
+            if count >= expected_workers:  # slices the autoscaler started count too
+                return
+            last = f"scheduler reports {count} of {expected_workers} workers healthy"
+        except Exception as e:  # not ready yet; the last reason is reported on timeout
+            last = f"{type(e).__name__}: {e}"
+            failing = await _failing(client)
+            if failing is None:
+                failing_since = None
+            elif failing_since is None:
+                failing_since = time.monotonic()
+            elif time.monotonic() - failing_since >= FAILING_GRACE:  # not one slow or unlucky task
+                raise RuntimeError(f"local cluster failed to start: {failing}{read}") from None
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"local cluster not ready after {timeout:.0f}s ({last}){read}")
+        await asyncio.sleep(0.25)
