@@ -182,7 +182,7 @@ def daemon_environment(source: Mapping[str, str]) -> dict[str, str]:
 def child_env(home: Path) -> dict[str, str]:
     """The environment of every cluster process: a minimal part of ours, this source tree and IRIS_HOME."""
     env = daemon_environment(os.environ)
-    source_root = str(Path(__file__).resolve().parent.parent)
+    source_root = str(Path(__file__).resolve().parents[2])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if source_root not in paths:
         env["PYTHONPATH"] = os.pathsep.join([source_root, *paths])
