@@ -20,6 +20,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowHandle, Workflo
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
+from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris.controller.control_plane import workflow_runner
 from iris.controller.payload_guard import PayloadGuard
 from iris.deploy.worker_versioning import deployment_config, promote
@@ -248,3 +249,29 @@ def armed_timers(history: WorkflowHistory) -> list[float] | None:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             task_open = False
     return None if task_open or activities else list(armed.values())
+
+
+@dataclass(frozen=True)
+class PlanMark:
+    """Where the autoscaler stood: its run and how many plans that run had made."""
+
+    run_id: str
+    plans: int
+
+
+async def autoscaler_history(address: str) -> WorkflowHistory:
+    client = await Client.connect(address)
+    return await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).fetch_history()
+
+
+def autoscaler_mark(address: str) -> PlanMark:
+    """The autoscaler's plans so far in its current run (a plan is a local activity: one marker each)."""
+    history = asyncio.run(autoscaler_history(address))
+    plans = sum(e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED for e in history.events)
+    return PlanMark(history.events[0].workflow_execution_started_event_attributes.original_execution_run_id, plans)
+
+
+def plans_since(address: str, mark: PlanMark) -> int:
+    """How many plans the autoscaler has made since `mark`: each is a chance it had to act (a new run's all count)."""
+    now = autoscaler_mark(address)
+    return now.plans - mark.plans if now.run_id == mark.run_id else now.plans

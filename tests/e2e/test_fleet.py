@@ -26,7 +26,7 @@ from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, Reso
 from iris.client.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
-from tests.support import Cluster, replay, wait_until
+from tests.support import Cluster, autoscaler_mark, plans_since, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 from workflows.slice_workflow import ScaleDown
 
@@ -318,8 +318,10 @@ def test_a_slice_whose_workflow_was_terminated_by_hand_is_cleaned_up_when_the_co
         await temporal.get_workflow_handle(slice_id).terminate("test: leave the slice behind")
 
     asyncio.run(terminate_workflow())
+    mark = autoscaler_mark(fleet.info.address)
     job.terminate()
-    time.sleep(1)
+    wait_until(lambda: job.status().done and plans_since(fleet.info.address, mark) >= 2, timeout=60,
+               what="the job ended and two autoscaler plans after it")  # each plan a chance to delete the slice
     assert 4 == len(slice_hosts(fleet.local.home).get(slice_id, []))  # nothing deleted it: an orphan
     ended = {s.slice_id: s for s in fleet_client.list_slices(include_ended=True)}[slice_id]
     assert SliceState.FAILED == ended.state and "terminated" in ended.error

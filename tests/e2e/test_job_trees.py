@@ -198,9 +198,12 @@ def test_kill_after_a_temporal_terminate_of_the_parent_still_kills_its_children(
     async def terminate_from_outside() -> None:
         await client._async.temporal.get_workflow_handle(job.job_id).terminate(reason="temporal workflow terminate")
 
+    parent_pid = _pid(tmp_path, "parent")
     client._run(terminate_from_outside())
-    time.sleep(1.0)
-    assert not _gone(child_pid)  # nothing of Iris ran
+    # The server cancels the parent's task (its close policy) and its agent stops the task's process: Iris acted on
+    # what the terminate reached, and no cleanup of the parent's own ran, so the child still runs.
+    wait_until(lambda: _gone(parent_pid), timeout=60, what="the parent's task process gone")
+    assert not _gone(child_pid)
     assert client.terminate(job.job_id)
     wait_until(lambda: _gone(child_pid), timeout=30, what="the child's process gone")
     (child,) = client.list_jobs(parent=job.job_id)

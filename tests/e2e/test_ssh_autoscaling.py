@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 from google.cloud import tpu_v2
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER
 from activities.platforms.remote_agent import host_key
@@ -33,7 +32,16 @@ from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
 from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
 from tests.sshd import Sshd, start_sshd, worker_command
-from tests.support import Cluster, armed_timers, lines, pid_gone, wait_until
+from tests.support import (
+    Cluster,
+    armed_timers,
+    autoscaler_history,
+    autoscaler_mark,
+    lines,
+    pid_gone,
+    plans_since,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -176,20 +184,9 @@ def group_status(fleet: SshFleet, name: str) -> dict[str, object]:
     return asyncio.run(query())
 
 
-async def _autoscaler_history(fleet: SshFleet) -> WorkflowHistory:
-    client = await Client.connect(fleet.cluster.info.address)
-    return await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).fetch_history()
-
-
-def autoscaler_plans(fleet: SshFleet) -> int:
-    """How many plans the autoscaler's current run has made (its plan is a local activity: a marker each)."""
-    history = asyncio.run(_autoscaler_history(fleet))
-    return sum(e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED for e in history.events)
-
-
 def autoscaler_settled(fleet: SshFleet) -> bool:
     """Nothing in flight: no workflow task to run, no activity running."""
-    return armed_timers(asyncio.run(_autoscaler_history(fleet))) is not None
+    return armed_timers(asyncio.run(autoscaler_history(fleet.cluster.info.address))) is not None
 
 
 def wake_autoscaler(fleet: SshFleet) -> None:
@@ -237,9 +234,9 @@ def test_a_permanent_refusal_fails_the_slice_at_once_and_backs_the_group_off_lon
         # Three more plans of the autoscaler (its scans): nothing more is tried while the group backs off.
         # Woken as the scheduler wakes it for new demand, the autoscaler plans again and tries nothing while
         # the group backs off: its plan is in history (and it settles) before the requests are counted.
-        planned = autoscaler_plans(fleet)
+        mark = autoscaler_mark(fleet.cluster.info.address)
         wake_autoscaler(fleet)
-        wait_until(lambda: autoscaler_plans(fleet) > planned and autoscaler_settled(fleet), timeout=30,
+        wait_until(lambda: plans_since(fleet.cluster.info.address, mark) > 0 and autoscaler_settled(fleet), timeout=30,
                    what="a plan after the wake")  # fmt: skip
         creates = [r for m, r in fleet.tpu.requests if m == "CreateNode" and "us-east5-a" in r.parent]
         assert 1 == len(creates)

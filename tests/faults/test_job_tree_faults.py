@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from activities.contracts import RUN_TASK, task_workflow_id
 from iris import IrisClient, JobState, ResourceSpec
 
 from .conftest import FaultCluster, MakeCluster, group, wait_until
@@ -31,6 +32,22 @@ def _parent(work: str) -> str:
     while not Path(work, "go").exists():
         time.sleep(0.1)
     return "done"
+
+
+def _attempt_reported(c: FaultCluster, task_id: str) -> bool:
+    """Whether the task's history records its attempt's end (run_task completed: the agent has reported it)."""
+
+    async def look() -> bool:
+        handle = c.client._async.temporal.get_workflow_handle(task_id)
+        runs: set[int] = set()
+        async for event in handle.fetch_history_events():
+            if event.activity_task_scheduled_event_attributes.activity_type.name == RUN_TASK:
+                runs.add(event.event_id)
+            if event.activity_task_completed_event_attributes.scheduled_event_id in runs:
+                return True
+        return False
+
+    return c.client._run(look())
 
 
 def _sweep_scheduled(c: FaultCluster, job_id: str) -> bool:
@@ -65,8 +82,9 @@ def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(
 
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     (work / "go").write_text("")  # the parent's task ends while no controller runs
-    time.sleep(2.0)
-    assert not any(_gone(p) for p in pids)  # nothing kills them without a controller
+    wait_until(lambda: _attempt_reported(c, task_workflow_id(job.job_id, 0)), timeout=60, interval=0.1,
+               what="the parent's attempt reported ended to Temporal")
+    assert not any(_gone(p) for p in pids)  # its end is recorded, yet nothing kills them without a controller
     c.local.restart_process("controller")
     wait_until(lambda: _sweep_scheduled(c, job.job_id), timeout=60, interval=0.05, what="the sweep scheduled")
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
