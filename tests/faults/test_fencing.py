@@ -7,16 +7,15 @@ runs; the attempts' spans, read back, must not overlap, and every task must end 
 
 from __future__ import annotations
 
-import itertools
 import signal
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
+from tests.attempt_records import ends, first_worker, overlaps, spans
 from workflows.task_workflow import HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
@@ -58,46 +57,6 @@ def _recorder(c: FaultCluster) -> tuple[list[str], Path]:
     return [sys.executable, str(script), str(records), "60"], records
 
 
-Span = tuple[float, float]
-
-
-def _spans(records: Path) -> dict[str, dict[str, Span]]:
-    """task -> attempt -> (first, last) record time."""
-    spans: dict[str, dict[str, Span]] = defaultdict(dict)
-    for line in lines(records):
-        task, attempt, _, _, at = line.split()
-        first, last = spans[task].get(attempt, (float(at), float(at)))
-        spans[task][attempt] = (min(first, float(at)), max(last, float(at)))
-    return spans
-
-
-def _overlaps(records: Path) -> list[str]:
-    """Every pair of attempts of one task whose spans overlap."""
-    found = []
-    for task, attempts in _spans(records).items():
-        ordered = sorted(attempts.items(), key=lambda item: item[1])
-        for (a, (_, a_end)), (b, (b_start, _)) in itertools.pairwise(ordered):
-            if b_start <= a_end:
-                found.append(f"{task}: attempt {a} ran until {a_end:.3f}, attempt {b} started {b_start:.3f}")
-    return found
-
-
-def _ends(records: Path) -> dict[str, int]:
-    ends: dict[str, int] = defaultdict(int)
-    for line in lines(records):
-        task, _, _, what, _ = line.split()
-        ends[task] += what == "end"
-    return dict(ends)
-
-
-def _first_worker(records: Path, task_suffix: str) -> str:
-    for line in lines(records):
-        task, attempt, worker, _, _ = line.split()
-        if task.endswith(task_suffix) and attempt == "0":
-            return worker
-    raise AssertionError(f"no record of {task_suffix}")
-
-
 def _freeze(c: FaultCluster, worker_id: str, seconds: float) -> float:
     """SIGSTOP `worker_id`'s agent (its task processes run on) for `seconds`; when it was stopped."""
     assert c.local.kill_process(worker_id, signal.SIGSTOP)
@@ -111,7 +70,7 @@ def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_
     argv, records = _recorder(c)
     job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
     wait_until(lambda: len(lines(records)) >= 3, timeout=60, what="attempt 0 running")
-    assert "victim-0" == _first_worker(records, "task-0")  # best fit: the tighter worker takes it
+    assert "victim-0" == first_worker(records, "task-0")  # best fit: the tighter worker takes it
     stopped_at = _freeze(c, "victim-0", FROZEN)
 
     def lease_expired() -> TaskStatus | None:
@@ -127,15 +86,15 @@ def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_
     finally:
         c.local.kill_process("victim-0", signal.SIGCONT)
     final = job.wait(timeout=90)
-    spans = next(iter(_spans(records).values()))
-    killed = spans["0"][1] - stopped_at
+    task_spans = next(iter(spans(records).values()))
+    killed, restarted = task_spans["0"][1] - stopped_at, task_spans["1"][0] - stopped_at
     print(f"\nagent SIGSTOP -> attempt 0 killed {killed:.1f} s later (lease {LEASE:g} s); lease expiry "
-          f"reported {reported:.1f} s later; attempt 1 started {spans['1'][0] - stopped_at:.1f} s later")  # fmt: skip
+          f"reported {reported:.1f} s later; attempt 1 started {restarted:.1f} s later")  # fmt: skip
     assert JobState.SUCCEEDED == final.state
     assert ("spare-0", 1) == (final.tasks[0].worker_id, final.tasks[0].attempt)
     assert killed < LEASE + 2.0  # killed by its lease while the agent was still frozen
-    assert [] == _overlaps(records)
-    assert {f"{job.job_id}/task-0": 1} == _ends(records)
+    assert [] == overlaps(records)
+    assert {f"{job.job_id}/task-0": 1} == ends(records)
 
 
 def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_cluster: MakeCluster) -> None:
@@ -147,26 +106,26 @@ def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_clust
         argv, resources=ResourceSpec(cpu=1, memory="100m", replicas=2), coscheduling=CoschedulingConfig("slice")
     )
     wait_until(lambda: len({line.split()[0] for line in lines(records)}) == 2, timeout=60, what="gang running")
-    victim = _first_worker(records, "task-0")
+    victim = first_worker(records, "task-0")
     stopped_at = _freeze(c, victim, FROZEN)
     try:
-        wait_until(lambda: any(s.get("1") for s in _spans(records).values()), timeout=HEARTBEAT + LEASE + MARGIN + 30,
+        wait_until(lambda: any(s.get("1") for s in spans(records).values()), timeout=HEARTBEAT + LEASE + MARGIN + 30,
                    interval=0.2, what="gang placed again")  # fmt: skip
         time.sleep(max(0.0, stopped_at + FROZEN - time.time()))
     finally:
         c.local.kill_process(victim, signal.SIGCONT)
     final = c.client.wait(job.job_id, timeout=90)
-    spans = _spans(records)
-    first_end = max(s["0"][1] for s in spans.values())
-    second_start = min(s["1"][0] for s in spans.values())
+    gang_spans = spans(records)
+    first_end = max(s["0"][1] for s in gang_spans.values())
+    second_start = min(s["1"][0] for s in gang_spans.values())
     print(f"\ngang member's agent SIGSTOP -> first attempt gone {first_end - stopped_at:.1f} s later, "
           f"second started {second_start - stopped_at:.1f} s later")  # fmt: skip
     assert JobState.SUCCEEDED == final.state
     assert first_end < second_start  # the surviving member is killed by its agent when the gang breaks
-    frozen_end = max(s["0"][1] for task, s in spans.items() if task.endswith("task-0"))
+    frozen_end = max(s["0"][1] for task, s in gang_spans.items() if task.endswith("task-0"))
     assert frozen_end - stopped_at < LEASE + 2.0  # the frozen member by its lease
-    assert [] == _overlaps(records)
-    assert {f"{job.job_id}/task-0": 1, f"{job.job_id}/task-1": 1} == _ends(records)
+    assert [] == overlaps(records)
+    assert {f"{job.job_id}/task-0": 1, f"{job.job_id}/task-1": 1} == ends(records)
 
 
 def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_cluster: MakeCluster) -> None:

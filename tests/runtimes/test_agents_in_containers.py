@@ -1,7 +1,8 @@
 """Jobs through real agents whose runtime is Docker or containerd, on a real Temporal and controller.
 
-Two agents per engine (a two-host gang `dk`/`ct`), started with `LocalCluster.start_worker` and
-pointed at the session's private engines; every test asks the engine itself what is left.
+Two agents per engine (a two-host gang `dk`/`ct`; the fencing test adds two with a short lease),
+started with `LocalCluster.start_worker` and pointed at the session's private engines; every test asks
+the engine itself what is left.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,8 @@ from benchmarks.engines import PYTHON_IMAGE
 from iris import Constraint, CoschedulingConfig, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config.cluster_file import LocalWorkerSpec, Runtime
 from iris.local.cluster import LocalCluster
-from tests.support import Cluster, wait_until
+from tests.attempt_records import ends, first_worker, overlaps, spans
+from tests.support import Cluster, lines, wait_until
 from worker_agent.runtimes.base import LABEL_JOB_ID
 
 pytestmark = pytest.mark.e2e
@@ -299,3 +302,106 @@ def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineF
     assert [f"task {i} coordinator {coordinator}" for i in range(2)] == bodies
     assert JobState.SUCCEEDED == job.wait(timeout=120).state
     assert [] == fleet.client.resolve(job.job_id, "http")
+
+
+LEASE = 5.0  # the fenced agents' lease: the watchdog kills a frozen agent's container this long after a renewal
+MARGIN = 2.0
+
+
+def record_over_tcp(port: int, first_seconds: float) -> None:
+    """Send `task attempt worker what time` records to the test's collector while running: the first attempt
+    runs `first_seconds`, any later one 2 s (host networking: the collector is the host's loopback)."""
+    import os
+    import socket
+    import time
+
+    task, attempt, worker = os.environ["IRIS_TASK_ID"], os.environ["IRIS_ATTEMPT"], os.environ["IRIS_WORKER_ID"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as peer:
+
+        def record(what: str) -> None:
+            peer.sendall(f"{task} {attempt} {worker} {what} {time.time():.3f}\n".encode())
+
+        record("start")
+        until = time.monotonic() + (first_seconds if attempt == "0" else 2.0)
+        while time.monotonic() < until:
+            time.sleep(0.1)
+            record("alive")
+        record("end")
+
+
+@contextlib.contextmanager
+def _collector(path: Path) -> Iterator[int]:
+    """A TCP server on loopback appending every line it receives to `path`; its port."""
+    import socketserver
+    import threading
+
+    lock = threading.Lock()
+
+    class Append(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            for line in self.rfile:
+                with lock, path.open("ab") as out:
+                    out.write(line)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Append) as server:
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+
+
+def test_a_frozen_agents_container_dies_with_its_lease_before_it_runs_elsewhere(
+    fleet: EngineFleet, tmp_path: Path
+) -> None:
+    """An agent of this engine SIGSTOPped for 3x its lease (its container left running): the lease watchdog
+    kills the container while the agent is still frozen, the task runs again on the other agent only after,
+    recorded as a preemption saying the lease expired, and it ends exactly once."""
+    specs = [
+        LocalWorkerSpec(worker_id=f"fence-{GANGS[fleet.engine]}-{i}", cpu_millis=1000, memory_bytes=1 << 30,
+                        runtime=Runtime(fleet.engine), attributes={"fence": fleet.engine}, image=PYTHON_IMAGE)
+        for i in range(2)
+    ]  # fmt: skip
+    lease = {"IRIS_LEASE_SECONDS": str(LEASE), "IRIS_LEASE_MARGIN_SECONDS": str(MARGIN)}
+    with _environment(**fleet.engine_env, **lease):
+        for spec in specs:
+            fleet.cluster.local.start_worker(spec)
+    records = tmp_path / "records"
+    stopped_at: float | None = None
+    victim = ""
+    try:
+        wanted = {s.worker_id for s in specs}
+        wait_until(lambda: wanted <= {w.worker_id for w in fleet.client.list_workers() if w.healthy}, timeout=60,
+                   what="fenced agents up")  # fmt: skip
+        with _collector(records) as port:
+            job = fleet.submit(record_over_tcp, port, 120.0, name=f"fenced-{fleet.engine}",
+                               resources=ResourceSpec(cpu=1, memory="256m"),
+                               constraints=[Constraint("fence", "EQ", fleet.engine)])  # fmt: skip
+            wait_until(lambda: len(lines(records)) >= 3, timeout=120, what="attempt 0 running")
+            victim = first_worker(records, "task-0")
+            assert fleet.cluster.local.kill_process(victim, signal.SIGSTOP)
+            stopped_at = time.time()
+            seen = wait_until(lambda: (t if "lease expired" in (t := job.status().tasks[0]).error else None),
+                              timeout=60, interval=0.2, what="lease expiry")  # fmt: skip
+            assert seen.error.startswith("lease expired: the worker stopped renewing it")
+            time.sleep(max(0.0, stopped_at + 3 * LEASE - time.time()))  # frozen for 3x the lease in all
+            fleet.cluster.local.kill_process(victim, signal.SIGCONT)
+            final = job.wait(timeout=120)
+        task_spans = spans(records)[f"{job.job_id}/task-0"]
+        killed = task_spans["0"][1] - stopped_at
+        print(f"\n{fleet.engine}: agent SIGSTOP -> container killed {killed:.1f} s later (lease {LEASE:g} s); "
+              f"attempt 1 started {task_spans['1'][0] - stopped_at:.1f} s later")  # fmt: skip
+        assert JobState.SUCCEEDED == final.state
+        assert {victim, final.tasks[0].worker_id} == wanted and 1 == final.tasks[0].attempt
+        assert (1, 0) == (final.tasks[0].preemption_count, final.tasks[0].failure_count)
+        assert killed < LEASE + 2.0  # by its lease, while the agent was still frozen
+        assert [] == overlaps(records)
+        assert {f"{job.job_id}/task-0": 1} == ends(records)
+        wait_until(lambda: not fleet.containers(job.job_id), timeout=60, what="the fenced container removed")
+    finally:
+        if victim:
+            fleet.cluster.local.kill_process(victim, signal.SIGCONT)
+        for spec in specs:
+            fleet.cluster.local.stop_worker(spec.worker_id, wait=20)
