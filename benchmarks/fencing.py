@@ -1,20 +1,21 @@
 """Fencing: nothing runs twice, even when hosts freeze — a Jepsen-style check from outside.
 
 A supervised local cluster runs a stream of jobs (single tasks and two-host gangs) while a seeded
-schedule freezes agents (SIGSTOP for 3x the lease, their tasks left running), SIGKILLs agents and
-SIGKILLs the controller. Every task appends `task attempt worker what time` records, fsynced, to a
+schedule freezes agents (SIGSTOP for 3x the lease, their tasks left running), cuts agents off from
+Temporal (for 3x the lease: two more agents reach it only through a proxy that can stop carrying their
+traffic, benchmarks/partition.py; the agent and its tasks run on), SIGKILLs agents and SIGKILLs the
+controller. Every task appends `task attempt worker what time` records, fsynced, to a
 file of its own while it runs, so the checks need nothing from Iris: the attempts of one task never
 overlap in time, every job succeeds, and each task ended exactly once. The re-placement time of a
 task (from its previous attempt's last record to its next attempt's first) is printed as a
 distribution. `python -m benchmarks fencing --jobs 200 --lease 10`.
-
-Not covered yet: a partition of an agent from Temporal (a network namespace or a dropping proxy).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import os
 import random
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.chaos import GANG_SLICES, chaos_config
+from benchmarks.partition import PartitionableAgent
 from iris.client.iris_client import IrisClient, Job
 from iris.local.cluster import CONTROLLER, LocalCluster, worker_process_name
 from iris.types import CoschedulingConfig, JobState, ResourceSpec
@@ -50,7 +52,8 @@ while time.monotonic() < until:
     record("alive")
 record("end")
 """
-FAULTS = ("agent SIGSTOP", "agent SIGKILL", "controller SIGKILL")
+FAULTS = ("agent SIGSTOP", "agent SIGKILL", "controller SIGKILL", "agent partition")
+CUT_AGENTS = 2  # agents behind a proxy, for partitions
 FINISH_SECONDS = 900.0
 
 
@@ -107,6 +110,7 @@ class FencingRun:
         self.script = home / "recorder.py"
         self.submitted: list[Job] = []
         self.done = threading.Event()
+        self.cut_agents: list[PartitionableAgent] = []
 
     def run(self) -> FencingReport:
         began = time.monotonic()
@@ -114,6 +118,10 @@ class FencingRun:
         self.runs.mkdir(parents=True, exist_ok=True)
         self.script.write_text(RECORDER)
         info = self.local.up(self.config, supervise=True, ready_timeout=120)
+        cpu = next(w for w in self.config.local_workers() if w.attributes.get("pool") == "cpu")
+        for i in range(CUT_AGENTS):  # like the cpu group's workers, but partitionable
+            spec = dataclasses.replace(cpu, worker_id=f"cut-{i}", attributes={"pool": "cpu"})
+            self.cut_agents.append(PartitionableAgent(self.home, spec, info.address, info.store_url))
         client = IrisClient.connect(info.address, store=info.store_url)
         faults = threading.Thread(target=self._faults, name="fencing-faults", daemon=True)
         try:
@@ -154,6 +162,13 @@ class FencingRun:
         agents = [worker_process_name(s.worker_id) for s in self.config.local_workers()]
         while not self.done.wait(self.rng.uniform(0.5, 1.5) * self.fault_every):
             kind = self.rng.choice(FAULTS)
+            if kind == "agent partition":
+                cut = self.rng.choice(self.cut_agents)
+                self.report.faults.append((kind, cut.spec.worker_id))
+                cut.link.cut()
+                time.sleep(3 * self.lease)
+                cut.link.heal()
+                continue
             target = CONTROLLER if kind == "controller SIGKILL" else self.rng.choice(agents)
             self.report.faults.append((kind, target))
             with contextlib.suppress(ValueError):
@@ -200,6 +215,8 @@ class FencingRun:
                 self.report.reruns += max(0, ends[task] - 1)
 
     def _down(self) -> None:
+        for cut in self.cut_agents:
+            cut.stop()
         info = self.local.status()
         if info is not None:
             for name in info.pids:

@@ -1,5 +1,5 @@
-"""Leases fence every attempt: an agent frozen (SIGSTOP) while its tasks run on never lets two attempts of a
-task overlap, for single tasks and for gangs (docs/reliability.md, "Leases").
+"""Leases fence every attempt: an agent frozen (SIGSTOP) or cut off from Temporal while its tasks run on never
+lets two attempts of a task overlap, for single tasks and for gangs (docs/reliability.md, "Leases").
 
 Each task appends `task attempt worker what time` records, fsynced, to a file outside the store while it
 runs; the attempts' spans, read back, must not overlap, and every task must end exactly once.
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.partition import PartitionableAgent
 from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
+from iris.config.cluster_file import LocalWorkerSpec
 from tests.attempt_records import ends, first_worker, overlaps, spans
 from workflows.task_workflow import HEARTBEAT_TIMEOUT
 
@@ -135,3 +137,39 @@ def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_clust
     job = c.client.submit_command(["sleep", str(3 * LEASE)], resources=ONE_CPU)
     status = job.wait(timeout=120, raise_on_failure=False)
     assert (JobState.SUCCEEDED, 0, 0) == (status.state, status.tasks[0].attempt, status.tasks[0].preemption_count)
+
+
+def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
+    """An agent cut off from Temporal for 3x the lease (its link carries nothing either way; the agent itself runs
+    on and its task with it): the task dies with its lease, runs again elsewhere only after, is recorded as a
+    preemption saying the lease expired, and succeeds once; the agent outlives the partition."""
+    c: FaultCluster = make_cluster(group("spare", cpu=2, pool="f"))
+    spec = LocalWorkerSpec(worker_id="cut-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "f"})
+    agent = PartitionableAgent(c.local.home, spec, c.info.address, c.info.store_url)
+    try:
+        wait_until(lambda: c.healthy("cut-0"), timeout=60, what="the partitionable agent registered")
+        argv, records = _recorder(c)
+        job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+        wait_until(lambda: len(lines(records)) >= 3, timeout=60, what="attempt 0 running")
+        assert "cut-0" == first_worker(records, "task-0")  # best fit: the tighter worker takes it
+        agent.link.cut()
+        cut_at = time.time()
+        seen = wait_until(lambda: (t if "lease expired" in (t := c.status(job.job_id).tasks[0]).error else None),
+                          timeout=HEARTBEAT + LEASE + MARGIN + 20, interval=0.2, what="lease expiry")  # fmt: skip
+        assert seen.error.startswith("lease expired: the worker stopped renewing it")
+        time.sleep(max(0.0, cut_at + FROZEN - time.time()))  # cut for 3x the lease in all
+        assert agent.process.poll() is None  # running all along: only its link was gone
+        agent.link.heal()
+        final = job.wait(timeout=90)
+    finally:
+        agent.stop()
+    task_spans = next(iter(spans(records).values()))
+    killed, restarted = task_spans["0"][1] - cut_at, task_spans["1"][0] - cut_at
+    print(f"\nagent cut off -> attempt 0 killed {killed:.1f} s later (lease {LEASE:g} s); "
+          f"attempt 1 started {restarted:.1f} s later")  # fmt: skip
+    assert JobState.SUCCEEDED == final.state
+    assert ("spare-0", 1) == (final.tasks[0].worker_id, final.tasks[0].attempt)
+    assert (1, 0) == (final.tasks[0].preemption_count, final.tasks[0].failure_count)
+    assert killed < LEASE + 2.0  # by its lease, while the agent was cut off
+    assert [] == overlaps(records)
+    assert {f"{job.job_id}/task-0": 1} == ends(records)
