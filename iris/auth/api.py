@@ -224,7 +224,9 @@ class IrisApi:
         if body.get("bundle"):  # content-addressed here, never by the caller's word (iris/client/bundle.py)
             data = base64.b64decode(body["bundle"][1])
             bundle = (f"{BUNDLE_PREFIX}{hashlib.sha256(data).hexdigest()}.zip", data)
-        job_id = await self.iris._start(req, payload=payload, bundle=bundle, given=frozenset(body.get("given", ())))
+        # A task's token names its job: what the task submits is that job's child, as in the Temporal path.
+        job_id = await self.iris._start(req, payload=payload, bundle=bundle, given=frozenset(body.get("given", ())),
+                                        parent=who.job)  # fmt: skip
         self._owners[job_id] = who.name
         self.gate.audit(who, "submit", job_id, req.name)
         return web.json_response({"job_id": job_id})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from iris.auth.remote import is_api_url, resolve_token
-from iris.connection import ENV_PREFIX
+from iris.auth.remote import resolve_token
+from iris.connection import ENV_PREFIX, is_api_url
 
 
 def local_team() -> tuple[str, str] | None:

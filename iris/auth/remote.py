@@ -22,11 +22,12 @@ import aiohttp
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.submission import build_request, command_argv, resolve_user
+from iris.connection import is_api_url
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
+from worker_agent.task_token import TOKEN_FILE_ENV
 
 TOKEN_ENV = "IRIS_TOKEN"
-TOKEN_FILE_ENV = "IRIS_TOKEN_FILE"
 PREFIX = "/api/v1"
 
 
@@ -66,10 +67,6 @@ def error_for(status: int, body: dict[str, Any]) -> Exception:
         case 504:
             return TimeoutError(message)
     return RuntimeError(f"Iris API: {message}")
-
-
-def is_api_url(address: str | None) -> bool:
-    return bool(address) and str(address).startswith(("http://", "https://"))
 
 
 class RemoteLogs:
@@ -360,4 +357,4 @@ class RemoteIrisClient:
         return result
 
 
-__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "RemoteIrisClient", "RemoteLogs", "is_api_url", "resolve_token"]
+__all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "RemoteIrisClient", "RemoteLogs", "resolve_token"]

@@ -63,7 +63,8 @@ class Identity:
 
     name: str
     role: Role
-    via: str = "token"  # "token" | "oidc" | "local"
+    via: str = "token"  # "token" | "oidc" | "local" | "task"
+    job: str = ""  # a task's credential: the job it speaks for (what it submits are that job's children)
 
     def __post_init__(self) -> None:
         if not self.name or any(ch.isspace() or ch == "/" for ch in self.name):

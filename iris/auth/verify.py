@@ -5,19 +5,22 @@
   `OidcAuth` (signature against the issuer's JWKS, issuer, audience, expiry); the user is its
   `preferred_username` (else `email`'s local part, else `sub`), with the role the directory gives that name
   (`user` for a name Iris does not know; refused once revoked).
+- `TaskTokenVerifier`: a task's token (worker_agent/task_token.py), as its job's user while the job runs.
 - `Verifiers`: the first verifier that claims the token's kind decides.
 Every failure is `AuthenticationError` with one line saying why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from iris.auth.errors import AuthenticationError
 from iris.auth.rules import Identity, Role
 from iris.auth.store import Directory
 from iris.auth.tokens import looks_like_iris_token
+from worker_agent.task_token import job_of, looks_like_task_token
 
 
 class Verifier(Protocol):
@@ -84,6 +87,53 @@ def oidc_name(claims: dict[str, Any]) -> str:
     raise AuthenticationError("access token names no user (no preferred_username, email or sub)")
 
 
+JOB_STATE_SECONDS = 5.0  # how long a job's user and state are taken as read (a task token dies this late at most)
+
+
+@dataclass
+class TaskTokenVerifier:
+    """A task's token: the job's user (its root's, for a child), with the job named, while the job runs.
+
+    `key` reads the control plane's key from the store; `job_state` is (user, running) for a job id,
+    KeyError for none. A token that does not check against the key read at first is checked once more
+    against the key read again (another controller may have made the one that stayed).
+    """
+
+    key: Callable[[], bytes]
+    job_state: Callable[[str], Awaitable[tuple[str, bool]]]
+    _key: bytes | None = None
+    _jobs: dict[str, tuple[float, str, bool]] = field(default_factory=dict)
+
+    def claims(self, token: str) -> bool:
+        return looks_like_task_token(token)
+
+    async def identify(self, token: str) -> Identity:
+        import asyncio
+        import time
+
+        if self._key is None:
+            self._key = await asyncio.to_thread(self.key)
+        job_id = job_of(self._key, token)
+        if job_id is None:
+            self._key = await asyncio.to_thread(self.key)
+            job_id = job_of(self._key, token)
+        if job_id is None:
+            raise AuthenticationError("task token refused: not minted by this cluster's agents")
+        now = time.monotonic()
+        seen = self._jobs.get(job_id)
+        if seen is None or now - seen[0] > JOB_STATE_SECONDS:
+            try:
+                user, running = await self.job_state(job_id)
+            except KeyError:
+                raise AuthenticationError(f"task token refused: no job {job_id}") from None
+            seen = self._jobs[job_id] = (now, user, running)
+            if len(self._jobs) > 10_000:
+                self._jobs.pop(next(iter(self._jobs)))
+        if not seen[2]:
+            raise AuthenticationError(f"task token refused: job {job_id} has ended")
+        return Identity(seen[1], Role.USER, via="task", job=job_id)
+
+
 @dataclass
 class Verifiers:
     chain: tuple[Verifier, ...]
@@ -97,4 +147,4 @@ class Verifiers:
         raise AuthenticationError("not a token this cluster accepts")
 
 
-__all__ = ["OidcVerifier", "TokenVerifier", "Verifier", "Verifiers", "oidc_name"]
+__all__ = ["OidcVerifier", "TaskTokenVerifier", "TokenVerifier", "Verifier", "Verifiers", "oidc_name"]

@@ -88,6 +88,12 @@ def worker_serve(
         float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
                             help="seconds a lost task's next attempt waits beyond the lease")
     ] = DEFAULT_LEASE_MARGIN_SECONDS,
+    task_api: Annotated[
+        str | None,
+        typer.Option("--task-api", envvar="IRIS_TASK_API",
+                     help="team mode: the Iris API (http://HOST:PORT) tasks reach with their job's token, "
+                          "instead of this agent's Temporal settings"),
+    ] = None,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
     health_port: HealthPortOpt = None,
@@ -126,14 +132,19 @@ def worker_serve(
     from iris.controller.daemon_logs import ship_daemon_logs
 
     on_exit.append(ship_daemon_logs(store, "worker", wid).close)  # its own log to the store too
-    from iris.client.task_connection import referenced_files, task_cluster_env
+    from iris.client.task_connection import referenced_files, task_api_env, task_cluster_env
 
     state_dir = default_state_dir(wid)
-    cluster_env = task_cluster_env(settings, store, state_dir.parent / "secrets")  # a task reaches this cluster
+    try:  # a task reaches this cluster: through the Iris API in team mode, else through Temporal as the agent does
+        cluster_env = (task_api_env(task_api) if task_api else
+                       task_cluster_env(settings, store, state_dir.parent / "secrets"))  # fmt: skip
+    except ValueError as e:
+        raise fail(str(e)) from None
     config = AgentConfig(
         worker_id=wid, store_url=store, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus, tpus=tpus,
         attributes=attrs, runtime=runtime, state_dir=state_dir, default_image=default_image or "",
         address=address or "", port_range=ports, cluster_env=cluster_env, cluster_files=referenced_files(cluster_env),
+        task_api=task_api or "",
         watch_notices=tpu_vm,  # a TPU VM's preemption/maintenance notices (auto: when $GCE_METADATA_HOST is set)
         notice_grace_seconds=notice_grace,
         lease=leases,

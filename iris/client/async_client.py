@@ -80,7 +80,7 @@ class AsyncIrisClient(ClusterReads):
         self.store_url = store_url
         self.user = user
         self.parent_job_id = parent_job_id  # inside a task of this job: what it submits are its children
-        self._parent: tuple[pb.JobRequest, dict[str, str]] | None = None
+        self._parents: dict[str, tuple[pb.JobRequest, dict[str, str]]] = {}  # by parent job id
         self.blobs = open_blob_store(store_url)
         self.logs = open_log_store(store_url.rstrip("/") + "/logs")
         self._results: dict[str, pb.JobStatus] = {}  # finished jobs never change: cache them
@@ -146,39 +146,43 @@ class AsyncIrisClient(ClusterReads):
         req.entrypoint.command.argv.extend(argv)
         return await self._start(req, bundle=bundle, given=given, if_exists=if_exists)
 
-    async def _parent_request(self) -> tuple[pb.JobRequest, dict[str, str]]:
-        """The request of the job whose task this client runs in, and its env (read once, from its history).
+    async def _parent_request(self, parent_id: str) -> tuple[pb.JobRequest, dict[str, str]]:
+        """The request of the job a child is submitted under, and its env (read once, from its history).
 
         From the start event of the job's current run (the same request every run carries), so it
         needs no controller; a command's env stored apart comes from its launch blob.
         """
-        if self._parent is None:
-            handle = self.temporal.get_workflow_handle(self.parent_job_id)
+        if parent_id not in self._parents:
+            handle = self.temporal.get_workflow_handle(parent_id)
             parent: pb.JobRequest | None = None
             async for event in handle.fetch_history_events(page_size=1):
                 payloads = event.workflow_execution_started_event_attributes.input.payloads
                 parent = (await self.temporal.data_converter.decode(payloads[:1], [pb.JobRequest]))[0]
                 break
             if parent is None:
-                raise KeyError(f"no such job: {self.parent_job_id} (the job this task belongs to)")
-            parent.job_id = parent.job_id or self.parent_job_id
+                raise KeyError(f"no such job: {parent_id} (the job this task belongs to)")
+            parent.job_id = parent.job_id or parent_id
             env = dict(parent.env)
             if parent.launch_blob:
                 launch = pb.Launch.FromString(await asyncio.to_thread(self.blobs.get, parent.launch_blob))
                 env = dict(launch.env)
-            self._parent = (parent, env)
-        return self._parent
+            while len(self._parents) >= 1000:  # the API's client serves many tasks' jobs: keep the latest
+                self._parents.pop(next(iter(self._parents)))
+            self._parents[parent_id] = (parent, env)
+        return self._parents[parent_id]
 
     async def _start(
         self, req: pb.JobRequest, payload: bytes | None = None, bundle: tuple[str, bytes] | None = None,
-        given: frozenset[str] = frozenset(), if_exists: IfExists = IfExists.NEW,
+        given: frozenset[str] = frozenset(), if_exists: IfExists = IfExists.NEW, parent: str | None = None,
     ) -> str:
+        """Start the job; `parent` (default: this client's task's job) makes it a child of that job."""
+        parent = self.parent_job_id if parent is None else parent
         if req.after:  # every job it waits for exists, before anything is uploaded or started
             await check_dependencies(self.temporal, list(req.after))
         if self.user:  # the authenticated identity (mTLS subject, API key subject) over $USER
             req.user = self.user
-        if self.parent_job_id:  # submitted from a task: a child of its job (iris/client/child_jobs.py)
-            inherit(req, *await self._parent_request(), given)
+        if parent:  # submitted from a task: a child of its job (iris/client/child_jobs.py)
+            inherit(req, *await self._parent_request(parent), given)
         req.namespace = req.namespace or req.user
         job_id = child_job_id(req.parent_job_id, make_job_id(req.name))
         named = None

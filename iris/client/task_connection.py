@@ -1,6 +1,7 @@
 """What a task needs in its environment to reach its own cluster: `IrisClient.connect()` with no arguments.
 
-The worker agent adds these variables to every task's environment: the Temporal address and
+In team mode (the agent's `--task-api`), a task gets only the Iris API's address and its job's token
+(`task_api_env`). Otherwise the worker agent adds these variables to every task's environment: the Temporal address and
 namespace, TLS material and the API key *by reference* (file paths: a secret never sits inline in
 a task's environment, where `/proc/<pid>/environ`, logs and bug reports would show it), the codec
 key by reference when the cluster encrypts, and the store's URL. A secret the agent itself was given
@@ -17,7 +18,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from iris.connection import ENV_PREFIX, TemporalSettings
+from iris.connection import ENV_PREFIX, TemporalSettings, is_api_url
 from worker_agent.encryption import KEY_ENV, KEY_FILE_ENV
 
 ADDRESS_ENV = f"{ENV_PREFIX}ADDRESS"
@@ -65,6 +66,15 @@ def task_cluster_env(
     elif env.get(KEY_ENV):
         out[KEY_FILE_ENV] = str(_secret_file(secrets_dir, "codec-key", env[KEY_ENV].strip()))
     return out
+
+
+def task_api_env(api_url: str) -> dict[str, str]:
+    """Team mode: a task gets the Iris API's address and nothing that opens Temporal (no address, TLS files,
+    API key, codec key or store); the agent adds its job's token file to each attempt (worker_agent/task_token.py).
+    """
+    if not is_api_url(api_url):
+        raise ValueError(f"--task-api: the Iris API's URL (http://HOST:PORT), got {api_url!r}")
+    return {ADDRESS_ENV: api_url}
 
 
 def referenced_files(cluster_env: Mapping[str, str]) -> list[str]:

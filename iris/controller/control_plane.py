@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import signal
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 import structlog
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -29,6 +31,7 @@ from activities.contracts import (
     CONFIGURE_SHARING,
     CONTROL_TASK_QUEUE,
     JOB_STATE_ATTRIBUTE,
+    JOB_USER_ATTRIBUTE,
     KIND_ATTRIBUTE,
     SCHEDULER_KIND,
     SCHEDULER_WORKFLOW_ID,
@@ -225,9 +228,12 @@ async def serve(
         )
         await health.start()
     dashboard = None
-    gate = await team_gate(client, config)  # team mode: the dashboard's port serves the Iris API (iris/auth)
+    gate = await team_gate(client, config, store_url)  # team mode: the dashboard's port serves the Iris API (iris/auth)
     if gate is not None and dashboard_port is None:
         raise ValueError("auth: team mode serves the Iris API on the dashboard's port; give --dashboard-port")
+    if gate is not None:  # the local platform's agents are this process's children: their tasks reach this API
+        host = "127.0.0.1" if dashboard_host in ("0.0.0.0", "::", "") else dashboard_host
+        os.environ.setdefault("IRIS_TASK_API", f"http://{host}:{dashboard_port}")
     if dashboard_port is not None:
         ui = TemporalUI(temporal_ui_url or default_ui_url(str(settings.address)), client.namespace)
         dashboard = DashboardServer(Dashboard(client, ui, store_url, gate=gate), dashboard_port, dashboard_host)
@@ -244,18 +250,43 @@ async def serve(
             await health.stop()
 
 
-async def team_gate(client: Client, config: ClusterConfig | None) -> Gate | None:
-    """In team mode (`auth: tokens`), the credential checks the Iris API and the dashboard share; else None."""
+async def team_gate(client: Client, config: ClusterConfig | None, store_url: str) -> Gate | None:
+    """In team mode (`auth: tokens`), the credential checks the Iris API and the dashboard share; else None.
+
+    Its tasks' tokens are checked against the key in the store (made here if it has none: the agents
+    read it to mint them, worker_agent/task_token.py).
+    """
     if config is None or not config.auth.team:
         return None
     from iris.auth.store import Directory
-    from iris.auth.verify import OidcVerifier, TokenVerifier, Verifier, Verifiers
+    from iris.auth.verify import OidcVerifier, TaskTokenVerifier, TokenVerifier, Verifier, Verifiers
+    from worker_agent.object_store import open_blob_store
+    from worker_agent.task_token import ensure_key
 
+    blobs = open_blob_store(store_url)
+    await asyncio.to_thread(ensure_key, blobs)
     directory = Directory(client)
-    chain: list[Verifier] = [TokenVerifier(directory)]
+    tasks = TaskTokenVerifier(lambda: ensure_key(blobs), job_running(client))
+    chain: list[Verifier] = [TokenVerifier(directory), tasks]
     if config.auth.oidc is not None:
         chain.append(OidcVerifier(config.auth.oidc.issuer, config.auth.oidc.audience, directory))
     return Gate(Verifiers(tuple(chain)), directory)
+
+
+def job_running(client: Client) -> Callable[[str], Awaitable[tuple[str, bool]]]:
+    """(user, running) of a job, from one describe: its `IrisUser` (a child's is its root's) and status."""
+
+    async def state(job_id: str) -> tuple[str, bool]:
+        try:
+            desc = await client.get_workflow_handle(job_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise KeyError(job_id) from None
+            raise
+        user = desc.typed_search_attributes.get(SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)) or ""
+        return user, desc.status == WorkflowExecutionStatus.RUNNING
+
+    return state
 
 
 class ControllerProbe:

@@ -199,7 +199,8 @@ class LocalCluster:
                 raise ValueError(
                     f"worker_id: worker {spec.worker_id!r} is already running (pid {state['pids'][name]})"
                 )
-            argv = worker_command(spec, address=state["address"], store_url=state["store_url"])
+            argv = worker_command(spec, address=state["address"], store_url=state["store_url"],
+                                  task_api=_task_api(state))  # fmt: skip
             self.record.spawn(state, name, argv, worker_id=spec.worker_id)
             if spec.worker_id not in state["worker_ids"]:
                 state["worker_ids"].append(spec.worker_id)
@@ -319,7 +320,8 @@ class LocalCluster:
             self.record.spawn(state, CONTROLLER, argv)
         if "workers" in components:
             for spec in config.local_workers():
-                argv = worker_command(spec, address=state["address"], store_url=state["store_url"])
+                argv = worker_command(spec, address=state["address"], store_url=state["store_url"],
+                                      task_api=_task_api(state))  # fmt: skip
                 self.record.spawn(state, worker_process_name(spec.worker_id), argv, worker_id=spec.worker_id)
                 state["worker_ids"].append(spec.worker_id)
         if supervise:
@@ -389,3 +391,8 @@ def ensure_running(home: Path | str | None = None, config: ClusterConfig | None 
     A recorded cluster comes back with its recorded config, never the default.
     """
     return LocalCluster(home).up(config, supervise=True)
+
+
+def _task_api(state: Mapping[str, Any]) -> str:
+    """In team mode, the Iris API the workers' tasks reach with their job's token (the controller's); else ""."""
+    return str(state.get("dashboard_url", "")) if state.get("auth", "none") != "none" else ""

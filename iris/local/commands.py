@@ -136,9 +136,12 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
     return document
 
 
-def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
-    """`iris worker serve` for one local worker: the command the local platform starts its slice hosts with."""
-    return worker_argv(
+def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str, task_api: str = "") -> list[str]:
+    """`iris worker serve` for one local worker: the command the local platform starts its slice hosts with.
+
+    `task_api` (team mode: the controller's Iris API) is what its tasks reach instead of Temporal.
+    """
+    return [*worker_argv(
         worker_id=spec.worker_id,
         control=ControlPlaneAddress(temporal_address=address, namespace="default", store_url=store_url),
         cpu_millis=spec.cpu_millis,
@@ -148,7 +151,7 @@ def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> li
         gpus=spec.gpus,
         tpus=spec.tpus,
         image=spec.image,
-    )
+    ), *(["--task-api", task_api] if task_api else [])]
 
 
 def supervisor_command(home: Path) -> list[str]:

@@ -6,6 +6,7 @@ One small cluster (`auth: tokens`, two workers) for the module; users `ana` and 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -140,6 +141,65 @@ def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
         team.clients["bob"].fetch_task_logs(child_id, 0)
     team.clients["ana"].terminate(child_id)
     assert team.clients["ana"].job(child_id).wait(timeout=60, raise_on_failure=False).done
+
+
+def _what_a_task_holds() -> dict[str, str]:
+    """Runs in a task: the connection settings it was given, its token, and who the Iris API says it is."""
+    import json
+    import os
+    import urllib.request
+    from pathlib import Path
+
+    held = {k: v for k, v in os.environ.items() if k.startswith(("IRIS_TEMPORAL_", "IRIS_TOKEN", "IRIS_CODEC"))}
+    held["IRIS_STORE"] = os.environ.get("IRIS_STORE", "")
+    token = Path(os.environ["IRIS_TOKEN_FILE"]).read_text().strip()
+    request = urllib.request.Request(os.environ["IRIS_TEMPORAL_ADDRESS"] + "/api/v1/whoami",
+                                     headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        held["whoami"] = json.dumps(json.loads(answer.read()), sort_keys=True)
+    held["token"] = token
+    return held
+
+
+def test_a_task_holds_its_jobs_token_and_nothing_that_opens_temporal(team: Team) -> None:
+    """A task of ana's gets the Iris API's address and a token for its job (acting as ana, while the job runs),
+    no Temporal address, TLS file, API key, codec key or store; the token dies with the job; one forged for
+    another job is refused."""
+    job = team.clients["ana"].submit(_what_a_task_holds, name="holder", resources=SMALL)
+    assert JobState.SUCCEEDED == job.wait(timeout=90).state
+    held = job.results()[0]
+    token = held.pop("token")
+    assert {"name": "ana", "role": "user", "via": "task"} == json.loads(held.pop("whoami"))
+    assert {"IRIS_TEMPORAL_ADDRESS": team.url, "IRIS_TOKEN_FILE": held["IRIS_TOKEN_FILE"], "IRIS_STORE": ""} == held
+    assert token.startswith("iris-task:") and not Path(held["IRIS_TOKEN_FILE"]).exists()  # gone with its attempt
+
+    def refused(token: str) -> bool:
+        request = urllib.request.Request(team.url + "/api/v1/whoami",
+                                         headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+        except urllib.error.HTTPError as err:
+            return 401 == err.code
+        return False
+
+    wait_until(lambda: refused(token), timeout=10, what="the ended job's task token refused")
+    _, encoded, mac = token.split(":")
+    another = base64.urlsafe_b64encode(f"{job.job_id}-other".encode()).decode().rstrip("=")
+    assert refused(f"iris-task:{another}:{mac}")  # the same MAC for another job
+    assert refused(f"iris-task:{encoded}:{'0' * 64}")
+    credits = team.clients["ana"].submit(_try_credits, name="credits", resources=SMALL)
+    assert JobState.SUCCEEDED == credits.wait(timeout=90).state
+    assert ["refused"] == credits.results()
+
+
+def _try_credits() -> str:
+    """Runs in a task: whether its token may set credits (an admin's action)."""
+    with IrisClient.connect() as client:
+        try:
+            client.set_credits("ana", 10**6)
+        except PermissionDeniedError:
+            return "refused"
+    return "allowed"
 
 
 def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
