@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pytest
 
+from workflows import autoscaler_pace as pace
 from workflows import job_lifecycle as job
 from workflows import scheduler_phase as phase
 from workflows import task_lifecycle as task
 from workflows import worker_lifecycle as worker
+from workflows.autoscaler_pace import AutoscalerPace, PlanOutcome
 from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
 from workflows.lifecycle import InvalidTransition, Step
 from workflows.scheduler_phase import SchedulerEffect, SchedulerEvent, SchedulerPhase
@@ -210,3 +213,35 @@ def test_the_state_is_packed_before_it_is_let_go() -> None:
     assert (SchedulerPhase.CLOSING, (SchedulerEffect.PACK,)) == (closing.next, closing.effects)
     with pytest.raises(InvalidTransition):
         phase.transition(SchedulerPhase.SERVING, SchedulerEvent.LET_GO)
+
+
+# -- the autoscaler's pace (workflows/autoscaler_pace.py)
+
+
+def test_every_pace_is_reachable_and_each_outcome_sets_one_pace_from_anywhere() -> None:
+    assert set(AutoscalerPace) == _reachable(pace.TRANSITIONS, AutoscalerPace.BUSY)
+    for outcome in PlanOutcome:
+        assert len({pace.transition(current, outcome).next for current in AutoscalerPace}) == 1, outcome
+
+
+@pytest.mark.parametrize(
+    ("acted", "moving", "may_change", "expected"),
+    [
+        (True, True, True, AutoscalerPace.BUSY),  # it acted: look again soon, whatever else holds
+        (False, True, False, AutoscalerPace.BUSY),  # a slice boots or drains
+        (False, False, True, AutoscalerPace.WATCHING),  # a slice may go idle, or a spare be taken, unannounced
+        (False, False, False, AutoscalerPace.IDLE),  # only a signal can bring news
+    ],
+)
+def test_the_pace_follows_what_the_last_plan_saw(acted: bool, moving: bool, may_change: bool,
+                                                 expected: AutoscalerPace) -> None:  # fmt: skip
+    for current in AutoscalerPace:
+        assert expected == pace.transition(current, pace.outcome(acted, moving, may_change)).next
+
+
+@pytest.mark.parametrize("scan", [0.5, 1.0, 2.0, 5.0, 30.0, 120.0])
+def test_a_busier_pace_never_looks_less_often(scan: float) -> None:
+    interval = timedelta(seconds=scan)
+    busy, watching, idle = (pace.tick(p, interval) for p in AutoscalerPace)
+    assert busy <= watching == interval <= idle
+    assert busy <= pace.BUSY_TICK and idle >= pace.IDLE_TICK

@@ -16,7 +16,7 @@ scale_up_delay ending). It looks every `scan_interval` only while something may
 change unannounced: READY slices with work (to see them go idle) in a group that
 may shrink, and idle slices of a group that keeps `buffer_slices` (to see a job
 take one); every BUSY_TICK while slices boot or drain; otherwise IDLE_TICK, a
-backstop of minutes.
+backstop of minutes: the pace, a table of its own (autoscaler_pace).
 
 State lives in one dataclass handed whole to continue-as-new.
 """
@@ -57,6 +57,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from scheduler.spot import FallbackRecord  # noqa: F401 - GroupRuntime's field, decoded through the sandbox
     from workflows.autoscaler_capacity import group_policy, note_lost, slice_capacity
+    from workflows.autoscaler_pace import AutoscalerPace
+    from workflows.autoscaler_pace import outcome as plan_outcome
+    from workflows.autoscaler_pace import tick as pace_tick
+    from workflows.autoscaler_pace import transition as pace_transition
     from workflows.autoscaler_state import (
         AutoscalerConfig,
         AutoscalerState,
@@ -69,8 +73,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.slice_lifecycle import SliceState
     from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
-BUSY_TICK = timedelta(seconds=2)  # while slices are on their way or going, or the last plan acted
-IDLE_TICK = timedelta(minutes=1)  # nothing to watch: a backstop only (the scheduler wakes it for new demand)
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
 GONE = (SliceState.FAILED, SliceState.TERMINATED)
@@ -82,8 +84,7 @@ class AutoscalerWorkflow:
     def __init__(self, state: AutoscalerState | None = None) -> None:
         self.state = state or AutoscalerState()
         self._wake = False
-        self._busy = True
-        self._watching = False  # slices may change unannounced (see the module docstring)
+        self._pace = AutoscalerPace.BUSY  # how often it looks (workflows/autoscaler_pace.py)
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
         self._headroom_told: list[list[Any]] | None = None  # what the scheduler was last told (again after a new run)
 
@@ -125,13 +126,11 @@ class AutoscalerWorkflow:
     # -- one tick ---------------------------------------------------------------------------------
 
     def _tick(self, config: AutoscalerConfig | None) -> timedelta | None:
-        """How long to wait for a signal before the next look: BUSY_TICK while slices come and go, the scan
-        interval while slices may change unannounced, IDLE_TICK otherwise; sooner when the last plan has a
-        deadline (an idle slice's scale_down_delay, a backoff ending)."""
+        """How long to wait for a signal before the next look: the pace's tick (autoscaler_pace.tick), sooner
+        when the last plan has a deadline (an idle slice's scale_down_delay, a backoff ending)."""
         if config is None or not config.groups:
             return None  # no scale group, no timer: an autoscaler with nothing to scale writes no history
-        scan = timedelta(seconds=config.scan_interval_seconds)
-        tick = min(BUSY_TICK, scan) if self._busy else scan if self._watching else max(scan, IDLE_TICK)
+        tick = pace_tick(self._pace, timedelta(seconds=config.scan_interval_seconds))
         if self._recheck_after is not None:
             tick = min(tick, timedelta(seconds=self._recheck_after))
         return tick
@@ -177,10 +176,12 @@ class AutoscalerWorkflow:
                 started.append(await self._start_slice(config, group))
             if any(started):
                 self._decided(group_name, f"scaled up: started {', '.join(s for s in started if s)} for pending work")
-        self._busy = bool(plan.create or plan.remove) or any(
-            s.state != SliceState.READY for s in self.state.slices.values()
+        saw = plan_outcome(
+            acted=bool(plan.create or plan.remove),
+            slices_moving=any(s.state != SliceState.READY for s in self.state.slices.values()),
+            may_change=self._slices_may_change(config),
         )
-        self._watching = self._slices_may_change(config)
+        self._pace = pace_transition(self._pace, saw).next
 
     def _slices_may_change(self, config: AutoscalerConfig) -> bool:
         """Whether a slice may change in a way no signal announces: a READY slice with work may go idle (its

@@ -22,7 +22,6 @@ import aiohttp
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.submission import build_request, command_argv, resolve_user
-from iris.connection import is_api_url
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
 from worker_agent.task_token import TOKEN_FILE_ENV
