@@ -102,7 +102,7 @@ def fake_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def controller_command(*, address: str, store_url: str) -> list[str]:
         return [sys.executable, str(script), address, "2"]
 
-    def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str) -> list[str]:
+    def worker_command(spec: LocalWorkerSpec, *, address: str, store_url: str, task_api: str = "") -> list[str]:
         return [sys.executable, "-c", FAKE_WORKER, spec.worker_id]
 
     monkeypatch.setattr(local_cluster, "controller_command", controller_command)

@@ -120,17 +120,20 @@ def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[l
         if now <= lease.deadline:
             alive.add(lease.pgid)
             continue
+        # Marked before the kill: whoever reaps the group's exit (the agent's wait, at once) must find why
+        # it died; marked after, a CI run saw the exit first and reported a plain SIGKILL.
+        marker = path.with_name(path.name + FENCED_SUFFIX)
+        first = not marker.exists()
+        if first:
+            with contextlib.suppress(OSError):
+                marker.touch()
+            killed.append(lease.pgid)
         # Again on every tick while anything of it is left (a leader its frozen agent has not reaped
         # stays a zombie); reported once.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(lease.pgid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):  # a container's init, led group or not
             os.kill(lease.pgid, signal.SIGKILL)
-        marker = path.with_name(path.name + FENCED_SUFFIX)
-        if not marker.exists():
-            with contextlib.suppress(OSError):
-                marker.touch()
-            killed.append(lease.pgid)
     return killed, alive
 
 
