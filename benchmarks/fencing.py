@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import itertools
 import os
 import random
 import signal
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.attempt_records import ends, gaps, overlaps, spans
 from benchmarks.chaos import GANG_SLICES, chaos_config
 from benchmarks.partition import PartitionableAgent
 from iris.client.iris_client import IrisClient, Job
@@ -192,27 +192,12 @@ class FencingRun:
 
     def _check(self) -> None:
         for path in sorted(self.runs.iterdir()):
-            spans: dict[str, dict[str, list[float]]] = defaultdict(dict)
-            ends: dict[str, int] = defaultdict(int)
-            for line in path.read_text().splitlines():
-                parts = line.split()
-                if len(parts) != 5:
-                    continue  # a record cut short by a SIGKILL
-                task, attempt, _, what, at = parts
-                span = spans[task].setdefault(attempt, [float(at), float(at)])
-                span[0], span[1] = min(span[0], float(at)), max(span[1], float(at))
-                ends[task] += what == "end"
-            for task, attempts in spans.items():
-                ordered = sorted(attempts.items(), key=lambda item: item[1][0])
-                for (a, (_, a_end)), (b, (b_start, _)) in itertools.pairwise(ordered):
-                    if b_start <= a_end:
-                        self.report.overlaps.append(f"{task}: attempt {a} until {a_end:.3f}, {b} from {b_start:.3f}")
-                    else:
-                        self.report.replacements.append(b_start - a_end)
-                if not ends[task]:
-                    self.report.lost.append(f"{task}: never ended")
-                # A task that ended while its agent was frozen, its result lost with it, runs again: not at once.
-                self.report.reruns += max(0, ends[task] - 1)
+            self.report.overlaps.extend(overlaps(path))
+            self.report.replacements.extend(gaps(path))
+            ended = ends(path)
+            self.report.lost.extend(f"{task}: never ended" for task in spans(path) if not ended.get(task))
+            # A task that ended while its agent was frozen, its result lost with it, runs again: not at once.
+            self.report.reruns += sum(max(0, count - 1) for count in ended.values())
 
     def _down(self) -> None:
         for cut in self.cut_agents:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.attempt_records import ends, first_worker, overlaps, spans
 from benchmarks.partition import PartitionableAgent
 from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
 from iris.config.cluster_file import LocalWorkerSpec
-from tests.attempt_records import ends, first_worker, overlaps, spans
 from workflows.task_workflow import HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, wait_until

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.attempt_records import ends, first_worker, overlaps, spans
 from benchmarks.engines import PYTHON_IMAGE
 from iris import Constraint, CoschedulingConfig, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config.cluster_file import LocalWorkerSpec, Runtime
 from iris.local.cluster import LocalCluster
-from tests.attempt_records import ends, first_worker, overlaps, spans
 from tests.support import Cluster, lines, wait_until
 from worker_agent.runtimes.base import LABEL_JOB_ID
 
