@@ -92,10 +92,7 @@ from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_access import RunningTasks, TaskAccess
 from worker_agent.task_area import TaskArea, stage_runner_code
 from worker_agent.task_runner import read_task_error, task_runner_argv
-from worker_agent.task_token import TOKEN_FILE_ENV
-from worker_agent.task_token import TOKEN_FILE_NAME as TASK_TOKEN_FILE
-from worker_agent.task_token import mint as mint_task_token
-from worker_agent.task_token import read_key as read_task_key
+from worker_agent.task_token import TOKEN_FILE_ENV, TaskTokens
 from worker_agent.tpu_metadata import metadata_server_configured
 from worker_agent.usage import TaskUsage, sampling
 
@@ -217,6 +214,7 @@ class WorkerAgent:
         self.session = uuid.uuid4().hex
         self.instance = uuid.uuid4().hex[:16]  # this process: names its session queue and its pollers
         self.blobs = open_blob_store(config.store_url)
+        self._task_tokens = TaskTokens(self.blobs)  # team mode: each attempt's token for the Iris API
         self.logs = open_log_store(config.store_url.rstrip("/") + "/logs")
         self.state_lock = AgentStateLock(config.state_dir)
         self.task_root = config.task_dir or default_task_dir(config.state_dir)
@@ -241,7 +239,6 @@ class WorkerAgent:
         # The host's preemption notice (worker_agent.preemption), once one came: every attempt then
         # running is stopped and reported as preempted; none starts after it.
         self.notice: Notice | None = None
-        self._task_key: bytes | None = None  # team mode: the control plane's key for tasks' tokens
         self._notice_files: dict[tuple[str, int, int], Path] = {}  # attempt -> its IRIS_PREEMPTION_NOTICE_FILE
         self._preempted: dict[tuple[str, int, int], str] = {}  # attempt -> why it was stopped
         self._stopping: set[asyncio.Task[Any]] = set()
@@ -600,7 +597,7 @@ class WorkerAgent:
                 await asyncio.to_thread(make_local, checkpoints)
             if self.config.task_api:  # team mode: the task holds its job's token for the API, nothing for Temporal
                 step = "cannot give the task its token"
-                env[TOKEN_FILE_ENV] = str(await asyncio.to_thread(self._write_task_token, area, inp.job_id))
+                env[TOKEN_FILE_ENV] = str(await asyncio.to_thread(self._task_tokens.write, area.path, inp.job_id))
             step = "cannot open the task's log"
             writer = self.logs.open_writer(inp.job_id, inp.task_index, inp.attempt)
         except (StorageError, OSError, zipfile.BadZipFile) as err:
@@ -674,16 +671,6 @@ class WorkerAgent:
             why = ended.reason or (f"exit code {code}" if code > 0 else f"killed by signal {-code}")
             return RunTaskResult(exit_code=code or -1, error=f"the job's setup failed ({why}): {script[:200]}")
         return ended
-
-    def _write_task_token(self, area: TaskArea, job_id: str) -> Path:
-        """The job's task token in the attempt's area (0600; the area is the task user's once it runs)."""
-        if self._task_key is None:
-            self._task_key = read_task_key(self.blobs)
-        path = area.path / TASK_TOKEN_FILE
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(mint_task_token(self._task_key, job_id))
-        return path
 
     async def _runner_code(self) -> str | None:
         """For container runtimes, the task runner's code staged under the task root (once)."""
@@ -788,10 +775,8 @@ class WorkerAgent:
 
 
 def _delivered_late() -> float | None:
-    """Seconds since the server started this activity, if more than its heartbeat timeout (else None).
-
-    Past that, the server has timed the attempt out already: nothing this agent does counts.
-    """
+    """Seconds since the server started this activity, if more than its heartbeat timeout (else None): past
+    that, the server has timed the attempt out already, and nothing this agent does counts."""
     info = activity.info()
     timeout = info.heartbeat_timeout
     if not timeout or info.started_time is None:

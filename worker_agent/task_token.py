@@ -18,7 +18,9 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import secrets
+from pathlib import Path
 from typing import Final
 
 from worker_agent.blob_files import BlobNotFoundError, StorageError
@@ -84,7 +86,29 @@ def ensure_key(blobs: Blobs) -> bytes:
         return read_key(blobs)
 
 
+class TaskTokens:
+    """An agent's side: the key read once from the store, and each attempt's token written where its task reads it."""
+
+    def __init__(self, blobs: Blobs) -> None:
+        self._blobs = blobs
+        self._key: bytes | None = None
+
+    def write(self, directory: Path, job_id: str) -> Path:
+        """The job's token in `directory/TOKEN_FILE_NAME`, mode 0600 (the attempt's area: its task user's once it runs).
+
+        TaskTokenKeyMissingError (a StorageError) when no team-mode controller has made the key yet.
+        """
+        if self._key is None:
+            self._key = read_key(self._blobs)
+        path = directory / TOKEN_FILE_NAME
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(mint(self._key, job_id))
+        return path
+
+
 __all__ = [
-    "KEY_BLOB", "PREFIX", "TOKEN_FILE_ENV", "TOKEN_FILE_NAME", "TaskTokenKeyMissingError", "ensure_key", "job_of",
+    "KEY_BLOB", "PREFIX", "TOKEN_FILE_ENV", "TOKEN_FILE_NAME", "TaskTokenKeyMissingError", "TaskTokens", "ensure_key",
+    "job_of",
     "looks_like_task_token", "mint", "read_key",
 ]  # fmt: skip
