@@ -83,6 +83,24 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def logged(path: Path, event: str) -> int:
+    """How many of a daemon's log lines (structlog, one JSON object each) record `event`."""
+    needle = f'"event": "{event}"'
+    return sum(needle in line for line in lines(path))
+
+
+def holds_throughout(predicate: Callable[[], object], seconds: float, interval: float = 0.2, what: str = "") -> None:
+    """`predicate` holds at every poll for `seconds`, else AssertionError at the first poll it fails.
+
+    For a test whose premise is a span of time (a server away for 15 s): "nothing went wrong" is watched
+    the whole time, not checked once after a sleep.
+    """
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        assert predicate(), f"stopped holding after {time.monotonic() - began:.1f} s: {what or predicate}"
+        time.sleep(interval)
+
+
 def proc_stat(pid: int) -> tuple[str, int] | None:
     """(state, process group) of `pid` from /proc, or None if it is gone."""
     try:

@@ -42,6 +42,7 @@ from iris.client.child_jobs import child_job_id, inherit
 from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.job_control import IfExists, check_dependencies, parse_if_exists, start_memo
+from iris.client.job_lookup import describe_job
 from iris.client.status_reads import (
     _connect_reason,
     _failed_job_status,
@@ -335,12 +336,7 @@ class AsyncIrisClient(ClusterReads):
 
     async def visible_status(self, job_id: str) -> JobStatus:
         """The job as visibility holds it (one describe call, no workflow queried); no task table."""
-        try:
-            desc = await self.temporal.get_workflow_handle(job_id).describe()
-        except RPCError as err:
-            if "not found" in str(err).lower():
-                raise KeyError(f"no such job: {job_id}") from None
-            raise
+        desc = await describe_job(self.temporal, job_id)
         status = _visible_status(job_id, await desc.memo(), desc.typed_search_attributes, desc.start_time.timestamp())
         return await self._placed_in_queue(status)
 
@@ -455,16 +451,7 @@ class AsyncIrisClient(ClusterReads):
 
     async def _require_job(self, job_id: str) -> None:
         """KeyError unless `job_id` names a job (not the scheduler, a task or a worker workflow)."""
-        if not isinstance(job_id, str) or not job_id or "\0" in job_id:
-            raise KeyError(f"no such job: {job_id!r}")
-        try:
-            desc = await self.temporal.get_workflow_handle(job_id).describe()
-        except RPCError as err:
-            if "not found" in str(err).lower():
-                raise KeyError(f"no such job: {job_id}") from None
-            raise
-        if desc.workflow_type != JobWorkflow.__name__:
-            raise KeyError(f"no such job: {job_id} (it is Iris's {desc.workflow_type}, not a job)")
+        await describe_job(self.temporal, job_id)
 
     async def terminate(self, job_id: str, reason: str = "killed by user") -> bool:
         """Stop the job and every unfinished job below it; False if none of them still ran. KeyError if unknown.

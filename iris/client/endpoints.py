@@ -7,8 +7,8 @@ resolving a service's address must not become queries against the job or the sch
 from __future__ import annotations
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
 
+from iris.client.job_lookup import describe_job
 from workflows.visibility import JobView
 
 
@@ -17,12 +17,7 @@ async def job_endpoints(temporal: Client, job_id: str) -> dict[str, dict[int, st
 
     KeyError for an unknown job.
     """
-    try:
-        desc = await temporal.get_workflow_handle(job_id).describe()
-    except RPCError as err:
-        if "not found" in str(err).lower():
-            raise KeyError(f"no such job: {job_id}") from None
-        raise
+    desc = await describe_job(temporal, job_id)
     if desc.status != WorkflowExecutionStatus.RUNNING:
         return {}  # ended (even if terminated from outside, when its memo could not be cleared)
     view = JobView.from_memo(await desc.memo())

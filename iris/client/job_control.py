@@ -13,9 +13,9 @@ from enum import StrEnum
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from activities.proto import cluster_pb2 as pb
+from iris.client.job_lookup import describe_job
 from workflows.job_dependencies import waiting_reason
 from workflows.visibility import initial_job_view
 
@@ -106,10 +106,6 @@ async def check_dependencies(temporal: Client, ids: Sequence[str]) -> None:
     """ValueError naming the first id in `ids` that is not a job (nothing is started then)."""
     for i, job_id in enumerate(ids):
         try:
-            desc = await temporal.get_workflow_handle(job_id).describe()
-        except RPCError as err:
-            if "not found" in str(err).lower():
-                raise ValueError(f"after[{i}]: no such job: {job_id}") from None
-            raise
-        if desc.workflow_type != "JobWorkflow":
-            raise ValueError(f"after[{i}]: {job_id} is not a job (it is Iris's {desc.workflow_type})")
+            await describe_job(temporal, job_id)
+        except KeyError as err:
+            raise ValueError(f"after[{i}]: {err.args[0]}") from None

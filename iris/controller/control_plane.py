@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -48,6 +48,7 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
 from iris.auth.api import Gate
+from iris.client.job_lookup import describe_job
 from iris.config.cluster_file import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.controller import observability
@@ -277,12 +278,7 @@ def job_running(client: Client) -> Callable[[str], Awaitable[tuple[str, bool]]]:
     """(user, running) of a job, from one describe: its `IrisUser` (a child's is its root's) and status."""
 
     async def state(job_id: str) -> tuple[str, bool]:
-        try:
-            desc = await client.get_workflow_handle(job_id).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise KeyError(job_id) from None
-            raise
+        desc = await describe_job(client, job_id)
         user = desc.typed_search_attributes.get(SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)) or ""
         return user, desc.status == WorkflowExecutionStatus.RUNNING
 

@@ -24,7 +24,7 @@ from iris import (
     TaskStatus,
     get_job_info,
 )
-from tests.support import replay_run
+from tests.support import holds_throughout, replay_run
 from worker_agent.lease_settings import LeaseSettings
 from workflows.fencing import fence_seconds
 from workflows.scheduler_carry import unpack
@@ -187,8 +187,8 @@ def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster: MakeC
     assert [JobState.PENDING] == [s for j in jobs if (s := j.status().state) != JobState.RUNNING]  # no room left
 
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
-    time.sleep(3.0)
-    assert ["controller", "worker-cpu-0", "worker-cpu-1"] == c.alive()  # nobody dies with the server
+    everyone = ["controller", "worker-cpu-0", "worker-cpu-1"]
+    holds_throughout(lambda: everyone == c.alive(), seconds=3.0, what="nobody dies with the server")
     down_at = time.monotonic()
     c.local.restart_process("temporal")
 
@@ -242,12 +242,12 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_clu
 
     assert c.local.kill_process("paused-0", signal.SIGCONT)
     wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
-    time.sleep(2.0)  # time for the polls it made before the pause to hand it stale tasks
-    assert [] == [line for line in lines(runs) if "paused-0" in line]
     full = c.client.submit_command(
         ["true"], resources=ResourceSpec(cpu=8, memory="100m"), constraints=[Constraint("role", "EQ", "paused")]
     )
     assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
+    # It has taken new work since it woke: whatever its polls from before the pause handed it came first.
+    assert [] == [line for line in lines(runs) if "paused-0" in line]
 
 
 async def _scheduler_runs(address: str) -> list[SchedulerState | None]:
