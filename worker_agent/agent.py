@@ -257,13 +257,15 @@ class WorkerAgent:
             self.config.worker_id, self.session, announced=True,
             task_queue=agent_session_queue(self.config.worker_id, self.instance),
         )  # fmt: skip
+        # Cleared before, not after: a session the server ends while the registration is under way (the
+        # server restarted and timed it out) must be noticed once registered, not after the silence limit.
+        self._session_lost.clear()
         refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout, stop)
         if refused is None:
             return False
         if refused:
             raise RegistrationRefused(next(iter(refused.values())))
         self._last_beat = loop.time()
-        self._session_lost.clear()
         self.log.info("worker_registered", session=self.session, attributes=self.config.attributes)
         return True
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ class Supervisor:
     def __init__(self, home: Path) -> None:
         self.cluster = LocalCluster(home)
         self.watches: dict[str, _Watch] = {}
-        self.stopping = False
+        self._stop = threading.Event()  # set by SIGTERM: the wait between passes ends at once, not after its poll
 
     def still_mine(self) -> bool:
         """Whether the cluster is up and this process is its recorded supervisor."""
@@ -86,13 +87,13 @@ class Supervisor:
     def run(self) -> None:
         """Supervise until the cluster goes down, this supervisor is replaced, or SIGTERM."""
         log.info("supervisor_started", home=str(self.cluster.home))
-        while not self.stopping and self.still_mine():
+        while not self._stop.is_set() and self.still_mine():
             self.pass_once(time.monotonic())
-            time.sleep(POLL_SECONDS)
+            self._stop.wait(POLL_SECONDS)
         log.info("supervisor_stopped")
 
     def stop(self, signum: int, frame: FrameType | None) -> None:
-        self.stopping = True
+        self._stop.set()
 
 
 def main(argv: list[str]) -> int:

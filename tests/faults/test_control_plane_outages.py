@@ -11,6 +11,7 @@ import time
 
 from iris import Constraint, JobState, ResourceSpec
 from tests.support import holds_throughout, logged
+from worker_agent.agent import SESSION_SILENCE_SECONDS
 from worker_agent.registration import ANSWER_WAIT_SECONDS
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
@@ -69,9 +70,15 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
     assert not pid_running(spare)  # within the 15 s: no SIGKILL needed
 
     c.local.restart_process("temporal")
+    back_at = time.monotonic()
+    wait_until(lambda: c.healthy("cpu-0") and c.healthy("cpu-1"), timeout=60, what="workers healthy again")
+    healthy_in = time.monotonic() - back_at
+    print(f"dev server back -> both agents healthy: {healthy_in:.1f} s")
+    # Their sessions ended with the outage (timed out once the server was back); each agent learns it from
+    # the server and registers again, not only after it has heard nothing for the silence limit.
+    assert healthy_in < SESSION_SILENCE_SECONDS
     status = c.client.wait(job.job_id, timeout=120)
     assert JobState.SUCCEEDED == status.state
-    wait_until(lambda: c.healthy("cpu-0") and c.healthy("cpu-1"), timeout=60, what="workers healthy again")
     assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
 
 
