@@ -257,8 +257,7 @@ class WorkerAgent:
             self.config.worker_id, self.session, announced=True,
             task_queue=agent_session_queue(self.config.worker_id, self.instance),
         )  # fmt: skip
-        # Cleared before, not after: a session the server ends while the registration is under way (the
-        # server restarted and timed it out) must be noticed once registered, not after the silence limit.
+        # Cleared before, not after: a session the server ends during the registration is then still lost.
         self._session_lost.clear()
         refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout, stop)
         if refused is None:
