@@ -158,6 +158,10 @@ class Preemption:
         self.team_by_job: dict[str, str] = {}
         self.borrowed = Borrowed()  # which running units are borrowed (scheduler.teams)
         self._rows_with_units: set[int] | None = None
+        # With teams, the rows a reclaim search looks at: the borrowed units' and, per team, its own and those.
+        self._borrowed_rows: set[int] = set()
+        self._jobs_of_team: dict[str, list[RunningJob]] = {}
+        self._team_rows: dict[str, set[int]] = {}
         self.has_units = bool(self.gangs_on_row or self.plain_on)
 
     def use_teams(self, teams: TeamPass) -> None:
@@ -168,11 +172,17 @@ class Preemption:
         self.team_by_job = team_by_job = {}
         gang_start: dict[str, float] = {}
         over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
+        jobs_of_team = self._jobs_of_team
         for job in self.share.running:
             tasks = job.tasks
             if not tasks:
                 continue
             team_by_job[job.job_id] = team = team_of(job.user)
+            found = jobs_of_team.get(team)
+            if found is None:
+                jobs_of_team[team] = [job]
+            else:
+                found.append(job)
             if team not in over:
                 if job.coscheduled:
                     gang_start[job.job_id] = 0.0
@@ -203,6 +213,17 @@ class Preemption:
                 if not gang.team:
                     gang.team = team = team_by_job.get(gang.job_id, "")
                     gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
+        row_of, rows = self.row_of, self._borrowed_rows
+        for team in over:
+            for job in jobs_of_team.get(team, ()):
+                if job.coscheduled or BAND_RANK[job.band] >= PRODUCTION_RANK:
+                    continue  # a gang's rows are added below; production is never a victim
+                for task in job.tasks:
+                    if task.worker_id in row_of and borrowed(team, job.job_id, task.started_at, task.task_index):
+                        rows.add(row_of[task.worker_id])
+        for row, gangs in self.gangs_on_row.items():
+            if any(gang.borrowed for gang in gangs):
+                rows.add(row)
 
     def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
         """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
@@ -237,6 +258,20 @@ class Preemption:
         units.sort(key=lambda u: u.order)
         self.on_row[row] = units
         return units
+
+    def search_rows(self) -> set[int]:
+        """The rows where the search under way may find a victim: every row with a unit; with teams, the
+        rows of the searching team's own units and of borrowed units (no other unit is eligible, `_eligible`)."""
+        if self.ctx is None or self.teams is None:
+            return self.rows_with_units()
+        team = self.ctx[0]
+        rows = self._team_rows.get(team)
+        if rows is None:  # the same all pass long (a superset once units are evicted)
+            row_of, jobs = self.row_of, self._jobs_of_team.get(team, ())
+            rows = {row_of[t.worker_id] for job in jobs for t in job.tasks if t.worker_id in row_of}
+            rows |= self._borrowed_rows
+            self._team_rows[team] = rows
+        return rows
 
     def rows_with_units(self) -> set[int]:
         """Every worker row that runs an evictable unit."""
@@ -395,6 +430,8 @@ class Preemption:
         self, group: GroupCandidate, request: Resources, need: int, rank: int
     ) -> tuple[Cost, list[Unit], dict[int, Extra]] | None:
         """Greedy-then-prune victim set that frees `need` fitting members of one group, or None."""
+        if self.ctx is not None and self.teams is not None and self.search_rows().isdisjoint(group.members):
+            return None  # no unit there the search may evict
         seen: dict[int, Unit] = {}
         for row in group.members:
             for unit in self.units_on(row):
@@ -462,7 +499,7 @@ class Preemption:
         heap = self.plain_heaps.get(memo)
         if heap is None:
             heap = self.plain_heaps[memo] = []
-            for row in self.rows_with_units() & feasible:
+            for row in self.search_rows() & feasible:
                 cost = self._row_cost(row, request, rank)
                 if cost is not None:
                     heap.append((cost[0], row))
