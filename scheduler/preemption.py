@@ -158,31 +158,31 @@ class Preemption:
         self.team_by_job: dict[str, str] = {}
         self.borrowed = Borrowed()  # which running units are borrowed (scheduler.teams)
         self._rows_with_units: set[int] | None = None
-        # With teams, the rows a reclaim search looks at: the borrowed units' and, per team, its own and those.
+        # With teams, where a reclaim search looks: each team's rows (those running its work), and the rows of
+        # the teams over their quota (the only ones with borrowed units); per searching team, its own and those.
+        self._rows_of_team: dict[str, set[int]] = {}
         self._borrowed_rows: set[int] = set()
-        self._jobs_of_team: dict[str, list[RunningJob]] = {}
-        self._team_rows: dict[str, set[int]] = {}
+        self._search_rows: dict[str, set[int]] = {}
         self.has_units = bool(self.gangs_on_row or self.plain_on)
 
     def use_teams(self, teams: TeamPass) -> None:
         """Account for teams: tag units with their team and mark the borrowed ones (oldest first within quota)."""
         self.teams = teams
         by_team: dict[str, list[Entry]] = {}
-        team_of = teams.team_of
+        team_of = teams.teams.team_of
         self.team_by_job = team_by_job = {}
         gang_start: dict[str, float] = {}
         over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
-        jobs_of_team = self._jobs_of_team
+        row_of, rows_of_team = self.row_of, self._rows_of_team
         for job in self.share.running:
             tasks = job.tasks
             if not tasks:
                 continue
             team_by_job[job.job_id] = team = team_of(job.user)
-            found = jobs_of_team.get(team)
-            if found is None:
-                jobs_of_team[team] = [job]
-            else:
-                found.append(job)
+            rows = rows_of_team.get(team)
+            if rows is None:
+                rows = rows_of_team[team] = set()
+            rows.update([row_of[t.worker_id] for t in tasks if t.worker_id in row_of])
             if team not in over:
                 if job.coscheduled:
                     gang_start[job.job_id] = 0.0
@@ -213,17 +213,7 @@ class Preemption:
                 if not gang.team:
                     gang.team = team = team_by_job.get(gang.job_id, "")
                     gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
-        row_of, rows = self.row_of, self._borrowed_rows
-        for team in over:
-            for job in jobs_of_team.get(team, ()):
-                if job.coscheduled or BAND_RANK[job.band] >= PRODUCTION_RANK:
-                    continue  # a gang's rows are added below; production is never a victim
-                for task in job.tasks:
-                    if task.worker_id in row_of and borrowed(team, job.job_id, task.started_at, task.task_index):
-                        rows.add(row_of[task.worker_id])
-        for row, gangs in self.gangs_on_row.items():
-            if any(gang.borrowed for gang in gangs):
-                rows.add(row)
+        self._borrowed_rows = set().union(*(rows_of_team[name] for name in over if name in rows_of_team))
 
     def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
         """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
@@ -248,12 +238,13 @@ class Preemption:
         units = list(self.gangs_on_row.get(row, ()))
         rates, now = self.share.policy.rates, self.share.now
         teams = self.teams is not None
+        cuts = self.borrowed.cuts  # a team with no cut has nothing borrowed
         for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
             lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
             unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
             if teams:  # its team, and whether it is borrowed (use_teams)
                 unit.team = team = self.team_by_job.get(job.job_id, "")
-                unit.borrowed = self.borrowed(team, job.job_id, task.started_at, task.task_index)
+                unit.borrowed = team in cuts and self.borrowed(team, job.job_id, task.started_at, task.task_index)
             units.append(unit)
         units.sort(key=lambda u: u.order)
         self.on_row[row] = units
@@ -265,12 +256,9 @@ class Preemption:
         if self.ctx is None or self.teams is None:
             return self.rows_with_units()
         team = self.ctx[0]
-        rows = self._team_rows.get(team)
+        rows = self._search_rows.get(team)
         if rows is None:  # the same all pass long (a superset once units are evicted)
-            row_of, jobs = self.row_of, self._jobs_of_team.get(team, ())
-            rows = {row_of[t.worker_id] for job in jobs for t in job.tasks if t.worker_id in row_of}
-            rows |= self._borrowed_rows
-            self._team_rows[team] = rows
+            rows = self._search_rows[team] = self._rows_of_team.get(team, set()) | self._borrowed_rows
         return rows
 
     def rows_with_units(self) -> set[int]:

@@ -208,10 +208,14 @@ class TeamPass:
         self.limit: dict[str, Vector | None] = {}
         for team in teams.teams:
             self._team(team.name)
+        team_of, by_team = teams.team_of, self.used
         for _, user, request, count in running:
-            used = self._team(teams.team_of(user))
-            for d, value in enumerate(vector(request)):
-                used[d] += value * count
+            name = team_of(user)
+            used = by_team.get(name) or self._team(name)
+            used[0] += request.cpu_millis * count
+            used[1] += request.memory_bytes * count
+            used[2] += request.gpus * count
+            used[3] += request.tpus * count
         cpu = mem = gpu = tpu = 0
         for w in workers:
             r = w.capacity if w.capacity is not None else w.free
