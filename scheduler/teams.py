@@ -245,8 +245,8 @@ class TeamPass:
 
     def within_quota(self, team: str, request: Resources, count: int) -> int:
         """How many of `count` tasks of `request` fit in the team's quota on top of what it uses."""
-        used, quota = self._team(team), self.quota[team]
-        return self._fit(used, quota, request, count)
+        used = self.used.get(team) or self._team(team)
+        return self._fit(used, self.quota[team], request, count)
 
     def _fit(self, used: Sequence[int], cap: Sequence[int], request: Resources, count: int) -> int:
         n = count
@@ -327,7 +327,7 @@ class TeamPass:
         """Count `count` tasks of `request` placed for the team (and, once borrowing started, the sums)."""
         if not count:
             return
-        used = self._team(team)
+        used = self.used.get(team) or self._team(team)
         walking = self.available is not None
         if walking:
             self._count(team, -1)
@@ -351,7 +351,7 @@ class TeamPass:
 
     def still_over(self, team: str, minus: Sequence[int]) -> bool:
         """Whether the team is over its quota even without `minus` (units chosen but not yet evicted)."""
-        used, quota = self._team(team), self.quota[team]
+        used, quota = self.used.get(team) or self._team(team), self.quota[team]
         return any(used[d] - minus[d] > quota[d] for d in self.dims)
 
 
