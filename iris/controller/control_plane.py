@@ -71,7 +71,6 @@ log = structlog.get_logger("iris.controller.control_plane")
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
-
 async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSettings | None = None) -> None:
     handle = await client.start_workflow(
         SchedulerWorkflow.run,
