@@ -39,7 +39,7 @@ from activities.proto import cluster_pb2 as pb
 from iris.client import idempotent, team_tables
 from iris.client.bundle import zip_bundle
 from iris.client.child_jobs import child_job_id, inherit
-from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads
+from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads, ask_scheduler
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.job_control import IfExists, check_dependencies, parse_if_exists, start_memo
 from iris.client.job_lookup import describe_job
@@ -116,10 +116,7 @@ class AsyncIrisClient(ClusterReads):
             raise ConnectionError(f"cannot reach Temporal at {settings.address}: {_connect_reason(err)}") from None
         await check_cluster_key(client)  # another key: one line now, not a job no controller can read
         if store is None:
-            summary = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                SUMMARY_QUERY, result_type=pb.ClusterSummary
-            )
-            store = summary.store_url
+            store = (await ask_scheduler(client, SUMMARY_QUERY, pb.ClusterSummary)).store_url
         user = settings.authenticated_user() or resolve_user(user)
         return cls(client, store, user=user, parent_job_id=task_parent(settings.address))
 

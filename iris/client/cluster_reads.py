@@ -40,38 +40,62 @@ _CONTROLLER_AWAY = frozenset({
 T = TypeVar("T")
 
 
+class SchedulerFailingError(RuntimeError):
+    """The scheduler's workflow task keeps failing: it answers nothing until someone acts (the message says why)."""
+
+
+async def ask_scheduler(temporal: Client, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS) -> T:
+    """Query the scheduler, asking again while the controller is away (restarting, stalled) for up to `budget` s.
+
+    A query is answered by the controller's workflow worker: right after a controller (or
+    server) restart there may be none for a few seconds, which is no reason to fail a read.
+    Each try waits at most QUERY_TIMEOUT; the last failure is raised once `budget` is spent.
+    A scheduler whose workflow task fails will not answer however long one waits: after a try
+    that got no answer, SchedulerFailingError with the failure's line, at once.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget
+    delay = 0.2
+    while True:
+        remaining = deadline - loop.time()
+        try:
+            return await asyncio.wait_for(
+                temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                    query, result_type=result_type,
+                    rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
+                ),
+                max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
+            )  # fmt: skip
+        except (RPCError, TimeoutError) as err:
+            transient = isinstance(err, TimeoutError) or err.status in _CONTROLLER_AWAY
+            if not transient:
+                raise
+            failing = await _failing(temporal)
+            if failing is not None:
+                raise SchedulerFailingError(failing) from None
+            if loop.time() + delay >= deadline:
+                raise
+            log.info("scheduler_not_answering", query=query, error=str(err), retry_in=delay)
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        delay = min(delay * 2, 2.0)
+
+
+async def _failing(temporal: Client) -> str | None:
+    """"scheduler workflow task failing: <error>", or None (also when Temporal cannot say)."""
+    try:
+        failure = await workflow_task_failure(temporal, SCHEDULER_WORKFLOW_ID)
+    except RPCError:
+        return None
+    return failing_line("scheduler", failure) if failure else None
+
+
 class ClusterReads:
     """What `AsyncIrisClient` asks of the scheduler and the fleet rather than of one job."""
 
     temporal: Client
 
     async def _ask_scheduler(self, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS) -> T:
-        """Query the scheduler, asking again while the controller is away (restarting, stalled) for up to `budget` s.
-
-        A query is answered by the controller's workflow worker: right after a controller (or
-        server) restart there may be none for a few seconds, which is no reason to fail a read.
-        Each try waits at most QUERY_TIMEOUT; the last failure is raised once `budget` is spent.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + budget
-        delay = 0.2
-        while True:
-            remaining = deadline - loop.time()
-            try:
-                return await asyncio.wait_for(
-                    self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                        query, result_type=result_type,
-                        rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
-                    ),
-                    max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
-                )  # fmt: skip
-            except (RPCError, TimeoutError) as err:
-                transient = isinstance(err, TimeoutError) or err.status in _CONTROLLER_AWAY
-                if not transient or loop.time() + delay >= deadline:
-                    raise
-                log.info("scheduler_not_answering", query=query, error=str(err), retry_in=delay)
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, 2.0)
+        return await ask_scheduler(self.temporal, query, result_type, budget)
 
     async def list_workers(self) -> list[WorkerStatus]:
         workers = await self._ask_scheduler(WORKERS_QUERY, pb.WorkerList)
@@ -117,8 +141,7 @@ class ClusterReads:
 
     async def scheduler_failure(self) -> str | None:
         """"scheduler workflow task failing: <error>" while the scheduler's workflow task fails, else None."""
-        failure = await workflow_task_failure(self.temporal, SCHEDULER_WORKFLOW_ID)
-        return failing_line("scheduler", failure) if failure else None
+        return await _failing(self.temporal)
 
     async def summary(self, budget: float = READ_RETRY_SECONDS) -> pb.ClusterSummary:
         """The scheduler's counts, asking for up to `budget` seconds while the controller is away."""
