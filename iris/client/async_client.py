@@ -42,7 +42,7 @@ from iris.client.child_jobs import child_job_id, inherit
 from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads, ask_scheduler
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.job_control import IfExists, check_dependencies, parse_if_exists, start_memo
-from iris.client.job_lookup import describe_job
+from iris.client.job_lookup import describe_job, is_missing
 from iris.client.status_reads import (
     _connect_reason,
     _failed_job_status,
@@ -243,7 +243,7 @@ class AsyncIrisClient(ClusterReads):
         try:
             st = await handle.query(JOB_STATUS_QUERY, result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
         except (RPCError, WorkflowQueryFailedError) as err:
-            if "not found" in str(err).lower() and isinstance(err, RPCError):
+            if isinstance(err, RPCError) and is_missing(err):
                 raise KeyError(f"no such job: {job_id}") from None
             await self._require_job(job_id)  # the scheduler, a task or a worker has no job_status query
             if isinstance(err, WorkflowQueryFailedError):
@@ -361,7 +361,7 @@ class AsyncIrisClient(ClusterReads):
                         final = _failed_job_status(err)
                         final = final or await self._raw_status(job_id)
                     except RPCError as err:
-                        if "not found" in str(err).lower():
+                        if is_missing(err):
                             raise KeyError(f"no such job: {job_id}") from None
                         if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
                             raise
@@ -464,7 +464,7 @@ class AsyncIrisClient(ClusterReads):
         except RPCError as err:
             if "already completed" in str(err):
                 return descendants > 0
-            if "not found" in str(err).lower():
+            if is_missing(err):
                 raise KeyError(f"no such job: {job_id}") from None
             raise
         return True
