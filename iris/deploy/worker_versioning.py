@@ -32,7 +32,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 from activities.contracts import CONTROL_DEPLOYMENT
-from worker_agent.backoff import Backoff
 
 log = structlog.get_logger("iris.deploy.worker_versioning")
 BUILD_ID_ENV = "IRIS_BUILD_ID"
@@ -130,7 +129,6 @@ async def promote(client: Client, build: str, timeout: float = 60.0) -> Promotio
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    backoff = Backoff(first=0.1, cap=0.5)  # the version appears within a second of the first poll: look soon
     while True:
         try:
             return await _promote_once(client, build)
@@ -138,7 +136,7 @@ async def promote(client: Client, build: str, timeout: float = 60.0) -> Promotio
             if loop.time() > deadline:
                 raise
             log.info("deployment_version_not_ready", build=build, error=str(err))
-            await asyncio.sleep(backoff.next())
+            await asyncio.sleep(0.5)
 
 
 async def _promote_once(client: Client, build: str) -> Promotion:
