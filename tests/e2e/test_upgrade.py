@@ -67,7 +67,10 @@ def test_a_job_finishes_on_its_build_while_the_new_build_takes_new_jobs(upgrade_
         wait_until(lambda: first.status().state == JobState.RUNNING, timeout=60, what="job 1 running")
         controller_b = _start_build_b(upgrade_cluster, upgrade_cluster.local.log_path("controller-b"))
         try:
-            wait_until(lambda: asyncio.run(_current_build(address)) == BUILD_B, timeout=90, what="build B current")
+            # Twice a second: the server limits the requests a worker deployment takes (a tenth of a second
+            # between polls, beside build B's own promotion, was refused as too many).
+            wait_until(lambda: asyncio.run(_current_build(address)) == BUILD_B, timeout=90, interval=0.5,
+                       what="build B current")  # fmt: skip
             second = iris.submit_command(["true"], name="on-build-b")
             assert JobState.SUCCEEDED == second.wait(timeout=60).state
             assert JobState.SUCCEEDED == first.wait(timeout=60).state
