@@ -99,9 +99,13 @@ async def plan(temporal: Client, req: pb.JobRequest, mode: IfExists) -> Plan:
     """The job a `reuse` returns, or the id and policies to start one with; ValueError for a refused `fail`."""
     named = await jobs_named(temporal, req)
     if mode is IfExists.REUSE:
-        good = next((n for n in named if not n.ended_badly), None)
-        if good is not None:
-            return Plan(existing=good.job_id)
+        for n in named:
+            if n.ended_badly:
+                continue
+            # Visibility lags: a job it still lists as running may have failed since. Its workflow says.
+            ended = await describe_closed(temporal, n.job_id) if n.running else None
+            if ended is None or not ended.ended_badly:
+                return Plan(existing=n.job_id)
         options = {"id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
                    "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE}  # fmt: skip
     else:

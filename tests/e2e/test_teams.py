@@ -82,7 +82,9 @@ def test_a_lender_reclaims_its_quota_from_a_borrower_within_the_grace(teams_clus
         submitted = time.time()
         lender = bo.submit_command(["sh", "-c", f"date +%s.%N > {marks}/start-$IRIS_TASK_INDEX; sleep 12"],
                                    name="lender", priority="batch", **GANG)  # type: ignore[arg-type]  # fmt: skip
-        wait_until(lambda: len(list(marks.glob("start-*"))) == 2, timeout=60, what="nlp's gang starts")
+        # Written, not only created: the shell makes the file before `date` fills it.
+        wait_until(lambda: [p for p in marks.glob("start-*") if p.read_text().strip()][1:], timeout=60,
+                   what="nlp's gang starts")  # fmt: skip
         started = max(float(p.read_text()) for p in marks.glob("start-*"))
         assert started - submitted <= GRACE + 5.0, f"nlp's gang started {started - submitted:.1f}s after submit"
         assert {"term-0-0", "term-1-0"} == {p.name for p in second.glob("term-*")}  # the borrowed gang, whole
