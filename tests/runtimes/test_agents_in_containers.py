@@ -297,8 +297,9 @@ def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineF
         except OSError:
             return None
 
-    bodies = [wait_until(functools.partial(fetch, a), timeout=60, what=f"an answer from {a}") for a in addresses]
+    # Read while both tasks wait for their one request: a task that answered ends, and its endpoints with it.
     coordinator = fleet.client.endpoints(job.job_id)["jax-coordinator"][0]
+    bodies = [wait_until(functools.partial(fetch, a), timeout=60, what=f"an answer from {a}") for a in addresses]
     assert [f"task {i} coordinator {coordinator}" for i in range(2)] == bodies
     assert JobState.SUCCEEDED == job.wait(timeout=120).state
     assert [] == fleet.client.resolve(job.job_id, "http")
