@@ -50,6 +50,7 @@ from activities.platforms.local_process import (
     START_LINE,
     FoundWorker,
     find_workers,
+    how_it_ended,
     start_worker,
     stop_processes,
     worker_log_path,
@@ -258,9 +259,14 @@ class LocalPlatform:
         if record is None:
             state, error = PlatformState.DELETING, "record gone; processes left over"
         elif bootstrapped and len(procs) < count:
-            gone = [h.worker_id for h in hosts if h.index not in procs]
+            gone = [h for h in hosts if h.index not in procs]
+            pid = record.get("pids", {}).get(str(gone[0].index))  # what its last bootstrap started
+            how = how_it_ended(pid) if pid is not None else ""
             state = PlatformState.PREEMPTED
-            error = f"worker process exited: {', '.join(gone)}; {_log_tail(self.log_path(gone[0]))}"
+            error = (
+                f"worker process exited: {', '.join(h.worker_id for h in gone)}{f' ({how})' if how else ''}; "
+                f"{_log_tail(self.log_path(gone[0].worker_id))}"
+            )
         return SliceInfo(slice_id=slice_id, scale_group=group, state=state, hosts=hosts, labels=labels, error=error)
 
     async def bootstrap(self, slice_id: str, group: ScaleGroupSpec, control: ControlPlaneAddress) -> None:
@@ -276,6 +282,7 @@ class LocalPlatform:
         markers = {MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name}
         record["bootstrapped"] = True  # recorded first: a crash after a spawn still lets terminate find it
         self._write_record(record)
+        pids = record.setdefault("pids", {})
         for i in range(group.hosts_per_slice):
             if i in running:
                 continue
@@ -289,6 +296,8 @@ class LocalPlatform:
                 argv, home=self.home, worker_id=worker_id, env=env, markers={**markers, INDEX_ENV: str(i)}
             )
             log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=started.pid)
+            pids[str(i)] = started.pid
+        self._write_record(record)  # the pids: describe says how a host that is gone ended
 
     async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
         return await asyncio.to_thread(self._list, labels)

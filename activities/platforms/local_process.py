@@ -37,6 +37,10 @@ STOP_GRACE_SECONDS = 10.0
 _GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 _POLL_SECONDS = 0.05
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # started by this process: reaped, so no zombies linger
+# How the children this process reaped ended (their returncode), by pid: what a slice's describe says of a
+# host that is gone. Bounded: only recent ends are asked about.
+_EXITS: dict[int, int] = {}
+_MAX_EXITS = 1024
 
 
 @dataclass(frozen=True)
@@ -111,17 +115,38 @@ def reap(pid: int) -> None:
     """Collect `pid`'s exit status if it is our child, so an exited child is not kept as a zombie."""
     proc = _CHILDREN.get(pid)
     if proc is not None:
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
+        _poll(pid, proc)
         return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
 
+def _poll(pid: int, proc: subprocess.Popen[bytes]) -> None:
+    code = proc.poll()
+    if code is not None:
+        del _CHILDREN[pid]
+        _EXITS[pid] = code
+        while len(_EXITS) > _MAX_EXITS:
+            del _EXITS[next(iter(_EXITS))]
+
+
 def _reap_all() -> None:
     for pid, proc in list(_CHILDREN.items()):
-        if proc.poll() is not None:
-            del _CHILDREN[pid]
+        _poll(pid, proc)
+
+
+def how_it_ended(pid: int) -> str:
+    """How a process this one started ended ("exit code 1", "killed by SIGKILL"); "" if it runs or is unknown
+    (started by another process, e.g. before a controller restart)."""
+    reap(pid)
+    code = _EXITS.get(pid)
+    if code is None:
+        return ""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 START_LINE = re.compile(r"^=== \d{4}-\d\d-\d\d \d\d:\d\d:\d\d starting: .*$", re.MULTILINE)
@@ -136,13 +161,15 @@ def start_process(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -
     """
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {shlex.join(argv)}\n".encode())
+        command = shlex.join(argv).replace("\n", "\\n")  # one line: START_LINE finds where its output begins
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {command}\n".encode())
         out.flush()
         proc = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, env=dict(env), umask=0o077,
         )  # fmt: skip
     _CHILDREN[proc.pid] = proc
+    _EXITS.pop(proc.pid, None)  # an earlier process's end under the same pid
     return LocalProcess.of(proc.pid)
 
 
@@ -191,10 +218,13 @@ def find_workers(home: Path) -> dict[str, FoundWorker]:
     """
     _reap_all()
     found: dict[str, FoundWorker] = {}
-    for proc in psutil.process_iter():
+    for pid in psutil.pids():
         try:
-            if os.getpgid(proc.pid) != proc.pid:
+            if os.getpgid(pid) != pid:
                 continue
+            # A fresh Process, not process_iter's cache: a cached one keeps the start time of whatever held
+            # the pid before, and a worker that reuses it would be known by that (alive() False, never stopped).
+            proc = psutil.Process(pid)
             env = proc.environ()
             worker_id = env.get(WORKER_ENV)
             if worker_id is None or env.get(HOME_ENV) != str(home) or worker_id not in proc.cmdline():

@@ -1,0 +1,105 @@
+"""The local platform says how a slice host that is gone ended, and knows a host by the process it is.
+
+Real processes on this machine: the hosts are small Python programs started through the platform's
+`worker_command` setting, found again the way the platform finds its agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
+from activities.platforms.local import LocalPlatform
+from activities.platforms.local_process import find_workers, start_worker, stop_processes
+from tests.support import wait_until
+
+CONTROL = ControlPlaneAddress(temporal_address="127.0.0.1:1", namespace="default", store_url="file:///nowhere")
+
+
+def group(program: str, hosts: int = 2) -> ScaleGroupSpec:
+    """A group whose hosts run `program` (with the agent's flags as ignored arguments)."""
+    return ScaleGroupSpec(
+        name="pair", platform="local", hosts_per_slice=hosts, cpu_millis=500, memory_bytes=1 << 28,
+        settings={"worker_command": [sys.executable, "-c", program]},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    stop_processes({w: f.process for w, f in find_workers(tmp_path).items()}, grace=2.0)
+
+
+def test_a_host_killed_by_a_signal_or_exiting_is_said_so_with_what_it_printed(home: Path) -> None:
+    """Host 0 prints and exits 3, host 1 waits: PREEMPTED, naming host 0, its exit code and its output;
+    then host 1 is SIGKILLed after a new host 0 runs: the error says it was killed by SIGKILL."""
+    keep = home / "keep"  # once it exists, host 0 keeps running too
+    program = (
+        "import os, sys, time\n"
+        f"if sys.argv[sys.argv.index('--worker-id') + 1].endswith('-0') and not os.path.exists({str(keep)!r}):\n"
+        "    print('no accelerator here', flush=True)\n"
+        "    sys.exit(3)\n"
+        "time.sleep(60)\n"
+    )
+    spec = group(program)
+    platform = LocalPlatform(spec, home=home)
+
+    async def scenario() -> tuple[str, str, str]:
+        await platform.create_slice("pair-a", spec)
+        await platform.bootstrap("pair-a", spec, CONTROL)
+        exited = await wait_for_state(platform, "pair-a", PlatformState.PREEMPTED)
+        keep.touch()
+        await platform.bootstrap("pair-a", spec, CONTROL)  # starts host 0 again
+        running = await wait_for_state(platform, "pair-a", PlatformState.READY, hosts=2)
+        find_workers(home)["pair-a-1"].process.signal_group(signal.SIGKILL)
+        killed = await wait_for_state(platform, "pair-a", PlatformState.PREEMPTED)
+        return exited, running, killed
+
+    exited, running, killed = asyncio.run(scenario())
+    assert exited == "worker process exited: pair-a-0 (exit code 3); no accelerator here"
+    assert running == ""
+    assert killed == "worker process exited: pair-a-1 (killed by SIGKILL); it printed nothing"
+
+
+async def wait_for_state(platform: LocalPlatform, slice_id: str, state: PlatformState, hosts: int = 0) -> str:
+    """The slice's error once describe says `state` (with `hosts` hosts running, when given)."""
+    for _ in range(200):
+        info = await platform.describe(slice_id)
+        running = sum(h.state.startswith("pid ") for h in info.hosts) if info is not None else 0
+        if info is not None and info.state == state and (not hosts or running == hosts):
+            return info.error
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{slice_id} never became {state}: {info}")
+
+
+def test_a_worker_on_a_reused_pid_is_known_by_its_own_start(home: Path) -> None:
+    """A worker that gets the pid of one found before is found with its own start time, so it counts
+    as alive and is stopped (a cached process table knew it by the earlier one's, and left it running)."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", "w-0"]
+    env = dict(os.environ)
+    for _ in range(20):
+        first = start_worker(argv, home=home, worker_id="w-0", env=env)
+        assert set(find_workers(home)) == {"w-0"}
+        stop_processes({"w-0": first}, grace=2.0)
+        try:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(first.pid - 1))  # the next process gets its pid
+        except OSError as err:
+            pytest.skip(f"cannot choose the next pid here: {err}")
+        second = start_worker(argv, home=home, worker_id="w-0", env=env)
+        if second.pid == first.pid:
+            break
+        stop_processes({"w-0": second}, grace=2.0)  # another process took the pid first: again
+    else:
+        raise AssertionError("never got the same pid twice")
+    found = find_workers(home)["w-0"].process
+    assert (second.pid, second.started) == (found.pid, found.started)
+    assert found.alive()
+    stop_processes({"w-0": found}, grace=2.0)
+    wait_until(lambda: not second.alive(), timeout=5, what="the worker on the reused pid stopped")
