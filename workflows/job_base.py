@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from activities.proto import cluster_pb2 as pb
     from workflows.job_lifecycle import JobEvent, JobPhase
+    from workflows.job_tree import JobTree
     from workflows.messages import Enqueue, TaskResult
     from workflows.states import JobState, TaskState
     from workflows.visibility import JobView
@@ -35,7 +36,7 @@ class JobBase:
     _open: set[int]  # tasks of a plain job started and not yet recorded as ended
     _handover: bool  # this job continues as new with its tasks running
     _endpoint_rows: set[int]  # task indexes whose rows hold endpoints (running tasks with ports)
-    _has_children: bool  # a child job announced itself (job_tree)
+    tree: JobTree  # the job's children (job_tree)
 
     def _refresh_state(self) -> None:
         raise NotImplementedError

@@ -68,7 +68,7 @@ class Handover(JobBase):
         self._open = set(handover.open_tasks)
         self._next_task = handover.next_task
         self._handover = True
-        self._has_children = handover.has_children
+        self.tree.has_children = handover.has_children
         self._published = self._view()  # the memo and search attributes came along with continue-as-new
 
     async def _watch_adopted(self) -> None:
@@ -118,7 +118,7 @@ class Handover(JobBase):
             return
         handover = pb.JobHandover(
             status=compact_status(self.status), open_tasks=sorted(self._open),
-            next_task=self._next_task, has_children=self._has_children,
+            next_task=self._next_task, has_children=self.tree.has_children,
         )  # fmt: skip
         self._flush()
         workflow.logger.info("job %s continues as new with %d tasks open", self.status.job_id, len(self._open))

@@ -19,7 +19,6 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import CHILD_STARTED, KILL_DESCENDANTS, KillDescendants
-    from workflows.job_base import JobBase
 
 RECENT_CHILDREN = 100
 """Children signalled by id at the sweep (visibility may lag one that just started); older ones it lists."""
@@ -30,44 +29,27 @@ SWEEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 """Retried until it succeeds: a descendant left running is a leak."""
 
 
-class Tree(JobBase):
-    """Mixed into JobWorkflow (see its module)."""
+class JobTree:
+    """A job's side of its tree: the children that announced themselves, and the sweep at its end."""
 
-    _has_children: bool
-    _announced: int  # CHILD_STARTED signals taken by this run
-    _recent_children: deque[str]
+    def __init__(self, has_children: bool = False) -> None:
+        self.has_children = has_children  # carried across continue-as-new
+        self._announced = 0  # CHILD_STARTED signals taken by this run
+        self._recent: deque[str] = deque(maxlen=RECENT_CHILDREN)
 
-    def _init_tree(self, has_children: bool = False) -> None:
-        self._has_children = has_children
-        self._announced = 0
-        self._recent_children = deque(maxlen=RECENT_CHILDREN)
-
-    @workflow.signal(name=CHILD_STARTED)
     def child_started(self, child_id: str) -> None:
         """A child job started: this job's end must kill it if it still runs then."""
-        self._has_children = True
+        self.has_children = True
         self._announced += 1
-        self._recent_children.append(child_id)
+        self._recent.append(child_id)
 
-    async def _announce_to_parent(self) -> bool:
-        """Tell the parent this child started; False if the parent has ended (or never was)."""
-        parent = self.req.parent_job_id
-        if not parent:
-            return True
-        try:
-            await workflow.get_external_workflow_handle(parent).signal(CHILD_STARTED, workflow.info().workflow_id)
-        except Exception as err:  # the parent's workflow is closed: the signal cannot reach it
-            workflow.logger.info("parent %s of %s has ended: %s", parent, workflow.info().workflow_id, err)
-            return False
-        return True
-
-    async def _sweep_tree(self, state: str) -> None:
+    async def sweep(self, state: str) -> None:
         """Kill this ended job's unfinished descendants (durably); again while children keep announcing."""
-        while self._has_children:
+        while self.has_children:
             seen = self._announced
             await workflow.execute_activity(
                 KILL_DESCENDANTS,
-                KillDescendants(workflow.info().workflow_id, state, list(self._recent_children)),
+                KillDescendants(workflow.info().workflow_id, state, list(self._recent)),
                 result_type=int,
                 start_to_close_timeout=SWEEP_TIMEOUT,
                 heartbeat_timeout=SWEEP_HEARTBEAT,
@@ -76,3 +58,15 @@ class Tree(JobBase):
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._announced == seen:
                 return
+
+
+async def announce_to_parent(parent: str) -> bool:
+    """Tell the parent job this child started; False if the parent has ended (or never was)."""
+    if not parent:
+        return True
+    try:
+        await workflow.get_external_workflow_handle(parent).signal(CHILD_STARTED, workflow.info().workflow_id)
+    except Exception as err:  # the parent's workflow is closed: the signal cannot reach it
+        workflow.logger.info("parent %s of %s has ended: %s", parent, workflow.info().workflow_id, err)
+        return False
+    return True

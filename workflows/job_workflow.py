@@ -30,11 +30,12 @@ from workflows import job_reservation
 from workflows.job_dependencies import Dependencies
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table, read_task_result
-from workflows.job_tree import Tree
+from workflows.job_tree import JobTree, announce_to_parent
 from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        CHILD_STARTED,
         EFFECTIVE_BAND,
         KILL_JOB,
         task_workflow_id,
@@ -61,7 +62,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation, Dependencies):
+class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Dependencies):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -84,7 +85,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
         self._endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
-        self._init_tree(has_children=gang.has_children if gang is not None else False)  # job_tree
+        self.tree = JobTree(has_children=gang.has_children if gang is not None else False)
         if handover:
             self.req = req
             self._take_over(unpack_handover(handover))
@@ -99,6 +100,11 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
             self._kill_reason = reason or "killed by user"
             self._on(JobEvent.KILL)
 
+
+    @workflow.signal(name=CHILD_STARTED)
+    def child_started(self, child_id: str) -> None:
+        """A child job started (job_tree): this job's end kills it if it still runs then."""
+        self.tree.child_started(child_id)
 
     @workflow.signal(name=EFFECTIVE_BAND)
     def effective_band(self, band: str) -> None:
@@ -130,7 +136,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
-        if not handover and gang is None and not await self._announce_to_parent():
+        if not handover and gang is None and not await announce_to_parent(req.parent_job_id):
             return self._finish(JobState.KILLED, f"killed: its parent job {req.parent_job_id} had already ended")
         if not handover:
             for i in range(req.replicas):
@@ -166,7 +172,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
             max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
             killed=self._phase is JobPhase.KILLING,
         )
-        await self._sweep_tree(state)  # its unfinished descendants die with it (job_tree)
+        await self.tree.sweep(state)  # its unfinished descendants die with it (job_tree)
         if req.reservation:
             await self._release_reservation(job_id)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
@@ -198,7 +204,7 @@ class JobWorkflow(Table, Waves, Handover, Tree, job_reservation.HoldsReservation
             workflow.logger.info("gang of %s retried as a unit (attempt %d): %s", job_id, progress.attempt, cause.error)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                progress.has_children = self._has_children
+                progress.has_children = self.tree.has_children
                 workflow.continue_as_new(args=[req, progress, b""])  # every argument, or none is typed
             self._on(JobEvent.GANG_RETRY, attempt=progress.attempt)
 
