@@ -18,7 +18,7 @@ Pure helpers (`accepts`, `waiting_reason`) are shared with the client.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -28,9 +28,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import AWAIT_JOB, WAIT_TASK_QUEUE
     from activities.proto import cluster_pb2 as pb
-    from workflows.job_base import JobBase
-    from workflows.job_lifecycle import JobPhase
-    from workflows.states import JobState, TaskState
+    from workflows.states import JobState
     from workflows.visibility import JOB_NAME
 
 SUCCEEDED_RULE = "succeeded"
@@ -63,71 +61,73 @@ def refusal(job_id: str, state: str, rule: str) -> str:
     return f"dependency {job_id} ended {state}; after_rule={rule or SUCCEEDED_RULE} needs SUCCEEDED"
 
 
-class Dependencies(JobBase):
-    """Mixed into JobWorkflow: wait for the jobs of `after=` before the job's tasks start."""
+def show_job_control(status: pb.JobStatus, req: pb.JobRequest, *, waiting: bool) -> None:
+    """What the job's status shows of its job-control options (and, `waiting` for them, why it waits)."""
+    status.after.extend(req.after)
+    status.after_rule = req.after_rule
+    status.max_concurrent = req.max_concurrent
+    if req.after and waiting:
+        status.pending_reason = waiting_reason(list(req.after), req.after_rule)
+    if req.schedule and not req.submitted_at:  # a schedule's firing (iris/client/schedules.py) started this job
+        job_id = workflow.info().workflow_id  # `<schedule>-<fire time>`: Temporal appended the time
+        req.name, req.submitted_at = job_id, workflow.now().timestamp()
+        status.name, status.submitted_at = job_id, req.submitted_at
+        workflow.upsert_search_attributes([JOB_NAME.value_set(job_id)])
 
-    def _show_job_control(self, req: pb.JobRequest, *, waiting: bool) -> None:
-        """What the job's status shows of its job-control options (and, `waiting` for them, why it waits)."""
-        self.status.after.extend(req.after)
-        self.status.after_rule = req.after_rule
-        self.status.max_concurrent = req.max_concurrent
-        if req.after and waiting:
-            self.status.pending_reason = waiting_reason(list(req.after), req.after_rule)
-        if req.schedule and not req.submitted_at:  # a schedule's firing (iris/client/schedules.py) started this job
-            job_id = workflow.info().workflow_id  # `<schedule>-<fire time>`: Temporal appended the time
-            req.name, req.submitted_at = job_id, workflow.now().timestamp()
-            self.status.name, self.status.submitted_at = job_id, req.submitted_at
-            workflow.upsert_search_attributes([JOB_NAME.value_set(job_id)])
 
-    async def _await_dependencies(self, req: pb.JobRequest) -> tuple[JobState, str] | None:
-        """None once every dependency ended as the rule accepts; else how the job ends, and why.
+async def await_dependencies(
+    req: pb.JobRequest,
+    status: pb.JobStatus,
+    *,
+    killing: Callable[[], str | None],
+    on_cancel: Callable[[], None],
+    changed: Callable[[], None],
+) -> tuple[JobState, str] | None:
+    """None once every dependency ended as the rule accepts; else how the job ends, and why.
 
-        Ends KILLED when the job is killed while it waits, UNSCHEDULABLE when a dependency ended in a
-        state the rule refuses (its waits for the others are cancelled).
-        """
-        rule = req.after_rule or SUCCEEDED_RULE
-        waits: dict[str, Any] = {
-            dep: workflow.start_activity(
-                AWAIT_JOB,
-                dep,
-                result_type=str,
-                task_queue=WAIT_TASK_QUEUE,
-                start_to_close_timeout=AWAIT_ATTEMPT,
-                heartbeat_timeout=AWAIT_HEARTBEAT,
-                retry_policy=AWAIT_RETRY,
-            )
-            for dep in req.after
-        }
-        outcome: tuple[JobState, str] | None = None
-        while waits and outcome is None:
-            try:
-                await workflow.wait_condition(
-                    lambda: self._phase is JobPhase.KILLING or any(h.done() for h in waits.values())
-                )
-            except asyncio.CancelledError:  # cancelled from outside (e.g. the Temporal UI): as `iris job kill`
-                self.kill("job workflow cancelled")
-            if self._phase is JobPhase.KILLING:
-                outcome = (JobState.KILLED, self._kill_reason or "killed while waiting for its dependencies")
+    Ends KILLED when the job is killed while it waits (`killing()` gives the reason once it is),
+    UNSCHEDULABLE when a dependency ended in a state the rule refuses (its waits for the others are
+    cancelled). `on_cancel` runs when the workflow is cancelled from outside; the status's pending
+    reason follows the waits (`changed` after each change).
+    """
+    rule = req.after_rule or SUCCEEDED_RULE
+    waits: dict[str, Any] = {
+        dep: workflow.start_activity(
+            AWAIT_JOB,
+            dep,
+            result_type=str,
+            task_queue=WAIT_TASK_QUEUE,
+            start_to_close_timeout=AWAIT_ATTEMPT,
+            heartbeat_timeout=AWAIT_HEARTBEAT,
+            retry_policy=AWAIT_RETRY,
+        )
+        for dep in req.after
+    }
+    outcome: tuple[JobState, str] | None = None
+    while waits and outcome is None:
+        try:
+            await workflow.wait_condition(lambda: killing() is not None or any(h.done() for h in waits.values()))
+        except asyncio.CancelledError:  # cancelled from outside (e.g. the Temporal UI): as `iris job kill`
+            on_cancel()
+        reason = killing()
+        if reason is not None:
+            outcome = (JobState.KILLED, reason or "killed while waiting for its dependencies")
+            break
+        for dep in [d for d, h in waits.items() if h.done()]:
+            state = waits.pop(dep).result()
+            if not accepts(rule, state):
+                outcome = (JobState.UNSCHEDULABLE, refusal(dep, state, rule))
                 break
-            for dep in [d for d, h in waits.items() if h.done()]:
-                state = waits.pop(dep).result()
-                if not accepts(rule, state):
-                    outcome = (JobState.UNSCHEDULABLE, refusal(dep, state, rule))
-                    break
-            if waits and outcome is None:
-                self.status.pending_reason = waiting_reason(list(waits), rule)
-                self._publish()
-        for handle in waits.values():
-            handle.cancel()
-        if outcome is not None:
-            task_state = TaskState.KILLED if outcome[0] is JobState.KILLED else TaskState.UNSCHEDULABLE
-            for row in self.status.tasks:
-                self._set_row(row, task_state)
-                row.error = "never started: " + outcome[1]
-            return outcome
-        self.status.pending_reason = ""  # the scheduler's reason from here on
-        # Queued from now: its place in the queue and its scheduling timeout count from here (Slurm's
-        # eligible time), not from its submission.
-        req.submitted_at = workflow.now().timestamp()
-        self._publish()
-        return None
+        if waits and outcome is None:
+            status.pending_reason = waiting_reason(list(waits), rule)
+            changed()
+    for handle in waits.values():
+        handle.cancel()
+    if outcome is not None:
+        return outcome
+    status.pending_reason = ""  # the scheduler's reason from here on
+    # Queued from now: its place in the queue and its scheduling timeout count from here (Slurm's
+    # eligible time), not from its submission.
+    req.submitted_at = workflow.now().timestamp()
+    changed()
+    return None

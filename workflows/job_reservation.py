@@ -16,13 +16,11 @@ with workflow.unsafe.imports_passed_through():
         DELIVER_SIGNALS,
         RELEASE_RESERVATION,
         RESERVE,
-        SCHEDULER_RESTARTED,
         SCHEDULER_WORKFLOW_ID,
         Delivery,
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import constraint_fields
-    from workflows.job_base import JobBase
     from workflows.messages import ConstraintSpec, Reserve
 
 
@@ -55,18 +53,3 @@ async def hold(job_id: str, req: pb.JobRequest) -> None:
 async def release(job_id: str) -> None:
     """The job ended: its reservation's capacity goes back to the pool in the scheduler's next pass."""
     await tell_scheduler(RELEASE_RESERVATION, job_id)
-
-
-class HoldsReservation(JobBase):
-    """Mixed into JobWorkflow: a scheduler that started empty (activities.recovery) hears the reservation again."""
-
-    _reservation_released = False  # set before the job's release goes out: never asked for again after it
-
-    @workflow.signal(name=SCHEDULER_RESTARTED)
-    async def scheduler_restarted(self) -> None:
-        if self.req.reservation and not self._reservation_released:
-            await hold(workflow.info().workflow_id, self.req)
-
-    async def _release_reservation(self, job_id: str) -> None:
-        self._reservation_released = True
-        await release(job_id)

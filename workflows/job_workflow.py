@@ -27,7 +27,7 @@ from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows import job_reservation
-from workflows.job_dependencies import Dependencies
+from workflows.job_dependencies import await_dependencies, show_job_control
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
 from workflows.job_table import Table, read_task_result
 from workflows.job_tree import JobTree, announce_to_parent
@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         CHILD_STARTED,
         EFFECTIVE_BAND,
         KILL_JOB,
+        SCHEDULER_RESTARTED,
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
@@ -62,7 +63,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Dependencies):
+class JobWorkflow(Table, Waves, Handover):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -85,6 +86,7 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
         self._endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
+        self._reservation_released = False  # set before the job's release goes out: never held again after it
         self.tree = JobTree(has_children=gang.has_children if gang is not None else False)
         if handover:
             self.req = req
@@ -105,6 +107,12 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
     def child_started(self, child_id: str) -> None:
         """A child job started (job_tree): this job's end kills it if it still runs then."""
         self.tree.child_started(child_id)
+
+    @workflow.signal(name=SCHEDULER_RESTARTED)
+    async def scheduler_restarted(self) -> None:
+        """A scheduler that started empty (activities.recovery) hears this job's reservation again."""
+        if self.req.reservation and not self._reservation_released:
+            await job_reservation.hold(workflow.info().workflow_id, self.req)
 
     @workflow.signal(name=EFFECTIVE_BAND)
     def effective_band(self, band: str) -> None:
@@ -132,7 +140,7 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
                 priority=req.band or "interactive", effective_priority=req.band or "interactive",
             )
             self._published = JobView.from_memo(workflow.memo())  # what the client started it with
-            self._show_job_control(req, waiting=gang is None)  # job_dependencies
+            show_job_control(self.status, req, waiting=gang is None)
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
@@ -144,7 +152,7 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
             self._counts = {TaskState.PENDING: req.replicas}
         if req.after and not handover and gang is None:  # wait for the jobs it runs after (job_dependencies)
             self._refresh_state()
-            ended = await self._await_dependencies(req)
+            ended = await self._wait_for_dependencies(req)
             if ended is not None:
                 return self._finish(*ended)
         if req.reservation and not handover and gang is None:
@@ -174,7 +182,8 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
         )
         await self.tree.sweep(state)  # its unfinished descendants die with it (job_tree)
         if req.reservation:
-            await self._release_reservation(job_id)
+            self._reservation_released = True
+            await job_reservation.release(job_id)
         return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:
@@ -207,6 +216,19 @@ class JobWorkflow(Table, Waves, Handover, job_reservation.HoldsReservation, Depe
                 progress.has_children = self.tree.has_children
                 workflow.continue_as_new(args=[req, progress, b""])  # every argument, or none is typed
             self._on(JobEvent.GANG_RETRY, attempt=progress.attempt)
+
+    async def _wait_for_dependencies(self, req: pb.JobRequest) -> tuple[JobState, str] | None:
+        """Wait for the jobs of `after=` (job_dependencies); how the job ends if it never starts."""
+        outcome = await await_dependencies(
+            req, self.status, killing=lambda: self._kill_reason if self._phase is JobPhase.KILLING else None,
+            on_cancel=lambda: self.kill("job workflow cancelled"), changed=self._publish,
+        )  # fmt: skip
+        if outcome is not None:
+            task_state = TaskState.KILLED if outcome[0] is JobState.KILLED else TaskState.UNSCHEDULABLE
+            for row in self.status.tasks:
+                self._set_row(row, task_state)
+                row.error = "never started: " + outcome[1]
+        return outcome
 
     def _check(self, req: pb.JobRequest) -> str:
         """The client validates first; this only keeps a hand-made request from wedging the job."""
