@@ -49,6 +49,7 @@ from activities.platforms.base import QuotaExhausted, SliceFailed
 from activities.platforms.local_process import (
     START_LINE,
     FoundWorker,
+    LocalProcess,
     find_workers,
     how_it_ended,
     start_worker,
@@ -164,6 +165,22 @@ def slice_processes(home: Path, labels: Mapping[str, str] | None = None) -> dict
     return found
 
 
+def _live_hosts(record: Mapping[str, Any] | None, found: Mapping[int, FoundWorker]) -> dict[int, LocalProcess]:
+    """The slice's running host processes by index: those the process table shows as its hosts, and those
+    its last bootstrap started that still run though the table does not show them yet.
+
+    A process in the middle of its exec has no environment or command line to read for a moment (the new
+    program's are set up after the old one's are gone): under load a host looked for right after its start
+    was taken for one that had exited, and its slice failed.
+    """
+    live = {i: f.process for i, f in found.items()}
+    for key, started in (record or {}).get("pids", {}).items():
+        index = int(key)
+        if index not in live and (process := LocalProcess(int(started[0]), started[1])).alive():
+            live[index] = process
+    return live
+
+
 def _env_label(env: Mapping[str, str], label: str) -> str | None:
     return {MANAGED_LABEL: env.get(MANAGED_ENV), SCALE_GROUP_LABEL: env.get(GROUP_ENV),
             SLICE_ID_LABEL: env.get(SLICE_ENV)}.get(label)  # fmt: skip
@@ -237,12 +254,13 @@ class LocalPlatform:
 
     def _describe(self, slice_id: str, procs: Mapping[int, FoundWorker] | None = None) -> SliceInfo | None:
         record = self._records().get(slice_id)
-        procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
-        if record is None and not procs:
+        found = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {}) if procs is None else procs
+        if record is None and not found:
             return None
+        live = _live_hosts(record, found)
         if record is None:  # processes without a record: a half-terminated slice, still Iris's to clean up
-            group = next((p.env.get(GROUP_ENV, "") for p in procs.values()), "")
-            count, labels, bootstrapped = max(procs) + 1, slice_labels(group, slice_id), True
+            group = next((p.env.get(GROUP_ENV, "") for p in found.values()), "")
+            count, labels, bootstrapped = max(found) + 1, slice_labels(group, slice_id), True
         else:
             group, count = record["scale_group"], int(record["hosts_per_slice"])
             labels, bootstrapped = record["labels"], bool(record.get("bootstrapped"))
@@ -251,17 +269,17 @@ class LocalPlatform:
                 index=i,
                 address="127.0.0.1",
                 worker_id=worker_id_for(slice_id, i),
-                state=f"pid {procs[i].process.pid}" if i in procs else ("exited" if bootstrapped else "not started"),
+                state=f"pid {live[i].pid}" if i in live else ("exited" if bootstrapped else "not started"),
             )
             for i in range(count)
         ]
         state, error = PlatformState.READY, ""
         if record is None:
             state, error = PlatformState.DELETING, "record gone; processes left over"
-        elif bootstrapped and len(procs) < count:
-            gone = [h for h in hosts if h.index not in procs]
-            pid = record.get("pids", {}).get(str(gone[0].index))  # what its last bootstrap started
-            how = how_it_ended(pid) if pid is not None else ""
+        elif bootstrapped and len(live) < count:
+            gone = [h for h in hosts if h.index not in live]
+            started = record.get("pids", {}).get(str(gone[0].index))  # what its last bootstrap started
+            how = how_it_ended(started[0]) if started else ""
             state = PlatformState.PREEMPTED
             error = (
                 f"worker process exited: {', '.join(h.worker_id for h in gone)}{f' ({how})' if how else ''}; "
@@ -277,7 +295,7 @@ class LocalPlatform:
         record = self._records().get(slice_id)
         if record is None:
             raise SliceFailed(f"local slice {slice_id} does not exist (terminated?)")
-        running = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        running = _live_hosts(record, slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {}))
         env = {**os.environ, **control.extra_env, "PYTHONUNBUFFERED": "1"}
         markers = {MANAGED_ENV: "true", SLICE_ENV: slice_id, GROUP_ENV: group.name}
         record["bootstrapped"] = True  # recorded first: a crash after a spawn still lets terminate find it
@@ -296,8 +314,8 @@ class LocalPlatform:
                 argv, home=self.home, worker_id=worker_id, env=env, markers={**markers, INDEX_ENV: str(i)}
             )
             log.info("local_slice.host_started", slice_id=slice_id, worker_id=worker_id, pid=started.pid)
-            pids[str(i)] = started.pid
-        self._write_record(record)  # the pids: describe says how a host that is gone ended
+            pids[str(i)] = [started.pid, started.started]
+        self._write_record(record)  # the hosts' processes: see `_live_hosts`
 
     async def list_slices(self, labels: Mapping[str, str]) -> list[SliceInfo]:
         return await asyncio.to_thread(self._list, labels)
@@ -316,8 +334,9 @@ class LocalPlatform:
         await asyncio.to_thread(self._terminate, slice_id)
 
     def _terminate(self, slice_id: str) -> None:
-        procs = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
-        stop_processes({worker_id_for(slice_id, i): p.process for i, p in procs.items()})
+        found = slice_processes(self.home, {SLICE_ID_LABEL: slice_id}).get(slice_id, {})
+        procs = _live_hosts(self._records().get(slice_id), found)
+        stop_processes({worker_id_for(slice_id, i): p for i, p in procs.items()})
         with contextlib.suppress(FileNotFoundError):
             self._record_path(slice_id).unlink()
         log.info("local_slice.terminated", slice_id=slice_id, processes=len(procs))

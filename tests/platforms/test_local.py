@@ -17,7 +17,7 @@ import pytest
 
 from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.local import LocalPlatform
-from activities.platforms.local_process import find_workers, start_worker, stop_processes
+from activities.platforms.local_process import LocalProcess, find_workers, start_worker, stop_processes
 from tests.support import wait_until
 
 CONTROL = ControlPlaneAddress(temporal_address="127.0.0.1:1", namespace="default", store_url="file:///nowhere")
@@ -66,6 +66,31 @@ def test_a_host_killed_by_a_signal_or_exiting_is_said_so_with_what_it_printed(ho
     assert exited == "worker process exited: pair-a-0 (exit code 3); no accelerator here"
     assert running == ""
     assert killed == "worker process exited: pair-a-1 (killed by SIGKILL); it printed nothing"
+
+
+def test_a_host_the_process_table_does_not_show_yet_counts_while_its_process_runs(home: Path) -> None:
+    """Hosts whose environment cannot be read as a slice host's (as for a moment while a process execs; here
+    for good: `env -i` empties it) count as running while the processes their bootstrap started run: describe
+    says READY, a second bootstrap starts no second host, terminate stops them."""
+    spec = ScaleGroupSpec(
+        name="pair", platform="local", hosts_per_slice=2, cpu_millis=500, memory_bytes=1 << 28,
+        settings={"worker_command": ["env", "-i", sys.executable, "-c", "import time; time.sleep(60)"]},
+    )  # fmt: skip
+    platform = LocalPlatform(spec, home=home)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        await platform.create_slice("pair-b", spec)
+        await platform.bootstrap("pair-b", spec, CONTROL)
+        first = await platform.describe("pair-b")
+        await platform.bootstrap("pair-b", spec, CONTROL)
+        second = await platform.describe("pair-b")
+        assert first is not None and second is not None and PlatformState.READY == first.state == second.state
+        await platform.terminate("pair-b")
+        return [h.state for h in first.hosts], [h.state for h in second.hosts]
+
+    first, second = asyncio.run(scenario())
+    assert all(state.startswith("pid ") for state in first) and first == second
+    assert not any(LocalProcess(int(state.split()[1])).alive() for state in first)  # terminate stopped them
 
 
 async def wait_for_state(platform: LocalPlatform, slice_id: str, state: PlatformState, hosts: int = 0) -> str:
