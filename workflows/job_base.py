@@ -15,37 +15,27 @@ if TYPE_CHECKING:
 
     from activities.proto import cluster_pb2 as pb
     from workflows.job_lifecycle import JobEvent, JobPhase
+    from workflows.job_table import JobMemo, TaskTable
     from workflows.job_tree import JobTree
     from workflows.messages import Enqueue, TaskResult
-    from workflows.states import JobState, TaskState
-    from workflows.visibility import JobView
 
 
 class JobBase:
-    status: pb.JobStatus
+    table: TaskTable
+    memo: JobMemo
     req: pb.JobRequest
     _children: dict[int, workflow.ChildWorkflowHandle[Any, Any]]
     _phase: JobPhase  # what the job does while its tasks run (job_lifecycle)
     _kill_reason: str
     _gang_break: TaskResult | None  # the result that broke this gang attempt
-    _published: JobView  # what the memo shows
     _next_task: int  # the next task index to start, for jobs started in waves
-    _stale: bool  # the memo lags the status
-    _counts: dict[str, int]  # tasks per state
     _ended: deque[tuple[int, TaskResult | None]]  # ended tasks not recorded yet
     _open: set[int]  # tasks of a plain job started and not yet recorded as ended
     _handover: bool  # this job continues as new with its tasks running
-    _endpoint_rows: set[int]  # task indexes whose rows hold endpoints (running tasks with ports)
     tree: JobTree  # the job's children (job_tree)
 
-    def _refresh_state(self) -> None:
-        raise NotImplementedError
 
-    def _set_row(self, row: pb.TaskStatus, state: TaskState) -> None:
-        raise NotImplementedError
 
-    def _record(self, index: int, result: TaskResult) -> None:
-        raise NotImplementedError
 
     def _record_ended(self) -> None:
         raise NotImplementedError
@@ -62,14 +52,8 @@ class JobBase:
     def _kill_unstarted(self) -> None:
         raise NotImplementedError
 
-    def _flush(self) -> None:
-        raise NotImplementedError
 
-    def _view(self) -> JobView:
-        raise NotImplementedError
 
-    def _failed_tasks(self) -> int:
-        raise NotImplementedError
 
     async def _start_range(self, job_id: str, req: pb.JobRequest, attempt: int, end: int) -> None:
         raise NotImplementedError
@@ -86,17 +70,11 @@ class JobBase:
     async def _cancel_adopted(self, indexes: list[int]) -> None:
         raise NotImplementedError
 
-    def _publish(self) -> None:
-        raise NotImplementedError
 
-    def _set_state(self, state: JobState) -> None:
-        raise NotImplementedError
 
     def kill(self, reason: str) -> None:
         raise NotImplementedError
 
-    async def _publisher(self) -> None:
-        raise NotImplementedError
 
     async def _watch_adopted(self) -> None:
         raise NotImplementedError

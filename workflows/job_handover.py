@@ -59,17 +59,12 @@ class Handover(JobBase):
 
     def _take_over(self, handover: pb.JobHandover) -> None:
         """Begin where the previous run of this plain job left off (it continued as new)."""
-        self.status.CopyFrom(handover.status)
-        self._counts = {}
-        for row in self.status.tasks:
-            self._counts[row.state] = self._counts.get(row.state, 0) + 1
-            if row.endpoints:
-                self._endpoint_rows.add(row.task_index)
+        self.table.take_over(handover.status)
         self._open = set(handover.open_tasks)
         self._next_task = handover.next_task
         self._handover = True
         self.tree.has_children = handover.has_children
-        self._published = self._view()  # the memo and search attributes came along with continue-as-new
+        self.memo.published = self.table.view()  # the memo and search attributes came along with continue-as-new
 
     async def _watch_adopted(self) -> None:
         """Record adopted tasks whose workflow closed without sending TASK_ENDED.
@@ -91,14 +86,14 @@ class Handover(JobBase):
                 start_to_close_timeout=timedelta(minutes=2),
             )  # fmt: skip
             for task in lost:
-                row = self.status.tasks[task.index]
+                row = self.table.status.tasks[task.index]
                 error = f"task workflow {task.status.lower()} without reporting its end"
                 self._ended.append((task.index, TaskResult(
                     task_index=task.index, state=TaskState.KILLED, worker_id=row.worker_id, attempt=row.attempt,
                     failure_count=row.failure_count, preemption_count=row.preemption_count, error=error,
                 )))  # fmt: skip
-                if not self.status.error:
-                    self.status.error = cap_text(f"task {task.index} killed: {error}", MAX_JOB_ERROR_CHARS)
+                if not self.table.status.error:
+                    self.table.status.error = cap_text(f"task {task.index} killed: {error}", MAX_JOB_ERROR_CHARS)
 
     def _handover_due(self) -> bool:
         """The server suggests a new run, and this job has tasks to hand over.
@@ -117,11 +112,11 @@ class Handover(JobBase):
         if not self._handover_due():
             return
         handover = pb.JobHandover(
-            status=compact_status(self.status), open_tasks=sorted(self._open),
+            status=compact_status(self.table.status), open_tasks=sorted(self._open),
             next_task=self._next_task, has_children=self.tree.has_children,
         )  # fmt: skip
-        self._flush()
-        workflow.logger.info("job %s continues as new with %d tasks open", self.status.job_id, len(self._open))
+        self.memo.flush()
+        workflow.logger.info("job %s continues as new with %d tasks open", self.table.status.job_id, len(self._open))
         workflow.continue_as_new(args=[self.req, None, pack_handover(handover)])
 
     async def _cancel_adopted(self, indexes: list[int]) -> None:

@@ -7,24 +7,15 @@ the IrisJobState search attribute and the job's memo, at most once per workflow 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        JOB_STATUS_QUERY,
-        JOB_TASKS_QUERY,
-        PENDING_REASON,
-        TASK_ENDED,
-        TASK_RETRYING,
-        TASK_STARTED,
-        TaskStarted,
-    )
+    from activities.contracts import TaskStarted, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from workflows.details import job_status_markdown
-    from workflows.job_base import JobBase
-    from workflows.job_lifecycle import JobEvent, JobPhase
-    from workflows.job_summary import summary_status, task_page
     from workflows.messages import TaskResult, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.visibility import (
@@ -32,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         MAX_ENDPOINT_TASKS,
         MAX_ERROR_CHARS,
         MAX_JOB_ERROR_CHARS,
-        MAX_REASON_CHARS,
         JobView,
         cap_text,
         memo_changes,
@@ -40,119 +30,122 @@ with workflow.unsafe.imports_passed_through():
 
 
 
-class Table(JobBase):
-    """Mixed into JobWorkflow (see its module)."""
+class TaskTable:
+    """The job's status and task rows, with the per-state counts kept in step (no scan per change).
 
-    @workflow.query(name=JOB_STATUS_QUERY)
-    def job_status(self) -> pb.JobStatus:
-        """The job, with its rows past MAX_TABLE_ROWS tasks left to `job_tasks` (a summary: job_summary)."""
-        return summary_status(self.status)
+    Plain state, no Temporal call: the workflow feeds it what its signals and children bring and
+    publishes what it shows (`JobMemo`).
+    """
 
-    @workflow.query(name=JOB_TASKS_QUERY)
-    def job_tasks(self, start: int, stop: int) -> bytes:
-        """Task rows `start` to `stop` (at most MAX_PAGE_ROWS), compressed: how a client reads a big job's table."""
-        return task_page(self.status, start, stop)
+    def __init__(self) -> None:
+        self.status = pb.JobStatus()
+        self.counts: dict[str, int] = {}  # tasks per state, kept by set_row
+        self.endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
 
-    @workflow.signal(name=TASK_STARTED)
-    def task_started(self, raw: RawValue) -> None:
-        """The agent started a task's process (one signal per attempt: taken raw and decoded, as results are)."""
-        msg = read_task_started(raw)
+    def add_rows(self, job_id: str, replicas: int) -> None:
+        """One PENDING row per task of a new job."""
+        for i in range(replicas):
+            self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
+        self.counts = {TaskState.PENDING: replicas}
+
+    def take_over(self, status: pb.JobStatus) -> None:
+        """The table an earlier run of this job handed over (job_handover)."""
+        self.status.CopyFrom(status)
+        self.counts = {}
+        for row in self.status.tasks:
+            self.counts[row.state] = self.counts.get(row.state, 0) + 1
+            if row.endpoints:
+                self.endpoint_rows.add(row.task_index)
+
+    def started(self, msg: TaskStarted) -> bool:
+        """The agent started a task's process; False if the message is stale (an ended row, an old attempt)."""
         if not 0 <= msg.task_index < len(self.status.tasks):
-            return
+            return False
         row = self.status.tasks[msg.task_index]
         if row.state in TERMINAL_TASK_STATES or msg.attempt < row.attempt:
-            return
-        self._set_row(row, TaskState.RUNNING)
+            return False
+        self.set_row(row, TaskState.RUNNING)
         row.attempt, row.worker_id = msg.attempt, msg.worker_id
         published = msg.endpoints if msg.task_index < MAX_ENDPOINT_TASKS else {}
         if published or row.endpoints:  # a restarted task publishes its new address
             row.endpoints.clear()
             row.endpoints.update(published)
-            self._endpoint_rows.add(msg.task_index)
-        self._refresh_state()
+            self.endpoint_rows.add(msg.task_index)
+        return True
 
-    @workflow.signal(name=PENDING_REASON)
-    def pending_reason(self, reason: str) -> None:
-        """Why the scheduler cannot place this job's pending tasks yet ("" once it can); sent on change."""
-        self.status.pending_reason = cap_text(reason, MAX_REASON_CHARS)
-        self._publish()
-
-    @workflow.signal(name=TASK_ENDED)
-    def task_ended(self, raw: RawValue) -> None:
-        """A task of a job that continues as new ended; it reaches this run even if an earlier one started it."""
-        result = read_task_result(raw)
-        if 0 <= result.task_index < len(self.status.tasks):
-            self._ended.append((result.task_index, result))
-
-    @workflow.signal(name=TASK_RETRYING)
-    def task_retrying(self, msg: TaskRetrying) -> None:
+    def retrying(self, msg: TaskRetrying) -> bool:
+        """A task goes back to the queue for another attempt; False for an ended or unknown row."""
         if not 0 <= msg.task_index < len(self.status.tasks):
-            return
+            return False
         row = self.status.tasks[msg.task_index]
         if row.state in TERMINAL_TASK_STATES:
-            return
-        self._set_row(row, TaskState.PENDING)
+            return False
+        self.set_row(row, TaskState.PENDING)
         row.attempt, row.error = msg.attempt, cap_text(msg.error, MAX_ERROR_CHARS)
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
-        self._refresh_state()
+        return True
 
-    def _record(self, index: int, result: TaskResult) -> None:
+    def record(self, index: int, result: TaskResult, *, gang: bool) -> None:
+        """A task's end (a gang's budgets are counted by the job, not per row); the first failure is the job's error."""
         row = self.status.tasks[index]
-        self._set_row(row, TaskState(result.state))
+        state = TaskState(result.state)
+        self.set_row(row, state)
         row.worker_id, row.attempt = result.worker_id, result.attempt
-        if not self.req.coschedule_group_by:  # a gang's budgets are counted by the job (_run_gang)
+        if not gang:
             row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
         row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
         row.has_exit_code = result.exit_code is not None
         row.exit_code = result.exit_code or 0
         row.peak_memory_bytes, row.cpu_seconds = result.peak_memory_bytes, result.cpu_seconds
         row.duration_seconds = result.run_seconds
-        state = TaskState(result.state)
         if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
             self.status.error = cap_text(f"task {index} {state.lower()}: {result.error}", MAX_JOB_ERROR_CHARS)
-        gang_broken = bool(self.req.coschedule_group_by) and (
-            state in (TaskState.FAILED, TaskState.WORKER_FAILED) or result.dispatch_failed
-        )
-        if gang_broken:
-            self._on(JobEvent.GANG_BROKE, cause=result)
-        elif state == TaskState.UNSCHEDULABLE or self._failed_tasks() > self.req.max_task_failures:
-            self._on(JobEvent.FAIL)
-        self._refresh_state()
 
-    def _failed_tasks(self) -> int:
-        return self._counts.get(TaskState.FAILED, 0) + self._counts.get(TaskState.WORKER_FAILED, 0)
+    def reset(self, attempt: int) -> None:
+        """Every row PENDING for a gang's next attempt."""
+        for row in self.status.tasks:
+            self.set_row(row, TaskState.PENDING)
+            row.attempt, row.worker_id = attempt, ""
+            row.has_exit_code, row.exit_code = False, 0
+        self.status.error = ""
 
-    def _set_row(self, row: pb.TaskStatus, state: TaskState) -> None:
+    def end_rows(self, indexes: Iterable[int], state: TaskState, error: str) -> None:
+        """Rows that will never start (killed before their wave, or their dependencies refused them)."""
+        for i in indexes:
+            row = self.status.tasks[i]
+            self.set_row(row, state)
+            row.error = error
+
+    def failed_tasks(self) -> int:
+        return self.counts.get(TaskState.FAILED, 0) + self.counts.get(TaskState.WORKER_FAILED, 0)
+
+    def set_row(self, row: pb.TaskStatus, state: TaskState) -> None:
         """Move one task row to `state`, keeping the per-state counts in step."""
         if row.state == state:
             return
-        left = self._counts.get(row.state, 0) - 1
+        left = self.counts.get(row.state, 0) - 1
         if left > 0:
-            self._counts[row.state] = left
+            self.counts[row.state] = left
         else:
-            self._counts.pop(row.state, None)
-        self._counts[state] = self._counts.get(state, 0) + 1
+            self.counts.pop(row.state, None)
+        self.counts[state] = self.counts.get(state, 0) + 1
         row.state = state
         if state != TaskState.RUNNING and row.endpoints:  # endpoints live as long as their task runs
             row.endpoints.clear()
-            self._endpoint_rows.discard(row.task_index)
+            self.endpoint_rows.discard(row.task_index)
 
-    def _refresh_state(self) -> None:
+    def sync_counts(self) -> None:
         self.status.task_state_counts.clear()
-        self.status.task_state_counts.update(self._counts)
-        self._publish()
-        if self._phase is not JobPhase.ACTIVE:
-            return  # the final state is decided once every task has stopped
-        state = job_state_from_counts(
-            self._counts,
-            len(self.status.tasks),
-            failed_tasks=self._failed_tasks(),
-            max_task_failures=self.req.max_task_failures,
-            killed=False,
-        )
-        self._set_state(state)
+        self.status.task_state_counts.update(self.counts)
 
-    def _view(self) -> JobView:
+    def state(self, max_task_failures: int, *, killed: bool = False) -> JobState:
+        """The job's state as its rows say it (job_state_from_counts)."""
+        return job_state_from_counts(
+            self.counts, len(self.status.tasks), failed_tasks=self.failed_tasks(),
+            max_task_failures=max_task_failures, killed=killed,
+        )  # fmt: skip
+
+    def view(self) -> JobView:
         st = self.status
         return JobView(
             state=st.state, counts=dict(st.task_state_counts), error=st.error,
@@ -163,36 +156,47 @@ class Table(JobBase):
         )  # fmt: skip
 
     def _endpoints(self) -> dict[str, dict[str, str]]:
-        """Each port name's "host:port" by task index, of the tasks running now (rows kept in `_endpoint_rows`)."""
+        """Each port name's "host:port" by task index, of the tasks running now (rows kept in `endpoint_rows`)."""
         out: dict[str, dict[str, str]] = {}
-        for index in sorted(self._endpoint_rows):
+        for index in sorted(self.endpoint_rows):
             for name, address in self.status.tasks[index].endpoints.items():
                 out.setdefault(name, {})[str(index)] = address
         return out
 
-    def _publish(self) -> None:
-        """Mark the memo stale; `_publisher` upserts it once per workflow task, however many changes it saw."""
-        self._stale = True
 
-    async def _publisher(self) -> None:
-        self._stale = True
+class JobMemo:
+    """What the job shows outside its workflow: the memo (upserted at most once per workflow task, however
+    many changes it saw), the IrisJobState search attribute, and the UI's details."""
+
+    def __init__(self, table: TaskTable) -> None:
+        self.table = table
+        self.published = JobView()  # what the memo shows
+        self.stale = False  # the memo lags the status
+
+    def publish(self) -> None:
+        """Mark the memo stale; `run` upserts it at the end of this workflow task."""
+        self.stale = True
+
+    async def run(self) -> None:
+        self.stale = True
         while True:
-            await workflow.wait_condition(lambda: self._stale)
-            self._flush()
+            await workflow.wait_condition(lambda: self.stale)
+            self.flush()
 
-    def _flush(self) -> None:
-        self._stale = False
-        view = self._view()
-        if view != self._published:
-            changes = memo_changes(self._published, view)
-            self._published = view
+    def flush(self) -> None:
+        self.stale = False
+        view = self.table.view()
+        if view != self.published:
+            changes = memo_changes(self.published, view)
+            self.published = view
             workflow.upsert_memo(changes)
 
-    def _set_state(self, state: JobState) -> None:
-        if self.status.state != state:
-            self.status.state = state
+    def set_state(self, state: JobState) -> None:
+        status = self.table.status
+        if status.state != state:
+            status.state = state
             workflow.upsert_search_attributes([JOB_STATE.value_set(str(state))])
-            workflow.set_current_details(job_status_markdown(self.status))  # UI metadata, not history
+            workflow.set_current_details(job_status_markdown(status))  # UI metadata, not history
 
 
 def read_task_result(raw: RawValue) -> TaskResult:

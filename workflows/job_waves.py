@@ -124,7 +124,7 @@ class Waves(JobBase):
 
     def _open_cap(self) -> int:
         """How many task children a large plain job keeps open: its running tasks and a margin."""
-        running = self._counts.get(TaskState.RUNNING, 0)
+        running = self.table.counts.get(TaskState.RUNNING, 0)
         return min(MAX_PENDING_CHILDREN, max(WAVE_FLOOR, running + WAVE_AHEAD))
 
     def _wave_due(self) -> bool:
@@ -204,10 +204,7 @@ class Waves(JobBase):
         await self._enqueue(enqueue)
 
     def _kill_unstarted(self) -> None:
-        for i in range(self._next_task, self.req.replicas):
-            row = self.status.tasks[i]
-            self._set_row(row, TaskState.KILLED)
-            row.error = "killed before it started"
+        self.table.end_rows(range(self._next_task, self.req.replicas), TaskState.KILLED, "killed before it started")
         self._next_task = self.req.replicas
 
     async def _enqueue(self, enqueue: Enqueue) -> None:

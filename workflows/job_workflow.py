@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 from workflows import job_reservation
 from workflows.job_dependencies import await_dependencies, show_job_control
 from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
-from workflows.job_table import Table, read_task_result
+from workflows.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.job_tree import JobTree, announce_to_parent
 from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
 
@@ -37,23 +37,21 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         CHILD_STARTED,
         EFFECTIVE_BAND,
+        JOB_STATUS_QUERY,
+        JOB_TASKS_QUERY,
         KILL_JOB,
+        PENDING_REASON,
         SCHEDULER_RESTARTED,
-        task_workflow_id,
+        TASK_ENDED,
+        TASK_RETRYING,
+        TASK_STARTED,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
-    from workflows.job_summary import summary_status
-    from workflows.messages import (
-        GangProgress,
-        TaskResult,
-    )
-    from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
-    from workflows.visibility import (
-        MAX_JOB_ERROR_CHARS,
-        JobView,
-        cap_text,
-    )
+    from workflows.job_summary import summary_status, task_page
+    from workflows.messages import GangProgress, TaskResult, TaskRetrying
+    from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState
+    from workflows.visibility import MAX_JOB_ERROR_CHARS, MAX_REASON_CHARS, JobView, cap_text
 
 # A job of more tasks than a wave continues as new (job_handover), so its size is bounded by the store, not
 # by one history; what grows with it stays far below the 2 MB payload limit at this size: the handed-over
@@ -63,29 +61,26 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Table, Waves, Handover):
+class JobWorkflow(Waves, Handover):
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
     ) -> None:
         """Takes a handed-over table before any handler runs: signals buffered across continue-as-new
         (a task's end, a task's start) are delivered before the run method begins."""
-        self.status = pb.JobStatus()
+        self.table = TaskTable()
+        self.memo = JobMemo(self.table)
         self.req = pb.JobRequest()
         self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
         self._phase = JobPhase.ACTIVE  # what the job does while its tasks run (job_lifecycle)
         self._kill_reason = ""
         self._gang_break: TaskResult | None = None  # the result that broke this gang attempt (KEEP_CAUSE)
-        self._published = JobView()
         self._next_task = 0  # the next task index to start, for jobs started in waves
-        self._stale = False  # the memo lags the status (see _publish)
-        self._counts: dict[str, int] = {}  # tasks per state, kept by _set_row: no scan of the table per change
         # Task indexes whose child ended, in the order Temporal resolved them (or the TASK_ENDED
         # signal brought them, with the result); an index may come twice (child and signal).
         self._ended: deque[tuple[int, TaskResult | None]] = deque()
         self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
         self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
-        self._endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
         self._reservation_released = False  # set before the job's release goes out: never held again after it
         self.tree = JobTree(has_children=gang.has_children if gang is not None else False)
         if handover:
@@ -94,6 +89,39 @@ class JobWorkflow(Table, Waves, Handover):
 
     # -- queries and signals -----------------------------------------------------------------
 
+    @workflow.query(name=JOB_STATUS_QUERY)
+    def job_status(self) -> pb.JobStatus:
+        """The job, with its rows past MAX_TABLE_ROWS tasks left to `job_tasks` (a summary: job_summary)."""
+        return summary_status(self.table.status)
+
+    @workflow.query(name=JOB_TASKS_QUERY)
+    def job_tasks(self, start: int, stop: int) -> bytes:
+        """Task rows `start` to `stop` (at most MAX_PAGE_ROWS), compressed: how a client reads a big job's table."""
+        return task_page(self.table.status, start, stop)
+
+    @workflow.signal(name=TASK_STARTED)
+    def task_started(self, raw: RawValue) -> None:
+        """The agent started a task's process (one signal per attempt: taken raw and decoded, as results are)."""
+        if self.table.started(read_task_started(raw)):
+            self._refresh_state()
+
+    @workflow.signal(name=TASK_RETRYING)
+    def task_retrying(self, msg: TaskRetrying) -> None:
+        if self.table.retrying(msg):
+            self._refresh_state()
+
+    @workflow.signal(name=TASK_ENDED)
+    def task_ended(self, raw: RawValue) -> None:
+        """A task of a job that continues as new ended; it reaches this run even if an earlier one started it."""
+        result = read_task_result(raw)
+        if 0 <= result.task_index < len(self.table.status.tasks):
+            self._ended.append((result.task_index, result))
+
+    @workflow.signal(name=PENDING_REASON)
+    def pending_reason(self, reason: str) -> None:
+        """Why the scheduler cannot place this job's pending tasks yet ("" once it can); sent on change."""
+        self.table.status.pending_reason = cap_text(reason, MAX_REASON_CHARS)
+        self.memo.publish()
 
     @workflow.signal(name=KILL_JOB)
     def kill(self, reason: str) -> None:
@@ -117,7 +145,7 @@ class JobWorkflow(Table, Waves, Handover):
     @workflow.signal(name=EFFECTIVE_BAND)
     def effective_band(self, band: str) -> None:
         """The band the scheduler schedules this job in (batch while its user has no credits); sent on change."""
-        self.status.effective_priority = band
+        self.table.status.effective_priority = band
 
     # -- the run -----------------------------------------------------------------------------
 
@@ -129,27 +157,25 @@ class JobWorkflow(Table, Waves, Handover):
         (the table and the tasks still running, see `pack_handover`) for a plain job."""
         self.req = req
         job_id = workflow.info().workflow_id
-        asyncio.create_task(self._publisher())  # noqa: RUF006 - lives as long as the run
+        asyncio.create_task(self.memo.run())  # noqa: RUF006 - lives as long as the run
         if handover:
             asyncio.create_task(self._watch_adopted())  # noqa: RUF006 - lives as long as the run
         if not handover:
-            self.status = pb.JobStatus(
+            self.table.status = pb.JobStatus(
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
                 num_tasks=req.replicas, submitted_at=req.submitted_at,
                 parent_job_id=req.parent_job_id, namespace=req.namespace,
                 priority=req.band or "interactive", effective_priority=req.band or "interactive",
             )
-            self._published = JobView.from_memo(workflow.memo())  # what the client started it with
-            show_job_control(self.status, req, waiting=gang is None)
+            self.memo.published = JobView.from_memo(workflow.memo())  # what the client started it with
+            show_job_control(self.table.status, req, waiting=gang is None)
         problem = self._check(req)
         if problem:
             return self._finish(JobState.FAILED, problem)
         if not handover and gang is None and not await announce_to_parent(req.parent_job_id):
             return self._finish(JobState.KILLED, f"killed: its parent job {req.parent_job_id} had already ended")
         if not handover:
-            for i in range(req.replicas):
-                self.status.tasks.add(task_index=i, task_id=task_workflow_id(job_id, i), state=TaskState.PENDING)
-            self._counts = {TaskState.PENDING: req.replicas}
+            self.table.add_rows(job_id, req.replicas)
         if req.after and not handover and gang is None:  # wait for the jobs it runs after (job_dependencies)
             self._refresh_state()
             ended = await self._wait_for_dependencies(req)
@@ -158,8 +184,8 @@ class JobWorkflow(Table, Waves, Handover):
         if req.reservation and not handover and gang is None:
             await job_reservation.hold(job_id, req)
         if gang is not None:
-            self.status.preemptions = gang.preemptions
-            for row in self.status.tasks:
+            self.table.status.preemptions = gang.preemptions
+            for row in self.table.status.tasks:
                 row.attempt, row.failure_count, row.preemption_count = gang.attempt, gang.failures, gang.preemptions
         self._refresh_state()
         try:
@@ -173,18 +199,14 @@ class JobWorkflow(Table, Waves, Handover):
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
             self.kill("job workflow cancelled")
             await (self._collect() if req.coschedule_group_by else self._collect_plain())
-        state = job_state_from_counts(
-            self._counts,
-            req.replicas,
-            failed_tasks=self._failed_tasks(),
-            max_task_failures=0 if req.coschedule_group_by else req.max_task_failures,
-            killed=self._phase is JobPhase.KILLING,
+        state = self.table.state(
+            0 if req.coschedule_group_by else req.max_task_failures, killed=self._phase is JobPhase.KILLING
         )
         await self.tree.sweep(state)  # its unfinished descendants die with it (job_tree)
         if req.reservation:
             self._reservation_released = True
             await job_reservation.release(job_id)
-        return self._finish(state, self._kill_reason if self._kill_reason else self.status.error)
+        return self._finish(state, self._kill_reason if self._kill_reason else self.table.status.error)
 
     async def _run_gang(self, job_id: str, req: pb.JobRequest, progress: GangProgress) -> None:
         """Run a coscheduled job: the gang is placed, killed and retried as one unit.
@@ -204,8 +226,8 @@ class JobWorkflow(Table, Waves, Handover):
             # PENDING is a dispatch failure, not the gang's fault: it is placed again without spending a budget.
             progress.failures += int(cause.state == TaskState.FAILED)
             progress.preemptions += int(cause.state == TaskState.WORKER_FAILED)
-            self.status.preemptions = progress.preemptions  # the gang's, not one per member
-            for row in self.status.tasks:
+            self.table.status.preemptions = progress.preemptions  # the gang's, not one per member
+            for row in self.table.status.tasks:
                 row.failure_count, row.preemption_count = progress.failures, progress.preemptions
             if progress.failures > req.max_retries_failure or progress.preemptions > req.max_retries_preemption:
                 return
@@ -220,14 +242,12 @@ class JobWorkflow(Table, Waves, Handover):
     async def _wait_for_dependencies(self, req: pb.JobRequest) -> tuple[JobState, str] | None:
         """Wait for the jobs of `after=` (job_dependencies); how the job ends if it never starts."""
         outcome = await await_dependencies(
-            req, self.status, killing=lambda: self._kill_reason if self._phase is JobPhase.KILLING else None,
-            on_cancel=lambda: self.kill("job workflow cancelled"), changed=self._publish,
+            req, self.table.status, killing=lambda: self._kill_reason if self._phase is JobPhase.KILLING else None,
+            on_cancel=lambda: self.kill("job workflow cancelled"), changed=self.memo.publish,
         )  # fmt: skip
         if outcome is not None:
             task_state = TaskState.KILLED if outcome[0] is JobState.KILLED else TaskState.UNSCHEDULABLE
-            for row in self.status.tasks:
-                self._set_row(row, task_state)
-                row.error = "never started: " + outcome[1]
+            self.table.end_rows(range(len(self.table.status.tasks)), task_state, "never started: " + outcome[1])
         return outcome
 
     def _check(self, req: pb.JobRequest) -> str:
@@ -274,7 +294,7 @@ class JobWorkflow(Table, Waves, Handover):
         """Wait for every member of a gang, reacting to each result as it arrives."""
         waiting = {h: i for i, h in self._children.items() if not h.done()}
         for i, h in self._children.items():
-            if h.done() and self.status.tasks[i].state not in TERMINAL_TASK_STATES:
+            if h.done() and self.table.status.tasks[i].state not in TERMINAL_TASK_STATES:
                 waiting[h] = i
         while waiting:
             done, _ = await workflow.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
@@ -295,13 +315,27 @@ class JobWorkflow(Table, Waves, Handover):
                 self._cancel_running()
             elif effect is JobEffect.RESET_TASKS:
                 self._children.clear()
-                for row in self.status.tasks:
-                    self._set_row(row, TaskState.PENDING)
-                    row.attempt, row.worker_id = attempt, ""
-                    row.has_exit_code, row.exit_code = False, 0
-                self.status.error = ""
+                self.table.reset(attempt)
                 self._refresh_state()
 
+
+    def _record(self, index: int, result: TaskResult) -> None:
+        """A task ended: its row, then what it means for the job (a broken gang, a failed job)."""
+        gang = bool(self.req.coschedule_group_by)
+        self.table.record(index, result, gang=gang)
+        state = TaskState(result.state)
+        if gang and (state in (TaskState.FAILED, TaskState.WORKER_FAILED) or result.dispatch_failed):
+            self._on(JobEvent.GANG_BROKE, cause=result)
+        elif state == TaskState.UNSCHEDULABLE or self.table.failed_tasks() > self.req.max_task_failures:
+            self._on(JobEvent.FAIL)
+        self._refresh_state()
+
+    def _refresh_state(self) -> None:
+        """The counts into the status, and while the job is active, its state from them; the memo follows."""
+        self.table.sync_counts()
+        self.memo.publish()
+        if self._phase is JobPhase.ACTIVE:  # otherwise the final state is decided once every task has stopped
+            self.memo.set_state(self.table.state(self.req.max_task_failures))
 
     def _cancel_running(self) -> None:
         for handle in self._children.values():
@@ -318,14 +352,15 @@ class JobWorkflow(Table, Waves, Handover):
         Failing the workflow makes the Temporal UI's status and "Failures" view
         agree with the job (the JobStatus rides along as the failure's details).
         """
-        self.status.error = cap_text(error, MAX_JOB_ERROR_CHARS) if state != JobState.SUCCEEDED else ""
-        self.status.finished_at = workflow.now().timestamp()
-        self._set_state(state)
-        self._flush()
-        result = summary_status(self.status)  # a 10,000-task table whole would pass the 2 MB payload limit
+        status = self.table.status
+        status.error = cap_text(error, MAX_JOB_ERROR_CHARS) if state != JobState.SUCCEEDED else ""
+        status.finished_at = workflow.now().timestamp()
+        self.memo.set_state(state)
+        self.memo.flush()
+        result = summary_status(status)  # a 10,000-task table whole would pass the 2 MB payload limit
         if state != JobState.SUCCEEDED:
             raise ApplicationError(
-                f"job {state}: {self.status.error}", result, type=f"Job{state.title()}", non_retryable=True
+                f"job {state}: {status.error}", result, type=f"Job{state.title()}", non_retryable=True
             )
         return result
 
