@@ -192,7 +192,6 @@ def test_no_gang_is_split_and_reclaim_spares_production_and_quota(cluster: Clust
         if running[job_id].coscheduled:
             assert indices == {t.task_index for t in running[job_id].tasks}
     before, _ = _after(cluster, SchedulingResult())
-    after, _ = _after(cluster, result)
     reclaimed: dict[str, int] = defaultdict(int)  # the largest unit reclaimed from each team
     reclaimed_hosts: dict[str, int] = defaultdict(int)
     for e in result.evictions:
