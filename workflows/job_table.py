@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-
 class TaskTable:
     """The job's status and task rows, with the per-state counts kept in step (no scan per change).
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
-
-from workflows.job_handover import HANDOVER_ATTEMPTS
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -29,8 +29,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import constraint_fields
-    from workflows.job_base import JobBase
-    from workflows.job_lifecycle import JobPhase
     from workflows.messages import (
         ConstraintSpec,
         Enqueue,
@@ -38,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         TaskResult,
     )
-    from workflows.states import TaskState
     from workflows.task_workflow import TASK_WORKFLOW
     from workflows.visibility import KIND
 
@@ -58,6 +55,10 @@ WAVE_STEP = 200  # the next wave starts once this many places are free under the
 # the scheduler's delivery waits for it (activities/signals.py). Hundreds of children take seconds
 # to start on a loaded server, so only a small first batch goes this way.
 EARLY_ENQUEUE_MAX = 32  # tasks
+# A plain job that may outgrow one history continues as new on the server's suggestion, its running
+# tasks handed over to the next run (job_handover). A job's history takes ~4 events per task and ~2-4
+# per retry; Temporal ends a history at 51,200 events.
+HANDOVER_ATTEMPTS = 5_000  # a plain job whose budgets allow more attempts than this may hand over
 
 
 def scheduling_spec(req: pb.JobRequest) -> SchedulingSpec:
@@ -95,62 +96,83 @@ def may_outgrow_history(req: pb.JobRequest) -> bool:
 
 
 def _note_end(ended: deque[tuple[int, TaskResult | None]], index: int, _handle: object) -> None:
-    """Done-callback of a plain job's child: queue its index for `_collect_plain`."""
+    """Done-callback of a plain job's child: queue its index for the job's collect loop."""
     ended.append((index, None))
 
 
-class Waves(JobBase):
-    """Mixed into JobWorkflow (see its module)."""
+class TaskChildren:
+    """The job's task children: those started, those open (plain jobs), those ended and not yet recorded.
 
-    async def _start_tasks(self, job_id: str, req: pb.JobRequest, attempt: int) -> None:
-        """Start the task children (all of them, or a first wave for a large job) and enqueue them."""
-        self._next_task = 0
+    A large plain job starts its tasks in waves (`next_wave`); a job that may outgrow one history
+    starts them abandoned (`handover`), to be handed over to the next run (job_handover).
+    """
+
+    def __init__(self) -> None:
+        self.handles: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self.next_task = 0  # the next task index to start, for jobs started in waves
+        # Task indexes whose child ended, in the order Temporal resolved them (or the TASK_ENDED
+        # signal brought them, with the result); an index may come twice (child and signal).
+        self.ended: deque[tuple[int, TaskResult | None]] = deque()
+        self.open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
+        self.handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
+
+    def adopt(self, handover: pb.JobHandover) -> None:
+        """The tasks an earlier run of this job started and left running."""
+        self.open = set(handover.open_tasks)
+        self.next_task = handover.next_task
+        self.handover = True
+
+    def adopted(self) -> list[int]:
+        """Open tasks an earlier run started (no handle in this run)."""
+        return sorted(self.open.difference(self.handles))
+
+    async def first_wave(self, job_id: str, req: pb.JobRequest, attempt: int, killing: Callable[[], bool]) -> bool:
+        """Start the task children (all of them, or a first wave for a large job) and enqueue them;
+        False if the job was killed meanwhile (`start`)."""
+        self.next_task = 0
         end = req.replicas
         if not req.coschedule_group_by:
             end = min(end, WAVE_FLOOR)
-            self._handover = may_outgrow_history(req)
-        await self._start_range(job_id, req, attempt, end)
+            self.handover = may_outgrow_history(req)
+        return await self.start(job_id, req, attempt, end, killing)
 
-    async def _start_next_wave(self) -> None:
+    async def next_wave(self, req: pb.JobRequest, running: int, killing: Callable[[], bool]) -> bool:
         """Start more of a large job's tasks once a wave's worth of its pending children has ended."""
-        req = self.req
-        if self._next_task >= req.replicas or self._phase is not JobPhase.ACTIVE:
-            return
-        cap = self._open_cap()
-        if len(self._open) > cap - WAVE_STEP:
-            return
-        end = min(req.replicas, self._next_task + cap - len(self._open))
-        await self._start_range(workflow.info().workflow_id, req, 0, end)
+        if not self.wave_due(req.replicas, running):
+            return True
+        end = min(req.replicas, self.next_task + self._open_cap(running) - len(self.open))
+        return await self.start(workflow.info().workflow_id, req, 0, end, killing)
 
-    def _open_cap(self) -> int:
+    def _open_cap(self, running: int) -> int:
         """How many task children a large plain job keeps open: its running tasks and a margin."""
-        running = self.table.counts.get(TaskState.RUNNING, 0)
         return min(MAX_PENDING_CHILDREN, max(WAVE_FLOOR, running + WAVE_AHEAD))
 
-    def _wave_due(self) -> bool:
-        """More of the job's tasks started running, so the cap grew by a wave (long tasks end rarely)."""
-        return (
-            self._next_task < self.req.replicas and self._phase is JobPhase.ACTIVE
-            and len(self._open) <= self._open_cap() - WAVE_STEP
-        )  # fmt: skip
+    def wave_due(self, replicas: int, running: int) -> bool:
+        """More of the job's tasks may start: a wave's worth of places is free under the cap (which grows
+        as more of them run: long tasks end rarely)."""
+        return self.next_task < replicas and len(self.open) <= self._open_cap(running) - WAVE_STEP
 
-    async def _start_range(self, job_id: str, req: pb.JobRequest, attempt: int, end: int) -> None:
-        """Start task children `_next_task` .. `end` - 1 in batches, then enqueue them with one signal."""
+    async def start(self, job_id: str, req: pb.JobRequest, attempt: int, end: int, killing: Callable[[], bool]) -> bool:
+        """Start task children `next_task` .. `end` - 1 in batches, then enqueue them with one signal.
+
+        False, without the enqueue, if the job was killed meanwhile (`killing()`): the caller cancels
+        what started and ends the rest.
+        """
         spec = scheduling_spec(req)
         gang = bool(req.coschedule_group_by)
         kind = req.entrypoint.WhichOneof("kind")
         argv = list(req.entrypoint.command.argv) if kind == "command" else []
-        first = self._next_task
-        enqueue = Enqueue(job_id, spec, dict.fromkeys(range(first, end), attempt), req.submitted_at)
+        first = self.next_task
+        queued = Enqueue(job_id, spec, dict.fromkeys(range(first, end), attempt), req.submitted_at)
         early: asyncio.Task[None] | None = None
         if first == 0 and not gang and end <= EARLY_ENQUEUE_MAX:
-            early = asyncio.create_task(self._enqueue(enqueue))
+            early = asyncio.create_task(enqueue(queued))
         tagged = TypedSearchAttributes([SearchAttributePair(KIND, TASK_KIND)])
         # A job that continues as new must not take its running tasks with it: they are abandoned and
         # report their end by signal (REQUEST_CANCEL would cancel them when the run closes).
-        closing = workflow.ParentClosePolicy.ABANDON if self._handover else workflow.ParentClosePolicy.REQUEST_CANCEL
+        closing = workflow.ParentClosePolicy.ABANDON if self.handover else workflow.ParentClosePolicy.REQUEST_CANCEL
         for start in range(first, end, START_BATCH):
-            if self._phase is JobPhase.KILLING:
+            if killing():
                 break
             batch = range(start, min(start + START_BATCH, end))
             handles = await asyncio.gather(
@@ -174,7 +196,7 @@ class Waves(JobBase):
                             bundle_blob=req.bundle_blob,
                             setup=list(req.setup),
                             launch_blob=req.launch_blob,
-                            report_end=self._handover,
+                            report_end=self.handover,
                             namespace=req.namespace,
                         ),
                         id=task_workflow_id(job_id, i),
@@ -187,35 +209,30 @@ class Waves(JobBase):
                     for i in batch
                 )
             )
-            self._children.update(zip(batch, handles, strict=True))
-            self._next_task = batch.stop
+            self.handles.update(zip(batch, handles, strict=True))
+            self.next_task = batch.stop
             if not gang:
-                self._open.update(batch)
+                self.open.update(batch)
                 for i, handle in zip(batch, handles, strict=True):
-                    handle.add_done_callback(functools.partial(_note_end, self._ended, i))
+                    handle.add_done_callback(functools.partial(_note_end, self.ended, i))
         if early is not None:
             await early  # a task killed meanwhile gives its place back when its cancellation ends it
-        if self._phase is JobPhase.KILLING:
-            self._cancel_running()
-            self._kill_unstarted()
-            return
-        if early is not None:
-            return
-        await self._enqueue(enqueue)
+        if killing():
+            return False
+        if early is None:
+            await enqueue(queued)
+        return True
 
-    def _kill_unstarted(self) -> None:
-        self.table.end_rows(range(self._next_task, self.req.replicas), TaskState.KILLED, "killed before it started")
-        self._next_task = self.req.replicas
 
-    async def _enqueue(self, enqueue: Enqueue) -> None:
-        """Hand the tasks to the scheduler through a local activity, which costs no extra workflow task.
+async def enqueue(queued: Enqueue) -> None:
+    """Hand the tasks to the scheduler through a local activity, which costs no extra workflow task.
 
-        The scheduler is started by the controller before it serves; should it not
-        exist yet, the job tries again each second rather than fail.
-        """
-        delivery = Delivery(SCHEDULER_WORKFLOW_ID, ENQUEUE, enqueue)
-        while await workflow.execute_local_activity(
-            DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
-        ):
-            workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", enqueue.job_id)
-            await workflow.sleep(1)
+    The scheduler is started by the controller before it serves; should it not
+    exist yet, the job tries again each second rather than fail.
+    """
+    delivery = Delivery(SCHEDULER_WORKFLOW_ID, ENQUEUE, queued)
+    while await workflow.execute_local_activity(
+        DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
+    ):
+        workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", queued.job_id)
+        await workflow.sleep(1)

@@ -11,15 +11,16 @@ retry budget) continues as new when the server suggests it, with its tasks
 still running (job_handover). What the job does meanwhile (fail, break a gang,
 be killed) is the table in job_lifecycle.
 
-One concern per module: this one holds the run, the gang's attempts and the
-lifecycle; job_table the task table and what it publishes, job_waves the
-children and their enqueue, job_handover continue-as-new (mixed in over job_base).
+A thin shell over plain objects, one concern per module: it holds the run, the gang's attempts,
+the lifecycle and every handler; `TaskTable` and `JobMemo` (job_table) the rows and what they
+publish, `TaskChildren` (job_waves) the task children, `JobTree` (job_tree) its child jobs;
+job_handover, job_dependencies and job_reservation are steps it takes around its tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections.abc import Coroutine
 from typing import Any
 
 from temporalio import workflow
@@ -28,10 +29,10 @@ from temporalio.exceptions import ApplicationError
 
 from workflows import job_reservation
 from workflows.job_dependencies import await_dependencies, show_job_control
-from workflows.job_handover import Handover, unpack_handover  # the parts hold workflow code: sandboxed
+from workflows.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
 from workflows.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.job_tree import JobTree, announce_to_parent
-from workflows.job_waves import MAX_PENDING_CHILDREN, Waves
+from workflows.job_waves import MAX_PENDING_CHILDREN, TaskChildren  # the parts hold workflow code: sandboxed
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -61,7 +62,7 @@ MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every 
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
-class JobWorkflow(Waves, Handover):
+class JobWorkflow:
     @workflow.init
     def __init__(
         self, req: pb.JobRequest, gang: GangProgress | None = None, handover: bytes = b""
@@ -71,21 +72,19 @@ class JobWorkflow(Waves, Handover):
         self.table = TaskTable()
         self.memo = JobMemo(self.table)
         self.req = pb.JobRequest()
-        self._children: dict[int, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self.children = TaskChildren()
         self._phase = JobPhase.ACTIVE  # what the job does while its tasks run (job_lifecycle)
         self._kill_reason = ""
         self._gang_break: TaskResult | None = None  # the result that broke this gang attempt (KEEP_CAUSE)
-        self._next_task = 0  # the next task index to start, for jobs started in waves
-        # Task indexes whose child ended, in the order Temporal resolved them (or the TASK_ENDED
-        # signal brought them, with the result); an index may come twice (child and signal).
-        self._ended: deque[tuple[int, TaskResult | None]] = deque()
-        self._open: set[int] = set()  # tasks of a plain job started and not yet recorded as ended
-        self._handover = False  # this job continues as new with its tasks running (`may_outgrow_history`)
         self._reservation_released = False  # set before the job's release goes out: never held again after it
         self.tree = JobTree(has_children=gang.has_children if gang is not None else False)
-        if handover:
+        if handover:  # begin where the previous run of this plain job left off (job_handover)
             self.req = req
-            self._take_over(unpack_handover(handover))
+            taken = unpack_handover(handover)
+            self.table.take_over(taken.status)
+            self.children.adopt(taken)
+            self.tree.has_children = taken.has_children
+            self.memo.published = self.table.view()  # the memo and search attributes came along with continue-as-new
 
     # -- queries and signals -----------------------------------------------------------------
 
@@ -115,7 +114,7 @@ class JobWorkflow(Waves, Handover):
         """A task of a job that continues as new ended; it reaches this run even if an earlier one started it."""
         result = read_task_result(raw)
         if 0 <= result.task_index < len(self.table.status.tasks):
-            self._ended.append((result.task_index, result))
+            self.children.ended.append((result.task_index, result))
 
     @workflow.signal(name=PENDING_REASON)
     def pending_reason(self, reason: str) -> None:
@@ -129,7 +128,6 @@ class JobWorkflow(Waves, Handover):
         if self._phase is not JobPhase.KILLING:
             self._kill_reason = reason or "killed by user"
             self._on(JobEvent.KILL)
-
 
     @workflow.signal(name=CHILD_STARTED)
     def child_started(self, child_id: str) -> None:
@@ -159,7 +157,7 @@ class JobWorkflow(Waves, Handover):
         job_id = workflow.info().workflow_id
         asyncio.create_task(self.memo.run())  # noqa: RUF006 - lives as long as the run
         if handover:
-            asyncio.create_task(self._watch_adopted())  # noqa: RUF006 - lives as long as the run
+            asyncio.create_task(watch_adopted(self.children, self.table))  # noqa: RUF006 - lives as long as the run
         if not handover:
             self.table.status = pb.JobStatus(
                 job_id=job_id, name=req.name, user=req.user, state=JobState.PENDING,
@@ -193,7 +191,7 @@ class JobWorkflow(Waves, Handover):
                 await self._run_gang(job_id, req, gang or GangProgress())
             else:
                 if not handover:
-                    await self._start_tasks(job_id, req, attempt=0)
+                    await self._started(self.children.first_wave(job_id, req, 0, self._killing))
                 await self._collect_plain()
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
@@ -218,7 +216,7 @@ class JobWorkflow(Waves, Handover):
         """
         while True:
             self._gang_break = None
-            await self._start_tasks(job_id, req, attempt=progress.attempt)
+            await self._started(self.children.first_wave(job_id, req, progress.attempt, self._killing))
             await self._collect()
             cause = self._gang_break
             if self._phase is not JobPhase.GANG_BROKEN or cause is None:
@@ -261,7 +259,6 @@ class JobWorkflow(Waves, Handover):
             return "entrypoint: neither a function nor a command was given"
         return ""
 
-
     async def _collect_plain(self) -> None:
         """Wait for every child of a plain job, starting the next waves as earlier tasks end.
 
@@ -269,31 +266,63 @@ class JobWorkflow(Waves, Handover):
         same at 10 or 10,000 pending children (waiting on all of them at once is
         a scan per ended child).
         """
+        children = self.children
         while True:
             self._record_ended()
-            if self._next_task < self.req.replicas:
-                await self._start_next_wave()
-            if not self._open and not self._ended:
+            if children.next_task < self.req.replicas and self._phase is JobPhase.ACTIVE:
+                await self._started(children.next_wave(self.req, self._running(), self._killing))
+            if not children.open and not children.ended:
                 break
             if self._handover_due():
                 await self._continue_as_new()
-            await workflow.wait_condition(lambda: bool(self._ended) or self._wave_due() or self._handover_due())
-        if self._next_task < self.req.replicas:
+            await workflow.wait_condition(lambda: bool(children.ended) or self._wave_due() or self._handover_due())
+        if children.next_task < self.req.replicas:
             self._kill_unstarted()  # the job failed or was killed before its last waves started
 
     def _record_ended(self) -> None:
-        while self._ended:
-            index, result = self._ended.popleft()
-            if index not in self._open:
+        children = self.children
+        while children.ended:
+            index, result = children.ended.popleft()
+            if index not in children.open:
                 continue  # recorded already: its child's end and its TASK_ENDED signal both came
-            self._open.discard(index)
-            self._record(index, result if result is not None else _child_result(index, self._children[index]))
+            children.open.discard(index)
+            self._record(index, result if result is not None else _child_result(index, children.handles[index]))
 
+    async def _started(self, start: Coroutine[Any, Any, bool]) -> None:
+        """Start task children (job_waves); a job killed meanwhile cancels what started and ends the rest."""
+        if not await start:
+            self._cancel_running()
+            self._kill_unstarted()
+
+    def _kill_unstarted(self) -> None:
+        unstarted = range(self.children.next_task, self.req.replicas)
+        self.table.end_rows(unstarted, TaskState.KILLED, "killed before it started")
+        self.children.next_task = self.req.replicas
+
+    def _killing(self) -> bool:
+        return self._phase is JobPhase.KILLING
+
+    def _running(self) -> int:
+        return self.table.counts.get(TaskState.RUNNING, 0)
+
+    def _wave_due(self) -> bool:
+        return self._phase is JobPhase.ACTIVE and self.children.wave_due(self.req.replicas, self._running())
+
+    def _handover_due(self) -> bool:
+        return handover_due(self.children, self._phase is JobPhase.ACTIVE)
+
+    async def _continue_as_new(self) -> None:
+        """Hand the job over to a new run with its tasks still running (job_handover)."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._record_ended()
+        if self._handover_due():
+            self.memo.flush()
+            hand_over(self.req, self.table, self.children, self.tree.has_children)
 
     async def _collect(self) -> None:
         """Wait for every member of a gang, reacting to each result as it arrives."""
-        waiting = {h: i for i, h in self._children.items() if not h.done()}
-        for i, h in self._children.items():
+        waiting = {h: i for i, h in self.children.handles.items() if not h.done()}
+        for i, h in self.children.handles.items():
             if h.done() and self.table.status.tasks[i].state not in TERMINAL_TASK_STATES:
                 waiting[h] = i
         while waiting:
@@ -301,7 +330,6 @@ class JobWorkflow(Waves, Handover):
             for handle in done:
                 index = waiting.pop(handle)
                 self._record(index, _child_result(index, handle))
-
 
     def _on(self, event: JobEvent, *, cause: TaskResult | None = None, attempt: int = 0) -> None:
         """Take `event` through the job's lifecycle table (InvalidTransition, failing the workflow task,
@@ -314,10 +342,9 @@ class JobWorkflow(Waves, Handover):
             elif effect is JobEffect.CANCEL_RUNNING:
                 self._cancel_running()
             elif effect is JobEffect.RESET_TASKS:
-                self._children.clear()
+                self.children.handles.clear()
                 self.table.reset(attempt)
                 self._refresh_state()
-
 
     def _record(self, index: int, result: TaskResult) -> None:
         """A task ended: its row, then what it means for the job (a broken gang, a failed job)."""
@@ -338,13 +365,12 @@ class JobWorkflow(Waves, Handover):
             self.memo.set_state(self.table.state(self.req.max_task_failures))
 
     def _cancel_running(self) -> None:
-        for handle in self._children.values():
+        for handle in self.children.handles.values():
             if not handle.done():
                 handle.cancel()
-        adopted = sorted(self._open.difference(self._children))  # started by an earlier run of this job
+        adopted = self.children.adopted()  # started by an earlier run of this job
         if adopted:
-            asyncio.get_running_loop().create_task(self._cancel_adopted(adopted))
-
+            asyncio.get_running_loop().create_task(cancel_adopted(adopted))
 
     def _finish(self, state: JobState, error: str) -> pb.JobStatus:
         """Record the final state; a job that did not succeed also fails its workflow.
@@ -363,8 +389,6 @@ class JobWorkflow(Waves, Handover):
                 f"job {state}: {status.error}", result, type=f"Job{state.title()}", non_retryable=True
             )
         return result
-
-
 
 
 def _child_result(index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> TaskResult:
