@@ -231,6 +231,7 @@ async def serve(
     gate = await team_gate(client, config, store_url)  # team mode: the dashboard's port serves the Iris API (iris/auth)
     if gate is not None and dashboard_port is None:
         raise ValueError("auth: team mode serves the Iris API on the dashboard's port; give --dashboard-port")
+    control = agent_address(settings, client.namespace, store_url, team=gate is not None)
     if gate is not None:  # the local platform's agents are this process's children: their tasks reach this API
         host = "127.0.0.1" if dashboard_host in ("0.0.0.0", "::", "") else dashboard_host
         os.environ.setdefault("IRIS_TASK_API", f"http://{host}:{dashboard_port}")
@@ -239,7 +240,7 @@ async def serve(
         dashboard = DashboardServer(Dashboard(client, ui, store_url, gate=gate), dashboard_port, dashboard_host)
         await dashboard.start()
     try:
-        await _serve(client, settings, store_url, probe, scaling, build_id(build),
+        await _serve(client, settings, store_url, control, probe, scaling, build_id(build),
                      config.sharing if config is not None else None, team=gate is not None)
     finally:
         if dashboard is not None:
@@ -331,12 +332,21 @@ class ControllerProbe:
         observability.WORKERS.labels("false").set(summary.total_workers - summary.healthy_workers)
 
 
+def agent_address(settings: TemporalSettings, namespace: str, store_url: str, *, team: bool) -> ControlPlaneAddress:
+    """What the agents this controller bootstraps are told: the Temporal frontend and the store, and in team
+    mode the Iris API their tasks reach (`IRIS_TASK_API` as the operator gave it to the controller: an address
+    the hosts of every platform reach; without it, only the local platform's agents get one, on loopback)."""
+    api = os.environ.get("IRIS_TASK_API", "") if team else ""
+    return ControlPlaneAddress(
+        temporal_address=str(settings.address), namespace=namespace, store_url=store_url,
+        extra_env={"IRIS_TASK_API": api} if api else {},
+    )  # fmt: skip
+
+
 async def _serve(
-    client: Client, settings: TemporalSettings, store_url: str, probe: ControllerProbe, scaling: AutoscalerConfig,
-    build: str, sharing: SharingSettings | None = None, team: bool = False,
+    client: Client, settings: TemporalSettings, store_url: str, control: ControlPlaneAddress, probe: ControllerProbe,
+    scaling: AutoscalerConfig, build: str, sharing: SharingSettings | None = None, team: bool = False,
 ) -> None:
-    control = ControlPlaneAddress(temporal_address=str(settings.address), namespace=client.namespace,
-                                  store_url=store_url)  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
