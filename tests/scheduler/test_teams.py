@@ -112,6 +112,26 @@ def test_reclaim_stops_once_the_borrower_is_back_within_its_quota() -> None:
     assert 2 == len(result.assignments)
 
 
+def test_a_reclaim_and_the_borrowers_own_band_preemption_in_one_pass() -> None:
+    """A (quota 2) runs a batch gang of 2 and one batch task beyond it; C (quota 0) one task; B (quota 3) needs 2:
+    only the borrowed units go to B (A's newest task and C's). A's own interactive task then takes its batch
+    gang's place, by the band rule inside a team: a preemption, not a reclaim (found by the property test)."""
+    fleet = hosts(1, 4)
+    gang_a = running("a/gang", fleet[:2], "batch", "ana", HOST, 100.0)
+    task_a = running("a/task", fleet[2:3], "batch", "ana", HOST, 100.0, coscheduled=False)
+    task_c = running("c/task", fleet[3:], "batch", "cy", HOST, 100.0, coscheduled=False)
+    teams = Teams((Team("a", ("ana",), Resources(2000)), Team("b", ("bo",), Resources(3000)),
+                   Team("c", ("cy",), Resources(0))))  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=[gang_a, task_a, task_c], teams=teams)
+    jobs = [plain("b/x", "bo", 2, Band.BATCH), plain("a/urgent", "ana")]
+    result = find_assignments(occupied(fleet, gang_a, task_a, task_c), jobs, share=share)
+    reasons = {e.job_id: e.reason for e in result.evictions}
+    assert {"a/task", "c/task", "a/gang"} == set(reasons)
+    assert "reclaimed by team b" in reasons["a/task"] and "reclaimed by team b" in reasons["c/task"]
+    assert "preempted by interactive job a/urgent" == reasons["a/gang"]
+    assert {"b/x": 2, "a/urgent": 1} == {j: sum(a.job_id == j for a in result.assignments) for j in ("b/x", "a/urgent")}
+
+
 def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:
     """The same cluster without teams: a batch job evicts nobody (bands alone decide)."""
     fleet = hosts()
