@@ -174,11 +174,19 @@ def _live_hosts(record: Mapping[str, Any] | None, found: Mapping[int, FoundWorke
     was taken for one that had exited, and its slice failed.
     """
     live = {i: f.process for i, f in found.items()}
-    for key, started in (record or {}).get("pids", {}).items():
-        index = int(key)
-        if index not in live and (process := LocalProcess(int(started[0]), started[1])).alive():
+    for index, process in _recorded_hosts(record).items():
+        if index not in live and process.alive():
             live[index] = process
     return live
+
+
+def _recorded_hosts(record: Mapping[str, Any] | None) -> dict[int, LocalProcess]:
+    """The host processes the slice's last bootstrap recorded (`pids`: index -> [pid, start time])."""
+    out = {}
+    for key, entry in (record or {}).get("pids", {}).items():
+        with contextlib.suppress(TypeError, ValueError, IndexError):  # a record written otherwise: not ours to read
+            out[int(key)] = LocalProcess(int(entry[0]), float(entry[1]))
+    return out
 
 
 def _env_label(env: Mapping[str, str], label: str) -> str | None:
@@ -278,8 +286,8 @@ class LocalPlatform:
             state, error = PlatformState.DELETING, "record gone; processes left over"
         elif bootstrapped and len(live) < count:
             gone = [h for h in hosts if h.index not in live]
-            started = record.get("pids", {}).get(str(gone[0].index))  # what its last bootstrap started
-            how = how_it_ended(started[0]) if started else ""
+            started = _recorded_hosts(record).get(gone[0].index)  # what its last bootstrap started
+            how = how_it_ended(started.pid) if started is not None else ""
             state = PlatformState.PREEMPTED
             error = (
                 f"worker process exited: {', '.join(h.worker_id for h in gone)}{f' ({how})' if how else ''}; "

@@ -58,7 +58,8 @@ def test_a_host_killed_by_a_signal_or_exiting_is_said_so_with_what_it_printed(ho
         keep.touch()
         await platform.bootstrap("pair-a", spec, CONTROL)  # starts host 0 again
         running = await wait_for_state(platform, "pair-a", PlatformState.READY, hosts=2)
-        find_workers(home)["pair-a-1"].process.signal_group(signal.SIGKILL)
+        host_1 = wait_until(lambda: find_workers(home).get("pair-a-1"), timeout=10, what="host 1 seen")
+        host_1.process.signal_group(signal.SIGKILL)
         killed = await wait_for_state(platform, "pair-a", PlatformState.PREEMPTED)
         return exited, running, killed
 
@@ -111,7 +112,7 @@ def test_a_worker_on_a_reused_pid_is_known_by_its_own_start(home: Path) -> None:
     env = dict(os.environ)
     for _ in range(20):
         first = start_worker(argv, home=home, worker_id="w-0", env=env)
-        assert set(find_workers(home)) == {"w-0"}
+        wait_until(lambda: set(find_workers(home)) == {"w-0"}, timeout=10, what="the first worker seen")
         stop_processes({"w-0": first}, grace=2.0)
         try:
             Path("/proc/sys/kernel/ns_last_pid").write_text(str(first.pid - 1))  # the next process gets its pid
@@ -123,7 +124,9 @@ def test_a_worker_on_a_reused_pid_is_known_by_its_own_start(home: Path) -> None:
         stop_processes({"w-0": second}, grace=2.0)  # another process took the pid first: again
     else:
         raise AssertionError("never got the same pid twice")
-    found = find_workers(home)["w-0"].process
+    # Right after its start a process may still be in its exec, its environment unreadable (what
+    # LocalPlatform's recorded hosts are for): the scan sees it a moment later.
+    found = wait_until(lambda: find_workers(home).get("w-0"), timeout=10, what="the second worker seen").process
     assert (second.pid, second.started) == (found.pid, found.started)
     assert found.alive()
     stop_processes({"w-0": found}, grace=2.0)
