@@ -38,6 +38,7 @@ from iris.local.cluster import (
     temporal_command,
     worker_command,
 )
+from tests.support import wait_until
 
 TEMPORAL_ONLY: tuple[Component, ...] = ("temporal",)
 
@@ -460,7 +461,6 @@ def test_up_starts_only_what_is_down(cluster: LocalCluster) -> None:
 def test_the_supervisor_restarts_what_dies_and_down_stops_it_first(cluster: LocalCluster) -> None:
     """A supervised cluster starts a killed worker and a killed dev server again by itself; `down` then stops
     every process, the supervisor included, and nothing starts again."""
-    from tests.support import wait_until
 
     first = cluster.up(two_workers(), wait=False, supervise=True)
     assert "supervisor" in first.pids
@@ -517,7 +517,8 @@ def test_static_workers_are_found_and_stopped_the_way_the_local_platform_finds_i
     """The cluster's workers carry the local platform's markers: `find_workers` (what LocalPlatform lists
     its slice hosts with) finds them by id; `stop_worker` stops one for good; `down` stops the rest."""
     info = cluster.up(two_workers(), wait=False)
-    found = find_workers(cluster.home)
+    # a worker still in its exec has no environment to read yet: the scan sees both a moment after their start
+    found = wait_until(lambda: (f if len(f := find_workers(cluster.home)) == 2 else None), timeout=10, what="both")
     assert {w: f.process.pid for w, f in found.items()} == {
         "w-0": info.pids["worker-w-0"],
         "w-1": info.pids["worker-w-1"],
