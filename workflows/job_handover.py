@@ -15,7 +15,8 @@ from typing import NoReturn
 
 from temporalio import workflow
 
-from workflows.job_waves import TaskChildren  # the waves hold workflow code: sandboxed
+from workflows.job_table import TaskTable  # the parts hold workflow code: sandboxed
+from workflows.job_waves import TaskChildren
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -24,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
-    from workflows.job_table import TaskTable
     from workflows.messages import TaskResult
     from workflows.states import TaskState
     from workflows.visibility import (
