@@ -89,7 +89,10 @@ def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     assert 4 == skeleton["count"]
     assert skeleton["workflow_tasks"]["job"] >= 8 and skeleton["workflow_tasks"]["task"] >= 8
     assert skeleton["workflow_tasks"]["scheduler"] >= 2  # a pass needs one task to start it, one to announce
-    assert skeleton["cpu_s"]["skeleton agent"] > 0  # its agent process ran the tasks' processes
+    # Both skeleton processes were read before and after (a figure, not a gap); four tiny tasks can use less
+    # than one clock tick of the agent's CPU, so the figure itself may round to 0.0.
+    assert {"skeleton controller", "skeleton agent"} <= set(skeleton["cpu_s"])
+    assert skeleton["cpu_s"]["skeleton controller"] > 0  # it ran every job and task workflow
     assert "the design skeleton" in proc.stdout
     assert not _skeleton_processes(), "a skeleton process outlived the bench"
     assert figures["iris"]["throughput"]["workflow_tasks"]["job"] >= 4
