@@ -16,19 +16,17 @@ from workflows.placement_index import Placement, Placements
 from workflows.scheduler_carry import pack, unpack
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.sharing_state import release_charge
 from workflows.worker_lifecycle import WorkerState
 
 NOW = 1_000.0
 
 
-class Scheduler(SchedulerWorkflow):
+def _scheduler() -> SchedulerWorkflow:
     """The scheduler's own commit, release and worker removal, run outside a workflow: a release is
     charged at a fixed time instead of the workflow's clock."""
-
-    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
-        self.state.books.charge([release_charge(placement, NOW, ran_seconds)])
-        self.state.books.released(task_workflow_id(placement.job_id, placement.task_index), placement.attempt)
+    scheduler = SchedulerWorkflow()
+    scheduler.core.clock = lambda: NOW
+    return scheduler
 
 
 def recount(placements: dict[str, Placement]) -> tuple[dict[str, list[int]], dict[str, dict[str, Placement]]]:
@@ -85,7 +83,7 @@ def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
     """Commits, releases, claims of a newer attempt, lost and removed workers and continue-as-new, in
     random order: after each, per-worker used capacity and per-job placements equal a full recount."""
     rng = random.Random(seed)
-    scheduler = Scheduler()
+    scheduler = _scheduler()
     scheduler.state = _fleet(rng, 8)
     serial = peak = 0
     for _ in range(150):
@@ -95,12 +93,12 @@ def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
             serial += 1
             _enqueue(rng, state, serial)
         elif op == "commit" and state.pending:
-            scheduler._commit(_plan(rng, state), now=NOW)
+            scheduler.queue.commit(_plan(rng, state), now=NOW)
         elif op == "release" and state.placements:
             key = rng.choice(list(state.placements))
             p = state.placements[key]
             attempt = p.attempt if rng.random() < 0.8 else p.attempt + 1  # a stale release changes nothing
-            scheduler._release(p.job_id, p.task_index, attempt)
+            scheduler.queue.release_place(p.job_id, p.task_index, attempt)
         elif op == "claim" and state.placements:
             # A newer attempt of a placed task claims its place on another worker (a run that started empty).
             key = rng.choice(list(state.placements))
@@ -110,7 +108,7 @@ def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
         elif op == "lose" and state.workers and rng.random() < 0.3:
             rng.choice(list(state.workers.values())).state = WorkerState.LOST
         elif op == "forget" and state.workers and rng.random() < 0.3:
-            scheduler._forget([rng.choice(list(state.workers))])
+            scheduler.registry.forget([rng.choice(list(state.workers))])
         elif op == "register":
             w = WorkerEntry(f"w{len(state.workers) + serial}", "s", 4_000, 8 << 30, 1, 0, {"zone": "z0"})
             state.workers[w.worker_id] = w

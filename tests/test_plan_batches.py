@@ -10,6 +10,7 @@ from activities.proto import plan_batches
 from activities.scheduling import find_assignments_activity
 from workflows.messages import SchedulingSpec
 from workflows.placement_index import Placement
+from workflows.scheduler_queue import Queue
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler_workflow import SchedulerWorkflow
 from workflows.sharing_state import take_evictions
@@ -43,10 +44,12 @@ def _plan(state: SchedulerState) -> pb.SchedulingPlan:
     return pb.SchedulingPlan.FromString(zlib.decompress(find_assignments_activity(encode_snapshot(state, NOW))))
 
 
-def _scheduler(state: SchedulerState) -> SchedulerWorkflow:
+def _scheduler(state: SchedulerState) -> Queue:
+    """The scheduler's queue and commit on `state`, outside a workflow (its clock fixed)."""
     scheduler = SchedulerWorkflow()
     scheduler.state = state
-    return scheduler
+    scheduler.core.clock = lambda: NOW
+    return scheduler.queue
 
 
 def test_the_pass_cuts_its_plan_into_batches_of_whole_jobs() -> None:
@@ -81,12 +84,12 @@ def test_committed_batch_by_batch_as_the_whole_plan_would_be_and_a_gang_whole_or
         if lose is not None:
             state.workers[lose].state = WorkerState.LOST
         whole = copy.deepcopy(state)
-        _scheduler(whole)._commit(copy.deepcopy(plan), now=NOW, limit=None)
+        _scheduler(whole).commit(copy.deepcopy(plan), now=NOW, limit=None)
         scheduler = _scheduler(state)
         used = committed(state)
         for start, end in plan_batches.batches(plan):
             jobs = plan_batches.by_job(plan.assignments[start:end])
-            scheduler._commit(plan, now=NOW, limit=None, jobs=jobs, used=used)
+            scheduler.commit(plan, now=NOW, limit=None, jobs=jobs, used=used)
         assert whole.placements == state.placements and whole.pending == state.pending
         assert used == committed(state)
         gang = {key for key in state.placements if key.startswith(f"{GANG}/")}

@@ -1,15 +1,10 @@
 """Ports and peers of distributed tasks, as the scheduler's commit books them (no Temporal needed).
 
-The commit (`SchedulerWorkflow._commit`) is driven directly on a state, as the scheduler runs it.
+The commit (`Queue.commit`, workflows/scheduler_queue.py) is driven directly on a state, as the scheduler runs it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
-from unittest import mock
-
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,17 +12,11 @@ from activities.proto import cluster_pb2 as pb
 from scheduler.network import COORDINATOR_PORT, PortBook, check_port_names
 from workflows.messages import Assigned, SchedulingSpec
 from workflows.scheduler_carry import pack, unpack
+from workflows.scheduler_queue import Queue
 from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler_workflow import SchedulerWorkflow
 
 MIB = 1 << 20
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _workflow_clock() -> Iterator[None]:
-    """A release charges its attempt at workflow time: give it a clock outside a workflow."""
-    with mock.patch("temporalio.workflow.now", return_value=datetime(2026, 1, 1, tzinfo=UTC)):
-        yield
 
 
 def _worker(
@@ -46,10 +35,12 @@ def _slice(hosts: int = 4) -> SchedulerState:
     return SchedulerState(workers=workers)
 
 
-def _scheduler(state: SchedulerState) -> SchedulerWorkflow:
+def _scheduler(state: SchedulerState) -> Queue:
+    """The scheduler's queue and commit on `state`, outside a workflow (its clock fixed)."""
     scheduler = SchedulerWorkflow()
     scheduler.state = state
-    return scheduler
+    scheduler.core.clock = lambda: 1_000.0
+    return scheduler.queue
 
 
 def _enqueue(state: SchedulerState, job: str, tasks: int, *, ports: list[str] | None = None,
@@ -75,7 +66,7 @@ def test_gang_on_a_tpu_slice_learns_its_coordinator_and_hosts_in_host_order() ->
     """Task i on host i: each learns task 0's address and port, its slice's hosts by tpu-worker-id, its index."""
     state = _slice()
     _enqueue(state, "j", 4, ports=["http"], group_by="tpu-name")
-    got = _networks(_scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))
+    got = _networks(_scheduler(state).commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))
     nets = {i: got[i].network for i in range(4)}
     assert all(n is not None for n in nets.values())
     zero = nets[0]
@@ -95,7 +86,7 @@ def test_slice_hosts_follow_tpu_worker_id_not_task_order() -> None:
     """A task placed on host 3 is told it is host 3 of the slice, whatever its own task index."""
     state = _slice()
     _enqueue(state, "j", 4, group_by="tpu-name")
-    got = _networks(_scheduler(state)._commit(_plan("j", {0: "w3", 1: "w2", 2: "w1", 3: "w0"}), now=0.0))
+    got = _networks(_scheduler(state).commit(_plan("j", {0: "w3", 1: "w2", 2: "w1", 3: "w0"}), now=0.0))
     net = got[0].network
     assert net is not None
     assert (3, "10.0.0.13") == (net.slice_host_index, net.slice_hosts[3])
@@ -107,11 +98,11 @@ def test_retried_gang_gets_a_fresh_coordinator_port() -> None:
     state = _slice()
     _enqueue(state, "j", 4, group_by="tpu-name")
     scheduler = _scheduler(state)
-    first = _networks(scheduler._commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))[0].network
+    first = _networks(scheduler.commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))[0].network
     for i in range(4):
-        scheduler._release("j", i, 0)
+        scheduler.release_place("j", i, 0)
     _enqueue(state, "j", 4, group_by="tpu-name", attempt=1)
-    second = _networks(scheduler._commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))[0].network
+    second = _networks(scheduler.commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))[0].network
     assert first is not None and second is not None
     assert first.coordinator != second.coordinator
 
@@ -121,8 +112,8 @@ def test_plain_job_task_placed_before_task_0_has_no_coordinator_and_later_ones_d
     state = SchedulerState(workers={"w0": _worker(0, "h0"), "w1": _worker(1, "h1")})
     scheduler = _scheduler(state)
     _enqueue(state, "j", 3)
-    early = _networks(scheduler._commit(_plan("j", {1: "w1"}), now=0.0))[1].network
-    late = _networks(scheduler._commit(_plan("j", {0: "w0", 2: "w1"}), now=0.0))
+    early = _networks(scheduler.commit(_plan("j", {1: "w1"}), now=0.0))[1].network
+    late = _networks(scheduler.commit(_plan("j", {0: "w0", 2: "w1"}), now=0.0))
     assert early is not None and "" == early.coordinator
     zero = late[0].network
     assert zero is not None
@@ -135,7 +126,7 @@ def test_single_task_without_ports_gets_no_network() -> None:
     """A plain one-task job costs nothing extra: no ports booked, nothing added to its assignment."""
     state = SchedulerState(workers={"w0": _worker(0, "h0")})
     _enqueue(state, "j", 1)
-    (_, assigned, _), = _scheduler(state)._commit(_plan("j", {0: "w0"}), now=0.0)
+    (_, assigned, _), = _scheduler(state).commit(_plan("j", {0: "w0"}), now=0.0)
     assert assigned.network is None
     assert {} == state.placements["j/task-0"].ports
 
@@ -145,7 +136,7 @@ def test_gang_waits_whole_when_a_host_has_no_port_left() -> None:
     state = _slice(2)
     state.workers["w0"].port_range = (20000, 20000)
     _enqueue(state, "j", 2, ports=["http"], group_by="tpu-name")
-    assert [] == _scheduler(state)._commit(_plan("j", {0: "w0", 1: "w1"}), now=0.0)
+    assert [] == _scheduler(state).commit(_plan("j", {0: "w0", 1: "w1"}), now=0.0)
     assert {} == state.placements
     assert {0: 0, 1: 0} == state.pending["j"].attempts
 
@@ -154,7 +145,7 @@ def test_ports_survive_continue_as_new() -> None:
     """The packed state keeps each placement's ports and each host's cursor."""
     state = _slice()
     _enqueue(state, "j", 4, ports=["http"], group_by="tpu-name")
-    _scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0)
+    _scheduler(state).commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0)
     again = unpack(pack(state))
     assert {k: p.ports for k, p in state.placements.items()} == {k: p.ports for k, p in again.placements.items()}
     assert state.port_cursors == again.port_cursors
@@ -203,13 +194,13 @@ def test_no_port_is_held_by_two_live_tasks_on_one_host(ops: list[tuple[object, .
             job = f"j{jobs}"
             jobs += 1
             _enqueue(state, job, tasks, ports=["a", "b"][:names], group_by="g" if gang else "")
-            scheduler._commit(_plan(job, {i: f"w{where[i]}" for i in range(tasks)}), now=0.0)
+            scheduler.commit(_plan(job, {i: f"w{where[i]}" for i in range(tasks)}), now=0.0)
             state.pending.pop(job, None)
         elif state.placements:
             _, pick = step
             assert isinstance(pick, int)
             p = list(state.placements.values())[pick % len(state.placements)]
-            scheduler._release(p.job_id, p.task_index, p.attempt)
+            scheduler.release_place(p.job_id, p.task_index, p.attempt)
         held: set[tuple[str, int]] = set()
         for p in state.placements.values():
             worker = state.workers[p.worker_id]
@@ -233,7 +224,7 @@ def test_a_huge_gangs_assignments_are_announced_in_batches_below_the_payload_lim
         workers[w.worker_id] = w
     state = SchedulerState(workers=workers)
     _enqueue(state, "j", hosts, group_by="tpu-name")
-    accepted = _scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(hosts)}), now=0.0)
+    accepted = _scheduler(state).commit(_plan("j", {i: f"w{i}" for i in range(hosts)}), now=0.0)
     outgoing = [(Delivery(key, "assigned", assigned), placed) for key, assigned, placed in accepted]
     batches = list(announce_batches(outgoing, 2_000))
     assert hosts == sum(len(b) for b in batches)
@@ -288,7 +279,7 @@ def test_multi_slice_gang_gets_a_megascale_port_on_slice_0s_first_host() -> None
     state = SchedulerState(workers=workers)
     _enqueue(state, "j", 4, group_by="tpu-name")
     state.pending["j"].spec.num_groups = 2
-    got = _networks(_scheduler(state)._commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))
+    got = _networks(_scheduler(state).commit(_plan("j", {i: f"w{i}" for i in range(4)}), now=0.0))
     zero = got[0].network
     assert zero is not None
     megascale = f"10.0.0.0:{zero.ports[MEGASCALE_PORT]}"

@@ -14,18 +14,15 @@ The pure parts (`workers_page`, `worker_status`) are functions of the state, tes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import DASHBOARD_QUEUE_QUERY, DASHBOARD_WORKER_QUERY, DASHBOARD_WORKERS_QUERY
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from scheduler.autoscale import SCALE_GROUP_ATTRIBUTE
     from workflows.placement_index import Placement
-    from workflows.scheduler_base import SchedulerBase
     from workflows.scheduler_state import SchedulerState, WorkerEntry
 
 STATES = ("healthy", "lost", "cordoned", "busy", "idle")
@@ -161,36 +158,13 @@ def worker_status(state: SchedulerState, worker_id: str) -> pb.WorkerStatus:
     return _status(w, _per_worker(mine).get(worker_id), None)
 
 
-class DashboardQueries(SchedulerBase):
-    """The scheduler workflow's queries for the dashboard (mixed into SchedulerWorkflow)."""
+def queue_page(state: SchedulerState, summary: pb.ClusterSummary, snapshot: Callable[[], bytes]) -> pb.DashboardQueue:
+    """The summary and the queue's snapshot; never an encoding of its own while work waits.
 
-    if TYPE_CHECKING:  # defined by the other parts; declared here only for the type checker
-
-        def summary(self) -> pb.ClusterSummary: ...  # Queue
-
-        def autoscale_snapshot(self) -> bytes: ...  # SchedulerWorkflow
-
-    @workflow.query(name=DASHBOARD_WORKERS_QUERY)
-    def dashboard_workers(self, request: pb.DashboardWorkersRequest) -> pb.DashboardWorkers:
-        answer = workers_page(self.state, request)
-        answer.summary.CopyFrom(self.summary())
-        return answer
-
-    @workflow.query(name=DASHBOARD_WORKER_QUERY)
-    def dashboard_worker(self, worker_id: str) -> pb.WorkerStatus:
-        return worker_status(self.state, worker_id)
-
-    _pass_snapshot: bytes | None = None  # the last pass's input, kept by the pass (SchedulerWorkflow)
-
-    @workflow.query(name=DASHBOARD_QUEUE_QUERY)
-    def dashboard_queue(self) -> pb.DashboardQueue:
-        """The summary and the queue's snapshot; never an encoding of its own while work waits.
-
-        While tasks wait, passes run every second and each keeps its input: that one is sent even
-        after the state changed (at most a pass old), so a query never spends the hundreds of ms an
-        encoding costs at 100,000 tasks. With nothing pending there is no queue to send.
-        """
-        if not self.state.pending:
-            return pb.DashboardQueue(summary=self.summary())
-        snapshot = self._snapshot or self._pass_snapshot or self.autoscale_snapshot()
-        return pb.DashboardQueue(summary=self.summary(), snapshot=snapshot)
+    While tasks wait, passes run every second and each keeps its input: `snapshot` gives that one even
+    after the state changed (at most a pass old), so a query never spends the hundreds of ms an
+    encoding costs at 100,000 tasks. With nothing pending there is no queue to send.
+    """
+    if not state.pending:
+        return pb.DashboardQueue(summary=summary)
+    return pb.DashboardQueue(summary=summary, snapshot=snapshot())

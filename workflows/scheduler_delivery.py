@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         Enqueue,
     )
-    from workflows.scheduler_base import SchedulerBase
+    from workflows.scheduler_core import SchedulerCore, pause
     from workflows.scheduler_network import announce_batches
     from workflows.scheduler_state import PendingEntry
 
@@ -53,6 +53,9 @@ PASS_HEARTBEAT = timedelta(seconds=10)
 ANNOUNCE_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    from workflows.scheduler_queue import Queue
+
 
 async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:
     """Run a delivery activity (a regular one: the module says why)."""
@@ -61,10 +64,15 @@ async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:
     )
 
 
-class Deliveries(SchedulerBase):
-    """Mixed into SchedulerWorkflow (see its module)."""
+class Deliveries:
+    """The signals the scheduler sends (a part of SchedulerWorkflow: scheduler_core says how the parts meet)."""
 
-    async def _send_replies(self) -> None:
+    def __init__(self, core: SchedulerCore, queue: Queue) -> None:
+        self.core = core
+        self._queue = queue  # commits what is announced, takes back what could not be
+        self.late = 0  # background deliveries of late assignments not finished yet
+
+    async def send_replies(self) -> None:
         """Answer the registrations owed; the activity says how many answers it was given, and any
         owed beyond them stay owed, at the head (the loop wakes while any are, not on a flag).
 
@@ -73,20 +81,20 @@ class Deliveries(SchedulerBase):
         answers sent after the first are fewer than a replay, which sees every signal at once, owes. What
         history recorded as sent is what counts as sent, so both send the rest in the same next task.
         """
-        replies, self._replies = self._replies, []
-        self._reply_barrier = False
+        replies, self.core.replies = self.core.replies, []
+        self.core.reply_barrier = False
         answer = await workflow.execute_activity(
             DELIVER_SIGNALS, args=[replies, True], start_to_close_timeout=timedelta(seconds=120)
         )
         sent = answer["sent"] if isinstance(answer, dict) else len(replies)  # a bare list: recorded before counts
         if sent < len(replies):
-            self._replies[:0] = replies[sent:]
+            self.core.replies[:0] = replies[sent:]
 
-    async def _deliver(self, deliveries: list[Delivery]) -> list[int]:
+    async def deliver(self, deliveries: list[Delivery]) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone."""
         return await _delivery(DELIVER_SIGNALS, [deliveries], list[int])
 
-    async def _announce(self, plan: pb.SchedulingPlan) -> None:
+    async def announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
 
         Each batch of jobs (cut by the scheduling activity, plan_batches) is read, committed (against the
@@ -94,21 +102,21 @@ class Deliveries(SchedulerBase):
         task ~0.3 s at 100,000 placements, and reading all of a 60,000-task plan ~0.25 s.
         """
         cuts = plan_batches.batches(plan)
-        now = workflow.now().timestamp()
+        now = self.core.now()
         timed_out: list[tuple[Delivery, pb.SchedulingAssignment | None]] | None = None  # told with the first batch
         committed = 0
         if len(cuts) > 1:
-            await self._pause()  # a big plan: its first batch not in the task that read the plan
+            await pause()  # a big plan: its first batch not in the task that read the plan
         for start, end in cuts:
             if committed >= MAX_COMMIT_PER_PASS:
-                self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
+                self.core.dirty = True  # the rest of the plan waits for the next pass, computed afresh
                 break
-            await self._work_off_held()  # signals held behind a burst: the commit sees every one that came
+            await self.core.work_off_held()  # signals held behind a burst: the commit sees every one that came
             jobs = plan_batches.by_job(plan.assignments[start:end])
             # What a late assignment needs to go back to the queue (the commit drops emptied entries).
-            pending = self.state.pending
+            pending = self.core.state.pending
             entries = {job_id: pending[job_id] for job_id in jobs if job_id in pending}
-            accepted = self._commit(plan, now=now, limit=None, jobs=jobs)
+            accepted = self._queue.commit(plan, now=now, limit=None, jobs=jobs)
             committed += len(accepted)
             outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]] = [
                 (Delivery(key, ASSIGNED, assigned), placed) for key, assigned, placed in accepted
@@ -121,7 +129,7 @@ class Deliveries(SchedulerBase):
             await self._tell(self._timed_out(plan), {})
 
     def _timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[Delivery, pb.SchedulingAssignment | None]]:
-        return [(Delivery(key, UNSCHEDULABLE, arg), None) for key, arg in self._take_timed_out(plan)]
+        return [(Delivery(key, UNSCHEDULABLE, arg), None) for key, arg in self._queue.take_timed_out(plan)]
 
     async def _tell(
         self, outgoing: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
@@ -140,7 +148,7 @@ class Deliveries(SchedulerBase):
         for index in gone:
             delivery, placed = batch[index]
             if placed is not None:
-                self._release(placed.job_id, placed.task_index, delivery.arg.attempt)
+                self._queue.release_place(placed.job_id, placed.task_index, delivery.arg.attempt)
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
@@ -154,7 +162,7 @@ class Deliveries(SchedulerBase):
         activity waits for each task while its job runs. A task that is gone gives its place back;
         one still not there after LATE_PATIENCE_SECONDS gives it back and goes back to the queue.
         The run does not continue as new before this ends."""
-        self._late_deliveries += 1
+        self.late += 1
         workflow.logger.info("%d assignments wait for their task to start", len(late))
 
         async def deliver() -> None:
@@ -171,8 +179,8 @@ class Deliveries(SchedulerBase):
                         continue
                     workflow.logger.warning("task %s did not start: queued again", delivery.workflow_id)
                     attempts = {placed.task_index: delivery.arg.attempt}
-                    self._enqueue(Enqueue(entry.job_id, entry.spec, attempts, entry.submitted_at))
+                    self._queue.enqueue_one(Enqueue(entry.job_id, entry.spec, attempts, entry.submitted_at))
             finally:
-                self._late_deliveries -= 1
+                self.late -= 1
 
         asyncio.create_task(deliver())  # noqa: RUF006 - tracked by _late_deliveries

@@ -7,24 +7,13 @@ a gang whole or not at all, before anyone is told.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        CLAIM,
-        ENQUEUE,
-        ENQUEUE_BATCH,
-        PENDING_REASON,
-        RELEASE,
-        RELEASE_BATCH,
-        SUMMARY_QUERY,
-        Release,
-        UnreadablePayload,
-        task_workflow_id,
-    )
+    from activities.contracts import Release, UnreadablePayload, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import (
         Assigned,
@@ -35,13 +24,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows.placement_index import Placement
     from workflows.reservation_state import Book
     from workflows.scheduler_actions import placed_detail, record
-    from workflows.scheduler_base import SchedulerBase, held_in_turn
+    from workflows.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler_phase import SchedulerPhase
     from workflows.scheduler_state import PendingEntry, committed
     from workflows.worker_lifecycle import WorkerEvent
 
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
+
+if TYPE_CHECKING:
+    from workflows.scheduler_registration import Registry
+    from workflows.scheduler_sharing import Sharing
 
 
 def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
@@ -65,33 +58,36 @@ def _decode(raw: RawValue, hint: Any, signal: str) -> Any:
         raise UnreadablePayload(f"{signal}: {type(err).__name__}: {err}") from err
 
 
-class Queue(SchedulerBase):
-    """Mixed into SchedulerWorkflow (see its module)."""
+class Queue:
+    """The scheduler's queue and places (a part of SchedulerWorkflow: scheduler_core says how the parts meet)."""
 
-    @workflow.signal(name=ENQUEUE)
+    def __init__(self, core: SchedulerCore, registry: Registry, sharing: Sharing) -> None:
+        self.core = core
+        self._registry = registry  # hears of workers that did not pick up their work, or did
+        self._sharing = sharing  # charges the places given back
+
     def enqueue(self, raw: RawValue) -> None:
         """Add tasks to the queue; an attempt already queued or placed is not added twice."""
         self._enqueued([_decode_enqueue(raw)])  # decoded at once: an unreadable one is dropped here
 
-    @workflow.signal(name=ENQUEUE_BATCH)
     def enqueue_batch(self, raw: RawValue) -> None:
         """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
         self._enqueued(_decode_enqueues(raw))
 
     @held_in_turn
     def _enqueued(self, requests: list[Enqueue]) -> None:
-        self._reports += len(requests)
+        self.core.reports += len(requests)
         for request in requests:
-            self._enqueue(request)
+            self.enqueue_one(request)
 
-    def _enqueue(self, request: Enqueue) -> None:
-        entry = self.state.pending.get(request.job_id)
+    def enqueue_one(self, request: Enqueue) -> None:
+        entry = self.core.state.pending.get(request.job_id)
         if entry is None:
-            entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or workflow.now().timestamp())
-            self.state.pending[request.job_id] = entry
+            entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or self.core.now())
+            self.core.state.pending[request.job_id] = entry
         retried = []
         for index, attempt in request.attempts.items():
-            placed = self.state.placements.get(task_workflow_id(request.job_id, index))
+            placed = self.core.state.placements.get(task_workflow_id(request.job_id, index))
             if placed is not None and placed.attempt >= attempt:
                 continue
             if entry.attempts.get(index, -1) < attempt:
@@ -99,41 +95,38 @@ class Queue(SchedulerBase):
                 if attempt > 0:
                     retried.append(f"task {index} attempt {attempt}")
         if retried:
-            now = workflow.now().timestamp()
-            record(self.state.actions, now, "tasks requeued", "job", request.job_id, ", ".join(retried), ok=False)
+            now = self.core.now()
+            record(self.core.state.actions, now, "tasks requeued", "job", request.job_id, ", ".join(retried), ok=False)
         if not entry.attempts:
-            del self.state.pending[request.job_id]
-        self._changed()
+            del self.core.state.pending[request.job_id]
+        self.core.changed()
 
-    @workflow.signal(name=CLAIM)
     @held_in_turn
     def claim(self, claim: Claim) -> None:
         """A task holds a place this scheduler does not know of (it started empty): book it."""
-        self._reports += 1
+        self.core.reports += 1
         key = task_workflow_id(claim.job_id, claim.task_index)
-        held = self.state.placements.get(key)
+        held = self.core.state.placements.get(key)
         if held is not None and held.attempt >= claim.attempt:
             return
         spec = claim.spec
-        self.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
+        self.core.state.placements[key] = Placement(claim.job_id, claim.task_index, claim.attempt, claim.worker_id,
                                                spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus,
                                                dict(claim.ports), spec.user, spec.band or "interactive",
-                                               bool(spec.group_by), workflow.now().timestamp())  # fmt: skip
+                                               bool(spec.group_by), self.core.now())  # fmt: skip
         if claim.ports:
-            self.state.ported.add(key)
-        entry = self.state.pending.get(claim.job_id)
+            self.core.state.ported.add(key)
+        entry = self.core.state.pending.get(claim.job_id)
         if entry is not None and entry.attempts.get(claim.task_index, -1) <= claim.attempt:
             entry.attempts.pop(claim.task_index, None)
             if not entry.attempts:
-                del self.state.pending[claim.job_id]
-        self._changed()
+                del self.core.state.pending[claim.job_id]
+        self.core.changed()
 
-    @workflow.signal(name=RELEASE)
     @held_in_turn
     def release(self, request: Release) -> None:
         self._on_release(request)
 
-    @workflow.signal(name=RELEASE_BATCH)
     @held_in_turn
     def release_batch(self, requests: list[Release]) -> None:
         """Several releases in one signal (coalesced by the agent whose tasks ended)."""
@@ -141,35 +134,35 @@ class Queue(SchedulerBase):
             self._on_release(request)
 
     def _on_release(self, request: Release) -> None:
-        placement = self.state.placements.get(task_workflow_id(request.job_id, request.task_index))
-        self._release(request.job_id, request.task_index, request.attempt, request.ran_seconds)
-        worker = self.state.workers.get(request.dispatch_failed_on)
+        placement = self.core.state.placements.get(task_workflow_id(request.job_id, request.task_index))
+        self.release_place(request.job_id, request.task_index, request.attempt, request.ran_seconds)
+        worker = self.core.state.workers.get(request.dispatch_failed_on)
         if worker is not None and request.dispatch_failed_session not in ("", worker.session):
             # Placed on an agent that has since restarted: the new agent polls, do not shut it out.
             workflow.logger.info("worker %s: what its previous agent did not pick up is not counted", worker.worker_id)
         elif worker is not None:
-            self._worker_event(worker, WorkerEvent.DISPATCH_FAILED)
+            self._registry.worker_event(worker, WorkerEvent.DISPATCH_FAILED)
         elif placement is not None and placement.attempt == request.attempt:
-            ran_on = self.state.workers.get(placement.worker_id)
+            ran_on = self.core.state.workers.get(placement.worker_id)
             if ran_on is not None and ran_on.dispatch_failures:
-                self._worker_event(ran_on, WorkerEvent.RAN_TASK)
+                self._registry.worker_event(ran_on, WorkerEvent.RAN_TASK)
 
-    def _release(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:
-        entry = self.state.pending.get(job_id)
+    def release_place(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:
+        entry = self.core.state.pending.get(job_id)
         if entry is not None and entry.attempts.get(task_index) == attempt:
             del entry.attempts[task_index]
-            self._snapshot = None
+            self.core.snapshot = None
             if not entry.attempts:
-                del self.state.pending[job_id]
-                self.state.pending_reasons.pop(job_id, None)
+                del self.core.state.pending[job_id]
+                self.core.state.pending_reasons.pop(job_id, None)
         key = task_workflow_id(job_id, task_index)
-        placement = self.state.placements.get(key)
+        placement = self.core.state.placements.get(key)
         if placement is not None and placement.attempt == attempt:
-            del self.state.placements[key]
-            self._charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
-            self._changed()
+            del self.core.state.placements[key]
+            self._sharing.charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
+            self.core.changed()
 
-    def _commit(
+    def commit(
         self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS,
         jobs: dict[str, list[pb.SchedulingAssignment]] | None = None, used: dict[str, list[int]] | None = None,
     ) -> list[tuple[str, Assigned, pb.SchedulingAssignment]]:  # fmt: skip
@@ -183,11 +176,11 @@ class Queue(SchedulerBase):
         time); with `used` (`committed(state)`, or more), the capacity taken is read from it and added
         to it instead of from what the placements keep.
         """
-        book = Book(self.state) if self.state.reservations else None  # reservations: their own check
+        book = Book(self.core.state) if self.core.state.reservations else None  # reservations: their own check
         if book is not None:
             used = {}
         elif used is None:
-            used = committed(self.state)
+            used = committed(self.core.state)
         by_job = jobs
         if by_job is None:
             by_job = {}
@@ -197,9 +190,9 @@ class Queue(SchedulerBase):
         port_bookings = None  # the ports live tasks hold, built once a job needs some
         for job_id, assignments in by_job.items():
             if limit is not None and len(accepted) >= limit:
-                self._dirty = True  # the rest of the plan waits for the next pass, computed afresh
+                self.core.dirty = True  # the rest of the plan waits for the next pass, computed afresh
                 break
-            entry = self.state.pending.get(job_id)
+            entry = self.core.state.pending.get(job_id)
             if entry is None:
                 continue
             spec = entry.spec
@@ -211,7 +204,7 @@ class Queue(SchedulerBase):
             trial_book = book.copy() if spec.group_by and book is not None else book
             fitting = []
             for a in assignments:
-                worker = self.state.workers.get(a.worker_id)
+                worker = self.core.state.workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
                 if ok and worker is not None and worker.cordoned:
                     ok = False  # cordoned while the pass ran
@@ -238,8 +231,8 @@ class Queue(SchedulerBase):
                     break
             ports: dict[int, dict[str, int]] = {}
             if fitting and needs_network(spec):
-                port_bookings = port_bookings or port_book(self.state)
-                ports = book_ports(self.state, port_bookings, spec, fitting)
+                port_bookings = port_bookings or port_book(self.core.state)
+                ports = book_ports(self.core.state, port_bookings, spec, fitting)
                 if spec.group_by and len(ports) < len(fitting):
                     fitting = []  # a host has no port left: the gang waits, whole
                 fitting = [a for a in fitting if a.task_index in ports]
@@ -251,7 +244,7 @@ class Queue(SchedulerBase):
             for a in fitting:
                 attempt = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
-                self.state.placements[key] = Placement(
+                self.core.state.placements[key] = Placement(
                     job_id,
                     a.task_index,
                     attempt,
@@ -267,33 +260,33 @@ class Queue(SchedulerBase):
                     now,
                 )
                 if ports.get(a.task_index):
-                    self.state.ported.add(key)
-            networks = task_networks(self.state, job_id, spec, fitting) if needs_network(spec) else {}
+                    self.core.state.ported.add(key)
+            networks = task_networks(self.core.state, job_id, spec, fitting) if needs_network(spec) else {}
             for a in fitting:
                 key = task_workflow_id(job_id, a.task_index)
-                attempt = self.state.placements[key].attempt
-                session = self.state.workers[a.worker_id].session
+                attempt = self.core.state.placements[key].attempt
+                session = self.core.state.workers[a.worker_id].session
                 assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session,
                                     network=networks.get(a.task_index), reservation_id=reservation_id)  # fmt: skip
                 accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])
-                record(self.state.actions, now, "tasks placed", "job", job_id, detail)
+                record(self.core.state.actions, now, "tasks placed", "job", job_id, detail)
             if not entry.attempts:
-                del self.state.pending[job_id]
+                del self.core.state.pending[job_id]
         return accepted
 
-    def _take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:
+    def take_timed_out(self, plan: pb.SchedulingPlan) -> list[tuple[str, Unschedulable]]:
         """Take the tasks whose scheduling timeout passed out of the queue; what to tell each."""
         told = []
         for t in plan.timed_out:
-            entry = self.state.pending.get(t.job_id)
+            entry = self.core.state.pending.get(t.job_id)
             if entry is None or t.task_index not in entry.attempts:
                 continue
             attempt = entry.attempts.pop(t.task_index)
             if not entry.attempts:
-                del self.state.pending[t.job_id]
-            reason = plan.pending_reasons.get(t.job_id) or self.state.pending_reasons.get(t.job_id, "")
+                del self.core.state.pending[t.job_id]
+            reason = plan.pending_reasons.get(t.job_id) or self.core.state.pending_reasons.get(t.job_id, "")
             told.append(
                 (
                     task_workflow_id(t.job_id, t.task_index),
@@ -302,24 +295,22 @@ class Queue(SchedulerBase):
             )
         return told
 
-    @workflow.query(name=PENDING_REASON)
     def pending_reason(self, job_id: str) -> str:
-        return self.state.pending_reasons.get(job_id, "")
+        return self.core.state.pending_reasons.get(job_id, "")
 
-    @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
-        if self._phase is SchedulerPhase.HANDED_OVER:  # this run continued as new: as it handed the state over
-            assert self._handed_over is not None
-            return self._handed_over
-        if self._phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
-            assert self._loader is not None
-            healthy, total, pending, running = self._loader.counts
-            return pb.ClusterSummary(store_url=self.state.store_url, healthy_workers=healthy, total_workers=total,
+        if self.core.phase is SchedulerPhase.HANDED_OVER:  # this run continued as new: as it handed the state over
+            assert self.core.handed_over is not None
+            return self.core.handed_over
+        if self.core.phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
+            assert self.core.loader is not None
+            healthy, total, pending, running = self.core.loader.counts
+            return pb.ClusterSummary(store_url=self.core.state.store_url, healthy_workers=healthy, total_workers=total,
                                      pending_tasks=pending, running_tasks=running)  # fmt: skip
         return pb.ClusterSummary(
-            store_url=self.state.store_url,
-            healthy_workers=self.healthy_worker_count(),
-            total_workers=len(self.state.workers),
-            pending_tasks=sum(len(e.attempts) for e in self.state.pending.values()),
-            running_tasks=len(self.state.placements),
+            store_url=self.core.state.store_url,
+            healthy_workers=self._registry.healthy_worker_count(),
+            total_workers=len(self.core.state.workers),
+            pending_tasks=sum(len(e.attempts) for e in self.core.state.pending.values()),
+            running_tasks=len(self.core.state.placements),
         )

@@ -16,22 +16,12 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        CORDON_WORKERS,
-        EVICT,
-        HEALTHY_WORKER_QUERY,
-        REGISTER_WORKERS,
-        REGISTERED,
-        REMOVE_WORKERS,
-        WORKER_LOST,
-        WORKERS_QUERY,
-        Delivery,
-        task_workflow_id,
-    )
+    from activities.contracts import EVICT, REGISTERED, Delivery, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.messages import (
@@ -42,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         WorkerLost,
     )
     from workflows.scheduler_actions import record
-    from workflows.scheduler_base import SchedulerBase, held_in_turn
+    from workflows.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler_phase import SchedulerPhase
     from workflows.scheduler_state import (
         WorkerEntry,
@@ -57,57 +47,63 @@ QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing 
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
 
+if TYPE_CHECKING:
+    from workflows.scheduler_reservations import Reserving
+    from workflows.scheduler_sharing import Sharing
 
-class Registration(SchedulerBase):
-    """Mixed into SchedulerWorkflow (see its module)."""
 
-    @workflow.signal(name=WORKER_LOST)
+class Registry:
+    """The scheduler's workers (a part of SchedulerWorkflow: scheduler_core says how the parts meet)."""
+
+    def __init__(self, core: SchedulerCore, sharing: Sharing, reserving: Reserving) -> None:
+        self.core = core
+        self._sharing = sharing  # charges the places of removed workers
+        self._reserving = reserving  # moves reservations off lost workers
+        self._last_purge = 0.0
+
     @held_in_turn
     def worker_lost(self, lost: WorkerLost) -> None:
-        worker = self.state.workers.get(lost.worker_id)
+        worker = self.core.state.workers.get(lost.worker_id)
         if worker is not None and worker.session == lost.session:
-            self._worker_event(worker, WorkerEvent.LOST, why=lost.reason)
+            self.worker_event(worker, WorkerEvent.LOST, why=lost.reason)
 
-    @workflow.signal(name=CORDON_WORKERS)
     @held_in_turn
     def cordon_workers(self, request: CordonWorkers) -> None:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
         if request.only_if_idle and request.cordoned:
             asked = set(request.worker_ids)
-            busy = sum(1 for p in self.state.placements.values() if p.worker_id in asked)
+            busy = sum(1 for p in self.core.state.placements.values() if p.worker_id in asked)
             if busy:
                 workflow.logger.info("not cordoned (%d tasks placed there): %s", busy, request.reason)
                 return
         changed = [
             w
             for worker_id in request.worker_ids
-            if (w := self.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
+            if (w := self.core.state.workers.get(worker_id)) is not None and w.cordoned != request.cordoned
         ]
-        now = workflow.now().timestamp()
+        now = self.core.now()
         for worker in changed:
             worker.cordoned = request.cordoned
             what = "worker cordoned" if request.cordoned else "worker uncordoned"
-            record(self.state.actions, now, what, "worker", worker.worker_id, request.reason)
+            record(self.core.state.actions, now, what, "worker", worker.worker_id, request.reason)
         if changed:
-            self._changed()
+            self.core.changed()
             workflow.logger.info(
                 "%s %d workers: %s", "cordoned" if request.cordoned else "uncordoned", len(changed), request.reason
             )
 
-    @workflow.signal(name=REMOVE_WORKERS)
     @held_in_turn
     def remove_workers(self, request: RemoveWorkers) -> None:
         """These workers are gone for good: forget them and the capacity their tasks held.
 
         Their tasks notice on their own (the attempt stops heartbeating) and are retried elsewhere.
         """
-        gone = [worker_id for worker_id in request.worker_ids if worker_id in self.state.workers]
+        gone = [worker_id for worker_id in request.worker_ids if worker_id in self.core.state.workers]
         if gone:
             self._tell_lost_tasks(gone, request.reason)
-            self._forget(gone)
+            self.forget(gone)
             workflow.logger.info("removed %d workers: %s", len(gone), request.reason)
 
-    @workflow.signal(name=REGISTER_WORKERS)
     @held_in_turn
     def register_workers(self, batch: pb.WorkerBatch) -> None:
         """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
@@ -115,36 +111,36 @@ class Registration(SchedulerBase):
 
     def _admit_batch(self, batch: pb.WorkerBatch, start: int, refused: dict[str, str]) -> None:
         """Admit the batch's hosts from `start` on, as many as this workflow task may still do; the rest
-        goes back to the head of the held signals, for the next task (`_work_off_held`)."""
-        end = min(len(batch.workers), start + max(0, self._work_left()))
+        goes back to the head of the held signals, for the next task (`SchedulerCore.work_off_held`)."""
+        end = min(len(batch.workers), start + max(0, self.core.work_left()))
         for meta in batch.workers[start:end]:
-            reason = refusal(self.state, meta)
+            reason = refusal(self.core.state, meta)
             if reason:
                 refused[meta.worker_id] = f"registration refused: {reason}"
                 workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
             else:
                 self._admit(meta)
-        self._spend(end - start)
-        self._changed()
+        self.core.spend(end - start)
+        self.core.changed()
         if end < len(batch.workers):
-            self._held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
+            self.core.held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
         elif batch.reply_to:
-            self._replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
+            self.core.replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
 
     def _admit(self, meta: pb.WorkerMetadata) -> None:
         """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
-        before = self.state.workers.get(meta.worker_id)
+        before = self.core.state.workers.get(meta.worker_id)
         if before is None:
-            self.state.workers[meta.worker_id] = worker_from_metadata(meta)
+            self.core.state.workers[meta.worker_id] = worker_from_metadata(meta)
         else:
-            self._worker_event(before, WorkerEvent.REGISTERED, meta=meta)
+            self.worker_event(before, WorkerEvent.REGISTERED, meta=meta)
 
-    def _worker_event(
+    def worker_event(
         self, worker: WorkerEntry, event: WorkerEvent, *, meta: pb.WorkerMetadata | None = None, why: str = ""
     ) -> None:
         """Take `event` through the worker lifecycle table (InvalidTransition, failing the workflow task,
         if it cannot happen now) and perform the effects it lists."""
-        now = workflow.now().timestamp()
+        now = self.core.now()
         if worker.state == WorkerState.QUARANTINED and worker.suspect_until <= now:
             worker.state = transition(worker.state, WorkerEvent.QUARANTINE_ENDED).next  # its time passed
         step = transition(worker.state, event)
@@ -152,69 +148,66 @@ class Registration(SchedulerBase):
         for effect in step.effects:
             if effect is WorkerEffect.RESET:
                 assert meta is not None, "a registration brings the worker's metadata"
-                fresh = self.state.workers[worker.worker_id] = worker_from_metadata(meta)
+                fresh = self.core.state.workers[worker.worker_id] = worker_from_metadata(meta)
                 fresh.cordoned = worker.cordoned
             elif effect is WorkerEffect.QUARANTINE:
                 worker.dispatch_failures += 1
                 doublings = min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS)
                 quarantine = min(QUARANTINE_MAX, QUARANTINE * 2**doublings)
                 worker.suspect_until = now + quarantine.total_seconds()
-                self._snapshot = None
+                self.core.snapshot = None
                 workflow.logger.warning("worker %s did not pick up work; no new work for %s", worker.worker_id,
                                         quarantine)  # fmt: skip
             elif effect is WorkerEffect.FORGIVE:
                 worker.dispatch_failures = 0  # it ran a task, so it polls: the next failure starts a new count
             elif effect is WorkerEffect.STAMP_LOST:
                 worker.lost_at = now
-                self._snapshot = None
-                self._reservations_lost({worker.worker_id})
+                self.core.snapshot = None
+                self._reserving.reservations_lost({worker.worker_id})
                 workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
 
     def _tell_lost_tasks(self, worker_ids: list[str], reason: str) -> None:
         """The attempts placed on removed workers are stopped now, as preemptions whose error names the cause
         (e.g. the slice the cloud took back), rather than only when their heartbeats time out."""
         gone = set(worker_ids)
-        for p in self.state.placements.values():
+        for p in self.core.state.placements.values():
             if p.worker_id in gone:
                 evict = Evict(p.attempt, f"its host is gone ({reason})", grace_seconds=0.0)
-                self._replies.append(Delivery(task_workflow_id(p.job_id, p.task_index), EVICT, evict))
+                self.core.replies.append(Delivery(task_workflow_id(p.job_id, p.task_index), EVICT, evict))
 
-    def _forget(self, worker_ids: list[str]) -> None:
+    def forget(self, worker_ids: list[str]) -> None:
         gone = set(worker_ids)
-        for key in [k for k, p in self.state.placements.items() if p.worker_id in gone]:
+        for key in [k for k, p in self.core.state.placements.items() if p.worker_id in gone]:
             # its place is gone with the worker: charged now (while the worker's capacity kind is known)
-            self._charge_release(self.state.placements.pop(key))
+            self._sharing.charge_release(self.core.state.placements.pop(key))
         for worker_id in gone:
-            self.state.workers.pop(worker_id, None)
-        self._reservations_lost(gone)
-        self._changed()
+            self.core.state.workers.pop(worker_id, None)
+        self._reserving.reservations_lost(gone)
+        self.core.changed()
 
-    def _purge_lost(self, force: bool = False) -> None:
+    def purge_lost(self, force: bool = False) -> None:
         """Remove workers lost more than LOST_RETENTION ago (checked at most once per PURGE_INTERVAL)."""
-        now = workflow.now().timestamp()
+        now = self.core.now()
         if not force and now - self._last_purge < PURGE_INTERVAL.total_seconds():
             return
         self._last_purge = now
         cutoff = now - LOST_RETENTION.total_seconds()
-        gone = [w.worker_id for w in self.state.workers.values() if not w.healthy and 0 < w.lost_at < cutoff]
+        gone = [w.worker_id for w in self.core.state.workers.values() if not w.healthy and 0 < w.lost_at < cutoff]
         if gone:
-            self._forget(gone)
+            self.forget(gone)
             workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
 
-
-    @workflow.query(name=HEALTHY_WORKER_QUERY)
     def healthy_worker_count(self) -> int:
-        if self._phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
-            assert self._loader is not None
-            return self._loader.counts[0]
-        return sum(1 for w in self.state.workers.values() if w.healthy)
+        if self.core.phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
+            assert self.core.loader is not None
+            return self.core.loader.counts[0]
+        return sum(1 for w in self.core.state.workers.values() if w.healthy)
 
-    @workflow.query(name=WORKERS_QUERY)
     def workers(self) -> pb.WorkerList:
         """Every worker with what is placed there (while the run loads its carried state: those loaded yet)."""
         out = pb.WorkerList()
         by_worker: dict[str, pb.WorkerStatus] = {}
-        for w in self.state.workers.values():
+        for w in self.core.state.workers.values():
             status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy, cordoned=w.cordoned)
             status.capacity.cpu_millis = w.cpu_millis
             status.capacity.memory_bytes = w.memory_bytes
@@ -223,7 +216,7 @@ class Registration(SchedulerBase):
             for key, value in w.attributes.items():
                 set_attr(status.attributes[key], value)
             by_worker[w.worker_id] = status
-        for key, p in self.state.placements.items():  # one pass over placements, not one per worker
+        for key, p in self.core.state.placements.items():  # one pass over placements, not one per worker
             held = by_worker.get(p.worker_id)
             if held is not None:
                 held.running_tasks.append(key)

@@ -16,17 +16,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        FIND_ENDED_JOBS,
-        RELEASE_RESERVATION,
-        RESERVATIONS_MEMO,
-        RESERVE,
-        reservation_id_of,
-    )
+    from activities.contracts import FIND_ENDED_JOBS, RESERVATIONS_MEMO, reservation_id_of
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Reserve
     from workflows.reservation_state import apply_holds, from_request, lose_workers, view
-    from workflows.scheduler_base import SchedulerBase, held_in_turn
+    from workflows.scheduler_core import SchedulerCore, held_in_turn
 
 _UNREAD = object()
 # How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated
@@ -43,65 +37,63 @@ def _outline(shown: Any) -> list[Any]:
     ]
 
 
-class Reserving(SchedulerBase):
-    """Mixed into SchedulerWorkflow (see its module)."""
+class Reserving:
+    """The scheduler's reservations (a part of SchedulerWorkflow: scheduler_core says how the parts meet)."""
 
-    _published_reservations: Any = _UNREAD  # what the memo shows (read from it once per run)
-    _published_at = 0.0
-    _publish_owed = False  # a change of the trees' use waits for USAGE_PUBLISH_SECONDS
-    _reservation_check: float  # RESERVATION_CHECK_SECONDS, or a test's
-    _jobs_checked_at: float | None = None
-    _job_check: workflow.ActivityHandle[list[str]] | None = None
+    def __init__(self, core: SchedulerCore, check_seconds: float = RESERVATION_CHECK_SECONDS) -> None:
+        self.core = core
+        self.check_seconds = check_seconds  # RESERVATION_CHECK_SECONDS, or a test's
+        self._published_reservations: Any = _UNREAD  # what the memo shows (read from it once per run)
+        self._published_at = 0.0
+        self._publish_owed = False  # a change of the trees' use waits for USAGE_PUBLISH_SECONDS
+        self._jobs_checked_at: float | None = None
+        self._job_check: workflow.ActivityHandle[list[str]] | None = None
 
-    @workflow.signal(name=RESERVE)
     @held_in_turn
     def reserve(self, request: Reserve) -> None:
         """Hold a job's reservation for its tree; idempotent (a job has one reservation)."""
         reservation_id = reservation_id_of(request.job_id)
-        if reservation_id in self.state.reservations or not request.entries:
+        if reservation_id in self.core.state.reservations or not request.entries:
             return
-        self.state.reservations[reservation_id] = from_request(request, reservation_id, workflow.now().timestamp())
-        self._changed()
+        self.core.state.reservations[reservation_id] = from_request(request, reservation_id, self.core.now())
+        self.core.changed()
 
-    @workflow.signal(name=RELEASE_RESERVATION)
     @held_in_turn
     def release_reservation(self, job_id: str) -> None:
         """The reserving job ended: its capacity goes back to the pool for the next pass. Idempotent."""
         self._release_reservation(job_id)
 
     def _release_reservation(self, job_id: str) -> None:
-        if self.state.reservations.pop(reservation_id_of(job_id), None) is not None:
-            self._changed()
+        if self.core.state.reservations.pop(reservation_id_of(job_id), None) is not None:
+            self.core.changed()
 
-    def _reservations_waiting(self) -> bool:
+    def reservations_waiting(self) -> bool:
         """Some reservation has an entry not held (waiting, or its worker was lost): a pass is due."""
-        return any(len(r.held) < len(r.entries) for r in self.state.reservations.values())
+        return any(len(r.held) < len(r.entries) for r in self.core.state.reservations.values())
 
-    def _reservations_lost(self, worker_ids: set[str]) -> None:
+    def reservations_lost(self, worker_ids: set[str]) -> None:
         """Entries held on lost or removed workers wait for a replacement."""
-        if self.state.reservations and lose_workers(self.state, worker_ids):
-            self._changed()
+        if self.core.state.reservations and lose_workers(self.core.state, worker_ids):
+            self.core.changed()
 
-    def _take_holds(self, plan: pb.SchedulingPlan) -> None:
+    def take_holds(self, plan: pb.SchedulingPlan) -> None:
         """Take a pass's new holds that still fit the state now (before its assignments are committed)."""
-        if (plan.reservation_holds or plan.reservation_reasons) and apply_holds(
-            self.state, plan, workflow.now().timestamp()
-        ):
-            self._snapshot = None
+        if (plan.reservation_holds or plan.reservation_reasons) and apply_holds(self.core.state, plan, self.core.now()):
+            self.core.snapshot = None
 
-    def _publish_reservations(self) -> None:
+    def publish_reservations(self) -> None:
         """Upsert the scheduler's memo when what it shows of the reservations changed (no event otherwise)."""
         if self._published_reservations is _UNREAD:
             self._published_reservations = workflow.memo_value(RESERVATIONS_MEMO, default=None)
-        if not self.state.reservations and not self._published_reservations:
+        if not self.core.state.reservations and not self._published_reservations:
             return
-        shown = view(self.state)
+        shown = view(self.core.state)
         if shown == self._published_reservations:
             return
         # What a tree uses changes with every task it starts and ends: that alone is published at most
         # every USAGE_PUBLISH_SECONDS (each upsert is an event carrying the whole memo); anything else
         # (a reservation held, lost, released, its reason) at once.
-        now = workflow.now().timestamp()
+        now = self.core.now()
         same = _outline(shown) == _outline(self._published_reservations)
         if same and now < self._published_at + USAGE_PUBLISH_SECONDS:
             self._publish_owed = True  # the loop wakes for it (`_reservation_timer`)
@@ -109,16 +101,16 @@ class Reserving(SchedulerBase):
         self._published_reservations, self._published_at, self._publish_owed = shown, now, False
         workflow.upsert_memo({RESERVATIONS_MEMO: shown})
 
-    def _reservation_timer(self) -> timedelta | None:
+    def reservation_timer(self) -> timedelta | None:
         """While reservations are held, wake now and then to check that their jobs still run (or to publish)."""
         if self._publish_owed:
             return timedelta(seconds=USAGE_PUBLISH_SECONDS)
-        return timedelta(seconds=self._reservation_check) if self.state.reservations else None
+        return timedelta(seconds=self.check_seconds) if self.core.state.reservations else None
 
-    def _check_reserving_jobs(self) -> None:
+    def check_reserving_jobs(self) -> None:
         """Every RESERVATION_CHECK_SECONDS, ask (in the background) which reserving jobs ended; release theirs."""
-        now = workflow.now().timestamp()
-        if self._jobs_checked_at is None or not (self.state.reservations or self._job_check):
+        now = self.core.now()
+        if self._jobs_checked_at is None or not (self.core.state.reservations or self._job_check):
             self._jobs_checked_at = now  # the first check comes one interval after a reservation arrives
         check = self._job_check
         if check is not None:
@@ -129,12 +121,12 @@ class Reserving(SchedulerBase):
                 workflow.logger.warning("could not check reserving jobs: %s", check.exception())
                 return
             for job_id in check.result():
-                if reservation_id_of(job_id) in self.state.reservations:
+                if reservation_id_of(job_id) in self.core.state.reservations:
                     workflow.logger.warning("job %s ended without releasing its reservation: released", job_id)
                     self._release_reservation(job_id)
             return
-        if self.state.reservations and now - self._jobs_checked_at >= self._reservation_check:
-            jobs = [r.job_id for r in self.state.reservations.values()]
+        if self.core.state.reservations and now - self._jobs_checked_at >= self.check_seconds:
+            jobs = [r.job_id for r in self.core.state.reservations.values()]
             self._job_check = workflow.start_activity(
                 FIND_ENDED_JOBS, jobs, result_type=list[str], start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=RetryPolicy(maximum_attempts=3),
@@ -142,4 +134,4 @@ class Reserving(SchedulerBase):
             self._job_check.add_done_callback(self._wake_after_check)
 
     def _wake_after_check(self, _: object) -> None:
-        self._dirty = True
+        self.core.dirty = True

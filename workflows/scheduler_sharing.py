@@ -23,20 +23,12 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        CONFIGURE_SHARING,
-        EFFECTIVE_BAND,
-        EVICT,
-        HEADROOM,
-        SET_CREDITS,
-        Delivery,
-        task_workflow_id,
-    )
+    from activities.contracts import EFFECTIVE_BAND, EVICT, Delivery, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from scheduler.spot import CAPACITY_ATTRIBUTE
     from workflows.messages import Evict, SetCredits
     from workflows.placement_index import Placement
-    from workflows.scheduler_base import SchedulerBase, held_in_turn
+    from workflows.scheduler_core import SchedulerCore, held_in_turn
     from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
     from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
     from workflows.worker_lifecycle import WorkerState
@@ -45,64 +37,64 @@ with workflow.unsafe.imports_passed_through():
 PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
 
 
-class Sharing(SchedulerBase):
-    """Mixed into SchedulerWorkflow (see its module)."""
+class Sharing:
+    """The scheduler's books and what it tells of them (a part of SchedulerWorkflow: scheduler_core says how
+    the parts meet)."""
 
-    _told_bands: dict[str, str]  # job id -> the effective band it was last told (not carried: told again)
-    _published_users: list[list[object]] | None
-    _users_published_at: float
-    _users_owed = False  # a change of the user table waits for PUBLISH_INTERVAL
-    _queue_entries: list[pb.QueueEntry]
-    _published_teams: tuple[list[list[object]], list[list[object]]] | None
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+        self._told_bands: dict[str, str] = {}  # job id -> the effective band it was last told (not carried)
+        self._published_users: list[list[object]] | None = None
+        self._users_published_at = 0.0
+        self._users_owed = False  # a change of the user table waits for PUBLISH_INTERVAL
+        self.queue_entries: list[pb.QueueEntry] = []  # the last plan's queue (positions, estimates): not carried
+        self._published_teams: tuple[list[list[object]], list[list[object]]] | None = None
 
-    @workflow.signal(name=CONFIGURE_SHARING)
     @held_in_turn
     def configure_sharing(self, settings: SharingSettings) -> None:
-        self.state.books.configure(settings)
-        self._changed()
+        self.core.state.books.configure(settings)
+        self.core.changed()
 
-    @workflow.signal(name=SET_CREDITS)
     @held_in_turn
     def set_credits(self, request: SetCredits) -> None:
         """An operator's call: the user's remaining balance; a bad amount is dropped with a warning."""
         try:
-            self.state.books.set_credits(request.user, request.amount)
+            self.core.state.books.set_credits(request.user, request.amount)
         except ValueError as err:
             workflow.logger.warning("set_credits for %s dropped: %s", request.user, err)
             return
-        self._changed()
+        self.core.changed()
 
-    @workflow.signal(name=HEADROOM)
     @held_in_turn
     def headroom(self, rows: list[list[Any]]) -> None:
         """What each scale group can still bring (from the autoscaler, when it changes)."""
-        self.state.books.headroom = rows
-        self._changed()
+        self.core.state.books.headroom = rows
+        self.core.changed()
 
-    def _charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
+    def charge_release(self, placement: Placement, ran_seconds: float = -1.0) -> None:
         """Charge the attempt whose place is given back, and let a hold waiting for it move on."""
-        now = workflow.now().timestamp()
-        worker = self.state.workers.get(placement.worker_id)
+        now = self.core.now()
+        worker = self.core.state.workers.get(placement.worker_id)
         capacity = str(worker.attributes.get(CAPACITY_ATTRIBUTE, "")) if worker is not None else ""
-        self.state.books.charge([release_charge(placement, now, ran_seconds, capacity)])
+        self.core.state.books.charge([release_charge(placement, now, ran_seconds, capacity)])
         ran = ran_seconds if ran_seconds >= 0 else now - placement.placed_at
         if ran > 0 and placement.placed_at > 0:
-            self.state.books.recent.append(ran)  # the queue's estimates learn how long work runs
+            self.core.state.books.recent.append(ran)  # the queue's estimates learn how long work runs
         key = task_workflow_id(placement.job_id, placement.task_index)
-        self.state.books.released(key, placement.attempt)
+        self.core.state.books.released(key, placement.attempt)
 
-    def _take_evictions(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+    def take_evictions(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Turn the plan's evictions into holds and `evict` signals; drop the preemptors' assignments."""
-        stops = take_evictions(self.state.books, self.state, plan, workflow.now().timestamp())
+        stops = take_evictions(self.core.state.books, self.core.state, plan, self.core.now())
         for e in plan.evictions:
             workflow.logger.info("evicting %d %s tasks of %s for %s", len(e.task_indices), e.band, e.job_id,
                                  e.preemptor)  # fmt: skip
         if plan.evictions:
-            self._snapshot = None
-        grace = self.state.books.settings.preemption_grace_seconds
+            self.core.snapshot = None
+        grace = self.core.state.books.settings.preemption_grace_seconds
         return [Delivery(key, EVICT, Evict(attempt, reason, grace)) for key, attempt, reason in stops]
 
-    def _tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
+    def tell_bands(self, plan: pb.SchedulingPlan) -> list[Delivery]:
         """Tell each demoted (or restored) job the band it is scheduled in, once per change."""
         out = []
         for job_id, band in plan.effective_bands.items():  # demoted, placed in this pass or still pending
@@ -110,7 +102,7 @@ class Sharing(SchedulerBase):
                 out.append(Delivery(job_id, EFFECTIVE_BAND, band))
                 self._told_bands[job_id] = band
         for job_id in list(self._told_bands):
-            entry = self.state.pending.get(job_id)
+            entry = self.core.state.pending.get(job_id)
             if entry is None:
                 if job_id not in plan.effective_bands:
                     del self._told_bands[job_id]  # placed: it keeps the band it was placed in
@@ -119,22 +111,22 @@ class Sharing(SchedulerBase):
                 del self._told_bands[job_id]
         return out
 
-    def _publish_users(self) -> None:
+    def publish_users(self) -> None:
         """Put the user table in the memo when it changed (one upsert, read by `iris user list`).
 
         While work is queued, at most every PUBLISH_INTERVAL seconds (each upsert is a history event,
         and every release changes someone's usage); at once when the queue is empty, so the table is
         exact once the cluster settles."""
-        now = workflow.now().timestamp()
-        if self.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
+        now = self.core.now()
+        if self.core.state.pending and now - self._users_published_at < PUBLISH_INTERVAL:
             self._users_owed = True  # `_users_publish_timer` wakes the loop for it
             return
         self._users_owed = False
-        running = self.state.placements.users  # kept as placements come and go (placement_index)
+        running = self.core.state.placements.users  # kept as placements come and go (placement_index)
         pending: dict[str, int] = {}
-        for entry in self.state.pending.values():
+        for entry in self.core.state.pending.values():
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
-        rows = users_memo(self.state.books, running, pending)
+        rows = users_memo(self.core.state.books, running, pending)
         tables = self._team_rows(pending)
         if rows != self._published_users or tables != self._published_teams:
             self._published_users = rows
@@ -142,24 +134,24 @@ class Sharing(SchedulerBase):
             self._users_published_at = now
             workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1]})
 
-    def _users_publish_timer(self) -> timedelta | None:
+    def users_publish_timer(self) -> timedelta | None:
         """When a publication held back by PUBLISH_INTERVAL is due (the loop may have nothing else to wake it)."""
         if not self._users_owed:
             return None
-        left = PUBLISH_INTERVAL - (workflow.now().timestamp() - self._users_published_at)
+        left = PUBLISH_INTERVAL - (self.core.now() - self._users_published_at)
         return timedelta(seconds=max(0.1, left))
 
     def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
         """The team table (empty without teams) and the queue table (workflows/teams_memo.py)."""
-        teams = self.state.books.settings.team_values()
+        teams = self.core.state.books.settings.team_values()
         if not teams:
-            return [], queue_memo(self._queue_entries, self.state.pending, teams)
+            return [], queue_memo(self.queue_entries, self.core.state.pending, teams)
         fleet = [0, 0, 0, 0]
-        for w in self.state.workers.values():
+        for w in self.core.state.workers.values():
             if w.state == WorkerState.READY:
                 fleet[0] += w.cpu_millis
                 fleet[1] += w.memory_bytes
                 fleet[2] += w.gpus
                 fleet[3] += w.tpus
-        table = teams_memo(teams, self.state.placements.jobs.values(), pending, fleet)
-        return table, queue_memo(self._queue_entries, self.state.pending, teams)
+        table = teams_memo(teams, self.core.state.placements.jobs.values(), pending, fleet)
+        return table, queue_memo(self.queue_entries, self.core.state.pending, teams)

@@ -7,7 +7,8 @@ Queries are answered from whatever the worker holds, and a workflow the server a
 cached run is replayed to answer: a query that changed state would make the next decisions differ from
 those a replay makes, the class of bug that stopped the scheduler (docs/reliability.md, "Replays"). The
 guard takes a fingerprint of the workflow instance before and after each query and raises on a difference.
-A handler may keep a cache of its own answer: such attributes are listed in the class's `QUERY_CACHES`.
+A handler may keep a cache of its own answer: such attributes are listed in the class's `QUERY_CACHES`, by
+their path from the instance (`"core.snapshot"`: the `snapshot` of the object in its `core`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,15 @@ class _TooBigError(Exception):
 
 def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
     """A comparable picture of `value`: nested containers, dataclasses, objects' attributes, protobufs
-    (None for a value of more than MAX_NODES parts)."""
+    (None for a value of more than MAX_NODES parts). `skip`: attribute paths from `value` left out.
+
+    An object (not a container or a dataclass) is pictured once, where the walk first meets it, and
+    named by that order afterwards: a workflow's parts all hold one shared core, walked once."""
     seen: set[int] = set()
+    pictured: dict[int, int] = {}
     count = [0]
 
-    def walk(v: Any, depth: int) -> Any:
+    def walk(v: Any, depth: int, path: str | None = None) -> Any:
         count[0] += 1
         if count[0] > MAX_NODES:
             raise _TooBigError
@@ -71,19 +76,27 @@ def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
             slots = getattr(type(v), "__slots__", ())
             if attrs is None and not slots:
                 return (type(v).__name__, repr(v))
+            if id(v) in pictured:
+                return ("<pictured>", pictured[id(v)])
+            pictured[id(v)] = len(pictured)
             pairs = dict(attrs or {})
             for name in (slots if isinstance(slots, tuple | list) else (slots,)):
                 if hasattr(v, name):
                     pairs[name] = getattr(v, name)
+            inner = {k: f"{path}.{k}" if path else k for k in pairs} if path is not None else {}
             return (
                 type(v).__name__,
-                tuple((k, walk(x, depth + 1)) for k, x in sorted(pairs.items()) if depth or k not in skip),
+                tuple(
+                    (k, walk(x, depth + 1, inner.get(k)))
+                    for k, x in sorted(pairs.items())
+                    if inner.get(k) not in skip
+                ),
             )
         finally:
             seen.discard(id(v))
 
     try:
-        return walk(value, 0)
+        return walk(value, 0, "")
     except _TooBigError:
         return None
 

@@ -1,0 +1,243 @@
+"""What a scheduler run's parts share: the state, the run's phase, and the signals waiting their turn.
+
+SchedulerWorkflow is a thin shell: its handlers hand each signal and query to one part (the registry,
+the queue, sharing, deliveries, reservations), plain objects that each hold this core and call one
+another through named methods. Nothing here is a mixin: a part's attributes are its own, and what they
+share is spelled out below.
+
+What every part does alike is here too: signals take their turn (`held_in_turn`), held ones are worked
+off a bounded amount per workflow task, and the run moves through scheduler_phase's table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contracts import SCHEDULER_PAUSE, Delivery
+    from activities.proto import cluster_pb2 as pb
+    from workflows.scheduler_carry import StateLoader, unpack
+    from workflows.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
+    from workflows.scheduler_state import SchedulerState
+    from workflows.snapshot_cache import SnapshotCache
+
+if TYPE_CHECKING:
+    from temporalio.workflow import ActivityHandle
+
+F = TypeVar("F", bound=Callable[..., None])
+
+# How much held work (`held_in_turn`: a host registered counts one, any other held signal one) one
+# workflow task does; the rest waits for the next task. 1,000 hosts take ~10 ms of the scheduler's CPU.
+WORK_PER_TASK = 1_000
+# Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
+# ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
+PAUSE_TIMEOUT = timedelta(seconds=30)
+# After asking, how long passes wait for the tasks asked to report (claim their place or enqueue again),
+# unless all of them have. A task whose last workflow task ran on the lost controller hears the request
+# only once the server gives up on that controller's sticky queue (10 s by default, the SDK's
+# `sticky_queue_schedule_to_start_timeout`); at 5 s, a place claimed that late had been given away.
+REBUILD_GRACE = timedelta(seconds=15)
+
+
+async def pause() -> None:
+    """End the workflow task here: what follows runs in a task of its own."""
+    await workflow.execute_activity(SCHEDULER_PAUSE, start_to_close_timeout=PAUSE_TIMEOUT)
+
+
+class _HasCore(Protocol):
+    core: SchedulerCore
+
+
+def held_in_turn(handler: F) -> F:
+    """A part's signal handler that takes its turn: signals are applied in arrival order, and while some
+    wait, so does this one.
+
+    They wait while the run loads its carried state in steps (an enqueue of a job whose entry is not
+    loaded yet would be overwritten), while a burst is worked off a bounded amount per workflow task
+    (a restarted fleet's registrations; `work_off_held`), and behind a `configure` that came while
+    registration answers were owed (`reply_barrier`). Counted on arrival.
+    """
+
+    @functools.wraps(handler)
+    def in_turn(self: _HasCore, *args: Any) -> None:
+        core = self.core
+        core.signals_received += 1
+        if core.phase is SchedulerPhase.LOADING or core.held or core.reply_barrier:
+            core.held.append(functools.partial(handler, self, *args))
+            core.dirty = True  # wake the loop: it works them off
+            return
+        handler(self, *args)
+
+    return cast(F, in_turn)
+
+
+class SchedulerCore:
+    """The run's shared memory: the carried state and what every part reads or wakes."""
+
+    def __init__(self, packed: bytes | None = None, signal_budget: int = 2_000) -> None:
+        # A big carried state loads in steps (`load_rest`); signals that come in meanwhile are held.
+        self.held: deque[Callable[[], None]] = deque()  # signals waiting their turn, oldest first
+        self.phase = SchedulerPhase.STARTING  # scheduler_phase: moved only by its table (`move`)
+        self._work_task = -1  # the workflow task `_work_done` counts in (its history length when it started)
+        self._work_done = 0  # held work done in it
+        self.loader: StateLoader | None = StateLoader(packed) if packed else None
+        self._state: SchedulerState | None = None
+        self._carried = b""  # what this run handed over, once it let go of its state (`let_go`)
+        self.handed_over: pb.ClusterSummary | None = None  # and its counts, as `summary` answers them
+        self.state = self.loader.state if self.loader is not None else SchedulerState()
+        if self.loader is None:
+            self.move(SchedulerEvent.EMPTY)
+        elif self.loader.small:  # a big one is loaded by the run, a step per task
+            while not self.loader.step():
+                pass
+            self.loader = None
+            self.move(SchedulerEvent.CARRY_SMALL)
+        else:
+            self.move(SchedulerEvent.CARRY_BIG)
+        self.dirty = packed is not None  # wake the loop: something changed
+        self.signals_received = 0  # in this run (the signal budget)
+        self.signal_budget = signal_budget
+        self.replies: list[Delivery] = []  # registration answers not sent yet
+        # A `configure` came while answers were owed: they are sent before any later signal is applied
+        # (SchedulerWorkflow.configure says why).
+        self.reply_barrier = False
+        self.reports = 0  # claims and enqueues received: how many of the tasks asked may have answered
+        self.rebuilding: ActivityHandle[dict[str, int]] | None = None  # the fleet asked to report again
+        self._rebuilt_at: float | None = None
+        # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
+        self.snapshot: bytes | None = None
+        self.pass_snapshot: bytes | None = None  # the last pass's input (the dashboard's queue page)
+        # The pieces of the last pass's snapshot (workflow memory only: a pure function of the state).
+        self.pieces = SnapshotCache()
+        self.clock: Callable[[], float] | None = None  # workflow time, unless a test outside a workflow sets one
+
+    @property
+    def state(self) -> SchedulerState:
+        if self._state is None:  # let go of at continue-as-new (`let_go`), and a query still reached this run:
+            return unpack(self._carried)  # unpacked for that answer alone (a query changes nothing it finds)
+        return self._state
+
+    @state.setter
+    def state(self, value: SchedulerState) -> None:
+        self._state = value
+
+    def now(self) -> float:
+        """Workflow time in seconds (a test outside a workflow sets `clock`)."""
+        return workflow.now().timestamp() if self.clock is None else self.clock()
+
+    def changed(self) -> None:
+        """The state changed: wake the loop and forget the cached snapshot."""
+        self.dirty = True
+        self.snapshot = None
+
+    def move(self, event: SchedulerEvent) -> None:
+        """The run's phase after `event` (scheduler_phase's table; InvalidTransition fails the task). The
+        effects the table names are performed where the event happens."""
+        self.phase = transition(self.phase, event).next
+
+    # -- held signals --------------------------------------------------------------------------
+
+    async def work_off_held(self) -> None:
+        """Apply the held signals, WORK_PER_TASK a workflow task; returns in the task that found none left.
+
+        A burst of signals comes in one workflow task (64 agents' registrations, 6,400 hosts, took
+        ~70 ms of the scheduler's CPU and a 223 ms task on a busy controller); signals that come in
+        while some wait are held behind them (`held_in_turn`), so the order stays the order of arrival.
+        """
+        while True:
+            while self.held and self.work_left() > 0:
+                self.held.popleft()()
+                self.spend(1)
+            if not self.held:
+                return
+            await pause()
+
+    def work_left(self) -> int:
+        task = workflow.info().get_current_history_length()  # the same all through one workflow task
+        if task != self._work_task:
+            self._work_task, self._work_done = task, 0
+        return WORK_PER_TASK - self._work_done
+
+    def spend(self, work: int) -> None:
+        self.work_left()
+        self._work_done += work
+
+    # -- the run's phases ----------------------------------------------------------------------
+
+    async def load_rest(self) -> None:
+        """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
+        assert self.loader is not None
+        while True:  # not in the first task: it also imports the workflow's modules into a fresh sandbox
+            await pause()
+            if self.loader.step():
+                break
+        workflow.logger.info("carried state loaded in %d workflow tasks", self.loader.steps)
+        self.loader = None
+        self.move(SchedulerEvent.LOADED)
+        await self.work_off_held()
+        await pause()  # the first pass in a task of its own
+
+    def signal_budget_spent(self) -> bool:
+        return self.signals_received >= self.signal_budget
+
+    def run_should_end(self) -> bool:
+        """The history is long, the signal budget spent, or operators made another build current."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or self.signal_budget_spent()
+            or info.is_target_worker_deployment_version_changed()
+        )
+
+    def rebuild_holds(self) -> bool:
+        """No pass while a scheduler that started empty hears from the fleet: a queued task must not
+        be put where a running task, whose claim has not come in yet, holds the place. A task with
+        nothing to report (it ended, or waits out a retry) leaves the wait to run to REBUILD_GRACE."""
+        if self.phase is not SchedulerPhase.REBUILDING:
+            return False
+        if self._fleet_still_reporting():
+            return True
+        self.move(SchedulerEvent.REBUILT)
+        return False
+
+    def _fleet_still_reporting(self) -> bool:
+        assert self.rebuilding is not None, "REBUILDING starts the rebuild activity first"
+        if not self.rebuilding.done():
+            return True
+        if self.rebuilding.exception() is not None:
+            return False  # it could not ask: nothing more will come
+        if self.reports >= self.rebuilding.result().get("TaskWorkflow", 0):
+            return False  # as many reports as tasks asked (a new job's enqueue counts too, so may end it early)
+        now = self.now()
+        if self._rebuilt_at is None:
+            self._rebuilt_at = now
+        return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
+
+    def let_go(self, packed: bytes, counts: list[int]) -> None:
+        """Drop the state as this run continues as new, so reference counting frees it now, in this task.
+
+        A run's instance ends up in reference cycles (the SDK's event loop, the sandbox's modules), so
+        whatever it still holds when it ends waits for the cyclic collector: at 10,000 workers and
+        100,000 tasks ~500,000 objects, one collection of ~0.4 s in some later workflow task. A query
+        can still reach this run: one that comes while its last workflow task runs waits for that task,
+        and the server then hands it to this run, closed (a controller replays the run to answer). It
+        gets the state back from what was packed, as it was handed over; `summary`, the one asked every
+        few seconds (metrics, dashboard), answers the counts handed over, without unpacking (0.1-0.3 s).
+        """
+        self.move(SchedulerEvent.LET_GO)
+        self._carried = packed
+        healthy, total, pending, running = counts
+        self.handed_over = pb.ClusterSummary(
+            store_url=self.state.store_url, healthy_workers=healthy, total_workers=total, pending_tasks=pending,
+            running_tasks=running,
+        )  # fmt: skip
+        self._state = None
+        self.pieces = SnapshotCache()
+        self.snapshot = self.pass_snapshot = None
+        self.held = deque()
