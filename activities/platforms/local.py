@@ -189,6 +189,19 @@ def _recorded_hosts(record: Mapping[str, Any] | None) -> dict[int, LocalProcess]
     return out
 
 
+def recorded_slice_hosts(home: Path) -> dict[str, LocalProcess]:
+    """Every slice host whose last bootstrap recorded it and whose process still runs, by worker id: what a
+    scan of the process table can miss (a host in the middle of its exec; `_live_hosts`)."""
+    out = {}
+    for path in sorted((home / "slices").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads(path.read_text())
+            for index, process in _recorded_hosts(record).items():
+                if process.alive():
+                    out[worker_id_for(record["slice_id"], index)] = process
+    return out
+
+
 def _env_label(env: Mapping[str, str], label: str) -> str | None:
     return {MANAGED_LABEL: env.get(MANAGED_ENV), SCALE_GROUP_LABEL: env.get(GROUP_ENV),
             SLICE_ID_LABEL: env.get(SLICE_ENV)}.get(label)  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from activities.platforms.local import recorded_slice_hosts
 from activities.platforms.local_process import (
     STOP_GRACE_SECONDS,
     LocalProcess,
@@ -121,10 +122,7 @@ def stop(record: ClusterRecord) -> None:
     if state is None or not state["pids"]:
         return
     recorded = record.processes(state)
-    # The autoscaler's slice workers are not recorded here: the local platform finds them by their markers.
-    workers: dict[str, LocalProcess] = {
-        worker_process_name(worker_id): found.process for worker_id, found in find_workers(record.home).items()
-    }
+    workers = _local_workers(record.home)
     workers.update({n: p for n, p in recorded.items() if n not in (CONTROLLER, TEMPORAL, SUPERVISOR)})
     tiers = [
         {n: p for n, p in recorded.items() if n == SUPERVISOR},  # first: it would start the others again
@@ -136,9 +134,25 @@ def stop(record: ClusterRecord) -> None:
         stop_processes(tier, STOP_GRACE_SECONDS)
         if index == 1:  # the agents are gone: so must be any task one of them could not stop in time
             kill_task_leftovers(record.home)
+        if index == 2:  # the controller is gone: no slice host can start now, so none started meanwhile stays
+            late = _local_workers(record.home)
+            if late:
+                log.warning("local_cluster.stopping_late_slice_hosts", workers=sorted(late))
+                stop_processes(late, STOP_GRACE_SECONDS)
+                kill_task_leftovers(record.home)
     state["pids"], state["start_ticks"] = {}, {}
     record.write(state)
     log.info("local_cluster.down", home=str(record.home))
+
+
+def _local_workers(home: Path) -> dict[str, LocalProcess]:
+    """The autoscaler's slice hosts of this home, by process name. They are not in the cluster's record: the
+    local platform finds them by their markers in the process table, and by the pids its slice records keep
+    (a host in the middle of its exec shows no markers for a moment)."""
+    found = {worker_id: f.process for worker_id, f in find_workers(home).items()}
+    for worker_id, process in recorded_slice_hosts(home).items():
+        found.setdefault(worker_id, process)
+    return {worker_process_name(worker_id): process for worker_id, process in found.items()}
 
 
 def kill_task_leftovers(home: Path) -> None:

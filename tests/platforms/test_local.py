@@ -12,12 +12,15 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.local import LocalPlatform
 from activities.platforms.local_process import LocalProcess, find_workers, start_worker, stop_processes
+from iris.local.cluster import LocalCluster
+from iris.local.record import CONTROLLER, ClusterRecord
 from tests.support import wait_until
 
 CONTROL = ControlPlaneAddress(temporal_address="127.0.0.1:1", namespace="default", store_url="file:///nowhere")
@@ -92,6 +95,32 @@ def test_a_host_the_process_table_does_not_show_yet_counts_while_its_process_run
     first, second = asyncio.run(scenario())
     assert all(state.startswith("pid ") for state in first) and first == second
     assert not any(LocalProcess(int(state.split()[1])).alive() for state in first)  # terminate stopped them
+
+
+def test_cluster_down_stops_slice_hosts_the_process_table_does_not_show(home: Path) -> None:
+    """`iris cluster down` stops the autoscaler's slice hosts by the pids the slice's bootstrap recorded, not
+    only those a scan of the process table finds (`env -i` hides these hosts from the scan for good)."""
+    spec = ScaleGroupSpec(
+        name="pair", platform="local", hosts_per_slice=2, cpu_millis=500, memory_bytes=1 << 28,
+        settings={"worker_command": ["env", "-i", sys.executable, "-c", "import time; time.sleep(60)"]},
+    )  # fmt: skip
+    platform = LocalPlatform(spec, home=home)
+
+    async def started() -> list[int]:
+        await platform.create_slice("pair-c", spec)
+        await platform.bootstrap("pair-c", spec, CONTROL)
+        info = await platform.describe("pair-c")
+        assert info is not None and PlatformState.READY == info.state
+        return [int(h.state.split()[1]) for h in info.hosts]
+
+    hosts = asyncio.run(started())
+    assert not find_workers(home)  # the scan does not see them
+    record = ClusterRecord(home)
+    state: dict[str, Any] = {"pids": {}, "start_ticks": {}, "worker_ids": [], "argv": {}}
+    record.spawn(state, CONTROLLER, [sys.executable, "-c", "import time; time.sleep(60)"])  # a controller stand-in
+    LocalCluster(home).down()
+    assert not [pid for pid in hosts if LocalProcess(pid).alive()]
+    assert not record.process(state, CONTROLLER).alive()
 
 
 async def wait_for_state(platform: LocalPlatform, slice_id: str, state: PlatformState, hosts: int = 0) -> str:
