@@ -46,7 +46,9 @@ with workflow.unsafe.imports_passed_through():
 # whenever it comes; its place is given back meanwhile.
 LATE_PATIENCE_SECONDS = 60.0
 # The scheduler's own regular activities (the pass, the deliveries) heartbeat: a controller killed
-# while one runs has it retried on a live controller after this, not after its whole timeout.
+# while one runs has it retried on a live controller after this, not after its whole timeout. (The
+# deliveries beat without one until 2026-12-03: a controller SIGKILLed while it sent the scheduler's
+# signals stalled scheduling for their two-minute timeout, 124 s in the chaos test.)
 PASS_HEARTBEAT = timedelta(seconds=10)
 # How long the announcement itself waits for a task that is not there yet: a job's children start
 # tens of milliseconds after its enqueue, unless something broke.
@@ -60,8 +62,9 @@ if TYPE_CHECKING:
 async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:
     """Run a delivery activity (a regular one: the module says why)."""
     return await workflow.execute_activity(
-        name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120)
-    )
+        name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120),
+        heartbeat_timeout=PASS_HEARTBEAT,
+    )  # fmt: skip
 
 
 class Deliveries:
@@ -84,8 +87,9 @@ class Deliveries:
         replies, self.core.replies = self.core.replies, []
         self.core.reply_barrier = False
         answer = await workflow.execute_activity(
-            DELIVER_SIGNALS, args=[replies, True], start_to_close_timeout=timedelta(seconds=120)
-        )
+            DELIVER_SIGNALS, args=[replies, True], start_to_close_timeout=timedelta(seconds=120),
+            heartbeat_timeout=PASS_HEARTBEAT,
+        )  # fmt: skip
         sent = answer["sent"] if isinstance(answer, dict) else len(replies)  # a bare list: recorded before counts
         if sent < len(replies):
             self.core.replies[:0] = replies[sent:]
@@ -170,6 +174,7 @@ class Deliveries:
                 outcome = await workflow.execute_activity(
                     DELIVER_ASSIGNMENTS, args=[[d for d, _ in late], LATE_PATIENCE_SECONDS],
                     result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
+                    heartbeat_timeout=PASS_HEARTBEAT,
                 )  # fmt: skip
                 self._give_back(late, outcome.gone + outcome.late)
                 for index in outcome.late:
