@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from iris import IrisClient, JobState, ResourceSpec
@@ -59,7 +61,12 @@ async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[Workf
         history = await replay_run(client, wf, record)
         if wf.id == job_id:
             runs.append((wf.start_time, wf.status, len(history.events)))
+            _EVENT_KINDS[wf.run_id] = Counter(EventType.Name(e.event_type) for e in history.events).most_common(8)
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
+
+
+_EVENT_KINDS: dict[str, list[tuple[str, int]]] = {}
+"""The commonest event types of each run `_runs` read: what a run that grew too long was made of."""
 
 
 def _of_job(process: psutil.Process, job_id: str) -> bool:
@@ -96,7 +103,7 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
     assert len(runs) > 2, runs  # it continued as new, more than once
     assert all(s == WorkflowExecutionStatus.CONTINUED_AS_NEW for s, _ in runs[:-1]), runs
     assert WorkflowExecutionStatus.COMPLETED == runs[-1][0]
-    assert all(n < 300 for _, n in runs), runs  # no run holds the whole job
+    assert all(n < 300 for _, n in runs), (runs, _EVENT_KINDS)  # no run holds the whole job
     listed = wait_until(lambda: [j for j in client.list_jobs(state="SUCCEEDED") if j.job_id == job.job_id],
                         timeout=10, what="the job listed from visibility")  # fmt: skip
     assert {"SUCCEEDED": REPLICAS} == listed[0].task_state_counts
