@@ -40,6 +40,7 @@ from activities.contracts.fleet import (
     PlanResult,
     StartSlice,
 )
+from activities.heartbeat import heartbeating
 from activities.scheduling import decode_snapshot
 from scheduler.autoscale import GroupShape, SliceView, headroom, plan_scaling
 from scheduler.types import Resources
@@ -107,7 +108,7 @@ async def autoscale_plan(inp: PlanInput) -> PlanResult:
 async def start_slice_workflow(req: StartSlice) -> None:
     """Start the slice's workflow with id = slice id; a retried start finds the first one, never a second."""
     client = activity.client()
-    await client.start_workflow(
+    start = client.start_workflow(
         "SliceWorkflow",
         req.workflow_input,
         id=req.slice_id,
@@ -119,6 +120,7 @@ async def start_slice_workflow(req: StartSlice) -> None:
         ),
         static_summary=req.summary,
     )
+    await heartbeating(start)
     log.info("slice.workflow_started", slice_id=req.slice_id)
 
 
@@ -136,4 +138,4 @@ async def running_slices(client: Client) -> list[KnownSlice]:
 @activity.defn(name=KNOWN_SLICES)
 async def known_slices() -> list[KnownSlice]:
     """Running slices, for an autoscaler that starts without carried-over state."""
-    return await running_slices(activity.client())
+    return await heartbeating(running_slices(activity.client()))

@@ -27,6 +27,7 @@ from activities.contracts import (
     LostTask,
     task_workflow_id,
 )
+from activities.heartbeat import heartbeating
 
 log = structlog.get_logger("iris.recovery")
 MAX_IN_FLIGHT = 64
@@ -81,11 +82,15 @@ async def find_lost_tasks(job_id: str, indexes: list[int]) -> list[LostTask]:
         f"WorkflowType = 'TaskWorkflow' AND WorkflowId STARTS_WITH '{job_id}/task-' AND ExecutionStatus != 'Running' "
         "AND ExecutionStatus != 'Completed' AND ExecutionStatus != 'ContinuedAsNew'"
     )
-    lost = [
-        LostTask(wanted[wf.id], wf.status.name if wf.status else "CLOSED")
-        async for wf in activity.client().list_workflows(query)
-        if wf.id in wanted
-    ]
+
+    async def listed() -> list[LostTask]:
+        return [
+            LostTask(wanted[wf.id], wf.status.name if wf.status else "CLOSED")
+            async for wf in activity.client().list_workflows(query)
+            if wf.id in wanted
+        ]
+
+    lost = await heartbeating(listed())
     if lost:
         log.warning("job.lost_tasks", job_id=job_id, tasks=[t.index for t in lost])
     return lost

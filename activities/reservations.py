@@ -14,6 +14,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import FIND_ENDED_JOBS
+from activities.heartbeat import heartbeating
 
 MAX_IN_FLIGHT = 16
 
@@ -34,5 +35,5 @@ async def find_ended_jobs(job_ids: list[str]) -> list[str]:
                 raise
             return description.status != WorkflowExecutionStatus.RUNNING
 
-    found = await asyncio.gather(*(ended(job_id) for job_id in job_ids))
+    found = await heartbeating(asyncio.gather(*(ended(job_id) for job_id in job_ids)))
     return [job_id for job_id, gone in zip(job_ids, found, strict=True) if gone]

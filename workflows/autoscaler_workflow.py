@@ -227,6 +227,7 @@ class AutoscalerWorkflow:
         try:
             await workflow.execute_activity(
                 START_SLICE, StartSlice(slice_id, inp, summary), start_to_close_timeout=timedelta(seconds=30),
+                heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=10)),
             )  # fmt: skip
         except ActivityError as err:
@@ -240,6 +241,7 @@ class AutoscalerWorkflow:
         """A fresh autoscaler (not a continue-as-new) adopts the slices that are running already."""
         known: list[KnownSlice] = await workflow.execute_activity(
             KNOWN_SLICES, start_to_close_timeout=timedelta(seconds=60), result_type=list[KnownSlice],
+            heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
         )  # fmt: skip
         for k in known:

@@ -67,7 +67,7 @@ async def watch_adopted(children: TaskChildren, table: TaskTable) -> None:
             return
         lost = await workflow.execute_activity(
             FIND_LOST_TASKS, args=[job_id, adopted], result_type=list[LostTask],
-            start_to_close_timeout=timedelta(minutes=2),
+            start_to_close_timeout=timedelta(minutes=2), heartbeat_timeout=timedelta(seconds=10),
         )  # fmt: skip
         for task in lost:
             row = table.status.tasks[task.index]

@@ -37,7 +37,7 @@ F = TypeVar("F", bound=Callable[..., None])
 WORK_PER_TASK = 1_000
 # Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
 # ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
-PAUSE_TIMEOUT = timedelta(seconds=30)
+PAUSE_TIMEOUT = timedelta(seconds=10)  # a no-op: short, so one lost with its controller is soon run again
 # After asking, how long passes wait for the tasks asked to report (claim their place or enqueue again),
 # unless all of them have. A task whose last workflow task ran on the lost controller hears the request
 # only once the server gives up on that controller's sticky queue (10 s by default, the SDK's

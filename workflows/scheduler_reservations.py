@@ -129,6 +129,7 @@ class Reserving:
             jobs = [r.job_id for r in self.core.state.reservations.values()]
             self._job_check = workflow.start_activity(
                 FIND_ENDED_JOBS, jobs, result_type=list[str], start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )  # fmt: skip
             self._job_check.add_done_callback(self._wake_after_check)
