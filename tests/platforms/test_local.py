@@ -19,7 +19,7 @@ import pytest
 from activities.contracts.fleet import ControlPlaneAddress, PlatformState, ScaleGroupSpec
 from activities.platforms.local import LocalPlatform
 from activities.platforms.local_process import LocalProcess, find_workers, start_worker, stop_processes
-from iris.local.cluster import LocalCluster
+from iris.local import healing
 from iris.local.record import CONTROLLER, ClusterRecord
 from tests.support import wait_until
 
@@ -118,7 +118,7 @@ def test_cluster_down_stops_slice_hosts_the_process_table_does_not_show(home: Pa
     record = ClusterRecord(home)
     state: dict[str, Any] = {"pids": {}, "start_ticks": {}, "worker_ids": [], "argv": {}}
     record.spawn(state, CONTROLLER, [sys.executable, "-c", "import time; time.sleep(60)"])  # a controller stand-in
-    LocalCluster(home).down()
+    healing.stop(record)  # what `iris cluster down` runs
     assert not [pid for pid in hosts if LocalProcess(pid).alive()]
     assert not record.process(state, CONTROLLER).alive()
 
