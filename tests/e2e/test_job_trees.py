@@ -19,10 +19,12 @@ SMALL = ResourceSpec(cpu=0.25, memory="128m")
 def _record_and_sleep(pid_dir: str, tag: str) -> None:
     """A descendant that records its pid and environment, then runs until it is killed."""
     print(f"{tag} running", flush=True)
-    Path(pid_dir, tag).write_text(
+    partial = Path(pid_dir, f".{tag}.partial")  # renamed into place whole: seen at all, seen complete
+    partial.write_text(
         f"{os.getpid()}\n{os.environ['IRIS_NAMESPACE']}\n{os.environ['IRIS_PARENT_JOB_ID']}\n"
         f"{os.environ.get('SHARED', '')}\n{os.environ.get('OWN', '')}\n"
     )
+    partial.replace(Path(pid_dir, tag))
     time.sleep(600)
 
 
