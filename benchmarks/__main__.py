@@ -131,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.fencing import main as fencing_main
 
         return fencing_main(argv[1:])
+    if argv[:1] == ["heartbeats"]:  # heartbeat calls a running task costs Temporal, with leases and before
+        from benchmarks.heartbeats import main as heartbeats_main
+
+        return heartbeats_main(argv[1:])
     if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
         from benchmarks.scale import main as scale_main
 
