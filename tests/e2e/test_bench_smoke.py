@@ -140,3 +140,15 @@ def test_fanout_bench_runs_one_job_to_the_end(tmp_path: Path) -> None:
     assert {"SUCCEEDED": 6} == figures["counts"]
     assert figures["job_history_events"] > 6
     assert LocalCluster(tmp_path / "home").status() is None
+
+
+def test_heartbeats_bench_counts_both_kinds_of_heartbeat(tmp_path: Path) -> None:
+    """`python -m benchmarks heartbeats` on a short run: the server counted heartbeats before leases and with
+    them, and with them there are more (the agent's own, recorded ones, besides the SDK's)."""
+    out = tmp_path / "heartbeats.json"
+    argv = [sys.executable, "-m", "benchmarks", "heartbeats", "--tasks", "2", "--seconds", "8", "--json", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    assert "heartbeat calls per running task" in proc.stdout
+    figures = json.loads(out.read_text())
+    assert 0 < figures["before_leases_per_task_s"] < figures["with_leases_per_task_s"]
