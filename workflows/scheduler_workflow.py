@@ -345,7 +345,7 @@ class SchedulerWorkflow:
 
     @workflow.query(name=PENDING_REASON)
     def pending_reason(self, job_id: str) -> str:
-        return self.state.pending_reasons.get(job_id, "")
+        return self.queue.pending_reason(job_id)
 
     @workflow.query(name=SUMMARY_QUERY)
     def summary(self) -> pb.ClusterSummary:
