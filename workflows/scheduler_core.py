@@ -80,7 +80,7 @@ def held_in_turn(handler: F) -> F:
 class SchedulerCore:
     """The run's shared memory: the carried state and what every part reads or wakes."""
 
-    def __init__(self, packed: bytes | None = None, signal_budget: int = 2_000) -> None:
+    def __init__(self, packed: bytes | None, signal_budget: int) -> None:
         # A big carried state loads in steps (`load_rest`); signals that come in meanwhile are held.
         self.held: deque[Callable[[], None]] = deque()  # signals waiting their turn, oldest first
         self.phase = SchedulerPhase.STARTING  # scheduler_phase: moved only by its table (`move`)
