@@ -189,17 +189,25 @@ def _recorded_hosts(record: Mapping[str, Any] | None) -> dict[int, LocalProcess]
     return out
 
 
-def recorded_slice_hosts(home: Path) -> dict[str, LocalProcess]:
-    """Every slice host whose last bootstrap recorded it and whose process still runs, by worker id: what a
-    scan of the process table can miss (a host in the middle of its exec; `_live_hosts`)."""
+def slice_records(home: Path) -> dict[str, dict[str, Any]]:
+    """The slice records under `home`, by slice id (one that cannot be read is skipped: not ours)."""
     out = {}
     for path in sorted((home / "slices").glob("*.json")):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             record = json.loads(path.read_text())
-            for index, process in _recorded_hosts(record).items():
-                if process.alive():
-                    out[worker_id_for(record["slice_id"], index)] = process
+            out[record["slice_id"]] = record
     return out
+
+
+def recorded_slice_hosts(home: Path) -> dict[str, LocalProcess]:
+    """Every slice host whose last bootstrap recorded it and whose process still runs, by worker id: what a
+    scan of the process table can miss (a host in the middle of its exec; `_live_hosts`)."""
+    return {
+        worker_id_for(slice_id, index): process
+        for slice_id, record in slice_records(home).items()
+        for index, process in _recorded_hosts(record).items()
+        if process.alive()
+    }
 
 
 def _env_label(env: Mapping[str, str], label: str) -> str | None:
@@ -223,12 +231,7 @@ class LocalPlatform:
         return self.home / "slices" / f"{slice_id}.json"
 
     def _records(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for path in sorted((self.home / "slices").glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                record = json.loads(path.read_text())
-                out[record["slice_id"]] = record
-        return out
+        return slice_records(self.home)
 
     def _write_record(self, record: Mapping[str, Any]) -> None:
         path = self._record_path(record["slice_id"])
