@@ -39,6 +39,7 @@ from activities.contracts import (
     profile_blob_key,
     task_access_log_url,
 )
+from activities.contracts.fleet import ControlPlaneAddress
 from activities.proto import cluster_pb2 as pb
 from iris.auth import store
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
@@ -124,14 +125,16 @@ class Gate:
 class IrisApi:
     """The routes under /api/v1; `iris` is the controller's own client (its Temporal connection)."""
 
-    def __init__(self, iris: AsyncIrisClient, gate: Gate) -> None:
+    def __init__(self, iris: AsyncIrisClient, gate: Gate, control: ControlPlaneAddress | None = None) -> None:
         self.iris = iris
         self.gate = gate
+        self.control = control  # what an enrolling agent is told (as the agents the controller bootstraps are)
         self._owners: OrderedDict[str, str] = OrderedDict()
 
     def add_routes(self, app: web.Application) -> None:
         routes: list[tuple[str, str, Handler]] = [
             ("GET", "/whoami", self.whoami),
+            ("GET", "/agent/enroll", self.enroll),
             ("POST", "/jobs", self.submit),
             ("GET", "/jobs", self.list_jobs),
             ("GET", "/job/status", self.status),
@@ -195,6 +198,22 @@ class IrisApi:
 
     async def whoami(self, request: web.Request, who: Identity) -> web.StreamResponse:
         return web.json_response({"name": who.name, "role": who.role.value, "via": who.via})
+
+    async def enroll(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        """Where an agent serves (`iris worker serve --temporal http://API` with a worker credential): what
+        the agents this controller bootstraps are told. Nothing secret: Temporal's own credentials, when
+        its server wants them, stay on the host."""
+        try:
+            authorize(who, Action.SERVE)
+        except PermissionDeniedError:
+            self.gate.audit(who, Action.SERVE.value, detail="refused", allowed=False)
+            raise
+        if self.control is None:
+            raise KeyError("this API serves no agents: its controller did not say where the control plane is")
+        self.gate.audit(who, Action.SERVE.value, detail=request.query.get("worker_id", ""))
+        c = self.control
+        return web.json_response({"temporal_address": c.temporal_address, "namespace": c.namespace,
+                                  "store_url": c.store_url, "env": c.extra_env})  # fmt: skip
 
     # -- jobs
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import pickle_callable, unpickle_result
 from iris.client.submission import build_request, command_argv, resolve_user
@@ -68,6 +69,51 @@ def error_for(status: int, body: dict[str, Any]) -> Exception:
     return RuntimeError(f"Iris API: {message}")
 
 
+def blocking_call(api: str, url: str, token: str | None, data: bytes | None = None) -> bytes:
+    """One blocking request to the Iris API at `api` (POST when there is `data`); its errors as exceptions."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body: bytes = response.read()
+            return body
+    except urllib.error.HTTPError as err:
+        try:
+            answer = json.loads(err.read() or b"{}")
+        except ValueError:
+            answer = {}
+        raise error_for(err.code, answer) from None
+    except urllib.error.URLError as err:
+        raise ConnectionError(f"cannot reach the Iris API at {api}: {err.reason}") from None
+
+
+def enroll_agent(api: str, token: str | None, worker_id: str) -> ControlPlaneAddress:
+    """Where an agent with a worker credential serves: what the API's controller tells the agents it starts.
+
+    Its tasks reach the API they enrolled through unless the controller names another (`IRIS_TASK_API`).
+    """
+    import json
+    import urllib.parse
+
+    if token is None:
+        raise AuthenticationError(
+            f"worker serve through the Iris API at {api} needs a worker credential in IRIS_TOKEN or "
+            "IRIS_TOKEN_FILE (`iris auth add-user NAME --worker` prints one)"
+        )
+    query = urllib.parse.urlencode({"worker_id": worker_id})
+    body = json.loads(blocking_call(api, f"{api.rstrip('/')}{PREFIX}/agent/enroll?{query}", token))
+    env = {str(k): str(v) for k, v in body.get("env", {}).items()}
+    env.setdefault("IRIS_TASK_API", api.rstrip("/"))
+    return ControlPlaneAddress(temporal_address=body["temporal_address"], namespace=body["namespace"],
+                               store_url=body["store_url"], extra_env=env)  # fmt: skip
+
+
 class RemoteLogs:
     """The log store's reading interface, each read checked by the API (the owner's and admins' only).
 
@@ -84,25 +130,11 @@ class RemoteLogs:
 
     def _call(self, op: str, job_id: str, task_index: int, **extra: Any) -> Any:
         import json
-        import urllib.error
-        import urllib.request
 
         if isinstance(extra.get("cursor"), LogCursor):
             extra["cursor"] = [list(pair) for pair in extra["cursor"].offsets]
         data = json.dumps({"op": op, "job_id": job_id, "task_index": task_index, **extra}).encode()
-        request = urllib.request.Request(self.url, data=data, method="POST", headers={
-            "Authorization": f"Bearer {self.client._token}", "Content-Type": "application/json"})  # fmt: skip
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return pickle.loads(response.read())
-        except urllib.error.HTTPError as err:
-            try:
-                body = json.loads(err.read() or b"{}")
-            except ValueError:
-                body = {}
-            raise error_for(err.code, body) from None
-        except urllib.error.URLError as err:
-            raise ConnectionError(f"cannot reach the Iris API at {self.client.url}: {err.reason}") from None
+        return pickle.loads(blocking_call(self.client.url, self.url, self.client._token, data))
 
     def read_lines(self, job_id: str, task_index: int) -> list[str]:
         result: list[str] = self._call("read_lines", job_id, task_index)

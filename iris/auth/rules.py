@@ -15,7 +15,7 @@ from iris.auth.errors import PermissionDeniedError
 class Role(StrEnum):
     ADMIN = "admin"
     USER = "user"
-    WORKER = "worker"  # serves as an agent (holds Temporal credentials elsewhere); nothing through the API
+    WORKER = "worker"  # serves as an agent (`iris worker serve`): nothing else through the API
 
 
 class Action(StrEnum):
@@ -27,10 +27,11 @@ class Action(StrEnum):
     CREDITS = "credits"
     FLEET = "fleet"  # cordon, drain, slice terminate
     USERS = "users"  # add-user, revoke, audit
+    SERVE = "serve"  # enroll as an agent: learn where the control plane is (`iris worker serve`)
 
 
 class Scope(StrEnum):
-    """Who may take an action, for the `user` role (admins may take every action, workers none)."""
+    """Who may take an action, for the `user` and `worker` roles (admins may take every action)."""
 
     ANYONE = "anyone"  # every user
     OWNER = "owner"  # the job's owner (the user of its root job)
@@ -46,14 +47,18 @@ USER_SCOPE: dict[Action, Scope] = {
     Action.CREDITS: Scope.NOBODY,
     Action.FLEET: Scope.NOBODY,
     Action.USERS: Scope.NOBODY,
+    Action.SERVE: Scope.NOBODY,
 }
 """The spec's table for the `user` role; every action must have a row (tests/auth/test_rules.py)."""
+
+WORKER_SCOPE: dict[Action, Scope] = {action: Scope.NOBODY for action in Action} | {Action.SERVE: Scope.ANYONE}
+"""A worker credential serves as an agent and does nothing else."""
 
 VERBS: dict[Action, str] = {
     Action.SUBMIT: "submit", Action.READ: "read the cluster's state", Action.KILL: "kill",
     Action.LOGS: "read the logs and results of", Action.EXEC: "exec into or profile the tasks of",
     Action.CREDITS: "set credits", Action.FLEET: "cordon, drain or terminate workers and slices",
-    Action.USERS: "manage users and read the audit log",
+    Action.USERS: "manage users and read the audit log", Action.SERVE: "serve as an agent",
 }  # fmt: skip
 
 
@@ -84,13 +89,15 @@ def decide(who: Identity, action: Action, *, job_id: str = "", owner: str = "") 
     """Whether `who` may take `action` (on `job_id`, owned by `owner`), by the table above."""
     if who.role == Role.ADMIN:
         return Decision(True)
-    scope = USER_SCOPE[action] if who.role == Role.USER else Scope.NOBODY
+    scope = (USER_SCOPE if who.role == Role.USER else WORKER_SCOPE)[action]
     if scope == Scope.ANYONE or (scope == Scope.OWNER and owner and owner == who.name):
         return Decision(True)
     if job_id:
         reason = f"{who.name} ({who.role}) may not {VERBS[action]} job {job_id}: it belongs to {owner or 'nobody'}"
     elif who.role == Role.WORKER:
         reason = f"{who.name} is a worker credential: it serves as an agent and may not {VERBS[action]}"
+    elif action == Action.SERVE:
+        reason = f"{who.name} ({who.role}) may not {VERBS[action]}: admins and worker credentials only"
     else:
         reason = f"{who.name} ({who.role}) may not {VERBS[action]}: admins only"
     return Decision(False, reason)

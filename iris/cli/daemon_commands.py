@@ -13,15 +13,18 @@ import socket
 from pathlib import Path
 from typing import Annotated
 
+import structlog
 import typer
 
 from activities.contracts import DEFAULT_PORT_RANGE
 from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, temporal_settings
 from iris.cli.parsing import parse_pair, parse_value
 from iris.cli.port_commands import parse_port_range
-from iris.connection import TemporalSettings
+from iris.connection import TemporalSettings, is_api_url
 from iris.units import parse_cpu, parse_memory
 from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+
+log = structlog.get_logger("iris.cli.daemons")
 
 HealthPortOpt = Annotated[
     int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
@@ -126,7 +129,20 @@ def worker_serve(
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()
+    api = temporal or os.environ.get("IRIS_TEMPORAL_ADDRESS")
+    namespace = None
+    if is_api_url(api):  # team mode: a worker credential asks the Iris API where the control plane is
+        from iris.auth.remote import enroll_agent, resolve_token
+
+        control = enroll_agent(str(api), resolve_token(None), wid)
+        for key, value in control.extra_env.items():  # as a bootstrapped agent is given them; the host's win
+            os.environ.setdefault(key, value)
+        temporal, namespace = control.temporal_address, control.namespace
+        store, task_api = store or control.store_url, task_api or control.extra_env["IRIS_TASK_API"]
+        log.info("agent_enrolled", api=api, temporal=temporal, namespace=namespace, worker_id=wid)
     settings = temporal_settings(temporal)
+    if namespace is not None:
+        settings = settings.model_copy(update={"namespace": namespace})
     if settings.address is None or store is None:
         raise fail("worker serve needs --temporal and --store (or IRIS_TEMPORAL_ADDRESS and IRIS_STORE)")
     from iris.controller.daemon_logs import ship_daemon_logs

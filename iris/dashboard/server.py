@@ -29,6 +29,7 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
     task_workflow_id,
 )
+from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.api import Gate, IrisApi, may
 from iris.auth.rules import Action
 from iris.client import schedules
@@ -108,8 +109,9 @@ class Dashboard:
     """The pages of one cluster; `app()` is the aiohttp application that serves them."""
 
     def __init__(self, client: Client, ui: TemporalUI, store_url: str, cache_seconds: float = 2.0,
-                 gate: Gate | None = None) -> None:  # fmt: skip
+                 gate: Gate | None = None, control: ControlPlaneAddress | None = None) -> None:  # fmt: skip
         self.gate = gate  # team mode: every page and the Iris API need a credential (iris/dashboard/login.py)
+        self.control = control  # team mode: what agents enrolling through the API are told
         self.reads = ClusterReads(client, cache_seconds)
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
@@ -129,7 +131,7 @@ class Dashboard:
     def app(self) -> web.Application:
         app = web.Application(middlewares=[login.guard(self.gate)] if self.gate is not None else [])
         if self.gate is not None:
-            api = IrisApi(self.iris, self.gate)
+            api = IrisApi(self.iris, self.gate, self.control)
             api.add_routes(app)
             login.add_routes(app, self.gate, api)
             app.router.add_get("/audit", self._page(self.audit))

@@ -24,10 +24,17 @@ def test_every_action_has_a_row() -> None:
 
 
 @pytest.mark.parametrize("action", list(Action))
-def test_admin_may_do_everything_and_a_worker_nothing(action: Action) -> None:
-    """An admin passes every check; a worker credential passes none (it only serves as an agent)."""
+def test_admin_may_do_everything_and_a_worker_only_serve(action: Action) -> None:
+    """An admin passes every check; a worker credential passes only SERVE (it serves as an agent, nothing else)."""
     assert decide(ADMIN, action, job_id="j", owner="ana").allowed
-    assert not decide(AGENT, action, job_id="j", owner="agent").allowed
+    assert (action == Action.SERVE) == decide(AGENT, action, job_id="j", owner="agent").allowed
+    assert (action == Action.SERVE) == decide(AGENT, action).allowed
+
+
+def test_a_user_may_not_serve_as_an_agent() -> None:
+    """Enrolling as an agent is for worker credentials (and admins): a user is refused, in words that say so."""
+    with pytest.raises(PermissionDeniedError, match="ana \\(user\\) may not serve as an agent: admins and worker"):
+        authorize(ANA, Action.SERVE)
 
 
 @pytest.mark.parametrize("action", [a for a, scope in USER_SCOPE.items() if scope == Scope.OWNER])

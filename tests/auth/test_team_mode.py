@@ -23,7 +23,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.proto import cluster_pb2 as pb
-from iris import AuthenticationError, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
+from iris import AuthenticationError, Constraint, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
 from tests.support import wait_until
@@ -190,6 +190,45 @@ def test_a_task_holds_its_jobs_token_and_nothing_that_opens_temporal(team: Team)
     credits = team.clients["ana"].submit(_try_credits, name="credits", resources=SMALL)
     assert JobState.SUCCEEDED == credits.wait(timeout=90).state
     assert ["refused"] == credits.results()
+
+
+def test_a_worker_credential_serves_as_an_agent_and_nothing_else_does(team: Team, tmp_path: Path) -> None:
+    """`iris worker serve --temporal API_URL` with a worker credential asks the API where the control plane is,
+    registers and runs tasks that reach that API (not Temporal); a user's token, no token and a revoked worker
+    credential are refused in one line, exit 3, before anything starts."""
+    serve = ("worker", "serve", "--temporal", team.url, "--cpu", "1", "--memory", "1g", "--task-user", "",
+             "--attribute", "taint:enrolled=true", "--attribute", "pool=enrolled")  # fmt: skip
+    for who, words in (("ana", "ana (user) may not serve as an agent"), (None, "needs a worker credential")):
+        refused = team.cli(who, *serve, "--worker-id", "intruder")
+        assert 3 == refused.returncode, refused.stderr
+        assert [True] == [words in line for line in refused.stderr.splitlines()], refused.stderr
+    assert "intruder" not in {w.worker_id for w in team.clients["admin"].list_workers()}
+    made = team.cli("admin", "auth", "add-user", "host-pool", "--worker")
+    env = {**team.env(None), "IRIS_TOKEN": made.stdout.strip()}
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen([sys.executable, "-m", "iris", *serve, "--worker-id", "enrolled"], env=env,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        job = team.clients["ana"].submit(_what_a_task_holds, name="on-enrolled", resources=SMALL,
+                                         constraints=[Constraint("pool", "EQ", "enrolled")], tolerations=["enrolled"])
+        assert JobState.SUCCEEDED == job.wait(timeout=120).state, (tmp_path / "agent.log").read_text()[-2000:]
+        held = job.results()[0]
+        assert {"name": "ana", "role": "user", "via": "task"} == json.loads(held["whoami"])
+        assert team.url == held["IRIS_TEMPORAL_ADDRESS"] and "" == held["IRIS_STORE"]
+        assert "enrolled" == job.status().tasks[0].worker_id
+    finally:
+        agent.terminate()
+        agent.wait(timeout=60)
+        log.close()
+    assert 0 == team.cli("admin", "auth", "revoke", "host-pool").returncode
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "iris", *args], env=env, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    wait_until(lambda: 3 == run("auth", "whoami").returncode, timeout=10, what="the worker credential revoked")
+    revoked = run(*serve, "--worker-id", "enrolled")
+    assert 3 == revoked.returncode and 1 == len(revoked.stderr.splitlines()), revoked.stderr
 
 
 def _try_credits() -> str:
