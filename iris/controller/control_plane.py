@@ -237,7 +237,8 @@ async def serve(
         os.environ.setdefault("IRIS_TASK_API", f"http://{host}:{dashboard_port}")
     if dashboard_port is not None:
         ui = TemporalUI(temporal_ui_url or default_ui_url(str(settings.address)), client.namespace)
-        dashboard = DashboardServer(Dashboard(client, ui, store_url, gate=gate, control=control), dashboard_port, dashboard_host)
+        pages = Dashboard(client, ui, store_url, gate=gate, control=control)
+        dashboard = DashboardServer(pages, dashboard_port, dashboard_host)
         await dashboard.start()
     try:
         await _serve(client, settings, store_url, control, probe, scaling, build_id(build),
