@@ -44,7 +44,7 @@ from activities.proto import cluster_pb2 as pb
 from iris.auth import store
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
-from iris.auth.verify import Verifiers
+from iris.auth.verify import OidcVerifier, Verifiers
 from iris.client import fleet_view
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
@@ -111,9 +111,13 @@ def refusal(err: BaseException) -> web.Response:
 class Gate:
     """Verifies credentials against the cluster's verifiers; what the API and the dashboard both use."""
 
-    def __init__(self, verifiers: Verifiers, directory: store.Directory) -> None:
+    def __init__(self, verifiers: Verifiers, directory: store.Directory, oidc: OidcVerifier | None = None,
+                 oidc_client_secret: str | None = None) -> None:  # fmt: skip
         self.verifiers = verifiers
         self.directory = directory
+        # With an OIDC issuer and an audience, the dashboard signs users in there too (iris/dashboard/oidc_login.py).
+        self.oidc = oidc
+        self.oidc_client_secret = oidc_client_secret
 
     async def identify(self, request: web.Request) -> Identity:
         return await self.verifiers.identify(bearer(request))

@@ -5,6 +5,9 @@ auth: tokens                      # tokens `iris auth add-user` issues
 auth:                             # the same, and OIDC/JWT bearer tokens of one issuer
   mode: tokens
   oidc: {issuer: https://idp.example.com, audience: iris}
+auth:                             # and the dashboard signs users in at the issuer, as the client `audience`
+  mode: tokens
+  oidc: {issuer: https://idp.example.com, audience: iris, client_secret_file: /etc/iris/oidc-secret}
 ```
 
 Without the key the cluster runs as the embedded default: one user, no login (`Auth: none`).
@@ -12,20 +15,33 @@ Without the key the cluster runs as the embedded default: one user, no login (`A
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class OidcFile(BaseModel):
-    """`auth.oidc`: the issuer whose JWKS signs accepted tokens, and the audience they must carry."""
+    """`auth.oidc`: the issuer whose JWKS signs accepted tokens, and the audience they must carry.
+
+    With an audience, the dashboard's login page also offers signing in at the issuer, as the OIDC client
+    of that id (authorization code with PKCE; `client_secret_file` for an issuer that wants a secret).
+    """
 
     model_config = _FROZEN
 
     issuer: str
     audience: str | None = None
+    client_secret_file: Path | None = None
+
+    @field_validator("issuer")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"must be the issuer's URL (https://...), got {value!r}")
+        return value
 
 
 def _shorthand(value: Any) -> Any:
@@ -45,11 +61,21 @@ class AuthFile(BaseModel):
     def team(self) -> bool:
         return self.mode == "tokens"
 
+    def oidc_client_secret(self) -> str | None:
+        """The dashboard's OIDC client secret, read from `oidc.client_secret_file` (None without one)."""
+        path = self.oidc.client_secret_file if self.oidc is not None else None
+        if path is None:
+            return None
+        try:
+            return path.expanduser().read_text().strip() or None
+        except OSError as err:
+            raise ValueError(f"auth.oidc.client_secret_file: cannot read {path}: {err.strerror or err}") from None
+
     def document(self) -> dict[str, Any] | None:
         """What a config file says for these settings (None: say nothing)."""
         if not self.team:
             return None
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 AuthField = Annotated[AuthFile, BeforeValidator(_shorthand)]

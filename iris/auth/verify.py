@@ -58,6 +58,10 @@ class OidcVerifier:
         return token.count(".") == 2
 
     async def identify(self, token: str) -> Identity:
+        return await self.identity(await self.verified_claims(token))
+
+    async def verified_claims(self, token: str) -> dict[str, Any]:
+        """The token's claims once signature, issuer, audience and expiry hold; else AuthenticationError."""
         import asyncio
 
         import jwt
@@ -67,11 +71,15 @@ class OidcVerifier:
         if self._auth is None:
             self._auth = OidcAuth(self.issuer, self.audience)
         try:
-            claims = await asyncio.to_thread(self._auth._verify, token)
+            claims: dict[str, Any] = await asyncio.to_thread(self._auth._verify, token)
         except jwt.PyJWTError as err:
             raise AuthenticationError(f"access token refused: {err}") from None
         except (OSError, ValueError, KeyError) as err:
             raise AuthenticationError(f"cannot check the access token against {self.issuer}: {err}") from None
+        return claims
+
+    async def identity(self, claims: dict[str, Any]) -> Identity:
+        """The user verified claims name, with the role the directory gives that name."""
         name = oidc_name(claims)
         role = await self.directory.role_of(name)
         if role == "":

@@ -270,9 +270,11 @@ async def team_gate(client: Client, config: ClusterConfig | None, store_url: str
     directory = Directory(client)
     tasks = TaskTokenVerifier(lambda: ensure_key(blobs), job_running(client))
     chain: list[Verifier] = [TokenVerifier(directory), tasks]
+    oidc = None
     if config.auth.oidc is not None:
-        chain.append(OidcVerifier(config.auth.oidc.issuer, config.auth.oidc.audience, directory))
-    return Gate(Verifiers(tuple(chain)), directory)
+        oidc = OidcVerifier(config.auth.oidc.issuer, config.auth.oidc.audience, directory)
+        chain.append(oidc)
+    return Gate(Verifiers(tuple(chain)), directory, oidc, config.auth.oidc_client_secret())
 
 
 def job_running(client: Client) -> Callable[[str], Awaitable[tuple[str, bool]]]:

@@ -1,7 +1,8 @@
 """The dashboard in team mode: nothing without a credential, a login page, and the one write it offers (kill).
 
 A browser without a credential gets the login page (401); it posts a token, which is checked and
-set as an HttpOnly, SameSite=Strict cookie. Anything else (scripts, the API) sends
+set as an HttpOnly, SameSite=Strict cookie, or, with an OIDC issuer configured, signs in there
+(iris/dashboard/oidc_login.py), which sets the same cookie. Anything else (scripts, the API) sends
 `Authorization: Bearer TOKEN`. The viewer's identity rides on the request, so a page shows the
 kill button only where the viewer may use it, and the kill itself is checked again on the server.
 """
@@ -19,6 +20,7 @@ from iris.auth import store
 from iris.auth.api import COOKIE, PREFIX, Gate, IrisApi
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role
+from iris.dashboard.oidc_login import START_PATH, OidcLogin
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -30,12 +32,15 @@ _PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sig
 <link rel="stylesheet" href="/static/dashboard.css"></head><body><main id="content">
 <h1>Iris</h1><p>This cluster runs in team mode. Paste your token (<code>iris auth add-user</code> printed it).</p>
 {error}<form method="post" action="/login"><input type="password" name="token" autocomplete="off" autofocus
-aria-label="token"> <button type="submit">Sign in</button></form></main></body></html>"""
+aria-label="token"> <button type="submit">Sign in</button></form>{oidc}</main></body></html>"""
+_OIDC = '<p>or <a href="{start}" id="oidc-login">sign in at {issuer}</a></p>'
 
 
-def login_page(error: str = "", status: int = 401) -> web.Response:
+def login_page(error: str = "", status: int = 401, issuer: str = "") -> web.Response:
+    """The sign-in page; with `issuer`, it also offers signing in there (OIDC)."""
     shown = f'<p class="error">{escape(error)}</p>' if error else ""
-    response = web.Response(text=_PAGE.format(error=shown), status=status, content_type="text/html")
+    oidc = _OIDC.format(start=START_PATH, issuer=escape(issuer)) if issuer else ""
+    response = web.Response(text=_PAGE.format(error=shown, oidc=oidc), status=status, content_type="text/html")
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="iris"'
     return response
@@ -45,6 +50,11 @@ def viewer(request: web.Request) -> Identity | None:
     """Who is looking (None without team mode)."""
     found = request.get(VIEWER)
     return found if isinstance(found, Identity) else None
+
+
+def oidc_issuer(gate: Gate) -> str:
+    """The issuer the dashboard signs users in at ("" when it offers only tokens: no OIDC audience to be)."""
+    return gate.oidc.issuer if gate.oidc is not None and gate.oidc.audience else ""
 
 
 def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -61,7 +71,7 @@ def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
             if request.headers.get("Authorization") or "text/html" not in request.headers.get("Accept", "text/html"):
                 return web.json_response({"error": "authentication", "message": str(err)}, status=401,
                                          headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-            return login_page(str(err) if request.cookies.get(COOKIE) else "")
+            return login_page(str(err) if request.cookies.get(COOKIE) else "", issuer=oidc_issuer(gate))
         return await handler(request)
 
     return middleware
@@ -83,15 +93,23 @@ async def audit_page(gate: Gate | None, request: web.Request) -> dict[str, Any]:
 
 
 def add_routes(app: web.Application, gate: Gate, api: IrisApi) -> None:
+    issuer = oidc_issuer(gate)
+
+    def page(error: str = "", status: int = 401) -> web.Response:
+        return login_page(error, status, issuer)
+
+    if issuer and gate.oidc is not None:
+        OidcLogin(gate.oidc, gate.oidc_client_secret).add_routes(app, page)
+
     async def show(_: web.Request) -> web.Response:
-        return login_page(status=200)
+        return page(status=200)
 
     async def sign_in(request: web.Request) -> web.Response:
         token = str((await request.post()).get("token", "")).strip()
         try:
             who = await gate.verifiers.identify(token)
         except AuthenticationError as err:
-            return login_page(str(err))
+            return page(str(err))
         response = web.HTTPFound("/queue")
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", max_age=COOKIE_SECONDS,
                             secure=request.secure)  # fmt: skip
@@ -108,7 +126,7 @@ def add_routes(app: web.Application, gate: Gate, api: IrisApi) -> None:
         who = viewer(request)
         job_id = request.match_info["job_id"]
         if who is None:
-            return login_page()
+            return page()
         try:
             await api.require(who, Action.KILL, job_id)
         except PermissionDeniedError as err:

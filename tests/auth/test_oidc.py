@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import secrets
+import time
+from urllib.parse import urlencode
+
+import jwt
 import pytest
+from aiohttp import ClientSession, CookieJar, web
+from aiohttp.test_utils import TestServer
 
 from iris import AuthenticationError
 from iris.auth.rules import Identity, Role
@@ -53,3 +63,126 @@ def test_the_user_a_token_names() -> None:
     assert "3" == oidc_name({"sub": "3"})
     with pytest.raises(AuthenticationError):
         oidc_name({})
+
+
+class SignInIssuer(Issuer):
+    """The fake issuer, signing users in too, as one whose user is already signed in there would: `/authorize`
+    sends the browser straight back with a code; `/token` gives the ID token for it once the PKCE verifier
+    matches the challenge. `nonce` overrides the nonce it signs (a replayed token's)."""
+
+    def __init__(self, user: str = "ana") -> None:
+        super().__init__()
+        self.user = user
+        self.nonce: str | None = None
+        self.codes: dict[str, dict[str, str]] = {}
+        self.secrets_seen: list[str | None] = []
+
+    async def start(self) -> None:
+        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+
+        async def discovery(_: web.Request) -> web.Response:
+            return web.json_response({"issuer": self.url, "jwks_uri": f"{self.url}/jwks",
+                                      "authorization_endpoint": f"{self.url}/authorize",
+                                      "token_endpoint": f"{self.url}/token"})  # fmt: skip
+
+        async def jwks(_: web.Request) -> web.Response:
+            return web.json_response({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]})
+
+        async def authorize(request: web.Request) -> web.Response:
+            q = request.query
+            assert ("code", "S256") == (q["response_type"], q["code_challenge_method"]) and "openid" in q["scope"]
+            code = secrets.token_urlsafe(16)
+            self.codes[code] = dict(q)
+            raise web.HTTPFound(f"{q['redirect_uri']}?{urlencode({'code': code, 'state': q['state']})}")
+
+        async def token(request: web.Request) -> web.Response:
+            form = await request.post()
+            self.secrets_seen.append(request.headers.get("Authorization"))
+            asked = self.codes.pop(str(form["code"]), None)
+            verifier = str(form.get("code_verifier", ""))
+            challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+            if asked is None or challenge != asked["code_challenge"] or form["redirect_uri"] != asked["redirect_uri"]:
+                return web.json_response({"error": "invalid_grant"}, status=400)
+            claims = {"iss": self.url, "aud": asked["client_id"], "sub": "u-1", "preferred_username": self.user,
+                      "nonce": self.nonce or asked["nonce"], "exp": int(time.time() + 300)}  # fmt: skip
+            signed = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "k1"})
+            return web.json_response({"id_token": signed, "access_token": "opaque", "token_type": "Bearer"})
+
+        issuer_app = web.Application()
+        issuer_app.router.add_get("/.well-known/openid-configuration", discovery)
+        issuer_app.router.add_get("/jwks", jwks)
+        issuer_app.router.add_get("/authorize", authorize)
+        issuer_app.router.add_post("/token", token)
+        self.server = TestServer(issuer_app, host="127.0.0.1")
+        await self.server.start_server()
+
+
+async def _dashboard(issuer: SignInIssuer, roles: Roles, secret: str | None = None) -> TestServer:
+    """The dashboard's login in front of one page that names the viewer, with the issuer configured."""
+    from iris.auth.api import Gate
+    from iris.dashboard import login
+
+    verifier = OidcVerifier(issuer.url, "iris-dashboard", roles)  # type: ignore[arg-type]
+    gate = Gate(Verifiers((verifier,)), roles, verifier, secret)  # type: ignore[arg-type]
+    app = web.Application(middlewares=[login.guard(gate)])
+    login.add_routes(app, gate, None)  # type: ignore[arg-type]
+
+    async def queue(request: web.Request) -> web.Response:
+        who = login.viewer(request)
+        assert who is not None
+        return web.Response(text=f"queue for {who.name} ({who.role})")
+
+    app.router.add_get("/queue", queue)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server
+
+
+async def test_the_dashboard_signs_users_in_at_the_issuer() -> None:
+    """With an OIDC issuer and audience configured, the login page offers signing in there; the code comes back,
+    is exchanged with the PKCE verifier, and the ID token becomes the login cookie: the next page knows the user
+    and the role Iris holds for that name."""
+    issuer = SignInIssuer("ana")
+    await issuer.start()
+    dashboard = await _dashboard(issuer, Roles({"ana": "admin"}), secret="s3cret")
+    try:
+        async with ClientSession(cookie_jar=CookieJar(unsafe=True), headers={"Accept": "text/html"}) as browser:
+            base = str(dashboard.make_url("")).rstrip("/")
+            async with browser.get(f"{base}/queue") as page:
+                assert 401 == page.status
+                assert f"sign in at {issuer.url}" in await page.text()
+            async with browser.get(f"{base}/login/oidc") as signed_in:
+                assert 200 == signed_in.status, await signed_in.text()
+                assert "Signed in as ana" in await signed_in.text()
+            async with browser.get(f"{base}/queue") as page:
+                assert (200, "queue for ana (admin)") == (page.status, await page.text())
+        assert [f"Basic {base64.b64encode(b'iris-dashboard:s3cret').decode()}"] == issuer.secrets_seen
+    finally:
+        await dashboard.close()
+        assert issuer.server is not None
+        await issuer.server.close()
+
+
+async def test_a_sign_in_that_does_not_check_out_is_refused() -> None:
+    """A callback whose state is not the one this browser started, an ID token with another sign-in's nonce, and
+    the issuer's own refusal each end on the login page (401) with a reason, and set no login cookie."""
+    issuer = SignInIssuer("ana")
+    await issuer.start()
+    dashboard = await _dashboard(issuer, Roles({}))
+    try:
+        base = str(dashboard.make_url("")).rstrip("/")
+        async with ClientSession(cookie_jar=CookieJar(unsafe=True), headers={"Accept": "text/html"}) as browser:
+            async with browser.get(f"{base}/login/oidc/callback?code=x&state=forged") as page:
+                assert 401 == page.status and "sign-in expired or was not started here" in await page.text()
+            issuer.nonce = "another-sign-in"
+            async with browser.get(f"{base}/login/oidc") as page:
+                assert 401 == page.status and "nonce" in await page.text()
+            async with browser.get(f"{base}/login/oidc/callback?error=access_denied&error_description=no+way") as page:
+                assert 401 == page.status and "the sign-in service refused: no way" in await page.text()
+            async with browser.get(f"{base}/queue") as page:
+                assert 401 == page.status
+            assert "iris_token" not in {cookie.key for cookie in browser.cookie_jar}
+    finally:
+        await dashboard.close()
+        assert issuer.server is not None
+        await issuer.server.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from iris import AuthenticationError, PermissionDeniedError
@@ -105,3 +107,20 @@ def test_config_auth_key() -> None:
     assert parse_config({}, "c.yaml").auth == AuthFile()
     with pytest.raises(ValueError, match=r"c.yaml: auth.mode"):
         parse_config({"auth": "token"}, "c.yaml")
+
+
+def test_config_oidc_sign_in_settings(tmp_path: Path) -> None:
+    """The dashboard's OIDC client secret is read from its file (kept in the record as a path, never the secret);
+    an issuer that is not a URL and an unreadable secret file are named."""
+    secret = tmp_path / "oidc-secret"
+    secret.write_text("s3cret\n")
+    oidc = {"issuer": "https://idp.example.com/", "audience": "iris", "client_secret_file": str(secret)}
+    auth = parse_config({"auth": {"mode": "tokens", "oidc": oidc}}, "c.yaml").auth
+    assert "s3cret" == auth.oidc_client_secret()
+    assert auth.oidc is not None and "https://idp.example.com/" == auth.oidc.issuer
+    assert str(secret) == auth.document()["oidc"]["client_secret_file"]  # type: ignore[index]
+    with pytest.raises(ValueError, match=r"c.yaml: auth.oidc.issuer"):
+        parse_config({"auth": {"mode": "tokens", "oidc": {"issuer": "idp.example.com"}}}, "c.yaml")
+    secret.unlink()
+    with pytest.raises(ValueError, match=r"auth\.oidc\.client_secret_file: cannot read"):
+        auth.oidc_client_secret()
