@@ -143,7 +143,8 @@ def test_iris_home_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 def test_temporal_command_flags_exist_in_this_cli() -> None:
     """Every flag the local cluster passes to `temporal server start-dev` is one this CLI version knows."""
     argv = temporal_command(
-        binary=temporal_binary(), port=1, ui_port=2, db_path=Path("x.db"), dynamic_config={"a.b": "1"}, headless=True
+        binary=temporal_binary(), port=1, ui_port=2, db_path=Path("x.db"), dynamic_config={"a.b": "1"},
+        ui_public_path="/temporal",
     )
     help_text = subprocess.run(
         [*argv[:3], "--help"], capture_output=True, text=True, check=True, timeout=30

@@ -14,7 +14,7 @@ class TemporalUI:
     namespace: str = "default"
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
+        if not self.url.startswith(("http://", "https://", "/")):  # "/...": served by the dashboard (team mode)
             raise ValueError(f"temporal_ui_url must start with http:// or https://, got {self.url!r}")
         object.__setattr__(self, "url", self.url.rstrip("/"))
 

@@ -38,7 +38,7 @@ from iris.client.team_tables import QueueView, amounts, scheduler_memo, teams_fr
 from iris.client.user_balances import list_users
 from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 from iris.dashboard import actions as action_log
-from iris.dashboard import login
+from iris.dashboard import login, temporal_proxy
 from iris.dashboard.charts import DepthHistory, capacity_bars, depth_line
 from iris.dashboard.depth import SAVE_SECONDS, DepthStore
 from iris.dashboard.links import TemporalUI
@@ -115,6 +115,15 @@ class Dashboard:
         self.reads = ClusterReads(client, cache_seconds)
         self.iris = AsyncIrisClient(client, store_url)
         self.ui = ui
+        # Team mode: the UI only behind the login, for admins (iris/dashboard/temporal_proxy.py), when it has a
+        # public path to be served under; links then go there.
+        self.ui_upstream: str | None = None
+        if gate is not None and temporal_proxy.served_path(ui.url):
+            self.ui_upstream = ui.url
+            self.ui = TemporalUI(temporal_proxy.served_path(ui.url), ui.namespace)
+        elif gate is not None:
+            log.warning("temporal_ui_not_served", url=ui.url,
+                        reason="in team mode the dashboard serves the Temporal UI only under its public path")
         self.depth = DepthHistory()
         self.depth_store = DepthStore(store_url)
         self._depth_loaded = False
@@ -135,6 +144,8 @@ class Dashboard:
             api.add_routes(app)
             login.add_routes(app, self.gate, api)
             app.router.add_get("/audit", self._page(self.audit))
+            if self.ui_upstream is not None:
+                temporal_proxy.add_routes(app, self.ui_upstream)
         app.router.add_get("/", self._root)
         for name, handler in (
             ("/actions", self.actions), ("/queue", self.queue), ("/jobs", self.jobs),

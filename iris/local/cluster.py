@@ -36,6 +36,7 @@ from iris.local import healing
 from iris.local.commands import (
     HOST,
     SERVER_TUNING,
+    TEAM_UI_PATH,
     controller_command,
     daemon_environment,
     dashboard_options,
@@ -306,7 +307,8 @@ class LocalCluster:
         }
         if config.auth.team:
             state["auth"] = config.auth.mode
-        self._start_temporal(state, previous, dynamic_config, temporal_timeout, headless=config.auth.team)
+        self._start_temporal(state, previous, dynamic_config, temporal_timeout,
+                             ui_public_path=TEAM_UI_PATH if config.auth.team else "")
         if CONTROLLER in components:
             scaling: dict[str, Path] = {}
             if config.scale_groups or config.sharing != SharingSettings() or config.auth.team:
@@ -341,7 +343,7 @@ class LocalCluster:
         previous: Mapping[str, Any],
         dynamic_config: Mapping[str, str] | None,
         timeout: float,
-        headless: bool = False,
+        ui_public_path: str = "",
     ) -> None:
         """Start the dev server on free ports (the previous ones if still free) and wait until it answers."""
         binary = temporal_binary()
@@ -351,11 +353,11 @@ class LocalCluster:
             ui_port = free_port(previous.get("ui_port") if attempt == 0 else None, avoid=port)
             address = f"{HOST}:{port}"
             state.update(
-                address=address, ui_url=f"http://{HOST}:{ui_port}", temporal_port=port, ui_port=ui_port
+                address=address, ui_url=f"http://{HOST}:{ui_port}{ui_public_path}", temporal_port=port, ui_port=ui_port
             )
             argv = temporal_command(
                 binary=binary, port=port, ui_port=ui_port, db_path=self.db_path, dynamic_config=dynamic_config,
-                headless=headless,
+                ui_public_path=ui_public_path,
             )
             offset = log_file.stat().st_size if log_file.exists() else 0
             self.record.spawn(state, TEMPORAL, argv)

@@ -58,6 +58,10 @@ def free_port(preferred: object = None, *, avoid: int | None = None) -> int:
 SERVER_TUNING: dict[str, str] = {"history.transferProcessorMaxPollRPS": "1000"}
 
 
+TEAM_UI_PATH = "/temporal"
+"""Team mode: the dev server's UI runs under this public path, which the dashboard serves behind its login."""
+
+
 def temporal_command(
     *,
     binary: Path,
@@ -65,7 +69,7 @@ def temporal_command(
     ui_port: int,
     db_path: Path,
     dynamic_config: Mapping[str, str] | None = None,
-    headless: bool = False,
+    ui_public_path: str = "",
 ) -> list[str]:
     """The dev server command line (flags checked against temporal CLI 1.9.1 / Server 1.32).
 
@@ -83,8 +87,8 @@ def temporal_command(
         "--sqlite-pragma", "journal_mode=wal",
         "--sqlite-pragma", "synchronous=normal",
     ]  # fmt: skip
-    if headless:  # team mode: no Temporal UI, which would open every workflow to anyone on this machine
-        argv += ["--headless"]
+    if ui_public_path:  # team mode: the UI's pages under the dashboard's proxy path (iris/dashboard/temporal_proxy.py)
+        argv += ["--ui-public-path", ui_public_path]
     for name, kind in SEARCH_ATTRIBUTES.items():
         argv += ["--search-attribute", f"{name}={kind}"]
     for key, value in {**SERVER_TUNING, **(dynamic_config or {})}.items():

@@ -106,10 +106,14 @@ def move_temporal(state: dict[str, Any], argv: list[str]) -> list[str]:
     host = commands.HOST
     address = f"{host}:{port}"
     log.warning("local_cluster.port_taken", old_address=old, new_address=address)
-    state.update(address=address, ui_url=f"http://{host}:{ui_port}", temporal_port=port, ui_port=ui_port)
+    old_ui = state.get("ui_url", "")
+    path = argv[argv.index("--ui-public-path") + 1] if "--ui-public-path" in argv else ""
+    ui_url = f"http://{host}:{ui_port}{path}"
+    state.update(address=address, ui_url=ui_url, temporal_port=port, ui_port=ui_port)
+    moved = {old: address, old_ui: ui_url}
     for name, other in state["argv"].items():
-        if name != TEMPORAL:
-            state["argv"][name] = [address if a == old else a for a in other]
+        if name != TEMPORAL:  # the controller's --temporal and --temporal-ui, the workers' --temporal
+            state["argv"][name] = [moved.get(a, a) for a in other]
     return argv
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -435,6 +436,29 @@ def test_printed_addresses_do_not_open_temporal(team: Team) -> None:
         assert JobState.RUNNING == job.status().state
     finally:
         team.clients["bob"].terminate(job.job_id)
+
+
+def test_the_temporal_ui_is_behind_the_login_for_admins_only(team: Team) -> None:
+    """In team mode the dashboard serves the Temporal UI under /temporal: no credential is 401, a user is refused
+    (reads too: the UI shows every job's inputs and results), an admin gets its pages and its API, and the
+    dashboard's links into the UI go there."""
+    job = sleeper(team, "ana")
+    try:
+        assert 401 == team.http("GET", "/temporal/")[0]
+        status, body = team.http("GET", "/temporal/", "ana")
+        assert 403 == status and "for admins" in body
+        assert 403 == team.http("GET", "/temporal/api/v1/namespaces/default/workflows", "bob", "application/json")[0]
+        status, body = team.http("GET", "/temporal/", "admin")
+        assert 200 == status and "/temporal/_app/" in body, body[:500]
+        query = urllib.parse.quote(f'WorkflowId = "{job.job_id}"')
+        status, body = team.http("GET", f"/temporal/api/v1/namespaces/default/workflows?query={query}", "admin",
+                                 "application/json")  # fmt: skip
+        assert 200 == status, body[:500]
+        assert [job.job_id] == [e["execution"]["workflowId"] for e in json.loads(body)["executions"]]
+        status, page = team.http("GET", f"/jobs/{urllib.parse.quote(job.job_id, safe='')}", "admin")
+        assert 200 == status and f'href="/temporal/namespaces/default/workflows/{job.job_id}' in page, page[:2000]
+    finally:
+        team.clients["ana"].terminate(job.job_id)
 
 
 def test_admin_token_file_is_private(team: Team) -> None:
