@@ -81,6 +81,7 @@ def temporal_command(
         "--ip", HOST,
         "--port", str(port),
         "--ui-port", str(ui_port),
+        "--ui-disable-news-fetch",  # the UI asks temporal.io for news from the browser otherwise
         "--db-filename", str(db_path),
         "--namespace", "default",
         "--log-level", "warn",

@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -450,6 +451,8 @@ def test_the_temporal_ui_is_behind_the_login_for_admins_only(team: Team) -> None
         assert 403 == team.http("GET", "/temporal/api/v1/namespaces/default/workflows", "bob", "application/json")[0]
         status, body = team.http("GET", "/temporal/", "admin")
         assert 200 == status and "/temporal/_app/" in body, body[:500]
+        asset = re.search(r'"(/temporal/_app/[^"]+\.js)"', body)
+        assert asset is not None and 200 == team.http("GET", asset.group(1), "admin", "*/*")[0]  # the UI's code too
         query = urllib.parse.quote(f'WorkflowId = "{job.job_id}"')
         status, body = team.http("GET", f"/temporal/api/v1/namespaces/default/workflows?query={query}", "admin",
                                  "application/json")  # fmt: skip
