@@ -129,12 +129,12 @@ def worker_serve(
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()
-    api = temporal or os.environ.get("IRIS_TEMPORAL_ADDRESS")
     namespace = None
-    if is_api_url(api):  # team mode: a worker credential asks the Iris API where the control plane is
+    if temporal is not None and is_api_url(temporal):  # team mode: a worker credential asks the Iris API
         from iris.auth.remote import enroll_agent, resolve_token
 
-        control = enroll_agent(str(api), resolve_token(None), wid)
+        api = temporal
+        control = enroll_agent(api, resolve_token(None), wid)
         for key, value in control.extra_env.items():  # as a bootstrapped agent is given them; the host's win
             os.environ.setdefault(key, value)
         temporal, namespace = control.temporal_address, control.namespace
