@@ -150,7 +150,11 @@ class OidcLogin:
 
 
 def _callback_url(request: web.Request) -> str:
-    return f"{request.scheme}://{request.host}{CALLBACK_PATH}"
+    """Where the issuer sends the browser back: this dashboard as the browser sees it (behind a TLS proxy that
+    says so in X-Forwarded-Proto / -Host; a false one only names a redirect URI the issuer does not know)."""
+    scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
+    host = request.headers.get("X-Forwarded-Host", request.host).split(",")[0].strip()
+    return f"{scheme}://{host}{CALLBACK_PATH}"
 
 
 _DONE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Signed in · Iris</title>

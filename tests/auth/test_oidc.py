@@ -7,7 +7,7 @@ import hashlib
 import json
 import secrets
 import time
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 import pytest
@@ -182,6 +182,27 @@ async def test_a_sign_in_that_does_not_check_out_is_refused() -> None:
             async with browser.get(f"{base}/queue") as page:
                 assert 401 == page.status
             assert "iris_token" not in {cookie.key for cookie in browser.cookie_jar}
+    finally:
+        await dashboard.close()
+        assert issuer.server is not None
+        await issuer.server.close()
+
+
+async def test_behind_a_tls_proxy_the_issuer_sends_the_browser_back_to_the_proxy() -> None:
+    """The redirect URI the issuer is given is the dashboard as the browser sees it: the proxy's scheme and host."""
+    issuer = SignInIssuer("ana")
+    await issuer.start()
+    dashboard = await _dashboard(issuer, Roles({}))
+    try:
+        async with ClientSession() as browser, browser.get(
+            str(dashboard.make_url("/login/oidc")), allow_redirects=False,
+            headers={"X-Forwarded-Proto": "https", "X-Forwarded-Host": "iris.example.com"},
+        ) as started:  # fmt: skip
+            assert 302 == started.status
+            location = started.headers["Location"]
+            assert location.startswith(f"{issuer.url}/authorize?")
+            sent = parse_qs(urlsplit(location).query)["redirect_uri"]
+            assert ["https://iris.example.com/login/oidc/callback"] == sent
     finally:
         await dashboard.close()
         assert issuer.server is not None
