@@ -1,24 +1,44 @@
-"""The queue is tried in submission order, whatever order the jobs' enqueues reached the scheduler."""
+"""The queue is FIFO by submission, whatever order the jobs' enqueues reach the scheduler in.
+
+Two jobs submitted one after the other start two job workflows whose first tasks race: the second's
+enqueue can arrive first (it did in CI, and the dashboard listed a user's jobs out of order).
+"""
 
 from __future__ import annotations
 
-from activities.proto import cluster_pb2 as pb
-from activities.scheduling import jobs_from_pb
+from workflows.messages import Enqueue, SchedulingSpec
+from workflows.scheduler_queue import SUBMISSION_ORDER_REACH
+from workflows.scheduler_workflow import SchedulerWorkflow
+
+SPEC = SchedulingSpec(cpu_millis=100, memory_bytes=1)
 
 
-def test_jobs_are_queued_by_submission_time_not_by_arrival() -> None:
-    """Two jobs submitted a moment apart may enqueue the other way round (their workflows run side by
-    side); the scheduler still tries, and the dashboard still lists, the earlier one first."""
-    snap = pb.SchedulingSnapshot(now=100.0)
-    for job_id, submitted in (("second", 50.2), ("first", 50.1), ("third", 60.0)):
-        snap.jobs.add(job_id=job_id, task_indices=[0], submitted_at=submitted)
-    jobs = jobs_from_pb(snap)
-    assert ["first", "second", "third"] == [j.job_id for j in jobs]
-    assert [49.9, 49.8, 40.0] == [round(j.waited_seconds, 1) for j in jobs]
+def _scheduler() -> SchedulerWorkflow:
+    scheduler = SchedulerWorkflow()
+    scheduler.core.clock = lambda: 1_000.0
+    return scheduler
 
 
-def test_a_snapshot_without_submission_times_keeps_its_order() -> None:
-    snap = pb.SchedulingSnapshot(now=100.0)
-    for job_id in ("b", "a", "c"):
-        snap.jobs.add(job_id=job_id, task_indices=[0], waited_seconds=1.0)
-    assert ["b", "a", "c"] == [j.job_id for j in jobs_from_pb(snap)]
+def test_a_job_whose_enqueue_arrives_late_takes_its_place_by_submission() -> None:
+    scheduler = _scheduler()
+    for job_id, submitted in (("a", 1.0), ("c", 3.0), ("b", 2.0), ("d", 3.0)):
+        scheduler.queue.enqueue_one(Enqueue(job_id, SPEC, {0: 0}, submitted))
+    assert ["a", "b", "c", "d"] == list(scheduler.core.state.pending)  # equal times keep arrival order
+
+
+def test_a_retry_and_a_job_behind_many_newer_ones_keep_arrival_order() -> None:
+    """A retried task's job goes last as before; so does a first enqueue that would pass more than
+    SUBMISSION_ORDER_REACH newer jobs (a rebuilt scheduler's reports: the cost stays linear)."""
+    scheduler = _scheduler()
+    pending = scheduler.core.state.pending
+    scheduler.queue.enqueue_one(Enqueue("new", SPEC, {0: 0}, 10.0))
+    scheduler.queue.enqueue_one(Enqueue("retried", SPEC, {0: 1}, 5.0))
+    assert ["new", "retried"] == list(pending)
+    for i in range(SUBMISSION_ORDER_REACH + 5):
+        scheduler.queue.enqueue_one(Enqueue(f"n{i}", SPEC, {0: 0}, 100.0 + i))
+    last = SUBMISSION_ORDER_REACH + 4
+    scheduler.queue.enqueue_one(Enqueue("between", SPEC, {0: 0}, 100.0 + last - 2.5))
+    assert [f"n{last - 3}", "between", f"n{last - 2}"] == list(pending)[-5:-2]
+    scheduler.queue.enqueue_one(Enqueue("old", SPEC, {0: 0}, 50.0))
+    assert "old" == list(pending)[-1]
+    assert sum(len(e.attempts) for e in pending.values()) == len(pending)  # nothing lost or doubled

@@ -58,6 +58,29 @@ def _decode(raw: RawValue, hint: Any, signal: str) -> Any:
         raise UnreadablePayload(f"{signal}: {type(err).__name__}: {err}") from err
 
 
+SUBMISSION_ORDER_REACH = 64
+"""How far back a job's first enqueue may go to take its place by submission time: two jobs' enqueues can
+arrive in either order (their workflows' first tasks race), the queue is FIFO by submission (the submitting
+client's clock; in team mode the Iris API's). Bounded so that a scheduler rebuilt from a whole fleet's
+reports stays linear, and a clock set back can pass no more than that many jobs."""
+
+
+def queue_in_submission_order(pending: dict[str, PendingEntry], entry: PendingEntry, reach: int) -> None:
+    """Add `entry` to the queue before the (at most `reach`) newest entries submitted after it; else last."""
+    later: list[str] = []
+    for job_id in reversed(pending):
+        if pending[job_id].submitted_at <= entry.submitted_at:
+            break
+        later.append(job_id)
+        if len(later) > reach:
+            later = []
+            break
+    moved = [pending.pop(job_id) for job_id in reversed(later)]
+    pending[entry.job_id] = entry
+    for other in moved:
+        pending[other.job_id] = other
+
+
 class Queue:
     """The scheduler's queue and places (a part of SchedulerWorkflow: scheduler_core says how the parts meet)."""
 
@@ -84,7 +107,8 @@ class Queue:
         entry = self.core.state.pending.get(request.job_id)
         if entry is None:
             entry = PendingEntry(request.job_id, request.spec, {}, request.submitted_at or self.core.now())
-            self.core.state.pending[request.job_id] = entry
+            first = not any(request.attempts.values())  # a job's first enqueue, not a retry's
+            queue_in_submission_order(self.core.state.pending, entry, SUBMISSION_ORDER_REACH if first else 0)
         retried = []
         for index, attempt in request.attempts.items():
             placed = self.core.state.placements.get(task_workflow_id(request.job_id, index))

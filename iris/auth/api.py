@@ -240,6 +240,8 @@ class IrisApi:
         # What names stored objects or another job is the server's to set: a request pointing at another
         # job's function, bundle or launch blob would run (and show) that job's code as this user's.
         req.job_id = req.parent_job_id = req.bundle_blob = req.launch_blob = ""
+        if req.submitted_at:  # its place in the queue: this server's clock, never a backdated one (a schedule's is 0)
+            req.submitted_at = time.time()
         payload = base64.b64decode(body["payload"]) if body.get("payload") else None
         if payload is None and not req.entrypoint.command.argv:
             raise ValueError("request: a job runs a command, or a function given as its payload")
