@@ -61,7 +61,7 @@ class PendingEntry:
 class SchedulerState:
     store_url: str = ""
     workers: dict[str, WorkerEntry] = field(default_factory=dict)
-    pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by insertion
+    pending: dict[str, PendingEntry] = field(default_factory=dict)  # FIFO by submission (scheduler_queue)
     # Task workflow id -> placement; keeps what each worker has committed and each job's placements.
     placements: Placements = field(default_factory=Placements)
     pending_reasons: dict[str, str] = field(default_factory=dict)
