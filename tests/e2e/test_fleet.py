@@ -8,6 +8,7 @@ and `quota` (asks for more hosts than the machine's local quota allows).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -80,16 +81,24 @@ def fleet_client(fleet: Cluster) -> IrisClient:
 
 def slice_hosts(home: Path) -> dict[str, list[psutil.Process]]:
     """Worker processes of this cluster's slices by slice id, read from the process table (not from Iris)."""
-    found: dict[str, list[psutil.Process]] = {}
+    hosts: list[tuple[str, psutil.Process]] = []
     for p in psutil.process_iter():
         try:
             env = p.environ()
             ours = env.get("IRIS_HOME") == str(home) and "IRIS_SLICE_ID" in env and p.pid == os.getpgid(p.pid)
             ours = ours and "serve" in p.cmdline()  # the agent, not its lease watchdog (a session of its own)
             if ours and p.status() != psutil.STATUS_ZOMBIE:
-                found.setdefault(env["IRIS_SLICE_ID"], []).append(p)
+                hosts.append((env["IRIS_SLICE_ID"], p))
         except (psutil.Error, OSError):
             continue
+    # A child an agent has just forked into a session of its own (a lease watchdog before its exec) still shows
+    # the agent's command line and environment: a host's parent is never another host.
+    pids = {p.pid for _, p in hosts}
+    found: dict[str, list[psutil.Process]] = {}
+    for slice_id, p in hosts:
+        with contextlib.suppress(psutil.Error):
+            if p.ppid() not in pids:
+                found.setdefault(slice_id, []).append(p)
     return found
 
 
