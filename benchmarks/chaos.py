@@ -40,8 +40,10 @@ from iris.client.iris_client import IrisClient, Job
 from iris.config.cluster_file import ClusterConfig, parse_config
 from iris.local.cluster import CONTROLLER, TEMPORAL, LocalCluster, worker_process_name
 from iris.types import Constraint, CoschedulingConfig, JobState, JobStatus, ResourceSpec
+from workflows.task_workflow import HEARTBEAT_TIMEOUT
 
-STOP_SECONDS = 10.0  # an agent SIGSTOP lasts past the 6 s heartbeat timeout
+# An agent SIGSTOP lasts past the heartbeat timeouts (its session's 6 s, a running attempt's 10 s) and its lease.
+STOP_SECONDS = HEARTBEAT_TIMEOUT.total_seconds() + 4.0
 RECOVERY_LIMIT_SECONDS = 30.0  # every component runs again within this (the supervisor's promise)
 MAX_WAITING = 12  # jobs of the load waiting for a place at once
 FINISH_SECONDS = 600.0  # after the last fault, every job has ended within this

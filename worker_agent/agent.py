@@ -30,11 +30,12 @@ from typing import IO, Any, TypeVar
 import structlog
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
 from activities.contracts import (
+    ATTEMPT_STOPPED,
     CORDON_WORKERS,
     DEFAULT_PORT_RANGE,
     LEASE_EXPIRED,
@@ -65,7 +66,7 @@ from worker_agent.bundles import Bundles
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
-from worker_agent.lease import AttemptLease
+from worker_agent.lease import AttemptLease, Beat
 from worker_agent.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.preemption import (
@@ -100,10 +101,14 @@ log = structlog.get_logger("iris.agent")
 _T = TypeVar("_T")
 
 HEARTBEAT_SECONDS = 1.0
-# The SDK forwards at most one heartbeat per 0.8 x heartbeat timeout (4.8 s of the workflows' 6 s)
-# unless told otherwise. Every 2 s instead: a kill reaches a task within ~2 s rather than ~5 s, and
-# a Temporal outage of up to ~4 s (not ~1 s) does not make every running task look lost.
+# The SDK forwards at most one heartbeat per 0.8 x heartbeat timeout unless told otherwise. The
+# session's every 2 s instead (of its 6 s timeout): a Temporal outage of up to ~4 s (not ~1 s) does
+# not make the worker look lost.
 HEARTBEAT_FORWARD_SECONDS = 2.0
+# The task queue's activities: run_task's heartbeats that count are the lease's own (every lease
+# interval, worker_agent/lease.py), which also bring a kill to the attempt; the SDK's copies only keep
+# the SDK from timing the activity out locally, so they go no more often than 0.8 x run_task's 10 s.
+TASK_HEARTBEAT_FORWARD_SECONDS = 8.0
 KILL_GRACE_SECONDS = 5.0
 # The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
 # that has not started or beaten for longer than this is over, whatever the server thinks.
@@ -368,10 +373,14 @@ class WorkerAgent:
         registered = False
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
-            sessions = self._worker(agent_session_queue(self.config.worker_id, self.instance), self.worker_session)
+            sessions = self._worker(
+                agent_session_queue(self.config.worker_id, self.instance), HEARTBEAT_FORWARD_SECONDS,
+                self.worker_session,
+            )  # fmt: skip
             tasks = self._worker(
-                worker_task_queue(self.config.worker_id), self.run_task, self.stop_task, *self.access.activities()
-            )
+                worker_task_queue(self.config.worker_id), TASK_HEARTBEAT_FORWARD_SECONDS,
+                self.run_task, self.stop_task, *self.access.activities(),
+            )  # fmt: skip
             running = [asyncio.create_task(sessions.run())]
             failed: str | None = None
             try:
@@ -395,8 +404,9 @@ class WorkerAgent:
                 self.session, registered = uuid.uuid4().hex, False
                 await pause(delay, stop)
 
-    def _worker(self, queue: str, *work: Any) -> Worker:
-        """A Temporal worker polling `queue` for the activities `work`."""
+    def _worker(self, queue: str, forward_seconds: float, *work: Any) -> Worker:
+        """A Temporal worker polling `queue` for the activities `work`; the SDK forwards their heartbeats at
+        most every `forward_seconds`."""
         return Worker(
             self.client,
             task_queue=queue,
@@ -404,8 +414,8 @@ class WorkerAgent:
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
-            max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
-            default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_FORWARD_SECONDS),
+            max_heartbeat_throttle_interval=timedelta(seconds=forward_seconds),
+            default_heartbeat_throttle_interval=timedelta(seconds=forward_seconds),
         )
 
     async def _stop_workers(self, pairs: Iterable[tuple[Worker, asyncio.Task[None]]]) -> None:
@@ -532,9 +542,22 @@ class WorkerAgent:
             raise ApplicationError(f"task for worker {inp.worker_id} reached {self.config.worker_id}")
         fenced = isinstance(self.runtime, LeasedRuntime) and self.runtime.leases
         lease = AttemptLease(self.client, self.config.lease, fenced=fenced)
+        # The attempt's work in a task of its own: a lease beat that finds it cancelled or gone stops it
+        # at once (the SDK learns a cancel only with its own heartbeat, up to 8 s later).
+        work = asyncio.create_task(self._run_leased(inp, lease, tlog))
+        lease.stop = work.cancel
         beating = asyncio.create_task(lease.run())  # the first heartbeat goes out while the task is prepared
         try:
-            return await self._run_leased(inp, lease, tlog)
+            return await work
+        except asyncio.CancelledError:
+            if lease.ended is None or activity.is_cancelled():
+                raise  # the SDK's cancel (or its shutdown): reported the SDK's way
+            # Stopped on the lease's word: the workflow asked (a kill, an eviction) or the attempt is gone.
+            # A result the SDK cannot call "cancelled" (it has not heard); the workflow reads it as what it asked.
+            raise ApplicationError(
+                f"attempt stopped: {'cancelled by its workflow' if lease.ended == Beat.CANCELLED else 'gone'}",
+                type=ATTEMPT_STOPPED, non_retryable=True, category=ApplicationErrorCategory.BENIGN,
+            ) from None
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -727,7 +750,7 @@ class WorkerAgent:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
             details = activity.cancellation_details()
-            if details is not None and details.not_found:
+            if (details is not None and details.not_found) or lease.ended == Beat.GONE:
                 # The attempt's workflow is gone (terminated from outside): it will never give
                 # the place back, so the agent does, or the scheduler books it forever.
                 await self._release(inp)

@@ -9,9 +9,9 @@ than ``lease``, however long the agent is frozen, cut off or dead afterwards, an
 waits that long (plus a margin) before the attempt runs elsewhere. The heartbeats are the ones the
 agent sent anyway (one every ``interval``): renewing costs no traffic of its own.
 
-What the server answers is handed back to the SDK where it must act: when the attempt was
-cancelled (or paused, or reset) or no longer exists, one ``activity.heartbeat()`` lets the SDK's own
-heartbeat learn it and cancel the activity the usual way.
+What the server answers is acted on here where it can be: an attempt whose workflow asked to cancel
+it, or which no longer exists there, is stopped at once (``stop``) rather than when the SDK's own,
+throttled heartbeat learns it. A pause or a reset is left to the SDK, which reports them its way.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ class Beat(StrEnum):
     """What the server made of one heartbeat."""
 
     RECORDED = "recorded"  # renewed
-    STOP = "stop"  # recorded, and the attempt was cancelled, paused or reset: the SDK is told
-    GONE = "gone"  # the attempt no longer exists there (timed out, its workflow ended)
+    CANCELLED = "cancelled"  # recorded, and the workflow asked to cancel the attempt: stopped now
+    STOP = "stop"  # recorded, and the attempt was paused or reset: the SDK is told
+    GONE = "gone"  # the attempt no longer exists there (timed out, its workflow ended): stopped now
     UNREACHABLE = "unreachable"  # no answer: not renewed
 
 
@@ -53,7 +54,8 @@ class AttemptLease:
 
     ``run()`` beats every ``settings.interval`` until cancelled. ``fresh()`` returns once a recorded
     heartbeat left at least one interval of lease (start the task then, with ``deadline``);
-    ``renew`` is called with each new deadline (the runtime moves the task's lease). ``progress``
+    ``renew`` is called with each new deadline (the runtime moves the task's lease), ``stop`` once when a
+    heartbeat finds the attempt cancelled or gone (``ended`` says which). ``progress``
     gives what the heartbeat says of the attempt (LEASED, then PROCESS_STARTED and its use so far);
     with ``fenced`` (the runtime kills tasks whose lease ran out) every heartbeat also carries the
     lease, which the task workflow waits out before it runs the attempt elsewhere.
@@ -66,6 +68,8 @@ class AttemptLease:
         self.progress: Callable[[], Sequence[Any]] = lambda: [LEASED]
         self.deadline = 0.0  # on lease_clock(): past it the attempt must be dead
         self.renew: Callable[[float], None] = lambda deadline: None
+        self.stop: Callable[[], object] = lambda: None
+        self.ended: Beat | None = None  # CANCELLED or GONE once `stop` was called
         self._renewed = asyncio.Event()
         self._poked = asyncio.Event()
         self._token = activity.info().task_token
@@ -83,15 +87,18 @@ class AttemptLease:
         return self.deadline
 
     async def run(self) -> None:
-        """Beat and renew until cancelled; each time, the SDK's own heartbeat too.
+        """Beat and renew until cancelled, or until a beat finds the attempt cancelled or gone (then `stop`).
 
         The SDK's core cancels an activity on its own when its heartbeat API has not been called for the
-        heartbeat timeout, and only its heartbeats bring the server's answer (cancel requested, not found)
-        to the activity: so it gets one per beat, which it forwards to the server as well (no more often
-        than its throttle). Those renew nothing here; they only make the server time the attempt out later.
+        heartbeat timeout: so it gets one per beat, which it forwards to the server as well, no more often
+        than its throttle (8 s on the task queue). Those renew nothing here.
         """
         while True:
-            await self.beat()
+            beat = await self.beat()
+            if beat in (Beat.CANCELLED, Beat.GONE):
+                self.ended = beat
+                self.stop()
+                return
             activity.heartbeat(*self.details())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._poked.wait(), self.settings.interval)
@@ -126,6 +133,8 @@ class AttemptLease:
         self._renewed.set()
         with contextlib.suppress(OSError):  # the task is gone meanwhile: nothing left to renew
             self.renew(self.deadline)
+        if response.cancel_requested and not (response.activity_paused or response.activity_reset):
+            return Beat.CANCELLED
         if response.cancel_requested or response.activity_paused or response.activity_reset:
             return Beat.STOP
         return Beat.RECORDED

@@ -56,7 +56,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
-HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # the agent beats every second: ~6 missed beats = lost
+# The agent's lease beats every 3 s (worker_agent/lease.py), its SDK's every 8 s: ~3 missed beats = lost; the
+# wait for the lease after the timeout (workflows/fencing.py) makes up the rest of lease + margin.
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
 TASK_WORKFLOW = "TaskWorkflow"  # its type name; a job starts it by name (for its result raw)

@@ -277,6 +277,7 @@ LEASED = "leased"
 LEASE_KEY = "lease_seconds"  # a heartbeat's lease detail: {LEASE_KEY: seconds, LEASE_MARGIN_KEY: seconds}
 LEASE_MARGIN_KEY = "lease_margin_seconds"
 LEASE_EXPIRED = "LeaseExpired"  # ApplicationError type of an attempt its agent's lease watchdog killed
+ATTEMPT_STOPPED = "AttemptStopped"  # ApplicationError type of an attempt its lease's beat found cancelled or gone
 LEASE_EXPIRED_REASON = "lease expired: the worker stopped renewing it"
 
 
