@@ -144,11 +144,14 @@ def test_fanout_bench_runs_one_job_to_the_end(tmp_path: Path) -> None:
 
 def test_heartbeats_bench_counts_both_kinds_of_heartbeat(tmp_path: Path) -> None:
     """`python -m benchmarks heartbeats` on a short run: the server counted heartbeats before leases and with
-    them, and with them there are more (the agent's own, recorded ones, besides the SDK's)."""
+    them, and leases cost little extra traffic on a short run (the agent's own beats every 3 s, the SDK's forwarded
+    every 8 s, against the SDK's every 2 s before; the first lease design, both kinds every 3 s, cost more)."""
     out = tmp_path / "heartbeats.json"
     argv = [sys.executable, "-m", "benchmarks", "heartbeats", "--tasks", "2", "--seconds", "8", "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
     assert "heartbeat calls per running task" in proc.stdout
     figures = json.loads(out.read_text())
-    assert 0 < figures["before_leases_per_task_s"] < figures["with_leases_per_task_s"]
+    # An 8 s run is mostly start-up (the first beats of both kinds go at once): 0.8-1.2x here, 0.95x over 40 s. The
+    # first lease design cost ~1.65x on such a run.
+    assert 0 < figures["with_leases_per_task_s"] <= 1.4 * figures["before_leases_per_task_s"], figures
