@@ -24,7 +24,7 @@ from iris.dashboard.oidc_login import START_PATH, OidcLogin
 
 log = structlog.get_logger("iris.dashboard")
 
-VIEWER = "iris_viewer"
+VIEWER = web.RequestKey("iris_viewer", Identity)
 OPEN_PATHS = ("/login", "/static/")
 COOKIE_SECONDS = 12 * 3600
 
@@ -48,8 +48,7 @@ def login_page(error: str = "", status: int = 401, issuer: str = "") -> web.Resp
 
 def viewer(request: web.Request) -> Identity | None:
     """Who is looking (None without team mode)."""
-    found = request.get(VIEWER)
-    return found if isinstance(found, Identity) else None
+    return request.get(VIEWER)
 
 
 def oidc_issuer(gate: Gate) -> str:
