@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import signal
 import socket
@@ -25,17 +24,16 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.coalescer import SignalCoalescer
 from activities.contracts import (
-    ATTEMPT_STOPPED,
     CORDON_WORKERS,
     DEFAULT_PORT_RANGE,
     LEASE_EXPIRED,
@@ -66,7 +64,7 @@ from worker_agent.bundles import Bundles
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
-from worker_agent.lease import AttemptLease, Beat
+from worker_agent.lease import AttemptLease, Beat, run_leased
 from worker_agent.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.preemption import (
@@ -76,8 +74,8 @@ from worker_agent.preemption import (
     Notice,
     post_notice_file,
 )
+from worker_agent.registration import RegistrationRefused, register_hosts
 from worker_agent.registration import describe_error as _describe
-from worker_agent.registration import register_hosts
 from worker_agent.runtimes.base import (
     ContainerRuntime,
     LeasedRuntime,
@@ -89,6 +87,7 @@ from worker_agent.runtimes.base import (
     TaskStartError,
 )
 from worker_agent.runtimes.process import ProcessRuntime
+from worker_agent.state_lock import AgentStateLock
 from worker_agent.storage import BlobNotFoundError, StorageError
 from worker_agent.task_access import RunningTasks, TaskAccess
 from worker_agent.task_area import TaskArea, stage_runner_code
@@ -117,10 +116,6 @@ WORKER_RESTART_SECONDS = 2.0  # first pause before polling again after the Tempo
 WORKER_RESTART_CAP_SECONDS = 10.0  # the longest pause when it keeps failing
 STOP_REPORT_SECONDS = 2.0  # how long a stopping agent tries to tell Temporal its tasks were killed
 WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.task_workflow.WORKER_SHUTDOWN
-
-
-class RegistrationRefused(Exception):  # noqa: N818 - the name the CLI and callers already use
-    """The scheduler refused this worker's metadata; the message says why."""
 
 
 @dataclass
@@ -164,51 +159,6 @@ def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
     for key, value in config.attributes.items():
         set_attr(meta.attributes[key], value)
     return meta
-
-
-class AgentAlreadyRunning(RegistrationRefused):
-    """Another agent with the same worker id (the same state directory) runs on this host."""
-
-
-class AgentStateLock:
-    """A lock on the agent's state directory, held for the agent's life.
-
-    The lock (`flock`, released by the kernel when the agent dies) keeps a second agent with
-    the same worker id from touching the tasks of one that is alive: only the holder may
-    recover (kill) what an earlier agent of this worker left running.
-    """
-
-    def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
-        self._lock_file: IO[str] | None = None
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
-
-    def lock(self) -> None:
-        """Take the state directory for this agent; AgentAlreadyRunning if another live agent holds it."""
-        if self.directory is None or self._lock_file is not None:
-            return
-        f = open(self.directory.parent / "agent.lock", "a+")  # noqa: SIM115 - held until unlock()
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
-            f.close()
-            raise AgentAlreadyRunning(
-                f"another agent (pid {holder}) already serves this worker id on this host "
-                f"(state directory {self.directory.parent} is locked)"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        self._lock_file = f
-
-    def unlock(self) -> None:
-        if self._lock_file is not None:
-            self._lock_file.close()  # closing the descriptor releases the flock
-            self._lock_file = None
 
 
 class WorkerAgent:
@@ -542,26 +492,7 @@ class WorkerAgent:
             raise ApplicationError(f"task for worker {inp.worker_id} reached {self.config.worker_id}")
         fenced = isinstance(self.runtime, LeasedRuntime) and self.runtime.leases
         lease = AttemptLease(self.client, self.config.lease, fenced=fenced)
-        # The attempt's work in a task of its own: a lease beat that finds it cancelled or gone stops it
-        # at once (the SDK learns a cancel only with its own heartbeat, up to 8 s later).
-        work = asyncio.create_task(self._run_leased(inp, lease, tlog))
-        lease.stop = work.cancel
-        beating = asyncio.create_task(lease.run())  # the first heartbeat goes out while the task is prepared
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if lease.ended is None or activity.is_cancelled():
-                raise  # the SDK's cancel (or its shutdown): reported the SDK's way
-            # Stopped on the lease's word: the workflow asked (a kill, an eviction) or the attempt is gone.
-            # A result the SDK cannot call "cancelled" (it has not heard); the workflow reads it as what it asked.
-            raise ApplicationError(
-                f"attempt stopped: {'cancelled by its workflow' if lease.ended == Beat.CANCELLED else 'gone'}",
-                type=ATTEMPT_STOPPED, non_retryable=True, category=ApplicationErrorCategory.BENIGN,
-            ) from None
-        finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+        return await run_leased(lease, self._run_leased(inp, lease, tlog))
 
     async def _run_leased(self, inp: RunTaskInput, lease: AttemptLease, tlog: Any) -> RunTaskResult:
         late = _delivered_late()

@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from temporalio import activity
 from temporalio.api.common.v1 import Payloads
 from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatRequest
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contracts import LEASED
+from activities.contracts import ATTEMPT_STOPPED, LEASED
 from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
 from worker_agent.lease_watchdog import lease_clock
 
-__all__ = ["DEFAULT_LEASE_MARGIN_SECONDS", "DEFAULT_LEASE_SECONDS", "AttemptLease", "Beat", "LeaseSettings"]
+__all__ = [
+    "DEFAULT_LEASE_MARGIN_SECONDS", "DEFAULT_LEASE_SECONDS", "AttemptLease", "Beat", "LeaseSettings", "run_leased",
+]  # fmt: skip
+_T = TypeVar("_T")
 
 log = structlog.get_logger("iris.lease")
 
@@ -138,3 +142,29 @@ class AttemptLease:
         if response.cancel_requested or response.activity_paused or response.activity_reset:
             return Beat.STOP
         return Beat.RECORDED
+
+
+async def run_leased(lease: AttemptLease, work: Coroutine[Any, Any, _T]) -> _T:
+    """Run an attempt's `work` while `lease` beats for it; a beat that finds the attempt cancelled or gone
+    stops the work at once (the SDK would learn a cancel only with its own throttled heartbeat).
+
+    The SDK's own cancel (or its shutdown) is re-raised, reported the SDK's way. A stop on the lease's word
+    ends the activity with an ATTEMPT_STOPPED error, since the SDK has not heard of the cancel and would
+    report a bare CancelledError as a failure with a traceback; the workflow reads it as what it asked
+    (a kill, an eviction), or is gone.
+    """
+    task = asyncio.create_task(work)
+    lease.stop = task.cancel
+    beating = asyncio.create_task(lease.run())  # the first heartbeat goes out while the task is prepared
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if lease.ended is None or activity.is_cancelled():
+            raise
+        what = "cancelled by its workflow" if lease.ended == Beat.CANCELLED else "gone"
+        raise ApplicationError(f"attempt stopped: {what}", type=ATTEMPT_STOPPED, non_retryable=True,
+                               category=ApplicationErrorCategory.BENIGN) from None  # fmt: skip
+    finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating

@@ -137,6 +137,10 @@ async def _unless_stopped(work: Awaitable[_T], stop: asyncio.Event | None) -> _T
     return None
 
 
+class RegistrationRefused(Exception):  # noqa: N818 - the name the CLI and callers already use
+    """The scheduler refused this worker's metadata; the message says why."""
+
+
 def describe_error(err: BaseException) -> str:
     """One line naming the failure: its class and first line (an update timeout says little more)."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""

@@ -105,13 +105,8 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
-    from worker_agent.agent import (
-        AgentConfig,
-        RegistrationRefused,
-        WorkerAgent,
-        default_state_dir,
-        default_task_dir,
-    )
+    from worker_agent.agent import AgentConfig, WorkerAgent, default_state_dir, default_task_dir
+    from worker_agent.registration import RegistrationRefused
     from worker_agent.runtimes.base import RuntimeName
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir
     from worker_agent.runtimes.select import task_user as resolve_task_user
