@@ -137,11 +137,9 @@ class AttemptLease:
         self._renewed.set()
         with contextlib.suppress(OSError):  # the task is gone meanwhile: nothing left to renew
             self.renew(self.deadline)
-        if response.cancel_requested and not (response.activity_paused or response.activity_reset):
-            return Beat.CANCELLED
-        if response.cancel_requested or response.activity_paused or response.activity_reset:
+        if response.activity_paused or response.activity_reset:
             return Beat.STOP
-        return Beat.RECORDED
+        return Beat.CANCELLED if response.cancel_requested else Beat.RECORDED
 
 
 async def run_leased(lease: AttemptLease, work: Coroutine[Any, Any, _T]) -> _T:
