@@ -8,7 +8,7 @@ enforces what the agent last wrote and nothing else.
 
 The contract with the agent (``worker_agent.runtimes.process.ProcessGroupLedger`` writes it):
 one file per running task in the ledger directory, named by the task's process-group id, whose
-lines are the leader's start time as psutil reports it, the lease's deadline on this host's
+lines are an unused one (empty), the lease's deadline on this host's
 ``CLOCK_BOOTTIME`` (``lease_clock()``; 0 or absent: no lease) and the leader's start time in clock
 ticks since boot (``/proc/PID/stat``, so a reused pid is never signalled). The agent replaces the
 file (write, then rename) each time Temporal has recorded a heartbeat of the attempt. When this
@@ -19,10 +19,10 @@ The clock is ``CLOCK_BOOTTIME``: one kernel clock for every process on the host 
 included), never set back, and still counting while the host is suspended (``CLOCK_MONOTONIC``
 stops then, and a resumed host would think its leases fresh).
 
-Standard library only, started as ``python -m worker_agent.lease_watchdog DIR TICK`` with stdin a
-pipe the agent holds open: end of file means the agent is gone, and the watchdog then enforces the
-leases of the groups that agent left until none of them is alive, and exits (a later agent with the
-same ledger has a watchdog of its own).
+Standard library only (``activities.process_start`` is too), started as ``python -m
+worker_agent.lease_watchdog DIR TICK`` with stdin a pipe the agent holds open: end of file means the
+agent is gone, and the watchdog then enforces the leases of the groups that agent left until none of
+them is alive, and exits (a later agent with the same ledger has a watchdog of its own).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from activities.process_start import start_ticks
+
 __all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "read_lease", "start_ticks"]
 
 FENCED_SUFFIX: Final = ".fenced"
@@ -44,20 +46,6 @@ FENCED_SUFFIX: Final = ".fenced"
 def lease_clock() -> float:
     """Seconds on this host's CLOCK_BOOTTIME: the one clock leases are written and enforced in."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def start_ticks(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (``/proc/PID/stat`` field 22), or None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 class Lease(NamedTuple):

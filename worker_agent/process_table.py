@@ -1,7 +1,7 @@
-"""The process table through psutil: a process's identity, a process group's live members and their usage.
+"""The process table through psutil: a process's state, a process group's live members and their usage.
 
-Why: a pid alone is not an identity (pids are reused), so a process is known by its pid and its
-start time; a zombie counts as gone, since nothing may reap it when the caller is PID 1.
+A zombie counts as gone, since nothing may reap it when the caller is PID 1. (A process's identity,
+its pid and start, is `activities.process_start.start_ticks`.)
 """
 
 from __future__ import annotations
@@ -11,25 +11,17 @@ import os
 
 import psutil
 
-__all__ = ["GONE", "group_members", "group_usage", "start_time", "status"]
+__all__ = ["GONE", "group_members", "group_usage", "status"]
 
 GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
 
 
-def status(pid: int) -> tuple[str, float] | None:
-    """(psutil status, start time) of `pid`, or None if there is no such process."""
+def status(pid: int) -> str | None:
+    """The psutil status of `pid`, or None if there is no such process."""
     try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            return process.status(), process.create_time()
+        return psutil.Process(pid).status()
     except psutil.NoSuchProcess:
         return None
-
-
-def start_time(pid: int) -> float | None:
-    """When `pid` started (seconds since the epoch), or None if it is gone or a zombie."""
-    found = status(pid)
-    return None if found is None or found[0] in GONE else found[1]
 
 
 def group_members(pgid: int) -> list[int]:

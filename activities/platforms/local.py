@@ -181,11 +181,11 @@ def _live_hosts(record: Mapping[str, Any] | None, found: Mapping[int, FoundWorke
 
 
 def _recorded_hosts(record: Mapping[str, Any] | None) -> dict[int, LocalProcess]:
-    """The host processes the slice's last bootstrap recorded (`pids`: index -> [pid, start time])."""
+    """The host processes the slice's last bootstrap recorded (`pids`: index -> [pid, start ticks since boot])."""
     out = {}
     for key, entry in (record or {}).get("pids", {}).items():
         with contextlib.suppress(TypeError, ValueError, IndexError):  # a record written otherwise: not ours to read
-            out[int(key)] = LocalProcess(int(entry[0]), float(entry[1]))
+            out[int(key)] = LocalProcess(int(entry[0]), entry[1] if isinstance(entry[1], int) else None)
     return out
 
 

@@ -6,7 +6,8 @@ up`) its static workers; both find them again with `find_workers` and stop them 
 through `start_process` and `stop_processes` too.
 
 A pid alone is not an identity (pids are reused), so a process is known by its pid and its
-start time (`LocalProcess`) and only signalled while that still matches. Every process runs in
+start in clock ticks since boot (`LocalProcess`; never a wall-clock start time, which moves when the
+system clock is set: `activities.process_start`) and only signalled while that still matches. Every process runs in
 a session of its own, so stopping one stops its whole process group (a worker and the tasks
 it spawned). A zombie counts as gone: nothing may reap it when the caller is PID 1.
 """
@@ -27,6 +28,8 @@ from pathlib import Path
 import psutil
 import structlog
 
+from activities.process_start import start_ticks
+
 log = structlog.get_logger("iris.platforms.local")
 
 WORKER_ENV = "IRIS_LOCAL_WORKER"
@@ -45,10 +48,10 @@ _MAX_EXITS = 1024
 
 @dataclass(frozen=True)
 class LocalProcess:
-    """A process Iris started on this machine: its pid and start time (None: whatever runs at `pid`)."""
+    """A process Iris started on this machine: its pid and start ticks since boot (None: whatever runs at `pid`)."""
 
     pid: int
-    started: float | None = None
+    started: int | None = None
 
     @classmethod
     def of(cls, pid: int) -> LocalProcess:
@@ -102,13 +105,14 @@ class LocalProcess:
                 os.killpg(self.pid, sig)
 
 
-def _status(pid: int) -> tuple[str, float] | None:
+def _status(pid: int) -> tuple[str, int] | None:
+    """(psutil status, start ticks since boot) of `pid`, or None if there is no such process."""
     try:
-        proc = psutil.Process(pid)
-        with proc.oneshot():
-            return proc.status(), proc.create_time()
+        status = psutil.Process(pid).status()
     except psutil.Error:
         return None
+    ticks = start_ticks(pid)
+    return None if ticks is None else (status, ticks)
 
 
 def reap(pid: int) -> None:
@@ -232,7 +236,7 @@ def find_workers(home: Path) -> dict[str, FoundWorker]:
             with proc.oneshot():
                 if proc.status() in _GONE:
                     continue
-                found[worker_id] = FoundWorker(LocalProcess(proc.pid, proc.create_time()), env)
+                found[worker_id] = FoundWorker(LocalProcess(proc.pid, start_ticks(proc.pid)), env)
         except (psutil.Error, OSError):
             continue
     return found

@@ -14,7 +14,7 @@ from activities.platforms.local_process import LocalProcess
 _HOST = "127.0.0.1"
 
 
-def pid_alive(pid: int, ticks: float | None = None) -> bool:
+def pid_alive(pid: int, ticks: int | None = None) -> bool:
     """Whether `pid` runs (not a zombie) and, when `ticks` (its start time) is known, is the process we started."""
     return LocalProcess(pid, ticks).alive()
 

@@ -114,7 +114,9 @@ class ClusterRecord:
     @staticmethod
     def process(state: Mapping[str, Any], name: str) -> LocalProcess:
         """The recorded process `name` by identity (pid and start time)."""
-        return LocalProcess(int(state["pids"][name]), state.get("start_ticks", {}).get(name))
+        ticks = state.get("start_ticks", {}).get(name)
+        # A float is a start time an earlier Iris wrote (wall clock): not comparable, so whatever runs at the pid.
+        return LocalProcess(int(state["pids"][name]), ticks if isinstance(ticks, int) else None)
 
     def processes(self, state: Mapping[str, Any], names: Sequence[str] | None = None) -> dict[str, LocalProcess]:
         """The recorded processes (those of `names`, if given) by name."""

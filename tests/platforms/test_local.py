@@ -160,3 +160,27 @@ def test_a_worker_on_a_reused_pid_is_known_by_its_own_start(home: Path) -> None:
     assert found.alive()
     stop_processes({"w-0": found}, grace=2.0)
     wait_until(lambda: not second.alive(), timeout=5, what="the worker on the reused pid stopped")
+
+
+def test_a_process_keeps_its_identity_when_the_system_clock_is_set(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Setting the system clock (NTP, a paused VM's clock brought back) moves the boot time the kernel reports,
+    and with it every wall-clock process start time at once: a cluster's live processes must not then count as
+    gone (a whole local cluster was once seen "not running", and started a second time beside itself)."""
+    import psutil._pslinux
+
+    record = ClusterRecord(home)
+    state: dict[str, Any] = {"pids": {}, "start_ticks": {}, "worker_ids": [], "argv": {}, "address": "127.0.0.1:1",
+                             "ui_url": "", "store_url": ""}
+    record.spawn(state, CONTROLLER, [sys.executable, "-c", "import time; time.sleep(60)"])
+    worker = start_worker([sys.executable, "-c", "import time; time.sleep(60)", "w-0"], home=home, worker_id="w-0",
+                          env=dict(os.environ))  # fmt: skip
+    wait_until(lambda: "w-0" in find_workers(home), timeout=10, what="the worker seen")
+    booted = psutil._pslinux.boot_time()
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: booted + 30.0)  # the clock was set 30 s ahead
+    assert 30.0 == psutil.boot_time() - booted  # what create_time() adds moved
+    assert [] == record.info(state).dead
+    assert worker.alive()
+    assert worker.started == find_workers(home)["w-0"].process.started
+    healing.stop(record)
+    stop_processes({"w-0": worker}, grace=2.0)
+    assert not record.process(state, CONTROLLER).alive() and not worker.alive()  # still signalled: still ours

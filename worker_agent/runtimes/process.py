@@ -39,8 +39,9 @@ from typing import Final, Protocol
 
 import structlog
 
-from worker_agent.lease_watchdog import FENCED_SUFFIX, start_ticks
-from worker_agent.process_table import group_members, group_usage, start_time
+from activities.process_start import start_ticks
+from worker_agent.lease_watchdog import FENCED_SUFFIX, read_lease
+from worker_agent.process_table import group_members, group_usage
 from worker_agent.runtimes.base import (
     DEFAULT_INHERITED_ENV,
     FinishedTasks,
@@ -236,7 +237,7 @@ class ProcessGroupLedger:
 
     If the agent is SIGKILLed its tasks live on in their own sessions; the next agent start
     with the same directory kills them, so a task never runs twice on one host after a
-    restart. Each entry holds its leader's start time, so a group number reused by an
+    restart. Each entry holds its leader's start (ticks since boot), so a group number reused by an
     unrelated process is never signalled. (The agent's lock on its state directory keeps a
     second live agent with the same worker id away from these entries.)
 
@@ -246,15 +247,14 @@ class ProcessGroupLedger:
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
-        self._started: dict[int, tuple[str, str]] = {}  # pgid -> (psutil start, start ticks) as written
+        self._started: dict[int, str] = {}  # pgid -> the leader's start ticks as written ("" if it was gone)
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
     def add(self, pgid: int, deadline: float = 0.0) -> None:
         if self.directory is not None:
-            started = start_time(pgid)
             ticks = start_ticks(pgid)
-            self._started[pgid] = ("" if started is None else repr(started), "" if ticks is None else str(ticks))
+            self._started[pgid] = "" if ticks is None else str(ticks)
             self._write(pgid, deadline)
 
     def renew(self, pgid: int, deadline: float) -> None:
@@ -268,9 +268,8 @@ class ProcessGroupLedger:
 
     def _write(self, pgid: int, deadline: float) -> None:
         assert self.directory is not None
-        started, ticks = self._started[pgid]
         temporary = self.directory / f".{pgid}.tmp"
-        temporary.write_text(f"{started}\n{deadline!r}\n{ticks}\n")
+        temporary.write_text(f"\n{deadline!r}\n{self._started[pgid]}\n")  # the first line is no longer used
         temporary.replace(self.directory / str(pgid))
 
     def remove(self, pgid: int) -> None:
@@ -289,14 +288,13 @@ class ProcessGroupLedger:
                 continue
             if entry.name.isdigit():
                 pgid = int(entry.name)
-                with contextlib.suppress(OSError, ValueError):
-                    recorded = entry.read_text().split("\n")[0].strip()
-                    started = start_time(pgid)
-                    # A live leader with another start time is a new process that reused the number.
-                    # A dead leader is fine: a pgid is never reused while its group has members.
-                    if recorded and started is not None and started != float(recorded):
-                        entry.unlink(missing_ok=True)
-                        continue
+                lease = read_lease(entry)
+                recorded, ticks = (None if lease is None else lease.ticks), start_ticks(pgid)
+                # A live leader with another start is a new process that reused the number.
+                # A dead leader is fine: a pgid is never reused while its group has members.
+                if recorded is not None and ticks is not None and ticks != recorded:
+                    entry.unlink(missing_ok=True)
+                    continue
                 try:
                     os.killpg(pgid, signal.SIGKILL)
                     killed.append(pgid)

@@ -57,7 +57,7 @@ def runner_args(argv: Sequence[str], python: str) -> list[str] | None:
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a live (non-zombie) process."""
     found = status(pid)
-    return found is not None and found[0] not in GONE
+    return found is not None and found not in GONE
 
 
 class WarmProcess:
