@@ -54,8 +54,11 @@ from workflows.scheduler_workflow import SchedulerWorkflow
 SEEDS = [int(s) for s in os.environ.get("IRIS_INTERLEAVING_SEEDS", "7,1234").split(",")]
 STEPS = 160
 # A query no worker answers (its sticky controller just restarted) waits this long, not the default 30 s: under
-# load, dozens of them kept a seed past its 10 minutes.
-QUERY_TIMEOUT = timedelta(seconds=5)
+# load, dozens of them kept a seed past its 10 minutes. Answered queries took 73 ms on average, 3 in 423 over
+# 1.5 s (one seed, the suite running beside it); those few now count as not answered, which fails nothing.
+QUERY_TIMEOUT = timedelta(seconds=2)
+KINDS_PER_ASK = 4
+"""Query kinds asked at each random moment (all of them at the end): each kind is still asked ~20 times a seed."""
 UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
 FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
@@ -111,8 +114,8 @@ class Driver:
         elif action == "release" and self.jobs:
             await h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
 
-    async def ask(self) -> None:
-        """One query of every kind the scheduler answers, in a random order."""
+    async def ask(self, kinds: int | None = None) -> None:
+        """One query of every kind the scheduler answers (or of `kinds` of them picked at random), in a random order."""
         worker = next(iter(sorted(self.sessions)), "none")
         asks: list[tuple[str, list[Any]]] = [
             (HEALTHY_WORKER_QUERY, []), (SUMMARY_QUERY, []), (WORKERS_QUERY, []), (AUTOSCALE_SNAPSHOT_QUERY, []),
@@ -121,7 +124,7 @@ class Driver:
             (PENDING_REASON, [self.jobs[-1] if self.jobs else "none"]),
         ]  # fmt: skip
         self.rng.shuffle(asks)
-        for name, args in asks:
+        for name, args in asks[:kinds]:
             try:
                 await self.handle.query(name, *args, rpc_timeout=QUERY_TIMEOUT)
             except WorkflowQueryFailedError as err:
@@ -149,7 +152,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
             for i in range(STEPS):
                 sends = [driver.step(i) for _ in range(rng.randint(1, 3))]
                 if rng.random() < 0.3:
-                    sends.append(driver.ask())
+                    sends.append(driver.ask(KINDS_PER_ASK))
                 await asyncio.gather(*sends)
                 if rng.random() < 0.06:  # a controller restarts: its successor starts with an empty cache
                     await cached.shutdown()
