@@ -59,6 +59,18 @@ def _starts_processes(module: Path) -> bool:
     return any(call in text for call in E2E_CALLS)
 
 
+# The files that take longest (a minute or more of one worker's time each), longest first. `-n N --dist
+# loadfile` hands files out in collection order, so these start first and the short ones fill in around them:
+# otherwise the run ends with one worker still on a long file the others could not share (a scheduling
+# hint only: a file missing here, or listed in the wrong place, costs minutes, never a result).
+LONGEST_FIRST = (
+    "faults/test_component_faults.py", "faults/test_control_plane_outages.py", "e2e/test_fleet.py",
+    "test_scheduler_interleaving.py", "faults/test_chaos.py", "faults/test_fencing.py",
+    "faults/test_dependency_restarts.py", "runtimes/test_agents_in_containers.py", "e2e/test_waves.py",
+    "e2e/test_bench_smoke.py", "hostile/test_clean_exit.py", "auth/test_team_mode.py", "hostile/test_cli_errors.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(item.path)
@@ -66,6 +78,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if in_e2e_dir or fixtures & E2E_FIXTURES or _starts_processes(path):
             item.add_marker(pytest.mark.e2e)
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(Path(item.path).relative_to(TESTS).as_posix(), len(first)))  # stable
 
 
 @pytest.fixture(scope="session")
