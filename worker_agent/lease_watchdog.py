@@ -38,7 +38,7 @@ from typing import Final, NamedTuple
 
 from activities.process_start import start_ticks
 
-__all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "read_lease", "start_ticks"]
+__all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "read_lease"]
 
 FENCED_SUFFIX: Final = ".fenced"
 

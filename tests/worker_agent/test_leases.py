@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from activities.contracts import LEASE_EXPIRED_REASON
+from activities.process_start import start_ticks
 from worker_agent.lease_settings import LeaseSettings
-from worker_agent.lease_watchdog import lease_clock, start_ticks
+from worker_agent.lease_watchdog import lease_clock
 from worker_agent.runtimes.base import LeasedRuntime, TaskHandle, TaskSpec
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
