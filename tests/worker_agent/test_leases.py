@@ -191,3 +191,30 @@ async def test_without_a_lease_nothing_is_fenced(tmp_path: Path, log_store: LogS
     finally:
         await runtime.kill(handle, 0)
         await runtime.close()
+
+
+def test_a_restarted_agent_kills_what_its_predecessor_left_even_after_the_clock_was_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger knows a task's group by its leader's start in ticks since boot: after the system clock was
+    set (the boot time psutil adds moved), a restarted agent still kills the group its predecessor left, and
+    still leaves alone a group whose number another process now holds."""
+    import psutil._pslinux
+
+    from worker_agent.runtimes.process import ProcessGroupLedger
+
+    left = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ProcessGroupLedger(tmp_path).add(left.pid)  # what the dead agent wrote
+        (tmp_path / str(stranger.pid)).write_text(f"\n0.0\n{(start_ticks(stranger.pid) or 0) + 1}\n")  # reused
+        booted = psutil._pslinux.boot_time()
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: booted - 45.0)  # the clock was set back
+        assert [left.pid] == ProcessGroupLedger(tmp_path).kill_leftovers()
+        assert -signal.SIGKILL == left.wait(timeout=5)
+        assert stranger.poll() is None
+        assert [] == list(tmp_path.iterdir())
+    finally:
+        for process in (left, stranger):
+            process.kill()
+            process.wait()
