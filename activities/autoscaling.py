@@ -70,7 +70,7 @@ def group_shape(g: GroupInput) -> GroupShape:
 
 
 def _headroom_row(shape: GroupShape, slices: int) -> list[Any]:
-    """One group's headroom as the scheduler keeps it (workflows.sharing_state.Books.headroom)."""
+    """One group's headroom as the scheduler keeps it (workflows.scheduler.sharing_state.Books.headroom)."""
     r = shape.host_capacity
     return [shape.name, slices, shape.hosts_per_slice, [r.cpu_millis, r.memory_bytes, r.gpus, r.tpus],
             dict(shape.attributes)]  # fmt: skip

@@ -1,4 +1,4 @@
-"""`await_job`: the end state of a job another job depends on (workflows/job_dependencies.py).
+"""`await_job`: the end state of a job another job depends on (workflows/jobs/job_dependencies.py).
 
 One long poll on the job's workflow result (Temporal answers when the job's last run closes, at once
 if it already has), with a heartbeat beside it: the waiting job's workflow sees a dead controller

@@ -40,7 +40,7 @@ from iris.client.iris_client import IrisClient, Job
 from iris.config.cluster_file import ClusterConfig, parse_config
 from iris.local.cluster import CONTROLLER, TEMPORAL, LocalCluster, worker_process_name
 from iris.types import Constraint, CoschedulingConfig, JobState, JobStatus, ResourceSpec
-from workflows.task_workflow import HEARTBEAT_TIMEOUT
+from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 # An agent SIGSTOP lasts past the heartbeat timeouts (its session's 6 s, a running attempt's 10 s) and its lease.
 STOP_SECONDS = HEARTBEAT_TIMEOUT.total_seconds() + 4.0

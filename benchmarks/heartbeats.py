@@ -36,7 +36,7 @@ from iris.local.cluster import temporal_binary
 from iris.local.commands import HOST, free_port
 from worker_agent.agent import HEARTBEAT_SECONDS, TASK_HEARTBEAT_FORWARD_SECONDS
 from worker_agent.lease import AttemptLease, LeaseSettings
-from workflows.task_workflow import HEARTBEAT_TIMEOUT
+from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 RUN_SECONDS = 30.0  # how long each activity runs (set per run: the activities read it)
 BEFORE_LEASES_FORWARD_SECONDS = 2.0  # the agent's SDK throttle before leases

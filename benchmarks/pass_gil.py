@@ -21,8 +21,8 @@ from activities.pass_pool import POOL
 from activities.scheduling import plan_pass
 from iris.controller.gc_tuning import tune_for_controller
 from workflows.messages import ConstraintSpec, SchedulingSpec
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 TASK_MS = 20.0  # CPU of one task, calibrated at start
 PAUSE_S = 0.005  # between tasks, as a controller's workflow tasks come one after another under load

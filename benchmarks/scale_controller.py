@@ -31,8 +31,8 @@ from iris.connection import connect_client
 from iris.controller.control_plane import ensure_scheduler, workflow_runner
 from iris.controller.gc_tuning import tune_for_controller
 from iris.deploy.worker_versioning import build_id, deployment_config, promote
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.worker_workflow import WorkerWorkflow
+from workflows.fleet.worker_workflow import WorkerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 TASK_SIGNALS = ("assigned", "unschedulable")
 BUILD = build_id()

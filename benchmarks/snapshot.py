@@ -19,9 +19,9 @@ from typing import Any
 from activities.contracts import task_workflow_id
 from benchmarks.whole_snapshot import snapshot_parts
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
-from workflows.snapshot_cache import SnapshotCache
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
+from workflows.scheduler.snapshot_cache import SnapshotCache
 
 CPU_MILLIS = 500
 MEMORY = 1 << 30

@@ -1,5 +1,5 @@
 """The scheduler's snapshot from one walk over the whole state: what the pass did before it built its
-snapshot from cached pieces (workflows/snapshot_cache.py).
+snapshot from cached pieces (workflows/scheduler/snapshot_cache.py).
 
 Kept out of the product as the oracle the cached build is checked against (tests/test_snapshot_cache.py,
 tests/test_scheduler_state.py) and the baseline `python -m benchmarks snapshot` compares it with.
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr, set_constraint
-from workflows import reservation_state
-from workflows.scheduler_state import SchedulerState, committed
-from workflows.sharing_state import fill_share
+from workflows.scheduler import reservation_state
+from workflows.scheduler.scheduler_state import SchedulerState, committed
+from workflows.scheduler.sharing_state import fill_share
 
 SNAPSHOT_PART = 5_000  # workers, or queued jobs, per part
 
@@ -24,7 +24,7 @@ def snapshot_parts(state: SchedulerState, now: float, most: int = SNAPSHOT_PART)
     sharing's part, the queue (`most` jobs a part) and reservations; the first part is empty.
 
     Serialized protobuf messages concatenate into their merge, so the parts joined are the snapshot.
-    The pass builds its snapshot from cached pieces (workflows/snapshot_cache.py); this plain encoding
+    The pass builds its snapshot from cached pieces (workflows/scheduler/snapshot_cache.py); this plain encoding
     is what those are checked against.
     """
     used = committed(state)

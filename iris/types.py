@@ -8,7 +8,7 @@ from datetime import datetime
 
 from iris.units import parse_cpu, parse_memory
 from scheduler.types import Constraint  # one value type for client and scheduler
-from workflows.slice_lifecycle import SliceState
+from workflows.fleet.slice_lifecycle import SliceState
 from workflows.states import TERMINAL_JOB_STATES, JobState, TaskState
 
 __all__ = [

@@ -17,26 +17,29 @@ import workflows
 
 MAX_SILENT = timedelta(seconds=10)
 EXEMPT = {
-    ("task_workflow.py", "STOP_TASK"): "runs on the task's own agent for the kill's grace; when that agent is gone"
-    " the attempt's heartbeat timeout ends the attempt anyway, and the workflow cancels it",
+    ("tasks/task_workflow.py", "STOP_TASK"): "runs on the task's own agent for the kill's grace; when that agent is"
+    " gone the attempt's heartbeat timeout ends the attempt anyway, and the workflow cancels it",
 }
 STARTS = ("execute_activity", "start_activity")
 
 
 def _started_activities() -> list[tuple[str, int, str, dict[str, ast.expr]]]:
-    """(module file, line, activity expression, keywords) of each activity a workflow module starts."""
+    """(module file under workflows/, line, activity expression, keywords) of each activity a workflow module starts."""
     found = []
-    for path in sorted(Path(workflows.__file__).parent.glob("*.py")):
+    root = Path(workflows.__file__).parent
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STARTS:
                 what = ast.unparse(node.args[0]) if node.args else "?"
-                found.append((path.name, node.lineno, what, {k.arg: k.value for k in node.keywords if k.arg}))
+                keywords = {k.arg: k.value for k in node.keywords if k.arg}
+                found.append((path.relative_to(root).as_posix(), node.lineno, what, keywords))
     return found
 
 
 def _seconds(module: str, expr: ast.expr) -> float | None:
     """The timeout's value when it can be read without running the workflow (a constant or a literal)."""
-    namespace = {"timedelta": timedelta, **vars(importlib.import_module(f"workflows.{module.removesuffix('.py')}"))}
+    name = "workflows." + module.removesuffix(".py").replace("/", ".")
+    namespace = {"timedelta": timedelta, **vars(importlib.import_module(name))}
     try:
         value = eval(compile(ast.Expression(expr), module, "eval"), namespace)  # the workflows' own source
     except Exception:

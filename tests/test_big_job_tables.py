@@ -26,8 +26,8 @@ from iris.cli.main import listed_tasks
 from iris.client.iris_client import AsyncIrisClient, _job_status
 from iris.client.submission import build_request
 from worker_agent.object_store import open_blob_store
-from workflows.job_handover import pack_handover, unpack_handover
-from workflows.job_summary import (
+from workflows.jobs.job_handover import pack_handover, unpack_handover
+from workflows.jobs.job_summary import (
     MAX_PAGE_BYTES,
     is_summary,
     read_page,
@@ -35,8 +35,8 @@ from workflows.job_summary import (
     task_page,
     with_rows,
 )
-from workflows.job_waves import may_outgrow_history
-from workflows.job_workflow import MAX_REPLICAS
+from workflows.jobs.job_waves import may_outgrow_history
+from workflows.jobs.job_workflow import MAX_REPLICAS
 from workflows.visibility import MAX_ERROR_CHARS, MAX_LISTED_ERRORS, MAX_TABLE_ROWS, compact_status, expand_row
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024

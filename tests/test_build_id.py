@@ -41,8 +41,8 @@ def test_only_what_replays_makes_a_new_build(tree: Path) -> None:
     _append(tree / "activities" / "recovery.py", "# an activity's body changed")
     _append(tree / "iris" / "cli" / "main.py", "# the CLI changed")
     assert before == _build_id(tree)
-    for changed in ("workflows/job_workflow.py", "activities/contracts/__init__.py", "activities/contracts/fleet.py",
-                    "scheduler/placement.py"):
+    for changed in ("workflows/jobs/job_workflow.py", "activities/contracts/__init__.py",
+                    "activities/contracts/fleet.py", "scheduler/placement.py"):
         _append(tree / changed, "# changed")
         after = _build_id(tree)
         assert before != after, changed

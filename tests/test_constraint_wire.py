@@ -19,14 +19,14 @@ from activities.scheduling import decode_reservations, snapshot_from_pb
 from iris.client.submission import build_request
 from iris.security.codec import data_converter
 from iris.types import Constraint, ResourceSpec
-from workflows import reservation_state
-from workflows.details import job_request_markdown
-from workflows.job_reservation import reserve_request
-from workflows.job_waves import scheduling_spec
+from workflows.jobs.details import job_request_markdown
+from workflows.jobs.job_reservation import reserve_request
+from workflows.jobs.job_waves import scheduling_spec
 from workflows.messages import ConstraintSpec, Enqueue, Reserve
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler import reservation_state
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 # Every field of Constraint set away from its default somewhere in the list, every op, every value type.
 SENT = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
-from workflows.details import job_request_markdown, job_status_markdown
+from workflows.jobs.details import job_request_markdown, job_status_markdown
 
 
 def test_request_markdown_is_a_table_that_survives_pipes_and_backticks() -> None:

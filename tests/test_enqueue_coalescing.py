@@ -18,7 +18,7 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import ASSIGN_PATIENCE, send_signals
 from tests.support import workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 JOBS = 400
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
 from iris.client.status_reads import _job_status
-from workflows.job_summary import summary_status
+from workflows.jobs.job_summary import summary_status
 from workflows.visibility import MAX_TABLE_ROWS
 
 
@@ -61,7 +61,7 @@ def test_named_submits_derive_one_successor_id() -> None:
 
 def test_a_dependency_rule_accepts_what_it_says() -> None:
     """`succeeded` accepts only SUCCEEDED; `ended` accepts every end state."""
-    from workflows.job_dependencies import accepts, refusal, waiting_reason
+    from workflows.jobs.job_dependencies import accepts, refusal, waiting_reason
 
     assert [True, False, False, False] == [accepts("succeeded", s) for s in ("SUCCEEDED", "FAILED", "KILLED", "GONE")]
     assert all(accepts("ended", s) for s in ("SUCCEEDED", "FAILED", "KILLED", "UNSCHEDULABLE"))

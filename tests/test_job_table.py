@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from activities.contracts import TaskStarted
-from workflows.job_table import TaskTable
+from workflows.jobs.job_table import TaskTable
 from workflows.messages import TaskResult, TaskRetrying
 from workflows.states import JobState, TaskState
 

@@ -19,8 +19,8 @@ from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from workflows.messages import Enqueue
-from workflows.scheduler_delivery import ANNOUNCE_GRACE_SECONDS, LATE_PATIENCE_SECONDS
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_delivery import ANNOUNCE_GRACE_SECONDS, LATE_PATIENCE_SECONDS
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 announced: list[tuple[str, float]] = []  # (task, patience) for each assignment the scheduler sent
 

@@ -8,18 +8,18 @@ from typing import Any, TypeVar
 
 import pytest
 
-from workflows import autoscaler_pace as pace
-from workflows import job_lifecycle as job
-from workflows import scheduler_phase as phase
-from workflows import task_lifecycle as task
-from workflows import worker_lifecycle as worker
-from workflows.autoscaler_pace import AutoscalerPace, PlanOutcome
-from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase
+from workflows.fleet import autoscaler_pace as pace
+from workflows.fleet import worker_lifecycle as worker
+from workflows.fleet.autoscaler_pace import AutoscalerPace, PlanOutcome
+from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
+from workflows.jobs import job_lifecycle as job
+from workflows.jobs.job_lifecycle import JobEffect, JobEvent, JobPhase
 from workflows.lifecycle import InvalidTransition, Step
-from workflows.scheduler_phase import SchedulerEffect, SchedulerEvent, SchedulerPhase
+from workflows.scheduler import scheduler_phase as phase
+from workflows.scheduler.scheduler_phase import SchedulerEffect, SchedulerEvent, SchedulerPhase
 from workflows.states import TERMINAL_TASK_STATES, TaskState
-from workflows.task_lifecycle import TaskEffect, TaskEvent
-from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState
+from workflows.tasks import task_lifecycle as task
+from workflows.tasks.task_lifecycle import TaskEffect, TaskEvent
 
 LIVE_TASK = [s for s in TaskState if s not in TERMINAL_TASK_STATES]
 ATTEMPT = (TaskState.ASSIGNED, TaskState.RUNNING)
@@ -166,7 +166,7 @@ def test_only_a_quarantine_can_end(state: WorkerState) -> None:
         worker.transition(state, WorkerEvent.QUARANTINE_ENDED)
 
 
-# -- the scheduler's phases (workflows/scheduler_phase.py) ---------------------------------------------------
+# -- the scheduler's phases (workflows/scheduler/scheduler_phase.py) ---------------------------------------------------
 
 _START = {SchedulerEvent.CARRY_SMALL, SchedulerEvent.CARRY_BIG, SchedulerEvent.EMPTY}
 
@@ -215,7 +215,7 @@ def test_the_state_is_packed_before_it_is_let_go() -> None:
         phase.transition(SchedulerPhase.SERVING, SchedulerEvent.LET_GO)
 
 
-# -- the autoscaler's pace (workflows/autoscaler_pace.py)
+# -- the autoscaler's pace (workflows/fleet/autoscaler_pace.py)
 
 
 def test_every_pace_is_reachable_and_each_outcome_sets_one_pace_from_anywhere() -> None:

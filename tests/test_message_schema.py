@@ -2,7 +2,8 @@
 (activities.contracts.dataclass_json).
 
 The messages are the dataclasses of activities/contracts/ and workflows/messages.py: signals, workflow
-and activity inputs and results; and the scheduler's continue-as-new carry (workflows/scheduler_carry_schema.py).
+and activity inputs and results; and the scheduler's continue-as-new carry
+(workflows/scheduler/scheduler_carry_schema.py).
 Each is built here with every field set to a value that is not its default, generated from its type hints
 (not listed by hand), sent through the SDK's converter and read back through Iris's: a field a decoder
 dropped, or read as another type, fails by message and field.
@@ -24,7 +25,7 @@ from temporalio.converter import DataConverter, value_to_type
 import activities.contracts
 import activities.contracts.fleet
 import workflows.messages
-import workflows.scheduler_carry_schema
+import workflows.scheduler.scheduler_carry_schema
 from activities.contracts.dataclass_json import plan_for
 from iris.security.codec import data_converter
 
@@ -35,7 +36,7 @@ MESSAGES = sorted(
             activities.contracts,
             activities.contracts.fleet,
             workflows.messages,
-            workflows.scheduler_carry_schema,
+            workflows.scheduler.scheduler_carry_schema,
         )
         for cls in vars(module).values()
         if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module.__name__

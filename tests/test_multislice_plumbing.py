@@ -9,15 +9,15 @@ from activities.scheduling import decode_snapshot
 from iris.client.submission import build_request
 from iris.types import CoschedulingConfig, ResourceSpec
 from worker_agent.megascale import megascale_env
-from workflows.details import job_request_markdown
+from workflows.jobs.details import job_request_markdown
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import (
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import (
     PendingEntry,
     SchedulerState,
     WorkerEntry,
 )
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 
 @pytest.mark.parametrize("num_groups", [0, -1, 1.5, True, "2"])

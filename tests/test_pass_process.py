@@ -36,7 +36,7 @@ from iris.local.cluster import LocalCluster
 from iris.local.commands import controller_command
 from tests.support import pid_gone, wait_until, workflows_on_dev_server
 from tests.test_scheduler_state import _fleet
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 BEAT = 0.2
 

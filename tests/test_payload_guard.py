@@ -37,11 +37,11 @@ from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
 from tests.test_release_batch import _running, _until, announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from worker_agent.encryption import KeyMismatchError
-from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus
-from workflows.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.autoscaler_state import AutoscalerConfig, AutoscalerStatus
+from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.worker_workflow import WorkerWorkflow
 from workflows.messages import Enqueue, RegistrationReply
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.worker_workflow import WorkerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 KEY, OTHER_KEY = (load_key({"IRIS_CODEC_KEY": generate_key()}) for _ in range(2))
 

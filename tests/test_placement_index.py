@@ -1,4 +1,4 @@
-"""The placements' index (workflows/placement_index.py): what each worker has committed and each job's
+"""The placements' index (workflows/scheduler/placement_index.py): what each worker has committed and each job's
 placements stay exactly what a recount of every placement gives, whatever happens to them."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement, Placements
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement, Placements
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 NOW = 1_000.0
 
@@ -162,7 +162,7 @@ def test_a_jobs_stamp_changes_with_its_placements_only() -> None:
 def test_reservation_book_reads_the_index_as_a_recount_would(seed: int) -> None:
     """A reservation's book (work outside the trees per worker; each tree's use per worker) reads the
     index and the trees' placements only: it equals what adding up every placement gives."""
-    from workflows.reservation_state import Book, HeldReservation
+    from workflows.scheduler.reservation_state import Book, HeldReservation
 
     rng = random.Random(seed)
     state = _fleet(rng, 6)

@@ -8,14 +8,14 @@ import zlib
 from activities.proto import cluster_pb2 as pb
 from activities.proto import plan_batches
 from activities.scheduling import find_assignments_activity
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_queue import Queue
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.sharing_state import take_evictions
-from workflows.snapshot_cache import encode_snapshot
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_queue import Queue
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.sharing_state import take_evictions
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 NOW = 1_000.0
 GANG = "gang"

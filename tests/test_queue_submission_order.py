@@ -7,8 +7,8 @@ enqueue can arrive first (it did in CI, and the dashboard listed a user's jobs o
 from __future__ import annotations
 
 from workflows.messages import Enqueue, SchedulingSpec
-from workflows.scheduler_queue import SUBMISSION_ORDER_REACH
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_queue import SUBMISSION_ORDER_REACH
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 SPEC = SchedulingSpec(cpu_millis=100, memory_bytes=1)
 

@@ -26,8 +26,8 @@ with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this mo
     from activities.signals import deliver_assignments, deliver_signals
     from tests.support import workflows_on_dev_server
     from workflows.messages import CordonWorkers, RegistrationReply
-    from workflows.scheduler_core import WORK_PER_TASK
-    from workflows.scheduler_workflow import SchedulerWorkflow
+    from workflows.scheduler.scheduler_core import WORK_PER_TASK
+    from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 HOSTS = 2 * WORK_PER_TASK + 500  # three workflow tasks' worth
 REFUSED = "h-bad"

@@ -23,7 +23,7 @@ from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from workflows.messages import Enqueue
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 SLOTS = 10  # the one worker's 1,000 millicpu / SPEC_FITS' 100
 

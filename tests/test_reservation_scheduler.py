@@ -18,7 +18,7 @@ from iris.client.reservation_requests import ReservationStatus, parse_published
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import _batch
 from workflows.messages import Reserve, WorkerLost
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 BUDGET = 30  # signals per run: a few registrations force continue-as-new
 

@@ -15,11 +15,11 @@ from iris.client.reservation_requests import parse_published
 from iris.client.submission import build_request
 from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
-from workflows.placement_index import Placement
-from workflows.reservation_state import Book, apply_holds, from_request, lose_workers, view
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.reservation_state import Book, apply_holds, from_request, lose_workers, view
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 GIB = 1 << 30
 

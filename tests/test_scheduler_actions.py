@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from iris.dashboard.actions import ActionFilter, scheduler_action
-from workflows.scheduler_actions import ACTIONS_KEPT, new_ring, placed_detail, record
+from workflows.scheduler.scheduler_actions import ACTIONS_KEPT, new_ring, placed_detail, record
 
 
 def test_the_ring_keeps_the_newest_actions_only() -> None:

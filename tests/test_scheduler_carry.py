@@ -17,12 +17,12 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import CordonWorkers, Enqueue
-from workflows.placement_index import Placement
-from workflows.scheduler_carry import Packer, StateLoader, pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_carry import Packer, StateLoader, pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 WORKERS = 40  # 1,000 millicpu each: 10 of SPEC_FITS' tasks
 PLACED = 300  # on the first 30 workers; the last 10 are free

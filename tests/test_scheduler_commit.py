@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from activities.proto import cluster_pb2 as pb
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_queue import Queue
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_queue import Queue
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 
 def _state(group_by: str = "", tasks: int = 2) -> SchedulerState:

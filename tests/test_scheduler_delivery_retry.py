@@ -20,8 +20,8 @@ from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import SPEC_FITS, _batch
 from workflows.messages import Enqueue
-from workflows.scheduler_delivery import PASS_HEARTBEAT
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 tries: list[tuple[int, float]] = []  # (attempt, when) of each announcement
 retried = asyncio.Event()  # the activities run on the test's event loop

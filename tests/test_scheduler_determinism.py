@@ -26,7 +26,7 @@ from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
 SLOW_DELIVERY = 9.0  # seconds: past 80% of the 10 s workflow task timeout, the task is heartbeated

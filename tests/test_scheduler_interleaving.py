@@ -49,7 +49,7 @@ from iris.controller.query_guard import QueryGuard
 from iris.deploy.worker_versioning import deployment_config, promote
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 SEEDS = [int(s) for s in os.environ.get("IRIS_INTERLEAVING_SEEDS", "7,1234").split(",")]
 STEPS = 160

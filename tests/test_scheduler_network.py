@@ -1,6 +1,7 @@
 """Ports and peers of distributed tasks, as the scheduler's commit books them (no Temporal needed).
 
-The commit (`Queue.commit`, workflows/scheduler_queue.py) is driven directly on a state, as the scheduler runs it.
+The commit (`Queue.commit`, workflows/scheduler/scheduler_queue.py) is driven directly on a state, as the
+scheduler runs it.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from hypothesis import strategies as st
 from activities.proto import cluster_pb2 as pb
 from scheduler.network import COORDINATOR_PORT, PortBook, check_port_names
 from workflows.messages import Assigned, SchedulingSpec
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_queue import Queue
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_queue import Queue
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 MIB = 1 << 20
 
@@ -215,7 +216,7 @@ def test_a_huge_gangs_assignments_are_announced_in_batches_below_the_payload_lim
     import json
 
     from activities.contracts import Delivery
-    from workflows.scheduler_network import MAX_ANNOUNCED_HOSTS, announce_batches
+    from workflows.scheduler.scheduler_network import MAX_ANNOUNCED_HOSTS, announce_batches
 
     hosts = 1_000
     workers = {}
@@ -257,7 +258,7 @@ def test_task_environment_from_its_network() -> None:
 
 def test_a_worker_with_a_bad_port_range_is_refused() -> None:
     """Registration names the port range when it is outside 1-65535 or backwards."""
-    from workflows.scheduler_state import validate_metadata
+    from workflows.scheduler.scheduler_state import validate_metadata
 
     meta = pb.WorkerMetadata(worker_id="w", port_range_start=30000, port_range_end=20000)
     meta.capacity.cpu_millis = 1000

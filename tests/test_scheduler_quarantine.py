@@ -16,7 +16,7 @@ from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, SPEC_NEVER, _batch
 from workflows.messages import Enqueue
-from workflows.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 BURST = 60  # dispatch failures at once: counted one doubling each, 30 s * 2**59 overflowed a timedelta
 

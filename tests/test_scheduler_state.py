@@ -8,13 +8,13 @@ from activities.proto import cluster_pb2 as pb
 from activities.scheduling import MAX_REASON, cap_reason, encode_plan
 from benchmarks.whole_snapshot import snapshot_parts
 from scheduler.types import SchedulingResult
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import ConstraintSpec, SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_actions import record
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_actions import record
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 

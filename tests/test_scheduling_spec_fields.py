@@ -21,10 +21,10 @@ from activities.scheduling import jobs_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
 from iris.security.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 # A value for each field, none of them the default (checked below, so a new field must be added here).
 NON_DEFAULT: dict[str, Any] = {

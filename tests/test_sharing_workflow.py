@@ -11,10 +11,10 @@ from activities.scheduling import find_assignments_activity, share_from_pb
 from iris.client.user_balances import users_from_memo
 from iris.config.cluster_file import parse_config
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import (
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import (
     USERS_MEMO,
     Books,
     Hold,
@@ -23,9 +23,9 @@ from workflows.sharing_state import (
     take_evictions,
     users_memo,
 )
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.snapshot_cache import encode_snapshot
 from workflows.states import TaskState
-from workflows.task_lifecycle import TaskEffect, TaskEvent, transition
+from workflows.tasks.task_lifecycle import TaskEffect, TaskEvent, transition
 
 NOW = 1_000_000.0
 

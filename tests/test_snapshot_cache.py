@@ -1,4 +1,4 @@
-"""The pass's snapshot from cached pieces (workflows/snapshot_cache.py): byte for byte the snapshot an
+"""The pass's snapshot from cached pieces (workflows/scheduler/snapshot_cache.py): byte for byte the snapshot an
 empty cache encodes, and the same workers, jobs and running work for the scheduler as the plain encoding
 of the whole state, through any sequence of changes."""
 
@@ -13,13 +13,13 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import share_from_pb, snapshot_from_pb
 from benchmarks.whole_snapshot import snapshot_parts
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import ConstraintSpec, SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import Hold
-from workflows.snapshot_cache import SnapshotCache, encode_snapshot
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import Hold
+from workflows.scheduler.snapshot_cache import SnapshotCache, encode_snapshot
 
 
 def decoded(data: bytes) -> tuple[object, ...]:

@@ -16,9 +16,9 @@ from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity
 from iris.client.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
-from workflows.job_waves import scheduling_spec
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
+from workflows.jobs.job_waves import scheduling_spec
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 FIELDS = (
     "name", "resources", "constraint", "coscheduling", "env", "image", "max_task_failures",

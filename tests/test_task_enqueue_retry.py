@@ -19,8 +19,8 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
 from workflows.messages import SchedulingSpec, TaskInput
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.task_workflow import TaskWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from workflows.tasks.task_workflow import TaskWorkflow
 
 
 async def _pending_tasks(client: Client) -> int:

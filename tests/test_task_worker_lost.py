@@ -1,4 +1,4 @@
-"""How a task reads an attempt whose worker stopped heartbeating (workflows/task_workflow.py; docs/reliability.md,
+"""How a task reads an attempt whose worker stopped heartbeating (workflows/tasks/task_workflow.py; docs/reliability.md,
 "Leases", Outcomes).
 
 A fencing agent starts the task's process right after the server recorded a heartbeat that leased the attempt,
@@ -34,7 +34,7 @@ from activities.contracts import (
 from tests.support import workflows_on_dev_server
 from workflows.messages import Assigned, SchedulingSpec, TaskInput, TaskResult
 from workflows.states import TaskState
-from workflows.task_workflow import TaskWorkflow
+from workflows.tasks.task_workflow import TaskWorkflow
 
 
 @workflow.defn(name="SchedulerSink", sandboxed=False)  # a stub: nothing to guard

@@ -5,8 +5,8 @@ from __future__ import annotations
 from iris.client.team_tables import QueueView, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
-from workflows.placement_index import Placement
-from workflows.teams_memo import TEAMS_MEMO, teams_memo
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.teams_memo import TEAMS_MEMO, teams_memo
 
 TEAMS = Teams(
     (Team("a", ("ana",), Resources(8000)), Team("b", ("bo",), Resources(8000), lending_limit=Resources(6000)))

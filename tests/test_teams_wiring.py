@@ -16,11 +16,11 @@ from iris.config.sharing import SharingFile, sharing_document
 from scheduler.teams import UNLIMITED, Team, Teams
 from scheduler.types import Resources
 from tests.test_scheduler_determinism import SPEC_FITS
-from workflows.placement_index import Placement
-from workflows.scheduler_carry import pack, unpack
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import Books, SharingSettings
-from workflows.snapshot_cache import encode_snapshot
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import Books, SharingSettings
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 GIB = 1 << 30
 CONFIG = """

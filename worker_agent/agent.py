@@ -115,7 +115,7 @@ SESSION_SILENCE_SECONDS = 45.0
 WORKER_RESTART_SECONDS = 2.0  # first pause before polling again after the Temporal worker itself failed
 WORKER_RESTART_CAP_SECONDS = 10.0  # the longest pause when it keeps failing
 STOP_REPORT_SECONDS = 2.0  # how long a stopping agent tries to tell Temporal its tasks were killed
-WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.task_workflow.WORKER_SHUTDOWN
+WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.tasks.task_workflow.WORKER_SHUTDOWN
 
 
 @dataclass

@@ -18,7 +18,7 @@ DEFAULT_LEASE_SECONDS = 10.0
 DEFAULT_LEASE_MARGIN_SECONDS = 2.0
 # A renewal must come several times per lease: one lost heartbeat must not cost a healthy task its life.
 RENEWALS_PER_LEASE = 3
-MAX_LEASE_SECONDS = 1800.0  # the task workflow waits out at most an hour (workflows.fencing): lease + margin fit
+MAX_LEASE_SECONDS = 1800.0  # the task workflow waits out at most an hour (workflows.tasks.fencing): lease + margin fit
 
 
 @dataclass(frozen=True)

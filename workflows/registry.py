@@ -6,14 +6,14 @@ workflow modules made each one-task job re-import the scheduler and the
 autoscaler twice (measured: a third of the controller's CPU under load).
 """
 
-from workflows.auth_workflow import AuthWorkflow
-from workflows.autoscaler_workflow import AutoscalerWorkflow
-from workflows.job_workflow import JobWorkflow
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.slice_workflow import SliceWorkflow
-from workflows.task_access_workflow import TaskAccessWorkflow
-from workflows.task_workflow import TaskWorkflow
-from workflows.worker_workflow import WorkerWorkflow
+from workflows.auth.auth_workflow import AuthWorkflow
+from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.slice_workflow import SliceWorkflow
+from workflows.fleet.worker_workflow import WorkerWorkflow
+from workflows.jobs.job_workflow import JobWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from workflows.tasks.task_access_workflow import TaskAccessWorkflow
+from workflows.tasks.task_workflow import TaskWorkflow
 
 ALL_WORKFLOWS = [JobWorkflow, TaskWorkflow, SchedulerWorkflow, WorkerWorkflow, SliceWorkflow, AutoscalerWorkflow,
                  TaskAccessWorkflow, AuthWorkflow]

@@ -43,7 +43,7 @@ MAX_ERROR_CHARS = 300
 MAX_JOB_ERROR_CHARS = 2_000
 MAX_REASON_CHARS = 500
 MAX_TABLE_ROWS = 2_000
-"""Tasks beyond which a job's query answer and result are a summary (workflows/job_summary.py) and its
+"""Tasks beyond which a job's query answer and result are a summary (workflows/jobs/job_summary.py) and its
 handed-over table is compact (compact_status)."""
 MAX_LISTED_ERRORS = 200
 """Task errors a compact table keeps (the first ones by task index); the job's own error stays whole."""

@@ -63,7 +63,7 @@ class UnreadablePayload(ValueError):  # noqa: N818 - a payload, not an action, i
 
 RESERVATIONS_MEMO = "reservations"
 """The scheduler's memo key where it publishes its reservations (a list of dicts, see
-workflows/reservation_state.py): `iris reservation list` reads it without querying the scheduler."""
+workflows/scheduler/reservation_state.py): `iris reservation list` reads it without querying the scheduler."""
 RESERVATION_ENV = "IRIS_RESERVATION_ID"  # in the environment of every task of a reservation's tree
 
 
@@ -183,8 +183,8 @@ PENDING_REASON = "pending_reason"  # why the job's pending tasks wait ("" once t
 EFFECTIVE_BAND = "effective_band"  # the band the scheduler schedules the job in (batch: its user has no credits)
 KILL_JOB = "kill"  # terminate the job (the reason)
 CHILD_STARTED = "child_started"  # a child job started (its id): the job's end must sweep its tree
-JOB_STATUS_QUERY = "job_status"  # the job, a summary past 2,000 tasks (workflows/job_summary.py)
-JOB_TASKS_QUERY = "job_tasks"  # task rows start..stop, zlib(JobStatus) (workflows/job_summary.py)
+JOB_STATUS_QUERY = "job_status"  # the job, a summary past 2,000 tasks (workflows/jobs/job_summary.py)
+JOB_TASKS_QUERY = "job_tasks"  # task rows start..stop, zlib(JobStatus) (workflows/jobs/job_summary.py)
 # WorkerWorkflow
 REGISTERED = "registered"  # the scheduler's answer to REGISTER_WORKERS (a RegistrationReply)
 REGISTER_AGAIN = "register_again"  # a scheduler that started empty: send the session's registration again

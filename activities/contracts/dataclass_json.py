@@ -8,7 +8,7 @@ once per type hint and then applies the plan, so a new field of a message is dec
 is declared. Its rules are the SDK's (missing fields default, unknown ones are ignored, a value of
 the wrong type is a TypeError); a type it does not know (datetimes, unions other than `X | None`,
 tuples of any length) leaves the whole type to the SDK's converter. The scheduler's continue-as-new carry
-(workflows/scheduler_carry.py) is written and read by the same plans.
+(workflows/scheduler/scheduler_carry.py) is written and read by the same plans.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ SLICE_STILL_BUSY = "slice_still_busy"
 SLICE_TERMINATE = "slice_terminate"
 CLEANUP_ORPHANS = "cleanup_orphan_slices"
 INVALID_SCALE_GROUP = "InvalidScaleGroup"
-# A slice the cloud took back while it was being made or bootstrapped (workflows.autoscaler_workflow.PREEMPTED):
+# A slice the cloud took back while it was being made or bootstrapped (workflows.fleet.autoscaler_workflow.PREEMPTED):
 # a preemption, as of a READY slice (no back-off; a spot group's fallback counts it), not a failure.
 SLICE_PREEMPTED = "SlicePreempted"
 
@@ -187,7 +187,8 @@ class PlanResult:
     pending_jobs: int = 0
     error: str = ""  # the scheduler could not be read: plan nothing this time
     recheck_after: float | None = None  # seconds until time alone changes the plan (absent in older histories)
-    # What each group can still bring, for the scheduler's preemption rule (workflows.sharing_state.Headroom rows).
+    # What each group can still bring, for the scheduler's preemption rule
+    # (workflows.scheduler.sharing_state.Headroom rows).
     headroom: list[list[Any]] = field(default_factory=list)
 
 
@@ -196,7 +197,7 @@ class StartSlice:
     """Start SliceWorkflow `slice_id` (idempotent: an existing one with this id is kept)."""
 
     slice_id: str
-    workflow_input: Any  # workflows.slice_workflow.SliceInput, as JSON
+    workflow_input: Any  # workflows.fleet.slice_workflow.SliceInput, as JSON
     summary: str
 
 

@@ -55,8 +55,8 @@ from iris.client.task_exec import start_access
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
 from worker_agent.storage import LogCursor
-from workflows.auth_state import AuditEntry
-from workflows.job_summary import is_summary
+from workflows.auth.auth_state import AuditEntry
+from workflows.jobs.job_summary import is_summary
 from workflows.visibility import expand_row
 
 log = structlog.get_logger("iris.auth.api")

@@ -20,8 +20,8 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 
 from activities.contracts import CONTROL_TASK_QUEUE, KIND_ATTRIBUTE
 from iris.auth.tokens import new_token, same_hash, token_hash
-from workflows import auth_state as st
-from workflows.auth_workflow import AuthWorkflow
+from workflows.auth import auth_state as st
+from workflows.auth.auth_workflow import AuthWorkflow
 
 log = structlog.get_logger("iris.auth")
 

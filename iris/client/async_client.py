@@ -59,9 +59,9 @@ from iris.security.key_check import check_cluster_key
 from iris.types import JobFailedError, JobState, JobStatus, TaskState
 from worker_agent.object_store import SealedBlobs, open_blob_store, open_log_store
 from worker_agent.storage import LogCursor
-from workflows.details import job_request_markdown
-from workflows.job_summary import is_summary, read_page, with_rows
-from workflows.job_workflow import JobWorkflow
+from workflows.jobs.details import job_request_markdown
+from workflows.jobs.job_summary import is_summary, read_page, with_rows
+from workflows.jobs.job_workflow import JobWorkflow
 from workflows.states import TERMINAL_JOB_STATES
 from workflows.visibility import JOB_NAME, JOB_STATE, JOB_USER, expand_row
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from workflows.autoscaler_state import GroupStatus
+from workflows.fleet.autoscaler_state import GroupStatus
 
 
 def _age(since: float, now: float) -> str:

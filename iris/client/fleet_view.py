@@ -26,10 +26,10 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from iris.types import SliceState, SliceStatus
-from workflows.autoscaler_state import AutoscalerStatus
+from workflows.fleet.autoscaler_state import AutoscalerStatus
+from workflows.fleet.slice_lifecycle import TERMINAL_SLICE_STATES
+from workflows.fleet.slice_workflow import ScaleDown
 from workflows.messages import CordonWorkers
-from workflows.slice_lifecycle import TERMINAL_SLICE_STATES
-from workflows.slice_workflow import ScaleDown
 
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 QUERY_TIMEOUT = timedelta(seconds=5)

@@ -16,14 +16,14 @@ from temporalio.client import Client
 
 from activities.proto import cluster_pb2 as pb
 from iris.client.job_lookup import describe_job
-from workflows.job_dependencies import waiting_reason
+from workflows.jobs.job_dependencies import waiting_reason
 from workflows.visibility import initial_job_view
 
 MAX_DEPENDENCIES = 100
 """Jobs one job may wait for: each is one waiting activity of the job's workflow (Temporal allows 2,000)."""
 
 
-class AfterRule(StrEnum):  # the values of workflows.job_dependencies.AFTER_RULES
+class AfterRule(StrEnum):  # the values of workflows.jobs.job_dependencies.AFTER_RULES
     """What a dependency's end must be for the dependent job to run."""
 
     SUCCEEDED = "succeeded"  # only SUCCEEDED

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
 
-JOB_WORKFLOW_TYPE = "JobWorkflow"  # the name workflows/job_workflow.py registers; the client does not import it
+JOB_WORKFLOW_TYPE = "JobWorkflow"  # the name workflows/jobs/job_workflow.py registers; the client does not import it
 
 
 def is_missing(err: RPCError) -> bool:

@@ -36,7 +36,7 @@ from activities.contracts import CONTROL_TASK_QUEUE
 from iris.client.code_shipping import pickle_callable
 from iris.client.status_reads import _start_attributes
 from iris.client.submission import build_request, command_argv
-from workflows.job_workflow import JobWorkflow
+from workflows.jobs.job_workflow import JobWorkflow
 from workflows.visibility import initial_job_view
 
 if TYPE_CHECKING:

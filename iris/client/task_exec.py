@@ -1,6 +1,6 @@
 """`iris task exec` and `iris task profile` on the client's side: find the task, run, stream, fetch.
 
-The client starts a TaskAccessWorkflow (workflows/task_access_workflow.py), which runs the agent's
+The client starts a TaskAccessWorkflow (workflows/tasks/task_access_workflow.py), which runs the agent's
 exec or profile activity on the worker the task runs on (the agent listens on nothing but its task
 queue). The command's output is streamed through the log store: the agent appends to it as it
 comes and the client reads what is new every STREAM_POLL_SECONDS until the workflow ends.

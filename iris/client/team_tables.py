@@ -2,7 +2,7 @@
 
 `list_teams`, `queue` and the team / position / estimate fields of `JobStatus` read the scheduler
 workflow's memo (one describe call per listing or status), never a query per job (Decision 10). The
-scheduler refreshes the tables with the user table (workflows/teams_memo.py): at most every few
+scheduler refreshes the tables with the user table (workflows/scheduler/teams_memo.py): at most every few
 seconds while work is queued, at once when the queue empties.
 """
 
@@ -21,7 +21,7 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris.types import JobState, JobStatus, TeamStatus
 from scheduler.reasons import format_bytes
 from scheduler.teams import DEFAULT_TEAM, DIMENSIONS, UNLIMITED
-from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO
+from workflows.scheduler.teams_memo import QUEUE_MEMO, TEAMS_MEMO
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Users as the client sees them: balances and usage the scheduler publishes, and the operator's `set_credits`.
 
 `list_users` reads the scheduler workflow's memo (one describe call), never a query:
-the scheduler publishes the table whenever it changes (workflows/scheduler_sharing.py).
+the scheduler publishes the table whenever it changes (workflows/scheduler/scheduler_sharing.py).
 `set_credits` is a signal to the scheduler; the new balance shows in the table after
 its next loop (well under a second on an idle cluster).
 """
@@ -19,7 +19,7 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, SET_CREDITS
 from iris.client.submission import resolve_user
 from iris.types import UserStatus
 from workflows.messages import SetCredits
-from workflows.sharing_state import USERS_MEMO
+from workflows.scheduler.sharing_state import USERS_MEMO
 
 
 def users_from_memo(memo: Mapping[str, Any]) -> list[UserStatus]:

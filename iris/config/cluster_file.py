@@ -52,7 +52,7 @@ from iris.config.fields import (
 from iris.config.fields import Runtime as RuntimeField
 from iris.config.sharing import SharingFile
 from iris.units import parse_memory
-from workflows.sharing_state import SharingSettings
+from workflows.scheduler.sharing_state import SharingSettings
 
 AttributeValue = str | int | float | bool
 """What an attribute may hold: scalars only, so constraints can compare them."""

@@ -32,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from iris.config.fields import Bytes, Devices, GroupName, Millicores, Seconds
 from scheduler.accounting import DEFAULT_CREDITS
 from scheduler.teams import DIMENSIONS, UNLIMITED
-from workflows.sharing_state import DEFAULT_GRACE_SECONDS, DEFAULT_STARVATION_SECONDS, SharingSettings
+from workflows.scheduler.sharing_state import DEFAULT_GRACE_SECONDS, DEFAULT_STARVATION_SECONDS, SharingSettings
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]

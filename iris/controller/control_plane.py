@@ -61,11 +61,11 @@ from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_ur
 from iris.deploy.temporal_setup import ensure_search_attributes
 from iris.deploy.worker_versioning import build_id, deployment_config, promote
 from iris.types import JobState
-from workflows.autoscaler_state import AutoscalerConfig, ScaleGroup
-from workflows.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.autoscaler_state import AutoscalerConfig, ScaleGroup
+from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
 from workflows.registry import ALL_WORKFLOWS
-from workflows.scheduler_workflow import SchedulerWorkflow
-from workflows.sharing_state import SharingSettings
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.sharing_state import SharingSettings
 
 log = structlog.get_logger("iris.controller.control_plane")
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
@@ -138,12 +138,12 @@ SANDBOX_PASSTHROUGH = (
     "activities.proto",
     "workflows.messages",
     "workflows.states",
-    "workflows.task_lifecycle",
-    "workflows.job_lifecycle",
-    "workflows.worker_lifecycle",
-    "workflows.scheduler_state",
-    "workflows.sharing_state",
-    "workflows.slice_lifecycle",
+    "workflows.tasks.task_lifecycle",
+    "workflows.jobs.job_lifecycle",
+    "workflows.fleet.worker_lifecycle",
+    "workflows.scheduler.scheduler_state",
+    "workflows.scheduler.sharing_state",
+    "workflows.fleet.slice_lifecycle",
 )
 
 

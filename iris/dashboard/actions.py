@@ -186,7 +186,7 @@ async def _scan(reads: ClusterReads, kind: str, query: str, before: float | None
 
 
 def scheduler_action(row: Sequence[Any]) -> Action:
-    """One row of the scheduler's recent actions (workflows/scheduler_actions.py) as an action."""
+    """One row of the scheduler's recent actions (workflows/scheduler/scheduler_actions.py) as an action."""
     at, what, kind, subject, detail, ok = row
     workflow_id = subject if kind == "job" else SCHEDULER_WORKFLOW_ID
     return Action(float(at), str(what), str(kind), str(subject), workflow_id, detail=str(detail), ok=bool(ok))

@@ -46,7 +46,7 @@ from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
 from scheduler.sharing import FairQueue
 from scheduler.types import DEFAULT_BAND, Band, parse_band
-from workflows.autoscaler_state import AutoscalerStatus
+from workflows.fleet.autoscaler_state import AutoscalerStatus
 from workflows.visibility import JobView
 
 T = TypeVar("T")

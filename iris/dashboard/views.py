@@ -62,7 +62,7 @@ def worker_state(worker: pb.WorkerStatus) -> str:
 class WorkerFilter:
     """`text` in the worker id, a state (healthy, lost, cordoned, busy, idle), an attribute `k=v` or `k`.
 
-    The scheduler applies it to its registry (`workflows.scheduler_dashboard`) and sends one page.
+    The scheduler applies it to its registry (`workflows.scheduler.scheduler_dashboard`) and sends one page.
     """
 
     text: str = ""

@@ -61,7 +61,7 @@ from iris.local.record import (
     private_directory,
     warn_if_reconfigured,
 )
-from workflows.sharing_state import SharingSettings
+from workflows.scheduler.sharing_state import SharingSettings
 
 __all__ = [
     "ALL_COMPONENTS", "CONTROLLER", "SEARCH_ATTRIBUTES", "SERVER_TUNING", "SUPERVISOR", "TEMPORAL",

@@ -18,8 +18,8 @@ from iris.auth.tokens import token_hash
 from iris.controller.control_plane import workflow_runner
 from iris.deploy.worker_versioning import deployment_config, promote
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS
-from workflows import auth_state as st
-from workflows.auth_workflow import AuthWorkflow
+from workflows.auth import auth_state as st
+from workflows.auth.auth_workflow import AuthWorkflow
 
 TINY_HISTORY = ["--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=20"]
 

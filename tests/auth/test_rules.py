@@ -12,7 +12,7 @@ from iris.auth.settings import AuthFile
 from iris.auth.tokens import looks_like_iris_token, new_token, token_hash
 from iris.cli.error_lines import describe
 from iris.config.cluster_file import parse_config
-from workflows import auth_state as st
+from workflows.auth import auth_state as st
 
 ADMIN = Identity("root", Role.ADMIN)
 ANA = Identity("ana", Role.USER)

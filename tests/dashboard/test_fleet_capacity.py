@@ -6,7 +6,7 @@ from iris.dashboard.links import TemporalUI
 from iris.dashboard.reads import Page
 from iris.dashboard.server import PAGES, REFRESH_SECONDS, _environment
 from iris.types import SliceState, SliceStatus
-from workflows.autoscaler_state import AutoscalerStatus, GroupStatus
+from workflows.fleet.autoscaler_state import AutoscalerStatus, GroupStatus
 
 
 def test_fleet_page_shows_capacity_and_the_fallback() -> None:

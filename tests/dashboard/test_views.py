@@ -25,12 +25,12 @@ from iris.dashboard.views import (
     task_counts,
 )
 from scheduler.scheduling import find_assignments
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placement
-from workflows.scheduler_dashboard import worker_status, workers_page
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.snapshot_cache import encode_snapshot
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_dashboard import worker_status, workers_page
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.snapshot_cache import encode_snapshot
 
 
 def action(at: float, subject: str = "j") -> Action:

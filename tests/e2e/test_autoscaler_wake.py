@@ -19,7 +19,7 @@ from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config.cluster_file import parse_config
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, armed_timers, running_cluster, wait_until
-from workflows.autoscaler_pace import IDLE_TICK
+from workflows.fleet.autoscaler_pace import IDLE_TICK
 
 FLEET = {
     "scale_groups": [

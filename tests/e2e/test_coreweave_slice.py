@@ -29,7 +29,7 @@ from iris.local.cluster import LocalCluster, daemon_environment, free_port
 from tests.platforms.fake_kubelet import FakeKubelet
 from tests.platforms.k8s_fake import NODEPOOLS, FakeKubernetes
 from tests.support import Cluster, pid_running, wait_until
-from workflows.autoscaler_state import AutoscalerStatus, GroupStatus
+from workflows.fleet.autoscaler_state import AutoscalerStatus, GroupStatus
 
 pytestmark = pytest.mark.e2e
 PODS = "/api/v1/namespaces/iris/pods"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio.api.enums.v1 import EventType
 
 from iris import IrisClient, JobState, ResourceSpec
-from workflows.job_waves import EARLY_ENQUEUE_MAX
+from workflows.jobs.job_waves import EARLY_ENQUEUE_MAX
 
 
 def _enqueue_and_starts(client: IrisClient, job_id: str) -> tuple[int, list[int]]:

@@ -28,8 +28,8 @@ from iris.client.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
 from tests.support import Cluster, autoscaler_mark, plans_since, replay, wait_until
+from workflows.fleet.slice_workflow import ScaleDown
 from workflows.registry import ALL_WORKFLOWS
-from workflows.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0
 FLEET = {

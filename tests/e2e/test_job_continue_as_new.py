@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from iris import IrisClient, JobState, ResourceSpec
 from iris.config.cluster_file import parse_config
 from tests.support import Cluster, replay_run, running_cluster, wait_until
-from workflows.job_waves import HANDOVER_ATTEMPTS
+from workflows.jobs.job_waves import HANDOVER_ATTEMPTS
 
 FLEET = {
     "local": {

@@ -227,7 +227,7 @@ def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, 
     """While a throttled array sits at its cap (its held-back tasks can only be placed once one ends), the
     scheduler arms no 1 s pass timer (~5 events a second in its history): read from its history."""
     from activities.contracts import SCHEDULER_WORKFLOW_ID
-    from workflows.scheduler_workflow import PASS_INTERVAL
+    from workflows.scheduler.scheduler_workflow import PASS_INTERVAL
 
     gate = tmp_path / "go"
     job = client.submit(wait_for_file, str(gate), resources=ResourceSpec(cpu=0.1, memory="64m", replicas=6),

@@ -7,7 +7,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from iris import IrisClient, JobState, ResourceSpec
-from workflows.job_waves import MAX_PENDING_CHILDREN, WAVE_FLOOR
+from workflows.jobs.job_waves import MAX_PENDING_CHILDREN, WAVE_FLOOR
 from workflows.registry import ALL_WORKFLOWS
 
 REPLICAS = WAVE_FLOOR + 50

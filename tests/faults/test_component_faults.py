@@ -26,10 +26,10 @@ from iris import (
 )
 from tests.support import holds_throughout, replay_run
 from worker_agent.lease_settings import LeaseSettings
-from workflows.fencing import fence_seconds
-from workflows.scheduler_carry import unpack
-from workflows.scheduler_state import SchedulerState
-from workflows.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
+from workflows.scheduler.scheduler_carry import unpack
+from workflows.scheduler.scheduler_state import SchedulerState
+from workflows.tasks.fencing import fence_seconds
+from workflows.tasks.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 

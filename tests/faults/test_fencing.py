@@ -18,7 +18,7 @@ from benchmarks.attempt_records import ends, first_worker, overlaps, spans
 from benchmarks.partition import PartitionableAgent
 from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
 from iris.config.cluster_file import LocalWorkerSpec
-from workflows.task_workflow import HEARTBEAT_TIMEOUT
+from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
 

@@ -31,7 +31,7 @@ from worker_agent.agent import KILL_GRACE_SECONDS
 from worker_agent.lease_settings import LeaseSettings
 from worker_agent.registration import register_hosts
 from worker_agent.storage import BlobStore, LogStore
-from workflows.task_workflow import DISPATCH_TIMEOUT
+from workflows.tasks.task_workflow import DISPATCH_TIMEOUT
 
 from .conftest import FaultCluster, group, group_members, lines, start_cluster, stop_cluster, wait_until
 

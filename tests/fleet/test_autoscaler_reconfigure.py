@@ -6,10 +6,10 @@ import asyncio
 
 from activities.contracts.fleet import PLATFORM_REFUSED, ScaleGroupSpec
 from tests.support import workflows_on_dev_server
-from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
-from workflows.autoscaler_workflow import AutoscalerWorkflow
-from workflows.slice_lifecycle import SliceState
-from workflows.slice_workflow import SliceUpdate
+from workflows.fleet.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
+from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.slice_lifecycle import SliceState
+from workflows.fleet.slice_workflow import SliceUpdate
 
 
 def _config(accelerator: str) -> AutoscalerConfig:

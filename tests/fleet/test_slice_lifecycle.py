@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.lifecycle import InvalidTransition
-from workflows.slice_lifecycle import (
+from workflows.fleet.slice_lifecycle import (
     TERMINAL_SLICE_STATES,
     TRANSITIONS,
     Effect,
@@ -13,6 +12,7 @@ from workflows.slice_lifecycle import (
     SliceState,
     transition,
 )
+from workflows.lifecycle import InvalidTransition
 
 LIVE = [s for s in SliceState if s not in TERMINAL_SLICE_STATES]
 

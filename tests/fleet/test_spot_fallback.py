@@ -40,9 +40,9 @@ from iris.client.autoscaler_view import explain_group
 from iris.deploy.temporal_setup import ensure_search_attributes
 from tests.platforms.tpu_fake import FakeTpu
 from tests.support import workflows_on_dev_server
-from workflows.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
-from workflows.autoscaler_workflow import AutoscalerWorkflow
-from workflows.slice_workflow import SliceWorkflow
+from workflows.fleet.autoscaler_state import AutoscalerConfig, AutoscalerStatus, ScaleGroup
+from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.slice_workflow import SliceWorkflow
 
 GROUP = "spot-v4"
 

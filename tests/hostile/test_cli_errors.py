@@ -10,7 +10,7 @@ import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
 from iris.local.cluster import LocalCluster
-from workflows.job_workflow import MAX_REPLICAS
+from workflows.jobs.job_workflow import MAX_REPLICAS
 
 from .conftest import assert_one_line_error, iris
 

@@ -12,7 +12,7 @@ from iris.client.autoscaler_view import explain_group
 from iris.config.cluster_file import parse_config
 from tests.ops.cli import iris
 from tests.support import Cluster, running_cluster, wait_until
-from workflows.autoscaler_state import GroupStatus
+from workflows.fleet.autoscaler_state import GroupStatus
 
 FLEET = {
     "autoscaler": {"scan_interval": "1s"},

@@ -132,7 +132,7 @@ def test_accounts_survive_a_json_round_trip() -> None:
     import json
 
     from activities.contracts.dataclass_json import plan_for, to_plain
-    from workflows.sharing_state import Books, CarriedBooks, SharingSettings
+    from workflows.scheduler.sharing_state import Books, CarriedBooks, SharingSettings
 
     accounts, _ = charge(Accounts(default_credits=7.0), run("ana", "j/task-0", 3, 0, HOUR))
     accounts = accounts.set_credits("bob", 5)

@@ -112,7 +112,7 @@ def test_a_spot_chip_hour_has_its_own_price() -> None:
 
 def _carried(settings: Any) -> Any:
     """The settings through the continue-as-new carry's codec."""
-    from workflows.sharing_state import SharingSettings
+    from workflows.scheduler.sharing_state import SharingSettings
 
     return plan_for(SharingSettings)(json.loads(json.dumps(to_plain(settings))))  # type: ignore[misc]
 
@@ -120,7 +120,7 @@ def _carried(settings: Any) -> Any:
 def test_the_spot_rate_is_configured_and_carried() -> None:
     """`sharing.rates.tpu_chip_hour_spot` reaches the scheduler's settings and survives their carry and document."""
     from iris.config.sharing import SharingFile, sharing_document
-    from workflows.sharing_state import SharingSettings
+    from workflows.scheduler.sharing_state import SharingSettings
 
     settings = SharingFile.model_validate({"rates": {"tpu_chip_hour_spot": 3}}).settings()
     assert 3.0 == settings.rates.tpu_chip_hour_spot

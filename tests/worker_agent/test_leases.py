@@ -21,7 +21,7 @@ from worker_agent.lease_watchdog import lease_clock
 from worker_agent.runtimes.base import LeasedRuntime, TaskHandle, TaskSpec
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
-from workflows.fencing import fence_seconds
+from workflows.tasks.fencing import fence_seconds
 
 LEASE = 1.0
 

@@ -27,12 +27,12 @@ from typing import Any
 
 from activities.contracts import task_workflow_id
 from activities.contracts.dataclass_json import Plan, plan_for, to_plain
-from workflows.placement_index import Placement
-from workflows.scheduler_actions import new_ring
-from workflows.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import Books
-from workflows.worker_lifecycle import WorkerState
+from workflows.fleet.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.scheduler_actions import new_ring
+from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import Books
 
 # Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
 # its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox

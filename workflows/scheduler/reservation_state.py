@@ -21,7 +21,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_constraint
 from scheduler.reservations import tree_root
 from workflows.messages import ConstraintSpec, Reserve
-from workflows.placement_index import Placements
+from workflows.scheduler.placement_index import Placements
 
 MAX_PUBLISHED = 100  # reservations listed in the scheduler's memo (each upsert is an event holding it all)
 MAX_WORKERS_LISTED = 32  # workers listed per reservation in the memo
@@ -54,7 +54,8 @@ def _vec(values: list[int]) -> pb.Resources:
 
 
 class StateView(Protocol):
-    """What of the scheduler's state (workflows.scheduler_state, which holds the reservations) this module reads."""
+    """What of the scheduler's state (workflows.scheduler.scheduler_state, which holds the reservations) this
+    module reads."""
 
     @property
     def reservations(self) -> Mapping[str, HeldReservation]: ...

@@ -50,8 +50,8 @@ with workflow.unsafe.imports_passed_through():
         SliceRequest,
         slice_worker_ids,
     )
+    from workflows.fleet.slice_lifecycle import TERMINAL_SLICE_STATES, Effect, SliceEvent, SliceState, transition
     from workflows.messages import CordonWorkers, RemoveWorkers
-    from workflows.slice_lifecycle import TERMINAL_SLICE_STATES, Effect, SliceEvent, SliceState, transition
 
 SLICE_STATE_KEY = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
 WAIT_CANCELLED = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED

@@ -32,10 +32,10 @@ from typing import Any
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr, set_constraint
-from workflows import reservation_state
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.sharing_state import fill_share_header, running_job
+from workflows.scheduler import reservation_state
+from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import fill_share_header, running_job
 
 # Work units (about a microsecond of CPU each on a loaded 2-core machine, half that on a quiet one; the
 # sandbox adds some) a build does per workflow task. A warm pass at 10,000 workers and 100,000 tasks

@@ -29,11 +29,11 @@ from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
-from workflows.scheduler_delivery import PASS_HEARTBEAT, Deliveries
-from workflows.scheduler_queue import Queue
-from workflows.scheduler_registration import Registry
-from workflows.scheduler_reservations import RESERVATION_CHECK_SECONDS, Reserving
-from workflows.scheduler_sharing import Sharing
+from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
+from workflows.scheduler.scheduler_queue import Queue
+from workflows.scheduler.scheduler_registration import Registry
+from workflows.scheduler.scheduler_reservations import RESERVATION_CHECK_SECONDS, Reserving
+from workflows.scheduler.scheduler_sharing import Sharing
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -69,13 +69,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
-    from workflows.scheduler_actions import ActionRow
-    from workflows.scheduler_carry import Packer
-    from workflows.scheduler_core import SchedulerCore, held_in_turn, pause
-    from workflows.scheduler_dashboard import queue_page, worker_status, workers_page
-    from workflows.scheduler_phase import SchedulerEvent, SchedulerPhase
-    from workflows.scheduler_state import PendingEntry, SchedulerState
-    from workflows.sharing_state import SharingSettings
+    from workflows.scheduler.scheduler_actions import ActionRow
+    from workflows.scheduler.scheduler_carry import Packer
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn, pause
+    from workflows.scheduler.scheduler_dashboard import queue_page, worker_status, workers_page
+    from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
+    from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState
+    from workflows.scheduler.sharing_state import SharingSettings
 
 FIND_ASSIGNMENTS = "find_assignments"  # activities.scheduling.FIND_ASSIGNMENTS, by name
 PASS_INTERVAL = timedelta(seconds=1)
@@ -353,7 +353,7 @@ class SchedulerWorkflow:
 
     @workflow.query(name=RECENT_ACTIONS_QUERY)
     def recent_actions(self) -> list[ActionRow]:
-        """The scheduler's last actions (workflows/scheduler_actions.py), oldest first: a few KB."""
+        """The scheduler's last actions (workflows/scheduler/scheduler_actions.py), oldest first: a few KB."""
         return list(self.state.actions)
 
     @workflow.query(name=DASHBOARD_WORKERS_QUERY)

@@ -4,7 +4,7 @@ A pass used to add up all placements (100,000 at scale) to learn what each worke
 walk them all again to list running work by job for sharing's part of the snapshot. `Placements` is the
 same mapping (task workflow id -> placement) that keeps both as placements come and go: per worker the
 cpu, memory, gpus and tpus committed, per job its placements and a stamp that changes with them (what
-the snapshot's cached pieces are keyed by, workflows/snapshot_cache.py), and per user the running
+the snapshot's cached pieces are keyed by, workflows/scheduler/snapshot_cache.py), and per user the running
 tasks (the published user table).
 
 Nothing here is carried: it is rebuilt as a run loads its placements. A placement is replaced, never

@@ -20,7 +20,7 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 # Workflow code: sandboxed, as this module.
-from workflows.task_signals import send_and_go_on, until_delivered
+from workflows.tasks.task_signals import send_and_go_on, until_delivered
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -50,14 +50,14 @@ with workflow.unsafe.imports_passed_through():
         result_blob_key,
         worker_task_queue,
     )
-    from workflows.fencing import fence_seconds
     from workflows.messages import Assigned, Claim, Enqueue, Evict, TaskInput, TaskResult, TaskRetrying, Unschedulable
     from workflows.states import TERMINAL_TASK_STATES, TaskState
-    from workflows.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
+    from workflows.tasks.fencing import fence_seconds
+    from workflows.tasks.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
 # The agent's lease beats every 3 s (worker_agent/lease.py), its SDK's every 8 s: ~3 missed beats = lost; the
-# wait for the lease after the timeout (workflows/fencing.py) makes up the rest of lease + margin.
+# wait for the lease after the timeout (workflows/tasks/fencing.py) makes up the rest of lease + margin.
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped

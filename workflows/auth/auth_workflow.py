@@ -13,9 +13,7 @@ from temporalio import workflow
 from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import auth_state as st
-
-
+    from workflows.auth import auth_state as st
 @workflow.defn(name="AuthWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
 class AuthWorkflow:
     @workflow.init

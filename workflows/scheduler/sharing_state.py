@@ -30,7 +30,7 @@ from activities.proto.values import set_attr
 from scheduler.accounting import DEFAULT_CREDITS, Accounts, Charge, Ledger, Rates, UserAccount, charge_all
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
-from workflows.teams_memo import new_durations, typical_seconds
+from workflows.scheduler.teams_memo import new_durations, typical_seconds
 
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_STARVATION_SECONDS = 1800.0  # `sharing.starvation_after`: a waiting gang has its hosts held back after this
@@ -120,7 +120,7 @@ class CarriedAccounts:
 
 @dataclass
 class CarriedBooks:
-    """The books as continue-as-new carries them (workflows/scheduler_carry.py)."""
+    """The books as continue-as-new carries them (workflows/scheduler/scheduler_carry.py)."""
 
     settings: SharingSettings = field(default_factory=SharingSettings)
     accounts: CarriedAccounts = field(default_factory=CarriedAccounts)

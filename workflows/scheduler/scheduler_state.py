@@ -14,12 +14,12 @@ from typing import Any
 from activities.contracts import DEFAULT_PORT_RANGE
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
-from workflows.placement_index import Placements
-from workflows.reservation_state import HeldReservation
-from workflows.scheduler_actions import ActionRow, new_ring
-from workflows.sharing_state import Books
-from workflows.worker_lifecycle import WorkerState
+from workflows.scheduler.placement_index import Placements
+from workflows.scheduler.reservation_state import HeldReservation
+from workflows.scheduler.scheduler_actions import ActionRow, new_ring
+from workflows.scheduler.sharing_state import Books
 
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
 

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         TaskResult,
     )
-    from workflows.task_workflow import TASK_WORKFLOW
+    from workflows.tasks.task_workflow import TASK_WORKFLOW
     from workflows.visibility import KIND
 
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow

@@ -15,8 +15,8 @@ from typing import NoReturn
 
 from temporalio import workflow
 
-from workflows.job_table import TaskTable  # the parts hold workflow code: sandboxed
-from workflows.job_waves import TaskChildren
+from workflows.jobs.job_table import TaskTable  # the parts hold workflow code: sandboxed
+from workflows.jobs.job_waves import TaskChildren
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (

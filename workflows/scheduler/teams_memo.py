@@ -1,7 +1,7 @@
 """What the scheduler publishes about teams and the queue, for `list_teams`, `iris queue` and `JobStatus`.
 
 Pure functions of the scheduler's state and its last plan (no Temporal calls). The scheduler puts
-the rows in its memo with the user table (workflows/scheduler_sharing.py); views read them with one
+the rows in its memo with the user table (workflows/scheduler/scheduler_sharing.py); views read them with one
 describe call (Decision 10), never a query per job.
 
 - `TEAMS_MEMO`: one row per team, `[team, members, quota, used, borrowed, lent, pending_jobs]`,

@@ -56,12 +56,12 @@ with workflow.unsafe.imports_passed_through():
         StartSlice,
     )
     from scheduler.spot import FallbackRecord  # noqa: F401 - GroupRuntime's field, decoded through the sandbox
-    from workflows.autoscaler_capacity import group_policy, note_lost, slice_capacity
-    from workflows.autoscaler_pace import AutoscalerPace
-    from workflows.autoscaler_pace import outcome as plan_outcome
-    from workflows.autoscaler_pace import tick as pace_tick
-    from workflows.autoscaler_pace import transition as pace_transition
-    from workflows.autoscaler_state import (
+    from workflows.fleet.autoscaler_capacity import group_policy, note_lost, slice_capacity
+    from workflows.fleet.autoscaler_pace import AutoscalerPace
+    from workflows.fleet.autoscaler_pace import outcome as plan_outcome
+    from workflows.fleet.autoscaler_pace import tick as pace_tick
+    from workflows.fleet.autoscaler_pace import transition as pace_transition
+    from workflows.fleet.autoscaler_state import (
         AutoscalerConfig,
         AutoscalerState,
         AutoscalerStatus,
@@ -70,8 +70,8 @@ with workflow.unsafe.imports_passed_through():
         ScaleGroup,
         SliceEntry,
     )
-    from workflows.slice_lifecycle import SliceState
-    from workflows.slice_workflow import ScaleDown, SliceInput, SliceUpdate
+    from workflows.fleet.slice_lifecycle import SliceState
+    from workflows.fleet.slice_workflow import ScaleDown, SliceInput, SliceUpdate
 
 PREEMPTED = "SlicePreempted"  # a lost READY slice: replaced without backing off
 IN_FLIGHT = (SliceState.CREATING, SliceState.BOOTSTRAPPING)
@@ -84,7 +84,7 @@ class AutoscalerWorkflow:
     def __init__(self, state: AutoscalerState | None = None) -> None:
         self.state = state or AutoscalerState()
         self._wake = False
-        self._pace = AutoscalerPace.BUSY  # how often it looks (workflows/autoscaler_pace.py)
+        self._pace = AutoscalerPace.BUSY  # how often it looks (workflows/fleet/autoscaler_pace.py)
         self._recheck_after: float | None = None  # the last plan's next deadline, seconds
         self._headroom_told: list[list[Any]] | None = None  # what the scheduler was last told (again after a new run)
 

@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from scheduler.autoscale import SCALE_GROUP_ATTRIBUTE
-    from workflows.placement_index import Placement
-    from workflows.scheduler_state import SchedulerState, WorkerEntry
+    from workflows.scheduler.placement_index import Placement
+    from workflows.scheduler.scheduler_state import SchedulerState, WorkerEntry
 
 STATES = ("healthy", "lost", "cordoned", "busy", "idle")
 RUNNING_SHOWN = 3  # running tasks named per row of the workers page; the worker's own page names all

@@ -15,26 +15,26 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import Release, UnreadablePayload, task_workflow_id
     from activities.proto import cluster_pb2 as pb
+    from workflows.fleet.worker_lifecycle import WorkerEvent
     from workflows.messages import (
         Assigned,
         Claim,
         Enqueue,
         Unschedulable,
     )
-    from workflows.placement_index import Placement
-    from workflows.reservation_state import Book
-    from workflows.scheduler_actions import placed_detail, record
-    from workflows.scheduler_core import SchedulerCore, held_in_turn
-    from workflows.scheduler_network import book_ports, needs_network, port_book, task_networks
-    from workflows.scheduler_phase import SchedulerPhase
-    from workflows.scheduler_state import PendingEntry, committed
-    from workflows.worker_lifecycle import WorkerEvent
+    from workflows.scheduler.placement_index import Placement
+    from workflows.scheduler.reservation_state import Book
+    from workflows.scheduler.scheduler_actions import placed_detail, record
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
+    from workflows.scheduler.scheduler_network import book_ports, needs_network, port_book, task_networks
+    from workflows.scheduler.scheduler_phase import SchedulerPhase
+    from workflows.scheduler.scheduler_state import PendingEntry, committed
 
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
 
 if TYPE_CHECKING:
-    from workflows.scheduler_registration import Registry
-    from workflows.scheduler_sharing import Sharing
+    from workflows.scheduler.scheduler_registration import Registry
+    from workflows.scheduler.scheduler_sharing import Sharing
 
 
 def _decode_enqueues(raw: RawValue) -> list[Enqueue]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 
-from workflows.scheduler_queue import MAX_COMMIT_PER_PASS  # a part of the workflow: sandboxed, as this module
+from workflows.scheduler.scheduler_queue import MAX_COMMIT_PER_PASS  # a part of the workflow: sandboxed, as this module
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -37,9 +37,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         Enqueue,
     )
-    from workflows.scheduler_core import SchedulerCore, pause
-    from workflows.scheduler_network import announce_batches
-    from workflows.scheduler_state import PendingEntry
+    from workflows.scheduler.scheduler_core import SchedulerCore, pause
+    from workflows.scheduler.scheduler_network import announce_batches
+    from workflows.scheduler.scheduler_state import PendingEntry
 
 # How long a late assignment waits for its task in the background. A task still not there then
 # (its job runs but has not started it) goes back to the queue, so it is placed again, and told,
@@ -56,7 +56,7 @@ ANNOUNCE_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from workflows.scheduler_queue import Queue
+    from workflows.scheduler.scheduler_queue import Queue
 
 
 async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:

@@ -27,12 +27,12 @@ from temporalio import workflow
 from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
-from workflows import job_reservation
-from workflows.job_dependencies import await_dependencies, show_job_control
-from workflows.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
-from workflows.job_table import JobMemo, TaskTable, read_task_result, read_task_started
-from workflows.job_tree import JobTree, announce_to_parent
-from workflows.job_waves import MAX_PENDING_CHILDREN, TaskChildren  # the parts hold workflow code: sandboxed
+from workflows.jobs import job_reservation
+from workflows.jobs.job_dependencies import await_dependencies, show_job_control
+from workflows.jobs.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
+from workflows.jobs.job_table import JobMemo, TaskTable, read_task_result, read_task_started
+from workflows.jobs.job_tree import JobTree, announce_to_parent
+from workflows.jobs.job_waves import MAX_PENDING_CHILDREN, TaskChildren  # the parts hold workflow code: sandboxed
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -48,8 +48,8 @@ with workflow.unsafe.imports_passed_through():
         TASK_STARTED,
     )
     from activities.proto import cluster_pb2 as pb
-    from workflows.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
-    from workflows.job_summary import summary_status, task_page
+    from workflows.jobs.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
+    from workflows.jobs.job_summary import summary_status, task_page
     from workflows.messages import GangProgress, TaskResult, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState
     from workflows.visibility import MAX_JOB_ERROR_CHARS, MAX_REASON_CHARS, JobView, cap_text

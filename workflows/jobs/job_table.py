@@ -15,7 +15,7 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import TaskStarted, task_workflow_id
     from activities.proto import cluster_pb2 as pb
-    from workflows.details import job_status_markdown
+    from workflows.jobs.details import job_status_markdown
     from workflows.messages import TaskResult, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState, job_state_from_counts
     from workflows.visibility import (

@@ -13,7 +13,7 @@ import dataclasses
 from activities.contracts.fleet import QUOTA_EXHAUSTED, ScaleGroupSpec
 from activities.contracts.fleet import SLICE_PREEMPTED as PREEMPTED
 from scheduler.spot import Capacity, CapacityPolicy, Choice, choose, note_preemption, note_stockout
-from workflows.autoscaler_state import GroupRuntime, SliceEntry
+from workflows.fleet.autoscaler_state import GroupRuntime, SliceEntry
 
 CAPACITY_KEYS = ("capacity", "spot", "spot_fallback")
 CAPACITY_PLATFORMS = ("gcp",)  # platforms whose slices are spot or on-demand

@@ -1,4 +1,4 @@
-"""The messages of the scheduler's continue-as-new carry (workflows/scheduler_carry.py packs and loads them).
+"""The messages of the scheduler's continue-as-new carry (workflows/scheduler/scheduler_carry.py packs and loads them).
 
 Written and read by the one message codec (activities/contracts/dataclass_json.py): a field is carried the
 moment it is declared here, and a carry from a build with fewer fields reads with their defaults.
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.reservation_state import HeldReservation
-from workflows.scheduler_state import PendingEntry, WorkerEntry
-from workflows.sharing_state import CarriedBooks
+from workflows.scheduler.reservation_state import HeldReservation
+from workflows.scheduler.scheduler_state import PendingEntry, WorkerEntry
+from workflows.scheduler.sharing_state import CarriedBooks
 
 
 @dataclass

@@ -19,8 +19,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import FIND_ENDED_JOBS, RESERVATIONS_MEMO, reservation_id_of
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Reserve
-    from workflows.reservation_state import apply_holds, from_request, lose_workers, view
-    from workflows.scheduler_core import SchedulerCore, held_in_turn
+    from workflows.scheduler.reservation_state import apply_holds, from_request, lose_workers, view
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
 
 _UNREAD = object()
 # How often the scheduler asks whether the jobs it holds reservations for still run: a job terminated

@@ -14,7 +14,7 @@ from activities.contracts import TaskNetwork, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from scheduler.network import COORDINATOR_PORT, MEGASCALE_PORT, Member, PortBook, slice_layout
 from workflows.messages import SchedulingSpec
-from workflows.scheduler_state import SchedulerState
+from workflows.scheduler.scheduler_state import SchedulerState
 
 MAX_ANNOUNCED_HOSTS = 25_000
 """Slice host names per announcement batch (~400 KB): every task of an N-host gang carries its slice's

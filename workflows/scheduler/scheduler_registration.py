@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import EVICT, REGISTERED, Delivery, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
+    from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
     from workflows.messages import (
         CordonWorkers,
         Evict,
@@ -31,15 +32,14 @@ with workflow.unsafe.imports_passed_through():
         RemoveWorkers,
         WorkerLost,
     )
-    from workflows.scheduler_actions import record
-    from workflows.scheduler_core import SchedulerCore, held_in_turn
-    from workflows.scheduler_phase import SchedulerPhase
-    from workflows.scheduler_state import (
+    from workflows.scheduler.scheduler_actions import record
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
+    from workflows.scheduler.scheduler_phase import SchedulerPhase
+    from workflows.scheduler.scheduler_state import (
         WorkerEntry,
         refusal,
         worker_from_metadata,
     )
-    from workflows.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
 
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
@@ -48,8 +48,8 @@ LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy th
 PURGE_INTERVAL = timedelta(minutes=1)
 
 if TYPE_CHECKING:
-    from workflows.scheduler_reservations import Reserving
-    from workflows.scheduler_sharing import Sharing
+    from workflows.scheduler.scheduler_reservations import Reserving
+    from workflows.scheduler.scheduler_sharing import Sharing
 
 
 class Registry:

@@ -26,12 +26,18 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import EFFECTIVE_BAND, EVICT, Delivery, task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from scheduler.spot import CAPACITY_ATTRIBUTE
+    from workflows.fleet.worker_lifecycle import WorkerState
     from workflows.messages import Evict, SetCredits
-    from workflows.placement_index import Placement
-    from workflows.scheduler_core import SchedulerCore, held_in_turn
-    from workflows.sharing_state import USERS_MEMO, SharingSettings, release_charge, take_evictions, users_memo
-    from workflows.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
-    from workflows.worker_lifecycle import WorkerState
+    from workflows.scheduler.placement_index import Placement
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
+    from workflows.scheduler.sharing_state import (
+        USERS_MEMO,
+        SharingSettings,
+        release_charge,
+        take_evictions,
+        users_memo,
+    )
+    from workflows.scheduler.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
 
 
 PUBLISH_INTERVAL = 5.0  # seconds between two publications of the user table while work is queued
@@ -142,7 +148,7 @@ class Sharing:
         return timedelta(seconds=max(0.1, left))
 
     def _team_rows(self, pending: dict[str, int]) -> tuple[list[list[object]], list[list[object]]]:
-        """The team table (empty without teams) and the queue table (workflows/teams_memo.py)."""
+        """The team table (empty without teams) and the queue table (workflows/scheduler/teams_memo.py)."""
         teams = self.core.state.books.settings.team_values()
         if not teams:
             return [], queue_memo(self.queue_entries, self.core.state.pending, teams)

@@ -1,6 +1,6 @@
 """The autoscaler's state and what it publishes: plain dataclasses, handed whole to continue-as-new.
 
-Apart from `workflows/autoscaler_workflow.py` so the workflow module holds only orchestration, and so
+Apart from `workflows/fleet/autoscaler_workflow.py` so the workflow module holds only orchestration, and so
 readers of the published status (the CLI, the dashboard) need not import the workflow.
 """
 
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from activities.contracts.fleet import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
 from scheduler.spot import FallbackRecord
-from workflows.slice_lifecycle import SliceState
+from workflows.fleet.slice_lifecycle import SliceState
 
 SCAN_INTERVAL = timedelta(seconds=5)  # the default scan interval (`autoscaler.scan_interval` in the config)
 BACKOFF_BASE_SECONDS = 10.0

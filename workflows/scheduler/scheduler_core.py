@@ -22,10 +22,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import SCHEDULER_PAUSE, Delivery
     from activities.proto import cluster_pb2 as pb
-    from workflows.scheduler_carry import StateLoader, unpack
-    from workflows.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
-    from workflows.scheduler_state import SchedulerState
-    from workflows.snapshot_cache import SnapshotCache
+    from workflows.scheduler.scheduler_carry import StateLoader, unpack
+    from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
+    from workflows.scheduler.scheduler_state import SchedulerState
+    from workflows.scheduler.snapshot_cache import SnapshotCache
 
 if TYPE_CHECKING:
     from temporalio.workflow import ActivityHandle

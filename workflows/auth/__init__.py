@@ -1,0 +1,1 @@
+"""The auth workflow: the cluster's users, tokens and roles (team mode)."""
