@@ -5,7 +5,7 @@ Counted by the dev server itself (its frontend's `service_requests` for RecordAc
 
 - before leases: the agent called the SDK's heartbeat every HEARTBEAT_SECONDS and the SDK forwarded one at
   most every 2 s; run_task's heartbeat timeout was 6 s;
-- with leases: the agent's own `AttemptLease` (worker_agent/lease.py) sends a heartbeat itself every lease
+- with leases: the agent's own `AttemptLease` (worker_agent/leases/lease.py) sends a heartbeat itself every lease
   interval (only a heartbeat the server recorded renews the lease, and its answer brings a kill) and hands
   each to the SDK too (the SDK times out an activity whose heartbeat it has not seen for the heartbeat
   timeout), which forwards one at most every TASK_HEARTBEAT_FORWARD_SECONDS; the timeout is today's.
@@ -35,7 +35,7 @@ from temporalio.worker import Worker
 from iris.local.cluster import temporal_binary
 from iris.local.commands import HOST, free_port
 from worker_agent.agent import HEARTBEAT_SECONDS, TASK_HEARTBEAT_FORWARD_SECONDS
-from worker_agent.lease import AttemptLease, LeaseSettings
+from worker_agent.leases.lease import AttemptLease, LeaseSettings
 from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 RUN_SECONDS = 30.0  # how long each activity runs (set per run: the activities read it)

@@ -129,3 +129,19 @@ def test_the_scheduler_imports_only_itself() -> None:
     assert set() == wrong
     temporal = [p for p in (ROOT / "scheduler").rglob("*.py") if "temporalio" in p.read_text()]
     assert [] == temporal
+
+
+MAX_MODULES_PER_FOLDER = 25
+
+
+def test_no_folder_of_the_product_is_a_flat_room() -> None:
+    """A folder of more than ~25 modules no longer says where a thing is: split it by role (iris/ by client, CLI,
+    local cluster...; workflows/ by workflow family). Generated protobuf modules do not count."""
+    crowded = {}
+    for package in PACKAGES:
+        for folder in [ROOT / package, *(p for p in (ROOT / package).rglob("*") if p.is_dir())]:
+            names = [p for p in folder.glob("*.py") if not p.name.endswith(("_pb2.py", "_pb2_grpc.py", "__init__.py"))]
+            if len(names) > MAX_MODULES_PER_FOLDER:
+                crowded[folder.relative_to(ROOT).as_posix()] = len(names)
+    assert {} == crowded
+    assert {"scheduler", "jobs", "tasks", "fleet", "auth"} <= {p.name for p in (ROOT / "workflows").iterdir()}

@@ -64,8 +64,8 @@ from worker_agent.bundles import Bundles
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
-from worker_agent.lease import AttemptLease, Beat, run_leased
-from worker_agent.lease_settings import LeaseSettings
+from worker_agent.leases.lease import AttemptLease, Beat, run_leased
+from worker_agent.leases.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.preemption import (
     NOTICE_FILE_ENV,
@@ -105,7 +105,7 @@ HEARTBEAT_SECONDS = 1.0
 # not make the worker look lost.
 HEARTBEAT_FORWARD_SECONDS = 2.0
 # The task queue's activities: run_task's heartbeats that count are the lease's own (every lease
-# interval, worker_agent/lease.py), which also bring a kill to the attempt; the SDK's copies only keep
+# interval, worker_agent/leases/lease.py), which also bring a kill to the attempt; the SDK's copies only keep
 # the SDK from timing the activity out locally, so they go no more often than 0.8 x run_task's 10 s.
 TASK_HEARTBEAT_FORWARD_SECONDS = 8.0
 KILL_GRACE_SECONDS = 5.0

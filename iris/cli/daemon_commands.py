@@ -22,7 +22,7 @@ from iris.cli.parsing import parse_pair, parse_value
 from iris.cli.port_commands import parse_port_range
 from iris.connection import TemporalSettings, is_api_url
 from iris.units import parse_cpu, parse_memory
-from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
 
 log = structlog.get_logger("iris.cli.daemons")
 

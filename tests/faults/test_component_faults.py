@@ -25,7 +25,7 @@ from iris import (
     get_job_info,
 )
 from tests.support import holds_throughout, replay_run
-from worker_agent.lease_settings import LeaseSettings
+from worker_agent.leases.lease_settings import LeaseSettings
 from workflows.scheduler.scheduler_carry import unpack
 from workflows.scheduler.scheduler_state import SchedulerState
 from workflows.tasks.fencing import fence_seconds

@@ -28,7 +28,7 @@ from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
 from tests.support import replay_run
 from worker_agent.agent import KILL_GRACE_SECONDS
-from worker_agent.lease_settings import LeaseSettings
+from worker_agent.leases.lease_settings import LeaseSettings
 from worker_agent.registration import register_hosts
 from worker_agent.storage import BlobStore, LogStore
 from workflows.tasks.task_workflow import DISPATCH_TIMEOUT

@@ -218,7 +218,7 @@ async def test_a_container_whose_lease_is_not_renewed_dies_by_the_watchdog(
 ) -> None:
     """With a 1 s lease nobody renews, the lease watchdog kills the container through its process's host pid
     (not through the engine), and the exit says the lease expired; a renewed one runs on."""
-    from worker_agent.lease_watchdog import lease_clock
+    from worker_agent.leases.lease_watchdog import lease_clock
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime
 
     found = request.getfixturevalue("dockerd" if engine == "docker" else "containerd")

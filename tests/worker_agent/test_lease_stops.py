@@ -2,7 +2,7 @@
 
 The SDK forwards an activity's heartbeats at most every 0.8 x its heartbeat timeout and learns a cancel only
 from the answer to one of those. The agent's lease sends its own heartbeats every lease interval and reads
-the server's answer (worker_agent/lease.py): that is what stops a killed attempt. Here the heartbeat timeout
+the server's answer (worker_agent/leases/lease.py): that is what stops a killed attempt. Here the heartbeat timeout
 is 60 s, so the SDK would learn nothing for 48 s; the lease's beats come every 0.5 s.
 """
 
@@ -18,8 +18,8 @@ from temporalio.exceptions import ActivityError
 from temporalio.worker import UnsandboxedWorkflowRunner
 
 from tests.support import workflows_on_dev_server
-from worker_agent.lease import AttemptLease, Beat
-from worker_agent.lease_settings import LeaseSettings
+from worker_agent.leases.lease import AttemptLease, Beat
+from worker_agent.leases.lease_settings import LeaseSettings
 
 SDK_BLIND = timedelta(seconds=60)  # the SDK forwards a heartbeat (and hears a cancel) at most every 48 s
 SETTINGS = LeaseSettings(seconds=1.5)  # a beat every 0.5 s

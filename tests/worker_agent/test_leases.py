@@ -16,8 +16,8 @@ import pytest
 
 from activities.contracts import LEASE_EXPIRED_REASON
 from activities.process_start import start_ticks
-from worker_agent.lease_settings import LeaseSettings
-from worker_agent.lease_watchdog import lease_clock
+from worker_agent.leases.lease_settings import LeaseSettings
+from worker_agent.leases.lease_watchdog import lease_clock
 from worker_agent.runtimes.base import LeasedRuntime, TaskHandle, TaskSpec
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
@@ -117,7 +117,7 @@ def test_the_watchdog_outlives_its_agent_and_kills_only_the_task_it_recorded(tmp
         # An entry whose leader started at another time: the number was reused by someone else.
         (ledger / str(stranger.pid)).write_text(f"\n{lease_clock() - 5!r}\n{(start_ticks(stranger.pid) or 0) + 1}\n")
         watchdog = subprocess.Popen(
-            [sys.executable, "-m", "worker_agent.lease_watchdog", str(ledger), "0.1"],
+            [sys.executable, "-m", "worker_agent.leases.lease_watchdog", str(ledger), "0.1"],
             stdin=subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
         assert watchdog.stdin is not None
@@ -140,7 +140,7 @@ def test_a_task_started_just_before_its_agent_died_is_still_fenced(tmp_path: Pat
     ledger = tmp_path / "ledger"
     ledger.mkdir()
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "worker_agent.lease_watchdog", str(ledger), "5"],
+        [sys.executable, "-m", "worker_agent.leases.lease_watchdog", str(ledger), "5"],
         stdin=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     task = subprocess.Popen(["sleep", "60"], start_new_session=True)

@@ -40,7 +40,7 @@ from typing import Final, Protocol
 import structlog
 
 from activities.process_start import start_ticks
-from worker_agent.lease_watchdog import FENCED_SUFFIX, read_lease
+from worker_agent.leases.lease_watchdog import FENCED_SUFFIX, read_lease
 from worker_agent.process_table import group_members, group_usage
 from worker_agent.runtimes.base import (
     DEFAULT_INHERITED_ENV,
@@ -330,7 +330,7 @@ class LeaseWatchdog:
         if process is not None:
             logger.error("lease_watchdog_died", exit_code=process.returncode)
         self._process = subprocess.Popen(
-            [default_python(), "-m", "worker_agent.lease_watchdog", str(self.directory), repr(self.tick)],
+            [default_python(), "-m", "worker_agent.leases.lease_watchdog", str(self.directory), repr(self.tick)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
 

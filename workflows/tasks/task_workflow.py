@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tasks.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
-# The agent's lease beats every 3 s (worker_agent/lease.py), its SDK's every 8 s: ~3 missed beats = lost; the
+# The agent's lease beats every 3 s (worker_agent/leases/lease.py), its SDK's every 8 s: ~3 missed beats = lost; the
 # wait for the lease after the timeout (workflows/tasks/fencing.py) makes up the rest of lease + margin.
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 RUN_FOREVER = timedelta(days=3650)

@@ -20,7 +20,7 @@ included), never set back, and still counting while the host is suspended (``CLO
 stops then, and a resumed host would think its leases fresh).
 
 Standard library only (``activities.process_start`` is too), started as ``python -m
-worker_agent.lease_watchdog DIR TICK`` with stdin a pipe the agent holds open: end of file means the
+worker_agent.leases.lease_watchdog DIR TICK`` with stdin a pipe the agent holds open: end of file means the
 agent is gone, and the watchdog then enforces the leases of the groups that agent left until none of
 them is alive, and exits (a later agent with the same ledger has a watchdog of its own).
 """

@@ -32,8 +32,8 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import ATTEMPT_STOPPED, LEASED
-from worker_agent.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
-from worker_agent.lease_watchdog import lease_clock
+from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+from worker_agent.leases.lease_watchdog import lease_clock
 
 __all__ = [
     "DEFAULT_LEASE_MARGIN_SECONDS", "DEFAULT_LEASE_SECONDS", "AttemptLease", "Beat", "LeaseSettings", "run_leased",
