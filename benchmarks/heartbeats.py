@@ -102,35 +102,41 @@ def _start_server(port: int, metrics_port: int, db: Path) -> subprocess.Popen[by
     )  # fmt: skip
 
 
+async def _on_own_server(kind: str, forward: float, tasks: int, seconds: float, tmp: str) -> float:
+    """Heartbeat calls per task per second of `kind`, on a dev server of its own (its count is its own)."""
+    port, metrics_port = free_port(), free_port()
+    server = _start_server(port, metrics_port, Path(tmp, f"{kind}.db"))
+    try:
+        client = None
+        for _ in range(150):
+            with contextlib.suppress(Exception):
+                client = await Client.connect(f"{HOST}:{port}")
+                break
+            await asyncio.sleep(0.2)
+        if client is None:
+            raise RuntimeError("the dev server did not answer")
+        activity_fn = sdk_only if kind == "sdk_only" else leased
+        async with (
+            Worker(client, task_queue="heartbeats", workflows=[HeartbeatProbe]),
+            Worker(client, task_queue=kind, activities=[activity_fn],
+                   max_heartbeat_throttle_interval=timedelta(seconds=forward),
+                   default_heartbeat_throttle_interval=timedelta(seconds=forward)),
+        ):  # fmt: skip
+            return await _measure(client, metrics_port, kind, tasks, seconds)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 async def run(tasks: int, seconds: float) -> dict[str, float]:
+    """Both kinds at once, each on a server of its own: the same figures in half the time."""
     global RUN_SECONDS
     RUN_SECONDS = seconds
-    port, metrics_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="iris-heartbeats-") as tmp:
-        server = _start_server(port, metrics_port, Path(tmp, "t.db"))
-        try:
-            client = None
-            for _ in range(150):
-                with contextlib.suppress(Exception):
-                    client = await Client.connect(f"{HOST}:{port}")
-                    break
-                await asyncio.sleep(0.2)
-            if client is None:
-                raise RuntimeError("the dev server did not answer")
-            workflows = Worker(client, task_queue="heartbeats", workflows=[HeartbeatProbe])
-            workers = [
-                Worker(client, task_queue=kind.__name__, activities=[kind],
-                       max_heartbeat_throttle_interval=timedelta(seconds=forward),
-                       default_heartbeat_throttle_interval=timedelta(seconds=forward))
-                for kind, forward in ((sdk_only, BEFORE_LEASES_FORWARD_SECONDS),
-                                      (leased, TASK_HEARTBEAT_FORWARD_SECONDS))
-            ]  # fmt: skip
-            async with workflows, workers[0], workers[1]:
-                before = await _measure(client, metrics_port, "sdk_only", tasks, seconds)
-                after = await _measure(client, metrics_port, "leased", tasks, seconds)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        before, after = await asyncio.gather(
+            _on_own_server("sdk_only", BEFORE_LEASES_FORWARD_SECONDS, tasks, seconds, tmp),
+            _on_own_server("leased", TASK_HEARTBEAT_FORWARD_SECONDS, tasks, seconds, tmp),
+        )
     return {"before_leases_per_task_s": round(before, 3), "with_leases_per_task_s": round(after, 3),
             "ratio": round(after / before, 2) if before else 0.0}  # fmt: skip
 

@@ -145,7 +145,7 @@ def test_fanout_bench_runs_one_job_to_the_end(tmp_path: Path) -> None:
 def test_heartbeats_bench_counts_both_kinds_of_heartbeat(tmp_path: Path) -> None:
     """`python -m benchmarks heartbeats` on a short run: the server counted heartbeats before leases and with
     them, and leases cost little extra traffic (the agent's own beats every 3 s, the SDK's forwarded every 8 s,
-    against the SDK's every 2 s before; the first lease design, both kinds every 3 s, cost ~1.4x over 20 s)."""
+    against the SDK's every 2 s before; the first lease design, the SDK's every 2 s beside the agent's, cost 1.35x)."""
     out = tmp_path / "heartbeats.json"
     argv = [sys.executable, "-m", "benchmarks", "heartbeats", "--tasks", "2", "--seconds", "20", "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
@@ -153,6 +153,6 @@ def test_heartbeats_bench_counts_both_kinds_of_heartbeat(tmp_path: Path) -> None
     assert "heartbeat calls per running task" in proc.stdout
     figures = json.loads(out.read_text())
     # 20 s, not less: on a shorter run the first beats of both kinds (which go at once) and one late call move the
-    # ratio by a tenth or more (1.27x typical over 8 s, and once 1.41x). Over 20 s 1.11x in three runs here, 0.95x over
-    # 40 s; the first lease design cost ~1.4x over 20 s (0.67 calls per task per second against ~0.49).
+    # ratio by a tenth or more (when both kinds ran one after the other on one server: 1.27x typical over 8 s, once
+    # 1.41x). Over 20 s, each kind on its own server, 0.88-1.04x in three runs; the first lease design cost 1.35x.
     assert 0 < figures["with_leases_per_task_s"] <= 1.25 * figures["before_leases_per_task_s"], figures
