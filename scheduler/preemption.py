@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from itertools import repeat
+from typing import TYPE_CHECKING, cast
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
 from scheduler.teams import Borrowed, Entry, TeamPass, borrowed_units
@@ -174,15 +175,19 @@ class Preemption:
         gang_start: dict[str, float] = {}
         over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
         row_of, rows_of_team = self.row_of, self._rows_of_team
+        workers_of_team: dict[str, set[str]] = {}
+        # Per job, its tasks' columns (RunningTask is a tuple: transposed in C, not a Python loop per task).
         for job in self.share.running:
             tasks = job.tasks
             if not tasks:
                 continue
             team_by_job[job.job_id] = team = team_of(job.user)
-            rows = rows_of_team.get(team)
-            if rows is None:
-                rows = rows_of_team[team] = set()
-            rows.update([row_of[t.worker_id] for t in tasks if t.worker_id in row_of])
+            indices, worker_ids, starts = zip(*tasks, strict=True)
+            ids = workers_of_team.get(team)
+            if ids is None:
+                workers_of_team[team] = set(worker_ids)
+            else:
+                ids.update(worker_ids)
             if team not in over:
                 if job.coscheduled:
                     gang_start[job.job_id] = 0.0
@@ -195,18 +200,23 @@ class Preemption:
             n = len(tasks)
             job_id = job.job_id
             if job.coscheduled:
-                start = gang_start[job_id] = min(task.started_at for task in tasks)
+                start = gang_start[job_id] = min(starts)
                 entries.append((start, job_id, 0, c * n, m * n, g * n, t * n, 1, ()))
                 continue
-            first = tasks[0].started_at
-            if all(task.started_at == first for task in tasks):  # placed in one pass: one entry
-                entries.append((first, job_id, 0, c, m, g, t, n, tuple(task.task_index for task in tasks)))
+            first = starts[0]
+            if starts.count(first) == n:  # placed in one pass: one entry
+                entries.append((first, job_id, 0, c, m, g, t, n, indices))
                 continue
-            groups: dict[float, list[int]] = {}
-            for task in tasks:
-                groups.setdefault(task.started_at, []).append(task.task_index)
-            for start, group in groups.items():
-                entries.append((start, job_id, 0, c, m, g, t, len(group), tuple(group)))
+            # Started at different times: an entry per task, built in C (borrowed_units finds the cut inside a
+            # group of tasks started together all the same).
+            per_task = zip(starts, repeat(job_id), repeat(0), repeat(c), repeat(m), repeat(g), repeat(t), repeat(1),
+                           zip(indices))  # fmt: skip
+            entries.extend(cast("Iterator[Entry]", per_task))
+        row_or_none: Callable[[str], int | None] = row_of.get
+        for team, ids in workers_of_team.items():
+            rows = set(map(row_or_none, ids))
+            rows.discard(None)  # a task on a worker no longer in the snapshot
+            rows_of_team[team] = cast(set[int], rows)
         self.borrowed = borrowed = borrowed_units(by_team, teams.teams)
         for gangs in self.gangs_on_row.values():
             for gang in gangs:

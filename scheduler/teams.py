@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
@@ -124,7 +125,7 @@ class Teams:
 NO_TEAMS = Teams()
 
 
-# A team's running unit, or several plain tasks of one job started at once:
+# A team's running unit (a gang, or one task of a plain job), or several plain tasks of one job started at once:
 # (started, job id, 0, cpu, memory, gpus, tpus of one unit, units, their task indices: empty for a gang).
 Entry = tuple[float, str, int, int, int, int, int, int, tuple[int, ...]]
 
@@ -137,7 +138,7 @@ def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> 
 @dataclass(slots=True)
 class Borrowed:
     """Which running units are borrowed: per team, every entry after its cut (started, job id), and of
-    the entry at the cut, all of it (`whole`) or the tasks in `some` (job id, task index)."""
+    the entry at the cut, all of it (`whole`: a gang) or the tasks in `some` (job id, task index)."""
 
     cuts: dict[str, tuple[float, str]] = field(default_factory=dict)
     whole: set[tuple[str, float]] = field(default_factory=set)
@@ -163,7 +164,7 @@ def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> 
         quota = vector(teams.get(name).quota)
         entries.sort()
         total = [0, 0, 0, 0]
-        for e in entries:
+        for i, e in enumerate(entries):
             unit, k = (e[3], e[4], e[5], e[6]), e[7]
             crossed = False
             for d in dims:
@@ -181,10 +182,15 @@ def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> 
                 if unit[d]:
                     fits = min(fits, max(0, (quota[d] - total[d]) // unit[d]))
             out.cuts[name] = (e[0], e[1])
-            if fits == 0:
+            if not e[8]:  # a gang: one unit
                 whole.add((e[1], e[0]))
-            else:
-                some.update((e[1], index) for index in sorted(e[8])[fits:])
+                break
+            borrowed = sorted(e[8])[fits:]
+            for later in entries[i + 1 :]:  # the rest of its group, when the job's tasks came an entry each
+                if later[0] != e[0] or later[1] != e[1]:
+                    break
+                borrowed += later[8]
+            some.update((e[1], index) for index in borrowed)
             break
     return out
 
@@ -216,14 +222,10 @@ class TeamPass:
             used[1] += request.memory_bytes * count
             used[2] += request.gpus * count
             used[3] += request.tpus * count
-        cpu = mem = gpu = tpu = 0
-        for w in workers:
-            r = w.capacity if w.capacity is not None else w.free
-            cpu += r.cpu_millis
-            mem += r.memory_bytes
-            gpu += r.gpus
-            tpu += r.tpus
-        self.fleet = [cpu, mem, gpu, tpu]
+        sizes = list(map(attrgetter("capacity"), workers))  # summed in C: ten thousand workers are one pass each
+        if None in sizes:
+            sizes = [w.free if r is None else r for r, w in zip(sizes, workers, strict=True)]
+        self.fleet = [sum(map(attrgetter(name), sizes)) for name in ("cpu_millis", "memory_bytes", "gpus", "tpus")]
         self.dims = [d for d, c in enumerate(self.covered) if c]
         self.available: Vector | None = None  # what may still be borrowed; set when the borrowing walk starts
 
@@ -276,28 +278,37 @@ class TeamPass:
         self.lendable = [0, 0, 0, 0]
         self.borrowed = [0, 0, 0, 0]
         for name in self.used:
-            lend = self.teams.get(name).lending_limit
-            self.lend_cap[name] = vector(lend) if lend is not None else None
             self._count(name, 1)
         self.available = [0, 0, 0, 0]  # marks the walk as started
+
+    def _lend_cap(self, name: str) -> Vector | None:
+        if name not in self.lend_cap:
+            lend = self.teams.get(name).lending_limit
+            self.lend_cap[name] = vector(lend) if lend is not None else None
+        return self.lend_cap[name]
 
     def _lends(self, name: str) -> list[int]:
         """What of the team's idle quota others may use now."""
         used, quota = self._team(name), self.quota[name]
-        if name not in self.lend_cap:
-            lend = self.teams.get(name).lending_limit
-            self.lend_cap[name] = vector(lend) if lend is not None else None
-        cap = self.lend_cap[name]
+        cap = self._lend_cap(name)
         idle = [max(0, q - u) for q, u in zip(quota, used, strict=True)]
         return idle if cap is None else [min(i, c) for i, c in zip(idle, cap, strict=True)]
 
     def _count(self, name: str, sign: int) -> None:
-        """Add (sign 1) or take out (-1) the team's share of the sums over teams."""
+        """Add (sign 1) or take out (-1) the team's share of the sums over teams: what it lends (`_lends`) and
+        what it borrows. Called twice for every placement of the borrowing walk, so written out."""
         used, quota = self._team(name), self.quota[name]
-        lends = self._lends(name)
+        cap = self._lend_cap(name)
+        lendable, borrowed = self.lendable, self.borrowed
         for d in range(4):
-            self.lendable[d] += sign * lends[d]
-            self.borrowed[d] += sign * max(0, used[d] - quota[d])
+            u, q = used[d], quota[d]
+            if u < q:
+                idle = q - u
+                if cap is not None and cap[d] < idle:
+                    idle = cap[d]
+                lendable[d] += sign * idle
+            elif u > q:
+                borrowed[d] += sign * (u - q)
 
     def borrow_room(self, team: str, request: Resources, count: int) -> tuple[int, str]:
         """How many of `count` tasks the team may place beyond its quota now, and why not more ("" if all)."""

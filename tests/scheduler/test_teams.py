@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import Band, PendingJob, Resources, ShareSnapshot, WorkerSnapshot, find_assignments
+from scheduler.sharing import RunningJob, RunningTask
 from scheduler.teams import Team, Teams
 from tests.scheduler.sched_helpers import GIB, occupied, running
 
@@ -109,6 +110,23 @@ def test_reclaim_stops_once_the_borrower_is_back_within_its_quota() -> None:
     share = ShareSnapshot(now=NOW, running=[work], teams=two_teams())
     result = find_assignments(occupied(fleet, work), [plain("b/x", "bo", 4)], share=share)
     assert [8, 9] == sorted(i for e in result.evictions for i in e.task_indices)  # the newest two are borrowed
+    assert 2 == len(result.assignments)
+
+
+@pytest.mark.parametrize(
+    ("late", "borrowed"),
+    [(range(6, 10), [8, 9]), (range(8, 10), [8, 9]), (range(0, 4), [2, 3]), (range(0, 2), [0, 1]), (range(3), [1, 2])],
+)
+def test_the_quota_cut_falls_inside_a_wave_of_tasks_started_together(late: range, borrowed: list[int]) -> None:
+    """A's plain job of 10 tasks started in two waves (the `late` ones 50 s after the others) uses 10 of its 8: the
+    8 oldest tasks are within the quota, wherever the cut falls, and only the 2 newer ones are reclaimed; inside the
+    wave at the cut the highest indices go first, as when all ten started together."""
+    fleet = hosts(1, 10)
+    tasks = tuple(RunningTask(i, w.worker_id, 150.0 if i in late else 100.0) for i, w in enumerate(fleet))
+    work = RunningJob("a/run", "ana", Band.BATCH, HOST, tasks, coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[work], teams=two_teams())
+    result = find_assignments(occupied(fleet, work), [plain("b/x", "bo", 4)], share=share)
+    assert borrowed == sorted(i for e in result.evictions for i in e.task_indices)
     assert 2 == len(result.assignments)
 
 
