@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,16 +38,35 @@ def test_a_task_user_who_cannot_reach_the_interpreter_is_named(tmp_path: Path) -
     assert "--task-user ''" in refusal
 
 
-def test_a_task_user_who_can_run_tasks_passes(tmp_path: Path) -> None:
-    """An interpreter and code the task user can read: no refusal."""
-    readable = tmp_path / "open"
-    readable.mkdir()
-    readable.chmod(0o755)
-    tmp_path.chmod(0o755)
+def test_a_task_user_who_can_run_tasks_passes() -> None:
+    """An interpreter and code the task user can read: no refusal. The code is a copy where every user may read
+    it (the checkout may sit in a directory only root can enter, a clone in root's home, and then the agent
+    rightly refuses: `test_code_the_task_user_cannot_read_is_named`)."""
     system_python = Path("/usr/bin/python3")
     if not system_python.exists():
         pytest.skip("no system python3 readable by every user")
-    assert task_user_refusal(TaskUser.lookup("nobody"), python=str(system_python)) is None
+    readable = Path(tempfile.mkdtemp(prefix="iris-task-user-"))  # not under pytest's own tmp: that is 0700
+    try:
+        readable.chmod(0o755)
+        for package in ("worker_agent", "activities", "scheduler", "iris"):
+            shutil.copytree(ROOT / package, readable / package, ignore=shutil.ignore_patterns("__pycache__"))
+        user = TaskUser.lookup("nobody")
+        assert task_user_refusal(user, python=str(system_python), code_root=readable) is None
+    finally:
+        shutil.rmtree(readable)
+
+
+def test_code_the_task_user_cannot_read_is_named(tmp_path: Path) -> None:
+    """Iris's code behind a directory only root may enter: the refusal names the code's place."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shutil.copytree(ROOT / "worker_agent", private / "worker_agent", ignore=shutil.ignore_patterns("__pycache__"))
+    system_python = Path("/usr/bin/python3")
+    if not system_python.exists():
+        pytest.skip("no system python3 readable by every user")
+    refusal = task_user_refusal(TaskUser.lookup("nobody"), python=str(system_python), code_root=private)
+    assert refusal is not None
+    assert f"read Iris's code in {private}" in refusal
 
 
 def test_worker_serve_refuses_to_start_with_one_line(cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
