@@ -311,9 +311,11 @@ def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers
     """Terminate the singleton scheduler and restart the controller: the fresh scheduler learns the
     worker again, books the running task's place (so nothing is put beside it) and queues the waiting job."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
-    running = c.client.submit_command(["sleep", "8"], resources=ONE_CPU)
+    gate = c.work / "go"  # the first job runs until the test lets it end (8 s once ended before the checks)
+    running = c.client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU)
     wait_until(lambda: c.status(running.job_id).state == JobState.RUNNING, what="first job running")
-    waiting = c.client.submit_command(["true"], resources=ONE_CPU)  # no room until the first ends
+    # No room until the first ends; run before the test opens the gate (beside the first), it fails.
+    waiting = c.client.submit_command(["test", "-e", str(gate)], resources=ONE_CPU)
     wait_until(lambda: c.status(waiting.job_id).pending_reason, what="second job waiting with a reason")
 
     async def scheduler_run() -> tuple[str, bool]:
@@ -335,5 +337,8 @@ def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers
     assert worker.healthy
     assert (f"{running.job_id}/task-0",) == tuple(worker.running_tasks)
     assert JobState.PENDING == c.status(waiting.job_id).state  # not placed beside the running task
+    gate.touch()
     assert JobState.SUCCEEDED == c.client.wait(running.job_id, timeout=60).state
-    assert JobState.SUCCEEDED == c.client.wait(waiting.job_id, timeout=60).state
+    done = c.client.wait(waiting.job_id, timeout=60)
+    assert JobState.SUCCEEDED == done.state
+    assert 0 == done.tasks[0].failure_count  # it first ran once the first had ended
