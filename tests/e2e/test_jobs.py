@@ -92,10 +92,11 @@ def test_coscheduled_job_places_task_i_on_tpu_worker_id_i(client: IrisClient) ->
     assert [f"slice-a-{i}" for i in range(4)] == [t.worker_id for t in client.list_tasks(job.job_id)]
 
 
-def test_coscheduled_job_waits_while_no_slice_has_enough_free_hosts(client: IrisClient) -> None:
+def test_coscheduled_job_waits_while_no_slice_has_enough_free_hosts(client: IrisClient, tmp_path: Path) -> None:
     """While one slice host is busy, a whole-slice gang stays pending with a reason, then runs."""
+    gate = tmp_path / "go"  # the blocker holds its host until the test has seen the gang wait
     blocker = client.submit_command(
-        ["sleep", "4"],
+        ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"],
         resources=ResourceSpec(cpu=1, memory="1g"),
         constraints=[Constraint("tpu-worker-id", "EQ", 3)],
     )
@@ -109,6 +110,7 @@ def test_coscheduled_job_waits_while_no_slice_has_enough_free_hosts(client: Iris
     status = wait_until(lambda: (s := gang.status()).pending_reason and s)
     assert JobState.PENDING == status.state
     assert "tpu-name" in status.pending_reason
+    gate.touch()
     assert JobState.SUCCEEDED == gang.wait(timeout=60).state
 
 

@@ -182,11 +182,14 @@ def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster: MakeC
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
     done = c.client.submit_command(["true"], resources=ONE_CPU)
     assert JobState.SUCCEEDED == done.wait(timeout=60).state
-    jobs = [c.client.submit_command(["sleep", "4"], resources=ONE_CPU) for _ in range(3)]
+    gate = c.work / "go"  # the running tasks end when the test says (during the outage), not after a fixed time
+    waits = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]
+    jobs = [c.client.submit_command(waits, resources=ONE_CPU) for _ in range(3)]
     wait_until(lambda: sum(j.status().state == JobState.RUNNING for j in jobs) == 2, what="two running")
     assert [JobState.PENDING] == [s for j in jobs if (s := j.status().state) != JobState.RUNNING]  # no room left
 
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    gate.touch()  # the two running tasks end while the server is away
     everyone = ["controller", "worker-cpu-0", "worker-cpu-1"]
     holds_throughout(lambda: everyone == c.alive(), seconds=3.0, what="nobody dies with the server")
     down_at = time.monotonic()
