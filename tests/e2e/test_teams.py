@@ -80,8 +80,9 @@ def test_a_lender_reclaims_its_quota_from_a_borrower_within_the_grace(teams_clus
         marks = tmp_path / "lender"
         marks.mkdir()
         submitted = time.time()
-        lender = bo.submit_command(["sh", "-c", f"date +%s.%N > {marks}/start-$IRIS_TASK_INDEX; sleep 12"],
-                                   name="lender", priority="batch", **GANG)  # type: ignore[arg-type]  # fmt: skip
+        gate = marks / "go"  # the lender runs until the checks below are done (12 s once could end first)
+        script = f"date +%s.%N > {marks}/start-$IRIS_TASK_INDEX; while [ ! -e {gate} ]; do sleep 0.1; done"
+        lender = bo.submit_command(["sh", "-c", script], name="lender", priority="batch", **GANG)  # type: ignore[arg-type]
         # Written, not only created: the shell makes the file before `date` fills it.
         wait_until(lambda: [p for p in marks.glob("start-*") if p.read_text().strip()][1:], timeout=60,
                    what="nlp's gang starts")  # fmt: skip
@@ -100,6 +101,7 @@ def test_a_lender_reclaims_its_quota_from_a_borrower_within_the_grace(teams_clus
         page = read_page(teams_cluster, "/queue")  # the dashboard's queue: team and estimated start beside the job
         row = page[page.index(f'<tr data-job="{extra.job_id}">') :].split("</tr>")[0]
         assert "team vision" in row and 'class="estimate"' in row
+        gate.touch()
         assert JobState.SUCCEEDED == lender.wait(timeout=60).state
         again = wait_until(lambda: len(list(second.glob("run-*-1"))) == 2, timeout=90, what="the evicted gang reruns")
         assert again

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from iris import IrisClient, ResourceSpec
 from tests.ops.cli import iris
 from tests.support import Cluster, wait_until
+from worker_agent.storage import MARK_SECONDS
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
 
-def test_since_shows_only_what_was_written_after_it(cluster: Cluster, client: IrisClient) -> None:
+def test_since_shows_only_what_was_written_after_it(cluster: Cluster, client: IrisClient, tmp_path: Path) -> None:
     """Lines written before `--since TIME` are left out; with a duration reaching back past them, all show."""
-    script = "for i in 1 2 3; do echo early-$i; done; sleep 4; echo late-1; echo late-2"
+    gate = tmp_path / "go"  # the late lines are written once the test has passed the cut, whatever the load
+    wait = f"while [ ! -e {gate} ]; do sleep 0.1; done"
+    script = f"for i in 1 2 3; do echo early-$i; done; {wait}; echo late-1; echo late-2"
     job = client.submit_command(["sh", "-c", script], name="since", resources=SMALL)
     seen = wait_until(lambda: "early-3" in client.fetch_task_logs(job.job_id, 0) and time.time(), timeout=60)
-    cut = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(seen + 1.5)) + f".{int((seen + 1.5) % 1 * 1e6):06d}"
+    # `--since` knows when lines were written to within MARK_SECONDS: the cut and the late lines a mark apart.
+    cut_at = seen + MARK_SECONDS + 0.5
+    cut = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(cut_at)) + f".{int(cut_at % 1 * 1e6):06d}"
+    wait_until(lambda: time.time() > cut_at + MARK_SECONDS + 0.5, timeout=10, what="a mark past the cut")
+    gate.touch()
     job.wait(timeout=60)
     late = iris(cluster, "job", "logs", job.job_id, "--since", cut)
     assert 0 == late.returncode, late.stderr

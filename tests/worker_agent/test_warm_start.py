@@ -245,11 +245,16 @@ async def test_a_task_that_sets_start_up_variables_starts_fresh(
 @pytest.mark.skipif(os.geteuid() != 0, reason="running tasks as another user needs root")
 async def test_a_forked_task_runs_as_the_task_user(log_store: LogStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """As root, the child becomes `nobody` with its own group only, and writes its result to its own area."""
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
     user = TaskUser.lookup("nobody")
-    runtime = ProcessRuntime(run_as=user)
     root = Path(tempfile.mkdtemp(prefix="iris-warm-test-"))  # the task user must reach its area, as on a worker
     os.chmod(root, 0o711)  # noqa: PTH101 - not blocking I/O worth a thread
+    # And the runner's code, which the child reads as `nobody` (the agent refuses to start where it cannot,
+    # worker_agent/runtimes/task_user_check.py): a copy, since the checkout may sit in a 0700 directory.
+    code = root / "code"
+    shutil.copytree(REPO_ROOT / "worker_agent", code / "worker_agent", ignore=shutil.ignore_patterns("__pycache__"))
+    code.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", str(code))
+    runtime = ProcessRuntime(run_as=user)
     try:
         assert await runtime.warm_up()
         ended, own, area = await _run(runtime, root, log_store, _facts)
