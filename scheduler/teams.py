@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from functools import partial
+from operator import attrgetter, is_
 
 from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
@@ -223,7 +224,7 @@ class TeamPass:
             used[2] += request.gpus * count
             used[3] += request.tpus * count
         sizes = list(map(attrgetter("capacity"), workers))  # summed in C: ten thousand workers are one pass each
-        if None in sizes:
+        if any(map(partial(is_, None), sizes)):  # `None in sizes` would call each Resources' __eq__
             sizes = [w.free if r is None else r for r, w in zip(sizes, workers, strict=True)]
         self.fleet = [sum(map(attrgetter(name), sizes)) for name in ("cpu_millis", "memory_bytes", "gpus", "tpus")]
         self.dims = [d for d, c in enumerate(self.covered) if c]
