@@ -291,7 +291,7 @@ class Reservations:
         state.free_tpu[row] += entry.tpus
         tree = state.trees[state.index.class_of[row]]
         if tree is not None:
-            tree.update(
+            tree.give_back(
                 state.position[row], state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row]
             )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,28 +177,62 @@ def test_fragmented_case_best_fit_beats_first_fit() -> None:
     assert len({a.job_id for a in ours.assignments} & gangs) > len({a.job_id for a in theirs} & gangs)
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.tuples(*[st.integers(-1, 3)] * 4), min_size=1, max_size=20),
-    st.lists(st.tuples(st.integers(0, 19), *[st.integers(-1, 3)] * 4), max_size=10),
-    st.tuples(*[st.integers(0, 3)] * 4),
+_FREE = st.one_of(st.tuples(*[st.integers(0, 3)] * 4), st.just((-1, -1, -1, -1)))  # free, or held (-1 in all)
+_AMOUNT = st.tuples(*[st.integers(0, 2)] * 4)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("find"), st.tuples(*[st.integers(0, 3)] * 4)),
+        st.tuples(st.just("take"), st.integers(0, 39), _AMOUNT),  # a placement: free capacity only goes down
+        st.tuples(st.just("hold"), st.integers(0, 39)),  # held for a starving job: -1 in every column
+        st.tuples(st.just("give back"), st.integers(0, 39), _AMOUNT),  # a tentative hold undone: up again
+    ),
+    max_size=30,
 )
-def test_capacity_tree_finds_the_first_member_that_fits(
-    free: list[tuple[int, int, int, int]],
-    updates: list[tuple[int, int, int, int, int]],
-    request: tuple[int, int, int, int],
-) -> None:
-    """The pruned descent returns the first member, in order, whose free capacity covers the request."""
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_FREE, min_size=1, max_size=40), _OPS)
+def test_capacity_tree_finds_the_first_member_that_fits(free: list[tuple[int, int, int, int]], ops: list[Any]) -> None:
+    """Through a pass's changes (placements taking capacity, members held, a tentative hold given back),
+    every search returns the first member, in order, whose free capacity covers the request; a held
+    member fits nothing. The tree remembers earlier answers: a stale one would show here."""
     from scheduler.capacity import CapacityTree
 
     columns = [[f[d] for f in free] for d in range(4)]
     tree = CapacityTree(range(len(free)), *columns, bytearray(len(free)))
-    for position, *values in updates:
-        if position < len(free):
-            tree.update(position, *values)
-            for d in range(4):
-                columns[d][position] = values[d]
-    expected = next(
-        (p for p in range(len(free)) if all(columns[d][p] >= request[d] for d in range(4))), -1
-    )
-    assert expected == tree.first_fit(*request)
+
+    def first(request: tuple[int, ...]) -> int:
+        held = columns[0]
+        fits = (p for p in range(len(free)) if held[p] >= 0 and all(columns[d][p] >= request[d] for d in range(4)))
+        return next(fits, -1)
+
+    for op, *args in ops:
+        if op == "find":
+            assert first(args[0]) == tree.first_fit(*args[0])
+            continue
+        position = args[0]
+        if position >= len(free) or columns[0][position] < 0:
+            continue
+        if op == "hold":
+            values = [-1] * 4
+        else:
+            sign = -1 if op == "take" else 1
+            values = [max(0, columns[d][position] + sign * args[1][d]) for d in range(4)]
+        for d in range(4):
+            columns[d][position] = values[d]
+        (tree.give_back if op == "give back" else tree.update)(position, *values)
+
+
+def test_a_capacity_tree_forgets_its_answers_when_capacity_comes_back() -> None:
+    """A tentative hold given back makes room before the answer the tree last gave, or where it had none."""
+    from scheduler.capacity import CapacityTree
+
+    tree = CapacityTree(range(3), [1, 1, 2], [1, 1, 2], [0, 0, 0], [0, 0, 0], bytearray(3))
+    assert tree.first_fit(2, 1, 0, 0) == 2
+    tree.give_back(0, 2, 1, 0, 0)
+    assert tree.first_fit(2, 1, 0, 0) == 0
+    tree.update(0, 0, 0, 0, 0)
+    tree.update(2, 0, 0, 0, 0)
+    assert tree.first_fit(2, 1, 0, 0) == -1
+    tree.give_back(1, 3, 3, 0, 0)
+    assert tree.first_fit(2, 1, 0, 0) == 1
