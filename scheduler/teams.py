@@ -297,11 +297,12 @@ class TeamPass:
 
     def _count(self, name: str, sign: int) -> None:
         """Add (sign 1) or take out (-1) the team's share of the sums over teams: what it lends (`_lends`) and
-        what it borrows. Called twice for every placement of the borrowing walk, so written out."""
+        what it borrows. Called twice for every placement of the borrowing walk, so written out, and only in
+        the dimensions some quota covers (the only ones `borrow_room` reads)."""
         used, quota = self._team(name), self.quota[name]
         cap = self._lend_cap(name)
         lendable, borrowed = self.lendable, self.borrowed
-        for d in range(4):
+        for d in self.dims:
             u, q = used[d], quota[d]
             if u < q:
                 idle = q - u
