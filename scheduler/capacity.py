@@ -71,32 +71,20 @@ class CapacityTree:
         # siblings would. Nothing left of `start` is ever looked at: a climb only ever turns right.
         size = self.size
         node = start + size if start else 1
-        if rg <= 0 and rt <= 0:
-            # Free capacity is never below 0 but for a held member's -1 in every column, which the cpu test
-            # already refuses (rc >= 0): a request of no gpus or tpus needs only cpu and memory tested.
-            while True:
-                if cpu[node] < rc or mem[node] < rm:
-                    while node & 1:
-                        node >>= 1
-                    if not node:
-                        break
-                    node += 1
-                elif node < size:
-                    node *= 2
-                else:
+        # Free capacity is never below 0 but for a held member's -1 in every column, which the cpu test already
+        # refuses (rc >= 0): a request of no gpus or tpus needs only cpu and memory tested.
+        accelerators = rg > 0 or rt > 0
+        while True:
+            if cpu[node] < rc or mem[node] < rm or (accelerators and (gpu[node] < rg or tpu[node] < rt)):
+                while node & 1:
+                    node >>= 1
+                if not node:
                     break
-        else:
-            while True:
-                if cpu[node] < rc or mem[node] < rm or gpu[node] < rg or tpu[node] < rt:
-                    while node & 1:
-                        node >>= 1
-                    if not node:
-                        break
-                    node += 1
-                elif node < size:
-                    node *= 2
-                else:
-                    break
+                node += 1
+            elif node < size:
+                node *= 2
+            else:
+                break
         found = self.known[key] = node - size if node else -1
         return found
 
