@@ -11,8 +11,8 @@ pass. The passes run in pairs back to back, REPEATS pairs (which runs first alte
 other processes falls on both alike; the first ratio printed is the median of the pairs' CPU ratios
 (the steadiest figure when the machine's speed varies), then the medians and the bests. Both outputs
 are checked with `bench.validate`, and the soft constraints' effect is counted: of the tasks whose
-job prefers something, how many run where it holds. Printed figures, not a test: the target is the pass with them within 1.1x of the pass
-without.
+job prefers something, how many run where it holds. Printed figures, not a test: the target is the
+pass with them within 1.1x of the pass without.
 """
 
 from __future__ import annotations
