@@ -22,7 +22,7 @@ from collections.abc import Sequence
 class CapacityTree:
     """Max-segment tree over the free capacity of a list of worker rows (one class, best-fit order)."""
 
-    __slots__ = ("cpu", "gpu", "known", "mem", "rows", "size", "tpu")
+    __slots__ = ("cpu", "gpu", "known", "mem", "size", "tpu")
 
     def __init__(
         self,
@@ -36,7 +36,6 @@ class CapacityTree:
         size = 1
         while size < len(rows):
             size *= 2
-        self.rows = list(rows)
         self.size = size
         self.known: dict[tuple[int, int, int, int], int] = {}  # request -> its last first fit, -1: none
         pad = [-1] * (size - len(rows))

@@ -202,8 +202,9 @@ def test_capacity_tree_finds_the_first_member_that_fits(free: list[tuple[int, in
     tree = CapacityTree(range(len(free)), *columns, bytearray(len(free)))
 
     def first(request: tuple[int, ...]) -> int:
-        held = columns[0]
-        fits = (p for p in range(len(free)) if held[p] >= 0 and all(columns[d][p] >= request[d] for d in range(4)))
+        """The oracle: a scan in member order, skipping held members (-1 cpu, whatever the request)."""
+        cpu = columns[0]
+        fits = (p for p in range(len(free)) if cpu[p] >= 0 and all(columns[d][p] >= request[d] for d in range(4)))
         return next(fits, -1)
 
     for op, *args in ops:
