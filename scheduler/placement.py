@@ -62,6 +62,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 
 from scheduler.attributes import is_number, taint_constraints, value_key, value_kind
 from scheduler.capacity import CapacityTree
@@ -167,6 +169,9 @@ class GangBucket:
     multi_reasons: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
+_GID = attrgetter("gid")
+
+
 def _member_order(worker: WorkerSnapshot) -> tuple[int, float, str]:
     """Sort key inside a group: numeric tpu-worker-id first, then worker id."""
     value = worker.attributes.get(TPU_WORKER_ID)
@@ -209,6 +214,11 @@ class PassState:
         self.feasibility: dict[object, Feasibility] = {}
         self.plain_buckets: dict[tuple[int, Resources], PlainBucket] = {}
         self.gang_buckets: dict[tuple[int, Resources, str], GangBucket] = {}
+        # Per request, the candidates of groups whose members are all feasible: shared by every gang bucket
+        # with that request (a preference's tiers, constraint lists over the same classes), so a group's fit
+        # count is counted once per change, not once per bucket.
+        self.whole_groups: dict[Resources, dict[int, GroupCandidate]] = {}
+        self.class_candidates: dict[tuple[Resources, str, int], list[GroupCandidate]] = {}  # _class_candidates
         # (id of a job's preferences, id of its hard feasibility) -> its preference tiers (scheduler.preferences)
         self.preference_tiers: dict[tuple[int, int], list[Feasibility]] = {}
         self.assignments: list[Assignment] = []
@@ -242,7 +252,7 @@ class PassState:
         for members in self.group_members:
             members.sort(key=lambda row: _member_order(workers[row]))
         self.group_version = [0] * len(self.group_members)
-        self.group_classes: dict[str, tuple[dict[int, list[int]], list[int]]] = {}  # _groups_by_class
+        self.group_classes: dict[str, tuple[dict[int, list[int]], dict[int, list[int]]]] = {}  # _groups_by_class
         self.group_used = [
             any(
                 workers[row].capacity is not None and workers[row].capacity != workers[row].free
@@ -485,52 +495,80 @@ class PassState:
         bucket = self.gang_buckets.get(key)
         if bucket is not None:
             return bucket
-        groups = []
-        gids = self.groups_of_key.get(group_by, ())
+        whole = self.whole_groups.get(job.request)
+        if whole is None:
+            whole = self.whole_groups[job.request] = {}
+        group_members = self.group_members
+        groups: list[GroupCandidate] = []
         if feasibility.classes is not None:  # class-level: a group of one class is all in or all out
-            ok = set(feasibility.classes)
-            class_of = self.index.class_of
             by_class, mixed = self._groups_by_class(group_by)
-            chosen = [gid for class_id in feasibility.classes for gid in by_class.get(class_id, ())]
-            chosen.sort()  # the order of `gids` (ids grow in order of first appearance), for the same ties
-            partial = {}
-            for gid in mixed:
-                members = [row for row in self.group_members[gid] if class_of[row] in ok]
-                if members:
-                    partial[gid] = members
-            if partial:
-                chosen = sorted([*chosen, *partial])
-            groups = [GroupCandidate(gid, partial.get(gid) or self.group_members[gid]) for gid in chosen]
+            touched: set[int] = set()  # mixed groups with a member in a feasible class
+            for class_id in feasibility.classes:
+                gids = by_class.get(class_id)
+                if gids:
+                    groups += self._class_candidates(job.request, group_by, class_id, gids, whole)
+                gids = mixed.get(class_id)
+                if gids:
+                    touched.update(gids)
+            if touched:
+                in_ok, class_of = set(feasibility.classes).__contains__, self.index.class_of.__getitem__
+                for gid in touched:
+                    members = group_members[gid]
+                    feasible = list(compress(members, map(in_ok, map(class_of, members))))
+                    groups.append(self._candidate(gid, feasible, whole))
+            groups.sort(key=_GID)  # the order of `gids` (ids grow in order of first appearance), for the same ties
         else:
             if feasibility.mask is None:
                 mask = bytearray(len(self.workers))
                 for row in self.rows(feasibility):
                     mask[row] = 1
                 feasibility.mask = mask
-            mask = feasibility.mask
-            for gid in gids:
-                members = [row for row in self.group_members[gid] if mask[row]]
-                if members:
-                    groups.append(GroupCandidate(gid, members))
+            in_mask = feasibility.mask.__getitem__
+            for gid in self.groups_of_key.get(group_by, ()):
+                members = group_members[gid]
+                kept = list(compress(members, map(in_mask, members)))
+                if kept:
+                    groups.append(self._candidate(gid, kept, whole))
         bucket = GangBucket(feasibility, job.request, group_by, groups, list(groups))
         self.gang_buckets[key] = bucket
         return bucket
 
-    def _groups_by_class(self, group_by: str) -> tuple[dict[int, list[int]], list[int]]:
+    def _candidate(self, gid: int, feasible: list[int], whole: dict[int, GroupCandidate]) -> GroupCandidate:
+        """The group's candidate for a bucket whose feasible members are `feasible`: the request's shared one
+        (`whole_groups`) when they are all its members."""
+        if len(feasible) < len(self.group_members[gid]):
+            return GroupCandidate(gid, feasible)
+        candidate = whole.get(gid)
+        if candidate is None:
+            candidate = whole[gid] = GroupCandidate(gid, self.group_members[gid])
+        return candidate
+
+    def _class_candidates(
+        self, request: Resources, group_by: str, class_id: int, gids: list[int], whole: dict[int, GroupCandidate]
+    ) -> list[GroupCandidate]:
+        """The shared candidates of a class's groups (`gids`, all members of that class) for a request."""
+        key = (request, group_by, class_id)
+        found = self.class_candidates.get(key)
+        if found is None:
+            found = self.class_candidates[key] = [self._candidate(gid, self.group_members[gid], whole) for gid in gids]
+        return found
+
+    def _groups_by_class(self, group_by: str) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
         """A group key's groups whose members share one worker class (a slice's hosts do), by that class,
-        and the others (mixed), each in id order; built once per key and pass."""
+        and the others (mixed) under each class they have a member of, each in id order; built once per key
+        and pass, so a bucket looks only at the mixed groups its classes touch."""
         found = self.group_classes.get(group_by)
         if found is None:
             class_of = self.index.class_of
             by_class: dict[int, list[int]] = {}
-            mixed: list[int] = []
+            mixed: dict[int, list[int]] = {}
             for gid in self.groups_of_key.get(group_by, ()):
-                members = self.group_members[gid]
-                first = class_of[members[0]]
-                if all(class_of[row] == first for row in members):
-                    by_class.setdefault(first, []).append(gid)
+                classes = set(map(class_of.__getitem__, self.group_members[gid]))
+                if len(classes) == 1:
+                    by_class.setdefault(classes.pop(), []).append(gid)
                 else:
-                    mixed.append(gid)
+                    for class_id in classes:
+                        mixed.setdefault(class_id, []).append(gid)
             found = self.group_classes[group_by] = (by_class, mixed)
         return found
 

@@ -32,6 +32,11 @@ class Op(StrEnum):
     NOT_IN = "NOT_IN"  # the attribute is present and equals none of them
 
 
+# An operator by its name or itself (a member hashes and compares as its name): construction's lookup,
+# cheaper than calling the enum (constraints are built for every job of every snapshot).
+_OPS: Mapping[str, Op] = {op.value: op for op in Op}
+
+
 class Band(StrEnum):
     """Priority bands, highest first: production > interactive > batch (the default is interactive)."""
 
@@ -84,16 +89,18 @@ def _value_list(key: str, op: Op, value: object) -> tuple[AttrValue, ...]:
         raise ValueError(f"constraint {key} {op} needs at least one value, got an empty list")
     out: list[AttrValue] = []
     seen: set[tuple[str, AttrValue]] = set()
+    kinds: set[str] = set()
     for item in items:
         if not isinstance(item, (str, int, float, bool)):
             raise ValueError(
                 f"constraint values for {key!r} must be str, int, float or bool, got {type(item).__name__}"
             )
-        ident = (value_kind(item), item)
+        kind = value_kind(item)
+        ident = (kind, item)
         if ident not in seen:
             seen.add(ident)
+            kinds.add(kind)
             out.append(item)
-    kinds = {value_kind(item) for item in out}
     if len(kinds) > 1:
         shown = " and ".join(_KIND_NAMES[k] for k in sorted(kinds))
         raise ValueError(f"constraint values for {key!r} must all be of one type, got {shown}: {value!r}")
@@ -162,12 +169,9 @@ class Constraint:
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise ValueError(f"constraint key must be a non-empty string, got {self.key!r}")
-        try:
-            op = Op(self.op)
-        except ValueError:
-            raise ValueError(
-                f"constraint op for {self.key!r} must be one of {', '.join(Op)}, got {self.op!r}"
-            ) from None
+        op = _OPS.get(self.op) if isinstance(self.op, str) else None
+        if op is None:
+            raise ValueError(f"constraint op for {self.key!r} must be one of {', '.join(Op)}, got {self.op!r}")
         object.__setattr__(self, "op", op)
         if not isinstance(self.soft, bool):
             raise ValueError(f"constraint soft for {self.key!r} must be True or False, got {self.soft!r}")

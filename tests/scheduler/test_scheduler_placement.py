@@ -201,3 +201,34 @@ def test_identical_plain_jobs_share_work_and_fill_in_order() -> None:
         {a.job_id for a in result.assignments}, key=lambda s: int(s[1:])
     )
     assert {"0/3 workers: 3 have < 1 free cpu"} == {result.pending_reasons[f"j{i}"] for i in range(6, 10)}
+
+
+def test_gangs_see_only_the_hosts_of_a_slice_their_constraints_allow() -> None:
+    """A slice whose hosts differ in an attribute (two zones) hosts a gang constrained to one zone only on that
+    zone's hosts, while a gang of the same request constrained otherwise, or not at all, sees the others."""
+    hosts = [
+        worker(f"s0-w{i}", cpu=16, tpus=4, tpu_name="s0", tpu_worker_id=i, zone="a" if i < 2 else "b")
+        for i in range(4)
+    ]
+    in_a = (Constraint("zone", Op.EQ, "a"),)
+    in_any = (Constraint("zone", Op.IN, ["a", "b"]),)
+    too_big = find_assignments(hosts, [job("a3", 3, cpu=8, tpus=4, constraints=in_a, group_by="tpu-name")])
+    assert not too_big.assignments
+    assert "a3" in too_big.pending_reasons
+    result = find_assignments(
+        hosts,
+        [
+            job("a2", 2, cpu=8, tpus=4, constraints=in_a, group_by="tpu-name"),
+            job("any2", 2, cpu=8, tpus=4, constraints=in_any, group_by="tpu-name"),
+        ],
+    )
+    assert placed(result, "a2") == {0: "s0-w0", 1: "s0-w1"}
+    assert placed(result, "any2") == {0: "s0-w2", 1: "s0-w3"}
+    # The same slice, nothing constrained: the gang of four takes it whole; a zone-a gang then finds it full.
+    whole = find_assignments(
+        hosts,
+        [job("all4", 4, cpu=8, tpus=4, group_by="tpu-name"), job("a1", 1, cpu=8, tpus=4, constraints=in_a,
+                                                                      group_by="tpu-name")],
+    )  # fmt: skip
+    assert sorted(placed(whole, "all4").values()) == [f"s0-w{i}" for i in range(4)]
+    assert placed(whole, "a1") == {}
