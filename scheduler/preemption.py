@@ -124,6 +124,7 @@ class Preemption:
         self.on_row: dict[int, list[Unit]] = {}  # built per worker on first use: most are never looked at
         self.gangs_on_row: dict[int, list[Unit]] = {}
         self.plain_on: dict[str, list[tuple[RunningJob, RunningTask, int]]] = {}  # by worker id
+        self.per_hour: dict[str, float] = {}  # a plain job's credits per task-hour, by job id (units_on)
         self.min_rank = PRODUCTION_RANK
         for job in share.running:
             rank = BAND_RANK[job.band]
@@ -246,11 +247,14 @@ class Preemption:
         if units is not None:
             return units
         units = list(self.gangs_on_row.get(row, ()))
-        rates, now = self.share.policy.rates, self.share.now
+        per_hour, now = self.per_hour, self.share.now
         teams = self.teams is not None
         cuts = self.borrowed.cuts  # a team with no cut has nothing borrowed
         for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
-            lost = rates.per_hour(job.request) * max(0.0, now - task.started_at) / 3600
+            rate = per_hour.get(job.job_id)
+            if rate is None:
+                rate = per_hour[job.job_id] = self.share.policy.rates.per_hour(job.request)
+            lost = rate * max(0.0, now - task.started_at) / 3600
             unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
             if teams:  # its team, and whether it is borrowed (use_teams)
                 unit.team = team = self.team_by_job.get(job.job_id, "")
@@ -473,6 +477,12 @@ class Preemption:
         counts it in when so. Another team's unit goes only while that team stays over its quota."""
         if self.ctx is not None and unit.team != self.ctx[0] and not self._eligible(unit, rank, taken):
             return False
+        self._count_in(unit, taken)
+        return True
+
+    @staticmethod
+    def _count_in(unit: Unit, taken: dict[str, list[int]]) -> None:
+        """Add the unit's usage to its team's in `taken` (the victims a search chose so far, per team)."""
         usage = unit.usage()
         found = taken.get(unit.team)
         if found is None:
@@ -480,7 +490,6 @@ class Preemption:
         else:
             for d in range(4):
                 found[d] += usage[d]
-        return True
 
     # -- plain tasks ----------------------------------------------------------
 
@@ -543,10 +552,10 @@ class Preemption:
         chosen: list[Unit] = []
         taken: dict[str, list[int]] | None = {} if self.ctx is not None else None
         for unit in self.units_on(row):
-            if not self._eligible(unit, rank):
+            if not self._eligible(unit, rank, taken):  # with teams, also against what was chosen so far
                 continue
-            if taken is not None and not self._choose(unit, rank, taken):
-                continue
+            if taken is not None:
+                self._count_in(unit, taken)
             _add(extra, unit, 1)
             chosen.append(unit)
             if self._fits(row, request, extra):

@@ -133,7 +133,8 @@ def find_assignments(
                 preemption.ctx = (team, True)
         placed = _try(state, job, policy, preemption, bands)
         if teams is not None:
-            teams.placed(team, job.request, placed, borrowing=False)
+            if placed:
+                teams.placed(team, job.request, placed, borrowing=False)
             if placed < len(job.task_indices) and deferred and deferred[-1].job_id == job.job_id:
                 deferred.pop()  # its part within quota waits already: the rest waits with it (same reason)
         if fair is not None and placed:
