@@ -507,19 +507,18 @@ class Preemption:
         if heap is None:
             heap = self.plain_heaps[memo] = []
             for row in self.search_rows() & feasible:
-                cost = self._row_cost(row, request, rank)
-                if cost is not None:
-                    heap.append((cost[0], row))
+                floor = self._row_floor(row, request, rank)
+                if floor is not None:
+                    heap.append((floor, row))
             heapq.heapify(heap)
         for index in indices:
             row = next((r for r in pool if r in feasible and self._fits(r, request, pool)), -1)
             if row < 0:
-                row = self._cheapest_row(heap, request, rank)
-                if row < 0:
+                cheapest = self._cheapest_row(heap, request, rank)
+                if cheapest is None:
                     self.plain_failed.add(memo)
                     break
-                found = self._row_cost(row, request, rank)
-                assert found is not None
+                row, found = cheapest
                 for unit in found[1]:
                     _add(pool, unit, 1)
                 self._evict(found[1], job, rank)
@@ -528,8 +527,14 @@ class Preemption:
             state.assignments.append(Assignment(job.job_id, index, state.workers[row].worker_id))
         return victims
 
-    def _cheapest_row(self, heap: list[tuple[Cost, int]], request: Resources, rank: int) -> int:
-        """Pop rows until one's stored cost is still its cost now (costs only rise in a pass); -1 if none."""
+    def _cheapest_row(
+        self, heap: list[tuple[Cost, int]], request: Resources, rank: int
+    ) -> tuple[int, tuple[Cost, list[Unit]]] | None:
+        """The row whose victims cost least now, and them; None if no row has any.
+
+        A stored cost is a floor: a row's cost when stored or a bound below it (`_row_floor`), and costs only
+        rise in a pass. So the row on top is taken once its cost now is what it stored: every other row's cost
+        is at least its stored one, which is no less. Ties go to the lower row, as if every cost were exact."""
         while heap:
             cost, row = heap[0]
             now = self._row_cost(row, request, rank)
@@ -537,10 +542,25 @@ class Preemption:
                 heapq.heappop(heap)
             elif now[0] == cost:
                 heapq.heappop(heap)
-                return row
+                return row, now
             else:
                 heapq.heapreplace(heap, (now[0], row))
-        return -1
+        return None
+
+    def _row_floor(self, row: int, request: Resources, rank: int) -> Cost | None:
+        """A bound below the row's cost (`_row_cost`) without choosing its victims, or None if it has none.
+
+        Units are sorted cheapest first (band rank, credits lost, tasks), so any victims the search could choose
+        cost at least the first eligible unit alone: a higher rank, or as many credits and tasks or more. Most
+        rows are never reached by the search; theirs stays a bound."""
+        if self.state.reserved[row]:
+            return None
+        if self._fits(row, request, {}):
+            return (-1, 0.0, 0)
+        for unit in self.units_on(row):
+            if self._eligible(unit, rank):
+                return (unit.rank, unit.lost, len(unit.indices))
+        return None
 
     def _row_cost(self, row: int, request: Resources, rank: int) -> tuple[Cost, list[Unit]] | None:
         """Greedy-then-prune victims on one worker that make one task fit there, or None."""
