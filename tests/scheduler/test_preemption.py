@@ -156,6 +156,18 @@ def test_fewest_tasks_break_a_tie_in_lost_work() -> None:
     assert {0: "one"} == placed(result, "p")
 
 
+def test_the_worker_whose_victims_lose_least_in_all_is_chosen() -> None:
+    """Worker "pair" runs two 2-core tasks for 60 s, "single" one 4-core task for 45 s: making room on "pair"
+    loses 120 core-seconds of work (though either of its tasks alone loses less than "single"'s), on "single"
+    90: the single task is evicted."""
+    pair, single = worker("pair", cpu=4), worker("single", cpu=4)
+    two = running("x/two", [pair, pair], request=Resources(2000, GIB // 2), started_at=NOW - 60, coscheduled=False)
+    one = running("y/one", [single], request=CPU_TASK, started_at=NOW - 45, coscheduled=False)
+    result = find_assignments(occupied([pair, single], two, one), [job("p", cpu=4)], share=share(two, one))
+    assert [("y/one", (0,))] == [(e.job_id, e.task_indices) for e in result.evictions]
+    assert {0: "single"} == placed(result, "p")
+
+
 def test_only_the_plain_tasks_needed_are_evicted() -> None:
     """Two interactive 4-core tasks evict two of the four batch tasks of a sweep, and say so."""
     hosts = [worker(f"w{i}", cpu=4) for i in range(4)]
