@@ -8,6 +8,7 @@ use, so suites that never ask for it never pay for it.
 
 from __future__ import annotations
 
+import compileall
 import os
 from collections.abc import Iterator
 from functools import cache
@@ -69,6 +70,22 @@ LONGEST_FIRST = (
     "faults/test_dependency_restarts.py", "runtimes/test_agents_in_containers.py", "e2e/test_waves.py",
     "e2e/test_bench_smoke.py", "hostile/test_clean_exit.py", "auth/test_team_mode.py", "hostile/test_cli_errors.py",
 )
+
+
+# The project's packages: what the processes the suite starts (commands, controllers, agents, tasks) import.
+PACKAGES = ("iris", "workflows", "activities", "scheduler", "worker_agent", "benchmarks")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the project's modules once, before the run starts its processes.
+
+    The suite starts hundreds of Python processes. Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE
+    set, as on CI machines) each would compile every module it imports again: ~0.3 s of CPU per `iris`
+    command on this kind of machine. Compiled here once, they all read the result."""
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: its controller compiled before starting it
+    for package in PACKAGES:
+        compileall.compile_dir(TESTS.parent / package, quiet=1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
