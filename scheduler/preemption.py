@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from itertools import repeat
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, cast
 
 from scheduler.sharing import RunningJob, RunningTask, ShareSnapshot
-from scheduler.teams import Borrowed, Entry, TeamPass, borrowed_units
+from scheduler.teams import Borrowed, RunningColumns, TeamPass, borrowed_units
 from scheduler.types import BAND_RANK, Assignment, Band, Eviction, PendingJob, Resources, WorkerSnapshot
 
 if TYPE_CHECKING:
@@ -58,10 +59,11 @@ Extra = list[int]  # cpu, memory, gpus, tpus a worker gains when its victims go
 class Unit:
     """What is evicted together: a whole running gang, or one task of a plain job.
 
-    `order` sorts cheapest first: lowest band, least lost, fewest tasks (ids make it total).
+    `cheapest_first` sorts them: lowest band, least lost, fewest tasks (ids make it total). A search builds
+    thousands of plain units: their fields are all they hold, so few objects outlive it.
     """
 
-    __slots__ = ("band", "borrowed", "evicted", "indices", "job_id", "lost", "order", "rank", "request", "rows", "team")
+    __slots__ = ("band", "borrowed", "evicted", "indices", "job_id", "lost", "rank", "request", "rows", "team")
 
     def __init__(
         self,
@@ -81,7 +83,6 @@ class Unit:
         self.request = request
         self.lost = lost  # credits its tasks used since they started, thrown away by a restart
         self.evicted = False
-        self.order = (rank, lost, len(indices), job_id, indices)
         self.team = ""  # with teams (scheduler.teams): the unit's team and whether it runs on borrowed capacity
         self.borrowed = False
 
@@ -89,6 +90,11 @@ class Unit:
         """What the unit holds in all: its request times its tasks."""
         r, n = self.request, len(self.indices)
         return [r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n]
+
+
+def cheapest_first(unit: Unit) -> tuple[int, float, int, str, tuple[int, ...]]:
+    """A unit's sort key: lowest band, least lost, fewest tasks, then its job id and task indices."""
+    return (unit.rank, unit.lost, len(unit.indices), unit.job_id, unit.indices)
 
 
 def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
@@ -101,6 +107,34 @@ def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
         e[1] += sign * r.memory_bytes
         e[2] += sign * r.gpus
         e[3] += sign * r.tpus
+
+
+def _borrowed_workers(
+    borrowed: Borrowed,
+    jobs: Sequence[tuple[str, str, bool, tuple[int, ...], tuple[str, ...], tuple[float, ...]]],
+    gang_start: dict[str, float],
+) -> list[str]:
+    """The workers of the borrowed units among `jobs` (team, job id, gang?, and its tasks' indices, workers and
+    starts as columns): the only places, with the searching team's own, where a reclaim finds a victim.
+
+    A plain task is borrowed when (start, job id) comes after its team's cut (`Borrowed`); per job that is one
+    comparison of every start with the cut's, run in C, but for the job at the cut itself."""
+    out: list[str] = []
+    for team, job_id, gang, indices, workers, starts in jobs:
+        cut = borrowed.cuts.get(team)
+        if cut is None:
+            continue
+        if gang:
+            if borrowed(team, job_id, gang_start[job_id], -1):
+                out.extend(workers)
+            continue
+        cut_start, cut_job = cut
+        if job_id == cut_job:
+            out.extend(w for w, s, i in zip(workers, starts, indices, strict=True) if borrowed(team, job_id, s, i))
+            continue
+        after = operator.ge if job_id > cut_job else operator.gt  # (start, job id) > cut
+        out.extend(compress(workers, map(after, starts, repeat(cut_start))))
+    return out
 
 
 def _cost(units: Sequence[Unit]) -> Cost:
@@ -125,6 +159,7 @@ class Preemption:
         self.gangs_on_row: dict[int, list[Unit]] = {}
         self.plain_on: dict[str, list[tuple[RunningJob, RunningTask, int]]] = {}  # by worker id
         self.per_hour: dict[str, float] = {}  # a plain job's credits per task-hour, by job id (units_on)
+        self._singles: dict[int, tuple[int]] = {}  # (i,) for task index i, one tuple for every unit of that index
         self.min_rank = PRODUCTION_RANK
         for job in share.running:
             rank = BAND_RANK[job.band]
@@ -170,13 +205,14 @@ class Preemption:
     def use_teams(self, teams: TeamPass) -> None:
         """Account for teams: tag units with their team and mark the borrowed ones (oldest first within quota)."""
         self.teams = teams
-        by_team: dict[str, list[Entry]] = {}
-        team_of = teams.teams.team_of
+        by_team: dict[str, list[RunningColumns]] = {}
+        team_of = teams.team_of
         self.team_by_job = team_by_job = {}
         gang_start: dict[str, float] = {}
         over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
         row_of, rows_of_team = self.row_of, self._rows_of_team
         workers_of_team: dict[str, set[str]] = {}
+        over_jobs: list[tuple[str, str, bool, tuple[int, ...], tuple[str, ...], tuple[float, ...]]] = []
         # Per job, its tasks' columns (RunningTask is a tuple: transposed in C, not a Python loop per task).
         for job in self.share.running:
             tasks = job.tasks
@@ -193,26 +229,17 @@ class Preemption:
                 if job.coscheduled:
                     gang_start[job.job_id] = 0.0
                 continue
-            entries = by_team.get(team)
-            if entries is None:
-                entries = by_team[team] = []
+            jobs = by_team.get(team)
+            if jobs is None:
+                jobs = by_team[team] = []
+            over_jobs.append((team, job.job_id, job.coscheduled, indices, worker_ids, starts))
             r = job.request
-            c, m, g, t = r.cpu_millis, r.memory_bytes, r.gpus, r.tpus
-            n = len(tasks)
-            job_id = job.job_id
             if job.coscheduled:
-                start = gang_start[job_id] = min(starts)
-                entries.append((start, job_id, 0, c * n, m * n, g * n, t * n, 1, ()))
-                continue
-            first = starts[0]
-            if starts.count(first) == n:  # placed in one pass: one entry
-                entries.append((first, job_id, 0, c, m, g, t, n, indices))
-                continue
-            # Started at different times: an entry per task, built in C (borrowed_units finds the cut inside a
-            # group of tasks started together all the same).
-            per_task = zip(starts, repeat(job_id), repeat(0), repeat(c), repeat(m), repeat(g), repeat(t), repeat(1),
-                           zip(indices))  # fmt: skip
-            entries.extend(cast("Iterator[Entry]", per_task))
+                n = len(tasks)
+                start = gang_start[job.job_id] = min(starts)
+                jobs.append((job.job_id, (r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n), (), (start,)))
+            else:
+                jobs.append((job.job_id, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus), indices, starts))
         row_or_none: Callable[[str], int | None] = row_of.get
         for team, ids in workers_of_team.items():
             rows = set(map(row_or_none, ids))
@@ -224,7 +251,9 @@ class Preemption:
                 if not gang.team:
                     gang.team = team = team_by_job.get(gang.job_id, "")
                     gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
-        self._borrowed_rows = set().union(*(rows_of_team[name] for name in over if name in rows_of_team))
+        rows = set(map(row_or_none, _borrowed_workers(borrowed, over_jobs, gang_start)))
+        rows.discard(None)
+        self._borrowed_rows = cast(set[int], rows)
 
     def _eligible(self, unit: Unit, rank: int, chosen: dict[str, list[int]] | None = None) -> bool:
         """Whether the search under way may evict `unit` (band rule; with teams, the reclaim rules too)."""
@@ -250,17 +279,22 @@ class Preemption:
         per_hour, now = self.per_hour, self.share.now
         teams = self.teams is not None
         cuts = self.borrowed.cuts  # a team with no cut has nothing borrowed
+        rows = (row,)  # shared by the row's plain units, as their task indices are by all units of one index
+        singles = self._singles
         for job, task, rank in self.plain_on.get(self.state.workers[row].worker_id, ()):
             rate = per_hour.get(job.job_id)
             if rate is None:
                 rate = per_hour[job.job_id] = self.share.policy.rates.per_hour(job.request)
             lost = rate * max(0.0, now - task.started_at) / 3600
-            unit = Unit(job.job_id, job.band, rank, (task.task_index,), (row,), job.request, lost)
+            indices = singles.get(task.task_index)
+            if indices is None:
+                indices = singles[task.task_index] = (task.task_index,)
+            unit = Unit(job.job_id, job.band, rank, indices, rows, job.request, lost)
             if teams:  # its team, and whether it is borrowed (use_teams)
                 unit.team = team = self.team_by_job.get(job.job_id, "")
                 unit.borrowed = team in cuts and self.borrowed(team, job.job_id, task.started_at, task.task_index)
             units.append(unit)
-        units.sort(key=lambda u: u.order)
+        units.sort(key=cheapest_first)
         self.on_row[row] = units
         return units
 
@@ -394,14 +428,16 @@ class Preemption:
             heap = []
             for position, group in enumerate(bucket.all_groups):
                 if len(group.members) >= need:
-                    found = self._gang_in_group(group, bucket.request, need, rank)
-                    if found is not None:
-                        heap.append((found[0], position))
+                    floor = self._group_floor(group, bucket.request, need, rank)
+                    if floor is not None:
+                        heap.append((floor, position))
             heapq.heapify(heap)
             self.gang_heaps[memo, need] = heap
         best: tuple[Cost, GroupCandidate, list[Unit], dict[int, Extra]] | None = None
         chosen = -1
-        while heap:  # lazy: a group's cost only rises in a pass, so a stored cost that still holds is the least
+        # Lazy: a stored cost is a floor (`_group_floor`, or the group's cost when stored) and costs only rise in
+        # a pass, so the group on top whose cost now is what it stored is the cheapest (ties: the lower position).
+        while heap:
             cost, position = heap[0]
             group = bucket.all_groups[position]
             found = self._gang_in_group(group, bucket.request, need, rank)
@@ -428,6 +464,28 @@ class Preemption:
             heapq.heappush(heap, (again[0], chosen))
         return victims
 
+    def _group_floor(self, group: GroupCandidate, request: Resources, need: int, rank: int) -> Cost | None:
+        """A bound below the group's cost (`_gang_in_group`) without choosing its victims, or None if it has none.
+
+        As for a row (`_row_floor`): any victims chosen cost at least the cheapest eligible unit alone, and
+        none are needed where `need` members fit already. Most groups are never reached by the search."""
+        if self.ctx is not None and self.teams is not None and self.search_rows().isdisjoint(group.members):
+            return None
+        cheapest: Cost | None = None
+        for row in group.members:
+            for unit in self.units_on(row):  # cheapest first: the first eligible one is the row's least
+                if self._eligible(unit, rank):
+                    cost = (unit.rank, unit.lost, len(unit.indices))
+                    if cheapest is None or cost < cheapest:
+                        cheapest = cost
+                    break
+        if cheapest is None:
+            return None
+        fits = self._fits
+        if sum(1 for row in group.members if fits(row, request, {})) >= need:
+            return (-1, 0.0, 0)
+        return cheapest
+
     def _gang_in_group(
         self, group: GroupCandidate, request: Resources, need: int, rank: int
     ) -> tuple[Cost, list[Unit], dict[int, Extra]] | None:
@@ -446,7 +504,7 @@ class Preemption:
         fitting = sum(1 for row in members if self._fits(row, request, extra))
         chosen: list[Unit] = []
         taken: dict[str, list[int]] | None = {} if self.ctx is not None else None
-        for unit in sorted(seen.values(), key=lambda u: u.order):
+        for unit in sorted(seen.values(), key=cheapest_first):
             if fitting >= need:
                 break
             touched = set(unit.rows).intersection(members)

@@ -134,7 +134,7 @@ def find_assignments(
         placed = _try(state, job, policy, preemption, bands)
         if teams is not None:
             if placed:
-                teams.placed(team, job.request, placed, borrowing=False)
+                teams.placed(team, job.request, placed)
             if placed < len(job.task_indices) and deferred and deferred[-1].job_id == job.job_id:
                 deferred.pop()  # its part within quota waits already: the rest waits with it (same reason)
         if fair is not None and placed:
@@ -155,7 +155,8 @@ def find_assignments(
             if preemption is not None:
                 preemption.ctx = (team, False)
             placed = _try(state, part, policy, preemption, bands)
-            teams.placed(team, job.request, placed, borrowing=True)
+            if placed:
+                teams.placed(team, job.request, placed)
             if k < n and placed == k:
                 state.reasons[job.job_id] = f"placed {k} of {n} tasks beyond team {team}'s quota; {why}"
             elif placed < len(part.task_indices) and job.job_id in state.reasons:

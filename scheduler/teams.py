@@ -36,12 +36,12 @@ The rules (decided here and in the pass, carried out by the workflows)
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import accumulate
-from operator import attrgetter, is_, itemgetter, mul
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, is_not, mul, sub
 
 from scheduler.types import BAND_RANK, Band, Resources, WorkerSnapshot
 
@@ -129,9 +129,9 @@ class Teams:
 NO_TEAMS = Teams()
 
 
-# A team's running unit (a gang, or one task of a plain job), or several plain tasks of one job started at once:
-# (started, job id, 0, cpu, memory, gpus, tpus of one unit, units, their task indices: empty for a gang).
-Entry = tuple[float, str, int, int, int, int, int, int, tuple[int, ...]]
+# A running job of a team, as columns: its id, one unit's usage (cpu, memory, gpus, tpus), its units' task
+# indices and their starts. A gang is one unit: no indices, its whole usage, the start of its first task.
+RunningColumns = tuple[str, tuple[int, int, int, int], tuple[int, ...], tuple[float, ...]]
 
 
 def over(used: Sequence[int], limit: Sequence[int], covered: Sequence[bool]) -> bool:
@@ -158,47 +158,60 @@ class Borrowed:
         return (job_id, started) in self.whole or (job_id, task_index) in self.some
 
 
-def borrowed_units(entries_by_team: Mapping[str, list[Entry]], teams: Teams) -> Borrowed:
-    """Each team's borrowed units, oldest first: the one that crosses its quota and every newer one.
-    Sorts the lists in place.
+def borrowed_units(jobs_by_team: Mapping[str, list[RunningColumns]], teams: Teams) -> Borrowed:
+    """Each team's borrowed units, oldest first (start, then job id, then task index): the one that takes the
+    team beyond its quota and every newer one.
 
-    The crossing entry is found from running sums per covered dimension (built and searched in C: a team far
-    over its quota lists thousands of entries)."""
+    Found without an entry per running task (a team far over its quota runs thousands; their tuples cost more
+    in collections than in building): the cut's start is bisected over the team's starts (the usage up to a
+    start is summed per job by bisecting its own sorted starts), then the jobs with a unit at that start are
+    walked in job id order, and of the one that crosses, the tasks in index order."""
     dims = [d for d, c in enumerate(teams.covered()) if c]
     out = Borrowed()
-    whole, some = out.whole, out.some
-    counts = itemgetter(7)
-    for name, entries in entries_by_team.items():
-        if not entries:
+    for name, jobs in jobs_by_team.items():
+        if not jobs or not dims:
             continue
         quota = vector(teams.get(name).quota)
-        entries.sort()
-        sums: dict[int, list[int]] = {}  # per covered dimension, the usage of the entries up to each
-        i = len(entries)  # the first entry that takes the team beyond its quota in some dimension
-        for d in dims:
-            sums[d] = running = list(accumulate(map(mul, map(itemgetter(3 + d), entries), map(counts, entries))))
-            i = min(i, bisect_right(running, quota[d]))
-        if i == len(entries):
+        starts_of = [sorted(starts) for _, _, _, starts in jobs]  # per job, its units' starts in order
+        usage_of = [[usage[d] for _, usage, _, _ in jobs] for d in range(4)]  # per dimension, per job, one unit's
+        points = sorted(set(chain.from_iterable(starts_of)))
+        lo, hi = 0, len(points)  # the first start by which the team's units exceed its quota
+        while lo < hi:
+            mid = (lo + hi) // 2
+            counts = list(map(bisect_right, starts_of, repeat(points[mid])))  # each job's units started by then
+            if any(sum(map(mul, usage_of[d], counts)) > quota[d] for d in dims):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(points):
             continue  # within its quota after all
-        e = entries[i]
-        unit, k = (e[3], e[4], e[5], e[6]), e[7]
-        fits = k  # how many of the entry's units still fit within the quota
-        for d in dims:
-            one = unit[d]
-            if one:
-                before = sums[d][i - 1] if i else 0
-                fits = min(fits, max(0, (quota[d] - before) // one))
-        out.cuts[name] = (e[0], e[1])
-        if not e[8]:  # a gang: one unit
-            whole.add((e[1], e[0]))
-            continue
-        borrowed = sorted(e[8])[fits:]
-        for later in entries[i + 1 :]:  # the rest of its group, when the job's tasks came an entry each
-            if later[0] != e[0] or later[1] != e[1]:
+        start = points[lo]
+        before = list(map(bisect_left, starts_of, repeat(start)))  # each job's units started before it
+        used = [sum(map(mul, usage_of[d], before)) for d in range(4)]
+        started_then = map(sub, map(bisect_right, starts_of, repeat(start)), before)  # each job's units started at it
+        for job_id, usage, indices, starts in sorted(compress(jobs, started_then)):
+            at = [i for i, s in zip(indices or (-1,), starts, strict=True) if s == start]
+            fits = len(at)
+            for d in dims:
+                if usage[d]:
+                    fits = min(fits, (quota[d] - used[d]) // usage[d])
+            if fits < len(at):
+                out.cuts[name] = (start, job_id)
+                if indices:
+                    out.some.update((job_id, index) for index in sorted(at)[fits:])
+                else:
+                    out.whole.add((job_id, start))
                 break
-            borrowed += later[8]
-        some.update((e[1], index) for index in borrowed)
+            for d in dims:
+                used[d] += usage[d] * len(at)
     return out
+
+
+class _TeamOf(dict[str, str]):
+    """User -> team, `default` for a user no team lists (`Teams.team_of`, looked up in C for a member)."""
+
+    def __missing__(self, user: str) -> str:
+        return DEFAULT_TEAM
 
 
 class TeamPass:
@@ -214,14 +227,14 @@ class TeamPass:
     ) -> None:
         """`running`: (job id, user, request, tasks) of the running work counted against quotas."""
         self.teams = teams
-        self.team_of = teams.team_of  # the user's team (asked for every job of the pass)
+        self.team_of = _TeamOf(teams.team_of_user).__getitem__  # the user's team: asked for every job of the pass
         self.covered = teams.covered()
         self.used: dict[str, Vector] = {}
         self.quota: dict[str, Vector] = {}
         self.limit: dict[str, Vector | None] = {}
         for team in teams.teams:
             self._team(team.name)
-        team_of, by_team = teams.team_of, self.used
+        team_of, by_team = self.team_of, self.used
         for _, user, request, count in running:
             name = team_of(user)
             used = by_team.get(name) or self._team(name)
@@ -229,9 +242,12 @@ class TeamPass:
             used[1] += request.memory_bytes * count
             used[2] += request.gpus * count
             used[3] += request.tpus * count
-        sizes = list(map(attrgetter("capacity"), workers))  # summed in C: ten thousand workers are one pass each
-        if any(map(partial(is_, None), sizes)):  # `None in sizes` would call each Resources' __eq__
-            sizes = [w.free if r is None else r for r, w in zip(sizes, workers, strict=True)]
+        # A worker's size is its capacity, or what is free where none is known; summed in C (ten thousand
+        # workers are one pass each). `None in sizes` would call each Resources' __eq__.
+        sizes = list(map(attrgetter("capacity"), workers))
+        unknown = list(map(partial(is_, None), sizes))
+        if any(unknown):
+            sizes = [*compress(map(attrgetter("free"), workers), unknown), *filter(partial(is_not, None), sizes)]
         self.fleet = [sum(map(attrgetter(name), sizes)) for name in ("cpu_millis", "memory_bytes", "gpus", "tpus")]
         self.dims = [d for d, c in enumerate(self.covered) if c]
         # Each covered dimension with how to read it from a request.
@@ -291,17 +307,10 @@ class TeamPass:
             self.lend_cap[name] = vector(lend) if lend is not None else None
         return self.lend_cap[name]
 
-    def _lends(self, name: str) -> list[int]:
-        """What of the team's idle quota others may use now."""
-        used, quota = self._team(name), self.quota[name]
-        cap = self._lend_cap(name)
-        idle = [max(0, q - u) for q, u in zip(quota, used, strict=True)]
-        return idle if cap is None else [min(i, c) for i, c in zip(idle, cap, strict=True)]
-
     def _count(self, name: str, sign: int) -> None:
-        """Add (sign 1) or take out (-1) the team's share of the sums over teams: what it lends (`_lends`) and
-        what it borrows. Called twice for every placement of the borrowing walk, so written out, and only in
-        the dimensions some quota covers (the only ones `borrow_room` reads)."""
+        """Add (sign 1) or take out (-1) the team's share of the sums over teams: what it lends (its idle quota,
+        up to its lending limit) and what it borrows. Called twice for every placement of the borrowing walk,
+        so written out, and only in the dimensions some quota covers (the only ones `borrow_room` reads)."""
         used, quota = self._team(name), self.quota[name]
         cap = self._lend_cap(name)
         lendable, borrowed = self.lendable, self.borrowed
@@ -319,7 +328,7 @@ class TeamPass:
         """How many of `count` tasks the team may place beyond its quota now, and why not more ("" if all)."""
         assert self.available is not None, "start_borrowing first"
         used, quota, limit = self._team(team), self.quota[team], self.limit[team]
-        own = self._lends(team)
+        lend_cap = self._lend_cap(team)
         req = vector(request)
         n = count
         why = ""
@@ -327,9 +336,13 @@ class TeamPass:
             r = req[d]
             if not r:
                 continue
-            mine = max(0, used[d] - quota[d])
+            u, q = used[d], quota[d]
+            own = q - u if u < q else 0  # T's own idle quota (to its lending limit) is in `lendable`: not a loan
+            if lend_cap is not None and lend_cap[d] < own:
+                own = lend_cap[d]
+            mine = u - q if u > q else 0
             # beyond its quota T may reach what others lend, less what the others borrow already
-            cap = quota[d] + self.unquoted[d] + self.lendable[d] - own[d] - (self.borrowed[d] - mine)
+            cap = q + self.unquoted[d] + self.lendable[d] - own - (self.borrowed[d] - mine)
             short = "no idle quota left to borrow"
             if limit is not None and quota[d] + limit[d] < cap:
                 cap, short = quota[d] + limit[d], f"team {team} is at its borrowing limit"
@@ -339,20 +352,21 @@ class TeamPass:
                 n, why = max(0, fits), f"{short} ({DIMENSIONS[d]})"
         return n, why
 
-    def placed(self, team: str, request: Resources, count: int, borrowing: bool) -> None:
+    def placed(self, team: str, request: Resources, count: int) -> None:
         """Count `count` tasks of `request` placed for the team (and, once borrowing started, the sums)."""
-        if not count:
-            return
         used = self.used.get(team) or self._team(team)
-        walking = self.available is not None
-        if walking:
-            self._count(team, -1)
+        if self.available is None:  # the walk within quotas: the sums over teams are not kept yet
+            used[0] += request.cpu_millis * count
+            used[1] += request.memory_bytes * count
+            used[2] += request.gpus * count
+            used[3] += request.tpus * count
+            return
+        self._count(team, -1)
         used[0] += request.cpu_millis * count
         used[1] += request.memory_bytes * count
         used[2] += request.gpus * count
         used[3] += request.tpus * count
-        if walking:
-            self._count(team, 1)
+        self._count(team, 1)
 
     def evicted(self, team: str, usage: Sequence[int]) -> None:
         """A unit of the team is evicted: it no longer counts against its quota (nor the sums)."""
