@@ -130,6 +130,20 @@ def test_the_quota_cut_falls_inside_a_wave_of_tasks_started_together(late: range
     assert 2 == len(result.assignments)
 
 
+def test_jobs_started_at_the_same_moment_count_against_the_quota_in_job_id_order() -> None:
+    """A's jobs a/one (6 tasks) and a/two (4 tasks) started together use 10 of A's 8: a/one comes first, so the
+    cut falls inside a/two, whose two highest tasks are borrowed and the only ones B's job reclaims."""
+    fleet = hosts(1, 10)
+    two = RunningJob("a/two", "ana", Band.BATCH, HOST,
+                     tuple(RunningTask(i, w.worker_id, 100.0) for i, w in enumerate(fleet[:4])), coscheduled=False)
+    one = RunningJob("a/one", "ana", Band.BATCH, HOST,
+                     tuple(RunningTask(i, w.worker_id, 100.0) for i, w in enumerate(fleet[4:])), coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[two, one], teams=two_teams())  # fmt: skip
+    result = find_assignments(occupied(fleet, two, one), [plain("b/x", "bo", 4)], share=share)
+    assert [("a/two", (2, 3))] == [(e.job_id, e.task_indices) for e in result.evictions]
+    assert 2 == len(result.assignments)
+
+
 def test_a_reclaim_and_the_borrowers_own_band_preemption_in_one_pass() -> None:
     """A (quota 2) runs a batch gang of 2 and one batch task beyond it; C (quota 0) one task; B (quota 3) needs 2:
     only the borrowed units go to B (A's newest task and C's). A's own interactive task then takes its batch
