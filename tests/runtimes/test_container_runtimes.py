@@ -254,3 +254,30 @@ async def test_a_container_whose_lease_is_not_renewed_dies_by_the_watchdog(
     finally:
         await runtime.recover()
         await runtime.close()
+
+
+async def test_lines_the_docker_log_stream_missed_reach_the_log_once_the_container_ends(
+    request: pytest.FixtureRequest, log_store: LogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Docker's follow stream can close as a container ends, before it has handed over the last lines (a task's
+    final error line went missing so). Here it closes after the first chunk: the rest still reaches the log,
+    in order and once."""
+    from worker_agent.runtimes.docker import DockerRuntime
+
+    def first_chunk_only(self: DockerRuntime, container_id: str, spec: TaskSpec, logged: list[int]) -> None:
+        stream = self._client.logs(container_id, stdout=True, stderr=True, stream=True, follow=True)
+        chunk = next(iter(stream), b"")
+        spec.log.write(chunk)
+        logged[0] += len(chunk)
+
+    monkeypatch.setattr(DockerRuntime, "_pump_logs", first_chunk_only)
+    runtime = make_engine_runtime("docker", request, f"test-{os.getpid()}-catch-up")
+    try:
+        code = "import time; print('first', flush=True); time.sleep(1); print(*range(500), sep='\\n'); print('last')"
+        spec = _spec(log_store, code)
+        ended = await asyncio.wait_for(runtime.wait(await runtime.start(spec)), 120)
+        spec.log.close()
+    finally:
+        await runtime.close()
+    assert TaskExit(0) == ended
+    assert ["first", *map(str, range(500)), "last"] == log_store.read_lines("job-a", 0)

@@ -30,6 +30,7 @@ import re
 import secrets
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -64,6 +65,7 @@ logger = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 _API_TIMEOUT_SECONDS: Final = 60
 _LOG_DRAIN_SECONDS: Final = 10.0
+_CATCH_UP_MAX_BYTES: Final = 16 << 20  # the most output of a task that its end reads again (`_catch_up_logs`)
 _POOL_SIZE: Final = 256
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 _ACCELERATOR_GLOBS: Final = ("accel*", "vfio/*", "nvidia[0-9]*", "nvidiactl", "nvidia-uvm*")  # under /dev
@@ -81,7 +83,13 @@ def container_name(spec: TaskSpec) -> str:
     return f"iris-{job}-{spec.task_index}-a{spec.attempt}-{secrets.token_hex(3)}"
 
 
-class DockerRuntime(ContainerRuntime[RunningContainer]):
+@dataclass(kw_only=True)
+class _Running(RunningContainer):
+    spec: TaskSpec
+    logged: list[int] = field(default_factory=lambda: [0])  # bytes of output the pump wrote (set by its thread)
+
+
+class DockerRuntime(ContainerRuntime[_Running]):
     """Runs each task attempt as a container of the job's image on one Docker Engine.
 
     ``docker_host`` is the engine's URL (``unix:///var/run/docker.sock`` style); None takes
@@ -113,7 +121,7 @@ class DockerRuntime(ContainerRuntime[RunningContainer]):
         self._python = python
         self._devices = accelerator_devices() if pass_devices else []
         self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="iris-docker")
-        self._running: dict[TaskHandle, RunningContainer] = {}
+        self._running: dict[TaskHandle, _Running] = {}
         self._finished = FinishedTasks()
         # With a lease, the lease watchdog kills a container whose agent stopped renewing it (container_leases).
         self._leases = ContainerLeases(lease_seconds, ledger_dir) if lease_seconds is not None else None
@@ -175,12 +183,12 @@ class DockerRuntime(ContainerRuntime[RunningContainer]):
             reason = _explain(exc)
             raise TaskStartError(f"cannot start task {spec.argv[0]!r} in image {spec.image!r}: {reason}") from exc
         handle = TaskHandle(container_id)
-        pump = threading.Thread(
-            target=self._pump_logs, args=(container_id, spec), name=f"iris-docker-logs-{container_id[:12]}", daemon=True
-        )
+        logged = [0]
+        pump = threading.Thread(target=self._pump_logs, args=(container_id, spec, logged),
+                                name=f"iris-docker-logs-{container_id[:12]}", daemon=True)  # fmt: skip
         pump.start()
-        self._running[handle] = RunningContainer(container_id=container_id, memory_bytes=spec.memory_bytes,
-                                                 log_pump=pump)  # fmt: skip
+        self._running[handle] = _Running(container_id=container_id, memory_bytes=spec.memory_bytes, log_pump=pump,
+                                         spec=spec, logged=logged)  # fmt: skip
         if self._leases is not None and spec.lease_deadline:
             with contextlib.suppress(APIError, DockerException, KeyError, TypeError):
                 pid = int((await self._call(self._client.inspect_container, container_id))["State"]["Pid"])
@@ -188,7 +196,7 @@ class DockerRuntime(ContainerRuntime[RunningContainer]):
         logger.debug("container started", container=container_id[:12], image=spec.image, task_id=spec.task_id)
         return handle
 
-    async def _stop(self, running: RunningContainer, grace_seconds: float) -> None:
+    async def _stop(self, running: _Running, grace_seconds: float) -> None:
         """``docker stop`` (SIGTERM, SIGKILL after the grace); a container that will not stop is killed."""
         try:
             await self._call(self._client.stop, running.container_id, timeout=math.ceil(grace_seconds))
@@ -262,21 +270,39 @@ class DockerRuntime(ContainerRuntime[RunningContainer]):
                 f"cannot start task: image {image!r} is not on this worker and could not be pulled ({_explain(exc)})"
             ) from exc
 
-    def _pump_logs(self, container_id: str, spec: TaskSpec) -> None:
+    def _pump_logs(self, container_id: str, spec: TaskSpec, logged: list[int]) -> None:
         """Copy the container's output into the task's log until the container ends (a thread)."""
         try:
             for chunk in self._client.logs(container_id, stdout=True, stderr=True, stream=True, follow=True):
                 spec.log.write(chunk)
+                logged[0] += len(chunk)
         except (APIError, DockerException, OSError, ValueError) as exc:
             logger.warning("container log stream ended early", container=container_id[:12], error=str(exc))
 
-    async def _collect(self, running: RunningContainer) -> TaskExit:
+    def _catch_up_logs(self, running: _Running) -> None:
+        """Write the output the follow stream missed. It can close as the container ends, before the engine
+        has handed it the last lines (a task's final error line went missing so); the whole log, read once
+        the container is gone, has them, in the order the stream gave the rest."""
+        try:
+            whole = self._client.logs(running.container_id, stdout=True, stderr=True, stream=False)
+        except (APIError, DockerException, OSError, ValueError) as exc:
+            logger.warning("container log could not be read again", container=running.container_id[:12],
+                           error=str(exc))  # fmt: skip
+            return
+        if len(whole) > running.logged[0]:
+            running.spec.log.write(whole[running.logged[0] :])
+
+    async def _collect(self, running: _Running) -> TaskExit:
         try:
             status = await self._call(self._client.wait, running.container_id)
             code = int(status.get("StatusCode", -1))
         except NotFound:
             code = -1
         await asyncio.get_running_loop().run_in_executor(self._pool, running.log_pump.join, _LOG_DRAIN_SECONDS)
+        # A pump still running writes the rest itself; a task that wrote more than a catch-up reads again may
+        # lose its last lines to the race `_catch_up_logs` closes.
+        if code != -1 and not running.log_pump.is_alive() and running.logged[0] <= _CATCH_UP_MAX_BYTES:
+            await self._call(self._catch_up_logs, running)
         oom = False
         with contextlib.suppress(APIError, DockerException):
             state = (await self._call(self._client.inspect_container, running.container_id))["State"]
