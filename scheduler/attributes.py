@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from scheduler.types import (
+    KIND_OF_TYPE,
     ORDERING_OPS,
     SET_OPS,
     TAINT_PREFIX,
@@ -45,11 +46,12 @@ from scheduler.types import (
 # A hashable normalisation of a value that keeps booleans apart from numbers
 # while letting 1 and 1.0 meet: ("b", True), ("n", 1), ("s", "x").
 ValueKey = tuple[str, AttrValue]
+_KIND_OF_TYPE = KIND_OF_TYPE.get
 
 
 def value_key(value: AttrValue) -> ValueKey:
     """Return the normalised, hashable key under which `value` is indexed for equality."""
-    return (value_kind(value), value)
+    return (_KIND_OF_TYPE(value.__class__) or value_kind(value), value)
 
 
 def is_number(value: object) -> bool:

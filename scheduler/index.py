@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from scheduler.attributes import ValueKey, is_number, value_key
-from scheduler.types import TAINT_PREFIX, AttrValue, Constraint, Op, WorkerSnapshot
+from scheduler.types import KIND_OF_TYPE, TAINT_PREFIX, AttrValue, Constraint, Op, WorkerSnapshot, value_kind
 
 # Keys that identify one host (or one group) by design; they would split every
 # worker into its own class, so they never enter the class key.
@@ -133,11 +134,12 @@ def unique_keys(workers: Sequence[WorkerSnapshot], extra: Iterable[str] = ()) ->
     Known identity keys, the caller's group keys and any key with more distinct
     values than ~2·sqrt(workers) (a class per value would defeat the cache).
     """
-    distinct: dict[str, set[ValueKey]] = {}
+    distinct: defaultdict[str, set[ValueKey]] = defaultdict(set)
+    kind_of = KIND_OF_TYPE.get  # `value_key`, written out: this loop sees every attribute of every worker
     for worker in workers:
         for key, value in worker.attributes.items():
             if key not in KNOWN_UNIQUE_KEYS:
-                distinct.setdefault(key, set()).add(value_key(value))
+                distinct[key].add((kind_of(value.__class__) or value_kind(value), value))
     limit = 2 * math.isqrt(max(1, len(workers))) + 8
     crowded = {key for key, values in distinct.items() if len(values) > limit}
     return frozenset(KNOWN_UNIQUE_KEYS | set(extra) | crowded)

@@ -68,8 +68,16 @@ SET_OPS = frozenset({Op.IN, Op.NOT_IN})
 _KIND_NAMES = {"b": "booleans", "n": "numbers", "s": "strings"}
 
 
+# The kind of a value of exactly these types, looked up instead of tested: a pass asks it for every
+# attribute of every worker (`value_kind`; a subclass, such as an IntEnum, is tested).
+KIND_OF_TYPE: Mapping[type, str] = {bool: "b", int: "n", float: "n", str: "s"}
+
+
 def value_kind(value: object) -> str:
     """Return "b", "n" or "s": the comparison kind of an attribute value (bool is not a number)."""
+    kind = KIND_OF_TYPE.get(value.__class__)
+    if kind is not None:
+        return kind
     if isinstance(value, bool):
         return "b"
     if isinstance(value, (int, float)):
