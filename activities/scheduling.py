@@ -254,7 +254,7 @@ def encode_plan(
     for e in result.evictions:  # before the assignments: the preemptors' ones are put last
         plan.evictions.add(job_id=e.job_id, task_indices=e.task_indices, band=str(e.band), preemptor=e.preemptor,
                            reason=cap_reason(e.reason))  # fmt: skip
-    plan_batches.fill(plan, ((a.job_id, a.task_index, a.worker_id) for a in result.assignments))
+    plan_batches.fill(plan, result.assignments)  # an Assignment is a (job id, task index, worker id) row
     for job_id, index in result.timed_out:
         plan.timed_out.add(job_id=job_id, task_index=index)
     for job_id, reason in result.pending_reasons.items():
