@@ -109,23 +109,19 @@ def _add(extra: dict[int, Extra], unit: Unit, sign: int) -> None:
         e[3] += sign * r.tpus
 
 
-def _borrowed_workers(
-    borrowed: Borrowed,
-    jobs: Sequence[tuple[str, str, bool, tuple[int, ...], tuple[str, ...], tuple[float, ...]]],
-    gang_start: dict[str, float],
-) -> list[str]:
-    """The workers of the borrowed units among `jobs` (team, job id, gang?, and its tasks' indices, workers and
-    starts as columns): the only places, with the searching team's own, where a reclaim finds a victim.
+def _borrowed_workers(borrowed: Borrowed, jobs: Sequence[tuple[str, RunningColumns, tuple[str, ...]]]) -> list[str]:
+    """The workers of the borrowed units among `jobs` (team, the job's columns as `borrowed_units` reads them, and
+    its tasks' workers): the only places, with the searching team's own, where a reclaim finds a victim.
 
     A plain task is borrowed when (start, job id) comes after its team's cut (`Borrowed`); per job that is one
     comparison of every start with the cut's, run in C, but for the job at the cut itself."""
     out: list[str] = []
-    for team, job_id, gang, indices, workers, starts in jobs:
+    for team, (job_id, _, indices, starts), workers in jobs:
         cut = borrowed.cuts.get(team)
         if cut is None:
             continue
-        if gang:
-            if borrowed(team, job_id, gang_start[job_id], -1):
+        if not indices:  # a gang: one unit, at its first task's start
+            if borrowed(team, job_id, starts[0], -1):
                 out.extend(workers)
             continue
         cut_start, cut_job = cut
@@ -212,7 +208,7 @@ class Preemption:
         over = {name for name in teams.used if teams.over_quota(name)}  # only these have borrowed units
         row_of, rows_of_team = self.row_of, self._rows_of_team
         workers_of_team: dict[str, set[str]] = {}
-        over_jobs: list[tuple[str, str, bool, tuple[int, ...], tuple[str, ...], tuple[float, ...]]] = []
+        over_jobs: list[tuple[str, RunningColumns, tuple[str, ...]]] = []  # (team, job's columns, its workers)
         # Per job, its tasks' columns (RunningTask is a tuple: transposed in C, not a Python loop per task).
         for job in self.share.running:
             tasks = job.tasks
@@ -232,14 +228,16 @@ class Preemption:
             jobs = by_team.get(team)
             if jobs is None:
                 jobs = by_team[team] = []
-            over_jobs.append((team, job.job_id, job.coscheduled, indices, worker_ids, starts))
             r = job.request
+            columns: RunningColumns
             if job.coscheduled:
                 n = len(tasks)
                 start = gang_start[job.job_id] = min(starts)
-                jobs.append((job.job_id, (r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n), (), (start,)))
+                columns = (job.job_id, (r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n), (), (start,))
             else:
-                jobs.append((job.job_id, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus), indices, starts))
+                columns = (job.job_id, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus), indices, starts)
+            jobs.append(columns)
+            over_jobs.append((team, columns, worker_ids))
         row_or_none: Callable[[str], int | None] = row_of.get
         for team, ids in workers_of_team.items():
             rows = set(map(row_or_none, ids))
@@ -251,7 +249,7 @@ class Preemption:
                 if not gang.team:
                     gang.team = team = team_by_job.get(gang.job_id, "")
                     gang.borrowed = borrowed(team, gang.job_id, gang_start.get(gang.job_id, 0.0), -1)
-        rows = set(map(row_or_none, _borrowed_workers(borrowed, over_jobs, gang_start)))
+        rows = set(map(row_or_none, _borrowed_workers(borrowed, over_jobs)))
         rows.discard(None)
         self._borrowed_rows = cast(set[int], rows)
 
