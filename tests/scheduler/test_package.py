@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -18,6 +19,19 @@ def test_every_public_name_is_its_modules_own_object() -> None:
         home = scheduler._HOME[name]
         assert getattr(scheduler, name) is getattr(importlib.import_module(home), name), name
     assert sorted(scheduler.__all__) == sorted(scheduler._HOME)
+
+
+def test_the_typed_imports_name_the_same_homes_as_the_lazy_table() -> None:
+    """The package lists its names three times (typed imports for mypy, the lazy table, `__all__` for the
+    linters, which each need their own literal form): a name added to one and not the others fails here."""
+    tree = ast.parse(Path(scheduler.__file__).read_text())
+    typed = {
+        alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("scheduler.")
+        for alias in node.names
+    }
+    assert typed == scheduler._HOME
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
