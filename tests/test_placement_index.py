@@ -141,6 +141,26 @@ def test_every_dict_change_keeps_the_index() -> None:
     assert ({}, {}, {}, {}) == (placements.used, placements.jobs, placements.stamps, placements.users)
 
 
+def test_while_tracked_every_key_set_or_removed_is_logged_in_order() -> None:
+    """The packer reads this log instead of comparing every placement with its frozen copy."""
+    placements = Placements({f"x/task-{i}": Placement("x", i, 0, "a", 1, 1, 0, 0) for i in range(6)})
+    assert None is placements.tracked()  # not logging
+    placements.track()
+    placements["x/task-9"] = Placement("x", 9, 0, "b", 1, 1, 0, 0)
+    placements["x/task-1"] = Placement("x", 1, 1, "b", 1, 1, 0, 0)  # replaced
+    del placements["x/task-2"]
+    placements.pop("x/task-3")
+    placements.setdefault("x/task-3", Placement("x", 3, 1, "a", 1, 1, 0, 0))
+    placements.load([("y/task-0", Placement("y", 0, 0, "a", 1, 1, 0, 0))])
+    assert ["x/task-9", "x/task-1", "x/task-2", "x/task-3", "y/task-0"] == list(placements.tracked() or {})
+    assert None is placements.tracked()  # reading it stopped the log
+    placements.track()
+    placements.clear()
+    assert {"x/task-0", "x/task-1", "x/task-3", "x/task-4", "x/task-5", "x/task-9", "y/task-0"} == set(
+        placements.tracked() or {}
+    )
+
+
 def test_a_jobs_stamp_changes_with_its_placements_only() -> None:
     """The snapshot's cached running pieces are keyed by these stamps: another job's change leaves it."""
     placements = Placements()

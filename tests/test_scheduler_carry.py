@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import zlib
+from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -40,15 +42,32 @@ def _state() -> SchedulerState:
     return state
 
 
+def _streams(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The carry's header (its first stream) and its chunk lines (the second)."""
+    first = zlib.decompressobj()
+    header = json.loads(first.decompress(data))
+    assert first.eof and first.unused_data, "two zlib streams: the header, then the chunks"
+    return header, [json.loads(line) for line in zlib.decompress(first.unused_data).splitlines()]
+
+
+def _carry(header: dict[str, Any], chunks: list[dict[str, Any]]) -> bytes:
+    """A carry laid out as `pack` lays it out, from edited messages."""
+    head = zlib.compress(json.dumps(header).encode() + b"\n")
+    return head + zlib.compress(b"".join(json.dumps(chunk).encode() + b"\n" for chunk in chunks))
+
+
 def test_a_state_loads_in_steps_and_comes_back_whole() -> None:
-    """Small chunks: many steps, workers first, the queue in its order, then placements; the header's counts."""
+    """Small chunks: many steps, workers first, the queue in its order with its reasons, then placements;
+    the header's counts at once."""
     state = _state()
     state.pending["big"] = PendingEntry("big", SPEC_FITS, {i: 1 for i in range(200)}, 8.0)  # split over rows
     loader = StateLoader(pack(state, step=4, chunk=4))
     assert [WORKERS, WORKERS, 220, PLACED] == loader.counts
-    assert "waiting" == loader.state.pending_reasons["queued"]  # in the header: there at once
     loader.step()
     assert 0 < len(loader.state.workers) < WORKERS and not loader.state.placements
+    while not loader.state.pending:
+        loader.step()
+    assert "waiting" == loader.state.pending_reasons["queued"] and not loader.state.placements  # with its job
     while not loader.step():
         pass
     assert loader.steps > 50
@@ -114,12 +133,12 @@ def test_a_registry_changed_after_it_was_packed_keeps_its_order_without_a_list_o
         pass
     state.workers["w05"].dispatch_failures = 2
     state.workers["w-new"] = WorkerEntry("w-new", "s", 1000, 1 << 30, 0, 0, {})
-    lines = zlib.decompress(packer.finish(state)).split(b"\n")
-    changes = json.loads(lines[-2])
+    header, chunks = _streams(packer.finish(state))
+    changes = chunks[-1]
     assert changes["changes"]
     named = [w["worker_id"] for w in changes["workers"]]
     assert ([], ["w05", "w-new"], []) == (changes["workers_gone"], named, changes["worker_order"])
-    assert state == unpack(zlib.compress(b"\n".join(lines)))
+    assert state == unpack(_carry(header, chunks))
 
 
 def test_a_carry_from_a_build_with_fewer_or_more_fields_loads() -> None:
@@ -127,26 +146,84 @@ def test_a_carry_from_a_build_with_fewer_or_more_fields_loads() -> None:
     one a later build added is ignored (no version number, no positional rows)."""
     state = _state()
     state.pending["queued"].spec.max_concurrent = 0  # as a build before throttled arrays wrote it
-    lines = [json.loads(line) for line in zlib.decompress(pack(state, step=8, chunk=8)).split(b"\n")]
-    for line in lines[:-1]:
-        for entry in line.get("queued", []):
+    header, chunks = _streams(pack(state, step=8, chunk=8))
+    for chunk in chunks:
+        for entry in chunk.get("queued", []):
             del entry["spec"]["max_concurrent"]
-        line.pop("worker_order")
-        line["from_a_later_build"] = [1, 2]
-    del lines[-1]["port_cursors"], lines[-1]["reservations"]
-    loader = StateLoader(zlib.compress(b"\n".join(json.dumps(line).encode() for line in lines)))
+        chunk.pop("worker_order")
+        chunk["from_a_later_build"] = [1, 2]
+    del header["port_cursors"], header["reservations"]
+    loader = StateLoader(_carry(header, chunks))
     assert [WORKERS, WORKERS, 20, PLACED] == loader.counts
     while not loader.step():
         pass
     assert state == loader.state
 
 
+def test_a_carry_a_build_before_wrote_loads() -> None:
+    """Before, the carry was one stream with the header last, holding every worker name and every reason."""
+    state = _state()
+    header, chunks = _streams(pack(state, step=8, chunk=8))
+    header["names"] = [name for chunk in chunks for name in chunk.pop("names", [])] + header["names"]
+    for chunk in chunks:
+        header["reasons"].update(chunk.pop("reasons", {}))
+        chunk.pop("reasons_gone", None)
+    before = zlib.compress(b"\n".join(json.dumps(line).encode() for line in [*chunks, header]))
+    assert state == unpack(before)
+
+
+def test_a_build_before_refuses_this_carry_rather_than_load_its_header_alone() -> None:
+    """A build before read one zlib stream and took its last line as the header: with this layout that line
+    is empty, so an older controller made current again fails the run's first task instead of starting empty."""
+    lines = zlib.decompress(pack(_state())).split(b"\n")  # what a build before read: the first stream alone
+    assert b"" == lines[-1] and 1 == len([line for line in lines if line])
+
+
 def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
-    lines = zlib.decompress(pack(_state())).split(b"\n")
-    header = json.loads(lines[-1])  # the last line
+    header, chunks = _streams(pack(_state()))
     header["step"] = "twelve"
     with pytest.raises(ValueError, match="CarryHeader: expected int, got str"):
-        StateLoader(zlib.compress(b"\n".join([*lines[:-1], json.dumps(header).encode()])))
+        StateLoader(_carry(header, chunks))
+    data = pack(_state())
+    with pytest.raises(ValueError, match="cut short"):
+        unpack(data[: len(data) - 40])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_changes_while_the_state_is_packed_are_carried(seed: int) -> None:
+    """Random releases, placements, replacements, enqueues, reasons and registrations between packing steps:
+    what loads is the state as the run finished, whatever was packed before it changed."""
+    rng = random.Random(seed)
+    state = _state()
+    packer = Packer(state, step=rng.choice([3, 8, 40]), chunk=rng.choice([2, 4, 16]))
+    done = False
+    for n in range(60):
+        done = done or packer.step()
+        key = f"run/task-{rng.randrange(PLACED + 20)}"
+        match rng.randrange(7):
+            case 0:
+                state.placements.pop(key, None)
+            case 1:
+                index, worker = int(key.rsplit("-", 1)[1]), f"w{rng.randrange(45):02d}"
+                user = rng.choice(["ana", "bo"])
+                state.placements[key] = Placement("run", index, rng.randrange(3), worker, 100, 2**20, 0, 0, user=user)
+            case 2:
+                job = f"j{rng.randrange(6)}"
+                state.pending.pop(job, None)
+                state.pending[job] = PendingEntry(job, SPEC_FITS, dict.fromkeys(range(rng.randrange(1, 30)), n), n)
+            case 3:
+                if state.pending:
+                    entry = rng.choice(list(state.pending.values()))
+                    entry.attempts.pop(next(iter(entry.attempts)), None)
+            case 4:
+                state.pending_reasons[rng.choice(["queued", "j1", "j2", "gone"])] = f"reason {n}"
+            case 5:
+                state.pending_reasons.pop(rng.choice(["queued", "j1", "j2", "gone"]), None)
+            case _:
+                worker = f"w{rng.randrange(45):02d}"
+                state.workers[worker] = WorkerEntry(worker, f"s{n}", 1000, 1 << 30, 0, 0, {"zone": "z3"})
+    assert state == unpack(packer.finish(state))
+    assert state.placements.tracked() is None  # the log stopped with the packing
 
 
 async def _running(handle: WorkflowHandle[object, None]) -> set[str]:

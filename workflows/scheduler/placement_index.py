@@ -8,7 +8,9 @@ the snapshot's cached pieces are keyed by, workflows/scheduler/snapshot_cache.py
 tasks (the published user table).
 
 Nothing here is carried: it is rebuilt as a run loads its placements. A placement is replaced, never
-changed in place (the packer relies on that too), so the index stays exact.
+changed in place (the packer relies on that too), so the index stays exact. While a run packs its state
+over several workflow tasks, the keys set or removed are also logged (`track`), so the packer adds what
+changed meanwhile without comparing every placement with its frozen copy.
 """
 
 from __future__ import annotations
@@ -50,7 +52,18 @@ class Placements(dict[str, Placement]):
         self.stamps: dict[str, int] = {}  # job id -> a number that changes whenever its placements do
         self.users: dict[str, int] = {}  # user -> placements (the published user table's running tasks)
         self._tick = 0
+        # Keys set or removed since `track()` (a dict: an ordered set, in the same order on every replay), or None.
+        self._log: dict[str, None] | None = None
         self.update(items)
+
+    def track(self) -> None:
+        """Log the keys set or removed from now on (a packer's frozen copy is taken at the same moment)."""
+        self._log = {}
+
+    def tracked(self) -> dict[str, None] | None:
+        """The keys set or removed since `track()`, and stop logging; None when nothing was logging."""
+        log, self._log = self._log, None
+        return log
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle rebuild the index from the items
         return (type(self), (dict(self),))
@@ -61,11 +74,14 @@ class Placements(dict[str, Placement]):
             self._unindex(key, old)
         dict.__setitem__(self, key, placement)
         self._index(key, placement)
+        if self._log is not None:
+            self._log[key] = None
 
     def load(self, placements: Iterable[tuple[str, Placement]]) -> None:
         """Set many placements (a run loading its carried state): as setting each, with less overhead."""
         contains, put = dict.__contains__, dict.__setitem__
         used, count, jobs, stamps, users = self.used, self._count, self.jobs, self.stamps, self.users
+        log = self._log
         self._tick += 1
         tick = self._tick  # one stamp for all: each job's differs from any it had before
         for key, p in placements:
@@ -73,6 +89,8 @@ class Placements(dict[str, Placement]):
                 self[key] = p
                 continue
             put(self, key, p)
+            if log is not None:
+                log[key] = None
             w = p.worker_id
             u = used.get(w)
             if u is None:
@@ -132,6 +150,8 @@ class Placements(dict[str, Placement]):
         return key, placement
 
     def clear(self) -> None:
+        if self._log is not None:
+            self._log.update(dict.fromkeys(self))
         dict.clear(self)
         self.used.clear()
         self._count.clear()
@@ -165,6 +185,8 @@ class Placements(dict[str, Placement]):
         self.stamps[job_id] = self._tick
 
     def _unindex(self, key: str, placement: Placement) -> None:
+        if self._log is not None:
+            self._log[key] = None
         w = placement.worker_id
         n = self._count[w] - 1
         if n:

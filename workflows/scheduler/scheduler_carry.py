@@ -2,12 +2,14 @@
 
 At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
 them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes zlib of JSON lines, each a message of scheduler_carry_schema (`CarryChunk`: workers, queued jobs,
-placements by job, of a bounded weight; the last chunk with what changed while they were packed; the
-`CarryHeader` last), and `StateLoader` builds the state a few chunks per workflow task: the scheduler
-loads `step` weight units, awaits a no-op activity (a new workflow task), loads the next, and so on,
-holding the signals that arrive meanwhile (scheduler_workflow). A small state loads in the first task.
-The header carries the counts the `summary` query answers while the rest loads.
+`pack` writes two zlib streams: the `CarryHeader` (what is not chunked, and the counts the `summary`
+query answers while the rest loads), then JSON lines, each a message of scheduler_carry_schema
+(`CarryChunk`: workers, queued jobs with their reasons, placements by job, of a bounded weight; the last
+chunk with what changed while they were packed). `StateLoader` reads the header at once and builds the
+state a few chunks per workflow task, decompressing only what each step reads: the scheduler loads
+`step` weight units, awaits a no-op activity (a new workflow task), loads the next, and so on, holding
+the signals that arrive meanwhile (scheduler_workflow). A small state loads in the first task. A carry
+a build before wrote (one stream, the header its last line) still loads.
 
 The messages are written and read by the plans of the one message codec
 (activities/contracts/dataclass_json.py): a field is carried the moment it is declared, and a carry from
@@ -20,9 +22,10 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, filterfalse
-from operator import attrgetter, countOf, is_not, ne
+from operator import attrgetter, countOf, is_not, ne, or_
 from typing import Any
 
 from activities.contracts import task_workflow_id
@@ -34,11 +37,18 @@ from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader, 
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.sharing_state import Books
 
-# Weight units a run loads (or packs) per workflow task (a placement is 1, a worker 4, a queued job 2 plus
-# its attempts / 16): 20,000 units took 20-40 ms of CPU in a plain process, up to ~5x that in the sandbox
-# on a loaded machine. A state of less weight loads (and packs) in one task, as before.
-LOAD_STEP = 12_000
-CHUNK = 2_500  # weight units per chunk line: a step loads whole chunks
+# Weight units a run loads (or packs) per workflow task. A unit is what loading one placement costs
+# (~4.5 us of CPU in a plain process); a worker costs WORKER units, a queued job QUEUED plus its attempts
+# / ATTEMPTS_PER_UNIT (measured at 30,000 workers x 300,000 tasks: most of a job's cost is its spec).
+# LOAD_STEP units took ~40 ms of CPU in a plain process, up to ~5x that in the sandbox on a loaded
+# machine. A state of less weight loads (and packs) in one task.
+LOAD_STEP = 8_000
+CHUNK = 2_000  # weight units per chunk line: a step loads whole chunks
+WORKER = 4
+QUEUED = 4
+ATTEMPTS_PER_UNIT = 8
+NAMES = 5_000  # worker names per line of them
+READ = 1 << 18  # bytes of JSON a loading step decompresses at a time (the whole carry is ~100 bytes a task)
 
 
 def _reader(cls: type) -> Plan:
@@ -74,8 +84,8 @@ def _workers_chunk(weight: int, rows: list[Any]) -> CarryChunk:
     return CarryChunk(weight, workers=rows)
 
 
-def _queued_chunk(weight: int, rows: list[Any]) -> CarryChunk:
-    return CarryChunk(weight, queued=rows)
+def _queued_weight(attempts: int) -> int:
+    return QUEUED + attempts // ATTEMPTS_PER_UNIT
 
 
 def _placed_chunk(weight: int, rows: list[Any]) -> CarryChunk:
@@ -84,12 +94,12 @@ def _placed_chunk(weight: int, rows: list[Any]) -> CarryChunk:
 
 def _queued_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
     """A job per row; a job with more attempts than a chunk holds is split over several rows."""
-    per_row = chunk * 16
+    per_row = chunk * ATTEMPTS_PER_UNIT
     for e, attempts in entries:
         items = list(attempts.items())
         for start in range(0, max(1, len(items)), per_row):
             part = dict(items[start : start + per_row])
-            yield 2 + len(part) // 16, PendingEntry(e.job_id, e.spec, part, e.submitted_at)
+            yield _queued_weight(len(part)), PendingEntry(e.job_id, e.spec, part, e.submitted_at)
 
 
 def _placement_rows(placements: Iterable[Placement], names: _Names, chunk: int) -> Iterator[tuple[int, Any]]:
@@ -131,39 +141,52 @@ class Packer:
     Packing 10,000 workers, 100,000 placements and a queue of 100,000 tasks took ~0.25 s of CPU: too
     much for the one workflow task that continues as new. So the run packs `step` weight per `step()`,
     one workflow task each, while signals keep changing the live state: the workers (each copied as it
-    is packed), then a frozen view of the queue (a queued job's attempts are copied) and of the
-    placements (a shallow copy: a placement is replaced, never changed), compressing as it goes.
-    `finish()` adds a line with what changed since each was packed (workers, placements and queued jobs
-    added, replaced or gone), found by comparisons that run in C, and the header. Loaded in order, the
-    lines give the live state.
+    is packed), then the queue in its order at the start (each job's attempts and reason copied as it is
+    packed) and a frozen view of the placements (a shallow copy: a placement is replaced, never changed),
+    compressing as it goes. `finish()` adds a line with what changed since each was packed (workers,
+    queued jobs and their reasons added, replaced or gone, found by comparisons that run in C; the
+    placements set or removed meanwhile, which the placements log, `Placements.track`), and puts the
+    header first. Loaded in order, the lines give the live state.
     """
 
     def __init__(self, state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> None:
         self._step, self._chunk = step, chunk
         self._state = state
-        self._names = _Names(state.workers)
+        self._names = _Names(state.workers)  # the first line lists them; the header, any named later
+        self._named = len(self._names.names)
         self._w_keys = list(state.workers)
         self._workers: dict[str, dict[str, Any]] = {}  # worker id -> its entry's attributes as packed
         self._placements = dict(state.placements)
-        self._pending = {job_id: (e, dict(e.attempts)) for job_id, e in state.pending.items()}
+        self._tracked = state.placements  # logs the keys set or removed from now on
+        self._tracked.track()
+        self._queue = dict(state.pending)  # the queue's order, and each entry, as the packing started
+        self._entries: dict[str, PendingEntry] = {}  # job id -> its entry, as packed
+        self._attempts: dict[str, dict[int, int]] = {}  # job id -> its attempts, as packed
+        self._reasons: dict[str, str] = {}  # job id -> its reason as packed
         self._x_keys = list(self._placements)
-        self._q_keys = list(self._pending)
+        self._q_keys = list(self._queue)
         self._w_at = self._x_at = self._q_at = 0
         self._weight = 0  # of the lines packed so far
         self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
         self._packed: list[bytes] = []  # compressed so far
+        self._add(_line(CarryChunk(0, names=self._names.names[i : i + NAMES])) for i in range(0, self._named, NAMES))
         self.steps = 0  # steps taken so far
         self.counts: list[int] = []  # the header's counts, once finished
 
     def _add(self, lines: Iterable[str]) -> None:
         self._packed += [self._z.compress(line.encode() + b"\n") for line in lines]
 
+    def _queued_chunk(self, weight: int, rows: list[Any]) -> CarryChunk:
+        reasons = self._reasons
+        waiting = {r.job_id: reasons[r.job_id] for r in rows if r.job_id in reasons}
+        return CarryChunk(weight, queued=rows, reasons=waiting)
+
     def step(self) -> bool:
-        """Pack about `step` weight (workers, then the frozen queue and placements); True once all is packed."""
+        """Pack about `step` weight (workers, then the queue and the frozen placements); True once all is packed."""
         room = self._step
         self.steps += 1
         if self._w_at < len(self._w_keys):
-            end = min(len(self._w_keys), self._w_at + max(1, room // 4))
+            end = min(len(self._w_keys), self._w_at + max(1, room // WORKER))
             live, frozen = self._state.workers, self._workers
             rows = []
             for key in self._w_keys[self._w_at : end]:
@@ -171,19 +194,27 @@ class Packer:
                 if worker is not None:  # gone before its turn: not packed, and not "gone" at the finish
                     frozen[key] = copied = dict(worker.__dict__)
                     copied["attributes"] = dict(worker.attributes)  # compared at the finish, even if changed in place
-                    rows.append((4, WorkerEntry(**copied)))
+                    rows.append((WORKER, WorkerEntry(**copied)))
             self._add(_chunks(iter(rows), self._chunk, _workers_chunk))
-            room -= 4 * (end - self._w_at)
-            self._weight += 4 * len(rows)
+            room -= WORKER * (end - self._w_at)
+            self._weight += WORKER * len(rows)
             self._w_at = end
         if room > 0 and self._q_at < len(self._q_keys):
             end = self._q_at
             used = 0
+            queue, entries, attempts, reasons = self._queue, self._entries, self._attempts, self._reasons
+            live_reasons = self._state.pending_reasons
             while end < len(self._q_keys) and used < room:
-                used += 2 + len(self._pending[self._q_keys[end]][1]) // 16
+                job_id = self._q_keys[end]
+                entries[job_id] = e = queue[job_id]  # a job gone from the live queue meanwhile: "gone" at the finish
+                attempts[job_id] = dict(e.attempts)
+                reason = live_reasons.get(job_id)
+                if reason is not None:
+                    reasons[job_id] = reason
+                used += _queued_weight(len(e.attempts))
                 end += 1
-            entries = (self._pending[job_id] for job_id in self._q_keys[self._q_at : end])
-            self._add(_chunks(_queued_rows(entries, self._chunk), self._chunk, _queued_chunk))
+            packing = ((entries[job_id], attempts[job_id]) for job_id in self._q_keys[self._q_at : end])
+            self._add(_chunks(_queued_rows(packing, self._chunk), self._chunk, self._queued_chunk))
             self._q_at = end
             self._weight += used
             room -= used
@@ -195,20 +226,36 @@ class Packer:
             self._x_at = end
         return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
 
+    def _placement_changes(self, state: SchedulerState) -> tuple[list[str], list[Placement]]:
+        """The placements gone since the frozen view, and those set since (new or replaced)."""
+        live_x, frozen_x = state.placements, self._placements
+        log = self._tracked.tracked()
+        if live_x is not self._tracked or log is None:  # the mapping itself was replaced: compare every placement
+            gone = list(filterfalse(live_x.__contains__, frozen_x))
+            return gone, list(compress(live_x.values(), map(is_not, map(frozen_x.get, live_x), live_x.values())))
+        gone = [key for key in log if key not in live_x and key in frozen_x]
+        return gone, [p for key in log if (p := live_x.get(key)) is not None and p is not frozen_x.get(key)]
+
     def finish(self, state: SchedulerState) -> bytes:
-        """The packed state: the lines packed by the steps, what changed since, and the header."""
+        """The packed state: the header, the lines packed by the steps, and what changed since."""
         while not self.step():
             pass
-        live_x, frozen_x = state.placements, self._placements
-        gone_x = list(filterfalse(live_x.__contains__, frozen_x))
-        changed_x = list(compress(live_x.values(), map(is_not, map(frozen_x.get, live_x), live_x.values())))
-        live_q, frozen_q = state.pending, self._pending
-        gone_q = [job_id for job_id, (e, _) in frozen_q.items() if live_q.get(job_id) is not e]
-        changed_q = []
-        for job_id, e in live_q.items():
-            frozen = frozen_q.get(job_id)
-            if frozen is None or frozen[0] is not e or frozen[1] != e.attempts:
-                changed_q.append((e, e.attempts))
+        gone_x, changed_x = self._placement_changes(state)
+        live_x = state.placements
+        live_q, entries = state.pending, self._entries
+        gone_q = list(compress(entries, map(is_not, map(live_q.get, entries), entries.values())))
+        # A job enqueued or replaced meanwhile (not the entry packed), or whose attempts changed.
+        replaced = map(is_not, map(entries.get, live_q), live_q.values())
+        changed = compress(
+            live_q.values(),
+            map(or_, replaced, map(ne, map(self._attempts.get, live_q), map(_ATTEMPTS, live_q.values()))),
+        )
+        changed_q = [(e, e.attempts) for e in changed]
+        live_r, frozen_r = state.pending_reasons, self._reasons
+        changed_r = {
+            job_id: live_r[job_id] for job_id in compress(live_r, map(ne, map(frozen_r.get, live_r), live_r.values()))
+        }
+        gone_r = list(filterfalse(live_r.__contains__, frozen_r))
         live_w, frozen_w = state.workers, self._workers
         gone_w = list(filterfalse(live_w.__contains__, frozen_w))
         changed_w = list(compress(live_w, map(ne, map(frozen_w.get, live_w), map(_DICT, live_w.values()))))
@@ -217,21 +264,20 @@ class Packer:
         same_order = list(filter(live_w.__contains__, frozen_w)) + new_w == list(live_w)
         changes = CarryChunk(
             0, [WorkerEntry(**live_w[key].__dict__) for key in changed_w],
-            [row for _, row in _queued_rows(changed_q, len(changed_q) * 16 + 16)],
+            [row for _, row in _queued_rows(changed_q, len(changed_q) * ATTEMPTS_PER_UNIT + ATTEMPTS_PER_UNIT)],
             [row for _, row in _placement_rows(changed_x, self._names, len(changed_x) + 1)],
             changes=True, placements_gone=gone_x, queued_gone=gone_q, workers_gone=gone_w,
-            worker_order=[] if same_order else list(live_w),
+            worker_order=[] if same_order else list(live_w), reasons=changed_r, reasons_gone=gone_r,
         )  # fmt: skip
-        changes.weight = (len(gone_x) + len(changed_x) + 2 * (len(gone_q) + len(changed_q)) + len(gone_w)
-                          + 4 * len(changed_w))  # fmt: skip
+        changes.weight = (len(gone_x) + len(changed_x) + QUEUED * (len(gone_q) + len(changed_q)) + len(gone_w)
+                          + WORKER * len(changed_w))  # fmt: skip
         healthy = len(live_w) - countOf(map(_STATE, live_w.values()), WorkerState.LOST)
         header = CarryHeader(
             step=self._step,
             weight=self._weight + changes.weight,
             counts=[healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
             store_url=state.store_url,
-            names=self._names.names,
-            reasons=state.pending_reasons,
+            names=self._names.names[self._named :],
             actions=list(state.actions),
             ports={key: live_x[key].ports for key in state.ported if key in live_x and live_x[key].ports},
             port_cursors=state.port_cursors,
@@ -240,8 +286,10 @@ class Packer:
         )
         self.counts = header.counts
         self._add([_line(changes)])
-        tail = self._z.compress(_line(header).encode()) + self._z.flush()
-        return b"".join([*self._packed, tail])
+        # The header's stream ends with a newline: a build before, which read one stream and its last line
+        # as the header, refuses this carry (an empty last line) instead of loading the header alone.
+        head = zlib.compress(_line(header).encode() + b"\n", 1)
+        return b"".join([head, *self._packed, self._z.flush()])
 
 
 _DICT = attrgetter("__dict__")
@@ -250,7 +298,7 @@ _ATTEMPTS = attrgetter("attempts")
 
 
 def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> bytes:
-    """The state as zlib of JSON lines: a header, then chunks the next run loads `step` weight at a time.
+    """The state as two zlib streams: the header, then chunks the next run loads `step` weight at a time.
 
     `step` and `chunk` are arguments so a test can make a small state load in many steps. At once (tests
     and tools); the workflow packs with a `Packer`, over several workflow tasks.
@@ -261,21 +309,30 @@ def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> by
 class StateLoader:
     """Builds the state `pack` wrote, `step()` by `step()`; `state` is usable (partly filled) throughout.
 
-    The header (the last line: names, reasons, actions, books, reservations, counts) is read at once;
-    workers, then the queue, then placements come chunk by chunk, in the order they were packed, so the
-    queue keeps its FIFO order and a placement's ports (in the header) are set when the placement is built.
+    The header (the first stream: names, actions, books, reservations, counts) is read at once; workers,
+    then the queue with its reasons, then placements come chunk by chunk, in the order they were packed,
+    so the queue keeps its FIFO order and a placement's ports (in the header) are set when the placement
+    is built. Each step decompresses only the lines it reads.
     """
 
     def __init__(self, data: bytes) -> None:
-        lines = zlib.decompress(data).split(b"\n")
+        first = zlib.decompressobj()
+        head = first.decompress(data)
+        self._rest = first.unused_data  # the chunks' stream
+        self._z: Any = zlib.decompressobj() if self._rest else None
+        self._lines: deque[bytes] = deque()
+        self._tail = b""  # the start of a line not decompressed whole yet
+        if self._z is None:  # one stream: a build before wrote the header as its last line
+            lines = head.split(b"\n")
+            head = lines.pop()
+            self._lines.extend(lines)
         try:
-            header: CarryHeader = _read_header(json.loads(lines.pop()))
+            header: CarryHeader = _read_header(json.loads(head))
         except (TypeError, ValueError, KeyError) as e:  # not a carry this build can read: say so, not a traceback
             raise ValueError(f"the packed scheduler state's header does not read as a CarryHeader: {e}") from e
-        self._lines = lines
-        self._next = 0
         self._step = max(1, header.step)
-        self._names = header.names
+        self._names = header.names  # those named after the packing started; the first lines list the others
+        self._named = 0  # names those lines have listed so far
         self._ports = header.ports
         self.counts = header.counts
         self.small = header.weight <= self._step  # loads in one step
@@ -287,17 +344,34 @@ class StateLoader:
         for held in header.reservations:
             state.reservations[held.reservation_id] = held
         self.steps = 0  # steps taken so far
+        self._fill()
+
+    def _fill(self) -> None:
+        """Decompress until a whole line waits to be read or the carry is all read."""
+        z = self._z
+        while not self._lines and z is not None:
+            out = z.decompress(self._rest, READ)
+            self._rest = z.unconsumed_tail
+            if z.eof:
+                self._z = z = None
+            elif not (out or self._rest):
+                raise ValueError("the packed scheduler state is cut short: its last chunk does not end")
+            lines = (self._tail + out).split(b"\n")
+            self._tail = lines.pop()
+            if z is None and self._tail:
+                lines.append(self._tail)
+            self._lines.extend(lines)
 
     @property
     def done(self) -> bool:
-        return self._next >= len(self._lines)
+        return not self._lines
 
     def step(self) -> bool:
         """Load chunks until `step` weight units are loaded (at least one chunk); True once all is loaded."""
         loaded = 0
         while not self.done and loaded < self._step:
-            chunk: CarryChunk = _read_chunk(json.loads(self._lines[self._next]))
-            self._next += 1
+            chunk: CarryChunk = _read_chunk(json.loads(self._lines.popleft()))
+            self._fill()
             loaded += chunk.weight
             self._load(chunk)
         self.steps += 1
@@ -312,6 +386,13 @@ class StateLoader:
         pending = state.pending
         for job_id in chunk.queued_gone:
             del pending[job_id]
+        reasons = state.pending_reasons
+        for job_id in chunk.reasons_gone:
+            del reasons[job_id]
+        reasons.update(chunk.reasons)
+        if chunk.names:
+            self._names[self._named : self._named] = chunk.names
+            self._named += len(chunk.names)
         workers = state.workers
         for worker_id in chunk.workers_gone:
             del workers[worker_id]

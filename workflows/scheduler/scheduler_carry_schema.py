@@ -36,8 +36,9 @@ class PlacedRuns:
 @dataclass
 class CarryChunk:
     """One line of the carry: workers, queued jobs (a long one split over chunks: its attempts add up)
-    and placements. The last chunk (`changes`) holds what changed while the others were packed: what is
-    gone first, then what was added or replaced (a queued job's attempts replaced, in its place)."""
+    with why they wait, and placements. The last chunk (`changes`) holds what changed while the others
+    were packed: what is gone first, then what was added or replaced (a queued job's attempts replaced,
+    in its place)."""
 
     weight: int
     workers: list[WorkerEntry] = field(default_factory=list)
@@ -48,19 +49,22 @@ class CarryChunk:
     queued_gone: list[str] = field(default_factory=list)
     workers_gone: list[str] = field(default_factory=list)
     worker_order: list[str] = field(default_factory=list)  # set when the run reordered its workers meanwhile
+    reasons: dict[str, str] = field(default_factory=dict)  # job id -> why it waits (the last pass's reason)
+    names: list[str] = field(default_factory=list)  # the first lines: the workers placements refer to by number
+    reasons_gone: list[str] = field(default_factory=list)
 
 
 @dataclass
 class CarryHeader:
-    """The carry's last line: what is not chunked, and what `summary` answers while the rest loads."""
+    """The carry's first line: what is not chunked, and what `summary` answers while the rest loads."""
 
     step: int
     weight: int
     # Healthy and all workers, pending and running tasks.
     counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     store_url: str = ""
-    names: list[str] = field(default_factory=list)  # the workers placements refer to by number
-    reasons: dict[str, str] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # named after the packing began (a build before: all of them)
+    reasons: dict[str, str] = field(default_factory=dict)  # only from a build before: now with the queued jobs
     actions: list[list[Any]] = field(default_factory=list)
     ports: dict[str, dict[str, int]] = field(default_factory=dict)  # task workflow id -> its ports
     port_cursors: dict[str, int] = field(default_factory=dict)

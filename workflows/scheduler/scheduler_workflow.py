@@ -5,7 +5,7 @@ dirty flag) and on a 1 s timer that is armed only while tasks are pending, so
 an idle cluster writes no history. Each pass calls the pure scheduler in an
 activity on a compact snapshot, then commits capacity *before* it tells a task
 where to run. Every handler is idempotent; state lives in one dataclass
-handed to continue-as-new packed (zlib of JSON lines, each a message of scheduler_carry).
+handed to continue-as-new packed (a header, then JSON lines: scheduler_carry).
 
 Runs are pinned to the controller build that started them (Worker Versioning); when
 operators make a new build current, the next workflow task sees it and the run
