@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
-from iris.controller.payload_guard import PayloadGuard
-from workflows.registry import ALL_WORKFLOWS
+from iris.controller.control_plane import controller_replayer
 
 DEFAULT_TYPES = ("SchedulerWorkflow", "JobWorkflow", "AutoscalerWorkflow")
 
@@ -31,7 +29,7 @@ class ReplayReport:
 async def replay_all(client: Client, types: Sequence[str] = DEFAULT_TYPES, limit: int = 400) -> ReplayReport:
     """Replay up to `limit` runs of each type in `types` (newest first); a run with no completed task is skipped."""
     report = ReplayReport()
-    replayer = Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()])
+    replayer = controller_replayer()
     for kind in types:
         seen = 0
         async for wf in client.list_workflows(f"WorkflowType='{kind}'"):

@@ -21,11 +21,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
-from iris.controller.control_plane import workflow_runner
-from iris.controller.payload_guard import PayloadGuard
+from iris.controller.control_plane import controller_replayer, workflow_runner
 from iris.deploy.worker_versioning import deployment_config, promote
 from iris.local.cluster import ClusterInfo, LocalCluster
-from workflows.registry import ALL_WORKFLOWS
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
 TEST_BUILD = "test"  # the control deployment's version in `workflows_on_dev_server`
@@ -207,7 +205,7 @@ async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") ->
     replay fixture for tests/test_replay_recorded.py.
     """
     history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-    replayer = Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()])  # as the controller runs them
+    replayer = controller_replayer()  # as the controller runs them
     result = await replay(replayer, history)
     assert result is None or result.replay_failure is None, f"{wf.id} run {wf.run_id}: {result.replay_failure}"
     folder = os.environ.get("IRIS_RECORD_HISTORIES", "") if record else ""

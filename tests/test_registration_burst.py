@@ -15,7 +15,6 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.common import VersioningBehavior
-from temporalio.worker import Replayer
 
 with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for the probe
     from activities.contracts import REGISTERED
@@ -24,6 +23,7 @@ with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this mo
     from activities.recovery import rebuild_scheduler
     from activities.scheduling import find_assignments_activity, scheduler_pause
     from activities.signals import deliver_assignments, deliver_signals
+    from iris.controller.control_plane import controller_replayer
     from tests.support import workflows_on_dev_server
     from workflows.messages import CordonWorkers, RegistrationReply
     from workflows.scheduler.scheduler_core import WORK_PER_TASK
@@ -88,7 +88,7 @@ async def test_a_registration_burst_spans_workflow_tasks_and_keeps_arrival_order
     assert len(pauses) >= HOSTS // WORK_PER_TASK  # admitted over several workflow tasks
     failed = [e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
     assert [] == failed
-    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
 
 
@@ -116,5 +116,5 @@ async def test_signals_in_the_burst_task_wait_behind_it() -> None:
         history = await handle.fetch_history()
         await handle.terminate("test done")
     assert agents * per_agent == count
-    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None

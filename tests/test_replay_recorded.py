@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
 
-from iris.controller.payload_guard import PayloadGuard
+from iris.controller.control_plane import controller_replayer
 from workflows.registry import ALL_WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -33,7 +32,7 @@ async def test_recorded_history_replays(workflow_type: str) -> None:
     recorded = json.loads((HISTORIES / f"{workflow_type}.json").read_text())
     history = WorkflowHistory.from_json(recorded["workflow_id"], json.dumps(recorded["history"]))
     assert workflow_type == history.events[0].workflow_execution_started_event_attributes.workflow_type.name
-    await Replayer(workflows=ALL_WORKFLOWS).replay_workflow(history)
+    await controller_replayer().replay_workflow(history)
 
 
 async def test_a_scheduler_run_whose_signals_a_query_split_replays() -> None:
@@ -54,7 +53,5 @@ async def test_a_scheduler_run_whose_signals_a_query_split_replays() -> None:
         and e.activity_task_scheduled_event_attributes.activity_type.name == "deliver_signals"
     ]  # fmt: skip
     assert [155, 161] == [i for i in delivered if 150 < i < 170]
-    result = await Replayer(workflows=ALL_WORKFLOWS, interceptors=[PayloadGuard()]).replay_workflow(
-        history, raise_on_replay_failure=False
-    )
+    result = await controller_replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None

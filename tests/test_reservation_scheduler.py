@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from activities.contracts import FIND_ENDED_JOBS, RELEASE_RESERVATION, RESERVATIONS_MEMO, RESERVE, WORKER_LOST
 from activities.recovery import rebuild_scheduler
@@ -15,6 +14,7 @@ from activities.reservations import find_ended_jobs
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from iris.client.reservation_requests import ReservationStatus, parse_published
+from iris.controller.control_plane import controller_replayer
 from tests.support import workflows_on_dev_server
 from tests.test_scheduler_determinism import _batch
 from workflows.messages import Reserve, WorkerLost
@@ -66,7 +66,7 @@ async def test_reservation_is_held_published_kept_across_continue_as_new_replace
         assert [] == await _until(client, queue, lambda shown: shown == [])
         history = await handle.fetch_history()  # the last run: holds, a lost worker, a replacement, the release
         await handle.terminate("test done")
-    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
 
 

@@ -17,13 +17,13 @@ from typing import Any
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
-from temporalio.worker import Replayer
 
 from activities.contracts import DELIVER_SIGNALS, Delivery, Release
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
+from iris.controller.control_plane import controller_replayer
 from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
@@ -85,7 +85,7 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
         assert 24 == await _healthy(client, queue)  # every registration was applied once
         history = await handle.fetch_history()
         await handle.terminate("test done")
-    result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    result = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
 
 

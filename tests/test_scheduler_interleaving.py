@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from activities.contracts import (
     AUTOSCALE_SNAPSHOT_QUERY,
@@ -44,7 +44,7 @@ from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from iris.controller.control_plane import workflow_runner
+from iris.controller.control_plane import controller_replayer, workflow_runner
 from iris.controller.query_guard import QueryGuard
 from iris.deploy.worker_versioning import deployment_config, promote
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
@@ -181,7 +181,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
     ]
     assert [] == failed
     assert [] == driver.query_failures
-    result = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    result = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
 
 

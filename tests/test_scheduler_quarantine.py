@@ -6,12 +6,12 @@ import asyncio
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from activities.contracts import Release
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
+from iris.controller.control_plane import controller_replayer
 from tests.support import workflows_on_dev_server
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS, SPEC_NEVER, _batch
@@ -45,7 +45,7 @@ async def test_a_burst_of_dispatch_failures_is_one_incident_and_scheduling_goes_
         await handle.terminate("test done")
     assert [] == failed
     assert reason, "no scheduling pass ran after the burst"
-    replayed = await Replayer(workflows=[SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None  # the burst's history, patch marker included, replays
 
 

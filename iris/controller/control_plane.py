@@ -12,15 +12,16 @@ import concurrent.futures
 import contextlib
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import structlog
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.converter import DataConverter
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
@@ -60,6 +61,7 @@ from iris.controller.workflow_health import workflow_task_failure
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
 from iris.deploy.temporal_setup import ensure_search_attributes
 from iris.deploy.worker_versioning import build_id, deployment_config, promote
+from iris.security import codec
 from iris.types import JobState
 from workflows.fleet.autoscaler_state import AutoscalerConfig, ScaleGroup
 from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
@@ -151,6 +153,24 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     """The sandbox every Iris workflow runs in, passing through only SANDBOX_PASSTHROUGH."""
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
     return SandboxedWorkflowRunner(restrictions=restrictions)
+
+
+def controller_replayer(
+    workflows: Sequence[type] = ALL_WORKFLOWS, data_converter: DataConverter | None = None
+) -> Replayer:
+    """A Replayer that runs `workflows` as `control_worker` does: the same sandbox passthrough and guard,
+    and Iris's payload converter (the process's codec key unless `data_converter` is given).
+
+    The SDK's own converter decodes a message through its generic type hints: replaying a scheduler run
+    at 30,000 workers, one task of 159 enqueue batches took it past the 2 s deadlock detector, where the
+    controller, which decodes them by plan, had taken well under a second. A replay checks the code as it runs.
+    """
+    return Replayer(
+        workflows=list(workflows),
+        interceptors=[PayloadGuard()],
+        workflow_runner=GuardedRunner(workflow_runner()),
+        data_converter=data_converter or codec.data_converter(codec.load_key()),
+    )
 
 
 def control_worker(

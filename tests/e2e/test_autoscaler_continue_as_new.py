@@ -10,15 +10,14 @@ from datetime import timedelta
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
 from iris.config.cluster_file import parse_config
+from iris.controller.control_plane import controller_replayer
 from iris.local.cluster import LocalCluster
 from tests.e2e.test_fleet import slice_hosts
 from tests.support import Cluster, replay, wait_until
-from workflows.registry import ALL_WORKFLOWS
 
 FLEET = {
     "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
@@ -61,7 +60,7 @@ async def _autoscaler_runs(address: str) -> list[int]:
     server that stops answering fails the test in seconds instead of hanging it.
     """
     client = await Client.connect(address)
-    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    replayer = controller_replayer()
     deadline = timedelta(seconds=30)
     run_id = (await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).describe(rpc_timeout=deadline)).run_id
     lengths = []

@@ -21,15 +21,14 @@ from pathlib import Path
 import psutil
 import pytest
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec, SliceState
 from iris.client.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
+from iris.controller.control_plane import controller_replayer
 from iris.local.cluster import LocalCluster
 from tests.support import Cluster, autoscaler_mark, plans_since, replay, wait_until
 from workflows.fleet.slice_workflow import ScaleDown
-from workflows.registry import ALL_WORKFLOWS
 
 SCALE_DOWN_DELAY = 2.0
 FLEET = {
@@ -341,7 +340,7 @@ def test_a_slice_whose_workflow_was_terminated_by_hand_is_cleaned_up_when_the_co
 
 async def _replay_fleet_histories(address: str) -> dict[str, int]:
     client = await Client.connect(address)
-    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    replayer = controller_replayer()
     record = os.environ.get("IRIS_RECORD_HISTORIES")
     counts: dict[str, int] = {}
     events: list[int] = []

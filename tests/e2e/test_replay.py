@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris.controller.control_plane import controller_replayer
 from tests.support import Cluster, replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 
@@ -26,7 +26,7 @@ SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
 async def _replay_all(address: str) -> dict[str, int]:
     client = await Client.connect(address)
-    replayer = Replayer(workflows=ALL_WORKFLOWS)
+    replayer = controller_replayer()
     counts: dict[str, int] = {}
     recorded: dict[str, int] = {}
     record = os.environ.get("IRIS_RECORD_HISTORIES")

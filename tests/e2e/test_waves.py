@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
 
 from iris import IrisClient, JobState, ResourceSpec
+from iris.controller.control_plane import controller_replayer
 from workflows.jobs.job_waves import MAX_PENDING_CHILDREN, WAVE_FLOOR
-from workflows.registry import ALL_WORKFLOWS
 
 REPLICAS = WAVE_FLOOR + 50
 
@@ -48,5 +47,5 @@ def test_a_job_past_its_first_wave_runs_every_task_once_in_waves(client: IrisCli
     async def history() -> WorkflowHistory:
         return await client._async.temporal.get_workflow_handle(job.job_id).fetch_history()
 
-    replayed = client._run(Replayer(workflows=ALL_WORKFLOWS).replay_workflow(client._run(history())))
+    replayed = client._run(controller_replayer().replay_workflow(client._run(history())))
     assert replayed.replay_failure is None  # the waves' history replays
