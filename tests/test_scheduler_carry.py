@@ -187,6 +187,11 @@ def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
     data = pack(_state())
     with pytest.raises(ValueError, match="cut short"):
         unpack(data[: len(data) - 40])
+    placed = next(chunk for chunk in chunks if chunk.get("placed"))
+    placed["placed"][0]["attempts"].pop()
+    header["step"] = 12
+    with pytest.raises(ValueError, match="placements of job 'run' have columns of different lengths"):
+        unpack(_carry(header, chunks))
 
 
 @pytest.mark.parametrize("seed", range(12))

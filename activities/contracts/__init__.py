@@ -8,6 +8,7 @@ local activity.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -93,6 +94,11 @@ def worker_workflow_id(worker_id: str, session: str) -> str:
 
 def task_workflow_id(job_id: str, task_index: int) -> str:
     return f"{job_id}/task-{task_index}"
+
+
+def task_workflow_ids(job_id: str, task_indices: Iterable[int]) -> Iterator[str]:
+    """`task_workflow_id` of each index, built in C (a scheduler run loads 100,000s of them)."""
+    return map(f"{job_id}/task-".__add__, map(str, task_indices))
 
 
 def job_of_task(workflow_id: str) -> str:

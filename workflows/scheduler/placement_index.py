@@ -19,9 +19,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+NO_PORTS: Mapping[str, int] = {}  # shared by the placements that hold none: never changed (read-only by type)
+
+
+def _no_ports() -> Mapping[str, int]:
+    return NO_PORTS
+
 
 @dataclass
 class Placement:
+    """One task attempt's place. A placement is replaced, never changed (the packer and the index rely on it)."""
+
     job_id: str
     task_index: int
     attempt: int
@@ -30,7 +38,7 @@ class Placement:
     memory_bytes: int
     gpus: int
     tpus: int
-    ports: dict[str, int] = field(default_factory=dict)  # port name -> port held on its worker's host
+    ports: Mapping[str, int] = field(default_factory=_no_ports)  # port name -> port held on its worker's host
     user: str = ""
     band: str = ""  # the band it was placed in (what preemption compares)
     gang: bool = False  # a coscheduled job's member: evicted with its whole gang

@@ -23,15 +23,15 @@ from __future__ import annotations
 import json
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, filterfalse
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import compress, filterfalse, repeat
 from operator import attrgetter, countOf, is_not, ne, or_
 from typing import Any
 
-from activities.contracts import task_workflow_id
+from activities.contracts import task_workflow_ids
 from activities.contracts.dataclass_json import Plan, plan_for, to_plain
 from workflows.fleet.worker_lifecycle import WorkerState
-from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.placement_index import NO_PORTS, Placement
 from workflows.scheduler.scheduler_actions import new_ring
 from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
@@ -279,7 +279,7 @@ class Packer:
             store_url=state.store_url,
             names=self._names.names[self._named :],
             actions=list(state.actions),
-            ports={key: live_x[key].ports for key in state.ported if key in live_x and live_x[key].ports},
+            ports={key: dict(live_x[key].ports) for key in state.ported if key in live_x and live_x[key].ports},
             port_cursors=state.port_cursors,
             books=state.books.carried(),
             reservations=list(state.reservations.values()),
@@ -411,18 +411,22 @@ class StateLoader:
         self._load_placed(chunk.placed)
 
     def _load_placed(self, rows: list[PlacedRuns]) -> None:
+        """Each row's placements, built column by column in C (a row is one job's placements of one shape)."""
         names, ports, ported = self._names, self._ports, self.state.ported
-        loaded = []
+        loaded: list[tuple[str, Placement]] = []
         for r in rows:
-            job_id, shape = r.job_id, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus)
-            for index, attempt, worker, placed_at in zip(r.task_indices, r.attempts, r.workers, r.placed_at,
-                                                         strict=True):  # fmt: skip
-                key = task_workflow_id(job_id, index)
-                held = ports.get(key) or {}
-                loaded.append((key, Placement(job_id, index, attempt, names[worker], *shape, held, r.user, r.band,
-                                              r.gang, placed_at)))  # fmt: skip
-                if held:
-                    ported.add(key)
+            n = len(r.task_indices)
+            if not n == len(r.attempts) == len(r.workers) == len(r.placed_at):
+                raise ValueError(f"the carried placements of job {r.job_id!r} have columns of different lengths")
+            keys = list(task_workflow_ids(r.job_id, r.task_indices))
+            held: Iterable[Mapping[str, int]] = repeat(NO_PORTS, n)
+            if ports:
+                held = [ports.get(key) or NO_PORTS for key in keys]
+                ported.update(compress(keys, held))
+            made = map(Placement, repeat(r.job_id, n), r.task_indices, r.attempts, map(names.__getitem__, r.workers),
+                       repeat(r.cpu_millis), repeat(r.memory_bytes), repeat(r.gpus), repeat(r.tpus), held,
+                       repeat(r.user), repeat(r.band), repeat(r.gang), r.placed_at)  # fmt: skip
+            loaded += zip(keys, made, strict=True)
         self.state.placements.load(loaded)  # indexed as they are set (placement_index)
 
 
