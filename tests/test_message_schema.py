@@ -149,3 +149,17 @@ def test_a_value_of_the_wrong_type_is_an_error(raw: object) -> None:
 
     with pytest.raises((TypeError, ValueError)):
         _read(_sent(raw), TaskResult)
+
+
+def test_scalar_fields_read_at_once_or_one_by_one_give_the_same_message() -> None:
+    """Scalars of their field's exact type are read at once; an int where a float is declared (a JSON `7`),
+    or a bool where an int is, is converted field by field: the same message either way."""
+    from workflows.messages import Enqueue, SchedulingSpec
+
+    exact = {"job_id": "j", "spec": {"cpu_millis": 5, "memory_bytes": 6, "coordinator": True}, "attempts": {"3": 0},
+             "submitted_at": 7.0}  # fmt: skip
+    loose = {**exact, "submitted_at": 7, "spec": {**exact["spec"], "cpu_millis": True}}  # type: ignore[dict-item]
+    assert Enqueue("j", SchedulingSpec(5, 6, coordinator=True), {3: 0}, 7.0) == _read(_sent(exact), Enqueue)
+    read = _read(_sent(loose), Enqueue)
+    assert Enqueue("j", SchedulingSpec(1, 6, coordinator=True), {3: 0}, 7.0) == read
+    assert float is type(read.submitted_at) and int is type(read.spec.cpu_millis)
