@@ -14,7 +14,8 @@ from activities.proto import cluster_pb2 as pb
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler.placement_index import Placement, Placements
-from workflows.scheduler.scheduler_carry import pack, unpack
+from workflows.scheduler.scheduler_carry import pack
+from workflows.scheduler.scheduler_carry_loader import unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 

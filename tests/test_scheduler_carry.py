@@ -21,9 +21,10 @@ from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_e
 from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import CordonWorkers, Enqueue
-from workflows.scheduler import scheduler_carry
+from workflows.scheduler import scheduler_carry_loader
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import Packer, StateLoader, pack, unpack
+from workflows.scheduler.scheduler_carry import Packer, pack
+from workflows.scheduler.scheduler_carry_loader import StateLoader, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
@@ -164,7 +165,7 @@ def test_a_carry_from_a_build_with_fewer_or_more_fields_loads() -> None:
 @pytest.mark.parametrize("read", [1, 7, 64, 4096])
 def test_lines_split_across_decompressed_pieces_load_whole(read: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A step decompresses `READ` bytes at a time: a line cut between two pieces is joined again."""
-    monkeypatch.setattr(scheduler_carry, "READ", read)
+    monkeypatch.setattr(scheduler_carry_loader, "READ", read)
     state = _state()
     state.pending["big"] = PendingEntry("big", SPEC_FITS, {i: 1 for i in range(200)}, 8.0)
     assert state == unpack(pack(state, step=8, chunk=8))

@@ -22,7 +22,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import SCHEDULER_PAUSE, Delivery
     from activities.proto import cluster_pb2 as pb
-    from workflows.scheduler.scheduler_carry import StateLoader, unpack
+    from workflows.scheduler.scheduler_carry_loader import StateLoader, unpack
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
     from workflows.scheduler.scheduler_state import SchedulerState
     from workflows.scheduler.snapshot_cache import SnapshotCache

@@ -8,7 +8,7 @@
                          └──────────run_should_end──────────┘
 
 What each phase allows:
-- LOADING: the carried state comes in a step per workflow task (scheduler_carry.StateLoader); signals
+- LOADING: the carried state comes in a step per workflow task (scheduler_carry_loader.StateLoader); signals
   are held (`held_in_turn`) and applied, in order, once it is whole; `summary` answers the counts the
   previous run handed over.
 - REBUILDING: a run that started with no state asks the live workers and tasks to report
