@@ -45,8 +45,6 @@ ATTEMPTS_PER_UNIT = 8
 NAMES = 5_000  # worker names per line of them
 
 
-
-
 def _line(message: CarryChunk | CarryHeader) -> str:
     return json.dumps(to_plain(message), separators=(",", ":"))
 
