@@ -22,7 +22,7 @@ from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import CordonWorkers, Enqueue
 from workflows.scheduler import scheduler_carry_loader
-from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.placement_index import Placement, Placements
 from workflows.scheduler.scheduler_carry import Packer, pack
 from workflows.scheduler.scheduler_carry_loader import StateLoader, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
@@ -311,3 +311,14 @@ async def client_and_queue() -> object:
                   scheduler_pause]  # fmt: skip
     async with workflows_on_dev_server("sched-carry", [SchedulerWorkflow], activities) as pair:
         yield pair
+
+
+def test_placements_replaced_whole_while_packed_are_compared_one_by_one() -> None:
+    """No log covers a mapping put in place of the one the packing started with: every placement is compared."""
+    state = _state()
+    packer = Packer(state, step=4, chunk=4)
+    packer.step()
+    kept = {key: p for key, p in state.placements.items() if p.task_index % 3}
+    state.placements = Placements(kept)
+    state.placements["new/task-0"] = Placement("new", 0, 0, "w39", 100, 2**20, 0, 0)
+    assert state == unpack(packer.finish(state))
