@@ -10,7 +10,7 @@ the jobs through them in queue order and explains every job it leaves pending.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from scheduler import multislice, preferences, throttle
@@ -99,6 +99,7 @@ def find_assignments(
         if share is not None and share.teams else None  # fmt: skip
     if teams is not None and preemption is not None:
         preemption.use_teams(teams)
+    walk = None if teams is None else _QuotaWalk(state, policy, preemption, bands, teams, fair, share, per_hour, weight)
     deferred: list[PendingJob] = []  # with teams: work beyond its team's quota, walked second (borrowing)
     for job in ordered:
         if not job.task_indices:
@@ -118,51 +119,19 @@ def find_assignments(
             continue
         if held is not None and held.place(job):
             continue  # a job of a reservation's tree: placed inside it or told why not
-        team = ""
-        if teams is not None:
-            team = teams.team_of(job.user)
-            n = len(job.task_indices)
-            k = teams.within_quota(team, job.request, n)
-            if k < n:
-                if job.group_by or k == 0:
-                    deferred.append(job)
-                    continue
-                deferred.append(replace(job, task_indices=job.task_indices[k:]))
-                job = replace(job, task_indices=job.task_indices[:k])
-            if preemption is not None:
-                preemption.ctx = (team, True)
-        placed = _try(state, job, policy, preemption, bands)
-        if teams is not None:
-            if placed:
-                teams.placed(team, job.request, placed)
-            if placed < len(job.task_indices) and deferred and deferred[-1].job_id == job.job_id:
-                deferred.pop()  # its part within quota waits already: the rest waits with it (same reason)
+        rest = None
+        if walk is not None:
+            placed, rest = walk.within(job)
+            if rest is not None:
+                deferred.append(rest)
+        else:
+            placed = _try(state, job, policy, preemption, bands)
         if fair is not None and placed:
             fair.placed(job.user, per_hour(job.request) * weight * placed)
-        if held_back and placed < len(job.task_indices):  # the room under its cap did not all fit either
+        if held_back and rest is None and placed < len(job.task_indices):  # the room under its cap did not fit
             state.reasons[job.job_id] = f"{state.reasons[job.job_id]}; {throttle.reason(job, held_back)}"
-    if teams is not None and deferred:
-        teams.start_borrowing()
-        again = FairQueue(deferred, bands, fair.shares, share.policy) if fair is not None and share else deferred
-        for job in again:
-            team = teams.team_of(job.user)
-            n = len(job.task_indices)
-            k, why = teams.borrow_room(team, job.request, n)
-            if k == 0 or (k < n and job.group_by):
-                state.reasons[job.job_id] = f"beyond team {team}'s quota and {why}"
-                continue
-            part = replace(job, task_indices=job.task_indices[:k]) if k < n else job
-            if preemption is not None:
-                preemption.ctx = (team, False)
-            placed = _try(state, part, policy, preemption, bands)
-            if placed:
-                teams.placed(team, job.request, placed)
-            if k < n and placed == k:
-                state.reasons[job.job_id] = f"placed {k} of {n} tasks beyond team {team}'s quota; {why}"
-            elif placed < len(part.task_indices) and job.job_id in state.reasons:
-                state.reasons[job.job_id] = f"beyond team {team}'s quota: {state.reasons[job.job_id]}"
-            if fair is not None and placed:
-                fair.placed(job.user, per_hour(job.request) * weight * placed)
+    if walk is not None and deferred:
+        walk.beyond_quota(deferred)
     if share is not None:
         _explain_demotions(state, jobs, bands)
     plan = held.plan() if held is not None else None
@@ -176,6 +145,87 @@ def find_assignments(
         reservation_reasons=plan.reasons if plan is not None else {},
         queue=tuple(state.reasons),  # reasons are written in the order jobs are tried
     )
+
+
+class _QuotaWalk:
+    """The two walks of a pass with teams (`scheduler.teams`): work within its team's quota, then the rest.
+
+    A team can be back within its quota after its jobs were deferred: a reclaim earlier in the pass evicted
+    its borrowed units. Those jobs then take their within-quota turn (reclaiming too, if they must) before
+    anything borrows, and again inside the borrowing walk whenever it evicts more. Otherwise a team would
+    wait below its quota behind its own evicted gang while other teams keep what they borrowed.
+    """
+
+    def __init__(
+        self, state: PassState, policy: SchedulingPolicy, preemption: Preemption | None, bands: Mapping[str, Band],
+        teams: TeamPass, fair: FairQueue[PendingJob] | None, share: ShareSnapshot | None,
+        per_hour: Callable[[Resources], float], weight: float,
+    ) -> None:  # fmt: skip
+        self.state, self.policy, self.preemption, self.bands = state, policy, preemption, bands
+        self.teams, self.fair, self.share, self.per_hour, self.weight = teams, fair, share, per_hour, weight
+
+    def within(self, job: PendingJob) -> tuple[int, PendingJob | None]:
+        """Place the part of `job` that fits in its team's quota; (tasks placed, what is left beyond the quota).
+
+        Nothing is left when the job was tried whole, or when its part within the quota did not all place
+        (the rest waits with it, for the same reason).
+        """
+        teams = self.teams
+        team = teams.team_of(job.user)
+        n = len(job.task_indices)
+        k = teams.within_quota(team, job.request, n)
+        if k == 0 or (k < n and job.group_by):
+            return 0, job
+        part = job if k == n else replace(job, task_indices=job.task_indices[:k])
+        if self.preemption is not None:
+            self.preemption.ctx = (team, True)
+        placed = _try(self.state, part, self.policy, self.preemption, self.bands)
+        if placed:
+            teams.placed(team, job.request, placed)
+        if k == n or placed < k:
+            return placed, None
+        return placed, replace(job, task_indices=job.task_indices[k:])
+
+    def beyond_quota(self, deferred: list[PendingJob]) -> None:
+        """Walk the deferred work: within-quota turns the pass's evictions made room for, then borrowing."""
+        preemption, teams, state = self.preemption, self.teams, self.state
+        seen = -1
+        while preemption is not None and deferred and len(preemption.victims) != seen:
+            seen = len(preemption.victims)  # a turn that evicts may bring yet another team within its quota
+            deferred = [rest for rest in map(self._within_again, deferred) if rest is not None]
+        teams.start_borrowing()
+        fair, share = self.fair, self.share
+        ordered = FairQueue(deferred, self.bands, fair.shares, share.policy) if fair and share else deferred
+        for job in ordered:
+            left = self._within_again(job) if preemption is not None and preemption.victims else job
+            if left is None:
+                continue
+            team = teams.team_of(job.user)
+            n = len(left.task_indices)
+            k, why = teams.borrow_room(team, left.request, n)
+            if k == 0 or (k < n and left.group_by):
+                state.reasons[job.job_id] = f"beyond team {team}'s quota and {why}"
+                continue
+            part = replace(left, task_indices=left.task_indices[:k]) if k < n else left
+            if preemption is not None:
+                preemption.ctx = (team, False)
+            placed = _try(state, part, self.policy, preemption, self.bands)
+            if placed:
+                teams.placed(team, job.request, placed)
+            if k < n and placed == k:
+                state.reasons[job.job_id] = f"placed {k} of {n} tasks beyond team {team}'s quota; {why}"
+            elif placed < len(part.task_indices) and job.job_id in state.reasons:
+                state.reasons[job.job_id] = f"beyond team {team}'s quota: {state.reasons[job.job_id]}"
+            self._credit(job, placed)
+
+    def _within_again(self, job: PendingJob) -> PendingJob | None:
+        placed, rest = self.within(job)
+        self._credit(job, placed)
+        return rest
+
+    def _credit(self, job: PendingJob, placed: int) -> None:
+        if self.fair is not None and placed:
+            self.fair.placed(job.user, self.per_hour(job.request) * self.weight * placed)
 
 
 Evict = tuple[Preemption, int] | None  # the pass's preemption state and the job's effective band rank

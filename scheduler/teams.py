@@ -16,7 +16,11 @@ The rules (decided here and in the pass, carried out by the workflows)
   a plain job may place part of its tasks there. Then the rest, borrowed work,
   in the same order, each job only as far as its team's borrowing limit and
   the capacity that may be borrowed allow. So a team's work within its quota
-  always runs before any other team's borrowed work.
+  always runs before any other team's borrowed work. A team that a reclaim
+  earlier in the pass brought back within its quota gets its deferred work's
+  within-quota turn in the same pass, before anything borrows (and again
+  whenever the borrowing walk evicts more): it does not wait a pass behind
+  its own evicted gang while others keep what they borrowed.
 - **What may be borrowed.** Capacity no quota covers (the fleet's total beyond
   the sum of quotas) plus, per team, its unused quota up to its lending limit,
   less what is borrowed already.

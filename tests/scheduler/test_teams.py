@@ -164,6 +164,30 @@ def test_a_reclaim_and_the_borrowers_own_band_preemption_in_one_pass() -> None:
     assert {"b/x": 2, "a/urgent": 1} == {j: sum(a.job_id == j for a in result.assignments) for j in ("b/x", "a/urgent")}
 
 
+def test_a_team_brought_back_within_its_quota_by_a_reclaim_reclaims_in_the_same_pass() -> None:
+    """A (quota 1) runs a batch gang of 2, so the gang is borrowed; C (quota 0) runs five tasks, all borrowed.
+    A's interactive task comes first in the queue but is beyond A's quota then, and B's gang (within quota)
+    reclaims A's gang. A is now within its quota: its task takes its turn in the same pass, before anything
+    borrows, and reclaims one of C's tasks instead of waiting while C keeps five borrowed hosts (found by
+    the property test)."""
+    fleet = [WorkerSnapshot(f"{s}-w{i}", HOST, {"tpu-name": s, "tpu-worker-id": i}, HOST)
+             for s, n in (("x", 1), ("y", 1), ("g", 2), ("s0", 3)) for i in range(n)]  # fmt: skip
+    gang_a = running("a/gang", ["g-w0", "g-w1"], "batch", "ana", HOST, 100.0)
+    tasks_c = [running(f"c/{w.worker_id}", [w], "batch", "cy", HOST, 100.0, coscheduled=False)
+               for w in fleet if not w.worker_id.startswith("g")]  # fmt: skip
+    teams = Teams((Team("a", ("ana",), Resources(1000)), Team("b", ("bo",), Resources(2000)),
+                   Team("c", ("cy",), Resources(0))))  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=[gang_a, *tasks_c], teams=teams)
+    jobs = [plain("a/urgent", "ana"), gang("b/train", "bo", 2, Band.BATCH)]
+    result = find_assignments(occupied(fleet, gang_a, *tasks_c), jobs, share=share)
+    reasons = {e.job_id: e.reason for e in result.evictions}
+    assert "capacity borrowed by team a reclaimed by team b for job b/train" == reasons.pop("a/gang")
+    [(victim, reason)] = reasons.items()  # one of C's borrowed tasks, for A's task
+    assert victim.startswith("c/") and "capacity borrowed by team c reclaimed by team a for job a/urgent" == reason
+    placed = [a.job_id for a in result.assignments]
+    assert {"b/train": 2, "a/urgent": 1} == {j: placed.count(j) for j in ("b/train", "a/urgent")}
+
+
 def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:
     """The same cluster without teams: a batch job evicts nobody (bands alone decide)."""
     fleet = hosts()
