@@ -36,11 +36,16 @@ QUERY_TIMEOUT = timedelta(seconds=5)
 
 
 async def list_slices(client: Client, include_ended: bool = False) -> list[SliceStatus]:
-    """Slices, newest first: the live ones, or every one Temporal still keeps with `include_ended`."""
+    """Slices, newest first: the live ones, or every one Temporal still keeps with `include_ended`.
+
+    A slice is live until it reaches a final state: its workflow records TERMINATED or FAILED a moment
+    before it closes, and a slice listed TERMINATED with `include_ended` is not listed live meanwhile."""
     query = "WorkflowType='SliceWorkflow'" + ("" if include_ended else " AND ExecutionStatus='Running'")
     out = []
     async for wf in client.list_workflows(query):
-        out.append(slice_status(wf, await wf.memo()))
+        status = slice_status(wf, await wf.memo())
+        if include_ended or status.state not in TERMINAL_SLICE_STATES:
+            out.append(status)
     return out
 
 
