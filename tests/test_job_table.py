@@ -59,6 +59,26 @@ def test_the_first_failure_is_the_jobs_error_and_a_gang_attempt_starts_clean() -
     assert [1, 1, 1] == [row.attempt for row in t.status.tasks]
 
 
+def test_the_listed_view_counts_preemptions_and_a_requeued_task_is_on_no_worker() -> None:
+    """What `list_jobs` reads (the memo) counts a plain job's preemptions as `status()` does, keeps a
+    demoted band, and leaves both keys out while they are at their defaults (a job never preempted nor
+    demoted upserts what it always did)."""
+    t = table()
+    t.status.priority = t.status.effective_priority = "interactive"
+    assert {"preemptions", "band"}.isdisjoint(t.view().to_memo())
+    assert t.started(TaskStarted(1, attempt=0, worker_id="w1"))
+    t.retrying(TaskRetrying(1, attempt=1, failure_count=0, preemption_count=1, last_state=TaskState.WORKER_FAILED,
+                            error="preempted by production job p"))  # fmt: skip
+    assert "" == t.status.tasks[1].worker_id  # waiting again, on no worker
+    assert t.started(TaskStarted(1, attempt=1, worker_id="w2"))
+    t.record(1, TaskResult(1, TaskState.SUCCEEDED, worker_id="w2", attempt=2, preemption_count=2), gang=False)
+    t.status.effective_priority = "batch"
+    view = t.view()
+    assert (2, "batch") == (view.preemptions, view.band)
+    assert {"preemptions": 2, "band": "batch"}.items() <= view.to_memo().items()
+    assert (2, "batch") == (type(view).from_memo(view.to_memo()).preemptions, type(view).from_memo(view.to_memo()).band)
+
+
 def test_rows_that_never_start_say_why() -> None:
     t = table(4)
     t.end_rows(range(2, 4), TaskState.KILLED, "killed before it started")

@@ -55,6 +55,8 @@ MEMO_REASON = "pending_reason"
 MEMO_TASKS = "num_tasks"
 MEMO_SUBMITTED = "submitted_at"
 MEMO_FINISHED = "finished_at"
+MEMO_PREEMPTIONS = "preemptions"  # only once there was one
+MEMO_BAND = "band"  # the band the scheduler uses, only while it differs from the one asked (a user out of credits)
 MEMO_ENDPOINTS = "endpoints/"
 """Prefix of one memo key per running task with named ports (`endpoints/3` -> {"http": "host:port"}), so a
 task's start or end upserts its own small key, never the whole job's list again."""
@@ -83,8 +85,12 @@ class JobView:
     finished_at: float = 0.0
     # Port name -> task index (as a string: memo keys are JSON) -> "host:port", of running tasks only.
     endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
+    preemptions: int = 0  # as `JobStatus.preemptions` counts them
+    band: str = ""  # the effective band when it is not the asked one ("" otherwise)
 
     def to_memo(self) -> dict[str, Any]:
+        """The memo keys; the two that are rare are left out while they hold their default, so a job that is
+        never preempted nor demoted upserts exactly what it did before they existed."""
         return {
             MEMO_STATE: self.state,
             MEMO_COUNTS: dict(self.counts),
@@ -93,6 +99,8 @@ class JobView:
             MEMO_TASKS: self.num_tasks,
             MEMO_SUBMITTED: self.submitted_at,
             MEMO_FINISHED: self.finished_at,
+            **({MEMO_PREEMPTIONS: self.preemptions} if self.preemptions else {}),
+            **({MEMO_BAND: self.band} if self.band else {}),
             **self._endpoint_keys(),
         }
 
@@ -121,6 +129,8 @@ class JobView:
             submitted_at=float(memo.get(MEMO_SUBMITTED) or 0.0),
             finished_at=float(memo.get(MEMO_FINISHED) or 0.0),
             endpoints=endpoints,
+            preemptions=int(memo.get(MEMO_PREEMPTIONS) or 0),
+            band=str(memo.get(MEMO_BAND) or ""),
         )
 
 

@@ -93,7 +93,8 @@ def _visible_status(job_id: str, memo: Mapping[str, Any], attrs: TypedSearchAttr
         namespace=attrs.get(JOB_NAMESPACE) or "",
         user=attrs.get(JOB_USER) or "",
         priority=attrs.get(JOB_PRIORITY) or "interactive",
-        effective_priority=attrs.get(JOB_PRIORITY) or "interactive",
+        effective_priority=view.band or attrs.get(JOB_PRIORITY) or "interactive",
+        preemptions=view.preemptions,
     )
 
 

@@ -40,6 +40,7 @@ class TaskTable:
         self.status = pb.JobStatus()
         self.counts: dict[str, int] = {}  # tasks per state, kept by set_row
         self.endpoint_rows: set[int] = set()  # rows holding the endpoints of running tasks
+        self.preempted = 0  # the rows' preemption counts summed (a plain job's; a gang's is status.preemptions)
 
     def add_rows(self, job_id: str, replicas: int) -> None:
         """One PENDING row per task of a new job."""
@@ -51,8 +52,10 @@ class TaskTable:
         """The table an earlier run of this job handed over (job_handover)."""
         self.status.CopyFrom(status)
         self.counts = {}
+        self.preempted = 0
         for row in self.status.tasks:
             self.counts[row.state] = self.counts.get(row.state, 0) + 1
+            self.preempted += row.preemption_count
             if row.endpoints:
                 self.endpoint_rows.add(row.task_index)
 
@@ -81,6 +84,8 @@ class TaskTable:
             return False
         self.set_row(row, TaskState.PENDING)
         row.attempt, row.error = msg.attempt, cap_text(msg.error, MAX_ERROR_CHARS)
+        row.worker_id = ""  # waiting again: on no worker (the error says where it ran)
+        self.preempted += msg.preemption_count - row.preemption_count
         row.failure_count, row.preemption_count = msg.failure_count, msg.preemption_count
         return True
 
@@ -91,6 +96,7 @@ class TaskTable:
         self.set_row(row, state)
         row.worker_id, row.attempt = result.worker_id, result.attempt
         if not gang:
+            self.preempted += result.preemption_count - row.preemption_count
             row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
         row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
         row.has_exit_code = result.exit_code is not None
@@ -151,7 +157,8 @@ class TaskTable:
             pending_reason=st.pending_reason if st.state == JobState.PENDING or st.task_state_counts.get(
                 TaskState.PENDING) else "",
             num_tasks=st.num_tasks, submitted_at=st.submitted_at, finished_at=st.finished_at,
-            endpoints=self._endpoints(),
+            endpoints=self._endpoints(), preemptions=st.preemptions or self.preempted,
+            band=st.effective_priority if st.effective_priority != st.priority else "",
         )  # fmt: skip
 
     def _endpoints(self) -> dict[str, dict[str, str]]:
