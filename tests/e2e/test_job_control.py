@@ -86,6 +86,9 @@ def test_a_dependency_that_fails_makes_the_job_unschedulable_naming_it(client: I
     assert JobState.UNSCHEDULABLE == status.state
     assert f"dependency {failing.job_id} ended FAILED; after_rule=succeeded needs SUCCEEDED" == status.error
     assert [None] == [t.worker_id or None for t in status.tasks]
+    assert {"UNSCHEDULABLE": 1} == status.task_state_counts  # the counts agree with the row
+    listed = next(j for j in client.list_jobs(limit=500) if j.job_id == strict.job_id)
+    assert {"UNSCHEDULABLE": 1} == listed.task_state_counts
     assert JobState.SUCCEEDED == lenient.wait(timeout=120).state
 
 
