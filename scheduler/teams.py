@@ -6,8 +6,8 @@ The rules (decided here and in the pass, carried out by the workflows)
   chips), an optional `borrowing_limit` (how much beyond its quota it may use;
   None: no limit) and an optional `lending_limit` (how much of its unused quota
   others may use; None: all of it). A user belongs to at most one team; a user
-  in none is in the team `default`, whose quota is zero unless the config
-  defines a team of that name. Only the resources some team has a quota of are
+  in none is in the team `default`, whose quota is zero (a cluster config
+  refuses a team of that name). Only the resources some team has a quota of are
   accounted ("covered" resources, as Kueue calls them): a config that gives
   quotas in cpu only does not make every job borrow memory.
 - **Quota first.** A pass walks the queue twice. First every team's work that

@@ -360,6 +360,14 @@ S = "config.yaml: scale_groups[0]"
         ({"autoscaler": {"scan_interval": "often"}}, "config.yaml: autoscaler.scan_interval: cannot parse 'often'"),
         ({"autoscaler": {"scan": "1s"}}, "config.yaml: autoscaler.scan: unknown key"),
         ({"autoscaler": "fast"}, "config.yaml: autoscaler: must be a mapping"),
+        (
+            {"sharing": {"teams": [{"name": "default", "members": ["ana"], "quota": {"cpu": 1}}]}},
+            "config.yaml: sharing.teams: team name 'default' is reserved for users in no team (its quota is zero)",
+        ),
+        (
+            {"sharing": {"teams": [{"name": "a", "members": ["ana", "ana"]}]}},
+            "config.yaml: sharing.teams: user 'ana' is listed twice in team 'a'",
+        ),
     ],
 )
 def test_errors_name_the_field(data: Any, message: str) -> None:

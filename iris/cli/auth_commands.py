@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from iris.cli.common import TemporalOpt, fail, iris_client, out, temporal_settings
+from iris.cli.common import StoreOpt, TemporalOpt, fail, iris_client, out, temporal_settings
 from iris.cli.error_lines import CliError
 from iris.client.iris_client import IrisClient
 
@@ -18,9 +18,9 @@ auth_app = typer.Typer(help="Team mode: users, roles, tokens and the audit log."
 NOT_TEAM = "this cluster runs without team mode (Auth: none): one user, no login; set `auth: tokens` in its config"
 
 
-def _remote(temporal: str | None) -> Any:
+def _remote(temporal: str | None, store: str | None = None) -> Any:
     """The client's connection to the Iris API; a one-line failure when the cluster is not in team mode."""
-    client: IrisClient = iris_client(temporal)
+    client: IrisClient = iris_client(temporal, store)
     if not getattr(client._async, "remote", False):
         raise CliError(NOT_TEAM)
     return client
@@ -35,28 +35,28 @@ def add_user(
     name: str,
     admin: Annotated[bool, typer.Option("--admin", help="the user may do everything")] = False,
     worker: Annotated[bool, typer.Option("--worker", help="a credential for `iris worker serve` only")] = False,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Admins only: create NAME and print its token once (Iris keeps only a hash of it)."""
     if admin and worker:
         raise fail("--admin and --worker: choose one role")
-    client = _remote(temporal)
+    client = _remote(temporal, store)
     role = "admin" if admin else "worker" if worker else "user"
     _plain(client._run(client._async.add_user(name, role)))
 
 
 @auth_app.command("revoke")
-def revoke(name: str, temporal: TemporalOpt = None) -> None:
+def revoke(name: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Admins only: NAME's tokens stop working (within 10 s on every controller)."""
-    client = _remote(temporal)
+    client = _remote(temporal, store)
     client._run(client._async.revoke_user(name))
     _plain(f"revoked {name}")
 
 
 @auth_app.command("whoami")
-def whoami(temporal: TemporalOpt = None) -> None:
+def whoami(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Print "NAME ROLE" for the caller's credential."""
-    client = _remote(temporal)
+    client = _remote(temporal, store)
     name, role = client._run(client._async.whoami())
     _plain(f"{name} {role}")
 
@@ -66,7 +66,7 @@ def audit(
     since: Annotated[
         str | None, typer.Option("--since", help="only entries newer than a DURATION (30s, 1h) or a TIME")
     ] = None,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Admins only: who did what, newest first."""
     from iris.cli.parsing import parse_since
@@ -75,7 +75,7 @@ def audit(
         cutoff = parse_since(since) if since is not None else 0.0
     except ValueError as e:
         raise fail(str(e)) from None
-    client = _remote(temporal)
+    client = _remote(temporal, store)
     table = Table("TIME (UTC)", "USER", "ACTION", "SUBJECT", "DETAIL")
     for entry in client._run(client._async.audit(cutoff)):
         when = datetime.fromtimestamp(entry.at, UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -87,7 +87,7 @@ def audit(
 @auth_app.command("bootstrap")
 def bootstrap(
     name: Annotated[str, typer.Option("--name", help="the first admin's name")] = "admin",
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """For an existing deployment (with the controller's Temporal credentials): create the first admin, print its
     token once. Refused once an admin exists."""

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from temporalio.service import RPCError
 
-from iris.cli.common import TemporalOpt, err, fail, iris_client, out
+from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.client import fleet_view
 from iris.client.iris_client import IrisClient
 from iris.types import WorkerStatus
@@ -27,11 +27,11 @@ def _age(since: float) -> str:
 @slice_app.command("list")
 def slice_list(
     all_slices: Annotated[bool, typer.Option("--all", help="also slices that have ended")] = False,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """List slices: group, state, age, workers, and the error of a failed one."""
     table = Table("SLICE", "GROUP", "STATE", "AGE", "WORKERS", "ERROR")
-    for s in iris_client(temporal).list_slices(include_ended=all_slices):
+    for s in iris_client(temporal, store).list_slices(include_ended=all_slices):
         table.add_row(s.slice_id, s.scale_group, s.state, _age(s.created_at), " ".join(s.worker_ids), s.error[:80])
     out.print(table)
 
@@ -40,11 +40,11 @@ def slice_list(
 def slice_terminate(
     slice_id: str,
     drain: Annotated[float, typer.Option(help="seconds running tasks may take to finish first")] = 0.0,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Scale a slice down now: cordon, (drain,) terminate; its running tasks are retried elsewhere."""
     try:
-        requested = iris_client(temporal).terminate_slice(slice_id, drain)
+        requested = iris_client(temporal, store).terminate_slice(slice_id, drain)
     except KeyError as e:
         raise fail(str(e.args[0]), 1) from None
     err.print(f"terminating {slice_id}" if requested else f"{slice_id} had already ended")
@@ -53,11 +53,11 @@ def slice_terminate(
 def worker_cordon(
     worker_id: str,
     undo: Annotated[bool, typer.Option("--undo", help="accept new work again")] = False,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Place no new work on WORKER; what runs there goes on."""
     try:
-        iris_client(temporal).cordon_worker(worker_id, cordoned=not undo)
+        iris_client(temporal, store).cordon_worker(worker_id, cordoned=not undo)
     except KeyError as e:
         raise fail(str(e.args[0]), 1) from None
     err.print(f"{worker_id} {'uncordoned' if undo else 'cordoned'}")
@@ -66,7 +66,7 @@ def worker_cordon(
 def worker_drain(
     worker_id: str,
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Cordon WORKER and wait until its running tasks have finished (Slurm's drain)."""
     last = [-1]
@@ -77,7 +77,7 @@ def worker_drain(
             err.print(f"[dim]{worker_id}: waiting for {last[0]} running tasks: {' '.join(worker.running_tasks)}[/dim]")
 
     try:
-        iris_client(temporal).drain_worker(worker_id, timeout, on_progress=progress)
+        iris_client(temporal, store).drain_worker(worker_id, timeout, on_progress=progress)
     except KeyError as e:
         raise fail(str(e.args[0]), 1) from None
     except TimeoutError as e:

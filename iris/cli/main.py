@@ -410,7 +410,7 @@ def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
 
 
 @temporal_app.command("setup")
-def temporal_setup(temporal: TemporalOpt = None) -> None:
+def temporal_setup(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
     from iris.deploy.temporal_setup import setup
 
@@ -476,7 +476,7 @@ STATUS_QUERY_SECONDS = 1.5
 
 
 @cluster_app.command("status")
-def cluster_status(temporal: TemporalOpt = None) -> None:
+def cluster_status(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Temporal address, UI URL, store URL, workers and queue depth; names each local component that is down."""
     from iris.local.cluster import TEMPORAL, LocalCluster
 

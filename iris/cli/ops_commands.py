@@ -136,14 +136,14 @@ autoscaler_app = typer.Typer(help="The autoscaler.", no_args_is_help=True)
 @autoscaler_app.command("status")
 def autoscaler_status(
     as_json: Annotated[bool, typer.Option("--json", help="the autoscaler's published status as JSON")] = False,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Per scale group: slices by state, demand, what it does now and why, and its last decision."""
     import dataclasses
     import json
 
     from iris.client import fleet_view
-    client = iris_client(temporal)
+    client = iris_client(temporal, store)
     status = client._run(fleet_view.autoscaler_status(client._async.temporal))
     if as_json:
         out.print(json.dumps(dataclasses.asdict(status) if status else None, indent=2), markup=False, highlight=False)

@@ -14,7 +14,7 @@ import re
 import typer
 from rich.table import Table
 
-from iris.cli.common import TemporalOpt, iris_client, out
+from iris.cli.common import StoreOpt, TemporalOpt, iris_client, out
 from iris.client.reservation_requests import ReservationStatus
 from iris.types import ResourceSpec
 from iris.units import format_memory
@@ -86,12 +86,12 @@ def _rows(r: ReservationStatus) -> list[tuple[str, ...]]:
 
 
 @reservation_app.command("list")
-def reservation_list(temporal: TemporalOpt = None) -> None:
+def reservation_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Each reservation: its id, its job, its workers with what its tree uses and what is free there.
 
     Read from what the scheduler publishes (its memo), not by querying it.
     """
-    reservations = iris_client(temporal).list_reservations()
+    reservations = iris_client(temporal, store).list_reservations()
     if not reservations:
         out.print("no reservations")
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from iris.cli.common import TemporalOpt, iris_client, out
+from iris.cli.common import StoreOpt, TemporalOpt, iris_client, out
 from iris.client.team_tables import amounts, when
 from iris.types import JobStatus
 
@@ -22,18 +22,18 @@ def place_line(status: JobStatus) -> str:
 
 
 @team_app.command("list")
-def team_list(temporal: TemporalOpt = None) -> None:
+def team_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Every team: members, guaranteed quota, what it uses, what it borrows and lends, its pending jobs."""
     table = Table("TEAM", "MEMBERS", "QUOTA", "USED", "BORROWED", "LENT", "PENDING")
-    for t in iris_client(temporal).list_teams():
+    for t in iris_client(temporal, store).list_teams():
         table.add_row(t.team, ", ".join(t.members) or "-", amounts(t.quota), amounts(t.used), amounts(t.borrowed),
                       amounts(t.lent), str(t.pending_jobs))  # fmt: skip
     out.print(table)
 
 
-def queue_list(temporal: TemporalOpt = None) -> None:
+def queue_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """The waiting jobs in the order the scheduler tries them, with estimated starts."""
     table = Table("POS", "JOB", "USER", "TEAM", "BAND", "ESTIMATED START")
-    for row in iris_client(temporal).queue():
+    for row in iris_client(temporal, store).queue():
         table.add_row(str(row.position), row.job_id, row.user, row.team, row.band, when(row.estimated_start))
     out.print(table)

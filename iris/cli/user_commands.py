@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from iris.cli.common import TemporalOpt, err, fail, iris_client, out
+from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 
 user_app = typer.Typer(help="Users: credits, usage, running and pending work.", no_args_is_help=True)
 
@@ -29,10 +29,10 @@ def _amount(text: str) -> float:
 
 
 @user_app.command("list")
-def user_list(temporal: TemporalOpt = None) -> None:
+def user_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Every user the scheduler knows of: credits left, credits used, running tasks, pending jobs."""
     table = Table("USER", "CREDITS", "USED", "RUNNING", "PENDING")
-    for u in iris_client(temporal).list_users():
+    for u in iris_client(temporal, store).list_users():
         table.add_row(u.user, _credits(u.credits), _credits(u.used), str(u.running_tasks), str(u.pending_jobs))
     out.print(table)
 
@@ -41,11 +41,11 @@ def user_list(temporal: TemporalOpt = None) -> None:
 def user_credits(
     user: Annotated[str, typer.Argument(help="the user")],
     amount: Annotated[str | None, typer.Argument(help="set the remaining balance to this (an operator's call)")] = None,
-    temporal: TemporalOpt = None,
+    temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Show USER's credits, or set them to AMOUNT."""
     value = _amount(amount) if amount is not None else None  # a usage error before connecting anywhere
-    client = iris_client(temporal)
+    client = iris_client(temporal, store)
     if value is None:
         row = next((u for u in client.list_users() if u.user == user), None)
         if row is None:

@@ -31,7 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from iris.config.fields import Bytes, Devices, GroupName, Millicores, Seconds
 from scheduler.accounting import DEFAULT_CREDITS
-from scheduler.teams import DIMENSIONS, UNLIMITED
+from scheduler.teams import DEFAULT_TEAM, DIMENSIONS, UNLIMITED
 from workflows.scheduler.sharing_state import DEFAULT_GRACE_SECONDS, DEFAULT_STARVATION_SECONDS, SharingSettings
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -102,14 +102,20 @@ class TeamFile(BaseModel):
 
 
 def _teams(teams: list[TeamFile]) -> list[TeamFile]:
-    """Names are unique and a user is in at most one team (the message names both teams)."""
+    """Names are unique and not `default` (the team of users in no team, whose quota is zero), and a user is
+    in at most one team (the message names both teams)."""
     seen: dict[str, str] = {}
     names: set[str] = set()
     for team in teams:
+        if team.name == DEFAULT_TEAM:
+            raise ValueError(f"team name {DEFAULT_TEAM!r} is reserved for users in no team (its quota is zero): "
+                             "give this team another name")  # fmt: skip
         if team.name in names:
             raise ValueError(f"team {team.name!r} is defined twice")
         names.add(team.name)
         for user in team.members:
+            if seen.get(user) == team.name:
+                raise ValueError(f"user {user!r} is listed twice in team {team.name!r}")
             if user in seen:
                 raise ValueError(f"user {user!r} is a member of both {seen[user]!r} and {team.name!r}")
             seen[user] = team.name
