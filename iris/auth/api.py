@@ -49,6 +49,7 @@ from iris.client import fleet_view
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
 from iris.client.endpoints import job_endpoints
+from iris.client.job_control import IfExists, parse_if_exists
 from iris.client.status_reads import _job_status
 from iris.client.submission import resolve_user
 from iris.client.task_exec import start_access
@@ -250,9 +251,11 @@ class IrisApi:
             data = base64.b64decode(body["bundle"][1])
             bundle = (f"{BUNDLE_PREFIX}{hashlib.sha256(data).hexdigest()}.zip", data)
         # A task's token names its job: what the task submits is that job's child, as in the Temporal path.
+        if_exists = parse_if_exists(body.get("if_exists") or "new", req.name or None)
         job_id = await self.iris._start(req, payload=payload, bundle=bundle, given=frozenset(body.get("given", ())),
-                                        parent=who.job)  # fmt: skip
-        self._owners[job_id] = who.name
+                                        if_exists=if_exists, parent=who.job)  # fmt: skip
+        if if_exists is IfExists.NEW:  # a reused job may be older than this caller's word: its owner is looked up
+            self._owners[job_id] = who.name
         self.gate.audit(who, "submit", job_id, req.name)
         return web.json_response({"job_id": job_id})
 

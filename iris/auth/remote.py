@@ -22,6 +22,7 @@ import aiohttp
 from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import pickle_callable, unpickle_result
+from iris.client.job_control import IfExists, parse_if_exists
 from iris.client.submission import build_request, command_argv, resolve_user
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
@@ -243,29 +244,31 @@ class RemoteIrisClient:
 
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # checked here, as locally
         options.setdefault("name", getattr(fn, "__name__", None) or "job")
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         given = _given(options)
         req = build_request(**options)
-        return await self._submit(req, pickle_callable(fn, args, kwargs or {}), bundle, given)
+        return await self._submit(req, pickle_callable(fn, args, kwargs or {}), bundle, given, if_exists)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
         from iris.client.async_client import _bundle, _given
 
         argv = command_argv(command)
+        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))
         bundle = _bundle(options.pop("bundle", None), options.get("setup"))
         given = _given(options)
         req = build_request(**options)
         req.entrypoint.command.argv.extend(argv)
-        return await self._submit(req, None, bundle, given)
+        return await self._submit(req, None, bundle, given, if_exists)
 
     async def _submit(self, req: Any, payload: bytes | None, bundle: tuple[str, bytes] | None,
-                      given: frozenset[str]) -> str:  # fmt: skip
+                      given: frozenset[str], if_exists: IfExists = IfExists.NEW) -> str:  # fmt: skip
         body = {
             "request": base64.b64encode(req.SerializeToString()).decode(),
             "payload": base64.b64encode(payload).decode() if payload is not None else None,
             "bundle": [bundle[0], base64.b64encode(bundle[1]).decode()] if bundle is not None else None,
-            "given": sorted(given), "user": self.named_user,
+            "given": sorted(given), "user": self.named_user, "if_exists": if_exists.value,
         }  # fmt: skip
         job_id: str = (await self.post("/jobs", body))["job_id"]
         return job_id

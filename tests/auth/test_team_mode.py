@@ -130,6 +130,23 @@ def test_jobs_belong_to_their_verified_submitter(team: Team) -> None:
         team.clients["bob"]._run(team.clients["bob"]._async._submit(stolen, None, None, frozenset()))  # type: ignore[attr-defined]
 
 
+def test_iris_run_and_named_submissions_work_with_a_token(team: Team) -> None:
+    """`iris run` with a user's token runs the job as that user and prints its output; `if_exists` goes
+    through the API as it does locally (a reused job is the caller's own, nothing new is started)."""
+    ran = team.cli("ana", "run", "--name", "hello-team", "--cpu", "0.1", "--memory", "64m", "--",
+                   "sh", "-c", "echo hello from $IRIS_TASK_INDEX")  # fmt: skip
+    assert 0 == ran.returncode, ran.stderr
+    assert "hello from 0" in ran.stdout
+    first = team.clients["ana"].submit_command(["sleep", "600"], name="once", resources=SMALL, if_exists="reuse")
+    again = team.clients["ana"].submit_command(["sleep", "600"], name="once", resources=SMALL, if_exists="reuse")
+    assert first.job_id == again.job_id and "ana" == again.status().user
+    with pytest.raises(ValueError, match="job .* named 'once' is"):
+        team.clients["ana"].submit_command(["true"], name="once", resources=SMALL, if_exists="fail")
+    with pytest.raises(PermissionDeniedError):
+        team.clients["bob"].terminate(first.job_id)
+    team.clients["ana"].terminate(first.job_id)
+
+
 def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
     """A job submitted from ana's task is ana's: bob cannot kill it or read its logs; ana can kill it."""
     parent = team.clients["ana"].submit(_submit_child, name="parent", resources=SMALL)
