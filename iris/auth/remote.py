@@ -44,8 +44,8 @@ def resolve_token(token: str | None = None) -> str | None:
     if path:
         try:
             return Path(path).expanduser().read_text().strip() or None
-        except OSError as err:
-            raise ValueError(f"{TOKEN_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
+        except OSError as err:  # no credential to present: as a missing token is
+            raise AuthenticationError(f"{TOKEN_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
     return None
 
 

@@ -19,7 +19,7 @@ from aiohttp import web
 from iris.auth import store
 from iris.auth.api import COOKIE, PREFIX, Gate, IrisApi
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.auth.rules import Action, Identity, Role
+from iris.auth.rules import Action, Identity, Role, decide
 from iris.dashboard.oidc_login import START_PATH, OidcLogin
 
 log = structlog.get_logger("iris.dashboard")
@@ -71,6 +71,10 @@ def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
                 return web.json_response({"error": "authentication", "message": str(err)}, status=401,
                                          headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
             return login_page(str(err) if request.cookies.get(COOKIE) else "", issuer=oidc_issuer(gate))
+        decision = decide(request[VIEWER], Action.READ)  # a worker credential serves as an agent, nothing else
+        if not decision.allowed:
+            gate.audit(request[VIEWER], "read", request.path, "refused: dashboard", allowed=False)
+            return web.json_response({"error": "permission", "message": decision.reason}, status=403)
         return await handler(request)
 
     return middleware

@@ -168,7 +168,10 @@ class LocalCluster:
             from iris.auth.bootstrap import write_admin_token
 
             write_admin_token(self.home, info.address)  # the first admin's token, once, into admin.token
-        log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
+        if info.auth != "none":  # team mode: the Iris API is the way in; Temporal's own ports are printed nowhere
+            log.info("local_cluster.up", api=info.dashboard_url, auth=info.auth, workers=len(info.worker_ids))
+        else:
+            log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
         return dataclasses.replace(info, restarted=restarted)
 
     def down(self) -> None:

@@ -90,6 +90,18 @@ def test_directory_state() -> None:
     assert ["revoke", "add-user", "bootstrap"] == actions
 
 
+def test_audit_is_newest_first_by_time_whatever_order_entries_arrive_in() -> None:
+    """The API flushes its entries in batches a few seconds late; user changes are recorded at once."""
+    state = st.AuthState()
+    st.record(state, [st.AuditEntry(10.0, "ana", "submit", "j1"), st.AuditEntry(12.0, "ana", "kill", "j1")])
+    assert st.add_user(state, st.AddUser("bo", "user", "h1", 11.0, by="admin")).ok
+    st.record(state, [st.AuditEntry(13.0, "bo", "submit", "j2")])
+    entries = st.audit_since(state, st.AuditRequest()).entries
+    assert [(13.0, "submit"), (12.0, "kill"), (11.0, "add-user"), (10.0, "submit")] == [
+        (e.at, e.action) for e in entries
+    ]
+
+
 def test_audit_is_bounded() -> None:
     """The audit log keeps the newest MAX_AUDIT entries."""
     state = st.AuthState()

@@ -140,7 +140,7 @@ def test_iris_run_and_named_submissions_work_with_a_token(team: Team) -> None:
     first = team.clients["ana"].submit_command(["sleep", "600"], name="once", resources=SMALL, if_exists="reuse")
     again = team.clients["ana"].submit_command(["sleep", "600"], name="once", resources=SMALL, if_exists="reuse")
     assert first.job_id == again.job_id and "ana" == again.status().user
-    with pytest.raises(ValueError, match="job .* named 'once' is"):
+    with pytest.raises(ValueError, match=r"job .* named 'once' is"):
         team.clients["ana"].submit_command(["true"], name="once", resources=SMALL, if_exists="fail")
     with pytest.raises(PermissionDeniedError):
         team.clients["bob"].terminate(first.job_id)
@@ -351,6 +351,10 @@ def test_credentials(team: Team) -> None:
         agent.submit(lambda: 1, resources=SMALL)
     assert "ana user\n" == team.cli("ana", "auth", "whoami").stdout
     assert 3 == team.cli(None, "job", "list").returncode
+    missing = subprocess.run([sys.executable, "-m", "iris", "auth", "whoami"], capture_output=True, text=True,
+                             env={**team.env(None), "IRIS_TOKEN_FILE": "/nonexistent/token"}, timeout=60)  # fmt: skip
+    assert (3, 1) == (missing.returncode, len(missing.stderr.splitlines())), missing.stderr
+    assert "IRIS_TOKEN_FILE: cannot read /nonexistent/token" in missing.stderr
     assert 3 == team.cli("ana", "auth", "add-user", "mallory", "--admin").returncode
 
 
@@ -363,6 +367,8 @@ def test_dashboard_needs_a_credential(team: Team) -> None:
     status, body = team.http("GET", "/queue", "bob")
     assert 200 == status and "/audit" not in body
     assert 403 == team.http("GET", "/audit", "bob")[0]
+    assert 403 == team.http("GET", "/jobs", "agent")[0]  # a worker credential serves as an agent, nothing else
+    assert 403 == team.http("GET", "/queue", "agent", accept="application/json")[0]
     status, body = team.http("GET", "/audit", "admin")
     assert 200 == status and 'data-action="add-user"' in body
 

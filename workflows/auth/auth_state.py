@@ -130,5 +130,7 @@ def record(state: AuthState, entries: list[AuditEntry]) -> None:
 
 
 def audit_since(state: AuthState, req: AuditRequest) -> AuditLog:
-    out = [e for e in reversed(state.audit) if e.at >= req.since]
+    """Newest first by when each thing was done: entries arrive in batches (the API flushes its own every
+    few seconds, user changes come at once), so the order they arrived in is not the order of their times."""
+    out = sorted((e for e in reversed(state.audit) if e.at >= req.since), key=lambda e: e.at, reverse=True)
     return AuditLog(out[: max(0, req.limit)])
