@@ -40,6 +40,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from enum import Enum
 from itertools import compress, repeat
 from typing import TYPE_CHECKING, cast
 
@@ -51,6 +52,14 @@ if TYPE_CHECKING:
     from scheduler.placement import GangBucket, GroupCandidate, PassState, PlainBucket
 
 PRODUCTION_RANK = BAND_RANK[Band.PRODUCTION]
+
+
+class Turn(Enum):
+    """Which of a team's turns a search runs in (scheduler.teams; the pass's `_QuotaWalk`)."""
+
+    WITHIN = "within"  # within its quota: it may reclaim other teams' borrowed work of any band but production
+    BEYOND = "beyond"  # borrowing: other teams' borrowed work of a lower band only
+    OWN = "own"  # at its quota: only its own work of a lower band, and only where what that frees is room enough
 PROBE_TASKS = 1 << 14  # plain tasks offered to an empty new slice to learn how many it holds
 Cost = tuple[int, float, int]  # (highest victim band rank, resource-time lost in credits, tasks)
 Extra = list[int]  # cpu, memory, gpus, tpus a worker gains when its victims go
@@ -184,10 +193,13 @@ class Preemption:
         self.plain_heaps: dict[tuple[object, ...], list[tuple[Cost, int]]] = {}
         self.gang_heaps: dict[tuple[tuple[object, ...], int], list[tuple[Cost, int]]] = {}
         self.victims: list[tuple[Unit, str, int, str]] = []  # (unit, preemptor, its rank, its team if a reclaim)
-        # Teams (scheduler.teams): the pass's team accounting, and the preemptor's (team, within its quota)
-        # for the search under way; None without teams, when eligibility is the band rule alone.
+        # Teams (scheduler.teams): the pass's team accounting, and the preemptor's (team, turn) for the search
+        # under way; None without teams, when eligibility is the band rule alone.
         self.teams: TeamPass | None = None
-        self.ctx: tuple[str, bool] | None = None
+        self.ctx: tuple[str, Turn] | None = None
+        # In the OWN turn a task fits only in what its victims free (never in free capacity: that would be
+        # borrowing), so the team's use does not grow.
+        self.freed_only = False
         self.team_by_job: dict[str, str] = {}
         self.borrowed = Borrowed()  # which running units are borrowed (scheduler.teams)
         self._rows_with_units: set[int] | None = None
@@ -260,10 +272,10 @@ class Preemption:
         ctx = self.ctx
         if ctx is None or self.teams is None:
             return unit.rank < rank
-        team, within = ctx
+        team, turn = ctx
         if unit.team == team:
             return unit.rank < rank  # inside a team, bands decide
-        if not unit.borrowed or not (within or unit.rank < rank):
+        if turn is Turn.OWN or not unit.borrowed or not (turn is Turn.WITHIN or unit.rank < rank):
             return False
         minus = chosen.get(unit.team) if chosen else None
         return self.teams.still_over(unit.team, minus or (0, 0, 0, 0))
@@ -301,7 +313,9 @@ class Preemption:
         rows of the searching team's own units and of borrowed units (no other unit is eligible, `_eligible`)."""
         if self.ctx is None or self.teams is None:
             return self.rows_with_units()
-        team = self.ctx[0]
+        team, turn = self.ctx
+        if turn is Turn.OWN:
+            return self._rows_of_team.get(team, set())
         rows = self._search_rows.get(team)
         if rows is None:  # the same all pass long (a superset once units are evicted)
             rows = self._search_rows[team] = self._rows_of_team.get(team, set()) | self._borrowed_rows
@@ -317,7 +331,7 @@ class Preemption:
     def may_evict_for(self, rank: int) -> bool:
         """Whether any running unit is of a band strictly below `rank` (with teams, a job within its quota may
         reclaim any band but production)."""
-        if self.ctx is not None and self.ctx[1]:
+        if self.ctx is not None and self.ctx[1] is Turn.WITHIN:
             return self.has_units
         return self.min_rank < rank
 
@@ -355,6 +369,11 @@ class Preemption:
         if state.reserved[row]:
             return False
         e = extra.get(row)
+        if self.freed_only:
+            return e is not None and (
+                e[0] >= request.cpu_millis and e[1] >= request.memory_bytes and e[2] >= request.gpus
+                and e[3] >= request.tpus
+            )  # fmt: skip
         if e is None:
             return (
                 state.free_cpu[row] >= request.cpu_millis

@@ -16,7 +16,7 @@ from dataclasses import replace
 from scheduler import multislice, preferences, throttle
 from scheduler.accounting import DEFAULT_RATES
 from scheduler.placement import DEFAULT_POLICY, GangBucket, PassState, PlainBucket, SchedulingPolicy
-from scheduler.preemption import Preemption, describe
+from scheduler.preemption import Preemption, Turn, describe
 from scheduler.reasons import capacity_rejection, constraint_rejection, join_counts
 from scheduler.reservations import Reservation, Reservations, held_rows
 from scheduler.sharing import FairQueue, Q, ShareSnapshot, effective_band
@@ -175,16 +175,48 @@ class _QuotaWalk:
         n = len(job.task_indices)
         k = teams.within_quota(team, job.request, n)
         if k == 0 or (k < n and job.group_by):
-            return 0, job
+            placed = self._displace_own(job, team)
+            return placed, (None if placed == n else replace(job, task_indices=job.task_indices[placed:]))
         part = job if k == n else replace(job, task_indices=job.task_indices[:k])
         if self.preemption is not None:
-            self.preemption.ctx = (team, True)
+            self.preemption.ctx = (team, Turn.WITHIN)
         placed = _try(self.state, part, self.policy, self.preemption, self.bands)
         if placed:
             teams.placed(team, job.request, placed)
         if k == n or placed < k:
             return placed, None
         return placed, replace(job, task_indices=job.task_indices[k:])
+
+    def _displace_own(self, job: PendingJob, team: str) -> int:
+        """Inside a team, bands decide: a job its team's quota has no room for may take the place of the
+        team's own running work of a lower band, where what that work frees is room enough (never free
+        capacity beside it, which would be borrowing), so the team's use does not grow. Only a team not over
+        its quota: one that borrows is reclaimed from first (its work beyond the quota is borrowed work, which
+        goes after every team's work within its quota). Tasks placed."""
+        preemption, state = self.preemption, self.state
+        rank = BAND_RANK[self.bands[job.job_id]]
+        if preemption is None or preemption.min_rank >= rank or job.num_groups > 1 or self.teams.over_quota(team):
+            return 0
+        preemption.ctx, preemption.freed_only = (team, Turn.OWN), True
+        try:
+            feasibility = state.feasibility_for(job)
+            if job.group_by:
+                victims = preemption.for_gang(job, state.gang_bucket(job, feasibility), rank)
+                placed = len(job.task_indices) if victims is not None else 0
+            else:
+                bucket = state.plain_buckets.get((id(feasibility), job.request))
+                if bucket is None:
+                    bucket = state.plain_buckets[id(feasibility), job.request] = PlainBucket(feasibility, job.request)
+                before = len(state.assignments)
+                victims = preemption.for_plain(job, bucket, rank, job.task_indices)
+                placed = len(state.assignments) - before
+        finally:
+            preemption.freed_only = False
+        if placed:
+            assert victims
+            state.reasons[job.job_id] = describe(victims)
+            self.teams.placed(team, job.request, placed)
+        return placed
 
     def beyond_quota(self, deferred: list[PendingJob]) -> None:
         """Walk the deferred work: within-quota turns the pass's evictions made room for, then borrowing."""
@@ -208,7 +240,7 @@ class _QuotaWalk:
                 continue
             part = replace(left, task_indices=left.task_indices[:k]) if k < n else left
             if preemption is not None:
-                preemption.ctx = (team, False)
+                preemption.ctx = (team, Turn.BEYOND)
             placed = _try(state, part, self.policy, preemption, self.bands)
             if placed:
                 teams.placed(team, job.request, placed)

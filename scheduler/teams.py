@@ -34,8 +34,10 @@ The rules (decided here and in the pass, carried out by the workflows)
   (`scheduler.preemption`): whole gangs, only when that makes the job fit, and
   a team is evicted only while it is still over its quota (so reclaim stops
   once the borrower is back within it). Inside a team, bands decide as before:
-  a job may evict its own team's work of a strictly lower band. Borrowed work
-  may evict only borrowed work (of a lower band), never work within a quota.
+  a job may evict its own team's work of a strictly lower band, also when the
+  team is at its quota (then only where what it evicts frees room enough, so
+  the team's use does not grow: `Turn.OWN`). Borrowed work may evict only
+  borrowed work (of a lower band), never work within a quota.
 """
 
 from __future__ import annotations

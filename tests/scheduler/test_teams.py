@@ -188,6 +188,26 @@ def test_a_team_brought_back_within_its_quota_by_a_reclaim_reclaims_in_the_same_
     assert {"b/train": 2, "a/urgent": 1} == {j: placed.count(j) for j in ("b/train", "a/urgent")}
 
 
+def test_inside_a_team_at_its_quota_a_higher_band_takes_its_own_lower_band_work_place() -> None:
+    """Every team fills its quota of a full fleet. A's interactive task has no room in A's quota, but inside a
+    team bands decide: it evicts one of A's own batch tasks and runs where that one ran. Nothing of another
+    team is touched and A's use does not grow (a capacity-only fit: no free room is borrowed beside it)."""
+    fleet = hosts(1, 6)
+    teams = Teams((Team("a", ("ana",), Resources(2000)), Team("b", ("bo",), Resources(2000)),
+                   Team("c", ("cy",), Resources(2000))))  # fmt: skip
+    runs = [running(f"{user}/{i}", [w], "batch", user, HOST, 100.0 + i, coscheduled=False)
+            for i, (user, w) in enumerate(zip(("ana", "ana", "bo", "bo", "cy", "cy"), fleet, strict=True))]  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=runs, teams=teams)
+    result = find_assignments(occupied(fleet, *runs), [plain("a/urgent", "ana")], share=share)
+    assert [("ana/1", "preempted by interactive job a/urgent")] == [(e.job_id, e.reason) for e in result.evictions]
+    assert [("a/urgent", "s0-w1")] == [(a.job_id, a.worker_id) for a in result.assignments]
+    # Over its quota, a team's job does not displace its own work: its borrowed work is reclaimed first.
+    over = Teams((Team("a", ("ana",), Resources(1000)), *teams.teams[1:]))
+    result = find_assignments(occupied(fleet, *runs), [plain("a/urgent", "ana")],
+                              share=ShareSnapshot(now=NOW, running=runs, teams=over))  # fmt: skip
+    assert () == result.evictions and "beyond team a's quota" in result.pending_reasons["a/urgent"]
+
+
 def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:
     """The same cluster without teams: a batch job evicts nobody (bands alone decide)."""
     fleet = hosts()
