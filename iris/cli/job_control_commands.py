@@ -3,16 +3,45 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
-from iris.cli.parsing import parse_constraint, parse_pair
+from iris.cli.run_options import (
+    AfterOpt,
+    AfterRuleOpt,
+    BundleOpt,
+    CheckpointDirOpt,
+    CommandArg,
+    ConstraintOpt,
+    CoscheduleOpt,
+    CpuOpt,
+    EnvOpt,
+    GpuOpt,
+    ImageOpt,
+    MaxConcurrentOpt,
+    MaxPreemptionsOpt,
+    MaxRetriesOpt,
+    MaxTaskFailuresOpt,
+    MemoryOpt,
+    NamespaceOpt,
+    PortOpt,
+    PreferOpt,
+    PriorityOpt,
+    ReplicasOpt,
+    ReserveConstraintOpt,
+    ReserveOpt,
+    SchedulingTimeoutOpt,
+    SetupOpt,
+    SlicesOpt,
+    TpuOpt,
+    as_flags,
+    job_options,
+)
 from iris.client.schedules import check_schedule
-from iris.client.submission import build_request, command_argv
-from iris.types import JobStatus, ResourceSpec
+from iris.types import JobStatus
 
 
 def job_control_lines(s: JobStatus) -> list[str]:
@@ -35,47 +64,55 @@ def _when(t: datetime) -> str:
 @schedule_app.command("create")
 def schedule_create(
     name: Annotated[str, typer.Argument(help="the schedule's name (each job is NAME-<fire time>)")],
-    command: Annotated[list[str], typer.Argument(help="the command and its arguments, after --")],
+    command: CommandArg,
     cron: Annotated[str, typer.Option("--cron", help="when: a cron expression, e.g. '0 3 * * *'")],
     timezone: Annotated[str, typer.Option("--timezone", help="the cron's time zone (IANA name)")] = "UTC",
     overlap: Annotated[
         str,
         typer.Option("--overlap", help="a firing while the last job runs: skip, buffer_one, allow_all, cancel_other"),
     ] = "skip",
-    replicas: Annotated[int, typer.Option(help="number of tasks")] = 1,
-    cpu: Annotated[str, typer.Option(help="cores per task (0.5 = half)")] = "1",
-    memory: Annotated[str, typer.Option(help="memory per task, e.g. 2g")] = "1g",
-    tpu: Annotated[str | None, typer.Option(help="TPU variant, e.g. v5e-16")] = None,
-    gpu: Annotated[int, typer.Option(help="GPUs per task")] = 0,
-    constraint: Annotated[
-        list[str] | None, typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k")
-    ] = None,
-    env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
-    image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
-    max_task_failures: Annotated[int, typer.Option(help="tasks allowed to fail before the job fails")] = 0,
-    max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
-    max_concurrent: Annotated[
-        int | None, typer.Option("--max-concurrent", help="at most N tasks of each job placed at once")
-    ] = None,
-    scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
-    priority: Annotated[str | None, typer.Option(help="band: production, interactive or batch")] = None,
+    replicas: ReplicasOpt = 1,
+    cpu: CpuOpt = "1",
+    memory: MemoryOpt = "1g",
+    tpu: TpuOpt = None,
+    gpu: GpuOpt = 0,
+    constraint: ConstraintOpt = None,
+    prefer: PreferOpt = None,
+    coschedule: CoscheduleOpt = None,
+    slices: SlicesOpt = 1,
+    max_task_failures: MaxTaskFailuresOpt = 0,
+    max_retries: MaxRetriesOpt = 0,
+    max_preemptions: MaxPreemptionsOpt = 100,
+    scheduling_timeout: SchedulingTimeoutOpt = None,
+    priority: PriorityOpt = None,
+    namespace: NamespaceOpt = None,
+    env: EnvOpt = None,
+    image: ImageOpt = None,
+    bundle: BundleOpt = None,
+    setup: SetupOpt = None,
+    port: PortOpt = None,
+    reserve: ReserveOpt = None,
+    reserve_constraint: ReserveConstraintOpt = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+    after: AfterOpt = None,
+    after_rule: AfterRuleOpt = "succeeded",
+    max_concurrent: MaxConcurrentOpt = None,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
-    """Create schedule NAME: at each firing of --cron, submit CMD as a job named NAME-<fire time>."""
+    """Create schedule NAME: at each firing of --cron, submit CMD as a job named NAME-<fire time> (the options
+    are `iris run`'s)."""
     try:
         check_schedule(name, cron, timezone, overlap)
-        options: dict[str, Any] = dict(
-            resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
-            constraints=[parse_constraint(c) for c in constraint or []],
-            env=dict(parse_pair(e, "--env") for e in env or []),
-            image=image, max_task_failures=max_task_failures, max_retries_failure=max_retries,
-            max_concurrent=max_concurrent, scheduling_timeout=scheduling_timeout,
+        options = job_options(
+            command, name=None, replicas=replicas, cpu=cpu, memory=memory, tpu=tpu, gpu=gpu, constraint=constraint,
+            prefer=prefer, coschedule=coschedule, slices=slices, max_task_failures=max_task_failures,
+            max_retries=max_retries, max_preemptions=max_preemptions, scheduling_timeout=scheduling_timeout,
+            priority=priority, namespace=namespace, env=env, image=image, bundle=bundle, setup=setup, port=port,
+            reserve=reserve, reserve_constraint=reserve_constraint, checkpoint_dir=checkpoint_dir, after=after,
+            after_rule=after_rule, max_concurrent=max_concurrent,
         )  # fmt: skip
-        if priority is not None:
-            options["priority"] = priority
-        build_request(**options)  # every check, before anything connects
-        command_argv(command)
+        options.pop("name")  # each firing's job is named by the schedule
     except ValueError as e:
         raise fail(_flag(str(e))) from None
     client = iris_client(temporal, store, start=True)
@@ -88,10 +125,15 @@ def schedule_create(
 
 
 def _flag(message: str) -> str:
-    for field_name in ("cron", "timezone", "overlap", "name", "max_concurrent"):
+    """A field's error as the flag's ("the schedule's name" is NAME, the positional argument)."""
+    for field_name in ("cron", "timezone", "overlap"):
         if message.startswith(field_name):
-            return "--" + field_name.replace("_", "-") + message[len(field_name) :]
-    return message
+            return "--" + field_name + message[len(field_name) :]
+    if message.startswith("--name"):  # the schedule's own name (check_schedule says --name)
+        return "NAME" + message[len("--name") :]
+    if message.startswith("name"):
+        return "NAME" + message[len("name") :]
+    return as_flags(message)
 
 
 @schedule_app.command("list")

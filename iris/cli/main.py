@@ -25,12 +25,41 @@ from iris.cli.common import (
 )
 from iris.cli.error_lines import CliError, exit_now, run_cli
 from iris.cli.job_control_commands import job_control_lines
-from iris.cli.parsing import parse_constraint, parse_pair, parse_since
+from iris.cli.parsing import parse_since
 from iris.cli.port_commands import job_endpoints
-from iris.client.bundle import zip_bundle
+from iris.cli.run_options import (
+    AfterOpt,
+    AfterRuleOpt,
+    BundleOpt,
+    CheckpointDirOpt,
+    CommandArg,
+    ConstraintOpt,
+    CoscheduleOpt,
+    CpuOpt,
+    EnvOpt,
+    GpuOpt,
+    ImageOpt,
+    MaxConcurrentOpt,
+    MaxPreemptionsOpt,
+    MaxRetriesOpt,
+    MaxTaskFailuresOpt,
+    MemoryOpt,
+    NamespaceOpt,
+    PortOpt,
+    PreferOpt,
+    PriorityOpt,
+    ReplicasOpt,
+    ReserveConstraintOpt,
+    ReserveOpt,
+    SchedulingTimeoutOpt,
+    SetupOpt,
+    SlicesOpt,
+    TpuOpt,
+    as_flags,
+    job_options,
+)
 from iris.client.job_control import parse_if_exists
-from iris.client.submission import build_request, command_argv
-from iris.types import CoschedulingConfig, JobState, JobStatus, ResourceSpec, TaskState, TaskStatus
+from iris.types import JobState, JobStatus, TaskState, TaskStatus
 from iris.units import format_memory
 
 app = typer.Typer(
@@ -87,95 +116,39 @@ def _describe(status: JobStatus) -> str:
     return line
 
 
-_FLAG_OF_FIELD = {
-    "resources.replicas": "--replicas", "resources.cpu": "--cpu", "resources.memory": "--memory",
-    "resources.tpu": "--tpu", "resources.gpus": "--gpu", "coscheduling.group_by": "--coschedule",
-    "coscheduling.num_groups": "--slices",
-    "max_task_failures": "--max-task-failures", "max_retries_failure": "--max-retries",
-    "max_retries_preemption": "--max-preemptions", "scheduling_timeout": "--scheduling-timeout",
-    "constraints": "--constraint", "env": "--env", "image": "--image", "name": "--name", "command": "CMD",
-    "bundle": "--bundle", "setup": "--setup", "priority": "--priority", "ports": "--port",
-    "reservation_constraints": "--reserve-constraint", "reservation": "--reserve",
-    "checkpoint_dir": "--checkpoint-dir",
-    "after_rule": "--after-rule", "after": "--after", "max_concurrent": "--max-concurrent", "if_exists": "--if-exists",
-}
-
-
-def _as_flags(message: str) -> str:
-    """A submission error names the API field (`max_retries_failure`); on the command line, name the flag."""
-    for field_name, flag in _FLAG_OF_FIELD.items():
-        if message.startswith(field_name) and message[len(field_name):len(field_name) + 1] in (" ", ":", "[", "."):
-            return flag + message[len(field_name):]
-    return message
-
-
 # -- iris run -------------------------------------------------------------------------------------
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
 def run(
-    command: Annotated[list[str], typer.Argument(help="the command and its arguments, after --")],
+    command: CommandArg,
     name: Annotated[str | None, typer.Option(help="job name")] = None,
-    replicas: Annotated[int, typer.Option(help="number of tasks")] = 1,
-    cpu: Annotated[str, typer.Option(help="cores per task (0.5 = half)")] = "1",
-    memory: Annotated[str, typer.Option(help="memory per task, e.g. 2g")] = "1g",
-    tpu: Annotated[str | None, typer.Option(help="TPU variant, e.g. v5e-16")] = None,
-    gpu: Annotated[int, typer.Option(help="GPUs per task")] = 0,
-    constraint: Annotated[
-        list[str] | None,
-        typer.Option("-c", "--constraint", help="k=v k!=v k>v k>=v k<v k<=v k !k, 'k in a,b', 'k notin a,b'"),
-    ] = None,
-    prefer: Annotated[
-        list[str] | None,
-        typer.Option("--prefer", help="a soft constraint (same syntax as -c): matching workers first, else any"),
-    ] = None,
-    coschedule: Annotated[str | None, typer.Option(help="place all tasks on workers sharing this attribute")] = None,
-    slices: Annotated[
-        int, typer.Option(help="with --coschedule: split the tasks evenly over this many groups (multi-slice)")
-    ] = 1,
-    max_task_failures: Annotated[int, typer.Option(help="tasks allowed to fail before the job fails")] = 0,
-    max_retries: Annotated[int, typer.Option(help="retries of a task after its own failure")] = 0,
-    max_preemptions: Annotated[int, typer.Option(help="retries of a task after its worker died")] = 100,
-    scheduling_timeout: Annotated[float | None, typer.Option(help="seconds to wait for a place")] = None,
-    priority: Annotated[
-        str | None,
-        typer.Option(help="band: production, interactive (default; a child job: its parent's) or batch "
-                          "(a user without credits runs as batch)"),
-    ] = None,
-    namespace: Annotated[
-        str | None, typer.Option(help="the job's namespace (default: your user; a child job: its parent's)")
-    ] = None,
-    env: Annotated[list[str] | None, typer.Option("-e", "--env", help="K=V for the tasks")] = None,
-    image: Annotated[str | None, typer.Option(help="container image (docker/containerd workers)")] = None,
-    bundle: Annotated[
-        str | None, typer.Option(help="ship this directory: the tasks' working directory, importable")
-    ] = None,
-    setup: Annotated[
-        list[str] | None, typer.Option(help="shell command run once per job and host in the bundle first")
-    ] = None,
-    port: Annotated[
-        list[str] | None, typer.Option("--port", help="a named port for each task (IRIS_PORT_<NAME>); repeatable")
-    ] = None,
-    reserve: Annotated[
-        list[str] | None,
-        typer.Option(help="one worker's worth held for child jobs: cpu=4,memory=16g, xN to repeat (repeatable)"),
-    ] = None,
-    reserve_constraint: Annotated[
-        list[str] | None, typer.Option(help="where the reservation may be held, as --constraint")
-    ] = None,
-    checkpoint_dir: Annotated[
-        str | None,
-        typer.Option(help="path or URL: every attempt of task i gets IRIS_CHECKPOINT_DIR=<it>/<i>"),
-    ] = None,
-    after: Annotated[
-        list[str] | None, typer.Option("--after", help="run after this job has ended (see --after-rule); repeatable")
-    ] = None,
-    after_rule: Annotated[
-        str, typer.Option("--after-rule", help="succeeded: every --after job must succeed; ended: any end")
-    ] = "succeeded",
-    max_concurrent: Annotated[
-        int | None, typer.Option("--max-concurrent", help="at most N tasks of this job placed at once")
-    ] = None,
+    replicas: ReplicasOpt = 1,
+    cpu: CpuOpt = "1",
+    memory: MemoryOpt = "1g",
+    tpu: TpuOpt = None,
+    gpu: GpuOpt = 0,
+    constraint: ConstraintOpt = None,
+    prefer: PreferOpt = None,
+    coschedule: CoscheduleOpt = None,
+    slices: SlicesOpt = 1,
+    max_task_failures: MaxTaskFailuresOpt = 0,
+    max_retries: MaxRetriesOpt = 0,
+    max_preemptions: MaxPreemptionsOpt = 100,
+    scheduling_timeout: SchedulingTimeoutOpt = None,
+    priority: PriorityOpt = None,
+    namespace: NamespaceOpt = None,
+    env: EnvOpt = None,
+    image: ImageOpt = None,
+    bundle: BundleOpt = None,
+    setup: SetupOpt = None,
+    port: PortOpt = None,
+    reserve: ReserveOpt = None,
+    reserve_constraint: ReserveConstraintOpt = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+    after: AfterOpt = None,
+    after_rule: AfterRuleOpt = "succeeded",
+    max_concurrent: MaxConcurrentOpt = None,
     if_exists: Annotated[
         str, typer.Option("--if-exists", help="with --name: new (always submit), reuse (the job of that name "
                                                "unless it ended badly) or fail (if one is pending or running)")
@@ -191,49 +164,27 @@ def run(
     """
     if name is not None and not name.strip():
         raise fail("--name: must not be empty")
-    if slices != 1 and coschedule is None:
-        raise fail("--slices: needs --coschedule (the attribute that tells the slices apart)")
     try:
-        options: dict[str, Any] = dict(
-            name=name if name is not None else Path(command[0]).name,
-            resources=ResourceSpec(cpu=cpu, memory=memory, gpus=gpu, tpu=tpu, replicas=replicas),
-            constraints=[parse_constraint(c) for c in constraint or []]
-            + [parse_constraint(p, "--prefer", soft=True) for p in prefer or []],
-            coscheduling=CoschedulingConfig(coschedule, slices) if coschedule is not None else None,
-            env=dict(parse_pair(e, "--env") for e in env or []),
-            image=image,
-            max_task_failures=max_task_failures,
-            max_retries_failure=max_retries,
-            max_retries_preemption=max_preemptions,
-            scheduling_timeout=scheduling_timeout,
-            setup=setup or None,
-            ports=port or [],
-            reservation=[parse_reserve(r) for r in reserve] if reserve else None,
-            reservation_constraints=[parse_constraint(c) for c in reserve_constraint or []] or None,
-        )
-        options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
-        if checkpoint_dir is not None:
-            options["checkpoint_dir"] = checkpoint_dir
-        options.update(after=after or None, after_rule=after_rule, max_concurrent=max_concurrent)
+        options = job_options(
+            command, name=name, replicas=replicas, cpu=cpu, memory=memory, tpu=tpu, gpu=gpu, constraint=constraint,
+            prefer=prefer, coschedule=coschedule, slices=slices, max_task_failures=max_task_failures,
+            max_retries=max_retries, max_preemptions=max_preemptions, scheduling_timeout=scheduling_timeout,
+            priority=priority, namespace=namespace, env=env, image=image, bundle=bundle, setup=setup, port=port,
+            reserve=reserve, reserve_constraint=reserve_constraint, checkpoint_dir=checkpoint_dir, after=after,
+            after_rule=after_rule, max_concurrent=max_concurrent,
+        )  # fmt: skip
         parse_if_exists(if_exists, name)
-        if setup and bundle is None:
-            raise ValueError("setup: needs --bundle (the directory it runs in)")
-        build_request(**options)  # every check, before anything connects or starts
-        if bundle is not None:
-            zip_bundle(bundle)  # a missing or oversized directory is an error before anything starts
-            options["bundle"] = bundle
-        command_argv(command)
         for text in (*command, name or "", *(env or []), *(constraint or []), *(prefer or [])):
             text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
     except UnicodeError:
         raise
     except ValueError as e:
-        raise fail(_as_flags(str(e))) from None
+        raise fail(as_flags(str(e))) from None
     client = iris_client(temporal, store, start=True)
     try:
         job = client.submit_command(command, if_exists=if_exists, **options)
     except ValueError as e:  # what only the cluster can tell: an unknown --after job, a refused --if-exists fail
-        raise fail(_as_flags(str(e))) from None
+        raise fail(as_flags(str(e))) from None
     err.print(f"submitted [bold]{job.job_id}[/bold]")
     if no_wait:
         out.print(job.job_id)
@@ -597,7 +548,7 @@ from iris.cli.task_commands import job_summary, task_app  # noqa: E402
 app.add_typer(task_app, name="task")
 job_app.command("summary")(job_summary)
 job_app.command("endpoints")(job_endpoints)
-from iris.cli.reservation_commands import parse_reserve, reservation_app  # noqa: E402
+from iris.cli.reservation_commands import reservation_app  # noqa: E402
 
 app.add_typer(reservation_app, name="reservation")
 from iris.cli.user_commands import user_app  # noqa: E402

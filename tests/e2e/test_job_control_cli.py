@@ -49,7 +49,8 @@ def test_schedule_commands(cluster: Cluster, client: IrisClient) -> None:
     too); errors are one line, exit 2."""
     name = f"cli-{uuid.uuid4().hex[:6]}"
     made = iris(cluster, "schedule", "create", name, "--cron", "0 3 * * *", "--timezone", "Asia/Tokyo",
-                "--cpu", "0.25", "--memory", "64m", "--", "echo", "nightly")  # fmt: skip
+                "--cpu", "0.25", "--memory", "64m", "--max-preemptions", "3", "--port", "http",
+                "--", "sh", "-c", "echo nightly on port ${IRIS_PORT_HTTP:+set}")  # fmt: skip  # `iris run`'s options
     assert 0 == made.returncode, made.stderr
     try:
         listed = iris(cluster, "schedule", "list").stdout
@@ -64,10 +65,10 @@ def test_schedule_commands(cluster: Cluster, client: IrisClient) -> None:
         wait_until(lambda: len(client.schedule(name).jobs()) == 1, timeout=60, what="the triggered job")
         (job,) = client.schedule(name).jobs()
         job.wait(timeout=120)
-        assert ["nightly"] == job.logs()
+        assert ["nightly on port set"] == job.logs()
         assert job.job_id in iris(cluster, "schedule", "jobs", name).stdout
         twice = iris(cluster, "schedule", "create", name, "--cron", "0 3 * * *", "--", "true")
-        assert (2, f"error: --name: a schedule named '{name}' exists (delete it first)") == (
+        assert (2, f"error: NAME: a schedule named '{name}' exists (delete it first)") == (
             twice.returncode,
             twice.stderr.strip(),
         )
