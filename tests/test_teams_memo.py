@@ -29,4 +29,7 @@ def test_a_borrowers_use_shows_as_borrowed_and_as_lent_by_the_idle_team() -> Non
     assert (1.0, 0.0, 5.0, 2) == (table["b"].used["cpu"], table["b"].borrowed["cpu"], table["b"].lent["cpu"],
                                   table["b"].pending_jobs)  # fmt: skip
     assert (1.0, 1.0) == (table["default"].used["cpu"], table["default"].borrowed["cpu"])
+    # Memory is used but no team has a quota of it: it is neither borrowed nor lent (only covered resources are).
+    assert table["a"].used["memory"] > 0
+    assert [0.0] == sorted({t.borrowed["memory"] for t in table.values()} | {t.lent["memory"] for t in table.values()})
     assert "default" == QueueView.from_memo({TEAMS_MEMO: rows}).team_of_user.get("cy", "default")

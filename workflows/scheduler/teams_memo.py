@@ -67,7 +67,9 @@ def teams_memo(
     names = teams.names([*used, *pending])
     quota = {name: _vector(teams.get(name).quota) for name in names}
     zero = [0, 0, 0, 0]
-    borrowed = {n: [max(0, u - q) for u, q in zip(used.get(n, zero), quota[n], strict=True)] for n in names}
+    covered = teams.covered()  # a resource no team has a quota of is neither borrowed nor lent (scheduler.teams)
+    borrowed = {n: [max(0, u - q) if c else 0 for u, q, c in zip(used.get(n, zero), quota[n], covered, strict=True)]
+                for n in names}  # fmt: skip
     lendable: dict[str, list[int]] = {}
     for name in names:
         limit = teams.get(name).lending_limit
