@@ -163,6 +163,7 @@ class IrisApi:
 
     def _checked(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def serve(request: web.Request) -> web.StreamResponse:
+            who: Identity | None = None
             try:
                 who = await self.gate.identify(request)
                 return await handler(request, who)
@@ -170,6 +171,9 @@ class IrisApi:
                     TimeoutError) as err:  # fmt: skip
                 if isinstance(err, PermissionDeniedError):
                     log.info("refused", path=request.path, reason=str(err))
+                    if who is not None and not err.audited:  # every refusal is in the audit log
+                        action = err.action or request.path.removeprefix(PREFIX).strip("/")
+                        self.gate.audit(who, action, err.job_id, "refused", allowed=False)
                 return refusal(err)
             except web.HTTPException:
                 raise
@@ -195,7 +199,8 @@ class IrisApi:
         owner = await self.owner(job_id)
         try:
             authorize(who, action, job_id=job_id, owner=owner)
-        except PermissionDeniedError:
+        except PermissionDeniedError as err:
+            err.audited = True
             self.gate.audit(who, action.value, job_id, f"refused (owner {owner})", allowed=False)
             raise
 
@@ -210,7 +215,8 @@ class IrisApi:
         its server wants them, stay on the host."""
         try:
             authorize(who, Action.SERVE)
-        except PermissionDeniedError:
+        except PermissionDeniedError as err:
+            err.audited = True
             self.gate.audit(who, Action.SERVE.value, detail="refused", allowed=False)
             raise
         if self.control is None:
@@ -228,11 +234,13 @@ class IrisApi:
         named = body.get("user")
         if named is not None and resolve_user(named) != who.name:
             self.gate.audit(who, "submit", "", f"refused: named user {named}", allowed=False)
-            raise PermissionDeniedError(
+            refused = PermissionDeniedError(
                 f"{who.name} may not submit as {named}: a job's user is its submitter's verified identity",
                 action="submit",
                 owner=named,
             )
+            refused.audited = True
+            raise refused
         try:
             req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
         except (DecodeError, binascii.Error, TypeError) as err:
@@ -393,7 +401,8 @@ class IrisApi:
         body = await request.json()
         try:
             authorize(who, Action.CREDITS)
-        except PermissionDeniedError:
+        except PermissionDeniedError as err:
+            err.audited = True
             self.gate.audit(who, "credits", str(body.get("user")), "refused", allowed=False)
             raise
         await self.iris.set_credits(resolve_user(body["user"]), float(body["amount"]))
@@ -406,7 +415,8 @@ class IrisApi:
         subject = str(body.get("worker_id") or body.get("slice_id") or "")
         try:
             authorize(who, Action.FLEET)
-        except PermissionDeniedError:
+        except PermissionDeniedError as err:
+            err.audited = True
             self.gate.audit(who, what, subject, "refused", allowed=False)
             raise
         self.gate.audit(who, what, subject)

@@ -21,6 +21,7 @@ class PermissionDeniedError(PermissionError):
         self.action = action
         self.job_id = job_id
         self.owner = owner
+        self.audited = False  # the API audits every refusal once: where it has more to say, or else as it answers
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "permission denied"

@@ -336,6 +336,11 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
     assert 3 == team.cli("ana", "worker", "cordon", worker).returncode
     team.clients["admin"].cordon_worker(worker)
     team.clients["admin"].cordon_worker(worker, cordoned=False)
+    # Every refusal is in the audit log, whichever route refused it.
+    assert 3 == team.cli("ana", "auth", "revoke", "bob").returncode
+    assert 3 == team.cli("agent", "job", "list").returncode
+    audit = team.cli("admin", "auth", "audit", "--since", "5m").stdout
+    assert "users (refused)" in audit and "read (refused)" in audit, audit
 
 
 def test_credentials(team: Team) -> None:
