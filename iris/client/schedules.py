@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 import zoneinfo
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -24,6 +25,7 @@ from temporalio.client import (
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
+    ScheduleDescription,
     ScheduleHandle,
     ScheduleOverlapPolicy,
     SchedulePolicy,
@@ -50,6 +52,7 @@ OVERLAPS = {
     "cancel_other": ScheduleOverlapPolicy.CANCEL_OTHER,
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_TRIGGERED: dict[str, float] = {}  # schedule -> when this process last triggered it (time.time())
 NEXT_RUNS = 3
 LISTING_WAIT = 10.0  # seconds create and delete wait for the listing to show them
 
@@ -156,7 +159,7 @@ def _status(
         cron=str(own.get("cron", "")),
         timezone=str(own.get("timezone", "UTC")),
         paused=paused,
-        next_runs=tuple(next_times[:NEXT_RUNS]),
+        next_runs=() if paused else tuple(next_times[:NEXT_RUNS]),  # a paused schedule fires at none of them
         recent_jobs=tuple(j for j in jobs if j),
         overlap=str(own.get("overlap", "skip")),
         user=str(own.get("user", "")),
@@ -199,16 +202,21 @@ class AsyncSchedule:
         self.name = name
         self._handle: ScheduleHandle = client.temporal.get_schedule_handle(name)
 
-    async def status(self) -> ScheduleStatus:
+    async def _described(self) -> ScheduleDescription:
+        """The schedule as Temporal describes it; KeyError unless it is an Iris schedule."""
         try:
             desc = await self._handle.describe()
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise KeyError(f"no such schedule: {self.name}") from None
             raise
-        own = _memo_of(await desc.memo())
-        if own is None:
+        if _memo_of(await desc.memo()) is None:
             raise KeyError(f"no such schedule: {self.name} (a Temporal schedule that is not Iris's)")
+        return desc
+
+    async def status(self) -> ScheduleStatus:
+        desc = await self._described()
+        own = _memo_of(await desc.memo()) or {}
         info = desc.info
         return _status(self.name, own, desc.schedule.state.paused, info.next_action_times, info.recent_actions)
 
@@ -221,8 +229,18 @@ class AsyncSchedule:
         await self._handle.unpause(note=note)
 
     async def trigger(self) -> None:
-        """Submit one job now, whatever runs already (the overlap policy is for the schedule's own firings)."""
-        await self.status()
+        """Submit one job now, whatever runs already (the overlap policy is for the schedule's own firings).
+
+        A firing's job is named by its time to the second, and Temporal starts one workflow per id: a second
+        trigger within the same second would start nothing. So a trigger waits for the next second when the
+        schedule already acted in this one (as Temporal lists it, or as this process triggered it)."""
+        desc = await self._described()
+        times = [a.scheduled_at.timestamp() for a in desc.info.recent_actions]
+        latest = max([*times, _TRIGGERED.get(self.name, 0.0)])
+        now = time.time()
+        if int(latest) >= int(now):
+            await asyncio.sleep(int(latest) + 1 - now + 0.02)
+        _TRIGGERED[self.name] = time.time()
         await self._handle.trigger(overlap=ScheduleOverlapPolicy.ALLOW_ALL)
 
     async def delete(self) -> None:
@@ -232,13 +250,16 @@ class AsyncSchedule:
         await _until_listed(self._client, self.name, listed=False)
 
     async def job_ids(self) -> list[str]:
-        """The ids of every job the schedule started, oldest first (visibility: Temporal tags them)."""
-        status = await self.status()
+        """The ids of every job the schedule started, oldest first (visibility: Temporal tags them); not those of
+        an earlier schedule of the same name, deleted since (they started before this one was created)."""
+        desc = await self._described()
         query = f"WorkflowType = 'JobWorkflow' AND TemporalScheduledById = '{self.name}'"
+        created = desc.info.created_at
         try:
-            found = [(wf.start_time, wf.id) async for wf in self._client.temporal.list_workflows(query)]
+            found = [(wf.start_time, wf.id) async for wf in self._client.temporal.list_workflows(query)
+                     if created is None or wf.start_time >= created]  # fmt: skip
         except RPCError:  # a server without that search attribute: the schedule's own recent list
-            return list(status.recent_jobs)
+            return [j for j in (getattr(r.action, "workflow_id", "") for r in desc.info.recent_actions) if j]
         ids = [job_id for _, job_id in sorted(found)]
         return list(dict.fromkeys(ids))  # a job that continued as new is listed once per run
 

@@ -202,7 +202,7 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         assert client.job_status(jobs[0].job_id).user == client.job_status(jobs[1].job_id).user
         sched.pause()
         paused = sched.status()  # describe: every firing before the pause is in it, none after
-        assert paused.paused
+        assert paused.paused and () == paused.next_runs  # it fires at none of them while paused
         paused_count = len(sched.jobs())
         # Two of its firing times pass while it is paused (its own next times, else two periods of 3 s).
         due = paused.next_runs[1] if len(paused.next_runs) > 1 else datetime.now(UTC) + timedelta(seconds=6)
@@ -213,10 +213,18 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         wait_until(lambda: len(sched.jobs()) == paused_count + 1, timeout=30, what="the triggered job")
         recent = sched.status().recent_jobs
         assert recent and recent[-1] == sched.jobs()[-1].job_id
+        sched.trigger()
+        sched.trigger()  # in the same second as the last, it would name the same job: each trigger is one job
+        wait_until(lambda: len(sched.jobs()) == paused_count + 3, timeout=30, what="two more triggered jobs")
     finally:
         sched.delete()
     with pytest.raises(KeyError, match=f"no such schedule: {name}"):
         sched.status()
+    again = client.create_schedule(name, started_at, cron="0 3 * * *", resources=SMALL)
+    try:
+        assert [] == again.jobs()  # the deleted schedule's jobs are not the new one's
+    finally:
+        again.delete()
     assert name not in [s.name for s in client.list_schedules()]
     with pytest.raises(ValueError, match="overlap must be one of"):
         client.create_schedule(f"{name}-x", started_at, cron="* * * * *", overlap="sometimes")
