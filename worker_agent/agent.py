@@ -469,7 +469,9 @@ class WorkerAgent:
             return False
         self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                       grace_seconds=inp.grace_seconds)  # fmt: skip
-        self._post_notice((inp.job_id, inp.task_index, inp.attempt), inp.reason)  # an eviction is a notice too
+        key = (inp.job_id, inp.task_index, inp.attempt)
+        self._post_notice(key, inp.reason)  # an eviction is a notice too
+        self._preempted.setdefault(key, f"evicted: {inp.reason}")  # whatever it exits with now, even 0
         await self.runtime.kill(handle, max(0.0, inp.grace_seconds))
         return True
 

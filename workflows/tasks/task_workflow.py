@@ -378,7 +378,9 @@ class TaskWorkflow:
         self.result.peak_memory_bytes = result.peak_memory_bytes
         self.result.cpu_seconds, self.result.run_seconds = result.cpu_seconds, result.run_seconds
         self._agent_released = result.released
-        if result.preempted:  # it ended after a preemption notice for its host: runs again, not a failure
+        if result.preempted:  # it ended after a notice for its host (an eviction is one): runs again, not a failure
+            if self._evicted is not None:  # its agent stopped it for higher-band work, whatever it exited with
+                return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", result.started
             return TaskEvent.WORKER_LOST, f"preempted on {worker_id}: {result.preempted}", result.started
         if result.exit_code == 0 and not result.error:
             return TaskEvent.SUCCEEDED, "", True
