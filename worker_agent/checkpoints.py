@@ -36,7 +36,12 @@ def checkpoint_root(value: object, field: str = "checkpoint_dir") -> str:
             raise ValueError(f"{field}: a file:// URL must name an absolute path on the workers, got {text!r}")
         return os.path.normpath(rest)
     if _URL.match(text):
+        if not text.split("://", 1)[1].strip("/"):  # "gs://": a store, but no bucket to put the checkpoints in
+            raise ValueError(f"{field}: {text!r} names no bucket or path after its scheme")
         return text.rstrip("/")
+    if "://" in text or text.lower().startswith("file:"):  # a URL gone wrong, not a directory named so
+        raise ValueError(f"{field}: {text!r} is neither a path nor a URL (a URL is scheme://..., e.g. "
+                         "file:///abs/path or gs://bucket/dir)")  # fmt: skip
     return str(Path(text).expanduser().absolute())
 
 

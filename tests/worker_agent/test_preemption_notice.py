@@ -112,3 +112,8 @@ def test_checkpoint_dirs(tmp_path: Path) -> None:
         checkpoint_root("")
     with pytest.raises(ValueError, match="checkpoint_dir: a file:// URL"):
         checkpoint_root("file://host/path")
+    with pytest.raises(ValueError, match="checkpoint_dir: 'gs://' names no bucket"):
+        checkpoint_root("gs://")  # refused at submit, not on the worker
+    for odd in ("://x", "file:relative"):
+        with pytest.raises(ValueError, match="is neither a path nor a URL"):
+            checkpoint_root(odd)
