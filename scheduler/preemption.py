@@ -197,6 +197,8 @@ class Preemption:
         # under way; None without teams, when eligibility is the band rule alone.
         self.teams: TeamPass | None = None
         self.ctx: tuple[str, Turn] | None = None
+        self.min_rank_of_team: dict[str, int] = {}
+        self.evicted_teams: set[str] = set()  # teams that lost units in this pass (their quota may have room again)
         # In the OWN turn a task fits only in what its victims free (never in free capacity: that would be
         # borrowing), so the team's use does not grow.
         self.freed_only = False
@@ -221,12 +223,17 @@ class Preemption:
         row_of, rows_of_team = self.row_of, self._rows_of_team
         workers_of_team: dict[str, set[str]] = {}
         over_jobs: list[tuple[str, RunningColumns, tuple[str, ...]]] = []  # (team, job's columns, its workers)
+        min_rank_of_team: dict[str, int] = {}  # the lowest band each team runs (production: none evictable)
+        self.min_rank_of_team = min_rank_of_team
         # Per job, its tasks' columns (RunningTask is a tuple: transposed in C, not a Python loop per task).
         for job in self.share.running:
             tasks = job.tasks
             if not tasks:
                 continue
             team_by_job[job.job_id] = team = team_of(job.user)
+            rank = BAND_RANK[job.band]
+            if rank < min_rank_of_team.get(team, PRODUCTION_RANK):
+                min_rank_of_team[team] = rank
             indices, worker_ids, starts = zip(*tasks, strict=True)
             ids = workers_of_team.get(team)
             if ids is None:
@@ -408,6 +415,7 @@ class Preemption:
             self.victims.append((unit, preemptor.job_id, rank, reclaim))
             if teams is not None and unit.team:
                 teams.evicted(unit.team, unit.usage())
+                self.evicted_teams.add(unit.team)
 
     def plan(self) -> tuple[Eviction, ...]:
         """The evictions of the pass, one per (victim job, preemptor), task indices sorted."""

@@ -176,6 +176,8 @@ class _QuotaWalk:
         k = teams.within_quota(team, job.request, n)
         if k == 0 or (k < n and job.group_by):
             placed = self._displace_own(job, team)
+            if not placed:
+                return 0, job
             return placed, (None if placed == n else replace(job, task_indices=job.task_indices[placed:]))
         part = job if k == n else replace(job, task_indices=job.task_indices[:k])
         if self.preemption is not None:
@@ -195,7 +197,9 @@ class _QuotaWalk:
         goes after every team's work within its quota). Tasks placed."""
         preemption, state = self.preemption, self.state
         rank = BAND_RANK[self.bands[job.job_id]]
-        if preemption is None or preemption.min_rank >= rank or job.num_groups > 1 or self.teams.over_quota(team):
+        if preemption is None or job.num_groups > 1 or preemption.min_rank_of_team.get(team, rank) >= rank:
+            return 0  # nothing of its team runs in a lower band
+        if self.teams.over_quota(team):
             return 0
         preemption.ctx, preemption.freed_only = (team, Turn.OWN), True
         try:
@@ -229,7 +233,7 @@ class _QuotaWalk:
         fair, share = self.fair, self.share
         ordered = FairQueue(deferred, self.bands, fair.shares, share.policy) if fair and share else deferred
         for job in ordered:
-            left = self._within_again(job) if preemption is not None and preemption.victims else job
+            left = self._within_again(job) if preemption is not None else job
             if left is None:
                 continue
             team = teams.team_of(job.user)
@@ -251,6 +255,11 @@ class _QuotaWalk:
             self._credit(job, placed)
 
     def _within_again(self, job: PendingJob) -> PendingJob | None:
+        """Its within-quota turn again, if its team lost units to evictions in this pass (only that gives its
+        quota room it did not have when the job was deferred)."""
+        assert self.preemption is not None
+        if self.teams.team_of(job.user) not in self.preemption.evicted_teams:
+            return job
         placed, rest = self.within(job)
         self._credit(job, placed)
         return rest
