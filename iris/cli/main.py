@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
+from iris.cli import run_options as ro
 from iris.cli.common import (
     NO_LOCAL_CLUSTER,
     StoreOpt,
@@ -27,37 +28,7 @@ from iris.cli.error_lines import CliError, exit_now, run_cli
 from iris.cli.job_control_commands import job_control_lines
 from iris.cli.parsing import parse_since
 from iris.cli.port_commands import job_endpoints
-from iris.cli.run_options import (
-    AfterOpt,
-    AfterRuleOpt,
-    BundleOpt,
-    CheckpointDirOpt,
-    CommandArg,
-    ConstraintOpt,
-    CoscheduleOpt,
-    CpuOpt,
-    EnvOpt,
-    GpuOpt,
-    ImageOpt,
-    MaxConcurrentOpt,
-    MaxPreemptionsOpt,
-    MaxRetriesOpt,
-    MaxTaskFailuresOpt,
-    MemoryOpt,
-    NamespaceOpt,
-    PortOpt,
-    PreferOpt,
-    PriorityOpt,
-    ReplicasOpt,
-    ReserveConstraintOpt,
-    ReserveOpt,
-    SchedulingTimeoutOpt,
-    SetupOpt,
-    SlicesOpt,
-    TpuOpt,
-    as_flags,
-    job_options,
-)
+from iris.cli.run_options import as_flags, job_options
 from iris.client.job_control import parse_if_exists
 from iris.types import JobState, JobStatus, TaskState, TaskStatus
 from iris.units import format_memory
@@ -121,34 +92,34 @@ def _describe(status: JobStatus) -> str:
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
 def run(
-    command: CommandArg,
+    command: ro.CommandArg,
     name: Annotated[str | None, typer.Option(help="job name")] = None,
-    replicas: ReplicasOpt = 1,
-    cpu: CpuOpt = "1",
-    memory: MemoryOpt = "1g",
-    tpu: TpuOpt = None,
-    gpu: GpuOpt = 0,
-    constraint: ConstraintOpt = None,
-    prefer: PreferOpt = None,
-    coschedule: CoscheduleOpt = None,
-    slices: SlicesOpt = 1,
-    max_task_failures: MaxTaskFailuresOpt = 0,
-    max_retries: MaxRetriesOpt = 0,
-    max_preemptions: MaxPreemptionsOpt = 100,
-    scheduling_timeout: SchedulingTimeoutOpt = None,
-    priority: PriorityOpt = None,
-    namespace: NamespaceOpt = None,
-    env: EnvOpt = None,
-    image: ImageOpt = None,
-    bundle: BundleOpt = None,
-    setup: SetupOpt = None,
-    port: PortOpt = None,
-    reserve: ReserveOpt = None,
-    reserve_constraint: ReserveConstraintOpt = None,
-    checkpoint_dir: CheckpointDirOpt = None,
-    after: AfterOpt = None,
-    after_rule: AfterRuleOpt = "succeeded",
-    max_concurrent: MaxConcurrentOpt = None,
+    replicas: ro.ReplicasOpt = 1,
+    cpu: ro.CpuOpt = "1",
+    memory: ro.MemoryOpt = "1g",
+    tpu: ro.TpuOpt = None,
+    gpu: ro.GpuOpt = 0,
+    constraint: ro.ConstraintOpt = None,
+    prefer: ro.PreferOpt = None,
+    coschedule: ro.CoscheduleOpt = None,
+    slices: ro.SlicesOpt = 1,
+    max_task_failures: ro.MaxTaskFailuresOpt = 0,
+    max_retries: ro.MaxRetriesOpt = 0,
+    max_preemptions: ro.MaxPreemptionsOpt = 100,
+    scheduling_timeout: ro.SchedulingTimeoutOpt = None,
+    priority: ro.PriorityOpt = None,
+    namespace: ro.NamespaceOpt = None,
+    env: ro.EnvOpt = None,
+    image: ro.ImageOpt = None,
+    bundle: ro.BundleOpt = None,
+    setup: ro.SetupOpt = None,
+    port: ro.PortOpt = None,
+    reserve: ro.ReserveOpt = None,
+    reserve_constraint: ro.ReserveConstraintOpt = None,
+    checkpoint_dir: ro.CheckpointDirOpt = None,
+    after: ro.AfterOpt = None,
+    after_rule: ro.AfterRuleOpt = "succeeded",
+    max_concurrent: ro.MaxConcurrentOpt = None,
     if_exists: Annotated[
         str, typer.Option("--if-exists", help="with --name: new (always submit), reuse (the job of that name "
                                                "unless it ended badly) or fail (if one is pending or running)")
