@@ -115,11 +115,13 @@ class TaskTable:
         self.status.error = ""
 
     def end_rows(self, indexes: Iterable[int], state: TaskState, error: str) -> None:
-        """Rows that will never start (killed before their wave, or their dependencies refused them)."""
+        """Rows that will never start (killed before their wave, or their dependencies refused them); the
+        status's counts follow at once (a job refused before it starts ends without another sync)."""
         for i in indexes:
             row = self.status.tasks[i]
             self.set_row(row, state)
             row.error = error
+        self.sync_counts()
 
     def failed_tasks(self) -> int:
         return self.counts.get(TaskState.FAILED, 0) + self.counts.get(TaskState.WORKER_FAILED, 0)

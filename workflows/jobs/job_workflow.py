@@ -378,7 +378,6 @@ class JobWorkflow:
         Failing the workflow makes the Temporal UI's status and "Failures" view
         agree with the job (the JobStatus rides along as the failure's details).
         """
-        self.table.sync_counts()  # rows ended without a task (a refused dependency, a kill before the start)
         status = self.table.status
         status.error = cap_text(error, MAX_JOB_ERROR_CHARS) if state != JobState.SUCCEEDED else ""
         status.finished_at = workflow.now().timestamp()
