@@ -87,8 +87,12 @@ def test_a_dependency_that_fails_makes_the_job_unschedulable_naming_it(client: I
     assert f"dependency {failing.job_id} ended FAILED; after_rule=succeeded needs SUCCEEDED" == status.error
     assert [None] == [t.worker_id or None for t in status.tasks]
     assert {"UNSCHEDULABLE": 1} == status.task_state_counts  # the counts agree with the row
-    listed = next(j for j in client.list_jobs(limit=500) if j.job_id == strict.job_id)
-    assert {"UNSCHEDULABLE": 1} == listed.task_state_counts
+
+    def listed_as_ended() -> bool:  # visibility follows the job's last memo a moment later
+        found = next((j for j in client.list_jobs(limit=500) if j.job_id == strict.job_id), None)
+        return found is not None and {"UNSCHEDULABLE": 1} == found.task_state_counts
+
+    wait_until(listed_as_ended, timeout=30, what="list_jobs counting the job's task UNSCHEDULABLE")
     assert JobState.SUCCEEDED == lenient.wait(timeout=120).state
 
 
