@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -109,12 +110,19 @@ def task_profile(
     from iris.client.task_exec import TaskAccessError, profile_task
 
     path = output or Path(f"{job_id.replace('/', '_')}-task{task}.svg")
-    err.print(f"profiling task {task} of {job_id} for {duration:g} s", markup=False, highlight=False)
+    # The progress line once the profile is under way (a second in): a refusal or an error comes sooner and
+    # stays the one line on stderr that it is everywhere else.
+    progress = threading.Timer(1.0, err.print, (f"profiling task {task} of {job_id} for {duration:g} s",),
+                               {"markup": False, "highlight": False})  # fmt: skip
+    progress.daemon = True
+    progress.start()
     try:
         outcome, svg = profile_task(iris_client(temporal, store), job_id, task, duration,
                                     lambda data: sys.stderr.buffer.write(data))  # fmt: skip
     except TaskAccessError as e:
         raise fail(str(e), 1) from None
+    finally:
+        progress.cancel()
     if outcome.error:
         raise fail(outcome.error, 1)
     path.write_bytes(svg)

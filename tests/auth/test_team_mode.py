@@ -313,6 +313,9 @@ def test_exec_is_the_owners_and_admins(team: Team) -> None:
             assert (0, f"hi-{who}\n") == (done.returncode, done.stdout), done.stderr
         refused = team.cli("bob", "task", "exec", job.job_id, "--", "echo", "hi")
         assert 3 == refused.returncode and "belongs to ana" in refused.stderr
+        refused = team.cli("bob", "task", "profile", job.job_id, "--duration", "2")
+        assert (3, 1) == (refused.returncode, len(refused.stderr.splitlines())), refused.stderr
+        assert "belongs to ana" in refused.stderr
     finally:
         team.clients["ana"].terminate(job.job_id)
         job.wait(timeout=60, raise_on_failure=False)  # its charge is in before the next test sets credits
