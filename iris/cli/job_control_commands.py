@@ -33,41 +33,18 @@ def _when(t: datetime) -> str:
 
 
 @schedule_app.command("create")
+@ro.takes_job_flags
 def schedule_create(
     name: Annotated[str, typer.Argument(help="the schedule's name (each job is NAME-<fire time>)")],
     command: ro.CommandArg,
+    *,
     cron: Annotated[str, typer.Option("--cron", help="when: a cron expression, e.g. '0 3 * * *'")],
     timezone: Annotated[str, typer.Option("--timezone", help="the cron's time zone (IANA name)")] = "UTC",
     overlap: Annotated[
         str,
         typer.Option("--overlap", help="a firing while the last job runs: skip, buffer_one, allow_all, cancel_other"),
     ] = "skip",
-    replicas: ro.ReplicasOpt = 1,
-    cpu: ro.CpuOpt = "1",
-    memory: ro.MemoryOpt = "1g",
-    tpu: ro.TpuOpt = None,
-    gpu: ro.GpuOpt = 0,
-    constraint: ro.ConstraintOpt = None,
-    prefer: ro.PreferOpt = None,
-    coschedule: ro.CoscheduleOpt = None,
-    slices: ro.SlicesOpt = 1,
-    max_task_failures: ro.MaxTaskFailuresOpt = 0,
-    max_retries: ro.MaxRetriesOpt = 0,
-    max_preemptions: ro.MaxPreemptionsOpt = 100,
-    scheduling_timeout: ro.SchedulingTimeoutOpt = None,
-    priority: ro.PriorityOpt = None,
-    namespace: ro.NamespaceOpt = None,
-    env: ro.EnvOpt = None,
-    image: ro.ImageOpt = None,
-    bundle: ro.BundleOpt = None,
-    setup: ro.SetupOpt = None,
-    port: ro.PortOpt = None,
-    reserve: ro.ReserveOpt = None,
-    reserve_constraint: ro.ReserveConstraintOpt = None,
-    checkpoint_dir: ro.CheckpointDirOpt = None,
-    after: ro.AfterOpt = None,
-    after_rule: ro.AfterRuleOpt = "succeeded",
-    max_concurrent: ro.MaxConcurrentOpt = None,
+    flags: ro.JobFlags,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -75,14 +52,7 @@ def schedule_create(
     are `iris run`'s)."""
     try:
         check_schedule(name, cron, timezone, overlap)
-        options = job_options(
-            command, name=None, replicas=replicas, cpu=cpu, memory=memory, tpu=tpu, gpu=gpu, constraint=constraint,
-            prefer=prefer, coschedule=coschedule, slices=slices, max_task_failures=max_task_failures,
-            max_retries=max_retries, max_preemptions=max_preemptions, scheduling_timeout=scheduling_timeout,
-            priority=priority, namespace=namespace, env=env, image=image, bundle=bundle, setup=setup, port=port,
-            reserve=reserve, reserve_constraint=reserve_constraint, checkpoint_dir=checkpoint_dir, after=after,
-            after_rule=after_rule, max_concurrent=max_concurrent,
-        )  # fmt: skip
+        options = job_options(command, name=None, **flags)
         options.pop("name")  # each firing's job is named by the schedule
     except ValueError as e:
         raise fail(_flag(str(e))) from None

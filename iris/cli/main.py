@@ -91,35 +91,12 @@ def _describe(status: JobStatus) -> str:
 
 
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": False})
+@ro.takes_job_flags
 def run(
     command: ro.CommandArg,
+    *,
     name: Annotated[str | None, typer.Option(help="job name")] = None,
-    replicas: ro.ReplicasOpt = 1,
-    cpu: ro.CpuOpt = "1",
-    memory: ro.MemoryOpt = "1g",
-    tpu: ro.TpuOpt = None,
-    gpu: ro.GpuOpt = 0,
-    constraint: ro.ConstraintOpt = None,
-    prefer: ro.PreferOpt = None,
-    coschedule: ro.CoscheduleOpt = None,
-    slices: ro.SlicesOpt = 1,
-    max_task_failures: ro.MaxTaskFailuresOpt = 0,
-    max_retries: ro.MaxRetriesOpt = 0,
-    max_preemptions: ro.MaxPreemptionsOpt = 100,
-    scheduling_timeout: ro.SchedulingTimeoutOpt = None,
-    priority: ro.PriorityOpt = None,
-    namespace: ro.NamespaceOpt = None,
-    env: ro.EnvOpt = None,
-    image: ro.ImageOpt = None,
-    bundle: ro.BundleOpt = None,
-    setup: ro.SetupOpt = None,
-    port: ro.PortOpt = None,
-    reserve: ro.ReserveOpt = None,
-    reserve_constraint: ro.ReserveConstraintOpt = None,
-    checkpoint_dir: ro.CheckpointDirOpt = None,
-    after: ro.AfterOpt = None,
-    after_rule: ro.AfterRuleOpt = "succeeded",
-    max_concurrent: ro.MaxConcurrentOpt = None,
+    flags: ro.JobFlags,
     if_exists: Annotated[
         str, typer.Option("--if-exists", help="with --name: new (always submit), reuse (the job of that name "
                                                "unless it ended badly) or fail (if one is pending or running)")
@@ -136,16 +113,10 @@ def run(
     if name is not None and not name.strip():
         raise fail("--name: must not be empty")
     try:
-        options = job_options(
-            command, name=name, replicas=replicas, cpu=cpu, memory=memory, tpu=tpu, gpu=gpu, constraint=constraint,
-            prefer=prefer, coschedule=coschedule, slices=slices, max_task_failures=max_task_failures,
-            max_retries=max_retries, max_preemptions=max_preemptions, scheduling_timeout=scheduling_timeout,
-            priority=priority, namespace=namespace, env=env, image=image, bundle=bundle, setup=setup, port=port,
-            reserve=reserve, reserve_constraint=reserve_constraint, checkpoint_dir=checkpoint_dir, after=after,
-            after_rule=after_rule, max_concurrent=max_concurrent,
-        )  # fmt: skip
+        options = job_options(command, name=name, **flags)
         parse_if_exists(if_exists, name)
-        for text in (*command, name or "", *(env or []), *(constraint or []), *(prefer or [])):
+        typed = [*command, name or ""] + [t for f in ("env", "constraint", "prefer") for t in flags[f] or []]
+        for text in typed:
             text.encode("utf-8")  # raw bytes from the shell: say so (run_cli) rather than fail mid-submit
     except UnicodeError:
         raise

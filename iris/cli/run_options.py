@@ -1,11 +1,15 @@
 """The job options `iris run` and `iris schedule create` share: their flags, and the job they describe.
 
-One declaration per flag (the `...Opt` types), one place that turns the flags into the client's submit
-options with every check (`job_options`), and one translation of a field's error into its flag (`as_flags`).
+One declaration per flag (the `...Opt` types), one parameter list of them (`_job_flags`) that both commands
+take through `takes_job_flags`, one place that turns the flags into the client's submit options with every
+check (`job_options`), and one translation of a field's error into its flag (`as_flags`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -84,6 +88,64 @@ AfterRuleOpt = Annotated[
 MaxConcurrentOpt = Annotated[
     int | None, typer.Option("--max-concurrent", help="at most N tasks of a job placed at once")
 ]
+
+JobFlags = dict[str, Any]  # the job flags' values by parameter name: what `job_options(command, **flags)` takes
+
+
+def _job_flags(
+    replicas: ReplicasOpt = 1,
+    cpu: CpuOpt = "1",
+    memory: MemoryOpt = "1g",
+    tpu: TpuOpt = None,
+    gpu: GpuOpt = 0,
+    constraint: ConstraintOpt = None,
+    prefer: PreferOpt = None,
+    coschedule: CoscheduleOpt = None,
+    slices: SlicesOpt = 1,
+    max_task_failures: MaxTaskFailuresOpt = 0,
+    max_retries: MaxRetriesOpt = 0,
+    max_preemptions: MaxPreemptionsOpt = 100,
+    scheduling_timeout: SchedulingTimeoutOpt = None,
+    priority: PriorityOpt = None,
+    namespace: NamespaceOpt = None,
+    env: EnvOpt = None,
+    image: ImageOpt = None,
+    bundle: BundleOpt = None,
+    setup: SetupOpt = None,
+    port: PortOpt = None,
+    reserve: ReserveOpt = None,
+    reserve_constraint: ReserveConstraintOpt = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+    after: AfterOpt = None,
+    after_rule: AfterRuleOpt = "succeeded",
+    max_concurrent: MaxConcurrentOpt = None,
+) -> None:
+    """The job flags with their defaults, written once: `takes_job_flags` reads this signature."""
+
+
+def takes_job_flags(command: Callable[..., None]) -> Callable[..., None]:
+    """A command that takes every job flag: its keyword-only parameter `flags: JobFlags` stands for them.
+
+    Typer builds a command's options from its signature, so the one the command shows is its own with
+    `flags` replaced, in place, by `_job_flags`'s parameters; a call gathers their values back into `flags`.
+    """
+    shared = inspect.signature(_job_flags, eval_str=True).parameters
+    own = inspect.signature(command, eval_str=True)
+    if "flags" not in own.parameters:
+        raise TypeError(f"{command.__name__} takes no `flags` parameter to stand for the job flags")
+    params = [q.replace(kind=p.kind) if p.name == "flags" else p
+              for p in own.parameters.values() for q in (shared.values() if p.name == "flags" else [p])]
+
+    @functools.wraps(command)
+    def with_flags(**kwargs: Any) -> None:
+        flags = {name: kwargs.pop(name) for name in shared}
+        command(flags=flags, **kwargs)
+
+    del with_flags.__wrapped__  # Typer reads the signature below, not the command's own
+    with_flags.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    with_flags.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return with_flags
+
 
 _FLAG_OF_FIELD = {
     "resources.replicas": "--replicas", "resources.cpu": "--cpu", "resources.memory": "--memory",
