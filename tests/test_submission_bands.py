@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from temporalio.client import Client
 
+from iris.client import schedules
+from iris.client.async_client import AsyncIrisClient
 from iris.client.submission import build_request, resolve_user
 
 
@@ -55,3 +62,24 @@ def test_iris_run_with_an_unknown_band_is_a_usage_error() -> None:
     )
     assert 2 == done.returncode
     assert "error: --priority must be one of production, interactive, batch, got 'urgent'" == done.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.submit(print, replica=2), "submit() got an unexpected keyword argument 'replica'"),
+        (lambda c: c.submit_command(["true"], max_retries=1),
+         "submit_command() got an unexpected keyword argument 'max_retries' "
+         "(did you mean 'max_retries_failure' or 'max_retries_preemption'?)"),
+        (lambda c: schedules.create(c, "s", print, (), cron="* * * * *", prioriti="batch"),
+         "create_schedule() got an unexpected keyword argument 'prioriti' (did you mean 'priority'?)"),
+    ],
+)
+def test_an_unknown_keyword_is_named_as_the_method_the_user_called(
+    tmp_path: Path, call: Callable[[AsyncIrisClient], Awaitable[object]], message: str
+) -> None:
+    """Before anything connects: the TypeError names the method called, never an internal helper."""
+    client = AsyncIrisClient(cast(Client, None), tmp_path.as_uri())
+    with pytest.raises(TypeError) as raised:
+        asyncio.run(cast(Coroutine[Any, Any, object], call(client)))
+    assert str(raised.value).startswith(message), raised.value

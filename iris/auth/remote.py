@@ -21,9 +21,9 @@ import aiohttp
 
 from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.client.code_shipping import pickle_callable, unpickle_result
-from iris.client.job_control import IfExists, parse_if_exists
-from iris.client.submission import build_request, command_argv, resolve_user
+from iris.client.code_shipping import unpickle_result
+from iris.client.job_control import IfExists
+from iris.client.submission import resolve_user
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
 from worker_agent.task_token import TOKEN_FILE_ENV
@@ -240,27 +240,16 @@ class RemoteIrisClient:
 
     async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
                      **options: Any) -> str:  # fmt: skip
-        from iris.client.async_client import _bundle, _given
+        from iris.client.async_client import prepare_submission
 
-        if not callable(fn):
-            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # checked here, as locally
-        options.setdefault("name", getattr(fn, "__name__", None) or "job")
-        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
-        given = _given(options)
-        req = build_request(**options)
-        return await self._submit(req, pickle_callable(fn, args, kwargs or {}), bundle, given, if_exists)
+        job = prepare_submission(options, fn=fn, args=args, kwargs=kwargs)  # checked here, as locally
+        return await self._submit(job.request, job.payload, job.bundle, job.given, job.if_exists)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
-        from iris.client.async_client import _bundle, _given
+        from iris.client.async_client import prepare_submission
 
-        argv = command_argv(command)
-        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))
-        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
-        given = _given(options)
-        req = build_request(**options)
-        req.entrypoint.command.argv.extend(argv)
-        return await self._submit(req, None, bundle, given, if_exists)
+        job = prepare_submission(options, command=command)
+        return await self._submit(job.request, None, job.bundle, job.given, job.if_exists)
 
     async def _submit(self, req: Any, payload: bytes | None, bundle: tuple[str, bytes] | None,
                       given: frozenset[str], if_exists: IfExists = IfExists.NEW) -> str:  # fmt: skip

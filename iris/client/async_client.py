@@ -11,6 +11,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -51,7 +52,14 @@ from iris.client.status_reads import (
     _visibility_query,
     _visible_status,
 )
-from iris.client.submission import build_request, command_argv, make_job_id, resolve_user, split_launch
+from iris.client.submission import (
+    build_request,
+    check_option_names,
+    command_argv,
+    make_job_id,
+    resolve_user,
+    split_launch,
+)
 from iris.client.task_connection import require_cluster_address, task_parent
 from iris.connection import TemporalSettings
 from iris.security.codec import load_key
@@ -125,24 +133,13 @@ class AsyncIrisClient(ClusterReads):
     async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
                      **options: Any) -> str:
         """Ship `fn(*args, **kwargs)` as a job; returns the job id."""
-        if not callable(fn):
-            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
-        options.setdefault("name", getattr(fn, "__name__", None) or "job")
-        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
-        given = _given(options)
-        req = build_request(**options)
-        payload = pickle_callable(fn, args, kwargs or {})
-        return await self._start(req, payload=payload, bundle=bundle, given=given, if_exists=if_exists)
+        job = prepare_submission(options, fn=fn, args=args, kwargs=kwargs)
+        return await self._start(job.request, payload=job.payload, bundle=job.bundle, given=job.given,
+                                 if_exists=job.if_exists)  # fmt: skip
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
-        argv = command_argv(command)
-        if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
-        bundle = _bundle(options.pop("bundle", None), options.get("setup"))
-        given = _given(options)
-        req = build_request(**options)
-        req.entrypoint.command.argv.extend(argv)
-        return await self._start(req, bundle=bundle, given=given, if_exists=if_exists)
+        job = prepare_submission(options, command=command)
+        return await self._start(job.request, bundle=job.bundle, given=job.given, if_exists=job.if_exists)
 
     async def _parent_request(self, parent_id: str) -> tuple[pb.JobRequest, dict[str, str]]:
         """The request of the job a child is submitted under, and its env (read once, from its history).
@@ -474,6 +471,40 @@ class AsyncIrisClient(ClusterReads):
 
     def read_new_logs(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
         return self.logs.read_new(job_id, task_index, cursor)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submission checked and built, before anything is sent (what a client sends to start a job)."""
+
+    request: pb.JobRequest
+    payload: bytes | None  # the pickled call (`submit`); None for a command
+    bundle: tuple[str, bytes] | None
+    given: frozenset[str]  # the options the caller set (a child's own values win over its parent's)
+    if_exists: IfExists
+
+
+def prepare_submission(
+    options: dict[str, Any], *, fn: Callable[..., Any] | None = None, args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None, command: Sequence[str] | None = None,
+) -> Submission:  # fmt: skip
+    """Every check of `submit(fn, ...)` or `submit_command(command, ...)` (a direct client's and the Iris API
+    client's alike): a bad option is a ValueError naming it, an unknown one the caller's TypeError."""
+    check_option_names(options, "submit" if command is None else "submit_command", ("if_exists", "bundle"))
+    argv = command_argv(command) if command is not None else None
+    if argv is None:
+        if not callable(fn):
+            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        options.setdefault("name", getattr(fn, "__name__", None) or "job")
+    if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
+    bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+    given = _given(options)
+    req = build_request(**options)
+    if argv is not None:
+        req.entrypoint.command.argv.extend(argv)
+        return Submission(req, None, bundle, given, if_exists)
+    assert fn is not None  # callable, checked above
+    return Submission(req, pickle_callable(fn, args, kwargs or {}), bundle, given, if_exists)
 
 
 def _given(options: Mapping[str, Any]) -> frozenset[str]:

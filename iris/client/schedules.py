@@ -37,7 +37,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.contracts import CONTROL_TASK_QUEUE
 from iris.client.code_shipping import pickle_callable
 from iris.client.status_reads import _start_attributes
-from iris.client.submission import build_request, command_argv
+from iris.client.submission import build_request, check_option_names, command_argv
 from workflows.jobs.job_workflow import JobWorkflow
 from workflows.visibility import initial_job_view
 
@@ -93,6 +93,8 @@ async def create(
     kwargs: dict[str, Any] | None = None, **options: Any,
 ) -> None:  # fmt: skip
     """Create the schedule `name`: each firing submits `fn(*args)` (or `command`) with the job `options`."""
+    check_option_names(options, "create_schedule" if command is None else "create_command_schedule",
+                       ("if_exists", "bundle"))
     check_schedule(name, cron, timezone, overlap)
     for refused in ("if_exists", "bundle"):
         if options.get(refused) not in (None, "new"):

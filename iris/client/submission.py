@@ -6,7 +6,9 @@ request leaves no trace.
 
 from __future__ import annotations
 
+import difflib
 import getpass
+import inspect
 import os
 import re
 import time
@@ -94,6 +96,17 @@ def _env(env: Any) -> dict[str, str]:
             raise ValueError(f"env[{key!r}] must be a string without NUL, got {value!r}")
         out[key] = value
     return out
+
+
+def check_option_names(options: Mapping[str, Any], caller: str, extra: Sequence[str] = ()) -> None:
+    """An unknown keyword is the caller's TypeError, named as Python names it (with the likely option meant),
+    not one of `build_request`, which the user never called."""
+    known = [*inspect.signature(build_request).parameters, *extra]
+    for key in options:
+        if key not in known:
+            hint = [k for k in known if k.startswith(key)] or difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            also = f" (did you mean {' or '.join(map(repr, hint))}?)" if hint else ""
+            raise TypeError(f"{caller}() got an unexpected keyword argument {key!r}{also}")
 
 
 def build_request(
