@@ -128,7 +128,8 @@ def find_assignments(
             placed = _try(state, job, policy, preemption, bands)
         if fair is not None and placed:
             fair.placed(job.user, per_hour(job.request) * weight * placed)
-        if held_back and rest is None and placed < len(job.task_indices):  # the room under its cap did not fit
+        if held_back and rest is None and placed < len(job.task_indices) and job.placed + placed:
+            # the room under its cap did not fit either; with none of it placed, the fleet alone holds it back
             state.reasons[job.job_id] = f"{state.reasons[job.job_id]}; {throttle.reason(job, held_back)}"
     if walk is not None and deferred:
         walk.beyond_quota(deferred)

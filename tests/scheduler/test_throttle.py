@@ -44,6 +44,15 @@ def test_when_the_fleet_is_short_too_both_reasons_are_given() -> None:
     assert reason.endswith("max_concurrent=4: 4 of its tasks placed at a time; 6 wait for one to end")
 
 
+def test_when_none_of_it_fits_the_fleet_alone_is_the_reason() -> None:
+    """No task of the job placed: none can end to make room under the cap, so the reason is the fleet's."""
+    result = find_assignments([worker("w0", cpu=0.5)], [job("arr", 10, max_concurrent=4)])
+    assert 0 == len(placed(result, "arr"))
+    reason = result.pending_reasons["arr"]
+    assert "max_concurrent" not in reason and "wait for one to end" not in reason, reason
+    assert reason.startswith("0/1 workers: 1 have < 1 free cpu"), reason
+
+
 def test_waiting_for_its_own_cap_is_not_a_scheduling_timeout() -> None:
     """A throttled job past its scheduling timeout keeps its held-back tasks queued while some of it is placed."""
     workers = [worker("w0", cpu=8)]
