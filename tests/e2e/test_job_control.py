@@ -260,3 +260,21 @@ def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, 
     assert 2 == job.status().task_state_counts.get("RUNNING")
     gate.touch()
     job.wait(timeout=120)
+
+
+def test_a_cancel_other_schedule_kills_its_last_job_saying_why(client: IrisClient, tmp_path: Path) -> None:
+    """overlap="cancel_other": each firing cancels the job still running from the last; that job ends KILLED
+    with an error that says a schedule's overlap policy cancelled it, not a bare "cancelled"."""
+    name = f"co-{uuid.uuid4().hex[:6]}"
+    sched = client.create_schedule(name, wait_for_file, str(tmp_path / "never"), cron="*/2 * * * * * *",
+                                   overlap="cancel_other", resources=SMALL)  # fmt: skip
+    try:
+        wait_until(lambda: len(sched.jobs()) >= 2, timeout=60, what="two firings")
+        first = sched.jobs()[0].wait(timeout=60, raise_on_failure=False)
+    finally:
+        jobs = sched.jobs()
+        sched.delete()
+        for job in jobs:
+            client.terminate(job.job_id)
+    assert JobState.KILLED == first.state
+    assert "cancelled by schedule overlap policy" == first.error

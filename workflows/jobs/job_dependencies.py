@@ -61,6 +61,12 @@ def refusal(job_id: str, state: str, rule: str) -> str:
     return f"dependency {job_id} ended {state}; after_rule={rule or SUCCEEDED_RULE} needs SUCCEEDED"
 
 
+def cancelled_reason() -> str:
+    """Why a job cancelled from outside Iris ends KILLED: Temporal's reason when it gave one (a schedule's
+    `overlap="cancel_other"`: "cancelled by schedule overlap policy"; a reason typed in the Temporal UI)."""
+    return workflow.cancellation_reason() or "job workflow cancelled"
+
+
 def show_job_control(status: pb.JobStatus, req: pb.JobRequest, *, waiting: bool) -> None:
     """What the job's status shows of its job-control options (and, `waiting` for them, why it waits)."""
     status.after.extend(req.after)

@@ -28,7 +28,7 @@ from temporalio.common import RawValue, VersioningBehavior
 from temporalio.exceptions import ApplicationError
 
 from workflows.jobs import job_reservation
-from workflows.jobs.job_dependencies import await_dependencies, show_job_control
+from workflows.jobs.job_dependencies import await_dependencies, cancelled_reason, show_job_control
 from workflows.jobs.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
 from workflows.jobs.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.jobs.job_tree import JobTree, announce_to_parent
@@ -195,7 +195,7 @@ class JobWorkflow:
                 await self._collect_plain()
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. the Temporal UI): same as `iris job kill`.
-            self.kill("job workflow cancelled")
+            self.kill(cancelled_reason())
             await (self._collect() if req.coschedule_group_by else self._collect_plain())
         state = self.table.state(
             0 if req.coschedule_group_by else req.max_task_failures, killed=self._phase is JobPhase.KILLING
@@ -241,7 +241,7 @@ class JobWorkflow:
         """Wait for the jobs of `after=` (job_dependencies); how the job ends if it never starts."""
         outcome = await await_dependencies(
             req, self.table.status, killing=lambda: self._kill_reason if self._phase is JobPhase.KILLING else None,
-            on_cancel=lambda: self.kill("job workflow cancelled"), changed=self.memo.publish,
+            on_cancel=lambda: self.kill(cancelled_reason()), changed=self.memo.publish,
         )  # fmt: skip
         if outcome is not None:
             task_state = TaskState.KILLED if outcome[0] is JobState.KILLED else TaskState.UNSCHEDULABLE
