@@ -392,6 +392,7 @@ class IrisApi:
             "reservations": self.iris.list_reservations,
             "slices": lambda: self.iris.list_slices(request.query.get("include_ended") == "1"),
             "summary": lambda: self.iris.summary(float(request.query.get("budget", "3"))),
+            "teams": self.iris.list_teams, "queue": self.iris.queue, "autoscaler": self.iris.autoscaler_status,
         }  # fmt: skip
         if what not in reads:
             raise KeyError(f"no such read: {what}")

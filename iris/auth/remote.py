@@ -342,6 +342,15 @@ class RemoteIrisClient:
     async def list_reservations(self) -> Any:
         return await self.get("/cluster/reservations")
 
+    async def list_teams(self) -> Any:
+        return await self.get("/cluster/teams")
+
+    async def queue(self) -> Any:
+        return await self.get("/cluster/queue")
+
+    async def autoscaler_status(self) -> Any:
+        return await self.get("/cluster/autoscaler")
+
     async def list_slices(self, include_ended: bool = False) -> Any:
         return await self.get("/cluster/slices", include_ended="1" if include_ended else "0")
 

@@ -142,9 +142,8 @@ def autoscaler_status(
     import dataclasses
     import json
 
-    from iris.client import fleet_view
     client = iris_client(temporal, store)
-    status = client._run(fleet_view.autoscaler_status(client._async.temporal))
+    status = client._run(client._async.autoscaler_status())
     if as_json:
         out.print(json.dumps(dataclasses.asdict(status) if status else None, indent=2), markup=False, highlight=False)
         return

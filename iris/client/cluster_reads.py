@@ -104,6 +104,10 @@ class ClusterReads:
     async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         return await fleet_view.list_slices(self.temporal, include_ended)
 
+    async def autoscaler_status(self) -> fleet_view.AutoscalerStatus | None:
+        """Each scale group's slices by state and why it is not scaling up; None when no autoscaler runs."""
+        return await fleet_view.autoscaler_status(self.temporal)
+
     async def list_users(self) -> list[UserStatus]:
         """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
         return await user_balances.list_users(self.temporal)

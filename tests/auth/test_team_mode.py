@@ -33,6 +33,7 @@ from tests.support import wait_until
 TEAM_FLEET = {
     "auth": "tokens",
     "local": {"worker_groups": [{"name": "cpu", "count": 2, "resources": {"cpu": 2, "memory": "2g"}}]},
+    "sharing": {"teams": [{"name": "vision", "members": ["ana"], "quota": {"cpu": 2, "memory": "1g"}}]},
 }
 SMALL = ResourceSpec(cpu=0.1, memory="64m")
 
@@ -258,6 +259,22 @@ def _try_credits() -> str:
         except PermissionDeniedError:
             return "refused"
     return "allowed"
+
+
+def test_every_user_reads_the_queue_the_teams_and_the_autoscaler(team: Team) -> None:
+    """The spec's reads for everyone (queue, like list_users and list_workers) and the team table and
+    autoscaler status beside them answer a user in team mode, through the client and the CLI."""
+    waiting = team.clients["bob"].submit_command(["true"], name="never-fits", resources=ResourceSpec(cpu=64))
+    try:
+        wait_until(lambda: waiting.job_id in [r.job_id for r in team.clients["ana"].queue()], timeout=60,
+                   what="the unplaceable job in the queue")  # fmt: skip
+        assert "vision" in [t.team for t in team.clients["bob"].list_teams()]
+        for args, shown in ((("queue",), waiting.job_id), (("team", "list"), "vision"),
+                            (("autoscaler", "status"), "no scale groups")):  # fmt: skip
+            result = team.cli("ana", *args)
+            assert 0 == result.returncode and shown in result.stdout, (args, result.stdout, result.stderr)
+    finally:
+        team.clients["bob"].terminate(waiting.job_id)
 
 
 def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
