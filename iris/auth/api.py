@@ -44,6 +44,7 @@ from activities.proto import cluster_pb2 as pb
 from iris.auth import store
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
+from iris.auth.schedule_api import ScheduleRoutes
 from iris.auth.verify import OidcVerifier, Verifiers
 from iris.client import fleet_view
 from iris.client.async_client import AsyncIrisClient
@@ -158,6 +159,7 @@ class IrisApi:
             ("POST", "/auth/revoke", self.revoke),
             ("GET", "/auth/audit", self.audit),
         ]
+        routes += ScheduleRoutes(self).routes()
         for method, path, handler in routes:
             app.router.add_route(method, PREFIX + path, self._checked(handler))
 
@@ -204,6 +206,18 @@ class IrisApi:
             self.gate.audit(who, action.value, job_id, f"refused (owner {owner})", allowed=False)
             raise
 
+    def check_named_user(self, who: Identity, named: Any, action: str) -> None:
+        """A caller naming a user (`connect(user=...)`, IRIS_USER) may name only themselves."""
+        if named is not None and resolve_user(named) != who.name:
+            self.gate.audit(who, action, "", f"refused: named user {named}", allowed=False)
+            refused = PermissionDeniedError(
+                f"{who.name} may not {action} as {named}: a job's user is its submitter's verified identity",
+                action=action,
+                owner=named,
+            )
+            refused.audited = True
+            raise refused
+
     # -- identity
 
     async def whoami(self, request: web.Request, who: Identity) -> web.StreamResponse:
@@ -231,16 +245,7 @@ class IrisApi:
     async def submit(self, request: web.Request, who: Identity) -> web.StreamResponse:
         authorize(who, Action.SUBMIT)
         body = await request.json()
-        named = body.get("user")
-        if named is not None and resolve_user(named) != who.name:
-            self.gate.audit(who, "submit", "", f"refused: named user {named}", allowed=False)
-            refused = PermissionDeniedError(
-                f"{who.name} may not submit as {named}: a job's user is its submitter's verified identity",
-                action="submit",
-                owner=named,
-            )
-            refused.audited = True
-            raise refused
+        self.check_named_user(who, body.get("user"), "submit")
         try:
             req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
         except (DecodeError, binascii.Error, TypeError) as err:

@@ -251,6 +251,24 @@ class RemoteIrisClient:
         job = prepare_submission(options, command=command)
         return await self._submit(job.request, None, job.bundle, job.given, job.if_exists)
 
+    # -- schedules (iris/auth/schedule_api.py)
+
+    async def create_schedule(self, req: Any, payload: bytes | None, *, cron: str, timezone: str, overlap: str) -> None:
+        body = {
+            "request": base64.b64encode(req.SerializeToString()).decode(),
+            "payload": base64.b64encode(payload).decode() if payload is not None else None,
+            "user": self.named_user, "cron": cron, "timezone": timezone, "overlap": overlap,
+        }  # fmt: skip
+        await self.post("/schedules", body)
+
+    async def list_schedules(self) -> Any:
+        return await self.get("/schedules")
+
+    def schedule(self, name: str) -> Any:
+        from iris.auth.schedule_api import RemoteSchedule
+
+        return RemoteSchedule(self, name)
+
     async def _submit(self, req: Any, payload: bytes | None, bundle: tuple[str, bytes] | None,
                       given: frozenset[str], if_exists: IfExists = IfExists.NEW) -> str:  # fmt: skip
         body = {

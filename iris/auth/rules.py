@@ -28,6 +28,7 @@ class Action(StrEnum):
     FLEET = "fleet"  # cordon, drain, slice terminate
     USERS = "users"  # add-user, revoke, audit
     SERVE = "serve"  # enroll as an agent: learn where the control plane is (`iris worker serve`)
+    SCHEDULE = "schedule"  # pause, unpause, trigger or delete a schedule (its owner: the user who created it)
 
 
 class Scope(StrEnum):
@@ -48,6 +49,7 @@ USER_SCOPE: dict[Action, Scope] = {
     Action.FLEET: Scope.NOBODY,
     Action.USERS: Scope.NOBODY,
     Action.SERVE: Scope.NOBODY,
+    Action.SCHEDULE: Scope.OWNER,
 }
 """The spec's table for the `user` role; every action must have a row (tests/auth/test_rules.py)."""
 
@@ -59,6 +61,7 @@ VERBS: dict[Action, str] = {
     Action.LOGS: "read the logs and results of", Action.EXEC: "exec into or profile the tasks of",
     Action.CREDITS: "set credits", Action.FLEET: "cordon, drain or terminate workers and slices",
     Action.USERS: "manage users and read the audit log", Action.SERVE: "serve as an agent",
+    Action.SCHEDULE: "pause, unpause, trigger or delete",
 }  # fmt: skip
 
 
@@ -93,7 +96,8 @@ def decide(who: Identity, action: Action, *, job_id: str = "", owner: str = "") 
     if scope == Scope.ANYONE or (scope == Scope.OWNER and owner and owner == who.name):
         return Decision(True)
     if job_id:
-        reason = f"{who.name} ({who.role}) may not {VERBS[action]} job {job_id}: it belongs to {owner or 'nobody'}"
+        what = "schedule" if action == Action.SCHEDULE else "job"
+        reason = f"{who.name} ({who.role}) may not {VERBS[action]} {what} {job_id}: it belongs to {owner or 'nobody'}"
     elif who.role == Role.WORKER:
         reason = f"{who.name} is a worker credential: it serves as an agent and may not {VERBS[action]}"
     elif action == Action.SERVE:

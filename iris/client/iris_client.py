@@ -323,7 +323,7 @@ class IrisClient:
 
     def schedule(self, name: str) -> schedules.ScheduleRef:
         """The schedule `name` (its calls raise KeyError if there is none)."""
-        return schedules.ScheduleRef(schedules.AsyncSchedule(self._async, name), self._run,
+        return schedules.ScheduleRef(schedules.handle(self._async, name), self._run,
                                      lambda job_id: Job(self, job_id))  # fmt: skip
 
     def drain_worker(self, worker_id: str, timeout: float | None = None,

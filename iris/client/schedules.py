@@ -35,6 +35,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import CONTROL_TASK_QUEUE
+from activities.proto import cluster_pb2 as pb
 from iris.client.code_shipping import pickle_callable
 from iris.client.status_reads import _start_attributes
 from iris.client.submission import build_request, check_option_names, command_argv
@@ -92,7 +93,9 @@ async def create(
     command: Sequence[str] | None = None, cron: str, timezone: str = "UTC", overlap: str = "skip",
     kwargs: dict[str, Any] | None = None, **options: Any,
 ) -> None:  # fmt: skip
-    """Create the schedule `name`: each firing submits `fn(*args)` (or `command`) with the job `options`."""
+    """Create the schedule `name`: each firing submits `fn(*args)` (or `command`) with the job `options`.
+
+    Checked and built here, by the caller; started by `start` (in team mode by the Iris API, as the caller)."""
     check_option_names(options, "create_schedule" if command is None else "create_command_schedule",
                        ("if_exists", "bundle"))
     check_schedule(name, cron, timezone, overlap)
@@ -108,16 +111,34 @@ async def create(
         req.entrypoint.command.argv.extend(command_argv(command))
     if client.user:
         req.user = client.user
+    req.name, req.schedule = name, name
+    payload = pickle_callable(fn, tuple(args), kwargs or {}) if fn is not None else None
+    if getattr(client, "remote", False):  # team mode: the API starts it, as the verified caller
+        await client.create_schedule(req, payload, cron=cron, timezone=timezone, overlap=overlap)  # type: ignore[attr-defined]
+        return
+    await start(client, req, payload, cron=cron, timezone=timezone, overlap=overlap)
+
+
+async def start(
+    client: AsyncIrisClient, req: pb.JobRequest, payload: bytes | None, *, cron: str, timezone: str, overlap: str
+) -> None:
+    """Create the Temporal Schedule of `req` (named `req.schedule`, its user already set): its function
+    stored once, the schedule's cron, time zone and overlap policy checked again (the API's caller is not
+    trusted to have)."""
+    name = req.schedule
+    check_schedule(name, cron, timezone, overlap)
     req.namespace = req.namespace or req.user
-    req.name, req.schedule, req.submitted_at = name, name, 0.0  # each job's name and time come from its firing
+    req.name, req.submitted_at = name, 0.0  # each job's name and time come from its firing
     if req.after:
         from iris.client.job_control import check_dependencies
 
         await check_dependencies(client.temporal, list(req.after))
-    if fn is not None:
+    if payload is not None:
         key = f"schedules/{name}/{uuid.uuid4().hex[:8]}/function"
-        await asyncio.to_thread(client.blobs.put, key, pickle_callable(fn, tuple(args), kwargs or {}))
+        await asyncio.to_thread(client.blobs.put, key, payload)
         req.entrypoint.function_blob = key
+    elif not req.entrypoint.command.argv:
+        raise ValueError("request: a schedule's job runs a command, or a function given as its payload")
     what = " ".join(req.entrypoint.command.argv)[:80] if req.entrypoint.command.argv else "python callable"
     action = ScheduleActionStartWorkflow(
         JobWorkflow.run,
@@ -184,6 +205,8 @@ async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool) -> 
 
 async def list_all(client: AsyncIrisClient) -> list[ScheduleStatus]:
     """Every Iris schedule, by name."""
+    if getattr(client, "remote", False):
+        return await client.list_schedules()  # type: ignore[attr-defined,no-any-return]
     out = []
     async for entry in await client.temporal.list_schedules():
         own = _memo_of(await entry.memo())
@@ -264,6 +287,13 @@ class AsyncSchedule:
             return [j for j in (getattr(r.action, "workflow_id", "") for r in desc.info.recent_actions) if j]
         ids = [job_id for _, job_id in sorted(found)]
         return list(dict.fromkeys(ids))  # a job that continued as new is listed once per run
+
+
+def handle(client: AsyncIrisClient, name: str) -> AsyncSchedule:
+    """The schedule `name`: Temporal's, or in team mode the Iris API's (iris/auth/remote.py), alike."""
+    if getattr(client, "remote", False):
+        return client.schedule(name)  # type: ignore[attr-defined,no-any-return]
+    return AsyncSchedule(client, name)
 
 
 class ScheduleRef:

@@ -277,6 +277,36 @@ def test_every_user_reads_the_queue_the_teams_and_the_autoscaler(team: Team) -> 
         team.clients["bob"].terminate(waiting.job_id)
 
 
+def test_schedules_are_their_creators(team: Team) -> None:
+    """A user creates a schedule as themselves (its jobs are theirs); everyone lists and reads it; pausing,
+    triggering or deleting it is its creator's or an admin's; naming another user is refused."""
+    ana, bob = team.clients["ana"], team.clients["bob"]
+    sched = ana.create_schedule("ana-nightly", pow, 6, 2, cron="0 3 * * *", resources=SMALL)
+    try:
+        assert "ana" == bob.schedule("ana-nightly").status().user
+        assert "ana-nightly" in [s.name for s in bob.list_schedules()]
+        with pytest.raises(PermissionDeniedError, match=r"bob \(user\) may not pause, unpause, trigger or delete "
+                                                        r"schedule ana-nightly: it belongs to ana"):  # fmt: skip
+            bob.schedule("ana-nightly").pause()
+        refused = team.cli("bob", "schedule", "delete", "ana-nightly")
+        assert 3 == refused.returncode and "it belongs to ana" in refused.stderr, refused.stderr
+        sched.trigger()
+        wait_until(lambda: sched.jobs(), timeout=60, what="the triggered job")
+        job = sched.jobs()[0]
+        assert "ana" == job.wait(timeout=120).user
+        assert [36] == job.results()
+        listed = team.cli("bob", "schedule", "list")
+        assert 0 == listed.returncode and "ana-nightly" in listed.stdout, listed.stderr
+        with (
+            IrisClient.connect(team.url, token=team.tokens["ana"], user="bob") as posing,
+            pytest.raises(PermissionDeniedError, match="ana may not create_schedule as bob"),
+        ):
+            posing.create_command_schedule("as-bob", ["true"], cron="0 3 * * *", resources=SMALL)
+    finally:
+        team.clients["admin"].schedule("ana-nightly").delete()
+    assert "ana-nightly" not in [s.name for s in ana.list_schedules()]
+
+
 def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
     """results() and logs: the owner and an admin read them, another user is refused naming job and owner."""
     job = team.clients["ana"].submit(lambda: print("hello from ana") or 42, name="private", resources=SMALL)

@@ -1,0 +1,126 @@
+"""Schedules in team mode: the Iris API's routes for them, and the client's handle that calls them.
+
+A user creates a schedule as themselves (its jobs are theirs, as the jobs they submit); everyone may
+list schedules, read one and list its jobs; pausing, unpausing, triggering or deleting one is its
+owner's (the user who created it) or an admin's, as killing a job is. The controller then makes the
+Temporal calls itself (iris/client/schedules.py), as for every other call of the API (iris/auth/api.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from google.protobuf.message import DecodeError
+
+from activities.proto import cluster_pb2 as pb
+from iris.auth.errors import PermissionDeniedError
+from iris.auth.rules import Action, Identity, authorize
+from iris.client import schedules
+
+if TYPE_CHECKING:
+    from iris.auth.api import Handler, IrisApi
+    from iris.auth.remote import RemoteIrisClient
+
+READS = frozenset({"status", "jobs"})
+CHANGES = frozenset({"pause", "unpause", "trigger", "delete"})
+
+
+class ScheduleRoutes:
+    """POST /schedules (create), GET /schedules (list), POST /schedule/{op} (status, jobs, pause, unpause,
+    trigger, delete) with the schedule's `name` in the body."""
+
+    def __init__(self, api: IrisApi) -> None:
+        self.api = api
+
+    def routes(self) -> list[tuple[str, str, Handler]]:
+        return [("POST", "/schedules", self.create), ("GET", "/schedules", self.list),
+                ("POST", "/schedule/{op}", self.act)]  # fmt: skip
+
+    async def create(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        authorize(who, Action.SUBMIT)
+        body = await request.json()
+        self.api.check_named_user(who, body.get("user"), "create_schedule")
+        try:
+            req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
+        except (DecodeError, binascii.Error, TypeError) as err:
+            raise ValueError(f"request: not a job request ({err})") from None
+        req.user = who.name
+        # What names stored objects or another job is the server's to set (as for a submission).
+        req.job_id = req.parent_job_id = req.bundle_blob = req.launch_blob = ""
+        if req.entrypoint.HasField("function_blob"):  # the function is the payload, stored by `start`
+            req.entrypoint.ClearField("function_blob")
+        payload = base64.b64decode(body["payload"]) if body.get("payload") else None
+        await schedules.start(self.api.iris, req, payload, cron=body["cron"], timezone=body["timezone"],
+                              overlap=body["overlap"])  # fmt: skip
+        self.api.gate.audit(who, "schedule create", req.schedule, body["cron"])
+        return web.json_response({"name": req.schedule})
+
+    async def list(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        from iris.auth.api import answer
+
+        authorize(who, Action.READ)
+        return answer(await schedules.list_all(self.api.iris))
+
+    async def act(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        from iris.auth.api import answer
+
+        op = request.match_info["op"]
+        body = await request.json()
+        name = str(body.get("name") or "")
+        schedule = schedules.AsyncSchedule(self.api.iris, name)
+        if op in READS:
+            authorize(who, Action.READ)
+            return answer(await (schedule.status() if op == "status" else schedule.job_ids()))
+        if op not in CHANGES:
+            raise KeyError(f"no such schedule action: {op}")
+        owner = (await schedule.status()).user
+        try:
+            authorize(who, Action.SCHEDULE, job_id=name, owner=owner)
+        except PermissionDeniedError as err:
+            err.audited = True
+            self.api.gate.audit(who, f"schedule {op}", name, f"refused (owner {owner})", allowed=False)
+            raise
+        if op == "pause":
+            await schedule.pause(str(body.get("note") or "paused"))
+        elif op == "unpause":
+            await schedule.unpause(str(body.get("note") or "unpaused"))
+        elif op == "trigger":
+            await schedule.trigger()
+        else:
+            await schedule.delete()
+        self.api.gate.audit(who, f"schedule {op}", name)
+        return answer(None)
+
+
+class RemoteSchedule:
+    """`AsyncSchedule`'s calls, through the Iris API (what `IrisClient.schedule(name)` wraps in team mode)."""
+
+    def __init__(self, client: RemoteIrisClient, name: str) -> None:
+        self._client = client
+        self.name = name
+
+    async def _call(self, op: str, **extra: Any) -> Any:
+        return await self._client.post(f"/schedule/{op}", {"name": self.name, **extra})
+
+    async def status(self) -> schedules.ScheduleStatus:
+        status: schedules.ScheduleStatus = await self._call("status")
+        return status
+
+    async def pause(self, note: str = "paused") -> None:
+        await self._call("pause", note=note)
+
+    async def unpause(self, note: str = "unpaused") -> None:
+        await self._call("unpause", note=note)
+
+    async def trigger(self) -> None:
+        await self._call("trigger")
+
+    async def delete(self) -> None:
+        await self._call("delete")
+
+    async def job_ids(self) -> list[str]:
+        ids: list[str] = await self._call("jobs")
+        return ids
