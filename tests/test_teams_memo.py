@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from iris.client.team_tables import QueueView, teams_from_memo
+from types import SimpleNamespace
+
+from iris.client.team_tables import QueueView, queue_from_memo, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.teams_memo import TEAMS_MEMO, teams_memo
+from workflows.scheduler.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
 
 TEAMS = Teams(
     (Team("a", ("ana",), Resources(8000)), Team("b", ("bo",), Resources(8000), lending_limit=Resources(6000)))
@@ -33,3 +35,17 @@ def test_a_borrowers_use_shows_as_borrowed_and_as_lent_by_the_idle_team() -> Non
     assert table["a"].used["memory"] > 0
     assert [0.0] == sorted({t.borrowed["memory"] for t in table.values()} | {t.lent["memory"] for t in table.values()})
     assert "default" == QueueView.from_memo({TEAMS_MEMO: rows}).team_of_user.get("cy", "default")
+
+
+def test_the_queue_table_shows_the_band_a_job_is_scheduled_in_and_no_start_already_past() -> None:
+    """A demoted job is listed in the band it waits in (the table's order), not the one it asked for; an
+    estimate is rounded up to the minute, so it never reads as a minute already gone."""
+    spec = SimpleNamespace(user="ana", band="interactive")
+    pending = {"j1": SimpleNamespace(spec=spec), "j2": SimpleNamespace(spec=spec)}
+    entries = [SimpleNamespace(job_id="j1", estimated_start=1_000_000.0, basis="b"),
+               SimpleNamespace(job_id="j2", estimated_start=1_000_021.0, basis="b")]  # fmt: skip
+    rows = queue_from_memo({QUEUE_MEMO: queue_memo(entries, pending, TEAMS, {"j2": "batch"})})
+    assert [("j1", "interactive"), ("j2", "batch")] == [(r.job_id, r.band) for r in rows]
+    assert rows[0].estimated_start is not None and rows[1].estimated_start is not None
+    assert rows[0].estimated_start.timestamp() >= 1_000_000.0 and rows[1].estimated_start.timestamp() >= 1_000_021.0
+    assert 0 == rows[1].estimated_start.timestamp() % 60

@@ -151,7 +151,7 @@ class Sharing:
         """The team table (empty without teams) and the queue table (workflows/scheduler/teams_memo.py)."""
         teams = self.core.state.books.settings.team_values()
         if not teams:
-            return [], queue_memo(self.queue_entries, self.core.state.pending, teams)
+            return [], queue_memo(self.queue_entries, self.core.state.pending, teams, self._told_bands)
         fleet = [0, 0, 0, 0]
         for w in self.core.state.workers.values():
             if w.state == WorkerState.READY:
@@ -160,4 +160,4 @@ class Sharing:
                 fleet[2] += w.gpus
                 fleet[3] += w.tpus
         table = teams_memo(teams, self.core.state.placements.jobs.values(), pending, fleet)
-        return table, queue_memo(self.queue_entries, self.core.state.pending, teams)
+        return table, queue_memo(self.queue_entries, self.core.state.pending, teams, self._told_bands)

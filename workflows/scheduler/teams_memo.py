@@ -15,6 +15,7 @@ describe call (Decision 10), never a query per job.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -88,16 +89,21 @@ def teams_memo(
              pending.get(name, 0)] for name in names]  # fmt: skip
 
 
-def queue_memo(entries: Iterable[Any], pending: Mapping[str, Any], teams: Teams) -> list[list[Any]]:
-    """The queue table from a plan's `queue` entries; jobs that left the queue since are skipped."""
+def queue_memo(
+    entries: Iterable[Any], pending: Mapping[str, Any], teams: Teams, bands: Mapping[str, str]
+) -> list[list[Any]]:
+    """The queue table from a plan's `queue` entries; jobs that left the queue since are skipped. A job's band
+    is the one it is scheduled in (`bands`: a demoted job's), the order the table is in."""
     rows = []
     for e in entries:
         entry = pending.get(e.job_id)
         if entry is None:
             continue
         user = entry.spec.user
-        start = round(e.estimated_start / 60.0) * 60.0  # to the minute: the table changes when an estimate does
-        rows.append([e.job_id, user, teams.team_of(user), entry.spec.band or "interactive", start, e.basis])
+        # Up to the minute (the table changes only when an estimate does), never to a minute already past.
+        start = math.ceil(e.estimated_start / 60.0) * 60.0
+        band = bands.get(e.job_id) or entry.spec.band or "interactive"
+        rows.append([e.job_id, user, teams.team_of(user), band, start, e.basis])
         if len(rows) == MAX_QUEUE_ROWS:
             break
     return rows
