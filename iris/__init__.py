@@ -1,5 +1,14 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
+import sys
+
+import structlog
+
+if not structlog.is_configured():
+    # Iris's own log lines (a local cluster started, a job tree killed) go to stderr, never into the output of
+    # the program that imports it; a program that configures structlog decides itself (the CLI, the daemons).
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.iris_client import AsyncIrisClient, IrisClient, Job
 from iris.client.reservation_requests import ReservationStatus, ReservedWorker
