@@ -189,16 +189,20 @@ def _status(
     )
 
 
-async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool) -> None:
-    """Wait (up to LISTING_WAIT seconds) until Temporal's listing shows `name` (or no longer does).
+async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool, paused: bool | None = None) -> None:
+    """Wait (up to LISTING_WAIT seconds) until Temporal's listing shows `name` (or no longer does), and as
+    `paused` when that is given.
 
     Listing reads the visibility store, which follows writes by up to a second or so: without this
-    wait, `iris schedule list` right after `create` (or `delete`) could show the old list.
+    wait, `iris schedule list` right after `create`, `delete`, `pause` or `unpause` could show the old list.
     """
     deadline = asyncio.get_running_loop().time() + LISTING_WAIT
     while True:
-        found = [entry.id async for entry in await client.temporal.list_schedules() if entry.id == name]
-        if bool(found) == listed or asyncio.get_running_loop().time() >= deadline:
+        found = [entry async for entry in await client.temporal.list_schedules() if entry.id == name]
+        shown = bool(found) == listed and (
+            paused is None or any(bool(e.schedule and e.schedule.state.paused) == paused for e in found)
+        )
+        if shown or asyncio.get_running_loop().time() >= deadline:
             return
         await asyncio.sleep(0.2)
 
@@ -248,10 +252,12 @@ class AsyncSchedule:
     async def pause(self, note: str = "paused") -> None:
         await self.status()
         await self._handle.pause(note=note)
+        await _until_listed(self._client, self.name, listed=True, paused=True)
 
     async def unpause(self, note: str = "unpaused") -> None:
         await self.status()
         await self._handle.unpause(note=note)
+        await _until_listed(self._client, self.name, listed=True, paused=False)
 
     async def trigger(self) -> None:
         """Submit one job now, whatever runs already (the overlap policy is for the schedule's own firings).

@@ -205,6 +205,7 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         assert first.name == jobs[0].job_id and first.job_id.startswith(f"{name}-20")
         assert client.job_status(jobs[0].job_id).user == client.job_status(jobs[1].job_id).user
         sched.pause()
+        assert [True] == [s.paused for s in client.list_schedules() if s.name == name]  # listed paused at once
         paused = sched.status()  # describe: every firing before the pause is in it, none after
         assert paused.paused and () == paused.next_runs  # it fires at none of them while paused
         paused_count = len(sched.jobs())
