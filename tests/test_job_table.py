@@ -59,6 +59,15 @@ def test_the_first_failure_is_the_jobs_error_and_a_gang_attempt_starts_clean() -
     assert [1, 1, 1] == [row.attempt for row in t.status.tasks]
 
 
+def test_an_unschedulable_tasks_reason_is_the_jobs_error_said_once() -> None:
+    """The task's row says "unschedulable: <why>"; the job's error names the task and says it once."""
+    t = table()
+    t.record(2, TaskResult(2, TaskState.UNSCHEDULABLE, error="unschedulable: 0/3 workers: 3 have < 64 free cpu"),
+             gang=False)  # fmt: skip
+    assert "task 2 unschedulable: 0/3 workers: 3 have < 64 free cpu" == t.status.error
+    assert t.status.tasks[2].error.startswith("unschedulable: ")
+
+
 def test_the_listed_view_counts_preemptions_and_a_requeued_task_is_on_no_worker() -> None:
     """What `list_jobs` reads (the memo) counts a plain job's preemptions as `status()` does, keeps a
     demoted band, and leaves both keys out while they are at their defaults (a job never preempted nor

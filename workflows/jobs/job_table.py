@@ -104,7 +104,9 @@ class TaskTable:
         row.peak_memory_bytes, row.cpu_seconds = result.peak_memory_bytes, result.cpu_seconds
         row.duration_seconds = result.run_seconds
         if state in (TaskState.FAILED, TaskState.WORKER_FAILED, TaskState.UNSCHEDULABLE) and not self.status.error:
-            self.status.error = cap_text(f"task {index} {state.lower()}: {result.error}", MAX_JOB_ERROR_CHARS)
+            said = f"{state.lower()}: "  # "task 2 unschedulable: <why>", not "...: unschedulable: <why>"
+            why = result.error.removeprefix(said)
+            self.status.error = cap_text(f"task {index} {said}{why}", MAX_JOB_ERROR_CHARS)
 
     def reset(self, attempt: int) -> None:
         """Every row PENDING for a gang's next attempt."""
