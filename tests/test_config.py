@@ -319,8 +319,8 @@ S = "config.yaml: scale_groups[0]"
         (with_worker(cont=2), f"{W}.cont: unknown key; did you mean 'count'?"),
         (with_worker(name=None), f"{W}.name: is required"),
         (with_worker(name="a"), f"{W}.name: duplicate group name 'a'"),
-        (with_worker(name="has space"), f"{W}.name: group name must be"),
-        (with_worker(name="g" * 5000), f"{W}.name: group name must be 1-63 letters"),
+        (with_worker(name="has space"), f"{W}.name: a name must be"),
+        (with_worker(name="g" * 5000), f"{W}.name: a name must be 1-63 letters"),
         (with_worker(count=5000), f"{W}.count: 5000 local workers would start 5000 processes on this machine"),
         (with_worker(resourcez={}), f"{W}.resourcez: unknown key; did you mean 'resources'?"),
         (with_worker(attributes={"a\0b": 1}), f"{W}.attributes.a\0b: attribute key must be"),
@@ -367,6 +367,10 @@ S = "config.yaml: scale_groups[0]"
         (
             {"sharing": {"teams": [{"name": "a", "members": ["ana", "ana"]}]}},
             "config.yaml: sharing.teams: user 'ana' is listed twice in team 'a'",
+        ),
+        (
+            {"sharing": {"teams": [{"name": "a", "quota": {"cpu": 2}, "lending_limit": {"cpu": 5}}]}},
+            "config.yaml: sharing.teams[0]: lending_limit.cpu is more than the team's quota.cpu (5 > 2)",
         ),
     ],
 )

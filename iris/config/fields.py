@@ -41,7 +41,7 @@ class FieldError(ValueError):
 def _name(value: object) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value) or len(value) > NAME_MAX_LENGTH:
         raise ValueError(
-            f"group name must be 1-{NAME_MAX_LENGTH} letters, digits, '-', '_' or '.', "
+            f"a name must be 1-{NAME_MAX_LENGTH} letters, digits, '-', '_' or '.', "
             f"starting and ending with a letter or digit; got {_short(value)}"
         )
     return value

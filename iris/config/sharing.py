@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from iris.config.fields import Bytes, Devices, GroupName, Millicores, Seconds
 from scheduler.accounting import DEFAULT_CREDITS
+from scheduler.reasons import format_bytes
 from scheduler.teams import DEFAULT_TEAM, DIMENSIONS, UNLIMITED
 from workflows.scheduler.sharing_state import DEFAULT_GRACE_SECONDS, DEFAULT_STARVATION_SECONDS, SharingSettings
 
@@ -94,6 +95,18 @@ class TeamFile(BaseModel):
     quota: TeamResourcesFile = TeamResourcesFile()
     borrowing_limit: TeamResourcesFile | None = None
     lending_limit: TeamResourcesFile | None = None
+
+    @model_validator(mode="after")
+    def _lends_only_its_quota(self) -> TeamFile:
+        """A team lends only its unused quota: a lending limit above the quota is a mistake (Kueue refuses it too)."""
+        if self.lending_limit is not None:
+            for key in self.lending_limit.model_fields_set:
+                lend, own = getattr(self.lending_limit, key), getattr(self.quota, key)
+                if lend > own:
+                    shown = {"cpu": lambda v: f"{v / 1000:g}", "memory": format_bytes}.get(key, str)
+                    raise ValueError(f"lending_limit.{key} is more than the team's quota.{key} "
+                                     f"({shown(lend)} > {shown(own)}): a team lends only its unused quota")  # fmt: skip
+        return self
 
     def row(self) -> list[Any]:
         return [self.name, list(self.members), self.quota.row(),
