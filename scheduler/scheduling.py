@@ -342,7 +342,8 @@ def _run_plain(
     if starving:
         held = state.reserve_plain(job, bucket, total - placed)
         if held:
-            reason = f"{reason}; holding {held} workers for it (waited {job.waited_seconds:.0f}s)"
+            workers = "1 worker" if held == 1 else f"{held} workers"
+            reason = f"{reason}; holding {workers} for it (waited {job.waited_seconds:.0f}s)"
     state.reasons[job.job_id] = prefix + reason
     return placed
 
