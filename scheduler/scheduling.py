@@ -241,7 +241,9 @@ class _QuotaWalk:
             n = len(left.task_indices)
             k, why = teams.borrow_room(team, left.request, n)
             if k == 0 or (k < n and left.group_by):
-                state.reasons[job.job_id] = f"beyond team {team}'s quota and {why}"
+                # Which resources its quota lacks, then which it may not borrow (they can differ).
+                over = teams.beyond(team, left.request, 1 if k == 0 else n)
+                state.reasons[job.job_id] = f"beyond team {team}'s quota{f' ({over})' if over else ''} and {why}"
                 continue
             part = replace(left, task_indices=left.task_indices[:k]) if k < n else left
             if preemption is not None:

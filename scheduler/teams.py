@@ -287,6 +287,12 @@ class TeamPass:
                     n = room // r if room > 0 else 0
         return n
 
+    def beyond(self, team: str, request: Resources, count: int) -> str:
+        """The resources in which `count` tasks of `request` do not fit the team's quota ("memory", "cpu, memory")."""
+        used, quota = self._team(team), self.quota[team]
+        return ", ".join(DIMENSIONS[d] for d, amount in self._covered_amounts
+                         if amount(request) and quota[d] - used[d] < amount(request) * count)  # fmt: skip
+
     def start_borrowing(self) -> None:
         """Set up the borrowing walk, once every team's work within its quota was placed.
 

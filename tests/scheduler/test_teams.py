@@ -74,6 +74,17 @@ def test_work_within_quota_goes_before_borrowed_work_of_a_higher_band() -> None:
     assert "beyond team a's quota" in result.pending_reasons["a/more"]
 
 
+def test_the_reason_names_what_the_quota_lacks_and_what_cannot_be_borrowed() -> None:
+    """Only team a has a memory quota, so b's job asking memory is beyond b's quota in memory although its cpu
+    fits; a uses its whole quota, so nothing is left to borrow. The reason says both, each with its resource."""
+    teams = Teams((Team("a", ("ana",), Resources(8000, 8 * GIB)), Team("b", ("bo",), Resources(8000))))
+    fleet = hosts(1, 8)
+    mine = running("a/run", fleet, "interactive", "ana", HOST, 100.0, coscheduled=False)
+    share = ShareSnapshot(now=NOW, running=[mine], teams=teams)
+    result = find_assignments(occupied(fleet, mine), [plain("b/one", "bo")], share=share)
+    assert "beyond team b's quota (memory) and no idle quota left to borrow (memory)" == result.pending_reasons["b/one"]
+
+
 def test_borrowing_stops_at_the_borrowing_limit() -> None:
     """A (quota 8, may borrow 3) gets 11 of 16 idle hosts."""
     share = ShareSnapshot(now=NOW, teams=two_teams(a_borrow=Resources(3000)))
