@@ -107,6 +107,7 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
             user=j.user,
             max_concurrent=j.max_concurrent,
             placed=j.placed,
+            room_waited_seconds=max(0.0, now - j.room_at) if j.room_at else None,
         )
         for j in queued
     ]

@@ -184,7 +184,7 @@ def plan_scaling(
 
 def _timed_out(job: PendingJob) -> bool:
     timeout = job.scheduling_timeout_seconds
-    return timeout is not None and job.waited_seconds > timeout
+    return timeout is not None and job.timeout_wait() > timeout
 
 
 def _place_on_existing(

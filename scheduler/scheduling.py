@@ -114,7 +114,7 @@ def find_assignments(
                 continue  # waiting for its own tasks to end is not waiting for the fleet: no timeout
             job = limited
         timeout = job.scheduling_timeout_seconds
-        if timeout is not None and job.waited_seconds > timeout and not job.placed:
+        if timeout is not None and job.timeout_wait() > timeout and not job.placed:
             state.timed_out.extend((job.job_id, index) for index in job.task_indices)
             continue
         if held is not None and held.place(job):

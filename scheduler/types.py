@@ -268,9 +268,17 @@ class PendingJob:
     num_groups: int = 1  # checked at the boundary (submission); only meaningful with group_by
     max_concurrent: int = 0  # 0 = no cap
     placed: int = 0  # the job's tasks placed now (read only with max_concurrent)
+    # A throttled array whose cap had room again since it was submitted (one of its tasks left its place): how
+    # long it has waited since. Its cap, not the fleet, held it back before that (`timeout_wait`).
+    room_waited_seconds: float | None = None
     # Soft constraints (preferences), in the order given; `constraints` holds only hard ones. Built
     # by `scheduler.attributes.split_soft` at the boundary. Earlier preferences weigh more.
     preferences: tuple[Constraint, ...] = ()
+
+    def timeout_wait(self) -> float:
+        """How long the job has waited for a place, as `scheduling_timeout_seconds` counts: for a throttled array,
+        the time its own cap held its tasks back is not waiting for the fleet."""
+        return self.waited_seconds if self.room_waited_seconds is None else self.room_waited_seconds
 
 
 class Assignment(NamedTuple):

@@ -336,7 +336,7 @@ class SchedulingWorker(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at", "max_concurrent", "placed")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at", "max_concurrent", "placed", "room_at")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -353,6 +353,7 @@ class SchedulingJob(_message.Message):
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
     PLACED_FIELD_NUMBER: _ClassVar[int]
+    ROOM_AT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_indices: _containers.RepeatedScalarFieldContainer[int]
     request: Resources
@@ -369,7 +370,8 @@ class SchedulingJob(_message.Message):
     submitted_at: float
     max_concurrent: int
     placed: int
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., placed: _Optional[int] = ...) -> None: ...
+    room_at: float
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., placed: _Optional[int] = ..., room_at: _Optional[float] = ...) -> None: ...
 
 class ShareUser(_message.Message):
     __slots__ = ("user", "balance", "used", "usage", "usage_as_of")

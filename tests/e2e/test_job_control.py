@@ -279,3 +279,12 @@ def test_a_cancel_other_schedule_kills_its_last_job_saying_why(client: IrisClien
             client.terminate(job.job_id)
     assert JobState.KILLED == first.state
     assert "cancelled by schedule overlap policy" == first.error
+
+
+def test_a_throttled_arrays_own_cap_does_not_count_toward_its_scheduling_timeout(client: IrisClient) -> None:
+    """4 tasks of 4 s, one at a time, with a 6 s scheduling timeout on a fleet with room: each task waits
+    for the one before it far longer than 6 s in all, but only for its cap, never for the fleet."""
+    job = client.submit_command(["sleep", "4"], resources=ResourceSpec(cpu=0.25, memory="64m", replicas=4),
+                                max_concurrent=1, scheduling_timeout=6)  # fmt: skip
+    status = job.wait(timeout=180, raise_on_failure=False)
+    assert JobState.SUCCEEDED == status.state, status.error

@@ -60,6 +60,11 @@ def test_waiting_for_its_own_cap_is_not_a_scheduling_timeout() -> None:
     assert () == find_assignments(workers, [running]).timed_out
     idle = replace(running, placed=0)
     assert 2 == len(find_assignments(workers, [idle]).timed_out)  # nothing of it placed: the fleet is the problem
+    # Its last placed task ended a second ago: the cap held it until then, so its wait for the fleet is 1 s.
+    between = replace(running, placed=0, room_waited_seconds=1.0)
+    result = find_assignments(workers, [between])
+    assert () == result.timed_out and 2 == len(result.assignments)
+    assert 2 == len(find_assignments(workers, [replace(between, room_waited_seconds=11.0)]).timed_out)
 
 
 def test_many_passes_never_exceed_the_cap() -> None:

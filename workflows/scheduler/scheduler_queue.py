@@ -184,6 +184,9 @@ class Queue:
         if placement is not None and placement.attempt == attempt:
             del self.core.state.placements[key]
             self._sharing.charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
+            waiting = self.core.state.pending.get(job_id)
+            if waiting is not None and waiting.spec.max_concurrent:  # its cap has room: the fleet's clock starts
+                waiting.room_at = self.core.now()
             self.core.changed()
 
     def commit(

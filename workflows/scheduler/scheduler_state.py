@@ -55,6 +55,7 @@ class PendingEntry:
     spec: SchedulingSpec
     attempts: dict[int, int]  # task index -> attempt waiting for a place
     submitted_at: float
+    room_at: float = 0.0  # a throttled array: when one of its tasks last left its place (its cap had room again)
 
 
 @dataclass

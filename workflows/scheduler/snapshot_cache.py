@@ -84,6 +84,7 @@ def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], re
         user=spec.user,
         max_concurrent=spec.max_concurrent,
         placed=placed if spec.max_concurrent else 0,
+        room_at=entry.room_at,
     )
     if reason:
         sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
@@ -113,7 +114,7 @@ class SnapshotCache:
         # its placements was on a worker not numbered yet, else -1; its piece)
         self.running: dict[str, tuple[int, int, Any, int, bytes]] = {}
         # job id -> (entry, spec, task indices, pending reason, its piece, its tasks placed if throttled)
-        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int]] = {}
+        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
 
     def build(self, state: SchedulerState, now: float, *, step_work: int = STEP_WORK) -> SnapshotBuild:
         """A build of the snapshot that keeps what it encodes for the next one (the pass's)."""
@@ -300,7 +301,7 @@ class SnapshotBuild:
         waiting = state.books.waiting()
         reasons = state.pending_reasons
         old = cache.jobs
-        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int]] = {}
+        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
         parts, work, limit = self._parts, self._work, self._limit
         placements = state.placements.jobs
         for entry in list(state.pending.values()):
@@ -313,13 +314,13 @@ class SnapshotBuild:
             placed = len(placements.get(job_id) or ()) if spec.max_concurrent else 0
             got = old.get(job_id)
             if (got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason
-                    and got[5] == placed):  # fmt: skip
+                    and got[5] == placed and got[6] == entry.room_at):  # fmt: skip
                 new[job_id] = got
                 piece = got[4]
                 units = _HIT
             else:
                 piece = _job_piece(entry, spec, indices, reason, placed)
-                new[job_id] = (entry, spec, indices, reason, piece, placed)
+                new[job_id] = (entry, spec, indices, reason, piece, placed, entry.room_at)
                 units = _JOB + len(indices) // 2
             parts.append(piece)
             work += units
