@@ -176,7 +176,7 @@ class _QuotaWalk:
         n = len(job.task_indices)
         k = teams.within_quota(team, job.request, n)
         if k == 0 or (k < n and job.group_by):
-            placed = self._displace_own(job, team)
+            placed = 0 if self.teams.over_quota(team) else self._displace(job, team, Turn.OWN)
             if not placed:
                 return 0, job
             return placed, (None if placed == n else replace(job, task_indices=job.task_indices[placed:]))
@@ -190,19 +190,25 @@ class _QuotaWalk:
             return placed, None
         return placed, replace(job, task_indices=job.task_indices[k:])
 
-    def _displace_own(self, job: PendingJob, team: str) -> int:
-        """Inside a team, bands decide: a job its team's quota has no room for may take the place of the
-        team's own running work of a lower band, where what that work frees is room enough (never free
-        capacity beside it, which would be borrowing), so the team's use does not grow. Only a team not over
-        its quota: one that borrows is reclaimed from first (its work beyond the quota is borrowed work, which
-        goes after every team's work within its quota). Tasks placed."""
+    def _displace(self, job: PendingJob, team: str, turn: Turn) -> int:
+        """Bands decide where quotas leave no room, without anything borrowed growing: `job` takes the place of
+        running work of a lower band where what that work frees is room enough (never free capacity beside
+        it, which would be borrowing more).
+
+        `Turn.OWN`: inside a team at its quota, the team's own lower-band work only, so its use does not grow
+        (the within-quota walk, only for a team not over its quota: one that borrows is reclaimed from first,
+        its work beyond the quota being borrowed work, which goes after every team's work within its quota).
+        `Turn.BEYOND`: borrowed work with no room left to borrow takes the place of borrowed work of a lower
+        band, any team's, as band preemption would (docs/sharing.md), while its own borrowing limit allows.
+        Tasks placed."""
         preemption, state = self.preemption, self.state
         rank = BAND_RANK[self.bands[job.job_id]]
-        if preemption is None or job.num_groups > 1 or preemption.min_rank_of_team.get(team, rank) >= rank:
-            return 0  # nothing of its team runs in a lower band
-        if self.teams.over_quota(team):
+        if preemption is None or job.num_groups > 1:
             return 0
-        preemption.ctx, preemption.freed_only = (team, Turn.OWN), True
+        lowest = preemption.min_rank_of_team.get(team, rank) if turn is Turn.OWN else preemption.min_rank
+        if lowest >= rank:
+            return 0  # nothing it may take the place of runs in a lower band
+        preemption.ctx, preemption.freed_only = (team, turn), True
         try:
             feasibility = state.feasibility_for(job)
             if job.group_by:
@@ -240,6 +246,11 @@ class _QuotaWalk:
             team = teams.team_of(job.user)
             n = len(left.task_indices)
             k, why = teams.borrow_room(team, left.request, n)
+            if (k == 0 or (k < n and left.group_by)) and preemption is not None:
+                placed = self._displace_lower(left, team)
+                if placed:
+                    self._credit(job, placed)
+                    continue
             if k == 0 or (k < n and left.group_by):
                 # Which resources its quota lacks, then which it may not borrow (they can differ).
                 over = teams.beyond(team, left.request, 1 if k == 0 else n)
@@ -256,6 +267,15 @@ class _QuotaWalk:
             elif placed < len(part.task_indices) and job.job_id in state.reasons:
                 state.reasons[job.job_id] = f"beyond team {team}'s quota: {state.reasons[job.job_id]}"
             self._credit(job, placed)
+
+    def _displace_lower(self, job: PendingJob, team: str) -> int:
+        """Borrowed work the pass has no room left to lend to: the place of lower-band borrowed work (any
+        team's) while its borrowing limit allows the whole of it, else only of its own team's lower-band work."""
+        n = len(job.task_indices)
+        may = self.teams.limit_room(team, job.request, n)
+        if (job.group_by and may < n) or not may:
+            return self._displace(job, team, Turn.OWN)
+        return self._displace(job if may == n else replace(job, task_indices=job.task_indices[:may]), team, Turn.BEYOND)
 
     def _within_again(self, job: PendingJob) -> PendingJob | None:
         """Its within-quota turn again, if its team lost units to evictions in this pass (only that gives its

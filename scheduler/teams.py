@@ -364,6 +364,19 @@ class TeamPass:
                 n, why = max(0, fits), f"{short} ({DIMENSIONS[d]})"
         return n, why
 
+    def limit_room(self, team: str, request: Resources, count: int) -> int:
+        """How many of `count` tasks the team's borrowing limit alone lets it place on top of what it uses."""
+        limit = self.limit[team]
+        if limit is None:
+            return count
+        used, quota, req = self._team(team), self.quota[team], vector(request)
+        n = count
+        for d in self.dims:
+            if req[d]:
+                room = quota[d] + limit[d] - used[d]
+                n = min(n, room // req[d] if room > 0 else 0)
+        return n
+
     def placed(self, team: str, request: Resources, count: int) -> None:
         """Count `count` tasks of `request` placed for the team (and, once borrowing started, the sums)."""
         used = self.used.get(team) or self._team(team)

@@ -450,7 +450,8 @@ class IrisApi:
     async def revoke(self, request: web.Request, who: Identity) -> web.StreamResponse:
         authorize(who, Action.USERS)
         name = resolve_user((await request.json())["name"])
-        await store.revoke_user(self.iris.temporal, name, by=who.name)
+        # With OIDC, an SSO user Iris never issued a token to can be revoked too (their sign-ins are refused).
+        await store.revoke_user(self.iris.temporal, name, by=who.name, unknown_ok=self.gate.oidc is not None)
         self.gate.directory.forget(name)
         return web.json_response({"ok": True})
 

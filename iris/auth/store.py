@@ -59,12 +59,14 @@ async def add_user(client: Client, name: str, role: str, *, by: str = "", bootst
     return token
 
 
-async def revoke_user(client: Client, name: str, *, by: str = "") -> None:
+async def revoke_user(client: Client, name: str, *, by: str = "", unknown_ok: bool = False) -> None:
+    """KeyError for a name Iris does not know (unless `unknown_ok`), ValueError for the last admin."""
+    revoke = st.RevokeUser(name=name, at=time.time(), by=by, unknown_ok=unknown_ok)
     answer = await client.get_workflow_handle(st.AUTH_WORKFLOW_ID).execute_update(
-        st.REVOKE_USER, st.RevokeUser(name=name, at=time.time(), by=by), result_type=st.AuthAnswer
+        st.REVOKE_USER, revoke, result_type=st.AuthAnswer
     )
     if not answer.ok:
-        raise KeyError(answer.reason)
+        raise (KeyError if answer.reason.startswith("no such user") else ValueError)(answer.reason)
 
 
 async def read_audit(client: Client, since: float = 0.0, limit: int = st.MAX_AUDIT) -> list[st.AuditEntry]:

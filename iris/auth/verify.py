@@ -2,10 +2,11 @@
 
 - `TokenVerifier`: tokens `iris auth add-user` issued, looked up by hash in the directory (iris/auth/store.py).
 - `OidcVerifier`: an OIDC/JWT bearer token from the configured issuer, checked by the codec server's
-  `OidcAuth` (signature against the issuer's JWKS, issuer, audience, expiry); the user is its
-  `preferred_username` (else `email`'s local part, else `sub`), with the role the directory gives that name
-  (`user` for a name Iris does not know; refused once revoked).
-- `TaskTokenVerifier`: a task's token (worker_agent/task_token.py), as its job's user while the job runs.
+  `OidcAuth` (signature against the issuer's JWKS, issuer, audience, expiry); the user is its verified
+  `email` (else `sub@<issuer host>`: never a bare name, which would be another user's), with the role the
+  directory gives that name (`user` for a name Iris does not know; refused once revoked).
+- `TaskTokenVerifier`: a task's token (worker_agent/task_token.py), as its job's user while the job runs and
+  that user is not revoked.
 - `Verifiers`: the first verifier that claims the token's kind decides.
 Every failure is `AuthenticationError` with one line saying why.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from iris.auth.errors import AuthenticationError
 from iris.auth.rules import Identity, Role
@@ -80,19 +82,29 @@ class OidcVerifier:
 
     async def identity(self, claims: dict[str, Any]) -> Identity:
         """The user verified claims name, with the role the directory gives that name."""
-        name = oidc_name(claims)
+        name = oidc_name(claims, self.issuer)
         role = await self.directory.role_of(name)
         if role == "":
             raise AuthenticationError(f"user {name} was revoked")
         return Identity(name, Role(role or Role.USER), via="oidc")
 
 
-def oidc_name(claims: dict[str, Any]) -> str:
-    """The Iris user an OIDC token names: preferred_username, else the email's local part, else sub."""
-    for value in (claims.get("preferred_username"), str(claims.get("email") or "").split("@")[0], claims.get("sub")):
-        if isinstance(value, str) and value.strip():
-            return "".join("-" if ch.isspace() or ch == "/" else ch for ch in value.strip())
-    raise AuthenticationError("access token names no user (no preferred_username, email or sub)")
+def oidc_name(claims: dict[str, Any], issuer: str) -> str:
+    """The Iris user an OIDC token names: its whole e-mail address (unless the issuer says it is unverified),
+    else `sub@<issuer host>`.
+
+    Always qualified: a name a user may pick at the issuer (preferred_username, an address's local part)
+    would let anyone who can sign in there be `admin`, or any user Iris issued a token to, with their role.
+    An admin gives an SSO user a role by adding that exact name (`iris auth add-user ana@example.com --admin`).
+    """
+    email, sub = claims.get("email"), claims.get("sub")
+    if isinstance(email, str) and "@" in email.strip() and claims.get("email_verified") is not False:
+        value = email.strip()
+    elif isinstance(sub, str) and sub.strip():
+        value = f"{sub.strip()}@{urlsplit(issuer).netloc or issuer}"
+    else:
+        raise AuthenticationError("access token names no user (no verified email, no sub)")
+    return "".join("-" if ch.isspace() or ch == "/" else ch for ch in value)
 
 
 JOB_STATE_SECONDS = 5.0  # how long a job's user and state are taken as read (a task token dies this late at most)
@@ -109,6 +121,7 @@ class TaskTokenVerifier:
 
     key: Callable[[], bytes]
     job_state: Callable[[str], Awaitable[tuple[str, bool]]]
+    directory: Directory | None = None  # a revoked user's running jobs stop acting as them
     _key: bytes | None = None
     _jobs: dict[str, tuple[float, str, bool]] = field(default_factory=dict)
 
@@ -139,6 +152,8 @@ class TaskTokenVerifier:
                 self._jobs.pop(next(iter(self._jobs)))
         if not seen[2]:
             raise AuthenticationError(f"task token refused: job {job_id} has ended")
+        if self.directory is not None and await self.directory.role_of(seen[1]) == "":
+            raise AuthenticationError(f"task token refused: user {seen[1]} was revoked")
         return Identity(seen[1], Role.USER, via="task", job=job_id)
 
 

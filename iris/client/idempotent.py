@@ -2,7 +2,7 @@
 
 Every job keeps a unique id (logs, results and the Temporal UI are keyed by it), yet two clients
 submitting the same name at once must agree on one job. So the id of the job a named submit starts
-is not random: it is derived from the namespace, the name and the id of the newest job of that name
+is not random: it is derived from the user, namespace, name and id of the newest job of that name
 before it (its *successor* id). Two racing submits read the same newest job from visibility, derive
 the same id, and Temporal's conflict policy decides: `USE_EXISTING` hands the second `reuse` the job
 the first started, `FAIL` refuses the second `fail`. Ids are never reused (`REJECT_DUPLICATE`): a
@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from activities.contracts import JOB_NAME_ATTRIBUTE, JOB_NAMESPACE_ATTRIBUTE
+from activities.contracts import JOB_NAME_ATTRIBUTE, JOB_NAMESPACE_ATTRIBUTE, JOB_USER_ATTRIBUTE
 from activities.proto import cluster_pb2 as pb
 from iris.client.child_jobs import child_job_id
 from iris.client.job_control import IfExists
@@ -47,9 +47,9 @@ class Named:
 
 
 def successor_id(req: pb.JobRequest, previous: str) -> str:
-    """The id of the job that follows `previous` ("" for none) under `req`'s name and namespace."""
+    """The id of the job that follows `previous` ("" for none) under `req`'s user, name and namespace."""
     slug = re.sub(r"[^a-z0-9]+", "-", req.name.lower()).strip("-")[:40] or "job"
-    digest = hashlib.sha256(f"{req.namespace}\0{req.name}\0{previous}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{req.user}\0{req.namespace}\0{req.name}\0{previous}".encode()).hexdigest()[:10]
     return child_job_id(req.parent_job_id, f"{slug}-{digest}")
 
 
@@ -70,10 +70,14 @@ def _named(wf: WorkflowExecution) -> Named:
 
 
 async def jobs_named(temporal: Client, req: pb.JobRequest) -> list[Named]:
-    """The jobs of `req`'s name in its namespace (each job's current run), newest first."""
+    """The jobs of `req`'s user of `req`'s name in its namespace (each job's current run), newest first.
+
+    A name is the user's own: another user's job of that name (one may submit into any namespace) is
+    never reused nor refused for them, as a Slurm job name is per user."""
     query = (
         f"WorkflowType = 'JobWorkflow' AND ExecutionStatus != 'ContinuedAsNew' AND "
-        f"{JOB_NAME_ATTRIBUTE} = {_quoted(req.name)} AND {JOB_NAMESPACE_ATTRIBUTE} = {_quoted(req.namespace)}"
+        f"{JOB_NAME_ATTRIBUTE} = {_quoted(req.name)} AND {JOB_NAMESPACE_ATTRIBUTE} = {_quoted(req.namespace)} "
+        f"AND {JOB_USER_ATTRIBUTE} = {_quoted(req.user)}"
     )
     found = [_named(wf) async for wf in temporal.list_workflows(query, limit=MAX_NAMED)]
     found = [n for n in found if _under(n.job_id, req.parent_job_id)]

@@ -37,13 +37,14 @@ async def test_issuer_signed_tokens_name_the_user_with_iris_role() -> None:
     await issuer.start()
     assert issuer.server is not None
     try:
-        roles = Roles({})
+        roles = Roles({"ana": "admin"})  # an Iris-issued admin named ana: the token's bare `sub` is not them
         verifier = OidcVerifier(issuer.url, "iris", roles)  # type: ignore[arg-type]
         chain = Verifiers((TokenVerifier(roles), verifier))  # type: ignore[arg-type]
-        assert Identity("ana", Role.USER, via="oidc") == await chain.identify(issuer.token(audience="iris"))
-        roles.roles["ana"] = "admin"
+        name = f"ana@{urlsplit(issuer.url).netloc}"
+        assert Identity(name, Role.USER, via="oidc") == await chain.identify(issuer.token(audience="iris"))
+        roles.roles[name] = "admin"
         assert Role.ADMIN == (await chain.identify(issuer.token(audience="iris"))).role
-        roles.roles["ana"] = ""
+        roles.roles[name] = ""
         with pytest.raises(AuthenticationError, match="revoked"):
             await chain.identify(issuer.token(audience="iris"))
         with pytest.raises(AuthenticationError, match=r"(?i)expired"):
@@ -56,13 +57,17 @@ async def test_issuer_signed_tokens_name_the_user_with_iris_role() -> None:
         await issuer.server.close()
 
 
-def test_the_user_a_token_names() -> None:
-    """preferred_username, else the e-mail's local part, else sub."""
-    assert "ana" == oidc_name({"preferred_username": "ana", "email": "x@y", "sub": "1"})
-    assert "bob" == oidc_name({"email": "bob@example.com", "sub": "2"})
-    assert "3" == oidc_name({"sub": "3"})
+def test_the_user_a_token_names_is_never_a_bare_name() -> None:
+    """The whole verified e-mail address, else sub at the issuer's host: never a name one may pick at the issuer
+    (preferred_username, an address's local part), which would make anyone signing in there `admin`."""
+    issuer = "https://sso.example.com"
+    assert "ana@example.com" == oidc_name({"preferred_username": "admin", "email": "ana@example.com", "sub": "1"},
+                                          issuer)  # fmt: skip
+    assert "admin@evil.example" == oidc_name({"email": "admin@evil.example", "sub": "2"}, issuer)
+    assert "3@sso.example.com" == oidc_name({"email": "ops@example.com", "email_verified": False, "sub": "3"}, issuer)
+    assert "a-b@sso.example.com" == oidc_name({"preferred_username": "ops", "sub": "a/b"}, issuer)
     with pytest.raises(AuthenticationError):
-        oidc_name({})
+        oidc_name({"preferred_username": "admin"}, issuer)
 
 
 class SignInIssuer(Issuer):
@@ -103,7 +108,7 @@ class SignInIssuer(Issuer):
             challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
             if asked is None or challenge != asked["code_challenge"] or form["redirect_uri"] != asked["redirect_uri"]:
                 return web.json_response({"error": "invalid_grant"}, status=400)
-            claims = {"iss": self.url, "aud": asked["client_id"], "sub": "u-1", "preferred_username": self.user,
+            claims = {"iss": self.url, "aud": asked["client_id"], "sub": "u-1", "email": f"{self.user}@example.com",
                       "nonce": self.nonce or asked["nonce"], "exp": int(time.time() + 300)}  # fmt: skip
             signed = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "k1"})
             return web.json_response({"id_token": signed, "access_token": "opaque", "token_type": "Bearer"})
@@ -144,7 +149,7 @@ async def test_the_dashboard_signs_users_in_at_the_issuer() -> None:
     and the role Iris holds for that name."""
     issuer = SignInIssuer("ana")
     await issuer.start()
-    dashboard = await _dashboard(issuer, Roles({"ana": "admin"}), secret="s3cret")
+    dashboard = await _dashboard(issuer, Roles({"ana@example.com": "admin"}), secret="s3cret")
     try:
         async with ClientSession(cookie_jar=CookieJar(unsafe=True), headers={"Accept": "text/html"}) as browser:
             base = str(dashboard.make_url("")).rstrip("/")
@@ -153,9 +158,9 @@ async def test_the_dashboard_signs_users_in_at_the_issuer() -> None:
                 assert f"sign in at {issuer.url}" in await page.text()
             async with browser.get(f"{base}/login/oidc") as signed_in:
                 assert 200 == signed_in.status, await signed_in.text()
-                assert "Signed in as ana" in await signed_in.text()
+                assert "Signed in as ana@example.com" in await signed_in.text()
             async with browser.get(f"{base}/queue") as page:
-                assert (200, "queue for ana (admin)") == (page.status, await page.text())
+                assert (200, "queue for ana@example.com (admin)") == (page.status, await page.text())
         assert [f"Basic {base64.b64encode(b'iris-dashboard:s3cret').decode()}"] == issuer.secrets_seen
     finally:
         await dashboard.close()

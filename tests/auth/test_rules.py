@@ -90,6 +90,20 @@ def test_directory_state() -> None:
     assert ["revoke", "add-user", "bootstrap"] == actions
 
 
+def test_an_sso_name_can_be_revoked_and_the_last_admin_cannot_be() -> None:
+    """With OIDC, a name Iris issued no token to (an SSO user's) is recorded revoked; the last admin holding a
+    token cannot revoke itself (nobody could manage users after), while another admin exists it can."""
+    state = st.AuthState()
+    assert st.add_user(state, st.AddUser("admin", "admin", "h1", 1.0, bootstrap=True)).ok
+    assert st.revoke_user(state, st.RevokeUser("dana@example.com", 2.0, by="admin", unknown_ok=True)).ok
+    dana = st.find_user(state, "dana@example.com")
+    assert dana is not None and dana.revoked_at == 2.0
+    last = st.revoke_user(state, st.RevokeUser("admin", 3.0, by="admin"))
+    assert not last.ok and "admin is the last admin" in last.reason
+    assert st.add_user(state, st.AddUser("ops", "admin", "h2", 4.0, by="admin")).ok
+    assert st.revoke_user(state, st.RevokeUser("admin", 5.0, by="ops")).ok
+
+
 def test_audit_is_newest_first_by_time_whatever_order_entries_arrive_in() -> None:
     """The API flushes its entries in batches a few seconds late; user changes are recorded at once."""
     state = st.AuthState()

@@ -52,3 +52,29 @@ def test_the_verifier_gives_the_jobs_user_while_it_runs() -> None:
             await verifier.identify(mint(b"x" * 32, "job-1"))
 
     asyncio.run(check())
+
+
+def test_a_revoked_users_running_jobs_stop_acting_as_them() -> None:
+    """Revoking ana stops her tokens and her running jobs' task tokens alike (a task could otherwise submit,
+    kill and read as her for as long as it runs)."""
+    key = b"k" * 32
+
+    async def state(job_id: str) -> tuple[str, bool]:
+        return "ana", True
+
+    class Directory:
+        roles: dict[str, str] = {"ana": "user"}
+
+        async def role_of(self, name: str) -> str | None:
+            return self.roles.get(name)
+
+    directory = Directory()
+    verifier = TaskTokenVerifier(lambda: key, state, directory)  # type: ignore[arg-type]
+
+    async def check() -> None:
+        assert "ana" == (await verifier.identify(mint(key, "job-1"))).name
+        directory.roles["ana"] = ""
+        with pytest.raises(AuthenticationError, match="user ana was revoked"):
+            await verifier.identify(mint(key, "job-1"))
+
+    asyncio.run(check())

@@ -261,6 +261,23 @@ def _try_credits() -> str:
     return "allowed"
 
 
+def test_a_jobs_name_is_its_users_own(team: Team) -> None:
+    """bo submits a job named as ana's step, into ana's namespace: ana's `reuse` does not take bo's job (it would
+    skip her step and hand her results she may not read), and her `fail` does not count it."""
+    ana, bo = team.clients["ana"], team.clients["bob"]
+    theirs = bo.submit_command(["sleep", "600"], name="prep-2026-12-01", namespace="ana", resources=SMALL)
+    try:
+        wait_until(lambda: theirs.job_id in [j.job_id for j in ana.list_jobs(name="prep-2026-12-01")], timeout=60,
+                   what="bo's job listed")  # fmt: skip
+        mine = ana.submit_command(["true"], name="prep-2026-12-01", if_exists="reuse", resources=SMALL)
+        assert mine.job_id != theirs.job_id and "ana" == mine.status().user
+        assert JobState.SUCCEEDED == mine.wait(timeout=120).state
+        again = ana.submit_command(["true"], name="prep-2026-12-01", if_exists="fail", resources=SMALL)
+        assert again.job_id not in (mine.job_id, theirs.job_id)
+    finally:
+        bo.terminate(theirs.job_id)
+
+
 def test_every_user_reads_the_queue_the_teams_and_the_autoscaler(team: Team) -> None:
     """The spec's reads for everyone (queue, like list_users and list_workers) and the team table and
     autoscaler status beside them answer a user in team mode, through the client and the CLI."""

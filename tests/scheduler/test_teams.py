@@ -212,11 +212,32 @@ def test_inside_a_team_at_its_quota_a_higher_band_takes_its_own_lower_band_work_
     result = find_assignments(occupied(fleet, *runs), [plain("a/urgent", "ana")], share=share)
     assert [("ana/1", "preempted by interactive job a/urgent")] == [(e.job_id, e.reason) for e in result.evictions]
     assert [("a/urgent", "s0-w1")] == [(a.job_id, a.worker_id) for a in result.assignments]
-    # Over its quota, a team's job does not displace its own work: its borrowed work is reclaimed first.
+    # Over its quota (its newer batch task borrowed) and with nothing left to borrow, bands still decide
+    # inside the team: the interactive task takes its borrowed batch task's place, and A borrows no more.
     over = Teams((Team("a", ("ana",), Resources(1000)), *teams.teams[1:]))
     result = find_assignments(occupied(fleet, *runs), [plain("a/urgent", "ana")],
                               share=ShareSnapshot(now=NOW, running=runs, teams=over))  # fmt: skip
-    assert () == result.evictions and "beyond team a's quota" in result.pending_reasons["a/urgent"]
+    assert [("ana/1", "preempted by interactive job a/urgent")] == [(e.job_id, e.reason) for e in result.evictions]
+    assert [("a/urgent", "s0-w1")] == [(a.job_id, a.worker_id) for a in result.assignments]
+
+
+def test_borrowed_work_takes_the_place_of_lower_band_borrowed_work() -> None:
+    """A fills its quota and borrows B's idle half with interactive tasks; a user in no team (quota 0) then
+    asks for two production tasks. Nothing is left to borrow, but A's borrowed interactive tasks are of a lower
+    band: they make way (newest first), as band preemption would, and what is borrowed in all does not grow.
+    A's work within its quota is never touched."""
+    fleet = hosts(1, 4)
+    teams = Teams((Team("a", ("ana",), Resources(2000)), Team("b", ("bo",), Resources(2000))))
+    runs = [running(f"ana/{i}", [w], "interactive", "ana", HOST, 100.0 + i, coscheduled=False)
+            for i, w in enumerate(fleet)]  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=runs, teams=teams)
+    result = find_assignments(occupied(fleet, *runs), [plain("dan/prod", "dan", 2, band=Band.PRODUCTION)],
+                              share=share)  # fmt: skip
+    assert {"ana/2", "ana/3"} == {e.job_id for e in result.evictions}
+    assert {"s0-w2", "s0-w3"} == {a.worker_id for a in result.assignments}
+    # At the same band nothing gives way: the job waits, saying why.
+    level = find_assignments(occupied(fleet, *runs), [plain("dan/more", "dan", 2)], share=share)
+    assert () == level.evictions and "no idle quota left to borrow" in level.pending_reasons["dan/more"]
 
 
 def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:

@@ -64,6 +64,9 @@ class RevokeUser:
     name: str
     at: float
     by: str = ""
+    # With OIDC, a name Iris issued no token to may be an SSO user's: it is recorded revoked, so their sign-in
+    # is refused (`Directory.role_of`) until an admin adds the name again.
+    unknown_ok: bool = False
 
 
 @dataclass
@@ -115,8 +118,14 @@ def add_user(state: AuthState, req: AddUser) -> AuthAnswer:
 
 def revoke_user(state: AuthState, req: RevokeUser) -> AuthAnswer:
     user = find_user(state, req.name)
-    if user is None:
+    if user is None and not req.unknown_ok:
         return AuthAnswer(False, f"no such user: {req.name}")
+    if user is None:
+        user = AuthUser(req.name, "user", created_at=req.at)
+        state.users.append(user)
+    admins = [u for u in state.users if u.role == "admin" and u.token_hashes and not u.revoked_at]
+    if admins == [user]:
+        return AuthAnswer(False, f"{req.name} is the last admin: add another first (`iris auth add-user NAME --admin`)")
     user.token_hashes, user.revoked_at = [], req.at
     record(state, [AuditEntry(req.at, req.by, "revoke", req.name)])
     return AuthAnswer(True)
