@@ -46,7 +46,7 @@ from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.schedule_api import ScheduleRoutes
 from iris.auth.verify import OidcVerifier, Verifiers
-from iris.client import fleet_view
+from iris.client import fleet_view, schedules
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
 from iris.client.endpoints import job_endpoints
@@ -439,20 +439,35 @@ class IrisApi:
 
     # -- users and the audit log
 
+    def _users_action(self, who: Identity, action: str, subject: str) -> None:
+        """Admins only; a refusal is audited with the user it was about (`bo add-user zed (refused)`)."""
+        try:
+            authorize(who, Action.USERS)
+        except PermissionDeniedError as err:
+            err.audited = True
+            self.gate.audit(who, action, subject, "refused", allowed=False)
+            raise
+
     async def add_user(self, request: web.Request, who: Identity) -> web.StreamResponse:
-        authorize(who, Action.USERS)
         body = await request.json()
+        self._users_action(who, "add-user", str(body.get("name", "")))
         name, role = resolve_user(body["name"]), Role(body.get("role", Role.USER))
         token = await store.add_user(self.iris.temporal, name, role.value, by=who.name)
         await self.gate.directory.refresh(older_than=0.0)
         return web.json_response({"token": token})
 
     async def revoke(self, request: web.Request, who: Identity) -> web.StreamResponse:
-        authorize(who, Action.USERS)
-        name = resolve_user((await request.json())["name"])
+        body = await request.json()
+        self._users_action(who, "revoke", str(body.get("name", "")))
+        name = resolve_user(body["name"])
         # With OIDC, an SSO user Iris never issued a token to can be revoked too (their sign-ins are refused).
         await store.revoke_user(self.iris.temporal, name, by=who.name, unknown_ok=self.gate.oidc is not None)
         self.gate.directory.forget(name)
+        # Their schedules would go on starting jobs as them: paused (an admin may unpause or delete them).
+        for owned in await schedules.list_all(self.iris):
+            if owned.user == name and not owned.paused:
+                await schedules.AsyncSchedule(self.iris, owned.name).pause(f"paused: its owner {name} was revoked")
+                self.gate.audit(who, "schedule pause", owned.name, f"its owner {name} was revoked")
         return web.json_response({"ok": True})
 
     async def audit(self, request: web.Request, who: Identity) -> web.StreamResponse:

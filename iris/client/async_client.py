@@ -370,7 +370,7 @@ class AsyncIrisClient(ClusterReads):
                     final = await self._whole_table(job_id, final)
                     if JobState(final.state) in TERMINAL_JOB_STATES and not is_summary(final):
                         self._results[job_id] = final
-                    status = _job_status(final)
+                    status = await self._placed_in_queue(_job_status(final))  # its team, as `status` gives it
                     if on_progress:
                         on_progress(status)
                     return status

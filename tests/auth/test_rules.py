@@ -150,3 +150,22 @@ def test_config_oidc_sign_in_settings(tmp_path: Path) -> None:
     secret.unlink()
     with pytest.raises(ValueError, match=r"auth\.oidc\.client_secret_file: cannot read"):
         auth.oidc_client_secret()
+
+
+def test_a_token_file_of_several_lines_is_an_authentication_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is not one token (a file of two lines, a value with a space) is refused naming where it came from,
+    before any request (an HTTP library would refuse the header with a message about header injection)."""
+    from iris.auth.remote import resolve_token
+
+    monkeypatch.delenv("IRIS_TOKEN", raising=False)
+    path = tmp_path / "token"
+    path.write_text("iris_ana_x\nsecond line\n")
+    monkeypatch.setenv("IRIS_TOKEN_FILE", str(path))
+    with pytest.raises(AuthenticationError, match=rf"^IRIS_TOKEN_FILE \({path}\): not one token"):
+        resolve_token()
+    path.write_text("\n  iris_ana_x  \n\n")
+    assert "iris_ana_x" == resolve_token()
+    with pytest.raises(AuthenticationError, match=r"^token=: not one token"):
+        resolve_token("iris ana")

@@ -271,7 +271,8 @@ def test_a_jobs_name_is_its_users_own(team: Team) -> None:
                    what="bo's job listed")  # fmt: skip
         mine = ana.submit_command(["true"], name="prep-2026-12-01", if_exists="reuse", resources=SMALL)
         assert mine.job_id != theirs.job_id and "ana" == mine.status().user
-        assert JobState.SUCCEEDED == mine.wait(timeout=120).state
+        final = mine.wait(timeout=120)
+        assert (JobState.SUCCEEDED, "vision") == (final.state, final.team)  # wait() gives the team as status() does
         again = ana.submit_command(["true"], name="prep-2026-12-01", if_exists="fail", resources=SMALL)
         assert again.job_id not in (mine.job_id, theirs.job_id)
     finally:
@@ -407,7 +408,23 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
     assert 3 == team.cli("ana", "auth", "revoke", "bob").returncode
     assert 3 == team.cli("agent", "job", "list").returncode
     audit = team.cli("admin", "auth", "audit", "--since", "5m").stdout
-    assert "users (refused)" in audit and "read (refused)" in audit, audit
+    assert "revoke (refused)" in audit and "read (refused)" in audit, audit
+    refused = next(line for line in audit.splitlines() if "revoke (refused)" in line)
+    assert "ana" in refused and "bob" in refused, refused  # who tried, and on whom
+
+
+def test_revoking_a_user_pauses_their_schedules(team: Team) -> None:
+    """A revoked user's schedule would go on starting jobs as them: revoking them pauses it."""
+    made = team.cli("admin", "auth", "add-user", "cy")
+    assert 0 == made.returncode, made.stderr
+    with IrisClient.connect(team.url, token=made.stdout.strip()) as cy:
+        cy.create_command_schedule("cy-hourly", ["true"], cron="0 * * * *", resources=SMALL)
+    try:
+        assert 0 == team.cli("admin", "auth", "revoke", "cy").returncode
+        status = team.clients["admin"].schedule("cy-hourly").status()
+        assert status.paused and () == status.next_runs
+    finally:
+        team.clients["admin"].schedule("cy-hourly").delete()
 
 
 def test_credentials(team: Team) -> None:
