@@ -239,11 +239,19 @@ class _QuotaWalk:
         teams.start_borrowing()
         fair, share = self.fair, self.share
         ordered = FairQueue(deferred, self.bands, fair.shares, share.policy) if fair and share else deferred
+        # A starving gang that may not borrow enough now holds what may be borrowed (everyone's, or its team's
+        # when its own borrowing limit is what stops it) from the work after it: else smaller borrowed jobs take
+        # each unit freed, one at a time, and the gang never has its whole size at once (starvation_after).
+        hold: tuple[str, str | None] | None = None  # (the gang, the team held, None for every team)
         for job in ordered:
             left = self._within_again(job) if preemption is not None else job
             if left is None:
                 continue
             team = teams.team_of(job.user)
+            if hold is not None and hold[1] in (None, team):
+                state.reasons[job.job_id] = (f"beyond team {team}'s quota; what may be borrowed is held for {hold[0]}, "
+                                             "which waited past starvation_after")  # fmt: skip
+                continue
             n = len(left.task_indices)
             k, why = teams.borrow_room(team, left.request, n)
             if (k == 0 or (k < n and left.group_by)) and preemption is not None:
@@ -254,7 +262,11 @@ class _QuotaWalk:
             if k == 0 or (k < n and left.group_by):
                 # Which resources its quota lacks, then which it may not borrow (they can differ).
                 over = teams.beyond(team, left.request, 1 if k == 0 else n)
-                state.reasons[job.job_id] = f"beyond team {team}'s quota{f' ({over})' if over else ''} and {why}"
+                reason = f"beyond team {team}'s quota{f' ({over})' if over else ''} and {why}"
+                if hold is None and left.group_by and left.waited_seconds >= self.policy.starvation_seconds:
+                    hold = (job.job_id, team if why.startswith(f"team {team} ") else None)
+                    reason = f"{reason}; holding what may be borrowed for it (waited {left.waited_seconds:.0f}s)"
+                state.reasons[job.job_id] = reason
                 continue
             part = replace(left, task_indices=left.task_indices[:k]) if k < n else left
             if preemption is not None:

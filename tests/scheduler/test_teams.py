@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler import Band, PendingJob, Resources, ShareSnapshot, WorkerSnapshot, find_assignments
@@ -83,6 +85,25 @@ def test_the_reason_names_what_the_quota_lacks_and_what_cannot_be_borrowed() -> 
     share = ShareSnapshot(now=NOW, running=[mine], teams=teams)
     result = find_assignments(occupied(fleet, mine), [plain("b/one", "bo")], share=share)
     assert "beyond team b's quota (memory) and no idle quota left to borrow (memory)" == result.pending_reasons["b/one"]
+
+
+def test_a_starving_borrowed_gang_holds_what_may_be_borrowed_from_smaller_work() -> None:
+    """A's idle quota of 4 is all that may be borrowed; dan (no team) borrows 3 of it. eve's gang of 2 (no team
+    either) has waited past starvation_after: the 1 left is not enough for it, and dan's next task must not take
+    it (else each unit freed goes to a small task and the gang never has 2 at once). A fresh gang holds nothing."""
+    fleet = hosts(1, 4)
+    teams = Teams((Team("a", ("ana",), Resources(4000)),))
+    runs = [running(f"dan/{i}", [w], "interactive", "dan", HOST, 100.0 + i, coscheduled=False)
+            for i, w in enumerate(fleet[:3])]  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=runs, teams=teams)
+    starving = PendingJob("eve/gang", (0, 1), HOST, group_by="tpu-name", user="eve", waited_seconds=7200.0)
+    result = find_assignments(occupied(fleet, *runs), [starving, plain("dan/more", "dan")], share=share)
+    assert () == result.assignments
+    assert "holding what may be borrowed for it" in result.pending_reasons["eve/gang"]
+    assert "held for eve/gang" in result.pending_reasons["dan/more"]
+    fresh = replace(starving, waited_seconds=10.0)
+    result = find_assignments(occupied(fleet, *runs), [fresh, plain("dan/more", "dan")], share=share)
+    assert [("dan/more", "s0-w3")] == [(a.job_id, a.worker_id) for a in result.assignments]
 
 
 def test_borrowing_stops_at_the_borrowing_limit() -> None:
