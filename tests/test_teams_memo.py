@@ -35,6 +35,8 @@ def test_a_borrowers_use_shows_as_borrowed_and_as_lent_by_the_idle_team() -> Non
     assert table["a"].used["memory"] > 0
     assert [0.0] == sorted({t.borrowed["memory"] for t in table.values()} | {t.lent["memory"] for t in table.values()})
     assert "default" == QueueView.from_memo({TEAMS_MEMO: rows}).team_of_user.get("cy", "default")
+    # With nobody in it, `default` is listed all the same: where users in no team are.
+    assert ["a", "b", "default"] == [r[0] for r in teams_memo(TEAMS, [], {}, [16000, 1 << 40, 0, 0])]
 
 
 def test_the_queue_table_shows_the_band_a_job_is_scheduled_in_and_no_start_already_past() -> None:

@@ -32,6 +32,7 @@ from iris.cli.run_options import as_flags, job_options
 from iris.client.job_control import parse_if_exists
 from iris.types import JobState, JobStatus, TaskState, TaskStatus
 from iris.units import format_memory
+from scheduler.teams import DEFAULT_TEAM
 
 app = typer.Typer(
     help="Iris: durable multi-host accelerator jobs on Temporal.", no_args_is_help=True,
@@ -208,13 +209,15 @@ def job_status(
     if s.parent_job_id:
         out.print(f"parent: {s.parent_job_id}", markup=False, highlight=False)
     band = s.priority if s.effective_priority == s.priority else f"{s.priority} (scheduled as {s.effective_priority})"
-    out.print(f"user: {s.user or '-'}  band: {band}  preemptions: {s.preemptions}", markup=False, highlight=False)
+    team = f"  team: {s.team}" if s.team not in ("", DEFAULT_TEAM) else ""  # whatever its state
+    out.print(f"user: {s.user or '-'}{team}  band: {band}  preemptions: {s.preemptions}", markup=False,
+              highlight=False)  # fmt: skip
     for line in job_control_lines(s):  # dependencies and a throttled array's cap (iris/cli/job_control_commands.py)
         out.print(line, markup=False, highlight=False)
     if s.pending_reason:
         out.print(f"pending: {s.pending_reason}", markup=False, highlight=False)
     if place_line(s):
-        out.print(f"team: {s.team}  {place_line(s)}", markup=False, highlight=False)
+        out.print(place_line(s), markup=False, highlight=False)
     if s.error:
         out.print(f"error: {s.error}", markup=False, highlight=False)
     table = Table("TASK", "STATE", "WORKER", "ATTEMPT", "FAILURES", "PREEMPTIONS", "EXIT", "ERROR")

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduler.teams import UNLIMITED, Teams
+from scheduler.teams import DEFAULT_TEAM, UNLIMITED, Teams
 
 TEAMS_MEMO = "teams"
 QUEUE_MEMO = "queue"
@@ -65,7 +65,7 @@ def teams_memo(
     for user, count in pending_by_user.items():
         team = teams.team_of(user)
         pending[team] = pending.get(team, 0) + count
-    names = teams.names([*used, *pending])
+    names = teams.names([DEFAULT_TEAM, *used, *pending])  # `default` always: where users in no team are
     quota = {name: _vector(teams.get(name).quota) for name in names}
     zero = [0, 0, 0, 0]
     covered = teams.covered()  # a resource no team has a quota of is neither borrowed nor lent (scheduler.teams)
