@@ -50,6 +50,7 @@ __all__ = [
     "StorageError",
     "encode_component",
     "join_key",
+    "last_lines",
     "parse_store_url",
 ]
 
@@ -455,3 +456,15 @@ class LogStore(LogReading):
             return b""
         except OSError as exc:
             raise LogStoreError(f"cannot read log file {path}: {exc.strerror or exc}") from exc
+
+
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last `count` lines of `data` (an unterminated last line counts as one), bytes unchanged."""
+    if count <= 0:
+        return b""
+    position = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(count):
+        position = data.rfind(b"\n", 0, position)
+        if position < 0:
+            return data
+    return data[position + 1:]

@@ -150,6 +150,7 @@ class IrisApi:
             ("GET", "/job/results", self.results),
             ("GET", "/job/endpoints", self.endpoints),
             ("POST", "/job/kill", self.kill),
+            ("GET", "/job/bug-report", self.bug_report),
             ("POST", "/job/logs", self.logs),
             ("POST", "/job/access", self.task_access),
             ("GET", "/cluster/{what}", self.cluster_read),
@@ -328,6 +329,14 @@ class IrisApi:
     async def endpoints(self, request: web.Request, who: Identity) -> web.StreamResponse:
         authorize(who, Action.READ)
         return answer(await job_endpoints(self.iris.temporal, request.query["job_id"]))
+
+    async def bug_report(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        """`iris job bug-report` in team mode: it holds the job's log tails, so it is its owner's or an admin's."""
+        from iris.client.bug_report import report
+
+        job_id = request.query["job_id"]
+        await self.require(who, Action.LOGS, job_id)
+        return answer(await report(self.iris, job_id, team_mode=True))
 
     async def kill(self, request: web.Request, who: Identity) -> web.StreamResponse:
         body = await request.json()

@@ -368,6 +368,10 @@ class RemoteIrisClient:
     async def list_reservations(self) -> Any:
         return await self.get("/cluster/reservations")
 
+    async def bug_report(self, job_id: str) -> str:
+        text: str = await self.get("/job/bug-report", job_id=job_id)
+        return text
+
     async def list_teams(self) -> Any:
         return await self.get("/cluster/teams")
 

@@ -12,7 +12,7 @@ import io
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from worker_agent.storage import LogCursor
+from worker_agent.storage import LogCursor, last_lines
 
 if TYPE_CHECKING:
     from worker_agent.object_store import Logs
@@ -96,18 +96,6 @@ class LogPrinter:
 
     def __exit__(self, *exc: object) -> None:
         self.end()
-
-
-def last_lines(data: bytes, count: int) -> bytes:
-    """The last `count` lines of `data` (an unterminated last line counts as one), bytes unchanged."""
-    if count <= 0:
-        return b""
-    position = len(data) - 1 if data.endswith(b"\n") else len(data)
-    for _ in range(count):
-        position = data.rfind(b"\n", 0, position)
-        if position < 0:
-            return data
-    return data[position + 1:]
 
 
 class LogFollower:

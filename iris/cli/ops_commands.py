@@ -116,9 +116,11 @@ def job_bug_report(
     """One Markdown file with the job's request, status, errors, log tails, workers and workflow histories."""
     from pathlib import Path
 
-    from iris.cli.bug_report import build_report
+    from iris.client.bug_report import report
 
-    text = build_report(iris_client(temporal, store), job_id)
+    client = iris_client(temporal, store)
+    remote = getattr(client._async, "remote", False)  # team mode: the controller writes it (iris/auth/api.py)
+    text: str = client._run(client._async.bug_report(job_id) if remote else report(client._async, job_id))  # type: ignore[attr-defined]
     if output == "-":
         sys.stdout.write(text)
         return

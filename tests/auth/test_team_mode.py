@@ -346,6 +346,20 @@ def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
     assert "hello from ana" not in page and "for its owner and admins" in page
 
 
+def test_a_bug_report_is_the_owners_and_admins_and_shows_no_control_plane_address(team: Team) -> None:
+    """`iris job bug-report` works with a token (the controller writes it): for the owner and an admin, refused
+    for another user (its log tails are the job's output), and it names no address behind Iris's checks."""
+    job = team.clients["ana"].submit_command(["sh", "-c", "echo report-me; exit 3"], name="broken", resources=SMALL)
+    assert JobState.FAILED == job.wait(timeout=120, raise_on_failure=False).state
+    for who in ("ana", "admin"):
+        made = team.cli(who, "job", "bug-report", job.job_id, "--output", "-")
+        assert 0 == made.returncode, made.stderr
+        assert f"# Iris bug report: job `{job.job_id}`" in made.stdout and "report-me" in made.stdout
+        assert "the cluster's own (team mode)" in made.stdout
+    refused = team.cli("bob", "job", "bug-report", job.job_id, "--output", "-")
+    assert 3 == refused.returncode and "belongs to ana" in refused.stderr, refused.stderr
+
+
 def test_kill_is_the_owners_and_admins(team: Team) -> None:
     """Another user cannot kill (client, CLI, dashboard); the owner and an admin can (client, CLI, dashboard)."""
     jobs = [sleeper(team) for _ in range(3)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from iris import Constraint, IrisClient, ResourceSpec
-from iris.cli.bug_report import fenced
+from iris.client.bug_report import fenced
 from tests.ops.cli import iris
 from tests.support import Cluster, wait_until
 

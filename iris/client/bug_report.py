@@ -29,10 +29,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.contracts import task_workflow_id
-from iris.cli.log_output import last_lines
-from iris.client.iris_client import IrisClient
+from iris.client.async_client import AsyncIrisClient
 from iris.types import JobStatus, TaskState, WorkerStatus
 from iris.units import format_memory
+from worker_agent.storage import last_lines
 
 LOG_TAIL_LINES = 50
 """Lines of each detailed task's log."""
@@ -175,7 +175,7 @@ def _status_section(status: JobStatus) -> list[str]:
     return out
 
 
-def _workers_section(client: IrisClient, status: JobStatus, involved: dict[str, list[str]],
+def _workers_section(client: AsyncIrisClient, status: JobStatus, involved: dict[str, list[str]],
                      live: dict[str, WorkerStatus]) -> list[str]:  # fmt: skip
     from iris.controller import daemon_logs
     out = ["## Workers", ""]
@@ -205,35 +205,32 @@ def _workers_section(client: IrisClient, status: JobStatus, involved: dict[str, 
     return out
 
 
-def build_report(client: IrisClient, job_id: str) -> str:
-    """The report's Markdown text; KeyError if there is no such job."""
+async def report(client: AsyncIrisClient, job_id: str, *, team_mode: bool = False) -> str:
+    """The report's Markdown text, from a client holding a Temporal connection: the CLI's, or in team mode the
+    controller's for the job's owner or an admin (`team_mode`: the control plane's addresses are left out, as
+    users never see them). KeyError if there is no such job."""
+    import asyncio
     from importlib.metadata import PackageNotFoundError, version
 
-    status = client.job_status(job_id)
-    temporal = client._async.temporal
+    status = await client.status(job_id)
+    temporal = client.temporal
     detailed = _detailed(status)
-
-    async def gather() -> tuple[str | None, list[History]]:
-        import asyncio
-
-        description = await temporal.get_workflow_handle(job_id).describe()
-        details = await description.static_details()
-        ids = [job_id, *(task_workflow_id(job_id, i) for i in range(status.num_tasks))]
-        return details, list(await asyncio.gather(*(fetch_history(temporal, wid) for wid in ids)))
-
-    details, histories = client._run(gather())
+    description = await temporal.get_workflow_handle(job_id).describe()
+    details = await description.static_details()
+    ids = [job_id, *(task_workflow_id(job_id, i) for i in range(status.num_tasks))]
+    histories = list(await asyncio.gather(*(fetch_history(temporal, wid) for wid in ids)))
     job_history, task_histories = histories[0], histories[1:]
-    live = {w.worker_id: w for w in client.list_workers()}
+    live = {w.worker_id: w for w in await client.list_workers()}
     try:
         iris_version = version("iris")
     except PackageNotFoundError:
         iris_version = "unknown"
 
+    where = ("the cluster's own (team mode)" if team_mode else f"{_cell(temporal.service_client.config.target_host)} "
+             f"(namespace {temporal.namespace}); store {_cell(client.store_url)}")  # fmt: skip
     out = [
         f"# Iris bug report: job `{job_id}`", "",
-        f"Made {_utc(time.time())} with iris {iris_version}; Temporal "
-        f"{_cell(temporal.service_client.config.target_host)} (namespace {temporal.namespace}); "
-        f"store {_cell(client.store_url)}.", "",
+        f"Made {_utc(time.time())} with iris {iris_version}; Temporal {where}.", "",
         "> Review before sharing: the log tails are the job's own output. Environment values are left out.", "",
         "## Request", "", details or "(not recorded)", "",
     ]  # fmt: skip
@@ -241,7 +238,7 @@ def build_report(client: IrisClient, job_id: str) -> str:
     if not status.done:
         from iris.client import fleet_view
         try:
-            scaling = client._run(fleet_view.autoscaler_status(temporal))
+            scaling = await fleet_view.autoscaler_status(temporal)
         except RPCError:
             scaling = None
         if scaling is not None and job_id in scaling.unmet:
@@ -249,7 +246,7 @@ def build_report(client: IrisClient, job_id: str) -> str:
     out += ["", f"## Tasks in detail ({len(detailed)} of {status.num_tasks}: those that did not succeed, and task 0)"]
     for i in detailed:
         task = status.tasks[i] if i < len(status.tasks) else None
-        data = client.log_store.read_bytes(job_id, i)
+        data = await asyncio.to_thread(client.logs.read_bytes, job_id, i)
         tail = last_lines(data, LOG_TAIL_LINES).decode("utf-8", "replace")
         out += ["", f"### Task {i}: {task.state if task else '?'}"]
         if task is not None and task.error:
@@ -257,7 +254,8 @@ def build_report(client: IrisClient, job_id: str) -> str:
         count = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
         out += ["", f"Log (last {min(count, LOG_TAIL_LINES)} of {count} lines, all attempts):", "",
                 fenced(tail, "text") if tail else "(empty)"]  # fmt: skip
-    out += ["", *_workers_section(client, status, workers_of(task_histories), live)]
+    workers = await asyncio.to_thread(_workers_section, client, status, workers_of(task_histories), live)
+    out += ["", *workers]
     out += ["", "## Workflow histories", "",
             f"Latest run of each; more than {HISTORY_HEAD + HISTORY_TAIL} events are cut in the middle. Full JSON: "
             "`temporal workflow show --output json -w WORKFLOW_ID`."]  # fmt: skip
