@@ -46,6 +46,7 @@ from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.schedule_api import ScheduleRoutes
 from iris.auth.verify import OidcVerifier, Verifiers
+from iris.auth.wire import Handler, answer
 from iris.client import fleet_view, schedules
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
@@ -65,14 +66,10 @@ log = structlog.get_logger("iris.auth.api")
 
 PREFIX = "/api/v1"
 COOKIE = "iris_token"
-PICKLE = "application/vnd.iris.pickle"
 WAIT_SLICE_SECONDS = 55.0
 """A `wait` call holds the request at most this long; the client asks again (proxies cut longer requests)."""
 IDENTITY_KEY = web.AppKey("iris_identity", Identity)
 OWNERS_KEPT = 10_000
-
-Handler = Callable[[web.Request, Identity], Awaitable[web.StreamResponse]]
-
 
 def bearer(request: web.Request) -> str | None:
     """The request's credential: `Authorization: Bearer TOKEN`, else the login cookie."""
@@ -80,10 +77,6 @@ def bearer(request: web.Request) -> str | None:
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
     return request.cookies.get(COOKIE) or None
-
-
-def answer(value: Any, status: int = 200) -> web.Response:
-    return web.Response(body=pickle.dumps(value), status=status, content_type=PICKLE)
 
 
 def refusal(err: BaseException) -> web.Response:

@@ -272,9 +272,7 @@ class RemoteIrisClient:
     async def list_schedules(self) -> Any:
         return await self.get("/schedules")
 
-    def schedule(self, name: str) -> Any:
-        from iris.auth.schedule_api import RemoteSchedule
-
+    def schedule(self, name: str) -> RemoteSchedule:
         return RemoteSchedule(self, name)
 
     async def _submit(self, req: Any, payload: bytes | None, bundle: tuple[str, bytes] | None,
@@ -420,3 +418,34 @@ class RemoteIrisClient:
 
 
 __all__ = ["TOKEN_ENV", "TOKEN_FILE_ENV", "RemoteIrisClient", "RemoteLogs", "resolve_token"]
+
+
+class RemoteSchedule:
+    """`AsyncSchedule`'s calls, through the Iris API (what `IrisClient.schedule(name)` wraps in team mode;
+    iris/auth/schedule_api.py serves them)."""
+
+    def __init__(self, client: RemoteIrisClient, name: str) -> None:
+        self._client = client
+        self.name = name
+
+    async def _call(self, op: str, **extra: Any) -> Any:
+        return await self._client.post(f"/schedule/{op}", {"name": self.name, **extra})
+
+    async def status(self) -> Any:
+        return await self._call("status")
+
+    async def pause(self, note: str = "paused") -> None:
+        await self._call("pause", note=note)
+
+    async def unpause(self, note: str = "unpaused") -> None:
+        await self._call("unpause", note=note)
+
+    async def trigger(self) -> None:
+        await self._call("trigger")
+
+    async def delete(self) -> None:
+        await self._call("delete")
+
+    async def job_ids(self) -> list[str]:
+        ids: list[str] = await self._call("jobs")
+        return ids

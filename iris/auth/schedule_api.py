@@ -1,4 +1,4 @@
-"""Schedules in team mode: the Iris API's routes for them, and the client's handle that calls them.
+"""Schedules in team mode: the Iris API's routes for them (the client's handle is iris/auth/remote.py's).
 
 A user creates a schedule as themselves (its jobs are theirs, as the jobs they submit); everyone may
 list schedules, read one and list its jobs; pausing, unpausing, triggering or deleting one is its
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from google.protobuf.message import DecodeError
@@ -18,11 +18,17 @@ from google.protobuf.message import DecodeError
 from activities.proto import cluster_pb2 as pb
 from iris.auth.errors import PermissionDeniedError
 from iris.auth.rules import Action, Identity, authorize
+from iris.auth.wire import Handler, answer
 from iris.client import schedules
 
-if TYPE_CHECKING:
-    from iris.auth.api import Handler, IrisApi
-    from iris.auth.remote import RemoteIrisClient
+
+class Api(Protocol):
+    """What the routes use of the Iris API (iris/auth/api.py `IrisApi`): its client, gate and user check."""
+
+    iris: Any  # the controller's AsyncIrisClient
+    gate: Any  # the API's Gate: `audit(...)`
+
+    def check_named_user(self, who: Identity, named: Any, action: str) -> None: ...
 
 READS = frozenset({"status", "jobs"})
 CHANGES = frozenset({"pause", "unpause", "trigger", "delete"})
@@ -32,7 +38,7 @@ class ScheduleRoutes:
     """POST /schedules (create), GET /schedules (list), POST /schedule/{op} (status, jobs, pause, unpause,
     trigger, delete) with the schedule's `name` in the body."""
 
-    def __init__(self, api: IrisApi) -> None:
+    def __init__(self, api: Api) -> None:
         self.api = api
 
     def routes(self) -> list[tuple[str, str, Handler]]:
@@ -59,14 +65,10 @@ class ScheduleRoutes:
         return web.json_response({"name": req.schedule})
 
     async def list(self, request: web.Request, who: Identity) -> web.StreamResponse:
-        from iris.auth.api import answer
-
         authorize(who, Action.READ)
         return answer(await schedules.list_all(self.api.iris))
 
     async def act(self, request: web.Request, who: Identity) -> web.StreamResponse:
-        from iris.auth.api import answer
-
         op = request.match_info["op"]
         body = await request.json()
         name = str(body.get("name") or "")
@@ -93,34 +95,3 @@ class ScheduleRoutes:
             await schedule.delete()
         self.api.gate.audit(who, f"schedule {op}", name)
         return answer(None)
-
-
-class RemoteSchedule:
-    """`AsyncSchedule`'s calls, through the Iris API (what `IrisClient.schedule(name)` wraps in team mode)."""
-
-    def __init__(self, client: RemoteIrisClient, name: str) -> None:
-        self._client = client
-        self.name = name
-
-    async def _call(self, op: str, **extra: Any) -> Any:
-        return await self._client.post(f"/schedule/{op}", {"name": self.name, **extra})
-
-    async def status(self) -> schedules.ScheduleStatus:
-        status: schedules.ScheduleStatus = await self._call("status")
-        return status
-
-    async def pause(self, note: str = "paused") -> None:
-        await self._call("pause", note=note)
-
-    async def unpause(self, note: str = "unpaused") -> None:
-        await self._call("unpause", note=note)
-
-    async def trigger(self) -> None:
-        await self._call("trigger")
-
-    async def delete(self) -> None:
-        await self._call("delete")
-
-    async def job_ids(self) -> list[str]:
-        ids: list[str] = await self._call("jobs")
-        return ids
