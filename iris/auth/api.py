@@ -192,12 +192,17 @@ class IrisApi:
     async def require(self, who: Identity, action: Action, job_id: str) -> None:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError("job_id: missing")
-        owner = await self.owner(job_id)
+        self.authorized(who, action, action.value, job_id, owner=await self.owner(job_id))
+
+    def authorized(self, who: Identity, action: Action, label: str, subject: str, *, owner: str | None = None) -> None:
+        """Allowed, or refused and audited as `label` on what it was about (the job, schedule, user or worker,
+        and the owner when the rule is the owner's): `bo revoke ana (refused)`."""
         try:
-            authorize(who, action, job_id=job_id, owner=owner)
+            authorize(who, action, job_id=subject if owner is not None else "", owner=owner or "")
         except PermissionDeniedError as err:
             err.audited = True
-            self.gate.audit(who, action.value, job_id, f"refused (owner {owner})", allowed=False)
+            detail = "refused" if owner is None else f"refused (owner {owner})"
+            self.gate.audit(who, label, subject, detail, allowed=False)
             raise
 
     def check_named_user(self, who: Identity, named: Any, action: str) -> None:
@@ -236,18 +241,25 @@ class IrisApi:
 
     # -- jobs
 
-    async def submit(self, request: web.Request, who: Identity) -> web.StreamResponse:
+    def verified_request(self, who: Identity, body: dict[str, Any], action: str) -> pb.JobRequest:
+        """The caller's job request (a submission's, a schedule's), as its verified user's, with what names stored
+        objects or another job left for the server to set: a request pointing at another job's function, bundle
+        or launch blob would run (and show) that job's code as this user's."""
         authorize(who, Action.SUBMIT)
-        body = await request.json()
-        self.check_named_user(who, body.get("user"), "submit")
+        self.check_named_user(who, body.get("user"), action)
         try:
             req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
         except (DecodeError, binascii.Error, TypeError) as err:
             raise ValueError(f"request: not a job request ({err})") from None
         req.user = who.name
-        # What names stored objects or another job is the server's to set: a request pointing at another
-        # job's function, bundle or launch blob would run (and show) that job's code as this user's.
         req.job_id = req.parent_job_id = req.bundle_blob = req.launch_blob = ""
+        if req.entrypoint.HasField("function_blob"):  # the function comes as the payload, stored by the server
+            req.entrypoint.ClearField("function_blob")
+        return req
+
+    async def submit(self, request: web.Request, who: Identity) -> web.StreamResponse:
+        body = await request.json()
+        req = self.verified_request(who, body, "submit")
         if req.submitted_at:  # its place in the queue: this server's clock, never a backdated one (a schedule's is 0)
             req.submitted_at = time.time()
         payload = base64.b64decode(body["payload"]) if body.get("payload") else None
@@ -421,12 +433,7 @@ class IrisApi:
         what = request.match_info["what"]
         body = await request.json()
         subject = str(body.get("worker_id") or body.get("slice_id") or "")
-        try:
-            authorize(who, Action.FLEET)
-        except PermissionDeniedError as err:
-            err.audited = True
-            self.gate.audit(who, what, subject, "refused", allowed=False)
-            raise
+        self.authorized(who, Action.FLEET, what, subject)
         self.gate.audit(who, what, subject)
         if what == "cordon":
             await fleet_view.cordon_worker(self.iris.temporal, body["worker_id"], bool(body.get("cordoned", True)))
@@ -441,18 +448,9 @@ class IrisApi:
 
     # -- users and the audit log
 
-    def _users_action(self, who: Identity, action: str, subject: str) -> None:
-        """Admins only; a refusal is audited with the user it was about (`bo add-user zed (refused)`)."""
-        try:
-            authorize(who, Action.USERS)
-        except PermissionDeniedError as err:
-            err.audited = True
-            self.gate.audit(who, action, subject, "refused", allowed=False)
-            raise
-
     async def add_user(self, request: web.Request, who: Identity) -> web.StreamResponse:
         body = await request.json()
-        self._users_action(who, "add-user", str(body.get("name", "")))
+        self.authorized(who, Action.USERS, "add-user", str(body.get("name", "")))
         name, role = resolve_user(body["name"]), Role(body.get("role", Role.USER))
         token = await store.add_user(self.iris.temporal, name, role.value, by=who.name)
         await self.gate.directory.refresh(older_than=0.0)
@@ -460,7 +458,7 @@ class IrisApi:
 
     async def revoke(self, request: web.Request, who: Identity) -> web.StreamResponse:
         body = await request.json()
-        self._users_action(who, "revoke", str(body.get("name", "")))
+        self.authorized(who, Action.USERS, "revoke", str(body.get("name", "")))
         name = resolve_user(body["name"])
         # With OIDC, an SSO user Iris never issued a token to can be revoked too (their sign-ins are refused).
         await store.revoke_user(self.iris.temporal, name, by=who.name, unknown_ok=self.gate.oidc is not None)

@@ -9,14 +9,11 @@ Temporal calls itself (iris/client/schedules.py), as for every other call of the
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any, Protocol
 
 from aiohttp import web
-from google.protobuf.message import DecodeError
 
 from activities.proto import cluster_pb2 as pb
-from iris.auth.errors import PermissionDeniedError
 from iris.auth.rules import Action, Identity, authorize
 from iris.auth.wire import Handler, answer
 from iris.client import schedules
@@ -28,7 +25,10 @@ class Api(Protocol):
     iris: Any  # the controller's AsyncIrisClient
     gate: Any  # the API's Gate: `audit(...)`
 
-    def check_named_user(self, who: Identity, named: Any, action: str) -> None: ...
+    def verified_request(self, who: Identity, body: dict[str, Any], action: str) -> pb.JobRequest: ...
+
+    def authorized(self, who: Identity, action: Action, label: str, subject: str, *, owner: str | None = None) -> None:
+        ...
 
 READS = frozenset({"status", "jobs"})
 CHANGES = frozenset({"pause", "unpause", "trigger", "delete"})
@@ -46,18 +46,8 @@ class ScheduleRoutes:
                 ("POST", "/schedule/{op}", self.act)]  # fmt: skip
 
     async def create(self, request: web.Request, who: Identity) -> web.StreamResponse:
-        authorize(who, Action.SUBMIT)
         body = await request.json()
-        self.api.check_named_user(who, body.get("user"), "create_schedule")
-        try:
-            req = pb.JobRequest.FromString(base64.b64decode(body["request"]))
-        except (DecodeError, binascii.Error, TypeError) as err:
-            raise ValueError(f"request: not a job request ({err})") from None
-        req.user = who.name
-        # What names stored objects or another job is the server's to set (as for a submission).
-        req.job_id = req.parent_job_id = req.bundle_blob = req.launch_blob = ""
-        if req.entrypoint.HasField("function_blob"):  # the function is the payload, stored by `start`
-            req.entrypoint.ClearField("function_blob")
+        req = self.api.verified_request(who, body, "create_schedule")
         payload = base64.b64decode(body["payload"]) if body.get("payload") else None
         await schedules.start(self.api.iris, req, payload, cron=body["cron"], timezone=body["timezone"],
                               overlap=body["overlap"])  # fmt: skip
@@ -78,13 +68,7 @@ class ScheduleRoutes:
             return answer(await (schedule.status() if op == "status" else schedule.job_ids()))
         if op not in CHANGES:
             raise KeyError(f"no such schedule action: {op}")
-        owner = (await schedule.status()).user
-        try:
-            authorize(who, Action.SCHEDULE, job_id=name, owner=owner)
-        except PermissionDeniedError as err:
-            err.audited = True
-            self.api.gate.audit(who, f"schedule {op}", name, f"refused (owner {owner})", allowed=False)
-            raise
+        self.api.authorized(who, Action.SCHEDULE, f"schedule {op}", name, owner=(await schedule.status()).user)
         if op == "pause":
             await schedule.pause(str(body.get("note") or "paused"))
         elif op == "unpause":
