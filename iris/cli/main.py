@@ -294,11 +294,11 @@ def job_kill(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) 
 @worker_app.command("list")
 def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """List registered workers."""
-    table = Table("WORKER", "HEALTHY", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
+    table = Table("WORKER", "HEALTHY", "CORDONED", "CPU", "MEMORY", "RUNNING", "ATTRIBUTES")
     for w in iris_client(temporal, store).list_workers():
         attrs = " ".join(f"{k}={v}" for k, v in sorted(w.attributes.items()))
-        table.add_row(w.worker_id, "yes" if w.healthy else "NO", f"{w.cpu:g}", format_memory(w.memory_bytes),
-                      str(len(w.running_tasks)), attrs)
+        table.add_row(w.worker_id, "yes" if w.healthy else "NO", "yes" if w.cordoned else "-", f"{w.cpu:g}",
+                      format_memory(w.memory_bytes), str(len(w.running_tasks)), attrs)  # fmt: skip
     out.print(table)
 
 

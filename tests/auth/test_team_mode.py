@@ -417,6 +417,10 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
         team.clients["ana"].cordon_worker(worker)
     assert 3 == team.cli("ana", "worker", "cordon", worker).returncode
     team.clients["admin"].cordon_worker(worker)
+    wait_until(lambda: [w.cordoned for w in team.clients["ana"].list_workers() if w.worker_id == worker] == [True],
+               timeout=30, what="the cordon seen")  # fmt: skip
+    row = next(line for line in team.cli("ana", "worker", "list").stdout.splitlines() if worker in line)
+    assert row.split("│")[3].strip() == "yes", row  # the CORDONED column
     team.clients["admin"].cordon_worker(worker, cordoned=False)
     # Every refusal is in the audit log, whichever route refused it.
     assert 3 == team.cli("ana", "auth", "revoke", "bob").returncode
