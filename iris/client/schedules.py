@@ -157,7 +157,10 @@ async def start(
     )
     memo = {MEMO_KEY: {"cron": cron, "timezone": timezone, "overlap": overlap, "user": req.user}}
     try:
-        await client.temporal.create_schedule(name, schedule, memo=memo)
+        handle = await client.temporal.create_schedule(name, schedule, memo=memo)
+        if not (await handle.describe()).info.next_action_times:  # e.g. a year already past: it would never fire
+            await handle.delete()
+            raise ValueError(f"cron: {cron!r} never fires (no time to come matches it in {timezone})")
         await _until_listed(client, name, listed=True)
     except ScheduleAlreadyRunningError:
         raise ValueError(f"name: a schedule named {name!r} exists (delete it first)") from None

@@ -237,6 +237,9 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         client.create_schedule(f"{name}-x", started_at, cron="* * * * *", timezone="Mars/Olympus")
     with pytest.raises(ValueError, match=r"^cron: "):
         client.create_schedule(f"{name}-x", started_at, cron="every full moon")
+    with pytest.raises(ValueError, match=r"^cron: '0 3 \* \* \* 2020' never fires"):
+        client.create_schedule(f"{name}-x", started_at, cron="0 3 * * * 2020")
+    assert f"{name}-x" not in [s.name for s in client.list_schedules()]
 
 
 def test_an_array_at_its_cap_arms_no_timer_in_the_scheduler(client: IrisClient, tmp_path: Path) -> None:
