@@ -243,10 +243,10 @@ def job_logs(
     tail: Annotated[int | None, typer.Option("--tail", min=0, help="only the last N lines of each task")] = None,
     prefix: Annotated[
         bool | None,
-        typer.Option("--prefix/--no-prefix", help="'[i] ' before each line (default: only on a terminal)"),
+        typer.Option("--prefix/--no-prefix", help="'\\[i] ' before each line (default: only on a terminal)"),
     ] = None,
     children: Annotated[
-        bool, typer.Option("--children", help="also every job below this one; lines labelled '[JOB/task-i] '")
+        bool, typer.Option("--children", help="also every job below this one; lines labelled '\\[JOB/task-i] '")
     ] = False,
     temporal: TemporalOpt = None,
     store: StoreOpt = None,

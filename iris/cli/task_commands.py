@@ -94,7 +94,10 @@ def task_exec(
         raise fail(str(e), 1) from None
     if outcome.error:
         raise fail(outcome.error, 1)
-    raise typer.Exit(outcome.exit_code if 0 <= outcome.exit_code < 256 else 1)
+    code = outcome.exit_code
+    if code < 0:  # killed by signal N: the shell's (and docker exec's) 128+N, e.g. 137 for SIGKILL
+        code = 128 - code
+    raise typer.Exit(code if 0 <= code < 256 else 1)
 
 
 @task_app.command("profile")
@@ -109,7 +112,11 @@ def task_profile(
     """A CPU profile of a running task's Python process (py-spy), written as a flame graph (SVG)."""
     from iris.client.task_exec import TaskAccessError, profile_task
 
+    if not duration > 0:  # before anything connects or samples: a usage error, as --duration abc is
+        raise fail(f"--duration must be a positive number of seconds, got {duration:g}")
     path = output or Path(f"{job_id.replace('/', '_')}-task{task}.svg")
+    if not path.absolute().parent.is_dir():  # said now, not after sampling for --duration seconds
+        raise fail(f"--output: no such directory: {path.absolute().parent}")
     # The progress line once the profile is under way (a second in): a refusal or an error comes sooner and
     # stays the one line on stderr that it is everywhere else.
     progress = threading.Timer(1.0, err.print, (f"profiling task {task} of {job_id} for {duration:g} s",),

@@ -81,6 +81,24 @@ def test_exec_errors_are_one_line(cluster: Cluster, client: IrisClient, spinning
     assert 1 == len(missing.stderr.strip().splitlines())
 
 
+def test_exec_of_a_command_killed_by_a_signal_exits_128_plus_the_signal(cluster: Cluster, spinning: Job) -> None:
+    """As a shell, `docker exec` and `kubectl exec` say it: 137 for SIGKILL, 143 for SIGTERM."""
+    for signal_name, code in (("KILL", 137), ("TERM", 143)):
+        result = iris(cluster, "task", "exec", spinning.job_id, "--", "sh", "-c", f"kill -{signal_name} $$")
+        assert code == result.returncode, (signal_name, result.stderr)
+
+
+def test_profile_refuses_a_bad_duration_or_output_before_sampling(
+    cluster: Cluster, spinning: Job, tmp_path: Path
+) -> None:
+    """A usage error (exit 2) at once, not after --duration seconds of sampling."""
+    zero = iris(cluster, "task", "profile", spinning.job_id, "--duration", "0")
+    assert 2 == zero.returncode and "--duration must be a positive number" in zero.stderr, zero.stderr
+    nowhere = iris(cluster, "task", "profile", spinning.job_id, "--duration", "30",
+                   "--output", str(tmp_path / "missing" / "p.svg"))  # fmt: skip
+    assert 2 == nowhere.returncode and "--output: no such directory" in nowhere.stderr, nowhere.stderr
+
+
 def test_profile_writes_a_flame_graph_naming_the_spinning_function(
     cluster: Cluster, spinning: Job, tmp_path: Path
 ) -> None:
