@@ -131,14 +131,22 @@ class TaskAccess:
             return TaskAccessResult(exit_code=-1, error=found)
         handle, spec = found
         log.info("task_exec", job_id=inp.job_id, task_index=inp.task_index, program=Path(inp.argv[0]).name)
+
+        def alive() -> bool:  # the command lives no longer than its task (as `docker exec`'s dies with its container)
+            now = self.running.get((inp.job_id, inp.task_index))
+            return now is not None and now[0] == handle
+
         with self._output(inp) as sink:
             try:
                 if self.runtime.name == RuntimeName.DOCKER:
-                    code = await _beating(_docker_exec(self.runtime, handle, spec, inp.argv, sink))
+                    code = await _beating(_docker_exec(self.runtime, handle, spec, inp.argv, sink), alive)
                 elif self.runtime.name == RuntimeName.CONTAINERD:
-                    code = await _beating(_containerd_exec(self.runtime, handle, inp.argv, sink))
+                    code = await _beating(_containerd_exec(self.runtime, handle, inp.argv, sink), alive)
                 else:
-                    code = await _process_exec(self.runtime, handle, spec, inp.argv, sink)
+                    code = await _process_exec(self.runtime, handle, spec, inp.argv, sink, alive)
+            except TaskEndedError:
+                return TaskAccessResult(exit_code=-1, error=f"task {inp.task_index} of job {inp.job_id} ended: "
+                                                            "the command was killed with it")  # fmt: skip
             except FileNotFoundError as err:
                 return TaskAccessResult(exit_code=-1, error=f"cannot run {inp.argv[0]!r}: {err.strerror}")
             except Exception as err:  # an engine's refusal: the user's answer, in one line
@@ -200,8 +208,13 @@ async def _waited(process: asyncio.subprocess.Process, group: bool = False) -> i
         raise
 
 
-async def _beating(work: Awaitable[int]) -> int:
-    """`work`'s result, heartbeating every second meanwhile (the client's cancel arrives with a beat)."""
+class TaskEndedError(Exception):
+    """The task a command was run in ended while the command ran (the command was killed with it)."""
+
+
+async def _beating(work: Awaitable[int], alive: Callable[[], bool] = lambda: True) -> int:
+    """`work`'s result, heartbeating every second meanwhile (the client's cancel arrives with a beat); TaskEndedError,
+    the work cancelled (killed), once `alive()` says the task it runs in is gone."""
     job = asyncio.ensure_future(work)
     try:
         while True:
@@ -209,6 +222,8 @@ async def _beating(work: Awaitable[int]) -> int:
             done, _ = await asyncio.wait({job}, timeout=BEAT_SECONDS)
             if done:
                 return job.result()
+            if not alive():
+                raise TaskEndedError
     finally:
         if not job.done():
             job.cancel()
@@ -217,7 +232,7 @@ async def _beating(work: Awaitable[int]) -> int:
 
 
 async def _process_exec(runtime: ContainerRuntime, handle: TaskHandle, spec: TaskSpec, argv: list[str],
-                        sink: BinaryIO) -> int:  # fmt: skip
+                        sink: BinaryIO, alive: Callable[[], bool]) -> int:  # fmt: skip
     """A host process with the task's environment, working directory, user and cgroup (its limits); its exit code."""
     inherit = getattr(runtime, "_inherit_env", DEFAULT_INHERITED_ENV)
     env = task_environment(spec.env, inherit)
@@ -235,7 +250,7 @@ async def _process_exec(runtime: ContainerRuntime, handle: TaskHandle, spec: Tas
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=asyncio.subprocess.STDOUT,
         env=env, cwd=spec.cwd, start_new_session=True, **as_user,
     )  # fmt: skip
-    return await _beating(_waited(process, group=True))
+    return await _beating(_waited(process, group=True), alive)
 
 
 async def _docker_exec(runtime: ContainerRuntime, handle: TaskHandle, spec: TaskSpec, argv: list[str],

@@ -86,8 +86,14 @@ def task_exec(
 
     Output is streamed; the exit code is the command's: `iris task exec JOB --task 3 -- nvidia-smi`.
     """
+    import signal
+
     from iris.client.task_exec import TaskAccessError, exec_in_task
 
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # `kill` as Ctrl-C: the remote command is killed too, never left running
+
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         outcome = exec_in_task(iris_client(temporal, store), job_id, task, command, _write_out)
     except TaskAccessError as e:

@@ -168,3 +168,41 @@ def test_interrupting_exec_kills_the_command(cluster: Cluster, spinning: Job) ->
         cli.kill()
         for p in running():
             p.kill()
+
+
+def test_an_exec_command_lives_no_longer_than_the_cli_or_the_task(cluster: Cluster, spinning: Job) -> None:
+    """`kill` of `iris task exec` (SIGTERM) kills the remote command as Ctrl-C does; a command whose task is
+    killed dies with it, and the exec says so (as `docker exec`'s dies with its container)."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    def running(marker: str) -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if " ".join(p.info["cmdline"] or []) == marker]
+
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        cli = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--", "sleep", "3132"],
+                               env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        started.append(cli)
+        wait_until(lambda: running("sleep 3132"), timeout=60, what="the exec'd command runs")
+        cli.send_signal(signal.SIGTERM)
+        cli.wait(timeout=30)
+        wait_until(lambda: not running("sleep 3132"), timeout=30, what="the command killed with its client")
+
+        orphan = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--task", "1", "--",
+                                   "sleep", "3133"], env=cluster.env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)  # fmt: skip
+        started.append(orphan)
+        wait_until(lambda: running("sleep 3133"), timeout=60, what="the second exec'd command runs")
+        spinning.terminate()
+        _, stderr = orphan.communicate(timeout=60)
+        assert 1 == orphan.returncode and "ended: the command was killed with it" in stderr.decode(), stderr
+        wait_until(lambda: not running("sleep 3133"), timeout=30, what="the command killed with its task")
+    finally:
+        for process in started:
+            process.kill()
+        for p in running("sleep 3132") + running("sleep 3133"):
+            p.kill()
