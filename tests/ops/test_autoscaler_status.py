@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -59,6 +60,8 @@ def test_status_explains_scale_up_buffer_max_slices_and_backoff(fleet: Cluster) 
         assert re.search(r"ready: cpu1-\w+ \(idle", group), group
         assert re.search(r"last decision at \d\d:\d\d:\d\d: scaled up: started cpu1-\w+ for pending work", group)
         assert "now: idle slice cpu1-" in group and "kept as buffer for scale_down_delay 600s" in group
+        with urllib.request.urlopen(f"{fleet.info.dashboard_url}/fleet", timeout=30) as page:  # the same decision
+            assert re.search(r"scaled up: started cpu1-\w+ for pending work \(", page.read().decode())
 
         holder = client.submit_command(["sleep", "120"], name="holder", resources=WHOLE_HOST,
                                        constraints=[Constraint("pool", "EQ", "cpu1")])
