@@ -233,6 +233,8 @@ class SliceWorkflow:
                                         retry=RetryPolicy(maximum_interval=timedelta(seconds=30)),
                                         result_type=str, cancellation=TRY_CANCEL)  # fmt: skip
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):  # this workflow stopped it (a scale-down): not the slice's error
+                return SliceEvent.ERROR
             return self._failed(err, "watch")
         self.error, self.error_type = why, "SlicePreempted"
         return SliceEvent.LOST
