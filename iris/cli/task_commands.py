@@ -49,7 +49,8 @@ def job_summary(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = Non
     s = client.job_status(job_id)
     out.print(f"job {s.job_id} ({s.name}): {s.state}", markup=False, highlight=False)
     running = [t.task_index for t in s.tasks if t.state == "RUNNING"]
-    live = client._run(live_usage(client._async.temporal, job_id, running)) if running else {}
+    remote = getattr(client._async, "remote", False)  # team mode: no heartbeats to read, the ended figures only
+    live = client._run(live_usage(client._async.temporal, job_id, running)) if running and not remote else {}
     table = Table("TASK", "STATE", "WORKER", "ATTEMPTS", "EXIT", "DURATION", "PEAK MEMORY", "CPU SECONDS")
     for t in s.tasks:
         table.add_row(*summary_row(t, live.get(t.task_index)))

@@ -37,6 +37,7 @@ from iris.types import (
     JobState,
     JobStatus,
     SliceStatus,
+    TaskState,
     TaskStatus,
     TeamStatus,
     UserStatus,
@@ -228,13 +229,27 @@ class IrisClient:
                                                namespace=namespace, under=under))
 
     def list_tasks(self, job_id: str) -> list[TaskStatus]:
-        return list(self.job_status(job_id).tasks)
+        """Every task; a running one's peak memory, CPU and duration are its attempt's so far."""
+        return self._with_use_so_far(job_id, list(self.job_status(job_id).tasks))
 
     def task_status(self, job_id: str, task_index: int) -> TaskStatus:
-        tasks = self.list_tasks(job_id)
+        tasks = self.job_status(job_id).tasks
         if not 0 <= task_index < len(tasks):
             raise ValueError(f"task_index must be between 0 and {len(tasks) - 1}, got {task_index}")
-        return tasks[task_index]
+        return self._with_use_so_far(job_id, [tasks[task_index]])[0]
+
+    def _with_use_so_far(self, job_id: str, tasks: list[TaskStatus]) -> list[TaskStatus]:
+        """The running tasks' usage so far, from their attempts' last heartbeats (as `iris job summary` shows it)."""
+        from dataclasses import replace
+
+        from iris.client.live_usage import live_usage
+
+        running = [t.task_index for t in tasks if t.state == TaskState.RUNNING]
+        if not running or getattr(self._async, "remote", False):  # team mode: the figures the job table holds
+            return tasks
+        live = self._run(live_usage(self._async.temporal, job_id, running))
+        return [t if (u := live.get(t.task_index)) is None else
+                replace(t, peak_memory_bytes=u[0], cpu_seconds=u[1], duration_seconds=u[2]) for t in tasks]  # fmt: skip
 
     def fetch_task_logs(self, job_id: str, task_index: int = 0) -> list[str]:
         return self._async.fetch_task_logs(job_id, task_index)

@@ -74,6 +74,10 @@ def test_summary_shows_a_running_tasks_usage_so_far(cluster: Cluster, client: Ir
             wait_until(live_row, timeout=30, interval=1.0, what="the running task's usage so far")
         except AssertionError as err:
             raise AssertionError(f"{err}; rows seen: {rows[-3:]}") from None
+        # The client's TaskStatus says the same (it read zeros while the summary showed this).
+        now = client.task_status(job.job_id, 0)
+        assert now.peak_memory_bytes >= 115 * 2**20 and now.duration_seconds > 0, now
+        assert client.list_tasks(job.job_id)[0].peak_memory_bytes >= 115 * 2**20
     finally:
         job.terminate()
 
