@@ -22,6 +22,10 @@ def test_the_root_travels_in_the_jobs_env(tmp_path: Path) -> None:
     assert "IRIS_CHECKPOINT_DIR" not in build_request().env
     with pytest.raises(ValueError, match=r"^checkpoint_dir must be a non-empty path or URL"):
         build_request(checkpoint_dir=3)
+    # file://localhost/ is the same file URL (RFC 8089), and %20 is a space; a query would swallow the task.
+    assert "/tmp/ck sp" == build_request(checkpoint_dir="file://localhost/tmp/ck%20sp").env["IRIS_CHECKPOINT_DIR"]
+    with pytest.raises(ValueError, match=r"has a query or fragment"):
+        build_request(checkpoint_dir="s3://bucket/x?versionId=3")
 
 
 def test_a_child_does_not_inherit_its_parents_checkpoints(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 CHECKPOINT_DIR_ENV = "IRIS_CHECKPOINT_DIR"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -31,13 +32,15 @@ def checkpoint_root(value: object, field: str = "checkpoint_dir") -> str:
     if "\0" in text or "\n" in text:
         raise ValueError(f"{field} must not contain NUL or newlines")
     if text.startswith("file://"):
-        rest = text[len("file://") :]
-        if not rest.startswith("/"):
+        url = urlsplit(text)  # file:///abs and file://localhost/abs alike (RFC 8089); %20 is a space
+        if url.netloc not in ("", "localhost") or not url.path.startswith("/"):
             raise ValueError(f"{field}: a file:// URL must name an absolute path on the workers, got {text!r}")
-        return os.path.normpath(rest)
+        return os.path.normpath(unquote(url.path))
     if _URL.match(text):
         if not text.split("://", 1)[1].strip("/"):  # "gs://": a store, but no bucket to put the checkpoints in
             raise ValueError(f"{field}: {text!r} names no bucket or path after its scheme")
+        if "?" in text or "#" in text:  # a task's directory is appended to the path: a query would swallow it
+            raise ValueError(f"{field}: {text!r} has a query or fragment; give the directory's URL alone")
         return text.rstrip("/")
     if "://" in text or text.lower().startswith("file:"):  # a URL gone wrong, not a directory named so
         raise ValueError(f"{field}: {text!r} is neither a path nor a URL (a URL is scheme://..., e.g. "

@@ -37,7 +37,7 @@ def user_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     out.print(table)
 
 
-@user_app.command("credits")
+@user_app.command("credits", context_settings={"ignore_unknown_options": True})  # a balance may be negative: -5
 def user_credits(
     user: Annotated[str, typer.Argument(help="the user")],
     amount: Annotated[str | None, typer.Argument(help="set the remaining balance to this (an operator's call)")] = None,
