@@ -369,6 +369,10 @@ S = "config.yaml: scale_groups[0]"
             "config.yaml: sharing.teams: user 'ana' is listed twice in team 'a'",
         ),
         (
+            {"local": {"worker_groups": [{"name": "w", "resources": {"cpu": 0, "memory": "1g"}}]}},
+            "config.yaml: local.worker_groups[0].resources: cpu must be more than 0: a worker with none runs no task",
+        ),
+        (
             {"sharing": {"teams": [{"name": "a", "quota": {"cpu": 2}, "lending_limit": {"cpu": 5}}]}},
             "config.yaml: sharing.teams[0]: lending_limit.cpu is more than the team's quota.cpu (5 > 2)",
         ),

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from iris.cli.common import StoreOpt, TemporalOpt, fail, iris_client, out, temporal_settings
-from iris.cli.error_lines import CliError
+from iris.cli.error_lines import FAILURE, CliError
 from iris.client.iris_client import IrisClient
 
 auth_app = typer.Typer(help="Team mode: users, roles, tokens and the audit log.", no_args_is_help=True)
@@ -42,7 +42,13 @@ def add_user(
         raise fail("--admin and --worker: choose one role")
     client = _remote(temporal, store)
     role = "admin" if admin else "worker" if worker else "user"
-    _plain(client._run(client._async.add_user(name, role)))
+    try:
+        token = client._run(client._async.add_user(name, role))
+    except ValueError as e:  # the name is taken: not a usage error, the command could not do its work
+        if " exists" not in str(e):
+            raise
+        raise fail(str(e), FAILURE) from None
+    _plain(token)
 
 
 @auth_app.command("revoke")

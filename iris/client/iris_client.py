@@ -195,6 +195,8 @@ class IrisClient:
 
     def job(self, job_id: str) -> Job:
         """The handle `submit` returns, for any job (submitted by anyone, from any process); KeyError if unknown."""
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"job_id must be a job's id (a non-empty string), got {job_id!r}")
         self._run(self._async._require_job(job_id))
         return Job(self, job_id)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic.dataclasses import dataclass
 
 from activities.contracts import RuntimeName
@@ -251,6 +251,14 @@ class ResourcesFile(BaseModel):
     tpus: Devices = 0
 
 
+def _runs_something(resources: ResourcesFile) -> ResourcesFile:
+    """A local worker with no cpu or no memory could run no task (a scale group's 0 means "the platform says")."""
+    for key in ("cpu", "memory"):
+        if getattr(resources, key) <= 0:
+            raise ValueError(f"{key} must be more than 0: a worker with none runs no task")
+    return resources
+
+
 class WorkerGroupFile(BaseModel):
     """One entry of `local.worker_groups`."""
 
@@ -258,7 +266,7 @@ class WorkerGroupFile(BaseModel):
 
     name: GroupName
     count: LocalCount = 1
-    resources: ResourcesFile
+    resources: Annotated[ResourcesFile, AfterValidator(_runs_something)]
     attributes: Attributes = {}
     index_attribute: AttributeKey | None = None
     runtime: RuntimeField = Runtime.PROCESS

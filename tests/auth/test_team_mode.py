@@ -435,6 +435,8 @@ def test_revoking_a_user_pauses_their_schedules(team: Team) -> None:
     """A revoked user's schedule would go on starting jobs as them: revoking them pauses it."""
     made = team.cli("admin", "auth", "add-user", "cy")
     assert 0 == made.returncode, made.stderr
+    taken = team.cli("admin", "auth", "add-user", "cy")  # not a usage error: the name is taken (exit 1)
+    assert 1 == taken.returncode and "user cy exists" in taken.stderr, taken.stderr
     with IrisClient.connect(team.url, token=made.stdout.strip()) as cy:
         cy.create_command_schedule("cy-hourly", ["true"], cron="0 * * * *", resources=SMALL)
     try:

@@ -110,6 +110,8 @@ def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: Iris
     with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):
         client.submit_command(["true"], if_exists="reuse")
     assert before == len(client.list_jobs(limit=500))
+    with pytest.raises(ValueError, match=r"^job_id must be a job's id \(a non-empty string\), got None$"):
+        client.job(None)  # type: ignore[arg-type]
 
 
 def test_a_job_killed_while_it_waits_ends_killed(client: IrisClient, tmp_path: Path) -> None:
