@@ -20,12 +20,3 @@ def test_a_task_start_upserts_only_its_own_key_and_an_end_removes_it() -> None:
     assert {"endpoints/1": {"http": "h1:20001"}} == memo_changes(before, started)
     ended = JobView(state="RUNNING", counts={"RUNNING": 1, "SUCCEEDED": 1}, endpoints={"http": {"1": "h1:20001"}})
     assert {"counts": {"RUNNING": 1, "SUCCEEDED": 1}, "endpoints/0": None} == memo_changes(started, ended)
-
-
-def test_resolve_keeps_each_task_at_its_index() -> None:
-    """A task not running (evicted, retrying) leaves a gap, never a shift: `resolve(...)[i]` is task i's."""
-    from iris.client.endpoints import by_index
-
-    assert ["", "10.0.0.6:20057"] == by_index({1: "10.0.0.6:20057"})
-    assert ["a:1", "", "c:3"] == by_index({2: "c:3", 0: "a:1"})
-    assert [] == by_index({})

@@ -26,10 +26,5 @@ async def job_endpoints(temporal: Client, job_id: str) -> dict[str, dict[int, st
 
 async def resolve(temporal: Client, job_id: str, name: str) -> list[str]:
     """The "host:port" of port `name` of each running task of the job, by task index ([] when none runs)."""
-    return by_index((await job_endpoints(temporal, job_id)).get(name, {}))
-
-
-def by_index(by_task: dict[int, str]) -> list[str]:
-    """Entry i is task i's address, "" for a task that runs no more (or not yet): `resolve(...)[i]` is always
-    task i's, as a task evicted or retried leaves a gap, not a shift."""
-    return [by_task.get(i, "") for i in range(max(by_task) + 1)] if by_task else []
+    by_task = (await job_endpoints(temporal, job_id)).get(name, {})
+    return [by_task[i] for i in sorted(by_task)]

@@ -261,14 +261,14 @@ class IrisClient:
         return self._run(self._async.terminate(job_id))
 
     def resolve(self, job_id: str, name: str) -> list[str]:
-        """The "host:port" of named port `name` of the job's tasks by task index: entry i is task i's, "" for a
-        task not running (evicted, retrying, not started yet).
+        """The "host:port" of named port `name` of each running task of the job, in task index order.
 
         A task publishes its endpoints when it starts and they vanish when it ends: a finished
         job resolves to []. KeyError for an unknown job.
         """
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
-            return endpoints.by_index(self._run(self._async.endpoints(job_id)).get(name, {}))  # type: ignore[attr-defined]
+            found = self._run(self._async.endpoints(job_id)).get(name, {})  # type: ignore[attr-defined]
+            return [found[i] for i in sorted(found)]
         return self._run(endpoints.resolve(self._async.temporal, job_id, name))
 
     def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
