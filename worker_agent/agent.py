@@ -683,13 +683,20 @@ class WorkerAgent:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
             tlog.info("task_killed", exit_code=ended.exit_code)
             details = activity.cancellation_details()
-            if (details is not None and details.not_found) or lease.ended == Beat.GONE:
+            gone = (details is not None and details.not_found) or lease.ended == Beat.GONE
+            if gone:
                 # The attempt's workflow is gone (terminated from outside): it will never give
                 # the place back, so the agent does, or the scheduler books it forever.
                 await self._release(inp)
             if activity.is_worker_shutdown():
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
-            raise
+            if gone or (details is not None and details.timed_out):
+                raise
+            # Stopped at its workflow's word (a kill, an eviction): the attempt ends with a result, which
+            # the workflow waits for (WAIT_CANCELLATION_COMPLETED), so what it used is reported, as for
+            # any other end (a cancellation carries no result).
+            self._ran[key] = time.monotonic() - began
+            return replace(ended, reason=ended.reason or "killed")
         except Exception:
             # Whatever went wrong here, the attempt's process must not outlive its run_task: the task
             # workflow may start the task elsewhere as soon as this reports.

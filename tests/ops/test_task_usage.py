@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iris import IrisClient, ResourceSpec
+from iris import IrisClient, ResourceSpec, TaskState
 from tests.ops.cli import iris
 from tests.support import Cluster
 
@@ -80,6 +80,12 @@ def test_summary_shows_a_running_tasks_usage_so_far(cluster: Cluster, client: Ir
         assert client.list_tasks(job.job_id)[0].peak_memory_bytes >= 115 * 2**20
     finally:
         job.terminate()
+    # Killed, it keeps what it used (a cancellation carried no result: the summary showed zeros).
+    killed = job.wait(timeout=60, raise_on_failure=False).tasks[0]
+    assert TaskState.KILLED == killed.state, killed
+    assert killed.peak_memory_bytes >= 115 * MIB and killed.duration_seconds > 0, killed
+    row = next(line for line in iris(cluster, "job", "summary", job.job_id).stdout.splitlines() if " KILLED " in line)
+    assert "Mi" in row and "Mi+" not in row, row
 
 
 def test_a_limited_tasks_peak_counts_its_last_moment(cluster: Cluster, client: IrisClient) -> None:

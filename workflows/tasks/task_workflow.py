@@ -373,10 +373,12 @@ class TaskWorkflow:
             return TaskEvent.FAILED, f"worker {worker_id}: {cause if cause else err.message}", False
         finally:
             self._running = None
-        self.result.exit_code = result.exit_code
-        self.result.result_blob = result.result_blob
         self.result.peak_memory_bytes = result.peak_memory_bytes
         self.result.cpu_seconds, self.result.run_seconds = result.cpu_seconds, result.run_seconds
+        if workflow.cancellation_reason() is not None and (result.exit_code or result.error):
+            raise asyncio.CancelledError()  # killed: its agent stopped it and said what it had used
+        self.result.exit_code = result.exit_code
+        self.result.result_blob = result.result_blob
         self._agent_released = result.released
         if result.preempted:  # it ended after a notice for its host (an eviction is one): runs again, not a failure
             if self._evicted is not None:  # its agent stopped it for higher-band work, whatever it exited with
