@@ -179,6 +179,22 @@ def test_terminate_kills_running_tasks(client: IrisClient, tmp_path: Path) -> No
         assert pid_gone(int((tmp_path / f"pid-{i}").read_text()))
 
 
+def test_terminate_stops_a_crash_looping_task(client: IrisClient) -> None:
+    """A kill that reaches a task as an attempt fails on its own ends the task: it was counted as that
+    attempt's failure and the task retried until its budget was spent (the job stayed RUNNING)."""
+    job = client.submit_command(["sh", "-c", "sleep 1; exit 5"], resources=SMALL, max_retries_failure=1000)
+
+    def running_again() -> bool:
+        task = client.task_status(job.job_id, 0)
+        return task.attempt >= 1 and task.state == TaskState.RUNNING
+
+    wait_until(running_again, timeout=60, interval=0.1, what="the task running again")  # the kill lands mid-attempt
+    job.terminate()
+    status = job.wait(timeout=30, raise_on_failure=False)
+    assert (JobState.KILLED, TaskState.KILLED) == (status.state, status.tasks[0].state), status
+    assert status.tasks[0].attempt < 20, status.tasks[0]
+
+
 def test_scheduling_timeout_makes_job_unschedulable(client: IrisClient) -> None:
     """A job no worker can hold becomes UNSCHEDULABLE once its scheduling timeout passes."""
     job = client.submit_command(["true"], resources=ResourceSpec(cpu=64, memory="1g"), scheduling_timeout=1.5)

@@ -198,6 +198,8 @@ class TaskWorkflow:
         needs_enqueue = not inp.enqueued_by_job
         try:
             while True:
+                if workflow.cancellation_reason() is not None:  # a kill that an ending attempt took for its own
+                    raise asyncio.CancelledError()
                 if needs_enqueue:
                     request = Enqueue(inp.job_id, inp.spec, {inp.task_index: self.attempt}, inp.submitted_at)
                     asyncio.get_running_loop().create_task(self._enqueue(scheduler, request))
