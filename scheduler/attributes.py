@@ -27,7 +27,10 @@ Typing rules (decided once, used everywhere):
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -122,8 +125,40 @@ def taint_constraints(
     )
 
 
+_INT_TEXT = re.compile(r"^[+-]?\d+$")
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+
+
+def value_from_text(text: str) -> AttrValue:
+    """A typed value from `K=V` text (`--attribute`, `-c`): integers and floats become numbers, true/false
+    booleans, a double-quoted JSON string (`"5"`, `"1.10"`) that string, the rest strings as they are."""
+    if _INT_TEXT.match(text):
+        return int(text)
+    if _FLOAT_TEXT.match(text):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        with contextlib.suppress(ValueError):
+            quoted = json.loads(text)
+            if isinstance(quoted, str):
+                return quoted
+    return text
+
+
+def value_text(value: AttrValue) -> str:
+    """`value` as `K=V` text that `value_from_text` reads back as the same value and type: a string that
+    would read as a number or a boolean (`"5"`, `"1.10"`, `"true"`) is double-quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        read = value_from_text(value)
+        return value if isinstance(read, str) and read == value else json.dumps(value)
+    return str(value)
+
+
 def _shown(value: AttrValue) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return value_text(value)
 
 
 def describe(constraint: Constraint) -> str:

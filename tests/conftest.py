@@ -28,7 +28,12 @@ os.environ.setdefault("IRIS_QUERY_GUARD", "1")
 TEST_FLEET = {
     "local": {
         "worker_groups": [
-            {"name": "cpu", "count": 2, "resources": {"cpu": 2, "memory": "4g"}, "attributes": {"pool": "cpu"}},
+            {
+                "name": "cpu",
+                "count": 2,
+                "resources": {"cpu": 2, "memory": "4g"},
+                "attributes": {"pool": "cpu", "rev": "1.10"},  # a string that reads like a number
+            },
             {
                 "name": "slice-a",
                 "count": 4,

@@ -27,6 +27,7 @@ from activities.contracts.fleet import (
     slice_labels,
     worker_id_for,
 )
+from scheduler.attributes import value_text
 
 NODEPOOL_GROUP = "compute.coreweave.com"
 NODEPOOL_VERSION = "v1alpha1"
@@ -151,11 +152,6 @@ def nodepool_manifest(slice_id: str, group: ScaleGroupSpec, settings: Settings) 
     }
 
 
-def _attribute_arg(key: str, value: object) -> str:
-    text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return f"{key}={text}"
-
-
 def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> list[str]:
     """`iris worker serve` for host 0 of the slice, with the slice's attributes and the group's capacity."""
     args = [
@@ -171,7 +167,7 @@ def worker_args(slice_id: str, group: ScaleGroupSpec, settings: Settings) -> lis
     if group.image:
         args += ["--default-image", group.image]
     for key, value in sorted(host_attributes(group, slice_id, 0).items()):
-        args += ["--attribute", _attribute_arg(key, value)]
+        args += ["--attribute", f"{key}={value_text(value)}"]
     return args
 
 

@@ -56,6 +56,7 @@ from activities.platforms.local_process import (
     stop_processes,
     worker_log_path,
 )
+from scheduler.attributes import value_text
 
 log = structlog.get_logger("iris.platforms.local")
 
@@ -77,13 +78,6 @@ class Settings(BaseModel):
     max_hosts: int | None = Field(
         default=None, ge=1, description="quota: local slice hosts this machine runs at once, all groups together"
     )
-
-
-def format_attribute(value: AttributeValue) -> str:
-    """An attribute value as `--attribute` text; the worker types numbers and true/false back."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def worker_argv(
@@ -121,7 +115,7 @@ def worker_argv(
     if tpus:
         argv += ["--tpus", str(tpus)]
     for key, value in attributes.items():
-        argv += ["--attribute", f"{key}={format_attribute(value)}"]
+        argv += ["--attribute", f"{key}={value_text(value)}"]
     return argv
 
 

@@ -19,6 +19,7 @@ from pydantic import AfterValidator
 
 from activities.contracts.fleet import AttributeValue, ControlPlaneAddress, ScaleGroupSpec
 from activities.platforms.ssh import SshError, Transport
+from scheduler.attributes import value_text
 
 DEFAULT_WORKER_COMMAND = "iris worker serve"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -59,12 +60,6 @@ def host_dir(kind: str, address: str) -> str:
     return f'"${{IRIS_HOME:-$HOME/.iris}}/{kind}/{host_key(address)}"'
 
 
-def _format(value: AttributeValue) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def agent_argv(
     worker_id: str, attributes: Mapping[str, AttributeValue], group: ScaleGroupSpec, control: ControlPlaneAddress
 ) -> list[str]:
@@ -79,7 +74,7 @@ def agent_argv(
     if group.tpus:
         argv += ["--tpus", str(group.tpus)]
     for key, value in attributes.items():
-        argv += ["--attribute", f"{key}={_format(value)}"]
+        argv += ["--attribute", f"{key}={value_text(value)}"]
     return argv
 
 

@@ -6,24 +6,15 @@ import re
 import time
 
 from iris.types import Constraint
+from scheduler.attributes import value_from_text
 from scheduler.types import AttrValue, Op
 
 _OPS = (("!=", Op.NE), (">=", Op.GE), ("<=", Op.LE), ("=", Op.EQ), (">", Op.GT), ("<", Op.LT))
-_INT = re.compile(r"^[+-]?\d+$")
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 # `zone in a,b` / `zone notin a,b`: a key without operator characters, the word, a comma-separated list.
 _SET = re.compile(r"^([^\s=!<>]+)\s+(in|notin)\s+(.*)$", re.IGNORECASE)
 
-
-def parse_value(text: str) -> AttrValue:
-    """Typed value from text: integers and floats become numbers, true/false booleans, the rest strings."""
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
+# Typed value from text: numbers, true/false, a double-quoted string as a string (`-c 'ver="1.10"'`).
+parse_value = value_from_text
 
 
 def parse_constraint(expr: str, flag: str = "--constraint", *, soft: bool = False) -> Constraint:

@@ -29,7 +29,6 @@ import yaml
 
 from activities.contracts import SEARCH_ATTRIBUTES
 from activities.home import iris_home
-from activities.platforms.local import format_attribute
 from activities.platforms.local_process import stop_processes, wait_exited, worker_process_name
 from iris.config.cluster_file import ClusterConfig, LocalWorkerSpec, default_config
 from iris.local import healing
@@ -66,7 +65,7 @@ from workflows.scheduler.sharing_state import SharingSettings
 __all__ = [
     "ALL_COMPONENTS", "CONTROLLER", "SEARCH_ATTRIBUTES", "SERVER_TUNING", "SUPERVISOR", "TEMPORAL",
     "ClusterInfo", "Component", "LocalCluster", "controller_command", "daemon_environment", "dashboard_options",
-    "ensure_running", "format_attribute", "free_port", "iris_home", "pid_alive", "private_directory",
+    "ensure_running", "free_port", "iris_home", "pid_alive", "private_directory",
     "readiness_client", "scale_groups_document", "supervisor_command", "temporal_binary", "temporal_command",
     "wait_for_temporal", "wait_until_ready", "worker_command", "worker_process_name",
 ]  # fmt: skip

@@ -66,3 +66,23 @@ def test_cli_takes_in_notin_and_prefer(cluster: Cluster, client: IrisClient) -> 
     empty = iris(cluster, "run", "--prefer", "zone in a,,b", "--", "true")
     assert 2 == empty.returncode
     assert "--prefer 'zone in a,,b'" in empty.stderr
+
+
+def test_a_string_attribute_that_reads_like_a_number_stays_a_string(cluster: Cluster, client: IrisClient) -> None:
+    """The CPU hosts' `rev: "1.10"` (quoted in the config) is the string "1.10" on the worker (it became the
+    float 1.1 on its way through `--attribute`): the string matches, the number does not, and the pending
+    reason says which one it wanted; the CLI writes the string quoted."""
+    workers = {w.worker_id: w for w in client.list_workers()}
+    assert "1.10" == workers["cpu-0"].attributes["rev"]
+    ran = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", "1.10")])
+    assert ran.wait(timeout=120).tasks[0].worker_id.startswith("cpu-")
+    number = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", 1.1)],
+                                   scheduling_timeout=3)  # fmt: skip
+    status = number.wait(timeout=60, raise_on_failure=False)
+    assert JobState.UNSCHEDULABLE == status.state
+    assert "lack rev=1.1" in status.error, status.error
+    text = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", "1.1")],
+                                 scheduling_timeout=3)  # fmt: skip
+    assert 'lack rev="1.1"' in text.wait(timeout=60, raise_on_failure=False).error
+    cli = iris(cluster, "run", "--cpu", "0.25", "--memory", "64m", "-c", 'rev="1.10"', "--", "true")
+    assert 0 == cli.returncode, cli.stderr
