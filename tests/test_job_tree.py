@@ -46,7 +46,7 @@ def test_a_child_inherits_user_namespace_band_env_and_constraints() -> None:
     child.user = "worker-identity"
     inherit(child, parent, dict(parent.env), given={"name", "env"})
     assert ("p-1", "alice", "team") == (child.parent_job_id, child.user, child.namespace)
-    assert parent.priority == child.priority
+    assert (parent.priority, "production") == (child.priority, child.band)
     assert {"A": "1", "B": "3"} == dict(child.env)  # its own values win
     assert [("pool", "EQ")] == [(c.key, c.op) for c in child.constraints]
     assert ["spot"] == list(child.tolerations)
@@ -60,6 +60,7 @@ def test_a_childs_own_options_win_over_its_parents() -> None:
     own = build_request(name="c", priority="batch", namespace="mine", constraints=[Constraint("zone", "EQ", "b")])
     inherit(own, parent, {}, given={"priority", "namespace", "constraints"})
     assert ("mine", build_request(priority="batch").priority) == (own.namespace, own.priority)
+    assert "batch" == own.band
     assert ["zone"] == [c.key for c in own.constraints]
     tpu = build_request(name="c", resources=ResourceSpec(tpu="v5e-8", replicas=2))
     inherit(tpu, parent, {}, given={"resources"})

@@ -77,8 +77,8 @@ def inherit(
     child.user = parent.user
     if "namespace" not in given:
         child.namespace = parent.namespace or parent.user
-    if "priority" not in given:
-        child.priority = parent.priority
+    if "priority" not in given:  # the band (by name) and its rank, both: the scheduler reads the band
+        child.priority, child.band = parent.priority, parent.band
     # A child's checkpoints are its own: it does not inherit the parent's checkpoint root.
     env = {**{k: v for k, v in parent_env.items() if k != CHECKPOINT_DIR_ENV}, **child.env}
     child.env.clear()
