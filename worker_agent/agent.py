@@ -586,8 +586,7 @@ class WorkerAgent:
                     ended = await self._run(spec, inp, lease, tlog, usage)
             if isinstance(ended, RunTaskResult):  # its setup failed (or was stopped by a notice)
                 return replace(ended, preempted=self._preempted.get(key, ""))
-            if inp.result_blob:
-                await asyncio.to_thread(area.publish_outputs, self.blobs, inp.result_blob)
+            returned = not inp.result_blob or await asyncio.to_thread(area.publish_outputs, self.blobs, inp.result_blob)
         finally:
             self._notice_files.pop(key, None)
             preempted = self._preempted.pop(key, "")
@@ -596,7 +595,10 @@ class WorkerAgent:
         tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None,
                   peak_memory_bytes=usage.peak_memory_bytes, cpu_seconds=round(usage.cpu_seconds, 3))  # fmt: skip
         released = await self._release(inp)
-        if exit_code == 0:
+        if exit_code == 0 and not returned:  # the callable's process ended before it returned (os._exit(0))
+            gone = "the task's process exited 0 before its function returned (os._exit?): no result"
+            result = RunTaskResult(exit_code=0, error=gone, released=released)
+        elif exit_code == 0:
             result = RunTaskResult(exit_code=0, result_blob=inp.result_blob, released=released)
         else:
             error = read_task_error(self.blobs, inp.result_blob) if inp.result_blob else None

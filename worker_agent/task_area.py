@@ -86,15 +86,19 @@ class TaskArea:
         """Copy the pickled function from the shared store; BlobNotFoundError if it is missing."""
         BlobStore(self.store_dir, durable=False).put(function_key, shared.get(function_key))
 
-    def publish_outputs(self, shared: Blobs, result_key: str) -> None:
-        """Copy the task's result and its error note (whichever it wrote) to the shared store."""
+    def publish_outputs(self, shared: Blobs, result_key: str) -> bool:
+        """Copy the task's result and its error note (whichever it wrote) to the shared store; whether it
+        wrote a result."""
         own = BlobStore(self.store_dir)
+        wrote = []
         for key in (result_key, error_key(result_key)):
             try:
                 data = own.get(key)
             except BlobNotFoundError:
                 continue
             shared.put(key, data)
+            wrote.append(key)
+        return result_key in wrote
 
     def remove(self) -> None:
         """Delete the area and everything the task left in it, and the job's directory once it is empty.

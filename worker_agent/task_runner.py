@@ -122,9 +122,10 @@ def describe_exception(exc: BaseException) -> str:
 class _TaskRunError(Exception):
     """Internal: a run failed for ``reason``; the traceback of the cause is already known."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.exit_code = exit_code  # what the process exits with: a sys.exit(N)'s N, else 1
 
 
 def _load_call(path: str, function_key: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
@@ -162,7 +163,8 @@ def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     except SystemExit as exc:
         if exc.code in (None, 0):
             return None
-        raise _TaskRunError(f"task called sys.exit({exc.code!r})") from exc
+        code = exc.code if isinstance(exc.code, int) and 0 < exc.code < 256 else EXIT_FAILURE
+        raise _TaskRunError(f"task called sys.exit({exc.code!r})", code) from exc
     except BaseException as exc:
         raise _TaskRunError(describe_exception(exc)) from exc
     return value
@@ -235,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_blob(paths.error, paths.error_key, reason.encode("utf-8", "replace"), durable=False)
         except StorageError as exc:
             print(f"iris task runner: cannot record the failure: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return failure.exit_code if isinstance(failure, _TaskRunError) else EXIT_FAILURE
     finally:
         sys.stdout.flush()
     return 0

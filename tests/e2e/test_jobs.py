@@ -141,6 +141,24 @@ def test_callable_exception_is_reported(client: IrisClient) -> None:
     assert "ValueError: bad shard 7" in status.tasks[0].error
 
 
+def test_a_callable_that_ends_its_process_early_fails_saying_so(client: IrisClient) -> None:
+    """`os._exit(0)` before returning left a SUCCEEDED job whose results() raised a missing-blob error;
+    `sys.exit(3)` exited 1 while its error said 3."""
+
+    def vanish() -> int:
+        os._exit(0)
+
+    def leave(code: int) -> None:
+        sys.exit(code)
+
+    gone = client.submit(vanish, resources=SMALL).wait(timeout=60, raise_on_failure=False)
+    assert JobState.FAILED == gone.state, gone
+    assert "exited 0 before its function returned" in gone.tasks[0].error
+    left = client.submit(leave, 3, resources=SMALL).wait(timeout=60, raise_on_failure=False)
+    assert (JobState.FAILED, 3) == (left.state, left.tasks[0].exit_code), left
+    assert "sys.exit(3)" in left.tasks[0].error
+
+
 def test_coscheduled_failure_kills_siblings(client: IrisClient, tmp_path: Path) -> None:
     """When task 0 of a gang exits 1, its sleeping siblings' processes are killed and the job fails fast."""
     script = (

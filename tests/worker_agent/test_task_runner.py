@@ -119,9 +119,10 @@ def test_unpicklable_return_value(blob_store: BlobStore) -> None:
     assert error.startswith("cannot pickle the task's return value: TypeError")
 
 
-@pytest.mark.parametrize(("code", "expected_exit"), [(None, 0), (0, 0), (3, 1), ("bye", 1)])
+@pytest.mark.parametrize(("code", "expected_exit"), [(None, 0), (0, 0), (3, 3), ("bye", 1), (300, 1)])
 def test_sys_exit_in_the_task(blob_store: BlobStore, code: int | None, expected_exit: int) -> None:
-    """sys.exit(0) is a success with result None; any other sys.exit is a failure."""
+    """sys.exit(0) is a success with result None; any other sys.exit is a failure, exiting N as Python would
+    for sys.exit(N) (1 for a message or a code a process cannot exit with)."""
     _ship(blob_store, _exit, code)
     assert expected_exit == _run(blob_store)
     if expected_exit == 0:
