@@ -236,8 +236,7 @@ class IrisClient:
 
     def task_status(self, job_id: str, task_index: int) -> TaskStatus:
         tasks = self.job_status(job_id).tasks
-        if not 0 <= task_index < len(tasks):
-            raise ValueError(f"task_index must be between 0 and {len(tasks) - 1}, got {task_index}")
+        _check_task_index(task_index, len(tasks))
         return self._with_use_so_far(job_id, [tasks[task_index]])[0]
 
     def _with_use_so_far(self, job_id: str, tasks: list[TaskStatus]) -> list[TaskStatus]:
@@ -254,7 +253,12 @@ class IrisClient:
                 replace(t, peak_memory_bytes=u[0], cpu_seconds=u[1], duration_seconds=u[2]) for t in tasks]  # fmt: skip
 
     def fetch_task_logs(self, job_id: str, task_index: int = 0) -> list[str]:
-        return self._async.fetch_task_logs(job_id, task_index)
+        """The task's stdout and stderr lines, all attempts; KeyError for an unknown job, ValueError for a
+        task it does not have (a task that printed nothing, or has not run yet, has [])."""
+        lines = self._async.fetch_task_logs(job_id, task_index)
+        if not lines:  # nothing in the store: say so when there is no such job or task
+            _check_task_index(task_index, self.job_status(job_id).num_tasks)
+        return lines
 
     def terminate(self, job_id: str) -> bool:
         """Kill the job's tasks and its unfinished descendants; False if none of them still ran."""
@@ -350,3 +354,9 @@ class IrisClient:
 
 
 __all__ = ["AsyncIrisClient", "IrisClient", "Job", "JobFailedError"]
+
+
+def _check_task_index(task_index: object, num_tasks: int) -> None:
+    """ValueError naming task_index unless the job has that task."""
+    if isinstance(task_index, bool) or not isinstance(task_index, int) or not 0 <= task_index < num_tasks:
+        raise ValueError(f"task_index must be between 0 and {num_tasks - 1}, got {task_index!r}")

@@ -67,6 +67,11 @@ def test_logs_are_streamed_while_running_and_kept_after(client: IrisClient) -> N
     job.wait(timeout=60)
     for index in (0, 1):
         assert ["line 0", "line 1", "line 2"] == client.fetch_task_logs(job.job_id, index)
+    # A task the job does not have, or a job that does not exist, is said so (both read as []).
+    with pytest.raises(ValueError, match="task_index must be between 0 and 1, got 2"):
+        client.fetch_task_logs(job.job_id, 2)
+    with pytest.raises(KeyError, match="no-such-job"):
+        client.fetch_task_logs("no-such-job", 0)
 
 
 def test_constraint_only_one_group_satisfies(client: IrisClient) -> None:
