@@ -341,6 +341,8 @@ def cluster_up(config: Annotated[Path | None, typer.Option(help="cluster YAML")]
     load_key()  # a malformed IRIS_CODEC_KEY is one line now, not a cluster that never becomes ready
     err.print("starting the local cluster…")
     info = LocalCluster().up(cfg, supervise=True)
+    if info.config_refused:  # the running cluster is left as it is: not what the caller asked for
+        raise fail(f"{config}: {info.config_refused}", 1)
     if info.restarted:
         err.print(f"restarted: {', '.join(info.restarted)}")
     elif info.already_running:

@@ -58,7 +58,7 @@ from iris.local.record import (
     Component,
     down_components,
     private_directory,
-    warn_if_reconfigured,
+    reconfigured,
 )
 from workflows.scheduler.sharing_state import SharingSettings
 
@@ -129,16 +129,17 @@ class LocalCluster:
             raise ValueError(
                 f"components: must include 'temporal' and only {ALL_COMPONENTS}, got {components!r}"
             )
+        refused = ""  # a config asked for that the running cluster does not take (`reconfigured`)
         with self.record.locked():
             state = self.record.read()
             if state is not None and state.get("pids"):
-                warn_if_reconfigured(state, config, components)
+                refused = reconfigured(state, config, components)
                 restarted = healing.heal(self.record, state, temporal_timeout)
                 if supervise and SUPERVISOR not in state["argv"]:  # asked for, and never had one
                     self.record.spawn(state, SUPERVISOR, supervisor_command(self.home))
                     restarted.append(SUPERVISOR)
                 if not restarted:
-                    return dataclasses.replace(self.record.info(state), already_running=True)
+                    return dataclasses.replace(self.record.info(state), already_running=True, config_refused=refused)
                 log.info("local_cluster.restarted_components", components=restarted)
             else:
                 try:
@@ -171,7 +172,7 @@ class LocalCluster:
             log.info("local_cluster.up", api=info.dashboard_url, auth=info.auth, workers=len(info.worker_ids))
         else:
             log.info("local_cluster.up", address=info.address, ui=info.ui_url, workers=len(info.worker_ids))
-        return dataclasses.replace(info, restarted=restarted)
+        return dataclasses.replace(info, restarted=restarted, config_refused=refused)
 
     def down(self) -> None:
         """Stop every process (supervisor, workers, controller, Temporal); temporal.db, store/ and the record stay."""

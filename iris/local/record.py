@@ -57,6 +57,8 @@ class ClusterInfo:
     """Set by `up()`: the recorded processes it found down and started again."""
     auth: str = "none"
     """`tokens` in team mode (iris/auth): users reach the cluster through the Iris API at `dashboard_url`."""
+    config_refused: str = ""
+    """Set by `up()`: why the config it was given was not applied to the cluster it found running."""
 
 
 def private_directory(path: Path) -> Path:
@@ -169,17 +171,14 @@ def down_components(info: ClusterInfo | None) -> list[str]:
     return down
 
 
-def warn_if_reconfigured(
-    state: Mapping[str, Any], config: ClusterConfig | None, components: Sequence[Component]
-) -> None:
-    """Log that an explicitly asked-for config differs from the recorded one (which is kept)."""
+def reconfigured(state: Mapping[str, Any], config: ClusterConfig | None, components: Sequence[Component]) -> str:
+    """Why an explicitly asked-for config cannot be applied to the running cluster ("" when it is the same
+    fleet): the recorded one is kept until `iris cluster down`."""
     if config is None or "workers" not in components:
-        return
+        return ""
     requested = [s.worker_id for s in config.local_workers()]
-    if requested != list(state["worker_ids"]):
-        log.warning(
-            "local_cluster.already_running",
-            message="already running; run `iris cluster down` first to apply a new config",
-            running_workers=list(state["worker_ids"]),
-            requested_workers=requested,
-        )
+    running = list(state["worker_ids"])
+    if requested == running:
+        return ""
+    return (f"the local cluster already runs another fleet ({', '.join(running) or 'no workers'}; the config asks for "
+            f"{', '.join(requested) or 'none'}): run `iris cluster down` first to apply it")  # fmt: skip

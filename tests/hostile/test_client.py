@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from structlog.testing import capture_logs
 
 from iris import Constraint, IrisClient, JobFailedError, JobState, ResourceSpec
 from iris.config.cluster_file import parse_config
+from tests.ops.cli import iris
 from tests.support import Cluster, wait_until
 
 
@@ -33,21 +36,23 @@ def _fail_on_odd() -> int:
     return index
 
 
-def test_connecting_without_a_config_does_not_warn_about_one(cluster: Cluster) -> None:
+def test_connecting_without_a_config_does_not_warn_about_one(cluster: Cluster, tmp_path: Path) -> None:
     """`IrisClient.connect()` reaches a cluster started from a config without "already running" advice.
 
-    Asking for a different config explicitly still warns, since that config is not applied.
+    Asking for a different config explicitly is refused, since that config is not applied: `iris cluster
+    up --config` exits 1 with one line (it exited 0 after a log line, and scripts took the config as applied).
     """
-    with capture_logs() as without_config:
-        info = cluster.local.up(None)
-    assert info.already_running
-    assert [] == [e for e in without_config if e["event"] == "local_cluster.already_running"]
-    other = parse_config({"local": {"worker_groups": [{"name": "x", "resources": {"cpu": 1, "memory": "1g"}}]}}, "t")
-    with capture_logs() as with_config:
-        cluster.local.up(other)
-    assert ["local_cluster.already_running"] == [
-        e["event"] for e in with_config if e["event"] == "local_cluster.already_running"
-    ]
+    info = cluster.local.up(None)
+    assert info.already_running and "" == info.config_refused
+    other = {"local": {"worker_groups": [{"name": "x", "resources": {"cpu": 1, "memory": "1g"}}]}}
+    refused = cluster.local.up(parse_config(other, "t")).config_refused
+    assert "iris cluster down" in refused and "x-0" in refused, refused
+    path = tmp_path / "other.yaml"
+    path.write_text(json.dumps(other))
+    ran = iris(cluster, "cluster", "up", "--config", str(path))
+    assert 1 == ran.returncode, ran.stderr
+    assert "iris cluster down" in ran.stderr.strip().splitlines()[-1], ran.stderr
+    assert any(line.startswith("error:") for line in ran.stderr.splitlines()), ran.stderr
 
 
 def test_job_details_in_the_temporal_ui_are_markdown(client: IrisClient) -> None:
