@@ -24,6 +24,7 @@ from scheduler.attributes import split_soft
 from scheduler.autoscale import GroupShape, slice_hosts
 from scheduler.estimate import MAX_ESTIMATED, Estimate, estimate_starts
 from scheduler.placement import DEFAULT_POLICY, SchedulingPolicy
+from scheduler.reasons import largest_worker
 from scheduler.reservations import Reservation, demand_view
 from scheduler.sharing import GroupHeadroom, RunningJob, RunningTask, SharePolicy, ShareSnapshot
 from scheduler.teams import NO_TEAMS, Team, Teams
@@ -335,7 +336,10 @@ def queue_estimates(
     running = [(t.started_at, job.request) for job in (share.running if share is not None else ()) for t in job.tasks]
     typical = snap.share.typical_task_seconds if snap.HasField("share") else 0.0
     total = Resources(*(max(0, v) for v in free))
-    return estimate_starts(waiting, total, running + requests, snap.now, typical or None, result.pending_reasons)
+    coming = [host for group in share.headroom for host in group.hosts] if share is not None else []
+    largest = largest_worker([*workers, *coming])
+    return estimate_starts(waiting, total, running + requests, snap.now, typical or None, result.pending_reasons,
+                           largest=largest)  # fmt: skip
 
 
 @activity.defn(name=SCHEDULER_PAUSE)

@@ -26,6 +26,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from scheduler.reasons import beyond_every_worker
 from scheduler.types import PendingJob, Resources
 
 MAX_ESTIMATED = 200  # the first jobs of the queue that get a position and an estimate
@@ -49,6 +50,10 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _never(why: str) -> str:
+    return f"no worker is big enough for one of its tasks: {why}"
+
+
 def estimate_starts(
     queue: Sequence[PendingJob],
     free: Resources,
@@ -56,15 +61,21 @@ def estimate_starts(
     now: float,
     typical_seconds: float | None,
     reasons: Mapping[str, str] | None = None,
+    largest: Resources | None = None,
 ) -> list[Estimate]:
     """Estimates for `queue` (waiting jobs in pass order, each with its unplaced tasks), first MAX_ESTIMATED.
 
     `free` is the fleet's free capacity once the pass's plan is carried out, `running` the start time and
-    request of every running task (those the plan just placed included).
+    request of every running task (those the plan just placed included). `largest` is, per resource, the
+    most one worker has (or one the autoscaler can add): a job whose task asks for more never starts.
     """
     jobs = list(queue[:MAX_ESTIMATED])
+    # Jobs whose task asks for more than any worker has wait for a bigger worker, not for their turn: no
+    # estimate, and no place in the replay (the jobs after them are not held up by them).
+    never = {j.job_id: why for j in jobs if largest is not None and (why := beyond_every_worker(j.request, largest))}
     if typical_seconds is None or typical_seconds <= 0:
-        return [Estimate(j.job_id, i + 1, None, "no task has finished yet to learn how long work runs")
+        unknown = "no task has finished yet to learn how long work runs"
+        return [Estimate(j.job_id, i + 1, None, _never(never[j.job_id]) if j.job_id in never else unknown)
                 for i, j in enumerate(jobs)]  # fmt: skip
     typical = typical_seconds
     events: list[tuple[float, int, int, int, int]] = []
@@ -77,11 +88,16 @@ def estimate_starts(
     out = []
     t = now
     learned = f"tasks taken to run ~{_minutes(typical)}, the median of recent ones"
+    skipped = 0
     for position, job in enumerate(jobs, start=1):
+        if job.job_id in never:
+            out.append(Estimate(job.job_id, position, None, _never(never[job.job_id])))
+            skipped += 1
+            continue
         n = len(job.task_indices)
         r = job.request
         need = [r.cpu_millis * n, r.memory_bytes * n, r.gpus * n, r.tpus * n]
-        ahead = position - 1
+        ahead = position - 1 - skipped  # the jobs ahead that take capacity before it
         if t == now and all(p >= q for p, q in zip(pool, need, strict=True)):
             why = (reasons or {}).get(job.job_id, "")
             out.append(Estimate(job.job_id, position, None,

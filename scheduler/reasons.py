@@ -9,10 +9,10 @@ memory in binary units.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from scheduler.attributes import describe
-from scheduler.types import TAINT_PREFIX, Constraint, Op, Resources
+from scheduler.types import TAINT_PREFIX, Constraint, Op, Resources, WorkerSnapshot
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -84,3 +84,30 @@ def format_amount(r: Resources) -> str:
 def reservation_shortfall(dimension: str, count: int, request: Resources) -> str:
     """Phrase a reservation's workers short of one resource for a task of its tree: "2 have < 1 cpu left in it"."""
     return capacity_rejection(dimension, count, request).replace(" free ", " ", 1) + " left in it"
+
+
+def largest_worker(shapes: Iterable[WorkerSnapshot]) -> Resources:
+    """Per resource, the most that any one worker has in all (its free capacity when its total is unknown)."""
+    most = [0, 0, 0, 0]
+    for w in shapes:
+        r = w.capacity or w.free
+        most = [max(most[0], r.cpu_millis), max(most[1], r.memory_bytes), max(most[2], r.gpus), max(most[3], r.tpus)]
+    return Resources(*most)
+
+
+def beyond_every_worker(request: Resources, largest: Resources) -> str:
+    """What one task asks that no worker has even when idle ("none has 4 cpu in all (the largest: 2)"), or "".
+
+    Such a job waits until a bigger worker joins; said apart, so its reason does not read as a wait for
+    capacity to free up.
+    """
+    short = [
+        (format_cores(request.cpu_millis), "cpu", format_cores(largest.cpu_millis))
+        if request.cpu_millis > largest.cpu_millis else None,
+        (format_bytes(request.memory_bytes), "memory", format_bytes(largest.memory_bytes))
+        if request.memory_bytes > largest.memory_bytes else None,
+        (str(request.gpus), "gpus", str(largest.gpus)) if request.gpus > largest.gpus else None,
+        (str(request.tpus), "tpus", str(largest.tpus)) if request.tpus > largest.tpus else None,
+    ]  # fmt: skip
+    parts = [f"{want} {what} in all (the largest: {most})" for want, what, most in filter(None, short)]
+    return f"none has {' or '.join(parts)}" if parts else ""

@@ -35,6 +35,18 @@ def test_no_estimate_without_a_finished_task_or_when_it_waits_for_something_else
     assert fits.start is None and fits.basis.endswith("0/1 workers: 1 lack zone=b")
 
 
+def test_a_job_no_worker_can_ever_hold_gets_no_estimate_and_holds_nothing_up() -> None:
+    """A task asking 4 cores where the largest host has 1 waits for a bigger worker, not for its turn: no
+    estimate (it had one, as if capacity in total were what it waited for), and the job after it is
+    estimated as if it were not there."""
+    queue = [PendingJob("big", (0,), Resources(4000, 1 << 30, 0, 0)), PendingJob("small", (0,), HOST)]
+    running = [(-10.0, HOST), (-10.0, HOST), (-10.0, HOST), (-10.0, HOST)]
+    out = estimate_starts(queue, Resources(), running, 0.0, 60.0, largest=HOST)
+    assert [("big", 1, None), ("small", 2, 50.0)] == [(e.job_id, e.position, e.start) for e in out]
+    assert "no worker is big enough for one of its tasks: none has 4 cpu in all (the largest: 1)" == out[0].basis
+    assert out[1].basis.startswith("first in the queue")  # of the jobs that take capacity
+
+
 def scripted(seed: int, spread: float, sizes: tuple[int, ...] = (1000,)) -> list[float]:
     """8 two-core hosts, 60 one-task jobs of 1 or 2 cores queued at once, durations 120 s +- spread:
     |estimated - actual| per job, for the first estimate each got (made as it is queued: the scheduler
