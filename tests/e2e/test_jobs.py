@@ -183,6 +183,7 @@ def test_coscheduled_failure_kills_siblings(client: IrisClient, tmp_path: Path) 
     assert [TaskState.FAILED, TaskState.KILLED, TaskState.KILLED, TaskState.KILLED] == [
         t.state for t in status.tasks
     ]
+    assert ["killed: task 0 failed: exit code 1"] * 3 == [t.error for t in status.tasks[1:]]  # it said "killed"
     for i in (1, 2, 3):
         assert pid_gone(int((tmp_path / f"pid-{i}").read_text()))
 

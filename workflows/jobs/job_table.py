@@ -98,7 +98,10 @@ class TaskTable:
         if not gang:
             self.preempted += result.preemption_count - row.preemption_count
             row.failure_count, row.preemption_count = result.failure_count, result.preemption_count
-        row.error, row.result_blob = cap_text(result.error, MAX_ERROR_CHARS), result.result_blob
+        error = result.error
+        if state == TaskState.KILLED and error == "killed" and self.status.error:  # a sibling's failure killed it
+            error = f"killed: {self.status.error}"
+        row.error, row.result_blob = cap_text(error, MAX_ERROR_CHARS), result.result_blob
         row.has_exit_code = result.exit_code is not None
         row.exit_code = result.exit_code or 0
         row.peak_memory_bytes, row.cpu_seconds = result.peak_memory_bytes, result.cpu_seconds
