@@ -21,7 +21,7 @@ import aiohttp
 
 from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
-from iris.client.code_shipping import unpickle_result
+from iris.client.code_shipping import NotPlainDataError, unpickle_plain, unpickle_result
 from iris.client.job_control import IfExists
 from iris.client.submission import resolve_user
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
@@ -323,9 +323,25 @@ class RemoteIrisClient:
             if on_progress:
                 on_progress(await self.visible_status(job_id))
 
-    async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
+    async def results(self, job_id: str, *, partial: bool = False, trust: bool = False) -> list[Any]:
+        """Each task's value; another user's job's (an admin reading it) only as plain data, unless `trust`:
+        unpickling what their code returned would run their code here, with this caller's token."""
         blobs: list[bytes | None] = await self.get("/job/results", job_id=job_id, partial="1" if partial else "0")
-        return [unpickle_result(b) if b is not None else None for b in blobs]
+        owner = (await self.visible_status(job_id)).user
+        if trust or owner == self.user:
+            return [unpickle_result(b) if b is not None else None for b in blobs]
+        out = []
+        for index, b in enumerate(blobs):
+            try:
+                out.append(unpickle_plain(b) if b is not None else None)
+            except NotPlainDataError as err:
+                raise PermissionDeniedError(
+                    f"results of job {job_id}: task {index} returned a {err.what}; another user's ({owner}) results "
+                    f"are read as plain data only, since unpickling anything else runs their code in this process "
+                    f"with your credentials: results(trust=True) reads it if you trust {owner}'s code",
+                    action="unpickle", job_id=job_id, owner=owner,
+                ) from None
+        return out
 
     async def list_jobs(self, limit: int = 200, *, state: str | None = None, user: str | None = None,
                         name: str | None = None, parent: str | None = None, namespace: str | None = None,

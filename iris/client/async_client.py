@@ -396,10 +396,11 @@ class AsyncIrisClient(ClusterReads):
             if desc.status is not None and desc.status != WorkflowExecutionStatus.RUNNING:
                 return await handle.result()
 
-    async def results(self, job_id: str, *, partial: bool = False) -> list[Any]:
+    async def results(self, job_id: str, *, partial: bool = False, trust: bool = False) -> list[Any]:
         """Each task's return value by task index; JobFailedError unless the job succeeded (or `partial`).
 
-        With `partial=True`, tasks without a result (failed, killed, still running) give None.
+        With `partial=True`, tasks without a result (failed, killed, still running) give None. `trust` is the
+        team-mode client's (iris/auth/remote.py): without team mode there is one user, whose results these are.
         """
         st = await self._raw_status(job_id)
         if not partial and JobState(st.state or JobState.PENDING) != JobState.SUCCEEDED:

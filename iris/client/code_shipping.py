@@ -26,6 +26,8 @@ Modules referenced only indirectly (e.g. a global inside a by-reference function
 from __future__ import annotations
 
 import functools
+import io
+import pickle
 import sys
 import sysconfig
 import threading
@@ -39,7 +41,9 @@ import cloudpickle
 
 __all__ = [
     "IRIS_PACKAGES",
+    "NotPlainDataError",
     "pickle_callable",
+    "unpickle_plain",
     "unpickle_result",
     "user_modules",
 ]
@@ -76,6 +80,40 @@ def pickle_callable(
 def unpickle_result(data: bytes) -> Any:
     """The value a task returned, from the bytes the task runner stored."""
     return cloudpickle.loads(data)
+
+
+# What a plain value's pickle may name: data types that run no code of the pickle's choosing when built.
+_PLAIN_CLASSES: Final = frozenset({
+    *(("builtins", name) for name in ("set", "frozenset", "bytearray", "complex", "range", "slice")),
+    ("collections", "OrderedDict"), ("collections", "deque"), ("decimal", "Decimal"), ("fractions", "Fraction"),
+    *(("datetime", name) for name in ("date", "time", "datetime", "timedelta", "timezone")),
+    ("uuid", "UUID"), ("pathlib", "PurePosixPath"), ("pathlib", "PosixPath"),
+})  # fmt: skip
+
+
+class NotPlainDataError(ValueError):
+    """A pickle names something beyond plain data (`_PLAIN_CLASSES`): `what` (module.name)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _PLAIN_CLASSES:
+            return super().find_class(module, name)
+        raise NotPlainDataError(f"{module}.{name}")
+
+
+def unpickle_plain(data: bytes) -> Any:
+    """A value another user's task returned, if it is plain data (numbers, strings, bytes, containers of
+    them, dates, decimals, ...); NotPlainDataError naming what else it names.
+
+    Unpickling runs whatever the pickle names (a `__reduce__` can name `os.system`): a value from another
+    user's code is that user's code running in the reader's process, with the reader's credentials.
+    """
+    return _PlainUnpickler(io.BytesIO(data)).load()
 
 
 def user_modules(call: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> list[ModuleType]:

@@ -110,13 +110,16 @@ class Job:
         return self._client.wait(self.job_id, timeout=timeout, stream_logs=stream_logs,
                                  raise_on_failure=raise_on_failure)
 
-    def results(self, partial: bool = False) -> list[Any]:
+    def results(self, partial: bool = False, trust: bool = False) -> list[Any]:
         """Each task's return value by task index.
 
         JobFailedError (naming the failed tasks' errors) if the job did not succeed, unless
-        `partial=True`, which gives None for every task that has no result.
+        `partial=True`, which gives None for every task that has no result. In team mode, another
+        user's job's values (an admin reading them) are read as plain data only (a
+        PermissionDeniedError names anything else): unpickling runs code of the job's owner's choosing,
+        here; `trust=True` reads them anyway.
         """
-        return self._client._run(self._client._async.results(self.job_id, partial=partial))
+        return self._client._run(self._client._async.results(self.job_id, partial=partial, trust=trust))
 
     def logs(self, task_index: int = 0) -> list[str]:
         return self._client.fetch_task_logs(self.job_id, task_index)

@@ -346,6 +346,31 @@ def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
     assert "hello from ana" not in page and "for its owner and admins" in page
 
 
+def test_an_admin_reading_a_users_results_runs_none_of_their_code(team: Team, tmp_path: Path) -> None:
+    """A value whose pickle names os.system ran it in the admin's process when the admin read the results
+    (with the admin's token at hand): another user's values are read as plain data only, unless trusted."""
+    marker = tmp_path / "ran-in-the-readers-process"
+
+    def crafted(path: str) -> object:
+        import os
+
+        class Payload:
+            def __reduce__(self) -> tuple[object, tuple[str]]:
+                return os.system, (f"touch {path}",)
+
+        return Payload()
+
+    job = team.clients["ana"].submit(crafted, str(marker), name="crafted", resources=SMALL)
+    job.wait(timeout=60)
+    assert not marker.exists()  # the task built it; nothing was unpickled yet
+    with pytest.raises(PermissionDeniedError, match=r"task 0 returned a posix\.system; another user's \(ana\)"):
+        team.clients["admin"].job(job.job_id).results()
+    assert not marker.exists()
+    plain = team.clients["ana"].submit(lambda: {"a": [1, 2.5], "b": b"x", "c": {3}}, name="plain", resources=SMALL)
+    plain.wait(timeout=60)
+    assert [{"a": [1, 2.5], "b": b"x", "c": {3}}] == team.clients["admin"].job(plain.job_id).results()
+
+
 def test_a_bug_report_is_the_owners_and_admins_and_shows_no_control_plane_address(team: Team) -> None:
     """`iris job bug-report` works with a token (the controller writes it): for the owner and an admin, refused
     for another user (its log tails are the job's output), and it names no address behind Iris's checks."""
