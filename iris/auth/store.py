@@ -137,6 +137,12 @@ class Directory:
             return None
         return "" if user.revoked_at else user.role
 
+    async def life_began(self, name: str) -> float:
+        """When `name` was added (again, after a revoke: `created_at`); 0.0 for a user Iris does not know."""
+        await self._fresh_enough()
+        user = self._users.get(name)
+        return user.created_at if user is not None else 0.0
+
     def forget(self, name: str) -> None:
         """This controller revoked `name`: drop its tokens from the copy now, not at the next refresh."""
         user = self._users.get(name)

@@ -114,16 +114,16 @@ JOB_STATE_SECONDS = 5.0  # how long a job's user and state are taken as read (a 
 class TaskTokenVerifier:
     """A task's token: the job's user (its root's, for a child), with the job named, while the job runs.
 
-    `key` reads the control plane's key from the store; `job_state` is (user, running) for a job id,
-    KeyError for none. A token that does not check against the key read at first is checked once more
-    against the key read again (another controller may have made the one that stayed).
+    `key` reads the control plane's key from the store; `job_state` is (user, running, started: epoch
+    seconds) for a job id, KeyError for none. A token that does not check against the key read at first
+    is checked once more against the key read again (another controller may have made the one that stayed).
     """
 
     key: Callable[[], bytes]
-    job_state: Callable[[str], Awaitable[tuple[str, bool]]]
+    job_state: Callable[[str], Awaitable[tuple[str, bool, float]]]
     directory: Directory | None = None  # a revoked user's running jobs stop acting as them
     _key: bytes | None = None
-    _jobs: dict[str, tuple[float, str, bool]] = field(default_factory=dict)
+    _jobs: dict[str, tuple[float, str, bool, float]] = field(default_factory=dict)
 
     def claims(self, token: str) -> bool:
         return looks_like_task_token(token)
@@ -144,16 +144,19 @@ class TaskTokenVerifier:
         seen = self._jobs.get(job_id)
         if seen is None or now - seen[0] > JOB_STATE_SECONDS:
             try:
-                user, running = await self.job_state(job_id)
+                user, running, started = await self.job_state(job_id)
             except KeyError:
                 raise AuthenticationError(f"task token refused: no job {job_id}") from None
-            seen = self._jobs[job_id] = (now, user, running)
+            seen = self._jobs[job_id] = (now, user, running, started)
             if len(self._jobs) > 10_000:
                 self._jobs.pop(next(iter(self._jobs)))
         if not seen[2]:
             raise AuthenticationError(f"task token refused: job {job_id} has ended")
         if self.directory is not None and await self.directory.role_of(seen[1]) == "":
             raise AuthenticationError(f"task token refused: user {seen[1]} was revoked")
+        if self.directory is not None and seen[3] < await self.directory.life_began(seen[1]):
+            # Revoked since the job started, then added again: a token of the old life may have leaked.
+            raise AuthenticationError(f"task token refused: user {seen[1]} was revoked after job {job_id} started")
         return Identity(seen[1], Role.USER, via="task", job=job_id)
 
 

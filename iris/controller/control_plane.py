@@ -297,13 +297,14 @@ async def team_gate(client: Client, config: ClusterConfig | None, store_url: str
     return Gate(Verifiers(tuple(chain)), directory, oidc, config.auth.oidc_client_secret())
 
 
-def job_running(client: Client) -> Callable[[str], Awaitable[tuple[str, bool]]]:
-    """(user, running) of a job, from one describe: its `IrisUser` (a child's is its root's) and status."""
+def job_running(client: Client) -> Callable[[str], Awaitable[tuple[str, bool, float]]]:
+    """(user, running, started) of a job, from one describe: its `IrisUser` (a child's is its root's), status
+    and start time (epoch seconds)."""
 
-    async def state(job_id: str) -> tuple[str, bool]:
+    async def state(job_id: str) -> tuple[str, bool, float]:
         desc = await describe_job(client, job_id)
         user = desc.typed_search_attributes.get(SearchAttributeKey.for_keyword(JOB_USER_ATTRIBUTE)) or ""
-        return user, desc.status == WorkflowExecutionStatus.RUNNING
+        return user, desc.status == WorkflowExecutionStatus.RUNNING, desc.start_time.timestamp()
 
     return state
 

@@ -88,6 +88,9 @@ def test_directory_state() -> None:
     assert not st.revoke_user(state, st.RevokeUser("nobody", 6.0)).ok
     actions = [e.action for e in st.audit_since(state, st.AuditRequest()).entries]
     assert ["revoke", "add-user", "bootstrap"] == actions
+    # Added again: a new life, from which its jobs' task tokens date (those of older jobs stay dead).
+    assert st.add_user(state, st.AddUser("ana", "user", "h5", 7.0, by="admin")).ok
+    assert (7.0, 0.0) == (ana.created_at, ana.revoked_at)
 
 
 def test_an_sso_name_can_be_revoked_and_the_last_admin_cannot_be() -> None:

@@ -35,9 +35,9 @@ def test_the_key_is_made_once_and_read_back(tmp_path: Path) -> None:
 
 def test_the_verifier_gives_the_jobs_user_while_it_runs() -> None:
     key = b"k" * 32
-    states = {"job-1": ("ana", True), "job-2": ("bob", False)}
+    states = {"job-1": ("ana", True, 100.0), "job-2": ("bob", False, 100.0)}
 
-    async def state(job_id: str) -> tuple[str, bool]:
+    async def state(job_id: str) -> tuple[str, bool, float]:
         return states[job_id]
 
     verifier = TaskTokenVerifier(lambda: key, state)
@@ -56,17 +56,21 @@ def test_the_verifier_gives_the_jobs_user_while_it_runs() -> None:
 
 def test_a_revoked_users_running_jobs_stop_acting_as_them() -> None:
     """Revoking ana stops her tokens and her running jobs' task tokens alike (a task could otherwise submit,
-    kill and read as her for as long as it runs)."""
+    kill and read as her for as long as it runs); adding her again does not bring them back (they did)."""
     key = b"k" * 32
 
-    async def state(job_id: str) -> tuple[str, bool]:
-        return "ana", True
+    async def state(job_id: str) -> tuple[str, bool, float]:
+        return "ana", True, 100.0  # started at 100
 
     class Directory:
         roles: dict[str, str] = {"ana": "user"}
+        began: dict[str, float] = {"ana": 50.0}
 
         async def role_of(self, name: str) -> str | None:
             return self.roles.get(name)
+
+        async def life_began(self, name: str) -> float:
+            return self.began.get(name, 0.0)
 
     directory = Directory()
     verifier = TaskTokenVerifier(lambda: key, state, directory)  # type: ignore[arg-type]
@@ -75,6 +79,9 @@ def test_a_revoked_users_running_jobs_stop_acting_as_them() -> None:
         assert "ana" == (await verifier.identify(mint(key, "job-1"))).name
         directory.roles["ana"] = ""
         with pytest.raises(AuthenticationError, match="user ana was revoked"):
+            await verifier.identify(mint(key, "job-1"))
+        directory.roles["ana"], directory.began["ana"] = "user", 150.0  # added again, after the job started
+        with pytest.raises(AuthenticationError, match="user ana was revoked after job job-1 started"):
             await verifier.identify(mint(key, "job-1"))
 
     asyncio.run(check())

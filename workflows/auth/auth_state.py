@@ -109,6 +109,8 @@ def add_user(state: AuthState, req: AddUser) -> AuthAnswer:
     if user is None:
         user = AuthUser(req.name, req.role, created_at=req.at)
         state.users.append(user)
+    elif user.revoked_at:  # a new life: what was issued in the last one (its jobs' task tokens) stays dead
+        user.created_at = req.at
     user.role, user.revoked_at = req.role, 0.0
     user.token_hashes = [*user.token_hashes, req.token_hash][-MAX_TOKENS_PER_USER:]
     record(state, [AuditEntry(req.at, req.by or req.name, "bootstrap" if req.bootstrap else "add-user", req.name,
