@@ -32,15 +32,26 @@ _PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Sig
 <link rel="stylesheet" href="/static/dashboard.css"></head><body><main id="content">
 <h1>Iris</h1><p>This cluster runs in team mode. Paste your token (<code>iris auth add-user</code> printed it).</p>
 {error}<form method="post" action="/login"><input type="password" name="token" autocomplete="off" autofocus
-aria-label="token"> <button type="submit">Sign in</button></form>{oidc}</main></body></html>"""
+aria-label="token"><input type="hidden" name="next" value="{next}"> <button type="submit">Sign in</button></form>{oidc}
+</main></body></html>"""
 _OIDC = '<p>or <a href="{start}" id="oidc-login">sign in at {issuer}</a></p>'
 
 
-def login_page(error: str = "", status: int = 401, issuer: str = "") -> web.Response:
-    """The sign-in page; with `issuer`, it also offers signing in there (OIDC)."""
+def after_login(path: str) -> str:
+    """Where a sign-in goes on to: the page that asked for it, if it is one of this dashboard's (a path, not
+    another site's address: `//host` or `/\\host` would leave it), else the queue."""
+    if path.startswith("/") and not path.startswith(("//", "/\\")) and not path.startswith("/login"):
+        return path
+    return "/queue"
+
+
+def login_page(error: str = "", status: int = 401, issuer: str = "", next_path: str = "/queue") -> web.Response:
+    """The sign-in page; with `issuer`, it also offers signing in there (OIDC). Signed in, the browser goes
+    on to `next_path` (the page it asked for)."""
     shown = f'<p class="error">{escape(error)}</p>' if error else ""
     oidc = _OIDC.format(start=START_PATH, issuer=escape(issuer)) if issuer else ""
-    response = web.Response(text=_PAGE.format(error=shown, oidc=oidc), status=status, content_type="text/html")
+    text = _PAGE.format(error=shown, oidc=oidc, next=escape(after_login(next_path)))
+    response = web.Response(text=text, status=status, content_type="text/html")
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="iris"'
     return response
@@ -70,7 +81,8 @@ def guard(gate: Gate) -> Callable[..., Awaitable[web.StreamResponse]]:
             if request.headers.get("Authorization") or "text/html" not in request.headers.get("Accept", "text/html"):
                 return web.json_response({"error": "authentication", "message": str(err)}, status=401,
                                          headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
-            return login_page(str(err) if request.cookies.get(COOKIE) else "", issuer=oidc_issuer(gate))
+            return login_page(str(err) if request.cookies.get(COOKIE) else "", issuer=oidc_issuer(gate),
+                              next_path=request.path_qs)  # fmt: skip
         decision = decide(request[VIEWER], Action.READ)  # a worker credential serves as an agent, nothing else
         if not decision.allowed:
             gate.audit(request[VIEWER], "read", request.path, "refused: dashboard", allowed=False)
@@ -108,12 +120,13 @@ def add_routes(app: web.Application, gate: Gate, api: IrisApi) -> None:
         return page(status=200)
 
     async def sign_in(request: web.Request) -> web.Response:
-        token = str((await request.post()).get("token", "")).strip()
+        form = await request.post()
+        token, next_path = str(form.get("token", "")).strip(), str(form.get("next", "/queue"))
         try:
             who = await gate.verifiers.identify(token)
         except AuthenticationError as err:
-            return page(str(err))
-        response = web.HTTPFound("/queue")
+            return login_page(str(err), 401, issuer, next_path)
+        response = web.HTTPFound(after_login(next_path))
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", max_age=COOKIE_SECONDS,
                             secure=request.secure)  # fmt: skip
         log.info("dashboard_login", user=who.name, role=who.role.value)

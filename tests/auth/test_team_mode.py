@@ -524,6 +524,16 @@ def test_dashboard_login_sets_a_cookie(team: Team) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(urllib.request.Request(team.url + "/login", data=wrong), timeout=30)
     assert 401 == refused.value.code
+    # Sent to the login page by another page, a sign-in goes on to that page (it always went to the queue);
+    # an address elsewhere is not followed.
+    with pytest.raises(urllib.error.HTTPError) as asked:
+        urllib.request.urlopen(urllib.request.Request(team.url + "/workers", headers={"Accept": "text/html"}))
+    assert 'name="next" value="/workers"' in asked.value.read().decode()
+    for next_path, lands in (("/workers", "/workers"), ("//evil.example/x", "/queue")):
+        back = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        form = urllib.parse.urlencode({"token": team.tokens["bob"], "next": next_path}).encode()
+        with back.open(urllib.request.Request(team.url + "/login", data=form), timeout=30) as response:
+            assert 200 == response.status and response.url == team.url + lands
 
 
 async def test_codec_server_takes_an_admins_iris_token(team: Team) -> None:
