@@ -50,7 +50,7 @@ def constraints_from_pb(messages: Iterable[pb.Constraint], seen: dict[tuple[byte
     key = tuple(c.SerializeToString() for c in messages) if seen is not None else ()
     found = seen.get(key) if seen is not None else None
     if found is None:
-        built = tuple(Constraint(*constraint_fields(c)) for c in messages)
+        built = tuple(Constraint.stored(*constraint_fields(c)) for c in messages)
         found = split_soft(built) if any(c.soft for c in built) else (built, ())
         if seen is not None:
             seen[key] = found

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from iris.units import parse_cpu, parse_memory
-from scheduler.types import Constraint  # one value type for client and scheduler
+from scheduler.types import ATTRIBUTE_KEY_RULE, Constraint, is_attribute_key  # one value type for client and scheduler
 from workflows.fleet.slice_lifecycle import SliceState
 from workflows.states import TERMINAL_JOB_STATES, JobState, TaskState
 
@@ -64,8 +64,10 @@ class CoschedulingConfig:
     num_groups: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.group_by, str) or not self.group_by:
-            raise ValueError(f"coscheduling.group_by must be an attribute name, got {self.group_by!r}")
+        if not is_attribute_key(self.group_by):  # as a constraint's key: one no worker can have is refused
+            raise ValueError(
+                f"coscheduling.group_by must be an attribute name ({ATTRIBUTE_KEY_RULE}), got {self.group_by!r}"
+            )
         if isinstance(self.num_groups, bool) or not isinstance(self.num_groups, int) or self.num_groups < 1:
             raise ValueError(f"coscheduling.num_groups must be an integer >= 1, got {self.num_groups!r}")
 

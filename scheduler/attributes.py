@@ -119,7 +119,7 @@ def taint_constraints(
     mentioned = {c.key for c in constraints}
     tolerated = set(tolerations)
     return tuple(
-        Constraint(key, Op.NOT_EXISTS)
+        Constraint.stored(key, Op.NOT_EXISTS)  # a worker's key: taken as the worker has it
         for key in sorted(taint_keys)
         if key not in mentioned and key[len(TAINT_PREFIX) :] not in tolerated
     )

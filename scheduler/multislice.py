@@ -119,7 +119,7 @@ def explain(state: PassState, bucket: GangBucket, per: int, k: int) -> str:
     key = bucket.group_by
     big = [group for group in bucket.all_groups if len(group.members) >= per]
     if len(big) < k:
-        constraints = (*bucket.feasibility.constraints, Constraint(key, Op.EXISTS))
+        constraints = (*bucket.feasibility.constraints, Constraint.stored(key, Op.EXISTS))
         counts, _ = state.index.count_excluded(constraints)
         parts = [constraint_rejection(c, n) for c, n in zip(constraints, counts, strict=True) if n]
         detail = f" ({join_counts(parts)})" if parts else ""

@@ -464,7 +464,7 @@ def explain_gang(state: PassState, bucket: GangBucket, need: int) -> str:
     key = bucket.group_by
     best_matching = max((len(group.members) for group in bucket.all_groups), default=0)
     if best_matching < need:
-        constraints = (*bucket.feasibility.constraints, Constraint(key, Op.EXISTS))
+        constraints = (*bucket.feasibility.constraints, Constraint.stored(key, Op.EXISTS))
         counts, _ = state.index.count_excluded(constraints)
         parts = [constraint_rejection(c, n) for c, n in zip(constraints, counts, strict=True) if n]
         detail = f" ({join_counts(parts)})" if parts else ""

@@ -8,6 +8,7 @@ arithmetic is exact.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +17,17 @@ from typing import NamedTuple
 AttrValue = str | int | float | bool
 
 TAINT_PREFIX = "taint:"
+
+# Attribute keys travel as `--attribute K=V` and appear in constraint expressions, so no
+# '=', '!', '<', '>' or whitespace; ':' is allowed for taints ("taint:preemptible").
+_ATTRIBUTE_KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+ATTRIBUTE_KEY_RULE = "letters, digits and '_.:/-' (e.g. 'tpu-name', 'taint:preemptible')"
+
+
+def is_attribute_key(value: object) -> bool:
+    """Whether `value` may name a worker attribute: one rule for the config's keys and constraints' keys,
+    so a constraint can only name a key a worker could have."""
+    return isinstance(value, str) and _ATTRIBUTE_KEY_RE.match(value) is not None
 
 
 class Op(StrEnum):
@@ -178,6 +190,9 @@ class Constraint:
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
             raise ValueError(f"constraint key must be a non-empty string, got {self.key!r}")
+        if not is_attribute_key(self.key):
+            # A key no worker can have ("zone in", "my key") would keep the job pending forever.
+            raise ValueError(f"constraint key must be {ATTRIBUTE_KEY_RULE}, got {self.key!r}")
         op = _OPS.get(self.op) if isinstance(self.op, str) else None
         if op is None:
             raise ValueError(f"constraint op for {self.key!r} must be one of {', '.join(Op)}, got {self.op!r}")
@@ -205,6 +220,23 @@ class Constraint:
                 f"constraint {self.key} {op} needs a number, got {self.value!r}: "
                 "ordering operators compare numeric attributes only"
             )
+
+    @classmethod
+    def stored(cls, key: str, op: Op | str, value: object = None, soft: bool = False) -> Constraint:
+        """A constraint on a key the scheduler read from the store or the fleet (a job's request, a worker's taint).
+
+        Checked like any other, except that a key outside the attribute-key rule is kept as it is rather than
+        refused: a job stored before keys were checked, or a worker started by hand with such an attribute,
+        must not stop every scheduling pass. Such a key is one no (other) worker has, as before.
+        """
+        try:
+            return cls(key, op, value, soft)  # type: ignore[arg-type]  # any value: __post_init__ checks it
+        except ValueError:
+            if is_attribute_key(key) or not isinstance(key, str) or not key:
+                raise
+        built = cls("_", op, value, soft)  # type: ignore[arg-type]
+        object.__setattr__(built, "key", key)
+        return built
 
     def required(self) -> Constraint:
         """The same constraint as a requirement (soft=False): how a pass evaluates a preference."""

@@ -15,7 +15,7 @@ import pytest
 from temporalio.converter import DataConverter
 
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import decode_reservations, snapshot_from_pb
+from activities.scheduling import decode_reservations, find_assignments_activity, snapshot_from_pb
 from iris.client.submission import build_request
 from iris.security.codec import data_converter
 from iris.types import Constraint, ResourceSpec
@@ -118,3 +118,21 @@ def test_the_temporal_ui_shows_lists_and_preferences() -> None:
     text = job_request_markdown(build_request(constraints=[SENT[0], SENT[9]]))
     assert "`zone in us-east5-a, us-east5-b`" in text
     assert "`pzone in b` (preferred)" in text
+
+
+def test_a_job_stored_before_the_key_rule_is_still_scheduled() -> None:
+    """A job stored with a key the rule now refuses ("zone in", from `-c "zone in $UNSET"`), or coscheduled by
+    one, does not stop the pass: it pends with a reason naming the key, and other jobs are placed."""
+    snap = pb.SchedulingSnapshot(now=10.0)
+    snap.workers.add(worker_id="w0", free=pb.Resources(cpu_millis=4000, memory_bytes=2**32))
+    snap.workers[0].attributes["zone"].string_value = "a"
+    stuck = snap.jobs.add(job_id="ana/old", task_indices=[0], request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
+    stuck.constraints.add(key="zone in", op="EXISTS")
+    snap.jobs.add(job_id="ana/gang", task_indices=[0, 1], request=pb.Resources(cpu_millis=100), group_by="my key")
+    snap.jobs.add(job_id="ana/new", task_indices=[0], request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
+    plan = pb.SchedulingPlan.FromString(
+        zlib.decompress(find_assignments_activity(zlib.compress(snap.SerializeToString())))
+    )
+    assert ["ana/new"] == [a.job_id for a in plan.assignments]
+    assert "zone in" in plan.pending_reasons["ana/old"]
+    assert "my key" in plan.pending_reasons["ana/gang"]

@@ -11,7 +11,8 @@ from scheduler.types import AttrValue, Op
 
 _OPS = (("!=", Op.NE), (">=", Op.GE), ("<=", Op.LE), ("=", Op.EQ), (">", Op.GT), ("<", Op.LT))
 # `zone in a,b` / `zone notin a,b`: a key without operator characters, the word, a comma-separated list.
-_SET = re.compile(r"^([^\s=!<>]+)\s+(in|notin)\s+(.*)$", re.IGNORECASE)
+# The list may be missing (`-c "zone in $UNSET"`): that is refused here, not read as a key named "zone in".
+_SET = re.compile(r"^([^\s=!<>]+)\s+(in|notin)(?:\s+(.*))?$", re.IGNORECASE)
 
 # Typed value from text: numbers, true/false, a double-quoted string as a string (`-c 'ver="1.10"'`).
 parse_value = value_from_text
@@ -28,6 +29,8 @@ def parse_constraint(expr: str, flag: str = "--constraint", *, soft: bool = Fals
     listed = _SET.match(text)
     if listed:
         key, word, rest = listed.groups()
+        if not rest:
+            raise ValueError(f"{flag} {expr!r}: expected KEY {word.lower()} VALUE,VALUE,... (no value given)")
         items = [item.strip() for item in rest.split(",")]
         if not all(items):
             raise ValueError(f"{flag} {expr!r}: expected KEY {word.lower()} VALUE,VALUE,... (no empty value)")

@@ -67,8 +67,6 @@ def _constraints(constraints: Any) -> list[Constraint]:
     for i, c in enumerate(constraints):
         if not isinstance(c, Constraint):
             raise ValueError(f"constraints[{i}] must be a Constraint, got {type(c).__name__}")
-        if c.key != c.key.strip() or any(ch < " " or ch == "\x7f" for ch in c.key):
-            raise ValueError(f"constraints[{i}].key must not contain control characters or edge spaces, got {c.key!r}")
         if isinstance(c.value, str) and "\0" in c.value:
             raise ValueError(f"constraints[{i}].value must not contain NUL, got {c.value!r}")
         if isinstance(c.value, tuple) and any(isinstance(v, str) and "\0" in v for v in c.value):

@@ -20,13 +20,11 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 from activities.contracts import RuntimeName
 from iris.units import kind, parse_cpu, parse_duration, parse_memory
 from iris.units import short as _short
+from scheduler.types import ATTRIBUTE_KEY_RULE, is_attribute_key
 
 NAME_MAX_LENGTH = 63
 """Group names prefix worker ids, process and log file names, and cloud resource names (63, as DNS labels)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-# Attribute keys travel as `--attribute K=V` and appear in constraint expressions, so no
-# '=', '!', '<', '>' or whitespace; ':' is allowed for taints ("taint:preemptible").
-_ATTRIBUTE_KEY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
 
 
 class FieldError(ValueError):
@@ -61,11 +59,8 @@ def _int_at_least(minimum: int, maximum: int | None = None) -> Any:
 
 def attribute_key(value: object) -> str:
     """An attribute key is what constraints and `--attribute K=V` name, so it must be plain text."""
-    if not isinstance(value, str) or not _ATTRIBUTE_KEY_RE.match(value):
-        raise ValueError(
-            f"attribute key must be letters, digits and '_.:/-' (e.g. 'tpu-name', 'taint:preemptible'), "
-            f"got {_short(value)}"
-        )
+    if not isinstance(value, str) or not is_attribute_key(value):
+        raise ValueError(f"attribute key must be {ATTRIBUTE_KEY_RULE}, got {_short(value)}")
     return value
 
 

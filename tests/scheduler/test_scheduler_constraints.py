@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import Constraint, Op, evaluate, tpu_vm_count, validate_constraints, validate_coscheduled_tpu
+from scheduler.attributes import taint_constraints
 
 ATTRS = {"zone": "a", "cores": 8, "ghz": 2.5, "ssd": True}
 
@@ -126,3 +127,34 @@ def test_validate_coscheduled_tpu() -> None:
     assert validate_coscheduled_tpu("v5e-16", 4) is None
     with pytest.raises(ValueError, match="replicas must be 4"):
         validate_coscheduled_tpu("v5e-16", 8)
+
+
+@pytest.mark.parametrize("key", ["my key", "zone in", "zone notin", "a=b", "k>1", "!x", " zone", "a\0b"])
+def test_a_key_no_worker_can_have_is_refused_at_construction(key: str) -> None:
+    """A constraint key follows the config's attribute-key rule: a job that names a key no worker can have fails
+    at construction, naming the key, instead of pending forever."""
+    with pytest.raises(ValueError, match=r"constraint key must be letters, digits and '_\.:/-'") as raised:
+        Constraint(key, Op.EXISTS)
+    assert repr(key) in str(raised.value)
+
+
+@pytest.mark.parametrize("key", ["zone", "taint:preemptible", "tpu-topology", "tpu-worker-id", "a.b/c_d", "_x", "9"])
+def test_keys_a_worker_can_have_are_accepted(key: str) -> None:
+    """Taint keys and the keys Iris builds itself (tpu-topology, tpu-worker-id) pass the key rule."""
+    assert key == Constraint(key, Op.EXISTS).key
+
+
+def test_a_stored_constraint_keeps_a_key_from_before_the_rule() -> None:
+    """A job stored before keys were checked, or a worker's hand-made taint, still builds (matching no worker):
+    it must not stop the scheduling pass. Everything else is still checked."""
+    stored = Constraint.stored("zone in", "EXISTS")
+    assert ("zone in", Op.EXISTS) == (stored.key, stored.op)
+    assert evaluate(stored, {"zone": "a"}) is False
+    assert Constraint("zone", Op.EQ, "a") == Constraint.stored("zone", "EQ", "a")
+    with pytest.raises(ValueError, match="needs a number"):
+        Constraint.stored("zone in", "GT", "a")
+
+
+def test_a_worker_taint_outside_the_key_rule_still_repels_jobs() -> None:
+    """A taint key a worker was started with by hand (not through the config) still yields its NOT_EXISTS."""
+    assert (Constraint.stored("taint:a b", Op.NOT_EXISTS),) == taint_constraints((), (), ["taint:a b"])
