@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from iris.units import parse_cpu, parse_memory
-from scheduler.types import ATTRIBUTE_KEY_RULE, Constraint, is_attribute_key  # one value type for client and scheduler
+from scheduler.types import (
+    ATTRIBUTE_KEY_RULE,
+    INT32_MAX,
+    Constraint,  # one value type for client and scheduler
+    is_attribute_key,
+)
 from workflows.fleet.slice_lifecycle import SliceState
 from workflows.states import TERMINAL_JOB_STATES, JobState, TaskState
 
@@ -48,6 +53,8 @@ class ResourceSpec:
             raise ValueError(f"resources.replicas must be an integer >= 1, got {self.replicas!r}")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
             raise ValueError(f"resources.gpus must be an integer >= 0, got {self.gpus!r}")
+        if self.gpus > INT32_MAX:  # an int32 on the wire
+            raise ValueError(f"resources.gpus must be at most {INT32_MAX}, got {self.gpus}")
         if self.tpu is not None and (not isinstance(self.tpu, str) or not self.tpu):
             raise ValueError(f"resources.tpu must be a TPU variant like 'v5e-16', got {self.tpu!r}")
 

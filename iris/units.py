@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 
+from scheduler.types import INT64_MAX
+
 _MEMORY_UNITS = {
     "": 1,
     "b": 1,
@@ -37,23 +39,36 @@ _MEMORY_UNITS = {
 }
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# The largest float of millicores that rounds into an int64 (2**63 itself is a float, and too big).
+_MAX_MILLIS = 2**63 - 1024
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_memory(value: str | int | float, field: str = "memory") -> int:
-    """Bytes from "512m", "2g", "1.5Gi", "100MB" or a number of bytes; ValueError names `field`."""
+    """Bytes from "512m", "2g", "1.5Gi", "100MB" or a number of bytes; ValueError names `field`.
+
+    At most 8 EiB less a byte: memory travels as an int64 of bytes.
+    """
     if isinstance(value, bool):
         raise ValueError(f"{field}: expected a size like '2g' or a number of bytes, got {value!r}")
     if isinstance(value, (int, float)):
         if not 0 <= value < float("inf"):  # negative, NaN or infinite
             raise ValueError(f"{field}: must be a non-negative size, got {value!r}")
-        return int(value)
+        return _bytes_in_range(int(value), value, field)
     if not isinstance(value, str):
         raise ValueError(f"{field}: expected a size like '2g', got {type(value).__name__}")
     match = _MEMORY_RE.match(value)
     if not match or match.group(2).lower() not in _MEMORY_UNITS:
         raise ValueError(f"{field}: cannot parse {value!r}; use a size like '512m', '2g', '1.5Gi' or bytes")
-    return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
+    number, unit = match.group(1), _MEMORY_UNITS[match.group(2).lower()]
+    exact = int(number) * unit if number.isdigit() else int(float(number) * unit)  # no float rounding of big ints
+    return _bytes_in_range(exact, value, field)
+
+
+def _bytes_in_range(num_bytes: int, value: object, field: str) -> int:
+    if num_bytes > INT64_MAX:
+        raise ValueError(f"{field}: must be at most {INT64_MAX} bytes, got {short(value)}")
+    return num_bytes
 
 
 def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
@@ -66,12 +81,16 @@ def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
             millis = float(text[:-1]) if text.endswith("m") else float(text) * 1000
         except ValueError:
             raise ValueError(f"{field}: cannot parse {value!r}; use cores like 2 or 0.5, or '500m'") from None
-    elif isinstance(value, (int, float)):
-        millis = float(value) * 1000
+    elif isinstance(value, int):
+        millis = value * 1000  # exact: a float would round a big count of cores
+    elif isinstance(value, float):
+        millis = value * 1000
     else:
         raise ValueError(f"{field}: expected a number of cores, got {type(value).__name__}")
     if millis != millis or millis < 0 or millis == float("inf"):
         raise ValueError(f"{field}: must be a non-negative number of cores, got {value!r}")
+    if millis > _MAX_MILLIS:  # cpu travels as an int64 of millicores
+        raise ValueError(f"{field}: must be at most {_MAX_MILLIS // 1000} cores, got {short(value)}")
     return round(millis)
 
 

@@ -16,6 +16,20 @@ from typing import NamedTuple
 
 AttrValue = str | int | float | bool
 
+# The wire's integer fields (activities/proto/cluster.proto): cpu_millis, memory_bytes and attribute and constraint
+# values are int64, gpus / tpus int32. A bigger value passed here would fail at encoding with protobuf's
+# "Value out of range", naming no field, or, inside an agent, stop it at start.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+
+def int64_refusal(value: object) -> str:
+    """Why an attribute or constraint value does not fit the wire's int64, or "" when it does (or is no int)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        return f"an integer must be between {INT64_MIN} and {INT64_MAX}, got {value}"
+    return ""
+
 TAINT_PREFIX = "taint:"
 
 # Attribute keys travel as `--attribute K=V` and appear in constraint expressions, so no
@@ -116,6 +130,8 @@ def _value_list(key: str, op: Op, value: object) -> tuple[AttrValue, ...]:
             raise ValueError(
                 f"constraint values for {key!r} must be str, int, float or bool, got {type(item).__name__}"
             )
+        if too_big := int64_refusal(item):
+            raise ValueError(f"constraint values for {key!r}: {too_big}")
         kind = value_kind(item)
         ident = (kind, item)
         if ident not in seen:
@@ -215,6 +231,8 @@ class Constraint:
                 f"constraint value for {self.key!r} must be str, int, float or bool, "
                 f"got {type(self.value).__name__}"
             )
+        if too_big := int64_refusal(self.value):
+            raise ValueError(f"constraint value for {self.key!r}: {too_big}")
         if op in ORDERING_OPS and (isinstance(self.value, bool) or not isinstance(self.value, (int, float))):
             raise ValueError(
                 f"constraint {self.key} {op} needs a number, got {self.value!r}: "

@@ -330,6 +330,26 @@ S = "config.yaml: scale_groups[0]"
         (with_worker(attributes={"x": {"y": 1}}), f"{W}.attributes.x: attribute value must be a string"),
         (with_worker(attributes={"taint:x": None}), f"{W}.attributes.taint:x: attribute value must be"),
         (with_worker(attributes={"a=b": 1}), f"{W}.attributes.a=b: attribute key must be"),
+        (
+            with_worker(attributes={"big": 12345678901234567890}),
+            f"{W}.attributes.big: attribute value: an integer must be between -9223372036854775808 and "
+            "9223372036854775807, got 12345678901234567890",
+        ),
+        (
+            with_worker(resources={"cpu": 1, "memory": "99999999999999999999g"}),
+            f"{W}.resources.memory: must be at most 9223372036854775807 bytes, got '99999999999999999999g'",
+        ),
+        (with_worker(resources={"cpu": 10**30, "memory": "1g"}), f"{W}.resources.cpu: must be at most"),
+        (
+            with_worker(resources={"cpu": 1, "memory": "1g", "gpus": 2**40}),
+            f"{W}.resources.gpus: must be at most 2147483647, got 1099511627776",
+        ),
+        (with_scale(attributes={"big": -(2**64)}), f"{S}.attributes.big: attribute value: an integer must be"),
+        (with_scale(hosts_per_slice=2**40), f"{S}.hosts_per_slice: must be at most 2147483647"),
+        (
+            with_scale(resources={"cpu": 1, "memory": "1g", "tpus": 2**31}),
+            f"{S}.resources.tpus: must be at most 2147483647",
+        ),
         (with_worker(attributes=["x"]), f"{W}.attributes: must be a mapping"),
         (with_worker(index_attribute="x", attributes={"x": 1}), f"{W}.index_attribute: 'x' is also set"),
         (with_worker(index_attribute="bad key"), f"{W}.index_attribute: attribute key must be"),

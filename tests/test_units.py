@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from iris.client.submission import build_request
 from iris.types import ResourceSpec
 from iris.units import format_memory, parse_duration, parse_memory
 
@@ -39,3 +40,31 @@ def test_a_bad_size_names_the_field(text: str) -> None:
 def test_a_bad_duration_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"^scale_down_delay: cannot parse 'soon'"):
         parse_duration("soon", "scale_down_delay")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"memory": 1 << 70}, r"^resources\.memory: must be at most 9223372036854775807 bytes, got 1180591620\d+$"),
+        ({"memory": "9" * 20 + "g"}, r"^resources\.memory: must be at most 9223372036854775807 bytes, got '9+g"),
+        ({"memory": 2**63}, r"^resources\.memory: must be at most 9223372036854775807 bytes"),
+        ({"cpu": 10**30}, r"^resources\.cpu: must be at most 9223372036854774 cores, got 10+$"),
+        ({"cpu": "1e30"}, r"^resources\.cpu: must be at most 9223372036854774 cores, got '1e30'$"),
+        ({"gpus": 1 << 40}, r"^resources\.gpus must be at most 2147483647, got 1099511627776$"),
+    ],
+)
+def test_a_resource_too_big_for_the_wire_names_its_field(spec: dict[str, object], message: str) -> None:
+    """cpu and memory travel as int64, gpus as int32: a bigger request is refused at construction naming the field
+    and the largest allowed value (protobuf's "Value out of range" at submit named neither)."""
+    with pytest.raises(ValueError, match=message):
+        ResourceSpec(**spec)  # type: ignore[arg-type]
+
+
+def test_the_largest_resources_the_wire_carries_are_accepted() -> None:
+    """The bounds are the wire's, not smaller: 2**63 - 1 bytes and 2**31 - 1 gpus are requests like any other."""
+    spec = ResourceSpec(cpu=9223372036854774, memory=2**63 - 1, gpus=2**31 - 1)
+    assert (9223372036854774000, 2**63 - 1) == (spec.cpu_millis, spec.memory_bytes)
+    resources = build_request(resources=spec).resources
+    assert (spec.cpu_millis, spec.memory_bytes, spec.gpus) == (
+        resources.cpu_millis, resources.memory_bytes, resources.gpus
+    )

@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 from activities.contracts import RuntimeName
 from iris.units import kind, parse_cpu, parse_duration, parse_memory
 from iris.units import short as _short
-from scheduler.types import ATTRIBUTE_KEY_RULE, is_attribute_key
+from scheduler.types import ATTRIBUTE_KEY_RULE, INT32_MAX, int64_refusal, is_attribute_key
 
 NAME_MAX_LENGTH = 63
 """Group names prefix worker ids, process and log file names, and cloud resource names (63, as DNS labels)."""
@@ -79,6 +79,8 @@ def _attributes(value: object) -> dict[str, str | int | float | bool]:
             raise FieldError(str(key), f"attribute value must be a string, number or bool, got {kind(item)}")
         if isinstance(item, float) and not math.isfinite(item):
             raise FieldError(str(key), f"attribute value must be finite, got {item!r}")
+        if too_big := int64_refusal(item):  # the wire's int64: a worker with it would stop at start
+            raise FieldError(str(key), f"attribute value: {too_big}")
     return dict(value)
 
 
@@ -126,8 +128,8 @@ Image = Annotated[str, BeforeValidator(_image)]
 Millicores = Annotated[int, _unprefixed(parse_cpu)]
 Bytes = Annotated[int, _unprefixed(parse_memory)]
 Seconds = Annotated[float, BeforeValidator(lambda v: parse_duration(v, ""))]
-Devices = Annotated[int, _int_at_least(0)]
-AtLeastOne = Annotated[int, _int_at_least(1)]
+Devices = Annotated[int, _int_at_least(0, INT32_MAX)]  # gpus / tpus are int32 on the wire
+AtLeastOne = Annotated[int, _int_at_least(1, INT32_MAX)]  # hosts and slices: int32 on the wire
 AtLeastZero = Annotated[int, _int_at_least(0)]
 ListOrNone = BeforeValidator(_none_is_empty)
 

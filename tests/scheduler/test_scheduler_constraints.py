@@ -158,3 +158,12 @@ def test_a_stored_constraint_keeps_a_key_from_before_the_rule() -> None:
 def test_a_worker_taint_outside_the_key_rule_still_repels_jobs() -> None:
     """A taint key a worker was started with by hand (not through the config) still yields its NOT_EXISTS."""
     assert (Constraint.stored("taint:a b", Op.NOT_EXISTS),) == taint_constraints((), (), ["taint:a b"])
+
+
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, [1, 10**20]])
+def test_an_integer_value_too_big_for_the_wire_is_refused_at_construction(value: object) -> None:
+    """Constraint values travel as int64: a bigger integer is refused naming the key, not by protobuf at submit."""
+    op = Op.IN if isinstance(value, list) else Op.GE
+    expected = r"'n': an integer must be between -9223372036854775808 and 9223372036854775807"
+    with pytest.raises(ValueError, match=expected):
+        Constraint("n", op, value)  # type: ignore[arg-type]
