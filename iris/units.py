@@ -89,6 +89,8 @@ def parse_cpu(value: str | int | float, field: str = "cpu") -> int:
         raise ValueError(f"{field}: expected a number of cores, got {type(value).__name__}")
     if millis != millis or millis < 0 or millis == float("inf"):
         raise ValueError(f"{field}: must be a non-negative number of cores, got {value!r}")
+    if 0 < millis < 1:  # it would round to no cpu at all, which is not what was asked for
+        raise ValueError(f"{field}: must be 0 or at least 0.001 cores (granularity 1/1000), got {short(value)}")
     if millis > _MAX_MILLIS:  # cpu travels as an int64 of millicores
         raise ValueError(f"{field}: must be at most {_MAX_MILLIS // 1000} cores, got {short(value)}")
     return round(millis)

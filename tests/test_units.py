@@ -60,6 +60,19 @@ def test_a_resource_too_big_for_the_wire_names_its_field(spec: dict[str, object]
         ResourceSpec(**spec)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("cpu", [0.0004, 1e-9, "0.0004", "0.5m"])
+def test_a_cpu_below_the_granularity_names_cpu(cpu: float | str) -> None:
+    """cpu has a granularity of 1/1000: a smaller request is refused naming cpu, not silently made 0."""
+    with pytest.raises(ValueError, match=r"^resources\.cpu: must be 0 or at least 0\.001 cores \(granularity 1/1000\)"):
+        ResourceSpec(cpu=cpu)
+
+
+@pytest.mark.parametrize(("cpu", "millis"), [(0, 0), (0.0, 0), ("0", 0), (0.001, 1), ("1m", 1), (0.0015, 2)])
+def test_cpu_of_0_or_of_at_least_a_millicore_is_accepted(cpu: float | str, millis: int) -> None:
+    """No cpu at all stays allowed; from 0.001 up, cpu is rounded to the nearest millicore."""
+    assert millis == ResourceSpec(cpu=cpu).cpu_millis
+
+
 def test_the_largest_resources_the_wire_carries_are_accepted() -> None:
     """The bounds are the wire's, not smaller: 2**63 - 1 bytes and 2**31 - 1 gpus are requests like any other."""
     spec = ResourceSpec(cpu=9223372036854774, memory=2**63 - 1, gpus=2**31 - 1)

@@ -47,6 +47,7 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
         (["--memory", "12q"], ["memory", "12q"]),
         (["--memory", "99999999999999999999g"], ["--memory", "at most 9223372036854775807 bytes"]),
         (["--cpu", "1e30"], ["--cpu", "at most 9223372036854774 cores"]),
+        (["--cpu", "0.0004"], ["--cpu", "0 or at least 0.001", "granularity"]),
         (["--gpu", str(2**40)], ["--gpu", "at most 2147483647"]),
         (["--tpu", "bogus"], ["--tpu", "bogus"]),
         (["--max-retries", "-1"], ["--max-retries"]),
