@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from iris.units import parse_cpu, parse_memory
+from iris.units import MIN_MEMORY, parse_cpu, parse_memory
 from scheduler.types import (
     ATTRIBUTE_KEY_RULE,
     INT32_MAX,
@@ -49,6 +49,8 @@ class ResourceSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpu_millis", parse_cpu(self.cpu, "resources.cpu"))
         object.__setattr__(self, "memory_bytes", parse_memory(self.memory, "resources.memory"))
+        if 0 < self.memory_bytes < MIN_MEMORY:
+            raise ValueError(f"resources.memory: must be 0 (no limit) or at least 1MiB, got {self.memory!r}")
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
             raise ValueError(f"resources.replicas must be an integer >= 1, got {self.replicas!r}")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:

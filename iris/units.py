@@ -37,6 +37,9 @@ _MEMORY_UNITS = {
     "ti": 1024**4,
     "tib": 1024**4,
 }
+MIN_MEMORY = 2**20
+"""The least memory a task may ask for (0 asks for no limit), and a local worker may have: with less, no
+process starts (its first page faults pass the limit), and the task failed with "cannot start task"."""
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _DURATION_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 # The largest float of millicores that rounds into an int64 (2**63 itself is a float, and too big).
@@ -54,6 +57,8 @@ def parse_memory(value: str | int | float, field: str = "memory") -> int:
     if isinstance(value, (int, float)):
         if not 0 <= value < float("inf"):  # negative, NaN or infinite
             raise ValueError(f"{field}: must be a non-negative size, got {value!r}")
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{field}: a number of bytes must be whole, got {value!r}; use a size like '1.5g'")
         return _bytes_in_range(int(value), value, field)
     if not isinstance(value, str):
         raise ValueError(f"{field}: expected a size like '2g', got {type(value).__name__}")
@@ -61,6 +66,8 @@ def parse_memory(value: str | int | float, field: str = "memory") -> int:
     if not match or match.group(2).lower() not in _MEMORY_UNITS:
         raise ValueError(f"{field}: cannot parse {value!r}; use a size like '512m', '2g', '1.5Gi' or bytes")
     number, unit = match.group(1), _MEMORY_UNITS[match.group(2).lower()]
+    if unit == 1 and not number.isdigit():  # "1.5" or "1.5b": a fraction of a byte
+        raise ValueError(f"{field}: a number of bytes must be whole, got {value!r}; use a size like '1.5g'")
     exact = int(number) * unit if number.isdigit() else int(float(number) * unit)  # no float rounding of big ints
     return _bytes_in_range(exact, value, field)
 

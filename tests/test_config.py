@@ -340,6 +340,11 @@ S = "config.yaml: scale_groups[0]"
             f"{W}.resources.memory: must be at most 9223372036854775807 bytes, got '99999999999999999999g'",
         ),
         (with_worker(resources={"cpu": 10**30, "memory": "1g"}), f"{W}.resources.cpu: must be at most"),
+        (with_worker(resources={"cpu": 1, "memory": "1.5"}), f"{W}.resources.memory: a number of bytes must be whole"),
+        (
+            with_worker(resources={"cpu": 1, "memory": "512k"}),
+            f"{W}.resources: memory must be at least 1MiB: a worker with less runs no task, got 524288",
+        ),
         (
             with_worker(resources={"cpu": 1, "memory": "1g", "gpus": 2**40}),
             f"{W}.resources.gpus: must be at most 2147483647, got 1099511627776",

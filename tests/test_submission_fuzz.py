@@ -54,7 +54,7 @@ def submissions(draw: st.DrawFn) -> dict[str, Any]:
         "resources": {
             "cpu": field(st.sampled_from([0.1, 0.5, 1, 2, "500m"]), st.one_of(st.floats(-2, 1e9), st.text(max_size=5),
                                                                         st.just(float("nan")))),
-            "memory": field(st.sampled_from(["512m", "2g", "1.5Gi", 10**6]), st.one_of(st.text(max_size=4),
+            "memory": field(st.sampled_from(["512m", "2g", "1.5Gi", 2**20]), st.one_of(st.text(max_size=4),
                                                                                      st.integers(-5, -1))),
             "gpus": field(st.integers(0, 1), st.one_of(st.integers(-3, -1), st.booleans())),
             "replicas": field(st.integers(1, 6), st.one_of(st.integers(-2, 0), st.floats(0, 5))),

@@ -73,6 +73,26 @@ def test_cpu_of_0_or_of_at_least_a_millicore_is_accepted(cpu: float | str, milli
     assert millis == ResourceSpec(cpu=cpu).cpu_millis
 
 
+@pytest.mark.parametrize("memory", [1.5, "1.5", "1.5b", "2.25 B"])
+def test_a_fraction_of_a_byte_names_memory(memory: float | str) -> None:
+    """A number of bytes is whole: 1.5 (or "1.5") bytes is refused naming memory, not truncated to 1 byte."""
+    with pytest.raises(ValueError, match=r"^resources\.memory: a number of bytes must be whole"):
+        ResourceSpec(memory=memory)
+
+
+@pytest.mark.parametrize("memory", [1, 4096, "1k", "1.5k", 2**20 - 1, 2048.0])
+def test_a_task_memory_below_1mib_names_memory(memory: float | str) -> None:
+    """Below 1MiB no process starts (the task failed with a bare "cannot start task"): refused naming memory."""
+    with pytest.raises(ValueError, match=r"^resources\.memory: must be 0 \(no limit\) or at least 1MiB, got"):
+        ResourceSpec(memory=memory)
+
+
+@pytest.mark.parametrize(("memory", "expected"), [(0, 0), ("1m", 2**20), (2**20, 2**20), (1.5 * 2**30, 3 * 2**29)])
+def test_a_task_memory_of_0_or_from_1mib_is_accepted(memory: float | str, expected: int) -> None:
+    """0 asks for no memory limit; from 1MiB up any whole number of bytes (a float too, when whole) is a request."""
+    assert expected == ResourceSpec(memory=memory).memory_bytes
+
+
 def test_the_largest_resources_the_wire_carries_are_accepted() -> None:
     """The bounds are the wire's, not smaller: 2**63 - 1 bytes and 2**31 - 1 gpus are requests like any other."""
     spec = ResourceSpec(cpu=9223372036854774, memory=2**63 - 1, gpus=2**31 - 1)

@@ -51,7 +51,7 @@ from iris.config.fields import (
 )
 from iris.config.fields import Runtime as RuntimeField
 from iris.config.sharing import SharingFile
-from iris.units import parse_memory
+from iris.units import MIN_MEMORY, parse_memory
 from workflows.scheduler.sharing_state import SharingSettings
 
 AttributeValue = str | int | float | bool
@@ -256,6 +256,8 @@ def _runs_something(resources: ResourcesFile) -> ResourcesFile:
     for key in ("cpu", "memory"):
         if getattr(resources, key) <= 0:
             raise ValueError(f"{key} must be more than 0: a worker with none runs no task")
+    if resources.memory < MIN_MEMORY:
+        raise ValueError(f"memory must be at least 1MiB: a worker with less runs no task, got {resources.memory}")
     return resources
 
 

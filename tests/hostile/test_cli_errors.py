@@ -45,6 +45,8 @@ def test_a_typo_in_a_command_or_option_gets_a_suggestion(
         (["--replicas", str(MAX_REPLICAS + 1)], ["--replicas", "at most"]),
         (["--cpu", "-1"], ["cpu"]),
         (["--memory", "12q"], ["memory", "12q"]),
+        (["--memory", "1k"], ["--memory", "0 (no limit) or at least 1MiB", "'1k'"]),
+        (["--memory", "1.5"], ["--memory", "a number of bytes must be whole"]),
         (["--memory", "99999999999999999999g"], ["--memory", "at most 9223372036854775807 bytes"]),
         (["--cpu", "1e30"], ["--cpu", "at most 9223372036854774 cores"]),
         (["--cpu", "0.0004"], ["--cpu", "0 or at least 0.001", "granularity"]),

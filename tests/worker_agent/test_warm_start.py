@@ -26,6 +26,7 @@ from iris.client.code_shipping import pickle_callable
 from tests.worker_agent.conftest import REPO_ROOT
 from worker_agent.runtimes.base import Mount, TaskExit, TaskSpec, TaskStartError
 from worker_agent.runtimes.cgroups import CgroupLimits
+from worker_agent.runtimes.forkserver import _died_unheard
 from worker_agent.runtimes.process import ProcessRuntime, TaskUser, process_group_alive
 from worker_agent.storage import BlobStore, LogStore
 from worker_agent.task_area import TaskArea
@@ -277,6 +278,26 @@ async def test_a_forked_task_is_in_its_cgroup(warm: ProcessRuntime, tmp_path: Pa
     limited = {controller for _, controllers, path in groups if path.startswith("/iris/task-")
                for controller in (controllers.split(",") if controllers else ["memory", "cpu"])}  # fmt: skip
     assert {"memory", "cpu"} <= limited
+
+
+@pytest.mark.skipif(CgroupLimits.detect() is None, reason="no writable cgroup hierarchy here (the agent is not root)")
+async def test_a_forked_task_killed_by_its_memory_limit_before_it_starts_says_so(
+    warm: ProcessRuntime, tmp_path: Path, log_store: LogStore
+) -> None:
+    """A child the kernel kills for its memory limit before it reports fails to start naming the OOM kill and the
+    limit; the start error was a bare "cannot start task"."""
+    with pytest.raises(TaskStartError) as info:
+        await _run(warm, tmp_path, log_store, _facts, memory_bytes=4096)
+    assert str(info.value).startswith("cannot start task: OOM-killed: the task exceeded its memory limit of "), info
+
+
+@pytest.mark.parametrize(("status", "reason"), [
+    (signal.SIGKILL, "its process was killed by SIGKILL before it started"),
+    (3 << 8, "its process exited with code 3 before it started"),
+])  # fmt: skip
+def test_a_child_that_died_before_it_reported_is_described(status: int, reason: str) -> None:
+    """The forkserver says how a child that never reported ended (a signal or an exit code), not only that it did."""
+    assert reason == _died_unheard(status)
 
 
 def test_the_runner_reads_its_command_line_without_argparse() -> None:

@@ -258,8 +258,22 @@ def serve(sock: socket.socket) -> tuple[Launch, int] | None:
             send_frame(sock, {"id": launch.id, "pid": pid, "joined": word == _JOINED})
         else:
             children.discard(pid)
-            os.waitpid(pid, 0)
-            send_frame(sock, {"id": launch.id, "error": word.decode("utf-8", "replace") or "cannot start task"})
+            _, status = os.waitpid(pid, 0)
+            reason = word.decode("utf-8", "replace") or f"cannot start task: {_died_unheard(status)}"
+            send_frame(sock, {"id": launch.id, "error": reason})
+
+
+def _died_unheard(status: int) -> str:
+    """Why a child ended before it could say anything: the agent reads a signal (SIGKILL, most often its cgroup's
+    memory limit) or an exit code, where a bare "cannot start task" left the user nothing to act on."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"its process was killed by {name} before it started"
+    return f"its process exited with code {os.waitstatus_to_exitcode(status)} before it started"
 
 
 def _read_all(fd: int) -> bytes:

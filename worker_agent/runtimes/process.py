@@ -481,9 +481,12 @@ class ProcessRuntime:
             except ForkServerError as exc:  # it never got the request: start the task fresh
                 logger.warning("forkserver_unusable", error=str(exc))
                 server = None
-            except TaskStartError:
+            except TaskStartError as exc:
                 if group is not None:
+                    oom = group.oom_kills() > 0  # its first pages passed the limit: say so, not only "killed"
                     group.remove()
+                    if oom:
+                        raise TaskStartError(f"cannot start task: {oom_reason(spec.memory_bytes)}") from exc
                 raise
         if process is None:
             process = await self._exec(spec, env, user, group)
