@@ -19,7 +19,7 @@ import getpass
 import json
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,17 +83,21 @@ class TemporalSettings(BaseSettings):
         return self
 
     @classmethod
-    def load(cls, **overrides: Any) -> TemporalSettings:
-        """Settings from the environment, with the non-None `overrides` (CLI options) on top.
+    def load(cls, names: Mapping[str, str] | None = None, **overrides: Any) -> TemporalSettings:
+        """Settings from the environment, with the non-None `overrides` (CLI options, a client's arguments) on top.
 
-        A bad value is a ValueError naming the environment variable, in one line.
+        A bad value is a ValueError in one line naming where it came from: `names[field]` when given (the CLI
+        says `--temporal` for a flag it was typed as), else the argument's own name for an override, else the
+        environment variable. Naming the variable for a value typed as a flag sent the user to the wrong place.
         """
+        given = {k: v for k, v in overrides.items() if v is not None}
         try:
-            return cls(**{k: v for k, v in overrides.items() if v is not None})
+            return cls(**given)
         except ValidationError as e:
             first = e.errors()[0]
             name = str(first["loc"][0]) if first["loc"] else ""
-            where = f"{ENV_PREFIX}{name.upper()}: " if name else ""
+            source = (names or {}).get(name) or (name if name in given else f"{ENV_PREFIX}{name.upper()}")
+            where = f"{source}: " if name else ""
             raise ValueError(f"{where}{first['msg'].removeprefix('Value error, ')}") from None
 
     def api_key_value(self) -> str | None:

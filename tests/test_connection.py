@@ -49,6 +49,18 @@ def test_bad_settings_are_one_line_errors_naming_the_variable(
     assert "\n" not in str(info.value)
 
 
+def test_a_bad_value_given_as_an_argument_names_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value passed in (a client's `address=`, the CLI's `--temporal`) is named as passed, not as the variable."""
+    monkeypatch.delenv("IRIS_TEMPORAL_ADDRESS", raising=False)
+    with pytest.raises(ValueError, match=r"^address: must be HOST:PORT, e\.g\. temporal\.example\.com:7233, got 'x'$"):
+        TemporalSettings.load(address="x")
+    with pytest.raises(ValueError, match=r"^--temporal: must be HOST:PORT"):
+        TemporalSettings.load(names={"address": "--temporal"}, address="x")
+    monkeypatch.setenv("IRIS_TEMPORAL_NAMESPACE", "two words")
+    with pytest.raises(ValueError, match=r"^IRIS_TEMPORAL_NAMESPACE: "):
+        TemporalSettings.load(names={"address": "--temporal"}, address="h:1")
+
+
 def test_client_certificate_needs_its_key(tmp_path: Path) -> None:
     """A certificate without a key (or a key without a certificate) is refused at construction."""
     pki = make_pki(tmp_path)

@@ -18,9 +18,16 @@ from iris.cli.error_lines import USAGE, CliError
 from iris.client.iris_client import ADDRESS_ENV, STORE_ENV, IrisClient
 from iris.connection import TemporalSettings
 
+try:  # typer >= 0.2x vendors click: its commands run in its own click's context
+    from typer._click.core import ParameterSource
+    from typer._click.globals import get_current_context
+except ImportError:  # pragma: no cover - older typer on real click
+    from click import get_current_context  # type: ignore[assignment,no-redef]
+    from click.core import ParameterSource  # type: ignore[assignment,no-redef]
+
 __all__ = [
     "NO_LOCAL_CLUSTER", "StoreOpt", "TemporalOpt", "close_clients", "configure_logging", "err", "fail", "iris_client",
-    "on_exit", "out", "temporal_settings",
+    "on_exit", "out", "source_name", "temporal_settings",
 ]
 
 
@@ -44,11 +51,29 @@ NO_LOCAL_CLUSTER = "no local cluster running (start it with `iris cluster up`)"
 
 
 def temporal_settings(temporal: str | None) -> TemporalSettings:
-    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*."""
+    """Connection settings: `--temporal` over IRIS_TEMPORAL_ADDRESS, TLS/API key/namespace from IRIS_TEMPORAL_*.
+
+    A bad address names `--temporal` when it was typed as the flag, IRIS_TEMPORAL_ADDRESS when it came from there.
+    """
     try:
-        return TemporalSettings.load(address=temporal)
+        return TemporalSettings.load(names={"address": source_name("temporal", temporal, "--temporal", ADDRESS_ENV)},
+                                     address=temporal)  # fmt: skip
     except ValueError as e:
         raise fail(str(e)) from None
+
+
+def source_name(param: str, value: object, flag: str, envvar: str) -> str:
+    """`flag` if the command's parameter `param` holds `value` as typed on the command line, else `envvar`.
+
+    An option with an `envvar` gets its value from either; an error should name the one the user set.
+    """
+    ctx = get_current_context(silent=True)
+    typed = (
+        ctx is not None
+        and ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE
+        and ctx.params.get(param) == value
+    )
+    return flag if typed else envvar
 
 
 def iris_client(temporal: str | None, store: str | None = None, *, start: bool = False) -> IrisClient:

@@ -17,9 +17,10 @@ import structlog
 import typer
 
 from activities.contracts import DEFAULT_PORT_RANGE
-from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, temporal_settings
+from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, source_name, temporal_settings
 from iris.cli.parsing import parse_pair, parse_value
 from iris.cli.port_commands import parse_port_range
+from iris.client.iris_client import ADDRESS_ENV
 from iris.connection import TemporalSettings, is_api_url
 from iris.units import parse_cpu, parse_memory
 from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
@@ -268,7 +269,11 @@ def controller_serve(
 
     configure_logging()
     try:
-        settings = TemporalSettings.load(address=temporal, namespace=namespace)
+        names = {
+            "address": source_name("temporal", temporal, "--temporal", ADDRESS_ENV),
+            "namespace": source_name("namespace", namespace, "--namespace", "IRIS_TEMPORAL_NAMESPACE"),
+        }
+        settings = TemporalSettings.load(names=names, address=temporal, namespace=namespace)
         cluster_config = load_config(config) if config else None
         autoscaler_config(cluster_config)  # a bad platform block is a one-line error now, not in a workflow
     except ValueError as e:

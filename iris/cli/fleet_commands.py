@@ -69,6 +69,8 @@ def worker_drain(
     temporal: TemporalOpt = None, store: StoreOpt = None,
 ) -> None:
     """Cordon WORKER and wait until its running tasks have finished (Slurm's drain)."""
+    if timeout is not None and not timeout >= 0:  # checked before the worker is cordoned (NaN too)
+        raise fail(f"--timeout must be a number of seconds >= 0, got {timeout}")
     last = [-1]
 
     def progress(worker: WorkerStatus) -> None:

@@ -126,7 +126,15 @@ class ClusterReads:
 
     async def drain_worker(self, worker_id: str, timeout: float | None = None, poll: float = 1.0,
                            on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:
-        """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError."""
+        """Cordon the worker, then wait until it runs no task (they finish, as Slurm's drain); TimeoutError.
+
+        A `timeout` that is not a number of seconds >= 0 (or None: wait as long as it takes) is a ValueError
+        before the worker is cordoned.
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         await fleet_view.cordon_worker(self.temporal, worker_id, reason="drained by user")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

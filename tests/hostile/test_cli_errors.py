@@ -146,6 +146,23 @@ def test_logs_of_a_task_the_job_does_not_have(
     assert_one_line_error(result, 2, "--task", "0..1", task)
 
 
+@pytest.mark.parametrize("timeout", ["-1", "nan"])
+def test_a_drain_timeout_below_zero_is_a_usage_error(no_cluster_env: dict[str, str], timeout: str) -> None:
+    """`iris worker drain W --timeout -1` is refused before anything is cordoned: exit 2 naming --timeout."""
+    result = iris("worker", "drain", "q-0", "--timeout", timeout, "--temporal", "127.0.0.1:1", env=no_cluster_env)
+    assert_one_line_error(result, 2, "--timeout must be a number of seconds >= 0", timeout)
+
+
+@pytest.mark.parametrize("args", [["job", "list"], ["worker", "drain", "q-0"], ["controller", "serve"]])
+def test_a_bad_temporal_address_names_where_it_was_set(no_cluster_env: dict[str, str], args: list[str]) -> None:
+    """A bad address names `--temporal` when typed as the flag, IRIS_TEMPORAL_ADDRESS when it came from there."""
+    flag = iris(*args, "--temporal", "notahost", env=no_cluster_env)
+    line = assert_one_line_error(flag, 2, "--temporal: must be HOST:PORT", "'notahost'")
+    assert "IRIS_TEMPORAL_ADDRESS" not in line
+    variable = iris(*args, env={**no_cluster_env, "IRIS_TEMPORAL_ADDRESS": "notahost"})
+    assert_one_line_error(variable, 2, "IRIS_TEMPORAL_ADDRESS: must be HOST:PORT", "'notahost'")
+
+
 def test_unreachable_temporal_is_one_line(no_cluster_env: dict[str, str]) -> None:
     """`--temporal` pointing at nothing fails in one line that names Temporal."""
     result = iris("job", "list", "--temporal", "127.0.0.1:1", env=no_cluster_env, timeout=120)
