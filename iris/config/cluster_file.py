@@ -181,6 +181,23 @@ class ScaleGroupConfig:
     buffer_slices: AtLeastZero = 0
     """Idle READY slices kept beyond demand (within max_slices), so new work starts without a slice's boot."""
 
+    def document(self) -> dict[str, Any]:
+        """This group as a `scale_groups` entry that `ScaleGroupFile` reads back as the same group (the local
+        cluster hands its controller the groups so; a field left out here was silently dropped there)."""
+        platform = str(getattr(self.platform, "value", self.platform))
+        doc: dict[str, Any] = {
+            "name": self.name, "platform": platform, "hosts_per_slice": self.hosts_per_slice,
+            "min_slices": self.min_slices, "max_slices": self.max_slices, "buffer_slices": self.buffer_slices,
+            "resources": {"cpu": self.cpu_millis / 1000, "memory": self.memory_bytes, "gpus": self.gpus,
+                          "tpus": self.tpus},
+            "attributes": dict(self.attributes), "scale_up_delay": self.scale_up_delay_seconds,
+            "scale_down_delay": self.scale_down_delay_seconds,
+            "runtime": str(getattr(self.runtime, "value", self.runtime)), "image": self.image,
+        }  # fmt: skip
+        if self.extra:
+            doc[platform] = dict(self.extra)
+        return doc
+
     def __post_init__(self) -> None:
         if self.min_slices > self.max_slices:
             raise FieldError("min_slices", f"must be <= max_slices ({self.max_slices}), got {self.min_slices}")

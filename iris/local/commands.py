@@ -112,28 +112,7 @@ def dashboard_options(port: int, ui_url: str) -> list[str]:
 
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
     """The config's scale groups (and autoscaler settings) as a YAML document `load_config` reads back."""
-    groups = []
-    for g in config.scale_groups:
-        platform = str(getattr(g.platform, "value", g.platform))
-        doc: dict[str, Any] = {
-            "name": g.name,
-            "platform": platform,
-            "hosts_per_slice": g.hosts_per_slice,
-            "min_slices": g.min_slices,
-            "max_slices": g.max_slices,
-            "resources": {"cpu": g.cpu_millis / 1000, "memory": g.memory_bytes, "gpus": g.gpus, "tpus": g.tpus},
-            "attributes": dict(g.attributes),
-            "scale_up_delay": g.scale_up_delay_seconds,
-            "scale_down_delay": g.scale_down_delay_seconds,
-        }
-        if g.extra:
-            doc[platform] = dict(g.extra)
-        runtime = str(getattr(g.runtime, "value", g.runtime))
-        if runtime != "process":
-            doc["runtime"] = runtime
-        if g.image:
-            doc["image"] = g.image
-        groups.append(doc)
+    groups = [g.document() for g in config.scale_groups]
     document: dict[str, Any] = {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds},
                 "sharing": sharing_document(config.sharing)}
     if config.auth.team:

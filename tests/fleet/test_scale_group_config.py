@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -40,12 +41,20 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
     data = {
         "scale_groups": [
             {"name": "a", "platform": "local", "hosts_per_slice": 2, "min_slices": 1, "max_slices": 3,
-             "resources": {"cpu": 1.5, "memory": "1g", "gpus": 1}, "attributes": {"k": "v", "n": 2, "f": True},
-             "scale_up_delay": "1m30s", "scale_down_delay": "250ms", "local": {"max_hosts": 8}},
+             "resources": {"cpu": 1.5, "memory": "1g", "gpus": 1, "tpus": 4},
+             "attributes": {"k": "v", "n": 2, "f": True},
+             "scale_up_delay": "1m30s", "scale_down_delay": "250ms", "local": {"max_hosts": 8},
+             "buffer_slices": 1, "runtime": "docker", "image": "python:3.11-slim"},
         ],
         "autoscaler": {"scan_interval": "1.5s"},
     }  # fmt: skip
     config = parse_config(data, "test")
+    # Every field of a group is set here (none at its default), so a field the file leaves out fails below:
+    # buffer_slices was dropped so, and a local cluster's group kept no buffer.
+    (group,) = config.scale_groups
+    at_default = [f.name for f in dataclasses.fields(group) if f.default is not dataclasses.MISSING and
+                  getattr(group, f.name) == f.default]  # fmt: skip
+    assert [] == at_default
     again = parse_config(yaml.safe_load(yaml.safe_dump(scale_groups_document(config))), "scale-groups.yaml")
     assert config.scale_groups == again.scale_groups
     assert 1.5 == again.scan_interval_seconds == autoscaler_config(again).scan_interval_seconds
