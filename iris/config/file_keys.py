@@ -48,7 +48,8 @@ WORDS: dict[tuple[type[BaseModel], str], tuple[str | None, str]] = {
     (ScaleGroupFile, "resources"): ("mapping", "one host's capacity (`resources` below); default none"),
     (ScaleGroupFile, "attributes"): ("map", "attributes every host has, e.g. `tpu-topology: v5e-16` (what "
                                             "`iris run --tpu v5e-16` asks for: lets the autoscaler match it)"),
-    (ScaleGroupFile, "scale_up_delay"): (DURATION, "how long work must wait before the group grows for it"),
+    (ScaleGroupFile, "scale_up_delay"): (DURATION, "the least time between two scale-ups of the group "
+                                                   "(the first is at once)"),
     (ScaleGroupFile, "scale_down_delay"): (DURATION, "how long a slice stays idle before it is deleted"),
     (ScaleGroupFile, "runtime"): (None, "how the agents run tasks"),
     (ScaleGroupFile, "image"): (None, "the agents' default image"),
