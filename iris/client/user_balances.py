@@ -8,6 +8,7 @@ its next loop (well under a second on an idle cluster).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +47,19 @@ def check_amount(amount: object) -> float:
     return float(amount)
 
 
-async def set_credits(client: Client, user: str, amount: float) -> None:
-    """Set `user`'s remaining balance (an operator's call); usage so far is kept."""
+async def set_credits(client: Client, user: str, amount: float, settle: float = 10.0) -> None:
+    """Set `user`'s remaining balance (an operator's call); usage so far is kept.
+
+    Returns once the published user table shows it (within `settle` s): a `list_users` right after read the
+    old balance for a second (the table is published apart from the signal, as a schedule's pause is).
+    """
     name = resolve_user(user)
-    await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(SET_CREDITS, SetCredits(name, check_amount(amount)))
+    amount = check_amount(amount)
+    await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(SET_CREDITS, SetCredits(name, amount))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle
+    while loop.time() < deadline:
+        row = next((u for u in await list_users(client) if u.user == name), None)
+        if row is not None and abs(row.credits - amount) <= 0.01 + 0.001 * abs(amount):  # running work spends a little
+            return
+        await asyncio.sleep(0.2)
