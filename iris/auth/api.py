@@ -378,12 +378,14 @@ class IrisApi:
         """`iris task exec` / `profile` on the owner's behalf: run it to the end, then answer with all its output."""
         body = await request.json()
         job_id, index = body["job_id"], int(body["task_index"])
-        await self.require(who, Action.EXEC, job_id)
+        profile = body.get("activity") == PROFILE_TASK
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("job_id: missing")
+        self.authorized(who, Action.EXEC, "profile" if profile else "exec", job_id, owner=await self.owner(job_id))
         status = await self.iris.status(job_id)
         task = next((t for t in status.tasks if t.task_index == index), None)
         if status.state != JobState.RUNNING or task is None or task.state != TaskState.RUNNING or not task.worker_id:
             raise ValueError(f"task {index} of job {job_id} is not running")
-        profile = body.get("activity") == PROFILE_TASK
         inp = TaskAccessInput(activity=PROFILE_TASK if profile else EXEC_IN_TASK, access_id=uuid.uuid4().hex,
                               job_id=job_id, task_index=index, worker_id=task.worker_id,
                               argv=[str(a) for a in body.get("argv", ())],

@@ -420,6 +420,9 @@ def test_exec_is_the_owners_and_admins(team: Team) -> None:
         refused = team.cli("bob", "task", "profile", job.job_id, "--duration", "2")
         assert (3, 1) == (refused.returncode, len(refused.stderr.splitlines())), refused.stderr
         assert "belongs to ana" in refused.stderr
+        audit = [line for line in team.cli("admin", "auth", "audit", "--since", "5m").stdout.splitlines()
+                 if job.job_id in line and "refused" in line]  # fmt: skip
+        assert any(" profile " in f" {line} " for line in audit), audit  # it was audited as an exec
     finally:
         team.clients["ana"].terminate(job.job_id)
         job.wait(timeout=60, raise_on_failure=False)  # its charge is in before the next test sets credits
