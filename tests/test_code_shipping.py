@@ -121,6 +121,57 @@ def test_local_package_function_runs_on_a_worker_without_it(
     assert local_package.Summary(total=60, label="sum") == result
 
 
+SCRIPT = """
+import sys
+
+import sib
+from sib import add
+
+from iris.client.code_shipping import pickle_callable
+from worker_agent.storage import BlobStore
+
+
+def uses_the_global(x):
+    return sib.add(x)
+
+
+def imports_it_inside(x):
+    import sib
+
+    return sib.add(x) * 10
+
+
+def took_a_function(x):
+    return add(x) * 100
+
+
+store = BlobStore.from_url(sys.argv[1])
+for fn in (uses_the_global, imports_it_inside, took_a_function):
+    store.put(f"{fn.__name__}/fn", pickle_callable(fn, (1,)))
+"""
+
+
+@pytest.mark.parametrize(("name", "expected"), [("uses_the_global", 2), ("imports_it_inside", 20),
+                                                ("took_a_function", 200)])  # fmt: skip
+def test_a_scripts_sibling_module_ships_with_its_function(
+    store: BlobStore, tmp_path: Path, name: str, expected: int
+) -> None:
+    """A script next to its own module (`import sib` at its top or inside the function, `from sib import
+    add`): the functions run on a worker that has no sib.py (each failed: No module named 'sib')."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "sib.py").write_text("def add(x):\n    return x + 1\n")
+    (project / "script.py").write_text(SCRIPT)
+    env = {**_worker_env(), "PYTHONPATH": f"{project}{os.pathsep}{REPO_ROOT}"}
+    made = subprocess.run([sys.executable, "script.py", store.url], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert 0 == made.returncode, made.stderr
+    store.put("job/fn", store.get(f"{name}/fn"))
+    completed = _run_worker(store, tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert expected == unpickle_result(store.get("job/result"))
+
+
 def test_exception_in_shipped_code_is_reported(
     local_package: ModuleType, store: BlobStore, tmp_path: Path
 ) -> None:

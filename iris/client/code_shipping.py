@@ -18,7 +18,8 @@ A module is a user module unless it is
   ``iris``), which the worker runs anyway.
 
 An editable install of the user's own project lives in their source tree, so it counts as user
-code and its current local source is shipped. Modules are found from the callable and, one
+code and its current local source is shipped. Modules are found from the callable, from the module
+globals its code names (a sibling module the script imports, or what it took from one), and, one
 container level deep, from its arguments (their classes, or themselves if functions or classes).
 Modules referenced only indirectly (e.g. a global inside a by-reference function) are not found.
 """
@@ -38,6 +39,8 @@ from types import ModuleType
 from typing import Any, Final
 
 import cloudpickle
+
+from worker_agent.shipped_modules import call_with_modules
 
 __all__ = [
     "IRIS_PACKAGES",
@@ -68,6 +71,9 @@ def pickle_callable(
     with _registry_lock:
         already = set(cloudpickle.list_registry_pickle_by_value())
         registered = [module for module in user_modules(call) if module.__name__ not in already]
+        imported = tuple(m for m in _globals_used(fn) if isinstance(m, ModuleType) and _shippable_root(m.__name__))
+        if imported:  # `import sib` inside it looks sib up by name there: it comes along, named (shipped_modules)
+            call = (functools.partial(call_with_modules, imported, fn), call[1], call[2])
         for module in registered:
             cloudpickle.register_pickle_by_value(module)
         try:
@@ -120,7 +126,7 @@ def user_modules(call: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> list[Modu
     """The modules to register by value for ``(fn, args, kwargs)``, one per user package."""
     fn, args, kwargs = call
     found: dict[str, ModuleType] = {}
-    for obj in [fn, *_arguments(args, kwargs)]:
+    for obj in [fn, *_globals_used(fn), *_arguments(args, kwargs)]:
         module_name = _module_name_of(obj)
         if module_name is None:
             continue
@@ -147,10 +153,37 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
             yield item
 
 
+def _globals_used(fn: Any) -> Iterator[Any]:
+    """The module globals a function's code names (its nested functions' too): a sibling module of the script
+    (`import sib` at its top, or inside the function), or what was taken from one (`from sib import add`).
+
+    cloudpickle carries them with the function, by reference unless their module ships by value: a module
+    next to the script, which workers do not have, must (the task runner makes it importable there).
+    """
+    if isinstance(fn, functools.partial):
+        fn = fn.func
+    code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if not isinstance(code, types.CodeType) or not isinstance(namespace, dict):
+        return
+    names: set[str] = set()
+    codes = [code]
+    while codes:
+        current = codes.pop()
+        names.update(current.co_names)
+        codes.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    for name in sorted(names):
+        if name in namespace:
+            yield namespace[name]
+        elif isinstance(sys.modules.get(name), ModuleType):  # imported only inside the function
+            yield sys.modules[name]
+
+
 def _module_name_of(obj: Any) -> str | None:
-    """The module defining ``obj`` if it is a function or class, else the module of its class."""
+    """The module defining ``obj`` if it is a function or class, the module itself, else the module of its class."""
     if isinstance(obj, functools.partial):
         obj = obj.func
+    if isinstance(obj, ModuleType):
+        return obj.__name__
     owner = obj if isinstance(obj, _DEFINED_IN_A_MODULE) else type(obj)
     name = getattr(owner, "__module__", None)
     return name if isinstance(name, str) else None
