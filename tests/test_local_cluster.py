@@ -290,6 +290,21 @@ def test_full_stack_waits_for_workers_and_stops_their_tasks(cluster: LocalCluste
         assert process_group_members(pid) == []  # the workers' `sleep` children too
 
 
+def test_a_cluster_left_by_another_build_says_what_to_do(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade that changed Iris's workflow code, the scheduler is pinned to the old build and no
+    controller serves it: `up` says so at once, and what to do (it waited out its timeout, then said "the
+    scheduler has not run a workflow task on the new controller yet")."""
+    monkeypatch.setenv("IRIS_BUILD_ID", "old-build")
+    cluster.up(two_workers(), ready_timeout=60)
+    cluster.down()
+    monkeypatch.setenv("IRIS_BUILD_ID", "new-build")
+    with pytest.raises(RuntimeError, match=r"runs on Iris build old-build, which this Iris \(build new-build\)") as e:
+        cluster.up(None, ready_timeout=60)
+    assert "iris cluster down" in str(e.value) and str(cluster.home) in str(e.value)
+
+
 @pytest.mark.usefixtures("fake_commands")
 def test_killed_worker_can_be_restarted(cluster: LocalCluster) -> None:
     """A worker killed with SIGKILL shows as dead and `start_worker` brings the same id back."""

@@ -387,7 +387,10 @@ class LocalCluster:
             return f"{', '.join(gone)} exited" if gone else None
 
         logs = [self.log_path(n) for n in [*names, TEMPORAL]]
-        await wait_until_ready(state["address"], expected_workers, timeout, log_files=logs, abort_if=exited)
+        from iris.deploy.worker_versioning import build_id
+
+        await wait_until_ready(state["address"], expected_workers, timeout, log_files=logs, abort_if=exited,
+                               build=build_id(), home=str(self.home))  # fmt: skip
 
 
 def ensure_running(home: Path | str | None = None, config: ClusterConfig | None = None) -> ClusterInfo:

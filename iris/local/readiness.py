@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from temporalio.api.enums.v1 import VersioningBehavior
 from temporalio.client import Client
 
 from activities.contracts import CONFIGURE_SCHEDULER, HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
@@ -65,6 +66,10 @@ async def wait_for_temporal(
         await asyncio.sleep(0.1)
 
 
+class StrandedError(RuntimeError):
+    """The scheduler is pinned to a build no controller of this Iris serves (`stranded` says what to do)."""
+
+
 class NotServedYetError(Exception):
     """No query yet: the run is not held by a live controller (see workflow_health.served_since_last_signal)."""
 
@@ -84,6 +89,28 @@ async def _failing(client: Client | None) -> str | None:
     return failing_line("scheduler", failure) if failure else None
 
 
+async def pinned_build(client: Client, workflow_id: str) -> str:
+    """The controller build a run is pinned to ("" when it is not pinned, or cannot be read)."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except Exception:  # not created yet, server busy: nothing to say
+        return ""
+    info = desc.raw_description.workflow_execution_info.versioning_info
+    override = info.versioning_override
+    if override.HasField("pinned") and override.pinned.version.build_id:
+        return str(override.pinned.version.build_id)
+    if info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED:
+        return str(info.deployment_version.build_id)
+    return ""
+
+
+def stranded(old: str, new: str, home: str) -> str:
+    """Why a cluster whose scheduler is pinned to build `old` cannot come up on build `new`, and what to do."""
+    return (f"its scheduler runs on Iris build {old}, which this Iris (build {new}) cannot continue: an upgrade "
+            f"changed Iris's workflow code under a running cluster. Let its jobs end, then `iris cluster down`, "
+            f"move {home} aside and `iris cluster up` (docs/operating.md, \"Upgrading Iris under a local cluster\")")
+
+
 async def wait_until_ready(
     address: str,
     expected_workers: int,
@@ -92,12 +119,15 @@ async def wait_until_ready(
     log_files: Sequence[Path | str] = (),
     abort_if: Callable[[], str | None] | None = None,
     namespace: str = "default",
+    build: str = "",
+    home: str = "",
 ) -> None:
     """Return once the controller's `iris-scheduler` workflow reports `expected_workers` healthy workers.
 
     Any failure before then (server not up, workflow not yet created, no controller
     polling to answer the query) just means "not ready yet". On timeout, or when
-    `abort_if` returns a reason, raise RuntimeError naming the log files to read.
+    `abort_if` returns a reason, raise RuntimeError naming the log files to read; at once when the
+    scheduler is pinned to another build than `build` (this Iris's: the controller it starts serves no other).
     """
     deadline = time.monotonic() + timeout
     last = "no answer yet"
@@ -113,6 +143,9 @@ async def wait_until_ready(
                 client = await asyncio.wait_for(readiness_client(address, namespace), remaining)
             handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
             if not await served_since_last_signal(client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER):
+                old = await pinned_build(client, SCHEDULER_WORKFLOW_ID) if build else ""
+                if old and old != build:
+                    raise StrandedError(f"local cluster failed to start: {stranded(old, build, home)}")
                 raise NotServedYetError("the scheduler has not run a workflow task on the new controller yet")
             count = await asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
@@ -121,6 +154,8 @@ async def wait_until_ready(
             if count >= expected_workers:  # slices the autoscaler started count too
                 return
             last = f"scheduler reports {count} of {expected_workers} workers healthy"
+        except StrandedError:
+            raise
         except Exception as e:  # not ready yet; the last reason is reported on timeout
             last = f"{type(e).__name__}: {e}"
             failing = await _failing(client)
