@@ -419,10 +419,16 @@ def cluster_status(temporal: TemporalOpt = None, store: StoreOpt = None) -> None
                   markup=False, highlight=False)  # fmt: skip
         return
     out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
+    unhealthy = ""
+    if summary.healthy_workers < summary.total_workers:  # name them: an agent frozen or gone is not "down" above
+        names = sorted(w.worker_id for w in client.list_workers() if not w.healthy)
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        unhealthy = f" (unhealthy: {', '.join(names[:5])}{more})" if names else ""
     out.print(
-        f"workers: {summary.healthy_workers} healthy of {summary.total_workers}\n"
-        f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed"
-    )
+        f"workers: {summary.healthy_workers} healthy of {summary.total_workers}{unhealthy}\n"
+        f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed",
+        markup=False, highlight=False,
+    )  # fmt: skip
     from iris.cli.fleet_commands import print_fleet_status
 
     print_fleet_status(client)

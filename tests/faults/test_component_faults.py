@@ -24,6 +24,7 @@ from iris import (
     TaskStatus,
     get_job_info,
 )
+from tests.ops.cli import iris
 from tests.support import holds_throughout, replay_run
 from worker_agent.leases.lease_settings import LeaseSettings
 from workflows.scheduler.scheduler_carry_loader import unpack
@@ -242,6 +243,8 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_clu
     assert any(d > 0 for d in dispatch_failures)  # some were never picked up: released at the dispatch timeout
     paused = c.workers()["paused-0"]
     assert (False, ()) == (paused.healthy, paused.running_tasks)  # nothing committed on it while paused
+    # A frozen agent is not "down" (its process lives): cluster status names it among the unhealthy workers.
+    assert "workers: 1 healthy of 2 (unhealthy: paused-0)" in iris(c, "cluster", "status").stdout
 
     assert c.local.kill_process("paused-0", signal.SIGCONT)
     wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
