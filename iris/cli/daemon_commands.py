@@ -185,6 +185,8 @@ def worker_serve(
                 raise TaskUserRefused(refusal)
 
     async def main() -> None:
+        from temporalio.client import Client
+
         from iris.controller import observability
         from iris.controller.control_plane import connect
         from iris.security.key_check import check_cluster_key
@@ -196,21 +198,23 @@ def worker_serve(
             await WorkerAgent(client, config, task_runtime).serve()
             return
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
-        client = await connect(
-            settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
-        )
-        await check_cluster_key(client)
-        await check_task_user()
+        connected: list[Client] = []  # none while Temporal cannot be reached: /health answers 503 meanwhile
 
         async def checks() -> dict[str, bool]:
             return {
-                "temporal_reachable": await observability.temporal_reachable(client),
+                "temporal_reachable": bool(connected) and await observability.temporal_reachable(connected[0]),
                 "pollers_running": observability.heartbeat_fresh(metrics),
             }
 
         health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
-        await health.start()
+        await health.start()  # before connecting: a port that refuses connections says nothing (it answered none)
         try:
+            client = await connect(
+                settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
+            )
+            connected.append(client)
+            await check_cluster_key(client)
+            await check_task_user()
             await WorkerAgent(client, config, task_runtime).serve()
         finally:
             await health.stop()

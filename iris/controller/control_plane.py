@@ -239,14 +239,18 @@ async def serve(
         client = await connect(settings)
     else:
         sdk_port = observability.free_loopback_port()
-        client = await connect(
-            settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
-        )
-        probe.client = client
         health = observability.HealthServer(
             health_port, probe.checks, probe.refresh, sdk_metrics_port=sdk_port, host=health_host
         )
-        await health.start()
+        await health.start()  # before connecting: /health answers 503 while Temporal cannot be reached
+        try:
+            client = await connect(
+                settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+            )
+        except BaseException:
+            await health.stop()
+            raise
+        probe.client = client
     dashboard = None
     gate = await team_gate(client, config, store_url)  # team mode: the dashboard's port serves the Iris API (iris/auth)
     if gate is not None and dashboard_port is None:

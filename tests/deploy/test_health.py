@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +66,28 @@ def test_health_and_metrics_follow_the_daemons_and_temporal(deployment: Deployme
         _, body = wait_until(lambda p=port: (s := health(p))[0] == 503 and s, timeout=60, what="health 503")
         assert "unavailable" == body["status"]
         assert {"temporal_reachable": False} == {"temporal_reachable": body["checks"]["temporal_reachable"]}
+
+
+def test_daemons_that_cannot_reach_temporal_answer_503(tmp_path: Path) -> None:
+    """A controller and an agent started while Temporal is unreachable serve /health with 503 and say why (their
+    ports refused connections until Temporal answered, which a probe reads as a dead process)."""
+    nowhere = f"127.0.0.1:{free_port()}"  # nothing listens there
+    store = (tmp_path / "store").as_uri()
+    env = {**os.environ, "IRIS_HOME": str(tmp_path / "home")}
+    controller_port, worker_port = free_port(), free_port()
+    commands = [
+        ["controller", "serve", "--temporal", nowhere, "--store", store, "--health-port", str(controller_port)],
+        ["worker", "serve", "--temporal", nowhere, "--store", store, "--worker-id", "lonely", "--cpu", "0.25",
+         "--memory", "256m", "--task-user", "", "--health-port", str(worker_port)],
+    ]  # fmt: skip
+    daemons = [subprocess.Popen([sys.executable, "-m", "iris", *args], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True) for args in commands]  # fmt: skip
+    try:
+        for port in (controller_port, worker_port):
+            _, body = wait_until(lambda p=port: (s := health(p))[0] == 503 and s, timeout=60, what="health 503")
+            assert ("unavailable", False) == (body["status"], body["checks"]["temporal_reachable"])
+            assert 200 == get(f"http://127.0.0.1:{port}/metrics")[0]
+    finally:
+        for daemon in daemons:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(timeout=30)
