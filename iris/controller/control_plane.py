@@ -20,7 +20,7 @@ import structlog
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.converter import DataConverter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -112,11 +112,23 @@ def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
     )
 
 
-async def ensure_autoscaler(client: Client, config: AutoscalerConfig) -> None:
+async def ensure_autoscaler(client: Client, config: AutoscalerConfig | None) -> None:
     """Start the singleton autoscaler if needed and hand it this controller's scale groups.
 
-    With several controllers, the last one to start configures it: give them one config file.
+    With several controllers, the last one to start with a config configures it: give them one config file.
+    One started without a config (None) leaves a running autoscaler's groups as they are (it took them all
+    away, and their idle slices were never scaled down); it configures none only for an autoscaler it starts.
     """
+    if config is None:
+        try:
+            desc = await client.get_workflow_handle(AUTOSCALER_WORKFLOW_ID).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+        else:
+            if desc.status == WorkflowExecutionStatus.RUNNING:
+                return
+        config = AutoscalerConfig()
     await client.start_workflow(
         AutoscalerWorkflow.run,
         None,
@@ -231,7 +243,7 @@ async def serve(
     `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
     `build` names this controller's version of the deployment (see iris.deploy.worker_versioning).
     """
-    scaling = autoscaler_config(config)
+    scaling = autoscaler_config(config) if config is not None else None  # None: leave the autoscaler's groups
     tune_for_controller()
     probe = ControllerProbe()
     health = None
@@ -373,7 +385,7 @@ def agent_address(settings: TemporalSettings, namespace: str, store_url: str, *,
 
 async def _serve(
     client: Client, settings: TemporalSettings, store_url: str, control: ControlPlaneAddress, probe: ControllerProbe,
-    scaling: AutoscalerConfig, build: str, sharing: SharingSettings | None = None, team: bool = False,
+    scaling: AutoscalerConfig | None, build: str, sharing: SharingSettings | None = None, team: bool = False,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

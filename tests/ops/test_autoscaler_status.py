@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +111,24 @@ def test_the_zone_a_slice_went_to_and_why_is_said() -> None:
     where = "slice tpu-1 in us-east5-a (us-central2-b: RESOURCE_EXHAUSTED: stockout)"
     placed = GroupStatus("tpu", "gcp", 0, 2, {"READY": ["tpu-1"]}, last_placement=where)
     assert f"zones: {where}" in explain_group(placed, {}, 0.0)
+
+
+def test_a_controller_started_without_a_config_leaves_the_scale_groups(fleet: Cluster, tmp_path: Path) -> None:
+    """A second `iris controller serve` without `--config` (an operator's, a debugging one) took every scale
+    group away from the running autoscaler ("no scale groups (the controller was started without any)"), and
+    idle slices were then never scaled down; the groups stay."""
+    log = tmp_path / "extra-controller.log"
+    with log.open("w") as out:
+        extra = subprocess.Popen(
+            [sys.executable, "-m", "iris", "controller", "serve", "--temporal", fleet.info.address,
+             "--store", fleet.info.store_url], env=fleet.env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: "controller_serving" in log.read_text(), timeout=60, what="the second controller serving")
+        status = iris(fleet, "autoscaler", "status")
+        assert 0 == status.returncode, status.stderr
+        assert "no scale groups" not in status.stdout and "cpu1 (" in status.stdout, status.stdout
+    finally:
+        os.killpg(extra.pid, signal.SIGTERM)
+        extra.wait(timeout=60)
