@@ -310,6 +310,10 @@ class LogReading:
         """`(offset, unix time)` pairs, ascending: the attempt's first `offset` bytes were written by then."""
         return []
 
+    def attempt_end(self, job_id: str, task_index: int, attempt: int) -> tuple[int, float] | None:
+        """`(size, unix time of the last write)` of an attempt's log where the backend knows it, else None."""
+        return None
+
     def cursor_since(self, job_id: str, task_index: int, since: float) -> LogCursor:
         """A cursor past what each attempt had written before `since` (to within MARK_SECONDS), at a line start.
 
@@ -318,7 +322,7 @@ class LogReading:
         """
         offsets = []
         for attempt in self.attempts(job_id, task_index):
-            marks = self.attempt_marks(job_id, task_index, attempt)
+            marks = self._marks_to_end(job_id, task_index, attempt)
             start = max((offset for offset, at in marks if at < since), default=0)
             if start:  # back to the start of the line that was still being written then
                 low = max(0, start - _LINE_WINDOW)
@@ -326,6 +330,24 @@ class LogReading:
                 start = low + before.rfind(b"\n") + 1 if b"\n" in before else low
             offsets.append((attempt, start))
         return LogCursor(offsets=tuple(offsets))
+
+    def _marks_to_end(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]:
+        """The attempt's marks, the last one at its last byte.
+
+        A writer killed with its agent (kill -9) leaves bytes its marks never reached; taken as
+        unmarked they counted as written "now", so `--since 5s` printed minutes-old lines of a lost
+        worker's attempt. They are as old as the log's last write where the backend knows it (a
+        file's mtime), else as the attempt's last mark.
+        """
+        marks = self.attempt_marks(job_id, task_index, attempt)
+        last_offset, last_at = marks[-1] if marks else (0, None)
+        end = self.attempt_end(job_id, task_index, attempt)
+        if end is None and last_at is not None:
+            end = (last_offset + len(self.read_attempt(job_id, task_index, attempt, last_offset)), last_at)
+        if end is not None and end[0] > last_offset:
+            size, at = end
+            marks.append((size, at if last_at is None else max(at, last_at)))
+        return marks
 
     def read_lines(self, job_id: str, task_index: int) -> list[str]:
         """Every line of every attempt, in attempt order, without trailing newlines."""
@@ -445,6 +467,16 @@ class LogStore(LogReading):
     def attempt_marks(self, job_id: str, task_index: int, attempt: int) -> list[tuple[int, float]]:
         marks = self.path_for(job_id, task_index, attempt).with_suffix(_MARKS_SUFFIX)
         return parse_marks(self._read_from(marks, 0).decode("ascii", "replace"))
+
+    def attempt_end(self, job_id: str, task_index: int, attempt: int) -> tuple[int, float] | None:
+        """The log file's size and mtime (None before it exists)."""
+        try:
+            status = self.path_for(job_id, task_index, attempt).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise LogStoreError(f"cannot stat log of job {job_id!r} task {task_index}: {exc.strerror or exc}") from exc
+        return status.st_size, status.st_mtime
 
     @staticmethod
     def _read_from(path: Path, offset: int) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,3 +86,26 @@ def test_tail_keeps_the_last_lines_of_each_task(logs: Logs, tmp_path: Path) -> N
 def test_last_lines(data: bytes, count: int, expected: bytes) -> None:
     """The last N lines, bytes unchanged, an unterminated last line counting as one."""
     assert expected == last_lines(data, count)
+
+
+class _NoMtimeLogStore(LogStore):
+    """A directory store that, like a backend without file times, cannot say when a log last grew."""
+
+    def attempt_end(self, job_id: str, task_index: int, attempt: int) -> tuple[int, float] | None:
+        return None
+
+
+@pytest.mark.parametrize("store_class", [LogStore, _NoMtimeLogStore])
+def test_since_treats_lines_past_the_times_index_as_old(store_class: type[LogStore], tmp_path: Path) -> None:
+    """A lost worker's attempt (times index cut short by kill -9): `--since` recent skips its unmarked lines."""
+    logs = store_class(tmp_path / "logs")
+    path = logs.path_for("job", 0, 0)
+    path.parent.mkdir(parents=True)
+    marked = b"".join(b"marked line %d\n" % i for i in range(6))
+    path.write_bytes(marked + b"".join(b"unmarked line %d\n" % i for i in range(5)))
+    stamp = time.time() - 70
+    path.with_suffix(".times").write_text(f"{len(marked) // 2} {stamp - 1!r}\n{len(marked)} {stamp!r}\n")
+    os.utime(path, (stamp + 5, stamp + 5))  # the agent died 65 s ago, with its last lines unmarked
+    recent, _ = logs.read_new_bytes("job", 0, logs.cursor_since("job", 0, time.time() - 5), final=True)
+    older, _ = logs.read_new_bytes("job", 0, logs.cursor_since("job", 0, stamp - 30), final=True)
+    assert (b"", path.read_bytes()) == (recent, older)
