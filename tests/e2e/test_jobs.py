@@ -323,3 +323,37 @@ def test_a_process_task_over_its_memory_fails_saying_so(client: IrisClient) -> N
     assert JobState.FAILED == status.state
     (task,) = client.list_tasks(job.job_id)
     assert "OOM-killed: the task exceeded its memory limit of 64 MiB (ask for more memory)" in task.error, task
+
+
+def _sleeps(argument: str) -> list[int]:
+    """Pids of live `sleep <argument>` processes on this host."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdecimal():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline == f"sleep\0{argument}\0".encode() and not pid_gone(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(CgroupLimits.detect() is None, reason="no writable cgroup hierarchy (agents not root)")
+@pytest.mark.parametrize(("then", "argument"), [("sleep 1", "3119"), ("sleep 300", "3120")])
+def test_a_process_tasks_setsid_processes_end_with_it(client: IrisClient, then: str, argument: str) -> None:
+    """`setsid sleep &` in a task that succeeds, or is killed, is not left running once the job ends."""
+    script = f"setsid sleep {argument} & {then}"
+    job = client.submit_command(["sh", "-c", script], name="esc", resources=ResourceSpec(cpu=0.25, memory="256m"))
+    try:
+        wait_until(lambda: _sleeps(argument), timeout=60, what=f"the task starts sleep {argument}")
+        if then == "sleep 300":
+            job.terminate()
+            assert JobState.SUCCEEDED != job.wait(timeout=60, raise_on_failure=False).state
+        else:
+            assert JobState.SUCCEEDED == job.wait(timeout=60).state
+        wait_until(lambda: not _sleeps(argument), timeout=10, what=f"sleep {argument} ends with its task")
+    finally:
+        for pid in _sleeps(argument):
+            os.kill(pid, 9)

@@ -297,3 +297,58 @@ async def test_a_limited_task_with_a_bad_executable_is_refused_by_name(
     with pytest.raises(TaskStartError) as info:
         await runtime.start(spec)
     assert reason == str(info.value)
+
+
+def _is_live_sleep(pid: int, argument: str) -> bool:
+    """Whether `pid` is still a live (not zombie) `sleep <argument>`."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return cmdline == f"sleep\0{argument}\0".encode() and stat[stat.rfind(")") + 2] not in "ZX"
+
+
+async def _sleep_ends(pid: int, argument: str, within: float = 3.0) -> bool:
+    """Whether `sleep <argument>` at `pid` is gone within `within` seconds."""
+    deadline = time.monotonic() + within
+    while _is_live_sleep(pid, argument):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+# Shows its cgroup, starts `sleep <n>` in a session of its own (out of the task's process group, as
+# a daemon does), and waits until it runs, noting its pid in <file>; then the script goes on.
+ESCAPE = (
+    "cat /proc/self/cgroup; setsid sh -c 'echo $$ >{file}.tmp; mv {file}.tmp {file}; exec sleep {n}' & "
+    "until [ -s {file} ]; do sleep 0.02; done; "
+)
+
+
+@needs_cgroups
+@pytest.mark.parametrize(("then", "argument"), [("exit 0", "3117"), ("sleep 300", "3118")])
+async def test_an_attempt_takes_its_setsid_processes_with_it(
+    log_store: LogStore, tmp_path: Path, then: str, argument: str
+) -> None:
+    """A process the task moved to its own session dies with the attempt (it exits 0 or is killed); its cgroup goes."""
+    runtime = ProcessRuntime(straggler_grace_seconds=0.5)
+    noted = tmp_path / "escaped"
+    spec = _spec(log_store, ESCAPE.format(file=noted, n=argument) + then, memory_bytes=256 << 20, cpu_millis=250)
+    handle = await runtime.start(spec)
+    escaped = 0
+    try:
+        deadline = time.monotonic() + 10
+        while not noted.exists() or not noted.read_text().strip():
+            assert time.monotonic() < deadline, "the task never started its setsid process"
+            await asyncio.sleep(0.02)
+        escaped = int(noted.read_text())
+        ended = runtime.wait(handle) if then == "exit 0" else runtime.kill(handle, grace_seconds=0.5)
+        code = await asyncio.wait_for(_code(ended), 30)
+        assert (0 if then == "exit 0" else -signal.SIGTERM) == code
+        assert await _sleep_ends(escaped, argument), f"sleep {argument} (pid {escaped}) outlived its task"
+        assert not _memory_group(log_store).exists()
+    finally:
+        if escaped and _is_live_sleep(escaped, argument):
+            os.kill(escaped, signal.SIGKILL)

@@ -7,6 +7,11 @@ does for a container (memory: the OOM killer inside the group, no swap; cpu: a
 CFS quota), and the group's ``oom_kill`` counter says afterwards whether a task
 that died of SIGKILL was OOM-killed, so the failure is reported as such.
 
+When an attempt ends (its main process exited or was killed), every process still in its group
+is SIGKILLed before the group is removed: a process that left the task's process group (``setsid``,
+a daemonizing fork) is still in its cgroup, as in Slurm's proctrack/cgroup or a Kubernetes pod.
+Only the process runtime's groups are Iris's: docker and containerd remove their own containers.
+
 Only an agent that can write the hierarchy (root, a writable cgroupfs) gets
 limits; otherwise ``CgroupLimits.detect`` returns None and the agent says once
 that the process runtime cannot enforce limits on this host.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +37,8 @@ CFS_PERIOD_US = 100_000
 # `sh -c` script: write the shell's pid ($$) to the two cgroup.procs paths given first, then exec the rest.
 JOIN_THEN_EXEC = '{ echo $$ >"$1"; } 2>/dev/null; { echo $$ >"$2"; } 2>/dev/null; shift 2; exec "$@"'
 STALE_SECONDS = 60.0  # an empty task group older than this is a leftover of a dead agent
+KILL_WAIT_SECONDS = 2.0  # how long `kill_all` waits for SIGKILLed members to leave the group
+_KILL_POLL_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -97,15 +105,105 @@ class TaskCgroup:
                         cpu = int(value) / 1e6
         return peak, cpu
 
+    def members(self) -> set[int]:
+        """Pids of the processes in the group, in any of its hierarchies (empty once all have exited)."""
+        pids: set[int] = set()
+        for directory in self._dirs():
+            pids |= _listed_pids(directory)
+        return pids
+
+    def kill_all(self, wait_seconds: float = KILL_WAIT_SECONDS) -> bool:
+        """SIGKILL every process in the group, again until it is empty or `wait_seconds` pass; whether it is.
+
+        Blocking (it sleeps while members die): async callers run it in a thread. A task's stray
+        processes (`setsid sleep &`) outlived it, kept their memory and held the group, so it was
+        never removed (`cgroup_not_removed ... Device or resource busy`). cgroup v2 kills the whole
+        group at once through `cgroup.kill` where the kernel has it (5.14); otherwise each listed pid
+        is signalled, repeatedly, since a member may fork while the others are being killed.
+        """
+        deadline = time.monotonic() + wait_seconds
+        pause = _KILL_POLL_SECONDS
+        while True:
+            killed_at_once = self.unified and self._write_kill()
+            for directory in self._dirs():
+                if not killed_at_once:
+                    _kill_listed(directory)
+            if not self.members():
+                return True
+            if time.monotonic() >= deadline:
+                logger.warning("cgroup_not_emptied", name=self.name, pids=sorted(self.members()))
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _write_kill(self) -> bool:
+        """Whether `cgroup.kill` (v2, Linux 5.14+) took the request to kill every member."""
+        for directory in self._dirs():
+            try:
+                (directory / "cgroup.kill").write_text("1")
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                logger.info("cgroup_kill_refused", path=str(directory), error=str(exc))
+                return False
+        return True
+
+    def _dirs(self) -> set[Path]:
+        return {d for d in (self.memory_dir, self.cpu_dir) if d is not None}
+
     def remove(self) -> None:
-        """Delete the group's directories (the kernel refuses while a process is still in it)."""
-        for directory in {d for d in (self.memory_dir, self.cpu_dir) if d is not None}:
+        """SIGKILL what is left in the group (without waiting for it: `kill_all` waits), then delete its directories.
+
+        The kernel refuses to delete a group while a process is still in it; that is logged.
+        """
+        if self.members():
+            self.kill_all(wait_seconds=0.0)
+        for directory in self._dirs():
             try:
                 directory.rmdir()
             except FileNotFoundError:
                 pass
             except OSError as exc:
                 logger.warning("cgroup_not_removed", path=str(directory), error=str(exc))
+
+
+def _listed_pids(directory: Path) -> set[int]:
+    """The pids in one cgroup directory's `cgroup.procs` (v1's `tasks` if that cannot be read)."""
+    for name in ("cgroup.procs", "tasks"):
+        try:
+            return {int(line) for line in (directory / name).read_text().split()}
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return set()
+    return set()
+
+
+def _kill_listed(directory: Path) -> None:
+    """SIGKILL each process listed in `directory`, never one that took a listed pid after its owner exited.
+
+    Each pid is pinned with a pidfd first, then the listing is read again: a pid still listed is
+    the pinned process (no two live processes share one). Without pidfds (Linux < 5.3) it is
+    signalled by number.
+    """
+    pinned: dict[int, int] = {}
+    try:
+        for pid in _listed_pids(directory):
+            try:
+                pinned[pid] = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            except (OSError, AttributeError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        still = _listed_pids(directory)
+        for pid, fd in pinned.items():
+            if pid in still:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        for fd in pinned.values():
+            os.close(fd)
 
 
 class CgroupLimits:

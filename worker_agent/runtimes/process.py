@@ -3,11 +3,14 @@
 Kill semantics matter more than they look: an accelerator (a TPU chip, a GPU) stays locked while
 any process of a dead task lingers, so a task runs in its own process group (its own session) and
 killing it signals the whole group: SIGTERM, a grace period, then SIGKILL. When the task's main
-process exits on its own, processes it left behind in its group are swept the same way. A
-process that calls ``setsid`` itself leaves the group and escapes this; containers (cgroups) are
-the answer to that, not this runtime. The job's memory and cpu are enforced with one cgroup per
-attempt when the agent can write the cgroup hierarchy (``cgroups.py``; root on a usual host);
-a task the kernel OOM-kills there is reported as such, as the container runtimes report it.
+process exits on its own, processes it left behind in its group are swept the same way. The job's
+memory and cpu are enforced with one cgroup per attempt when the agent can write the cgroup
+hierarchy (``cgroups.py``; root on a usual host); a task the kernel OOM-kills there is reported as
+such, as the container runtimes report it. A process that calls ``setsid`` itself leaves the
+process group but not the cgroup: when the attempt ends, however it ends, whatever is still in its
+cgroup is SIGKILLed, then the cgroup goes. Where there is no cgroup (a task asking no memory or
+cpu, a host without a writable hierarchy) the process-group sweep is all there is, and such a
+process escapes it.
 
 A restarted agent finds its predecessor's tasks through a ledger of process groups on disk
 (``ProcessGroupLedger``) and kills them. On a shared host, tasks run as an unprivileged user
@@ -587,6 +590,7 @@ class ProcessRuntime:
         if task is None:
             return self._known_exit(handle)
         code = await task.wait()
+        await self._empty_cgroup(handle)
         return self._finished.record(handle, self._exit(handle, code))
 
     async def kill(self, handle: TaskHandle, grace_seconds: float = 10.0) -> TaskExit:
@@ -595,7 +599,14 @@ class ProcessRuntime:
         if task is None:
             return self._known_exit(handle)
         code = await task.kill(grace_seconds)
+        await self._empty_cgroup(handle)
         return self._finished.record(handle, self._exit(handle, code))
+
+    async def _empty_cgroup(self, handle: TaskHandle) -> None:
+        """SIGKILL what the attempt left in its cgroup outside its process group (`setsid`), so the group can go."""
+        limited = self._groups.get(handle)
+        if limited is not None:
+            await asyncio.to_thread(limited[0].kill_all)
 
     async def stats(self, handle: TaskHandle) -> TaskStats | None:
         """Memory (resident) and CPU time of the group's live processes; the peak of its cgroup, if it has one."""
