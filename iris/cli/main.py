@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -124,11 +125,13 @@ def run(
     except ValueError as e:
         raise fail(as_flags(str(e))) from None
     client = iris_client(temporal, store, start=True)
+    asked_at = time.time()
     try:
         job = client.submit_command(command, if_exists=if_exists, **options)
     except ValueError as e:  # what only the cluster can tell: an unknown --after job, a refused --if-exists fail
         raise fail(as_flags(str(e))) from None
-    err.print(f"submitted [bold]{job.job_id}[/bold]")
+    earlier = if_exists == "reuse" and (job.status().submitted_at or asked_at) < asked_at  # a new one: after
+    err.print(f"{'reusing' if earlier else 'submitted'} [bold]{job.job_id}[/bold]")  # reuse: nothing new was started
     if no_wait:
         out.print(job.job_id)
         return

@@ -200,7 +200,7 @@ def job_options(
         setup=setup or None,
         ports=port or [],
         reservation=[parse_reserve(r) for r in reserve] if reserve else None,
-        reservation_constraints=[parse_constraint(c) for c in reserve_constraint or []] or None,
+        reservation_constraints=[parse_constraint(c, "--reserve-constraint") for c in reserve_constraint or []] or None,
     )
     options.update({k: v for k, v in (("priority", priority), ("namespace", namespace)) if v is not None})
     if checkpoint_dir is not None:

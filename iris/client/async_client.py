@@ -493,11 +493,13 @@ def prepare_submission(
     client's alike): a bad option is a ValueError naming it, an unknown one the caller's TypeError."""
     check_option_names(options, "submit" if command is None else "submit_command", ("if_exists", "bundle"))
     argv = command_argv(command) if command is not None else None
+    # Before a callable's name stands in for a missing one: reuse needs a name the caller chose (the function's
+    # would hand back another call of it, with other arguments).
+    if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
     if argv is None:
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
         options.setdefault("name", getattr(fn, "__name__", None) or "job")
-    if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
     bundle = _bundle(options.pop("bundle", None), options.get("setup"))
     given = _given(options)
     req = build_request(**options)

@@ -88,6 +88,8 @@ def add_job_control(req: pb.JobRequest, after: Any, after_rule: Any, max_concurr
     """Validate the job-control options and write them into `req`."""
     ids = parse_after(after)
     rule = parse_after_rule(after_rule)
+    if not ids and rule.value != "succeeded":  # the default rule alone is no option given
+        raise ValueError(f"after_rule: {rule.value!r} given without after (the jobs it is a rule for)")
     req.after.extend(ids)
     if ids:
         req.after_rule = rule.value

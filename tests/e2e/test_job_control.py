@@ -109,6 +109,11 @@ def test_unknown_dependencies_and_bad_options_are_refused_at_submit(client: Iris
                       coscheduling=CoschedulingConfig(group_by="tpu-name"))  # fmt: skip
     with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):
         client.submit_command(["true"], if_exists="reuse")
+    # A callable's own name does not stand in (another call of it, with other arguments, was handed back).
+    with pytest.raises(ValueError, match="if_exists='reuse' needs a name"):
+        client.submit(started_at, resources=SMALL, if_exists="reuse")
+    with pytest.raises(ValueError, match="after_rule: 'ended' given without after"):  # it was ignored
+        client.submit(started_at, resources=SMALL, after_rule="ended")
     assert before == len(client.list_jobs(limit=500))
     with pytest.raises(ValueError, match=r"^job_id must be a job's id \(a non-empty string\), got None$"):
         client.job(None)  # type: ignore[arg-type]

@@ -27,6 +27,10 @@ def test_run_options_and_job_status_show_dependencies(cluster: Cluster, client: 
     prep = first.stdout.strip()
     again = iris(cluster, "run", "--name", name, "--if-exists", "reuse", "--no-wait", "--", "sleep", "3")
     assert prep == again.stdout.strip()
+    assert f"reusing {prep}" in again.stderr and "submitted" not in again.stderr  # nothing new was submitted
+    flagged = iris(cluster, "run", "--reserve", "cpu=0.5", "--reserve-constraint", "pool=", "--", "true")
+    assert (2, "error: --reserve-constraint 'pool=': expected KEY=VALUE") == (flagged.returncode,
+                                                                            flagged.stderr.strip())  # fmt: skip
     second = iris(cluster, "run", "--after", prep, "--after-rule", "ended", "--max-concurrent", "2", "--replicas",
                   "3", "--cpu", "0.25", "--memory", "64m", "--no-wait", "--", "true")  # fmt: skip
     assert 0 == second.returncode, second.stderr
