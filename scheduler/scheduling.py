@@ -105,6 +105,7 @@ def find_assignments(
         if not job.task_indices:
             continue
         held_back = 0  # tasks a throttled array's cap keeps waiting in this pass (scheduler.throttle)
+        whole = job
         if job.max_concurrent:
             limited = throttle.capped(job)
             held_back = len(job.task_indices) - len(limited.task_indices)
@@ -115,7 +116,11 @@ def find_assignments(
             job = limited
         timeout = job.scheduling_timeout_seconds
         if timeout is not None and job.timeout_wait() > timeout and not job.placed:
-            state.timed_out.extend((job.job_id, index) for index in job.task_indices)
+            # None of it placed: the fleet holds all of it back, not its cap (those behind the cap time out with
+            # it, as an uncapped job's would), and the reason stays the fleet's of the last pass.
+            state.timed_out.extend((whole.job_id, index) for index in whole.task_indices)
+            if held_back:
+                del state.reasons[job.job_id]
             continue
         if held is not None and held.place(job):
             continue  # a job of a reservation's tree: placed inside it or told why not

@@ -59,12 +59,15 @@ def test_waiting_for_its_own_cap_is_not_a_scheduling_timeout() -> None:
     running = job("arr", 10, max_concurrent=2, placed=2, waited_seconds=100.0, scheduling_timeout_seconds=10.0)
     assert () == find_assignments(workers, [running]).timed_out
     idle = replace(running, placed=0)
-    assert 2 == len(find_assignments(workers, [idle]).timed_out)  # nothing of it placed: the fleet is the problem
+    # Nothing of it placed: the fleet is the problem, for all of it (those behind the cap timed out later, KILLED
+    # by the job, and the error blamed the cap), and the reason stays the fleet's.
+    timed_out = find_assignments(workers, [idle])
+    assert (10, {}) == (len(timed_out.timed_out), timed_out.pending_reasons)
     # Its last placed task ended a second ago: the cap held it until then, so its wait for the fleet is 1 s.
     between = replace(running, placed=0, room_waited_seconds=1.0)
     result = find_assignments(workers, [between])
     assert () == result.timed_out and 2 == len(result.assignments)
-    assert 2 == len(find_assignments(workers, [replace(between, room_waited_seconds=11.0)]).timed_out)
+    assert 10 == len(find_assignments(workers, [replace(between, room_waited_seconds=11.0)]).timed_out)
 
 
 def test_many_passes_never_exceed_the_cap() -> None:
