@@ -251,6 +251,15 @@ class Reservations:
                 reservation, feasibility.constraints, short[0]
             )
             return
+        if whole and not self._own_tasks_fit(reservation.job_id):
+            # Held, it would leave the reserving job's own tasks no room (they are placed outside it): the job
+            # could never run, and the fleet would stay held for nothing. It waits until both fit.
+            for index, row in chosen:
+                self._give_back(row, reservation.entries[index])
+            self.reasons[reservation.reservation_id] = (
+                f"held, it would leave no room for the tasks of {reservation.job_id} itself (they run outside it)"
+            )
+            return
         pool = self.pools.get(reservation.job_id)
         if pool is None:
             pool = self.pools[reservation.job_id] = _Pool(reservation)
@@ -265,6 +274,25 @@ class Reservations:
                 f"{len(short)} of {len(reservation.entries)} entries wait for a replacement worker: "
                 + self._why_not(reservation, feasibility.constraints, short[0])
             )
+
+    def _own_tasks_fit(self, job_id: str) -> bool:
+        """Whether the reserving job's own pending tasks (none once they run) fit in the free capacity left, counting
+        whole tasks per worker (a lower bound's check: a gang's groups are not looked at)."""
+        job = next((j for j in self.state.jobs if j.job_id == job_id), None)
+        if job is None or not job.task_indices:
+            return True
+        r = job.request
+        state = self.state
+        need = len(job.task_indices)
+        for row in state.ordered(state.feasibility_for(job)):
+            if state.reserved[row]:
+                continue
+            free = (state.free_cpu[row], state.free_mem[row], state.free_gpu[row], state.free_tpu[row])
+            fits = [f // w for f, w in zip(free, (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus), strict=True) if w]
+            need -= min(fits) if fits else need
+            if need <= 0:
+                return True
+        return False
 
     def _first_fit(self, feasibility: Feasibility, entry: Resources) -> int:
         """The first feasible worker in best-fit order with room for `entry`, or -1 (class trees when it can)."""

@@ -74,6 +74,19 @@ def test_reserving_jobs_own_tasks_are_placed_outside() -> None:
     assert on(result, "p")[0] in {"w2", "w3"}
 
 
+def test_a_reservation_leaving_its_own_job_no_room_is_not_held() -> None:
+    """Reserving the whole fleet left the reserving job's own task nowhere to run, and the fleet held for a job
+    that could never start (without a scheduling timeout, forever): it is not held, says why, and the job's own
+    task is placed; with room for both, both."""
+    result = find_assignments(fleet(2), [job("p", 1, cpu=0.25)], reservations=[reservation()])
+    assert {} == dict(result.reservation_holds)
+    assert "no room for the tasks of p itself" in result.reservation_reasons["rsv-p"]
+    assert 1 == len(on(result, "p"))
+    both = find_assignments(fleet(3), [job("p", 1, cpu=0.25)], reservations=[reservation()])
+    held = dict(both.reservation_holds["rsv-p"])
+    assert 2 == len(held) and on(both, "p")[0] not in held.values()
+
+
 def test_used_capacity_is_not_given_twice() -> None:
     """What the tree's running tasks use counts against the reservation, not twice against the worker."""
     w0 = WorkerSnapshot("w0", Resources(2000, 2 * GIB))  # 4 cpu worker, 2 used by the tree
