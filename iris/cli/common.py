@@ -6,6 +6,7 @@ import one another's commands without an import cycle.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -126,7 +127,9 @@ def fail(message: str, code: int = USAGE) -> CliError:
 
 
 def configure_logging(json: bool = True) -> None:
-    """Logs go to stderr, one event per line: JSON for the daemons, readable for interactive commands."""
+    """Logs go to stderr, one event per line: JSON for the daemons (every event), readable for interactive
+    commands, which print what they did themselves and log only warnings and errors (`iris job kill` of a tree
+    printed an info event under its own answer)."""
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
@@ -135,4 +138,5 @@ def configure_logging(json: bool = True) -> None:
             renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if json else logging.WARNING),
     )

@@ -133,7 +133,8 @@ def test_iris_job_kill_of_a_root_kills_a_three_level_tree(client: IrisClient, cl
     assert {f"[{job.job_id}/task-0] root running", "middle running", "grandchild running"} <= {
         line if line.startswith(f"[{job.job_id}/task-0]") else line.split("] ", 1)[-1] for line in logs.splitlines()
     }, logs
-    _iris(cluster, "job", "kill", job.job_id)
+    killed = _iris(cluster, "job", "kill", job.job_id)
+    assert 0 == killed.returncode and "[info" not in killed.stderr, killed.stderr  # its own answer, no log event
     wait_until(lambda: all(_gone(p) for p in pids), timeout=30, what="the tree's processes gone")
     tree = [j for j in client.list_jobs(limit=50) if j.job_id == job.job_id or j.job_id.startswith(job.job_id + "/")]
     assert 3 == len(tree)
