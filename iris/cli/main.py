@@ -422,11 +422,12 @@ def cluster_status(temporal: TemporalOpt = None, store: StoreOpt = None) -> None
                   markup=False, highlight=False)  # fmt: skip
         return
     out.print(f"Store: {summary.store_url or client.store_url}", markup=False, highlight=False)
-    unhealthy = ""
-    if summary.healthy_workers < summary.total_workers:  # name them: an agent frozen or gone is not "down" above
-        names = sorted(w.worker_id for w in client.list_workers() if not w.healthy)
-        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        unhealthy = f" (unhealthy: {', '.join(names[:5])}{more})" if names else ""
+    workers = client.list_workers() if summary.total_workers else []
+    names = sorted(w.worker_id for w in workers if not w.healthy)  # an agent frozen or gone is not "down" above
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    unhealthy = f" (unhealthy: {', '.join(names[:5])}{more})" if names else ""
+    cordoned = sum(1 for w in workers if w.healthy and w.cordoned)  # they take no new work
+    unhealthy += f", {cordoned} cordoned" if cordoned else ""
     out.print(
         f"workers: {summary.healthy_workers} healthy of {summary.total_workers}{unhealthy}\n"
         f"queue: {summary.pending_tasks} pending tasks, {summary.running_tasks} placed",

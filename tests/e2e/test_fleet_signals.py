@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import zlib
 
@@ -75,6 +76,9 @@ def test_a_cordon_survives_the_workers_restart(cluster: Cluster, client: IrisCli
             timeout=60, what="registered again",
         )  # fmt: skip
         assert "restarted-0" in _cordoned(client)
+        status = subprocess.run([sys.executable, "-m", "iris", "cluster", "status"], env=cluster.env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert ", 1 cordoned" in status.stdout, status.stdout  # it counted as one more healthy worker
     finally:
         cluster.local.stop_worker("restarted-0")
         forget_workers(cluster, ["restarted-0"])
