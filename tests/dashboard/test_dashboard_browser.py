@@ -92,6 +92,7 @@ def test_a_job_from_queue_to_finish(cluster: Cluster, client: IrisClient, browse
         assert busy_worker in text_of(browser, "#workers")
         open_page(browser, f"{dashboard}/workers/{busy_worker}")
         assert f"{blocker.job_id}/task-" in text_of(browser, "#running")
+        assert blocker.job_id in text_of(browser, "#recent")  # its placement names the job (it said "task 0")
 
         open_page(browser, f"{dashboard}/jobs")
         job_row = f'#jobs tr[data-job="{queued.job_id}"]'
