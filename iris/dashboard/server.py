@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -67,6 +67,7 @@ from iris.dashboard.views import (
 )
 from iris.types import JobState
 from iris.units import format_memory
+from workflows.fleet.autoscaler_state import GroupStatus
 
 log = structlog.get_logger("iris.dashboard")
 
@@ -89,6 +90,14 @@ def _ago(at: float | None) -> str:
     return duration(at, time.time()) + " ago" if at else ""
 
 
+def group_now(group: GroupStatus, unmet: Mapping[str, str]) -> str:
+    """What a scale group does now, in the words `iris autoscaler status` uses (the fleet page had its own)."""
+    from iris.client.autoscaler_view import explain_group
+
+    lines = explain_group(group, dict(unmet), time.time())
+    return next((line.removeprefix("now: ") for line in lines if line.startswith("now: ")), "")
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("iris.dashboard", "templates"),
@@ -101,7 +110,8 @@ def _environment() -> jinja2.Environment:
         ts=_ts, ago=_ago, memory=lambda n: format_memory(int(n)) if n else "0",
         cpu=lambda millis: f"{millis / 1000:g}", path=lambda s: quote(str(s), safe=""),
     )  # fmt: skip
-    env.globals.update(duration=duration, task_counts=task_counts, worker_state=worker_state, attributes=attributes)
+    env.globals.update(duration=duration, task_counts=task_counts, worker_state=worker_state, attributes=attributes,
+                       group_now=group_now)
     return env
 
 

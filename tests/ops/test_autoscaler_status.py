@@ -66,7 +66,9 @@ def test_status_explains_scale_up_buffer_max_slices_and_backoff(fleet: Cluster) 
         assert re.search(r"last decision at \d\d:\d\d:\d\d: scaled up: started cpu1-\w+ for pending work", group)
         assert "now: idle slice cpu1-" in group and "kept as buffer for scale_down_delay 600s" in group
         with urllib.request.urlopen(f"{fleet.info.dashboard_url}/fleet", timeout=30) as page:  # the same decision
-            assert re.search(r"scaled up: started cpu1-\w+ for pending work \(", page.read().decode())
+            text = page.read().decode()
+            assert re.search(r"scaled up: started cpu1-\w+ for pending work \(", text)
+            assert "now: idle slice cpu1-" in text and "free to scale" not in text  # the same words as the CLI
 
         holder = client.submit_command(["sleep", "120"], name="holder", resources=WHOLE_HOST,
                                        constraints=[Constraint("pool", "EQ", "cpu1")])
