@@ -293,12 +293,15 @@ class AsyncIrisClient(ClusterReads):
                     return failed
         attrs = desc.typed_search_attributes
         log.warning("controller_not_answering", job_id=job_id, state=attrs.get(JOB_STATE))
+        # The memo keeps the reason the job last heard (a dependency it waits for, the scheduler's word).
+        memo = _visible_status(job_id, await desc.memo(), attrs, desc.start_time.timestamp())
         return pb.JobStatus(
             job_id=job_id,
             name=attrs.get(JOB_NAME) or "",
             user=attrs.get(JOB_USER) or "",
             state=attrs.get(JOB_STATE) or JobState.PENDING,
             submitted_at=desc.start_time.timestamp(),
+            pending_reason=memo.pending_reason,
         )
 
     async def status(self, job_id: str) -> JobStatus:
@@ -310,7 +313,7 @@ class AsyncIrisClient(ClusterReads):
         st, answered = await self._answered_status(job_id)
         reason = ""
         if not answered:
-            reason = CONTROLLER_DOWN_REASON if st.state in ("", JobState.PENDING) else ""
+            reason = (st.pending_reason or CONTROLLER_DOWN_REASON) if st.state in ("", JobState.PENDING) else ""
         elif st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
             reason = st.pending_reason or await self._scheduler_reason(job_id)
         return await self._placed_in_queue(_job_status(st, reason))
