@@ -151,6 +151,9 @@ class TaskAccess:
                 return TaskAccessResult(exit_code=-1, error=f"cannot run {inp.argv[0]!r}: {err.strerror}")
             except Exception as err:  # an engine's refusal: the user's answer, in one line
                 return TaskAccessResult(exit_code=-1, error=f"cannot run the command in the task: {err}")
+        if code < 0 and await _gone_soon(alive):  # killed with the task's other processes (its cgroup), first
+            return TaskAccessResult(exit_code=-1, error=f"task {inp.task_index} of job {inp.job_id} ended: "
+                                                        "the command was killed with it")  # fmt: skip
         return TaskAccessResult(exit_code=code)
 
     @activity.defn(name=PROFILE_TASK)
@@ -193,6 +196,18 @@ class TaskAccess:
         if self.runtime.name == RuntimeName.CONTAINERD:
             return _tree(await _containerd_pid(self.runtime, handle))
         return await asyncio.to_thread(group_members, int(handle))
+
+
+async def _gone_soon(alive: Callable[[], bool], seconds: float = 3.0) -> bool:
+    """Whether the task ends within `seconds`: a command killed by a signal as its task ended (the agent then
+    forgets the task a moment later) died with it, not by its own doing."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while alive():
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
 
 
 async def _waited(process: asyncio.subprocess.Process, group: bool = False) -> int:
