@@ -278,10 +278,18 @@ def job_logs(
         if not follow:
             follower.poll(status.num_tasks, final=True)
             return
-        client.wait(
-            job_id, timeout=None, raise_on_failure=False,
-            on_progress=lambda st: follower.poll(st.num_tasks, final=st.done),
-        )
+        said = [""]
+
+        def progress(st: JobStatus) -> None:
+            follower.poll(st.num_tasks, final=st.done)
+            line = _describe(st) if st.state == JobState.PENDING else ""  # a long wait shows why (stderr)
+            if line and line != said[0]:
+                err.print(f"[dim]{line}[/dim]")
+            said[0] = line
+
+        final = client.wait(job_id, timeout=None, raise_on_failure=False, on_progress=progress)
+        if final.state != JobState.SUCCEEDED:  # how it ended, as `iris run` says it (the logs may say nothing)
+            err.print(f"{final.job_id} {final.state}: {final.error or final.pending_reason}", markup=False)
 
 
 @job_app.command("kill")
