@@ -18,11 +18,12 @@ import typer
 
 from activities.contracts import DEFAULT_PORT_RANGE
 from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, source_name, temporal_settings
-from iris.cli.parsing import parse_pair, parse_value
+from iris.cli.parsing import parse_pair
 from iris.cli.port_commands import parse_port_range
 from iris.client.iris_client import ADDRESS_ENV
 from iris.connection import TemporalSettings, is_api_url
 from iris.units import parse_cpu, parse_memory
+from scheduler.attributes import value_from_text
 from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
 
 log = structlog.get_logger("iris.cli.daemons")
@@ -116,7 +117,7 @@ def worker_serve(
 
     configure_logging()
     try:
-        attrs = {k: parse_value(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
+        attrs = {k: value_from_text(v) for k, v in (parse_pair(a, "--attribute") for a in attribute or [])}
         attrs = {**tpu_attributes_if_available(tpu_vm), **attrs}
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()

@@ -14,9 +14,6 @@ _OPS = (("!=", Op.NE), (">=", Op.GE), ("<=", Op.LE), ("=", Op.EQ), (">", Op.GT),
 # The list may be missing (`-c "zone in $UNSET"`): that is refused here, not read as a key named "zone in".
 _SET = re.compile(r"^([^\s=!<>]+)\s+(in|notin)(?:\s+(.*))?$", re.IGNORECASE)
 
-# Typed value from text: numbers, true/false, a double-quoted string as a string (`-c 'ver="1.10"'`).
-parse_value = value_from_text
-
 
 def parse_constraint(expr: str, flag: str = "--constraint", *, soft: bool = False) -> Constraint:
     """`k=v` `k!=v` `k>v` `k>=v` `k<v` `k<=v`, `k` (exists), `!k` (not exists), `k in a,b`, `k notin a,b`.
@@ -35,13 +32,13 @@ def parse_constraint(expr: str, flag: str = "--constraint", *, soft: bool = Fals
         if not all(items):
             raise ValueError(f"{flag} {expr!r}: expected KEY {word.lower()} VALUE,VALUE,... (no empty value)")
         op = Op.IN if word.lower() == "in" else Op.NOT_IN
-        return _built(flag, expr, key, op, [parse_value(item) for item in items], soft)
+        return _built(flag, expr, key, op, [value_from_text(item) for item in items], soft)
     for token, op in _OPS:
         key, sep, value = text.partition(token)
         if sep:
             if not key.strip() or not value.strip():
                 raise ValueError(f"{flag} {expr!r}: expected KEY{token}VALUE")
-            return _built(flag, expr, key.strip(), op, parse_value(value.strip()), soft)
+            return _built(flag, expr, key.strip(), op, value_from_text(value.strip()), soft)
     if text.startswith("!"):
         return _built(flag, expr, text[1:].strip(), Op.NOT_EXISTS, None, soft)
     return _built(flag, expr, text, Op.EXISTS, None, soft)
