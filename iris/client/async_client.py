@@ -78,6 +78,7 @@ log = structlog.get_logger("iris.client.iris_client")
 MAX_DESCRIBE_INTERVAL = 5.0
 """Longest pause between describes of a job `wait` watches when the server refuses another long poll."""
 CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
+CONTROLLER_SILENT = "as last heard: no answer from the Iris controller now"
 
 ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
 STORE_ENV = "IRIS_STORE"
@@ -312,8 +313,9 @@ class AsyncIrisClient(ClusterReads):
         """
         st, answered = await self._answered_status(job_id)
         reason = ""
-        if not answered:
-            reason = (st.pending_reason or CONTROLLER_DOWN_REASON) if st.state in ("", JobState.PENDING) else ""
+        if not answered and st.state in ("", JobState.PENDING):
+            # The reason the job last heard (its memo) may be old: say so, and why no newer one comes.
+            reason = f"{st.pending_reason} ({CONTROLLER_SILENT})" if st.pending_reason else CONTROLLER_DOWN_REASON
         elif st.state in ("", JobState.PENDING, JobState.RUNNING) and st.task_state_counts.get(TaskState.PENDING, 0):
             reason = st.pending_reason or await self._scheduler_reason(job_id)
         return await self._placed_in_queue(_job_status(st, reason))

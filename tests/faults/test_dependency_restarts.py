@@ -37,7 +37,7 @@ def test_a_dependent_job_waits_through_controller_and_server_restarts(make_clust
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     # While it is dead, the job's status still names what it waits for (from the job's memo; it said that the
     # scheduler's reason was unknown): asked once the query has gone unanswered, seconds after the kill.
-    assert reason == c.status(second.job_id).pending_reason
+    assert f"{reason} (as last heard: no answer from the Iris controller now)" == c.status(second.job_id).pending_reason
     c.local.restart_process("controller")
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
     time.sleep(3.0)
