@@ -30,6 +30,7 @@ from temporalio.converter import DataConverter
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
+from iris.query_retry import QueryRetry
 from iris.security import codec
 
 ENV_PREFIX = "IRIS_TEMPORAL_"
@@ -195,7 +196,8 @@ async def connect_client(
 ) -> Client:
     """The one way an Iris process opens a Temporal client (the local cluster's own checks included).
 
-    Every client gets Iris's data converter: payloads encrypted under the process's codec key when
+    Every client asks a query again that a controller refused for looking ahead (iris.query_retry), and gets
+    Iris's data converter: payloads encrypted under the process's codec key when
     IRIS_CODEC_KEY(_FILE) is set, and one line naming the key ids for a payload it cannot read.
     A client built any other way cannot read an encrypted cluster's answers.
     """
@@ -210,7 +212,7 @@ async def connect_client(
         data_converter=data_converter or codec.data_converter(codec.load_key()),
         tls=tls,
         api_key=api_key,
-        interceptors=list(interceptors),
+        interceptors=[QueryRetry(), *interceptors],
         **kwargs,
     )
 

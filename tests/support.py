@@ -21,9 +21,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
-from iris.controller.control_plane import controller_replayer, workflow_runner
+from iris.controller.control_plane import controller_replayer, controller_runner
 from iris.deploy.worker_versioning import deployment_config, promote
 from iris.local.cluster import ClusterInfo, LocalCluster
+from iris.query_retry import QueryRetry
 
 TEMPORAL = Path(sys.executable).with_name("temporal")
 TEST_BUILD = "test"  # the control deployment's version in `workflows_on_dev_server`
@@ -178,11 +179,13 @@ async def workflows_on_dev_server(
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
                 env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
-                activity_executor=executor, workflow_runner=runner or workflow_runner(),
+                activity_executor=executor, workflow_runner=runner or controller_runner(),
                 deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip
                 await promote(env.client, TEST_BUILD)
-                yield env.client, queue
+                # Asked as an Iris client asks: a query the look-ahead guard refused is asked again.
+                client = Client(env.client.service_client, namespace=env.client.namespace, interceptors=[QueryRetry()])
+                yield client, queue
     finally:
         await env.shutdown()
 

@@ -44,9 +44,10 @@ from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from iris.controller.control_plane import controller_replayer, workflow_runner
+from iris.controller.control_plane import controller_replayer, controller_runner
 from iris.controller.query_guard import QueryGuard
 from iris.deploy.worker_versioning import deployment_config, promote
+from iris.query_retry import LOOKAHEAD_REFUSED, QueryRetry
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
@@ -77,8 +78,8 @@ async def _worker(env: WorkflowEnvironment, queue: str, executor: concurrent.fut
     client = await Client.connect(env.client.service_client.config.target_host, namespace=env.client.namespace)
     return Worker(
         client, task_queue=queue, workflows=[SchedulerWorkflow], activities=ACTIVITIES, activity_executor=executor,
-        workflow_runner=workflow_runner(), deployment_config=deployment_config(TEST_BUILD), interceptors=[QueryGuard()],
-        max_cached_workflows=100 if cached else 0,
+        workflow_runner=controller_runner(), deployment_config=deployment_config(TEST_BUILD),
+        interceptors=[QueryGuard()], max_cached_workflows=100 if cached else 0,
     )  # fmt: skip
 
 
@@ -141,7 +142,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
     queue = f"interleave-{seed}-{uuid.uuid4().hex[:6]}"
     try:
-        client = env.client
+        client = Client(env.client.service_client, namespace=env.client.namespace, interceptors=[QueryRetry()])
         with concurrent.futures.ThreadPoolExecutor(8) as executor:
             uncached = await _worker(env, queue, executor, cached=False)
             cached = await _worker(env, queue, executor, cached=True)
@@ -170,16 +171,19 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
                 run.cancel()
     finally:
         await env.shutdown()
-    # No workflow task failed, but for a signal that came while one ran (the server asks for another): not
-    # as non-deterministic, and not in the SDK's core either (a local activity run outside any task once
-    # failed the next one: "Attempted to check for LA marker handling in invalid state").
+    # No workflow task failed, but for a signal that came while one ran (the server asks for another) or a run
+    # the look-ahead guard evicted (iris.controller.lookahead_guard): not as non-deterministic, and not in the
+    # SDK's core either (a local activity run outside any task once failed the next one: "Attempted to check
+    # for LA marker handling in invalid state").
     failed = [
         e.workflow_task_failed_event_attributes.failure.message
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         and e.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
     ]
-    assert [] == failed
+    evicted = [m for m in failed if m.startswith(LOOKAHEAD_REFUSED)]
+    print(f"{len(evicted)} workflow tasks refused by the look-ahead guard")
+    assert [] == [m for m in failed if m not in evicted]
     assert [] == driver.query_failures
     result = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.autoscaling import autoscale_plan, known_slices, start_slice_workflow
@@ -54,6 +54,7 @@ from iris.config.cluster_file import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.controller import observability
 from iris.controller.gc_tuning import tune_for_controller
+from iris.controller.lookahead_guard import LookaheadRunner
 from iris.controller.payload_guard import GuardedRunner, PayloadGuard
 from iris.controller.query_guard import query_guards
 from iris.controller.waits_worker import serve_waits
@@ -167,6 +168,12 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
+def controller_runner() -> WorkflowRunner:
+    """What a controller's workflow worker runs workflows in: the sandbox, with the signals it drops recorded
+    (payload_guard) and no query's look-ahead let through (lookahead_guard)."""
+    return GuardedRunner(LookaheadRunner(workflow_runner()))
+
+
 def controller_replayer(
     workflows: Sequence[type] = ALL_WORKFLOWS, data_converter: DataConverter | None = None
 ) -> Replayer:
@@ -200,7 +207,7 @@ def control_worker(
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
-        workflow_runner=GuardedRunner(workflow_runner()),
+        workflow_runner=controller_runner(),
         # An unreadable signal is dropped and recorded, never a failed task; the suite checks every query.
         interceptors=[PayloadGuard(), *query_guards()],
         deployment_config=deployment_config(build),

@@ -1,0 +1,109 @@
+"""No query may move a cached workflow past its history: activations a query looks ahead with are refused.
+
+A query that reaches a worker while a workflow task is pending (an activity result or a signal is in the
+history, the task that takes it has not run yet) is answered by the SDK's core after applying those events:
+it runs the workflow code forward with them, as if a workflow task had started, but at the time of the last
+task that did (no task started since). Its commands are dropped, yet the workflow's own state keeps what
+that code did, and the run stays cached. When the real task then runs — on that worker, or it is replayed —
+it sees the same events at a later time: anything the code decides by the clock (the scheduler's
+publication intervals, expiries, timeouts) may differ. The cached run then goes on from a state no replay
+can rebuild, and the next replay of its history fails as non-deterministic (this is what stopped the
+scheduler's interleaving test: docs/reliability.md, "Replays").
+
+This runner wrapper refuses two activations that only such a look-ahead produces, before the workflow code
+sees them; the refusal fails the activation, so core evicts the run, and the next task replays it from its
+history:
+
+- a live (not replaying) activation at the same workflow time as the one before it, unless it only
+  resolves local activities (those resolve within the task that ran them): no task started, so it is a
+  look-ahead over events no task has taken;
+- a replaying activation after a live one: the run catches up on tasks another worker ran after it ran
+  ahead on its own, from a state that may not be theirs.
+
+The query that looked ahead fails with LOOKAHEAD_REFUSED; Iris's clients ask it again (iris.query_retry),
+by which time the run is rebuilt (or the task has run). Replays (the Replayer) are not guarded: a history
+that ends in the middle of a task is looked ahead into harmlessly there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import temporalio.bridge.proto.workflow_activation as activation_pb
+import temporalio.bridge.proto.workflow_completion as completion_pb
+from temporalio import workflow
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+
+from iris.query_retry import LOOKAHEAD_REFUSED
+
+
+def _kinds(act: activation_pb.WorkflowActivation) -> set[str]:
+    """The activation's job kinds, a local activity's resolution told apart from an activity's."""
+    kinds: set[str] = set()
+    for job in act.jobs:
+        kind: str = job.WhichOneof("variant") or ""
+        if kind == "resolve_activity" and job.resolve_activity.is_local:
+            kind = "resolve_local_activity"
+        kinds.add(kind)
+    return kinds
+
+
+class LookaheadCheck:
+    """What one workflow instance has run: the time of its last activation, and whether one was live."""
+
+    def __init__(self) -> None:
+        self.last_time: int | None = None
+        self.went_live = False
+
+    def refusal(self, act: activation_pb.WorkflowActivation) -> str | None:
+        """Why `act` must not reach the workflow code (None: it may); notes it when it may."""
+        kinds = _kinds(act)
+        if not kinds or kinds <= {"query_workflow", "remove_from_cache"}:
+            return None  # queries run on the state as it is (query_guard checks they change nothing)
+        time = act.timestamp.ToNanoseconds()
+        if act.is_replaying and self.went_live:
+            return "a replay after this run went live: it catches up on tasks it did not run"
+        if not act.is_replaying and time == self.last_time and kinds != {"resolve_local_activity"}:
+            return "a live activation with no task started since the last: a query's look-ahead"
+        self.last_time = time
+        self.went_live = self.went_live or not act.is_replaying
+        return None
+
+
+class _LookaheadInstance(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance) -> None:
+        self._inner = inner
+        self._check = LookaheadCheck()
+
+    def activate(self, act: activation_pb.WorkflowActivation) -> completion_pb.WorkflowActivationCompletion:
+        reason = self._check.refusal(act)
+        if reason is None:
+            return self._inner.activate(act)
+        completion = completion_pb.WorkflowActivationCompletion()
+        completion.failed.failure.message = f"{LOOKAHEAD_REFUSED}: {reason} (the run is evicted and replayed)"
+        return completion
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> workflow.Info:
+        return self._inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._inner.get_thread_id()
+
+
+class LookaheadRunner(WorkflowRunner):
+    """A workflow runner (the sandbox, usually) whose instances refuse a query's look-ahead."""
+
+    def __init__(self, inner: WorkflowRunner) -> None:
+        self.inner = inner
+
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        self.inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _LookaheadInstance(self.inner.create_instance(det))

@@ -1,0 +1,70 @@
+"""The look-ahead guard tells a query's look-ahead from a workflow task by the activations alone.
+
+The histories that showed the defect are in the interleaving test (tests/test_scheduler_interleaving.py); here
+each rule is checked on activations shaped as the SDK's core sends them (iris/controller/lookahead_guard.py).
+"""
+
+from __future__ import annotations
+
+import temporalio.bridge.proto.workflow_activation as activation_pb
+
+from iris.controller.lookahead_guard import LookaheadCheck
+
+
+def _act(time: int, replaying: bool, *jobs: str, local: bool = False) -> activation_pb.WorkflowActivation:
+    act = activation_pb.WorkflowActivation(run_id="r", is_replaying=replaying)
+    act.timestamp.FromNanoseconds(time)
+    for kind in jobs:
+        job = act.jobs.add()
+        if kind == "resolve_activity":
+            job.resolve_activity.seq = 1
+            job.resolve_activity.is_local = local
+        else:
+            getattr(job, kind).SetInParent()
+    return act
+
+
+def test_a_cold_replay_then_its_task_is_let_through() -> None:
+    """A worker new to a run replays its tasks, then runs the task it was given, at that task's later time."""
+    check = LookaheadCheck()
+    assert check.refusal(_act(1, True, "initialize_workflow")) is None
+    assert check.refusal(_act(2, True, "resolve_activity")) is None
+    assert check.refusal(_act(3, False, "signal_workflow")) is None
+    assert check.refusal(_act(3, True, "query_workflow")) is None  # queries run on the state as it is
+    assert check.refusal(_act(4, False, "resolve_activity")) is None  # the next task, on the cached run
+
+
+def test_a_look_ahead_after_a_replay_is_refused() -> None:
+    """A query reaching a worker new to the run while a task is pending: core replays the run, then applies the
+    pending events live at the last task's time. The workflow code must not see them."""
+    check = LookaheadCheck()
+    check.refusal(_act(1, True, "initialize_workflow"))
+    check.refusal(_act(2, True, "resolve_activity"))
+    reason = check.refusal(_act(2, False, "resolve_activity"))
+    assert reason is not None and "look-ahead" in reason
+
+
+def test_a_look_ahead_on_a_cached_run_is_refused_but_a_local_activity_is_not() -> None:
+    """On a cached run: after its task, pending events at that task's time are a look-ahead; a local activity's
+    result, resolved within the task that ran it, is not."""
+    check = LookaheadCheck()
+    check.refusal(_act(1, False, "initialize_workflow"))
+    check.refusal(_act(5, False, "signal_workflow"))
+    assert check.refusal(_act(5, False, "resolve_activity", local=True)) is None
+    assert check.refusal(_act(5, True, "query_workflow")) is None
+    assert check.refusal(_act(5, False, "resolve_activity")) is not None
+
+
+def test_a_replay_after_going_live_is_refused() -> None:
+    """A run that went live, then is handed tasks another worker ran (it catches up from a state of its own)."""
+    check = LookaheadCheck()
+    check.refusal(_act(1, True, "initialize_workflow"))
+    check.refusal(_act(5, False, "resolve_activity"))  # the last task, or one a query looked ahead into
+    reason = check.refusal(_act(7, True, "signal_workflow"))
+    assert reason is not None and "replay" in reason
+
+
+def test_an_eviction_is_never_refused() -> None:
+    check = LookaheadCheck()
+    check.refusal(_act(5, False, "initialize_workflow"))
+    assert check.refusal(_act(0, False, "remove_from_cache")) is None
