@@ -43,6 +43,7 @@ from benchmarks.repo import REPO
 from iris.connection import connect_client
 from iris.local.cluster import free_port, temporal_binary, temporal_command
 from iris.local.processes import port_open
+from iris.query_retry import LOOKAHEAD_REFUSED
 from worker_agent.registration import register_hosts
 from workflows.messages import Enqueue, SchedulingSpec
 
@@ -77,6 +78,7 @@ class ScaleFigures:
     failed_workflow_tasks: list[str] = field(default_factory=list)
     force_closed_tasks: int = 0
     unhandled_command_tasks: int = 0
+    lookahead_evictions: int = 0
     refused_signals: int = 0
     controller_peak_rss_mb: float = 0.0
     pass_process_peak_rss_mb: float = 0.0  # the controller's child processes (its scheduling pass's)
@@ -119,6 +121,8 @@ class ScaleFigures:
             " the task is retried, nothing is lost)",
             f"  closing tasks redone   {self.unhandled_command_tasks:8d}     (signals came in as a run continued"
             " as new; it took them first)",
+            f"  look-ahead evictions   {self.lookahead_evictions:8d}     (a query looked ahead on a controller:"
+            " its run was replayed, iris/controller/lookahead_guard.py)",
             f"  enqueues refused       {self.refused_signals:8d}     (sent again, as a job's enqueue activity does)",
             "  agent lost -> hosts unhealthy "
             + (f"{self.lost_detect_seconds:.1f} s" if self.lost_detect_seconds is not None else "not seen"),
@@ -312,6 +316,9 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                     continue
                 if cause == "UNHANDLED_COMMAND":  # signals came in as the run closed: it goes on with them
                     figures.unhandled_command_tasks += 1
+                    continue
+                if attrs.failure.message.startswith(LOOKAHEAD_REFUSED):  # evicted and replayed, by design
+                    figures.lookahead_evictions += 1
                     continue
                 figures.failed_workflow_tasks.append(
                     f"event {event.event_id} of {len(events)}: {cause} {attrs.failure.message[:200]}".strip()

@@ -14,6 +14,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
 
+from iris.query_retry import LOOKAHEAD_REFUSED
+
 # A failed workflow task is retried at once; one more attempt is already a failure, not a slow task.
 FAILING_FROM_ATTEMPT = 2
 
@@ -34,6 +36,8 @@ async def workflow_task_failure(client: Client, workflow_id: str) -> str | None:
     for event in reply.history.events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             message = event.workflow_task_failed_event_attributes.failure.message
+            if message.startswith(LOOKAHEAD_REFUSED) and pending.attempt == FAILING_FROM_ATTEMPT:
+                return None  # the look-ahead guard evicted the run: its retry replays it (lookahead_guard)
             return f"attempt {pending.attempt}: {message.splitlines()[0] if message else 'no message'}"
     return f"attempt {pending.attempt}: the failure is not in the last 50 events"
 
