@@ -27,13 +27,11 @@ that ends in the middle of a task is looked ahead into harmlessly there.
 
 from __future__ import annotations
 
-from typing import Any
-
 import temporalio.bridge.proto.workflow_activation as activation_pb
 import temporalio.bridge.proto.workflow_completion as completion_pb
-from temporalio import workflow
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 
+from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
 from iris.query_retry import LOOKAHEAD_REFUSED
 
 
@@ -70,9 +68,9 @@ class LookaheadCheck:
         return None
 
 
-class _LookaheadInstance(WorkflowInstance):
+class _LookaheadInstance(WrappedInstance):
     def __init__(self, inner: WorkflowInstance) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._check = LookaheadCheck()
 
     def activate(self, act: activation_pb.WorkflowActivation) -> completion_pb.WorkflowActivationCompletion:
@@ -83,27 +81,9 @@ class _LookaheadInstance(WorkflowInstance):
         completion.failed.failure.message = f"{LOOKAHEAD_REFUSED}: {reason} (the run is evicted and replayed)"
         return completion
 
-    def get_serialization_context(self, command_info: Any) -> Any:
-        return self._inner.get_serialization_context(command_info)
 
-    def get_external_store_context(self, command_info: Any) -> Any:
-        return self._inner.get_external_store_context(command_info)
-
-    def get_info(self) -> workflow.Info:
-        return self._inner.get_info()
-
-    def get_thread_id(self) -> int | None:
-        return self._inner.get_thread_id()
-
-
-class LookaheadRunner(WorkflowRunner):
+class LookaheadRunner(WrappingRunner):
     """A workflow runner (the sandbox, usually) whose instances refuse a query's look-ahead."""
 
-    def __init__(self, inner: WorkflowRunner) -> None:
-        self.inner = inner
-
-    def prepare_workflow(self, defn: workflow._Definition) -> None:
-        self.inner.prepare_workflow(defn)
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _LookaheadInstance(self.inner.create_instance(det))
+    def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _LookaheadInstance(instance)

@@ -31,7 +31,6 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 import temporalio.bridge.proto.workflow_activation
@@ -45,11 +44,11 @@ from temporalio.worker import (
     WorkflowInstance,
     WorkflowInstanceDetails,
     WorkflowInterceptorClassInput,
-    WorkflowRunner,
 )
 
 from activities.contracts import UnreadablePayload
 from iris.controller.observability import REGISTRY
+from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
 
 log = structlog.get_logger("iris.controller.payload_guard")
 
@@ -118,11 +117,11 @@ _FILTER = _SdkDropFilter()
 logging.getLogger(SDK_LOGGER).addFilter(_FILTER)
 
 
-class _GuardedInstance(WorkflowInstance):
+class _GuardedInstance(WrappedInstance):
     """Runs the inner instance's activations, then records their drops unless the activation replays."""
 
     def __init__(self, inner: WorkflowInstance, workflow_type: str) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._workflow_type = workflow_type
 
     def activate(
@@ -144,36 +143,12 @@ class _GuardedInstance(WorkflowInstance):
                 )  # fmt: skip
         return completion
 
-    def get_serialization_context(self, command_info: Any) -> Any:
-        return self._inner.get_serialization_context(command_info)
 
-    def get_external_store_context(self, command_info: Any) -> Any:
-        return self._inner.get_external_store_context(command_info)
-
-    def get_info(self) -> workflow.Info:
-        return self._inner.get_info()
-
-    def get_thread_id(self) -> int | None:
-        return self._inner.get_thread_id()
-
-
-class GuardedRunner(WorkflowRunner):
+class GuardedRunner(WrappingRunner):
     """A workflow runner (the sandbox, usually) whose instances record the signals they drop."""
 
-    def __init__(self, inner: WorkflowRunner) -> None:
-        self.inner = inner
-
-    def prepare_workflow(self, defn: workflow._Definition) -> None:
-        self.inner.prepare_workflow(defn)
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _GuardedInstance(self.inner.create_instance(det), det.defn.name or "dynamic")
-
-    def set_worker_level_failure_exception_types(self, types: Any) -> None:
-        self.inner.set_worker_level_failure_exception_types(types)
-
-    def __getattr__(self, name: str) -> Any:  # e.g. `restrictions` of the sandbox, read by debug mode
-        return getattr(self.inner, name)
+    def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _GuardedInstance(instance, det.defn.name or "dynamic")
 
 
 class _GuardInbound(WorkflowInboundInterceptor):
