@@ -68,3 +68,26 @@ def test_an_eviction_is_never_refused() -> None:
     check = LookaheadCheck()
     check.refusal(_act(5, False, "initialize_workflow"))
     assert check.refusal(_act(0, False, "remove_from_cache")) is None
+
+
+def _completed(check: LookaheadCheck, *commands: str) -> None:
+    import temporalio.bridge.proto.workflow_completion as completion_pb
+
+    completion = completion_pb.WorkflowActivationCompletion()
+    completion.successful.SetInParent()
+    for kind in commands:
+        getattr(completion.successful.commands.add(), kind).SetInParent()
+    check.completed(completion)
+
+
+def test_what_core_settles_within_the_task_is_let_through() -> None:
+    """An activity cancelled with TRY_CANCEL is resolved by core in the same task, at the same time (seen on a dev
+    server: fire_timer -> request_cancel_activity, then resolve_activity at that time); so is a local activity."""
+    check = LookaheadCheck()
+    check.refusal(_act(1, False, "initialize_workflow"))
+    _completed(check, "schedule_activity", "start_timer")
+    check.refusal(_act(5, False, "fire_timer"))
+    _completed(check, "request_cancel_activity")
+    assert check.refusal(_act(5, False, "resolve_activity")) is None
+    _completed(check, "complete_workflow_execution")
+    assert check.refusal(_act(5, False, "resolve_activity")) is not None  # nothing left for core to settle

@@ -14,9 +14,10 @@ This runner wrapper refuses two activations that only such a look-ahead produces
 sees them; the refusal fails the activation, so core evicts the run, and the next task replays it from its
 history:
 
-- a live (not replaying) activation at the same workflow time as the one before it, unless it only
-  resolves local activities (those resolve within the task that ran them): no task started, so it is a
-  look-ahead over events no task has taken;
+- a live (not replaying) activation at the same workflow time as the one before it: no task started, so
+  it is a look-ahead over events no task has taken. Unless what it resolves, core resolves by itself within
+  the task: a local activity's result, or what the workflow's last commands cancelled or started and core
+  settles at once (an activity cancelled with TRY_CANCEL is resolved in the same task, at the same time);
 - a replaying activation after a live one: the run catches up on tasks another worker ran after it ran
   ahead on its own, from a state that may not be theirs.
 
@@ -46,12 +47,22 @@ def _kinds(act: activation_pb.WorkflowActivation) -> set[str]:
     return kinds
 
 
+SETTLED_BY_CORE = frozenset({
+    "request_cancel_activity", "request_cancel_local_activity", "schedule_local_activity",
+    "cancel_child_workflow_execution", "request_cancel_external_workflow_execution", "cancel_signal_workflow",
+    "request_cancel_nexus_operation",
+})  # fmt: skip
+"""Commands whose outcome core may hand back within the same task (a new activation, the same workflow time)."""
+
+
 class LookaheadCheck:
-    """What one workflow instance has run: the time of its last activation, and whether one was live."""
+    """What one workflow instance has run: the time of its last activation, whether one was live, and whether
+    the last one's commands may be settled by core within its task."""
 
     def __init__(self) -> None:
         self.last_time: int | None = None
         self.went_live = False
+        self.settling = False
 
     def refusal(self, act: activation_pb.WorkflowActivation) -> str | None:
         """Why `act` must not reach the workflow code (None: it may); notes it when it may."""
@@ -61,11 +72,17 @@ class LookaheadCheck:
         time = act.timestamp.ToNanoseconds()
         if act.is_replaying and self.went_live:
             return "a replay after this run went live: it catches up on tasks it did not run"
-        if not act.is_replaying and time == self.last_time and kinds != {"resolve_local_activity"}:
+        within_task = self.settling or kinds == {"resolve_local_activity"}
+        if not act.is_replaying and time == self.last_time and not within_task:
             return "a live activation with no task started since the last: a query's look-ahead"
         self.last_time = time
         self.went_live = self.went_live or not act.is_replaying
         return None
+
+    def completed(self, completion: completion_pb.WorkflowActivationCompletion) -> None:
+        """Note what the workflow answered an activation let through with."""
+        commands = completion.successful.commands if completion.HasField("successful") else ()
+        self.settling = any(c.WhichOneof("variant") in SETTLED_BY_CORE for c in commands)
 
 
 class _LookaheadInstance(WrappedInstance):
@@ -76,7 +93,10 @@ class _LookaheadInstance(WrappedInstance):
     def activate(self, act: activation_pb.WorkflowActivation) -> completion_pb.WorkflowActivationCompletion:
         reason = self._check.refusal(act)
         if reason is None:
-            return self._inner.activate(act)
+            completion = self._inner.activate(act)
+            if not act.jobs or act.jobs[0].WhichOneof("variant") != "query_workflow":
+                self._check.completed(completion)
+            return completion
         completion = completion_pb.WorkflowActivationCompletion()
         completion.failed.failure.message = f"{LOOKAHEAD_REFUSED}: {reason} (the run is evicted and replayed)"
         return completion
