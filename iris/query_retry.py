@@ -15,8 +15,9 @@ from temporalio.client import Interceptor, OutboundInterceptor, QueryWorkflowInp
 LOOKAHEAD_REFUSED = "iris: query look-ahead refused"
 """The start of the failure a controller gives a query that would have run a workflow past its history."""
 
-ATTEMPTS = 5
-PAUSE = 0.05  # seconds before the second attempt, doubled for each next one
+ATTEMPTS = 8
+PAUSE = 0.05  # seconds before the second attempt, doubled for each next one up to MAX_PAUSE (~3.5 s in all)
+MAX_PAUSE = 1.0
 
 
 class _Outbound(OutboundInterceptor):
@@ -27,7 +28,7 @@ class _Outbound(OutboundInterceptor):
             except WorkflowQueryFailedError as err:
                 if LOOKAHEAD_REFUSED not in str(err) or attempt == ATTEMPTS - 1:
                     raise
-            await asyncio.sleep(PAUSE * 2**attempt)
+            await asyncio.sleep(min(MAX_PAUSE, PAUSE * 2**attempt))
         raise AssertionError("unreachable")
 
 
