@@ -6,9 +6,15 @@ each rule is checked on activations shaped as the SDK's core sends them (iris/co
 
 from __future__ import annotations
 
+import pytest
 import temporalio.bridge.proto.workflow_activation as activation_pb
+from temporalio import workflow
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.exceptions import ApplicationError
 
 from iris.controller.lookahead_guard import LookaheadCheck
+from iris.query_retry import LOOKAHEAD_REFUSED
+from tests.support import workflows_on_dev_server
 
 
 def _act(time: int, replaying: bool, *jobs: str, local: bool = False) -> activation_pb.WorkflowActivation:
@@ -91,3 +97,36 @@ def test_what_core_settles_within_the_task_is_let_through() -> None:
     assert check.refusal(_act(5, False, "resolve_activity")) is None
     _completed(check, "complete_workflow_execution")
     assert check.refusal(_act(5, False, "resolve_activity")) is not None  # nothing left for core to settle
+
+
+REFUSALS_LEFT = [0]
+
+
+@workflow.defn(name="RefusesQueries", sandboxed=False)
+class RefusesQueries:
+    """Its query is refused as the guard refuses one, as many times as the test says (a module-level count)."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query
+    def value(self) -> str:
+        if REFUSALS_LEFT[0] > 0:
+            REFUSALS_LEFT[0] -= 1
+            raise ApplicationError(f"{LOOKAHEAD_REFUSED}: a live activation with no task started since the last")
+        return "answered"
+
+
+async def test_an_iris_client_asks_a_refused_query_again() -> None:
+    """A query the guard refused is asked again by every Iris client (iris.query_retry), so its caller gets the
+    answer; a client without the retry sees the refusal."""
+    async with workflows_on_dev_server("refused", [RefusesQueries], []) as (client, queue):
+        handle = await client.start_workflow(RefusesQueries.run, id=f"refused-{queue}", task_queue=queue)
+        REFUSALS_LEFT[0] = 3
+        assert "answered" == await handle.query(RefusesQueries.value)  # the suite's client is an Iris client
+        bare = Client(client.service_client, namespace=client.namespace)
+        REFUSALS_LEFT[0] = 1
+        with pytest.raises(WorkflowQueryFailedError, match=LOOKAHEAD_REFUSED):
+            await bare.get_workflow_handle(f"refused-{queue}").query(RefusesQueries.value)
+        await handle.terminate("test done")
