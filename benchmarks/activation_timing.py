@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio import workflow
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+
+from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
 
 TOP = 8
 
@@ -64,9 +65,9 @@ def _commands(completion: Any) -> str:
     return ", ".join(out) or "nothing"
 
 
-class _TimedInstance(WorkflowInstance):
+class _TimedInstance(WrappedInstance):
     def __init__(self, inner: WorkflowInstance, timings: Timings) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._timings = timings
 
     def activate(self, act: Any) -> Any:
@@ -82,37 +83,21 @@ class _TimedInstance(WorkflowInstance):
             if act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too
                 self._timings.replayed(time.thread_time() - cpu, first="initialize_workflow" in jobs)
 
-    def get_info(self) -> Any:
-        return self._inner.get_info()
 
-    def get_serialization_context(self, command_info: Any) -> Any:
-        return self._inner.get_serialization_context(command_info)
-
-    def get_external_store_context(self, command_info: Any) -> Any:
-        return self._inner.get_external_store_context(command_info)
-
-
-class TimedRunner(WorkflowRunner):
+class TimedRunner(WrappingRunner):
     """Wraps a runner; times the activations of workflows of type `workflow_type`."""
 
     def __init__(self, inner: WorkflowRunner, workflow_type: str, timings: Timings) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.workflow_type = workflow_type
         self.timings = timings
 
-    def prepare_workflow(self, defn: workflow._Definition) -> None:
-        self.inner.prepare_workflow(defn)
-
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         cpu, wall = time.thread_time(), time.perf_counter()
-        instance = self.inner.create_instance(det)
-        if det.defn.name != self.workflow_type:
-            return instance
-        self.timings.add(time.thread_time() - cpu, time.perf_counter() - wall, "a run's sandbox created")
-        return _TimedInstance(instance, self.timings)
+        instance = super().create_instance(det)
+        if det.defn.name == self.workflow_type:
+            self.timings.add(time.thread_time() - cpu, time.perf_counter() - wall, "a run's sandbox created")
+        return instance
 
-    def set_worker_level_failure_exception_types(self, types: Any) -> None:
-        self.inner.set_worker_level_failure_exception_types(types)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+    def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _TimedInstance(instance, self.timings) if det.defn.name == self.workflow_type else instance

@@ -28,7 +28,7 @@ from activities.scheduling import find_assignments_activity, scheduler_pause
 from activities.signals import deliver_signals
 from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
-from iris.controller.control_plane import ensure_scheduler, workflow_runner
+from iris.controller.control_plane import controller_runner, ensure_scheduler
 from iris.controller.gc_tuning import tune_for_controller
 from iris.deploy.worker_versioning import build_id, deployment_config, promote
 from workflows.fleet.worker_workflow import WorkerWorkflow
@@ -72,7 +72,7 @@ async def serve(address: str, timings_path: Path | None = None) -> None:
                         scheduler_pause],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
-            workflow_runner=TimedRunner(workflow_runner(), "SchedulerWorkflow", timings),
+            workflow_runner=TimedRunner(controller_runner(), "SchedulerWorkflow", timings),  # as a controller runs them
             deployment_config=deployment_config(BUILD),
         )
         async with worker:
