@@ -55,6 +55,7 @@ from activities.contracts.fleet import (
     SliceRequest,
     slice_worker_ids,
 )
+from activities.contracts.worker_pages import all_workers
 from activities.heartbeat import heartbeating
 from activities.platforms import platform_for
 from activities.platforms.base import Platform, PlatformRefused, QuotaExhausted, SliceFailed
@@ -86,8 +87,9 @@ async def _platform_call(group: ScaleGroupSpec, step: Callable[[Platform], Await
 
 async def healthy_workers(client: Client) -> dict[str, pb.WorkerStatus]:
     """The scheduler's workers by id (a query: the controller answers it)."""
-    workers = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(WORKERS_QUERY, result_type=pb.WorkerList)
-    return {w.worker_id: w for w in workers.workers}
+    scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+    workers = await all_workers(lambda after: scheduler.query(WORKERS_QUERY, after, result_type=pb.WorkerList))
+    return {w.worker_id: w for w in workers}
 
 
 class SliceActivities:

@@ -619,10 +619,12 @@ class SchedulingPlan(_message.Message):
     def __init__(self, assignments: _Optional[_Iterable[_Union[SchedulingAssignment, _Mapping]]] = ..., timed_out: _Optional[_Iterable[_Union[TimedOutTask, _Mapping]]] = ..., pending_reasons: _Optional[_Mapping[str, str]] = ..., reservation_holds: _Optional[_Iterable[_Union[ReservationHold, _Mapping]]] = ..., reservation_reasons: _Optional[_Mapping[str, str]] = ..., evictions: _Optional[_Iterable[_Union[SchedulingEviction, _Mapping]]] = ..., effective_bands: _Optional[_Mapping[str, str]] = ..., batch_ends: _Optional[_Iterable[int]] = ..., batched: _Optional[bool] = ..., queue: _Optional[_Iterable[_Union[QueueEntry, _Mapping]]] = ...) -> None: ...
 
 class WorkerList(_message.Message):
-    __slots__ = ("workers",)
+    __slots__ = ("workers", "next_after")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AFTER_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ...) -> None: ...
+    next_after: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., next_after: _Optional[str] = ...) -> None: ...
 
 class ClusterSummary(_message.Message):
     __slots__ = ("store_url", "healthy_workers", "total_workers", "pending_tasks", "running_tasks")

@@ -11,13 +11,14 @@ import random
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID, SUMMARY_QUERY, WORKERS_QUERY
+from activities.contracts.worker_pages import all_workers
 from activities.proto import cluster_pb2 as pb
 from iris.client import fleet_view, team_tables, user_balances
 from iris.client.reservation_requests import ReservationStatus, read_published
@@ -44,7 +45,9 @@ class SchedulerFailingError(RuntimeError):
     """The scheduler's workflow task keeps failing: it answers nothing until someone acts (the message says why)."""
 
 
-async def ask_scheduler(temporal: Client, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS) -> T:
+async def ask_scheduler(
+    temporal: Client, query: str, result_type: type[T], budget: float = READ_RETRY_SECONDS, *args: Any
+) -> T:
     """Query the scheduler, asking again while the controller is away (restarting, stalled) for up to `budget` s.
 
     A query is answered by the controller's workflow worker: right after a controller (or
@@ -61,7 +64,7 @@ async def ask_scheduler(temporal: Client, query: str, result_type: type[T], budg
         try:
             return await asyncio.wait_for(
                 temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                    query, result_type=result_type,
+                    query, *args, result_type=result_type,
                     rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
                 ),
                 max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
@@ -98,8 +101,10 @@ class ClusterReads:
         return await ask_scheduler(self.temporal, query, result_type, budget)
 
     async def list_workers(self) -> list[WorkerStatus]:
-        workers = await self._ask_scheduler(WORKERS_QUERY, pb.WorkerList)
-        return [_worker_status(w) for w in workers.workers]
+        workers = await all_workers(
+            lambda after: ask_scheduler(self.temporal, WORKERS_QUERY, pb.WorkerList, READ_RETRY_SECONDS, after)
+        )
+        return [_worker_status(w) for w in workers]
 
     async def list_slices(self, include_ended: bool = False) -> list[SliceStatus]:
         return await fleet_view.list_slices(self.temporal, include_ended)

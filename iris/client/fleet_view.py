@@ -24,6 +24,7 @@ from activities.contracts import (
     SLICE_STATE_ATTRIBUTE,
     WORKERS_QUERY,
 )
+from activities.contracts.worker_pages import all_workers
 from activities.proto import cluster_pb2 as pb
 from iris.types import SliceState, SliceStatus
 from workflows.fleet.autoscaler_state import AutoscalerStatus
@@ -91,8 +92,10 @@ async def terminate_slice(client: Client, slice_id: str, drain_timeout: float = 
 async def cordon_worker(client: Client, worker_id: str, cordoned: bool = True, reason: str = "") -> pb.WorkerStatus:
     """Place no new work on the worker (running tasks go on); `cordoned=False` undoes it. KeyError if unknown."""
     scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
-    workers = await scheduler.query(WORKERS_QUERY, result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT)
-    found = next((w for w in workers.workers if w.worker_id == worker_id), None)
+    workers = await all_workers(
+        lambda after: scheduler.query(WORKERS_QUERY, after, result_type=pb.WorkerList, rpc_timeout=QUERY_TIMEOUT)
+    )
+    found = next((w for w in workers if w.worker_id == worker_id), None)
     if found is None:
         raise KeyError(f"no such worker: {worker_id}")
     what = "cordoned" if cordoned else "uncordoned"

@@ -41,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
         worker_from_metadata,
     )
 
+WORKERS_PAGE_BYTES = 256 * 1024  # a page of the `workers` query: far below the 2 MB an answer may take
+
 QUARANTINE = timedelta(seconds=30)
 QUARANTINE_MAX = timedelta(minutes=10)
 QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing (and 2**n must not overflow)
@@ -48,6 +50,7 @@ LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy th
 PURGE_INTERVAL = timedelta(minutes=1)
 
 if TYPE_CHECKING:
+    from workflows.scheduler.placement_index import Placement
     from workflows.scheduler.scheduler_reservations import Reserving
     from workflows.scheduler.scheduler_sharing import Sharing
 
@@ -203,11 +206,23 @@ class Registry:
             return self.core.loader.counts[0]
         return sum(1 for w in self.core.state.workers.values() if w.healthy)
 
-    def workers(self) -> pb.WorkerList:
-        """Every worker with what is placed there (while the run loads its carried state: those loaded yet)."""
+    def workers(self, after: str = "") -> pb.WorkerList:
+        """One page of the workers, in id order from after `after`, with what is placed there (while the run
+        loads its carried state: those loaded yet). A page stops at WORKERS_PAGE_BYTES, `next_after` naming
+        where the next starts: every worker at once was past the 2 MB a query's answer may take at 10,000
+        workers, and a query answered with a workflow task carried it into that task's completion, which the
+        server then refused by terminating the scheduler (GrpcMessageTooLarge)."""
+        tasks: dict[str, list[tuple[str, Placement]]] = {}
+        for key, p in self.core.state.placements.items():  # one pass over placements, not one per worker
+            if p.worker_id > after:
+                tasks.setdefault(p.worker_id, []).append((key, p))
         out = pb.WorkerList()
-        by_worker: dict[str, pb.WorkerStatus] = {}
-        for w in self.core.state.workers.values():
+        size = 0
+        for worker_id in sorted(w for w in self.core.state.workers if w > after):
+            if size > WORKERS_PAGE_BYTES:
+                out.next_after = out.workers[-1].worker_id
+                break
+            w = self.core.state.workers[worker_id]
             status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy, cordoned=w.cordoned)
             status.capacity.cpu_millis = w.cpu_millis
             status.capacity.memory_bytes = w.memory_bytes
@@ -215,13 +230,11 @@ class Registry:
             status.capacity.tpus = w.tpus
             for key, value in w.attributes.items():
                 set_attr(status.attributes[key], value)
-            by_worker[w.worker_id] = status
-        for key, p in self.core.state.placements.items():  # one pass over placements, not one per worker
-            held = by_worker.get(p.worker_id)
-            if held is not None:
-                held.running_tasks.append(key)
-                held.committed.cpu_millis += p.cpu_millis
-                held.committed.memory_bytes += p.memory_bytes
-                held.committed.gpus += p.gpus
-                held.committed.tpus += p.tpus
+            for key, p in tasks.get(worker_id, ()):
+                status.running_tasks.append(key)
+                status.committed.cpu_millis += p.cpu_millis
+                status.committed.memory_bytes += p.memory_bytes
+                status.committed.gpus += p.gpus
+                status.committed.tpus += p.tpus
+            size += status.ByteSize()
         return out

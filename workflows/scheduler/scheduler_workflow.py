@@ -340,8 +340,8 @@ class SchedulerWorkflow:
         return self.registry.healthy_worker_count()
 
     @workflow.query(name=WORKERS_QUERY)
-    def workers(self) -> pb.WorkerList:
-        return self.registry.workers()
+    def workers(self, after: str = "") -> pb.WorkerList:
+        return self.registry.workers(after)
 
     @workflow.query(name=PENDING_REASON)
     def pending_reason(self, job_id: str) -> str:
