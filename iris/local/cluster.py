@@ -212,26 +212,42 @@ class LocalCluster:
             pid: int = state["pids"][name]
             return pid
 
-    def kill_process(self, name: str, sig: int = signal.SIGTERM, wait: float = 0.0) -> bool:
+    def kill_process(self, name: str, sig: int = signal.SIGTERM, wait: float = 0.0, keep_down: bool = False) -> bool:
         """Send `sig` to process `name` (or a worker id) and its group; False if it was not running.
 
         With `wait` > 0, wait that many seconds for the whole group to exit. The process
-        stays recorded (reported in `status().dead`) so `start_worker` can bring it back.
+        stays recorded (reported in `status().dead`), so the supervisor restarts it and
+        `start_worker` can bring it back; with `keep_down` (a worker only) it is forgotten
+        first, as `stop_worker` forgets, so it stays down until `start_worker`.
         """
-        state = self.record.read() or {}
-        pids: dict[str, int] = state.get("pids", {})
-        if name not in pids and worker_process_name(name) in pids:
-            name = worker_process_name(name)
-        if name not in pids:
-            raise ValueError(
-                f"name: no process {name!r} in the local cluster (known: {', '.join(sorted(pids))})"
-            )
-        process = self.record.process(state, name)
+        with self.record.locked():
+            state = self.record.read() or {}
+            pids: dict[str, int] = state.get("pids", {})
+            if name not in pids and worker_process_name(name) in pids:
+                name = worker_process_name(name)
+            if name not in pids:
+                raise ValueError(
+                    f"name: no process {name!r} in the local cluster (known: {', '.join(sorted(pids))})"
+                )
+            process = self.record.process(state, name)
+            if keep_down:
+                worker_id = next((w for w in state.get("worker_ids", []) if worker_process_name(w) == name), None)
+                if worker_id is None:
+                    raise ValueError(f"keep_down: {name!r} is not a worker")
+                self._forget(state, name, worker_id)
         if not process.owned() or not process.group_alive():
             return False
         process.signal_group(sig)
         wait_exited({name: process}, wait)
         return True
+
+    def _forget(self, state: dict[str, Any], name: str, worker_id: str) -> None:
+        """Take a worker out of the record (under its lock), so neither `up()` nor the supervisor brings it back."""
+        for key in ("pids", "start_ticks", "argv"):
+            state.get(key, {}).pop(name, None)
+        if worker_id in state.get("worker_ids", []):
+            state["worker_ids"].remove(worker_id)
+        self.record.write(state)
 
     def stop_worker(self, worker_id: str, wait: float = 10.0) -> None:
         """Stop a worker for good: forget it, so neither `up()` nor the supervisor brings it back, then stop its
@@ -242,11 +258,7 @@ class LocalCluster:
                 return
             name = worker_process_name(worker_id)
             doomed = self.record.processes(state, [name])
-            for key in ("pids", "start_ticks", "argv"):
-                state.get(key, {}).pop(name, None)
-            if worker_id in state.get("worker_ids", []):
-                state["worker_ids"].remove(worker_id)
-            self.record.write(state)
+            self._forget(state, name, worker_id)
         stop_processes(doomed, wait)
 
     def restart_process(self, name: str, timeout: float = 30.0) -> int:
