@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import structlog
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -137,7 +137,7 @@ class SliceActivities:
         deadline = time.monotonic() + req.timeout_seconds
         missing = list(wanted)
         while True:
-            with contextlib.suppress(RPCError):  # the scheduler not answering is "not yet"
+            with contextlib.suppress(RPCError, WorkflowQueryFailedError):  # the scheduler not answering is "not yet"
                 workers = await healthy_workers(client)
                 missing = [w for w in wanted if w not in workers or not workers[w].healthy]
                 if not missing:
@@ -188,7 +188,7 @@ class SliceActivities:
         deadline = time.monotonic() + req.timeout_seconds
         while True:
             running = -1
-            with contextlib.suppress(RPCError):
+            with contextlib.suppress(RPCError, WorkflowQueryFailedError):  # not answering: look again
                 workers = await healthy_workers(client)
                 running = sum(len(workers[w].running_tasks) for w in req.worker_ids if w in workers)
             if running == 0 or time.monotonic() >= deadline:

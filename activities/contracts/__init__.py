@@ -168,6 +168,10 @@ RELEASE_RESERVATION = "release_reservation"  # the reserving job ended (its job 
 CONFIGURE_SHARING = "configure_sharing"  # the cluster's sharing settings (a SharingSettings), from the controller
 SET_CREDITS = "set_credits"  # an operator sets a user's balance (a SetCredits)
 HEADROOM = "headroom"  # what each scale group can still bring, from the autoscaler when it changes
+SCHEDULER_NOT_WHOLE = "iris: the scheduler's state is not whole"
+"""The start of a query's refusal by a scheduler run that is loading the state its previous run carried over, or
+that handed it to the next: a partial answer would list part of the fleet as if it were all of it. Iris clients
+ask again (iris/query_retry.py)."""
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
 AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)

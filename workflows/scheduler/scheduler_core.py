@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import SCHEDULER_PAUSE, Delivery
+    from activities.contracts import SCHEDULER_NOT_WHOLE, SCHEDULER_PAUSE, Delivery
     from activities.proto import cluster_pb2 as pb
-    from workflows.scheduler.scheduler_carry_loader import StateLoader, unpack
+    from workflows.scheduler.scheduler_carry_loader import StateLoader
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
     from workflows.scheduler.scheduler_state import SchedulerState
     from workflows.scheduler.snapshot_cache import SnapshotCache
@@ -88,7 +88,6 @@ class SchedulerCore:
         self._work_done = 0  # held work done in it
         self.loader: StateLoader | None = StateLoader(packed) if packed else None
         self._state: SchedulerState | None = None
-        self._carried = b""  # what this run handed over, once it let go of its state (`let_go`)
         self.handed_over: pb.ClusterSummary | None = None  # and its counts, as `summary` answers them
         self.state = self.loader.state if self.loader is not None else SchedulerState()
         if self.loader is None:
@@ -119,13 +118,26 @@ class SchedulerCore:
 
     @property
     def state(self) -> SchedulerState:
-        if self._state is None:  # let go of at continue-as-new (`let_go`), and a query still reached this run:
-            return unpack(self._carried)  # unpacked for that answer alone (a query changes nothing it finds)
+        if self._state is None:  # let go of at continue-as-new (`let_go`), and a query still reached this run
+            raise RuntimeError(f"{SCHEDULER_NOT_WHOLE}: this run handed it to the next; ask again")
         return self._state
 
     @state.setter
     def state(self, value: SchedulerState) -> None:
         self._state = value
+
+    def whole(self) -> SchedulerState:
+        """The state, for a query that answers from all of it (workers, dashboard pages, the autoscaler's snapshot).
+
+        Refused while the run loads its carried state: workers come in first and placements last, so a
+        worker listed then had no tasks yet, and a slice's drain could end with tasks still running on it.
+        Refused once the run let go of its state (`state`): it used to be unpacked whole for that one answer,
+        ~0.4 s at 10,000 workers and 100,000 tasks, up to the SDK's 2 s deadlock detector on a busy controller.
+        An Iris client asks again (iris/query_retry.py), and finds the next run, or this one whole.
+        """
+        if self.phase is SchedulerPhase.LOADING:
+            raise RuntimeError(f"{SCHEDULER_NOT_WHOLE}: it is loading what its previous run carried over; ask again")
+        return self.state
 
     def now(self) -> float:
         """Workflow time in seconds (a test outside a workflow sets `clock`)."""
@@ -219,7 +231,7 @@ class SchedulerCore:
             self._rebuilt_at = now
         return now < self._rebuilt_at + REBUILD_GRACE.total_seconds()
 
-    def let_go(self, packed: bytes, counts: list[int]) -> None:
+    def let_go(self, counts: list[int]) -> None:
         """Drop the state as this run continues as new, so reference counting frees it now, in this task.
 
         A run's instance ends up in reference cycles (the SDK's event loop, the sandbox's modules), so
@@ -227,11 +239,10 @@ class SchedulerCore:
         100,000 tasks ~500,000 objects, one collection of ~0.4 s in some later workflow task. A query
         can still reach this run: one that comes while its last workflow task runs waits for that task,
         and the server then hands it to this run, closed (a controller replays the run to answer). It
-        gets the state back from what was packed, as it was handed over; `summary`, the one asked every
-        few seconds (metrics, dashboard), answers the counts handed over, without unpacking (0.1-0.3 s).
+        answers from the counts handed over (`summary`, the one asked every few seconds, and the healthy
+        workers'); any other is refused (`whole`), and an Iris client asks the next run.
         """
         self.move(SchedulerEvent.LET_GO)
-        self._carried = packed
         healthy, total, pending, running = counts
         self.handed_over = pb.ClusterSummary(
             store_url=self.state.store_url, healthy_workers=healthy, total_workers=total, pending_tasks=pending,

@@ -10,13 +10,14 @@
 What each phase allows:
 - LOADING: the carried state comes in a step per workflow task (scheduler_carry_loader.StateLoader); signals
   are held (`held_in_turn`) and applied, in order, once it is whole; `summary` answers the counts the
-  previous run handed over.
+  previous run handed over; a query for the whole state (workers, dashboard pages, the autoscaler's
+  snapshot) is refused (SchedulerCore.whole), and an Iris client asks again.
 - REBUILDING: a run that started with no state asks the live workers and tasks to report
   (activities.recovery) and makes no pass until they have, or REBUILD_GRACE passed.
 - SERVING: passes, signals as they come.
 - CLOSING: the run continues as new: no pass; the state is packed over a few workflow tasks.
-- HANDED_OVER: the state is packed and let go; a query that still reaches the run answers from what was
-  handed over.
+- HANDED_OVER: the state is packed and let go; a query that still reaches the run answers the counts handed
+  over, or is refused (an Iris client asks again, and reaches the next run).
 
 `transition(phase, event)` returns the next phase and the effects the workflow performs on the way, as
 data; the scheduler workflow performs them. An event the table has no entry for is a bug and fails the

@@ -204,25 +204,28 @@ class Registry:
         if self.core.phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
             assert self.core.loader is not None
             return self.core.loader.counts[0]
+        if self.core.handed_over is not None:  # this run continued as new: as it handed the state over
+            return self.core.handed_over.healthy_workers
         return sum(1 for w in self.core.state.workers.values() if w.healthy)
 
     def workers(self, after: str = "") -> pb.WorkerList:
-        """One page of the workers, in id order from after `after`, with what is placed there (while the run
-        loads its carried state: those loaded yet). A page stops at WORKERS_PAGE_BYTES, `next_after` naming
+        """One page of the workers, in id order from after `after`, with what is placed there (refused while the
+        run loads its carried state: SchedulerCore.whole). A page stops at WORKERS_PAGE_BYTES, `next_after` naming
         where the next starts: every worker at once was past the 2 MB a query's answer may take at 10,000
         workers, and a query answered with a workflow task carried it into that task's completion, which the
         server then refused by terminating the scheduler (GrpcMessageTooLarge)."""
+        state = self.core.whole()
         tasks: dict[str, list[tuple[str, Placement]]] = {}
-        for key, p in self.core.state.placements.items():  # one pass over placements, not one per worker
+        for key, p in state.placements.items():  # one pass over placements, not one per worker
             if p.worker_id > after:
                 tasks.setdefault(p.worker_id, []).append((key, p))
         out = pb.WorkerList()
         size = 0
-        for worker_id in sorted(w for w in self.core.state.workers if w > after):
+        for worker_id in sorted(w for w in state.workers if w > after):
             if size > WORKERS_PAGE_BYTES:
                 out.next_after = out.workers[-1].worker_id
                 break
-            w = self.core.state.workers[worker_id]
+            w = state.workers[worker_id]
             status = out.workers.add(worker_id=w.worker_id, healthy=w.healthy, cordoned=w.cordoned)
             status.capacity.cpu_millis = w.cpu_millis
             status.capacity.memory_bytes = w.memory_bytes

@@ -179,7 +179,7 @@ class SchedulerWorkflow:
                 packed = packer.finish(core.state)
                 counts = packer.counts
                 del packer
-                core.let_go(packed, counts)
+                core.let_go(counts)
                 workflow.continue_as_new(
                     args=[packed, core.signal_budget, self.reserving.check_seconds],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
@@ -358,18 +358,18 @@ class SchedulerWorkflow:
 
     @workflow.query(name=DASHBOARD_WORKERS_QUERY)
     def dashboard_workers(self, request: pb.DashboardWorkersRequest) -> pb.DashboardWorkers:
-        answer = workers_page(self.state, request)
+        answer = workers_page(self.core.whole(), request)
         answer.summary.CopyFrom(self.summary())
         return answer
 
     @workflow.query(name=DASHBOARD_WORKER_QUERY)
     def dashboard_worker(self, worker_id: str) -> pb.WorkerStatus:
-        return worker_status(self.state, worker_id)
+        return worker_status(self.core.whole(), worker_id)
 
     @workflow.query(name=DASHBOARD_QUEUE_QUERY)
     def dashboard_queue(self) -> pb.DashboardQueue:
         snapshot = self.core.snapshot or self.core.pass_snapshot  # the last pass's, even a pass old
-        return queue_page(self.state, self.summary(), lambda: snapshot or self.autoscale_snapshot())
+        return queue_page(self.core.whole(), self.summary(), lambda: snapshot or self.autoscale_snapshot())
 
     @workflow.query(name=AUTOSCALE_SNAPSHOT_QUERY)
     def autoscale_snapshot(self) -> bytes:
@@ -377,8 +377,7 @@ class SchedulerWorkflow:
 
         The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
         """
-        if self.core.phase is SchedulerPhase.LOADING:
-            raise RuntimeError("the scheduler is loading its carried state: ask again in a moment")
+        state = self.core.whole()
         if self.core.snapshot is None:
-            self.core.snapshot = self.core.pieces.encode(self.state, workflow.now().timestamp())  # leaves the cache be
+            self.core.snapshot = self.core.pieces.encode(state, workflow.now().timestamp())  # leaves the cache be
         return self.core.snapshot
