@@ -255,6 +255,19 @@ async def _summary(client: Client) -> pb.ClusterSummary:
     raise AssertionError("unreachable")
 
 
+class SchedulerClosedError(Exception):
+    """The scheduler's workflow ended other than by continuing as new (terminated by the server, failed): the
+    bench's waits would otherwise go on until their deadline, with nothing left to answer them."""
+
+
+async def _check_scheduler(client: Client) -> None:
+    """SchedulerClosedError naming how, if the scheduler's latest run closed (a run that continued as new is followed
+    by the next, which describe finds)."""
+    desc = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).describe()
+    if desc.status not in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        raise SchedulerClosedError(f"the scheduler's workflow closed: {desc.status.name}")
+
+
 def _payload_sizes(obj: Any) -> list[int]:
     """Sizes of every Payload inside a history event (walks the proto)."""
     sizes = []
@@ -426,8 +439,13 @@ async def run_scale(
         refused = [r for r in await _gather_limited([register(s) for s in sessions]) if r]
         if refused:
             figures.limits_hit.append(f"{len(refused)} agents had hosts refused, e.g. {refused[0]}")
-        while (await _summary(client)).healthy_workers < workers and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.5)
+        try:
+            while (await _summary(client)).healthy_workers < workers and time.monotonic() < deadline:
+                await _check_scheduler(client)
+                await asyncio.sleep(0.5)
+        except SchedulerClosedError as err:
+            figures.limits_hit.append(str(err))
+            deadline = 0.0  # nothing more to wait for: the histories still say what happened
         figures.register_seconds = time.monotonic() - started
 
         started = time.monotonic()
@@ -447,13 +465,18 @@ async def run_scale(
                     return
                 except RPCError as err:  # e.g. the server's per-run signal limit
                     refusals.append(str(err))
+                    await _check_scheduler(client)  # a closed scheduler refuses for good: no five minutes per job
                     await asyncio.sleep(pause)
             raise RuntimeError(f"enqueue of {job_id} refused for 5 minutes: {refusals[-1]}")
 
         try:
-            await _gather_limited([enqueue(job_id, n) for job_id, n in jobs], limit=enqueue_senders)
+            if deadline:
+                await _gather_limited([enqueue(job_id, n) for job_id, n in jobs], limit=enqueue_senders)
         except RuntimeError as err:
             figures.limits_hit.append(str(err))
+        except SchedulerClosedError as err:
+            figures.limits_hit.append(str(err))
+            deadline = 0.0
         figures.refused_signals = len(refusals)
         if refusals:  # the server protected a limit: reported as a limit hit, though nothing was lost
             figures.limits_hit.append(f"{len(refusals)} enqueues refused by the server, e.g. {refusals[0]}")
@@ -462,6 +485,8 @@ async def run_scale(
             await _place_and_lose_one(client, figures, agents, sessions, pending, started, deadline, timeout)
         except RPCError as err:  # e.g. the scheduler's workflow task keeps failing: reported, not a crash
             figures.limits_hit.append(f"the scheduler stopped answering: {err}")
+        except SchedulerClosedError as err:  # e.g. terminated by the server for a limit: reported, and the bench ends
+            figures.limits_hit.append(str(err))
     figures.controller_peak_rss_mb = controller_peak_rss_mb(controller_pid)
     figures.pass_process_peak_rss_mb = children_peak_rss_mb(controller_pid)
     await read_histories(client, figures)
@@ -481,11 +506,13 @@ async def _place_and_lose_one(
     timeout: float,
 ) -> None:
     """Wait until every task is placed, then stop one agent's beats and time its hosts' loss."""
+    await _check_scheduler(client)
     while time.monotonic() < deadline:
         summary = await _summary(client)
         figures.placed = summary.running_tasks
         if summary.pending_tasks == 0 and summary.running_tasks >= pending:
             break
+        await _check_scheduler(client)
         await asyncio.sleep(1.0)
     figures.place_seconds = time.monotonic() - started
     if figures.placed < pending:
@@ -500,6 +527,7 @@ async def _place_and_lose_one(
         if (await _summary(client)).healthy_workers <= before - 1 - len(quiet.more_worker_ids):
             figures.lost_detect_seconds = time.monotonic() - started
             break
+        await _check_scheduler(client)
         await asyncio.sleep(0.5)
 
 

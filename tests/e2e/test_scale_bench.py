@@ -7,6 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from activities.contracts import SCHEDULER_WORKFLOW_ID
+from activities.scheduling import scheduler_pause
+from benchmarks.scale import SchedulerClosedError, _check_scheduler
+from tests.support import workflows_on_dev_server
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+
 
 def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     """40 hosts in 4 agent sessions take 300 tasks; no limit is hit, a silent agent's hosts are lost, and every
@@ -32,3 +40,15 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert figures["workflow_task_seconds"] and "longest workflow task" in run.stdout  # phase timing reported
     assert figures["replayed_runs"] >= figures["runs"] - 1  # every scheduler run (the open one may have no task yet)
     assert [] == figures["replay_failures"]
+
+
+async def test_the_bench_stops_waiting_once_the_scheduler_is_terminated() -> None:
+    """A scheduler the server terminated (a limit hit) ends the bench's waits with what happened; they went on
+    polling it until their deadline (30 minutes by default), and enqueues retried for five minutes a job."""
+    async with workflows_on_dev_server("bench-closed", [SchedulerWorkflow], [scheduler_pause]) as (client, queue):
+        handle = await client.start_workflow(SchedulerWorkflow.run, args=[None], id=SCHEDULER_WORKFLOW_ID,
+                                             task_queue=queue)  # fmt: skip
+        await _check_scheduler(client)  # running: nothing to say
+        await handle.terminate("a limit, as the server would")
+        with pytest.raises(SchedulerClosedError, match="the scheduler's workflow closed: TERMINATED"):
+            await _check_scheduler(client)
