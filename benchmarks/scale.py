@@ -439,53 +439,46 @@ async def run_scale(
         refused = [r for r in await _gather_limited([register(s) for s in sessions]) if r]
         if refused:
             figures.limits_hit.append(f"{len(refused)} agents had hosts refused, e.g. {refused[0]}")
-        try:
+        try:  # a scheduler closed for good (terminated by the server for a limit) ends every wait below
             while (await _summary(client)).healthy_workers < workers and time.monotonic() < deadline:
                 await _check_scheduler(client)
                 await asyncio.sleep(0.5)
-        except SchedulerClosedError as err:
-            figures.limits_hit.append(str(err))
-            deadline = 0.0  # nothing more to wait for: the histories still say what happened
-        figures.register_seconds = time.monotonic() - started
+            figures.register_seconds = time.monotonic() - started
 
-        started = time.monotonic()
-        spec = SchedulingSpec(cpu_millis=TASK_CPU_MILLIS, memory_bytes=1 << 30)
-        jobs = [
-            (f"bench-job-{j:06d}", min(tasks_per_job, pending - j * tasks_per_job))
-            for j in range((pending + tasks_per_job - 1) // tasks_per_job)
-        ]
-        refusals: list[str] = []
+            started = time.monotonic()
+            spec = SchedulingSpec(cpu_millis=TASK_CPU_MILLIS, memory_bytes=1 << 30)
+            jobs = [
+                (f"bench-job-{j:06d}", min(tasks_per_job, pending - j * tasks_per_job))
+                for j in range((pending + tasks_per_job - 1) // tasks_per_job)
+            ]
+            refusals: list[str] = []
 
-        async def enqueue(job_id: str, n: int) -> None:
-            """One job's enqueue, coalesced as a controller's are; refused, it is sent again (as a job's would be)."""
-            request = Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time())
-            for pause in (0.2, 0.5, 1.0, 2.0, *[5.0] * 60):
-                try:
-                    await coalescer(client, SCHEDULER_WORKFLOW_ID).send(request)  # as deliver_signals sends it
-                    return
-                except RPCError as err:  # e.g. the server's per-run signal limit
-                    refusals.append(str(err))
-                    await _check_scheduler(client)  # a closed scheduler refuses for good: no five minutes per job
-                    await asyncio.sleep(pause)
-            raise RuntimeError(f"enqueue of {job_id} refused for 5 minutes: {refusals[-1]}")
+            async def enqueue(job_id: str, n: int) -> None:
+                """One job's enqueue, coalesced as a controller's are; refused, sent again (as a job's would be)."""
+                request = Enqueue(job_id, spec, dict.fromkeys(range(n), 0), time.time())
+                for pause in (0.2, 0.5, 1.0, 2.0, *[5.0] * 60):
+                    try:
+                        await coalescer(client, SCHEDULER_WORKFLOW_ID).send(request)  # as deliver_signals sends it
+                        return
+                    except RPCError as err:  # e.g. the server's per-run signal limit
+                        refusals.append(str(err))
+                        await _check_scheduler(client)  # a closed scheduler refuses for good: no five minutes per job
+                        await asyncio.sleep(pause)
+                raise RuntimeError(f"enqueue of {job_id} refused for 5 minutes: {refusals[-1]}")
 
-        try:
-            if deadline:
+            try:
                 await _gather_limited([enqueue(job_id, n) for job_id, n in jobs], limit=enqueue_senders)
-        except RuntimeError as err:
-            figures.limits_hit.append(str(err))
-        except SchedulerClosedError as err:
-            figures.limits_hit.append(str(err))
-            deadline = 0.0
-        figures.refused_signals = len(refusals)
-        if refusals:  # the server protected a limit: reported as a limit hit, though nothing was lost
-            figures.limits_hit.append(f"{len(refusals)} enqueues refused by the server, e.g. {refusals[0]}")
-        figures.enqueue_seconds = time.monotonic() - started
-        try:
-            await _place_and_lose_one(client, figures, agents, sessions, pending, started, deadline, timeout)
-        except RPCError as err:  # e.g. the scheduler's workflow task keeps failing: reported, not a crash
-            figures.limits_hit.append(f"the scheduler stopped answering: {err}")
-        except SchedulerClosedError as err:  # e.g. terminated by the server for a limit: reported, and the bench ends
+            except RuntimeError as err:
+                figures.limits_hit.append(str(err))
+            figures.refused_signals = len(refusals)
+            if refusals:  # the server protected a limit: reported as a limit hit, though nothing was lost
+                figures.limits_hit.append(f"{len(refusals)} enqueues refused by the server, e.g. {refusals[0]}")
+            figures.enqueue_seconds = time.monotonic() - started
+            try:
+                await _place_and_lose_one(client, figures, agents, sessions, pending, started, deadline, timeout)
+            except RPCError as err:  # e.g. the scheduler's workflow task keeps failing: reported, not a crash
+                figures.limits_hit.append(f"the scheduler stopped answering: {err}")
+        except SchedulerClosedError as err:  # reported as a limit hit; the histories still say what happened
             figures.limits_hit.append(str(err))
     figures.controller_peak_rss_mb = controller_peak_rss_mb(controller_pid)
     figures.pass_process_peak_rss_mb = children_peak_rss_mb(controller_pid)
@@ -506,7 +499,6 @@ async def _place_and_lose_one(
     timeout: float,
 ) -> None:
     """Wait until every task is placed, then stop one agent's beats and time its hosts' loss."""
-    await _check_scheduler(client)
     while time.monotonic() < deadline:
         summary = await _summary(client)
         figures.placed = summary.running_tasks

@@ -25,6 +25,7 @@ LOOKAHEAD_REFUSED = "iris: query look-ahead refused"
 ATTEMPTS = 8
 PAUSE = 0.05  # seconds before the second attempt, doubled for each next one up to MAX_PAUSE (~3.5 s in all)
 MAX_PAUSE = 1.0
+NOT_WHOLE_PAUSE = 0.2  # seconds between two asks of a query refused as not whole
 NOT_WHOLE_SECONDS = 20.0
 """How long a query the scheduler refused as not whole is asked again. Loading took 24 workflow tasks at
 10,000 workers and 100,000 tasks; an autoscaler's plan (30 s to run) still gets its turn after this."""
@@ -44,7 +45,7 @@ class _Outbound(OutboundInterceptor):
                         raise
                     pause = PAUSE * 2 ** (refused_ahead - 1)
                 elif SCHEDULER_NOT_WHOLE in str(err) and time.monotonic() < deadline:
-                    pause = PAUSE * 4
+                    pause = NOT_WHOLE_PAUSE
                 else:
                     raise
             await asyncio.sleep(min(MAX_PAUSE, pause))
