@@ -17,7 +17,7 @@ import pytest
 from activities.contracts import LEASE_EXPIRED_REASON
 from activities.process_start import start_ticks
 from worker_agent.leases.lease_settings import LeaseSettings
-from worker_agent.leases.lease_watchdog import lease_clock
+from worker_agent.leases.lease_watchdog import PAST_DEADLINE, lease_clock, next_look
 from worker_agent.runtimes.base import LeasedRuntime, TaskHandle, TaskSpec
 from worker_agent.runtimes.process import ProcessRuntime
 from worker_agent.storage import LogStore
@@ -136,25 +136,36 @@ def test_the_watchdog_outlives_its_agent_and_kills_only_the_task_it_recorded(tmp
 
 def test_a_task_started_just_before_its_agent_died_is_still_fenced(tmp_path: Path) -> None:
     """The agent records a task and dies within the watchdog's tick: the watchdog, told of the death at
-    once, still finds the task and kills it at its deadline."""
+    once, still finds the task and kills it at its deadline (not at its next tick, 5 s on)."""
     ledger = tmp_path / "ledger"
     ledger.mkdir()
+    tick = 5.0
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "worker_agent.leases.lease_watchdog", str(ledger), "5"],
+        [sys.executable, "-m", "worker_agent.leases.lease_watchdog", str(ledger), str(tick)],
         stdin=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     task = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         time.sleep(0.5)  # the watchdog has looked at an empty ledger and waits its (long) tick
         (ledger / str(task.pid)).write_text(f"\n{lease_clock() + LEASE!r}\n{start_ticks(task.pid)}\n")
+        began = time.monotonic()
         assert watchdog.stdin is not None
         watchdog.stdin.close()
         assert -signal.SIGKILL == task.wait(timeout=10 * LEASE)
+        assert time.monotonic() - began < LEASE + 1.0 < tick
         assert 0 == watchdog.wait(timeout=10)
     finally:
         for process in (task, watchdog):
             process.kill()
             process.wait()
+
+
+def test_the_watchdog_looks_again_at_the_next_deadline_when_it_comes_before_the_tick() -> None:
+    """The watchdog's next look: its tick, or just past the earliest deadline it holds when that is sooner."""
+    assert 5.0 == next_look({}, 5.0, 100.0)
+    assert 5.0 == next_look({7: 120.0}, 5.0, 100.0)
+    assert 2.0 + PAST_DEADLINE == pytest.approx(next_look({7: 120.0, 8: 102.0}, 5.0, 100.0))
+    assert PAST_DEADLINE == next_look({7: 99.0}, 5.0, 100.0)  # overdue (the look found it alive just before)
 
 
 def test_fence_seconds_waits_out_what_the_heartbeat_timeout_did_not() -> None:

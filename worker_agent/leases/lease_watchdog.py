@@ -33,14 +33,16 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
 from activities.process_start import start_ticks
 
-__all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "read_lease"]
+__all__ = ["FENCED_SUFFIX", "Lease", "expire", "lease_clock", "main", "next_look", "read_lease"]
 
 FENCED_SUFFIX: Final = ".fenced"
+PAST_DEADLINE: Final = 0.01  # a look this long after a deadline finds it passed (`now <= deadline` holds it)
 
 
 def lease_clock() -> float:
@@ -82,14 +84,14 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[list[int], set[int]]:
+def expire(directory: Path, now: float, only: Container[int] | None = None) -> tuple[list[int], dict[int, float]]:
     """SIGKILL every leased group in `directory` (of `only`, if given) whose deadline is before `now`.
 
-    Returns the groups fenced for the first time and the leased groups that hold a lease still.
-    A group whose leader was replaced by an unrelated process with the same number is left alone.
+    Returns the groups fenced for the first time and the leased groups that hold a lease still, each with
+    its deadline. A group whose leader was replaced by an unrelated process with the same number is left alone.
     """
     killed: list[int] = []
-    alive: set[int] = set()
+    alive: dict[int, float] = {}
     try:
         entries = list(directory.iterdir())
     except OSError:
@@ -106,7 +108,7 @@ def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[l
         if not _group_alive(lease.pgid):
             continue
         if now <= lease.deadline:
-            alive.add(lease.pgid)
+            alive[lease.pgid] = lease.deadline
             continue
         # Marked before the kill: whoever reaps the group's exit (the agent's wait, at once) must find why
         # it died; marked after, a CI run saw the exit first and reported a plain SIGKILL.
@@ -125,11 +127,23 @@ def expire(directory: Path, now: float, only: set[int] | None = None) -> tuple[l
     return killed, alive
 
 
+def next_look(alive: Mapping[int, float], tick: float, now: float) -> float:
+    """Seconds until the next look at the ledger: a tick, or less when a lease runs out sooner.
+
+    Why: a lease that runs out between two looks would otherwise be killed up to a tick late; an agent
+    gone with a long tick (a slow host's) would leave its tasks running that long past their deadlines.
+    """
+    if not alive:
+        return tick
+    return min(tick, max(0.0, min(alive.values()) - now) + PAST_DEADLINE)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Enforce the leases in DIR every TICK seconds until the agent is gone and no leased group is left."""
+    """Enforce the leases in DIR every TICK seconds (and at each deadline) until the agent is gone and no
+    leased group is left."""
     args = sys.argv[1:] if argv is None else argv
     directory, tick = Path(args[0]), float(args[1])
-    orphans: set[int] | None = None  # once the agent is gone: the groups it left, the only ones still watched
+    orphans: dict[int, float] | None = None  # once the agent is gone: the groups it left, the only ones watched
     while True:
         killed, alive = expire(directory, lease_clock(), orphans)
         for pgid in killed:
@@ -138,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             if not alive:
                 return 0
             orphans = alive
-            time.sleep(tick)
+            time.sleep(next_look(alive, tick, lease_clock()))
             continue
-        readable, _, _ = select.select([0], [], [], tick)
+        readable, _, _ = select.select([0], [], [], next_look(alive, tick, lease_clock()))
         if readable and not os.read(0, 512):
             # End of file: the agent is gone; its leases will not be renewed. The groups it left are those the
             # ledger holds now (read again: it may have started one since the last look); what a later agent
