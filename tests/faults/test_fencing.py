@@ -22,10 +22,14 @@ from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
 
-LEASE = 5.0  # short, so the test is: the watchdog kills a frozen agent's task 5 s after its last renewal
-MARGIN = 2.0
 HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
+# Short, so the test is: the watchdog kills a frozen agent's task a lease after its last renewal, well before
+# the server times the attempt out (HEARTBEAT, which paces these tests); 3 leases still outlast that timeout,
+# so a frozen agent stays stopped past it and a healthy task of 3 leases runs past it.
+LEASE = 4.0
+MARGIN = 2.0
 FROZEN = 3 * LEASE  # how long the agent stays stopped
+assert LEASE < HEARTBEAT < FROZEN
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 
 RECORDER = """\
@@ -47,7 +51,7 @@ record("end")
 
 @pytest.fixture(autouse=True)
 def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agents of these clusters hold 5 s leases (the cluster's daemons inherit IRIS_* settings)."""
+    """Agents of these clusters hold short leases (the cluster's daemons inherit IRIS_* settings)."""
     monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))
     monkeypatch.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
 
