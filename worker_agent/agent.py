@@ -74,7 +74,7 @@ from worker_agent.preemption import (
     Notice,
     post_notice_file,
 )
-from worker_agent.registration import RegistrationRefused, register_hosts
+from worker_agent.registration import ANSWER_WAIT_SECONDS, RegistrationRefused, register_hosts
 from worker_agent.registration import describe_error as _describe
 from worker_agent.runtimes.base import (
     ContainerRuntime,
@@ -144,6 +144,13 @@ class AgentConfig:
     notice_grace_seconds: float = 30.0
     # How long an attempt outlives this agent's last heartbeat Temporal recorded (docs/reliability.md).
     lease: LeaseSettings = field(default_factory=LeaseSettings)
+    # How long a registration waits for the scheduler's answer before it is sent again (idempotent).
+    registration_answer_wait_seconds: float = ANSWER_WAIT_SECONDS
+
+    def __post_init__(self) -> None:
+        wait = self.registration_answer_wait_seconds
+        if not wait >= 1:
+            raise ValueError(f"registration_answer_wait_seconds: must be at least 1 second, got {wait}")
 
 
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
@@ -214,7 +221,10 @@ class WorkerAgent:
         )  # fmt: skip
         # Cleared before, not after: a session the server ends during the registration is then still lost.
         self._session_lost.clear()
-        refused = await register_hosts(self.client, session, [metadata(self.config, self.session)], timeout, stop)
+        refused = await register_hosts(
+            self.client, session, [metadata(self.config, self.session)], timeout, stop,
+            answer_wait=self.config.registration_answer_wait_seconds,
+        )  # fmt: skip
         if refused is None:
             return False
         if refused:

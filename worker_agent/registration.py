@@ -39,7 +39,7 @@ from worker_agent.backoff import Backoff, pause
 log = structlog.get_logger("iris.agent")
 
 WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import workflow code
-ANSWER_WAIT_SECONDS = 20.0  # ask again after this long without an answer
+ANSWER_WAIT_SECONDS = 20.0  # ask again after this long without an answer (the default; `answer_wait` sets it)
 _T = TypeVar("_T")
 RETRY_CAP_SECONDS = 5.0  # the longest pause between two tries: a restarted controller is found within it
 
@@ -50,14 +50,18 @@ async def register_hosts(
     hosts: list[pb.WorkerMetadata],
     timeout: float | None = None,
     stop: asyncio.Event | None = None,
+    answer_wait: float = ANSWER_WAIT_SECONDS,
 ) -> dict[str, str] | None:
     """Register `hosts` under one liveness session; the refused ones, worker id -> reason.
 
     Every failure to reach Temporal or the scheduler, whatever its exception class (an
     unreachable server, a controller that is down so the update times out, a monitor that
     ended meanwhile), is tried again after a capped, jittered backoff: forever, or until
-    `timeout` seconds have passed (then RuntimeError). None once `stop` is set.
+    `timeout` seconds have passed (then RuntimeError). None once `stop` is set. Each try waits
+    `answer_wait` seconds for the scheduler's answer before it asks again.
     """
+    if not answer_wait > 0:
+        raise ValueError(f"answer_wait: must be > 0 seconds, got {answer_wait}")
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     monitor_id = worker_workflow_id(session.worker_id, session.session)
@@ -89,7 +93,7 @@ async def register_hosts(
             )
             monitor_started = True
         await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
-        wait = ANSWER_WAIT_SECONDS
+        wait = answer_wait
         if deadline is not None:
             wait = max(1.0, min(wait, deadline - loop.time()))
         return await asyncio.wait_for(

@@ -93,6 +93,12 @@ def worker_serve(
         float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
                             help="seconds a lost task's next attempt waits beyond the lease")
     ] = DEFAULT_LEASE_MARGIN_SECONDS,
+    registration_answer_wait: Annotated[
+        float | None,
+        typer.Option("--registration-answer-wait", min=1, envvar="IRIS_REGISTRATION_ANSWER_WAIT_SECONDS",
+                     help="seconds a registration waits for the scheduler's answer before it is sent again "
+                          "(default 20)"),
+    ] = None,
     task_api: Annotated[
         str | None,
         typer.Option("--task-api", envvar="IRIS_TASK_API",
@@ -162,6 +168,8 @@ def worker_serve(
         notice_grace_seconds=notice_grace,
         lease=leases,
     )
+    if registration_answer_wait is not None:  # else the agent's default
+        config = dataclasses.replace(config, registration_answer_wait_seconds=registration_answer_wait)
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
         containerd_socket=containerd_socket, lease_seconds=leases.seconds,

@@ -6,38 +6,87 @@ reach Temporal or the scheduler is retried until the control plane is back.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import time
+from pathlib import Path
 
-from iris import Constraint, JobState, ResourceSpec
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.contracts import worker_workflow_id
+from iris import Constraint, JobState, ResourceSpec, get_job_info
 from tests.support import holds_throughout, logged
 from worker_agent.agent import SESSION_SILENCE_SECONDS
-from worker_agent.registration import ANSWER_WAIT_SECONDS
+from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
-from .test_component_faults import read_runs, record_run
+from .test_component_faults import read_runs
 
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+# The agents of the dead-controller test ask again after this long without an answer (product default 20 s):
+# the test waits for one unanswered registration, so the outage lasts this long, not 20 s.
+ANSWER_WAIT = 4.0
 
 
-def test_agents_outlive_a_dead_controller_while_they_register_again(make_cluster: MakeCluster) -> None:
-    """With the controller dead for 25 s, an agent whose session was lost (paused past the heartbeat timeout)
-    keeps trying to register instead of exiting; once the controller is back every agent is healthy and the
-    task that ran through the outage finishes once."""
+def record_run_until(directory: str, gate: str) -> int:
+    """Task body: as `record_run`, but running until `gate` exists (the test ends it once the outage is over)."""
+    info = get_job_info()
+    assert info is not None
+    path = Path(directory) / "runs"
+    with path.open("a") as f:
+        f.write(f"{info.task_index} {info.attempt} start {time.time()}\n")
+    while not Path(gate).exists():
+        time.sleep(0.1)
+    with path.open("a") as f:
+        f.write(f"{info.task_index} {info.attempt} end {time.time()}\n")
+    return info.task_index * 10
+
+
+def registered_session(log: Path) -> str:
+    """The session an agent last registered, from its log."""
+    sessions = [e["session"] for e in map(json.loads, (ln for ln in lines(log) if ln.startswith("{")))
+                if e.get("event") == "worker_registered"]  # fmt: skip
+    assert sessions, f"no worker_registered in {log}"
+    return str(sessions[-1])
+
+
+async def _timed_out(address: str, workflow_id: str) -> bool:
+    """Whether the server has timed out an activity of this workflow (it records that with no worker running)."""
+    client = await Client.connect(address)
+    events = client.get_workflow_handle(workflow_id).fetch_history_events()
+    return any([e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT async for e in events])
+
+
+def test_agents_outlive_a_dead_controller_while_they_register_again(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the controller dead past the session heartbeat timeout and a registration's answer wait, an agent
+    whose session was lost (paused past the heartbeat timeout) keeps trying to register instead of exiting;
+    once the controller is back every agent is healthy and the task that ran through the outage finishes once."""
+    monkeypatch.setenv("IRIS_REGISTRATION_ANSWER_WAIT_SECONDS", str(ANSWER_WAIT))  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"))
     on_run = [Constraint("role", "EQ", "run")]
-    job = c.client.submit(record_run, str(c.work), 30.0, resources=ONE_CPU, constraints=on_run)
+    gate = c.work / "go"  # the task runs through the outage and ends when the test says
+    job = c.client.submit(record_run_until, str(c.work), str(gate), resources=ONE_CPU, constraints=on_run)
     runs = c.work / "runs"
     wait_until(lambda: lines(runs), what="the task started")
+    monitor = worker_workflow_id("paused-0", registered_session(c.local.log_path("worker-paused-0")))
 
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     assert c.local.kill_process("paused-0", signal.SIGSTOP)
-    time.sleep(9.0)  # past the 6 s heartbeat timeout: its session is lost
+    wait_until(  # the server ended its session (the 6 s heartbeat timeout passed); the controller cannot hear it
+        lambda: asyncio.run(_timed_out(c.info.address, monitor)),
+        timeout=SESSION_HEARTBEAT_TIMEOUT.total_seconds() + 30, interval=0.2,
+        what="the paused agent's session timed out",
+    )  # fmt: skip
     retries = logged(c.local.log_path("worker-paused-0"), "registration_retry")
     assert c.local.kill_process("paused-0", signal.SIGCONT)
     wait_until(  # it registers again, no controller answers, and it says it will ask again
         lambda: logged(c.local.log_path("worker-paused-0"), "registration_retry") > retries,
-        timeout=ANSWER_WAIT_SECONDS + 30, what="a registration with no answer, to be tried again",
+        timeout=ANSWER_WAIT + 30, what="a registration with no answer, to be tried again",
     )  # fmt: skip
     assert ["temporal", "worker-paused-0", "worker-run-0"] == c.alive()
     back_at = time.monotonic()
@@ -45,6 +94,8 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(make_cluster
 
     wait_until(lambda: c.healthy("paused-0") and c.healthy("run-0"), timeout=60, what="both workers healthy")
     print(f"\ncontroller restart -> every agent healthy: {time.monotonic() - back_at:.1f} s")
+    assert [] == [ln for ln in lines(runs) if " end " in ln]  # the task ran through the outage
+    gate.touch()
     status = job.wait(timeout=90)
     assert JobState.SUCCEEDED == status.state
     assert [0] == job.results()
@@ -56,7 +107,10 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
     """With the dev server dead for 15 s under a running task, no agent exits, the task completes after the
     server is back; and an agent told to stop (SIGTERM) while the server is away exits within seconds."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2), group("spare", cpu=1))
-    job = c.client.submit_command(["sleep", "20"], resources=ONE_CPU)
+    # The task runs until the test lets it end, once the server is back: the attempt the outage cost (its lease ran
+    # out) runs again then, and ends at once rather than after a fixed time (it was `sleep 20`, twice).
+    gate = c.work / "go"
+    job = c.client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU)
     wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
 
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
@@ -77,6 +131,7 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
     # Their sessions ended with the outage (timed out once the server was back); each agent learns it from
     # the server and registers again, not only after it has heard nothing for the silence limit.
     assert healthy_in < SESSION_SILENCE_SECONDS
+    gate.touch()
     status = c.client.wait(job.job_id, timeout=120)
     assert JobState.SUCCEEDED == status.state
     assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
