@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -82,11 +83,33 @@ CONTROLLER_SILENT = "as last heard: no answer from the Iris controller now"
 
 ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
 STORE_ENV = "IRIS_STORE"
+QUERY_TIMEOUT_ENV = "IRIS_QUERY_TIMEOUT_SECONDS"
+"""Overrides QUERY_TIMEOUT for a client's job status queries (a test of a stalled controller waits less)."""
+MAX_QUERY_TIMEOUT_SECONDS = 60.0
+
+
+def query_timeout_from(environ: Mapping[str, str]) -> timedelta:
+    """How long a job status query waits for the controller: QUERY_TIMEOUT_ENV when set, else QUERY_TIMEOUT."""
+    text = environ.get(QUERY_TIMEOUT_ENV, "").strip()
+    if not text:
+        return QUERY_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_QUERY_TIMEOUT_SECONDS:
+        raise ValueError(f"{QUERY_TIMEOUT_ENV}: must be seconds > 0 and at most {MAX_QUERY_TIMEOUT_SECONDS:g}, "
+                         f"got {text!r}")  # fmt: skip
+    return timedelta(seconds=seconds)
 
 
 class AsyncIrisClient(ClusterReads):
-    def __init__(self, client: Client, store_url: str, user: str | None = None, parent_job_id: str = "") -> None:
+    def __init__(
+        self, client: Client, store_url: str, user: str | None = None, parent_job_id: str = "",
+        query_timeout: timedelta = QUERY_TIMEOUT,
+    ) -> None:  # fmt: skip
         self.temporal = client
+        self.query_timeout = query_timeout  # a job status query's wait for the controller
         self.store_url = store_url
         self.user = user
         self.parent_job_id = parent_job_id  # inside a task of this job: what it submits are its children
@@ -108,6 +131,7 @@ class AsyncIrisClient(ClusterReads):
         """
         if user is not None:
             resolve_user(user)  # a bad name is a ValueError naming `user`, before connecting
+        timeout = query_timeout_from(os.environ)  # a bad value is a ValueError naming its variable, before connecting
         settings = settings or TemporalSettings.load(address=address, namespace=namespace)
         store = store or os.environ.get(STORE_ENV)
         if settings.address is None:
@@ -127,7 +151,7 @@ class AsyncIrisClient(ClusterReads):
         if store is None:
             store = (await ask_scheduler(client, SUMMARY_QUERY, pb.ClusterSummary)).store_url
         user = settings.authenticated_user() or resolve_user(user)
-        return cls(client, store, user=user, parent_job_id=task_parent(settings.address))
+        return cls(client, store, user=user, parent_job_id=task_parent(settings.address), query_timeout=timeout)
 
     # -- submission ----------------------------------------------------------------------------
 
@@ -239,7 +263,7 @@ class AsyncIrisClient(ClusterReads):
             raise KeyError(f"no such job: {job_id!r}")
         handle = self.temporal.get_workflow_handle(job_id)
         try:
-            st = await handle.query(JOB_STATUS_QUERY, result_type=pb.JobStatus, rpc_timeout=QUERY_TIMEOUT)
+            st = await handle.query(JOB_STATUS_QUERY, result_type=pb.JobStatus, rpc_timeout=self.query_timeout)
         except (RPCError, WorkflowQueryFailedError) as err:
             if isinstance(err, RPCError) and is_missing(err):
                 raise KeyError(f"no such job: {job_id}") from None
@@ -267,7 +291,7 @@ class AsyncIrisClient(ClusterReads):
         try:
             while len(rows) < st.num_tasks:
                 page = read_page(await handle.query(JOB_TASKS_QUERY, args=[len(rows), st.num_tasks],
-                                                    result_type=bytes, rpc_timeout=QUERY_TIMEOUT))  # fmt: skip
+                                                    result_type=bytes, rpc_timeout=self.query_timeout))  # fmt: skip
                 if not page:
                     break  # a table shorter than its num_tasks (cannot happen; no endless loop if it did)
                 rows.extend(page)
@@ -327,7 +351,7 @@ class AsyncIrisClient(ClusterReads):
     async def _scheduler_reason(self, job_id: str) -> str:
         try:
             return await self.temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                PENDING_REASON, job_id, result_type=str, rpc_timeout=QUERY_TIMEOUT
+                PENDING_REASON, job_id, result_type=str, rpc_timeout=self.query_timeout
             )
         except RPCError as err:
             log.warning("scheduler_not_answering", job_id=job_id, error=err.message)

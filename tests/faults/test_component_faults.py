@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from iris import (
@@ -140,10 +141,15 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: M
     assert [0, 0, 0] == [t.preemption_count + t.failure_count for t in status.tasks]
 
 
-def test_status_answers_from_temporal_while_the_controller_is_down(make_cluster: MakeCluster) -> None:
+def test_status_answers_from_temporal_while_the_controller_is_down(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the controller SIGSTOPped, `status` still answers within seconds: a finished job in full
     (from its history), a running one by its state, a pending one saying why there is no reason;
-    and a fresh client (no cache) gets the same, so nothing waits on the missing controller."""
+    and a fresh client (no cache) gets the same, so nothing waits on the missing controller.
+
+    The fresh client's status query waits 1 s for the controller (IRIS_QUERY_TIMEOUT_SECONDS; 5 s by
+    default): every query it makes goes to the stopped controller and must time out, three of them."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
     done = c.client.submit_command(["sh", "-c", "exit 3"], resources=ONE_CPU)
     assert JobState.FAILED == done.wait(timeout=60, raise_on_failure=False).state
@@ -154,6 +160,7 @@ def test_status_answers_from_temporal_while_the_controller_is_down(make_cluster:
 
     assert c.local.kill_process("controller", signal.SIGSTOP)
     try:
+        monkeypatch.setenv("IRIS_QUERY_TIMEOUT_SECONDS", "1")  # read by the fresh client only
         fresh = IrisClient.connect(c.info.address, store=c.info.store_url)
         started = time.monotonic()
         finished = fresh.job_status(done.job_id)
