@@ -95,21 +95,23 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_c
     assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id
 
 
-def record_run(directory: str, seconds: float) -> int:
-    """Task body: append start and end (with attempt and time) to a shared file; return 10 * index."""
+def record_run_until(directory: str, gate: str) -> int:
+    """Task body: append start and end (with attempt and time) to a shared file, running until `gate` exists
+    in between (the test ends it when its outage is over); return 10 * index."""
     info = get_job_info()
     assert info is not None
     path = Path(directory) / "runs"
     with path.open("a") as f:
         f.write(f"{info.task_index} {info.attempt} start {time.time()}\n")
-    time.sleep(seconds)
+    while not Path(gate).exists():
+        time.sleep(0.1)
     with path.open("a") as f:
         f.write(f"{info.task_index} {info.attempt} end {time.time()}\n")
     return info.task_index * 10
 
 
 def read_runs(path: Path) -> dict[tuple[int, int], dict[str, float]]:
-    """(task index, attempt) -> {"start": t, "end": t} from the lines `record_run` wrote."""
+    """(task index, attempt) -> {"start": t, "end": t} from the lines `record_run_until` wrote."""
     runs: dict[tuple[int, int], dict[str, float]] = {}
     for line in path.read_text().splitlines():
         index, attempt, what, when = line.split()
@@ -121,13 +123,18 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: M
     """With the controller SIGKILLed mid-job and restarted, a 3-task job succeeds with the right
     results and each task ran exactly once."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
-    job = c.client.submit(record_run, str(c.work), 4.0, resources=ResourceSpec(cpu=1, memory="100m", replicas=3))
+    gate = c.work / "go"  # the tasks run until the controller is back (they ran 4 s each, the third after the two)
+    job = c.client.submit(
+        record_run_until, str(c.work), str(gate), resources=ResourceSpec(cpu=1, memory="100m", replicas=3)
+    )
     runs = c.work / "runs"
     wait_until(lambda: len(lines(runs)) >= 2, what="two tasks started")
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     assert "controller" not in c.alive()
     time.sleep(2.0)  # tasks keep running and heartbeating to Temporal meanwhile
+    assert 2 == len(lines(runs))  # both still running, the third not started: no controller placed it
     c.local.restart_process("controller")
+    gate.touch()
 
     status = c.client.wait(job.job_id, timeout=90)
     assert JobState.SUCCEEDED == status.state

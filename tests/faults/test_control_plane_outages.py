@@ -17,32 +17,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.contracts import worker_workflow_id
-from iris import Constraint, JobState, ResourceSpec, get_job_info
+from iris import Constraint, JobState, ResourceSpec
 from tests.support import holds_throughout, logged
 from worker_agent.agent import SESSION_SILENCE_SECONDS
 from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
-from .test_component_faults import read_runs
+from .test_component_faults import read_runs, record_run_until
 
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 # The agents of the dead-controller test ask again after this long without an answer (product default 20 s):
 # the test waits for one unanswered registration, so the outage lasts this long, not 20 s.
 ANSWER_WAIT = 4.0
-
-
-def record_run_until(directory: str, gate: str) -> int:
-    """Task body: as `record_run`, but running until `gate` exists (the test ends it once the outage is over)."""
-    info = get_job_info()
-    assert info is not None
-    path = Path(directory) / "runs"
-    with path.open("a") as f:
-        f.write(f"{info.task_index} {info.attempt} start {time.time()}\n")
-    while not Path(gate).exists():
-        time.sleep(0.1)
-    with path.open("a") as f:
-        f.write(f"{info.task_index} {info.attempt} end {time.time()}\n")
-    return info.task_index * 10
 
 
 def registered_session(log: Path) -> str:
