@@ -101,14 +101,20 @@ def slice_hosts(home: Path) -> dict[str, list[psutil.Process]]:
     return found
 
 
-def gang_job(client: IrisClient, work: Path, seconds: float = 0.0) -> Job:
-    """A coscheduled 4-task job that records where and when each task ran."""
+def gang_job(client: IrisClient, work: Path, seconds: float = 0.0, until: Path | None = None) -> Job:
+    """A coscheduled 4-task job that records where and when each task ran.
+
+    Each task runs `seconds`, or with `until` as long as that file does not exist: a test that needs the
+    gang running while it checks something releases it once checked, instead of guessing a length.
+    """
     script = (
-        "import json, os, sys, time; start = time.time(); time.sleep(float(sys.argv[2])); "
+        "import json, os, sys, time; start = time.time(); time.sleep(float(sys.argv[2]))\n"
+        "while len(sys.argv) > 3 and not os.path.exists(sys.argv[3]): time.sleep(0.05)\n"
         "open(os.path.join(sys.argv[1], os.environ['IRIS_JOB_ID'] + '-' + os.environ['IRIS_TASK_INDEX']), 'w')"
         ".write(json.dumps([os.environ['IRIS_WORKER_ID'], start, time.time()]))"
     )
-    return client.submit_command([sys.executable, "-c", script, str(work), str(seconds)], **GANG)  # type: ignore[arg-type]
+    argv = [sys.executable, "-c", script, str(work), str(seconds), *([str(until)] if until else [])]
+    return client.submit_command(argv, **GANG)  # type: ignore[arg-type]
 
 
 def ran(work: Path, job: Job) -> list[tuple[str, float, float]]:
@@ -235,19 +241,23 @@ def test_a_slice_picked_for_idle_scale_down_as_a_job_lands_on_it_stays(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
     """The autoscaler decides on a snapshot; a slice that got work since stays READY and uncordoned, its job runs."""
-    # Long enough that the gang still runs when the slice checks for work on a loaded machine.
-    job = gang_job(fleet_client, tmp_path, seconds=20.0)
-    wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
-    (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks if t.worker_id}
-    # A fresh slice runs tasks as soon as its hosts register, a moment before it is READY;
-    # the autoscaler only scales down READY slices.
-    wait_until(lambda: {s.slice_id: s.state for s in fleet_client.list_slices()}.get(slice_id) == SliceState.READY,
-               timeout=60, what="slice READY")  # fmt: skip
-    answer = asyncio.run(_ask_idle_scale_down(fleet.info.address, slice_id))
-    assert "4 tasks placed on it" == answer
-    mine = {f"{slice_id}-{i}" for i in range(4)}
-    assert not [w for w in fleet_client.list_workers() if w.worker_id in mine and w.cordoned]
-    assert SliceState.READY == {s.slice_id: s.state for s in fleet_client.list_slices()}[slice_id]
+    release = tmp_path / "release"  # the gang runs until the slice has checked for work and stayed, however long
+    job = gang_job(fleet_client, tmp_path, until=release)
+    try:
+        wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
+        (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks if t.worker_id}
+        # A fresh slice runs tasks as soon as its hosts register, a moment before it is READY;
+        # the autoscaler only scales down READY slices.
+        wait_until(lambda: {s.slice_id: s.state for s in fleet_client.list_slices()}.get(slice_id) == SliceState.READY,
+                   timeout=60, what="slice READY")  # fmt: skip
+        answer = asyncio.run(_ask_idle_scale_down(fleet.info.address, slice_id))
+        assert "4 tasks placed on it" == answer
+        mine = {f"{slice_id}-{i}" for i in range(4)}
+        assert not [w for w in fleet_client.list_workers() if w.worker_id in mine and w.cordoned]
+        assert SliceState.READY == {s.slice_id: s.state for s in fleet_client.list_slices()}[slice_id]
+        assert not job.status().done  # the check ran while the gang did
+    finally:
+        release.touch()
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
     assert mine == {w for w, _, _ in ran(tmp_path, job)}
     # Idle for real now: the autoscaler's own scale-down removes it.
@@ -258,16 +268,30 @@ def test_drain_waits_for_running_tasks_and_terminate_deletes_the_slice(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
     """`iris worker drain` returns once the worker's task finished; `iris slice terminate` stops the slice."""
-    job = gang_job(fleet_client, tmp_path, seconds=12.0)
-    wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
-    # The job is RUNNING once one task runs; the others' places show up in its status moments later.
-    worker = wait_until(lambda: next(t.worker_id for t in job.status().tasks if t.task_index == 0), timeout=30,
-                        what="task 0's worker in the job's status")  # fmt: skip
-    slice_id = worker.rsplit("-", 1)[0]
-    drained = cli(fleet, "worker", "drain", worker, timeout=120)
+    release = tmp_path / "release"  # the gang runs until the drain is seen waiting for it, however long that takes
+    job = gang_job(fleet_client, tmp_path, until=release)
+    try:
+        wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="gang running")
+        # The job is RUNNING once one task runs; the others' places show up in its status moments later.
+        worker = wait_until(lambda: next(t.worker_id for t in job.status().tasks if t.task_index == 0), timeout=30,
+                            what="task 0's worker in the job's status")  # fmt: skip
+        slice_id = worker.rsplit("-", 1)[0]
+        stderr = tmp_path / "drain.stderr"
+        with stderr.open("w") as err:
+            drain = subprocess.Popen([sys.executable, "-m", "iris", "worker", "drain", worker], env=fleet.env,
+                                     stdout=subprocess.DEVNULL, stderr=err, text=True)  # fmt: skip
+        try:
+            wait_until(lambda: "waiting for 1 running tasks" in stderr.read_text(), timeout=120,
+                       what="the drain waiting for the task")  # fmt: skip
+            assert drain.poll() is None, stderr.read_text()  # still waiting, with the task still running
+        except BaseException:
+            drain.kill()
+            raise
+    finally:
+        release.touch()
+    drain.wait(timeout=120)
     drained_at = time.time()
-    assert 0 == drained.returncode, drained.stderr
-    assert "waiting for 1 running tasks" in drained.stderr
+    assert 0 == drain.returncode, stderr.read_text()
     assert worker in {w.worker_id for w in fleet_client.list_workers() if w.cordoned}
     assert JobState.SUCCEEDED == job.wait(timeout=60).state
     assert ran(tmp_path, job)[0][2] <= drained_at  # the task ran to its end: drained, not killed
@@ -328,8 +352,9 @@ def test_a_slice_whose_workflow_was_terminated_by_hand_is_cleaned_up_when_the_co
     asyncio.run(terminate_workflow())
     mark = autoscaler_mark(fleet.info.address)
     job.terminate()
+    # Each plan is a chance to delete the slice.
     wait_until(lambda: job.status().done and plans_since(fleet.info.address, mark) >= 2, timeout=60,
-               what="the job ended and two autoscaler plans after it")  # each plan a chance to delete the slice
+               what="the job ended and two autoscaler plans after it")  # fmt: skip
     assert 4 == len(slice_hosts(fleet.local.home).get(slice_id, []))  # nothing deleted it: an orphan
     ended = {s.slice_id: s for s in fleet_client.list_slices(include_ended=True)}[slice_id]
     assert SliceState.FAILED == ended.state and "terminated" in ended.error
