@@ -22,6 +22,7 @@ from iris.cli.parsing import parse_pair
 from iris.cli.port_commands import parse_port_range
 from iris.client.iris_client import ADDRESS_ENV
 from iris.connection import TemporalSettings, is_api_url
+from iris.controller.sticky import DEFAULT_STICKY_TIMEOUT_SECONDS, MAX_STICKY_TIMEOUT_SECONDS
 from iris.units import parse_cpu, parse_memory
 from scheduler.attributes import value_from_text
 from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
@@ -275,6 +276,12 @@ def controller_serve(
         typer.Option(envvar="IRIS_BUILD_ID", help="this build's version of the iris-control deployment "
                      "(default: a digest of the control plane's code; see docs/operators.md)"),
     ] = None,
+    sticky_timeout: Annotated[
+        float,
+        typer.Option("--sticky-timeout", envvar="IRIS_STICKY_TIMEOUT_SECONDS",
+                     help="seconds a workflow's next task waits for the controller that ran its last one "
+                     "before any controller takes it (how long a killed controller's workflows stand still)"),
+    ] = DEFAULT_STICKY_TIMEOUT_SECONDS,
 ) -> None:
     """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
     from iris.config.cluster_file import load_config
@@ -299,8 +306,12 @@ def controller_serve(
         raise fail(f"--temporal-ui must be an http:// or https:// URL, got {temporal_ui!r}")
     if dashboard_port is not None and not 0 <= dashboard_port <= 65535:
         raise fail(f"--dashboard-port must be a port number (0-65535), got {dashboard_port}")
+    if not 0 < sticky_timeout <= MAX_STICKY_TIMEOUT_SECONDS:  # NaN too
+        raise fail(f"--sticky-timeout must be > 0 and at most {MAX_STICKY_TIMEOUT_SECONDS:g} seconds, "
+                   f"got {sticky_timeout}")  # fmt: skip
     on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
     asyncio.run(serve(
         settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
         dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
+        sticky_timeout=sticky_timeout,
     ))  # fmt: skip

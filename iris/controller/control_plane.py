@@ -57,6 +57,7 @@ from iris.controller.gc_tuning import tune_for_controller
 from iris.controller.lookahead_guard import LookaheadRunner
 from iris.controller.payload_guard import GuardedRunner, PayloadGuard
 from iris.controller.query_guard import query_guards
+from iris.controller.sticky import DEFAULT_STICKY_TIMEOUT_SECONDS
 from iris.controller.waits_worker import serve_waits
 from iris.controller.workflow_health import workflow_task_failure
 from iris.dashboard import Dashboard, DashboardServer, TemporalUI, default_ui_url
@@ -193,8 +194,9 @@ def controller_replayer(
 
 
 def control_worker(
-    client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress, build: str
-) -> Worker:
+    client: Client, executor: concurrent.futures.Executor, control: ControlPlaneAddress, build: str,
+    sticky_timeout: float = DEFAULT_STICKY_TIMEOUT_SECONDS,
+) -> Worker:  # fmt: skip
     """The control plane's Temporal worker: every Iris workflow and control activity, as version `build`."""
     return Worker(
         client,
@@ -207,6 +209,7 @@ def control_worker(
         ],
         activity_executor=executor,
         max_concurrent_workflow_tasks=200,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=sticky_timeout),
         workflow_runner=controller_runner(),
         # An unreadable signal is dropped and recorded, never a failed task; the suite checks every query.
         interceptors=[PayloadGuard(), *query_guards()],
@@ -241,6 +244,7 @@ async def serve(
     dashboard_host: str = "127.0.0.1",
     temporal_ui_url: str | None = None,
     build: str | None = None,
+    sticky_timeout: float = DEFAULT_STICKY_TIMEOUT_SECONDS,
 ) -> None:
     """Serve until SIGTERM/SIGINT; a failed Temporal worker is replaced instead of ending the process.
 
@@ -249,6 +253,7 @@ async def serve(
     `temporal_ui_url` (default: the dev server's, the Temporal port + 1000).
     `config`'s scale groups go to the autoscaler (ValueError at once if one is invalid).
     `build` names this controller's version of the deployment (see iris.deploy.worker_versioning).
+    `sticky_timeout`: see iris.controller.sticky (`--sticky-timeout`).
     """
     scaling = autoscaler_config(config) if config is not None else None  # None: leave the autoscaler's groups
     tune_for_controller()
@@ -285,7 +290,8 @@ async def serve(
         await dashboard.start()
     try:
         await _serve(client, settings, store_url, control, probe, scaling, build_id(build),
-                     config.sharing if config is not None else None, team=gate is not None)
+                     config.sharing if config is not None else None, team=gate is not None,
+                     sticky_timeout=sticky_timeout)  # fmt: skip
     finally:
         if dashboard is not None:
             await dashboard.stop()
@@ -393,6 +399,7 @@ def agent_address(settings: TemporalSettings, namespace: str, store_url: str, *,
 async def _serve(
     client: Client, settings: TemporalSettings, store_url: str, control: ControlPlaneAddress, probe: ControllerProbe,
     scaling: AutoscalerConfig | None, build: str, sharing: SharingSettings | None = None, team: bool = False,
+    sticky_timeout: float = DEFAULT_STICKY_TIMEOUT_SECONDS,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -402,7 +409,7 @@ async def _serve(
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
         ready = False
         while not stop.is_set():
-            worker = control_worker(client, executor, control, build)
+            worker = control_worker(client, executor, control, build, sticky_timeout)
             running = asyncio.create_task(worker.run())
             try:
                 if not ready:

@@ -59,15 +59,24 @@ GANG = {
 }
 
 
+# A SIGKILLed controller's workflows stand still until Temporal gives up on it: their next task waits out the
+# sticky timeout, a task it had taken the workflow task timeout (10 s each by default). The kill test waits for
+# those, not for anything it checks; a loaded machine's workflow tasks still take well under these.
+STICKY_TIMEOUT = "3"  # iris controller serve --sticky-timeout, inherited from the environment
+WORKFLOW_TASK_TIMEOUT = {"history.defaultWorkflowTaskTimeout": '"4s"'}  # the dev server's default for every workflow
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("iris-fleet")
     local = LocalCluster(home)
-    info = local.up(parse_config(FLEET, "fleet test config"))
-    try:
-        yield Cluster(local, info)
-    finally:
-        local.down()
+    with pytest.MonkeyPatch.context() as env:  # the controller reads it at each (re)start, in this module only
+        env.setenv("IRIS_STICKY_TIMEOUT_SECONDS", STICKY_TIMEOUT)
+        info = local.up(parse_config(FLEET, "fleet test config"), dynamic_config=WORKFLOW_TASK_TIMEOUT)
+        try:
+            yield Cluster(local, info)
+        finally:
+            local.down()
         for procs in slice_hosts(home).values():  # whatever a failed test left behind
             for p in procs:
                 p.kill()
