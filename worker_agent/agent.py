@@ -35,6 +35,7 @@ from temporalio.worker import Worker
 from activities.coalescer import SignalCoalescer
 from activities.contracts import (
     CORDON_WORKERS,
+    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     DEFAULT_PORT_RANGE,
     LEASE_EXPIRED,
     LEASE_EXPIRED_REASON,
@@ -99,7 +100,9 @@ from worker_agent.usage import TaskUsage, sampling
 log = structlog.get_logger("iris.agent")
 _T = TypeVar("_T")
 
-HEARTBEAT_SECONDS = 1.0
+# The figures below are for the default heartbeat timeout (10 s); an agent with another (--heartbeat-timeout)
+# scales them with it (`_Pacing`), as its session's timeout (0.6 x its heartbeat timeout) and its attempts' are.
+HEARTBEAT_SECONDS = 1.0  # the session's beat (never less often: SESSION_SILENCE_SECONDS counts them)
 # The SDK forwards at most one heartbeat per 0.8 x heartbeat timeout unless told otherwise. The
 # session's every 2 s instead (of its 6 s timeout): a Temporal outage of up to ~4 s (not ~1 s) does
 # not make the worker look lost.
@@ -153,11 +156,26 @@ class AgentConfig:
             raise ValueError(f"registration_answer_wait_seconds: must be at least 1 second, got {wait}")
 
 
+@dataclass(frozen=True)
+class _Pacing:
+    """How often the agent beats and the SDK forwards, for the agent's heartbeat timeout: the defaults' ratios."""
+
+    session_beat: float
+    session_forward: float
+    task_forward: float
+
+    @classmethod
+    def of(cls, heartbeat_timeout: float) -> _Pacing:
+        scale = heartbeat_timeout / DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
+        return cls(min(HEARTBEAT_SECONDS, HEARTBEAT_SECONDS * scale), HEARTBEAT_FORWARD_SECONDS * scale,
+                   TASK_HEARTBEAT_FORWARD_SECONDS * scale)  # fmt: skip
+
+
 def metadata(config: AgentConfig, session: str) -> pb.WorkerMetadata:
     meta = pb.WorkerMetadata(
         worker_id=config.worker_id, runtime=config.runtime, host=socket.gethostname(), agent_session=session,
         address=config.address or host_address(), port_range_start=config.port_range[0],
-        port_range_end=config.port_range[1],
+        port_range_end=config.port_range[1], heartbeat_timeout_seconds=config.lease.heartbeat_timeout,
     )
     meta.capacity.cpu_millis = config.cpu_millis
     meta.capacity.memory_bytes = config.memory_bytes
@@ -174,6 +192,7 @@ class WorkerAgent:
         self.config = config
         self.runtime = runtime or ProcessRuntime(ledger_dir=config.state_dir, lease_seconds=config.lease.seconds)
         self.session = uuid.uuid4().hex
+        self.pacing = _Pacing.of(config.lease.heartbeat_timeout)
         self.instance = uuid.uuid4().hex[:16]  # this process: names its session queue and its pollers
         self.blobs = open_blob_store(config.store_url)
         self._task_tokens = TaskTokens(self.blobs)  # team mode: each attempt's token for the Iris API
@@ -218,6 +237,7 @@ class WorkerAgent:
         session = WorkerSessionInput(
             self.config.worker_id, self.session, announced=True,
             task_queue=agent_session_queue(self.config.worker_id, self.instance),
+            heartbeat_timeout_seconds=self.config.lease.heartbeat_timeout,
         )  # fmt: skip
         # Cleared before, not after: a session the server ends during the registration is then still lost.
         self._session_lost.clear()
@@ -334,11 +354,11 @@ class WorkerAgent:
         restarts = Backoff(first=WORKER_RESTART_SECONDS, cap=WORKER_RESTART_CAP_SECONDS)
         while not stop.is_set():
             sessions = self._worker(
-                agent_session_queue(self.config.worker_id, self.instance), HEARTBEAT_FORWARD_SECONDS,
+                agent_session_queue(self.config.worker_id, self.instance), self.pacing.session_forward,
                 self.worker_session,
             )  # fmt: skip
             tasks = self._worker(
-                worker_task_queue(self.config.worker_id), TASK_HEARTBEAT_FORWARD_SECONDS,
+                worker_task_queue(self.config.worker_id), self.pacing.task_forward,
                 self.run_task, self.stop_task, *self.access.activities(),
             )  # fmt: skip
             running = [asyncio.create_task(sessions.run())]
@@ -455,7 +475,7 @@ class WorkerAgent:
             while session.session == self.session:
                 activity.heartbeat()
                 self._last_beat = loop.time()
-                await asyncio.sleep(HEARTBEAT_SECONDS)
+                await asyncio.sleep(self.pacing.session_beat)
             raise ApplicationError("replaced by a newer session", non_retryable=True)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():

@@ -74,6 +74,9 @@ class Assigned:
     session: str = ""  # the worker's agent session when placed: a failure to pick it up is that session's
     network: TaskNetwork | None = None
     reservation_id: str = ""
+    # The worker's agent's heartbeat timeout (its --heartbeat-timeout): the attempt's activity is lost after
+    # this long without a heartbeat. 0 (an older agent or scheduler): the default, 10 s.
+    heartbeat_timeout_seconds: float = 0.0
 
 
 @dataclass

@@ -290,6 +290,21 @@ LEASE_EXPIRED = "LeaseExpired"  # ApplicationError type of an attempt its agent'
 ATTEMPT_STOPPED = "AttemptStopped"  # ApplicationError type of an attempt its lease's beat found cancelled or gone
 LEASE_EXPIRED_REASON = "lease expired: the worker stopped renewing it"
 
+# How long Temporal lets a task attempt go without a heartbeat before it is lost: the agent's to say
+# (`iris worker serve --heartbeat-timeout`), declared when it registers and handed to each attempt
+# placed on it. How fast a dead host is noticed is a property of the host and its link.
+DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 10.0
+MIN_HEARTBEAT_TIMEOUT_SECONDS = 2.0  # below this, a loaded host's scheduling hiccup looks like a dead one
+MAX_HEARTBEAT_TIMEOUT_SECONDS = 600.0
+
+
+def heartbeat_timeout_seconds(declared: float) -> float:
+    """The heartbeat timeout an agent declared, or the default when it declared none (an older agent: 0)
+    or one out of range (refused at registration; read defensively here, as workflows must not fail)."""
+    if MIN_HEARTBEAT_TIMEOUT_SECONDS <= declared <= MAX_HEARTBEAT_TIMEOUT_SECONDS:
+        return float(declared)
+    return DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
+
 
 @dataclass
 class RunTaskResult:
@@ -403,6 +418,9 @@ class WorkerSessionInput:
     # base64 of the WorkerBatch the agent registered: sent again when a scheduler that started
     # empty asks (`register_again`), so it learns the fleet without waiting for agents to restart.
     registration: str = ""
+    # The agent's heartbeat timeout (`--heartbeat-timeout`); the session's is 0.6 x that (6 s at the
+    # default 10 s). 0: an older agent, the default.
+    heartbeat_timeout_seconds: float = 0.0
 
 
 @dataclass

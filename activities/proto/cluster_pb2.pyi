@@ -151,7 +151,7 @@ class Launch(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., setup: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkerMetadata(_message.Message):
-    __slots__ = ("worker_id", "capacity", "attributes", "runtime", "host", "agent_session", "address", "port_range_start", "port_range_end")
+    __slots__ = ("worker_id", "capacity", "attributes", "runtime", "host", "agent_session", "address", "port_range_start", "port_range_end", "heartbeat_timeout_seconds")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class WorkerMetadata(_message.Message):
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PORT_RANGE_START_FIELD_NUMBER: _ClassVar[int]
     PORT_RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     capacity: Resources
     attributes: _containers.MessageMap[str, AttributeValue]
@@ -177,7 +178,8 @@ class WorkerMetadata(_message.Message):
     address: str
     port_range_start: int
     port_range_end: int
-    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ..., address: _Optional[str] = ..., port_range_start: _Optional[int] = ..., port_range_end: _Optional[int] = ...) -> None: ...
+    heartbeat_timeout_seconds: float
+    def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ..., address: _Optional[str] = ..., port_range_start: _Optional[int] = ..., port_range_end: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class WorkerBatch(_message.Message):
     __slots__ = ("workers", "reply_to")

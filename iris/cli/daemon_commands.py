@@ -25,7 +25,12 @@ from iris.connection import TemporalSettings, is_api_url
 from iris.controller.sticky import DEFAULT_STICKY_TIMEOUT_SECONDS, MAX_STICKY_TIMEOUT_SECONDS
 from iris.units import parse_cpu, parse_memory
 from scheduler.attributes import value_from_text
-from worker_agent.leases.lease_settings import DEFAULT_LEASE_MARGIN_SECONDS, DEFAULT_LEASE_SECONDS, LeaseSettings
+from worker_agent.leases.lease_settings import (
+    DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    DEFAULT_LEASE_MARGIN_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    LeaseSettings,
+)
 
 log = structlog.get_logger("iris.cli.daemons")
 
@@ -94,6 +99,11 @@ def worker_serve(
         float, typer.Option("--lease-margin", envvar="IRIS_LEASE_MARGIN_SECONDS",
                             help="seconds a lost task's next attempt waits beyond the lease")
     ] = DEFAULT_LEASE_MARGIN_SECONDS,
+    heartbeat_timeout: Annotated[
+        float, typer.Option("--heartbeat-timeout", envvar="IRIS_HEARTBEAT_TIMEOUT_SECONDS",
+                            help="seconds without a heartbeat Temporal recorded before a task here is lost "
+                                 "and runs elsewhere (2-600)")
+    ] = DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
     registration_answer_wait: Annotated[
         float | None,
         typer.Option("--registration-answer-wait", min=1, envvar="IRIS_REGISTRATION_ANSWER_WAIT_SECONDS",
@@ -129,7 +139,7 @@ def worker_serve(
         cpu_millis = parse_cpu(cpu, "--cpu") if cpu is not None else (os.cpu_count() or 1) * 1000
         memory_bytes = parse_memory(memory, "--memory") if memory is not None else _host_memory()
         ports = parse_port_range(port_range)
-        leases = LeaseSettings(seconds=lease, margin_seconds=lease_margin)
+        leases = LeaseSettings(seconds=lease, margin_seconds=lease_margin, heartbeat_timeout=heartbeat_timeout)
     except (ValueError, MetadataUnavailable) as e:
         fail(str(e))
     wid = worker_id or socket.gethostname()

@@ -2,9 +2,10 @@
 
 A long-running `worker_session` activity runs on the worker's own queue and
 heartbeats every second. Heartbeats add no history events, so an idle worker
-costs nothing; when they stop for HEARTBEAT_TIMEOUT (or the agent shuts
-down), the scheduler is told the worker is lost and this workflow ends. A
-restarted agent registers a new session and starts a fresh WorkerWorkflow.
+costs nothing; when they stop for the session's heartbeat timeout (0.6 x the
+agent's --heartbeat-timeout: 6 s by default), or the agent shuts down, the
+scheduler is told the worker is lost and this workflow ends. A restarted
+agent registers a new session and starts a fresh WorkerWorkflow.
 
 Registration (for agents that set `announced`): the agent signals the
 scheduler `register_workers` with this workflow as `reply_to`, then waits on
@@ -33,6 +34,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
+        DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
         REGISTER_AGAIN,
         REGISTER_WORKERS,
         REGISTERED,
@@ -41,16 +43,27 @@ with workflow.unsafe.imports_passed_through():
         WORKER_LOST,
         WORKER_SESSION,
         WorkerSessionInput,
+        heartbeat_timeout_seconds,
         worker_task_queue,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import RegistrationReply, WorkerLost
 
-SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)
+SESSION_HEARTBEAT_TIMEOUT = timedelta(seconds=6)  # an agent's with the default heartbeat timeout (10 s)
+# The session's timeout is this share of the agent's heartbeat timeout (its --heartbeat-timeout): a lost worker
+# takes no new work a while before its running attempts time out.
+SESSION_TIMEOUT_SHARE = SESSION_HEARTBEAT_TIMEOUT.total_seconds() / DEFAULT_HEARTBEAT_TIMEOUT_SECONDS
 SESSION_START_TIMEOUT = timedelta(seconds=30)
 # How long a monitor whose session ended (or was refused) waits for the scheduler's answer and for
 # the agent to read it: bounded, as the agent that would read it may be gone.
 ANSWER_WAIT = timedelta(seconds=60)
+
+
+def session_heartbeat_timeout(agent_heartbeat_timeout: float) -> timedelta:
+    """The session's heartbeat timeout for an agent that declared this one (0: none, the default 6 s)."""
+    if not agent_heartbeat_timeout:
+        return SESSION_HEARTBEAT_TIMEOUT
+    return timedelta(seconds=round(SESSION_TIMEOUT_SHARE * heartbeat_timeout_seconds(agent_heartbeat_timeout), 3))
 
 
 @workflow.defn(name="WorkerWorkflow", versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
@@ -104,7 +117,7 @@ class WorkerWorkflow:
             task_queue=session.task_queue or worker_task_queue(session.worker_id),
             schedule_to_start_timeout=SESSION_START_TIMEOUT,
             start_to_close_timeout=timedelta(days=3650),
-            heartbeat_timeout=SESSION_HEARTBEAT_TIMEOUT,
+            heartbeat_timeout=session_heartbeat_timeout(session.heartbeat_timeout_seconds),
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
         )

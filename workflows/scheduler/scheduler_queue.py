@@ -292,9 +292,10 @@ class Queue:
             for a in fitting:
                 key = task_workflow_id(job_id, a.task_index)
                 attempt = self.core.state.placements[key].attempt
-                session = self.core.state.workers[a.worker_id].session
-                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=session,
-                                    network=networks.get(a.task_index), reservation_id=reservation_id)  # fmt: skip
+                placed_on = self.core.state.workers[a.worker_id]
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=placed_on.session,
+                                    network=networks.get(a.task_index), reservation_id=reservation_id,
+                                    heartbeat_timeout_seconds=placed_on.heartbeat_timeout_seconds)  # fmt: skip
                 accepted.append((key, assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])

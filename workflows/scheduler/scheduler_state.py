@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import DEFAULT_PORT_RANGE
+from activities.contracts import DEFAULT_PORT_RANGE, MAX_HEARTBEAT_TIMEOUT_SECONDS, MIN_HEARTBEAT_TIMEOUT_SECONDS
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr
 from workflows.fleet.worker_lifecycle import WorkerState
@@ -42,6 +42,7 @@ class WorkerEntry:
     host: str = ""  # the host name its agent registered with: a gang's coordinator address
     address: str = ""  # how other hosts reach its tasks (its registered address, else its host name)
     port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # the ports its tasks may be given
+    heartbeat_timeout_seconds: float = 0.0  # its agent's --heartbeat-timeout (0: an older agent, the default)
 
     @property
     def healthy(self) -> bool:
@@ -99,6 +100,10 @@ def validate_metadata(meta: pb.WorkerMetadata) -> str:
     start, end = meta.port_range_start, meta.port_range_end
     if (start or end) and not 1 <= start <= end <= 65_535:
         return f"port range {start}-{end} is not within 1-65535 with start <= end"
+    timeout = meta.heartbeat_timeout_seconds
+    if timeout and not MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS:
+        return (f"heartbeat_timeout_seconds {timeout:g} is not within {MIN_HEARTBEAT_TIMEOUT_SECONDS:g}-"
+                f"{MAX_HEARTBEAT_TIMEOUT_SECONDS:g}")  # fmt: skip
     if meta.runtime and meta.runtime not in SUPPORTED_RUNTIMES:
         return f"runtime {meta.runtime!r} is not one of {', '.join(SUPPORTED_RUNTIMES)}"
     return ""
@@ -124,6 +129,7 @@ def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
         host=meta.host,
         address=meta.address or meta.host or meta.worker_id,
         port_range=ports,
+        heartbeat_timeout_seconds=meta.heartbeat_timeout_seconds,
     )
 
 

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         ASSIGNED,
         CLAIM,
+        DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
         DELIVER_SIGNALS,
         ENQUEUE,
         EVICT,
@@ -47,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RunTaskResult,
         StopTask,
         TaskNetwork,
+        heartbeat_timeout_seconds,
         result_blob_key,
         worker_task_queue,
     )
@@ -56,9 +58,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tasks.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
 DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
-# The agent's lease beats every 3 s (worker_agent/leases/lease.py), its SDK's every 8 s: ~3 missed beats = lost; the
-# wait for the lease after the timeout (workflows/tasks/fencing.py) makes up the rest of lease + margin.
-HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# The default heartbeat timeout of an attempt; its worker's agent may declare another (--heartbeat-timeout, handed
+# over with the placement: Assigned.heartbeat_timeout_seconds). The agent's lease beats at most every third of it
+# (worker_agent/leases/lease_settings.py), its SDK's every 0.8 of it: ~3 missed beats = lost; the wait for the lease
+# after the timeout (workflows/tasks/fencing.py) makes up the rest of lease + margin.
+HEARTBEAT_TIMEOUT = timedelta(seconds=DEFAULT_HEARTBEAT_TIMEOUT_SECONDS)
 RUN_FOREVER = timedelta(days=3650)
 WORKER_SHUTDOWN = "WorkerShutdown"       # ApplicationError type the agent raises when it is stopped
 TASK_WORKFLOW = "TaskWorkflow"  # its type name; a job starts it by name (for its result raw)
@@ -280,7 +284,7 @@ class TaskWorkflow:
 
         await until_delivered(scheduler, ENQUEUE, request, still_waiting)
 
-    async def _fence(self, cause: BaseException | None, worker_id: str) -> bool:
+    async def _fence(self, cause: BaseException | None, worker_id: str, heartbeat_timeout: timedelta) -> bool:
         """After a heartbeat timeout, wait until the attempt's lease has surely run out; whether it held one.
 
         The agent renews the lease only with heartbeats the server recorded, so the attempt's
@@ -291,7 +295,7 @@ class TaskWorkflow:
         """
         if not (isinstance(cause, TimeoutError) and cause.type == TimeoutType.HEARTBEAT):
             return False
-        wait = fence_seconds(cause.last_heartbeat_details, HEARTBEAT_TIMEOUT.total_seconds())
+        wait = fence_seconds(cause.last_heartbeat_details, heartbeat_timeout.total_seconds())
         if wait is None:
             return False
         if wait > 0:
@@ -308,6 +312,7 @@ class TaskWorkflow:
     async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
         worker_id = assigned.worker_id
+        heartbeat_timeout = timedelta(seconds=heartbeat_timeout_seconds(assigned.heartbeat_timeout_seconds))
         request = RunTaskInput(
             job_id=inp.job_id,
             task_index=inp.task_index,
@@ -340,7 +345,7 @@ class TaskWorkflow:
                 task_queue=worker_task_queue(worker_id),
                 schedule_to_start_timeout=DISPATCH_TIMEOUT,
                 start_to_close_timeout=RUN_FOREVER,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                heartbeat_timeout=heartbeat_timeout,
                 retry_policy=RetryPolicy(maximum_attempts=1),
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"task {inp.task_index} attempt {self.attempt} on {worker_id}",
@@ -348,7 +353,7 @@ class TaskWorkflow:
             result = await self._running
         except ActivityError as err:
             cause = err.cause
-            fenced = await self._fence(cause, worker_id)
+            fenced = await self._fence(cause, worker_id, heartbeat_timeout)
             if self._evicted is not None and workflow.cancellation_reason() is None:
                 # Stopped for higher-band work by cancellation (the agent could not stop it with the grace).
                 return TaskEvent.EVICTED, f"evicted on {worker_id}: {self._evicted.reason}", False
