@@ -7,13 +7,17 @@ runs; the attempts' spans, read back, must not overlap, and every task must end 
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.client import Client
 
+from activities.contracts import RUN_TASK, task_workflow_id
 from benchmarks.attempt_records import ends, first_worker, overlaps, spans
 from benchmarks.partition import PartitionableAgent
 from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
@@ -22,14 +26,16 @@ from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
 
-HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
 # Short, so the test is: the watchdog kills a frozen agent's task a lease after its last renewal, well before
-# the server times the attempt out (HEARTBEAT, which paces these tests); 3 leases still outlast that timeout,
-# so a frozen agent stays stopped past it and a healthy task of 3 leases runs past it.
+# the server times the attempt out (HEARTBEAT, the agents' --heartbeat-timeout, which paces these tests: shorter
+# than the default, so a frozen agent need not stay stopped as long); a frozen agent stays stopped past both, and
+# a healthy task of 3 leases runs past both.
 LEASE = 4.0
 MARGIN = 2.0
-FROZEN = 3 * LEASE  # how long the agent stays stopped
-assert LEASE < HEARTBEAT < FROZEN
+HEARTBEAT = 6.0
+FROZEN = 2 * LEASE  # how long the agent stays stopped
+assert LEASE < HEARTBEAT < FROZEN < 3 * LEASE
+assert HEARTBEAT < HEARTBEAT_TIMEOUT.total_seconds()  # the agents' own, not the default
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 
 RECORDER = """\
@@ -51,9 +57,32 @@ record("end")
 
 @pytest.fixture(autouse=True)
 def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agents of these clusters hold short leases (the cluster's daemons inherit IRIS_* settings)."""
+    """Agents of these clusters hold short leases and declare a short heartbeat timeout (the cluster's daemons
+    inherit IRIS_* settings)."""
     monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))
     monkeypatch.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
+    monkeypatch.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(HEARTBEAT))
+
+
+def _attempt_timeouts(c: FaultCluster, job_id: str) -> tuple[list[float], list[str]]:
+    """From the task workflow's history: the heartbeat timeout each attempt was started with (seconds), and how
+    each attempt that timed out did."""
+
+    async def read() -> tuple[list[float], list[str]]:
+        client = await Client.connect(c.info.address)
+        history = await client.get_workflow_handle(task_workflow_id(job_id, 0)).fetch_history()
+        scheduled, timed_out = [], []
+        for event in history.events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == RUN_TASK:
+                    scheduled.append(attrs.heartbeat_timeout.ToTimedelta().total_seconds())
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                info = event.activity_task_timed_out_event_attributes.failure.timeout_failure_info
+                timed_out.append(TimeoutType.Name(info.timeout_type))
+        return scheduled, timed_out
+
+    return asyncio.run(read())
 
 
 def _recorder(c: FaultCluster) -> tuple[list[str], Path]:
@@ -70,8 +99,9 @@ def _freeze(c: FaultCluster, worker_id: str, seconds: float) -> float:
 
 
 def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
-    """An agent SIGSTOPped for 3x the lease (its task left running): the task is killed by the lease watchdog,
-    runs again elsewhere only after, is recorded as a preemption saying the lease expired, and succeeds once."""
+    """An agent SIGSTOPped for 2x the lease, past its heartbeat timeout (its task left running): the task is killed by
+    the lease watchdog, runs again elsewhere only after, is recorded as a preemption saying the lease expired, and
+    succeeds once. The server timed the attempt out after the agent's own heartbeat timeout, not the default."""
     c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f"), group("spare", cpu=2, pool="f"))
     argv, records = _recorder(c)
     job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
@@ -101,11 +131,12 @@ def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_
     assert killed < LEASE + 2.0  # killed by its lease while the agent was still frozen
     assert [] == overlaps(records)
     assert {f"{job.job_id}/task-0": 1} == ends(records)
+    assert ([HEARTBEAT, HEARTBEAT], ["TIMEOUT_TYPE_HEARTBEAT"]) == _attempt_timeouts(c, job.job_id)
 
 
 def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_cluster: MakeCluster) -> None:
-    """A gang member's agent SIGSTOPped for 3x the lease: the whole gang moves to the other slice, and no
-    member of its second attempt starts before the last record of any member of the first."""
+    """A gang member's agent SIGSTOPped for 2x the lease, past its heartbeat timeout: the whole gang moves to the
+    other slice, and no member of its second attempt starts before the last record of any member of the first."""
     c: FaultCluster = make_cluster(group("a", cpu=1, count=2, slice="a"), group("b", cpu=1, count=2, slice="b"))
     argv, records = _recorder(c)
     job = c.client.submit_command(
@@ -144,9 +175,10 @@ def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_clust
 
 
 def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
-    """An agent cut off from Temporal for 3x the lease (its link carries nothing either way; the agent itself runs
-    on and its task with it): the task dies with its lease, runs again elsewhere only after, is recorded as a
-    preemption saying the lease expired, and succeeds once; the agent outlives the partition."""
+    """An agent cut off from Temporal for 2x the lease, past its heartbeat timeout (its link carries nothing either
+    way; the agent itself runs on and its task with it): the task dies with its lease, runs again elsewhere only
+    after, is recorded as a preemption saying the lease expired, and succeeds once; the agent outlives the
+    partition."""
     c: FaultCluster = make_cluster(group("spare", cpu=2, pool="f"))
     spec = LocalWorkerSpec(worker_id="cut-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "f"})
     agent = PartitionableAgent(c.local.home, spec, c.info.address, c.info.store_url)
@@ -161,7 +193,7 @@ def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(
         seen = wait_until(lambda: (t if "lease expired" in (t := c.status(job.job_id).tasks[0]).error else None),
                           timeout=HEARTBEAT + LEASE + MARGIN + 20, interval=0.2, what="lease expiry")  # fmt: skip
         assert seen.error.startswith("lease expired: the worker stopped renewing it")
-        time.sleep(max(0.0, cut_at + FROZEN - time.time()))  # cut for 3x the lease in all
+        time.sleep(max(0.0, cut_at + FROZEN - time.time()))  # cut for 2x the lease in all
         assert agent.process.poll() is None  # running all along: only its link was gone
         agent.link.heal()
         final = job.wait(timeout=90)
@@ -177,3 +209,4 @@ def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(
     assert killed < LEASE + 2.0  # by its lease, while the agent was cut off
     assert [] == overlaps(records)
     assert {f"{job.job_id}/task-0": 1} == ends(records)
+    assert ([HEARTBEAT, HEARTBEAT], ["TIMEOUT_TYPE_HEARTBEAT"]) == _attempt_timeouts(c, job.job_id)
