@@ -24,6 +24,7 @@ from activities.contracts import (
     LEASE_KEY,
     LEASE_MARGIN_KEY,
     LEASED,
+    MIN_HEARTBEAT_TIMEOUT_SECONDS,
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
     RunTaskInput,
@@ -84,7 +85,9 @@ async def test_a_worker_lost_after_it_leased_the_attempt_counts_a_preemption(
             task = await client.start_workflow(
                 TaskWorkflow.run, inp, id=task_workflow_id("job-a", 0), task_queue=queue
             )  # fmt: skip
-            await task.signal(ASSIGNED, Assigned(0, worker_id))
+            # The worker's agent declared the shortest heartbeat timeout (--heartbeat-timeout 2): the attempt is
+            # lost 2 s after its last recorded heartbeat, not the default 10 s.
+            await task.signal(ASSIGNED, Assigned(0, worker_id, heartbeat_timeout_seconds=MIN_HEARTBEAT_TIMEOUT_SECONDS))
             result = await asyncio.wait_for(task.result(), timeout=60)
     assert isinstance(result, TaskResult)
     assert (state, preemptions, 0) == (TaskState(result.state), result.preemption_count, result.failure_count)
