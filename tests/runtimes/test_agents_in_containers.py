@@ -305,8 +305,11 @@ def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineF
     assert [] == fleet.client.resolve(job.job_id, "http")
 
 
-LEASE = 5.0  # the fenced agents' lease: the watchdog kills a frozen agent's container this long after a renewal
+LEASE = 4.0  # the fenced agents' lease: the watchdog kills a frozen agent's container this long after a renewal
 MARGIN = 2.0
+HEARTBEAT = 6.0  # their --heartbeat-timeout: the server gives the attempt up this long after its last heartbeat
+FROZEN = 2 * LEASE  # how long the agent stays stopped: past its lease and past the heartbeat timeout
+assert LEASE < HEARTBEAT < FROZEN  # the container dies while the agent is frozen; the task is lost before it wakes
 
 
 def record_over_tcp(port: int, first_seconds: float) -> None:
@@ -357,7 +360,7 @@ def _collector(path: Path) -> Iterator[int]:
 def test_a_frozen_agents_container_dies_with_its_lease_before_it_runs_elsewhere(
     fleet: EngineFleet, tmp_path: Path
 ) -> None:
-    """An agent of this engine SIGSTOPped for 3x its lease (its container left running): the lease watchdog
+    """An agent of this engine SIGSTOPped for 2x its lease (its container left running): the lease watchdog
     kills the container while the agent is still frozen, the task runs again on the other agent only after,
     recorded as a preemption saying the lease expired, and it ends exactly once."""
     specs = [
@@ -365,7 +368,8 @@ def test_a_frozen_agents_container_dies_with_its_lease_before_it_runs_elsewhere(
                         runtime=Runtime(fleet.engine), attributes={"fence": fleet.engine}, image=PYTHON_IMAGE)
         for i in range(2)
     ]  # fmt: skip
-    lease = {"IRIS_LEASE_SECONDS": str(LEASE), "IRIS_LEASE_MARGIN_SECONDS": str(MARGIN)}
+    lease = {"IRIS_LEASE_SECONDS": str(LEASE), "IRIS_LEASE_MARGIN_SECONDS": str(MARGIN),
+             "IRIS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT)}
     with _environment(**fleet.engine_env, **lease):
         for spec in specs:
             fleet.cluster.local.start_worker(spec)
@@ -387,7 +391,7 @@ def test_a_frozen_agents_container_dies_with_its_lease_before_it_runs_elsewhere(
             seen = wait_until(lambda: (t if "lease expired" in (t := job.status().tasks[0]).error else None),
                               timeout=60, interval=0.2, what="lease expiry")  # fmt: skip
             assert seen.error.startswith("lease expired: the worker stopped renewing it")
-            time.sleep(max(0.0, stopped_at + 3 * LEASE - time.time()))  # frozen for 3x the lease in all
+            time.sleep(max(0.0, stopped_at + FROZEN - time.time()))  # frozen for FROZEN in all
             fleet.cluster.local.kill_process(victim, signal.SIGCONT)
             final = job.wait(timeout=120)
         task_spans = spans(records)[f"{job.job_id}/task-0"]
