@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecution, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
@@ -29,6 +30,13 @@ from iris.query_retry import QueryRetry
 TEMPORAL = Path(sys.executable).with_name("temporal")
 TEST_BUILD = "test"  # the control deployment's version in `workflows_on_dev_server`
 WAL_ARGS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
+
+# A SIGKILLed controller's workflows stand still until Temporal gives up on it: their next task waits out the
+# sticky timeout, a task it had taken the workflow task timeout (10 s each by default; docs/configuration.md,
+# 'Controller restarts'). A test that kills a controller waits for those, not for anything it checks; a loaded
+# machine's workflow tasks still take well under these.
+DEAD_CONTROLLER_ENV = {"IRIS_STICKY_TIMEOUT_SECONDS": "3"}  # iris controller serve --sticky-timeout
+DEAD_CONTROLLER_SERVER = {"history.defaultWorkflowTaskTimeout": '"4s"'}  # the dev server's, for every workflow
 
 
 @dataclass
@@ -63,9 +71,18 @@ def running_cluster(home: Path, config: Any, dynamic_config: Mapping[str, str] |
         local.down()
 
 
-def wait_until(
-    predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = ""
-) -> T:
+def short_dead_controller_waits(
+    env: pytest.MonkeyPatch, dynamic_config: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Have Temporal give up on a killed controller sooner (DEAD_CONTROLLER_*): set the sticky timeout in `env`,
+    which every controller started from now inherits (at each restart too); return `dynamic_config` with the
+    workflow task timeout, to start the dev server with."""
+    for name, value in DEAD_CONTROLLER_ENV.items():
+        env.setenv(name, value)
+    return {**(dynamic_config or {}), **DEAD_CONTROLLER_SERVER}
+
+
+def wait_until(predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> T:
     """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:

@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from temporalio.service import RPCError
 
 from iris import IrisClient, JobState, ResourceSpec
-from tests.deploy.conftest import Deployment
-from tests.support import lines, wait_until
+from iris.local.cluster import LocalCluster
+from tests.deploy.conftest import Daemons, Deployment
+from tests.support import lines, short_dead_controller_waits, wait_until
 
 pytestmark = pytest.mark.e2e
 
 JOBS = 24
 KILL_AFTER = 8
+
+
+@pytest.fixture
+def deployment(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    """tests/deploy/conftest.py's bare dev server and daemon starter, with Temporal giving up on a SIGKILLed
+    controller after seconds: the surviving one takes over its workflows then (it waited 10 s for them)."""
+    home = tmp_path_factory.mktemp("iris-deploy")
+    local = LocalCluster(home)
+    info = local.up(components=("temporal",), dynamic_config=short_dead_controller_waits(monkeypatch))
+    daemons = Daemons(home, info.address, info.store_url)
+    try:
+        yield Deployment(local, info, daemons)
+    finally:
+        daemons.stop_all()
+        local.down()
 
 
 def test_sigkilled_controller_under_submissions_loses_no_job_and_runs_no_task_twice(deployment: Deployment) -> None:
@@ -43,7 +60,7 @@ def test_sigkilled_controller_under_submissions_loses_no_job_and_runs_no_task_tw
         marker = work / f"job-{i}"
         script = f"echo $IRIS_TASK_ID attempt=$IRIS_ATTEMPT pid=$$ >> {marker}; sleep 1"
         jobs.append(client.submit_command(["sh", "-c", script], name=f"ha-{i}",
-                                          resources=ResourceSpec(cpu=0.5, memory="64m", replicas=2)))
+                                          resources=ResourceSpec(cpu=0.5, memory="64m", replicas=2)))  # fmt: skip
         if i == KILL_AFTER:
             d.kill("controller-a")
         time.sleep(0.3)

@@ -27,7 +27,7 @@ from iris.client.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
 from iris.controller.control_plane import controller_replayer
 from iris.local.cluster import LocalCluster
-from tests.support import Cluster, autoscaler_mark, plans_since, replay, wait_until
+from tests.support import Cluster, autoscaler_mark, plans_since, replay, short_dead_controller_waits, wait_until
 from workflows.fleet.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0
@@ -59,20 +59,13 @@ GANG = {
 }
 
 
-# A SIGKILLed controller's workflows stand still until Temporal gives up on it: their next task waits out the
-# sticky timeout, a task it had taken the workflow task timeout (10 s each by default). The kill test waits for
-# those, not for anything it checks; a loaded machine's workflow tasks still take well under these.
-STICKY_TIMEOUT = "3"  # iris controller serve --sticky-timeout, inherited from the environment
-WORKFLOW_TASK_TIMEOUT = {"history.defaultWorkflowTaskTimeout": '"4s"'}  # the dev server's default for every workflow
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     home = tmp_path_factory.mktemp("iris-fleet")
     local = LocalCluster(home)
-    with pytest.MonkeyPatch.context() as env:  # the controller reads it at each (re)start, in this module only
-        env.setenv("IRIS_STICKY_TIMEOUT_SECONDS", STICKY_TIMEOUT)
-        info = local.up(parse_config(FLEET, "fleet test config"), dynamic_config=WORKFLOW_TASK_TIMEOUT)
+    with pytest.MonkeyPatch.context() as env:  # in this module only: its kill test waits for the dead controller
+        dynamic_config = short_dead_controller_waits(env)
+        info = local.up(parse_config(FLEET, "fleet test config"), dynamic_config=dynamic_config)
         try:
             yield Cluster(local, info)
         finally:

@@ -21,9 +21,10 @@ import pytest
 from iris import IrisClient, JobStatus, WorkerStatus
 from iris.config.cluster_file import LocalWorkerSpec, parse_config
 from iris.local.cluster import LocalCluster
-from tests.support import Cluster, group_members, lines, pid_running, proc_stat, wait_until
+from tests.support import Cluster, group_members, lines, pid_running, proc_stat, short_dead_controller_waits, wait_until
 
 __all__ = ["group_members", "lines", "pid_running", "proc_stat", "wait_until"]  # re-exported for the tests
+
 
 def processes_mentioning(text: str) -> list[int]:
     """Pids (not ours) whose command line contains `text`."""
@@ -118,11 +119,18 @@ MakeCluster = Callable[..., FaultCluster]
 
 
 @pytest.fixture
-def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MakeCluster]:
-    """Factory: start a fresh cluster with the given worker groups; everything is stopped after the test."""
+def make_cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeCluster]:
+    """Factory: start a fresh cluster with the given worker groups; everything is stopped after the test.
+
+    `kills_controller`: the test SIGKILLs a controller and waits for the cluster to carry on, so Temporal
+    gives up on the dead one after seconds, not 10 s (tests.support.short_dead_controller_waits)."""
     started: list[FaultCluster] = []
 
-    def make(*groups: Mapping[str, Any], dynamic_config: Mapping[str, str] | None = None) -> FaultCluster:
+    def make(
+        *groups: Mapping[str, Any], dynamic_config: Mapping[str, str] | None = None, kills_controller: bool = False
+    ) -> FaultCluster:
+        if kills_controller:
+            dynamic_config = short_dead_controller_waits(monkeypatch, dynamic_config)
         fc = start_cluster(tmp_path_factory.mktemp("iris-fault"), groups, dynamic_config)
         started.append(fc)
         return fc

@@ -122,7 +122,7 @@ def read_runs(path: Path) -> dict[tuple[int, int], dict[str, float]]:
 def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: MakeCluster) -> None:
     """With the controller SIGKILLed mid-job and restarted, a 3-task job succeeds with the right
     results and each task ran exactly once."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
+    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2), kills_controller=True)
     gate = c.work / "go"  # the tasks run until the controller is back (they ran 4 s each, the third after the two)
     job = c.client.submit(
         record_run_until, str(c.work), str(gate), resources=ResourceSpec(cpu=1, memory="100m", replicas=3)

@@ -53,7 +53,9 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     whose session was lost (paused past the heartbeat timeout) keeps trying to register instead of exiting;
     once the controller is back every agent is healthy and the task that ran through the outage finishes once."""
     monkeypatch.setenv("IRIS_REGISTRATION_ANSWER_WAIT_SECONDS", str(ANSWER_WAIT))  # the agents inherit IRIS_*
-    c: FaultCluster = make_cluster(group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"))
+    c: FaultCluster = make_cluster(
+        group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"), kills_controller=True
+    )
     on_run = [Constraint("role", "EQ", "run")]
     gate = c.work / "go"  # the task runs through the outage and ends when the test says
     job = c.client.submit(record_run_until, str(c.work), str(gate), resources=ONE_CPU, constraints=on_run)

@@ -73,7 +73,7 @@ def _gone(pid: int) -> bool:
 def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(make_cluster: MakeCluster) -> None:
     """The controller is SIGKILLed as the parent ends and again as its sweep is scheduled: once a controller
     is back, every child is killed (its process gone, KILLED naming the parent) and the parent SUCCEEDED."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=2))
+    c: FaultCluster = make_cluster(group("cpu", cpu=2), kills_controller=True)
     work = c.work
     job = c.client.submit(_parent, str(work), name="parent", resources=SMALL)
     tags = [f"child-{i}" for i in range(CHILDREN)]
@@ -83,7 +83,7 @@ def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     (work / "go").write_text("")  # the parent's task ends while no controller runs
     wait_until(lambda: _attempt_reported(c, task_workflow_id(job.job_id, 0)), timeout=60, interval=0.1,
-               what="the parent's attempt reported ended to Temporal")
+               what="the parent's attempt reported ended to Temporal")  # fmt: skip
     assert not any(_gone(p) for p in pids)  # its end is recorded, yet nothing kills them without a controller
     c.local.restart_process("controller")
     wait_until(lambda: _sweep_scheduled(c, job.job_id), timeout=60, interval=0.05, what="the sweep scheduled")
