@@ -138,7 +138,7 @@ def test_a_job_killed_while_it_waits_ends_killed(client: IrisClient, tmp_path: P
 def test_a_throttled_array_never_has_more_than_its_cap_placed(client: IrisClient, tmp_path: Path) -> None:
     """12 tasks capped at 2 on a fleet with room for many more: never more than 2 run at once (their own
     clocks say so), the cap is used, and the waiting tasks' reason names it."""
-    job = client.submit(record_interval, str(tmp_path), 1.0, resources=ResourceSpec(cpu=0.1, memory="64m",
+    job = client.submit(record_interval, str(tmp_path), 0.5, resources=ResourceSpec(cpu=0.1, memory="64m",
                         replicas=12), max_concurrent=2, name="sweep")  # fmt: skip
     wait_until(lambda: "max_concurrent=2" in job.status().pending_reason, what="the cap named in the reason")
     assert 2 == job.status().max_concurrent
@@ -194,15 +194,15 @@ def test_reuse_after_a_failure_starts_a_new_job(client: IrisClient) -> None:
 
 
 def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(client: IrisClient) -> None:
-    """A Temporal Schedule firing every 3 s submits jobs named `<schedule>-<fire time>` as its creator;
+    """A Temporal Schedule firing every second submits jobs named `<schedule>-<fire time>` as its creator;
     its status says its cron, time zone and next 3 firings; paused it fires no more, trigger submits one
     now, and deleted it is gone while its jobs stay."""
     name = f"nightly-{uuid.uuid4().hex[:6]}"
-    sched = client.create_schedule(name, started_at, cron="*/3 * * * * * *", timezone="Europe/Paris",
+    sched = client.create_schedule(name, started_at, cron="* * * * * * *", timezone="Europe/Paris",
                                    overlap="skip", resources=SMALL, max_retries_failure=1)  # fmt: skip
     try:
         status = sched.status()
-        assert (name, "*/3 * * * * * *", "Europe/Paris", False) == (status.name, status.cron, status.timezone,
+        assert (name, "* * * * * * *", "Europe/Paris", False) == (status.name, status.cron, status.timezone,
                                                                       status.paused)  # fmt: skip
         assert 3 == len(status.next_runs) and status.next_runs[0] < status.next_runs[1] < status.next_runs[2]
         assert name in [s.name for s in client.list_schedules()]
@@ -215,9 +215,12 @@ def test_a_schedule_submits_named_jobs_and_can_be_paused_triggered_and_deleted(c
         assert [True] == [s.paused for s in client.list_schedules() if s.name == name]  # listed paused at once
         paused = sched.status()  # describe: every firing before the pause is in it, none after
         assert paused.paused and () == paused.next_runs  # it fires at none of them while paused
+        # Every firing before the pause is listed (visibility may trail its start by a moment) before counting.
+        wait_until(lambda: set(paused.recent_jobs) <= {j.job_id for j in sched.jobs()}, timeout=30,
+                   what="the firings before the pause listed")  # fmt: skip
         paused_count = len(sched.jobs())
-        # Two of its firing times pass while it is paused (its own next times, else two periods of 3 s).
-        due = paused.next_runs[1] if len(paused.next_runs) > 1 else datetime.now(UTC) + timedelta(seconds=6)
+        # Two of its firing times pass while it is paused (its own next times, else two periods of 1 s).
+        due = paused.next_runs[1] if len(paused.next_runs) > 1 else datetime.now(UTC) + timedelta(seconds=2)
         wait_until(lambda: datetime.now(UTC) > due + timedelta(seconds=1), timeout=30, what="two firing times")
         assert paused.recent_jobs[-1:] == sched.status().recent_jobs[-1:]
         assert paused_count == len(sched.jobs())
@@ -277,7 +280,7 @@ def test_a_cancel_other_schedule_kills_its_last_job_saying_why(client: IrisClien
     """overlap="cancel_other": each firing cancels the job still running from the last; that job ends KILLED
     with an error that says a schedule's overlap policy cancelled it, not a bare "cancelled"."""
     name = f"co-{uuid.uuid4().hex[:6]}"
-    sched = client.create_schedule(name, wait_for_file, str(tmp_path / "never"), cron="*/2 * * * * * *",
+    sched = client.create_schedule(name, wait_for_file, str(tmp_path / "never"), cron="* * * * * * *",
                                    overlap="cancel_other", resources=SMALL)  # fmt: skip
     try:
         wait_until(lambda: len(sched.jobs()) >= 2, timeout=60, what="two firings")
@@ -292,9 +295,10 @@ def test_a_cancel_other_schedule_kills_its_last_job_saying_why(client: IrisClien
 
 
 def test_a_throttled_arrays_own_cap_does_not_count_toward_its_scheduling_timeout(client: IrisClient) -> None:
-    """4 tasks of 4 s, one at a time, with a 6 s scheduling timeout on a fleet with room: each task waits
-    for the one before it far longer than 6 s in all, but only for its cap, never for the fleet."""
-    job = client.submit_command(["sleep", "4"], resources=ResourceSpec(cpu=0.25, memory="64m", replicas=4),
-                                max_concurrent=1, scheduling_timeout=6)  # fmt: skip
+    """4 tasks of 2 s, one at a time, with a 3 s scheduling timeout on a fleet with room (a place takes a
+    fraction of it): the last tasks wait for the ones before them far longer than 3 s in all (from the
+    submission, and from the first task's end), but only for their cap, never for the fleet."""
+    job = client.submit_command(["sleep", "2"], resources=ResourceSpec(cpu=0.25, memory="64m", replicas=4),
+                                max_concurrent=1, scheduling_timeout=3)  # fmt: skip
     status = job.wait(timeout=180, raise_on_failure=False)
     assert JobState.SUCCEEDED == status.state, status.error
