@@ -26,12 +26,15 @@ import signal
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import psutil
 import structlog
 from temporalio import activity
+from temporalio.api.workflowservice.v1 import RecordActivityTaskHeartbeatRequest
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import (
     EXEC_IN_TASK,
@@ -147,11 +150,13 @@ class TaskAccess:
             except TaskEndedError:
                 return TaskAccessResult(exit_code=-1, error=f"task {inp.task_index} of job {inp.job_id} ended: "
                                                             "the command was killed with it")  # fmt: skip
+            except CancelAskedError:
+                return TaskAccessResult(exit_code=-1, error=CANCELLED)
             except FileNotFoundError as err:
                 return TaskAccessResult(exit_code=-1, error=f"cannot run {inp.argv[0]!r}: {err.strerror}")
             except Exception as err:  # an engine's refusal: the user's answer, in one line
                 return TaskAccessResult(exit_code=-1, error=f"cannot run the command in the task: {err}")
-        if code < 0 and await _gone_soon(alive):  # killed with the task's other processes (its cgroup), first
+        if code < 0 and await _gone_soon(alive, self._main_ended(handle)):  # killed with the task's other processes
             return TaskAccessResult(exit_code=-1, error=f"task {inp.task_index} of job {inp.job_id} ended: "
                                                         "the command was killed with it")  # fmt: skip
         return TaskAccessResult(exit_code=code)
@@ -179,13 +184,23 @@ class TaskAccess:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=sink, stderr=asyncio.subprocess.STDOUT
             )
-            code = await _beating(_waited(process))
+            try:
+                code = await _beating(_waited(process))
+            except CancelAskedError:
+                return TaskAccessResult(exit_code=-1, error=CANCELLED)
             if code != 0 or not svg.exists():
                 return TaskAccessResult(
                     exit_code=code or -1, error=f"py-spy failed (exit code {code}); its output is above"
                 )
             await asyncio.to_thread(self.blobs.put, profile_blob_key(inp.access_id), svg.read_bytes())
         return TaskAccessResult(exit_code=0)
+
+    def _main_ended(self, handle: TaskHandle) -> Callable[[], bool]:
+        """Whether the task's main process has ended (always True where the runtime does not say): a process
+        task's exec'd command is killed with the task's cgroup only once the agent has reaped its main process
+        (worker_agent/runtimes/process.py: `wait`, `kill`), in this event loop."""
+        main_ended = getattr(self.runtime, "main_ended", None)
+        return (lambda: True) if main_ended is None else (lambda: bool(main_ended(handle)))
 
     async def _task_pids(self, handle: TaskHandle) -> list[int]:
         """The task's processes, as host pids."""
@@ -198,9 +213,12 @@ class TaskAccess:
         return await asyncio.to_thread(group_members, int(handle))
 
 
-async def _gone_soon(alive: Callable[[], bool], seconds: float = 3.0) -> bool:
+async def _gone_soon(alive: Callable[[], bool], main_ended: Callable[[], bool], seconds: float = 3.0) -> bool:
     """Whether the task ends within `seconds`: a command killed by a signal as its task ended (the agent then
-    forgets the task a moment later) died with it, not by its own doing."""
+    forgets the task a moment later) died with it, not by its own doing. While the task's main process runs
+    (`main_ended` says not), it was not killed with the task: no wait then (a `kill -9 $$` answers at once)."""
+    if not main_ended():
+        return False
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while alive():
@@ -227,9 +245,42 @@ class TaskEndedError(Exception):
     """The task a command was run in ended while the command ran (the command was killed with it)."""
 
 
+class CancelAskedError(Exception):
+    """The access workflow asked to cancel the activity (the client was interrupted): the command was killed."""
+
+
+CANCELLED = "cancelled by the client"
+
+
+async def _cancel_asked() -> bool:
+    """One heartbeat sent to the server now: whether the activity's cancel was asked (or it is gone there).
+
+    The SDK forwards `activity.heartbeat()` at most every 8 s on the worker's task queue (its throttle,
+    worker_agent/agent.py), and learns a cancel only from such a forwarded beat: an interrupted
+    `iris task exec` would leave its command running that long. As the lease does for `run_task`
+    (worker_agent/leases/lease.py), the beat is sent here and its answer read at once.
+    """
+    try:
+        client = activity.client()
+    except RuntimeError:  # no client (an ActivityEnvironment without one): the SDK's beats only
+        return False
+    request = RecordActivityTaskHeartbeatRequest(
+        task_token=activity.info().task_token, identity=client.identity, namespace=client.namespace
+    )
+    try:
+        response = await client.workflow_service.record_activity_task_heartbeat(
+            request, retry=False, timeout=timedelta(seconds=BEAT_SECONDS)
+        )
+    except RPCError as err:
+        return err.status == RPCStatusCode.NOT_FOUND  # its workflow ended (cancelled and closed)
+    except Exception:  # no answer: the SDK's own beats carry on
+        return False
+    return bool(response.cancel_requested)
+
+
 async def _beating(work: Awaitable[int], alive: Callable[[], bool] = lambda: True) -> int:
-    """`work`'s result, heartbeating every second meanwhile (the client's cancel arrives with a beat); TaskEndedError,
-    the work cancelled (killed), once `alive()` says the task it runs in is gone."""
+    """`work`'s result, heartbeating every second meanwhile; the work cancelled (killed) and TaskEndedError once
+    `alive()` says the task it runs in is gone, CancelAskedError once a beat finds the cancel asked."""
     job = asyncio.ensure_future(work)
     try:
         while True:
@@ -239,6 +290,8 @@ async def _beating(work: Awaitable[int], alive: Callable[[], bool] = lambda: Tru
                 return job.result()
             if not alive():
                 raise TaskEndedError
+            if await _cancel_asked():
+                raise CancelAskedError
     finally:
         if not job.done():
             job.cancel()

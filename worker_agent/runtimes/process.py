@@ -175,6 +175,11 @@ class ProcessTask:
         """The task's process-group id (the main process started a new session)."""
         return self._process.pid
 
+    @property
+    def main_exited(self) -> bool:
+        """Whether the main process has been reaped (the task is ending: its group and cgroup are swept next)."""
+        return self._process.returncode is not None
+
     def is_running(self) -> bool:
         """Whether the main process or anything left in its process group is alive."""
         return self._process.returncode is None or self._alive()
@@ -452,6 +457,13 @@ class ProcessRuntime:
     def run_as(self) -> TaskUser | None:
         """The user tasks run as (None: the agent's own user)."""
         return self._run_as
+
+    def main_ended(self, handle: TaskHandle) -> bool:
+        """Whether ``handle``'s main process has exited (or the task is forgotten). `wait` and `kill` reap it
+        before they sweep the task's cgroup, so a command run in that cgroup (`iris task exec`) that the sweep
+        killed finds it True; one killed while it is False died of something else."""
+        task = self._tasks.get(handle)
+        return task is None or task.main_exited
 
     def task(self, handle: TaskHandle) -> ProcessTask:
         """The process behind ``handle``; KeyError if this runtime did not start it or forgot it."""
