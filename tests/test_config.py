@@ -220,6 +220,8 @@ scale_groups:
     assert (expected_worker.gpus, expected_worker.tpus) == (0, 0)
     assert 5.0 == config.scan_interval_seconds
     assert 0.5 == parse_config({"autoscaler": {"scan_interval": "500ms"}}, "config.yaml").scan_interval_seconds
+    assert 10.0 == config.backoff_seconds
+    assert 2.5 == parse_config({"autoscaler": {"backoff": "2500ms"}}, "config.yaml").backoff_seconds
 
 
 def test_empty_document_has_no_groups() -> None:
@@ -383,6 +385,8 @@ S = "config.yaml: scale_groups[0]"
         ([1], "config.yaml: (top level): must be a mapping, got a list"),
         ({"autoscaler": {"scan_interval": "0s"}}, "config.yaml: autoscaler.scan_interval: must be > 0, got 0s"),
         ({"autoscaler": {"scan_interval": "often"}}, "config.yaml: autoscaler.scan_interval: cannot parse 'often'"),
+        ({"autoscaler": {"backoff": "0s"}}, "config.yaml: autoscaler.backoff: must be > 0, got 0s"),
+        ({"autoscaler": {"backoff": "soon"}}, "config.yaml: autoscaler.backoff: cannot parse 'soon'"),
         ({"autoscaler": {"scan": "1s"}}, "config.yaml: autoscaler.scan: unknown key"),
         ({"autoscaler": "fast"}, "config.yaml: autoscaler: must be a mapping"),
         (

@@ -69,6 +69,10 @@ DEFAULT_MAX_SLICES = 1
 DEFAULT_SCAN_INTERVAL_SECONDS = 5.0
 """How often an idle autoscaler looks at the queue when the config does not say (Ray's autoscaler also uses 5 s)."""
 
+DEFAULT_BACKOFF_SECONDS = 10.0
+"""A group's first back-off after failed slices when the config does not say (the autoscaler's own
+BACKOFF_BASE_SECONDS, workflows/fleet/autoscaler_state.py)."""
+
 
 class Platform(StrEnum):
     """Where a scale group's slices come from."""
@@ -218,6 +222,10 @@ class ClusterConfig:
     slices of a `buffer_slices` group (`autoscaler.scan_interval`; cluster-autoscaler's --scan-interval).
     Otherwise the scheduler wakes it when a job cannot be placed, and deadlines it knows of (an idle slice's
     scale_down_delay) wake it on time."""
+    backoff_seconds: Seconds = DEFAULT_BACKOFF_SECONDS
+    """A group's first back-off after its slices failed (quota exhausted: at once; else two failures in a
+    row), doubling with each further failure to 600 s (`autoscaler.backoff`). A refusal (a config or
+    permission problem) backs off 600 s (doubling to an hour) whatever this is."""
     sharing: SharingSettings = field(default_factory=SharingSettings)
     """Credits, rates, fair share's half-life and the preemption grace (`sharing:`, iris.config.sharing)."""
     auth: AuthFile = NO_AUTH
@@ -226,6 +234,8 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.scan_interval_seconds <= 0:
             raise FieldError("autoscaler.scan_interval", f"must be > 0, got {self.scan_interval_seconds:g}s")
+        if self.backoff_seconds <= 0:
+            raise FieldError("autoscaler.backoff", f"must be > 0, got {self.backoff_seconds:g}s")
         names = [g.name for g in self.worker_groups] + [g.name for g in self.scale_groups]
         paths = [f"local.worker_groups[{i}]" for i in range(len(self.worker_groups))]
         paths += [f"scale_groups[{i}]" for i in range(len(self.scale_groups))]
@@ -362,6 +372,7 @@ class AutoscalerFile(BaseModel):
     model_config = _FROZEN
 
     scan_interval: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
+    backoff: Seconds = DEFAULT_BACKOFF_SECONDS
 
 
 class ClusterFile(BaseModel):
@@ -422,6 +433,7 @@ def parse_config(data: Any, source: str) -> ClusterConfig:
     config: ClusterConfig = _build(
         lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source,
                               scan_interval_seconds=parsed.autoscaler.scan_interval,
+                              backoff_seconds=parsed.autoscaler.backoff,
                               sharing=parsed.sharing.settings(), auth=parsed.auth),
         source, "",
     )

@@ -64,4 +64,7 @@ WORDS: dict[tuple[type[BaseModel], str], tuple[str | None, str]] = {
     (AutoscalerFile, "scan_interval"): (DURATION, "how often the autoscaler looks while slices run work or a "
                                                   "group keeps `buffer_slices` (2 s while slices boot or drain); "
                                                   "otherwise the scheduler wakes it when a job cannot be placed"),
+    (AutoscalerFile, "backoff"): (DURATION, "a group's first back-off after its slices failed (quota exhausted: at "
+                                            "once; else 2 in a row), doubling with each further failure to 600 s; a "
+                                            "refusal by the platform backs off 600 s (doubling to an hour)"),
 }  # fmt: skip

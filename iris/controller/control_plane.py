@@ -110,7 +110,9 @@ def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
     if config is None:
         return AutoscalerConfig()
     return AutoscalerConfig(
-        groups=[scale_group(g) for g in config.scale_groups], scan_interval_seconds=config.scan_interval_seconds
+        groups=[scale_group(g) for g in config.scale_groups],
+        scan_interval_seconds=config.scan_interval_seconds,
+        backoff_seconds=config.backoff_seconds,
     )
 
 

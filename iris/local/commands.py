@@ -113,8 +113,12 @@ def dashboard_options(port: int, ui_url: str) -> list[str]:
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
     """The config's scale groups (and autoscaler settings) as a YAML document `load_config` reads back."""
     groups = [g.document() for g in config.scale_groups]
-    document: dict[str, Any] = {"scale_groups": groups, "autoscaler": {"scan_interval": config.scan_interval_seconds},
-                "sharing": sharing_document(config.sharing)}
+    autoscaler = {"scan_interval": config.scan_interval_seconds, "backoff": config.backoff_seconds}
+    document: dict[str, Any] = {
+        "scale_groups": groups,
+        "autoscaler": autoscaler,
+        "sharing": sharing_document(config.sharing),
+    }
     if config.auth.team:
         document["auth"] = config.auth.document()
     return document

@@ -67,7 +67,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
               "scale_up_delay": "0s", "scale_down_delay": "3s"}
     config = {
         "local": {"worker_groups": []},
-        "autoscaler": {"scan_interval": "1s"},  # the default 5 s only makes the test wait
+        # the default 5 s scan and 10 s back-off only make the tests wait
+        "autoscaler": {"scan_interval": "1s", "backoff": "3s"},
         "scale_groups": [
             {"name": "ssh-pool", "platform": "manual", "hosts_per_slice": 2, "attributes": {"pool": "ssh"},
              "manual": {"hosts": manual_hosts, "user": sshd.user, "identity_file": str(sshd.client_key),
@@ -202,14 +203,16 @@ TPU_GANG = dict(resources=ResourceSpec(cpu=1, memory="512m", replicas=2), cosche
 
 
 def test_gcp_stockout_backs_the_group_off_then_it_recovers(fleet: SshFleet) -> None:
-    """The TPU API answers the create with RESOURCE_EXHAUSTED: the group backs off and says why, creates nothing,
-    and once the backoff ends the next create succeeds and the job runs."""
+    """The TPU API answers the create with RESOURCE_EXHAUSTED: the group backs off (3 s, the fleet's
+    `autoscaler.backoff`) and says why, creates nothing, and once the backoff ends the next create succeeds and
+    the job runs."""
     fleet.tpu.fail_next_create = (8, "There is no more capacity in the zone us-central2-b; try another zone")
     creates_before = fleet.tpu.methods().count("CreateNode")
     job = fleet.client.submit_command(["true"], **TPU_GANG)  # type: ignore[arg-type]
     status = wait_until(lambda: (g := group_status(fleet, "tpu-v4-16"))["backoff_reason"] and g, timeout=60,
-                        interval=0.5, what="the group backs off")
+                        interval=0.2, what="the group backs off")
     assert "quota exhausted: " in str(status["backoff_reason"]) and "no more capacity" in str(status["backoff_reason"])
+    assert 0 < float(status["backoff_seconds"]) <= 3  # type: ignore[arg-type]
     assert {} == fleet.tpu.nodes  # the refused create left nothing behind
     assert JobState.SUCCEEDED == job.wait(timeout=240).state
     assert 2 == fleet.tpu.methods().count("CreateNode") - creates_before

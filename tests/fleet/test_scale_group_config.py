@@ -46,7 +46,7 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
              "scale_up_delay": "1m30s", "scale_down_delay": "250ms", "local": {"max_hosts": 8},
              "buffer_slices": 1, "runtime": "docker", "image": "python:3.11-slim"},
         ],
-        "autoscaler": {"scan_interval": "1.5s"},
+        "autoscaler": {"scan_interval": "1.5s", "backoff": "4s"},
     }  # fmt: skip
     config = parse_config(data, "test")
     # Every field of a group is set here (none at its default), so a field the file leaves out fails below:
@@ -58,6 +58,7 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
     again = parse_config(yaml.safe_load(yaml.safe_dump(scale_groups_document(config))), "scale-groups.yaml")
     assert config.scale_groups == again.scale_groups
     assert 1.5 == again.scan_interval_seconds == autoscaler_config(again).scan_interval_seconds
+    assert 4.0 == again.backoff_seconds == autoscaler_config(again).backoff_seconds
 
 
 def test_a_bad_platform_block_is_refused_naming_the_group_and_field() -> None:

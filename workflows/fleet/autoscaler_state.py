@@ -43,6 +43,7 @@ class AutoscalerConfig:
     registration_timeout_seconds: float = 300.0
     drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
     scan_interval_seconds: float = SCAN_INTERVAL.total_seconds()  # how often it looks while slices may change
+    backoff_seconds: float = BACKOFF_BASE_SECONDS  # a group's first back-off after failed slices (`autoscaler.backoff`)
 
 
 @dataclass
@@ -69,8 +70,9 @@ class GroupRuntime:
     last_placement: str = ""  # where its newest slice was made and why there (multi-zone platforms)
     spot: FallbackRecord = field(default_factory=FallbackRecord)  # capacity: spot_then_on_demand's memory
 
-    def fail(self, error: str, error_type: str, now: float) -> float | None:
-        """Count a failed slice; the back-off it starts in seconds (at once on quota or refusal), or None."""
+    def fail(self, error: str, error_type: str, now: float, base: float = BACKOFF_BASE_SECONDS) -> float | None:
+        """Count a failed slice; the back-off it starts in seconds (at once on quota or refusal), or None.
+        `base` is the first back-off of quota or failures, doubling from there (a refusal's is its own)."""
         self.failures += 1
         self.last_error, self.last_error_type = error, error_type
         quota = error_type == QUOTA_EXHAUSTED
@@ -79,7 +81,7 @@ class GroupRuntime:
             self.backoff_reason = f"refused by the platform (a config or permission problem): {error}"
         elif quota or self.failures >= FAILURES_BEFORE_BACKOFF:
             k = self.failures if quota else self.failures - FAILURES_BEFORE_BACKOFF + 1
-            delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** (k - 1))
+            delay = min(BACKOFF_MAX_SECONDS, base * 2 ** (k - 1))
             self.backoff_reason = (
                 f"quota exhausted: {error}" if quota else f"{self.failures} slices failed in a row, last: {error}"
             )

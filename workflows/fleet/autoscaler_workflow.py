@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fleet.autoscaler_pace import tick as pace_tick
     from workflows.fleet.autoscaler_pace import transition as pace_transition
     from workflows.fleet.autoscaler_state import (
+        BACKOFF_BASE_SECONDS,
         AutoscalerConfig,
         AutoscalerState,
         AutoscalerStatus,
@@ -269,7 +270,8 @@ class AutoscalerWorkflow:
     def _failed(self, group: str, error: str, error_type: str) -> None:
         """A slice of `group` failed: count it, and back the group off (at once on quota or refusal)."""
         rt = self.state.groups.setdefault(group, GroupRuntime())
-        delay = rt.fail(error, error_type, workflow.now().timestamp())
+        base = self.state.config.backoff_seconds if self.state.config is not None else BACKOFF_BASE_SECONDS
+        delay = rt.fail(error, error_type, workflow.now().timestamp(), base)
         if delay is not None:
             self._decided(group, f"backed off {delay:g}s after {error_type or 'a failed slice'}")
             workflow.logger.warning("autoscaler: group %s backs off %gs: %s", group, delay, rt.backoff_reason)
