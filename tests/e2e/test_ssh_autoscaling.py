@@ -60,7 +60,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
     home = tmp_path_factory.mktemp("iris-ssh-fleet")
     metadata = FakeMetadata(tpu_vm_attributes("any", "v4-16", "2x2x2", worker=0, vms=2))
     tpu = FakeTpu().start()
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GCE_METADATA_HOST": metadata.host}
+    # The agents on the "VMs" declare a 4 s heartbeat timeout with a 3 s lease: a preempted slice's attempts are lost
+    # 4 s after their VMs die and run again 1 s later (lease + margin - timeout), not 10 s + 2 s with the defaults.
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GCE_METADATA_HOST": metadata.host,
+           "IRIS_HEARTBEAT_TIMEOUT_SECONDS": "4", "IRIS_LEASE_SECONDS": "3"}
     sshd = start_sshd(tmp_path_factory.mktemp("sshd"), hosts=3, env=env)
     manual_hosts, tpu_port = sshd.hosts[:2], sshd.ports[2]
     common = {"min_slices": 0, "max_slices": 1, "resources": {"cpu": 1, "memory": "1g"},
