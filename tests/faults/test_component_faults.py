@@ -35,18 +35,28 @@ from workflows.tasks.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 
-HEARTBEAT = HEARTBEAT_TIMEOUT.total_seconds()
-# What a lost attempt waits beyond the heartbeat timeout for its lease to run out (agents' default lease).
-FENCE = fence_seconds([LeaseSettings().detail()], HEARTBEAT) or 0.0
+# The lost-worker tests' agents declare a 6 s heartbeat timeout (--heartbeat-timeout; the default is 10 s) and a
+# 5 s lease: a lost attempt is given up 6 s after its last heartbeat, then waits 1 s more for its lease to run
+# out (lease + margin - timeout, the default margin), a wait of its own as with the defaults (10 s, then 2 s).
+HEARTBEAT = 6.0
+LEASE = 5.0
+LOST_WORKER_AGENTS = {"IRIS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT), "IRIS_LEASE_SECONDS": str(LEASE)}
+# What a lost attempt waits beyond the heartbeat timeout for its lease to run out.
+FENCE = fence_seconds([LeaseSettings(seconds=LEASE).detail()], HEARTBEAT) or 0.0
+assert HEARTBEAT < HEARTBEAT_TIMEOUT.total_seconds() and FENCE > 0
 DISPATCH = DISPATCH_TIMEOUT.total_seconds()
 SLACK = 6.0  # a loaded 2-core machine: timers, workflow tasks and polls all add latency
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 
 
-def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(make_cluster: MakeCluster) -> None:
+def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A SIGKILLed agent's task is retried elsewhere as a preemption once its lease has run out; the task
     process it left behind was killed by the lease watchdog meanwhile, and the agent restarted with the
     same id registers again and takes work."""
+    for name, value in LOST_WORKER_AGENTS.items():
+        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"))
     runs = c.work / "runs"
     script = (
@@ -229,9 +239,13 @@ def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster: MakeC
     assert JobState.SUCCEEDED == c.client.submit_command(["true"], resources=ONE_CPU).wait(timeout=60).state
 
 
-def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(make_cluster: MakeCluster) -> None:
+def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run
     on it after SIGCONT, and its capacity comes back."""
+    for name, value in LOST_WORKER_AGENTS.items():
+        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("paused", cpu=8, zone="z", role="paused"), group("other", cpu=16, zone="z"))
     runs = c.work / "runs"
     assert c.local.kill_process("paused-0", signal.SIGSTOP)

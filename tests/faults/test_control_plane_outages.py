@@ -23,7 +23,7 @@ from worker_agent.agent import SESSION_SILENCE_SECONDS
 from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
-from .test_component_faults import read_runs, record_run_until
+from .test_component_faults import LOST_WORKER_AGENTS, read_runs, record_run_until
 
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 # The agents of the dead-controller test ask again after this long without an answer (product default 20 s):
@@ -125,9 +125,13 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
     assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
 
 
-def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(make_cluster: MakeCluster) -> None:
+def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A job killed right after its worker was SIGKILLed ends KILLED once the attempt times out; the timeout
     is not taken for a preemption to retry (the kill wins), so no second attempt ever starts."""
+    for name, value in LOST_WORKER_AGENTS.items():  # the attempt times out after 6 s, not 10 s
+        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("victim", cpu=1, role="victim"), group("spare", cpu=1))
     runs = c.work / "runs"
     job = c.client.submit_command(
