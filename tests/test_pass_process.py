@@ -131,12 +131,12 @@ class OnePass:
 async def test_the_activity_beats_while_the_child_computes_and_a_cancelled_pass_stops_it(
     pool_stopped: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 2.5 s pass in the child outlives a 1 s heartbeat timeout; a cancelled pass takes its child with it, and the
-    next pass starts a new one."""
+    """A 1.5 s pass in the child (after the child's start) outlives a 1 s heartbeat timeout; a cancelled pass takes
+    its child with it, and the next pass starts a new one."""
     monkeypatch.setenv(MIN_BYTES_ENV, "0")  # every pass goes to the child
     async with workflows_on_dev_server("pass-process", [OnePass], [passes_in_the_child],
                                        UnsandboxedWorkflowRunner()) as (client, queue):  # fmt: skip
-        child = await client.execute_workflow(OnePass.run, args=[2.5, 0.0], id=f"{queue}-beats", task_queue=queue)
+        child = await client.execute_workflow(OnePass.run, args=[1.5, 0.0], id=f"{queue}-beats", task_queue=queue)
         assert child not in (None, os.getpid())
         with pytest.raises(WorkflowFailureError) as failed:
             await client.execute_workflow(OnePass.run, args=[60.0, 2.0], id=f"{queue}-cancel", task_queue=queue)

@@ -136,7 +136,7 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
         await temporal.get_workflow_handle(f"{job.job_id}/task-{index}").terminate("test: terminated from outside")
 
     asyncio.run(terminate_task(3))  # started by an earlier run: no child of the current one
-    lost = wait_until(lambda: (t := job.status().tasks[3]).state == "KILLED" and t, timeout=150, interval=2,
+    lost = wait_until(lambda: (t := job.status().tasks[3]).state == "KILLED" and t, timeout=150, interval=0.5,
                       what="the terminated task recorded by the job")  # fmt: skip
     assert "terminated" in lost.error
     assert 19 == job.status().task_state_counts.get("RUNNING")
