@@ -25,7 +25,7 @@ FLEET = {
         {
             "name": "pair", "platform": "local", "hosts_per_slice": 2, "max_slices": 1,
             "resources": {"cpu": 0.5, "memory": "256m"}, "attributes": {"pool": "pair"},
-            "scale_down_delay": "2s",
+            "scale_down_delay": "1s",  # a run lasts ~1.5 s: a slice's ~5 s from creation to scale-down spans several
         },
     ]
 }  # fmt: skip
@@ -78,7 +78,7 @@ def test_slices_outlive_autoscaler_runs(small_history: Cluster) -> None:
     client = IrisClient.connect(small_history.info.address, store=small_history.info.store_url)
     home = small_history.local.home
     for round_ in range(2):  # the second slice is made by a later run than the first's scale-down
-        job = client.submit_command([sys.executable, "-c", "import time; time.sleep(2)"], **GANG)  # type: ignore[arg-type]
+        job = client.submit_command([sys.executable, "-c", "import time; time.sleep(1)"], **GANG)  # type: ignore[arg-type]
         assert JobState.SUCCEEDED == job.wait(timeout=180).state, f"round {round_}"
         (slice_id,) = {t.worker_id.rsplit("-", 1)[0] for t in job.status().tasks}
         wait_until(lambda s=slice_id: s not in slice_hosts(home), timeout=120, what=f"slice of round {round_} gone")
