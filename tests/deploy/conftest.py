@@ -15,7 +15,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,12 +152,15 @@ class Deployment:
     daemons: Daemons
 
 
-@pytest.fixture
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """A bare Temporal dev server (no controller, no workers) and a starter for Iris daemons."""
+@contextlib.contextmanager
+def deployed(
+    tmp_path_factory: pytest.TempPathFactory, dynamic_config: Mapping[str, str] | None = None
+) -> Iterator[Deployment]:
+    """A bare Temporal dev server (no controller, no workers; `dynamic_config` its settings) and a starter for
+    Iris daemons, all stopped at the end."""
     home = tmp_path_factory.mktemp("iris-deploy")
     local = LocalCluster(home)
-    info = local.up(components=("temporal",))
+    info = local.up(components=("temporal",), dynamic_config=dynamic_config)
     daemons = Daemons(home, info.address, info.store_url)
     try:
         yield Deployment(local, info, daemons)
@@ -166,4 +169,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         local.down()
 
 
-__all__ = ["S3", "Daemons", "Deployment", "free_port", "get", "health"]
+@pytest.fixture
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """A bare Temporal dev server (no controller, no workers) and a starter for Iris daemons."""
+    with deployed(tmp_path_factory) as d:
+        yield d
+
+
+__all__ = ["S3", "Daemons", "Deployment", "deployed", "free_port", "get", "health"]

@@ -9,8 +9,7 @@ import pytest
 from temporalio.service import RPCError
 
 from iris import IrisClient, JobState, ResourceSpec
-from iris.local.cluster import LocalCluster
-from tests.deploy.conftest import Daemons, Deployment
+from tests.deploy.conftest import Deployment, deployed
 from tests.support import lines, short_dead_controller_waits, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -23,15 +22,8 @@ KILL_AFTER = 8
 def deployment(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """tests/deploy/conftest.py's bare dev server and daemon starter, with Temporal giving up on a SIGKILLed
     controller after seconds: the surviving one takes over its workflows then (it waited 10 s for them)."""
-    home = tmp_path_factory.mktemp("iris-deploy")
-    local = LocalCluster(home)
-    info = local.up(components=("temporal",), dynamic_config=short_dead_controller_waits(monkeypatch))
-    daemons = Daemons(home, info.address, info.store_url)
-    try:
-        yield Deployment(local, info, daemons)
-    finally:
-        daemons.stop_all()
-        local.down()
+    with deployed(tmp_path_factory, short_dead_controller_waits(monkeypatch)) as d:
+        yield d
 
 
 def test_sigkilled_controller_under_submissions_loses_no_job_and_runs_no_task_twice(deployment: Deployment) -> None:
