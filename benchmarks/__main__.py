@@ -143,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.snapshot import main as snapshot_main
 
         return snapshot_main(argv[1:])
+    if argv[:1] == ["state-probe"]:  # the scheduler's carried state today vs as protobuf messages (no server)
+        from benchmarks.state_probe import main as probe_main
+
+        return probe_main(argv[1:])
     if argv[:1] == ["dashboard"]:  # each dashboard page's server time at the scale bench's fleet size
         from benchmarks.dashboard import main as dashboard_main
 
