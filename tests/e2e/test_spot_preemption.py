@@ -50,8 +50,10 @@ class Hosts:
         self.servers.append(server)
         return server
 
-    def start(self, names: list[str], attributes: list[dict[str, AttrValue]], watching: FakeMetadata | None) -> None:
-        """Start agents (watching `watching`'s notices, or none) and wait until they are registered."""
+    def start(self, names: list[str], attributes: list[dict[str, AttrValue]], watching: FakeMetadata | None,
+              wait: bool = True) -> None:  # fmt: skip
+        """Start agents (watching `watching`'s notices, or none) and, with `wait`, wait until they are registered
+        (without, `registered` waits: agents started together register together)."""
         if watching is not None:
             self.monkeypatch.setenv("GCE_METADATA_HOST", watching.host)
         else:
@@ -60,6 +62,11 @@ class Hosts:
             self.cluster.local.start_worker(LocalWorkerSpec(name, 1000, 1 << 30, attrs))
             self.started.append(name)
         self.monkeypatch.delenv("GCE_METADATA_HOST", raising=False)
+        if wait:
+            self.registered(names)
+
+    def registered(self, names: list[str]) -> None:
+        """Wait until the agents `names` are registered and healthy."""
         wait_until(lambda: set(names) <= {w.worker_id for w in self.client.list_workers() if w.healthy},
                    timeout=60, what=f"{names} registered")  # fmt: skip
 
@@ -105,7 +112,7 @@ def test_notice_sigterm_checkpoint_and_resume(hosts: Hosts, client: IrisClient, 
     spot = hosts.metadata()
     hosts.start([f"{pool}-a"], [{"pool": pool}], watching=spot)
     train = docs_example()
-    job = client.submit(train, kwargs=dict(total_steps=300, save_every=50, step_seconds=0.02),
+    job = client.submit(train, kwargs=dict(total_steps=300, save_every=50, step_seconds=0.01),
                         checkpoint_dir=tmp_path / "ck", constraints=[Constraint("pool", "EQ", pool)],
                         name="spot-train")  # fmt: skip
     checkpoint = tmp_path / "ck" / "0" / "state.json"
@@ -157,9 +164,11 @@ def test_gang_notice_and_rerun(hosts: Hosts, client: IrisClient, tmp_path: Path)
         ]
         return [f"{name}-{i}" for i in range(4)], attrs
 
-    hosts.start(*slice_hosts(spot_slice), watching=spot)
+    spot_hosts, spot_attrs = slice_hosts(spot_slice)
     standby, standby_attrs = slice_hosts(standby_slice)
-    hosts.start(standby, standby_attrs, watching=None)
+    hosts.start(spot_hosts, spot_attrs, watching=spot, wait=False)  # the eight agents start up side by side
+    hosts.start(standby, standby_attrs, watching=None, wait=False)
+    hosts.registered(spot_hosts + standby)
     for worker_id in standby:  # the gang's first attempt must land on the spot slice
         client.cordon_worker(worker_id)
     script = (
