@@ -8,6 +8,9 @@ auth:                             # the same, and OIDC/JWT bearer tokens of one 
 auth:                             # and the dashboard signs users in at the issuer, as the client `audience`
   mode: tokens
   oidc: {issuer: https://idp.example.com, audience: iris, client_secret_file: /etc/iris/oidc-secret}
+auth:                             # a task's token refused within 1 s of its job's end (default 5 s)
+  mode: tokens
+  task_token_recheck: 1s
 ```
 
 Without the key the cluster runs as the embedded default: one user, no login (`Auth: none`).
@@ -20,7 +23,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, field_validator
 
+from iris.units import parse_duration
+
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+DEFAULT_TASK_TOKEN_RECHECK_SECONDS = 5.0
+MAX_TASK_TOKEN_RECHECK_SECONDS = 60.0
 
 
 class OidcFile(BaseModel):
@@ -56,6 +63,18 @@ class AuthFile(BaseModel):
 
     mode: Literal["none", "tokens"] = "none"
     oidc: OidcFile | None = None
+    # How long the API takes a job's user and state as read when checking its tasks' tokens: a task token
+    # still works this long after its job ended, at most (shorter: one more query per busy job that often).
+    task_token_recheck: Annotated[float, BeforeValidator(lambda v: parse_duration(v, ""))] = (
+        DEFAULT_TASK_TOKEN_RECHECK_SECONDS
+    )
+
+    @field_validator("task_token_recheck")
+    @classmethod
+    def _recheck(cls, value: float) -> float:
+        if not 0 < value <= MAX_TASK_TOKEN_RECHECK_SECONDS:  # NaN too
+            raise ValueError(f"must be > 0 and at most {MAX_TASK_TOKEN_RECHECK_SECONDS:g}s, got {value:g}s")
+        return value
 
     @property
     def team(self) -> bool:
@@ -75,7 +94,10 @@ class AuthFile(BaseModel):
         """What a config file says for these settings (None: say nothing)."""
         if not self.team:
             return None
-        return self.model_dump(mode="json", exclude_none=True)
+        document = self.model_dump(mode="json", exclude_none=True)
+        if self.task_token_recheck == DEFAULT_TASK_TOKEN_RECHECK_SECONDS:
+            del document["task_token_recheck"]
+        return document
 
 
 AuthField = Annotated[AuthFile, BeforeValidator(_shorthand)]

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from iris.auth.errors import AuthenticationError
 from iris.auth.rules import Identity, Role
+from iris.auth.settings import DEFAULT_TASK_TOKEN_RECHECK_SECONDS
 from iris.auth.store import Directory
 from iris.auth.tokens import looks_like_iris_token
 from worker_agent.task_token import job_of, looks_like_task_token
@@ -107,21 +108,20 @@ def oidc_name(claims: dict[str, Any], issuer: str) -> str:
     return "".join("-" if ch.isspace() or ch == "/" else ch for ch in value)
 
 
-JOB_STATE_SECONDS = 5.0  # how long a job's user and state are taken as read (a task token dies this late at most)
-
-
 @dataclass
 class TaskTokenVerifier:
     """A task's token: the job's user (its root's, for a child), with the job named, while the job runs.
 
     `key` reads the control plane's key from the store; `job_state` is (user, running, started: epoch
-    seconds) for a job id, KeyError for none. A token that does not check against the key read at first
+    seconds) for a job id, KeyError for none, taken as read for `recheck` seconds (`auth.task_token_recheck`: a
+    task token dies this late at most). A token that does not check against the key read at first
     is checked once more against the key read again (another controller may have made the one that stayed).
     """
 
     key: Callable[[], bytes]
     job_state: Callable[[str], Awaitable[tuple[str, bool, float]]]
     directory: Directory | None = None  # a revoked user's running jobs stop acting as them
+    recheck: float = DEFAULT_TASK_TOKEN_RECHECK_SECONDS
     _key: bytes | None = None
     _jobs: dict[str, tuple[float, str, bool, float]] = field(default_factory=dict)
 
@@ -142,7 +142,7 @@ class TaskTokenVerifier:
             raise AuthenticationError("task token refused: not minted by this cluster's agents")
         now = time.monotonic()
         seen = self._jobs.get(job_id)
-        if seen is None or now - seen[0] > JOB_STATE_SECONDS:
+        if seen is None or now - seen[0] > self.recheck:
             try:
                 user, running, started = await self.job_state(job_id)
             except KeyError:

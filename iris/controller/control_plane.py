@@ -319,7 +319,7 @@ async def team_gate(client: Client, config: ClusterConfig | None, store_url: str
     blobs = open_blob_store(store_url)
     await asyncio.to_thread(ensure_key, blobs)
     directory = Directory(client)
-    tasks = TaskTokenVerifier(lambda: ensure_key(blobs), job_running(client), directory)
+    tasks = TaskTokenVerifier(lambda: ensure_key(blobs), job_running(client), directory, config.auth.task_token_recheck)
     chain: list[Verifier] = [TokenVerifier(directory), tasks]
     oidc = None
     if config.auth.oidc is not None:

@@ -31,7 +31,8 @@ from iris.local.cluster import LocalCluster
 from tests.support import wait_until
 
 TEAM_FLEET = {
-    "auth": "tokens",
+    # A task token is refused within 0.5 s of its job's end (default 5 s), which the token test waits for.
+    "auth": {"mode": "tokens", "task_token_recheck": "0.5s"},
     "local": {"worker_groups": [{"name": "cpu", "count": 2, "resources": {"cpu": 2, "memory": "2g"}}]},
     "sharing": {"teams": [{"name": "vision", "members": ["ana"], "quota": {"cpu": 2, "memory": "1g"}}]},
 }
