@@ -142,10 +142,13 @@ async def wait_until_ready(
             if client is None:
                 client = await asyncio.wait_for(readiness_client(address, namespace), remaining)
             handle = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+            # Before anything that asks the scheduler: a run pinned to another build is answered by no controller
+            # this Iris starts (a query on it waited out its 5 s timeout first, or the old run's last signal still
+            # looked served), so it is said at once.
+            old = await pinned_build(client, SCHEDULER_WORKFLOW_ID) if build else ""
+            if old and old != build:
+                raise StrandedError(f"local cluster failed to start: {stranded(old, build, home)}")
             if not await served_since_last_signal(client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER):
-                old = await pinned_build(client, SCHEDULER_WORKFLOW_ID) if build else ""
-                if old and old != build:
-                    raise StrandedError(f"local cluster failed to start: {stranded(old, build, home)}")
                 raise NotServedYetError("the scheduler has not run a workflow task on the new controller yet")
             count = await asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
