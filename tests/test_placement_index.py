@@ -122,44 +122,65 @@ def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
 
 
 def test_every_dict_change_keeps_the_index() -> None:
-    """pop, popitem, setdefault, update, |=, clear, copies and pickles: the index follows each."""
+    """pop, popitem, setdefault, update, clear, copies and pickles: the index follows each."""
 
     def place(i: int, worker: str) -> Placement:
         return Placement(f"j{i % 2}", i, 0, worker, 100 * (i + 1), 1 << 20, i % 2, 0)
 
-    placements = Placements({task_workflow_id("j0", 0): place(0, "a")})
-    placements.update({task_workflow_id("j1", 1): place(1, "b")}, **{"x/task-2": place(2, "a")})
-    placements |= {"x/task-3": place(3, "b")}
-    placements.setdefault("x/task-4", place(4, "a"))
-    placements.setdefault("x/task-4", place(5, "b"))  # present: unchanged
-    assert place(2, "a") == placements.pop("x/task-2")
+    def key(i: int) -> str:
+        return task_workflow_id(f"j{i % 2}", i)
+
+    placements = Placements({key(0): place(0, "a")})
+    placements.update({key(1): place(1, "b")}, **{key(2): place(2, "a")})
+    placements[key(3)] = place(3, "b")
+    placements.setdefault(key(4), place(4, "a"))
+    placements.setdefault(key(4), Placement("j0", 4, 1, "b", 1, 1, 0, 0))  # present: unchanged
+    assert place(4, "a") == placements[key(4)]
+    assert place(2, "a") == placements.pop(key(2))
     assert None is placements.pop("absent", None)
+    assert None is placements.pop("j0/task-77", None)
     placements.popitem()
     for copied in (copy.copy(placements), copy.deepcopy(placements), pickle.loads(pickle.dumps(placements))):
         assert (placements.used, placements.jobs) == (copied.used, copied.jobs)
+        assert placements == copied
     assert (placements.used, placements.jobs) == recount(placements)
     placements.clear()
     assert ({}, {}, {}, {}) == (placements.used, placements.jobs, placements.stamps, placements.users)
 
 
-def test_while_tracked_every_key_set_or_removed_is_logged_in_order() -> None:
-    """The packer reads this log instead of comparing every placement with its frozen copy."""
-    placements = Placements({f"x/task-{i}": Placement("x", i, 0, "a", 1, 1, 0, 0) for i in range(6)})
-    assert None is placements.tracked()  # not logging
-    placements.track()
-    placements["x/task-9"] = Placement("x", 9, 0, "b", 1, 1, 0, 0)
-    placements["x/task-1"] = Placement("x", 1, 1, "b", 1, 1, 0, 0)  # replaced
-    del placements["x/task-2"]
-    placements.pop("x/task-3")
-    placements.setdefault("x/task-3", Placement("x", 3, 1, "a", 1, 1, 0, 0))
-    placements.load([("y/task-0", Placement("y", 0, 0, "a", 1, 1, 0, 0))])
-    assert ["x/task-9", "x/task-1", "x/task-2", "x/task-3", "y/task-0"] == list(placements.tracked() or {})
-    assert None is placements.tracked()  # reading it stopped the log
-    placements.track()
-    placements.clear()
-    assert {"x/task-0", "x/task-1", "x/task-3", "x/task-4", "x/task-5", "x/task-9", "y/task-0"} == set(
-        placements.tracked() or {}
-    )
+def test_a_placement_is_kept_only_under_its_own_task_workflow_id() -> None:
+    """The messages key a place by job and task index: a placement under another id is refused, not misfiled."""
+    placements = Placements()
+    with pytest.raises(ValueError, match="stored under 'x/task-2'"):
+        placements["x/task-2"] = Placement("j0", 2, 0, "a", 1, 1, 0, 0)
+    assert 0 == len(placements)
+    assert "x/task-2" not in placements and "not a task id" not in placements
+
+
+def test_carried_placements_come_back_whole_with_their_index() -> None:
+    """What a run hands over (messages): every placement with its ports, band and times, the per-worker
+    totals, the users' counts and the jobs' order (a map has none on the wire)."""
+    placements = Placements()
+    for n, job_id in enumerate(("zeta", "alpha", "mid/child", "beta")):
+        for i in range(n + 1):
+            ports = {"http": 8000 + i} if job_id == "alpha" else {}
+            placements[task_workflow_id(job_id, i)] = Placement(job_id, i, n, f"w{(n + i) % 3}", 250 * (i + 1),
+                                                                1 << 20, i % 2, 4 * (n % 2), ports, f"u{n % 2}",
+                                                                "batch", n == 2, 10.5 + i)  # fmt: skip
+    loaded = Placements.from_carried(placements.carried())
+    assert loaded == placements
+    assert [task_workflow_id("alpha", 0), task_workflow_id("alpha", 1)] == loaded.holding_ports()
+    assert list(loaded.jobs) == ["zeta", "alpha", "mid/child", "beta"]
+    assert (loaded.used, loaded.users) == (placements.used, placements.users)
+    assert {8001: "http"} == {v: k for k, v in loaded[task_workflow_id("alpha", 1)].ports.items()}
+    assert set(loaded.stamps) == set(placements.stamps)
+    del loaded[task_workflow_id("beta", 0)]  # the index goes on from the carried totals
+    assert (loaded.used, loaded.jobs) == recount(loaded)
+    assert loaded.count_on("w0") == sum(1 for p in loaded.values() if p.worker_id == "w0")
+    broken = pb.PlacedState.FromString(loaded.carried())
+    broken.tasks += 1
+    with pytest.raises(ValueError, match="do not add up: 4 job ids for 4 jobs, 10 placements for 9 on workers"):
+        Placements.from_carried(broken.SerializeToString())
 
 
 def test_a_jobs_stamp_changes_with_its_placements_only() -> None:

@@ -46,35 +46,40 @@ def _state() -> SchedulerState:
     return state
 
 
-def _streams(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The carry's header (its first stream) and its chunk lines (the second)."""
+def _streams(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bytes]:
+    """The carry's header (its first stream), its chunk lines (the third) and its placements (the second)."""
     first = zlib.decompressobj()
     header = json.loads(first.decompress(data))
-    assert first.eof and first.unused_data, "two zlib streams: the header, then the chunks"
-    return header, [json.loads(line) for line in zlib.decompress(first.unused_data).splitlines()]
+    assert first.eof and first.unused_data, "three zlib streams: the header, the placements, then the chunks"
+    second = zlib.decompressobj()
+    placed = second.decompress(first.unused_data)
+    assert second.eof and second.unused_data
+    return header, [json.loads(line) for line in zlib.decompress(second.unused_data).splitlines()], placed
 
 
-def _carry(header: dict[str, Any], chunks: list[dict[str, Any]]) -> bytes:
+def _carry(header: dict[str, Any], chunks: list[dict[str, Any]], placed: bytes) -> bytes:
     """A carry laid out as `pack` lays it out, from edited messages."""
     head = zlib.compress(json.dumps(header).encode() + b"\n")
-    return head + zlib.compress(b"".join(json.dumps(chunk).encode() + b"\n" for chunk in chunks))
+    lines = zlib.compress(b"".join(json.dumps(chunk).encode() + b"\n" for chunk in chunks))
+    return head + zlib.compress(placed) + lines
 
 
 def test_a_state_loads_in_steps_and_comes_back_whole() -> None:
-    """Small chunks: many steps, workers first, the queue in its order with its reasons, then placements;
-    the header's counts at once."""
+    """Small chunks: many steps, workers first, then the queue in its order with its reasons; the header's
+    counts and the placements (messages: parsed in milliseconds) at once."""
     state = _state()
     state.pending["big"] = PendingEntry("big", SPEC_FITS, {i: 1 for i in range(200)}, 8.0)  # split over rows
     loader = StateLoader(pack(state, step=4, chunk=4))
     assert [WORKERS, WORKERS, 220, PLACED] == loader.counts
+    assert state.placements == loader.state.placements
     loader.step()
-    assert 0 < len(loader.state.workers) < WORKERS and not loader.state.placements
+    assert 0 < len(loader.state.workers) < WORKERS
     while not loader.state.pending:
         loader.step()
-    assert "waiting" == loader.state.pending_reasons["queued"] and not loader.state.placements  # with its job
+    assert "waiting" == loader.state.pending_reasons["queued"]  # with its job
     while not loader.step():
         pass
-    assert loader.steps > 50
+    assert loader.steps > 40  # workers and the queue, 4 units a step
     assert state == loader.state
     assert ["queued", "big"] == list(loader.state.pending)
     assert unpack(pack(state)) == loader.state
@@ -137,12 +142,12 @@ def test_a_registry_changed_after_it_was_packed_keeps_its_order_without_a_list_o
         pass
     state.workers["w05"].dispatch_failures = 2
     state.workers["w-new"] = WorkerEntry("w-new", "s", 1000, 1 << 30, 0, 0, {})
-    header, chunks = _streams(packer.finish(state))
+    header, chunks, placed = _streams(packer.finish(state))
     changes = chunks[-1]
     assert changes["changes"]
     named = [w["worker_id"] for w in changes["workers"]]
     assert ([], ["w05", "w-new"], []) == (changes["workers_gone"], named, changes["worker_order"])
-    assert state == unpack(_carry(header, chunks))
+    assert state == unpack(_carry(header, chunks, placed))
 
 
 def test_a_carry_from_a_build_with_fewer_or_more_fields_loads() -> None:
@@ -150,14 +155,14 @@ def test_a_carry_from_a_build_with_fewer_or_more_fields_loads() -> None:
     one a later build added is ignored (no version number, no positional rows)."""
     state = _state()
     state.pending["queued"].spec.max_concurrent = 0  # as a build before throttled arrays wrote it
-    header, chunks = _streams(pack(state, step=8, chunk=8))
+    header, chunks, placed = _streams(pack(state, step=8, chunk=8))
     for chunk in chunks:
         for entry in chunk.get("queued", []):
             del entry["spec"]["max_concurrent"]
         chunk.pop("worker_order")
         chunk["from_a_later_build"] = [1, 2]
     del header["port_cursors"], header["reservations"]
-    loader = StateLoader(_carry(header, chunks))
+    loader = StateLoader(_carry(header, chunks, placed))
     assert [WORKERS, WORKERS, 20, PLACED] == loader.counts
     while not loader.step():
         pass
@@ -173,16 +178,15 @@ def test_lines_split_across_decompressed_pieces_load_whole(read: int, monkeypatc
     assert state == unpack(pack(state, step=8, chunk=8))
 
 
-def test_a_carry_a_build_before_wrote_loads() -> None:
-    """Before, the carry was one stream with the header last, holding every worker name and every reason."""
-    state = _state()
-    header, chunks = _streams(pack(state, step=8, chunk=8))
-    header["names"] = [name for chunk in chunks for name in chunk.pop("names", [])] + header["names"]
-    for chunk in chunks:
-        header["reasons"].update(chunk.pop("reasons", {}))
-        chunk.pop("reasons_gone", None)
-    before = zlib.compress(b"\n".join(json.dumps(line).encode() for line in [*chunks, header]))
-    assert state == unpack(before)
+def test_a_carry_that_placed_its_placements_in_rows_is_refused_naming_why() -> None:
+    """A build before carried placements as JSON rows among the chunks: its carry says so, not a parse error."""
+    header, chunks, _ = _streams(pack(_state(), step=8, chunk=8))
+    del header["placements_stream"]
+    rows = zlib.compress(json.dumps(header).encode() + b"\n") + zlib.compress(
+        b"".join(json.dumps(chunk).encode() + b"\n" for chunk in chunks)
+    )
+    with pytest.raises(ValueError, match="carried placements as JSON rows"):
+        StateLoader(rows)
 
 
 def test_a_build_before_refuses_this_carry_rather_than_load_its_header_alone() -> None:
@@ -193,18 +197,16 @@ def test_a_build_before_refuses_this_carry_rather_than_load_its_header_alone() -
 
 
 def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
-    header, chunks = _streams(pack(_state()))
+    header, chunks, placed = _streams(pack(_state()))
     header["step"] = "twelve"
     with pytest.raises(ValueError, match="CarryHeader: expected int, got str"):
-        StateLoader(_carry(header, chunks))
+        StateLoader(_carry(header, chunks, placed))
     data = pack(_state())
     with pytest.raises(ValueError, match="cut short"):
         unpack(data[: len(data) - 40])
-    placed = next(chunk for chunk in chunks if chunk.get("placed"))
-    placed["placed"][0]["attempts"].pop()
     header["step"] = 12
-    with pytest.raises(ValueError, match="placements of job 'run' have columns of different lengths"):
-        unpack(_carry(header, chunks))
+    with pytest.raises(ValueError, match="carried placements do not parse"):
+        unpack(_carry(header, chunks, placed[: len(placed) // 2]))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -241,7 +243,6 @@ def test_any_changes_while_the_state_is_packed_are_carried(seed: int) -> None:
                 worker = f"w{rng.randrange(45):02d}"
                 state.workers[worker] = WorkerEntry(worker, f"s{n}", 1000, 1 << 30, 0, 0, {"zone": "z3"})
     assert state == unpack(packer.finish(state))
-    assert state.placements.tracked() is None  # the log stopped with the packing
 
 
 async def _running(handle: WorkflowHandle[object, None]) -> set[str]:

@@ -697,3 +697,92 @@ class DashboardQueue(_message.Message):
     summary: ClusterSummary
     snapshot: bytes
     def __init__(self, summary: _Optional[_Union[ClusterSummary, _Mapping]] = ..., snapshot: _Optional[bytes] = ...) -> None: ...
+
+class PlacedRun(_message.Message):
+    __slots__ = ("cpu_millis", "memory_bytes", "gpus", "tpus", "user", "band", "gang", "task_indices", "attempts", "workers", "placed_at")
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    TPUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    BAND_FIELD_NUMBER: _ClassVar[int]
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PLACED_AT_FIELD_NUMBER: _ClassVar[int]
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    user: str
+    band: str
+    gang: bool
+    task_indices: _containers.RepeatedScalarFieldContainer[int]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    workers: _containers.RepeatedScalarFieldContainer[int]
+    placed_at: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., gpus: _Optional[int] = ..., tpus: _Optional[int] = ..., user: _Optional[str] = ..., band: _Optional[str] = ..., gang: _Optional[bool] = ..., task_indices: _Optional[_Iterable[int]] = ..., attempts: _Optional[_Iterable[int]] = ..., workers: _Optional[_Iterable[int]] = ..., placed_at: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class PlacedJob(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[PlacedRun]
+    def __init__(self, runs: _Optional[_Iterable[_Union[PlacedRun, _Mapping]]] = ...) -> None: ...
+
+class HeldPorts(_message.Message):
+    __slots__ = ("ports",)
+    class PortsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    ports: _containers.ScalarMap[str, int]
+    def __init__(self, ports: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class PlacedState(_message.Message):
+    __slots__ = ("jobs", "job_ids", "worker_names", "tasks", "used_workers", "used_cpu_millis", "used_memory_bytes", "used_gpus", "used_tpus", "used_tasks", "users", "user_tasks", "ports")
+    class JobsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: PlacedJob
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[PlacedJob, _Mapping]] = ...) -> None: ...
+    class PortsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: HeldPorts
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[HeldPorts, _Mapping]] = ...) -> None: ...
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_NAMES_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    USED_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    USED_CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    USED_TPUS_FIELD_NUMBER: _ClassVar[int]
+    USED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    USER_TASKS_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.MessageMap[str, PlacedJob]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    worker_names: _containers.RepeatedScalarFieldContainer[str]
+    tasks: int
+    used_workers: _containers.RepeatedScalarFieldContainer[str]
+    used_cpu_millis: _containers.RepeatedScalarFieldContainer[int]
+    used_memory_bytes: _containers.RepeatedScalarFieldContainer[int]
+    used_gpus: _containers.RepeatedScalarFieldContainer[int]
+    used_tpus: _containers.RepeatedScalarFieldContainer[int]
+    used_tasks: _containers.RepeatedScalarFieldContainer[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    user_tasks: _containers.RepeatedScalarFieldContainer[int]
+    ports: _containers.MessageMap[str, HeldPorts]
+    def __init__(self, jobs: _Optional[_Mapping[str, PlacedJob]] = ..., job_ids: _Optional[_Iterable[str]] = ..., worker_names: _Optional[_Iterable[str]] = ..., tasks: _Optional[int] = ..., used_workers: _Optional[_Iterable[str]] = ..., used_cpu_millis: _Optional[_Iterable[int]] = ..., used_memory_bytes: _Optional[_Iterable[int]] = ..., used_gpus: _Optional[_Iterable[int]] = ..., used_tpus: _Optional[_Iterable[int]] = ..., used_tasks: _Optional[_Iterable[int]] = ..., users: _Optional[_Iterable[str]] = ..., user_tasks: _Optional[_Iterable[int]] = ..., ports: _Optional[_Mapping[str, HeldPorts]] = ...) -> None: ...

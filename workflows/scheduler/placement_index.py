@@ -1,25 +1,32 @@
-"""The scheduler's placements, with what they add up to kept up to date as they change.
+"""The scheduler's placements, kept as protobuf columns, with what they add up to kept as they change.
 
-A pass used to add up all placements (100,000 at scale) to learn what each worker has committed, and
-walk them all again to list running work by job for sharing's part of the snapshot. `Placements` is the
-same mapping (task workflow id -> placement) that keeps both as placements come and go: per worker the
-cpu, memory, gpus and tpus committed, per job its placements and a stamp that changes with them (what
-the snapshot's cached pieces are keyed by, workflows/scheduler/snapshot_cache.py), and per user the running
-tasks (the published user table).
+100,000s of placements as Python objects cost a run ~0.5 s to build from its carry and the garbage
+collector a scan of each in every full collection. Here a job's placements are columns of a message
+(`pb.PlacedJob`: per shape, the task indices, attempts, worker numbers and placement times), which a run
+parses and serializes in milliseconds and the collector does not see; a `Placement` is read from one when
+asked for. Beside them, kept as placements come and go (never recounted: reading every placement costs
+~0.1-1 us each): per worker the cpu, memory, gpus and tpus committed, per job a stamp that changes with its
+placements (what the snapshot's cached pieces are keyed by, workflows/scheduler/snapshot_cache.py), and per
+user the running tasks (the published user table). They travel with the placements (`carried`, `from_carried`).
 
-Nothing here is carried: it is rebuilt as a run loads its placements. A placement is replaced, never
-changed in place (the packer relies on that too), so the index stays exact. While a run packs its state
-over several workflow tasks, the keys set or removed are also logged (`track`), so the packer adds what
-changed meanwhile without comparing every placement with its frozen copy.
+A task's place is keyed by its task workflow id, `task_workflow_id(job_id, task_index)`. Where a task sits
+in its job's columns is indexed per job the first time one of its places is looked up by key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from itertools import count, repeat
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
+from activities.contracts import task_workflow_id
+from activities.proto import cluster_pb2 as pb
+
 NO_PORTS: Mapping[str, int] = {}  # shared by the placements that hold none: never changed (read-only by type)
+COMPACT_AT = 1_000  # worker names no placement refers to, beyond which a carry renumbers the workers
 
 
 def _no_ports() -> Mapping[str, int]:
@@ -28,7 +35,7 @@ def _no_ports() -> Mapping[str, int]:
 
 @dataclass
 class Placement:
-    """One task attempt's place. A placement is replaced, never changed (the packer and the index rely on it)."""
+    """One task attempt's place: a value read from (or written to) the placements' columns."""
 
     job_id: str
     task_index: int
@@ -45,176 +52,387 @@ class Placement:
     placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
 
 
-class Placements(dict[str, Placement]):
-    """Placements by task workflow id; `used` per worker and `jobs` per job follow every change.
+def _split(key: str) -> tuple[str, int]:
+    job_id, sep, index = key.rpartition("/task-")
+    if not sep or not index.isdigit():
+        raise KeyError(key)
+    return job_id, int(index)
 
-    Every way a dict changes goes through `__setitem__` or `_remove` (pop, del, clear, update,
-    setdefault, popitem), so the index cannot drift from the mapping.
-    """
+
+def _columns(run: pb.PlacedRun) -> tuple[Any, Any, Any, Any]:
+    return run.task_indices, run.attempts, run.workers, run.placed_at
+
+
+class JobPlacements(Mapping[str, Placement]):
+    """One job's placements by task workflow id, in task order (read from its columns as asked)."""
+
+    __slots__ = ("_job", "_owner", "job_id")
+
+    def __init__(self, owner: Placements, job_id: str, job: pb.PlacedJob) -> None:
+        self._owner, self.job_id, self._job = owner, job_id, job
+
+    def __len__(self) -> int:
+        return sum(len(run.task_indices) for run in self._job.runs)
+
+    def __iter__(self) -> Iterator[str]:
+        return (task_workflow_id(self.job_id, index) for index, _, _ in self._sorted())
+
+    def __getitem__(self, key: str) -> Placement:
+        if _split(key)[0] != self.job_id:
+            raise KeyError(key)
+        return self._owner[key]
+
+    def _sorted(self) -> list[tuple[int, pb.PlacedRun, int]]:
+        out = [(index, run, pos) for run in self._job.runs for pos, index in enumerate(run.task_indices)]
+        out.sort(key=lambda t: t[0])
+        return out
+
+    def items(self) -> Iterator[tuple[str, Placement]]:  # type: ignore[override]
+        read, job_id = self._owner.read, self.job_id
+        for index, run, pos in self._sorted():
+            yield task_workflow_id(job_id, index), read(job_id, run, pos)
+
+    def values(self) -> Iterator[Placement]:  # type: ignore[override]
+        return (p for _, p in self.items())
+
+    def runs(self) -> list[tuple[pb.PlacedRun, list[str]]]:
+        """Its runs (a shape each: columns of task indices, attempts and placement times), each with its
+        workers' ids (a pass reads every running job's; no `Placement` is built)."""
+        name = self._owner.names.__getitem__
+        return [(run, list(map(name, run.workers))) for run in self._job.runs]
+
+
+class JobsView(Mapping[str, JobPlacements]):
+    """Placements job by job, in the order the jobs were first placed."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: Placements) -> None:
+        self._owner = owner
+
+    def __len__(self) -> int:
+        return len(self._owner._jobs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._owner._jobs)
+
+    def __getitem__(self, job_id: str) -> JobPlacements:
+        return JobPlacements(self._owner, job_id, self._owner._jobs[job_id])
+
+    def __eq__(self, other: object) -> bool:  # as the dict of dicts it stands for
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return {j: dict(t.items()) for j, t in self.items()} == {j: dict(t) for j, t in other.items()}
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Placements(MutableMapping[str, Placement]):
+    """Placements by task workflow id; `used` per worker, `stamps` per job and `users` follow every change."""
 
     def __init__(self, items: Mapping[str, Placement] | Iterable[tuple[str, Placement]] = ()) -> None:
-        super().__init__()
+        self._store = pb.PlacedState()  # its `jobs` map holds the columns
+        self._jobs: dict[str, pb.PlacedJob] = {}  # job id -> its columns in the store, in the order first placed
+        self._where: dict[str, dict[int, tuple[int, int]]] = {}  # job id -> task index -> (run, position), as read
+        self._ports: dict[str, Mapping[str, int]] = {}  # task workflow id -> the ports it holds (those holding any)
+        self.names: list[str] = []  # the workers the columns refer to by number
+        self._number: dict[str, int] = {}
+        self._len = 0
         self.used: dict[str, list[int]] = {}  # worker id -> [cpu_millis, memory_bytes, gpus, tpus] committed
         self._count: dict[str, int] = {}  # worker id -> its placements (an idle worker has no `used` row)
-        self.jobs: dict[str, dict[str, Placement]] = {}  # job id -> its placements by task workflow id
         self.stamps: dict[str, int] = {}  # job id -> a number that changes whenever its placements do
         self.users: dict[str, int] = {}  # user -> placements (the published user table's running tasks)
         self._tick = 0
-        # Keys set or removed since `track()` (a dict: an ordered set, in the same order on every replay), or None.
-        self._log: dict[str, None] | None = None
-        self.update(items)
+        self.update(dict(items))
 
-    def track(self) -> None:
-        """Log the keys set or removed from now on (a packer's frozen copy is taken at the same moment)."""
-        self._log = {}
+    # -- carried ---------------------------------------------------------------------------------------
 
-    def tracked(self) -> dict[str, None] | None:
-        """The keys set or removed since `track()`, and stop logging; None when nothing was logging."""
-        log, self._log = self._log, None
-        return log
+    def carried(self) -> bytes:
+        """The placements and what they add up to, serialized (the run's carry holds it whole)."""
+        if len(self.names) > len(self.used) + COMPACT_AT:
+            self._renumber()
+        store, used = self._store, self.used
+        store.job_ids[:] = list(self._jobs)
+        store.worker_names[:] = self.names
+        store.tasks = self._len
+        store.used_workers[:] = list(used)
+        for i, column in enumerate((store.used_cpu_millis, store.used_memory_bytes, store.used_gpus, store.used_tpus)):
+            column[:] = [u[i] for u in used.values()]
+        store.used_tasks[:] = list(self._count.values())
+        store.users[:] = list(self.users)
+        store.user_tasks[:] = list(self.users.values())
+        store.ports.clear()
+        for key, ports in self._ports.items():
+            store.ports[key].ports.update(ports)
+        try:
+            return store.SerializeToString()
+        finally:  # the store holds the jobs only: the rest is kept in Python while the run goes on
+            self._clear_carried(store)
 
-    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle rebuild the index from the items
-        return (type(self), (dict(self),))
+    @staticmethod
+    def _clear_carried(store: pb.PlacedState) -> None:
+        for name in ("job_ids", "worker_names", "tasks", "used_workers", "used_cpu_millis", "used_memory_bytes",
+                     "used_gpus", "used_tpus", "used_tasks", "users", "user_tasks", "ports"):  # fmt: skip
+            store.ClearField(name)
 
-    def __setitem__(self, key: str, placement: Placement) -> None:
-        old = dict.get(self, key)
-        if old is not None:
-            self._unindex(key, old)
-        dict.__setitem__(self, key, placement)
-        self._index(key, placement)
-        if self._log is not None:
-            self._log[key] = None
-
-    def load(self, placements: Iterable[tuple[str, Placement]]) -> None:
-        """Set many placements (a run loading its carried state): as setting each, with less overhead."""
-        contains, put = dict.__contains__, dict.__setitem__
-        used, count, jobs, stamps, users = self.used, self._count, self.jobs, self.stamps, self.users
-        log = self._log
-        self._tick += 1
-        tick = self._tick  # one stamp for all: each job's differs from any it had before
-        for key, p in placements:
-            if contains(self, key):  # replaced: the general way
-                self[key] = p
-                continue
-            put(self, key, p)
-            if log is not None:
-                log[key] = None
-            w = p.worker_id
-            u = used.get(w)
-            if u is None:
-                used[w] = [p.cpu_millis, p.memory_bytes, p.gpus, p.tpus]
-                count[w] = 1
-            else:
-                u[0] += p.cpu_millis
-                u[1] += p.memory_bytes
-                u[2] += p.gpus
-                u[3] += p.tpus
-                count[w] += 1
-            job = jobs.get(p.job_id)
-            if job is None:
-                job = jobs[p.job_id] = {}
-            job[key] = p
-            stamps[p.job_id] = tick
-            users[p.user] = users.get(p.user, 0) + 1
-        self._tick += 1  # a later change gets a newer stamp than this load's, even when replaced above
-
-    def _index(self, key: str, placement: Placement) -> None:
-        w = placement.worker_id
-        u = self.used.get(w)
-        if u is None:
-            self.used[w] = [placement.cpu_millis, placement.memory_bytes, placement.gpus, placement.tpus]
-            self._count[w] = 1
-        else:
-            u[0] += placement.cpu_millis
-            u[1] += placement.memory_bytes
-            u[2] += placement.gpus
-            u[3] += placement.tpus
-            self._count[w] += 1
-        job_id = placement.job_id
-        job = self.jobs.get(job_id)
-        if job is None:
-            job = self.jobs[job_id] = {}
-        job[key] = placement
-        self._tick += 1
-        self.stamps[job_id] = self._tick
-        self.users[placement.user] = self.users.get(placement.user, 0) + 1
-
-    def __delitem__(self, key: str) -> None:
-        placement = dict.pop(self, key)
-        self._unindex(key, placement)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        if dict.__contains__(self, key):
-            placement = dict.pop(self, key)
-            self._unindex(key, placement)
-            return placement
-        if default:
-            return default[0]
-        raise KeyError(key)
-
-    def popitem(self) -> tuple[str, Placement]:
-        key, placement = dict.popitem(self)
-        self._unindex(key, placement)
-        return key, placement
-
-    def clear(self) -> None:
-        if self._log is not None:
-            self._log.update(dict.fromkeys(self))
-        dict.clear(self)
-        self.used.clear()
-        self._count.clear()
-        self.jobs.clear()
-        self.users.clear()
-        self.stamps.clear()  # stamps only grow: a job placed again gets a newer one
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        if not dict.__contains__(self, key):
-            self[key] = default
-        return dict.__getitem__(self, key)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        for key, placement in dict(*args, **kwargs).items():
-            self[key] = placement
-
-    def __ior__(self, other: Any) -> Placements:  # type: ignore[override,misc]
-        self.update(other)
+    @classmethod
+    def from_carried(cls, data: bytes) -> Placements:
+        """The placements `carried` wrote."""
+        self = cls()
+        try:
+            store = self._store = pb.PlacedState.FromString(data)
+        except DecodeError as e:
+            raise ValueError(f"the carried placements do not parse as a PlacedState: {e}") from e
+        jobs = store.jobs
+        if len(store.job_ids) != len(jobs) or store.tasks != sum(store.used_tasks):
+            raise ValueError(f"the carried placements do not add up: {len(store.job_ids)} job ids for {len(jobs)} "
+                             f"jobs, {store.tasks} placements for {sum(store.used_tasks)} on workers")  # fmt: skip
+        self._jobs = {job_id: jobs[job_id] for job_id in store.job_ids}
+        self.names = list(store.worker_names)
+        self._number = dict(zip(self.names, count()))
+        self._len = store.tasks
+        totals = zip(store.used_cpu_millis, store.used_memory_bytes, store.used_gpus, store.used_tpus, strict=True)
+        self.used = dict(zip(store.used_workers, map(list, totals), strict=True))
+        self._count = dict(zip(store.used_workers, store.used_tasks, strict=True))
+        self.users = dict(zip(store.users, store.user_tasks, strict=True))
+        self._ports = {key: dict(held.ports) for key, held in sorted(store.ports.items())}
+        self._tick = 1
+        self.stamps = dict.fromkeys(self._jobs, self._tick)
+        self._clear_carried(store)
         return self
 
-    def copy(self) -> dict[str, Placement]:  # type: ignore[override]
-        """A plain dict of the placements (a frozen view: the packer's)."""
-        return dict(self)
+    def _renumber(self) -> None:
+        """Number only the workers some placement is on (a run's forgotten workers are not carried on)."""
+        names = list(self.used)
+        number = dict(zip(names, count()))
+        remap = [number.get(name, -1) for name in self.names]
+        for job in self._jobs.values():
+            for run in job.runs:
+                run.workers[:] = [remap[w] for w in run.workers]
+        self.names, self._number = names, number
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    def read(self, job_id: str, run: pb.PlacedRun, pos: int) -> Placement:
+        index = run.task_indices[pos]
+        ports = self._ports.get(task_workflow_id(job_id, index), NO_PORTS) if self._ports else NO_PORTS
+        return Placement(job_id, index, run.attempts[pos], self.names[run.workers[pos]], run.cpu_millis,
+                         run.memory_bytes, run.gpus, run.tpus, ports, run.user, run.band, run.gang,
+                         run.placed_at[pos])  # fmt: skip
+
+    def _locate(self, job_id: str, index: int) -> tuple[pb.PlacedJob, int, int] | None:
+        """The job, run and position holding this task's place, or None."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        where = self._where.get(job_id)
+        if where is None:
+            where = self._where[job_id] = {}
+            for r, run in enumerate(job.runs):
+                where.update(zip(run.task_indices, zip(repeat(r), count()), strict=False))
+        at = where.get(index)
+        return None if at is None else (job, at[0], at[1])
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[str]:
+        for job_id in list(self._jobs):
+            yield from JobPlacements(self, job_id, self._jobs[job_id])
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        try:
+            return self._locate(*_split(key)) is not None
+        except KeyError:
+            return False
+
+    def __getitem__(self, key: str) -> Placement:
+        job_id, index = _split(key)
+        at = self._locate(job_id, index)
+        if at is None:
+            raise KeyError(key)
+        job, r, pos = at
+        return self.read(job_id, job.runs[r], pos)
+
+    def get(self, key: str, default: Any = None) -> Any:  # one lookup, not `in` then `[]`
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def items(self) -> Iterator[tuple[str, Placement]]:  # type: ignore[override]
+        """Every placement, job by job (~1 us each: for rare reads, not a pass)."""
+        for job_id in list(self._jobs):
+            yield from JobPlacements(self, job_id, self._jobs[job_id]).items()
+
+    def values(self) -> Iterator[Placement]:  # type: ignore[override]
+        return (p for _, p in self.items())
+
+    def on_workers(self, worker_ids: Iterable[str]) -> list[Placement]:
+        """The placements on these workers, in job and task order (columns read, a placement built only for those)."""
+        wanted = {self._number[w] for w in worker_ids if w in self.used}
+        found: list[Placement] = []
+        if not wanted:
+            return found
+        for job_id, job in self._jobs.items():
+            for run in job.runs:
+                for pos, w in enumerate(run.workers):
+                    if w in wanted:
+                        found.append(self.read(job_id, run, pos))
+        found.sort(key=lambda p: (p.job_id, p.task_index))
+        return found
+
+    def holding_ports(self) -> list[str]:
+        """The task workflow ids of the placements that hold ports."""
+        return list(self._ports)
+
+    def count_on(self, worker_id: str) -> int:
+        """How many placements this worker holds."""
+        return self._count.get(worker_id, 0)
+
+    @property
+    def jobs(self) -> JobsView:
+        """Job id -> its placements by task workflow id."""
+        return JobsView(self)
 
     def of_job(self, job_id: str) -> Iterator[Placement]:
         """The job's placements (none: empty)."""
-        return iter(self.jobs.get(job_id, {}).values())
+        job = self._jobs.get(job_id)
+        return JobPlacements(self, job_id, job).values() if job is not None else iter(())
+
+    def placed(self, job_id: str) -> int:
+        """How many of the job's tasks hold a place."""
+        job = self._jobs.get(job_id)
+        return sum(len(run.task_indices) for run in job.runs) if job is not None else 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle rebuild the index from the items
+        return (type(self), (dict(self.items()),))
+
+    def copy(self) -> dict[str, Placement]:
+        """A plain dict of the placements."""
+        return dict(self.items())
+
+    # -- changing --------------------------------------------------------------------------------------
+
+    def __setitem__(self, key: str, p: Placement) -> None:
+        if key != task_workflow_id(p.job_id, p.task_index):
+            raise ValueError(f"placement of {p.job_id!r} task {p.task_index} stored under {key!r}")
+        job_id = p.job_id
+        if self._locate(job_id, p.task_index) is not None:
+            self._remove(key, job_id, p.task_index)
+        job = self._jobs.get(job_id)
+        if job is None:
+            job = self._jobs[job_id] = self._store.jobs[job_id]
+            self._where[job_id] = {}
+        shape = (p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang)
+        shapes = [(run.cpu_millis, run.memory_bytes, run.gpus, run.tpus, run.user, run.band, run.gang)
+                  for run in job.runs]  # fmt: skip
+        if shape in shapes:
+            r = shapes.index(shape)
+            run = job.runs[r]
+        else:
+            r, run = len(job.runs), job.runs.add(cpu_millis=p.cpu_millis, memory_bytes=p.memory_bytes, gpus=p.gpus,
+                                                 tpus=p.tpus, user=p.user, band=p.band, gang=p.gang)  # fmt: skip
+        number = self._number.get(p.worker_id)
+        if number is None:
+            number = self._number[p.worker_id] = len(self.names)
+            self.names.append(p.worker_id)
+        where = self._where.get(job_id)
+        if where is not None:  # else built whole when next read
+            where[p.task_index] = (r, len(run.task_indices))
+        run.task_indices.append(p.task_index)
+        run.attempts.append(p.attempt)
+        run.workers.append(number)
+        run.placed_at.append(p.placed_at)
+        if p.ports:
+            self._ports[key] = dict(p.ports)
+        self._len += 1
+        self._index(p.worker_id, run, +1)
+        self._stamp(job_id)
+
+    def __delitem__(self, key: str) -> None:
+        job_id, index = _split(key)
+        if self._locate(job_id, index) is None:
+            raise KeyError(key)
+        self._remove(key, job_id, index)
+        if job_id in self._jobs:
+            self._stamp(job_id)
+
+    def _remove(self, key: str, job_id: str, index: int) -> None:
+        """Take the task's place out of its run: the run's last place moves into its position."""
+        job, r, pos = self._locate(job_id, index)  # type: ignore[misc]
+        run = job.runs[r]
+        self._index(self.names[run.workers[pos]], run, -1)
+        where = self._where[job_id]
+        del where[index]
+        last = len(run.task_indices) - 1
+        columns = _columns(run)
+        if pos != last:
+            for column in columns:
+                column[pos] = column[last]
+            where[run.task_indices[pos]] = (r, pos)
+        for column in columns:
+            del column[last]
+        self._ports.pop(key, None)
+        self._len -= 1
+        if not run.task_indices:
+            del job.runs[r]
+            if job.runs:
+                del self._where[job_id]  # later runs moved up: indexed again when next read
+            else:  # a job placed again later gets a newer stamp
+                del self._jobs[job_id], self._store.jobs[job_id], self._where[job_id], self.stamps[job_id]
+
+    def pop(self, key: str, *default: Any) -> Any:
+        p = self.get(key)
+        if p is None:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        del self[key]
+        return p
+
+    def clear(self) -> None:
+        self._store = pb.PlacedState()
+        self._jobs.clear()
+        self._where.clear()
+        self._ports.clear()
+        self._len = 0
+        self.used.clear()
+        self._count.clear()
+        self.users.clear()
+        self.stamps.clear()  # stamps only grow: a job placed again gets a newer one
+
+    # -- the index ------------------------------------------------------------------------------------
 
     def _stamp(self, job_id: str) -> None:
         self._tick += 1
         self.stamps[job_id] = self._tick
 
-    def _unindex(self, key: str, placement: Placement) -> None:
-        if self._log is not None:
-            self._log[key] = None
-        w = placement.worker_id
-        n = self._count[w] - 1
+    def _index(self, w: str, run: pb.PlacedRun, sign: int) -> None:
+        """Add (+1) or take away (-1) one place of `run`'s shape on worker `w`."""
+        n = self._count.get(w, 0) + sign
         if n:
-            u = self.used[w]
-            u[0] -= placement.cpu_millis
-            u[1] -= placement.memory_bytes
-            u[2] -= placement.gpus
-            u[3] -= placement.tpus
+            u = self.used.get(w)
+            if u is None:
+                u = self.used[w] = [0, 0, 0, 0]
+            u[0] += sign * run.cpu_millis
+            u[1] += sign * run.memory_bytes
+            u[2] += sign * run.gpus
+            u[3] += sign * run.tpus
             self._count[w] = n
         else:
             del self.used[w], self._count[w]
-        n = self.users[placement.user] - 1
+        n = self.users.get(run.user, 0) + sign
         if n:
-            self.users[placement.user] = n
+            self.users[run.user] = n
         else:
-            del self.users[placement.user]
-        job_id = placement.job_id
-        job = self.jobs[job_id]
-        del job[key]
-        if job:
-            self._stamp(job_id)
-        else:
-            del self.jobs[job_id], self.stamps[job_id]  # a job placed again later gets a newer stamp
+            del self.users[run.user]

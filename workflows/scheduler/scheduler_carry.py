@@ -2,10 +2,11 @@
 
 At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
 them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes two zlib streams: the `CarryHeader` (what is not chunked, and the counts the `summary`
-query answers while the rest loads), then JSON lines, each a message of scheduler_carry_schema
-(`CarryChunk`: worker names, workers, queued jobs with their reasons, placements by job, of a bounded
-weight; the last chunk with what changed while they were packed). The next run loads it a few chunks
+`pack` writes three zlib streams: the `CarryHeader` (what is not chunked, and the counts the `summary`
+query answers while the rest loads), the placements (`pb.PlacedState`, serialized whole at the end:
+placement_index keeps them as messages), then JSON lines, each a message of scheduler_carry_schema
+(`CarryChunk`: workers, queued jobs with their reasons, of a bounded weight; the last chunk with what
+changed while they were packed). The next run loads it a few chunks
 per workflow task (scheduler_carry_loader): the scheduler loads `step` weight units, awaits a no-op
 activity (a new workflow task), loads the next, and so on, holding the signals that arrive meanwhile
 (scheduler_workflow). A small state loads in the first task.
@@ -28,13 +29,13 @@ from typing import Any
 
 from activities.contracts.dataclass_json import to_plain
 from workflows.fleet.worker_lifecycle import WorkerState
-from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
+from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 
-# Weight units a run loads (or packs) per workflow task. A unit is what loading one placement costs
-# (~4.5 us of CPU in a plain process); a worker costs WORKER units, a queued job QUEUED plus its attempts
-# / ATTEMPTS_PER_UNIT (measured at 30,000 workers x 300,000 tasks: most of a job's cost is its spec).
+# Weight units a run loads (or packs) per workflow task. A unit is ~4.5 us of CPU in a plain process
+# (what loading a placement cost when they were objects); a worker costs WORKER units, a queued job
+# QUEUED plus its attempts / ATTEMPTS_PER_UNIT (measured at 30,000 workers x 300,000 tasks: most of a
+# job's cost is its spec).
 # LOAD_STEP units took ~40 ms of CPU in a plain process, up to ~5x that in the sandbox on a loaded
 # machine. A state of less weight loads (and packs) in one task.
 LOAD_STEP = 8_000
@@ -42,7 +43,6 @@ CHUNK = 2_000  # weight units per chunk line: a step loads whole chunks
 WORKER = 4
 QUEUED = 4
 ATTEMPTS_PER_UNIT = 8
-NAMES = 5_000  # worker names per line of them
 
 
 def _line(message: CarryChunk | CarryHeader) -> str:
@@ -71,10 +71,6 @@ def _queued_weight(attempts: int) -> int:
     return QUEUED + attempts // ATTEMPTS_PER_UNIT
 
 
-def _placed_chunk(weight: int, rows: list[Any]) -> CarryChunk:
-    return CarryChunk(weight, placed=rows)
-
-
 def _queued_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
     """A job per row; a job with more attempts than a chunk holds is split over several rows."""
     per_row = chunk * ATTEMPTS_PER_UNIT
@@ -85,37 +81,6 @@ def _queued_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: 
             yield _queued_weight(len(part)), PendingEntry(e.job_id, e.spec, part, e.submitted_at)
 
 
-def _placement_rows(placements: Iterable[Placement], names: _Names, chunk: int) -> Iterator[tuple[int, Any]]:
-    """Placements by job and shape, `chunk` placements at most per row."""
-    index = names.index
-    groups: dict[tuple[str, int, int, int, int, str, str, bool], list[Placement]] = {}
-    for p in placements:
-        groups.setdefault((p.job_id, p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang), []).append(
-            p
-        )
-    for key, group in groups.items():
-        for start in range(0, len(group), chunk):
-            part = group[start : start + chunk]
-            workers = []
-            for p in part:
-                worker = index.get(p.worker_id)
-                workers.append(names.add(p.worker_id) if worker is None else worker)
-            runs = PlacedRuns(*key, [p.task_index for p in part], [p.attempt for p in part], workers,
-                              [p.placed_at for p in part])  # fmt: skip
-            yield len(part), runs
-
-
-class _Names:
-    """The worker names placement rows refer to by position."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self.names = list(names)
-        self.index = {name: i for i, name in enumerate(self.names)}
-
-    def add(self, name: str) -> int:
-        self.index[name] = len(self.names)
-        self.names.append(name)
-        return self.index[name]
 
 
 class Packer:
@@ -125,34 +90,26 @@ class Packer:
     much for the one workflow task that continues as new. So the run packs `step` weight per `step()`,
     one workflow task each, while signals keep changing the live state: the workers (each copied as it
     is packed), then the queue in its order at the start (each job's attempts and reason copied as it is
-    packed) and a frozen view of the placements (a shallow copy: a placement is replaced, never changed),
-    compressing as it goes. `finish()` adds a line with what changed since each was packed (workers,
-    queued jobs and their reasons added, replaced or gone, found by comparisons that run in C; the
-    placements set or removed meanwhile, which the placements log, `Placements.track`), and puts the
-    header first. Loaded in order, the lines give the live state.
+    packed), compressing as it goes. `finish()` adds a line with what changed since each was packed
+    (workers, queued jobs and their reasons added, replaced or gone, found by comparisons that run in C),
+    serializes the placements as they are then (messages already: milliseconds, placement_index), and
+    puts the header first. Loaded in order, the lines give the live state.
     """
 
     def __init__(self, state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> None:
         self._step, self._chunk = step, chunk
         self._state = state
-        self._names = _Names(state.workers)  # the first line lists them; the header, any named later
-        self._named = len(self._names.names)
         self._w_keys = list(state.workers)
         self._workers: dict[str, dict[str, Any]] = {}  # worker id -> its entry's attributes as packed
-        self._placements = dict(state.placements)
-        self._tracked = state.placements  # logs the keys set or removed from now on
-        self._tracked.track()
         self._queue = dict(state.pending)  # the queue's order, and each entry, as the packing started
         self._entries: dict[str, PendingEntry] = {}  # job id -> its entry, as packed
         self._attempts: dict[str, dict[int, int]] = {}  # job id -> its attempts, as packed
         self._reasons: dict[str, str] = {}  # job id -> its reason as packed
-        self._x_keys = list(self._placements)
         self._q_keys = list(self._queue)
-        self._w_at = self._x_at = self._q_at = 0
+        self._w_at = self._q_at = 0
         self._weight = 0  # of the lines packed so far
         self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
         self._packed: list[bytes] = []  # compressed so far
-        self._add(_line(CarryChunk(0, names=self._names.names[i : i + NAMES])) for i in range(0, self._named, NAMES))
         self.steps = 0  # steps taken so far
         self.counts: list[int] = []  # the header's counts, once finished
 
@@ -165,7 +122,7 @@ class Packer:
         return CarryChunk(weight, queued=rows, reasons=waiting)
 
     def step(self) -> bool:
-        """Pack about `step` weight (workers, then the queue and the frozen placements); True once all is packed."""
+        """Pack about `step` weight (workers, then the queue); True once all is packed."""
         room = self._step
         self.steps += 1
         if self._w_at < len(self._w_keys):
@@ -201,29 +158,12 @@ class Packer:
             self._q_at = end
             self._weight += used
             room -= used
-        if room > 0 and self._x_at < len(self._x_keys):
-            end = min(len(self._x_keys), self._x_at + room)
-            placements = (self._placements[key] for key in self._x_keys[self._x_at : end])
-            self._add(_chunks(_placement_rows(placements, self._names, self._chunk), self._chunk, _placed_chunk))
-            self._weight += end - self._x_at
-            self._x_at = end
-        return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys) and self._x_at >= len(self._x_keys)
-
-    def _placement_changes(self, state: SchedulerState) -> tuple[list[str], list[Placement]]:
-        """The placements gone since the frozen view, and those set since (new or replaced)."""
-        live_x, frozen_x = state.placements, self._placements
-        log = self._tracked.tracked()
-        if live_x is not self._tracked or log is None:  # the mapping itself was replaced: compare every placement
-            gone = list(filterfalse(live_x.__contains__, frozen_x))
-            return gone, list(compress(live_x.values(), map(is_not, map(frozen_x.get, live_x), live_x.values())))
-        gone = [key for key in log if key not in live_x and key in frozen_x]
-        return gone, [p for key in log if (p := live_x.get(key)) is not None and p is not frozen_x.get(key)]
+        return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys)
 
     def finish(self, state: SchedulerState) -> bytes:
-        """The packed state: the header, the lines packed by the steps, and what changed since."""
+        """The packed state: the header, the placements, the lines packed by the steps, and what changed since."""
         while not self.step():
             pass
-        gone_x, changed_x = self._placement_changes(state)
         live_x = state.placements
         live_q, entries = state.pending, self._entries
         gone_q = list(compress(entries, map(is_not, map(live_q.get, entries), entries.values())))
@@ -248,31 +188,27 @@ class Packer:
         changes = CarryChunk(
             0, [WorkerEntry(**live_w[key].__dict__) for key in changed_w],
             [row for _, row in _queued_rows(changed_q, len(changed_q) * ATTEMPTS_PER_UNIT + ATTEMPTS_PER_UNIT)],
-            [row for _, row in _placement_rows(changed_x, self._names, len(changed_x) + 1)],
-            changes=True, placements_gone=gone_x, queued_gone=gone_q, workers_gone=gone_w,
+            changes=True, queued_gone=gone_q, workers_gone=gone_w,
             worker_order=[] if same_order else list(live_w), reasons=changed_r, reasons_gone=gone_r,
         )  # fmt: skip
-        changes.weight = (len(gone_x) + len(changed_x) + QUEUED * (len(gone_q) + len(changed_q)) + len(gone_w)
-                          + WORKER * len(changed_w))  # fmt: skip
+        changes.weight = QUEUED * (len(gone_q) + len(changed_q)) + len(gone_w) + WORKER * len(changed_w)
         healthy = len(live_w) - countOf(map(_STATE, live_w.values()), WorkerState.LOST)
         header = CarryHeader(
             step=self._step,
             weight=self._weight + changes.weight,
             counts=[healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
             store_url=state.store_url,
-            names=self._names.names[self._named :],
             actions=list(state.actions),
-            ports={key: dict(live_x[key].ports) for key in state.ported if key in live_x and live_x[key].ports},
             port_cursors=state.port_cursors,
             books=state.books.carried(),
             reservations=list(state.reservations.values()),
+            placements_stream=True,
         )
         self.counts = header.counts
         self._add([_line(changes)])
-        # The header's stream ends with a newline: a build before, which read one stream and its last line
-        # as the header, refuses this carry (an empty last line) instead of loading the header alone.
         head = zlib.compress(_line(header).encode() + b"\n", 1)
-        return b"".join([head, *self._packed, self._z.flush()])
+        placed = zlib.compress(live_x.carried(), 1)
+        return b"".join([head, placed, *self._packed, self._z.flush()])
 
 
 _DICT = attrgetter("__dict__")
@@ -281,7 +217,8 @@ _ATTEMPTS = attrgetter("attempts")
 
 
 def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> bytes:
-    """The state as two zlib streams: the header, then chunks the next run loads `step` weight at a time.
+    """The state as three zlib streams: the header, the placements, then chunks the next run loads `step`
+    weight at a time.
 
     `step` and `chunk` are arguments so a test can make a small state load in many steps. At once (tests
     and tools); the workflow packs with a `Packer`, over several workflow tasks.

@@ -1,8 +1,8 @@
 """How a scheduler run loads, a step at a time, the state its predecessor packed (scheduler_carry.py).
 
-The header (the carry's first zlib stream) is read at once; the chunk lines are decompressed only as each step
-reads them, so no step holds the whole carry. A carry in the layout before (one stream, the header its last line)
-still loads. Pure functions of the carry (no Temporal calls): the same code runs in the workflow and in tests.
+The header (the carry's first zlib stream) and the placements (the second: protobuf messages, parsed in
+milliseconds) are read at once; the chunk lines are decompressed only as each step reads them, so no step holds
+the whole carry. Pure functions of the carry (no Temporal calls): the same code runs in the workflow and in tests.
 """
 
 from __future__ import annotations
@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import zlib
 from collections import deque
-from collections.abc import Iterable, Mapping
-from itertools import compress, repeat
 from typing import Any
 
-from activities.contracts import task_workflow_ids
 from activities.contracts.dataclass_json import Plan, plan_for
-from workflows.scheduler.placement_index import NO_PORTS, Placement
+from workflows.scheduler.placement_index import Placements
 from workflows.scheduler.scheduler_actions import new_ring
-from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader, PlacedRuns
+from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader
 from workflows.scheduler.scheduler_state import SchedulerState
 from workflows.scheduler.sharing_state import Books
 
@@ -39,37 +36,34 @@ _read_header = _reader(CarryHeader)
 class StateLoader:
     """Builds the state `pack` wrote, `step()` by `step()`; `state` is usable (partly filled) throughout.
 
-    The header (the first stream: names, actions, books, reservations, counts) is read at once; workers,
-    then the queue with its reasons, then placements come chunk by chunk, in the order they were packed,
-    so the queue keeps its FIFO order and a placement's ports (in the header) are set when the placement
-    is built. Each step decompresses only the lines it reads.
+    The header (the first stream: actions, books, reservations, counts) and the placements (the second)
+    are read at once; workers, then the queue with its reasons come chunk by chunk, in the order they were
+    packed, so the queue keeps its FIFO order. Each step decompresses only the lines it reads.
     """
 
     def __init__(self, data: bytes) -> None:
         first = zlib.decompressobj()
         head = first.decompress(data)
-        self._rest = first.unused_data  # the chunks' stream
-        self._z: Any = zlib.decompressobj() if self._rest else None
-        self._lines: deque[bytes] = deque()
-        self._tail = b""  # the start of a line not decompressed whole yet
-        if self._z is None:  # one stream: a build before wrote the header as its last line
-            lines = head.split(b"\n")
-            head = lines.pop()
-            self._lines.extend(lines)
         try:
             header: CarryHeader = _read_header(json.loads(head))
         except (TypeError, ValueError, KeyError) as e:  # not a carry this build can read: say so, not a traceback
             raise ValueError(f"the packed scheduler state's header does not read as a CarryHeader: {e}") from e
+        if not header.placements_stream:
+            raise ValueError("the packed scheduler state is from a build that carried placements as JSON rows")
+        second = zlib.decompressobj()
+        placements = Placements.from_carried(second.decompress(first.unused_data))
+        self._rest = second.unused_data  # the chunks' stream
+        self._z: Any = zlib.decompressobj()
+        self._lines: deque[bytes] = deque()
+        self._tail = b""  # the start of a line not decompressed whole yet
         self._step = max(1, header.step)
-        self._names = header.names  # those named after the packing started; the first lines list the others
-        self._named = 0  # names those lines have listed so far
-        self._ports = header.ports
         self.counts = header.counts
         self.small = header.weight <= self._step  # loads in one step
         self.state = state = SchedulerState(
             store_url=header.store_url, pending_reasons=header.reasons, port_cursors=header.port_cursors,
             books=Books.from_carried(header.books),
         )  # fmt: skip
+        state.placements, state.ported = placements, set(placements.holding_ports())
         state.actions = new_ring(header.actions)
         for held in header.reservations:
             state.reservations[held.reservation_id] = held
@@ -110,9 +104,6 @@ class StateLoader:
     def _load(self, chunk: CarryChunk) -> None:
         """A chunk's rows; for the last one (`changes`), what is gone first, then what was added or replaced."""
         state = self.state
-        for key in chunk.placements_gone:
-            del state.placements[key]
-            state.ported.discard(key)
         pending = state.pending
         for job_id in chunk.queued_gone:
             del pending[job_id]
@@ -120,9 +111,6 @@ class StateLoader:
         for job_id in chunk.reasons_gone:
             del reasons[job_id]
         reasons.update(chunk.reasons)
-        if chunk.names:
-            self._names[self._named : self._named] = chunk.names
-            self._named += len(chunk.names)
         workers = state.workers
         for worker_id in chunk.workers_gone:
             del workers[worker_id]
@@ -138,26 +126,6 @@ class StateLoader:
                 known.attempts = entry.attempts
             else:  # the rest of a job split over chunks
                 known.attempts.update(entry.attempts)
-        self._load_placed(chunk.placed)
-
-    def _load_placed(self, rows: list[PlacedRuns]) -> None:
-        """Each row's placements, built column by column in C (a row is one job's placements of one shape)."""
-        names, ports, ported = self._names, self._ports, self.state.ported
-        loaded: list[tuple[str, Placement]] = []
-        for r in rows:
-            n = len(r.task_indices)
-            if not n == len(r.attempts) == len(r.workers) == len(r.placed_at):
-                raise ValueError(f"the carried placements of job {r.job_id!r} have columns of different lengths")
-            keys = list(task_workflow_ids(r.job_id, r.task_indices))
-            held: Iterable[Mapping[str, int]] = repeat(NO_PORTS, n)
-            if ports:
-                held = [ports.get(key) or NO_PORTS for key in keys]
-                ported.update(compress(keys, held))
-            made = map(Placement, repeat(r.job_id, n), r.task_indices, r.attempts, map(names.__getitem__, r.workers),
-                       repeat(r.cpu_millis), repeat(r.memory_bytes), repeat(r.gpus), repeat(r.tpus), held,
-                       repeat(r.user), repeat(r.band), repeat(r.gang), r.placed_at)  # fmt: skip
-            loaded += zip(keys, made, strict=True)
-        self.state.placements.load(loaded)  # indexed as they are set (placement_index)
 
 
 def unpack(data: bytes) -> SchedulerState:

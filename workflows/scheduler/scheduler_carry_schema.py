@@ -15,42 +15,20 @@ from workflows.scheduler.sharing_state import CarriedBooks
 
 
 @dataclass
-class PlacedRuns:
-    """A job's placements of one shape, as columns read by position: task index, attempt, worker (its
-    number in the header's `names`) and when it was placed."""
-
-    job_id: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    user: str
-    band: str
-    gang: bool
-    task_indices: list[int] = field(default_factory=list)
-    attempts: list[int] = field(default_factory=list)
-    workers: list[int] = field(default_factory=list)
-    placed_at: list[float] = field(default_factory=list)
-
-
-@dataclass
 class CarryChunk:
-    """One line of the carry: workers, queued jobs (a long one split over chunks: its attempts add up)
-    with why they wait, and placements. The last chunk (`changes`) holds what changed while the others
+    """One line of the carry: workers, and queued jobs (a long one split over chunks: its attempts add up)
+    with why they wait. The last chunk (`changes`) holds what changed while the others
     were packed: what is gone first, then what was added or replaced (a queued job's attempts replaced,
     in its place)."""
 
     weight: int
     workers: list[WorkerEntry] = field(default_factory=list)
     queued: list[PendingEntry] = field(default_factory=list)
-    placed: list[PlacedRuns] = field(default_factory=list)
     changes: bool = False
-    placements_gone: list[str] = field(default_factory=list)
     queued_gone: list[str] = field(default_factory=list)
     workers_gone: list[str] = field(default_factory=list)
     worker_order: list[str] = field(default_factory=list)  # set when the run reordered its workers meanwhile
     reasons: dict[str, str] = field(default_factory=dict)  # job id -> why it waits (the last pass's reason)
-    names: list[str] = field(default_factory=list)  # the first lines: the workers placements refer to by number
     reasons_gone: list[str] = field(default_factory=list)
 
 
@@ -63,10 +41,10 @@ class CarryHeader:
     # Healthy and all workers, pending and running tasks.
     counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     store_url: str = ""
-    names: list[str] = field(default_factory=list)  # named after the packing began (a build before: all of them)
     reasons: dict[str, str] = field(default_factory=dict)  # only from a build before: now with the queued jobs
     actions: list[list[Any]] = field(default_factory=list)
-    ports: dict[str, dict[str, int]] = field(default_factory=dict)  # task workflow id -> its ports
     port_cursors: dict[str, int] = field(default_factory=dict)
     books: CarriedBooks = field(default_factory=CarriedBooks)
     reservations: list[HeldReservation] = field(default_factory=list)
+    # The placements follow in a stream of their own (a carry before placed them in the chunks: refused).
+    placements_stream: bool = False

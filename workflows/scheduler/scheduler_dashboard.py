@@ -14,11 +14,12 @@ The pure parts (`workers_page`, `worker_status`) are functions of the state, tes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.contracts import task_workflow_id
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from scheduler.autoscale import SCALE_GROUP_ATTRIBUTE
@@ -68,10 +69,11 @@ class _Used:
         self.tasks: list[str] = []
 
 
-def _per_worker(placements: Mapping[str, Placement]) -> dict[str, _Used]:
-    """worker id -> what it has committed and runs, in one pass over the placements."""
+def _per_worker(placements: Iterable[Placement]) -> dict[str, _Used]:
+    """worker id -> what it has committed and runs, in one pass over these placements."""
     out: dict[str, _Used] = {}
-    for key, p in placements.items():
+    for p in placements:
+        key = task_workflow_id(p.job_id, p.task_index)
         used = out.get(p.worker_id)
         if used is None:
             used = out[p.worker_id] = _Used()
@@ -112,10 +114,8 @@ def workers_page(state: SchedulerState, request: pb.DashboardWorkersRequest) -> 
     and cordoned ones too, each with what it has committed and how many tasks it runs. One pass over
     the placements sums CPU per worker (busy or not, the groups' use); only the page's rows collect more.
     """
-    cpu: dict[str, int] = {}
+    cpu = {worker_id: used[0] for worker_id, used in state.placements.used.items()}  # kept, not added up
     get = cpu.get
-    for p in state.placements.values():
-        cpu[p.worker_id] = get(p.worker_id, 0) + p.cpu_millis
     out = pb.DashboardWorkers()
     counts = {"healthy": 0, "cordoned": 0, "lost": 0}
     groups: dict[str, list[int]] = {}
@@ -136,7 +136,7 @@ def workers_page(state: SchedulerState, request: pb.DashboardWorkersRequest) -> 
     limit = min(max(0, request.limit), MAX_LIMIT)
     rows = kept[offset : offset + limit]
     shown = {w.worker_id for w in rows}
-    per = _per_worker({k: p for k, p in state.placements.items() if p.worker_id in shown}) if shown else {}
+    per = _per_worker(state.placements.on_workers(shown))
     for w in rows:
         used = per.get(w.worker_id)
         out.workers.append(_status(w, used, RUNNING_SHOWN))
@@ -154,8 +154,7 @@ def worker_status(state: SchedulerState, worker_id: str) -> pb.WorkerStatus:
     w = state.workers.get(worker_id)
     if w is None:
         return pb.WorkerStatus()
-    mine = {k: p for k, p in state.placements.items() if p.worker_id == worker_id}
-    return _status(w, _per_worker(mine).get(worker_id), None)
+    return _status(w, _per_worker(state.placements.on_workers([worker_id])).get(worker_id), None)
 
 
 def queue_page(state: SchedulerState, summary: pb.ClusterSummary, snapshot: Callable[[], bytes]) -> pb.DashboardQueue:

@@ -75,7 +75,7 @@ class Registry:
         """No new work on these workers (or again, with cordoned=False); their running tasks go on."""
         if request.only_if_idle and request.cordoned:
             asked = set(request.worker_ids)
-            busy = sum(1 for p in self.core.state.placements.values() if p.worker_id in asked)
+            busy = sum(map(self.core.state.placements.count_on, asked))
             if busy:
                 workflow.logger.info("not cordoned (%d tasks placed there): %s", busy, request.reason)
                 return
@@ -172,17 +172,16 @@ class Registry:
     def _tell_lost_tasks(self, worker_ids: list[str], reason: str) -> None:
         """The attempts placed on removed workers are stopped now, as preemptions whose error names the cause
         (e.g. the slice the cloud took back), rather than only when their heartbeats time out."""
-        gone = set(worker_ids)
-        for p in self.core.state.placements.values():
-            if p.worker_id in gone:
-                evict = Evict(p.attempt, f"its host is gone ({reason})", grace_seconds=0.0)
-                self.core.replies.append(Delivery(task_workflow_id(p.job_id, p.task_index), EVICT, evict))
+        for p in self.core.state.placements.on_workers(worker_ids):
+            evict = Evict(p.attempt, f"its host is gone ({reason})", grace_seconds=0.0)
+            self.core.replies.append(Delivery(task_workflow_id(p.job_id, p.task_index), EVICT, evict))
 
     def forget(self, worker_ids: list[str]) -> None:
         gone = set(worker_ids)
-        for key in [k for k, p in self.core.state.placements.items() if p.worker_id in gone]:
+        placements = self.core.state.placements
+        for p in placements.on_workers(gone):
             # its place is gone with the worker: charged now (while the worker's capacity kind is known)
-            self._sharing.charge_release(self.core.state.placements.pop(key))
+            self._sharing.charge_release(placements.pop(task_workflow_id(p.job_id, p.task_index)))
         for worker_id in gone:
             self.core.state.workers.pop(worker_id, None)
         self._reserving.reservations_lost(gone)
@@ -216,9 +215,8 @@ class Registry:
         server then refused by terminating the scheduler (GrpcMessageTooLarge)."""
         state = self.core.whole()
         tasks: dict[str, list[tuple[str, Placement]]] = {}
-        for key, p in state.placements.items():  # one pass over placements, not one per worker
-            if p.worker_id > after:
-                tasks.setdefault(p.worker_id, []).append((key, p))
+        for p in state.placements.on_workers(w for w in state.placements.used if w > after):
+            tasks.setdefault(p.worker_id, []).append((task_workflow_id(p.job_id, p.task_index), p))
         out = pb.WorkerList()
         size = 0
         for worker_id in sorted(w for w in state.workers if w > after):

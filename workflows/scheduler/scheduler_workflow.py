@@ -201,7 +201,7 @@ class SchedulerWorkflow:
     def _may_place(self, entry: PendingEntry) -> bool:
         """Whether a pass could place any of this job's pending tasks (not when it is at its max_concurrent)."""
         cap = entry.spec.max_concurrent
-        return not cap or len(self.state.placements.jobs.get(entry.job_id) or ()) < cap
+        return not cap or self.state.placements.placed(entry.job_id) < cap
 
     # -- the pass ----------------------------------------------------------------------------
 

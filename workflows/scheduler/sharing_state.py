@@ -233,7 +233,7 @@ def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows:
         job[2].append(row)
         job[3].append(p.placed_at)
     for first, indices, worker_rows, started in jobs.values():
-        _add_running(share, first, indices, worker_rows, started)
+        _add_running(share, first.job_id, first, indices, worker_rows, started)
 
 
 def fill_share_header(share: pb.ShareInput, books: Books) -> None:
@@ -257,13 +257,14 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
 
 
 def running_job(
-    tasks: Iterable[tuple[str, Any]], rows: Mapping[str, int], evicting: Mapping[str, int] | None
-) -> tuple[bytes, bool]:
+    job_id: str, runs: Iterable[tuple[Any, list[str]]], rows: Mapping[str, int], evicting: Mapping[str, int] | None,
+) -> tuple[bytes, bool]:  # fmt: skip
     """One job's running work as a serialized snapshot holding only it (b"" when none of it counts), and
     whether a placement was left out for its worker having no row.
 
-    `tasks` are the job's placements by task workflow id, `rows` number the workers (all the scheduler's:
-    the snapshot's `share.worker_positions` says where each is in the snapshot, if at all), `evicting` its
+    `runs` are the job's placements as columns (`JobPlacements.runs`: per shape, a `pb.PlacedRun` and its
+    workers' ids; no `Placement` built), `rows` number the workers (all the scheduler's: the
+    snapshot's `share.worker_positions` says where each is in the snapshot, if at all), `evicting` its
     attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them out.
     """
     indices: list[int] = []
@@ -271,28 +272,37 @@ def running_job(
     started: list[float] = []
     first = None
     unnumbered = False
-    for key, p in tasks:
-        if evicting and evicting.get(key, -1) >= p.attempt:
+    get = rows.get
+    for run, workers in runs:
+        numbered = list(map(get, workers))
+        if not evicting and None not in numbered:  # the common case, a run's columns at once (in C)
+            first = first or run
+            indices += run.task_indices
+            worker_rows += numbered  # type: ignore[arg-type]
+            started += run.placed_at
             continue
-        row = rows.get(p.worker_id)
-        if row is None:
-            unnumbered = True
-            continue
-        if first is None:
-            first = p
-        indices.append(p.task_index)
-        worker_rows.append(row)
-        started.append(p.placed_at)
+        for index, attempt, worker_id, at in zip(run.task_indices, run.attempts, workers, run.placed_at, strict=True):
+            if evicting and evicting.get(task_workflow_id(job_id, index), -1) >= attempt:
+                continue
+            row = get(worker_id)
+            if row is None:
+                unnumbered = True
+                continue
+            if first is None:
+                first = run
+            indices.append(index)
+            worker_rows.append(row)
+            started.append(at)
     if first is None:
         return b"", unnumbered
     snap = pb.SchedulingSnapshot()
-    _add_running(snap.share, first, indices, worker_rows, started)
+    _add_running(snap.share, job_id, first, indices, worker_rows, started)
     return snap.SerializeToString(), unnumbered
 
 
-def _add_running(share: pb.ShareInput, first: Any, indices: list[int], worker_rows: list[int],
+def _add_running(share: pb.ShareInput, job_id: str, first: Any, indices: list[int], worker_rows: list[int],
                  started: list[float]) -> None:  # fmt: skip
-    out = share.running.add(job_id=first.job_id, user=first.user, band=first.band, coscheduled=first.gang,
+    out = share.running.add(job_id=job_id, user=first.user, band=first.band, coscheduled=first.gang,
                             task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
     out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes
     out.request.gpus, out.request.tpus = first.gpus, first.tpus

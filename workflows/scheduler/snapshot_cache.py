@@ -278,7 +278,7 @@ class SnapshotBuild:
                 piece = got[4]
                 units = _HIT
             else:
-                piece, unnumbered = running_job(tasks.items(), rows, dict(stopping) if stopping else None)
+                piece, unnumbered = running_job(job_id, tasks.runs(), rows, dict(stopping) if stopping else None)
                 new[job_id] = (stamp, numbering, sig, count if unnumbered else -1, piece)
                 units = _RUNNING + len(tasks)
             if piece:
@@ -303,7 +303,7 @@ class SnapshotBuild:
         old = cache.jobs
         new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
         parts, work, limit = self._parts, self._work, self._limit
-        placements = state.placements.jobs
+        placements = state.placements
         for entry in list(state.pending.values()):
             job_id = entry.job_id
             if job_id in waiting:
@@ -311,7 +311,7 @@ class SnapshotBuild:
             spec = entry.spec
             indices = sorted(entry.attempts)
             reason = reasons.get(job_id, "")
-            placed = len(placements.get(job_id) or ()) if spec.max_concurrent else 0
+            placed = placements.placed(job_id) if spec.max_concurrent else 0
             got = old.get(job_id)
             if (got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason
                     and got[5] == placed and got[6] == entry.room_at):  # fmt: skip
