@@ -28,8 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from benchmarks.snapshot import build_state, cpu_ms
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import SchedulerState
 
 PROBE_SCHEMA = """

@@ -24,8 +24,7 @@ from workflows.jobs.job_reservation import reserve_request
 from workflows.jobs.job_waves import scheduling_spec
 from workflows.messages import ConstraintSpec, Enqueue, Reserve
 from workflows.scheduler import reservation_state
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState
 from workflows.scheduler.snapshot_cache import encode_snapshot
 

@@ -27,8 +27,7 @@ from worker_agent.agent import (
 )
 from worker_agent.leases.lease_settings import LeaseSettings
 from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT, session_heartbeat_timeout
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import SchedulerState, validate_metadata, worker_from_metadata
 
 

@@ -168,7 +168,7 @@ def test_only_a_quarantine_can_end(state: WorkerState) -> None:
 
 # -- the scheduler's phases (workflows/scheduler/scheduler_phase.py) ---------------------------------------------------
 
-_START = {SchedulerEvent.CARRY_SMALL, SchedulerEvent.CARRY_BIG, SchedulerEvent.EMPTY}
+_START = {SchedulerEvent.CARRIED, SchedulerEvent.EMPTY}
 
 
 def _phases_after(start: SchedulerPhase) -> set[SchedulerPhase]:
@@ -177,7 +177,7 @@ def _phases_after(start: SchedulerPhase) -> set[SchedulerPhase]:
 
 @pytest.mark.parametrize("event", sorted(_START))
 def test_every_start_of_a_scheduler_run_leads_to_serving_and_to_a_hand_over(event: SchedulerEvent) -> None:
-    """However a run starts (a small carry, a big one, nothing), it can serve and can hand its state over."""
+    """However a run starts (a carried state, nothing), it can serve and can hand its state over."""
     first = phase.transition(SchedulerPhase.STARTING, event).next
     assert {SchedulerPhase.SERVING, SchedulerPhase.HANDED_OVER} <= _phases_after(first)
 
@@ -187,12 +187,9 @@ def test_every_scheduler_phase_is_reachable_and_the_hand_over_is_final() -> None
     assert not [key for key in phase.TRANSITIONS if key[0] == SchedulerPhase.HANDED_OVER]
 
 
-def test_signals_are_held_exactly_while_a_big_carry_loads() -> None:
-    """Held on the way into LOADING, applied on the way out; no other move holds or applies them."""
-    holding = {key for key, step in phase.TRANSITIONS.items() if SchedulerEffect.HOLD_SIGNALS in step.effects}
-    applying = {key for key, step in phase.TRANSITIONS.items() if SchedulerEffect.APPLY_HELD in step.effects}
-    assert {(SchedulerPhase.STARTING, SchedulerEvent.CARRY_BIG)} == holding
-    assert {(SchedulerPhase.LOADING, SchedulerEvent.LOADED)} == applying
+def test_a_carried_state_serves_at_once() -> None:
+    """Loaded whole in the run's first task: no phase in which the run holds signals until its state is whole."""
+    assert SchedulerPhase.SERVING == phase.transition(SchedulerPhase.STARTING, SchedulerEvent.CARRIED).next
 
 
 def test_only_a_run_that_started_empty_asks_the_fleet_and_it_serves_once_rebuilt() -> None:
@@ -201,9 +198,9 @@ def test_only_a_run_that_started_empty_asks_the_fleet_and_it_serves_once_rebuilt
     assert SchedulerPhase.SERVING == phase.transition(SchedulerPhase.REBUILDING, SchedulerEvent.REBUILT).next
 
 
-@pytest.mark.parametrize("current", [SchedulerPhase.STARTING, SchedulerPhase.LOADING, SchedulerPhase.CLOSING])
+@pytest.mark.parametrize("current", [SchedulerPhase.STARTING, SchedulerPhase.CLOSING])
 def test_a_run_ends_only_from_serving_or_rebuilding(current: SchedulerPhase) -> None:
-    """A run neither continues as new half loaded nor twice: the table refuses, naming phase and event."""
+    """A run neither continues as new before it knows its state nor twice: the table refuses, naming phase and event."""
     with pytest.raises(InvalidTransition, match=f"scheduler in phase {current} cannot take event run_should_end"):
         phase.transition(current, SchedulerEvent.RUN_SHOULD_END)
 

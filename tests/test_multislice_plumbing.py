@@ -11,8 +11,7 @@ from iris.types import CoschedulingConfig, ResourceSpec
 from worker_agent.megascale import megascale_env
 from workflows.jobs.details import job_request_markdown
 from workflows.messages import SchedulingSpec
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import (
     PendingEntry,
     SchedulerState,

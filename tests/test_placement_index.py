@@ -14,8 +14,7 @@ from activities.proto import cluster_pb2 as pb
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler.placement_index import Placement, Placements
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry, committed
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
@@ -114,7 +113,7 @@ def test_index_equals_a_recount_through_any_sequence(seed: int) -> None:
             w = WorkerEntry(f"w{len(state.workers) + serial}", "s", 4_000, 8 << 30, 1, 0, {"zone": "z0"})
             state.workers[w.worker_id] = w
         elif op == "carry":
-            scheduler.state = unpack(pack(state, step=7, chunk=3))
+            scheduler.state = unpack(pack(state))
             assert dict(state.placements) == dict(scheduler.state.placements)
         assert_exact(scheduler.state)
         peak = max(peak, len(scheduler.state.placements))

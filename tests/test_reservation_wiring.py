@@ -17,8 +17,7 @@ from scheduler import find_assignments
 from workflows.messages import ConstraintSpec, Reserve
 from workflows.scheduler.placement_index import Placement
 from workflows.scheduler.reservation_state import Book, apply_holds, from_request, lose_workers, view
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import SchedulerState, WorkerEntry
 from workflows.scheduler.snapshot_cache import encode_snapshot
 

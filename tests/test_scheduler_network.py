@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from activities.proto import cluster_pb2 as pb
 from scheduler.network import COORDINATOR_PORT, PortBook, check_port_names
 from workflows.messages import Assigned, SchedulingSpec
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_queue import Queue
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow

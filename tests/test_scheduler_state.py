@@ -12,8 +12,7 @@ from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler.placement_index import Placement
 from workflows.scheduler.scheduler_actions import record
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.snapshot_cache import encode_snapshot
 

@@ -22,8 +22,7 @@ from benchmarks.whole_snapshot import snapshot_parts
 from iris.security.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.snapshot_cache import encode_snapshot
 

@@ -12,8 +12,7 @@ from iris.client.user_balances import users_from_memo
 from iris.config.cluster_file import parse_config
 from workflows.messages import SchedulingSpec
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.sharing_state import (
     USERS_MEMO,

@@ -16,8 +16,7 @@ from benchmarks.whole_snapshot import snapshot_parts
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import ConstraintSpec, SchedulingSpec
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.sharing_state import Hold
 from workflows.scheduler.snapshot_cache import SnapshotCache, encode_snapshot

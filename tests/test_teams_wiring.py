@@ -17,8 +17,7 @@ from scheduler.teams import UNLIMITED, Team, Teams
 from scheduler.types import Resources
 from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import pack
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import pack, unpack
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
 from workflows.scheduler.sharing_state import Books, SharingSettings
 from workflows.scheduler.snapshot_cache import encode_snapshot

@@ -680,6 +680,9 @@ class WorkerAgent:
         task's resource use is sampled into it while it runs.
         """
         spec = replace(spec, lease_deadline=await lease.fresh() if lease.fenced else 0.0)
+        # Charged from here: the process may run before `start` returns (under load, ~50 ms of a task
+        # went uncounted when the clock started after it).
+        began = time.monotonic()
         try:
             handle = await self.runtime.start(spec)
         except (TaskStartError, ValueError) as err:
@@ -688,7 +691,6 @@ class WorkerAgent:
         tlog.info("task_started", handle=handle, runtime=str(self.runtime.name))
         started = asyncio.create_task(self._tell_started(inp))
         self._running[(inp.job_id, inp.task_index)] = (handle, inp.attempt, spec)
-        began = time.monotonic()
         key = (inp.job_id, inp.task_index, inp.attempt)
         self._handles[key] = handle
         runtime = self.runtime

@@ -698,6 +698,83 @@ class DashboardQueue(_message.Message):
     snapshot: bytes
     def __init__(self, summary: _Optional[_Union[ClusterSummary, _Mapping]] = ..., snapshot: _Optional[bytes] = ...) -> None: ...
 
+class WorkerRow(_message.Message):
+    __slots__ = ("worker_id", "session", "cpu_millis", "memory_bytes", "gpus", "tpus", "attributes", "runtime", "state", "suspect_until", "dispatch_failures", "cordoned", "lost_at", "host", "address", "port_range_start", "port_range_end", "heartbeat_timeout_seconds")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AttributeValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    TPUS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUSPECT_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
+    LOST_AT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_RANGE_START_FIELD_NUMBER: _ClassVar[int]
+    PORT_RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    session: str
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
+    tpus: int
+    attributes: _containers.MessageMap[str, AttributeValue]
+    runtime: str
+    state: str
+    suspect_until: float
+    dispatch_failures: int
+    cordoned: bool
+    lost_at: float
+    host: str
+    address: str
+    port_range_start: int
+    port_range_end: int
+    heartbeat_timeout_seconds: float
+    def __init__(self, worker_id: _Optional[str] = ..., session: _Optional[str] = ..., cpu_millis: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., gpus: _Optional[int] = ..., tpus: _Optional[int] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., state: _Optional[str] = ..., suspect_until: _Optional[float] = ..., dispatch_failures: _Optional[int] = ..., cordoned: _Optional[bool] = ..., lost_at: _Optional[float] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., port_range_start: _Optional[int] = ..., port_range_end: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class WorkerRows(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerRow]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ...) -> None: ...
+
+class QueueRows(_message.Message):
+    __slots__ = ("specs", "job_ids", "spec", "submitted_at", "room_at", "tasks", "task_indices", "attempts", "reason_job_ids", "reasons")
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ROOM_AT_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    REASON_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    specs: _containers.RepeatedScalarFieldContainer[bytes]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    spec: _containers.RepeatedScalarFieldContainer[int]
+    submitted_at: _containers.RepeatedScalarFieldContainer[float]
+    room_at: _containers.RepeatedScalarFieldContainer[float]
+    tasks: _containers.RepeatedScalarFieldContainer[int]
+    task_indices: _containers.RepeatedScalarFieldContainer[int]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    reason_job_ids: _containers.RepeatedScalarFieldContainer[str]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, specs: _Optional[_Iterable[bytes]] = ..., job_ids: _Optional[_Iterable[str]] = ..., spec: _Optional[_Iterable[int]] = ..., submitted_at: _Optional[_Iterable[float]] = ..., room_at: _Optional[_Iterable[float]] = ..., tasks: _Optional[_Iterable[int]] = ..., task_indices: _Optional[_Iterable[int]] = ..., attempts: _Optional[_Iterable[int]] = ..., reason_job_ids: _Optional[_Iterable[str]] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class PlacedRun(_message.Message):
     __slots__ = ("cpu_millis", "memory_bytes", "gpus", "tpus", "user", "band", "gang", "task_indices", "attempts", "workers", "placed_at")
     CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]

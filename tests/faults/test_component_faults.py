@@ -28,7 +28,7 @@ from iris import (
 from tests.ops.cli import iris
 from tests.support import holds_throughout, replay_run
 from worker_agent.leases.lease_settings import LeaseSettings
-from workflows.scheduler.scheduler_carry_loader import unpack
+from workflows.scheduler.scheduler_carry import unpack
 from workflows.scheduler.scheduler_state import SchedulerState
 from workflows.tasks.fencing import fence_seconds
 from workflows.tasks.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT

@@ -187,7 +187,8 @@ class Placements(MutableMapping[str, Placement]):
         if len(store.job_ids) != len(jobs) or store.tasks != sum(store.used_tasks):
             raise ValueError(f"the carried placements do not add up: {len(store.job_ids)} job ids for {len(jobs)} "
                              f"jobs, {store.tasks} placements for {sum(store.used_tasks)} on workers")  # fmt: skip
-        self._jobs = {job_id: jobs[job_id] for job_id in store.job_ids}
+        job_ids = list(store.job_ids)
+        self._jobs = dict(zip(job_ids, map(jobs.__getitem__, job_ids), strict=True))
         self.names = list(store.worker_names)
         self._number = dict(zip(self.names, count()))
         self._len = store.tasks

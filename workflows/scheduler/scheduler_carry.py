@@ -1,19 +1,16 @@
-"""The state a scheduler run hands to the next (continue-as-new): how it is packed, over several tasks.
+"""The state a scheduler run hands to the next (continue-as-new), packed and loaded whole, in one workflow task.
 
-At 10,000 workers and 100,000 pending or placed tasks the state is ~200,000 Python objects: building
-them in one workflow task took ~1 s (and 1.4 s under load, near the SDK's 2 s deadlock detector). So
-`pack` writes three zlib streams: the `CarryHeader` (what is not chunked, and the counts the `summary`
-query answers while the rest loads), the placements (`pb.PlacedState`, serialized whole at the end:
-placement_index keeps them as messages), then JSON lines, each a message of scheduler_carry_schema
-(`CarryChunk`: workers, queued jobs with their reasons, of a bounded weight; the last chunk with what
-changed while they were packed). The next run loads it a few chunks
-per workflow task (scheduler_carry_loader): the scheduler loads `step` weight units, awaits a no-op
-activity (a new workflow task), loads the next, and so on, holding the signals that arrive meanwhile
-(scheduler_workflow). A small state loads in the first task.
+The bulk of the state is protobuf messages the run keeps as they are (placements: placement_index; workers:
+`WorkerEntry` views of their rows) or columns written in one go (the queue), so packing is serializing them
+and loading is parsing them: milliseconds, no Python object per placement (DESIGN.md decision 3). The carry is
+four zlib streams, one after the other:
 
-The messages are written and read by the plans of the one message codec
-(activities/contracts/dataclass_json.py): a field is carried the moment it is declared, and a carry from
-a build with fewer fields reads with their defaults (no version number, no positional rows).
+1. the header (`CarryHeader`, scheduler_carry_schema: the store, accounts and sharing settings, reservations,
+   the actions log, port cursors), written and read by the one message codec (activities/contracts/dataclass_json.py);
+2. the placements, `pb.PlacedState`;
+3. the workers, `pb.WorkerRows`, in their order;
+4. the queue, `pb.QueueRows`: FIFO, each job's spec once per distinct spec (the codec's JSON), its waiting
+   tasks and why it waits.
 
 Pure functions of the state (no Temporal calls): the same code runs in the workflow and in tests.
 """
@@ -22,205 +19,147 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, filterfalse
-from operator import attrgetter, countOf, is_not, ne, or_
-from typing import Any
+from itertools import accumulate
+from operator import attrgetter, countOf
 
-from activities.contracts.dataclass_json import to_plain
+from google.protobuf.message import DecodeError
+
+from activities.contracts.dataclass_json import Plan, plan_for, to_plain
+from activities.proto import cluster_pb2 as pb
 from workflows.fleet.worker_lifecycle import WorkerState
-from workflows.scheduler.scheduler_carry_schema import CarryChunk, CarryHeader
+from workflows.messages import SchedulingSpec
+from workflows.scheduler.placement_index import Placements
+from workflows.scheduler.scheduler_actions import new_ring
+from workflows.scheduler.scheduler_carry_schema import CarryHeader
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
+from workflows.scheduler.sharing_state import Books
 
-# Weight units a run loads (or packs) per workflow task. A unit is ~4.5 us of CPU in a plain process
-# (what loading a placement cost when they were objects); a worker costs WORKER units, a queued job
-# QUEUED plus its attempts / ATTEMPTS_PER_UNIT (measured at 30,000 workers x 300,000 tasks: most of a
-# job's cost is its spec).
-# LOAD_STEP units took ~40 ms of CPU in a plain process, up to ~5x that in the sandbox on a loaded
-# machine. A state of less weight loads (and packs) in one task.
-LOAD_STEP = 8_000
-CHUNK = 2_000  # weight units per chunk line: a step loads whole chunks
-WORKER = 4
-QUEUED = 4
-ATTEMPTS_PER_UNIT = 8
+LEVEL = 1  # zlib: 3x faster than 6, ~15% bigger
 
 
-def _line(message: CarryChunk | CarryHeader) -> str:
-    return json.dumps(to_plain(message), separators=(",", ":"))
+def _reader(cls: type) -> Plan:
+    plan = plan_for(cls)
+    if plan is None:
+        raise TypeError(f"{cls.__name__} must be decoded by plan (activities/contracts/dataclass_json.py)")
+    return plan
 
 
-def _chunks(rows: Iterator[tuple[int, Any]], chunk: int, make: Callable[[int, list[Any]], CarryChunk]) -> Iterator[str]:
-    """Lines of `CarryChunk`s made of the rows (`make(weight, rows)`), each of about `chunk` weight."""
-    batch: list[Any] = []
-    weight = 0
-    for w, row in rows:
-        batch.append(row)
-        weight += w
-        if weight >= chunk:
-            yield _line(make(weight, batch))
-            batch, weight = [], 0
-    if batch:
-        yield _line(make(weight, batch))
-
-
-def _workers_chunk(weight: int, rows: list[Any]) -> CarryChunk:
-    return CarryChunk(weight, workers=rows)
-
-
-def _queued_weight(attempts: int) -> int:
-    return QUEUED + attempts // ATTEMPTS_PER_UNIT
-
-
-def _queued_rows(entries: Iterable[tuple[PendingEntry, dict[int, int]]], chunk: int) -> Iterator[tuple[int, Any]]:
-    """A job per row; a job with more attempts than a chunk holds is split over several rows."""
-    per_row = chunk * ATTEMPTS_PER_UNIT
-    for e, attempts in entries:
-        items = list(attempts.items())
-        for start in range(0, max(1, len(items)), per_row):
-            part = dict(items[start : start + per_row])
-            yield _queued_weight(len(part)), PendingEntry(e.job_id, e.spec, part, e.submitted_at)
-
-
-
-
-class Packer:
-    """Packs the state over several workflow tasks while the run goes on, then adds what changed meanwhile.
-
-    Packing 10,000 workers, 100,000 placements and a queue of 100,000 tasks took ~0.25 s of CPU: too
-    much for the one workflow task that continues as new. So the run packs `step` weight per `step()`,
-    one workflow task each, while signals keep changing the live state: the workers (each copied as it
-    is packed), then the queue in its order at the start (each job's attempts and reason copied as it is
-    packed), compressing as it goes. `finish()` adds a line with what changed since each was packed
-    (workers, queued jobs and their reasons added, replaced or gone, found by comparisons that run in C),
-    serializes the placements as they are then (messages already: milliseconds, placement_index), and
-    puts the header first. Loaded in order, the lines give the live state.
-    """
-
-    def __init__(self, state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> None:
-        self._step, self._chunk = step, chunk
-        self._state = state
-        self._w_keys = list(state.workers)
-        self._workers: dict[str, dict[str, Any]] = {}  # worker id -> its entry's attributes as packed
-        self._queue = dict(state.pending)  # the queue's order, and each entry, as the packing started
-        self._entries: dict[str, PendingEntry] = {}  # job id -> its entry, as packed
-        self._attempts: dict[str, dict[int, int]] = {}  # job id -> its attempts, as packed
-        self._reasons: dict[str, str] = {}  # job id -> its reason as packed
-        self._q_keys = list(self._queue)
-        self._w_at = self._q_at = 0
-        self._weight = 0  # of the lines packed so far
-        self._z = zlib.compressobj(1)  # level 1: 3x faster than 6, ~15% bigger
-        self._packed: list[bytes] = []  # compressed so far
-        self.steps = 0  # steps taken so far
-        self.counts: list[int] = []  # the header's counts, once finished
-
-    def _add(self, lines: Iterable[str]) -> None:
-        self._packed += [self._z.compress(line.encode() + b"\n") for line in lines]
-
-    def _queued_chunk(self, weight: int, rows: list[Any]) -> CarryChunk:
-        reasons = self._reasons
-        waiting = {r.job_id: reasons[r.job_id] for r in rows if r.job_id in reasons}
-        return CarryChunk(weight, queued=rows, reasons=waiting)
-
-    def step(self) -> bool:
-        """Pack about `step` weight (workers, then the queue); True once all is packed."""
-        room = self._step
-        self.steps += 1
-        if self._w_at < len(self._w_keys):
-            end = min(len(self._w_keys), self._w_at + max(1, room // WORKER))
-            live, frozen = self._state.workers, self._workers
-            rows = []
-            for key in self._w_keys[self._w_at : end]:
-                worker = live.get(key)
-                if worker is not None:  # gone before its turn: not packed, and not "gone" at the finish
-                    frozen[key] = copied = dict(worker.__dict__)
-                    copied["attributes"] = dict(worker.attributes)  # compared at the finish, even if changed in place
-                    rows.append((WORKER, WorkerEntry(**copied)))
-            self._add(_chunks(iter(rows), self._chunk, _workers_chunk))
-            room -= WORKER * (end - self._w_at)
-            self._weight += WORKER * len(rows)
-            self._w_at = end
-        if room > 0 and self._q_at < len(self._q_keys):
-            end = self._q_at
-            used = 0
-            queue, entries, attempts, reasons = self._queue, self._entries, self._attempts, self._reasons
-            live_reasons = self._state.pending_reasons
-            while end < len(self._q_keys) and used < room:
-                job_id = self._q_keys[end]
-                entries[job_id] = e = queue[job_id]  # a job gone from the live queue meanwhile: "gone" at the finish
-                attempts[job_id] = dict(e.attempts)
-                reason = live_reasons.get(job_id)
-                if reason is not None:
-                    reasons[job_id] = reason
-                used += _queued_weight(len(e.attempts))
-                end += 1
-            packing = ((entries[job_id], attempts[job_id]) for job_id in self._q_keys[self._q_at : end])
-            self._add(_chunks(_queued_rows(packing, self._chunk), self._chunk, self._queued_chunk))
-            self._q_at = end
-            self._weight += used
-            room -= used
-        return self._w_at >= len(self._w_keys) and self._q_at >= len(self._q_keys)
-
-    def finish(self, state: SchedulerState) -> bytes:
-        """The packed state: the header, the placements, the lines packed by the steps, and what changed since."""
-        while not self.step():
-            pass
-        live_x = state.placements
-        live_q, entries = state.pending, self._entries
-        gone_q = list(compress(entries, map(is_not, map(live_q.get, entries), entries.values())))
-        # A job enqueued or replaced meanwhile (not the entry packed), or whose attempts changed.
-        replaced = map(is_not, map(entries.get, live_q), live_q.values())
-        changed = compress(
-            live_q.values(),
-            map(or_, replaced, map(ne, map(self._attempts.get, live_q), map(_ATTEMPTS, live_q.values()))),
-        )
-        changed_q = [(e, e.attempts) for e in changed]
-        live_r, frozen_r = state.pending_reasons, self._reasons
-        changed_r = {
-            job_id: live_r[job_id] for job_id in compress(live_r, map(ne, map(frozen_r.get, live_r), live_r.values()))
-        }
-        gone_r = list(filterfalse(live_r.__contains__, frozen_r))
-        live_w, frozen_w = state.workers, self._workers
-        gone_w = list(filterfalse(live_w.__contains__, frozen_w))
-        changed_w = list(compress(live_w, map(ne, map(frozen_w.get, live_w), map(_DICT, live_w.values()))))
-        # The loader keeps the packed order and adds new workers last; say the order when the run changed it.
-        new_w = list(filterfalse(frozen_w.__contains__, changed_w))
-        same_order = list(filter(live_w.__contains__, frozen_w)) + new_w == list(live_w)
-        changes = CarryChunk(
-            0, [WorkerEntry(**live_w[key].__dict__) for key in changed_w],
-            [row for _, row in _queued_rows(changed_q, len(changed_q) * ATTEMPTS_PER_UNIT + ATTEMPTS_PER_UNIT)],
-            changes=True, queued_gone=gone_q, workers_gone=gone_w,
-            worker_order=[] if same_order else list(live_w), reasons=changed_r, reasons_gone=gone_r,
-        )  # fmt: skip
-        changes.weight = QUEUED * (len(gone_q) + len(changed_q)) + len(gone_w) + WORKER * len(changed_w)
-        healthy = len(live_w) - countOf(map(_STATE, live_w.values()), WorkerState.LOST)
-        header = CarryHeader(
-            step=self._step,
-            weight=self._weight + changes.weight,
-            counts=[healthy, len(live_w), sum(map(len, map(_ATTEMPTS, live_q.values()))), len(live_x)],
-            store_url=state.store_url,
-            actions=list(state.actions),
-            port_cursors=state.port_cursors,
-            books=state.books.carried(),
-            reservations=list(state.reservations.values()),
-            placements_stream=True,
-        )
-        self.counts = header.counts
-        self._add([_line(changes)])
-        head = zlib.compress(_line(header).encode() + b"\n", 1)
-        placed = zlib.compress(live_x.carried(), 1)
-        return b"".join([head, placed, *self._packed, self._z.flush()])
-
-
-_DICT = attrgetter("__dict__")
-_STATE = attrgetter("state")
+_read_header = _reader(CarryHeader)
+_read_spec = _reader(SchedulingSpec)
 _ATTEMPTS = attrgetter("attempts")
+_STATE = attrgetter("state")
+_WORKER_ID = attrgetter("worker_id")
 
 
-def pack(state: SchedulerState, step: int = LOAD_STEP, chunk: int = CHUNK) -> bytes:
-    """The state as three zlib streams: the header, the placements, then chunks the next run loads `step`
-    weight at a time.
+def counts(state: SchedulerState) -> list[int]:
+    """Healthy and all workers, pending and running tasks: what a run that handed its state over still answers."""
+    workers = state.workers
+    healthy = len(workers) - countOf(map(_STATE, workers.values()), WorkerState.LOST)
+    return [healthy, len(workers), sum(map(len, map(_ATTEMPTS, state.pending.values()))), len(state.placements)]
 
-    `step` and `chunk` are arguments so a test can make a small state load in many steps. At once (tests
-    and tools); the workflow packs with a `Packer`, over several workflow tasks.
-    """
-    return Packer(state, step, chunk).finish(state)
+
+def _queue(state: SchedulerState) -> pb.QueueRows:
+    """The queue as columns; a spec shared by several jobs (by identity, or equal as written) is written once."""
+    out = pb.QueueRows()
+    entries = list(state.pending.values())
+    by_id: dict[int, int] = {}
+    by_text: dict[bytes, int] = {}
+    positions = []
+    for e in entries:
+        i = by_id.get(id(e.spec))
+        if i is None:
+            text = json.dumps(to_plain(e.spec), separators=(",", ":")).encode()
+            i = by_id[id(e.spec)] = by_text.setdefault(text, len(by_text))
+        positions.append(i)
+    out.specs.extend(by_text)
+    out.job_ids.extend(e.job_id for e in entries)
+    out.spec.extend(positions)
+    out.submitted_at.extend(e.submitted_at for e in entries)
+    out.room_at.extend(e.room_at for e in entries)
+    out.tasks.extend(map(len, map(_ATTEMPTS, entries)))
+    for e in entries:
+        out.task_indices.extend(e.attempts)
+        out.attempts.extend(e.attempts.values())
+    reasons = state.pending_reasons
+    out.reason_job_ids.extend(reasons)
+    out.reasons.extend(reasons.values())
+    return out
+
+
+def pack(state: SchedulerState) -> bytes:
+    """The state as four zlib streams: the header, the placements, the workers, the queue."""
+    header = CarryHeader(
+        store_url=state.store_url,
+        actions=list(state.actions),
+        port_cursors=state.port_cursors,
+        books=state.books.carried(),
+        reservations=list(state.reservations.values()),
+    )
+    workers = pb.WorkerRows()
+    workers.workers.extend(w.row for w in state.workers.values())
+    streams = (
+        json.dumps(to_plain(header), separators=(",", ":")).encode(),
+        state.placements.carried(),
+        workers.SerializeToString(),
+        _queue(state).SerializeToString(),
+    )
+    return b"".join(zlib.compress(stream, LEVEL) for stream in streams)
+
+
+def _streams(data: bytes) -> list[bytes]:
+    out = []
+    rest = data
+    for name in ("header", "placements", "workers", "queue"):
+        z = zlib.decompressobj()
+        try:
+            out.append(z.decompress(rest))
+        except zlib.error as e:
+            raise ValueError(f"the packed scheduler state's {name} does not decompress: {e}") from e
+        if not z.eof:
+            raise ValueError(f"the packed scheduler state is cut short in its {name}")
+        rest = z.unused_data
+    return out
+
+
+def unpack(data: bytes) -> SchedulerState:
+    """The state `pack` wrote."""
+    head, placed, workers, queue = _streams(data)
+    try:
+        header: CarryHeader = _read_header(json.loads(head))
+    except (TypeError, ValueError, KeyError) as e:  # not a carry this build can read: say so, not a traceback
+        raise ValueError(f"the packed scheduler state's header does not read as a CarryHeader: {e}") from e
+    state = SchedulerState(store_url=header.store_url, port_cursors=header.port_cursors,
+                           books=Books.from_carried(header.books))  # fmt: skip
+    state.actions = new_ring(header.actions)
+    for held in header.reservations:
+        state.reservations[held.reservation_id] = held
+    state.placements = Placements.from_carried(placed)
+    state.ported = set(state.placements.holding_ports())
+    try:
+        rows = pb.WorkerRows.FromString(workers)
+        columns = pb.QueueRows.FromString(queue)
+    except DecodeError as e:
+        raise ValueError(f"the packed scheduler state's workers or queue do not parse: {e}") from e
+    views = list(map(WorkerEntry.of, rows.workers))
+    state.workers = dict(zip(map(_WORKER_ID, views), views, strict=True))
+    _load_queue(state, columns)
+    return state
+
+
+def _load_queue(state: SchedulerState, q: pb.QueueRows) -> None:
+    n = len(q.job_ids)
+    if not n == len(q.spec) == len(q.submitted_at) == len(q.room_at) == len(q.tasks):
+        raise ValueError(f"the carried queue's columns have different lengths ({n} jobs)")
+    if sum(q.tasks) != len(q.task_indices) or len(q.task_indices) != len(q.attempts):
+        raise ValueError("the carried queue's tasks do not add up to its task columns")
+    try:
+        specs: list[SchedulingSpec] = [_read_spec(json.loads(text)) for text in q.specs]
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"a carried queued job's spec does not read as a SchedulingSpec: {e}") from e
+    ends = list(accumulate(q.tasks))
+    cuts = list(map(slice, [0, *ends][:-1], ends))
+    waiting = map(dict, map(zip, map(list(q.task_indices).__getitem__, cuts), map(list(q.attempts).__getitem__, cuts)))
+    job_ids = list(q.job_ids)
+    entries = map(PendingEntry, job_ids, map(specs.__getitem__, q.spec), waiting, q.submitted_at, q.room_at)
+    state.pending = dict(zip(job_ids, entries, strict=True))  # in C, a job's entry built as it is set
+    state.pending_reasons = dict(zip(q.reason_job_ids, q.reasons, strict=True))

@@ -22,7 +22,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import SCHEDULER_NOT_WHOLE, SCHEDULER_PAUSE, Delivery
     from activities.proto import cluster_pb2 as pb
-    from workflows.scheduler.scheduler_carry_loader import StateLoader
+    from workflows.scheduler.scheduler_carry import unpack
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
     from workflows.scheduler.scheduler_state import SchedulerState
     from workflows.scheduler.snapshot_cache import SnapshotCache
@@ -35,8 +35,8 @@ F = TypeVar("F", bound=Callable[..., None])
 # How much held work (`held_in_turn`: a host registered counts one, any other held signal one) one
 # workflow task does; the rest waits for the next task. 1,000 hosts take ~10 ms of the scheduler's CPU.
 WORK_PER_TASK = 1_000
-# Between two steps of loading the carried state (scheduler_carry) the run awaits a no-op activity: that
-# ends the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
+# Between two steps of held work, a snapshot or a big plan, the run awaits a no-op activity: that ends
+# the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
 PAUSE_TIMEOUT = timedelta(seconds=10)  # a no-op: short, so one lost with its controller is soon run again
 # After asking, how long passes wait for the tasks asked to report (claim their place or enqueue again),
 # unless all of them have. A task whose last workflow task ran on the lost controller hears the request
@@ -58,8 +58,7 @@ def held_in_turn(handler: F) -> F:
     """A part's signal handler that takes its turn: signals are applied in arrival order, and while some
     wait, so does this one.
 
-    They wait while the run loads its carried state in steps (an enqueue of a job whose entry is not
-    loaded yet would be overwritten), while a burst is worked off a bounded amount per workflow task
+    They wait while a burst is worked off a bounded amount per workflow task
     (a restarted fleet's registrations; `work_off_held`), and behind a `configure` that came while
     registration answers were owed (`reply_barrier`). Counted on arrival.
     """
@@ -68,7 +67,7 @@ def held_in_turn(handler: F) -> F:
     def in_turn(self: _HasCore, *args: Any) -> None:
         core = self.core
         core.signals_received += 1
-        if core.phase is SchedulerPhase.LOADING or core.held or core.reply_barrier:
+        if core.held or core.reply_barrier:
             core.held.append(functools.partial(handler, self, *args))
             core.dirty = True  # wake the loop: it works them off
             return
@@ -81,24 +80,16 @@ class SchedulerCore:
     """The run's shared memory: the carried state and what every part reads or wakes."""
 
     def __init__(self, packed: bytes | None, signal_budget: int) -> None:
-        # A big carried state loads in steps (`load_rest`); signals that come in meanwhile are held.
         self.held: deque[Callable[[], None]] = deque()  # signals waiting their turn, oldest first
         self.phase = SchedulerPhase.STARTING  # scheduler_phase: moved only by its table (`move`)
         self._work_task = -1  # the workflow task `_work_done` counts in (its history length when it started)
         self._work_done = 0  # held work done in it
-        self.loader: StateLoader | None = StateLoader(packed) if packed else None
         self._state: SchedulerState | None = None
         self.handed_over: pb.ClusterSummary | None = None  # and its counts, as `summary` answers them
-        self.state = self.loader.state if self.loader is not None else SchedulerState()
-        if self.loader is None:
-            self.move(SchedulerEvent.EMPTY)
-        elif self.loader.small:  # a big one is loaded by the run, a step per task
-            while not self.loader.step():
-                pass
-            self.loader = None
-            self.move(SchedulerEvent.CARRY_SMALL)
-        else:
-            self.move(SchedulerEvent.CARRY_BIG)
+        # Loaded whole here (messages: parsed in milliseconds), so signals delivered in the run's first
+        # task, which are handled before run() starts, land on the carried state.
+        self.state = unpack(packed) if packed else SchedulerState()
+        self.move(SchedulerEvent.CARRIED if packed else SchedulerEvent.EMPTY)
         self.dirty = packed is not None  # wake the loop: something changed
         self.signals_received = 0  # in this run (the signal budget)
         self.signal_budget = signal_budget
@@ -129,14 +120,10 @@ class SchedulerCore:
     def whole(self) -> SchedulerState:
         """The state, for a query that answers from all of it (workers, dashboard pages, the autoscaler's snapshot).
 
-        Refused while the run loads its carried state: workers come in first and placements last, so a
-        worker listed then had no tasks yet, and a slice's drain could end with tasks still running on it.
         Refused once the run let go of its state (`state`): it used to be unpacked whole for that one answer,
         ~0.4 s at 10,000 workers and 100,000 tasks, up to the SDK's 2 s deadlock detector on a busy controller.
         An Iris client asks again (iris/query_retry.py), and finds the next run, or this one whole.
         """
-        if self.phase is SchedulerPhase.LOADING:
-            raise RuntimeError(f"{SCHEDULER_NOT_WHOLE}: it is loading what its previous run carried over; ask again")
         return self.state
 
     def now(self) -> float:
@@ -181,19 +168,6 @@ class SchedulerCore:
         self._work_done += work
 
     # -- the run's phases ----------------------------------------------------------------------
-
-    async def load_rest(self) -> None:
-        """Load the carried state a step per workflow task, then apply the signals held meanwhile."""
-        assert self.loader is not None
-        while True:  # not in the first task: it also imports the workflow's modules into a fresh sandbox
-            await pause()
-            if self.loader.step():
-                break
-        workflow.logger.info("carried state loaded in %d workflow tasks", self.loader.steps)
-        self.loader = None
-        self.move(SchedulerEvent.LOADED)
-        await self.work_off_held()
-        await pause()  # the first pass in a task of its own
 
     def signal_budget_spent(self) -> bool:
         return self.signals_received >= self.signal_budget

@@ -1,21 +1,17 @@
 """A scheduler run's phases, as one transition table (pure: no Temporal, no I/O).
 
-    STARTING ──carry_small──▶ SERVING ──run_should_end──▶ CLOSING ──let_go──▶ HANDED_OVER
-        │                      ▲   ▲                        ▲
-        ├──carry_big──▶ LOADING┘   │                        │
-        │                (loaded)  │                        │
-        └──empty──▶ REBUILDING ────┘ (rebuilt)              │
-                         └──────────run_should_end──────────┘
+    STARTING ──carried──▶ SERVING ──run_should_end──▶ CLOSING ──let_go──▶ HANDED_OVER
+        │                  ▲                            ▲
+        └──empty──▶ REBUILDING (rebuilt)                │
+                         └──────────run_should_end──────┘
+
+A carried state is loaded whole in the run's constructor (one parse of its messages: scheduler_carry).
 
 What each phase allows:
-- LOADING: the carried state comes in a step per workflow task (scheduler_carry_loader.StateLoader); signals
-  are held (`held_in_turn`) and applied, in order, once it is whole; `summary` answers the counts the
-  previous run handed over; a query for the whole state (workers, dashboard pages, the autoscaler's
-  snapshot) is refused (SchedulerCore.whole), and an Iris client asks again.
 - REBUILDING: a run that started with no state asks the live workers and tasks to report
   (activities.recovery) and makes no pass until they have, or REBUILD_GRACE passed.
 - SERVING: passes, signals as they come.
-- CLOSING: the run continues as new: no pass; the state is packed over a few workflow tasks.
+- CLOSING: the run continues as new: no pass; the signals still held are applied, then the state is packed.
 - HANDED_OVER: the state is packed and let go; a query that still reaches the run answers the counts handed
   over, or is refused (an Iris client asks again, and reaches the next run).
 
@@ -33,7 +29,6 @@ from workflows.lifecycle import Step, transition_function
 
 class SchedulerPhase(StrEnum):
     STARTING = "STARTING"  # the run's constructor, before it knows what it was handed
-    LOADING = "LOADING"
     REBUILDING = "REBUILDING"
     SERVING = "SERVING"
     CLOSING = "CLOSING"
@@ -41,29 +36,23 @@ class SchedulerPhase(StrEnum):
 
 
 class SchedulerEvent(StrEnum):
-    CARRY_SMALL = "carry_small"  # handed a state that loads in the constructor's task
-    CARRY_BIG = "carry_big"  # handed a state that loads over several workflow tasks
+    CARRIED = "carried"  # handed a state: loaded whole
     EMPTY = "empty"  # handed nothing: a terminated scheduler came back, or the first run
-    LOADED = "loaded"  # the carried state is whole
     REBUILT = "rebuilt"  # the fleet has reported (or the grace passed, or it could not be asked)
     RUN_SHOULD_END = "run_should_end"  # long history, signal budget spent, or another build current
     LET_GO = "let_go"  # packed: the state goes to the next run
 
 
 class SchedulerEffect(StrEnum):
-    HOLD_SIGNALS = "hold_signals"  # signals wait their turn until the state is whole
-    APPLY_HELD = "apply_held"  # the signals held meanwhile are applied, in order
     ASK_FLEET = "ask_fleet"  # start the rebuild activity: live workers and tasks report again
-    PACK = "pack"  # pack the state over a few workflow tasks, the held signals applied before the last
+    PACK = "pack"  # apply the signals still held, then pack the state
     CONTINUE_AS_NEW = "continue_as_new"  # drop the state and continue as new with what was packed
 
 
 _P, _E, _X = SchedulerPhase, SchedulerEvent, SchedulerEffect
 TRANSITIONS: dict[tuple[SchedulerPhase, SchedulerEvent], Step[SchedulerPhase, SchedulerEffect]] = {
-    (_P.STARTING, _E.CARRY_SMALL): Step(_P.SERVING),
-    (_P.STARTING, _E.CARRY_BIG): Step(_P.LOADING, (_X.HOLD_SIGNALS,)),
+    (_P.STARTING, _E.CARRIED): Step(_P.SERVING),
     (_P.STARTING, _E.EMPTY): Step(_P.REBUILDING, (_X.ASK_FLEET,)),
-    (_P.LOADING, _E.LOADED): Step(_P.SERVING, (_X.APPLY_HELD,)),
     (_P.REBUILDING, _E.REBUILT): Step(_P.SERVING),
     (_P.REBUILDING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),  # reports still due go to the next run
     (_P.SERVING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),

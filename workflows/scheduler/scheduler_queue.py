@@ -330,11 +330,6 @@ class Queue:
         if self.core.phase is SchedulerPhase.HANDED_OVER:  # this run continued as new: as it handed the state over
             assert self.core.handed_over is not None
             return self.core.handed_over
-        if self.core.phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
-            assert self.core.loader is not None
-            healthy, total, pending, running = self.core.loader.counts
-            return pb.ClusterSummary(store_url=self.core.state.store_url, healthy_workers=healthy, total_workers=total,
-                                     pending_tasks=pending, running_tasks=running)  # fmt: skip
         return pb.ClusterSummary(
             store_url=self.core.state.store_url,
             healthy_workers=self._registry.healthy_worker_count(),

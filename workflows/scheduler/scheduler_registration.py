@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.scheduler.scheduler_actions import record
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
-    from workflows.scheduler.scheduler_phase import SchedulerPhase
     from workflows.scheduler.scheduler_state import (
         WorkerEntry,
         refusal,
@@ -200,9 +199,6 @@ class Registry:
             workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
 
     def healthy_worker_count(self) -> int:
-        if self.core.phase is SchedulerPhase.LOADING:  # as the previous run left it, until the carried state is whole
-            assert self.core.loader is not None
-            return self.core.loader.counts[0]
         if self.core.handed_over is not None:  # this run continued as new: as it handed the state over
             return self.core.handed_over.healthy_workers
         return sum(1 for w in self.core.state.workers.values() if w.healthy)

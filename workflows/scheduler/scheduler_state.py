@@ -8,12 +8,13 @@ as is in scheduler_carry.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from activities.contracts import DEFAULT_PORT_RANGE, MAX_HEARTBEAT_TIMEOUT_SECONDS, MIN_HEARTBEAT_TIMEOUT_SECONDS
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import get_attr
+from activities.proto.values import get_attr, set_attr
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler.placement_index import Placements
@@ -24,30 +25,105 @@ from workflows.scheduler.sharing_state import Books
 SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
 
 
-@dataclass
+def _row_field(name: str, doc: str) -> Any:
+    """A WorkerEntry attribute read from and written to its row."""
+
+    def get(self: WorkerEntry) -> Any:
+        return getattr(self.row, name)
+
+    def put(self: WorkerEntry, value: Any) -> None:
+        setattr(self.row, name, value)
+
+    return property(get, put, doc=doc)
+
+
 class WorkerEntry:
-    worker_id: str
-    session: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    attributes: dict[str, Any]  # str | int | float | bool; Any keeps JSON types intact
-    runtime: str = "process"
-    state: WorkerState = WorkerState.READY  # moved only by worker_lifecycle's table
-    suspect_until: float = 0.0  # workflow time; QUARANTINED until then
-    dispatch_failures: int = 0  # consecutive; doubles the quarantine
-    cordoned: bool = False  # the operator's: no new work; running tasks go on (a draining slice)
-    lost_at: float = 0.0  # workflow time it was reported lost; removed LOST_RETENTION later
-    host: str = ""  # the host name its agent registered with: a gang's coordinator address
-    address: str = ""  # how other hosts reach its tasks (its registered address, else its host name)
-    port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # the ports its tasks may be given
-    heartbeat_timeout_seconds: float = 0.0  # its agent's --heartbeat-timeout (0: an older agent, the default)
+    """A registered worker: a view of its `pb.WorkerRow`, the message the scheduler keeps and carries.
+
+    A run's workers load as one parse of their rows (a view each), not as objects decoded field by field;
+    the attributes are decoded when first read (a pass reads them only when a worker's shape is new to it).
+    """
+
+    __slots__ = ("_attributes", "row")
+
+    def __init__(
+        self, worker_id: str, session: str, cpu_millis: int, memory_bytes: int, gpus: int, tpus: int,
+        attributes: Mapping[str, Any], runtime: str = "process", state: WorkerState = WorkerState.READY,
+        suspect_until: float = 0.0, dispatch_failures: int = 0, cordoned: bool = False, lost_at: float = 0.0,
+        host: str = "", address: str = "", port_range: tuple[int, int] = DEFAULT_PORT_RANGE,
+        heartbeat_timeout_seconds: float = 0.0,
+    ) -> None:  # fmt: skip
+        self.row = pb.WorkerRow(
+            worker_id=worker_id, session=session, cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus,
+            tpus=tpus, runtime=runtime, state=state, suspect_until=suspect_until, dispatch_failures=dispatch_failures,
+            cordoned=cordoned, lost_at=lost_at, host=host, address=address, port_range_start=port_range[0],
+            port_range_end=port_range[1], heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+        )  # fmt: skip
+        ordered = dict(sorted(attributes.items()))  # a map's order on the wire is none: read back sorted
+        for key, value in ordered.items():
+            set_attr(self.row.attributes[key], value)
+        self._attributes: dict[str, Any] | None = ordered
+
+    @classmethod
+    def of(cls, row: pb.WorkerRow) -> WorkerEntry:
+        """A view of a row as it is (a carried one: nothing copied, nothing decoded yet)."""
+        entry = cls.__new__(cls)
+        entry.row, entry._attributes = row, None
+        return entry
+
+    worker_id = _row_field("worker_id", "")
+    session = _row_field("session", "its agent's liveness session")
+    cpu_millis = _row_field("cpu_millis", "")
+    memory_bytes = _row_field("memory_bytes", "")
+    gpus = _row_field("gpus", "")
+    tpus = _row_field("tpus", "")
+    runtime = _row_field("runtime", "")
+    suspect_until = _row_field("suspect_until", "workflow time; QUARANTINED until then")
+    dispatch_failures = _row_field("dispatch_failures", "consecutive; doubles the quarantine")
+    cordoned = _row_field("cordoned", "the operator's: no new work; running tasks go on (a draining slice)")
+    lost_at = _row_field("lost_at", "workflow time it was reported lost; removed LOST_RETENTION later")
+    host = _row_field("host", "the host name its agent registered with: a gang's coordinator address")
+    address = _row_field("address", "how other hosts reach its tasks (its registered address, else its host name)")
+    heartbeat_timeout_seconds = _row_field("heartbeat_timeout_seconds", "its agent's --heartbeat-timeout (0: default)")
+
+    @property
+    def state(self) -> WorkerState:
+        """Moved only by worker_lifecycle's table."""
+        return WorkerState(self.row.state)
+
+    @state.setter
+    def state(self, value: WorkerState) -> None:
+        self.row.state = value
+
+    @property
+    def port_range(self) -> tuple[int, int]:
+        """The ports its tasks may be given."""
+        return self.row.port_range_start, self.row.port_range_end
+
+    @port_range.setter
+    def port_range(self, value: tuple[int, int]) -> None:
+        self.row.port_range_start, self.row.port_range_end = value
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """str | int | float | bool by key, in key order (read-only: a worker's attributes change by registering)."""
+        if self._attributes is None:
+            attributes = self.row.attributes
+            self._attributes = {key: get_attr(attributes[key]) for key in sorted(attributes)}
+        return self._attributes
 
     @property
     def healthy(self) -> bool:
         """Its liveness session is alive (READY or QUARANTINED)."""
-        return self.state != WorkerState.LOST
+        return self.row.state != WorkerState.LOST
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WorkerEntry) and self.row == other.row
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"WorkerEntry({self.worker_id!r}, state={self.row.state}, cordoned={self.cordoned})"
 
 
 @dataclass

@@ -5,7 +5,7 @@ dirty flag) and on a 1 s timer that is armed only while tasks are pending, so
 an idle cluster writes no history. Each pass calls the pure scheduler in an
 activity on a compact snapshot, then commits capacity *before* it tells a task
 where to run. Every handler is idempotent; state lives in one dataclass
-handed to continue-as-new packed (a header, then JSON lines: scheduler_carry).
+handed to continue-as-new packed (its messages serialized: scheduler_carry).
 
 Runs are pinned to the controller build that started them (Worker Versioning); when
 operators make a new build current, the next workflow task sees it and the run
@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
     from workflows.scheduler.scheduler_actions import ActionRow
-    from workflows.scheduler.scheduler_carry import Packer
+    from workflows.scheduler.scheduler_carry import counts, pack
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn, pause
     from workflows.scheduler.scheduler_dashboard import queue_page, worker_status, workers_page
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
@@ -124,8 +124,6 @@ class SchedulerWorkflow:
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
         core = self.core
-        if core.phase is SchedulerPhase.LOADING:
-            await core.load_rest()
         if core.phase is SchedulerPhase.REBUILDING:
             # A run that starts with no state (a terminated scheduler came back) asks the live
             # workers and tasks to report again (activities.recovery). Not awaited: the loop serves
@@ -168,18 +166,11 @@ class SchedulerWorkflow:
                     await self.deliveries.send_replies()
                 if core.replies:
                     workflow.logger.info("%d registrations answered by the next run", len(core.replies))
-                self.registry.purge_lost(force=True)
-                # Packed over several workflow tasks while signals still come in (scheduler_carry.Packer).
-                packer = Packer(core.state)
-                while not packer.step():
-                    await pause()
-                if packer.steps > 1:  # a big state: what changed meanwhile, and the header, in a task of their own
-                    await pause()
                 await core.work_off_held()  # what came in meanwhile and waits: this run applies it
-                packed = packer.finish(core.state)
-                counts = packer.counts
-                del packer
-                core.let_go(counts)
+                # Packed in this task, after the last held signal: its messages serialized (scheduler_carry).
+                self.registry.purge_lost(force=True)
+                packed = pack(core.state)
+                core.let_go(counts(core.state))
                 workflow.continue_as_new(
                     args=[packed, core.signal_budget, self.reserving.check_seconds],
                     initial_versioning_behavior=UPGRADE_ON_CONTINUE,
