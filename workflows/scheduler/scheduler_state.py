@@ -191,22 +191,17 @@ def committed(state: SchedulerState) -> dict[str, list[int]]:
 
 
 def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
+    """The worker an agent registered, its row filled from the registration's message (attributes copied in C)."""
     cap = meta.capacity
-    ports = (meta.port_range_start, meta.port_range_end) if meta.port_range_start else DEFAULT_PORT_RANGE
-    return WorkerEntry(
-        worker_id=meta.worker_id,
-        session=meta.agent_session,
-        cpu_millis=cap.cpu_millis,
-        memory_bytes=cap.memory_bytes,
-        gpus=cap.gpus,
-        tpus=cap.tpus,
-        attributes={k: get_attr(v) for k, v in meta.attributes.items()},
-        runtime=meta.runtime or "process",
-        host=meta.host,
-        address=meta.address or meta.host or meta.worker_id,
-        port_range=ports,
-        heartbeat_timeout_seconds=meta.heartbeat_timeout_seconds,
-    )
+    start, end = (meta.port_range_start, meta.port_range_end) if meta.port_range_start else DEFAULT_PORT_RANGE
+    row = pb.WorkerRow(
+        worker_id=meta.worker_id, session=meta.agent_session, cpu_millis=cap.cpu_millis,
+        memory_bytes=cap.memory_bytes, gpus=cap.gpus, tpus=cap.tpus, runtime=meta.runtime or "process",
+        state=WorkerState.READY, host=meta.host, address=meta.address or meta.host or meta.worker_id,
+        port_range_start=start, port_range_end=end, heartbeat_timeout_seconds=meta.heartbeat_timeout_seconds,
+    )  # fmt: skip
+    row.attributes.MergeFrom(meta.attributes)
+    return WorkerEntry.of(row)
 
 
 def refusal(state: SchedulerState, meta: pb.WorkerMetadata) -> str:
