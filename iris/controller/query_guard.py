@@ -9,6 +9,8 @@ those a replay makes, the class of bug that stopped the scheduler (docs/reliabil
 guard takes a fingerprint of the workflow instance before and after each query and raises on a difference.
 A handler may keep a cache of its own answer: such attributes are listed in the class's `QUERY_CACHES`, by
 their path from the instance (`"core.snapshot"`: the `snapshot` of the object in its `core`).
+A value may keep what it computes from its own data (a worker's attributes, decoded from its row when
+first read): such attributes are listed in its class's `DERIVED`, and left out wherever it is met.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
             for name in (slots if isinstance(slots, tuple | list) else (slots,)):
                 if hasattr(v, name):
                     pairs[name] = getattr(v, name)
+            for name in getattr(type(v), "DERIVED", ()):  # read once and kept: a function of the rest
+                pairs.pop(name, None)
             inner = {k: f"{path}.{k}" if path else k for k in pairs} if path is not None else {}
             return (
                 type(v).__name__,

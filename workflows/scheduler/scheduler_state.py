@@ -45,6 +45,7 @@ class WorkerEntry:
     """
 
     __slots__ = ("_attributes", "row")
+    DERIVED = ("_attributes",)  # decoded from the row when first read (iris/controller/query_guard.py)
 
     def __init__(
         self, worker_id: str, session: str, cpu_millis: int, memory_bytes: int, gpus: int, tpus: int,
