@@ -14,6 +14,7 @@ its work is kept from new work for a while (quarantine).
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -111,16 +112,21 @@ class Registry:
         self._admit_batch(batch, 0, {})
 
     def _admit_batch(self, batch: pb.WorkerBatch, start: int, refused: dict[str, str]) -> None:
-        """Admit the batch's hosts (a host's registration: its row filled from its message, ~10 us)."""
-        for meta in batch.workers[start:]:
+        """Admit the batch's hosts from `start` on, as many as this workflow task may still do; the rest
+        goes back to the head of the held signals, for the next task (`SchedulerCore.work_off_held`)."""
+        end = min(len(batch.workers), start + max(0, self.core.work_left()))
+        for meta in batch.workers[start:end]:
             reason = refusal(self.core.state, meta)
             if reason:
                 refused[meta.worker_id] = f"registration refused: {reason}"
                 workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
             else:
                 self._admit(meta)
+        self.core.spend(end - start)
         self.core.changed()
-        if batch.reply_to:
+        if end < len(batch.workers):
+            self.core.held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
+        elif batch.reply_to:
             self.core.replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
 
     def _admit(self, meta: pb.WorkerMetadata) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr, set_constraint
+from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler import reservation_state
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
@@ -57,16 +58,18 @@ def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
     which most workers share with others (`shapes`: those encoded so far, by value). Serialized messages
     concatenate into their merge, so id, shape and free capacity are encoded apart and joined."""
     # Typed: True == 1 == 1.0 in Python, not in an attribute's encoding.
-    shape = (w.cpu_millis, w.memory_bytes, w.gpus, w.tpus, tuple((k, type(v), v) for k, v in w.attributes.items()))
+    row = w.row
+    shape = (row.cpu_millis, row.memory_bytes, row.gpus, row.tpus,
+             tuple((k, type(v), v) for k, v in w.attributes.items()))  # fmt: skip
     rest = shapes.get(shape)
     if rest is None:
         sw = pb.SchedulingWorker()
-        sw.capacity.cpu_millis, sw.capacity.memory_bytes = w.cpu_millis, w.memory_bytes
-        sw.capacity.gpus, sw.capacity.tpus = w.gpus, w.tpus
+        sw.capacity.cpu_millis, sw.capacity.memory_bytes = row.cpu_millis, row.memory_bytes
+        sw.capacity.gpus, sw.capacity.tpus = row.gpus, row.tpus
         for key, value in w.attributes.items():
             set_attr(sw.attributes[key], value)
         rest = shapes[shape] = sw.SerializeToString()
-    return pb.SchedulingWorker(worker_id=w.worker_id).SerializeToString() + rest
+    return pb.SchedulingWorker(worker_id=row.worker_id).SerializeToString() + rest
 
 
 def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str, placed: int = 0) -> bytes:
@@ -186,11 +189,13 @@ class SnapshotBuild:
         zero = [0, 0, 0, 0]
         work, limit = self._work, self._limit
         entries = list(state.workers.values())
-        self._numbered = [w.worker_id for w in entries]
+        self._numbered = [w.row.worker_id for w in entries]
+        lost = WorkerState.LOST
         for w in entries:
-            if not w.healthy or w.cordoned or w.suspect_until > now or w.worker_id in held:
+            row = w.row  # its fields read from the message, not through the entry's properties
+            worker_id = row.worker_id
+            if row.state == lost or row.cordoned or row.suspect_until > now or worker_id in held:
                 continue
-            worker_id = w.worker_id
             layout.append(worker_id)
             used = used_by.get(worker_id) or zero
             got = new.get(worker_id)
@@ -207,8 +212,8 @@ class SnapshotBuild:
             else:
                 static = _worker_static(w, shapes)
                 units += _WORKER
-            free = (max(0, w.cpu_millis - used[0]), max(0, w.memory_bytes - used[1]),
-                    max(0, w.gpus - used[2]), max(0, w.tpus - used[3]))  # fmt: skip
+            free = (max(0, row.cpu_millis - used[0]), max(0, row.memory_bytes - used[1]),
+                    max(0, row.gpus - used[2]), max(0, row.tpus - used[3]))  # fmt: skip
             field = free_cache.get(free)
             if field is None:
                 res = pb.Resources(cpu_millis=free[0], memory_bytes=free[1], gpus=free[2], tpus=free[3])
