@@ -16,7 +16,6 @@ in its job's columns is indexed per job the first time one of its places is look
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from dataclasses import dataclass, field
 from itertools import count, repeat
 from typing import Any
 
@@ -24,107 +23,13 @@ from google.protobuf.message import DecodeError
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from workflows.scheduler.placement_views import NO_PORTS, JobPlacements, JobsView, Placement, split_key
 
-NO_PORTS: Mapping[str, int] = {}  # shared by the placements that hold none: never changed (read-only by type)
 COMPACT_AT = 1_000  # worker names no placement refers to, beyond which a carry renumbers the workers
-
-
-def _no_ports() -> Mapping[str, int]:
-    return NO_PORTS
-
-
-@dataclass
-class Placement:
-    """One task attempt's place: a value read from (or written to) the placements' columns."""
-
-    job_id: str
-    task_index: int
-    attempt: int
-    worker_id: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int
-    tpus: int
-    ports: Mapping[str, int] = field(default_factory=_no_ports)  # port name -> port held on its worker's host
-    user: str = ""
-    band: str = ""  # the band it was placed in (what preemption compares)
-    gang: bool = False  # a coscheduled job's member: evicted with its whole gang
-    placed_at: float = 0.0  # workflow time: the attempt is charged from here to its release
-
-
-def _split(key: str) -> tuple[str, int]:
-    job_id, sep, index = key.rpartition("/task-")
-    if not sep or not index.isdigit():
-        raise KeyError(key)
-    return job_id, int(index)
 
 
 def _columns(run: pb.PlacedRun) -> tuple[Any, Any, Any, Any]:
     return run.task_indices, run.attempts, run.workers, run.placed_at
-
-
-class JobPlacements(Mapping[str, Placement]):
-    """One job's placements by task workflow id, in task order (read from its columns as asked)."""
-
-    __slots__ = ("_job", "_owner", "job_id")
-
-    def __init__(self, owner: Placements, job_id: str, job: pb.PlacedJob) -> None:
-        self._owner, self.job_id, self._job = owner, job_id, job
-
-    def __len__(self) -> int:
-        return sum(len(run.task_indices) for run in self._job.runs)
-
-    def __iter__(self) -> Iterator[str]:
-        return (task_workflow_id(self.job_id, index) for index, _, _ in self._sorted())
-
-    def __getitem__(self, key: str) -> Placement:
-        if _split(key)[0] != self.job_id:
-            raise KeyError(key)
-        return self._owner[key]
-
-    def _sorted(self) -> list[tuple[int, pb.PlacedRun, int]]:
-        out = [(index, run, pos) for run in self._job.runs for pos, index in enumerate(run.task_indices)]
-        out.sort(key=lambda t: t[0])
-        return out
-
-    def items(self) -> Iterator[tuple[str, Placement]]:  # type: ignore[override]
-        read, job_id = self._owner.read, self.job_id
-        for index, run, pos in self._sorted():
-            yield task_workflow_id(job_id, index), read(job_id, run, pos)
-
-    def values(self) -> Iterator[Placement]:  # type: ignore[override]
-        return (p for _, p in self.items())
-
-    def runs(self) -> list[tuple[pb.PlacedRun, list[str]]]:
-        """Its runs (a shape each: columns of task indices, attempts and placement times), each with its
-        workers' ids (a pass reads every running job's; no `Placement` is built)."""
-        name = self._owner.names.__getitem__
-        return [(run, list(map(name, run.workers))) for run in self._job.runs]
-
-
-class JobsView(Mapping[str, JobPlacements]):
-    """Placements job by job, in the order the jobs were first placed."""
-
-    __slots__ = ("_owner",)
-
-    def __init__(self, owner: Placements) -> None:
-        self._owner = owner
-
-    def __len__(self) -> int:
-        return len(self._owner._jobs)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._owner._jobs)
-
-    def __getitem__(self, job_id: str) -> JobPlacements:
-        return JobPlacements(self._owner, job_id, self._owner._jobs[job_id])
-
-    def __eq__(self, other: object) -> bool:  # as the dict of dicts it stands for
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return {j: dict(t.items()) for j, t in self.items()} == {j: dict(t) for j, t in other.items()}
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class Placements(MutableMapping[str, Placement]):
@@ -245,12 +150,12 @@ class Placements(MutableMapping[str, Placement]):
         if not isinstance(key, str):
             return False
         try:
-            return self._locate(*_split(key)) is not None
+            return self._locate(*split_key(key)) is not None
         except KeyError:
             return False
 
     def __getitem__(self, key: str) -> Placement:
-        job_id, index = _split(key)
+        job_id, index = split_key(key)
         at = self._locate(job_id, index)
         if at is None:
             raise KeyError(key)
@@ -296,7 +201,7 @@ class Placements(MutableMapping[str, Placement]):
     @property
     def jobs(self) -> JobsView:
         """Job id -> its placements by task workflow id."""
-        return JobsView(self)
+        return JobsView(self, self._jobs)
 
     def of_job(self, job_id: str) -> Iterator[Placement]:
         """The job's placements (none: empty)."""
@@ -361,7 +266,7 @@ class Placements(MutableMapping[str, Placement]):
         self._stamp(job_id)
 
     def __delitem__(self, key: str) -> None:
-        job_id, index = _split(key)
+        job_id, index = split_key(key)
         if self._locate(job_id, index) is None:
             raise KeyError(key)
         self._remove(key, job_id, index)
@@ -437,3 +342,6 @@ class Placements(MutableMapping[str, Placement]):
             self.users[run.user] = n
         else:
             del self.users[run.user]
+
+
+__all__ = ["NO_PORTS", "JobPlacements", "JobsView", "Placement", "Placements"]
