@@ -226,3 +226,16 @@ def test_reservation_book_reads_the_index_as_a_recount_would(seed: int) -> None:
     assert used == book.used
     assert outside == {w: u for w, u in book.outside.items() if any(u)}
     assert all(not any(u) for w, u in book.outside.items() if w not in outside)
+
+
+def test_a_release_takes_the_place_only_of_the_attempt_that_holds_it() -> None:
+    """A stale attempt's release leaves the newer attempt's place; the holder's gives it back and returns it."""
+    placements = Placements()
+    placements["a/task-0"] = Placement("a", 0, 2, "w", 100, 1, 0, 0, {"http": 9}, "ana")
+    placements["a/task-1"] = Placement("a", 1, 0, "w", 100, 1, 0, 0, user="ana")
+    assert None is placements.release("a/task-0", 1) and None is placements.release("a/task-7", 0)
+    assert 2 == len(placements) and [200, 2, 0, 0] == placements.used["w"]
+    released = placements.release("a/task-0", 2)
+    assert released is not None and {"http": 9} == released.ports and 2 == released.attempt
+    assert "a/task-0" not in placements and [100, 1, 0, 0] == placements.used["w"]
+    assert (placements.used, placements.jobs) == recount(placements)

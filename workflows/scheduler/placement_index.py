@@ -273,9 +273,21 @@ class Placements(MutableMapping[str, Placement]):
         if job_id in self._jobs:
             self._stamp(job_id)
 
-    def _remove(self, key: str, job_id: str, index: int) -> None:
+    def release(self, key: str, attempt: int) -> Placement | None:
+        """Remove the task's place if this attempt holds it, and return it (a release: one lookup, not three)."""
+        job_id, index = split_key(key)
+        at = self._locate(job_id, index)
+        if at is None or at[0].runs[at[1]].attempts[at[2]] != attempt:
+            return None
+        placement = self.read(job_id, at[0].runs[at[1]], at[2])
+        self._remove(key, job_id, index, at)
+        if job_id in self._jobs:
+            self._stamp(job_id)
+        return placement
+
+    def _remove(self, key: str, job_id: str, index: int, at: tuple[pb.PlacedJob, int, int] | None = None) -> None:
         """Take the task's place out of its run: the run's last place moves into its position."""
-        job, r, pos = self._locate(job_id, index)  # type: ignore[misc]
+        job, r, pos = at or self._locate(job_id, index)  # type: ignore[misc]
         run = job.runs[r]
         self._index(self.names[run.workers[pos]], run, -1)
         where = self._where[job_id]

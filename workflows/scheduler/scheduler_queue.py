@@ -158,20 +158,22 @@ class Queue:
             self._on_release(request)
 
     def _on_release(self, request: Release) -> None:
-        placement = self.core.state.placements.get(task_workflow_id(request.job_id, request.task_index))
-        self.release_place(request.job_id, request.task_index, request.attempt, request.ran_seconds)
+        placement = self.release_place(request.job_id, request.task_index, request.attempt, request.ran_seconds)
         worker = self.core.state.workers.get(request.dispatch_failed_on)
         if worker is not None and request.dispatch_failed_session not in ("", worker.session):
             # Placed on an agent that has since restarted: the new agent polls, do not shut it out.
             workflow.logger.info("worker %s: what its previous agent did not pick up is not counted", worker.worker_id)
         elif worker is not None:
             self._registry.worker_event(worker, WorkerEvent.DISPATCH_FAILED)
-        elif placement is not None and placement.attempt == request.attempt:
+        elif placement is not None:  # this attempt held its place, so it ran
             ran_on = self.core.state.workers.get(placement.worker_id)
             if ran_on is not None and ran_on.dispatch_failures:
                 self._registry.worker_event(ran_on, WorkerEvent.RAN_TASK)
 
-    def release_place(self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0) -> None:
+    def release_place(
+        self, job_id: str, task_index: int, attempt: int, ran_seconds: float = -1.0
+    ) -> Placement | None:  # fmt: skip
+        """Give back this attempt's place (and drop it from the queue); the place released, if it held one."""
         entry = self.core.state.pending.get(job_id)
         if entry is not None and entry.attempts.get(task_index) == attempt:
             del entry.attempts[task_index]
@@ -179,15 +181,14 @@ class Queue:
             if not entry.attempts:
                 del self.core.state.pending[job_id]
                 self.core.state.pending_reasons.pop(job_id, None)
-        key = task_workflow_id(job_id, task_index)
-        placement = self.core.state.placements.get(key)
-        if placement is not None and placement.attempt == attempt:
-            del self.core.state.placements[key]
+        placement = self.core.state.placements.release(task_workflow_id(job_id, task_index), attempt)
+        if placement is not None:
             self._sharing.charge_release(placement, ran_seconds)  # with the placement's deletion: charged once
             waiting = self.core.state.pending.get(job_id)
             if waiting is not None and waiting.spec.max_concurrent:  # its cap has room: the fleet's clock starts
                 waiting.room_at = self.core.now()
             self.core.changed()
+        return placement
 
     def commit(
         self, plan: pb.SchedulingPlan, *, now: float, limit: int | None = MAX_COMMIT_PER_PASS,
