@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 from iris.client.team_tables import QueueView, queue_from_memo, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
-from workflows.scheduler.placement_index import Placement
+from workflows.scheduler.placement_index import Placement, Placements
 from workflows.scheduler.teams_memo import QUEUE_MEMO, TEAMS_MEMO, queue_memo, teams_memo
 
 TEAMS = Teams(
@@ -21,9 +22,17 @@ def job(job_id: str, user: str, tasks: int) -> dict[str, Placement]:
     }
 
 
+def shapes(*jobs: dict[str, Placement]) -> list[tuple[Any, int]]:
+    """The placements' runs by shape, as the scheduler hands them to the table."""
+    placements = Placements()
+    for placed in jobs:
+        placements.update(placed)
+    return list(placements.shapes())
+
+
 def test_a_borrowers_use_shows_as_borrowed_and_as_lent_by_the_idle_team() -> None:
     """a runs 12 of a 16-core fleet under quotas of 8 + 8: 4 borrowed, lent by b; cy (no team) shows as default."""
-    jobs = [job("a/1", "ana", 8), job("a/2", "ana", 4), job("b/1", "bo", 1), job("cy/1", "cy", 1)]
+    jobs = shapes(job("a/1", "ana", 8), job("a/2", "ana", 4), job("b/1", "bo", 1), job("cy/1", "cy", 1))
     rows = teams_memo(TEAMS, jobs, {"bo": 2}, [16000, 1 << 40, 0, 0])
     table = {t.team: t for t in teams_from_memo({TEAMS_MEMO: rows})}
     assert ["a", "b", "default"] == list(table)

@@ -194,6 +194,10 @@ class Placements(MutableMapping[str, Placement]):
         """The task workflow ids of the placements that hold ports."""
         return list(self._ports)
 
+    def shapes(self) -> Iterator[tuple[pb.PlacedRun, int]]:
+        """Every job's runs (a run: user, request, band) with how many placements each holds."""
+        return ((run, len(run.task_indices)) for job in self._jobs.values() for run in job.runs)
+
     def count_on(self, worker_id: str) -> int:
         """How many placements this worker holds."""
         return self._count.get(worker_id, 0)

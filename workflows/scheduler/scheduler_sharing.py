@@ -159,5 +159,5 @@ class Sharing:
                 fleet[1] += w.memory_bytes
                 fleet[2] += w.gpus
                 fleet[3] += w.tpus
-        table = teams_memo(teams, self.core.state.placements.jobs.values(), pending, fleet)
+        table = teams_memo(teams, self.core.state.placements.shapes(), pending, fleet)
         return table, queue_memo(self.queue_entries, self.core.state.pending, teams, self._told_bands)

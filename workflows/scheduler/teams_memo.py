@@ -40,19 +40,17 @@ def typical_seconds(durations: Iterable[float]) -> float:
 
 
 def teams_memo(
-    teams: Teams, jobs: Iterable[Mapping[str, Any]], pending_by_user: Mapping[str, int], fleet: list[int]
+    teams: Teams, shapes: Iterable[tuple[Any, int]], pending_by_user: Mapping[str, int], fleet: list[int]
 ) -> list[list[Any]]:
-    """The team table (see the module). `jobs` are the scheduler's placements job by job
-    (`Placements.jobs`: a job's tasks share one request, so this walks jobs, not tasks), `fleet` the
-    healthy workers' total capacity."""
+    """The team table (see the module). `shapes` are the scheduler's running placements by shape
+    (`Placements.shapes`: a placement's user and request, and how many placements share them, so this walks
+    jobs' runs, not tasks), `fleet` the healthy workers' total capacity."""
     if not teams:
         return []
     used: dict[str, list[int]] = {}
-    for tasks in jobs:
-        if not tasks:
+    for p, n in shapes:
+        if not n:
             continue
-        p = next(iter(tasks.values()))
-        n = len(tasks)
         team = teams.team_of(p.user)
         row = used.get(team)
         if row is None:
