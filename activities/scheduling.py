@@ -144,7 +144,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
     if not snap.HasField("share"):
         return None
     share = snap.share
-    positions = _positions(len(snap.workers), share.absent_rows)
+    positions = list(share.row_positions)  # empty: rows are positions
     if not places:
         counted = [(job, _placed(job, positions)) for job in share.running]
         return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
@@ -154,7 +154,7 @@ def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareS
     running = []
     for job in share.running:
         rows = zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
-        if positions:  # rows number all the scheduler's workers: those outside the snapshot are left out
+        if positions:  # rows are the scheduler's numbers: those outside the snapshot are left out
             tasks = tuple(RunningTask(index, names[at], started) for index, row, started in rows
                           if (at := positions[row]) >= 0)  # fmt: skip
         else:
@@ -192,21 +192,6 @@ def policy_from_pb(snap: pb.SchedulingSnapshot) -> SchedulingPolicy:
 
 UNPLACED = RunningTask(-1, "", 0.0)
 """A running task counted without its place (`share_from_pb(places=False)`)."""
-
-
-def _positions(present: int, absent: Sequence[int]) -> list[int]:
-    """Each worker row's position in the snapshot's workers (-1: absent); empty when rows are positions."""
-    if not absent:
-        return []
-    gone = set(absent)
-    positions, at = [], 0
-    for row in range(present + len(gone)):
-        if row in gone:
-            positions.append(-1)
-        else:
-            positions.append(at)
-            at += 1
-    return positions
 
 
 def _placed(job: pb.ShareRunningJob, positions: Sequence[int]) -> int:

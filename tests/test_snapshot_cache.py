@@ -187,8 +187,9 @@ def test_a_warm_pass_encodes_only_what_changed() -> None:
 
 
 def test_a_cordon_or_a_new_worker_reencodes_no_running_job() -> None:
-    """Running jobs' worker rows number all workers, so a worker leaving the snapshot (cordoned) or a new
-    one joining it changes one worker's piece and where each is, not the pieces of every running job."""
+    """Running jobs' worker rows are their placements' worker numbers, so a worker leaving the snapshot
+    (cordoned, or removed) or a new one joining it changes one worker's piece and where each is, not the
+    pieces of the running jobs."""
     state = SchedulerState()
     for i in range(10):
         state.workers[f"w{i}"] = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, 0, 0, {"zone": "z"})
@@ -196,11 +197,14 @@ def test_a_cordon_or_a_new_worker_reencodes_no_running_job() -> None:
         state.placements[task_workflow_id(f"r{i // 3}", i % 3)] = Placement(f"r{i // 3}", i % 3, 0, f"w{i % 10}",
                                                                             100, 1, 0, 0)  # fmt: skip
     cache = SnapshotCache()
-    for now, change in ((1.0, None), (2.0, "cordon"), (3.0, "register")):
+    state.workers["idle"] = WorkerEntry("idle", "s", 4_000, 8 << 30, 0, 0, {"zone": "z"})
+    for now, change in ((1.0, None), (2.0, "cordon"), (3.0, "register"), (4.0, "remove")):
         if change == "cordon":
             state.workers["w3"].cordoned = True
         elif change == "register":
             state.workers["w10"] = WorkerEntry("w10", "s", 4_000, 8 << 30, 0, 0, {"zone": "z"})
+        elif change == "remove":
+            del state.workers["idle"]
         before = dict(cache.running)
         build = cache.build(state, now, step_work=0)
         build.step()

@@ -457,14 +457,14 @@ class ShareTeam(_message.Message):
     def __init__(self, name: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., quota: _Optional[_Union[Resources, _Mapping]] = ..., borrowing_limit: _Optional[_Union[Resources, _Mapping]] = ..., lending_limit: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "absent_rows", "teams", "starvation_seconds", "typical_task_seconds")
+    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "row_positions", "teams", "starvation_seconds", "typical_task_seconds")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     RATES_FIELD_NUMBER: _ClassVar[int]
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_FIELD_NUMBER: _ClassVar[int]
-    ABSENT_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROW_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     TEAMS_FIELD_NUMBER: _ClassVar[int]
     STARVATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TYPICAL_TASK_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -474,11 +474,11 @@ class ShareInput(_message.Message):
     rates: ShareRates
     half_life_hours: float
     headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
-    absent_rows: _containers.RepeatedScalarFieldContainer[int]
+    row_positions: _containers.RepeatedScalarFieldContainer[int]
     teams: _containers.RepeatedCompositeFieldContainer[ShareTeam]
     starvation_seconds: float
     typical_task_seconds: float
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., absent_rows: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ..., typical_task_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., row_positions: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ..., typical_task_seconds: _Optional[float] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
     __slots__ = ("workers", "jobs", "reservations", "now", "share")

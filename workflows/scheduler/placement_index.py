@@ -40,7 +40,8 @@ class Placements(MutableMapping[str, Placement]):
         self._jobs: dict[str, pb.PlacedJob] = {}  # job id -> its columns in the store, in the order first placed
         self._where: dict[str, dict[int, tuple[int, int]]] = {}  # job id -> task index -> (run, position), as read
         self._ports: dict[str, Mapping[str, int]] = {}  # task workflow id -> the ports it holds (those holding any)
-        self.names: list[str] = []  # the workers the columns refer to by number
+        self.names: list[str] = []  # the workers the columns refer to by number (only appended to, but by `carried`)
+        self.numbering = 0  # changes when `carried` renumbers the workers (what a snapshot's rows are)
         self._number: dict[str, int] = {}
         self._len = 0
         self.used: dict[str, list[int]] = {}  # worker id -> [cpu_millis, memory_bytes, gpus, tpus] committed
@@ -116,6 +117,7 @@ class Placements(MutableMapping[str, Placement]):
             for run in job.runs:
                 run.workers[:] = [remap[w] for w in run.workers]
         self.names, self._number = names, number
+        self.numbering += 1
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -201,6 +203,10 @@ class Placements(MutableMapping[str, Placement]):
     def count_on(self, worker_id: str) -> int:
         """How many placements this worker holds."""
         return self._count.get(worker_id, 0)
+
+    def columns(self, job_id: str) -> pb.PlacedJob | None:
+        """The job's placement columns as kept (read only: the snapshot copies them whole), or None."""
+        return self._jobs.get(job_id)
 
     @property
     def jobs(self) -> JobsView:

@@ -19,7 +19,7 @@ scheduling activity; this module only gives them their input and keeps the books
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -256,52 +256,36 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
             set_attr(room.attributes[key], value)
 
 
-def running_job(
-    job_id: str, runs: Iterable[tuple[Any, list[str]]], rows: Mapping[str, int], evicting: Mapping[str, int] | None,
-) -> tuple[bytes, bool]:  # fmt: skip
-    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts), and
-    whether a placement was left out for its worker having no row.
+def running_job(job_id: str, runs: Sequence[pb.PlacedRun], evicting: Mapping[str, int] | None) -> bytes:
+    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts).
 
-    `runs` are the job's placements as columns (`JobPlacements.runs`: per shape, a `pb.PlacedRun` and its
-    workers' ids; no `Placement` built), `rows` number the workers (all the scheduler's: the
-    snapshot's `share.worker_positions` says where each is in the snapshot, if at all), `evicting` its
-    attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them out.
+    `runs` are the job's placement columns (`pb.PlacedRun`: per shape, task indices, attempts, worker numbers,
+    placement times); their worker numbers are the snapshot's rows as they are (`share.row_positions` says
+    where each worker is in the snapshot), so a job placed in one shape is copied column by column in C.
+    `evicting` are its attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them.
     """
-    indices: list[int] = []
-    worker_rows: list[int] = []
-    started: list[float] = []
-    first = None
-    unnumbered = False
-    get = rows.get
-    for run, workers in runs:
-        numbered = list(map(get, workers))
-        if not evicting and None not in numbered:  # the common case, a run's columns at once (in C)
-            first = first or run
-            indices += run.task_indices
-            worker_rows += numbered  # type: ignore[arg-type]
-            started += run.placed_at
-            continue
-        for index, attempt, worker_id, at in zip(run.task_indices, run.attempts, workers, run.placed_at, strict=True):
+    snap = pb.SchedulingSnapshot()
+    if not evicting and len(runs) == 1:  # the common case
+        run = runs[0]
+        _add_running(snap.share, job_id, run, run.task_indices, run.workers, run.placed_at)
+        return snap.SerializeToString()
+    first, indices, rows, started = None, [], [], []
+    for run in runs:
+        for index, attempt, row, at in zip(run.task_indices, run.attempts, run.workers, run.placed_at, strict=True):
             if evicting and evicting.get(task_workflow_id(job_id, index), -1) >= attempt:
                 continue
-            row = get(worker_id)
-            if row is None:
-                unnumbered = True
-                continue
-            if first is None:
-                first = run
+            first = first or run
             indices.append(index)
-            worker_rows.append(row)
+            rows.append(row)
             started.append(at)
     if first is None:
-        return b"", unnumbered
-    snap = pb.SchedulingSnapshot()
-    _add_running(snap.share, job_id, first, indices, worker_rows, started)
-    return snap.SerializeToString(), unnumbered
+        return b""
+    _add_running(snap.share, job_id, first, indices, rows, started)
+    return snap.SerializeToString()
 
 
-def _add_running(share: pb.ShareInput, job_id: str, first: Any, indices: list[int], worker_rows: list[int],
-                 started: list[float]) -> None:  # fmt: skip
+def _add_running(share: pb.ShareInput, job_id: str, first: Any, indices: Iterable[int], worker_rows: Iterable[int],
+                 started: Iterable[float]) -> None:  # fmt: skip
     out = share.running.add(job_id=job_id, user=first.user, band=first.band, coscheduled=first.gang,
                             task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
     out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes

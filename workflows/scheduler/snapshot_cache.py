@@ -10,10 +10,9 @@ that is unchanged:
   changes with placements, is a serialized message of its own merged in (most workers share a few free
   values);
 - a running job's entry by its placements' stamp (`Placements.stamps`) and its attempts being evicted.
-  Its `worker_rows` number all the scheduler's workers in the state's order, eligible or not, and the
-  snapshot lists those outside it (`share.absent_rows`), so a worker cordoned, lost,
-  quarantined or held, or a new one, re-encodes no running job; a worker removed renumbers those after
-  it, and every running job is encoded again (from the index, not a walk of all placements);
+  Its `worker_rows` are the worker numbers of its placement columns, copied as they are, and the snapshot
+  says where each number's worker is in it (`share.row_positions`, -1 outside), so a worker cordoned,
+  lost, quarantined, held or removed, or a new one, re-encodes no running job;
 - a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason (and, for a
   throttled array, how many of its tasks are placed); it carries its submission time (`submitted_at`),
   not its wait, so it does not change with the clock.
@@ -41,13 +40,13 @@ from workflows.scheduler.sharing_state import fill_share_header, running_job
 # Work units (about a microsecond of CPU each on a loaded 2-core machine, half that on a quiet one; the
 # sandbox adds some) a build does per workflow task. A warm pass at 10,000 workers and 100,000 tasks
 # takes ~30,000 (the walks over workers, running and queued jobs): one step. A cold one (the first after
-# continue-as-new) ~320,000: about eight steps of a workflow task each.
+# continue-as-new) ~170,000: about five steps of a workflow task each.
 STEP_WORK = 40_000
 _HIT = 1  # a piece found in the cache
 _FREE = 1  # a worker's free capacity merged in
-_WORKER = 3  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
-_JOB = 8  # a queued job's entry encoded, plus a unit per two task indices
-_RUNNING = 5  # a running job's entry encoded, plus a unit per placement
+_WORKER = 5  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
+_JOB = 3  # a queued job's entry encoded (its spec's part encoded once), plus a unit per four task indices
+_RUNNING = 5  # a running job's entry encoded (its columns copied whole), plus a unit per shape it runs in
 
 
 _DONE = object()
@@ -72,31 +71,35 @@ def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
     return pb.SchedulingWorker(worker_id=row.worker_id).SerializeToString() + rest
 
 
-def _job_piece(entry: PendingEntry, spec: SchedulingSpec, indices: list[int], reason: str, placed: int = 0) -> bytes:
-    snap = pb.SchedulingSnapshot()
-    sj = snap.jobs.add(
-        job_id=entry.job_id,
-        task_indices=indices,
+def _spec_piece(spec: SchedulingSpec) -> bytes:
+    """A serialized `SchedulingJob` with what its spec says: jobs share specs (the queue keeps each distinct
+    one once), so a job's entry is its own fields merged with its spec's, encoded once."""
+    sj = pb.SchedulingJob(
         group_by=spec.group_by,
         priority=spec.priority,
-        submitted_at=entry.submitted_at,
         scheduling_timeout_seconds=spec.scheduling_timeout_seconds,
         tolerations=spec.tolerations,
         num_groups=spec.num_groups if spec.num_groups > 1 else 0,
         band=spec.band,
         user=spec.user,
         max_concurrent=spec.max_concurrent,
-        placed=placed if spec.max_concurrent else 0,
-        room_at=entry.room_at,
     )
-    if reason:
-        sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
     sj.request.cpu_millis = spec.cpu_millis
     sj.request.memory_bytes = spec.memory_bytes
     sj.request.gpus = spec.gpus
     sj.request.tpus = spec.tpus
     for c in spec.constraints:
         set_constraint(sj.constraints.add(), c.key, c.op, c.value, c.soft)
+    return sj.SerializeToString()
+
+
+def _job_piece(entry: PendingEntry, spec: bytes, indices: list[int], reason: str, placed: int = 0) -> bytes:
+    snap = pb.SchedulingSnapshot()
+    sj = snap.jobs.add(job_id=entry.job_id, task_indices=indices, submitted_at=entry.submitted_at, placed=placed,
+                       room_at=entry.room_at)  # fmt: skip
+    sj.MergeFromString(spec)
+    if reason:
+        sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
     return snap.SerializeToString()
 
 
@@ -108,16 +111,11 @@ class SnapshotCache:
         self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
         self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> a SchedulingWorker with it
         self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
-        # Every worker, in the state's order: what `worker_rows` number (eligible or not, so a number stays
-        # put while workers are cordoned, lost or come back), and that numbering.
-        self.numbered: list[str] = []
-        self.rows: dict[str, int] = {}
-        self.numbering = 0  # changes when a worker leaves the numbering (the rows after it move)
-        # job id -> (its placements' stamp, numbering, its attempts being evicted, len(numbered) when one of
-        # its placements was on a worker not numbered yet, else -1; its piece)
-        self.running: dict[str, tuple[int, int, Any, int, bytes]] = {}
+        # job id -> (its placements' stamp, the placements' worker numbering, its attempts being evicted; its piece)
+        self.running: dict[str, tuple[int, int, Any, bytes]] = {}
         # job id -> (entry, spec, task indices, pending reason, its piece, its tasks placed if throttled)
         self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
+        self.specs: dict[int, tuple[SchedulingSpec, bytes]] = {}  # id(spec) -> (the spec, `_spec_piece`)
 
     def build(self, state: SchedulerState, now: float, *, step_work: int = STEP_WORK) -> SnapshotBuild:
         """A build of the snapshot that keeps what it encodes for the next one (the pass's)."""
@@ -171,6 +169,12 @@ class SnapshotBuild:
         yield from self._jobs()
         snap = pb.SchedulingSnapshot()
         reservation_state.encode(snap, self._state, self._now)
+        # Where each worker number the running jobs' rows use is in the snapshot. Read last: a placement
+        # made between two steps may number a worker, which `names` then holds (it only grows in a run).
+        names = self._state.placements.names
+        if names:
+            at = {worker_id: i for i, worker_id in enumerate(self._layout)}
+            snap.share.row_positions.extend([at.get(worker_id, -1) for worker_id in names])
         self._parts.append(snap.SerializeToString())
 
     def _workers(self) -> Iterator[None]:
@@ -189,7 +193,6 @@ class SnapshotBuild:
         zero = [0, 0, 0, 0]
         work, limit = self._work, self._limit
         entries = list(state.workers.values())
-        self._numbered = [w.row.worker_id for w in entries]
         lost = WorkerState.LOST
         for w in entries:
             row = w.row  # its fields read from the message, not through the entry's properties
@@ -233,24 +236,6 @@ class SnapshotBuild:
         if self._keep:
             live = state.workers
             cache.workers = {k: v for k, v in new.items() if k in live} if len(new) > len(live) else new
-        self._number()
-
-    def _number(self) -> None:
-        """Number every worker by its place in the state; reuse the cache's numbering while it holds."""
-        cache, numbered = self._cache, self._numbered
-        known = cache.numbered
-        if numbered == known:
-            self._rows, self._numbering = cache.rows, cache.numbering
-            return
-        rows = {worker_id: i for i, worker_id in enumerate(numbered)}
-        extended = numbered[: len(known)] == known  # only new workers, after the others: no row moved
-        if not self._keep:
-            self._rows, self._numbering = rows, cache.numbering if extended else -1
-            return
-        if not extended:
-            cache.numbering += 1
-        cache.numbered, cache.rows = numbered, rows
-        self._rows, self._numbering = rows, cache.numbering
 
     def _running(self) -> Iterator[None]:
         state, cache = self._state, self._cache
@@ -263,29 +248,29 @@ class SnapshotBuild:
             p = placements.get(key)
             if p is not None:
                 evicting.setdefault(p.job_id, []).append((key, attempt))
-        rows, numbering, count = self._rows, self._numbering, len(self._numbered)
+        numbering = placements.numbering
         old = cache.running
-        new: dict[str, tuple[int, int, Any, int, bytes]] = {}
+        new: dict[str, tuple[int, int, Any, bytes]] = {}
         stamps = placements.stamps
         parts, work, limit = self._parts, self._work, self._limit
-        jobs = placements.jobs
-        for job_id in list(jobs):
-            tasks = jobs.get(job_id)  # read with its stamp: the job may have changed between two steps
-            if tasks is None:
+        columns = placements.columns
+        for job_id in list(placements.jobs):
+            job = columns(job_id)  # read with its stamp: the job may have changed between two steps
+            if job is None:
                 continue  # its last placement went while the build waited between steps
             stamp = stamps[job_id]
             stopping = evicting.get(job_id)
             sig = tuple(sorted(stopping)) if stopping else None
             got = old.get(job_id)
-            if (got is not None and got[0] == stamp and got[1] == numbering >= 0 and got[2] == sig
-                    and got[3] in (-1, count)):  # fmt: skip
+            if got is not None and got[0] == stamp and got[1] == numbering and got[2] == sig:
                 new[job_id] = got
-                piece = got[4]
+                piece = got[3]
                 units = _HIT
             else:
-                piece, unnumbered = running_job(job_id, tasks.runs(), rows, dict(stopping) if stopping else None)
-                new[job_id] = (stamp, numbering, sig, count if unnumbered else -1, piece)
-                units = _RUNNING + len(tasks)
+                runs = job.runs
+                piece = running_job(job_id, runs, dict(stopping) if stopping else None)
+                new[job_id] = (stamp, numbering, sig, piece)
+                units = _RUNNING + len(runs)
             if piece:
                 parts.append(piece)
             work += units
@@ -295,11 +280,6 @@ class SnapshotBuild:
         self._work = work
         if self._keep:
             cache.running = new
-        if len(self._layout) < count:  # the numbered workers outside the snapshot
-            inside = set(self._layout)
-            snap = pb.SchedulingSnapshot()
-            snap.share.absent_rows.extend(i for i, worker_id in enumerate(self._numbered) if worker_id not in inside)
-            parts.append(snap.SerializeToString())
 
     def _jobs(self) -> Iterator[None]:
         state, cache = self._state, self._cache
@@ -309,6 +289,9 @@ class SnapshotBuild:
         new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
         parts, work, limit = self._parts, self._work, self._limit
         placements = state.placements
+        if self._keep and len(cache.specs) > 2 * len(state.pending) + 100:
+            cache.specs = {}  # specs of jobs gone, most of them: kept bounded
+        specs = cache.specs if self._keep else dict(cache.specs)
         for entry in list(state.pending.values()):
             job_id = entry.job_id
             if job_id in waiting:
@@ -324,9 +307,12 @@ class SnapshotBuild:
                 piece = got[4]
                 units = _HIT
             else:
-                piece = _job_piece(entry, spec, indices, reason, placed)
+                known = specs.get(id(spec))
+                if known is None or known[0] is not spec:
+                    known = specs[id(spec)] = (spec, _spec_piece(spec))
+                piece = _job_piece(entry, known[1], indices, reason, placed)
                 new[job_id] = (entry, spec, indices, reason, piece, placed, entry.room_at)
-                units = _JOB + len(indices) // 2
+                units = _JOB + len(indices) // 4
             parts.append(piece)
             work += units
             if work >= limit:
