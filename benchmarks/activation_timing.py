@@ -8,7 +8,10 @@ in `activate`, and the creation of a run's instance (the sandbox importing the w
 
 from __future__ import annotations
 
+import cProfile
 import json
+import os
+import pstats
 import threading
 import time
 from pathlib import Path
@@ -19,6 +22,8 @@ from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, Workflo
 from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
 
 TOP = 8
+PROFILE_DIR = "IRIS_BENCH_PROFILE_DIR"  # set: each activation runs under cProfile, the longest few are kept there
+PROFILED = 3
 
 
 class Timings:
@@ -30,6 +35,15 @@ class Timings:
         # server hands it to the closed run, which the controller no longer caches), or an eviction.
         self.replays = 0
         self.replay_cpu = 0.0  # seconds, all their replaying activations
+        self.profile_dir = os.environ.get(PROFILE_DIR) or None
+        self.profiles: list[tuple[float, str, cProfile.Profile]] = []  # the longest CPU first
+
+    def profiled(self, cpu: float, what: str, profile: cProfile.Profile) -> None:
+        with self._lock:
+            if len(self.profiles) < PROFILED or cpu > self.profiles[-1][0]:
+                self.profiles.append((cpu, what, profile))
+                self.profiles.sort(key=lambda row: -row[0])
+                del self.profiles[PROFILED:]
 
     def add(self, cpu: float, wall: float, what: str) -> None:
         with self._lock:
@@ -44,7 +58,21 @@ class Timings:
             self.replays += first
             self.replay_cpu += cpu
 
+    def write_profiles(self) -> None:
+        """The kept profiles, as pstats files and a text summary (cumulative and own time), longest first."""
+        if self.profile_dir is None:
+            return
+        out = Path(self.profile_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for i, (cpu, what, profile) in enumerate(self.profiles):
+            profile.dump_stats(str(out / f"activation{i}.prof"))
+            with (out / f"activation{i}.txt").open("w") as f:
+                f.write(f"{cpu * 1000:.1f} ms CPU (under the profiler): {what}\n")
+                for order in ("cumulative", "tottime"):
+                    pstats.Stats(profile, stream=f).sort_stats(order).print_stats(40)
+
     def write(self, path: Path) -> None:
+        self.write_profiles()
         path.write_text(json.dumps({
             "activations": self.count, "top": self.top, "replays": self.replays,
             "replay_cpu_ms": round(self.replay_cpu * 1000),
@@ -71,15 +99,22 @@ class _TimedInstance(WrappedInstance):
         self._timings = timings
 
     def activate(self, act: Any) -> Any:
+        profile = cProfile.Profile() if self._timings.profile_dir else None
         cpu, wall = time.thread_time(), time.perf_counter()
         completion = None
         try:
+            if profile is not None:
+                profile.enable()
             completion = self._inner.activate(act)
             return completion
         finally:
+            if profile is not None:
+                profile.disable()
             jobs = sorted({job.WhichOneof("variant") or "" for job in act.jobs})
             what = ("replay: " if act.is_replaying else "") + ", ".join(jobs) + " -> " + _commands(completion)
             self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what)
+            if profile is not None:
+                self._timings.profiled(time.thread_time() - cpu, what, profile)
             if act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too
                 self._timings.replayed(time.thread_time() - cpu, first="initialize_workflow" in jobs)
 

@@ -141,6 +141,11 @@ class Placements(MutableMapping[str, Placement]):
         at = where.get(index)
         return None if at is None else (job, at[0], at[1])
 
+    def placed_attempt(self, job_id: str, index: int) -> int:
+        """The attempt holding this task's place, -1 when none does (no key built, no `Placement` read)."""
+        at = self._locate(job_id, index)
+        return -1 if at is None else at[0].runs[at[1]].attempts[at[2]]
+
     def __len__(self) -> int:
         return self._len
 
