@@ -239,3 +239,13 @@ def test_a_release_takes_the_place_only_of_the_attempt_that_holds_it() -> None:
     assert released is not None and {"http": 9} == released.ports and 2 == released.attempt
     assert "a/task-0" not in placements and [100, 1, 0, 0] == placements.used["w"]
     assert (placements.used, placements.jobs) == recount(placements)
+
+
+def test_the_attempt_holding_a_place_is_read_without_the_place() -> None:
+    """What an enqueue checks (an attempt already placed is not queued again): the holding attempt, -1 if none."""
+    placements = Placements()
+    placements["a/task-0"] = Placement("a", 0, 2, "w", 100, 1, 0, 0, user="ana")
+    placements["a/task-3"] = Placement("a", 3, 0, "v", 100, 1, 0, 0, user="ana")
+    assert (2, 0, -1, -1) == tuple(placements.placed_attempt(j, i) for j, i in (("a", 0), ("a", 3), ("a", 1), ("b", 0)))
+    del placements["a/task-0"]
+    assert (-1, 0) == (placements.placed_attempt("a", 0), placements.placed_attempt("a", 3))
