@@ -167,3 +167,24 @@ def test_the_newest_controller_written_payload_names_the_clusters_key() -> None:
     found = newest_evidence([stray, started])
     assert other == (found.key_id if found else None)
     assert newest_evidence([stray]) is None
+
+
+def test_a_big_message_travels_binary_and_a_small_one_as_readable_json() -> None:
+    """A protobuf message above LARGE_MESSAGE_BYTES is written binary (parsed in C, not field by field in Python);
+    a small one stays JSON for the Temporal UI; both, and JSON written before, read back as the same message."""
+    from google.protobuf import json_format
+
+    from activities.proto import cluster_pb2 as pb
+    from iris.security.codec import LARGE_MESSAGE_BYTES, IrisPayloadConverter
+
+    converter = IrisPayloadConverter()
+    small = pb.ClusterSummary(store_url="memory://x", healthy_workers=3)
+    big = pb.WorkerList()
+    while big.ByteSize() <= LARGE_MESSAGE_BYTES:
+        big.workers.add(worker_id=f"w{len(big.workers):05d}", running_tasks=["job/task-0"])
+    encoded = converter.to_payloads([small, big])
+    assert [b"json/protobuf", b"binary/protobuf"] == [p.metadata["encoding"] for p in encoded]
+    assert [small, big] == converter.from_payloads(encoded, [pb.ClusterSummary, pb.WorkerList])
+    older = Payload(metadata={"encoding": b"json/protobuf", "messageType": b"iris.cluster.WorkerList"},
+                    data=json_format.MessageToJson(big).encode())  # fmt: skip
+    assert [big] == converter.from_payloads([older], [pb.WorkerList])

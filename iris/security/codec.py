@@ -26,8 +26,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
+    BinaryProtoPayloadConverter,
     CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -168,15 +170,38 @@ class _MessageJSONConverter(JSONPlainPayloadConverter):
         return plan(value)
 
 
+LARGE_MESSAGE_BYTES = 8 * 1024
+"""A protobuf message bigger than this travels as binary/protobuf; a smaller one as JSON (readable in the UI)."""
+
+
+class _LargeMessageBinaryConverter(BinaryProtoPayloadConverter):
+    """The SDK writes every protobuf message as JSON, which is written and parsed field by field in Python:
+    a 256 KiB page of the `workers` query took 35 ms to write and 57 ms to read (1 ms and 0.5 ms binary), and a
+    rebuilt scheduler's re-registrations 0.59 s of one workflow task. A message bigger than LARGE_MESSAGE_BYTES
+    is written binary; a smaller one is left to the JSON converter after this one, so what the Temporal UI
+    shows of small messages stays readable. Reading goes by each payload's encoding, so either is read."""
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if isinstance(value, Message) and value.ByteSize() > LARGE_MESSAGE_BYTES:
+            return super().to_payload(value)
+        return None
+
+
 class IrisPayloadConverter(CompositePayloadConverter):
-    """The SDK's default converters (messages decoded by plan), plus a one-line error for payloads this
-    process cannot decrypt."""
+    """The SDK's default converters (messages decoded by plan, big protobuf messages written binary), plus a
+    one-line error for payloads this process cannot decrypt."""
 
     def __init__(self) -> None:
-        converters = [
-            _MessageJSONConverter() if isinstance(c, JSONPlainPayloadConverter) else c
-            for c in DefaultPayloadConverter.default_encoding_payload_converters
-        ]
+        converters: list[EncodingPayloadConverter] = []
+        for c in DefaultPayloadConverter.default_encoding_payload_converters:
+            if isinstance(c, JSONPlainPayloadConverter):
+                converters.append(_MessageJSONConverter())
+            elif isinstance(c, BinaryProtoPayloadConverter):
+                continue  # one converter per encoding: the large-message one, before the JSON one, reads these
+            else:
+                if c.encoding == "json/protobuf":
+                    converters.append(_LargeMessageBinaryConverter())
+                converters.append(c)
         super().__init__(*converters, _EncryptedPayloadRefusal())
 
 
