@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto.values import set_attr, set_constraint
+from activities.proto.values import set_constraint
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler import reservation_state
@@ -52,22 +52,17 @@ _RUNNING = 5  # a running job's entry encoded (its columns copied whole), plus a
 _DONE = object()
 
 
-def _worker_static(w: WorkerEntry, shapes: dict[Any, bytes]) -> bytes:
-    """A serialized `SchedulingWorker` without its free capacity: its id, then its attributes and capacity,
-    which most workers share with others (`shapes`: those encoded so far, by value). Serialized messages
-    concatenate into their merge, so id, shape and free capacity are encoded apart and joined."""
-    # Typed: True == 1 == 1.0 in Python, not in an attribute's encoding.
+def _worker_static(w: WorkerEntry, shapes: dict[bytes, bytes]) -> bytes:
+    """A serialized `SchedulingWorker` without its free capacity: its id, then its capacity and attributes,
+    copied from its row in C (never decoded to Python values), one bytes object per distinct shape (`shapes`).
+    Serialized messages concatenate into their merge, so id, shape and free capacity are encoded apart and joined."""
     row = w.row
-    shape = (row.cpu_millis, row.memory_bytes, row.gpus, row.tpus,
-             tuple((k, type(v), v) for k, v in w.attributes.items()))  # fmt: skip
-    rest = shapes.get(shape)
-    if rest is None:
-        sw = pb.SchedulingWorker()
-        sw.capacity.cpu_millis, sw.capacity.memory_bytes = row.cpu_millis, row.memory_bytes
-        sw.capacity.gpus, sw.capacity.tpus = row.gpus, row.tpus
-        for key, value in w.attributes.items():
-            set_attr(sw.attributes[key], value)
-        rest = shapes[shape] = sw.SerializeToString()
+    sw = pb.SchedulingWorker()
+    sw.capacity.cpu_millis, sw.capacity.memory_bytes = row.cpu_millis, row.memory_bytes
+    sw.capacity.gpus, sw.capacity.tpus = row.gpus, row.tpus
+    sw.attributes.MergeFrom(row.attributes)
+    rest = sw.SerializeToString(deterministic=True)  # map entries in key order: equal shapes, equal bytes
+    rest = shapes.setdefault(rest, rest)
     return pb.SchedulingWorker(worker_id=row.worker_id).SerializeToString() + rest
 
 
@@ -110,7 +105,7 @@ class SnapshotCache:
         # worker id -> (its entry, its used capacity then, its entry without free capacity, with it)
         self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
         self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> a SchedulingWorker with it
-        self.shapes: dict[Any, bytes] = {}  # (capacity, attributes) -> a worker's entry but its id and free
+        self.shapes: dict[bytes, bytes] = {}  # a worker's entry but its id and free capacity, each distinct one once
         # job id -> (its placements' stamp, the placements' worker numbering, its attempts being evicted; its piece)
         self.running: dict[str, tuple[int, int, Any, bytes]] = {}
         # job id -> (entry, spec, task indices, pending reason, its piece, its tasks placed if throttled)
