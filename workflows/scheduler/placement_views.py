@@ -87,12 +87,6 @@ class JobPlacements(Mapping[str, Placement]):
     def values(self) -> Iterator[Placement]:  # type: ignore[override]
         return (p for _, p in self.items())
 
-    def runs(self) -> list[tuple[pb.PlacedRun, list[str]]]:
-        """Its runs (a shape each: columns of task indices, attempts and placement times), each with its
-        workers' ids (a pass reads every running job's; no `Placement` is built)."""
-        name = self._owner.names.__getitem__
-        return [(run, list(map(name, run.workers))) for run in self._job.runs]
-
 
 class JobsView(Mapping[str, JobPlacements]):
     """Placements job by job, in the order the jobs were first placed."""
