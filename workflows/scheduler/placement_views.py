@@ -49,8 +49,6 @@ def split_key(key: str) -> tuple[str, int]:
 class Columns(Protocol):
     """What the views read of the placements (placement_index's `Placements`)."""
 
-    names: list[str]  # the workers the columns refer to by number
-
     def read(self, job_id: str, run: pb.PlacedRun, pos: int) -> Placement: ...
     def __getitem__(self, key: str) -> Placement: ...
 

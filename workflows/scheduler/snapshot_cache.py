@@ -44,7 +44,7 @@ from workflows.scheduler.sharing_state import fill_share_header, running_job
 STEP_WORK = 40_000
 _HIT = 1  # a piece found in the cache
 _FREE = 1  # a worker's free capacity merged in
-_WORKER = 5  # a worker's entry encoded (its attributes and capacity, when no worker had them before)
+_WORKER = 5  # a worker's entry encoded (its capacity and attributes copied from its row)
 _JOB = 3  # a queued job's entry encoded (its spec's part encoded once), plus a unit per four task indices
 _RUNNING = 5  # a running job's entry encoded (its columns copied whole), plus a unit per shape it runs in
 
