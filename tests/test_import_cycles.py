@@ -8,6 +8,7 @@ under `if TYPE_CHECKING:` count too: a type-only cycle is the same tangle for a 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +98,7 @@ def test_no_import_cycles() -> None:
     assert [] == cycles(graph)
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
     known = modules()
     return {name: imported(name, path, known) for name, path in known.items()}

@@ -160,6 +160,7 @@ async def start(
         handle = await client.temporal.create_schedule(name, schedule, memo=memo)
         if not (await handle.describe()).info.next_action_times:  # e.g. a year already past: it would never fire
             await handle.delete()
+            await _until_listed(client, name, listed=False)  # refused: not listed after, as if never made
             raise ValueError(f"cron: {cron!r} never fires (no time to come matches it in {timezone})")
         await _until_listed(client, name, listed=True)
     except ScheduleAlreadyRunningError:

@@ -107,13 +107,17 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
 
 def record_run_until(directory: str, gate: str) -> int:
     """Task body: append start and end (with attempt and time) to a shared file, running until `gate` exists
-    in between (the test ends it when its outage is over); return 10 * index."""
+    in between (the test ends it when its outage is over), a line a tick to `ticks-INDEX` meanwhile (it is
+    alive); return 10 * index."""
     info = get_job_info()
     assert info is not None
     path = Path(directory) / "runs"
     with path.open("a") as f:
         f.write(f"{info.task_index} {info.attempt} start {time.time()}\n")
+    ticks = Path(directory) / f"ticks-{info.task_index}"
     while not Path(gate).exists():
+        with ticks.open("a") as f:
+            f.write(".\n")
         time.sleep(0.1)
     with path.open("a") as f:
         f.write(f"{info.task_index} {info.attempt} end {time.time()}\n")
@@ -141,7 +145,11 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: M
     wait_until(lambda: len(lines(runs)) >= 2, what="two tasks started")
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     assert "controller" not in c.alive()
-    time.sleep(2.0)  # tasks keep running and heartbeating to Temporal meanwhile
+    started = sorted(int(line.split()[0]) for line in lines(runs))
+    at_kill = {index: len(lines(c.work / f"ticks-{index}")) for index in started}
+    # The two tasks keep running with no controller: each ticks on through a second of the outage.
+    wait_until(lambda: all(len(lines(c.work / f"ticks-{i}")) >= n + 10 for i, n in at_kill.items()),
+               what="both running tasks ticking while the controller is dead")  # fmt: skip
     assert 2 == len(lines(runs))  # both still running, the third not started: no controller placed it
     c.local.restart_process("controller")
     gate.touch()
