@@ -3,7 +3,8 @@
 A probe for the next step of the schema work (issue 42: "workflow tasks light by construction"). No server: the
 snapshot bench's state (`--workers`, `--placed` tasks and `--pending` queued tasks in jobs of `--tasks-per-job`)
 is packed and loaded the way a scheduler run hands it over today (workflows/scheduler/scheduler_carry.py: since
-2026-12-05 protobuf columns and rows too, a view per worker and an entry per queued job), and converted into messages of a probe schema (below:
+2026-12-05 protobuf columns and rows too, a view per worker and an entry per queued job), and converted into
+messages of a probe schema (below:
 per-job placements as maps, per-worker totals carried) that are serialized, compressed, decompressed and parsed.
 Timed side by side in one process (CPU of this thread, collector off while timing), with what each form leaves
 for the garbage collector: the objects it tracks and one full collection with the state alive.

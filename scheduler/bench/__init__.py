@@ -41,7 +41,6 @@ victims are gone).
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -209,18 +208,6 @@ def schedule_shared(doc: Document, *, sharing: bool) -> tuple[list[Assignment], 
     result = find_assignments(workers, jobs, share=share)
     seconds = time.perf_counter() - start
     return list(result.assignments), list(result.evictions), seconds
-
-
-def paired_ratio(base: Sequence[float], other: Sequence[float]) -> float:
-    """The median of `other[i] / base[i]`: each pair ran back to back, so a change in the machine's speed
-    (another process, a busy host under a virtual machine) falls on both of a pair and cancels in its
-    ratio, where the best or the median of each side alone can come from different moments."""
-    return statistics.median(o / b for b, o in zip(base, other, strict=True))
-
-
-def pair_order(repeat: int) -> tuple[bool, bool]:
-    """The order of a pair's two passes (False: the base first): alternating, so neither always runs second."""
-    return (False, True) if repeat % 2 == 0 else (True, False)
 
 
 def output_document(

@@ -7,10 +7,10 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.scheduler_bench.gen import add_multislice, generate
+from benchmarks.scheduler_bench.validate import validate
 from scheduler import PendingJob, Resources, WorkerSnapshot, find_assignments
 from scheduler.bench import output_document, schedule_document
-from scheduler.bench.gen import add_multislice, generate
-from scheduler.bench.validate import validate
 from scheduler.types import AttrValue
 from tests.scheduler.sched_helpers import gang, job, placed, tpu_slice, worker
 

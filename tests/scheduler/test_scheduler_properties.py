@@ -7,11 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.scheduler_bench.gen import generate, generate_fragmented
+from benchmarks.scheduler_bench.validate import validate
 from scheduler import Constraint, Op, PendingJob, Resources, WorkerSnapshot, find_assignments
 from scheduler.attributes import evaluate_all
 from scheduler.bench import output_document, schedule_document
-from scheduler.bench.gen import generate, generate_fragmented
-from scheduler.bench.validate import validate
 from scheduler.index import ClusterIndex
 
 KEYS = ["zone", "cores", "ssd", "tpu-worker-id", "hostname", "taint:x"]
@@ -167,8 +167,8 @@ def test_validator_catches_each_violation() -> None:
 
 def test_fragmented_case_best_fit_beats_first_fit() -> None:
     """On the fragmented fleet, best fit places strictly more coscheduled jobs than first fit."""
+    from benchmarks.scheduler_bench.baseline import first_fit
     from scheduler.bench import parse_jobs, parse_workers
-    from scheduler.bench.baseline import first_fit
 
     doc = generate_fragmented(120)
     ours = find_assignments(parse_workers(doc), parse_jobs(doc))

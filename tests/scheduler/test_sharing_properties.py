@@ -249,9 +249,9 @@ def test_fair_share_never_starves_a_user(users: int, slots: int, max_usage: int,
 @given(st.integers(40, 300), st.integers(0, 2000), st.integers(0, 10**6), st.integers(1, 12))
 def test_shared_bench_outputs_pass_the_validator(workers: int, tasks: int, seed: int, users: int) -> None:
     """On generated inputs with users, bands and running work, the plan passes every bench check."""
+    from benchmarks.scheduler_bench.gen import add_sharing, generate
+    from benchmarks.scheduler_bench.validate import validate
     from scheduler.bench import output_document, schedule_shared
-    from scheduler.bench.gen import add_sharing, generate
-    from scheduler.bench.validate import validate
 
     doc = add_sharing(generate(workers, tasks, seed), users, seed)
     assignments, evictions, seconds = schedule_shared(doc, sharing=True)
@@ -260,7 +260,7 @@ def test_shared_bench_outputs_pass_the_validator(workers: int, tasks: int, seed:
 
 def test_the_validator_catches_half_a_gang_evicted_and_an_equal_band_victim() -> None:
     """Evicting one task of a running gang, or an interactive job for an interactive one, is reported."""
-    from scheduler.bench.validate import validate
+    from benchmarks.scheduler_bench.validate import validate
 
     doc = {
         "workers": [{"id": f"w{i}", "cpu": 8, "memory_bytes": GIB, "tpus": 4, "attributes": {"tpu-name": "s"}}
@@ -281,8 +281,8 @@ def test_the_validator_catches_half_a_gang_evicted_and_an_equal_band_victim() ->
 
 def test_a_spec_input_without_sharing_fields_runs_and_writes_as_before() -> None:
     """An input in the spec's format runs without a ShareSnapshot; its output has no evictions key."""
+    from benchmarks.scheduler_bench.gen import generate
     from scheduler.bench import output_document, parse_jobs, parse_workers, schedule_shared, uses_sharing
-    from scheduler.bench.gen import generate
 
     doc = generate(200, 1500, 3)
     assert not uses_sharing(doc)

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iris.controller.gc_tuning import THRESHOLDS
-from scheduler.bench import teams
-
-
-def test_the_bench_uses_the_controllers_collector_thresholds() -> None:
-    """The bench repeats the controller's thresholds (the scheduler imports nothing outside itself): a change
-    to one without the other would time a collector nobody runs."""
-    assert THRESHOLDS == teams.CONTROLLER_GC
+from benchmarks.scheduler_bench import teams
 
 
 def test_the_bench_prints_both_collectors_and_their_ratios(capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,7 +20,7 @@ def test_pairs_cancel_a_change_of_the_machines_speed() -> None:
     """The ratio is each pair's, then their median: the machine's speed changing between pairs (2x slower for
     two of them) and one pair disturbed in its middle move it not at all, where the ratio of the bests (2.4x)
     or of the medians (1.5x) pairs moments that did not run side by side."""
-    from scheduler.bench import pair_order, paired_ratio
+    from benchmarks.scheduler_bench import pair_order, paired_ratio
 
     base, other = [0.5, 2.0, 2.0, 1.0, 1.0], [1.5, 2.4, 2.4, 1.2, 1.2]  # 1.2x in every pair but the first
     assert 1.2 == pytest.approx(paired_ratio(base, other))

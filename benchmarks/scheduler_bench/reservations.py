@@ -1,6 +1,6 @@
 """Time one pass with reservations against the same pass without, on a bench input.
 
-    python -m scheduler.bench.reservations INPUT.json [--reservations 100] [--entries 4] [--tree-share 0.02]
+    python -m benchmarks.scheduler_bench.reservations INPUT.json [--reservations 100] [--entries 4] [--tree-share 0.02]
 
 Adds RESERVATIONS reservations of ENTRIES entries each (each entry the size of a typical plain
 task times four, no constraints) and moves a share of the queue's plain jobs into their trees

@@ -1,9 +1,9 @@
 """Generate bench inputs: a realistic mixed fleet, or a deliberately fragmented one.
 
-    python -m scheduler.bench.gen --workers 4000 --tasks 30000 --seed 1 OUT.json
-    python -m scheduler.bench.gen --fragmented --workers 400 --seed 1 OUT.json
-    python -m scheduler.bench.gen --workers 10000 --tasks 100000 --share 50 OUT.json
-    python -m scheduler.bench.gen --workers 10000 --tasks 100000 --multislice 0.5 OUT.json
+    python -m benchmarks.scheduler_bench.gen --workers 4000 --tasks 30000 --seed 1 OUT.json
+    python -m benchmarks.scheduler_bench.gen --fragmented --workers 400 --seed 1 OUT.json
+    python -m benchmarks.scheduler_bench.gen --workers 10000 --tasks 100000 --share 50 OUT.json
+    python -m benchmarks.scheduler_bench.gen --workers 10000 --tasks 100000 --multislice 0.5 OUT.json
 
 Mixed fleet: TPU slices of 2-16 hosts (tpu-name, tpu-worker-id, tpu-topology),
 CPU pools, GPU hosts, a few tainted hosts (jobs carry explicit NOT_EXISTS

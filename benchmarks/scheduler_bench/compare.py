@@ -1,8 +1,8 @@
 """Run the scheduler and the naive first-fit baseline side by side on the same inputs.
 
-    python -m scheduler.bench.compare                      # the three standard cases
-    python -m scheduler.bench.compare INPUT.json [...]     # your own inputs
-    python -m scheduler.bench.compare --baseline-budget 120
+    python -m benchmarks.scheduler_bench.compare                      # the three standard cases
+    python -m benchmarks.scheduler_bench.compare INPUT.json [...]     # your own inputs
+    python -m benchmarks.scheduler_bench.compare --baseline-budget 120
 
 Standard cases: 4,000 workers x 30,000 tasks and 10,000 x 100,000 (mixed
 fleets from `bench.gen`, seed 1) and a fragmented 400-worker fleet where best
@@ -23,10 +23,10 @@ import json
 import time
 from typing import Any
 
+from benchmarks.scheduler_bench.baseline import first_fit
+from benchmarks.scheduler_bench.gen import generate, generate_fragmented
+from benchmarks.scheduler_bench.validate import count_placed, validate
 from scheduler.bench import output_document, parse_jobs, parse_workers, schedule_document
-from scheduler.bench.baseline import first_fit
-from scheduler.bench.gen import generate, generate_fragmented
-from scheduler.bench.validate import count_placed, validate
 
 
 def _run_baseline(doc: dict[str, Any], budget: float | None) -> tuple[dict[str, Any], float, int, int]:

@@ -1,7 +1,7 @@
 """The cost of IN and soft constraints: the same pass with them on a share of the jobs and without, in one run.
 
-    python -m scheduler.bench.constraints                    # 10,000 workers x 100,000 tasks, 20% of the jobs
-    python -m scheduler.bench.constraints --workers 4000 --tasks 30000 --share 0.2 --repeats 7
+    python -m benchmarks.scheduler_bench.constraints   # 10,000 workers x 100,000 tasks, 20% of the jobs
+    python -m benchmarks.scheduler_bench.constraints --workers 4000 --tasks 30000 --share 0.2 --repeats 7
 
 The input is a mixed fleet from `bench.gen` (seed 1). `with_constraints` gives SHARE of its jobs one
 more constraint, half of them a hard `zone IN [two of the three zones]`, half a soft one (a zone, a
@@ -25,10 +25,11 @@ import statistics
 import time
 from typing import Any
 
+from benchmarks.scheduler_bench import pair_order, paired_ratio
+from benchmarks.scheduler_bench.gen import ZONES, generate
+from benchmarks.scheduler_bench.validate import count_placed, validate
 from scheduler.attributes import evaluate_all
-from scheduler.bench import output_document, pair_order, paired_ratio, schedule_shared
-from scheduler.bench.gen import ZONES, generate
-from scheduler.bench.validate import count_placed, validate
+from scheduler.bench import output_document, schedule_shared
 from scheduler.types import Constraint
 
 

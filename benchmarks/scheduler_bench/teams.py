@@ -1,7 +1,7 @@
 """The cost of teams: the same sharing pass with 20 teams (quotas, borrowing, reclaim) and without, in one run.
 
-    python -m scheduler.bench.teams                    # 10,000 workers x 100,000 tasks, 200 users, 20 teams
-    python -m scheduler.bench.teams --workers 2000 --tasks 20000 --repeats 3
+    python -m benchmarks.scheduler_bench.teams                    # 10,000 workers x 100,000 tasks, 200 users, 20 teams
+    python -m benchmarks.scheduler_bench.teams --workers 2000 --tasks 20000 --repeats 3
 
 The input is `bench.gen`'s mixed fleet with `add_sharing` (200 users, three bands, running work on
 half of the hosts). The teams pass adds 20 teams of 10 users each: each is guaranteed 4% of the
@@ -25,15 +25,16 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from scheduler.bench import pair_order, paired_ratio, parse_jobs, parse_share, parse_workers
-from scheduler.bench.gen import add_sharing, generate
+from benchmarks.scheduler_bench import pair_order, paired_ratio
+from benchmarks.scheduler_bench.gen import add_sharing, generate
+from iris.controller.gc_tuning import THRESHOLDS
+from scheduler.bench import parse_jobs, parse_share, parse_workers
 from scheduler.scheduling import find_assignments
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
 
-CONTROLLER_GC = (50_000, 20, 100)
-"""The collector thresholds the controller, and so its pass process, runs with (iris.controller.gc_tuning; the
-scheduler imports nothing outside itself, so the value is repeated here and a test holds the two equal)."""
+CONTROLLER_GC = THRESHOLDS
+"""The collector thresholds the controller, and so its pass process, runs with."""
 
 
 def make_teams(doc: dict[str, Any], teams: int) -> Teams:

@@ -1,7 +1,7 @@
 """The cost of multi-slice gangs: the same fleet with and without them in the queue, in one run.
 
-    python -m scheduler.bench.multislice                  # 10,000 workers x 100,000 tasks
-    python -m scheduler.bench.multislice --workers 4000 --tasks 30000 --fraction 0.5 --repeats 7
+    python -m benchmarks.scheduler_bench.multislice                  # 10,000 workers x 100,000 tasks
+    python -m benchmarks.scheduler_bench.multislice --workers 4000 --tasks 30000 --fraction 0.5 --repeats 7
 
 The input is a mixed fleet from `bench.gen`; the variant turns FRACTION of its
 coscheduled jobs into multi-slice gangs of 2-4 slices (`add_multislice`), the
@@ -23,9 +23,9 @@ import statistics
 import time
 from typing import Any
 
+from benchmarks.scheduler_bench.gen import add_multislice, generate
+from benchmarks.scheduler_bench.validate import count_placed, validate
 from scheduler.bench import output_document, schedule_shared
-from scheduler.bench.gen import add_multislice, generate
-from scheduler.bench.validate import count_placed, validate
 
 
 def measure(docs: dict[str, dict[str, Any]], repeats: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Check a bench OUTPUT.json against its INPUT.json: every rule of the bench spec, nothing else assumed.
 
-    python -m scheduler.bench.validate INPUT.json OUTPUT.json
+    python -m benchmarks.scheduler_bench.validate INPUT.json OUTPUT.json
 
 Checks: every assignment names a known job, an existing task index and a known
 worker; no task is assigned twice; the sum of requests on a worker never
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: validate OUTPUT.json against INPUT.json and print a verdict."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m scheduler.bench.validate INPUT.json OUTPUT.json", file=sys.stderr)
+        print("usage: python -m benchmarks.scheduler_bench.validate INPUT.json OUTPUT.json", file=sys.stderr)
         return 2
     with open(args[0]) as handle:
         doc_in = json.load(handle)

@@ -1,7 +1,7 @@
 """The cost of sharing: the same pass with bands, fair share and preemption, and without, in one run.
 
-    python -m scheduler.bench.share                       # 10,000 workers x 100,000 tasks, 50 users
-    python -m scheduler.bench.share --workers 4000 --tasks 30000 --users 20 --repeats 7
+    python -m benchmarks.scheduler_bench.share                       # 10,000 workers x 100,000 tasks, 50 users
+    python -m benchmarks.scheduler_bench.share --workers 4000 --tasks 30000 --users 20 --repeats 7
 
 Two cases: running work on about half of the fleet, and on all of it (every
 slice busy, so every pending interactive or production gang must evict).
@@ -32,9 +32,9 @@ import statistics
 import time
 from typing import Any
 
+from benchmarks.scheduler_bench.gen import add_sharing, generate
+from benchmarks.scheduler_bench.validate import count_placed, validate
 from scheduler.bench import output_document, schedule_shared
-from scheduler.bench.gen import add_sharing, generate
-from scheduler.bench.validate import count_placed, validate
 
 
 def measure(doc: dict[str, Any], repeats: int) -> dict[str, Any]:
