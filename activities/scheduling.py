@@ -34,8 +34,17 @@ FIND_ASSIGNMENTS = "find_assignments"
 MAX_REASON = 300  # characters of a pending reason that are kept
 
 
-def resources_from_pb(r: pb.Resources) -> Resources:
-    return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
+def resources_from_pb(r: pb.Resources, seen: dict[tuple[int, int, int, int], Resources] | None = None) -> Resources:
+    """A resource vector; with `seen`, equal vectors share one value, validated once (a fleet's workers and a
+    queue's jobs have a few distinct ones: 30,000 validations took half of a 10,000 x 100,000 snapshot's
+    conversion)."""
+    if seen is None:
+        return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
+    key = (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus)
+    found = seen.get(key)
+    if found is None:
+        found = seen[key] = Resources(*key)
+    return found
 
 
 Split = tuple[tuple[Constraint, ...], tuple[Constraint, ...]]
@@ -67,19 +76,22 @@ def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]
 
 
 def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
+    seen: dict[tuple[int, int, int, int], Resources] = {}
     workers = [
         WorkerSnapshot(
             worker_id=w.worker_id,
-            free=resources_from_pb(w.free),
-            capacity=resources_from_pb(w.capacity) if w.HasField("capacity") else None,
+            free=resources_from_pb(w.free, seen),
+            capacity=resources_from_pb(w.capacity, seen) if w.HasField("capacity") else None,
             attributes={k: v for k, a in w.attributes.items() if (v := get_attr(a)) is not None},
         )
         for w in snap.workers
     ]
-    return workers, jobs_from_pb(snap)
+    return workers, jobs_from_pb(snap, seen)
 
 
-def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
+def jobs_from_pb(
+    snap: pb.SchedulingSnapshot, resources: dict[tuple[int, int, int, int], Resources] | None = None
+) -> list[PendingJob]:
     """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these).
 
     A job's wait is the snapshot's time less its submission time, or, in a snapshot without submission
@@ -91,11 +103,12 @@ def jobs_from_pb(snap: pb.SchedulingSnapshot) -> list[PendingJob]:
     # snapshot without submission times keeps its order.
     queued = sorted(snap.jobs, key=lambda j: j.submitted_at)
     seen: dict[tuple[bytes, ...], Split] = {}
+    requests = {} if resources is None else resources
     return [
         PendingJob(
             job_id=j.job_id,
             task_indices=tuple(j.task_indices),
-            request=resources_from_pb(j.request),
+            request=resources_from_pb(j.request, requests),
             constraints=(split := constraints_from_pb(j.constraints, seen))[0],
             preferences=split[1],
             group_by=j.group_by or None,

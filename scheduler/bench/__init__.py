@@ -71,12 +71,15 @@ def parse_workers(doc: Document) -> list[WorkerSnapshot]:
     """Build the worker snapshots of a bench input (free = capacity minus running tasks, if any)."""
     running = doc.get("running")
     if not running:
-        return [
-            WorkerSnapshot(
-                worker_id=str(item["id"]), free=_resources(item), attributes=item.get("attributes") or {}
-            )
-            for item in doc["workers"]
-        ]
+        shapes: dict[tuple[Any, ...], Resources] = {}  # a fleet has a few distinct capacities: each converted once
+        out = []
+        for item in doc["workers"]:
+            shape = (item.get("cpu", 0), item.get("memory_bytes", 0), item.get("gpus", 0), item.get("tpus", 0))
+            free = shapes.get(shape)
+            if free is None:
+                free = shapes[shape] = _resources(item)
+            out.append(WorkerSnapshot(str(item["id"]), free, item.get("attributes") or {}))
+        return out
     used: dict[str, list[int]] = {}
     for run in running:
         request = _resources(run)
