@@ -25,6 +25,15 @@ def metadata(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMetadata]:
         server.stop()
 
 
+def polled(metadata: FakeMetadata, key: str, at_least: int) -> int:
+    """Wait until the watcher has sent `at_least` long polls of `key`; how many it has."""
+    deadline = time.monotonic() + 10
+    while (n := sum(key in path and "wait_for_change=true" in path for path, _ in metadata.requests)) < at_least:
+        assert time.monotonic() < deadline, f"the watcher sent {n} long polls of {key}, not {at_least}"
+        time.sleep(0.02)
+    return n
+
+
 def watch(notices: list[tuple[Notice, float]], told: threading.Event) -> GcpNoticeWatcher:
     def on_notice(notice: Notice) -> None:
         notices.append((notice, time.time()))
@@ -64,9 +73,10 @@ def test_live_migration_is_no_notice(metadata: FakeMetadata) -> None:
     told = threading.Event()
     watcher = watch(notices, told)
     try:
-        time.sleep(0.3)
+        polls = polled(metadata, "maintenance-event", 1)  # the watcher holds a poll of the value
         metadata.set_instance("maintenance-event", "MIGRATE_ON_HOST_MAINTENANCE")
-        assert not told.wait(0.5)
+        polled(metadata, "maintenance-event", polls + 1)  # it read the migration and waits for the next change
+        assert not told.is_set()
         metadata.set_instance("preempted", "TRUE")
         metadata.set_instance("maintenance-event", "TERMINATE_ON_HOST_MAINTENANCE")
         assert told.wait(5)
