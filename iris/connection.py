@@ -21,19 +21,20 @@ import re
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from temporalio.client import Client, Interceptor
-from temporalio.converter import DataConverter
-from temporalio.runtime import Runtime
-from temporalio.service import TLSConfig
 
-from iris.query_retry import QueryRetry
-from iris.security import codec
+if TYPE_CHECKING:  # the SDK is imported where a client is made (`connect_client`)
+    from temporalio.client import Client, Interceptor
+    from temporalio.converter import DataConverter
+    from temporalio.runtime import Runtime
+    from temporalio.service import TLSConfig
 
 ENV_PREFIX = "IRIS_TEMPORAL_"
+ADDRESS_ENV = f"{ENV_PREFIX}ADDRESS"  # where a client finds Temporal (`--temporal` over it)
+STORE_ENV = "IRIS_STORE"  # the blob and log store's URL (`--store` over it)
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 
 
@@ -123,6 +124,8 @@ class TemporalSettings(BaseSettings):
             return False
         if self.tls_ca is None and self.tls_cert is None and self.tls_server_name is None:
             return True
+        from temporalio.service import TLSConfig
+
         return TLSConfig(
             server_root_ca_cert=self.tls_ca.read_bytes() if self.tls_ca else None,
             client_cert=self.tls_cert.read_bytes() if self.tls_cert else None,
@@ -201,6 +204,11 @@ async def connect_client(
     IRIS_CODEC_KEY(_FILE) is set, and one line naming the key ids for a payload it cannot read.
     A client built any other way cannot read an encrypted cluster's answers.
     """
+    from temporalio.client import Client
+
+    from iris.query_retry import QueryRetry
+    from iris.security import codec
+
     kwargs: dict[str, Any] = {}
     if runtime is not None:
         kwargs["runtime"] = runtime

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue
 
 from activities.proto import cluster_pb2 as pb
+
+if TYPE_CHECKING:  # the Temporal SDK only where a payload is made: the CLI parses attributes without it
+    from temporalio.common import RawValue
 
 _FIELDS = {bool: "bool_value", int: "int_value", float: "float_value", str: "string_value"}
 
@@ -68,5 +69,8 @@ def binary_payload(message: Message) -> RawValue:
     The receiving handler, typed with the message class, reads either; the binary one is parsed in C,
     the JSON one field by field in Python (6,900 hosts' registrations took ~0.3 s of a scheduler task).
     """
+    from temporalio.api.common.v1 import Payload
+    from temporalio.common import RawValue
+
     metadata = {"encoding": b"binary/protobuf", "messageType": message.DESCRIPTOR.full_name.encode()}
     return RawValue(Payload(metadata=metadata, data=message.SerializeToString()))

@@ -9,15 +9,17 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import structlog
 import typer
 from rich.console import Console
 
 from iris.cli.error_lines import USAGE, CliError
-from iris.client.iris_client import ADDRESS_ENV, STORE_ENV, IrisClient
-from iris.connection import TemporalSettings
+from iris.connection import ADDRESS_ENV, STORE_ENV, TemporalSettings
+
+if TYPE_CHECKING:  # the client (and the Temporal SDK) is imported by the commands that connect, when they run
+    from iris.client.iris_client import IrisClient
 
 try:  # typer >= 0.2x vendors click: its commands run in its own click's context
     from typer._click.core import ParameterSource
@@ -84,6 +86,7 @@ def iris_client(temporal: str | None, store: str | None = None, *, start: bool =
     Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
     """
     from iris.auth.connect import team_api
+    from iris.client.iris_client import IrisClient
 
     api = team_api(temporal, None)  # team mode: the Iris API with IRIS_TOKEN / IRIS_TOKEN_FILE, never Temporal
     if api is not None:

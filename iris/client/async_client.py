@@ -62,6 +62,8 @@ from iris.client.submission import (
     split_launch,
 )
 from iris.client.task_connection import require_cluster_address, task_parent
+from iris.connection import ADDRESS_ENV as ADDRESS_ENV
+from iris.connection import STORE_ENV as STORE_ENV
 from iris.connection import TemporalSettings
 from iris.security.codec import load_key
 from iris.security.key_check import check_cluster_key
@@ -81,8 +83,6 @@ MAX_DESCRIBE_INTERVAL = 5.0
 CONTROLLER_DOWN_REASON = "no answer from the Iris controller (down or starting), so the scheduler's reason is unknown"
 CONTROLLER_SILENT = "as last heard: no answer from the Iris controller now"
 
-ADDRESS_ENV = "IRIS_TEMPORAL_ADDRESS"
-STORE_ENV = "IRIS_STORE"
 QUERY_TIMEOUT_ENV = "IRIS_QUERY_TIMEOUT_SECONDS"
 """Overrides QUERY_TIMEOUT for a client's job status queries (a test of a stalled controller waits less)."""
 MAX_QUERY_TIMEOUT_SECONDS = 60.0
