@@ -10,9 +10,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from iris.auth.remote import resolve_token
+from iris.auth.errors import AuthenticationError
 from iris.connection import ENV_PREFIX, is_api_url
+from worker_agent.task_token import TOKEN_FILE_ENV
+
+TOKEN_ENV = "IRIS_TOKEN"
 
 
 def local_team() -> tuple[str, str] | None:
@@ -52,3 +56,28 @@ def team_api(
 
 
 __all__ = ["local_team", "team_api"]
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The caller's credential: `token`, else IRIS_TOKEN, else the contents of IRIS_TOKEN_FILE, else None."""
+    if token is not None:
+        if not isinstance(token, str) or not token.strip():
+            raise ValueError("token must be a non-empty string")
+        return _one_token(token.strip(), "token=")
+    if os.environ.get(TOKEN_ENV, "").strip():
+        return _one_token(os.environ[TOKEN_ENV].strip(), TOKEN_ENV)
+    path = os.environ.get(TOKEN_FILE_ENV, "").strip()
+    if path:
+        try:
+            text = Path(path).expanduser().read_text().strip()
+        except OSError as err:  # no credential to present: as a missing token is
+            raise AuthenticationError(f"{TOKEN_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
+        return _one_token(text, f"{TOKEN_FILE_ENV} ({path})") if text else None
+    return None
+
+
+def _one_token(token: str, source: str) -> str:
+    """A token is one word: spaces, lines or control characters inside it mean the wrong thing was passed."""
+    if any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise AuthenticationError(f"{source}: not one token (it holds spaces, several lines or control characters)")
+    return token

@@ -14,12 +14,13 @@ import base64
 import os
 import pickle
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from activities.contracts.fleet import ControlPlaneAddress
+from iris.auth.connect import TOKEN_ENV as TOKEN_ENV
+from iris.auth.connect import resolve_token as resolve_token
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import NotPlainDataError, unpickle_plain, unpickle_result
 from iris.client.job_control import IfExists
@@ -28,33 +29,7 @@ from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
 from worker_agent.task_token import TOKEN_FILE_ENV
 
-TOKEN_ENV = "IRIS_TOKEN"
 PREFIX = "/api/v1"
-
-
-def resolve_token(token: str | None = None) -> str | None:
-    """The caller's credential: `token`, else IRIS_TOKEN, else the contents of IRIS_TOKEN_FILE, else None."""
-    if token is not None:
-        if not isinstance(token, str) or not token.strip():
-            raise ValueError("token must be a non-empty string")
-        return _one_token(token.strip(), "token=")
-    if os.environ.get(TOKEN_ENV, "").strip():
-        return _one_token(os.environ[TOKEN_ENV].strip(), TOKEN_ENV)
-    path = os.environ.get(TOKEN_FILE_ENV, "").strip()
-    if path:
-        try:
-            text = Path(path).expanduser().read_text().strip()
-        except OSError as err:  # no credential to present: as a missing token is
-            raise AuthenticationError(f"{TOKEN_FILE_ENV}: cannot read {path}: {err.strerror or err}") from None
-        return _one_token(text, f"{TOKEN_FILE_ENV} ({path})") if text else None
-    return None
-
-
-def _one_token(token: str, source: str) -> str:
-    """A token is one word: spaces, lines or control characters inside it mean the wrong thing was passed."""
-    if any(ch.isspace() or not ch.isprintable() for ch in token):
-        raise AuthenticationError(f"{source}: not one token (it holds spaces, several lines or control characters)")
-    return token
 
 
 def error_for(status: int, body: dict[str, Any]) -> Exception:

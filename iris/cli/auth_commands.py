@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from iris.cli.common import StoreOpt, TemporalOpt, fail, iris_client, out, temporal_settings
 from iris.cli.error_lines import FAILURE, CliError
-from iris.client.iris_client import IrisClient
+
+if TYPE_CHECKING:
+    from iris.client.iris_client import IrisClient
 
 auth_app = typer.Typer(help="Team mode: users, roles, tokens and the audit log.", no_args_is_help=True)
 

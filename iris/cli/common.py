@@ -86,24 +86,28 @@ def iris_client(temporal: str | None, store: str | None = None, *, start: bool =
     Connection failures are `ConnectionError`s ("cannot reach Temporal at ..."), one line via run_cli.
     """
     from iris.auth.connect import team_api
-    from iris.client.iris_client import IrisClient
 
     api = team_api(temporal, None)  # team mode: the Iris API with IRIS_TOKEN / IRIS_TOKEN_FILE, never Temporal
     if api is not None:
+        from iris.client.iris_client import IrisClient
+
         client = IrisClient.connect(api[0], token=api[1])
         open_clients.append(client)
         return client
     settings = temporal_settings(temporal)
     if settings.address is None and not start:
-        from iris.local.cluster import LocalCluster
+        from activities.home import iris_home
+        from iris.local.record import ClusterRecord
 
-        info = LocalCluster().status()
+        info = ClusterRecord(iris_home()).running_info()  # the record, not the cluster's machinery
         if info is None or not info.running:
             raise CliError(NO_LOCAL_CLUSTER)
         settings = settings.model_copy(update={"address": info.address})
         store = store or info.store_url
     elif settings.address is None:
         err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
+    from iris.client.iris_client import IrisClient  # the client and the Temporal SDK: only a command that connects
+
     client = IrisClient.connect(store=store, settings=settings)
     open_clients.append(client)
     return client

@@ -20,8 +20,7 @@ from activities.contracts import DEFAULT_PORT_RANGE
 from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, source_name, temporal_settings
 from iris.cli.parsing import parse_pair
 from iris.cli.port_commands import parse_port_range
-from iris.client.iris_client import ADDRESS_ENV
-from iris.connection import TemporalSettings, is_api_url
+from iris.connection import ADDRESS_ENV, TemporalSettings, is_api_url
 from iris.controller.sticky import DEFAULT_STICKY_TIMEOUT_SECONDS, MAX_STICKY_TIMEOUT_SECONDS
 from iris.units import parse_cpu, parse_memory
 from scheduler.attributes import value_from_text

@@ -65,11 +65,18 @@ def _is_tty(stream: Any) -> bool:
         return False
 
 
+class _NeverRaisedError(Exception):
+    """Stands for the SDK's RPCError in a command that never imported the SDK."""
+
+    message = ""
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """The one-line message and exit code for an exception a command raised."""
     from pydantic import ValidationError
-    from temporalio.service import RPCError
 
+    # A Temporal error only if the command loaded the SDK (one that failed before connecting did not).
+    RPCError = getattr(sys.modules.get("temporalio.service"), "RPCError", _NeverRaisedError)  # noqa: N806
     from iris.auth.errors import AUTH_EXIT_CODE, AuthenticationError, PermissionDeniedError
     from iris.types import JobFailedError
 

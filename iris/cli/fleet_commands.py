@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
-from temporalio.service import RPCError
 
 from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
-from iris.client import fleet_view
-from iris.client.iris_client import IrisClient
 from iris.types import WorkerStatus
+
+if TYPE_CHECKING:
+    from iris.client.iris_client import IrisClient
 
 slice_app = typer.Typer(help="Slices of the autoscaled scale groups.", no_args_is_help=True)
 
@@ -89,6 +89,10 @@ def worker_drain(
 
 def print_fleet_status(client: IrisClient) -> None:
     """Each scale group's slices by state, and why a group is not scaling up or backs off."""
+    from temporalio.service import RPCError
+
+    from iris.client import fleet_view
+
     try:
         status = client._run(fleet_view.autoscaler_status(client._async.temporal))
     except RPCError as e:

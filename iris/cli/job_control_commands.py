@@ -11,7 +11,6 @@ from rich.table import Table
 from iris.cli import run_options as ro
 from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.cli.run_options import as_flags, job_options
-from iris.client.schedules import check_schedule
 from iris.types import JobStatus
 
 
@@ -50,6 +49,7 @@ def schedule_create(
 ) -> None:
     """Create schedule NAME: at each firing of --cron, submit CMD as a job named NAME-<fire time> (the options
     are `iris run`'s)."""
+    from iris.client.schedules import check_schedule
     try:
         check_schedule(name, cron, timezone, overlap)
         options = job_options(command, name=None, **flags)

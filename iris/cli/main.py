@@ -30,7 +30,6 @@ from iris.cli.job_control_commands import job_control_lines
 from iris.cli.parsing import parse_since
 from iris.cli.port_commands import job_endpoints
 from iris.cli.run_options import as_flags, job_options
-from iris.client.job_control import parse_if_exists
 from iris.types import JobState, JobStatus, TaskState, TaskStatus
 from iris.units import format_memory
 from scheduler.teams import DEFAULT_TEAM
@@ -112,6 +111,7 @@ def run(
     Tasks run on workers, not in this terminal: their stdin is empty (/dev/null), so pass input as
     arguments, environment (-e) or files in the store; their stdout and stderr are the job's logs.
     """
+    from iris.client.job_control import parse_if_exists
     if name is not None and not name.strip():
         raise fail("--name: must not be empty")
     try:

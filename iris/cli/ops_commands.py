@@ -14,7 +14,6 @@ from rich.table import Table
 from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.cli.fleet_commands import _age
 from iris.cli.parsing import parse_since
-from iris.client.autoscaler_view import explain_group
 from iris.controller import daemon_logs
 
 logs_app = typer.Typer(help="The controllers' and agents' own logs, from the store.", no_args_is_help=True)
@@ -143,6 +142,8 @@ def autoscaler_status(
     """Per scale group: slices by state, demand, what it does now and why, and its last decision."""
     import dataclasses
     import json
+
+    from iris.client.autoscaler_view import explain_group
 
     client = iris_client(temporal, store)
     status = client._run(client._async.autoscaler_status())

@@ -10,14 +10,17 @@ a key left out takes the job default (1 cpu, 1g). The flag repeats, and
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from iris.cli.common import StoreOpt, TemporalOpt, iris_client, out
-from iris.client.reservation_requests import ReservationStatus
 from iris.types import ResourceSpec
 from iris.units import format_memory
+
+if TYPE_CHECKING:
+    from iris.client.reservation_requests import ReservationStatus
 
 reservation_app = typer.Typer(
     help="Reservations: capacity a job holds for its tree of child jobs.", no_args_is_help=True

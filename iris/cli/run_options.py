@@ -17,8 +17,6 @@ import typer
 
 from iris.cli.parsing import parse_constraint, parse_pair
 from iris.cli.reservation_commands import parse_reserve
-from iris.client.bundle import zip_bundle
-from iris.client.submission import build_request, command_argv
 from iris.types import CoschedulingConfig, ResourceSpec
 
 CommandArg = Annotated[list[str], typer.Argument(help="the command and its arguments, after --")]
@@ -183,6 +181,8 @@ def job_options(
 ) -> dict[str, Any]:
     """The submit options the flags describe, every check done before anything connects (ValueError naming
     the API field: `as_flags` names the flag)."""
+    from iris.client.bundle import zip_bundle
+    from iris.client.submission import build_request, command_argv
     if slices != 1 and coschedule is None:
         raise ValueError("--slices: needs --coschedule (the attribute that tells the slices apart)")
     options: dict[str, Any] = dict(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from activities.contracts import parent_job_of
 from iris.cli.log_output import LogFollower, LogPrinter
-from iris.client.iris_client import IrisClient
 from iris.types import JobStatus
+
+if TYPE_CHECKING:
+    from iris.client.iris_client import IrisClient
 
 FOLLOW_POLL_SECONDS = 1.0
 

@@ -184,10 +184,7 @@ class LocalCluster:
 
         A cluster that died without `down` (e.g. after a reboot) is reported with `running=False`.
         """
-        state = self.record.read()
-        if state is None or not state.get("pids"):
-            return None
-        return self.record.info(state)
+        return self.record.running_info()
 
     def start_worker(self, spec: LocalWorkerSpec) -> int:
         """Start (or restart, after a kill) one worker process against the running cluster; its pid."""

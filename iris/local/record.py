@@ -124,6 +124,13 @@ class ClusterRecord:
         """The recorded processes (those of `names`, if given) by name."""
         return {n: self.process(state, n) for n in state["pids"] if names is None or n in names}
 
+    def running_info(self) -> ClusterInfo | None:
+        """The recorded cluster and whether it is alive; None when nothing is recorded (never up, or down)."""
+        state = self.read()
+        if state is None or not state.get("pids"):
+            return None
+        return self.info(state)
+
     def info(self, state: Mapping[str, Any]) -> ClusterInfo:
         """ClusterInfo from the recorded state, checking each process now."""
         pids: dict[str, int] = dict(state["pids"])
