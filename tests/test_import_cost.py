@@ -1,0 +1,43 @@
+"""What a task and the `iris` command load before they need it (docs/performance.md, "What a task pays to import Iris").
+
+A task reading its identity (`from iris import get_job_info`) once imported the client, the Temporal SDK and
+structlog: half a second of CPU per task, ten times that at 0.1 cpu. `iris --help` imported them too. These
+check the modules loaded, not the time (no timed unit tests): a top-level import of the client in the wrong
+module brings the cost back, and fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("temporalio", "structlog", "iris.client.iris_client", "iris.client.async_client", "workflows.jobs",
+         "workflows.scheduler")
+
+
+def loaded_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running `code`."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({HEAVY!r}))))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    return list(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_a_task_reading_its_identity_loads_neither_the_client_nor_the_sdk() -> None:
+    assert [] == loaded_after("from iris import get_job_info, ResourceSpec, JobState\nget_job_info()")
+
+
+def test_the_public_api_still_gives_the_client_when_asked() -> None:
+    """The exports are loaded on first use, and are what they were."""
+    loaded = loaded_after("import iris\nfrom iris.client.iris_client import IrisClient\n"
+                          "assert iris.IrisClient is IrisClient")
+    assert "iris.client.iris_client" in loaded and "temporalio" in loaded
+
+
+def test_the_iris_command_loads_the_sdk_only_to_connect() -> None:
+    """Registering every subcommand (what `iris --help` and a refused command pay) imports no client and no SDK."""
+    assert [] == [m for m in loaded_after("import iris.cli.main") if not m.startswith("structlog")]
