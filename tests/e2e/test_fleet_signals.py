@@ -65,7 +65,9 @@ def test_a_cordon_survives_the_workers_restart(cluster: Cluster, client: IrisCli
     try:
         wait_until(lambda: "restarted-0" in {w.worker_id for w in client.list_workers()}, timeout=60, what="up")
         client.cordon_worker("restarted-0")
-        cluster.local.kill_process("restarted-0", wait=10)
+        # Kept down until the test starts it again: the session cluster may have a supervisor by now (a test that
+        # ran `iris run` against it started one), which restarted the agent before the test could.
+        cluster.local.kill_process("restarted-0", wait=10, keep_down=True)
         wait_until(
             lambda: not any(w.worker_id == "restarted-0" and w.healthy for w in client.list_workers()),
             timeout=60, what="the stopped agent noticed",
