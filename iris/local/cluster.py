@@ -135,7 +135,9 @@ class LocalCluster:
             if state is not None and state.get("pids"):
                 refused = reconfigured(state, config, components)
                 restarted = healing.heal(self.record, state, temporal_timeout)
-                if supervise and SUPERVISOR not in state["argv"]:  # asked for, and never had one
+                # Asked for, and never had one; not when the config asked for is refused: the command fails and
+                # leaves the cluster as it was (a supervisor added then restarted what a test had stopped).
+                if supervise and not refused and SUPERVISOR not in state["argv"]:
                     self.record.spawn(state, SUPERVISOR, supervisor_command(self.home))
                     restarted.append(SUPERVISOR)
                 if not restarted:

@@ -49,8 +49,10 @@ def test_connecting_without_a_config_does_not_warn_about_one(cluster: Cluster, t
     assert "iris cluster down" in refused and "x-0" in refused, refused
     path = tmp_path / "other.yaml"
     path.write_text(json.dumps(other))
+    supervised = "supervisor" in cluster.local.record.read()["pids"]
     ran = iris(cluster, "cluster", "up", "--config", str(path))
     assert 1 == ran.returncode, ran.stderr
+    assert supervised == ("supervisor" in cluster.local.record.read()["pids"])  # refused: the cluster as it was
     assert "iris cluster down" in ran.stderr.strip().splitlines()[-1], ran.stderr
     assert any(line.startswith("error:") for line in ran.stderr.splitlines()), ran.stderr
 
