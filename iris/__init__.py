@@ -73,8 +73,8 @@ if TYPE_CHECKING:
         get_job_info,
     )
 
-# What `from iris import X` gives, imported when first asked for: `iris --help`, a daemon's start and a task's
-# `get_job_info` do not load the client and the Temporal SDK (PEP 562).
+# What `from iris import X` gives, imported when first asked for (PEP 562): a task's `get_job_info` does not load
+# the client and the Temporal SDK. Kept equal to `__all__` and the imports above (tests/test_import_cost.py).
 _EXPORTS = {
     'AsyncIrisClient': 'iris.client.iris_client',
     'AuthenticationError': 'iris.auth.errors',
