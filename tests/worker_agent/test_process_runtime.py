@@ -70,6 +70,21 @@ async def test_stdout_and_stderr_go_to_the_log(runtime: ProcessRuntime, log_stor
     assert await runtime.stats(task) is None
 
 
+async def test_the_exit_says_how_long_the_process_ran(runtime: ProcessRuntime, log_store: LogStore) -> None:
+    """What an attempt is charged for: the process's run, from its start to its exit, not the runtime's work
+    around it (the agent used to time its whole `start` call, 10-25 ms more under load); killed, the same."""
+    outer = time.monotonic()
+    task = await runtime.start(_spec(log_store, "sleep 0.3"))
+    ended = await runtime.wait(task)
+    outer = time.monotonic() - outer
+    assert ended.ran_seconds is not None
+    assert 0.25 < ended.ran_seconds <= outer
+    killed = await runtime.start(_spec(log_store, "sleep 30"))
+    await asyncio.sleep(0.2)
+    ended = await runtime.kill(killed, grace_seconds=1)
+    assert ended.ran_seconds is not None and 0.15 < ended.ran_seconds < 5
+
+
 async def test_stdin_is_empty(runtime: ProcessRuntime, log_store: LogStore) -> None:
     """A task reading stdin gets EOF at once instead of hanging."""
     spec = _spec(log_store, "cat; echo done")

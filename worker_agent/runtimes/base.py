@@ -204,6 +204,9 @@ class TaskExit:
     fenced: bool = False  # killed because the attempt's lease expired (its agent stopped renewing it)
     # What the task used in all, when the runtime still knows at its end; not part of how it ended.
     usage: TaskStats | None = field(default=None, compare=False)
+    # How long its process ran, from its start to its exit as the runtime saw them (what the attempt is charged
+    # for); None when the runtime cannot tell, and the agent times the whole `start` to `wait` instead.
+    ran_seconds: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
