@@ -156,6 +156,27 @@ class TemporalSettings(BaseSettings):
             interceptors=interceptors,
         )
 
+    async def connect_until_up(self, timeout: float | None = 60.0, **kwargs: Any) -> Client:
+        """`connect`, retrying each second while the server is not up yet (e.g. restarted together with us).
+
+        With `timeout` None, for as long as it takes (a worker agent never gives up on the control plane).
+        """
+        import asyncio
+
+        import structlog
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            try:
+                return await self.connect(**kwargs)
+            except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
+                if deadline is not None and loop.time() > deadline:
+                    raise
+                structlog.get_logger("iris.connection").warning("temporal_unreachable", **self.describe(),
+                                                                error=str(err))  # fmt: skip
+                await asyncio.sleep(1.0)
+
     # -- who is asking ---------------------------------------------------------------------------
 
     def user(self) -> str:

@@ -6,16 +6,15 @@ import one another's commands without an import cycle.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-import structlog
 import typer
 from rich.console import Console
 
 from iris.cli.error_lines import USAGE, CliError
+from iris.cli.logging_config import configure_logging
 from iris.connection import ADDRESS_ENV, STORE_ENV, TemporalSettings
 
 if TYPE_CHECKING:  # the client (and the Temporal SDK) is imported by the commands that connect, when they run
@@ -131,19 +130,3 @@ def close_clients() -> None:
 def fail(message: str, code: int = USAGE) -> CliError:
     """Stop the command with one line on stderr (see iris.cli.error_lines); `raise fail(...)` reads as intended."""
     raise CliError(message, code)
-
-
-def configure_logging(json: bool = True) -> None:
-    """Logs go to stderr, one event per line: JSON for the daemons (every event), readable for interactive
-    commands, which print what they did themselves and log only warnings and errors (`iris job kill` of a tree
-    printed an info event under its own answer)."""
-    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            renderer,
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if json else logging.WARNING),
-    )

@@ -206,16 +206,16 @@ def worker_serve(
     async def main() -> None:
         from temporalio.client import Client
 
-        from iris.controller import observability
-        from iris.controller.control_plane import connect
         from iris.security.key_check import check_cluster_key
 
         if health_port is None:
-            client = await connect(settings, timeout=None)
+            client = await settings.connect_until_up(timeout=None)
             await check_cluster_key(client)  # a wrong key refuses to start before anything is signalled
             await check_task_user()
             await WorkerAgent(client, config, task_runtime).serve()
             return
+        from iris.controller import observability  # the health server (aiohttp): only when one is asked for
+
         metrics, sdk_port = observability.MetricsInterceptor(), observability.free_loopback_port()
         connected: list[Client] = []  # none while Temporal cannot be reached: /health answers 503 meanwhile
 
@@ -228,8 +228,8 @@ def worker_serve(
         health = observability.HealthServer(health_port, checks, sdk_metrics_port=sdk_port, host=health_host)
         await health.start()  # before connecting: a port that refuses connections says nothing (it answered none)
         try:
-            client = await connect(
-                settings, timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
+            client = await settings.connect_until_up(
+                timeout=None, interceptors=[metrics], runtime=observability.sdk_runtime(sdk_port)
             )
             connected.append(client)
             await check_cluster_key(client)

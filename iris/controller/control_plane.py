@@ -14,7 +14,6 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -219,23 +218,6 @@ def control_worker(
     )
 
 
-async def connect(settings: TemporalSettings, timeout: float | None = 60.0, **kwargs: Any) -> Client:
-    """Connect to Temporal, retrying while the server is not up yet (e.g. restarted together with us).
-
-    With `timeout` None, for as long as it takes (a worker agent never gives up on the control plane).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    while True:
-        try:
-            return await settings.connect(**kwargs)
-        except RuntimeError as err:  # the SDK raises RuntimeError when it cannot connect
-            if deadline is not None and loop.time() > deadline:
-                raise
-            log.warning("temporal_unreachable", **settings.describe(), error=str(err))
-            await asyncio.sleep(1.0)
-
-
 async def serve(
     settings: TemporalSettings,
     store_url: str,
@@ -262,7 +244,7 @@ async def serve(
     probe = ControllerProbe()
     health = None
     if health_port is None:
-        client = await connect(settings)
+        client = await settings.connect_until_up()
     else:
         sdk_port = observability.free_loopback_port()
         health = observability.HealthServer(
@@ -270,8 +252,8 @@ async def serve(
         )
         await health.start()  # before connecting: /health answers 503 while Temporal cannot be reached
         try:
-            client = await connect(
-                settings, interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
+            client = await settings.connect_until_up(
+                interceptors=[probe.interceptor], runtime=observability.sdk_runtime(sdk_port)
             )
         except BaseException:
             await health.stop()

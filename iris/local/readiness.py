@@ -8,14 +8,13 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
-
-from temporalio.api.enums.v1 import VersioningBehavior
-from temporalio.client import Client
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from activities.contracts import CONFIGURE_SCHEDULER, HEALTHY_WORKER_QUERY, SCHEDULER_WORKFLOW_ID
 from iris.connection import connect_client
-from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
+
+if TYPE_CHECKING:  # the SDK is imported when a check runs: the supervisor may never need it
+    from temporalio.client import Client
 
 _T = TypeVar("_T")
 
@@ -82,6 +81,8 @@ async def _failing(client: Client | None) -> str | None:
     """"scheduler workflow task failing: …" while it does (a task that fails will not heal by waiting)."""
     if client is None:
         return None
+    from iris.controller.workflow_health import failing_line, workflow_task_failure
+
     try:
         failure = await asyncio.wait_for(workflow_task_failure(client, SCHEDULER_WORKFLOW_ID), 5.0)
     except Exception:  # not created yet, server busy: nothing to say
@@ -99,6 +100,8 @@ async def pinned_build(client: Client, workflow_id: str) -> str:
     override = info.versioning_override
     if override.HasField("pinned") and override.pinned.version.build_id:
         return str(override.pinned.version.build_id)
+    from temporalio.api.enums.v1 import VersioningBehavior
+
     if info.behavior == VersioningBehavior.VERSIONING_BEHAVIOR_PINNED:
         return str(info.deployment_version.build_id)
     return ""
@@ -129,6 +132,8 @@ async def wait_until_ready(
     `abort_if` returns a reason, raise RuntimeError naming the log files to read; at once when the
     scheduler is pinned to another build than `build` (this Iris's: the controller it starts serves no other).
     """
+    from iris.controller.workflow_health import served_since_last_signal
+
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     failing_since: float | None = None

@@ -22,7 +22,7 @@ from types import FrameType
 
 import structlog
 
-from iris.cli.main import configure_logging
+from iris.cli.logging_config import configure_logging
 from iris.local.cluster import SUPERVISOR, LocalCluster
 from worker_agent.backoff import Backoff
 
