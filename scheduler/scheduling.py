@@ -248,7 +248,10 @@ class _QuotaWalk:
         # when its own borrowing limit is what stops it) from the work after it: else smaller borrowed jobs take
         # each unit freed, one at a time, and the gang never has its whole size at once (starvation_after).
         hold: tuple[str, str | None] | None = None  # (the gang, the team held, None for every team)
+        reasons = state.reasons
         for job in ordered:
+            if job.job_id in reasons:  # written in the quota walk (a throttled array's cap): the queue lists a
+                reasons[job.job_id] = reasons.pop(job.job_id)  # job where it is tried, as this walk tries it
             left = self._within_again(job) if preemption is not None else job
             if left is None:
                 continue

@@ -94,17 +94,20 @@ def iris_client(temporal: str | None, store: str | None = None, *, start: bool =
         open_clients.append(client)
         return client
     settings = temporal_settings(temporal)
-    if settings.address is None and not start:
+    if settings.address is None:
         from activities.home import iris_home
         from iris.local.record import ClusterRecord
 
         info = ClusterRecord(iris_home()).running_info()  # the record, not the cluster's machinery
-        if info is None or not info.running:
-            raise CliError(NO_LOCAL_CLUSTER)
-        settings = settings.model_copy(update={"address": info.address})
-        store = store or info.store_url
-    elif settings.address is None:
-        err.print("[dim]using the local cluster (starting it if needed)…[/dim]")
+        running = info is not None and info.running
+        if not start:
+            if not running:
+                raise CliError(NO_LOCAL_CLUSTER)
+            assert info is not None
+            settings = settings.model_copy(update={"address": info.address})
+            store = store or info.store_url
+        elif not running:  # progress for the seconds a start takes; a running cluster is used without a word
+            err.print("[dim]starting the local cluster…[/dim]")
     from iris.client.iris_client import IrisClient  # the client and the Temporal SDK: only a command that connects
 
     client = IrisClient.connect(store=store, settings=settings)

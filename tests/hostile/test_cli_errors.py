@@ -197,3 +197,11 @@ def test_a_failed_run_says_why_on_one_unwrapped_line(cluster_env: dict[str, str]
     assert "Traceback" not in result.stderr
     [line] = [ln for ln in result.stderr.splitlines() if "FAILED:" in ln]
     assert f"executable '{program}' not found" in line
+
+
+def test_iris_run_on_the_running_local_cluster_errs_in_one_line(cluster_env: dict[str, str]) -> None:
+    """`iris run` found the local cluster by IRIS_HOME and printed "using the local cluster…" before any error:
+    two lines on stderr. A running cluster is used without a word; only a start says so."""
+    env = {k: v for k, v in cluster_env.items() if k not in ("IRIS_TEMPORAL_ADDRESS", "IRIS_STORE")}
+    result = iris("run", "--after", "nope-123", "--", "true", env=env)
+    assert_one_line_error(result, 2, "--after[0]: no such job: nope-123")

@@ -284,3 +284,18 @@ def test_bad_teams_are_refused_with_a_reason(teams: object, message: str) -> Non
     """Teams validate themselves: a clear error names what is wrong."""
     with pytest.raises(ValueError, match=message):
         teams()  # type: ignore[operator]
+
+
+def test_the_queue_lists_borrowing_work_in_the_order_it_is_tried() -> None:
+    """A user of no team borrows everything. His gang, queued first, is tried before his throttled array, but the
+    array's reason (its cap) was written in the quota walk, before the gang's: the queue listed the array first."""
+    fleet = hosts(1, 2)
+    teams = Teams((Team("a", ("ana",), Resources(1000)),))
+    share = ShareSnapshot(now=NOW, teams=teams)
+    big = Resources(1500, GIB, 0, 0)  # neither host can take a task of the gang
+    jobs = [
+        PendingJob("dave/gang", (0, 1), big, group_by="tpu-name", band=Band.BATCH, user="dave"),
+        PendingJob("dave/array", tuple(range(40)), HOST, band=Band.BATCH, user="dave", max_concurrent=2),
+    ]
+    result = find_assignments(fleet, jobs, share=share)
+    assert ("dave/gang", "dave/array") == result.queue
