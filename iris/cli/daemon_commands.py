@@ -78,8 +78,9 @@ def worker_serve(
     tpu_vm: Annotated[
         bool | None,
         typer.Option("--tpu-vm/--no-tpu-vm", envvar="IRIS_TPU_VM",
-                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server "
-                          "(default: when $GCE_METADATA_HOST is set); --attribute wins over it"),
+                     help="read tpu-name, tpu-worker-id, tpu-topology... from the GCE metadata server and watch "
+                          "it for preemption and maintenance notices (default: when $GCE_METADATA_HOST is set); "
+                          "--attribute wins over what it reads"),
     ] = None,
     notice_grace: Annotated[
         float,
