@@ -79,7 +79,7 @@ async def kill_tree(client: Client, job_id: str, what: str, also: Sequence[str] 
             return killed
 
     killed = sum(await asyncio.gather(*(kill(t) for t in targets)))
-    if targets:
+    if targets and activity.in_activity():  # the controller's log; a client's caller has the result, not a log line
         log.info("job_tree.killed_descendants", job_id=job_id, what=what, found=len(targets), killed=killed)
     return killed
 

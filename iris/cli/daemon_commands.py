@@ -34,7 +34,8 @@ from worker_agent.leases.lease_settings import (
 log = structlog.get_logger("iris.cli.daemons")
 
 HealthPortOpt = Annotated[
-    int | None, typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", help="serve /health and /metrics here")
+    int | None,
+    typer.Option("--health-port", envvar="IRIS_HEALTH_PORT", min=0, max=65_535, help="serve /health and /metrics here"),
 ]
 HealthHostOpt = Annotated[
     str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
@@ -272,7 +273,8 @@ def controller_serve(
     health_host: HealthHostOpt = "127.0.0.1",
     config: Annotated[Path | None, typer.Option(help="cluster YAML whose scale_groups the autoscaler manages")] = None,
     dashboard_port: Annotated[
-        int | None, typer.Option("--dashboard-port", envvar="IRIS_DASHBOARD_PORT", help="serve the web dashboard here")
+        int | None, typer.Option("--dashboard-port", envvar="IRIS_DASHBOARD_PORT", min=0, max=65_535,
+                                 help="serve the web dashboard here")
     ] = None,
     dashboard_host: Annotated[
         str, typer.Option("--dashboard-host", envvar="IRIS_DASHBOARD_HOST", help="address the dashboard listens on")

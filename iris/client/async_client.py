@@ -461,7 +461,7 @@ class AsyncIrisClient(ClusterReads):
 
         `parent` lists one job's children, `under` every job below it, `namespace` the jobs of one namespace.
         """
-        if state is not None and state.upper() not in JobState.__members__:
+        if state is not None and (not isinstance(state, str) or state.upper() not in JobState.__members__):
             raise ValueError(f"state must be one of {', '.join(JobState)}, got {state!r}")
         query = _visibility_query(state and state.upper(), user, name, parent, namespace, under)
         out: list[JobStatus] = []

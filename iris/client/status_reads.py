@@ -104,6 +104,10 @@ def _visibility_query(state: str | None, user: str | None, name: str | None, par
 
     A job that continued as new has a closed run per hand-over; only its current run is the job.
     """
+    given = {"user": user, "name": name, "parent": parent, "namespace": namespace, "under": under}
+    for field, value in given.items():
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{field} must be a string, got {type(value).__name__} {value!r}")
     clauses = ["WorkflowType = 'JobWorkflow'", "ExecutionStatus != 'ContinuedAsNew'"]
     keywords = ((JOB_STATE, state), (JOB_USER, user), (JOB_NAME, name), (JOB_PARENT, parent),
                 (JOB_NAMESPACE, namespace))

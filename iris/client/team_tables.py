@@ -82,16 +82,24 @@ class QueueView:
 
     team_of_user: Mapping[str, str]
     places: Mapping[str, QueueRow]
+    spent: frozenset[str] = frozenset()  # users with no credits left: their pending work is scheduled as batch
 
     @classmethod
     def from_memo(cls, memo: Mapping[str, Any]) -> QueueView:
+        from iris.client.user_balances import users_from_memo
+
         teams = {member: row.team for row in teams_from_memo(memo) for member in row.members}
-        return cls(teams, {row.job_id: row for row in queue_from_memo(memo)})
+        spent = frozenset(u.user for u in users_from_memo(memo) if u.credits <= 0)
+        return cls(teams, {row.job_id: row for row in queue_from_memo(memo)}, spent)
 
     def apply(self, status: JobStatus) -> JobStatus:
-        """The status with its team and, while it is PENDING, its position and estimated start."""
+        """The status with its team and, while it is PENDING, its position, estimated start and the band it is
+        scheduled in (batch for a user with no credits left, as the scheduler does, before its first pass says so)."""
         team = self.team_of_user.get(status.user, DEFAULT_TEAM)
-        place = self.places.get(status.job_id) if status.state == JobState.PENDING else None
+        pending = status.state == JobState.PENDING
+        if pending and status.user in self.spent and status.effective_priority != "batch":
+            status = replace(status, effective_priority="batch")
+        place = self.places.get(status.job_id) if pending else None
         if place is None:
             return replace(status, team=team)
         return replace(status, team=team, queue_position=place.position, estimated_start=place.estimated_start,

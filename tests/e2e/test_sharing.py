@@ -140,3 +140,17 @@ def test_the_cli_sets_credits_and_shows_users_and_bands(shared: Cluster) -> None
     assert "user: frank  band: batch  preemptions: 0" in shown
     with urllib.request.urlopen(f"{shared.info.dashboard_url}/users", timeout=30) as page:  # the dashboard's table
         assert '<tr data-user="frank">' in page.read().decode()
+
+
+def test_a_user_without_credits_sees_batch_from_the_submission_on(shared: Cluster) -> None:
+    """`effective_priority` said `production` until the scheduler's next pass for a user whose credits were spent,
+    then `batch`; it says `batch` from the start (what the scheduler will do: the published balance)."""
+    with connect(shared, "gus") as gus:
+        gus.set_credits("gus", -5)
+        wait_until(lambda: (row := user_row(gus, "gus")) is not None and row.credits < 0, timeout=30,
+                   what="gus's balance published")  # fmt: skip
+        job = gus.submit_command(["sh", "-c", "sleep 1"], name="broke", priority="production",
+                                 resources=ResourceSpec(cpu=0.5, memory="64m"))  # fmt: skip
+        status = job.status()
+        assert ("production", "batch") == (status.priority, status.effective_priority), status.state
+        assert JobState.SUCCEEDED == job.wait(timeout=60).state

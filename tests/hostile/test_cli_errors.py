@@ -205,3 +205,11 @@ def test_iris_run_on_the_running_local_cluster_errs_in_one_line(cluster_env: dic
     env = {k: v for k, v in cluster_env.items() if k not in ("IRIS_TEMPORAL_ADDRESS", "IRIS_STORE")}
     result = iris("run", "--after", "nope-123", "--", "true", env=env)
     assert_one_line_error(result, 2, "--after[0]: no such job: nope-123")
+
+
+@pytest.mark.parametrize("command", [["worker", "serve", "--worker-id", "w"], ["controller", "serve"]])
+def test_a_port_out_of_range_names_its_option(no_cluster_env: dict[str, str], command: list[str]) -> None:
+    """`--health-port 99999` failed in bind() with an OverflowError line that named no option."""
+    result = iris(*command, "--temporal", "127.0.0.1:1", "--store", "file:///nowhere", "--health-port", "99999",
+                  env=no_cluster_env, timeout=60)  # fmt: skip
+    assert_one_line_error(result, 2, "--health-port")

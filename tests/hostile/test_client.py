@@ -116,3 +116,10 @@ def test_every_iris_workflow_has_an_iris_kind(client: IrisClient) -> None:
     assert f"{job.job_id}/task-0" in client._run(ids('IrisKind = "Task"'))
     monitors = client._run(ids('IrisKind = "Worker" AND ExecutionStatus = "Running"'))
     assert any(m.startswith("iris-worker-cpu-0-session-") for m in monitors), monitors  # one per agent session
+
+
+@pytest.mark.parametrize("field", ["parent", "under", "user", "namespace", "name", "state"])
+def test_a_listing_filter_that_is_not_a_string_names_the_field(client: IrisClient, field: str) -> None:
+    """`list_jobs(parent=123)` raised AttributeError from deep in the query builder."""
+    with pytest.raises(ValueError, match=f"^{field} must be"):
+        client.list_jobs(**{field: 123})  # type: ignore[arg-type]
