@@ -18,9 +18,9 @@ HEAVY = ("temporalio", "structlog", "iris.client.iris_client", "iris.client.asyn
          "workflows.scheduler")
 
 
-def loaded_after(code: str) -> list[str]:
-    """The heavy modules a fresh interpreter holds after running `code`."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({HEAVY!r}))))"
+def loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The `heavy` modules a fresh interpreter holds after running `code`."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({heavy!r}))))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
     assert 0 == done.returncode, done.stderr
@@ -51,18 +51,11 @@ def test_the_iris_command_loads_the_sdk_only_to_connect() -> None:
     assert [] == [m for m in loaded_after("import iris.cli.main") if not m.startswith("structlog")]
 
 
-def _loaded(code: str, prefixes: tuple[str, ...]) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})  # fmt: skip
-    assert 0 == done.returncode, done.stderr
-    return list(json.loads(done.stdout.splitlines()[-1]))
-
-
 def test_an_agent_loads_no_controller_and_the_supervisor_no_sdk() -> None:
     """A local cluster starts eight daemons at once: an agent imported the whole control plane (every workflow,
     the dashboard, aiohttp) for its connect helper, and the supervisor the CLI and the SDK (~0.3 s of CPU each)."""
     agent = ("import iris.cli.main, iris.cli.daemon_commands, worker_agent.agent, iris.security.key_check\n"
              "from iris.connection import TemporalSettings\nTemporalSettings.connect_until_up")  # fmt: skip
-    assert [] == _loaded(agent, ("iris.controller.control_plane", "iris.dashboard", "aiohttp", "workflows.scheduler"))
-    assert [] == _loaded("import iris.local.supervisor", ("temporalio", "iris.cli.main", "iris.controller"))
+    controller = ("iris.controller.control_plane", "iris.dashboard", "aiohttp", "workflows.scheduler")
+    assert [] == loaded_after(agent, controller)
+    assert [] == loaded_after("import iris.local.supervisor", ("temporalio", "iris.cli.main", "iris.controller"))

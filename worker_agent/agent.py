@@ -711,7 +711,7 @@ class WorkerAgent:
                 if ended.usage is not None:  # the runtime's account at the end: what sampling missed last
                     sampled.add(ended.usage.memory_bytes, ended.usage.cpu_seconds)
                 # What the attempt is charged for (resource-time), sent with its release.
-                self._ran[key] = _ran(ended, began)
+                self._ran[key] = ended.charged_seconds(began)
                 return ended
         except asyncio.CancelledError:
             ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
@@ -729,7 +729,7 @@ class WorkerAgent:
             # Stopped at its workflow's word (a kill, an eviction): the attempt ends with a result, which
             # the workflow waits for (WAIT_CANCELLATION_COMPLETED), so what it used is reported, as for
             # any other end (a cancellation carries no result).
-            self._ran[key] = _ran(ended, began)
+            self._ran[key] = ended.charged_seconds(began)
             return replace(ended, reason=ended.reason or "killed")
         except Exception:
             # Whatever went wrong here, the attempt's process must not outlive its run_task: the task
@@ -770,11 +770,6 @@ class WorkerAgent:
             )
         except Exception as err:  # off the task's path: the job learns it from the result
             self.log.warning("task_started_signal_failed", job_id=inp.job_id, error=_describe(err))
-
-
-def _ran(ended: TaskExit, began: float) -> float:
-    """Seconds the attempt is charged for: its process's run as the runtime saw it, else since `began`."""
-    return ended.ran_seconds if ended.ran_seconds is not None else time.monotonic() - began
 
 
 def _delivered_late() -> float | None:

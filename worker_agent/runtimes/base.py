@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,6 +208,11 @@ class TaskExit:
     # How long its process ran, from its start to its exit as the runtime saw them (what the attempt is charged
     # for); None when the runtime cannot tell, and the agent times the whole `start` to `wait` instead.
     ran_seconds: float | None = field(default=None, compare=False)
+
+    def charged_seconds(self, began: float) -> float:
+        """What the attempt is charged for: the process's run as the runtime saw it, else the time since `began`
+        (`time.monotonic()` before the runtime's `start`)."""
+        return self.ran_seconds if self.ran_seconds is not None else time.monotonic() - began
 
 
 @dataclass(frozen=True)
