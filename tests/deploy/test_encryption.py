@@ -175,9 +175,12 @@ def test_unreadable_signals_to_the_scheduler_are_dropped_and_scheduling_goes_on(
     assert "scheduled" in run.stdout
 
     log = keyed.home / "logs" / "controller.log"
-    wait_until(lambda: log.read_text().count('"payload_dropped"') >= 3, timeout=30, what="drops logged")
-    drops = [json.loads(line) for line in log.read_text().splitlines() if '"payload_dropped"' in line]
-    assert {"register_workers", "enqueue", "release_batch"} <= {d["signal"] for d in drops}
+    def drops_of_each() -> list[dict[str, str]] | None:
+        """The drops logged, once each of the three signals' is there (a count could end on a repeated one)."""
+        found = [json.loads(line) for line in log.read_text().splitlines() if '"payload_dropped"' in line]
+        return found if {"register_workers", "enqueue", "release_batch"} <= {d["signal"] for d in found} else None
+
+    drops = wait_until(drops_of_each, timeout=30, what="a drop of each signal logged")
     assert any(keyed.key_id in d["reason"] for d in drops if d["signal"] == "release_batch")
 
 

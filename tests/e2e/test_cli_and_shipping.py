@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from iris import IrisClient, JobState, ResourceSpec
-from tests.support import Cluster
+from tests.support import Cluster, wait_until
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
@@ -75,8 +75,11 @@ def test_cli_lists_workers_jobs_and_logs(cluster: Cluster, client: IrisClient) -
     workers = _iris(cluster, "worker", "list")
     assert 0 == workers.returncode, workers.stderr
     assert "slice-a-3" in workers.stdout and "tpu-topology=v5e-16" in workers.stdout
-    jobs = _iris(cluster, "job", "list")
-    assert job.job_id in jobs.stdout and "SUCCEEDED" in jobs.stdout
+    def listed_succeeded() -> bool:  # the listing reads visibility, which trails a job's end a moment
+        rows = _iris(cluster, "job", "list").stdout.splitlines()
+        return any(job.job_id in row and "SUCCEEDED" in row for row in rows)
+
+    wait_until(listed_succeeded, timeout=30, what=f"{job.job_id} listed SUCCEEDED")
     logs = _iris(cluster, "job", "logs", job.job_id)
     assert ["out-0", "out-1"] == logs.stdout.splitlines()  # piped: the tasks' bytes, no prefixes
     prefixed = _iris(cluster, "job", "logs", job.job_id, "--prefix")

@@ -62,8 +62,9 @@ def test_logs_are_streamed_while_running_and_kept_after(client: IrisClient) -> N
         [sys.executable, "-c", script], resources=ResourceSpec(cpu=0.5, memory="256m", replicas=2)
     )
     early = wait_until(lambda: client.fetch_task_logs(job.job_id, 1), timeout=30)
-    assert JobState.RUNNING == job.status().state
     assert "line 0" == early[0]
+    # The task writes before its agent's "started" reaches the job: the job is seen RUNNING a moment later.
+    wait_until(lambda: job.status().state == JobState.RUNNING, timeout=30, interval=0.05, what="the job running")
     job.wait(timeout=60)
     for index in (0, 1):
         assert ["line 0", "line 1", "line 2"] == client.fetch_task_logs(job.job_id, index)
