@@ -14,6 +14,7 @@ API key the key's JWT subject, else the local user name. The server authenticate
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import getpass
 import json
@@ -161,9 +162,7 @@ class TemporalSettings(BaseSettings):
 
         With `timeout` None, for as long as it takes (a worker agent never gives up on the control plane).
         """
-        import asyncio
-
-        import structlog
+        import structlog  # not at the top: a task importing Iris does not load it (iris/__init__)
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

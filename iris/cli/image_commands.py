@@ -94,11 +94,8 @@ def codec_server(
     try:
         key = load_key()
         token = token_file.read_text().strip() if token_file is not None else os.environ.get(TOKEN_ENV, "")
-        try:
-            auths: list[Authenticator] = [TokenAuth(token)] if token else []
-        except ValueError as e:  # named by where the token came from
-            where = "--token-file" if token_file is not None else TOKEN_ENV
-            raise ValueError(str(e).replace(TOKEN_ENV, where, 1)) from None
+        source = "--token-file" if token_file is not None else TOKEN_ENV
+        auths: list[Authenticator] = [TokenAuth(token, source)] if token else []
     except OSError as e:
         raise fail(f"--token-file: cannot read {token_file}: {e.strerror or e}") from None
     except ValueError as e:

@@ -73,10 +73,11 @@ class TokenAuth:
     """A shared bearer token, compared in constant time."""
 
     token: str = field(repr=False)
+    source: str = TOKEN_ENV  # where the token was given (`--token-file`), named by the error
 
     def __post_init__(self) -> None:
         if len(self.token) < 16:
-            raise ValueError(f"{TOKEN_ENV}: the codec server's token must be at least 16 characters")
+            raise ValueError(f"{self.source}: the codec server's token must be at least 16 characters")
 
     async def refuse(self, authorization: str | None) -> str | None:
         given = _bearer(authorization)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +214,13 @@ def test_a_port_out_of_range_names_its_option(no_cluster_env: dict[str, str], co
     result = iris(*command, "--temporal", "127.0.0.1:1", "--store", "file:///nowhere", "--health-port", "99999",
                   env=no_cluster_env, timeout=60)  # fmt: skip
     assert_one_line_error(result, 2, "--health-port")
+
+
+def test_a_short_codec_server_token_names_where_it_came_from(no_cluster_env: dict[str, str], tmp_path: Path) -> None:
+    """A token from `--token-file` that is too short is refused naming `--token-file`, not the variable."""
+    token = tmp_path / "token"
+    token.write_text("sekret")
+    key = iris("codec-key", env=no_cluster_env).stdout.strip()
+    env = {**no_cluster_env, "IRIS_CODEC_KEY": key}
+    result = iris("codec-server", "--port", "1", "--token-file", str(token), env=env)
+    assert_one_line_error(result, 2, "--token-file: the codec server's token must be at least 16 characters")
