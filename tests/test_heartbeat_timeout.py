@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from activities.contracts import DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, heartbeat_timeout_seconds
+from activities.contracts.worker_rows import row_from_metadata, validate_metadata
 from activities.proto import cluster_pb2 as pb
 from worker_agent.agent import (
     HEARTBEAT_FORWARD_SECONDS,
@@ -28,7 +29,7 @@ from worker_agent.agent import (
 from worker_agent.leases.lease_settings import LeaseSettings
 from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT, session_heartbeat_timeout
 from workflows.scheduler.scheduler_carry import pack, unpack
-from workflows.scheduler.scheduler_state import SchedulerState, validate_metadata, worker_from_metadata
+from workflows.scheduler.scheduler_state import SchedulerState, WorkerEntry
 
 
 def _meta(timeout: float) -> pb.WorkerMetadata:
@@ -75,12 +76,12 @@ def test_an_agent_declares_it_and_the_scheduler_keeps_it_through_continue_as_new
                          lease=LeaseSettings(heartbeat_timeout=6))  # fmt: skip
     meta = metadata(config, "s1")
     assert 6.0 == meta.heartbeat_timeout_seconds
-    entry = worker_from_metadata(meta)
+    entry = WorkerEntry.of(row_from_metadata(meta))
     assert 6.0 == entry.heartbeat_timeout_seconds
     state = SchedulerState(store_url="file:///x")
     state.workers["w1"] = entry
     assert 6.0 == unpack(pack(state)).workers["w1"].heartbeat_timeout_seconds
-    assert 0.0 == worker_from_metadata(_meta(0)).heartbeat_timeout_seconds  # an older agent's: none
+    assert 0.0 == row_from_metadata(_meta(0)).heartbeat_timeout_seconds  # an older agent's: none
 
 
 def test_the_scheduler_refuses_a_registration_out_of_range() -> None:

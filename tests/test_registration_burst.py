@@ -1,10 +1,9 @@
-"""A burst of registrations is admitted a bounded number of hosts per workflow task, in arrival order.
+"""A burst of registrations is admitted in the workflow task it comes in, in arrival order.
 
 A restarted fleet's agents register together, and the server hands every signal buffered meanwhile
-to one workflow task; admitting them all there made the scheduler's longest task (6,400 hosts, 223 ms
-on a busy controller, against a 200 ms target). Past WORK_PER_TASK hosts the rest waits for the next
-task, and so does every signal that came after it: a cordon sent after the registration still finds
-the worker, and the agent hears about every host it sent, refused ones included.
+to one workflow task. Agents send their hosts as rows they checked (activities/contracts/worker_rows.py),
+which the scheduler keeps as they are, so the burst needs no task of its own: a cordon sent after the
+registration finds the worker, and the agent hears about every host it sent, refused ones included.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for the probe
     from activities.contracts import REGISTERED
+    from activities.contracts.worker_rows import batch_of_rows
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import binary_payload
     from activities.recovery import rebuild_scheduler
@@ -26,10 +26,9 @@ with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this mo
     from iris.controller.control_plane import controller_replayer
     from tests.support import workflows_on_dev_server
     from workflows.messages import CordonWorkers, RegistrationReply
-    from workflows.scheduler.scheduler_core import WORK_PER_TASK
     from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
-HOSTS = 2 * WORK_PER_TASK + 500  # three workflow tasks' worth
+HOSTS = 2_500  # with the budget this replaced, three workflow tasks' worth
 REFUSED = "h-bad"
 
 
@@ -51,24 +50,29 @@ class RegistrationProbe:
         return dict(self._reply.refused)
 
 
+def _host(worker_id: str, session: str = "s") -> pb.WorkerMetadata:
+    meta = pb.WorkerMetadata(worker_id=worker_id, host="127.0.0.1", agent_session=session)
+    meta.capacity.cpu_millis = 1000
+    meta.capacity.memory_bytes = 2**30
+    return meta
+
+
 def _burst(reply_to: str) -> pb.WorkerBatch:
-    batch = pb.WorkerBatch(reply_to=reply_to)
-    for host in range(HOSTS):
-        meta = batch.workers.add(worker_id=f"h{host}", host="127.0.0.1", agent_session="s")
-        meta.capacity.cpu_millis = 1000
-        meta.capacity.memory_bytes = 2**30
+    """The hosts as an agent sends them (rows), and one as metadata, which the scheduler checks and refuses."""
+    batch, refused = batch_of_rows([_host(f"h{host}") for host in range(HOSTS)], reply_to)
+    assert {} == refused
     batch.workers.add(worker_id=REFUSED, host="127.0.0.1", agent_session="s")  # no capacity: refused
     return batch
 
 
-async def test_a_registration_burst_spans_workflow_tasks_and_keeps_arrival_order() -> None:
+async def test_a_registration_burst_is_admitted_where_it_comes_in_and_keeps_arrival_order() -> None:
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler, scheduler_pause]
     workflows = [SchedulerWorkflow, RegistrationProbe]
     async with workflows_on_dev_server("sched-burst", workflows, activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         probe = await client.start_workflow(RegistrationProbe.run, id=f"{queue}-probe", task_queue=queue)
         await handle.signal("register_workers", binary_payload(_burst(probe.id)))
-        last = f"h{HOSTS - 1}"  # admitted in the burst's last workflow task
+        last = f"h{HOSTS - 1}"
         await handle.signal("cordon_workers", CordonWorkers(["h0", last], True, "after the registration"))
         refused = await probe.result(rpc_timeout=timedelta(seconds=60))
         workers = {w.worker_id: w for w in (await handle.query("workers")).workers}
@@ -85,27 +89,23 @@ async def test_a_registration_burst_spans_workflow_tasks_and_keeps_arrival_order
         e for e in events
         if e.activity_task_scheduled_event_attributes.activity_type.name == "scheduler_pause"
     ]  # fmt: skip
-    assert len(pauses) >= HOSTS // WORK_PER_TASK  # admitted over several workflow tasks
+    assert [] == pauses  # admitted in the task it came in: no task of its own
     failed = [e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
     assert [] == failed
     replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
 
 
-async def test_signals_in_the_burst_task_wait_behind_it() -> None:
-    """Many agents' batches in one task: each agent hears back, and the count reaches every host."""
+async def test_many_agents_batches_at_once_are_all_admitted_and_answered() -> None:
+    """Many agents' batches at once: each agent hears back, and the count reaches every host."""
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler, scheduler_pause]
     async with workflows_on_dev_server("sched-burst-many", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue)
         agents, per_agent = 30, 100
         batches = []
         for agent in range(agents):
-            batch = pb.WorkerBatch(reply_to=f"no-such-agent-{agent}")
-            for host in range(per_agent):
-                meta = batch.workers.add(worker_id=f"a{agent}-h{host}", host="127.0.0.1", agent_session=f"s{agent}")
-                meta.capacity.cpu_millis = 1000
-                meta.capacity.memory_bytes = 2**30
-            batches.append(batch)
+            hosts = [_host(f"a{agent}-h{host}", f"s{agent}") for host in range(per_agent)]
+            batches.append(batch_of_rows(hosts, f"no-such-agent-{agent}")[0])
         await asyncio.gather(*(handle.signal("register_workers", binary_payload(b)) for b in batches))
         count = 0
         for _ in range(300):

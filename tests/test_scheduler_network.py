@@ -258,7 +258,7 @@ def test_task_environment_from_its_network() -> None:
 
 def test_a_worker_with_a_bad_port_range_is_refused() -> None:
     """Registration names the port range when it is outside 1-65535 or backwards."""
-    from workflows.scheduler.scheduler_state import validate_metadata
+    from activities.contracts.worker_rows import validate_metadata
 
     meta = pb.WorkerMetadata(worker_id="w", port_range_start=30000, port_range_end=20000)
     meta.capacity.cpu_millis = 1000

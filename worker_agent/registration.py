@@ -2,7 +2,8 @@
 
 The agent starts its WorkerWorkflow (the liveness monitor) first, then signals
 the scheduler `register_workers` with a batch of hosts and that workflow as
-`reply_to`, and waits on the monitor's `registration` update for the answer.
+`reply_to`, and waits on the monitor's `registration` update for the answer. The hosts go as rows the agent
+checked (activities/contracts/worker_rows.py): a host it refuses itself is never sent.
 Signals have no in-flight limit, so 10,000 agents registering at once queue
 nothing on the singleton; a refusal still comes back with its reason. The
 signal is sent again if no answer comes (registering is idempotent), for as long as it takes.
@@ -32,6 +33,7 @@ from activities.contracts import (
     WorkerSessionInput,
     worker_workflow_id,
 )
+from activities.contracts.worker_rows import batch_of_rows
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import binary_payload
 from worker_agent.backoff import Backoff, pause
@@ -65,7 +67,9 @@ async def register_hosts(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     monitor_id = worker_workflow_id(session.worker_id, session.session)
-    batch = pb.WorkerBatch(workers=hosts, reply_to=monitor_id)
+    batch, refused_here = batch_of_rows(hosts, monitor_id)  # checked here, kept as rows by the scheduler
+    if not batch.rows:
+        return refused_here
     session = dataclasses.replace(session, registration=base64.b64encode(batch.SerializeToString()).decode())
     backoff = Backoff(first=0.2, cap=RETRY_CAP_SECONDS)
     monitor_started = False
@@ -109,7 +113,7 @@ async def register_hosts(
             if reply is None:
                 break
             refused = reply.get("refused", {}) if isinstance(reply, dict) else {}
-            return {str(k): str(v) for k, v in refused.items()}
+            return refused_here | {str(k): str(v) for k, v in refused.items()}
         except Exception as err:  # any failure to reach the control plane is tried again
             if deadline is not None and loop.time() > deadline:
                 raise RuntimeError(f"could not reach the Iris scheduler: {describe_error(err)}") from err

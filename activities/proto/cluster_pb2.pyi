@@ -182,12 +182,14 @@ class WorkerMetadata(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., runtime: _Optional[str] = ..., host: _Optional[str] = ..., agent_session: _Optional[str] = ..., address: _Optional[str] = ..., port_range_start: _Optional[int] = ..., port_range_end: _Optional[int] = ..., heartbeat_timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class WorkerBatch(_message.Message):
-    __slots__ = ("workers", "reply_to")
+    __slots__ = ("workers", "reply_to", "rows")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     REPLY_TO_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerMetadata]
     reply_to: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ...) -> None: ...
+    rows: _containers.RepeatedCompositeFieldContainer[WorkerRow]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
     __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob", "peak_memory_bytes", "cpu_seconds", "duration_seconds", "endpoints")

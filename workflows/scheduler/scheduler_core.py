@@ -5,8 +5,8 @@ the queue, sharing, deliveries, reservations), plain objects that each hold this
 another through named methods. Nothing here is a mixin: a part's attributes are its own, and what they
 share is spelled out below.
 
-What every part does alike is here too: signals take their turn (`held_in_turn`), held ones are worked
-off a bounded amount per workflow task, and the run moves through scheduler_phase's table.
+What every part does alike is here too: signals take their turn (`held_in_turn`: behind a `configure` that
+came while registration answers were owed), and the run moves through scheduler_phase's table.
 """
 
 from __future__ import annotations
@@ -32,11 +32,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., None])
 
-# How much held work (`held_in_turn`: a host registered counts one, any other held signal one) one
-# workflow task does; the rest waits for the next task. 1,000 hosts take ~10 ms of the scheduler's CPU.
-WORK_PER_TASK = 1_000
-# Between two steps of held work, a snapshot or a big plan, the run awaits a no-op activity: that ends
-# the workflow task, so each step is a task of its own (signals that come in meanwhile are held).
+# Between two steps of a snapshot the run awaits a no-op activity: that ends the workflow task, so each step
+# is a task of its own (signals that come in meanwhile are applied in between).
 PAUSE_TIMEOUT = timedelta(seconds=10)  # a no-op: short, so one lost with its controller is soon run again
 # After asking, how long passes wait for the tasks asked to report (claim their place or enqueue again),
 # unless all of them have. A task whose last workflow task ran on the lost controller hears the request
@@ -58,9 +55,8 @@ def held_in_turn(handler: F) -> F:
     """A part's signal handler that takes its turn: signals are applied in arrival order, and while some
     wait, so does this one.
 
-    They wait while a burst is worked off a bounded amount per workflow task
-    (a restarted fleet's registrations; `work_off_held`), and behind a `configure` that came while
-    registration answers were owed (`reply_barrier`). Counted on arrival.
+    They wait behind a `configure` that came while registration answers were owed (`reply_barrier`), until
+    those answers are sent (`apply_held`). Counted on arrival.
     """
 
     @functools.wraps(handler)
@@ -69,7 +65,7 @@ def held_in_turn(handler: F) -> F:
         core.signals_received += 1
         if core.held or core.reply_barrier:
             core.held.append(functools.partial(handler, self, *args))
-            core.dirty = True  # wake the loop: it works them off
+            core.dirty = True  # wake the loop: it applies them
             return
         handler(self, *args)
 
@@ -82,8 +78,6 @@ class SchedulerCore:
     def __init__(self, packed: bytes | None, signal_budget: int) -> None:
         self.held: deque[Callable[[], None]] = deque()  # signals waiting their turn, oldest first
         self.phase = SchedulerPhase.STARTING  # scheduler_phase: moved only by its table (`move`)
-        self._work_task = -1  # the workflow task `_work_done` counts in (its history length when it started)
-        self._work_done = 0  # held work done in it
         self._state: SchedulerState | None = None
         self.handed_over: pb.ClusterSummary | None = None  # and its counts, as `summary` answers them
         # Loaded whole here (messages: parsed in milliseconds), so signals delivered in the run's first
@@ -144,30 +138,10 @@ class SchedulerCore:
 
     # -- held signals --------------------------------------------------------------------------
 
-    async def work_off_held(self) -> None:
-        """Apply the held signals, WORK_PER_TASK a workflow task; returns in the task that found none left.
-
-        A burst of signals comes in one workflow task (64 agents' registrations, 6,400 hosts, took
-        ~70 ms of the scheduler's CPU and a 223 ms task on a busy controller); signals that come in
-        while some wait are held behind them (`held_in_turn`), so the order stays the order of arrival.
-        """
-        while True:
-            while self.held and self.work_left() > 0:
-                self.held.popleft()()
-                self.spend(1)
-            if not self.held:
-                return
-            await pause()
-
-    def work_left(self) -> int:
-        task = workflow.info().get_current_history_length()  # the same all through one workflow task
-        if task != self._work_task:
-            self._work_task, self._work_done = task, 0
-        return WORK_PER_TASK - self._work_done
-
-    def spend(self, work: int) -> None:
-        self.work_left()
-        self._work_done += work
+    def apply_held(self) -> None:
+        """Apply the held signals, oldest first (the barrier that held them is down: `held_in_turn`)."""
+        while self.held:
+            self.held.popleft()()
 
     # -- the run's phases ----------------------------------------------------------------------
 

@@ -114,7 +114,7 @@ class Deliveries:
             if committed >= MAX_COMMIT_PER_PASS:
                 self.core.dirty = True  # the rest of the plan waits for the next pass, computed afresh
                 break
-            await self.core.work_off_held()  # signals held behind a burst: the commit sees every one that came
+            self.core.apply_held()  # signals held behind a `configure`: the commit sees every one that came
             jobs = plan_batches.by_job(plan.assignments[start:end])
             # What a late assignment needs to go back to the queue (the commit drops emptied entries).
             pending = self.core.state.pending

@@ -14,7 +14,6 @@ its work is kept from new work for a while (quarantine).
 
 from __future__ import annotations
 
-import functools
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import EVICT, REGISTERED, Delivery, task_workflow_id
+    from activities.contracts.worker_rows import row_from_metadata, validate_metadata
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
@@ -34,11 +34,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.scheduler.scheduler_actions import record
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
-    from workflows.scheduler.scheduler_state import (
-        WorkerEntry,
-        refusal,
-        worker_from_metadata,
-    )
+    from workflows.scheduler.scheduler_state import WorkerEntry, refusal
 
 WORKERS_PAGE_BYTES = 256 * 1024  # a page of the `workers` query: far below the 2 MB an answer may take
 
@@ -108,37 +104,43 @@ class Registry:
 
     @held_in_turn
     def register_workers(self, batch: pb.WorkerBatch) -> None:
-        """Add or refresh one agent's hosts; `reply_to` hears which were refused and why."""
-        self._admit_batch(batch, 0, {})
+        """Add or refresh one agent's hosts; `reply_to` hears which were refused and why.
 
-    def _admit_batch(self, batch: pb.WorkerBatch, start: int, refused: dict[str, str]) -> None:
-        """Admit the batch's hosts from `start` on, as many as this workflow task may still do; the rest
-        goes back to the head of the held signals, for the next task (`SchedulerCore.work_off_held`)."""
-        end = min(len(batch.workers), start + max(0, self.core.work_left()))
-        for meta in batch.workers[start:end]:
-            reason = refusal(self.core.state, meta)
+        The agent sends its hosts as rows it checked (activities/contracts/worker_rows.py), read here as they
+        are: ~1 us a host, so a fleet's burst is admitted in the workflow task it comes in (30,000 hosts in
+        ~40 ms). Hosts sent as metadata (`workers`) are checked and copied here.
+        """
+        refused: dict[str, str] = {}
+        for meta in batch.workers:
+            reason = validate_metadata(meta)
             if reason:
                 refused[meta.worker_id] = f"registration refused: {reason}"
                 workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
             else:
-                self._admit(meta)
-        self.core.spend(end - start)
+                self._admit(row_from_metadata(meta), refused)
+        for row in batch.rows:
+            self._admit(row, refused)
         self.core.changed()
-        if end < len(batch.workers):
-            self.core.held.appendleft(functools.partial(self._admit_batch, batch, end, refused))
-        elif batch.reply_to:
+        if batch.reply_to:
             self.core.replies.append(Delivery(batch.reply_to, REGISTERED, RegistrationReply(refused)))
 
-    def _admit(self, meta: pb.WorkerMetadata) -> None:
-        """Add or refresh a worker; an operator's cordon outlives the agent's restart."""
-        before = self.core.state.workers.get(meta.worker_id)
+    def _admit(self, row: pb.WorkerRow, refused: dict[str, str]) -> None:
+        """Add or refresh a worker (an operator's cordon outlives the agent's restart), unless refused."""
+        state = self.core.state
+        before = state.workers.get(row.worker_id)
         if before is None:
-            self.core.state.workers[meta.worker_id] = worker_from_metadata(meta)
+            row.state = WorkerState.READY  # the lifecycle fields are the scheduler's (a row comes with them unset)
+            state.workers[row.worker_id] = WorkerEntry.of(row)
+            return
+        reason = refusal(state, row)
+        if reason:
+            refused[row.worker_id] = f"registration refused: {reason}"
+            workflow.logger.warning("worker %s refused: %s", row.worker_id, reason)
         else:
-            self.worker_event(before, WorkerEvent.REGISTERED, meta=meta)
+            self.worker_event(before, WorkerEvent.REGISTERED, row=row)
 
     def worker_event(
-        self, worker: WorkerEntry, event: WorkerEvent, *, meta: pb.WorkerMetadata | None = None, why: str = ""
+        self, worker: WorkerEntry, event: WorkerEvent, *, row: pb.WorkerRow | None = None, why: str = ""
     ) -> None:
         """Take `event` through the worker lifecycle table (InvalidTransition, failing the workflow task,
         if it cannot happen now) and perform the effects it lists."""
@@ -149,9 +151,9 @@ class Registry:
         worker.state = step.next
         for effect in step.effects:
             if effect is WorkerEffect.RESET:
-                assert meta is not None, "a registration brings the worker's metadata"
-                fresh = self.core.state.workers[worker.worker_id] = worker_from_metadata(meta)
-                fresh.cordoned = worker.cordoned
+                assert row is not None, "a registration brings the worker's row"
+                row.state, row.cordoned = WorkerState.READY, worker.cordoned
+                self.core.state.workers[worker.worker_id] = WorkerEntry.of(row)
             elif effect is WorkerEffect.QUARANTINE:
                 worker.dispatch_failures += 1
                 doublings = min(worker.dispatch_failures - 1, QUARANTINE_DOUBLINGS)

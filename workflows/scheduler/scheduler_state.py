@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.contracts import DEFAULT_PORT_RANGE, MAX_HEARTBEAT_TIMEOUT_SECONDS, MIN_HEARTBEAT_TIMEOUT_SECONDS
+from activities.contracts import DEFAULT_PORT_RANGE
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows.fleet.worker_lifecycle import WorkerState
@@ -21,8 +21,6 @@ from workflows.scheduler.placement_index import Placements
 from workflows.scheduler.reservation_state import HeldReservation
 from workflows.scheduler.scheduler_actions import ActionRow, new_ring
 from workflows.scheduler.sharing_state import Books
-
-SUPPORTED_RUNTIMES = ("process", "docker", "containerd")
 
 
 def _row_field(name: str, doc: str) -> Any:
@@ -157,65 +155,22 @@ class SchedulerState:
             self.placements = Placements(self.placements)
 
 
-def validate_metadata(meta: pb.WorkerMetadata) -> str:
-    """A reason to refuse this registration, or "" when it is acceptable."""
-    if not meta.worker_id:
-        return "worker_id is empty"
-    if len(meta.worker_id) > 200 or any(c in meta.worker_id for c in "/\x00\n"):
-        return f"worker_id {meta.worker_id!r} must be at most 200 characters without '/', NUL or newlines"
-    cap = meta.capacity
-    for name in ("cpu_millis", "memory_bytes", "gpus", "tpus"):
-        if getattr(cap, name) < 0:
-            return f"capacity.{name} is negative ({getattr(cap, name)})"
-    if cap.cpu_millis == 0 and cap.memory_bytes == 0:
-        return "capacity is empty: a worker needs some cpu or memory"
-    for key, value in meta.attributes.items():
-        if not key:
-            return "attribute with an empty key"
-        if value.WhichOneof("kind") is None:
-            return f"attribute {key!r} has no value (supported: string, int, float, bool)"
-    start, end = meta.port_range_start, meta.port_range_end
-    if (start or end) and not 1 <= start <= end <= 65_535:
-        return f"port range {start}-{end} is not within 1-65535 with start <= end"
-    timeout = meta.heartbeat_timeout_seconds
-    if timeout and not MIN_HEARTBEAT_TIMEOUT_SECONDS <= timeout <= MAX_HEARTBEAT_TIMEOUT_SECONDS:
-        return (f"heartbeat_timeout_seconds {timeout:g} is not within {MIN_HEARTBEAT_TIMEOUT_SECONDS:g}-"
-                f"{MAX_HEARTBEAT_TIMEOUT_SECONDS:g}")  # fmt: skip
-    if meta.runtime and meta.runtime not in SUPPORTED_RUNTIMES:
-        return f"runtime {meta.runtime!r} is not one of {', '.join(SUPPORTED_RUNTIMES)}"
-    return ""
-
-
 def committed(state: SchedulerState) -> dict[str, list[int]]:
     """Committed cpu, memory, gpus, tpus per worker (a copy the caller may add to), as the placements keep it."""
     return {worker_id: list(u) for worker_id, u in state.placements.used.items()}
 
 
-def worker_from_metadata(meta: pb.WorkerMetadata) -> WorkerEntry:
-    """The worker an agent registered, its row filled from the registration's message (attributes copied in C)."""
-    cap = meta.capacity
-    start, end = (meta.port_range_start, meta.port_range_end) if meta.port_range_start else DEFAULT_PORT_RANGE
-    row = pb.WorkerRow(
-        worker_id=meta.worker_id, session=meta.agent_session, cpu_millis=cap.cpu_millis,
-        memory_bytes=cap.memory_bytes, gpus=cap.gpus, tpus=cap.tpus, runtime=meta.runtime or "process",
-        state=WorkerState.READY, host=meta.host, address=meta.address or meta.host or meta.worker_id,
-        port_range_start=start, port_range_end=end, heartbeat_timeout_seconds=meta.heartbeat_timeout_seconds,
-    )  # fmt: skip
-    row.attributes.MergeFrom(meta.attributes)
-    return WorkerEntry.of(row)
-
-
-def refusal(state: SchedulerState, meta: pb.WorkerMetadata) -> str:
-    """Why this registration is refused, or "" when it is accepted."""
-    reason = validate_metadata(meta)
-    existing = state.workers.get(meta.worker_id)
-    if not reason and existing is not None and existing.healthy and existing.session != meta.agent_session:
-        cap = meta.capacity
-        if (existing.cpu_millis, existing.memory_bytes, existing.gpus, existing.tpus) != (
-            cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.tpus
-        ):
-            reason = (
-                f"worker_id {meta.worker_id!r} is already registered and healthy with different "
-                "resources; stop the other agent or pick another id"
-            )
-    return reason
+def refusal(state: SchedulerState, row: pb.WorkerRow) -> str:
+    """Why this host's row is refused, or "" when it is accepted: what only the scheduler can tell (its row
+    was checked where it was declared, activities/contracts/worker_rows.py)."""
+    existing = state.workers.get(row.worker_id)
+    if existing is None or not existing.healthy or existing.session == row.session:
+        return ""
+    if (existing.cpu_millis, existing.memory_bytes, existing.gpus, existing.tpus) == (
+        row.cpu_millis, row.memory_bytes, row.gpus, row.tpus
+    ):
+        return ""
+    return (
+        f"worker_id {row.worker_id!r} is already registered and healthy with different "
+        "resources; stop the other agent or pick another id"
+    )

@@ -142,7 +142,7 @@ class SchedulerWorkflow:
             if core.reply_barrier:  # answers owed before a `configure`, before what came after it
                 await self.deliveries.send_replies()
             if core.held:
-                await core.work_off_held()
+                core.apply_held()
             if self._work_waits() and not core.signal_budget_spent() and not core.rebuild_holds():
                 await self._scheduling_pass()
             if core.replies:
@@ -158,7 +158,7 @@ class SchedulerWorkflow:
                     lambda: workflow.all_handlers_finished()
                     and self.deliveries.late == 0  # their places are given back by this run
                 )
-                await core.work_off_held()
+                core.apply_held()
                 # One round: while 10,000 agents register, every round brings new registrations,
                 # and waiting for the last one let a run pass the server's signal limit. An
                 # agent without its answer registers again (idempotent) and the next run answers.
@@ -166,7 +166,7 @@ class SchedulerWorkflow:
                     await self.deliveries.send_replies()
                 if core.replies:
                     workflow.logger.info("%d registrations answered by the next run", len(core.replies))
-                await core.work_off_held()  # what came in meanwhile and waits: this run applies it
+                core.apply_held()  # what came in meanwhile and waits: this run applies it
                 # Packed in this task, after the last held signal: its messages serialized (scheduler_carry).
                 self.registry.purge_lost(force=True)
                 packed = pack(core.state)
@@ -215,7 +215,7 @@ class SchedulerWorkflow:
             workflow.logger.info("signal budget spent during a pass: continuing as new before it ends")
             return
         plan_bytes = await passing
-        await core.work_off_held()  # what came in during the pass, held behind a burst, before the plan is read
+        core.apply_held()  # what came in during the pass and waits, before the plan is read
         plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
         if plan.assignments or plan.timed_out:
             core.snapshot = None
