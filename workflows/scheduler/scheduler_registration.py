@@ -129,7 +129,7 @@ class Registry:
         state = self.core.state
         before = state.workers.get(row.worker_id)
         if before is None:
-            row.state = WorkerState.READY  # the lifecycle fields are the scheduler's (a row comes with them unset)
+            row.state = WorkerState.READY  # the lifecycle is the scheduler's (an agent's row leaves it unset)
             state.workers[row.worker_id] = WorkerEntry.of(row)
             return
         reason = refusal(state, row)
