@@ -218,6 +218,34 @@ async def replay(replayer: Replayer, history: WorkflowHistory) -> WorkflowReplay
     return await replayer.replay_workflow(history, raise_on_replay_failure=False)
 
 
+async def fetch_and_replay(client: Client, runs: Sequence[WorkflowExecution]) -> list[tuple[WorkflowHistory, str]]:
+    """Each run's history and its replay failure ("" when it replays, or has no completed workflow task yet).
+
+    Histories are fetched a few at a time and replayed through one replay worker: a worker per history
+    (`replay`) costs ~40 ms each, against ~8 ms each here, which adds up over a session's ~1,000 runs.
+    """
+    gate = asyncio.Semaphore(8)
+
+    async def fetch(wf: WorkflowExecution) -> WorkflowHistory:
+        async with gate:
+            return await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+
+    histories = await asyncio.gather(*(fetch(wf) for wf in runs))
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    checked = [h for h in histories if any(e.event_type == done for e in h.events)]  # see `replay`
+
+    async def each() -> AsyncIterator[WorkflowHistory]:
+        for history in checked:
+            yield history
+
+    failures: dict[int, str] = {}
+    async with controller_replayer().workflow_replay_iterator(each()) as results:
+        async for result in results:
+            if result.replay_failure is not None:
+                failures[id(result.history)] = str(result.replay_failure)
+    return [(h, failures.get(id(h), "")) for h in histories]
+
+
 async def replay_run(client: Client, wf: WorkflowExecution, record: str = "") -> WorkflowHistory:
     """Fetch one run's history and replay it against the current workflow code.
 

@@ -25,9 +25,15 @@ from temporalio.client import Client
 from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec, SliceState
 from iris.client.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
-from iris.controller.control_plane import controller_replayer
 from iris.local.cluster import LocalCluster
-from tests.support import Cluster, autoscaler_mark, plans_since, replay, short_dead_controller_waits, wait_until
+from tests.support import (
+    Cluster,
+    autoscaler_mark,
+    fetch_and_replay,
+    plans_since,
+    short_dead_controller_waits,
+    wait_until,
+)
 from workflows.fleet.slice_workflow import ScaleDown
 
 SCALE_DOWN_DELAY = 2.0
@@ -367,14 +373,12 @@ def test_a_slice_whose_workflow_was_terminated_by_hand_is_cleaned_up_when_the_co
 
 async def _replay_fleet_histories(address: str) -> dict[str, int]:
     client = await Client.connect(address)
-    replayer = controller_replayer()
     record = os.environ.get("IRIS_RECORD_HISTORIES")
     counts: dict[str, int] = {}
     events: list[int] = []
-    async for wf in client.list_workflows("WorkflowType IN ('SliceWorkflow', 'AutoscalerWorkflow')"):
-        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replay(replayer, history)
-        assert result is None or result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
+    runs = [wf async for wf in client.list_workflows("WorkflowType IN ('SliceWorkflow', 'AutoscalerWorkflow')")]
+    for wf, (history, failure) in zip(runs, await fetch_and_replay(client, runs), strict=True):
+        assert not failure, f"{wf.workflow_type} {wf.id}: {failure}"
         kind = f"{wf.workflow_type}-{wf.status.name.lower() if wf.status else 'unknown'}"
         if wf.workflow_type == "SliceWorkflow":  # one kind per way a slice ends
             kind += f"-{(wf.typed_search_attributes.get(SLICE_STATE) or 'unknown').lower()}"

@@ -17,8 +17,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from iris import CoschedulingConfig, IrisClient, JobState, ResourceSpec
-from iris.controller.control_plane import controller_replayer
-from tests.support import Cluster, replay, wait_until
+from tests.support import Cluster, fetch_and_replay, wait_until
 from workflows.registry import ALL_WORKFLOWS
 
 SMALL = ResourceSpec(cpu=0.5, memory="256m")
@@ -26,15 +25,13 @@ SMALL = ResourceSpec(cpu=0.5, memory="256m")
 
 async def _replay_all(address: str) -> dict[str, int]:
     client = await Client.connect(address)
-    replayer = controller_replayer()
     counts: dict[str, int] = {}
     recorded: dict[str, int] = {}
     record = os.environ.get("IRIS_RECORD_HISTORIES")
     iris_types = ", ".join(f"'{w.__name__}'" for w in ALL_WORKFLOWS)  # each is registered under its class name
-    async for wf in client.list_workflows(f"WorkflowType IN ({iris_types})"):  # not other tests' helpers
-        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-        result = await replay(replayer, history)
-        assert result is None or result.replay_failure is None, f"{wf.workflow_type} {wf.id}: {result.replay_failure}"
+    runs = [wf async for wf in client.list_workflows(f"WorkflowType IN ({iris_types})")]  # not other tests' helpers
+    for wf, (history, failure) in zip(runs, await fetch_and_replay(client, runs), strict=True):
+        assert not failure, f"{wf.workflow_type} {wf.id}: {failure}"
         counts[wf.workflow_type] = counts.get(wf.workflow_type, 0) + 1
         # Record a couple of each type *and* ending (completed, failed, still running...), so
         # every path a workflow can close by is in the fixtures.
