@@ -9,9 +9,11 @@ child never outlives its controller, however that ends.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -209,3 +211,33 @@ def test_the_child_never_outlives_its_controller(dev_server: LocalCluster) -> No
     before the next controller's scheduler passes again, while a stopped one hands it back at once."""
     _ends_with_its_children(dev_server, signal.SIGTERM)
     _ends_with_its_children(dev_server, signal.SIGKILL)
+
+
+def child_thresholds(_: bytes) -> tuple[int, int, int]:
+    """Run in the pass process: its collector's thresholds."""
+    import gc
+
+    return gc.get_threshold()
+
+
+def test_the_pass_process_and_the_scheduler_bench_collect_as_the_controller() -> None:
+    """A controller's pass process runs with the collector thresholds the controller set, and `python -m
+    scheduler.bench` times its pass with the same ones (its figure is the control plane's pass)."""
+    from iris.controller.gc_tuning import THRESHOLDS
+    from scheduler.bench import PASS_GC_THRESHOLDS
+
+    script = (
+        "from iris.controller.gc_tuning import tune_for_controller\n"
+        "from activities.pass_pool import PassPool\n"
+        "from tests.test_pass_process import child_thresholds\n"
+        "tune_for_controller()\n"
+        "pool = PassPool()\n"
+        "print(list(pool.run(child_thresholds, b'')))\n"
+        "pool.shutdown()\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    assert list(THRESHOLDS) == json.loads(done.stdout.strip().splitlines()[-1])
+    assert THRESHOLDS == PASS_GC_THRESHOLDS
