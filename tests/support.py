@@ -239,8 +239,10 @@ async def fetch_and_replay(client: Client, runs: Sequence[WorkflowExecution]) ->
             yield history
 
     failures: dict[int, str] = {}
+    ours = {id(h) for h in checked}
     async with controller_replayer().workflow_replay_iterator(each()) as results:
         async for result in results:
+            assert id(result.history) in ours, "a replay result for a history not given: failures would be lost"
             if result.replay_failure is not None:
                 failures[id(result.history)] = str(result.replay_failure)
     return [(h, failures.get(id(h), "")) for h in histories]

@@ -60,7 +60,7 @@ PASS_GC_THRESHOLDS = (50_000, 20, 100)
 """The collector's thresholds in the control plane: its controller sets them (iris/controller/gc_tuning.py, which
 says why) and its pass process inherits them (activities/pass_pool.py). A pass makes ~100,000 assignments at
 10,000 x 100,000; under Python's default (700, 10, 10) every 700 of them ran a collection, and the older
-generations' ones scanned the index: 20-40% of the pass's time."""
+generations' ones scanned the index: a sixth of the pass's time on a quiet machine, more on a busy one."""
 
 Document = Mapping[str, Any]
 
