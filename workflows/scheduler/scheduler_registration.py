@@ -21,7 +21,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import EVICT, REGISTERED, Delivery, task_workflow_id
-    from activities.contracts.worker_rows import row_from_metadata, validate_metadata
+    from activities.contracts.worker_rows import batch_of_rows
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
@@ -110,15 +110,10 @@ class Registry:
         are: ~1 us a host, so a fleet's burst is admitted in the workflow task it comes in (30,000 hosts in
         ~40 ms). Hosts sent as metadata (`workers`) are checked and copied here.
         """
-        refused: dict[str, str] = {}
-        for meta in batch.workers:
-            reason = validate_metadata(meta)
-            if reason:
-                refused[meta.worker_id] = f"registration refused: {reason}"
-                workflow.logger.warning("worker %s refused: %s", meta.worker_id, reason)
-            else:
-                self._admit(row_from_metadata(meta), refused)
-        for row in batch.rows:
+        declared, refused = batch_of_rows(list(batch.workers), batch.reply_to)  # metadata: checked here
+        for worker_id, reason in refused.items():
+            workflow.logger.warning("worker %s %s", worker_id, reason)
+        for row in [*declared.rows, *batch.rows]:
             self._admit(row, refused)
         self.core.changed()
         if batch.reply_to:
