@@ -6,6 +6,7 @@ The snapshot and plan travel as zlib-compressed binary protobuf so that a
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -13,7 +14,6 @@ from dataclasses import replace
 from temporalio import activity
 
 import scheduler
-from activities.contracts import SCHEDULER_PAUSE
 from activities.heartbeat import heartbeating_thread
 from activities.pass_pool import run_pass
 from activities.proto import cluster_pb2 as pb
@@ -77,54 +77,107 @@ def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]
 
 def snapshot_from_pb(snap: pb.SchedulingSnapshot) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
     seen: dict[tuple[int, int, int, int], Resources] = {}
-    workers = [
-        WorkerSnapshot(
-            worker_id=w.worker_id,
-            free=resources_from_pb(w.free, seen),
-            capacity=resources_from_pb(w.capacity, seen) if w.HasField("capacity") else None,
-            attributes={k: v for k, a in w.attributes.items() if (v := get_attr(a)) is not None},
-        )
-        for w in snap.workers
-    ]
-    return workers, jobs_from_pb(snap, seen)
+    return fleet_from_pb(snap, seen), jobs_from_pb(snap, seen)
+
+
+def fleet_from_pb(
+    snap: pb.SchedulingSnapshot, resources: dict[tuple[int, int, int, int], Resources] | None = None
+) -> list[WorkerSnapshot]:
+    """The workers the pass may place on, each with its capacity and what is free of it (its row's capacity less
+    what its placements use), in the snapshot's order."""
+    fleet = snap.fleet
+    seen = {} if resources is None else resources
+    workers = []
+    columns = zip(fleet.rows, fleet.used_cpu_millis, fleet.used_memory_bytes, fleet.used_gpus, fleet.used_tpus,
+                  strict=True)  # fmt: skip
+    for data, cpu, memory, gpus, tpus in columns:
+        row = pb.WorkerRow.FromString(data)
+        capacity = (row.cpu_millis, row.memory_bytes, row.gpus, row.tpus)
+        free = (max(0, capacity[0] - cpu), max(0, capacity[1] - memory), max(0, capacity[2] - gpus),
+                max(0, capacity[3] - tpus))  # fmt: skip
+        workers.append(WorkerSnapshot(
+            worker_id=row.worker_id, free=_shared(free, seen), capacity=_shared(capacity, seen),
+            attributes={k: v for k, a in row.attributes.items() if (v := get_attr(a)) is not None},
+        ))  # fmt: skip
+    return workers
+
+
+def worker_ids(snap: pb.SchedulingSnapshot) -> list[str]:
+    """The snapshot's workers' ids, in its order (what running tasks' positions refer to)."""
+    return [pb.WorkerRow.FromString(data).worker_id for data in snap.fleet.rows]
+
+
+def _shared(key: tuple[int, int, int, int], seen: dict[tuple[int, int, int, int], Resources]) -> Resources:
+    found = seen.get(key)
+    if found is None:
+        found = seen[key] = Resources(*key)
+    return found
+
+
+def _queue_positions(queue: pb.SchedulingQueue) -> tuple[list[int], list[int]]:
+    """The queue's positions in submission order, and where each position's task indices start.
+
+    Submission order, not the order the jobs' enqueues reached the scheduler: two jobs submitted a moment apart
+    may enqueue the other way round (their workflows run side by side). Stable: equal times keep their order."""
+    starts = [0, *itertools.accumulate(queue.task_counts)]
+    submitted = queue.submitted_at
+    return sorted(range(len(queue.job_ids)), key=submitted.__getitem__), starts
 
 
 def jobs_from_pb(
     snap: pb.SchedulingSnapshot, resources: dict[tuple[int, int, int, int], Resources] | None = None
 ) -> list[PendingJob]:
-    """The snapshot's pending jobs, in submission order (the dashboard's queue page decodes only these).
-
-    A job's wait is the snapshot's time less its submission time, or, in a snapshot without submission
-    times, the wait the scheduler wrote.
-    """
-    now = snap.now
-    # Submission order, not the order the jobs' enqueues reached the scheduler: two jobs submitted a
-    # moment apart may enqueue the other way round (their workflows run side by side). Stable: a
-    # snapshot without submission times keeps its order.
-    queued = sorted(snap.jobs, key=lambda j: j.submitted_at)
+    """The snapshot's pending jobs, in submission order; what a spec says is read once per distinct spec."""
+    queue, now = snap.queue, snap.now
     seen: dict[tuple[bytes, ...], Split] = {}
     requests = {} if resources is None else resources
-    return [
-        PendingJob(
-            job_id=j.job_id,
-            task_indices=tuple(j.task_indices),
-            request=resources_from_pb(j.request, requests),
-            constraints=(split := constraints_from_pb(j.constraints, seen))[0],
-            preferences=split[1],
-            group_by=j.group_by or None,
-            priority=j.priority,
-            waited_seconds=max(0.0, now - j.submitted_at) if j.submitted_at else j.waited_seconds,
-            scheduling_timeout_seconds=j.scheduling_timeout_seconds or None,
-            tolerations=frozenset(j.tolerations),
-            num_groups=max(1, j.num_groups),
-            band=_band(j.band),
-            user=j.user,
-            max_concurrent=j.max_concurrent,
-            placed=j.placed,
-            room_waited_seconds=max(0.0, now - j.room_at) if j.room_at else None,
-        )
-        for j in queued
-    ]
+    shared = [
+        PendingJob(job_id="", task_indices=(), request=resources_from_pb(spec.request, requests),
+                   constraints=(split := constraints_from_pb(spec.constraints, seen))[0], preferences=split[1],
+                   group_by=spec.group_by or None, priority=spec.priority,
+                   scheduling_timeout_seconds=spec.scheduling_timeout_seconds or None,
+                   tolerations=frozenset(spec.tolerations), num_groups=max(1, spec.num_groups), band=_band(spec.band),
+                   user=spec.user, max_concurrent=spec.max_concurrent)
+        for spec in queue.specs
+    ]  # fmt: skip
+    order, starts = _queue_positions(queue)
+    indices = list(queue.task_indices)
+    ids, specs, submitted, placed, room = queue.job_ids, queue.spec, queue.submitted_at, queue.placed, queue.room_at
+    jobs = []
+    for at in order:
+        s = shared[specs[at]]
+        jobs.append(PendingJob(
+            job_id=ids[at], task_indices=tuple(indices[starts[at] : starts[at + 1]]), request=s.request,
+            constraints=s.constraints, preferences=s.preferences, group_by=s.group_by, priority=s.priority,
+            waited_seconds=max(0.0, now - submitted[at]), scheduling_timeout_seconds=s.scheduling_timeout_seconds,
+            tolerations=s.tolerations, num_groups=s.num_groups, band=s.band, user=s.user,
+            max_concurrent=s.max_concurrent, placed=placed[at],
+            room_waited_seconds=max(0.0, now - room[at]) if room[at] else None,
+        ))  # fmt: skip
+    return jobs
+
+
+def queued_jobs(snap: pb.SchedulingSnapshot) -> list[pb.SchedulingJob]:
+    """Each queued job as one message (its spec's part and its own columns), in the snapshot's order: for a
+    reader that shows jobs (the dashboard's queue page), not for the pass."""
+    queue = snap.queue
+    starts = [0, *itertools.accumulate(queue.task_counts)]
+    indices = list(queue.task_indices)
+    jobs = []
+    columns = zip(queue.job_ids, queue.spec, queue.submitted_at, queue.reason_crc, queue.placed, queue.room_at,
+                  strict=True)  # fmt: skip
+    for at, (job_id, spec, submitted, crc, placed, room) in enumerate(columns):
+        job = pb.SchedulingJob(job_id=job_id, task_indices=indices[starts[at] : starts[at + 1]], submitted_at=submitted,
+                               reason_crc=crc, placed=placed, room_at=room)  # fmt: skip
+        job.MergeFrom(queue.specs[spec])
+        jobs.append(job)
+    return jobs
+
+
+def known_reasons(snap: pb.SchedulingSnapshot) -> dict[str, int]:
+    """Job id -> crc32 of the pending reason the scheduler holds (jobs without one left out)."""
+    queue = snap.queue
+    return {job_id: crc for job_id, crc in zip(queue.job_ids, queue.reason_crc, strict=True) if crc}
 
 
 def decode_reservations(snap: pb.SchedulingSnapshot) -> list[Reservation]:
@@ -148,32 +201,23 @@ def _band(name: str) -> Band:
     return parse_band(name, "band") if name else DEFAULT_BAND
 
 
-def share_from_pb(snap: pb.SchedulingSnapshot, *, places: bool = True) -> ShareSnapshot | None:
+def share_from_pb(
+    snap: pb.SchedulingSnapshot, *, places: bool = True, names: Sequence[str] | None = None
+) -> ShareSnapshot | None:
     """Sharing's part of the snapshot, or None when the scheduler sent none (bands in order, no preemption).
 
     `places=False` (the dashboard, which only orders the queue) leaves out where and since when each
     running task runs: its tasks are counted (shares need that) as placeholders, and the headroom is left out.
+    `names`: the snapshot's worker ids in its order, when the caller has them (`worker_ids`).
     """
     if not snap.HasField("share"):
         return None
     share = snap.share
-    positions = list(share.row_positions)  # empty: rows are positions
     if not places:
-        counted = [(job, _placed(job, positions)) for job in share.running]
         return ShareSnapshot(now=snap.now, users=_accounts(share), default_credits=share.default_credits,
-                             running=[_running(job, (UNPLACED,) * n) for job, n in counted if n],
-                             policy=_policy(share), teams=teams_from_pb(share))  # fmt: skip
-    names = [w.worker_id for w in snap.workers]
-    running = []
-    for job in share.running:
-        rows = zip(job.task_indices, job.worker_rows, job.started_at, strict=True)
-        if positions:  # rows are the scheduler's numbers: those outside the snapshot are left out
-            tasks = tuple(RunningTask(index, names[at], started) for index, row, started in rows
-                          if (at := positions[row]) >= 0)  # fmt: skip
-        else:
-            tasks = tuple(RunningTask(index, names[row], started) for index, row, started in rows)
-        if tasks:
-            running.append(_running(job, tasks))
+                             running=running_from_pb(share, None), policy=_policy(share),
+                             teams=teams_from_pb(share))  # fmt: skip
+    running = running_from_pb(share, worker_ids(snap) if names is None else names)
     room = []
     for h in share.headroom:
         shape = GroupShape(h.group, h.hosts_per_slice, resources_from_pb(h.host_capacity),
@@ -207,11 +251,38 @@ UNPLACED = RunningTask(-1, "", 0.0)
 """A running task counted without its place (`share_from_pb(places=False)`)."""
 
 
-def _placed(job: pb.ShareRunningJob, positions: Sequence[int]) -> int:
-    """How many of the job's tasks run on workers in the snapshot."""
-    if not positions:
-        return len(job.task_indices)
-    return sum(1 for row in job.worker_rows if positions[row] >= 0)
+def running_from_pb(share: pb.ShareInput, names: Sequence[str] | None) -> list[RunningJob]:
+    """The running work the pass may evict or count: each job's tasks on workers in the fleet, read from the
+    placement columns (`ShareInput.placed`); tasks on workers outside it and attempts being evicted are left out.
+
+    `names` are the fleet's worker ids in order; None counts each task as a placeholder (`UNPLACED`).
+    """
+    if not share.placed:
+        return []
+    store = pb.PlacedState.FromString(share.placed)
+    positions = list(share.row_positions)
+    evicting = dict(zip(zip(share.evicting_jobs, share.evicting_tasks, strict=True), share.evicting_attempts,
+                        strict=True))  # fmt: skip
+    seen: dict[tuple[int, int, int, int], Resources] = {}
+    running = []
+    jobs = store.jobs
+    for job_id in store.job_ids:
+        first = None
+        tasks = []
+        for run in jobs[job_id].runs:
+            for index, attempt, row, started in zip(run.task_indices, run.attempts, run.workers, run.placed_at,
+                                                    strict=True):  # fmt: skip
+                if evicting and evicting.get((job_id, index), -1) >= attempt:
+                    continue
+                first = first or run
+                at = positions[row]
+                if at >= 0:
+                    tasks.append(UNPLACED if names is None else RunningTask(index, names[at], started))
+        if first is not None and tasks:
+            request = _shared((first.cpu_millis, first.memory_bytes, first.gpus, first.tpus), seen)
+            running.append(RunningJob(job_id=job_id, user=first.user, band=_band(first.band), request=request,
+                                      tasks=tuple(tasks), coscheduled=first.gang))  # fmt: skip
+    return running
 
 
 def _policy(share: pb.ShareInput) -> SharePolicy:
@@ -224,11 +295,6 @@ def _policy(share: pb.ShareInput) -> SharePolicy:
 
 def _accounts(share: pb.ShareInput) -> dict[str, UserAccount]:
     return {u.user: UserAccount(u.user, u.balance, u.used, DecayedUsage(u.usage, u.usage_as_of)) for u in share.users}
-
-
-def _running(job: pb.ShareRunningJob, tasks: tuple[RunningTask, ...]) -> RunningJob:
-    return RunningJob(job_id=job.job_id, user=job.user, band=_band(job.band), request=resources_from_pb(job.request),
-                      tasks=tasks, coscheduled=job.coscheduled)  # fmt: skip
 
 
 def cap_reason(reason: str) -> str:
@@ -289,9 +355,9 @@ def plan_pass(snapshot: bytes) -> bytes:
     """The pass itself, pure CPU: the compressed snapshot in, the compressed plan out."""
     snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
     workers, jobs = snapshot_from_pb(snap)
-    known = {j.job_id: j.reason_crc for j in snap.jobs if j.reason_crc}
+    known = known_reasons(snap)
     reservations = decode_reservations(snap) if snap.reservations else ()
-    share = share_from_pb(snap)
+    share = share_from_pb(snap, names=[w.worker_id for w in workers])
     result = scheduler.find_assignments(workers, jobs, reservations=reservations, share=share,
                                         policy=policy_from_pb(snap))  # fmt: skip
     queue = queue_estimates(snap, workers, jobs, share, result)
@@ -338,9 +404,3 @@ def queue_estimates(
     largest = largest_worker([*workers, *coming])
     return estimate_starts(waiting, total, running + requests, snap.now, typical or None, result.pending_reasons,
                            largest=largest)  # fmt: skip
-
-
-@activity.defn(name=SCHEDULER_PAUSE)
-async def scheduler_pause() -> None:
-    """Nothing: the scheduler awaits it between steps of loading its carried state, so each is a workflow
-    task of its own (a durable timer would do too, but the dev server fires a 1 ms timer ~1 s late)."""

@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
 from activities.pass_pool import pass_process
 from activities.recovery import rebuild_scheduler
-from activities.scheduling import find_assignments_activity, scheduler_pause
+from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_signals
 from benchmarks.activation_timing import TimedRunner, Timings
 from iris.connection import connect_client
@@ -68,8 +68,7 @@ async def serve(address: str, timings_path: Path | None = None) -> None:
             client,
             task_queue=CONTROL_TASK_QUEUE,
             workflows=[SchedulerWorkflow, WorkerWorkflow],
-            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler,
-                        scheduler_pause],
+            activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,
             workflow_runner=TimedRunner(controller_runner(), "SchedulerWorkflow", timings),  # as a controller runs them

@@ -123,12 +123,26 @@ def test_a_job_stored_before_the_key_rule_is_still_scheduled() -> None:
     """A job stored with a key the rule now refuses ("zone in", from `-c "zone in $UNSET"`), or coscheduled by
     one, does not stop the pass: it pends with a reason naming the key, and other jobs are placed."""
     snap = pb.SchedulingSnapshot(now=10.0)
-    snap.workers.add(worker_id="w0", free=pb.Resources(cpu_millis=4000, memory_bytes=2**32))
-    snap.workers[0].attributes["zone"].string_value = "a"
-    stuck = snap.jobs.add(job_id="ana/old", task_indices=[0], request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
+    row = pb.WorkerRow(worker_id="w0", cpu_millis=4000, memory_bytes=2**32)
+    row.attributes["zone"].string_value = "a"
+    snap.fleet.rows.append(row.SerializeToString())
+    fleet = snap.fleet
+    for column in (fleet.used_cpu_millis, fleet.used_memory_bytes, fleet.used_gpus, fleet.used_tpus):
+        column.append(0)
+    stuck = snap.queue.specs.add(request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
     stuck.constraints.add(key="zone in", op="EXISTS")
-    snap.jobs.add(job_id="ana/gang", task_indices=[0, 1], request=pb.Resources(cpu_millis=100), group_by="my key")
-    snap.jobs.add(job_id="ana/new", task_indices=[0], request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
+    snap.queue.specs.add(request=pb.Resources(cpu_millis=100), group_by="my key")
+    snap.queue.specs.add(request=pb.Resources(cpu_millis=100, memory_bytes=2**20))
+    for at, (job_id, tasks) in enumerate([("ana/old", [0]), ("ana/gang", [0, 1]), ("ana/new", [0])]):
+        q = snap.queue
+        q.job_ids.append(job_id)
+        q.spec.append(at)
+        q.task_counts.append(len(tasks))
+        q.task_indices.extend(tasks)
+        q.submitted_at.append(float(at))
+        q.reason_crc.append(0)
+        q.placed.append(0)
+        q.room_at.append(0.0)
     plan = pb.SchedulingPlan.FromString(
         zlib.decompress(find_assignments_activity(zlib.compress(snap.SerializeToString())))
     )

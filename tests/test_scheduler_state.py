@@ -5,8 +5,7 @@ from __future__ import annotations
 import zlib
 
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import MAX_REASON, cap_reason, encode_plan
-from benchmarks.whole_snapshot import snapshot_parts
+from activities.scheduling import MAX_REASON, cap_reason, encode_plan, known_reasons, share_from_pb, snapshot_from_pb
 from scheduler.types import SchedulingResult
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import ConstraintSpec, SchedulingSpec
@@ -63,7 +62,7 @@ def test_plan_carries_only_reasons_that_changed() -> None:
     """A reason the scheduler already holds (by crc32) is left out; a new or changed one is sent, capped."""
     state = _fleet(workers=2, jobs=3, tasks_per_job=1, placed_per_worker=0)
     snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 1e9 + 5)))
-    known = {j.job_id: j.reason_crc for j in snap.jobs}
+    known = known_reasons(snap)
     long = "x" * (MAX_REASON + 50)
     result = SchedulingResult(
         pending_reasons={
@@ -77,12 +76,19 @@ def test_plan_carries_only_reasons_that_changed() -> None:
     assert MAX_REASON == len(plan.pending_reasons["job-000002"])
 
 
-def test_a_snapshot_built_in_parts_is_the_whole_snapshot() -> None:
-    """Parts of a few workers or jobs each, joined, parse as the snapshot built at once (order kept)."""
+def test_the_snapshot_holds_the_fleet_the_queue_and_the_running_work() -> None:
+    """The pass reads each eligible worker in order with what is free of it, each queued job with its wait, and
+    the running tasks where they run; a cordoned worker is left out, and so are the tasks on it."""
     state = _fleet(workers=7, jobs=5, tasks_per_job=2, placed_per_worker=1)
-    parts = list(snapshot_parts(state, 1e9 + 5, most=2))
-    assert len(parts) > 6
-    whole = pb.SchedulingSnapshot.FromString(b"".join(snapshot_parts(state, 1e9 + 5, most=10**6)))
-    assert whole == pb.SchedulingSnapshot.FromString(b"".join(parts))
-    assert [f"host-{i:05d}" for i in range(7)] == [w.worker_id for w in whole.workers]
-    assert 7 == sum(len(job.task_indices) for job in whole.share.running)
+    state.workers["host-00006"].cordoned = True
+    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 1e9 + 5)))
+    workers, jobs = snapshot_from_pb(snap)
+    assert [f"host-{i:05d}" for i in range(6)] == [w.worker_id for w in workers]
+    assert {(7500, 31 << 30)} == {(w.free.cpu_millis, w.free.memory_bytes) for w in workers}
+    assert {"pool": "tpu", "zone": "zone-1", "tpu-worker-id": 1, "spot": False, "gen": 5.5} == workers[1].attributes
+    assert [(f"job-{j:06d}", (0, 1), 5.0) for j in range(5)] == [(j.job_id, j.task_indices, j.waited_seconds)
+                                                                 for j in jobs]  # fmt: skip
+    share = share_from_pb(snap)
+    assert share is not None
+    running = sorted((t.worker_id, t.task_index) for job in share.running for t in job.tasks)
+    assert [(f"host-{i:05d}", i) for i in range(6)] == running

@@ -18,7 +18,6 @@ from temporalio.converter import DataConverter
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import jobs_from_pb
-from benchmarks.whole_snapshot import snapshot_parts
 from iris.security.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
 from workflows.scheduler.placement_index import Placement
@@ -84,7 +83,7 @@ def test_every_field_survives_continue_as_new() -> None:
 
 
 def test_every_field_the_pass_reads_reaches_it() -> None:
-    """The pass's snapshot (cached pieces and the reference encoder) carries every field the pure scheduler reads;
+    """The pass's snapshot carries every field of a spec the pure scheduler reads;
     a throttled job's placed tasks are counted in it."""
     state = SchedulerState()
     state.workers["w0"] = WorkerEntry("w0", "s", 8000, 16 << 30, 4, 8, {"zone": "z1"}, host="h")
@@ -92,32 +91,32 @@ def test_every_field_the_pass_reads_reaches_it() -> None:
         state.pending[job_id] = PendingEntry(job_id, spec, {4: 0, 5: 0}, 5.0)
     for i in range(2):
         state.placements[task_workflow_id("plain", i)] = Placement("plain", i, 0, "w0", 1500, 3 << 30, 2, 4)
-    for data in (zlib.decompress(encode_snapshot(state, now=10.0)), b"".join(snapshot_parts(state, 10.0))):
-        jobs = {j.job_id: j for j in jobs_from_pb(pb.SchedulingSnapshot.FromString(data))}
-        for job_id, spec in (("plain", _spec()), ("gang", _spec(**GANG))):
-            job = jobs[job_id]
-            assert (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus) == (
-                job.request.cpu_millis,
-                job.request.memory_bytes,
-                job.request.gpus,
-                job.request.tpus,
-            )
-            assert [(c.key, str(c.op), c.value) for c in spec.constraints] == [
-                (c.key, str(c.op), c.value) for c in job.constraints
-            ]
-            assert (spec.group_by or None, spec.priority, spec.scheduling_timeout_seconds) == (
-                job.group_by,
-                job.priority,
-                job.scheduling_timeout_seconds,
-            )
-            assert (frozenset(spec.tolerations), spec.num_groups, spec.band, spec.user, spec.max_concurrent) == (
-                job.tolerations,
-                job.num_groups,
-                str(job.band),
-                job.user,
-                job.max_concurrent,
-            )
-        assert 2 == jobs["plain"].placed
+    data = zlib.decompress(encode_snapshot(state, now=10.0))
+    jobs = {j.job_id: j for j in jobs_from_pb(pb.SchedulingSnapshot.FromString(data))}
+    for job_id, spec in (("plain", _spec()), ("gang", _spec(**GANG))):
+        job = jobs[job_id]
+        assert (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus) == (
+            job.request.cpu_millis,
+            job.request.memory_bytes,
+            job.request.gpus,
+            job.request.tpus,
+        )
+        assert [(c.key, str(c.op), c.value) for c in spec.constraints] == [
+            (c.key, str(c.op), c.value) for c in job.constraints
+        ]
+        assert (spec.group_by or None, spec.priority, spec.scheduling_timeout_seconds) == (
+            job.group_by,
+            job.priority,
+            job.scheduling_timeout_seconds,
+        )
+        assert (frozenset(spec.tolerations), spec.num_groups, spec.band, spec.user, spec.max_concurrent) == (
+            job.tolerations,
+            job.num_groups,
+            str(job.band),
+            job.user,
+            job.max_concurrent,
+        )
+    assert 2 == jobs["plain"].placed
     read = {
         "cpu_millis",
         "memory_bytes",

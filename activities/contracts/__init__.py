@@ -147,9 +147,6 @@ PROFILE_TASK = "profile_task"
 KILL_DESCENDANTS = "kill_descendants"  # activity: kill the unfinished jobs of an ended job's tree
 FIND_ENDED_JOBS = "find_ended_jobs"  # activity: reserving jobs that ended without releasing their reservation
 AWAIT_JOB = "await_job"  # activity: wait for a job to end and return its state (a dependency, `after=`)
-# Activity that does nothing: a workflow awaits it to end its workflow task and go on in the next one
-# (the dev server fires even a 1 ms timer only ~1 s later), e.g. between steps of loading carried state.
-SCHEDULER_PAUSE = "scheduler_pause"
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow

@@ -320,34 +320,14 @@ class WorkerStatus(_message.Message):
     cordoned: bool
     def __init__(self, worker_id: _Optional[str] = ..., healthy: _Optional[bool] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., committed: _Optional[_Union[Resources, _Mapping]] = ..., running_tasks: _Optional[_Iterable[str]] = ..., cordoned: _Optional[bool] = ...) -> None: ...
 
-class SchedulingWorker(_message.Message):
-    __slots__ = ("worker_id", "free", "attributes", "capacity")
-    class AttributesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: AttributeValue
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeValue, _Mapping]] = ...) -> None: ...
-    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
-    FREE_FIELD_NUMBER: _ClassVar[int]
-    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
-    CAPACITY_FIELD_NUMBER: _ClassVar[int]
-    worker_id: str
-    free: Resources
-    attributes: _containers.MessageMap[str, AttributeValue]
-    capacity: Resources
-    def __init__(self, worker_id: _Optional[str] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., attributes: _Optional[_Mapping[str, AttributeValue]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
-
 class SchedulingJob(_message.Message):
-    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "waited_seconds", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at", "max_concurrent", "placed", "room_at")
+    __slots__ = ("job_id", "task_indices", "request", "constraints", "group_by", "priority", "scheduling_timeout_seconds", "tolerations", "reason_crc", "num_groups", "band", "user", "submitted_at", "max_concurrent", "placed", "room_at")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
-    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULING_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
     REASON_CRC_FIELD_NUMBER: _ClassVar[int]
@@ -364,7 +344,6 @@ class SchedulingJob(_message.Message):
     constraints: _containers.RepeatedCompositeFieldContainer[Constraint]
     group_by: str
     priority: int
-    waited_seconds: float
     scheduling_timeout_seconds: float
     tolerations: _containers.RepeatedScalarFieldContainer[str]
     reason_crc: int
@@ -375,7 +354,43 @@ class SchedulingJob(_message.Message):
     max_concurrent: int
     placed: int
     room_at: float
-    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., waited_seconds: _Optional[float] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., placed: _Optional[int] = ..., room_at: _Optional[float] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., task_indices: _Optional[_Iterable[int]] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., constraints: _Optional[_Iterable[_Union[Constraint, _Mapping]]] = ..., group_by: _Optional[str] = ..., priority: _Optional[int] = ..., scheduling_timeout_seconds: _Optional[float] = ..., tolerations: _Optional[_Iterable[str]] = ..., reason_crc: _Optional[int] = ..., num_groups: _Optional[int] = ..., band: _Optional[str] = ..., user: _Optional[str] = ..., submitted_at: _Optional[float] = ..., max_concurrent: _Optional[int] = ..., placed: _Optional[int] = ..., room_at: _Optional[float] = ...) -> None: ...
+
+class SchedulingFleet(_message.Message):
+    __slots__ = ("rows", "used_cpu_millis", "used_memory_bytes", "used_gpus", "used_tpus")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    USED_CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    USED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    USED_TPUS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedScalarFieldContainer[bytes]
+    used_cpu_millis: _containers.RepeatedScalarFieldContainer[int]
+    used_memory_bytes: _containers.RepeatedScalarFieldContainer[int]
+    used_gpus: _containers.RepeatedScalarFieldContainer[int]
+    used_tpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, rows: _Optional[_Iterable[bytes]] = ..., used_cpu_millis: _Optional[_Iterable[int]] = ..., used_memory_bytes: _Optional[_Iterable[int]] = ..., used_gpus: _Optional[_Iterable[int]] = ..., used_tpus: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SchedulingQueue(_message.Message):
+    __slots__ = ("specs", "job_ids", "spec", "task_counts", "task_indices", "submitted_at", "reason_crc", "placed", "room_at")
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    TASK_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_CRC_FIELD_NUMBER: _ClassVar[int]
+    PLACED_FIELD_NUMBER: _ClassVar[int]
+    ROOM_AT_FIELD_NUMBER: _ClassVar[int]
+    specs: _containers.RepeatedCompositeFieldContainer[SchedulingJob]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    spec: _containers.RepeatedScalarFieldContainer[int]
+    task_counts: _containers.RepeatedScalarFieldContainer[int]
+    task_indices: _containers.RepeatedScalarFieldContainer[int]
+    submitted_at: _containers.RepeatedScalarFieldContainer[float]
+    reason_crc: _containers.RepeatedScalarFieldContainer[int]
+    placed: _containers.RepeatedScalarFieldContainer[int]
+    room_at: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, specs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ..., job_ids: _Optional[_Iterable[str]] = ..., spec: _Optional[_Iterable[int]] = ..., task_counts: _Optional[_Iterable[int]] = ..., task_indices: _Optional[_Iterable[int]] = ..., submitted_at: _Optional[_Iterable[float]] = ..., reason_crc: _Optional[_Iterable[int]] = ..., placed: _Optional[_Iterable[int]] = ..., room_at: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ShareUser(_message.Message):
     __slots__ = ("user", "balance", "used", "usage", "usage_as_of")
@@ -390,26 +405,6 @@ class ShareUser(_message.Message):
     usage: float
     usage_as_of: float
     def __init__(self, user: _Optional[str] = ..., balance: _Optional[float] = ..., used: _Optional[float] = ..., usage: _Optional[float] = ..., usage_as_of: _Optional[float] = ...) -> None: ...
-
-class ShareRunningJob(_message.Message):
-    __slots__ = ("job_id", "user", "band", "request", "coscheduled", "task_indices", "worker_rows", "started_at")
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    USER_FIELD_NUMBER: _ClassVar[int]
-    BAND_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_FIELD_NUMBER: _ClassVar[int]
-    COSCHEDULED_FIELD_NUMBER: _ClassVar[int]
-    TASK_INDICES_FIELD_NUMBER: _ClassVar[int]
-    WORKER_ROWS_FIELD_NUMBER: _ClassVar[int]
-    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
-    job_id: str
-    user: str
-    band: str
-    request: Resources
-    coscheduled: bool
-    task_indices: _containers.RepeatedScalarFieldContainer[int]
-    worker_rows: _containers.RepeatedScalarFieldContainer[int]
-    started_at: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, job_id: _Optional[str] = ..., user: _Optional[str] = ..., band: _Optional[str] = ..., request: _Optional[_Union[Resources, _Mapping]] = ..., coscheduled: _Optional[bool] = ..., task_indices: _Optional[_Iterable[int]] = ..., worker_rows: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ShareRates(_message.Message):
     __slots__ = ("cpu_core_hour", "memory_gib_hour", "gpu_hour", "tpu_chip_hour")
@@ -459,42 +454,48 @@ class ShareTeam(_message.Message):
     def __init__(self, name: _Optional[str] = ..., members: _Optional[_Iterable[str]] = ..., quota: _Optional[_Union[Resources, _Mapping]] = ..., borrowing_limit: _Optional[_Union[Resources, _Mapping]] = ..., lending_limit: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
 
 class ShareInput(_message.Message):
-    __slots__ = ("users", "default_credits", "running", "rates", "half_life_hours", "headroom", "row_positions", "teams", "starvation_seconds", "typical_task_seconds")
+    __slots__ = ("users", "default_credits", "rates", "half_life_hours", "headroom", "placed", "row_positions", "evicting_jobs", "evicting_tasks", "evicting_attempts", "teams", "starvation_seconds", "typical_task_seconds")
     USERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_CREDITS_FIELD_NUMBER: _ClassVar[int]
-    RUNNING_FIELD_NUMBER: _ClassVar[int]
     RATES_FIELD_NUMBER: _ClassVar[int]
     HALF_LIFE_HOURS_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_FIELD_NUMBER: _ClassVar[int]
+    PLACED_FIELD_NUMBER: _ClassVar[int]
     ROW_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    EVICTING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    EVICTING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    EVICTING_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     TEAMS_FIELD_NUMBER: _ClassVar[int]
     STARVATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TYPICAL_TASK_SECONDS_FIELD_NUMBER: _ClassVar[int]
     users: _containers.RepeatedCompositeFieldContainer[ShareUser]
     default_credits: float
-    running: _containers.RepeatedCompositeFieldContainer[ShareRunningJob]
     rates: ShareRates
     half_life_hours: float
     headroom: _containers.RepeatedCompositeFieldContainer[ShareHeadroom]
+    placed: bytes
     row_positions: _containers.RepeatedScalarFieldContainer[int]
+    evicting_jobs: _containers.RepeatedScalarFieldContainer[str]
+    evicting_tasks: _containers.RepeatedScalarFieldContainer[int]
+    evicting_attempts: _containers.RepeatedScalarFieldContainer[int]
     teams: _containers.RepeatedCompositeFieldContainer[ShareTeam]
     starvation_seconds: float
     typical_task_seconds: float
-    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., running: _Optional[_Iterable[_Union[ShareRunningJob, _Mapping]]] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., row_positions: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ..., typical_task_seconds: _Optional[float] = ...) -> None: ...
+    def __init__(self, users: _Optional[_Iterable[_Union[ShareUser, _Mapping]]] = ..., default_credits: _Optional[float] = ..., rates: _Optional[_Union[ShareRates, _Mapping]] = ..., half_life_hours: _Optional[float] = ..., headroom: _Optional[_Iterable[_Union[ShareHeadroom, _Mapping]]] = ..., placed: _Optional[bytes] = ..., row_positions: _Optional[_Iterable[int]] = ..., evicting_jobs: _Optional[_Iterable[str]] = ..., evicting_tasks: _Optional[_Iterable[int]] = ..., evicting_attempts: _Optional[_Iterable[int]] = ..., teams: _Optional[_Iterable[_Union[ShareTeam, _Mapping]]] = ..., starvation_seconds: _Optional[float] = ..., typical_task_seconds: _Optional[float] = ...) -> None: ...
 
 class SchedulingSnapshot(_message.Message):
-    __slots__ = ("workers", "jobs", "reservations", "now", "share")
-    WORKERS_FIELD_NUMBER: _ClassVar[int]
-    JOBS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("fleet", "queue", "reservations", "now", "share")
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
     RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
     SHARE_FIELD_NUMBER: _ClassVar[int]
-    workers: _containers.RepeatedCompositeFieldContainer[SchedulingWorker]
-    jobs: _containers.RepeatedCompositeFieldContainer[SchedulingJob]
+    fleet: SchedulingFleet
+    queue: SchedulingQueue
     reservations: _containers.RepeatedCompositeFieldContainer[SchedulingReservation]
     now: float
     share: ShareInput
-    def __init__(self, workers: _Optional[_Iterable[_Union[SchedulingWorker, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[SchedulingJob, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[SchedulingReservation, _Mapping]]] = ..., now: _Optional[float] = ..., share: _Optional[_Union[ShareInput, _Mapping]] = ...) -> None: ...
+    def __init__(self, fleet: _Optional[_Union[SchedulingFleet, _Mapping]] = ..., queue: _Optional[_Union[SchedulingQueue, _Mapping]] = ..., reservations: _Optional[_Iterable[_Union[SchedulingReservation, _Mapping]]] = ..., now: _Optional[float] = ..., share: _Optional[_Union[ShareInput, _Mapping]] = ...) -> None: ...
 
 class SchedulingReservation(_message.Message):
     __slots__ = ("reservation_id", "job_id", "entries", "constraints", "tolerations", "held", "used", "waited_seconds", "held_once")

@@ -44,7 +44,7 @@ from activities.platforms import platform_for
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import find_lost_tasks, rebuild_scheduler
 from activities.reservations import find_ended_jobs
-from activities.scheduling import find_assignments_activity, scheduler_pause
+from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from activities.slices import SliceActivities
 from iris.auth.api import Gate
@@ -205,7 +205,7 @@ def control_worker(
         workflows=ALL_WORKFLOWS,
         activities=[
             find_assignments_activity, deliver_signals, deliver_assignments, autoscale_plan, start_slice_workflow,
-            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs, scheduler_pause,
+            known_slices, rebuild_scheduler, find_lost_tasks, kill_descendants, find_ended_jobs,
             *SliceActivities(control).all(),
         ],
         activity_executor=executor,

@@ -39,7 +39,7 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
 )
 from activities.proto import cluster_pb2 as pb
-from activities.scheduling import share_from_pb
+from activities.scheduling import queued_jobs, share_from_pb
 from iris.client import fleet_view
 from iris.client.reservation_requests import ReservationStatus, read_published
 from iris.types import SliceStatus
@@ -302,7 +302,8 @@ class Snapshot:
         the pass's own function, with the snapshot's sharing part (band, with a user out of credits in batch,
         then fair share among users, then priority and submission), as it tries them when none places."""
         if self._queue is None:
-            message, jobs = self._message, self._message.jobs
+            message = self._message
+            jobs = queued_jobs(message)
             self._rows = [QueuedJob(j.job_id, j.priority, BANDS.get(j.band) or parse_band(j.band, "band"), j.user, i)
                           for i, j in enumerate(jobs)]  # fmt: skip
             self._share = message.share.SerializeToString(deterministic=True) if message.HasField("share") else b""

@@ -301,7 +301,7 @@ class Dashboard:
         rows = []
         for position, job in shown.rows:
             row = visible.get(job.job_id)
-            submitted = row.submitted_at if row else job.submitted_at or now - job.waited_seconds
+            submitted = row.submitted_at if row else job.submitted_at or now
             band, asked = snapshot.band(job), snapshot.asked(job)
             rows.append({
                 "position": position, "job": job, "row": row, "age": duration(submitted, now),

@@ -161,20 +161,23 @@ def test_capacity_by_group_counts_healthy_workers_only() -> None:
 
 def test_the_queue_is_in_the_order_the_scheduler_tries_it() -> None:
     """Higher priority first, submission order among equals, as the pass orders it."""
-    snap = pb.SchedulingSnapshot()
-    for job_id, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5)]:
-        snap.jobs.add(job_id=job_id, priority=priority, task_indices=[0, 1])
-    snapshot = Snapshot(zlib.compress(snap.SerializeToString()))
+    state = SchedulerState()
+    for at, (job_id, priority) in enumerate([("a", 0), ("b", 5), ("c", 0), ("d", 5)]):
+        spec = SchedulingSpec(cpu_millis=100, memory_bytes=0, priority=priority)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0, 1: 0}, submitted_at=float(at))
+    snapshot = Snapshot(encode_snapshot(state, now=10.0))
     assert ["b", "d", "a", "c"] == snapshot.job_ids == [job.job_id for job in snapshot.queue]
     assert [] == Snapshot(b"").queue  # nothing published yet
 
 
 def test_the_queue_puts_higher_bands_first() -> None:
     """Production, then interactive (also a request without a band), then batch; submission order inside each."""
-    snap = pb.SchedulingSnapshot()
-    for job_id, band in [("sweep", "batch"), ("notebook", ""), ("serve", "production"), ("train", "interactive")]:
-        snap.jobs.add(job_id=job_id, band=band, task_indices=[0])
-    assert ["serve", "notebook", "train", "sweep"] == Snapshot(zlib.compress(snap.SerializeToString())).job_ids
+    state = SchedulerState()
+    for at, (job_id, band) in enumerate([("sweep", "batch"), ("notebook", ""), ("serve", "production"),
+                                         ("train", "interactive")]):  # fmt: skip
+        spec = SchedulingSpec(cpu_millis=100, memory_bytes=0, band=band)
+        state.pending[job_id] = PendingEntry(job_id, spec, {0: 0}, submitted_at=float(at))
+    assert ["serve", "notebook", "train", "sweep"] == Snapshot(encode_snapshot(state, now=10.0)).job_ids
 
 
 def test_the_queue_shows_two_users_in_the_fair_share_order_the_pass_uses() -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
-from activities.scheduling import scheduler_pause
 from benchmarks.scale import SchedulerClosedError, _check_scheduler
 from tests.support import workflows_on_dev_server
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
@@ -45,7 +44,7 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
 async def test_the_bench_stops_waiting_once_the_scheduler_is_terminated() -> None:
     """A scheduler the server terminated (a limit hit) ends the bench's waits with what happened; they went on
     polling it until their deadline (30 minutes by default), and enqueues retried for five minutes a job."""
-    async with workflows_on_dev_server("bench-closed", [SchedulerWorkflow], [scheduler_pause]) as (client, queue):
+    async with workflows_on_dev_server("bench-closed", [SchedulerWorkflow], []) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, args=[None], id=SCHEDULER_WORKFLOW_ID,
                                              task_queue=queue)  # fmt: skip
         await _check_scheduler(client)  # running: nothing to say

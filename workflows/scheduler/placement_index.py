@@ -75,6 +75,16 @@ class Placements(MutableMapping[str, Placement]):
         finally:  # the store holds the jobs only: the rest is kept in Python while the run goes on
             self._clear_carried(store)
 
+    def running_columns(self) -> bytes:
+        """The jobs' placement columns and their order, serialized (a pass's snapshot: `ShareInput.placed`).
+        One copy in C, however many tasks run: the snapshot reads the columns as they are kept."""
+        store = self._store
+        store.job_ids[:] = list(self._jobs)
+        try:
+            return store.SerializeToString()
+        finally:
+            store.ClearField("job_ids")
+
     @staticmethod
     def _clear_carried(store: pb.PlacedState) -> None:
         for name in ("job_ids", "worker_names", "tasks", "used_workers", "used_cpu_millis", "used_memory_bytes",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import SCHEDULER_NOT_WHOLE, SCHEDULER_PAUSE, Delivery
+    from activities.contracts import SCHEDULER_NOT_WHOLE, Delivery
     from activities.proto import cluster_pb2 as pb
     from workflows.scheduler.scheduler_carry import unpack
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase, transition
@@ -32,19 +32,11 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., None])
 
-# Between two steps of a snapshot the run awaits a no-op activity: that ends the workflow task, so each step
-# is a task of its own (signals that come in meanwhile are applied in between).
-PAUSE_TIMEOUT = timedelta(seconds=10)  # a no-op: short, so one lost with its controller is soon run again
 # After asking, how long passes wait for the tasks asked to report (claim their place or enqueue again),
 # unless all of them have. A task whose last workflow task ran on the lost controller hears the request
 # only once the server gives up on that controller's sticky queue (10 s by default, the SDK's
 # `sticky_queue_schedule_to_start_timeout`); at 5 s, a place claimed that late had been given away.
 REBUILD_GRACE = timedelta(seconds=15)
-
-
-async def pause() -> None:
-    """End the workflow task here: what follows runs in a task of its own."""
-    await workflow.execute_activity(SCHEDULER_PAUSE, start_to_close_timeout=PAUSE_TIMEOUT)
 
 
 class _HasCore(Protocol):
@@ -99,7 +91,7 @@ class SchedulerCore:
         # The last encoded snapshot, reused by `autoscale_snapshot` until the state changes.
         self.snapshot: bytes | None = None
         self.pass_snapshot: bytes | None = None  # the last pass's input (the dashboard's queue page)
-        # The pieces of the last pass's snapshot (workflow memory only: a pure function of the state).
+        # What the last pass's snapshot encoded that the next may reuse (workflow memory only: a function of the state).
         self.pieces = SnapshotCache()
         self.clock: Callable[[], float] | None = None  # workflow time, unless a test outside a workflow sets one
 

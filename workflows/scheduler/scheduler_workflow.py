@@ -71,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
     from workflows.scheduler.scheduler_actions import ActionRow
     from workflows.scheduler.scheduler_carry import counts, pack
-    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn, pause
+    from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler.scheduler_dashboard import queue_page, worker_status, workers_page
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
     from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState
@@ -198,7 +198,8 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         core = self.core
-        core.snapshot = core.pass_snapshot = snapshot = await self._encode_snapshot()
+        # Built in this task, in one go: the fleet and the queue as columns, running work from cached pieces.
+        core.snapshot = core.pass_snapshot = snapshot = core.pieces.build(self.state, workflow.now().timestamp())
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only
@@ -243,14 +244,6 @@ class SchedulerWorkflow:
         if changed:
             # Each job keeps its reason in its memo, where `wait` and `list_jobs` read it without a query.
             await self.deliveries.deliver(changed)
-
-    async def _encode_snapshot(self) -> bytes:
-        """The pass's snapshot from the pieces the last pass left (snapshot_cache). What is left to encode
-        is done a step per workflow task: one for a warm cache, several for a cold one (a new run)."""
-        build = self.core.pieces.build(self.state, workflow.now().timestamp())
-        while not build.step():
-            await pause()
-        return build.result()
 
     # -- handlers: each hands its signal or query to the part it concerns ------------------------
 

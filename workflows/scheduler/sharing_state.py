@@ -19,7 +19,7 @@ scheduling activity; this module only gives them their input and keeps the books
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -211,33 +211,8 @@ class Books:
         return spent
 
 
-def fill_share(share: pb.ShareInput, books: Books, running: Iterable[Any], rows: Mapping[str, int]) -> None:
-    """Sharing's part of a snapshot: accounts, policy and the running placements that may be evicted.
-
-    `running` are the scheduler's placements (`scheduler_state.Placement`), `rows` the snapshot's
-    workers by position. Left out: placements already being evicted (their capacity stays used
-    until they release it) and those on workers outside the snapshot (lost, cordoned, held), where
-    an eviction would free nothing the pass could use.
-    """
-    fill_share_header(share, books)
-    evicting = books.evicting()
-    jobs: dict[str, tuple[Any, list[int], list[int], list[float]]] = {}
-    for key, p in running:  # lists per job, extended once: 100k appends to protobuf fields cost 3x more
-        row = rows.get(p.worker_id)
-        if row is None or (evicting and evicting.get(key, -1) >= p.attempt):
-            continue
-        job = jobs.get(p.job_id)
-        if job is None:
-            job = jobs[p.job_id] = (p, [], [], [])
-        job[1].append(p.task_index)
-        job[2].append(row)
-        job[3].append(p.placed_at)
-    for first, indices, worker_rows, started in jobs.values():
-        _add_running(share, first.job_id, first, indices, worker_rows, started)
-
-
 def fill_share_header(share: pb.ShareInput, books: Books) -> None:
-    """Sharing's part of a snapshot but the running work: accounts, policy, headroom."""
+    """Sharing's part of a snapshot but the running work (the placements' columns): accounts, policy, headroom."""
     s = books.settings
     share.default_credits = s.default_credits
     share.half_life_hours = s.half_life_hours
@@ -254,42 +229,6 @@ def fill_share_header(share: pb.ShareInput, books: Books) -> None:
         room.host_capacity.gpus, room.host_capacity.tpus = capacity[2], capacity[3]
         for key, value in attributes.items():
             set_attr(room.attributes[key], value)
-
-
-def running_job(job_id: str, runs: Sequence[pb.PlacedRun], evicting: Mapping[str, int] | None) -> bytes:
-    """One job's running work as a serialized snapshot holding only it (b"" when none of it counts).
-
-    `runs` are the job's placement columns (`pb.PlacedRun`: per shape, task indices, attempts, worker numbers,
-    placement times); their worker numbers are the snapshot's rows as they are (`share.row_positions` says
-    where each worker is in the snapshot), so a job placed in one shape is copied column by column in C.
-    `evicting` are its attempts told to stop (task workflow id -> attempt): left out as `fill_share` leaves them.
-    """
-    snap = pb.SchedulingSnapshot()
-    if not evicting and len(runs) == 1:  # the common case
-        run = runs[0]
-        _add_running(snap.share, job_id, run, run.task_indices, run.workers, run.placed_at)
-        return snap.SerializeToString()
-    first, indices, rows, started = None, [], [], []
-    for run in runs:
-        for index, attempt, row, at in zip(run.task_indices, run.attempts, run.workers, run.placed_at, strict=True):
-            if evicting and evicting.get(task_workflow_id(job_id, index), -1) >= attempt:
-                continue
-            first = first or run
-            indices.append(index)
-            rows.append(row)
-            started.append(at)
-    if first is None:
-        return b""
-    _add_running(snap.share, job_id, first, indices, rows, started)
-    return snap.SerializeToString()
-
-
-def _add_running(share: pb.ShareInput, job_id: str, first: Any, indices: Iterable[int], worker_rows: Iterable[int],
-                 started: Iterable[float]) -> None:  # fmt: skip
-    out = share.running.add(job_id=job_id, user=first.user, band=first.band, coscheduled=first.gang,
-                            task_indices=indices, worker_rows=worker_rows, started_at=started)  # fmt: skip
-    out.request.cpu_millis, out.request.memory_bytes = first.cpu_millis, first.memory_bytes
-    out.request.gpus, out.request.tpus = first.gpus, first.tpus
 
 
 def take_evictions(books: Books, state: Any, plan: pb.SchedulingPlan, now: float) -> list[tuple[str, int, str]]:

@@ -1,69 +1,33 @@
-"""The pass's snapshot from cached pieces: a pass re-encodes only what changed since the last one.
+"""The pass's snapshot, built in one go at every pass from the state as it is kept: nothing per worker or job cached.
 
-Serialized protobuf messages concatenate into their merge, so the snapshot is the join of small
-serialized `SchedulingSnapshot`s: one per eligible worker, sharing's header and one per running job,
-one per queued job, and the reservations. Each piece is kept with what it depends on and reused while
-that is unchanged:
+A snapshot is a `SchedulingSnapshot` (activities/proto/cluster.proto):
 
-- a worker's entry is keyed by its `WorkerEntry` (replaced, never changed in place, when the worker
-  registers again) and its used capacity (`Placements.used`); the free capacity, the only part that
-  changes with placements, is a serialized message of its own merged in (most workers share a few free
-  values);
-- a running job's entry by its placements' stamp (`Placements.stamps`) and its attempts being evicted.
-  Its `worker_rows` are the worker numbers of its placement columns, copied as they are, and the snapshot
-  says where each number's worker is in it (`share.row_positions`, -1 outside), so a worker cordoned,
-  lost, quarantined, held or removed, or a new one, re-encodes no running job;
-- a queued job's entry by its `PendingEntry`, spec, queued task indices and pending reason (and, for a
-  throttled array, how many of its tasks are placed); it carries its submission time (`submitted_at`),
-  not its wait, so it does not change with the clock.
+- the fleet (`SchedulingFleet`): each eligible worker's `WorkerRow` as the scheduler keeps it, serialized in C,
+  and what its placements use, column by column;
+- the queue (`SchedulingQueue`): one position per queued job in columns (id, task indices, submission time,
+  the crc of its pending reason, its placed count and room time), and each distinct spec's part once; a job's
+  wait is the snapshot's `now` less its submission time;
+- sharing's part: accounts, policy, headroom, and the running work as the placement columns themselves
+  (`Placements.running_columns`, one serialization in C) with where each of their worker numbers is in the
+  fleet (`share.row_positions`) and the attempts being evicted;
+- the reservations.
 
-The cache is workflow memory only, a pure function of the state: rebuilt from nothing after
-continue-as-new or a replay, never carried. It is updated only by the pass (`SnapshotBuild`), never by
-a query, so how much a pass has left to encode, and so how many workflow tasks it takes, is the same
-when the history is replayed. The bytes are those of an encoding with an empty cache.
+So a new run's first pass costs what any other does (no cold cache to fill after continue-as-new), and no pass
+needs more than the workflow task that starts it. The one thing kept between passes is each distinct spec's
+encoded part (`SnapshotCache.specs`), a function of the spec alone.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from typing import Any
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_constraint
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler import reservation_state
-from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
-from workflows.scheduler.sharing_state import fill_share_header, running_job
-
-# Work units (about a microsecond of CPU each on a loaded 2-core machine, half that on a quiet one; the
-# sandbox adds some) a build does per workflow task. A warm pass at 10,000 workers and 100,000 tasks
-# takes ~30,000 (the walks over workers, running and queued jobs): one step. A cold one (the first after
-# continue-as-new) ~170,000: about five steps of a workflow task each.
-STEP_WORK = 40_000
-_HIT = 1  # a piece found in the cache
-_FREE = 1  # a worker's free capacity merged in
-_WORKER = 5  # a worker's entry encoded (its capacity and attributes copied from its row)
-_JOB = 3  # a queued job's entry encoded (its spec's part encoded once), plus a unit per four task indices
-_RUNNING = 5  # a running job's entry encoded (its columns copied whole), plus a unit per shape it runs in
-
-
-_DONE = object()
-
-
-def _worker_static(w: WorkerEntry, shapes: dict[bytes, bytes]) -> bytes:
-    """A serialized `SchedulingWorker` without its free capacity: its id, then its capacity and attributes,
-    copied from its row in C (never decoded to Python values), one bytes object per distinct shape (`shapes`).
-    Serialized messages concatenate into their merge, so id, shape and free capacity are encoded apart and joined."""
-    row = w.row
-    sw = pb.SchedulingWorker()
-    sw.capacity.cpu_millis, sw.capacity.memory_bytes = row.cpu_millis, row.memory_bytes
-    sw.capacity.gpus, sw.capacity.tpus = row.gpus, row.tpus
-    sw.attributes.MergeFrom(row.attributes)
-    rest = sw.SerializeToString(deterministic=True)  # map entries in key order: equal shapes, equal bytes
-    rest = shapes.setdefault(rest, rest)
-    return pb.SchedulingWorker(worker_id=row.worker_id).SerializeToString() + rest
+from workflows.scheduler.scheduler_state import SchedulerState
+from workflows.scheduler.sharing_state import fill_share_header
 
 
 def _spec_piece(spec: SchedulingSpec) -> bytes:
@@ -88,40 +52,20 @@ def _spec_piece(spec: SchedulingSpec) -> bytes:
     return sj.SerializeToString()
 
 
-def _job_piece(entry: PendingEntry, spec: bytes, indices: list[int], reason: str, placed: int = 0) -> bytes:
-    snap = pb.SchedulingSnapshot()
-    sj = snap.jobs.add(job_id=entry.job_id, task_indices=indices, submitted_at=entry.submitted_at, placed=placed,
-                       room_at=entry.room_at)  # fmt: skip
-    sj.MergeFromString(spec)
-    if reason:
-        sj.reason_crc = zlib.crc32(reason.encode())  # the activity sends back only reasons that changed
-    return snap.SerializeToString()
-
 
 class SnapshotCache:
-    """The snapshot's pieces as the last pass encoded them (see the module)."""
+    """What a pass may reuse from the last one: each spec's encoded part (see the module)."""
 
     def __init__(self) -> None:
-        # worker id -> (its entry, its used capacity then, its entry without free capacity, with it)
-        self.workers: dict[str, tuple[WorkerEntry, list[int], bytes, bytes]] = {}
-        self.free: dict[tuple[int, int, int, int], bytes] = {}  # free capacity -> a SchedulingWorker with it
-        self.shapes: dict[bytes, bytes] = {}  # a worker's entry but its id and free capacity, each distinct one once
-        # job id -> (its placements' stamp, the placements' worker numbering, its attempts being evicted; its piece)
-        self.running: dict[str, tuple[int, int, Any, bytes]] = {}
-        # job id -> (entry, spec, task indices, pending reason, its piece, its tasks placed if throttled)
-        self.jobs: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
         self.specs: dict[int, tuple[SchedulingSpec, bytes]] = {}  # id(spec) -> (the spec, `_spec_piece`)
 
-    def build(self, state: SchedulerState, now: float, *, step_work: int = STEP_WORK) -> SnapshotBuild:
-        """A build of the snapshot that keeps what it encodes for the next one (the pass's)."""
-        return SnapshotBuild(self, state, now, step_work=step_work, keep=True)
+    def build(self, state: SchedulerState, now: float) -> bytes:
+        """zlib(SchedulingSnapshot) of the state, keeping the specs it encodes for the next pass."""
+        return _build(self, state, now, keep=True)
 
     def encode(self, state: SchedulerState, now: float) -> bytes:
-        """The snapshot at once, reading the cache but leaving it as it is (queries: they are not replayed)."""
-        build = SnapshotBuild(self, state, now, step_work=0, keep=False)
-        while not build.step():
-            pass
-        return build.result()
+        """The snapshot, reading the cache but leaving it as it is (queries: they are not replayed)."""
+        return _build(self, state, now, keep=False)
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
@@ -129,190 +73,113 @@ def encode_snapshot(state: SchedulerState, now: float) -> bytes:
     return SnapshotCache().encode(state, now)
 
 
-class SnapshotBuild:
-    """One snapshot, built `step()` by `step()`, about `step_work` units each (0: all in one step).
+def _build(cache: SnapshotCache, state: SchedulerState, now: float, *, keep: bool) -> bytes:
+    snap = pb.SchedulingSnapshot(now=now)
+    layout = _fleet(snap.fleet, state, now)
+    _queue(snap.queue, state, cache, keep)
+    _running(snap.share, state, layout)
+    reservation_state.encode(snap, state, now)
+    return zlib.compress(snap.SerializeToString(), 1)
 
-    The state may change between steps (the scheduler handles signals in between), as it does while the
-    pass runs anyway: the commit checks every placement against the state as it is then.
-    """
 
-    def __init__(self, cache: SnapshotCache, state: SchedulerState, now: float, *, step_work: int,
-                 keep: bool) -> None:  # fmt: skip
-        self._cache, self._state, self._now = cache, state, now
-        self._step_work, self._keep = step_work, keep
-        self._parts: list[bytes] = []
-        self._limit = step_work if step_work > 0 else float("inf")  # work units per step
-        self._work = 0  # done in this step by the stages before
-        self._steps = self._run()
-        self._done = False
-        self.steps = 0
+def _fleet(fleet: pb.SchedulingFleet, state: SchedulerState, now: float) -> list[str]:
+    """The workers a pass may place on, as columns; their ids in order."""
+    held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
+    used_by = state.placements.used
+    zero = (0, 0, 0, 0)
+    lost = WorkerState.LOST
+    layout: list[str] = []
+    rows: list[bytes] = []
+    cpu: list[int] = []
+    memory: list[int] = []
+    gpus: list[int] = []
+    tpus: list[int] = []
+    for w in state.workers.values():
+        row = w.row  # its fields read from the message, not through the entry's properties
+        worker_id = row.worker_id
+        if row.state == lost or row.cordoned or row.suspect_until > now or worker_id in held:
+            continue
+        layout.append(worker_id)
+        rows.append(row.SerializeToString())
+        used = used_by.get(worker_id) or zero
+        cpu.append(used[0])
+        memory.append(used[1])
+        gpus.append(used[2])
+        tpus.append(used[3])
+    fleet.rows.extend(rows)
+    fleet.used_cpu_millis.extend(cpu)
+    fleet.used_memory_bytes.extend(memory)
+    fleet.used_gpus.extend(gpus)
+    fleet.used_tpus.extend(tpus)
+    return layout
 
-    def step(self) -> bool:
-        """Build about `step_work` units more; True once the snapshot is whole."""
-        self.steps += 1
-        if next(self._steps, _DONE) is _DONE:
-            self._done = True
-        return self._done
 
-    def result(self) -> bytes:
-        assert self._done, "the snapshot is not whole yet"
-        return zlib.compress(b"".join(self._parts), 1)
+def _queue(queue: pb.SchedulingQueue, state: SchedulerState, cache: SnapshotCache, keep: bool) -> None:
+    """The queued jobs a pass may place, as columns, each distinct spec's part once."""
+    waiting = state.books.waiting()
+    reasons = state.pending_reasons
+    placements = state.placements
+    if keep and len(cache.specs) > 2 * len(state.pending) + 100:
+        cache.specs = {}  # specs of jobs gone, most of them: kept bounded
+    specs = cache.specs if keep else dict(cache.specs)
+    at_spec: dict[int, int] = {}  # id(spec) -> its position in queue.specs
+    crcs: dict[str, int] = {}  # a pending reason -> its crc32 (many jobs share one)
+    ids: list[str] = []
+    spec_at: list[int] = []
+    counts: list[int] = []
+    indices: list[int] = []
+    submitted: list[float] = []
+    reason_crcs: list[int] = []
+    placed: list[int] = []
+    room: list[float] = []
+    for entry in state.pending.values():
+        job_id = entry.job_id
+        if job_id in waiting:
+            continue
+        spec = entry.spec
+        at = at_spec.get(id(spec))
+        if at is None:
+            known = specs.get(id(spec))
+            if known is None or known[0] is not spec:
+                known = specs[id(spec)] = (spec, _spec_piece(spec))
+            at = at_spec[id(spec)] = len(at_spec)
+            queue.specs.add().MergeFromString(known[1])
+        ids.append(job_id)
+        spec_at.append(at)
+        tasks = sorted(entry.attempts)
+        counts.append(len(tasks))
+        indices.extend(tasks)
+        submitted.append(entry.submitted_at)
+        reason = reasons.get(job_id, "")
+        crc = crcs.get(reason)
+        if crc is None:
+            crc = crcs[reason] = zlib.crc32(reason.encode()) if reason else 0  # the activity sends back only changes
+        reason_crcs.append(crc)
+        placed.append(placements.placed(job_id) if spec.max_concurrent else 0)
+        room.append(entry.room_at)
+    queue.job_ids.extend(ids)
+    queue.spec.extend(spec_at)
+    queue.task_counts.extend(counts)
+    queue.task_indices.extend(indices)
+    queue.submitted_at.extend(submitted)
+    queue.reason_crc.extend(reason_crcs)
+    queue.placed.extend(placed)
+    queue.room_at.extend(room)
 
-    def _run(self) -> Iterator[None]:
-        yield from self._workers()
-        yield from self._running()
-        yield from self._jobs()
-        snap = pb.SchedulingSnapshot()
-        reservation_state.encode(snap, self._state, self._now)
-        # Where each worker number the running jobs' rows use is in the snapshot. Read last: a placement
-        # made between two steps may number a worker, which `names` then holds (it only grows in a run).
-        names = self._state.placements.names
-        if names:
-            at = {worker_id: i for i, worker_id in enumerate(self._layout)}
-            snap.share.row_positions.extend([at.get(worker_id, -1) for worker_id in names])
-        self._parts.append(snap.SerializeToString())
 
-    def _workers(self) -> Iterator[None]:
-        state, cache, now = self._state, self._cache, self._now
-        self._parts.append(pb.SchedulingSnapshot(now=now).SerializeToString())
-        held = state.books.held_workers()  # kept for a preemptor whose victims are stopping
-        used_by = state.placements.used
-        old = cache.workers
-        new = dict(old) if self._keep else old  # pieces of workers gone are dropped at the end
-        if self._keep and len(cache.free) + len(cache.shapes) > 4 * len(state.workers) + 1_000:
-            cache.free, cache.shapes = {}, {}  # values seen before, most no longer any worker's: kept bounded
-        free_cache = cache.free if self._keep else dict(cache.free)
-        shapes = cache.shapes if self._keep else dict(cache.shapes)
-        layout: list[str] = []
-        parts = self._parts
-        zero = [0, 0, 0, 0]
-        work, limit = self._work, self._limit
-        entries = list(state.workers.values())
-        lost = WorkerState.LOST
-        for w in entries:
-            row = w.row  # its fields read from the message, not through the entry's properties
-            worker_id = row.worker_id
-            if row.state == lost or row.cordoned or row.suspect_until > now or worker_id in held:
-                continue
-            layout.append(worker_id)
-            used = used_by.get(worker_id) or zero
-            got = new.get(worker_id)
-            if got is not None and got[0] is w and got[1] == used:
-                parts.append(got[3])
-                work += _HIT
-                if work >= limit:
-                    work = 0
-                    yield
-                continue
-            units = _FREE
-            if got is not None and got[0] is w:
-                static = got[2]
-            else:
-                static = _worker_static(w, shapes)
-                units += _WORKER
-            free = (max(0, row.cpu_millis - used[0]), max(0, row.memory_bytes - used[1]),
-                    max(0, row.gpus - used[2]), max(0, row.tpus - used[3]))  # fmt: skip
-            field = free_cache.get(free)
-            if field is None:
-                res = pb.Resources(cpu_millis=free[0], memory_bytes=free[1], gpus=free[2], tpus=free[3])
-                field = free_cache[free] = pb.SchedulingWorker(free=res).SerializeToString()
-            snap = pb.SchedulingSnapshot()
-            snap.workers.add().MergeFromString(static + field)
-            piece = snap.SerializeToString()
-            if self._keep:
-                new[worker_id] = (w, list(used), static, piece)
-            parts.append(piece)
-            work += units
-            if work >= limit:
-                work = 0
-                yield
-        self._work = work
-        self._layout = layout
-        if self._keep:
-            live = state.workers
-            cache.workers = {k: v for k, v in new.items() if k in live} if len(new) > len(live) else new
-
-    def _running(self) -> Iterator[None]:
-        state, cache = self._state, self._cache
-        snap = pb.SchedulingSnapshot()
-        fill_share_header(snap.share, state.books)
-        self._parts.append(snap.SerializeToString())
-        placements = state.placements
-        evicting: dict[str, list[tuple[str, int]]] = {}
-        for key, attempt in state.books.evicting().items():
-            p = placements.get(key)
-            if p is not None:
-                evicting.setdefault(p.job_id, []).append((key, attempt))
-        numbering = placements.numbering
-        old = cache.running
-        new: dict[str, tuple[int, int, Any, bytes]] = {}
-        stamps = placements.stamps
-        parts, work, limit = self._parts, self._work, self._limit
-        columns = placements.columns
-        for job_id in list(placements.jobs):
-            job = columns(job_id)  # read with its stamp: the job may have changed between two steps
-            if job is None:
-                continue  # its last placement went while the build waited between steps
-            stamp = stamps[job_id]
-            stopping = evicting.get(job_id)
-            sig = tuple(sorted(stopping)) if stopping else None
-            got = old.get(job_id)
-            if got is not None and got[0] == stamp and got[1] == numbering and got[2] == sig:
-                new[job_id] = got
-                piece = got[3]
-                units = _HIT
-            else:
-                runs = job.runs
-                piece = running_job(job_id, runs, dict(stopping) if stopping else None)
-                new[job_id] = (stamp, numbering, sig, piece)
-                units = _RUNNING + len(runs)
-            if piece:
-                parts.append(piece)
-            work += units
-            if work >= limit:
-                work = 0
-                yield
-        self._work = work
-        if self._keep:
-            cache.running = new
-
-    def _jobs(self) -> Iterator[None]:
-        state, cache = self._state, self._cache
-        waiting = state.books.waiting()
-        reasons = state.pending_reasons
-        old = cache.jobs
-        new: dict[str, tuple[PendingEntry, SchedulingSpec, list[int], str, bytes, int, float]] = {}
-        parts, work, limit = self._parts, self._work, self._limit
-        placements = state.placements
-        if self._keep and len(cache.specs) > 2 * len(state.pending) + 100:
-            cache.specs = {}  # specs of jobs gone, most of them: kept bounded
-        specs = cache.specs if self._keep else dict(cache.specs)
-        for entry in list(state.pending.values()):
-            job_id = entry.job_id
-            if job_id in waiting:
-                continue
-            spec = entry.spec
-            indices = sorted(entry.attempts)
-            reason = reasons.get(job_id, "")
-            placed = placements.placed(job_id) if spec.max_concurrent else 0
-            got = old.get(job_id)
-            if (got is not None and got[0] is entry and got[1] is spec and got[2] == indices and got[3] == reason
-                    and got[5] == placed and got[6] == entry.room_at):  # fmt: skip
-                new[job_id] = got
-                piece = got[4]
-                units = _HIT
-            else:
-                known = specs.get(id(spec))
-                if known is None or known[0] is not spec:
-                    known = specs[id(spec)] = (spec, _spec_piece(spec))
-                piece = _job_piece(entry, known[1], indices, reason, placed)
-                new[job_id] = (entry, spec, indices, reason, piece, placed, entry.room_at)
-                units = _JOB + len(indices) // 4
-            parts.append(piece)
-            work += units
-            if work >= limit:
-                work = 0
-                yield
-        self._work = work
-        if self._keep:
-            cache.jobs = new
+def _running(share: pb.ShareInput, state: SchedulerState, layout: list[str]) -> None:
+    """Sharing's part: accounts and policy, the placement columns as kept, where their workers are in the fleet
+    (`layout`, the fleet's ids in order), and the attempts being evicted (left out of the running work)."""
+    fill_share_header(share, state.books)
+    placements = state.placements
+    if not placements:
+        return
+    share.placed = placements.running_columns()
+    at = {worker_id: i for i, worker_id in enumerate(layout)}
+    share.row_positions.extend([at.get(worker_id, -1) for worker_id in placements.names])
+    for key, attempt in state.books.evicting().items():
+        p = placements.get(key)
+        if p is not None:
+            share.evicting_jobs.append(p.job_id)
+            share.evicting_tasks.append(p.task_index)
+            share.evicting_attempts.append(attempt)
