@@ -87,7 +87,7 @@ async def test_a_registration_burst_is_admitted_where_it_comes_in_and_keeps_arri
     assert {"h0", last} == {w.worker_id for w in workers.values() if w.cordoned}  # the cordon came after
     kinds = {e.activity_task_scheduled_event_attributes.activity_type.name for e in events
              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}  # fmt: skip
-    assert kinds <= {"find_assignments", "deliver_signals", "deliver_assignments"}  # real work only: no pause
+    assert kinds <= {"find_assignments", "deliver_signals", "deliver_assignments", "rebuild_scheduler"}  # no pause
     failed = [e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
     assert [] == failed
     replayed = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)

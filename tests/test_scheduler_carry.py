@@ -194,7 +194,7 @@ async def test_a_carried_state_serves_from_the_runs_first_task(client_and_queue:
     events = [e async for e in handle.fetch_history_events()]
     kinds = {e.activity_task_scheduled_event_attributes.activity_type.name for e in events
              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}  # fmt: skip
-    assert kinds <= {"find_assignments", "deliver_signals", "deliver_assignments"}  # real work only: no pause
+    assert kinds <= {"find_assignments", "deliver_signals", "deliver_assignments", "rebuild_scheduler"}  # no pause
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from temporalio.client import Client
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from activities.proto import cluster_pb2 as pb
+from activities.scheduling import worker_ids
 from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config.cluster_file import LocalWorkerSpec
 from tests.support import Cluster, forget_workers, wait_until
@@ -45,17 +46,17 @@ async def test_cordon_keeps_running_work_holds_new_work_and_is_undone(cluster: C
         )
         assert JobState.PENDING == pending.state
         snap = await _snapshot(temporal)
-        assert not {w.worker_id for w in snap.workers} & set(CPU_WORKERS)
-        assert {"slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3"} <= {w.worker_id for w in snap.workers}
-        assert held.job_id in {j.job_id for j in snap.jobs}
+        assert not set(worker_ids(snap)) & set(CPU_WORKERS)
+        assert {"slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3"} <= set(worker_ids(snap))
+        assert held.job_id in set(snap.queue.job_ids)
         assert JobState.PENDING == held.status().state
     finally:
         await scheduler.signal("cordon_workers", CordonWorkers(CPU_WORKERS, cordoned=False, reason="test done"))
     assert JobState.SUCCEEDED == held.wait(timeout=60).state
     assert set() == _cordoned(client)
     snap = await _snapshot(temporal)
-    assert set(CPU_WORKERS) <= {w.worker_id for w in snap.workers}
-    assert held.job_id not in {j.job_id for j in snap.jobs}
+    assert set(CPU_WORKERS) <= set(worker_ids(snap))
+    assert held.job_id not in set(snap.queue.job_ids)
 
 
 def test_a_cordon_survives_the_workers_restart(cluster: Cluster, client: IrisClient) -> None:
@@ -97,6 +98,6 @@ async def test_removed_workers_leave_the_list_at_once(cluster: Cluster, client: 
             "remove_workers", RemoveWorkers(["doomed-0"], reason="slice deleted")
         )
         wait_until(lambda: "doomed-0" not in {w.worker_id for w in client.list_workers()}, timeout=30, what="removed")
-        assert "doomed-0" not in {w.worker_id for w in (await _snapshot(temporal)).workers}
+        assert "doomed-0" not in set(worker_ids(await _snapshot(temporal)))
     finally:
         cluster.local.stop_worker("doomed-0")

@@ -32,7 +32,7 @@ from workflows.scheduler.sharing_state import fill_share_header
 
 def _spec_piece(spec: SchedulingSpec) -> bytes:
     """A serialized `SchedulingJob` with what its spec says: jobs share specs (the queue keeps each distinct
-    one once), so a job's entry is its own fields merged with its spec's, encoded once."""
+    one once), and a snapshot holds each distinct one once (`SchedulingQueue.specs`), encoded once a run."""
     sj = pb.SchedulingJob(
         group_by=spec.group_by,
         priority=spec.priority,
@@ -50,7 +50,6 @@ def _spec_piece(spec: SchedulingSpec) -> bytes:
     for c in spec.constraints:
         set_constraint(sj.constraints.add(), c.key, c.op, c.value, c.soft)
     return sj.SerializeToString()
-
 
 
 class SnapshotCache:
