@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.scale import main as scale_main
 
         return scale_main(argv[1:])
-    if argv[:1] == ["snapshot"]:  # the pass's snapshot at fleet scale: cached pieces vs from nothing (no server)
+    if argv[:1] == ["snapshot"]:  # the pass's snapshot at fleet scale, as the workflow builds it (no server)
         from benchmarks.snapshot import main as snapshot_main
 
         return snapshot_main(argv[1:])

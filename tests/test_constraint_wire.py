@@ -1,7 +1,7 @@
 """A constraint keeps every field on every hop: client -> job workflow -> scheduler (signal, carry, snapshot) -> pass.
 
 The hops are hand-written encoders (the request's proto, the enqueue's hand decoder, the carry's
-JSON rows, the snapshot's pieces, the reservation's rows): a field one of them drops would silently
+JSON rows, the snapshot's spec parts, the reservation's rows): a field one of them drops would silently
 turn `zone in a,b` into nothing, or a preference into a requirement. These tests push constraints
 with every field set through all of them and compare what the pure scheduler receives.
 """

@@ -45,7 +45,6 @@ def assert_exact(state: SchedulerState) -> None:
     used, jobs = recount(state.placements)
     assert used == state.placements.used == committed(state)
     assert jobs == state.placements.jobs
-    assert set(jobs) == set(state.placements.stamps)
     users: dict[str, int] = {}
     for p in state.placements.values():
         users[p.user] = users.get(p.user, 0) + 1
@@ -144,7 +143,7 @@ def test_every_dict_change_keeps_the_index() -> None:
         assert placements == copied
     assert (placements.used, placements.jobs) == recount(placements)
     placements.clear()
-    assert ({}, {}, {}, {}) == (placements.used, placements.jobs, placements.stamps, placements.users)
+    assert ({}, {}, {}) == (placements.used, placements.jobs, placements.users)
 
 
 def test_a_placement_is_kept_only_under_its_own_task_workflow_id() -> None:
@@ -172,7 +171,6 @@ def test_carried_placements_come_back_whole_with_their_index() -> None:
     assert list(loaded.jobs) == ["zeta", "alpha", "mid/child", "beta"]
     assert (loaded.used, loaded.users) == (placements.used, placements.users)
     assert {8001: "http"} == {v: k for k, v in loaded[task_workflow_id("alpha", 1)].ports.items()}
-    assert set(loaded.stamps) == set(placements.stamps)
     del loaded[task_workflow_id("beta", 0)]  # the index goes on from the carried totals
     assert (loaded.used, loaded.jobs) == recount(loaded)
     assert loaded.count_on("w0") == sum(1 for p in loaded.values() if p.worker_id == "w0")
@@ -180,23 +178,6 @@ def test_carried_placements_come_back_whole_with_their_index() -> None:
     broken.tasks += 1
     with pytest.raises(ValueError, match="do not add up: 4 job ids for 4 jobs, 10 placements for 9 on workers"):
         Placements.from_carried(broken.SerializeToString())
-
-
-def test_a_jobs_stamp_changes_with_its_placements_only() -> None:
-    """The snapshot's cached running pieces are keyed by these stamps: another job's change leaves it."""
-    placements = Placements()
-    placements["a/task-0"] = Placement("a", 0, 0, "w", 1, 1, 0, 0)
-    placements["b/task-0"] = Placement("b", 0, 0, "w", 1, 1, 0, 0)
-    a = placements.stamps["a"]
-    placements["b/task-1"] = Placement("b", 1, 0, "w", 1, 1, 0, 0)
-    del placements["b/task-0"]
-    assert a == placements.stamps["a"]
-    placements["a/task-0"] = Placement("a", 0, 1, "w", 1, 1, 0, 0)  # a newer attempt
-    assert a != placements.stamps["a"]
-    stamp = placements.stamps["a"]
-    del placements["a/task-0"]
-    placements["a/task-0"] = Placement("a", 0, 1, "w", 1, 1, 0, 0)  # gone and back: not the old stamp
-    assert placements.stamps["a"] > stamp
 
 
 @pytest.mark.parametrize("seed", range(4))

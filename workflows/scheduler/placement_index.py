@@ -5,9 +5,9 @@ collector a scan of each in every full collection. Here a job's placements are c
 (`pb.PlacedJob`: per shape, the task indices, attempts, worker numbers and placement times), which a run
 parses and serializes in milliseconds and the collector does not see; a `Placement` is read from one when
 asked for. Beside them, kept as placements come and go (never recounted: reading every placement costs
-~0.1-1 us each): per worker the cpu, memory, gpus and tpus committed, per job a stamp that changes with its
-placements (what the snapshot's cached pieces are keyed by, workflows/scheduler/snapshot_cache.py), and per
-user the running tasks (the published user table). They travel with the placements (`carried`, `from_carried`).
+~0.1-1 us each): per worker the cpu, memory, gpus and tpus committed, and per user the running tasks (the
+published user table). They travel with the placements (`carried`, `from_carried`). A pass's snapshot copies the
+columns as they are (`running_columns`).
 
 A task's place is keyed by its task workflow id, `task_workflow_id(job_id, task_index)`. Where a task sits
 in its job's columns is indexed per job the first time one of its places is looked up by key.
@@ -33,7 +33,7 @@ def _columns(run: pb.PlacedRun) -> tuple[Any, Any, Any, Any]:
 
 
 class Placements(MutableMapping[str, Placement]):
-    """Placements by task workflow id; `used` per worker, `stamps` per job and `users` follow every change."""
+    """Placements by task workflow id; `used` per worker and `users` follow every change."""
 
     def __init__(self, items: Mapping[str, Placement] | Iterable[tuple[str, Placement]] = ()) -> None:
         self._store = pb.PlacedState()  # its `jobs` map holds the columns
@@ -41,14 +41,11 @@ class Placements(MutableMapping[str, Placement]):
         self._where: dict[str, dict[int, tuple[int, int]]] = {}  # job id -> task index -> (run, position), as read
         self._ports: dict[str, Mapping[str, int]] = {}  # task workflow id -> the ports it holds (those holding any)
         self.names: list[str] = []  # the workers the columns refer to by number (only appended to, but by `carried`)
-        self.numbering = 0  # changes when `carried` renumbers the workers (what a snapshot's rows are)
         self._number: dict[str, int] = {}
         self._len = 0
         self.used: dict[str, list[int]] = {}  # worker id -> [cpu_millis, memory_bytes, gpus, tpus] committed
         self._count: dict[str, int] = {}  # worker id -> its placements (an idle worker has no `used` row)
-        self.stamps: dict[str, int] = {}  # job id -> a number that changes whenever its placements do
         self.users: dict[str, int] = {}  # user -> placements (the published user table's running tasks)
-        self._tick = 0
         self.update(dict(items))
 
     # -- carried ---------------------------------------------------------------------------------------
@@ -113,8 +110,6 @@ class Placements(MutableMapping[str, Placement]):
         self._count = dict(zip(store.used_workers, store.used_tasks, strict=True))
         self.users = dict(zip(store.users, store.user_tasks, strict=True))
         self._ports = {key: dict(held.ports) for key, held in sorted(store.ports.items())}
-        self._tick = 1
-        self.stamps = dict.fromkeys(self._jobs, self._tick)
         self._clear_carried(store)
         return self
 
@@ -127,7 +122,6 @@ class Placements(MutableMapping[str, Placement]):
             for run in job.runs:
                 run.workers[:] = [remap[w] for w in run.workers]
         self.names, self._number = names, number
-        self.numbering += 1
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -288,15 +282,12 @@ class Placements(MutableMapping[str, Placement]):
             self._ports[key] = dict(p.ports)
         self._len += 1
         self._index(p.worker_id, run, +1)
-        self._stamp(job_id)
 
     def __delitem__(self, key: str) -> None:
         job_id, index = split_key(key)
         if self._locate(job_id, index) is None:
             raise KeyError(key)
         self._remove(key, job_id, index)
-        if job_id in self._jobs:
-            self._stamp(job_id)
 
     def release(self, key: str, attempt: int) -> Placement | None:
         """Remove the task's place if this attempt holds it, and return it (a release: one lookup, not three)."""
@@ -306,8 +297,6 @@ class Placements(MutableMapping[str, Placement]):
             return None
         placement = self.read(job_id, at[0].runs[at[1]], at[2])
         self._remove(key, job_id, index, at)
-        if job_id in self._jobs:
-            self._stamp(job_id)
         return placement
 
     def _remove(self, key: str, job_id: str, index: int, at: tuple[pb.PlacedJob, int, int] | None = None) -> None:
@@ -331,8 +320,8 @@ class Placements(MutableMapping[str, Placement]):
             del job.runs[r]
             if job.runs:
                 del self._where[job_id]  # later runs moved up: indexed again when next read
-            else:  # a job placed again later gets a newer stamp
-                del self._jobs[job_id], self._store.jobs[job_id], self._where[job_id], self.stamps[job_id]
+            else:
+                del self._jobs[job_id], self._store.jobs[job_id], self._where[job_id]
 
     def pop(self, key: str, *default: Any) -> Any:
         p = self.get(key)
@@ -352,13 +341,8 @@ class Placements(MutableMapping[str, Placement]):
         self.used.clear()
         self._count.clear()
         self.users.clear()
-        self.stamps.clear()  # stamps only grow: a job placed again gets a newer one
 
     # -- the index ------------------------------------------------------------------------------------
-
-    def _stamp(self, job_id: str) -> None:
-        self._tick += 1
-        self.stamps[job_id] = self._tick
 
     def _index(self, w: str, run: pb.PlacedRun, sign: int) -> None:
         """Add (+1) or take away (-1) one place of `run`'s shape on worker `w`."""

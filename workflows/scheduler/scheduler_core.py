@@ -92,7 +92,7 @@ class SchedulerCore:
         self.snapshot: bytes | None = None
         self.pass_snapshot: bytes | None = None  # the last pass's input (the dashboard's queue page)
         # What the last pass's snapshot encoded that the next may reuse (workflow memory only: a function of the state).
-        self.pieces = SnapshotCache()
+        self.snapshots = SnapshotCache()
         self.clock: Callable[[], float] | None = None  # workflow time, unless a test outside a workflow sets one
 
     @property
@@ -191,6 +191,6 @@ class SchedulerCore:
             running_tasks=running,
         )  # fmt: skip
         self._state = None
-        self.pieces = SnapshotCache()
+        self.snapshots = SnapshotCache()
         self.snapshot = self.pass_snapshot = None
         self.held = deque()

@@ -100,8 +100,8 @@ class SchedulerWorkflow:
         reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
-        # task are handled before run() starts and must land on the carried-over state. A big state
-        # loads in steps (run() takes the rest); signals that come in meanwhile are held until it is whole.
+        # task are handled before run() starts and must land on the carried-over state (loaded whole, in
+        # SchedulerCore).
         # The budget and the check are arguments, so a test can make them small (the sandbox re-imports us).
         self.core = SchedulerCore(packed, signal_budget)
         self.sharing = Sharing(self.core)
@@ -198,8 +198,8 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         core = self.core
-        # Built in this task, in one go: the fleet and the queue as columns, running work from cached pieces.
-        core.snapshot = core.pass_snapshot = snapshot = core.pieces.build(self.state, workflow.now().timestamp())
+        # Built in this task, in one go: the fleet and the queue as columns, the running work as the placement columns.
+        core.snapshot = core.pass_snapshot = snapshot = core.snapshots.build(self.state, workflow.now().timestamp())
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only
@@ -363,5 +363,5 @@ class SchedulerWorkflow:
         """
         state = self.core.whole()
         if self.core.snapshot is None:
-            self.core.snapshot = self.core.pieces.encode(state, workflow.now().timestamp())  # leaves the cache be
+            self.core.snapshot = self.core.snapshots.encode(state, workflow.now().timestamp())  # leaves the cache be
         return self.core.snapshot
