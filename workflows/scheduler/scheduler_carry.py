@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter, countOf
 
 from google.protobuf.message import DecodeError
@@ -77,9 +77,9 @@ def _queue(state: SchedulerState) -> pb.QueueRows:
     out.submitted_at.extend(e.submitted_at for e in entries)
     out.room_at.extend(e.room_at for e in entries)
     out.tasks.extend(map(len, map(_ATTEMPTS, entries)))
-    for e in entries:
-        out.task_indices.extend(e.attempts)
-        out.attempts.extend(e.attempts.values())
+    waiting = list(map(_ATTEMPTS, entries))  # one extend a column: an extend a job cost ~1.5 us of call each
+    out.task_indices.extend(chain.from_iterable(waiting))
+    out.attempts.extend(chain.from_iterable(map(dict.values, waiting)))
     reasons = state.pending_reasons
     out.reason_job_ids.extend(reasons)
     out.reasons.extend(reasons.values())
