@@ -40,11 +40,7 @@ def resources_from_pb(r: pb.Resources, seen: dict[tuple[int, int, int, int], Res
     conversion)."""
     if seen is None:
         return Resources(cpu_millis=r.cpu_millis, memory_bytes=r.memory_bytes, gpus=r.gpus, tpus=r.tpus)
-    key = (r.cpu_millis, r.memory_bytes, r.gpus, r.tpus)
-    found = seen.get(key)
-    if found is None:
-        found = seen[key] = Resources(*key)
-    return found
+    return _shared((r.cpu_millis, r.memory_bytes, r.gpus, r.tpus), seen)
 
 
 Split = tuple[tuple[Constraint, ...], tuple[Constraint, ...]]
@@ -114,14 +110,9 @@ def _shared(key: tuple[int, int, int, int], seen: dict[tuple[int, int, int, int]
     return found
 
 
-def _queue_positions(queue: pb.SchedulingQueue) -> tuple[list[int], list[int]]:
-    """The queue's positions in submission order, and where each position's task indices start.
-
-    Submission order, not the order the jobs' enqueues reached the scheduler: two jobs submitted a moment apart
-    may enqueue the other way round (their workflows run side by side). Stable: equal times keep their order."""
-    starts = [0, *itertools.accumulate(queue.task_counts)]
-    submitted = queue.submitted_at
-    return sorted(range(len(queue.job_ids)), key=submitted.__getitem__), starts
+def _task_starts(queue: pb.SchedulingQueue) -> list[int]:
+    """Where each queue position's task indices start in `task_indices` (and, last, where they end)."""
+    return [0, *itertools.accumulate(queue.task_counts)]
 
 
 def jobs_from_pb(
@@ -140,7 +131,10 @@ def jobs_from_pb(
                    user=spec.user, max_concurrent=spec.max_concurrent)
         for spec in queue.specs
     ]  # fmt: skip
-    order, starts = _queue_positions(queue)
+    # Submission order, not the order the jobs' enqueues reached the scheduler: two jobs submitted a moment apart
+    # may enqueue the other way round (their workflows run side by side). Stable: equal times keep their order.
+    order = sorted(range(len(queue.job_ids)), key=queue.submitted_at.__getitem__)
+    starts = _task_starts(queue)
     indices = list(queue.task_indices)
     ids, specs, submitted, placed, room = queue.job_ids, queue.spec, queue.submitted_at, queue.placed, queue.room_at
     jobs = []
@@ -161,7 +155,7 @@ def queued_jobs(snap: pb.SchedulingSnapshot) -> list[pb.SchedulingJob]:
     """Each queued job as one message (its spec's part and its own columns), in the snapshot's order: for a
     reader that shows jobs (the dashboard's queue page), not for the pass."""
     queue = snap.queue
-    starts = [0, *itertools.accumulate(queue.task_counts)]
+    starts = _task_starts(queue)
     indices = list(queue.task_indices)
     jobs = []
     columns = zip(queue.job_ids, queue.spec, queue.submitted_at, queue.reason_crc, queue.placed, queue.room_at,
@@ -274,7 +268,8 @@ def running_from_pb(share: pb.ShareInput, names: Sequence[str] | None) -> list[R
                                                     strict=True):  # fmt: skip
                 if evicting and evicting.get((job_id, index), -1) >= attempt:
                     continue
-                first = first or run
+                if first is None:
+                    first = run  # the job's user, band, request and gang are its first run's
                 at = positions[row]
                 if at >= 0:
                     tasks.append(UNPLACED if names is None else RunningTask(index, names[at], started))
