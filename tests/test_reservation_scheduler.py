@@ -55,7 +55,8 @@ async def test_reservation_is_held_published_kept_across_continue_as_new_replace
         runs = [wf async for wf in client.list_workflows(f"WorkflowId='{queue}'")]
         assert len(runs) >= 2, runs
         assert started.result_run_id != (await handle.describe()).run_id
-        [kept] = await _published(client, queue)
+        # The new run publishes in its first workflow task; describing it may come before that task.
+        [kept] = await _until(client, queue, lambda shown: shown)
         assert workers == {w.worker_id for w in kept.workers}
         lost = sorted(workers)[0]
         await handle.signal(WORKER_LOST, WorkerLost(lost, "s0", "test"))
