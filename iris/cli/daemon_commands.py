@@ -10,8 +10,10 @@ import asyncio
 import dataclasses
 import os
 import socket
+import threading
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import structlog
 import typer
@@ -40,6 +42,44 @@ HealthPortOpt = Annotated[
 HealthHostOpt = Annotated[
     str, typer.Option("--health-host", envvar="IRIS_HEALTH_HOST", help="address the health port listens on")
 ]
+
+
+EXIT_GRACE_SECONDS = 5.0
+"""How long a daemon that was told to stop waits for threads still busy before it leaves anyway."""
+
+
+def run_daemon(main: Coroutine[Any, Any, None], grace: float = EXIT_GRACE_SECONDS) -> None:
+    """`asyncio.run(main)`, except that the threads still busy when `main` returns get `grace` seconds, not forever.
+
+    `asyncio.run` joins every `asyncio.to_thread` call before it returns; one that waits on something slow (a local
+    slice's terminate waits up to 15 s for its hosts' processes) would hold a SIGTERM'd daemon that long. The CLI
+    leaves by `os._exit` (iris.cli.error_lines.exit_now), so nothing joins what is left behind; the work it did
+    is an activity the next controller runs again.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            loop.run_until_complete(_wind_down(grace))
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+async def _wind_down(grace: float) -> None:
+    """What `asyncio.run` does after its main coroutine, with the wait for busy threads bounded."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    _, pending = await asyncio.wait([asyncio.ensure_future(loop.shutdown_default_executor())], timeout=grace)
+    if pending:
+        busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+        log.warning("daemon_left_threads", threads=busy, grace_seconds=grace)
 
 
 def worker_serve(
@@ -243,7 +283,7 @@ def worker_serve(
     from worker_agent.encryption import KeyMismatchError
 
     try:
-        asyncio.run(main())
+        run_daemon(main())
     except RegistrationRefused as e:
         fail(f"worker {wid}: {e}", 3)
     except KeyMismatchError as e:
@@ -322,7 +362,7 @@ def controller_serve(
         raise fail(f"--sticky-timeout must be > 0 and at most {MAX_STICKY_TIMEOUT_SECONDS:g} seconds, "
                    f"got {sticky_timeout}")  # fmt: skip
     on_exit.append(ship_daemon_logs(store, "controller", socket.gethostname()).close)  # its own log to the store
-    asyncio.run(serve(
+    run_daemon(serve(
         settings, store, health_port=health_port, health_host=health_host, config=cluster_config,
         dashboard_port=dashboard_port, dashboard_host=dashboard_host, temporal_ui_url=temporal_ui, build=build_id,
         sticky_timeout=sticky_timeout,

@@ -390,7 +390,12 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     waits = asyncio.create_task(serve_waits(client, stop))  # a job's dependencies (iris/controller/waits_worker.py)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as executor, pass_process():
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    with contextlib.ExitStack() as stack:
+        # On the way out a sync activity still running (a scheduling pass) is left behind, not waited for: the
+        # worker has cancelled it, and its activity is retried on the next controller.
+        stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+        stack.enter_context(pass_process())
         ready = False
         while not stop.is_set():
             worker = control_worker(client, executor, control, build, sticky_timeout)
