@@ -82,15 +82,18 @@ def short_dead_controller_waits(
     return {**(dynamic_config or {}), **DEAD_CONTROLLER_SERVER}
 
 
-def wait_until(predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = "") -> T:
-    """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s."""
+def wait_until(predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = "",
+               explain: Callable[[], str] | None = None) -> T:  # fmt: skip
+    """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s (with
+    what `explain` says then: the state that tells why it did not happen)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {timeout} s: {what or predicate}")
+            why = f"; {explain()}" if explain is not None else ""
+            raise AssertionError(f"not within {timeout} s: {what or predicate}{why}")
         time.sleep(interval)
 
 

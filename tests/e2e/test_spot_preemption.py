@@ -181,7 +181,15 @@ def test_gang_notice_and_rerun(hosts: Hosts, client: IrisClient, tmp_path: Path)
         coscheduling=CoschedulingConfig("tpu-name"), constraints=[Constraint("pool", "EQ", f"sg-{tag}")],
         name="spot-gang",
     )  # fmt: skip
-    wait_until(lambda: len(list(tmp_path.glob("run-0-*"))) == 4, timeout=60, what="the gang running")
+
+    def why() -> str:
+        status = job.status()
+        workers = {w.worker_id: w for w in client.list_workers()}
+        hosts_now = [(h, workers[h].healthy, workers[h].cordoned) if h in workers else (h, "gone") for h in spot_hosts]
+        return (f"job {status.state.value} {status.task_state_counts} on {[t.worker_id for t in status.tasks]} "
+                f"pending: {status.pending_reason!r}; spot hosts (id, healthy, cordoned): {hosts_now}")  # fmt: skip
+
+    wait_until(lambda: len(list(tmp_path.glob("run-0-*"))) == 4, timeout=60, what="the gang running", explain=why)
     for worker_id in standby:
         client.cordon_worker(worker_id, cordoned=False)
     noticed = spot.set_instance("preempted", "TRUE")
