@@ -285,6 +285,8 @@ class Preemption:
         if turn is Turn.OWN or not unit.borrowed or not (turn is Turn.WITHIN or unit.rank < rank):
             return False
         minus = chosen.get(unit.team) if chosen else None
+        if turn is Turn.BEYOND:  # borrowed work takes the place of borrowed work only: nothing borrowed grows
+            return self.teams.borrowed_whole(unit.team, minus or (0, 0, 0, 0), unit.usage())
         return self.teams.still_over(unit.team, minus or (0, 0, 0, 0))
 
     def units_on(self, row: int) -> list[Unit]:

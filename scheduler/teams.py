@@ -37,7 +37,8 @@ The rules (decided here and in the pass, carried out by the workflows)
   a job may evict its own team's work of a strictly lower band, also when the
   team is at its quota (then only where what it evicts frees room enough, so
   the team's use does not grow: `Turn.OWN`). Borrowed work may evict only
-  borrowed work (of a lower band), never work within a quota.
+  units borrowed whole (of a lower band: not a gang the quota's edge runs
+  through), never work within a quota, so what is borrowed in all does not grow.
 """
 
 from __future__ import annotations
@@ -411,6 +412,19 @@ class TeamPass:
             if used[d] - minus[d] > quota[d]:
                 return True
         return False
+
+    def borrowed_whole(self, team: str, minus: Sequence[int], usage: Sequence[int]) -> bool:
+        """Whether a unit holding `usage` is borrowed in all it holds: without it (and `minus`, units chosen but
+        not yet evicted) the team still uses at least its quota of every covered resource it holds.
+
+        A unit the quota's edge runs through (a gang that took the team beyond it) is partly the team's own:
+        evicting it for borrowed work would leave that part idle, lent to the newcomer, and borrowing would grow.
+        """
+        used, quota = self.used.get(team) or self._team(team), self.quota[team]
+        for d in self.dims:  # noqa: SIM110 - asked for each unit a displacement weighs
+            if usage[d] and used[d] - minus[d] - usage[d] < quota[d]:
+                return False
+        return True
 
 
 PRODUCTION = BAND_RANK[Band.PRODUCTION]

@@ -261,6 +261,24 @@ def test_borrowed_work_takes_the_place_of_lower_band_borrowed_work() -> None:
     assert () == level.evictions and "no idle quota left to borrow" in level.pending_reasons["dan/more"]
 
 
+def test_borrowed_work_does_not_take_the_place_of_a_gang_the_quota_edge_runs_through() -> None:
+    """A (quota 3 of 5 hosts) runs a one-host task, a one-host gang, then a two-host gang and a one-host task
+    (batch, in that order): 5 hosts, 2 borrowed. The quota's edge runs through the two-host gang: one host of it
+    is A's own. A user in no team asks for three interactive tasks. Only the last task is borrowed whole: it
+    makes way for one task; evicting the gang too would leave A's host of it idle, lent to the newcomer, and what
+    is borrowed in all would grow from 2 to 3 (hypothesis found it: test_teams_properties)."""
+    fleet = [*hosts(1, 1), *[WorkerSnapshot(f"s{s}-w{i}", HOST, {"tpu-name": f"s{s}", "tpu-worker-id": i}, HOST)
+                             for s in (1, 2) for i in range(2)]]  # fmt: skip
+    teams = Teams((Team("a", ("ana",), Resources(3000)), Team("b", ("bo",), Resources(1000), None, Resources(0))))
+    runs = [running("ana/first", ["s2-w1"], "batch", "ana", HOST, 90.0, coscheduled=False),
+            running("ana/g1", ["s0-w0"], "batch", "ana", HOST, 100.0),
+            running("ana/g2", ["s1-w0", "s1-w1"], "batch", "ana", HOST, 100.0),
+            running("ana/last", ["s2-w0"], "batch", "ana", HOST, 100.0, coscheduled=False)]  # fmt: skip
+    share = ShareSnapshot(now=NOW, running=runs, teams=teams)
+    result = find_assignments(occupied(fleet, *runs), [plain("dan/x", "dan", 3)], share=share)
+    assert ["ana/last"] == [e.job_id for e in result.evictions]
+    assert ["s2-w0"] == [a.worker_id for a in result.assignments]
+
 def test_without_teams_a_lower_band_is_not_evicted_for_a_lower_band() -> None:
     """The same cluster without teams: a batch job evicts nobody (bands alone decide)."""
     fleet = hosts()
