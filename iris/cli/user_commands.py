@@ -47,7 +47,7 @@ def user_credits(
     value = _amount(amount) if amount is not None else None  # a usage error before connecting anywhere
     client = iris_client(temporal, store)
     if value is None:
-        row = next((u for u in client.list_users() if u.user == user), None)
+        row = client.user_status(user)
         if row is None:
             out.print(f"{user}: no usage yet (starts with the cluster's default credits)", highlight=False)
         else:

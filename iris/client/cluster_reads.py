@@ -117,6 +117,10 @@ class ClusterReads:
         """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
         return await user_balances.list_users(self.temporal)
 
+    async def user_status(self, user: str) -> UserStatus | None:
+        """One user's credits and usage; one never seen starts from the default credits (None: none published)."""
+        return await user_balances.user_status(self.temporal, user)
+
     async def list_teams(self) -> list[TeamStatus]:
         """Teams' quotas, use, borrowing and lending and pending jobs, as the scheduler publishes them."""
         return await team_tables.list_teams(self.temporal)

@@ -318,6 +318,11 @@ class IrisClient:
         """Users' credits, usage, running tasks and pending jobs, as the scheduler publishes them."""
         return self._run(self._async.list_users())
 
+    def user_status(self, user: str) -> UserStatus | None:
+        """One user's credits and usage; a user never seen has the cluster's default credits and has used none
+        (None until a scheduler has published its default)."""
+        return self._run(self._async.user_status(user))
+
     def list_teams(self) -> list[TeamStatus]:
         """Teams' quotas, use, borrowed and lent capacity and pending jobs, as the scheduler publishes them."""
         return self._run(self._async.list_teams())

@@ -20,7 +20,7 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, SET_CREDITS
 from iris.client.submission import resolve_user
 from iris.types import UserStatus
 from workflows.messages import SetCredits
-from workflows.scheduler.sharing_state import USERS_MEMO
+from workflows.scheduler.sharing_state import DEFAULT_CREDITS_MEMO, USERS_MEMO
 
 
 def users_from_memo(memo: Mapping[str, Any]) -> list[UserStatus]:
@@ -29,15 +29,31 @@ def users_from_memo(memo: Mapping[str, Any]) -> list[UserStatus]:
     return [UserStatus(str(r[0]), float(r[1]), float(r[2]), int(r[3]), int(r[4])) for r in rows]
 
 
-async def list_users(client: Client) -> list[UserStatus]:
-    """Every user the scheduler knows of (an account, running tasks or pending jobs), by name."""
+async def _memo(client: Client) -> Mapping[str, Any]:
+    """The scheduler's memo; empty when no controller ever started it."""
     try:
         desc = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            return []  # no controller ever started: nobody has used anything
+            return {}  # no controller ever started: nobody has used anything
         raise
-    return users_from_memo(await desc.memo())
+    return await desc.memo()
+
+
+async def list_users(client: Client) -> list[UserStatus]:
+    """Every user the scheduler knows of (an account, running tasks or pending jobs), by name."""
+    return users_from_memo(await _memo(client))
+
+
+async def user_status(client: Client, user: str) -> UserStatus | None:
+    """One user's row; a user the scheduler does not know of yet has the cluster's default credits and has used
+    none. None when no scheduler has published its default yet (no controller started, or none since)."""
+    memo = await _memo(client)
+    found = next((u for u in users_from_memo(memo) if u.user == user), None)
+    if found is not None:
+        return found
+    default = memo.get(DEFAULT_CREDITS_MEMO)
+    return UserStatus(user, float(default), 0.0, 0, 0) if default is not None else None
 
 
 def check_amount(amount: object) -> float:

@@ -125,7 +125,10 @@ def iris_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_cli_sets_credits_and_shows_users_and_bands(shared: Cluster) -> None:
-    """`iris user credits` sets a balance, `iris user list` shows it, `iris job status` shows user and bands."""
+    """`iris user credits` sets a balance, `iris user list` shows it, `iris job status` shows user and bands.
+    A user who never ran anything has the cluster's default credits, shown as a number."""
+    fresh = iris_cli(shared, "user", "credits", "newcomer-gus")
+    assert "newcomer-gus: 10,000.00 credits left, 0.00 used" in fresh.stdout, fresh.stdout + fresh.stderr
     assert 0 == iris_cli(shared, "user", "credits", "frank", "42").returncode
     # Read at once, it is there (the listing showed the old balance for a second after the command returned).
     assert "42.00" in iris_cli(shared, "user", "credits", "frank").stdout

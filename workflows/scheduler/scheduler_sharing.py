@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler.placement_index import Placement
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler.sharing_state import (
+        DEFAULT_CREDITS_MEMO,
         USERS_MEMO,
         SharingSettings,
         release_charge,
@@ -55,6 +56,7 @@ class Sharing:
         self._users_owed = False  # a change of the user table waits for PUBLISH_INTERVAL
         self.queue_entries: list[pb.QueueEntry] = []  # the last plan's queue (positions, estimates): not carried
         self._published_teams: tuple[list[list[object]], list[list[object]]] | None = None
+        self._published_default: float | None = None
 
     @held_in_turn
     def configure_sharing(self, settings: SharingSettings) -> None:
@@ -134,11 +136,14 @@ class Sharing:
             pending[entry.spec.user] = pending.get(entry.spec.user, 0) + 1
         rows = users_memo(self.core.state.books, running, pending)
         tables = self._team_rows(pending)
-        if rows != self._published_users or tables != self._published_teams:
+        default = self.core.state.books.settings.default_credits
+        if rows != self._published_users or tables != self._published_teams or default != self._published_default:
             self._published_users = rows
             self._published_teams = tables
+            self._published_default = default
             self._users_published_at = now
-            workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1]})
+            workflow.upsert_memo({USERS_MEMO: rows, TEAMS_MEMO: tables[0], QUEUE_MEMO: tables[1],
+                                  DEFAULT_CREDITS_MEMO: default})  # fmt: skip
 
     def users_publish_timer(self) -> timedelta | None:
         """When a publication held back by PUBLISH_INTERVAL is due (the loop may have nothing else to wake it)."""

@@ -35,6 +35,7 @@ from workflows.scheduler.teams_memo import new_durations, typical_seconds
 DEFAULT_GRACE_SECONDS = 30.0
 DEFAULT_STARVATION_SECONDS = 1800.0  # `sharing.starvation_after`: a waiting gang has its hosts held back after this
 USERS_MEMO = "users"  # the scheduler's memo key of the published user table
+DEFAULT_CREDITS_MEMO = "default_credits"  # what a user never seen starts with (published beside the table)
 MAX_PUBLISHED_USERS = 2_000  # rows in the memo (~100 bytes each): far below the 2 MB memo limit
 
 
