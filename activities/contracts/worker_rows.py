@@ -59,6 +59,12 @@ def row_from_metadata(meta: pb.WorkerMetadata) -> pb.WorkerRow:
     return row
 
 
+def registration_refused(reason: str) -> str:
+    """What an agent is told of a host the registration refused, whoever refused it (the agent's own check
+    of its metadata, or the scheduler)."""
+    return f"registration refused: {reason}"
+
+
 def batch_of_rows(hosts: list[pb.WorkerMetadata], reply_to: str) -> tuple[pb.WorkerBatch, dict[str, str]]:
     """The batch an agent sends for `hosts` (the acceptable ones, as rows) and the refused ones, id -> reason."""
     batch = pb.WorkerBatch(reply_to=reply_to)
@@ -66,7 +72,7 @@ def batch_of_rows(hosts: list[pb.WorkerMetadata], reply_to: str) -> tuple[pb.Wor
     for meta in hosts:
         reason = validate_metadata(meta)
         if reason:
-            refused[meta.worker_id] = f"registration refused: {reason}"
+            refused[meta.worker_id] = registration_refused(reason)
         else:
             batch.rows.append(row_from_metadata(meta))
     return batch, refused

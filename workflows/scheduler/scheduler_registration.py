@@ -21,7 +21,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import EVICT, REGISTERED, Delivery, task_workflow_id
-    from activities.contracts.worker_rows import batch_of_rows
+    from activities.contracts.worker_rows import batch_of_rows, registration_refused
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
@@ -129,7 +129,7 @@ class Registry:
             return
         reason = refusal(state, row)
         if reason:
-            refused[row.worker_id] = f"registration refused: {reason}"
+            refused[row.worker_id] = registration_refused(reason)
             workflow.logger.warning("worker %s refused: %s", row.worker_id, reason)
         else:
             self.worker_event(before, WorkerEvent.REGISTERED, row=row)
