@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import (
         Enqueue,
     )
+    from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_core import SchedulerCore
     from workflows.scheduler.scheduler_network import announce_batches
     from workflows.scheduler.scheduler_state import PendingEntry
@@ -96,7 +97,7 @@ class Deliveries:
 
     async def deliver(self, deliveries: list[Delivery]) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone."""
-        return await _delivery(DELIVER_SIGNALS, [deliveries], list[int])
+        return await _delivery(DELIVER_SIGNALS, [command_input(lambda: deliveries, list[Delivery]())], list[int])
 
     async def announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -155,7 +156,7 @@ class Deliveries:
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        args = [deliveries, ANNOUNCE_GRACE_SECONDS]
+        args = [command_input(lambda: deliveries, list[Delivery]()), ANNOUNCE_GRACE_SECONDS]  # replayed: not encoded
         return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome)
 
     def _deliver_late(

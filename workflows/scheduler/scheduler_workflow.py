@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
+    from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_actions import ActionRow
     from workflows.scheduler.scheduler_carry import counts, pack
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
@@ -169,8 +170,7 @@ class SchedulerWorkflow:
                 core.apply_held()  # what came in meanwhile and waits: this run applies it
                 # Packed in this task, after the last held signal: its messages serialized (scheduler_carry).
                 self.registry.purge_lost(force=True)
-                # Replayed (a query that reached the closed run), the carry is not packed: the next run has it.
-                packed = b"" if workflow.unsafe.is_replaying() else pack(core.state)
+                packed = command_input(lambda: pack(core.state), b"")  # replayed: the next run has it
                 core.let_go(counts(core.state))
                 workflow.continue_as_new(
                     args=[packed, core.signal_budget, self.reserving.check_seconds],
@@ -199,16 +199,10 @@ class SchedulerWorkflow:
 
     async def _scheduling_pass(self) -> None:
         core = self.core
-        if workflow.unsafe.is_replaying():
-            # The pass's plan is in history, and a replayed command's input is not compared with what history
-            # holds (only its type and id): a replay builds no snapshot (~150 ms at 30,000 workers each).
-            core.snapshot = core.pass_snapshot = None
-            snapshot = b""
-        else:
-            # Built in this task, in one go: the fleet and the queue as columns, the running work as the
-            # placement columns.
-            snapshot = core.snapshots.build(self.state, workflow.now().timestamp())
-            core.snapshot = core.pass_snapshot = snapshot
+        # Built in this task, in one go: the fleet and the queue as columns, the running work as the placement
+        # columns; not when replayed (the plan is in history: replayed_inputs).
+        snapshot = command_input(lambda: core.snapshots.build(self.state, workflow.now().timestamp()), b"")
+        core.snapshot = core.pass_snapshot = snapshot or None
         # A regular activity, not a local one, for two reasons. The plan is in history before
         # anything is committed or announced: a controller that dies mid-pass replays the same
         # plan, so no task is told two different workers (a local activity's plan was only
