@@ -60,11 +60,14 @@ if TYPE_CHECKING:
     from workflows.scheduler.scheduler_queue import Queue
 
 
-async def _delivery(name: str, args: list[Any], result_type: type[T]) -> T:
-    """Run a delivery activity (a regular one: the module says why)."""
+async def _delivery(
+    name: str, deliveries: list[Delivery], result_type: type[T], *more: Any, timeout: float = 120.0
+) -> T:
+    """Run a delivery activity (a regular one: the module says why) on `deliveries` and `more` arguments.
+    Replayed, the deliveries are not encoded: history holds what they were (replayed_inputs)."""
     return await workflow.execute_activity(
-        name, args=args, result_type=result_type, start_to_close_timeout=timedelta(seconds=120),
-        heartbeat_timeout=PASS_HEARTBEAT,
+        name, args=[command_input(lambda: deliveries, list[Delivery]()), *more], result_type=result_type,
+        start_to_close_timeout=timedelta(seconds=timeout), heartbeat_timeout=PASS_HEARTBEAT,
     )  # fmt: skip
 
 
@@ -97,7 +100,7 @@ class Deliveries:
 
     async def deliver(self, deliveries: list[Delivery]) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone."""
-        return await _delivery(DELIVER_SIGNALS, [command_input(lambda: deliveries, list[Delivery]())], list[int])
+        return await _delivery(DELIVER_SIGNALS, deliveries, list[int])
 
     async def announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -156,8 +159,7 @@ class Deliveries:
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        args = [command_input(lambda: deliveries, list[Delivery]()), ANNOUNCE_GRACE_SECONDS]  # replayed: not encoded
-        return await _delivery(DELIVER_ASSIGNMENTS, args, DeliveryOutcome)
+        return await _delivery(DELIVER_ASSIGNMENTS, deliveries, DeliveryOutcome, ANNOUNCE_GRACE_SECONDS)
 
     def _deliver_late(
         self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
@@ -171,11 +173,8 @@ class Deliveries:
 
         async def deliver() -> None:
             try:
-                outcome = await workflow.execute_activity(
-                    DELIVER_ASSIGNMENTS, args=[[d for d, _ in late], LATE_PATIENCE_SECONDS],
-                    result_type=DeliveryOutcome, start_to_close_timeout=timedelta(seconds=LATE_PATIENCE_SECONDS + 60),
-                    heartbeat_timeout=PASS_HEARTBEAT,
-                )  # fmt: skip
+                outcome = await _delivery(DELIVER_ASSIGNMENTS, [d for d, _ in late], DeliveryOutcome,
+                                          LATE_PATIENCE_SECONDS, timeout=LATE_PATIENCE_SECONDS + 60)  # fmt: skip
                 self._give_back(late, outcome.gone + outcome.late)
                 for index in outcome.late:
                     delivery, placed = late[index]
