@@ -10,18 +10,22 @@ enqueues and the agent's releases, both to the scheduler.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client
 
 
 class SignalCoalescer:
-    """Sends the messages for one workflow as list signals `signal`, at most `max_batch` per signal."""
+    """Sends the messages for one workflow as signals `signal`, at most `max_batch` messages per signal, each
+    signal's argument the batch as `pack` makes it (a list, unless told otherwise)."""
 
-    def __init__(self, client: Client, workflow_id: str, signal: str, max_batch: int) -> None:
+    def __init__(self, client: Client, workflow_id: str, signal: str, max_batch: int,
+                 pack: Callable[[list[Any]], Any] = list) -> None:
         self._handle = client.get_workflow_handle(workflow_id)
         self._signal = signal
         self._max_batch = max_batch
+        self._pack = pack
         self._waiting: list[tuple[Any, asyncio.Future[None]]] = []
         self._sending = False
         self._drainer: asyncio.Task[None] | None = None
@@ -40,7 +44,7 @@ class SignalCoalescer:
             while self._waiting:
                 batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
                 try:
-                    await self._handle.signal(self._signal, [message for message, _ in batch])
+                    await self._handle.signal(self._signal, self._pack([message for message, _ in batch]))
                 except Exception as err:  # every sender of the batch sees the refusal and decides
                     for _, done in batch:
                         if not done.done():  # its sender may have been cancelled meanwhile

@@ -48,10 +48,11 @@ from activities.contracts import (
     DeliveryOutcome,
     job_of_task,
 )
+from activities.contracts.queueing import EnqueueBatch
 from activities.heartbeat import heartbeating
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
-MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~150 KB of JSON; the payload limit is 2 MB)
+MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~60 KB of JSON as columns; the payload limit is 2 MB)
 # How long an assignment waits for a task whose job is still running to start: longer than a
 # workflow task's timeout (10 s), so a job whose controller died between its enqueue and its
 # children's start is retried and starts them before the place is given back.
@@ -68,7 +69,8 @@ def coalescer(client: Client, workflow_id: str) -> SignalCoalescer:
     by_workflow = _coalescers.setdefault(client, {})
     found = by_workflow.get(workflow_id)
     if found is None:
-        found = by_workflow[workflow_id] = SignalCoalescer(client, workflow_id, ENQUEUE_BATCH, MAX_ENQUEUE_BATCH)
+        found = by_workflow[workflow_id] = SignalCoalescer(client, workflow_id, ENQUEUE_BATCH, MAX_ENQUEUE_BATCH,
+                                                           pack=EnqueueBatch.of)
     return found
 
 

@@ -23,6 +23,7 @@ from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRu
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris.controller.control_plane import controller_replayer, controller_runner
+from iris.controller.payload_guard import PayloadGuard
 from iris.deploy.worker_versioning import deployment_config, promote
 from iris.local.cluster import ClusterInfo, LocalCluster
 from iris.query_retry import QueryRetry
@@ -200,6 +201,7 @@ async def workflows_on_dev_server(
             async with Worker(
                 env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
                 activity_executor=executor, workflow_runner=runner or controller_runner(),
+                interceptors=[PayloadGuard()],  # an unreadable signal is dropped, as a controller drops it
                 deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip
                 await promote(env.client, TEST_BUILD)

@@ -1,9 +1,9 @@
 """Every field of every message survives the wire, and is written as the SDK writes it
 (activities.contracts.dataclass_json).
 
-The messages are the dataclasses of activities/contracts/ and workflows/messages.py: signals, workflow
-and activity inputs and results; and the scheduler's continue-as-new carry
-(workflows/scheduler/scheduler_carry_schema.py).
+The messages are the dataclasses of activities/contracts/ (with its fleet and queueing modules) and
+workflows/messages.py: signals, workflow and activity inputs and results; and the scheduler's continue-as-new
+carry (workflows/scheduler/scheduler_carry_schema.py).
 Each is built here with every field set to a value that is not its default, generated from its type hints
 (not listed by hand), sent through the SDK's converter and read back through Iris's: a field a decoder
 dropped, or read as another type, fails by message and field.
@@ -24,6 +24,7 @@ from temporalio.converter import DataConverter, value_to_type
 
 import activities.contracts
 import activities.contracts.fleet
+import activities.contracts.queueing
 import workflows.messages
 import workflows.scheduler.scheduler_carry_schema
 from activities.contracts.dataclass_json import plan_for
@@ -35,6 +36,7 @@ MESSAGES = sorted(
         for module in (
             activities.contracts,
             activities.contracts.fleet,
+            activities.contracts.queueing,
             workflows.messages,
             workflows.scheduler.scheduler_carry_schema,
         )

@@ -7,49 +7,14 @@ All are small dataclasses: a signal carries ids and numbers, never payloads
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from activities.contracts import TaskNetwork
 
-
-@dataclass
-class ConstraintSpec:
-    key: str
-    op: str
-    # Any, not a union: Temporal's converter would coerce True and 1.0 to 1 through a union hint.
-    value: Any = None  # a list for IN / NOT_IN
-    soft: bool = False  # a preference, not a requirement
-
-
-@dataclass
-class SchedulingSpec:
-    """What the scheduler needs to know about a job to place its tasks."""
-
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int = 0
-    tpus: int = 0
-    constraints: list[ConstraintSpec] = field(default_factory=list)
-    group_by: str = ""
-    priority: int = 0
-    scheduling_timeout_seconds: float = 0.0  # 0 = wait forever
-    tolerations: list[str] = field(default_factory=list)
-    num_groups: int = 1  # > 1: a multi-slice gang, its tasks split evenly over that many groups
-    ports: list[str] = field(default_factory=list)  # named ports each task gets on its host
-    coordinator: bool = False  # task 0 gets a coordinator port (a job of more than one task)
-    band: str = ""  # "production" | "interactive" | "batch"; "" = interactive
-    user: str = ""  # whose job: fair share and credits
-    max_concurrent: int = 0  # > 0: at most this many of the job's tasks placed at once (scheduler.throttle)
-
-
-@dataclass
-class Enqueue:
-    """Ask the scheduler to place these tasks (one signal per job, or per retried task)."""
-
-    job_id: str
-    spec: SchedulingSpec
-    attempts: dict[int, int]  # task index -> attempt being placed
-    submitted_at: float = 0.0  # workflow time of the job's submission: FIFO key
+# A job's queueing request is the contract between the job, the controller's signal batches and the scheduler:
+# defined there, named here too for the workflows that build and read it.
+from activities.contracts.queueing import ConstraintSpec as ConstraintSpec
+from activities.contracts.queueing import Enqueue as Enqueue
+from activities.contracts.queueing import SchedulingSpec as SchedulingSpec
 
 
 @dataclass

@@ -14,6 +14,7 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import Release, UnreadablePayload, task_workflow_id
+    from activities.contracts.queueing import EnqueueBatch
     from activities.proto import cluster_pb2 as pb
     from workflows.fleet.worker_lifecycle import WorkerEvent
     from workflows.messages import (
@@ -38,9 +39,12 @@ if TYPE_CHECKING:
     from workflows.scheduler.scheduler_sharing import Sharing
 
 
-def _decode_enqueues(raw: RawValue) -> list[Enqueue]:
-    """An enqueue batch, as `_decode_enqueue` decodes one."""
-    return _decode(raw, list[Enqueue], "enqueue_batch")  # type: ignore[no-any-return]
+def _decode_enqueues(raw: RawValue) -> EnqueueBatch | list[Enqueue]:
+    """An enqueue batch, as `_decode_enqueue` decodes one: columns (EnqueueBatch), or a list of enqueues from
+    a controller of an earlier build still sending them while a new one takes over."""
+    if raw.payload.data[:1] == b"[":
+        return _decode(raw, list[Enqueue], "enqueue_batch")  # type: ignore[no-any-return]
+    return _decode(raw, EnqueueBatch, "enqueue_batch")  # type: ignore[no-any-return]
 
 
 def _decode_enqueue(raw: RawValue) -> Enqueue:
@@ -97,19 +101,29 @@ class Queue:
         self._enqueued([_decode_enqueue(raw)])  # decoded at once: an unreadable one is dropped here
 
     def enqueue_batch(self, raw: RawValue) -> None:
-        """Several jobs' enqueues in one signal (coalesced by the controller that sent them)."""
-        self._enqueued(_decode_enqueues(raw))
+        """Several jobs' enqueues in one signal (coalesced by the controller that sent them); a batch's
+        specs are interned once for all its jobs."""
+        batch = _decode_enqueues(raw)
+        if isinstance(batch, EnqueueBatch):
+            try:
+                requests = batch.requests([self._interned(spec) for spec in batch.specs])
+            except ValueError as err:
+                raise UnreadablePayload(str(err)) from err
+            self._enqueued(requests, True)
+        else:
+            self._enqueued(batch)
 
     @held_in_turn
-    def _enqueued(self, requests: list[Enqueue]) -> None:
+    def _enqueued(self, requests: list[Enqueue], interned: bool = False) -> None:
         self.core.reports += len(requests)
         for request in requests:
-            self.enqueue_one(request)
+            self.enqueue_one(request, interned)
 
-    def enqueue_one(self, request: Enqueue) -> None:
+    def enqueue_one(self, request: Enqueue, interned: bool = False) -> None:
+        """Queue what `request` asks for; `interned`: its spec is the queue's object for it already."""
         entry = self.core.state.pending.get(request.job_id)
         if entry is None:
-            spec = self._interned(request.spec)
+            spec = request.spec if interned else self._interned(request.spec)
             entry = PendingEntry(request.job_id, spec, {}, request.submitted_at or self.core.now())
             first = not any(request.attempts.values())  # a job's first enqueue, not a retry's
             queue_in_submission_order(self.core.state.pending, entry, SUBMISSION_ORDER_REACH if first else 0)
