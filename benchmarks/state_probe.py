@@ -61,18 +61,19 @@ message State {
 
 
 def probe_schema() -> ModuleType:
-    """The probe's message classes, compiled into a temporary directory."""
-    out = Path(tempfile.mkdtemp(prefix="iris-state-probe-"))
-    (out / "iris_state_probe.proto").write_text(PROBE_SCHEMA)
-    cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"--python_out={out}", "iris_state_probe.proto"]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"state-probe: cannot compile the probe schema (grpcio-tools installed?): {done.stderr}")
-    sys.path.insert(0, str(out))
-    try:
-        return importlib.import_module("iris_state_probe_pb2")
-    finally:
-        sys.path.remove(str(out))
+    """The probe's message classes, compiled into a temporary directory removed once they are imported."""
+    with tempfile.TemporaryDirectory(prefix="iris-state-probe-") as tmp:
+        out = Path(tmp)
+        (out / "iris_state_probe.proto").write_text(PROBE_SCHEMA)
+        cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{out}", f"--python_out={out}", "iris_state_probe.proto"]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"state-probe: cannot compile the probe schema (grpcio-tools installed?): {done.stderr}")
+        sys.path.insert(0, str(out))
+        try:
+            return importlib.import_module("iris_state_probe_pb2")
+        finally:
+            sys.path.remove(str(out))
 
 
 def to_messages(pb: Any, state: SchedulerState) -> Any:

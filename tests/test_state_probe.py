@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from benchmarks.snapshot import build_state
@@ -28,6 +31,12 @@ def test_the_messages_hold_every_worker_queued_task_placement_and_total() -> Non
               for job_id, job in parsed.placed.items() for index, t in job.tasks.items()}  # fmt: skip
     assert {(p.job_id, p.task_index): (p.worker_id, p.attempt) for p in state.placements.values()} == placed
     assert {w: u[0] for w, u in state.placements.used.items()} == {w: u.cpu_millis for w, u in parsed.used.items()}
+
+
+def test_the_probe_leaves_no_temporary_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert probe_schema().State is not None
+    assert [] == list(tmp_path.iterdir())
 
 
 def test_bad_sizes_are_refused_naming_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
