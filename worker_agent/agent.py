@@ -46,6 +46,7 @@ from activities.contracts import (
     RUN_TASK,
     SCHEDULER_WORKFLOW_ID,
     STOP_TASK,
+    UNVERSIONED_BUILD_ID,
     WORKER_SESSION,
     Release,
     RunTaskInput,
@@ -392,6 +393,9 @@ class WorkerAgent:
             task_queue=queue,
             activities=list(work),
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
+            # Its queues are unversioned: the SDK's default build id (a digest of every loaded module's code,
+            # ~60 ms of each agent's start) would tell nothing anyone reads.
+            build_id=UNVERSIONED_BUILD_ID,
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
             max_heartbeat_throttle_interval=timedelta(seconds=forward_seconds),

@@ -150,6 +150,10 @@ AWAIT_JOB = "await_job"  # activity: wait for a job to end and return its state 
 
 # -- signals, updates and queries, by the workflow that receives them: every handler and sender uses these.
 # SchedulerWorkflow
+UNVERSIONED_BUILD_ID = "iris-unversioned"
+"""The build id of Temporal workers on unversioned queues (an agent's, the controller's waits): named, so the SDK
+does not digest every loaded module's code at each start to make one up."""
+
 ENQUEUE = "enqueue"  # one job's (or one retried task's) tasks to place
 ENQUEUE_BATCH = "enqueue_batch"  # a list of enqueues, coalesced by deliver_signals
 CLAIM = "claim"  # a task holds a place a scheduler that started empty does not know of

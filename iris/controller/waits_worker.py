@@ -14,7 +14,7 @@ import structlog
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.contracts import WAIT_TASK_QUEUE
+from activities.contracts import UNVERSIONED_BUILD_ID, WAIT_TASK_QUEUE
 from activities.dependencies import await_job
 
 log = structlog.get_logger("iris.controller.control_plane")
@@ -25,7 +25,8 @@ MAX_WAITS = 10_000
 
 def wait_worker(client: Client) -> Worker:
     """The worker of the long-waiting activities (unversioned: an activity on another queue is not pinned)."""
-    return Worker(client, task_queue=WAIT_TASK_QUEUE, activities=[await_job], max_concurrent_activities=MAX_WAITS)
+    return Worker(client, task_queue=WAIT_TASK_QUEUE, activities=[await_job], max_concurrent_activities=MAX_WAITS,
+                  build_id=UNVERSIONED_BUILD_ID)  # not the SDK's default: a digest of every loaded module, each start
 
 
 async def serve_waits(client: Client, stop: asyncio.Event) -> None:

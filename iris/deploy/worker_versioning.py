@@ -78,13 +78,20 @@ def replayed_modules() -> dict[str, Path]:
 
 def _imports(path: Path) -> list[str]:
     """Every absolute import in the file, with each of its parent packages (`a.b.c` -> `a`, `a.b`, `a.b.c`)
-    and, for `from m import x`, `m.x` (x may be a module)."""
+    and, for `from m import x`, `m.x` (x may be a module). Imports are statements: only statements are
+    visited, never expressions (a walk of every node took most of a controller's ~0.25 s for the build id)."""
     names: list[str] = []
-    for node in ast.walk(ast.parse(path.read_bytes())):
+    todo: list[ast.AST] = list(ast.parse(path.read_bytes()).body)
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
         elif isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
+        for nested in ("body", "orelse", "finalbody", "handlers", "cases"):  # the statements inside a statement
+            block = getattr(node, nested, None)
+            if isinstance(block, list):
+                todo += block
     parts = [name.split(".") for name in names]
     return [".".join(p[:i]) for p in parts for i in range(1, len(p) + 1)]
 
