@@ -12,14 +12,16 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from activities.contracts import SEARCH_ATTRIBUTES
 from activities.contracts.fleet import ControlPlaneAddress
 from activities.platforms.local import worker_argv
-from iris.config.cluster_file import ClusterConfig, LocalWorkerSpec
-from iris.config.sharing import sharing_document
 from iris.local.processes import reserve_port
+
+if TYPE_CHECKING:  # the config schema is pydantic models (~65 ms to import): not for every CLI command that
+    # only finds the local cluster's address
+    from iris.config.cluster_file import ClusterConfig, LocalWorkerSpec
 
 HOST = "127.0.0.1"
 
@@ -112,6 +114,8 @@ def dashboard_options(port: int, ui_url: str) -> list[str]:
 
 def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
     """The config's scale groups (and autoscaler settings) as a YAML document `load_config` reads back."""
+    from iris.config.sharing import sharing_document
+
     groups = [g.document() for g in config.scale_groups]
     autoscaler = {"scan_interval": config.scan_interval_seconds, "backoff": config.backoff_seconds}
     document: dict[str, Any] = {

@@ -15,14 +15,16 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 from activities.platforms.local_process import LocalProcess, start_process, start_worker, worker_process_name
-from iris.config.cluster_file import ClusterConfig
 from iris.local.commands import child_env
 from iris.local.processes import port_open
+
+if TYPE_CHECKING:  # annotations only: finding a cluster's address does not import the config schema
+    from iris.config.cluster_file import ClusterConfig
 
 TEMPORAL = "temporal"
 CONTROLLER = "controller"
