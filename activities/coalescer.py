@@ -15,6 +15,9 @@ from typing import Any
 
 from temporalio.client import Client
 
+Waiting = tuple[Any, "asyncio.Future[None]"]
+"""A message and the future its sender awaits."""
+
 
 class SignalCoalescer:
     """Sends the messages for one workflow as signals `signal`, at most `max_batch` messages per signal, each
@@ -26,7 +29,7 @@ class SignalCoalescer:
         self._signal = signal
         self._max_batch = max_batch
         self._pack = pack
-        self._waiting: list[tuple[Any, asyncio.Future[None]]] = []
+        self._waiting: list[Waiting] = []
         self._sending = False
         self._drainer: asyncio.Task[None] | None = None
 
@@ -39,12 +42,33 @@ class SignalCoalescer:
             self._drainer = asyncio.ensure_future(self._drain())
         await done
 
+    def _packed(self, batch: list[Waiting]) -> tuple[Any, list[Waiting]]:
+        """The signal's argument and the messages in it: those `pack` refuses are left out and their senders get
+        the refusal, so one malformed message fails its own sender, not every sender coalesced with it (their
+        retries would meet it again)."""
+        try:
+            return self._pack([message for message, _ in batch]), batch
+        except Exception:  # find which: each message alone
+            good = []
+            for message, done in batch:
+                try:
+                    self._pack([message])
+                except Exception as err:
+                    if not done.done():
+                        done.set_exception(err)
+                else:
+                    good.append((message, done))
+            return (self._pack([message for message, _ in good]) if good else None), good
+
     async def _drain(self) -> None:
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
+                arg, batch = self._packed(batch)
+                if not batch:
+                    continue
                 try:
-                    await self._handle.signal(self._signal, self._pack([message for message, _ in batch]))
+                    await self._handle.signal(self._signal, arg)
                 except Exception as err:  # every sender of the batch sees the refusal and decides
                     for _, done in batch:
                         if not done.done():  # its sender may have been cancelled meanwhile

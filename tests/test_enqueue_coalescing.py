@@ -81,6 +81,29 @@ def test_a_batch_whose_columns_disagree_is_refused_by_name(column: str, value: l
         batch.requests()
 
 
+async def test_a_malformed_enqueue_fails_its_own_sender_not_those_coalesced_with_it() -> None:
+    """Enqueues as the signal activity receives them (JSON), one without its spec: its sender gets the error;
+    the others, coalesced with it, are delivered and queued."""
+    activities = [find_assignments_activity, rebuild_scheduler]
+    async with workflows_on_dev_server("malformed", [SchedulerWorkflow], activities) as (client, queue):
+        handle = await client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        never_fits = to_plain(SchedulingSpec(cpu_millis=10**9, memory_bytes=1))
+        args = [{"job_id": f"job-{j}", "spec": never_fits, "attempts": {"0": 0}} for j in range(20)]
+        args[7] = {"job_id": "no-spec", "attempts": {"0": 0}}
+        sends = [send_signals(client, [Delivery(SCHEDULER_WORKFLOW_ID, "enqueue", arg)], ASSIGN_PATIENCE)
+                 for arg in args]  # fmt: skip
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        assert isinstance(outcomes[7], KeyError)
+        assert [DeliveryOutcome()] * 19 == outcomes[:7] + outcomes[8:]
+        for _ in range(100):
+            summary = await handle.query("summary", result_type=pb.ClusterSummary)
+            if summary.pending_tasks == 19:
+                break
+            await asyncio.sleep(0.1)
+        assert 19 == summary.pending_tasks
+        await handle.terminate("test done")
+
+
 async def test_the_scheduler_queues_batches_and_lists_and_drops_a_broken_batch_alone() -> None:
     """A batch (columns), a list of enqueues (what a controller of an earlier build sends while a new one takes
     over) and a broken batch: the first two are queued whole, the broken one is dropped, no workflow task fails."""
