@@ -9,11 +9,14 @@ fetched and replayed as a controller runs it (every workflow, the payload guard)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from iris.controller.control_plane import controller_replayer
 
@@ -30,20 +33,39 @@ async def replay_all(client: Client, types: Sequence[str] = DEFAULT_TYPES, limit
     """Replay up to `limit` runs of each type in `types` (newest first); a run with no completed task is skipped."""
     report = ReplayReport()
     replayer = controller_replayer()
-    for kind in types:
-        seen = 0
-        async for wf in client.list_workflows(f"WorkflowType='{kind}'"):
-            if seen >= limit:
-                break
-            seen += 1
-            history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
-            if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
-                continue
-            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-            report.replayed += 1
-            if result.replay_failure is not None:
-                report.failures.append(f"{kind} {wf.id} run {wf.run_id}: {result.replay_failure}")
+    with _workflow_logs_quiet():
+        for kind in types:
+            await _replay_kind(client, replayer, kind, limit, report)
     return report
+
+
+@contextlib.contextmanager
+def _workflow_logs_quiet() -> Iterator[None]:
+    """The Replayer runs a history's last workflow task as new, so a workflow's warnings in it (e.g. every worker
+    "lost" as a bench stops its agents) were printed again, one line per worker, after the bench's figures."""
+    logger = logging.getLogger("temporalio.workflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+async def _replay_kind(client: Client, replayer: Replayer, kind: str, limit: int, report: ReplayReport) -> None:
+    """Replay the runs of one workflow type into `report`."""
+    seen = 0
+    async for wf in client.list_workflows(f"WorkflowType='{kind}'"):
+        if seen >= limit:
+            break
+        seen += 1
+        history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
+        if not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
+            continue
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        report.replayed += 1
+        if result.replay_failure is not None:
+            report.failures.append(f"{kind} {wf.id} run {wf.run_id}: {result.replay_failure}")
 
 
 def replay_all_sync(address: str, namespace: str = "default") -> ReplayReport:
