@@ -52,7 +52,7 @@ from activities.contracts.queueing import EnqueueBatch
 from activities.heartbeat import heartbeating
 
 MAX_IN_FLIGHT = 64  # concurrent signal RPCs per batch
-MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~60 KB of JSON as columns; the payload limit is 2 MB)
+MAX_ENQUEUE_BATCH = 500  # enqueues per batch signal (~30 KB of JSON as columns for ten-task jobs; the limit is 2 MB)
 # How long an assignment waits for a task whose job is still running to start: longer than a
 # workflow task's timeout (10 s), so a job whose controller died between its enqueue and its
 # children's start is retried and starts them before the place is given back.

@@ -393,9 +393,7 @@ class WorkerAgent:
             task_queue=queue,
             activities=list(work),
             identity=f"{self.config.worker_id}/agent-{self.instance}@{socket.gethostname()}",
-            # Its queues are unversioned: the SDK's default build id (a digest of every loaded module's code,
-            # ~60 ms of each agent's start) would tell nothing anyone reads.
-            build_id=UNVERSIONED_BUILD_ID,
+            build_id=UNVERSIONED_BUILD_ID,  # unversioned: not the SDK's digest of all loaded code (~60 ms a start)
             max_concurrent_activities=1000,
             graceful_shutdown_timeout=timedelta(0),
             max_heartbeat_throttle_interval=timedelta(seconds=forward_seconds),
