@@ -104,9 +104,14 @@ def test_a_user_without_credits_runs_as_batch_and_is_preempted(shared: Cluster, 
         assert [0, 0, 0, 0] == [t.failure_count for t in done.tasks]
 
 
+SHELL_START_AND_EXIT = 0.25
+"""Seconds a task's process may run beyond what its own clock readings bracket (its shell's start and exit)."""
+
+
 def test_credits_charged_equal_the_jobs_resource_time(shared: Cluster, tmp_path: Path) -> None:
-    """Half a core for the time the task ran (it writes its own start and end) is what eve is charged, within 1%
-    (of 5 s: 50 ms, where its shell's start and `date`s take ~10)."""
+    """Half a core for the time the task's process ran is what eve is charged. The task writes its own start and
+    end; its process ran that long and a little more (its shell's start before the first `date`, its exit after
+    the last: ~10 ms on a quiet machine, 60-90 ms seen under the suite's load), never less."""
     with connect(shared, "eve") as eve:
         script = f"date +%s.%N > {tmp_path}/start; sleep 5; date +%s.%N > {tmp_path}/end"
         job = eve.submit_command(["sh", "-c", script], name="timed", resources=ResourceSpec(cpu=0.5, memory="64m"))
@@ -114,7 +119,7 @@ def test_credits_charged_equal_the_jobs_resource_time(shared: Cluster, tmp_path:
         ran = float((tmp_path / "end").read_text()) - float((tmp_path / "start").read_text())
         expected = 0.5 * ran  # 3,600 credits per core-hour: one per core-second
         row = wait_until(lambda: charged_row(eve, "eve"), timeout=30, what="eve charged")
-        assert expected == pytest.approx(row.used, rel=0.01)
+        assert expected * 0.999 <= row.used <= expected + 0.5 * SHELL_START_AND_EXIT, (row.used, expected)
         assert pytest.approx(10_000 - row.used) == row.credits
         assert (0, 0) == (row.running_tasks, row.pending_jobs)
 
