@@ -300,8 +300,9 @@ class Queue:
                     used.update(trial)  # in place: the caller's `used` sees the gang too
                 book = trial_book
             reservation_id = book.reservation_of(job_id) if book is not None else ""
+            placed: dict[int, int] = {}  # task index -> the attempt placed (not read back: a read builds a Placement)
             for a in fitting:
-                attempt = entry.attempts.pop(a.task_index)
+                attempt = placed[a.task_index] = entry.attempts.pop(a.task_index)
                 key = task_workflow_id(job_id, a.task_index)
                 self.core.state.placements[key] = Placement(
                     job_id,
@@ -323,9 +324,8 @@ class Queue:
             networks = task_networks(self.core.state, job_id, spec, fitting) if needs_network(spec) else {}
             for a in fitting:
                 key = task_workflow_id(job_id, a.task_index)
-                attempt = self.core.state.placements[key].attempt
                 placed_on = self.core.state.workers[a.worker_id]
-                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=placed_on.session,
+                assigned = Assigned(attempt=placed[a.task_index], worker_id=a.worker_id, session=placed_on.session,
                                     network=networks.get(a.task_index), reservation_id=reservation_id,
                                     heartbeat_timeout_seconds=placed_on.heartbeat_timeout_seconds)  # fmt: skip
                 accepted.append((key, assigned, a))
