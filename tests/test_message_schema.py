@@ -1,7 +1,7 @@
 """Every field of every message survives the wire, and is written as the SDK writes it
 (activities.contracts.dataclass_json).
 
-The messages are the dataclasses of activities/contracts/ (with its fleet and queueing modules) and
+The messages are the dataclasses of activities/contracts/ (every module of it, found, not listed) and
 workflows/messages.py: signals, workflow and activity inputs and results; and the scheduler's continue-as-new
 carry (workflows/scheduler/scheduler_carry_schema.py).
 Each is built here with every field set to a value that is not its default, generated from its type hints
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib
 import json
+import pkgutil
 import types
 import typing
 from typing import Any
@@ -23,8 +25,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import DataConverter, value_to_type
 
 import activities.contracts
-import activities.contracts.fleet
-import activities.contracts.queueing
 import workflows.messages
 import workflows.scheduler.scheduler_carry_schema
 from activities.contracts.dataclass_json import plan_for
@@ -35,8 +35,8 @@ MESSAGES = sorted(
         cls
         for module in (
             activities.contracts,
-            activities.contracts.fleet,
-            activities.contracts.queueing,
+            *(importlib.import_module(f"activities.contracts.{m.name}")  # every module of the contract, found
+              for m in pkgutil.iter_modules(activities.contracts.__path__)),
             workflows.messages,
             workflows.scheduler.scheduler_carry_schema,
         )
