@@ -146,6 +146,30 @@ def test_every_dict_change_keeps_the_index() -> None:
     assert ({}, {}, {}) == (placements.used, placements.jobs, placements.users)
 
 
+def test_a_jobs_places_placed_in_one_step_are_those_placed_one_by_one() -> None:
+    """The commit places a job's tasks in one step: the same places, totals, ports and order as one at a time,
+    and a task that already held a place (an older attempt) holds only the new one."""
+    shape = (500, 1 << 20, 0, 1, "ann", "batch", True)
+    places = [(3, 0, "a"), (1, 0, "b"), (7, 2, "a")]
+    ports = {1: {"http": 8080}}
+    one_by_one, in_one_step = Placements(), Placements()
+    for placements in (one_by_one, in_one_step):
+        placements[task_workflow_id("j", 1)] = Placement("j", 1, 0, "c", 100, 1, 0, 0, user="bob")  # elsewhere
+        placements[task_workflow_id("k", 0)] = Placement("k", 0, 0, "a", 100, 1, 0, 0, user="bob")
+    for index, attempt, worker in places:
+        one_by_one[task_workflow_id("j", index)] = Placement("j", index, attempt, worker, *shape[:4],
+                                                             ports.get(index, {}), *shape[4:], NOW)  # fmt: skip
+    in_one_step.place_job("j", shape, places, NOW, ports)
+    assert one_by_one == in_one_step
+    assert (one_by_one.used, one_by_one.users) == (in_one_step.used, in_one_step.users)
+    assert one_by_one.jobs == in_one_step.jobs
+    assert {"a": [1_100, 2 * (1 << 20) + 1, 0, 2], "b": [500, 1 << 20, 0, 1]} == in_one_step.used  # nothing left on c
+    assert {"http": 8080} == in_one_step[task_workflow_id("j", 1)].ports
+    assert 2 == in_one_step.placed_attempt("j", 7)
+    assert in_one_step == Placements.from_carried(in_one_step.carried())
+    assert (in_one_step.used, in_one_step.jobs) == recount(in_one_step)
+
+
 def test_a_placement_is_kept_only_under_its_own_task_workflow_id() -> None:
     """The messages key a place by job and task index: a placement under another id is refused, not misfiled."""
     placements = Placements()

@@ -15,7 +15,7 @@ in its job's columns is indexed per job the first time one of its places is look
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from itertools import count, repeat
 from typing import Any
 
@@ -25,6 +25,7 @@ from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from workflows.scheduler.placement_views import NO_PORTS, JobPlacements, JobsView, Placement, split_key
 
+Shape = tuple[int, int, int, int, str, str, bool]  # a run's: cpu_millis, memory_bytes, gpus, tpus, user, band, gang
 COMPACT_AT = 1_000  # worker names no placement refers to, beyond which a carry renumbers the workers
 
 
@@ -251,37 +252,57 @@ class Placements(MutableMapping[str, Placement]):
     def __setitem__(self, key: str, p: Placement) -> None:
         if key != task_workflow_id(p.job_id, p.task_index):
             raise ValueError(f"placement of {p.job_id!r} task {p.task_index} stored under {key!r}")
-        job_id = p.job_id
-        if self._locate(job_id, p.task_index) is not None:
-            self._remove(key, job_id, p.task_index)
+        shape = (p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang)
+        self.place_job(p.job_id, shape, [(p.task_index, p.attempt, p.worker_id)], p.placed_at,
+                       {p.task_index: p.ports} if p.ports else None)  # fmt: skip
+
+    def place_job(
+        self, job_id: str, shape: Shape, places: Sequence[tuple[int, int, str]], placed_at: float,
+        ports: Mapping[int, Mapping[str, int]] | None = None,
+    ) -> None:  # fmt: skip
+        """Place tasks of one job and one shape: (task index, attempt, worker id) each, all placed at `placed_at`.
+
+        One step for a job's placements (a pass commits thousands): its run is found once and its columns
+        extended, where placing them one by one cost a `Placement` built and taken apart per task. A task that
+        already holds a place gives it up for the new one."""
+        if job_id in self._jobs:
+            for index, _, _ in places:
+                if self._locate(job_id, index) is not None:
+                    self._remove(task_workflow_id(job_id, index), job_id, index)
         job = self._jobs.get(job_id)
         if job is None:
             job = self._jobs[job_id] = self._store.jobs[job_id]
             self._where[job_id] = {}
-        shape = (p.cpu_millis, p.memory_bytes, p.gpus, p.tpus, p.user, p.band, p.gang)
         shapes = [(run.cpu_millis, run.memory_bytes, run.gpus, run.tpus, run.user, run.band, run.gang)
                   for run in job.runs]  # fmt: skip
         if shape in shapes:
             r = shapes.index(shape)
             run = job.runs[r]
         else:
-            r, run = len(job.runs), job.runs.add(cpu_millis=p.cpu_millis, memory_bytes=p.memory_bytes, gpus=p.gpus,
-                                                 tpus=p.tpus, user=p.user, band=p.band, gang=p.gang)  # fmt: skip
-        number = self._number.get(p.worker_id)
-        if number is None:
-            number = self._number[p.worker_id] = len(self.names)
-            self.names.append(p.worker_id)
+            cpu_millis, memory_bytes, gpus, tpus, user, band, gang = shape
+            r, run = len(job.runs), job.runs.add(cpu_millis=cpu_millis, memory_bytes=memory_bytes, gpus=gpus,
+                                                 tpus=tpus, user=user, band=band, gang=gang)  # fmt: skip
+        indices = [index for index, _, _ in places]
         where = self._where.get(job_id)
         if where is not None:  # else built whole when next read
-            where[p.task_index] = (r, len(run.task_indices))
-        run.task_indices.append(p.task_index)
-        run.attempts.append(p.attempt)
-        run.workers.append(number)
-        run.placed_at.append(p.placed_at)
-        if p.ports:
-            self._ports[key] = dict(p.ports)
-        self._len += 1
-        self._index(p.worker_id, run, +1)
+            where.update(zip(indices, zip(repeat(r), count(len(run.task_indices))), strict=False))
+        numbers, names, number_of = [], self.names, self._number
+        for _, _, worker_id in places:
+            number = number_of.get(worker_id)
+            if number is None:
+                number = number_of[worker_id] = len(names)
+                names.append(worker_id)
+            numbers.append(number)
+        run.task_indices.extend(indices)
+        run.attempts.extend([attempt for _, attempt, _ in places])
+        run.workers.extend(numbers)
+        run.placed_at.extend([placed_at] * len(places))
+        for index, held in (ports or {}).items():
+            if held:
+                self._ports[task_workflow_id(job_id, index)] = dict(held)
+        self._len += len(places)
+        for _, _, worker_id in places:
+            self._index(worker_id, run, +1)
 
     def __delitem__(self, key: str) -> None:
         job_id, index = split_key(key)
@@ -365,4 +386,4 @@ class Placements(MutableMapping[str, Placement]):
             del self.users[run.user]
 
 
-__all__ = ["NO_PORTS", "JobPlacements", "JobsView", "Placement", "Placements"]
+__all__ = ["NO_PORTS", "JobPlacements", "JobsView", "Placement", "Placements", "Shape"]

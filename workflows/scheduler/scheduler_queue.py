@@ -247,6 +247,7 @@ class Queue:
                 by_job.setdefault(a.job_id, []).append(a)
         accepted: list[tuple[str, Assigned, pb.SchedulingAssignment]] = []
         port_bookings = None  # the ports live tasks hold, built once a job needs some
+        workers = self.core.state.workers
         for job_id, assignments in by_job.items():
             if limit is not None and len(accepted) >= limit:
                 self.core.dirty = True  # the rest of the plan waits for the next pass, computed afresh
@@ -263,21 +264,21 @@ class Queue:
             trial_book = book.copy() if spec.group_by and book is not None else book
             fitting = []
             for a in assignments:
-                worker = self.core.state.workers.get(a.worker_id)
+                worker = workers.get(a.worker_id)
                 ok = a.task_index in entry.attempts and worker is not None and worker.healthy
-                if ok and worker is not None and worker.cordoned:
+                row = worker.row if worker is not None else None
+                if ok and row is not None and row.cordoned:
                     ok = False  # cordoned while the pass ran
-                if ok and worker is not None and trial_book is not None:
-                    capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
+                if ok and row is not None and trial_book is not None:
+                    capacity = (row.cpu_millis, row.memory_bytes, row.gpus, row.tpus)
                     ok = trial_book.place(job_id, a.worker_id, need, capacity)
-                elif ok and worker is not None:
+                elif ok and row is not None:
                     u = trial.get(a.worker_id)
                     if u is None:
-                        row = used.get(a.worker_id)
-                        u = trial[a.worker_id] = list(row) if row is not None else [0, 0, 0, 0]
-                    capacity = (worker.cpu_millis, worker.memory_bytes, worker.gpus, worker.tpus)
-                    ok = (u[0] + need[0] <= capacity[0] and u[1] + need[1] <= capacity[1]
-                          and u[2] + need[2] <= capacity[2] and u[3] + need[3] <= capacity[3])  # fmt: skip
+                        used_row = used.get(a.worker_id)
+                        u = trial[a.worker_id] = list(used_row) if used_row is not None else [0, 0, 0, 0]
+                    ok = (u[0] + need[0] <= row.cpu_millis and u[1] + need[1] <= row.memory_bytes
+                          and u[2] + need[2] <= row.gpus and u[3] + need[3] <= row.tpus)  # fmt: skip
                     if ok:
                         u[0] += need[0]
                         u[1] += need[1]
@@ -300,35 +301,19 @@ class Queue:
                     used.update(trial)  # in place: the caller's `used` sees the gang too
                 book = trial_book
             reservation_id = book.reservation_of(job_id) if book is not None else ""
-            placed: dict[int, int] = {}  # task index -> the attempt placed (not read back: a read builds a Placement)
-            for a in fitting:
-                attempt = placed[a.task_index] = entry.attempts.pop(a.task_index)
-                key = task_workflow_id(job_id, a.task_index)
-                self.core.state.placements[key] = Placement(
-                    job_id,
-                    a.task_index,
-                    attempt,
-                    a.worker_id,
-                    spec.cpu_millis,
-                    spec.memory_bytes,
-                    spec.gpus,
-                    spec.tpus,
-                    ports.get(a.task_index, {}),
-                    spec.user,
-                    band,
-                    bool(spec.group_by),
-                    now,
-                )
-                if ports.get(a.task_index):
-                    self.core.state.ported.add(key)
+            attempts = [entry.attempts.pop(a.task_index) for a in fitting]
+            if fitting:
+                shape = (spec.cpu_millis, spec.memory_bytes, spec.gpus, spec.tpus, spec.user, band, bool(spec.group_by))
+                places = [(a.task_index, attempt, a.worker_id) for a, attempt in zip(fitting, attempts, strict=True)]
+                self.core.state.placements.place_job(job_id, shape, places, now, ports)
+                self.core.state.ported.update(task_workflow_id(job_id, i) for i, held in ports.items() if held)
             networks = task_networks(self.core.state, job_id, spec, fitting) if needs_network(spec) else {}
-            for a in fitting:
-                key = task_workflow_id(job_id, a.task_index)
-                placed_on = self.core.state.workers[a.worker_id]
-                assigned = Assigned(attempt=placed[a.task_index], worker_id=a.worker_id, session=placed_on.session,
+            for a, attempt in zip(fitting, attempts, strict=True):
+                placed_on = workers[a.worker_id].row
+                assigned = Assigned(attempt=attempt, worker_id=a.worker_id, session=placed_on.session,
                                     network=networks.get(a.task_index), reservation_id=reservation_id,
                                     heartbeat_timeout_seconds=placed_on.heartbeat_timeout_seconds)  # fmt: skip
-                accepted.append((key, assigned, a))
+                accepted.append((task_workflow_id(job_id, a.task_index), assigned, a))
             if fitting:
                 detail = placed_detail([a.task_index for a in fitting], [a.worker_id for a in fitting])
                 record(self.core.state.actions, now, "tasks placed", "job", job_id, detail)
