@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler.scheduler_network import book_ports, needs_network, port_book, task_networks
     from workflows.scheduler.scheduler_phase import SchedulerPhase
-    from workflows.scheduler.scheduler_state import PendingEntry, committed
+    from workflows.scheduler.scheduler_state import PendingEntry
 
 MAX_COMMIT_PER_PASS = 10_000  # placements committed per pass (whole jobs); the rest go in the next pass
 
@@ -232,14 +232,13 @@ class Queue:
         committed whole or not at all. No await in here: the check and the commit
         see one state. `now` (workflow time) is when the placements start to be charged. With `jobs`
         (job id -> its assignments), only those are committed (the announcement commits a batch at a
-        time); with `used` (`committed(state)`, or more), the capacity taken is read from it and added
-        to it instead of from what the placements keep.
+        time); with `used` (`committed(state)`, or more), the capacity taken is read from it, where it has
+        the worker's row, and added to it.
         """
         book = Book(self.core.state) if self.core.state.reservations else None  # reservations: their own check
-        if book is not None:
-            used = {}
-        elif used is None:
-            used = committed(self.core.state)
+        if book is not None or used is None:
+            used = {}  # rows copied from the placements' totals when first touched (not 10,000 rows a batch)
+        kept = self.core.state.placements.used  # a row is copied before a placement here changes it
         by_job = jobs
         if by_job is None:
             by_job = {}
@@ -275,7 +274,7 @@ class Queue:
                 elif ok and row is not None:
                     u = trial.get(a.worker_id)
                     if u is None:
-                        used_row = used.get(a.worker_id)
+                        used_row = used.get(a.worker_id) or kept.get(a.worker_id)
                         u = trial[a.worker_id] = list(used_row) if used_row is not None else [0, 0, 0, 0]
                     ok = (u[0] + need[0] <= row.cpu_millis and u[1] + need[1] <= row.memory_bytes
                           and u[2] + need[2] <= row.gpus and u[3] + need[3] <= row.tpus)  # fmt: skip
