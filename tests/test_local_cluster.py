@@ -241,6 +241,27 @@ def test_second_up_is_a_no_op_and_restart_reuses_the_db(cluster: LocalCluster) -
     assert f"--db-filename {db}" in (cluster.home / "logs" / "temporal.log").read_text().rsplit("===", 1)[1]
 
 
+async def test_after_down_the_database_file_alone_holds_the_cluster(cluster: LocalCluster, tmp_path: Path) -> None:
+    """`down` kills the dev server rather than wait out its drain: what it had acknowledged is in temporal.db
+    itself afterwards, so that file alone, copied to another home, brings the workflows back."""
+    info = cluster.up(components=TEMPORAL_ONLY)
+    client = await Client.connect(info.address)
+    await client.start_workflow("NoWorkerServesThis", id="kept-by-the-db", task_queue="nobody")
+    cluster.down()
+    assert not pid_alive(info.pids["temporal"])
+    wal = cluster.home / "temporal.db-wal"
+    assert not wal.exists() or 0 == wal.stat().st_size
+    other = LocalCluster(tmp_path / "other-home")
+    (tmp_path / "other-home").mkdir()
+    (tmp_path / "other-home" / "temporal.db").write_bytes((cluster.home / "temporal.db").read_bytes())
+    try:
+        moved = await Client.connect(other.up(components=TEMPORAL_ONLY).address)
+        described = await moved.get_workflow_handle("kept-by-the-db").describe()
+        assert "NoWorkerServesThis" == described.workflow_type
+    finally:
+        other.down()
+
+
 def test_concurrent_up_starts_one_cluster(cluster: LocalCluster) -> None:
     """Two `up` calls at once (threads here, processes in life) share one cluster thanks to the lock file."""
     results: list[ClusterInfo] = []

@@ -252,6 +252,16 @@ def wait_exited(processes: Mapping[str, LocalProcess], timeout: float) -> dict[s
     return live
 
 
+def kill_processes(processes: Mapping[str, LocalProcess]) -> None:
+    """SIGKILL each process's group and wait for it to go: for a process whose graceful stop would only wait
+    for clients that are already gone."""
+    live = {name: p for name, p in processes.items() if p.owned() and p.group_alive()}
+    for proc in live.values():
+        proc.signal_group(signal.SIGKILL)
+    if wait_exited(live, 5.0):
+        log.error("local_process.unkillable", processes=sorted(live))
+
+
 def stop_processes(processes: Mapping[str, LocalProcess], grace: float = STOP_GRACE_SECONDS) -> None:
     """SIGTERM each process's group, wait up to `grace` seconds, then SIGKILL what is left of it."""
     live = {name: p for name, p in processes.items() if p.owned() and p.group_alive()}

@@ -9,6 +9,8 @@ in the process table, through the local platform's `stop_processes`.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from activities.platforms.local_process import (
     STOP_GRACE_SECONDS,
     LocalProcess,
     find_workers,
+    kill_processes,
     stop_processes,
     worker_process_name,
 )
@@ -120,7 +123,10 @@ def move_temporal(state: dict[str, Any], argv: list[str]) -> list[str]:
 def stop(record: ClusterRecord) -> None:
     """Stop recorded processes tier by tier (supervisor, workers, controller, Temporal) and forget their pids.
 
-    Their command lines stay recorded, so the next `up` brings the same cluster back.
+    Their command lines stay recorded, so the next `up` brings the same cluster back. The dev server goes last
+    and is killed, not asked to stop: its graceful stop waits out a fixed one-second request drain and a
+    membership wait (~1.5 s) for clients that are gone by then, and everything it acknowledged is already in
+    its database (SQLite's write-ahead log, folded back into temporal.db here, as a clean close would).
     """
     state = record.read()
     if state is None or not state["pids"]:
@@ -132,7 +138,6 @@ def stop(record: ClusterRecord) -> None:
         {n: p for n, p in recorded.items() if n == SUPERVISOR},  # first: it would start the others again
         workers,
         {n: p for n, p in recorded.items() if n == CONTROLLER},
-        {n: p for n, p in recorded.items() if n == TEMPORAL},
     ]
     for index, tier in enumerate(tiers):
         stop_processes(tier, STOP_GRACE_SECONDS)
@@ -144,9 +149,27 @@ def stop(record: ClusterRecord) -> None:
                 log.warning("local_cluster.stopping_late_slice_hosts", workers=sorted(late))
                 stop_processes(late, STOP_GRACE_SECONDS)
                 kill_task_leftovers(record.home)
+    temporal = {n: p for n, p in recorded.items() if n == TEMPORAL}
+    if temporal:
+        kill_processes(temporal)
+        fold_write_ahead_log(record.home / "temporal.db")
     state["pids"], state["start_ticks"] = {}, {}
     record.write(state)
     log.info("local_cluster.down", home=str(record.home))
+
+
+def fold_write_ahead_log(db: Path) -> None:
+    """Checkpoint a stopped dev server's SQLite write-ahead log into its database file and empty the log, so
+    that temporal.db alone holds the cluster's state (copied or moved, it is whole)."""
+    if not db.with_name(db.name + "-wal").exists():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(db)) as connection:
+            busy, _, _ = connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.warning("local_cluster.wal_not_folded", db=str(db), error="the database is busy")
+    except sqlite3.Error as e:  # the next `up` replays the log itself: nothing is lost, the file is not whole
+        log.warning("local_cluster.wal_not_folded", db=str(db), error=str(e))
 
 
 def _local_workers(home: Path) -> dict[str, LocalProcess]:
