@@ -168,6 +168,7 @@ def test_temporal_command_passes_dynamic_config_verbatim() -> None:
     values = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--dynamic-config-value"]
     assert "limit.historyCount.suggestContinueAsNew=20" in values
     assert "history.transferProcessorMaxPollRPS=1000" in values  # the default tuning stays
+    assert "history.taskSchedulerEnableExecutionQueueScheduler=true" in values  # a busy workflow's tasks queue
     with pytest.raises(ValueError, match="dynamic_config: invalid key"):
         temporal_command(binary=Path("t"), port=7, ui_port=8, db_path=Path("d"), dynamic_config={"a=b": "1"})
 

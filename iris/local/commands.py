@@ -57,7 +57,15 @@ def free_port(preferred: object = None, *, avoid: int | None = None) -> int:
 # The dev server polls its transfer queue (signals, child starts, activity dispatch) at 20/s by
 # default, which adds ~50 ms to every hop between workflows; measured: a 1-task job's
 # submit-to-running went from ~390 ms to ~110 ms with this, at no idle CPU cost.
-SERVER_TUNING: dict[str, str] = {"history.transferProcessorMaxPollRPS": "1000"}
+# A big job's workflow is one busy lock that hundreds of its children's starts and ends wait on. By
+# default a server task that waits more than 500 ms for a workflow's lock fails as BusyWorkflow and is
+# retried after a backoff, so a 450-task job went idle for 2-3 s at a time (~5 BusyWorkflow failures
+# per child start); with the execution queue scheduler such tasks queue for that workflow instead
+# (docs/performance.md, "One very large job").
+SERVER_TUNING: dict[str, str] = {
+    "history.transferProcessorMaxPollRPS": "1000",
+    "history.taskSchedulerEnableExecutionQueueScheduler": "true",
+}
 
 
 TEAM_UI_PATH = "/temporal"
