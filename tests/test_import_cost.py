@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,26 @@ def test_the_public_api_still_gives_the_client_when_asked() -> None:
     loaded = loaded_after("import iris\nfrom iris.client.iris_client import IrisClient\n"
                           "assert iris.IrisClient is IrisClient")
     assert "iris.client.iris_client" in loaded and "temporalio" in loaded
+
+
+def imported_by_command(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The `heavy` modules `iris ARGS` imports from start to exit, with no cluster (`-X importtime` names each one
+    it imports: the command leaves by `os._exit`, so nothing can be asked at its end)."""
+    with tempfile.TemporaryDirectory() as home:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "iris", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                          "IRIS_HOME": home})  # fmt: skip
+    names = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert names, done.stderr
+    return sorted({m for m in names if m.startswith(heavy)})
+
+
+def test_a_refused_run_loads_no_sdk() -> None:
+    """`iris run` checks every option before it connects; the checks imported the job workflow for its size
+    limits and the SDK for the job-control options (~0.3 s of CPU of every refused `iris run`)."""
+    sdk = ("temporalio", "workflows.jobs.job_workflow")
+    for args in (["--replicas", "0"], ["--env", "IRIS_X=1"], ["--name", "x", "--if-exists", "bogus"]):
+        assert [] == imported_by_command("run", *args, "--", "true", heavy=sdk)
 
 
 def test_every_export_is_listed_once_and_resolves() -> None:

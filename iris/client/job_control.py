@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any
-
-from temporalio.client import Client
+from typing import TYPE_CHECKING, Any
 
 from activities.proto import cluster_pb2 as pb
-from iris.client.job_lookup import describe_job
-from workflows.jobs.job_dependencies import waiting_reason
-from workflows.visibility import initial_job_view
+
+if TYPE_CHECKING:  # the SDK is imported where Temporal is asked: checking the options (`iris run`) needs none of it
+    from temporalio.client import Client
 
 MAX_DEPENDENCIES = 100
 """Jobs one job may wait for: each is one waiting activity of the job's workflow (Temporal allows 2,000)."""
@@ -98,6 +96,9 @@ def add_job_control(req: pb.JobRequest, after: Any, after_rule: Any, max_concurr
 
 def start_memo(req: pb.JobRequest) -> dict[str, Any]:
     """The memo a new job starts with: a job with dependencies says at once what it waits for."""
+    from workflows.jobs.job_dependencies import waiting_reason  # workflow code, the SDK with it: only to submit
+    from workflows.visibility import initial_job_view
+
     view = initial_job_view(req)
     if req.after:
         view = replace(view, pending_reason=waiting_reason(list(req.after), req.after_rule))
@@ -106,6 +107,8 @@ def start_memo(req: pb.JobRequest) -> dict[str, Any]:
 
 async def check_dependencies(temporal: Client, ids: Sequence[str]) -> None:
     """ValueError naming the first id in `ids` that is not a job (nothing is started then)."""
+    from iris.client.job_lookup import describe_job
+
     for i, job_id in enumerate(ids):
         try:
             await describe_job(temporal, job_id)

@@ -29,7 +29,7 @@ from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.network import check_port_names
 from scheduler.types import TAINT_PREFIX, Op
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, checkpoint_root
-from workflows.jobs.job_workflow import MAX_GANG_REPLICAS, MAX_REPLICAS
+from workflows.jobs.job_limits import MAX_GANG_REPLICAS, MAX_REPLICAS
 
 RESERVED_ENV_PREFIX = "IRIS_"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import constraint_fields
+    from workflows.jobs.job_limits import MAX_PENDING_CHILDREN
     from workflows.messages import (
         ConstraintSpec,
         Enqueue,
@@ -40,9 +41,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.visibility import KIND
 
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
-# A task child stays "pending" for Temporal until it ends, and a workflow may have at most 2,000
-# pending children: a larger job starts its tasks in waves, at most MAX_PENDING_CHILDREN at once.
-MAX_PENDING_CHILDREN = 1_000
 # A large plain job keeps open only a little more task children than it runs. Every open child
 # costs on each of the job's events: a 10,000-task job of `true` on 320 slots ran at 11.5 tasks/s
 # with 1,000 open and at 22.3 tasks/s with 400. Open children include the running ones, so the cap

@@ -32,7 +32,7 @@ from workflows.jobs.job_dependencies import await_dependencies, cancelled_reason
 from workflows.jobs.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
 from workflows.jobs.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.jobs.job_tree import JobTree, announce_to_parent
-from workflows.jobs.job_waves import MAX_PENDING_CHILDREN, TaskChildren  # the parts hold workflow code: sandboxed
+from workflows.jobs.job_waves import TaskChildren  # the parts hold workflow code: sandboxed
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -49,16 +49,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.jobs.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
+    from workflows.jobs.job_limits import MAX_GANG_REPLICAS as MAX_GANG_REPLICAS
+    from workflows.jobs.job_limits import MAX_REPLICAS as MAX_REPLICAS
     from workflows.jobs.job_summary import summary_status, task_page
     from workflows.messages import GangProgress, TaskResult, TaskRetrying
     from workflows.states import TERMINAL_TASK_STATES, JobState, TaskState
     from workflows.visibility import MAX_JOB_ERROR_CHARS, MAX_REASON_CHARS, JobView, cap_text
-
-# A job of more tasks than a wave continues as new (job_handover), so its size is bounded by the store, not
-# by one history; what grows with it stays far below the 2 MB payload limit at this size: the handed-over
-# table (~0.8 MB compressed at 100,000 rows), and the query answers and result (a summary, job_summary).
-MAX_REPLICAS = 100_000
-MAX_GANG_REPLICAS = MAX_PENDING_CHILDREN  # a gang is placed as one unit: every member pending at once
 
 
 @workflow.defn(name="JobWorkflow", versioning_behavior=VersioningBehavior.PINNED)
