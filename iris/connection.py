@@ -27,15 +27,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iris.connection_env import ADDRESS_ENV as ADDRESS_ENV
+from iris.connection_env import ENV_PREFIX as ENV_PREFIX
+from iris.connection_env import STORE_ENV as STORE_ENV
+
 if TYPE_CHECKING:  # the SDK is imported where a client is made (`connect_client`)
     from temporalio.client import Client, Interceptor
     from temporalio.converter import DataConverter
     from temporalio.runtime import Runtime
     from temporalio.service import TLSConfig
 
-ENV_PREFIX = "IRIS_TEMPORAL_"
-ADDRESS_ENV = f"{ENV_PREFIX}ADDRESS"  # where a client finds Temporal (`--temporal` over it)
-STORE_ENV = "IRIS_STORE"  # the blob and log store's URL (`--store` over it)
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 
 

@@ -72,6 +72,13 @@ def test_the_iris_command_loads_the_sdk_only_to_connect() -> None:
     assert [] == [m for m in loaded_after("import iris.cli.main") if not m.startswith("structlog")]
 
 
+def test_registering_the_commands_loads_no_connection_settings_and_no_store() -> None:
+    """`iris --help` and every refused command register all subcommands: the connection settings (pydantic's
+    settings, ~0.1 s of CPU) and the store's fsspec and cryptography (daemon logs) load when a command uses them."""
+    later = ("iris.connection", "pydantic_settings", "worker_agent.object_store", "fsspec", "cryptography")
+    assert [] == [m for m in loaded_after("import iris.cli.main", later) if m != "iris.connection_env"]
+
+
 def test_an_agent_loads_no_controller_and_the_supervisor_no_sdk() -> None:
     """A local cluster starts eight daemons at once: an agent imported the whole control plane (every workflow,
     the dashboard, aiohttp) for its connect helper, and the supervisor the CLI and the SDK (~0.3 s of CPU each)."""

@@ -15,10 +15,11 @@ from rich.console import Console
 
 from iris.cli.error_lines import USAGE, CliError
 from iris.cli.logging_config import configure_logging
-from iris.connection import ADDRESS_ENV, STORE_ENV, TemporalSettings
+from iris.connection_env import ADDRESS_ENV, STORE_ENV
 
 if TYPE_CHECKING:  # the client (and the Temporal SDK) is imported by the commands that connect, when they run
     from iris.client.iris_client import IrisClient
+    from iris.connection import TemporalSettings
 
 try:  # typer >= 0.2x vendors click: its commands run in its own click's context
     from typer._click.core import ParameterSource
@@ -57,6 +58,8 @@ def temporal_settings(temporal: str | None) -> TemporalSettings:
 
     A bad address names `--temporal` when it was typed as the flag, IRIS_TEMPORAL_ADDRESS when it came from there.
     """
+    from iris.connection import TemporalSettings  # pydantic: only for a command that connects
+
     try:
         return TemporalSettings.load(names={"address": source_name("temporal", temporal, "--temporal", ADDRESS_ENV)},
                                      address=temporal)  # fmt: skip

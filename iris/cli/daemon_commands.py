@@ -22,7 +22,7 @@ from activities.contracts import DEFAULT_PORT_RANGE
 from iris.cli.common import StoreOpt, TemporalOpt, configure_logging, fail, on_exit, source_name, temporal_settings
 from iris.cli.parsing import parse_pair
 from iris.cli.port_commands import parse_port_range
-from iris.connection import ADDRESS_ENV, TemporalSettings, is_api_url
+from iris.connection_env import ADDRESS_ENV
 from iris.controller.sticky import DEFAULT_STICKY_TIMEOUT_SECONDS, MAX_STICKY_TIMEOUT_SECONDS
 from iris.units import parse_cpu, parse_memory
 from scheduler.attributes import value_from_text
@@ -165,6 +165,7 @@ def worker_serve(
     """The agent on one worker host: register, heartbeat, run tasks."""
     import socket
 
+    from iris.connection import is_api_url
     from worker_agent.agent import AgentConfig, WorkerAgent, default_state_dir, default_task_dir
     from worker_agent.registration import RegistrationRefused
     from worker_agent.runtimes.base import RuntimeName
@@ -337,6 +338,7 @@ def controller_serve(
 ) -> None:
     """The control-plane process: Iris workflows and control activities (and, with --dashboard-port, the dashboard)."""
     from iris.config.cluster_file import load_config
+    from iris.connection import TemporalSettings
     from iris.controller.control_plane import autoscaler_config, serve
 
     configure_logging()

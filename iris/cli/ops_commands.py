@@ -14,7 +14,6 @@ from rich.table import Table
 from iris.cli.common import StoreOpt, TemporalOpt, err, fail, iris_client, out
 from iris.cli.fleet_commands import _age
 from iris.cli.parsing import parse_since
-from iris.controller import daemon_logs
 
 logs_app = typer.Typer(help="The controllers' and agents' own logs, from the store.", no_args_is_help=True)
 
@@ -38,6 +37,8 @@ def _ago(when: float | None) -> str:
 @logs_app.command("list")
 def logs_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Which controllers and workers have logs in the store, and when each last wrote."""
+    from iris.controller import daemon_logs  # the store's machinery (fsspec, cryptography): only when read
+
     url = _store_url(temporal, store)
     table = Table("KIND", "ID", "SEGMENTS", "LAST WRITTEN")
     for kind in daemon_logs.KINDS:
@@ -53,6 +54,7 @@ def _print_daemon_log(
     temporal: str | None, store: str | None,
 ) -> None:
     from iris.cli.log_output import LogFollower, LogPrinter
+    from iris.controller import daemon_logs
 
     try:
         since_time = parse_since(since) if since is not None else None
