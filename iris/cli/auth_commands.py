@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -99,6 +98,8 @@ def bootstrap(
 ) -> None:
     """For an existing deployment (with the controller's Temporal credentials): create the first admin, print its
     token once. Refused once an admin exists."""
+    import asyncio  # here, not at the top: registering the commands runs no loop
+
     from iris.auth.bootstrap import bootstrap as make_admin
 
     settings = temporal_settings(temporal)

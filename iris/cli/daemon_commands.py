@@ -1,12 +1,12 @@
 """`iris worker serve` and `iris controller serve`: the long-running processes, started by operators.
 
 Why a module of their own: the daemons' options and start-up checks are long and read apart from
-the interactive commands; iris.cli.main registers them on its `worker` and `controller` groups.
+the interactive commands; iris.cli.main registers them on its `worker` and `controller` groups. Registering
+them imports this module for every `iris` command: asyncio and structlog are imported when a daemon runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import socket
@@ -15,7 +15,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 
-import structlog
 import typer
 
 from activities.contracts import DEFAULT_PORT_RANGE
@@ -32,8 +31,6 @@ from worker_agent.leases.lease_settings import (
     DEFAULT_LEASE_SECONDS,
     LeaseSettings,
 )
-
-log = structlog.get_logger("iris.cli.daemons")
 
 HealthPortOpt = Annotated[
     int | None,
@@ -56,6 +53,8 @@ def run_daemon(main: Coroutine[Any, Any, None], grace: float = EXIT_GRACE_SECOND
     leaves by `os._exit` (iris.cli.error_lines.exit_now), so nothing joins what is left behind; the work it did
     is an activity the next controller runs again.
     """
+    import asyncio
+
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -70,6 +69,10 @@ def run_daemon(main: Coroutine[Any, Any, None], grace: float = EXIT_GRACE_SECOND
 
 async def _wind_down(grace: float) -> None:
     """What `asyncio.run` does after its main coroutine, with the wait for busy threads bounded."""
+    import asyncio
+
+    import structlog
+
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in tasks:
         task.cancel()
@@ -79,7 +82,7 @@ async def _wind_down(grace: float) -> None:
     _, pending = await asyncio.wait([asyncio.ensure_future(loop.shutdown_default_executor())], timeout=grace)
     if pending:
         busy = [t.name for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
-        log.warning("daemon_left_threads", threads=busy, grace_seconds=grace)
+        structlog.get_logger("iris.cli.daemons").warning("daemon_left_threads", threads=busy, grace_seconds=grace)
 
 
 def worker_serve(
@@ -163,7 +166,10 @@ def worker_serve(
     health_host: HealthHostOpt = "127.0.0.1",
 ) -> None:
     """The agent on one worker host: register, heartbeat, run tasks."""
+    import asyncio
     import socket
+
+    import structlog
 
     from iris.connection import is_api_url
     from worker_agent.agent import AgentConfig, WorkerAgent, default_state_dir, default_task_dir
@@ -195,7 +201,8 @@ def worker_serve(
             os.environ.setdefault(key, value)
         temporal, namespace = control.temporal_address, control.namespace
         store, task_api = store or control.store_url, task_api or control.extra_env["IRIS_TASK_API"]
-        log.info("agent_enrolled", api=api, temporal=temporal, namespace=namespace, worker_id=wid)
+        structlog.get_logger("iris.cli.daemons").info("agent_enrolled", api=api, temporal=temporal,
+                                                      namespace=namespace, worker_id=wid)  # fmt: skip
     settings = temporal_settings(temporal)
     if namespace is not None:
         settings = settings.model_copy(update={"namespace": namespace})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,6 @@ from iris.cli.common import (
     StoreOpt,
     TemporalOpt,
     close_clients,
-    configure_logging,
     err,
     fail,
     iris_client,
@@ -27,6 +25,7 @@ from iris.cli.common import (
 )
 from iris.cli.error_lines import CliError, exit_now, run_cli
 from iris.cli.job_control_commands import job_control_lines
+from iris.cli.logging_config import configure_logging_on_import
 from iris.cli.parsing import parse_since
 from iris.cli.port_commands import job_endpoints
 from iris.cli.run_options import as_flags, job_options
@@ -319,6 +318,8 @@ def worker_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
 @temporal_app.command("setup")
 def temporal_setup(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Register the namespace and Iris's search attributes on an existing Temporal (idempotent)."""
+    import asyncio  # not at the top, like structlog, which imports it: most commands never run a loop here
+
     from iris.deploy.temporal_setup import setup
 
     settings = temporal_settings(temporal)
@@ -448,6 +449,8 @@ def cluster_status(temporal: TemporalOpt = None, store: StoreOpt = None) -> None
 
 def _scheduler_failure_at(address: str) -> str | None:
     """As `_scheduler_failure`, with a plain connection to `address` (no client could be made)."""
+    import asyncio
+
     from iris.controller.workflow_health import failing_line, workflow_task_failure
     from iris.local.readiness import readiness_client
 
@@ -484,7 +487,7 @@ def dashboard() -> None:
 
 
 def main() -> None:
-    configure_logging(json=False)  # `serve` commands switch to JSON
+    configure_logging_on_import(json=False)  # `serve` commands switch to JSON
     code = run_cli(app, prog_name="iris", before_exit=close_clients)
     exit_now(code)
 
