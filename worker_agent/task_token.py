@@ -21,10 +21,12 @@ import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from worker_agent.blob_files import BlobNotFoundError, StorageError
-from worker_agent.object_store import Blobs
+
+if TYPE_CHECKING:  # annotations only: every `iris` command that connects reads TOKEN_FILE_ENV (fsspec: ~25 ms)
+    from worker_agent.object_store import Blobs
 
 KEY_BLOB: Final = "auth/task-token-key"
 PREFIX: Final = "iris-task:"

@@ -17,13 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
-from activities.platforms.local_process import LocalProcess, start_process, start_worker, worker_process_name
-from iris.local.commands import child_env
-from iris.local.processes import port_open
-
 if TYPE_CHECKING:  # annotations only: finding a cluster's address does not import the config schema
+    from activities.platforms.local_process import LocalProcess
     from iris.config.cluster_file import ClusterConfig
 
 TEMPORAL = "temporal"
@@ -32,8 +27,6 @@ SUPERVISOR = "supervisor"
 
 Component = Literal["temporal", "controller", "workers"]
 ALL_COMPONENTS: tuple[Component, ...] = ("temporal", "controller", "workers")
-
-log = structlog.get_logger("iris.local.cluster")
 
 
 @dataclass(frozen=True)
@@ -118,6 +111,10 @@ class ClusterRecord:
     @staticmethod
     def process(state: Mapping[str, Any], name: str) -> LocalProcess:
         """The recorded process `name` by identity (pid and start time)."""
+        # The processes' machinery (psutil, structlog) is imported to look at them: a command that finds no
+        # cluster recorded (`iris job status` with none) does not load it.
+        from activities.platforms.local_process import LocalProcess
+
         ticks = state.get("start_ticks", {}).get(name)
         # A float is a start time an earlier Iris wrote (wall clock): not comparable, so whatever runs at the pid.
         return LocalProcess(int(state["pids"][name]), ticks if isinstance(ticks, int) else None)
@@ -135,6 +132,8 @@ class ClusterRecord:
 
     def info(self, state: Mapping[str, Any]) -> ClusterInfo:
         """ClusterInfo from the recorded state, checking each process now."""
+        from iris.local.processes import port_open
+
         pids: dict[str, int] = dict(state["pids"])
         dead = [name for name in pids if not self.process(state, name).alive()]
         port = int(state["address"].rsplit(":", 1)[1])
@@ -158,6 +157,9 @@ class ClusterRecord:
         A worker (`worker_id`, or a recorded worker's process name) starts as the local platform
         starts its slice hosts. The command line is recorded too, so a dead process comes back as it was.
         """
+        from activities.platforms.local_process import start_process, start_worker, worker_process_name
+        from iris.local.commands import child_env
+
         worker_id = worker_id or next((w for w in state["worker_ids"] if worker_process_name(w) == name), None)
         env = child_env(self.home)
         if worker_id is not None:
