@@ -1,12 +1,11 @@
 """Iris: durable multi-host accelerator jobs on Temporal. The public API."""
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from iris.import_hooks import after_import
 
 
 def _log_to_stderr(structlog: ModuleType) -> None:
@@ -16,38 +15,9 @@ def _log_to_stderr(structlog: ModuleType) -> None:
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
-class _ConfiguredOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Applies `_log_to_stderr` the moment structlog is imported, as importing it here did: importing structlog
-    costs ~90 ms of CPU, which a task reading its identity (`get_job_info`) paid for nothing (a second of wall
-    time at 0.1 cpu). Removes itself once used."""
-
-    def __init__(self) -> None:
-        self._loader: importlib.abc.Loader | None = None
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "structlog":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        self._loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        assert self._loader is not None
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        assert self._loader is not None
-        self._loader.exec_module(module)
-        _log_to_stderr(module)
-
-
-if "structlog" in sys.modules:
-    _log_to_stderr(sys.modules["structlog"])
-elif not any(isinstance(finder, _ConfiguredOnImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _ConfiguredOnImport())
+# Configured when something imports structlog, not by importing it here: that costs ~90 ms of CPU, which a task
+# reading its identity (`get_job_info`) paid for nothing (a second of wall time at 0.1 cpu).
+after_import("structlog", _log_to_stderr)
 
 if TYPE_CHECKING:
     from iris.auth.errors import AuthenticationError, PermissionDeniedError
