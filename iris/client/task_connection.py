@@ -18,11 +18,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from iris.connection import ENV_PREFIX, TemporalSettings, is_api_url
+from iris.connection import TemporalSettings, is_api_url
+from iris.connection_env import ADDRESS_ENV, ENV_PREFIX, STORE_ENV
 from worker_agent.encryption import KEY_ENV, KEY_FILE_ENV
 
-ADDRESS_ENV = f"{ENV_PREFIX}ADDRESS"
-STORE_ENV = "IRIS_STORE"
 JOB_ENV = "IRIS_JOB_ID"
 
 
