@@ -128,12 +128,15 @@ class Queue:
             first = not any(request.attempts.values())  # a job's first enqueue, not a retry's
             queue_in_submission_order(self.core.state.pending, entry, SUBMISSION_ORDER_REACH if first else 0)
         retried = []
-        placed_attempt = self.core.state.placements.placed_attempt
+        placements = self.core.state.placements
+        # A job none of whose tasks holds a place (a new job: the common case) has no attempt to look up per task.
+        placed_attempt = placements.placed_attempt if placements.placed(request.job_id) else None
+        attempts = entry.attempts
         for index, attempt in request.attempts.items():
-            if placed_attempt(request.job_id, index) >= attempt:
+            if placed_attempt is not None and placed_attempt(request.job_id, index) >= attempt:
                 continue
-            if entry.attempts.get(index, -1) < attempt:
-                entry.attempts[index] = attempt
+            if attempts.get(index, -1) < attempt:
+                attempts[index] = attempt
                 if attempt > 0:
                     retried.append(f"task {index} attempt {attempt}")
         if retried:
