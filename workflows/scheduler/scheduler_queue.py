@@ -267,14 +267,13 @@ class Queue:
             fitting = []
             for a in assignments:
                 worker = workers.get(a.worker_id)
-                ok = a.task_index in entry.attempts and worker is not None and worker.healthy
-                row = worker.row if worker is not None else None
-                if ok and row is not None and row.cordoned:
-                    ok = False  # cordoned while the pass ran
-                if ok and row is not None and trial_book is not None:
+                row = worker.row if worker is not None and worker.healthy and a.task_index in entry.attempts else None
+                if row is None or row.cordoned:  # lost, no longer queued, or cordoned while the pass ran
+                    ok = False
+                elif trial_book is not None:
                     capacity = (row.cpu_millis, row.memory_bytes, row.gpus, row.tpus)
                     ok = trial_book.place(job_id, a.worker_id, need, capacity)
-                elif ok and row is not None:
+                else:
                     u = trial.get(a.worker_id)
                     if u is None:
                         used_row = used.get(a.worker_id) or kept.get(a.worker_id)
