@@ -106,16 +106,16 @@ async def plan(temporal: Client, req: pb.JobRequest, mode: IfExists) -> Plan:
         for n in named:
             if n.ended_badly:
                 continue
-            # Visibility lags: a job it still lists as running may have failed since. Its workflow says.
+            # Visibility lags: a job it still lists as running may have ended since. Its workflow says.
             ended = await describe_closed(temporal, n.job_id) if n.running else None
             if ended is None or not ended.ended_badly:
                 return Plan(existing=n.job_id)
         options = {"id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
                    "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE}  # fmt: skip
     else:
-        live = next((n for n in named if n.running), None)
-        if live is not None:
-            raise ValueError(f"if_exists='fail': job {live.job_id} named {req.name!r} is {live.state or 'RUNNING'}")
+        for n in named:  # as for `reuse`: a job listed as running that has ended since does not refuse
+            if n.running and await describe_closed(temporal, n.job_id) is None:
+                raise ValueError(f"if_exists='fail': job {n.job_id} named {req.name!r} is {n.state or 'RUNNING'}")
         options = {"id_conflict_policy": WorkflowIDConflictPolicy.FAIL,
                    "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE}  # fmt: skip
     return Plan(job_id=successor_id(req, named[0].job_id if named else ""), start_options=options)
