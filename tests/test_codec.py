@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from iris.security.codec import (
     REASON_METADATA,
@@ -188,3 +189,19 @@ def test_a_big_message_travels_binary_and_a_small_one_as_readable_json() -> None
     older = Payload(metadata={"encoding": b"json/protobuf", "messageType": b"iris.cluster.WorkerList"},
                     data=json_format.MessageToJson(big).encode())  # fmt: skip
     assert [big] == converter.from_payloads([older], [pb.WorkerList])
+
+
+@pytest.mark.parametrize("key", [None, "key"], ids=["plaintext", "encrypted"])
+def test_the_converter_converts_alike_in_every_context(key: str | None) -> None:
+    """A controller's runner gives every payload its run's own context instead of asking the sandbox which
+    command it belongs to (iris/controller/runner_wrapper.py): right only while no part of Iris's converter
+    reads a context (the SDK's `with_context` then returns the converter itself) and nothing is stored
+    externally. A context-aware codec or converter fails here first."""
+    converter = data_converter(_key() if key else None)
+    activity = ActivitySerializationContext(
+        namespace="default", workflow_id="iris-job-a", workflow_type="JobWorkflow", activity_type="deliver_signals",
+        activity_task_queue="iris-control", activity_id="1", is_local=False,
+    )  # fmt: skip
+    contexts = [WorkflowSerializationContext(namespace="default", workflow_id="iris-job-a"), activity]
+    assert all(converter.with_context(c) is converter for c in contexts)
+    assert converter.external_storage is None
