@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from activities.contracts import DELIVER_SIGNALS, Delivery, Release
@@ -29,7 +31,10 @@ from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
-SLOW_DELIVERY = 9.0  # seconds: past 80% of the 10 s workflow task timeout, the task is heartbeated
+# Seconds a reply or reason delivery takes: longer than `_load` sends for (~2.5 s), so the whole burst lands while
+# deliveries are out. (It was 9 s while deliveries were local activities, to outlast 80% of the workflow task's 10 s;
+# they are regular activities now and hold no task open. Under the deliveries' 10 s heartbeat timeout, as it must be.)
+SLOW_DELIVERY = 4.0
 SPEC_FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 SPEC_NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
 
@@ -63,7 +68,7 @@ async def _load(client: Client, workflow_id: str) -> None:
 
 @activity.defn(name=DELIVER_SIGNALS)
 async def slow_deliver_signals(deliveries: list[Delivery], report_sent: bool = False) -> list[int] | dict[str, Any]:
-    """Replies and reasons as slow as on a loaded controller: longer than a workflow task may stay open."""
+    """Replies and reasons as slow as on a loaded controller."""
     typed = [d if isinstance(d, Delivery) else Delivery(**d) for d in deliveries]
     if any(d.signal != "assigned" for d in typed):
         await asyncio.sleep(SLOW_DELIVERY)
@@ -84,10 +89,34 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
         assert [] == failures
         assert 24 == await _healthy(client, queue)  # every registration was applied once
         history = await handle.fetch_history()
+        assert _signals_while_delivering(history.events) > 0  # what the slow deliveries are for
         await handle.terminate("test done")
     result = await controller_replayer([SchedulerWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None
 
+
+
+def _signals_while_delivering(events: Sequence[HistoryEvent]) -> int:
+    """How many signals reached the run while one of its reply or reason deliveries was out."""
+    out: set[int] = set()
+    during = 0
+    for e in events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if e.activity_task_scheduled_event_attributes.activity_type.name == DELIVER_SIGNALS:
+                out.add(e.event_id)
+        elif e.event_type in ENDED:
+            out.discard(getattr(e, ENDED[e.event_type]).scheduled_event_id)
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and out:
+            during += 1
+    return during
+
+
+ENDED = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+}
 
 
 async def _healthy(client: Client, workflow_id: str) -> int:
