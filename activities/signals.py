@@ -48,6 +48,7 @@ from activities.contracts import (
     DeliveryOutcome,
     job_of_task,
 )
+from activities.contracts.announcing import AssignmentBatch
 from activities.contracts.queueing import EnqueueBatch
 from activities.heartbeat import heartbeating
 
@@ -93,12 +94,13 @@ async def deliver_signals(deliveries: list[Delivery], report_sent: bool = False)
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
-async def deliver_assignments(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+async def deliver_assignments(deliveries: AssignmentBatch, patience: float) -> DeliveryOutcome:
     """As `deliver_signals`, but an assignment whose task has not started after `patience` seconds,
     while its job runs, comes back as late rather than gone (the scheduler's announcement waits a
     short grace; it waits longer in the background). Both arguments are always sent: Temporal
-    types an activity's arguments only when as many come as it declares."""
-    return await heartbeating(send_signals(activity.client(), deliveries, patience))
+    types an activity's arguments only when as many come as it declares. The outcome's indices are
+    positions in `deliveries.deliveries()`."""
+    return await heartbeating(send_signals(activity.client(), deliveries.deliveries(), patience))
 
 
 async def send_signals(client: Client, deliveries: list[Delivery], patience: float) -> DeliveryOutcome:

@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.worker import Worker
 
 from activities.contracts import CONTROL_TASK_QUEUE, DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.contracts.announcing import AssignmentBatch
 from activities.pass_pool import pass_process
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
@@ -49,9 +50,9 @@ async def deliver_or_count(deliveries: list[Delivery], report_sent: bool = False
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
-async def assignments_or_count(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+async def assignments_or_count(deliveries: AssignmentBatch, patience: float) -> DeliveryOutcome:
     """The scheduler's announcements, as `deliver_or_count` treats them: none gone, none late."""
-    gone = await deliver_or_count(deliveries)
+    gone = await deliver_or_count(deliveries.deliveries())
     return DeliveryOutcome(gone=gone if isinstance(gone, list) else gone["gone"])
 
 

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.contracts.announcing import AssignmentBatch
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
@@ -26,10 +27,10 @@ announced: list[tuple[str, float]] = []  # (task, patience) for each assignment 
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
-async def slow_task(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+async def slow_task(deliveries: AssignmentBatch, patience: float) -> DeliveryOutcome:
     """The task is not there for the first two tries (the announcement's grace, then the background's
     patience); it has started by the third."""
-    announced.extend((d.workflow_id, patience) for d in deliveries)
+    announced.extend((d.workflow_id, patience) for d in deliveries.deliveries())
     return DeliveryOutcome(late=list(range(len(deliveries)))) if len(announced) <= 2 else DeliveryOutcome()
 
 

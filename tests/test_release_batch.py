@@ -18,6 +18,7 @@ from activities.contracts import (
     DeliveryOutcome,
     Release,
 )
+from activities.contracts.announcing import AssignmentBatch
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
@@ -35,7 +36,7 @@ async def tasks_that_exist(deliveries: list[Delivery], report_sent: bool = False
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
-async def announced_to_tasks_that_exist(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+async def announced_to_tasks_that_exist(deliveries: AssignmentBatch, patience: float) -> DeliveryOutcome:
     """The scheduler's announcements, as `tasks_that_exist` treats them."""
     return DeliveryOutcome()
 

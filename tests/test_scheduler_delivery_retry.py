@@ -15,6 +15,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.contracts import DELIVER_ASSIGNMENTS, DELIVER_SIGNALS, Delivery, DeliveryOutcome
+from activities.contracts.announcing import AssignmentBatch
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
@@ -28,7 +29,7 @@ retried = asyncio.Event()  # the activities run on the test's event loop
 
 
 @activity.defn(name=DELIVER_ASSIGNMENTS)
-async def dies_first(deliveries: list[Delivery], patience: float) -> DeliveryOutcome:
+async def dies_first(deliveries: AssignmentBatch, patience: float) -> DeliveryOutcome:
     tries.append((activity.info().attempt, time.monotonic()))
     if activity.info().attempt > 1:
         retried.set()

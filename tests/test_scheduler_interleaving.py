@@ -40,6 +40,7 @@ from activities.contracts import (
     WORKERS_QUERY,
     Release,
 )
+from activities.contracts.announcing import AssignmentBatch
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
@@ -48,6 +49,7 @@ from iris.controller.control_plane import controller_replayer, controller_runner
 from iris.controller.query_guard import QueryGuard
 from iris.deploy.worker_versioning import deployment_config, promote
 from iris.query_retry import LOOKAHEAD_REFUSED, QueryRetry
+from iris.security.codec import data_converter
 from tests.support import TEMPORAL, TEST_BUILD, WAL_ARGS, workflow_settled
 from workflows.messages import CordonWorkers, Enqueue, SchedulingSpec, WorkerLost
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
@@ -67,6 +69,7 @@ TASK_TIMEOUT = timedelta(seconds=3)
 UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
 REPLAY_LEFT_EMPTY = ("find_assignments", "deliver_signals", "deliver_assignments")  # their first input
+EMPTY_ANNOUNCEMENT = data_converter(None).payload_converter.to_payloads([AssignmentBatch([], [], [])])[0].data
 FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
 
@@ -206,7 +209,7 @@ def _left_empty(history: WorkflowHistory) -> list[str]:
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             a = e.activity_task_scheduled_event_attributes
             first = a.input.payloads[0].data if a.input.payloads else b""
-            if a.activity_type.name in REPLAY_LEFT_EMPTY and first in (b"", b"[]"):
+            if a.activity_type.name in REPLAY_LEFT_EMPTY and first in (b"", b"[]", EMPTY_ANNOUNCEMENT):
                 empty.append(f"event {e.event_id}: {a.activity_type.name}")
     return empty
 

@@ -184,12 +184,21 @@ def _number(value: Any) -> float:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
 _SCALAR_HINTS = frozenset({str, int, float, bool})  # fields whose JSON value is already the value
 _FIELDS: dict[type, tuple[str, ...] | None] = {}  # a dataclass's fields; None for an enum
 
 
 class UnplainError(Exception):
     """A value `to_plain` leaves to the SDK's encoder (a protobuf message, a set, a datetime, ...)."""
+
+
+def to_plain_column(values: list[Any]) -> list[Any]:
+    """`values` as `to_plain` gives each of them: the list itself when every one is a scalar already (the
+    common case, checked without a call per value)."""
+    if {type(v) for v in values} <= _SCALAR_TYPES:
+        return values
+    return [to_plain(v) for v in values]
 
 
 def to_plain(value: Any) -> Any:

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         Delivery,
         DeliveryOutcome,
     )
+    from activities.contracts.announcing import AssignmentBatch
     from activities.proto import cluster_pb2 as pb
     from activities.proto import plan_batches
     from activities.proto.plan_batches import ANNOUNCE_BATCH  # deliveries per deliver_signals call, too
@@ -60,15 +61,19 @@ if TYPE_CHECKING:
     from workflows.scheduler.scheduler_queue import Queue
 
 
-async def _delivery(
-    name: str, deliveries: list[Delivery], result_type: type[T], *more: Any, timeout: float = 120.0
-) -> T:
-    """Run a delivery activity (a regular one: the module says why) on `deliveries` and `more` arguments.
-    Replayed, the deliveries are not encoded: history holds what they were (replayed_inputs)."""
+async def _delivery(name: str, arg: Any, result_type: type[T], *more: Any, timeout: float = 120.0) -> T:
+    """Run a delivery activity (a regular one: the module says why) on `arg` (built only when the task is new:
+    replayed, history holds what it was, replayed_inputs) and `more` arguments."""
     return await workflow.execute_activity(
-        name, args=[command_input(lambda: deliveries, list[Delivery]()), *more], result_type=result_type,
+        name, args=[arg, *more], result_type=result_type,
         start_to_close_timeout=timedelta(seconds=timeout), heartbeat_timeout=PASS_HEARTBEAT,
     )  # fmt: skip
+
+
+async def _announce(deliveries: list[Delivery], patience: float, timeout: float = 120.0) -> DeliveryOutcome:
+    """`deliver_assignments` of `deliveries`, as one AssignmentBatch (columns: activities/contracts/announcing.py)."""
+    batch = command_input(lambda: AssignmentBatch.of(deliveries), AssignmentBatch([], [], []))
+    return await _delivery(DELIVER_ASSIGNMENTS, batch, DeliveryOutcome, patience, timeout=timeout)
 
 
 class Deliveries:
@@ -100,7 +105,7 @@ class Deliveries:
 
     async def deliver(self, deliveries: list[Delivery]) -> list[int]:
         """Send signals by activity; the indices of those whose workflow is gone."""
-        return await _delivery(DELIVER_SIGNALS, deliveries, list[int])
+        return await _delivery(DELIVER_SIGNALS, command_input(lambda: deliveries, list[Delivery]()), list[int])
 
     async def announce(self, plan: pb.SchedulingPlan) -> None:
         """Commit the plan, then tell its tasks, a batch at a time; a task that is gone gives its place back.
@@ -159,7 +164,7 @@ class Deliveries:
 
     async def _deliver_assignments(self, deliveries: list[Delivery]) -> DeliveryOutcome:
         """Announce a batch as `_deliver` does, with tasks not started yet handed back as late."""
-        return await _delivery(DELIVER_ASSIGNMENTS, deliveries, DeliveryOutcome, ANNOUNCE_GRACE_SECONDS)
+        return await _announce(deliveries, ANNOUNCE_GRACE_SECONDS)
 
     def _deliver_late(
         self, late: list[tuple[Delivery, pb.SchedulingAssignment | None]], entries: dict[str, PendingEntry]
@@ -173,8 +178,8 @@ class Deliveries:
 
         async def deliver() -> None:
             try:
-                outcome = await _delivery(DELIVER_ASSIGNMENTS, [d for d, _ in late], DeliveryOutcome,
-                                          LATE_PATIENCE_SECONDS, timeout=LATE_PATIENCE_SECONDS + 60)  # fmt: skip
+                outcome = await _announce([d for d, _ in late], LATE_PATIENCE_SECONDS,
+                                          timeout=LATE_PATIENCE_SECONDS + 60)  # fmt: skip
                 self._give_back(late, outcome.gone + outcome.late)
                 for index in outcome.late:
                     delivery, placed = late[index]
