@@ -222,6 +222,9 @@ scale_groups:
     assert 0.5 == parse_config({"autoscaler": {"scan_interval": "500ms"}}, "config.yaml").scan_interval_seconds
     assert 10.0 == config.backoff_seconds
     assert 2.5 == parse_config({"autoscaler": {"backoff": "2500ms"}}, "config.yaml").backoff_seconds
+    assert 10.0 == config.slice_heartbeat_timeout_seconds
+    beats = parse_config({"autoscaler": {"slice_heartbeat_timeout": "5s"}}, "config.yaml")
+    assert 5.0 == beats.slice_heartbeat_timeout_seconds
 
 
 def test_empty_document_has_no_groups() -> None:
@@ -387,6 +390,10 @@ S = "config.yaml: scale_groups[0]"
         ({"autoscaler": {"scan_interval": "often"}}, "config.yaml: autoscaler.scan_interval: cannot parse 'often'"),
         ({"autoscaler": {"backoff": "0s"}}, "config.yaml: autoscaler.backoff: must be > 0, got 0s"),
         ({"autoscaler": {"backoff": "soon"}}, "config.yaml: autoscaler.backoff: cannot parse 'soon'"),
+        ({"autoscaler": {"slice_heartbeat_timeout": "4s"}},
+         "config.yaml: autoscaler.slice_heartbeat_timeout: must be at least 5s and at most 600s, got 4s"),
+        ({"autoscaler": {"slice_heartbeat_timeout": "11m"}},
+         "config.yaml: autoscaler.slice_heartbeat_timeout: must be at least 5s and at most 600s, got 660s"),
         ({"autoscaler": {"scan": "1s"}}, "config.yaml: autoscaler.scan: unknown key"),
         ({"autoscaler": "fast"}, "config.yaml: autoscaler: must be a mapping"),
         (

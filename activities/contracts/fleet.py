@@ -41,6 +41,13 @@ INVALID_SCALE_GROUP = "InvalidScaleGroup"
 SLICE_PREEMPTED = "SlicePreempted"
 
 AUTOSCALE_PLAN = "autoscale_plan"
+
+# How long a slice's long steps (create, bootstrap, wait, watch, drain, terminate) may go without a heartbeat before
+# Temporal runs them again on another controller: what a controller that dies under a slice costs it
+# (`autoscaler.slice_heartbeat_timeout`). They beat every 1-3 s (activities/slices.py), so not below the minimum.
+SLICE_HEARTBEAT_SECONDS = 10.0
+MIN_SLICE_HEARTBEAT_SECONDS = 5.0
+MAX_SLICE_HEARTBEAT_SECONDS = 600.0
 START_SLICE = "start_slice_workflow"
 KNOWN_SLICES = "known_slices"
 

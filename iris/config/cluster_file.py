@@ -30,6 +30,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Val
 from pydantic.dataclasses import dataclass
 
 from activities.contracts import RuntimeName
+from activities.contracts.fleet import MAX_SLICE_HEARTBEAT_SECONDS, MIN_SLICE_HEARTBEAT_SECONDS, SLICE_HEARTBEAT_SECONDS
 from iris.auth.settings import NO_AUTH, AuthField, AuthFile
 from iris.config.fields import (
     AtLeastOne,
@@ -72,6 +73,10 @@ DEFAULT_SCAN_INTERVAL_SECONDS = 5.0
 DEFAULT_BACKOFF_SECONDS = 10.0
 """A group's first back-off after failed slices when the config does not say (the autoscaler's own
 BACKOFF_BASE_SECONDS, workflows/fleet/autoscaler_state.py)."""
+
+DEFAULT_SLICE_HEARTBEAT_TIMEOUT_SECONDS = SLICE_HEARTBEAT_SECONDS
+"""How long a slice's long steps go without a heartbeat before they run again on a live controller, when the
+config does not say (activities/contracts/fleet.py)."""
 
 
 class Platform(StrEnum):
@@ -226,6 +231,10 @@ class ClusterConfig:
     """A group's first back-off after its slices failed (quota exhausted: at once; else two failures in a
     row), doubling with each further failure to 600 s (`autoscaler.backoff`). A refusal (a config or
     permission problem) backs off 600 s (doubling to an hour) whatever this is."""
+    slice_heartbeat_timeout_seconds: Seconds = DEFAULT_SLICE_HEARTBEAT_TIMEOUT_SECONDS
+    """How long a slice's long steps (create, bootstrap, watch, drain, terminate) may go without a heartbeat
+    before Temporal runs them again on a live controller (`autoscaler.slice_heartbeat_timeout`): what a
+    controller that dies under a slice costs it. They beat every 1-3 s, so at least 5 s."""
     sharing: SharingSettings = field(default_factory=SharingSettings)
     """Credits, rates, fair share's half-life and the preemption grace (`sharing:`, iris.config.sharing)."""
     auth: AuthFile = NO_AUTH
@@ -236,6 +245,10 @@ class ClusterConfig:
             raise FieldError("autoscaler.scan_interval", f"must be > 0, got {self.scan_interval_seconds:g}s")
         if self.backoff_seconds <= 0:
             raise FieldError("autoscaler.backoff", f"must be > 0, got {self.backoff_seconds:g}s")
+        beats = self.slice_heartbeat_timeout_seconds
+        if not MIN_SLICE_HEARTBEAT_SECONDS <= beats <= MAX_SLICE_HEARTBEAT_SECONDS:
+            raise FieldError("autoscaler.slice_heartbeat_timeout", f"must be at least {MIN_SLICE_HEARTBEAT_SECONDS:g}s "
+                             f"and at most {MAX_SLICE_HEARTBEAT_SECONDS:g}s, got {beats:g}s")  # fmt: skip
         names = [g.name for g in self.worker_groups] + [g.name for g in self.scale_groups]
         paths = [f"local.worker_groups[{i}]" for i in range(len(self.worker_groups))]
         paths += [f"scale_groups[{i}]" for i in range(len(self.scale_groups))]
@@ -373,6 +386,7 @@ class AutoscalerFile(BaseModel):
 
     scan_interval: Seconds = DEFAULT_SCAN_INTERVAL_SECONDS
     backoff: Seconds = DEFAULT_BACKOFF_SECONDS
+    slice_heartbeat_timeout: Seconds = DEFAULT_SLICE_HEARTBEAT_TIMEOUT_SECONDS
 
 
 class ClusterFile(BaseModel):
@@ -434,6 +448,7 @@ def parse_config(data: Any, source: str) -> ClusterConfig:
         lambda: ClusterConfig(worker_groups=worker_groups, scale_groups=tuple(scale_groups), source=source,
                               scan_interval_seconds=parsed.autoscaler.scan_interval,
                               backoff_seconds=parsed.autoscaler.backoff,
+                              slice_heartbeat_timeout_seconds=parsed.autoscaler.slice_heartbeat_timeout,
                               sharing=parsed.sharing.settings(), auth=parsed.auth),
         source, "",
     )

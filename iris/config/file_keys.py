@@ -67,4 +67,8 @@ WORDS: dict[tuple[type[BaseModel], str], tuple[str | None, str]] = {
     (AutoscalerFile, "backoff"): (DURATION, "a group's first back-off after its slices failed (quota exhausted: at "
                                             "once; else 2 in a row), doubling with each further failure to 600 s; a "
                                             "refusal by the platform backs off 600 s (doubling to an hour)"),
+    (AutoscalerFile, "slice_heartbeat_timeout"): (DURATION, "how long a slice's create, bootstrap, watch, drain or "
+                                                            "terminate may go without a heartbeat before a live "
+                                                            "controller runs it again (the one running it died); "
+                                                            "5 s to 600 s"),
 }  # fmt: skip

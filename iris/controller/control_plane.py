@@ -112,6 +112,7 @@ def autoscaler_config(config: ClusterConfig | None) -> AutoscalerConfig:
         groups=[scale_group(g) for g in config.scale_groups],
         scan_interval_seconds=config.scan_interval_seconds,
         backoff_seconds=config.backoff_seconds,
+        slice_heartbeat_seconds=config.slice_heartbeat_timeout_seconds,
     )
 
 

@@ -125,7 +125,8 @@ def scale_groups_document(config: ClusterConfig) -> dict[str, Any]:
     from iris.config.sharing import sharing_document
 
     groups = [g.document() for g in config.scale_groups]
-    autoscaler = {"scan_interval": config.scan_interval_seconds, "backoff": config.backoff_seconds}
+    autoscaler = {"scan_interval": config.scan_interval_seconds, "backoff": config.backoff_seconds,
+                  "slice_heartbeat_timeout": config.slice_heartbeat_timeout_seconds}
     document: dict[str, Any] = {
         "scale_groups": groups,
         "autoscaler": autoscaler,

@@ -46,7 +46,7 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
              "scale_up_delay": "1m30s", "scale_down_delay": "250ms", "local": {"max_hosts": 8},
              "buffer_slices": 1, "runtime": "docker", "image": "python:3.11-slim"},
         ],
-        "autoscaler": {"scan_interval": "1.5s", "backoff": "4s"},
+        "autoscaler": {"scan_interval": "1.5s", "backoff": "4s", "slice_heartbeat_timeout": "7s"},
     }  # fmt: skip
     config = parse_config(data, "test")
     # Every field of a group is set here (none at its default), so a field the file leaves out fails below:
@@ -59,6 +59,7 @@ def test_the_file_handed_to_the_controller_reads_back_to_the_same_groups() -> No
     assert config.scale_groups == again.scale_groups
     assert 1.5 == again.scan_interval_seconds == autoscaler_config(again).scan_interval_seconds
     assert 4.0 == again.backoff_seconds == autoscaler_config(again).backoff_seconds
+    assert 7.0 == again.slice_heartbeat_timeout_seconds == autoscaler_config(again).slice_heartbeat_seconds
 
 
 def test_a_bad_platform_block_is_refused_naming_the_group_and_field() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from activities.contracts.fleet import PLATFORM_REFUSED, QUOTA_EXHAUSTED, ScaleGroupSpec
+from activities.contracts.fleet import PLATFORM_REFUSED, QUOTA_EXHAUSTED, SLICE_HEARTBEAT_SECONDS, ScaleGroupSpec
 from scheduler.spot import FallbackRecord
 from workflows.fleet.slice_lifecycle import SliceState
 
@@ -44,6 +44,7 @@ class AutoscalerConfig:
     drain_timeout_seconds: float = 600.0  # how long a scaled-down slice lets running tasks finish
     scan_interval_seconds: float = SCAN_INTERVAL.total_seconds()  # how often it looks while slices may change
     backoff_seconds: float = BACKOFF_BASE_SECONDS  # a group's first back-off after failed slices (`autoscaler.backoff`)
+    slice_heartbeat_seconds: float = SLICE_HEARTBEAT_SECONDS  # `autoscaler.slice_heartbeat_timeout`
 
 
 @dataclass

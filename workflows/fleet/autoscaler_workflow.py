@@ -223,7 +223,8 @@ class AutoscalerWorkflow:
         rt.last_scale_up = now
         if capacity is not None and capacity.reason:
             workflow.logger.info("autoscaler: slice %s of %s on demand: %s", slice_id, spec.name, capacity.reason)
-        inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds)
+        inp = SliceInput(slice_id, spec, AUTOSCALER_WORKFLOW_ID, config.registration_timeout_seconds,
+                         heartbeat_timeout_seconds=config.slice_heartbeat_seconds)
         summary = f"slice {slice_id}: group {spec.name}, {spec.hosts_per_slice} x {spec.platform} hosts"
         try:
             await workflow.execute_activity(

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts.fleet import (
         SLICE_BOOTSTRAP,
         SLICE_CREATE,
+        SLICE_HEARTBEAT_SECONDS,
         SLICE_STILL_BUSY,
         SLICE_TERMINATE,
         SLICE_WAIT_DRAINED,
@@ -60,7 +61,6 @@ STEP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval
                          maximum_attempts=5)  # fmt: skip
 TERMINATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=60),
                               maximum_attempts=20)  # fmt: skip
-HEARTBEAT = timedelta(seconds=10)
 
 
 @dataclass
@@ -70,6 +70,7 @@ class SliceInput:
     notify: str = AUTOSCALER_WORKFLOW_ID  # the workflow told of every state change ("" = nobody)
     registration_timeout_seconds: float = 300.0
     infrastructure_timeout_seconds: float = 1800.0
+    heartbeat_timeout_seconds: float = SLICE_HEARTBEAT_SECONDS  # its long steps (autoscaler.slice_heartbeat_timeout)
 
 
 @dataclass
@@ -174,8 +175,9 @@ class SliceWorkflow:
                     retry: RetryPolicy = STEP_RETRY, result_type: type | None = None,
                     cancellation: workflow.ActivityCancellationType = WAIT_CANCELLED) -> Any:  # fmt: skip
         """Run one slice activity; by default a cancelled one is waited for (its side effects end first)."""
+        beats = timedelta(seconds=self.inp.heartbeat_timeout_seconds) if heartbeat else None
         return await workflow.execute_activity(
-            name, arg, start_to_close_timeout=timeout, heartbeat_timeout=HEARTBEAT if heartbeat else None,
+            name, arg, start_to_close_timeout=timeout, heartbeat_timeout=beats,
             retry_policy=retry, result_type=result_type, cancellation_type=cancellation,
         )  # fmt: skip
 
