@@ -141,16 +141,20 @@ def test_a_gang_job_on_an_empty_group_gets_a_slice_and_the_idle_slice_goes(
 ) -> None:
     """Empty group -> the autoscaler creates a 4-host slice, the gang runs there, the idle slice is deleted."""
     start = time.monotonic()
-    job = gang_job(fleet_client, tmp_path, seconds=3.0)
-    wait_until(lambda: job.status().state in (JobState.RUNNING, JobState.SUCCEEDED), timeout=120, what="job running")
-    running_after = time.monotonic() - start
-    (slice_id,) = slice_hosts(fleet.local.home)
-    assert slice_id.startswith("tpu-")
-    assert 4 == len(slice_hosts(fleet.local.home)[slice_id])
-    attributes = {w.worker_id: w.attributes for w in fleet_client.list_workers()}
-    for i in range(4):
-        expected = {"iris-slice-id": slice_id, "iris-scale-group": "tpu", "tpu-name": slice_id, "tpu-worker-id": i}
-        assert expected.items() <= attributes[f"{slice_id}-{i}"].items()
+    release = tmp_path / "release"  # the gang runs until its slice and workers have been looked at, however long
+    job = gang_job(fleet_client, tmp_path, until=release)
+    try:
+        wait_until(lambda: job.status().state == JobState.RUNNING, timeout=120, what="job running")
+        running_after = time.monotonic() - start
+        (slice_id,) = slice_hosts(fleet.local.home)
+        assert slice_id.startswith("tpu-")
+        assert 4 == len(slice_hosts(fleet.local.home)[slice_id])
+        attributes = {w.worker_id: w.attributes for w in fleet_client.list_workers()}
+        for i in range(4):
+            expected = {"iris-slice-id": slice_id, "iris-scale-group": "tpu", "tpu-name": slice_id, "tpu-worker-id": i}
+            assert expected.items() <= attributes[f"{slice_id}-{i}"].items()
+    finally:
+        release.touch()
     assert JobState.SUCCEEDED == job.wait(timeout=120).state
     workers = {w for w, _, _ in ran(tmp_path, job)}
     assert {f"{slice_id}-{i}" for i in range(4)} == workers
@@ -320,9 +324,11 @@ def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slic
 ) -> None:
     """SIGKILL the controller after the slice's hosts started, before READY: after a restart one slice, 4 hosts."""
     before = {s.slice_id for s in fleet_client.list_slices(include_ended=True)}
-    # It runs a few seconds: the first status after the restart waits for the controller to answer,
-    # and a job of no length was done (its slice going) by then, with no host ever counted.
-    job = gang_job(fleet_client, tmp_path, seconds=3.0)
+    # It runs until it is seen running after the restart with the slice's hosts counted: the first status after
+    # the restart waits for the controller to answer, and a job of no length was done (its slice going) by then,
+    # with no host ever counted.
+    release = tmp_path / "release"
+    job = gang_job(fleet_client, tmp_path, until=release)
     # Hosts of an earlier test's slice (of the quota group, say) may still be going away.
     hosts = wait_until(lambda: {k: v for k, v in slice_hosts(fleet.local.home).items()
                                 if k.startswith("tpu-") and k not in before},
@@ -335,11 +341,17 @@ def test_controller_sigkilled_mid_scale_up_neither_leaks_nor_duplicates_the_slic
     # timeout (5 s here) has passed, so the new controller takes over mid scale-up whenever it comes back.
     fleet.local.restart_process("controller")
     most = 0
-    while True:  # count first: the status call may take a while
-        most = max(most, len(slice_hosts(fleet.local.home).get(slice_id, [])), len(slice_hosts(fleet.local.home)))
-        if job.status().done:
-            break
-        time.sleep(0.3)
+    try:
+        while True:  # count first: the status call may take a while
+            most = max(most, len(slice_hosts(fleet.local.home).get(slice_id, [])), len(slice_hosts(fleet.local.home)))
+            status = job.status()
+            if status.done:
+                break
+            if status.state == JobState.RUNNING and most >= 4:
+                release.touch()  # the gang runs on the slice and its hosts were counted: let it end
+            time.sleep(0.3)
+    finally:
+        release.touch()
     done_after = time.monotonic() - killed
     assert JobState.SUCCEEDED == job.wait(timeout=10).state
     assert state_at_kill in (SliceState.CREATING, SliceState.BOOTSTRAPPING)
