@@ -27,7 +27,7 @@ from temporalio.client import Client
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID, WAKE_AUTOSCALER
 from activities.platforms.remote_agent import host_key
-from iris import Constraint, CoschedulingConfig, IrisClient, JobState, ResourceSpec
+from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
 from tests.platforms.tpu_fake import FakeMetadata, FakeTpu, tpu_vm_attributes
@@ -67,7 +67,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
     sshd = start_sshd(tmp_path_factory.mktemp("sshd"), hosts=3, env=env)
     manual_hosts, tpu_port = sshd.hosts[:2], sshd.ports[2]
     common = {"min_slices": 0, "max_slices": 1, "resources": {"cpu": 1, "memory": "1g"},
-              "scale_up_delay": "0s", "scale_down_delay": "3s"}
+              "scale_up_delay": "0s", "scale_down_delay": "1s"}
     config = {
         "local": {"worker_groups": []},
         # the default 5 s scan and 10 s back-off only make the tests wait
@@ -115,54 +115,77 @@ def agent_pids(sshd: Sshd, kind: str) -> list[int]:
     return [int(p.read_text()) for p in sorted((sshd.remote_home / kind).glob("*/agent.pid"))]
 
 
-def test_manual_group_grows_for_a_gang_and_shrinks_when_idle(fleet: SshFleet) -> None:
+def until_released(release: Path) -> str:
+    """A task's shell command: print its index, then run until `release` exists (the test looks meanwhile)."""
+    return f'echo "$IRIS_TASK_INDEX"; until [ -e {release} ]; do sleep 0.05; done'
+
+
+def running_slice(job: Job) -> str:
+    """The slice a gang runs on, once the job's status shows every task running somewhere."""
+    status = wait_until(lambda: (s := job.status()).state == JobState.RUNNING and all(t.worker_id for t in s.tasks)
+                        and s, timeout=240, what="the gang running on its slice")  # fmt: skip
+    return status.tasks[0].worker_id.removesuffix("-0")
+
+
+def test_manual_group_grows_for_a_gang_and_shrinks_when_idle(fleet: SshFleet, shared_dir: Path) -> None:
     """A coscheduled 2-task job on the empty manual group: a slice is claimed over SSH, its agents run the job,
     and after scale_down_delay the idle slice's agents are stopped and its hosts freed."""
     submitted = time.monotonic()
+    release = shared_dir / "release"  # the gang runs until its slice has been looked at, however long that takes
     job = fleet.client.submit_command(
-        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        ["sh", "-c", until_released(release)], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
         coscheduling=CoschedulingConfig("tpu-name"), constraints=[Constraint("pool", "EQ", "ssh")],
     )
+    try:
+        slice_id = running_slice(job)
+        running = time.monotonic()
+        assert slice_id.startswith("ssh-pool-")
+        claims = sorted((fleet.sshd.remote_home / "manual").glob("*/claim.json"))
+        assert sorted(host_key(h) for h in fleet.sshd.hosts[:2]) == sorted(p.parent.name for p in claims)
+        pids = agent_pids(fleet.sshd, "manual")
+        assert 2 == len(pids)
+    finally:
+        release.touch()
     status = job.wait(timeout=240)
     ran = time.monotonic()
     assert JobState.SUCCEEDED == status.state
-    slice_id = status.tasks[0].worker_id.removesuffix("-0")
-    assert slice_id.startswith("ssh-pool-")
     assert [f"{slice_id}-0", f"{slice_id}-1"] == [t.worker_id for t in status.tasks]
-    claims = sorted((fleet.sshd.remote_home / "manual").glob("*/claim.json"))
-    assert sorted(host_key(h) for h in fleet.sshd.hosts[:2]) == sorted(p.parent.name for p in claims)
-    pids = agent_pids(fleet.sshd, "manual")
-    assert 2 == len(pids)
 
     wait_until(lambda: all(pid_gone(p) for p in pids), timeout=120, what="the idle slice's agents stopped")
     wait_until(lambda: not list((fleet.sshd.remote_home / "manual").glob("*/claim.json")), timeout=60,
                what="the hosts freed")
     gone = time.monotonic()
-    print(f"manual slice: empty group -> gang done {ran - submitted:.1f} s; done -> agents stopped {gone - ran:.1f} s")
+    print(f"manual slice: empty group -> gang running {running - submitted:.1f} s; done -> agents stopped "
+          f"{gone - ran:.1f} s")
     assert fleet.sshd.remote_tmp is not None
     left = [str(p) for p in fleet.sshd.remote_tmp.rglob("*") if slice_id in str(p)]
     assert [] == left  # the hosts keep no task area or job directory of the slice
 
 
-def test_gcp_group_grows_for_a_tpu_gang_and_deletes_the_node_when_idle(fleet: SshFleet) -> None:
+def test_gcp_group_grows_for_a_tpu_gang_and_deletes_the_node_when_idle(fleet: SshFleet, shared_dir: Path) -> None:
     """A coscheduled v4-16 job on the empty gcp group: a TPU node is created through the API, its VMs' agents
     (started over SSH, TPU facts from the metadata server) run the job, and the idle node is deleted."""
     submitted = time.monotonic()
+    release = shared_dir / "release"  # the gang runs until its slice has been looked at, however long that takes
     job = fleet.client.submit_command(
-        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        ["sh", "-c", until_released(release)], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
         coscheduling=CoschedulingConfig("tpu-name"), constraints=[Constraint("tpu-topology", "EQ", "v4-16")],
     )
+    try:
+        slice_id = running_slice(job)
+        assert slice_id.startswith("tpu-v4-16-")
+        workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
+        assert ("v4-16", "2x2x2", 2) == tuple(
+            workers[f"{slice_id}-1"][k] for k in ("tpu-accelerator-type", "tpu-chip-topology", "tpu-vm-count")
+        )
+        pids = agent_pids(fleet.sshd, "gcp")
+        assert 2 == len(pids)
+    finally:
+        release.touch()
     status = job.wait(timeout=240)
     ran = time.monotonic()
     assert JobState.SUCCEEDED == status.state
-    slice_id = status.tasks[0].worker_id.removesuffix("-0")
-    assert slice_id.startswith("tpu-v4-16-")
-    workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
-    assert ("v4-16", "2x2x2", 2) == tuple(
-        workers[f"{slice_id}-1"][k] for k in ("tpu-accelerator-type", "tpu-chip-topology", "tpu-vm-count")
-    )
-    pids = agent_pids(fleet.sshd, "gcp")
-    assert 2 == len(pids)
+    assert [f"{slice_id}-0", f"{slice_id}-1"] == [t.worker_id for t in status.tasks]
 
     wait_until(lambda: not fleet.tpu.nodes, timeout=120, what="the idle slice's node deleted")
     gone = time.monotonic()
@@ -254,24 +277,29 @@ def test_a_permanent_refusal_fails_the_slice_at_once_and_backs_the_group_off_lon
         fleet.client.terminate(job.job_id)
 
 
-def test_a_two_zone_group_creates_where_there_is_capacity(fleet: SshFleet) -> None:
+def test_a_two_zone_group_creates_where_there_is_capacity(fleet: SshFleet, shared_dir: Path) -> None:
     """Two zones, RESOURCE_EXHAUSTED in the first: the autoscaler's slice is created in the second (its
     workers say so in their `zone` attribute), the gang runs there, the group does not back off, and nothing
     is left in the first zone."""
     fleet.tpu.create_errors["europe-west4-a"] = (8, "There is no more capacity in the zone europe-west4-a")
     submitted = time.monotonic()
+    release = shared_dir / "release"  # the gang runs until its workers have been looked at, however long
     job = fleet.client.submit_command(
-        ["sh", "-c", 'echo "$IRIS_TASK_INDEX"'], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
+        ["sh", "-c", until_released(release)], resources=ResourceSpec(cpu=1, memory="512m", replicas=2),
         coscheduling=CoschedulingConfig("tpu-name"),
         constraints=[Constraint("tpu-topology", "EQ", "v4-16"), Constraint("taint:zonal", "EXISTS")],
     )
+    try:
+        slice_id = running_slice(job)
+        print(f"two zones, the first stocked out: empty group -> gang running {time.monotonic() - submitted:.1f} s")
+        assert slice_id.startswith("tpu-zonal-")
+        workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
+        assert ["us-central1-a", "us-central1-a"] == [workers[f"{slice_id}-{i}"]["zone"] for i in (0, 1)]
+    finally:
+        release.touch()
     status = job.wait(timeout=240)
-    print(f"two zones, the first stocked out: empty group -> gang done {time.monotonic() - submitted:.1f} s")
     assert JobState.SUCCEEDED == status.state
-    slice_id = status.tasks[0].worker_id.removesuffix("-0")
-    assert slice_id.startswith("tpu-zonal-")
-    workers = {w.worker_id: w.attributes for w in fleet.client.list_workers()}
-    assert ["us-central1-a", "us-central1-a"] == [workers[f"{slice_id}-{i}"]["zone"] for i in (0, 1)]
+    assert [f"{slice_id}-0", f"{slice_id}-1"] == [t.worker_id for t in status.tasks]
     def creates(zone: str) -> int:
         return sum(1 for m, r in fleet.tpu.requests if m == "CreateNode" and r.parent.endswith(f"/{zone}"))
 
