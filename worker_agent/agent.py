@@ -112,7 +112,8 @@ HEARTBEAT_FORWARD_SECONDS = 2.0
 # interval, worker_agent/leases/lease.py), which also bring a kill to the attempt; the SDK's copies only keep
 # the SDK from timing the activity out locally, so they go no more often than 0.8 x run_task's 10 s.
 TASK_HEARTBEAT_FORWARD_SECONDS = 8.0
-KILL_GRACE_SECONDS = 5.0
+KILL_GRACE_SECONDS = 5.0  # a killed task's SIGTERM to SIGKILL, by default (`AgentConfig.kill_grace_seconds`)
+MAX_KILL_GRACE_SECONDS = 300.0
 # The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
 # that has not started or beaten for longer than this is over, whatever the server thinks.
 SESSION_SILENCE_SECONDS = 45.0
@@ -150,11 +151,18 @@ class AgentConfig:
     lease: LeaseSettings = field(default_factory=LeaseSettings)
     # How long a registration waits for the scheduler's answer before it is sent again (idempotent).
     registration_answer_wait_seconds: float = ANSWER_WAIT_SECONDS
+    # A task killed here (`iris job kill`, a failed gang, the agent stopping) gets SIGTERM, then SIGKILL this many
+    # seconds later if its process group still runs (0 to MAX_KILL_GRACE_SECONDS).
+    kill_grace_seconds: float = KILL_GRACE_SECONDS
 
     def __post_init__(self) -> None:
         wait = self.registration_answer_wait_seconds
         if not wait >= 1:
             raise ValueError(f"registration_answer_wait_seconds: must be at least 1 second, got {wait}")
+        grace = self.kill_grace_seconds
+        if not 0 <= grace <= MAX_KILL_GRACE_SECONDS:
+            raise ValueError(f"kill grace (--kill-grace, IRIS_KILL_GRACE_SECONDS): must be at least 0 and at most "
+                             f"{MAX_KILL_GRACE_SECONDS:g} seconds, got {grace}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -418,7 +426,7 @@ class WorkerAgent:
         # The shutdown cancels every running task's activity, which kills its process; that is
         # waited for in full. What the SDK does after (reporting to Temporal) gets a short while.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._no_activity.wait(), KILL_GRACE_SECONDS + 5.0)
+            await asyncio.wait_for(self._no_activity.wait(), self.config.kill_grace_seconds + 5.0)
         done, _ = await asyncio.wait({stopping}, timeout=STOP_REPORT_SECONDS)
         if not done:
             stopping.cancel()
@@ -716,7 +724,7 @@ class WorkerAgent:
                 self._ran[key] = ended.charged_seconds(began)
                 return ended
         except asyncio.CancelledError:
-            ended = await self.runtime.kill(handle, KILL_GRACE_SECONDS)
+            ended = await self.runtime.kill(handle, self.config.kill_grace_seconds)
             tlog.info("task_killed", exit_code=ended.exit_code)
             details = activity.cancellation_details()
             gone = (details is not None and details.not_found) or lease.ended == Beat.GONE
@@ -736,7 +744,7 @@ class WorkerAgent:
         except Exception:
             # Whatever went wrong here, the attempt's process must not outlive its run_task: the task
             # workflow may start the task elsewhere as soon as this reports.
-            await self.runtime.kill(handle, KILL_GRACE_SECONDS)
+            await self.runtime.kill(handle, self.config.kill_grace_seconds)
             raise
         finally:
             lease.renew = lambda deadline: None

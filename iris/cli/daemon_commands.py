@@ -148,6 +148,12 @@ def worker_serve(
                             help="seconds without a heartbeat Temporal recorded before a task here is lost "
                                  "and runs elsewhere (2-600)")
     ] = DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
+    kill_grace: Annotated[
+        float | None,
+        typer.Option("--kill-grace", min=0, max=300, envvar="IRIS_KILL_GRACE_SECONDS",
+                     help="seconds between a killed task's SIGTERM and the SIGKILL of its process group, "
+                          "0-300 (default 5)"),
+    ] = None,
     registration_answer_wait: Annotated[
         float | None,
         typer.Option("--registration-answer-wait", min=1, envvar="IRIS_REGISTRATION_ANSWER_WAIT_SECONDS",
@@ -230,6 +236,8 @@ def worker_serve(
     )
     if registration_answer_wait is not None:  # else the agent's default
         config = dataclasses.replace(config, registration_answer_wait_seconds=registration_answer_wait)
+    if kill_grace is not None:  # else the agent's default (KILL_GRACE_SECONDS)
+        config = dataclasses.replace(config, kill_grace_seconds=kill_grace)
     options = RuntimeOptions(
         worker_id=wid, ledger_dir=config.state_dir, task_user=task_user, docker_host=docker_host,
         containerd_socket=containerd_socket, lease_seconds=leases.seconds,

@@ -27,7 +27,6 @@ from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
 from iris import Constraint, Job, JobState, ResourceSpec
 from tests.support import replay_run
-from worker_agent.agent import KILL_GRACE_SECONDS
 from worker_agent.leases.lease_settings import LeaseSettings
 from worker_agent.registration import register_hosts
 from worker_agent.storage import BlobStore, LogStore
@@ -42,11 +41,18 @@ ON_MAIN = {"resources": SMALL, "constraints": [Constraint("role", "EQ", "main")]
 ON_FLEET = ("main-0", "gate-0")
 
 
+# The agents' kill grace (--kill-grace; 5 s by default): what the SIGTERM-ignoring task waits out before its SIGKILL.
+KILL_GRACE = 2.0
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
-    fc = start_cluster(
-        tmp_path_factory.mktemp("iris-misuse"), [group("main", cpu=2, role="main"), group("gate", cpu=1, role="gate")]
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("IRIS_KILL_GRACE_SECONDS", str(KILL_GRACE))  # the agents inherit IRIS_*
+        fc = start_cluster(
+            tmp_path_factory.mktemp("iris-misuse"),
+            [group("main", cpu=2, role="main"), group("gate", cpu=1, role="gate")],
+        )
     try:
         yield fc
     finally:
@@ -252,7 +258,7 @@ def test_hostile_job_names_reach_no_shell_and_stay_inside_the_store(shared: Faul
 
 
 def test_task_ignoring_sigterm_is_sigkilled_after_the_grace_period(shared: FaultCluster) -> None:
-    """Killing a job whose task traps SIGTERM SIGKILLs its whole process group after KILL_GRACE_SECONDS."""
+    """Killing a job whose task traps SIGTERM SIGKILLs its whole process group after the agent's kill grace."""
     c = shared
     pidfile = c.work / "stubborn.pid"
     script = f"trap '' TERM; echo $$ > {pidfile}; sleep 300 & sleep 300"
@@ -261,11 +267,11 @@ def test_task_ignoring_sigterm_is_sigkilled_after_the_grace_period(shared: Fault
     wait_until(lambda: len(group_members(pgid)) >= 3, what="shell and both sleeps running")
     killed_at = time.monotonic()
     job.terminate()
-    wait_until(lambda: not group_members(pgid), timeout=KILL_GRACE_SECONDS + 15, interval=0.05, what="group gone")
+    wait_until(lambda: not group_members(pgid), timeout=KILL_GRACE + 15, interval=0.05, what="group gone")
     elapsed = time.monotonic() - killed_at
-    print(f"\njob kill -> SIGTERM-ignoring task group gone: {elapsed:.1f} s (grace {KILL_GRACE_SECONDS:.0f} s)")
+    print(f"\njob kill -> SIGTERM-ignoring task group gone: {elapsed:.1f} s (grace {KILL_GRACE:g} s)")
     # The kill reaches the agent with its lease's next heartbeat (one interval at most), then the grace runs.
-    assert KILL_GRACE_SECONDS - 0.5 <= elapsed <= KILL_GRACE_SECONDS + LeaseSettings().interval + 4.0
+    assert KILL_GRACE - 0.5 <= elapsed <= KILL_GRACE + LeaseSettings().interval + 4.0
     status = job.wait(timeout=30, raise_on_failure=False)
     assert JobState.KILLED == status.state
     assert [] == group_members(pgid)
