@@ -43,12 +43,16 @@ ON_FLEET = ("main-0", "gate-0")
 
 # The agents' kill grace (--kill-grace; 5 s by default): what the SIGTERM-ignoring task waits out before its SIGKILL.
 KILL_GRACE = 2.0
+# The agents' lease (10 s by default): a kill reaches an agent with its next renewal, every lease / 3 (3 s by
+# default), so the tests that kill a job (a blocker, the SIGTERM-ignoring task) wait a third of that, at most.
+LEASE = 4.0
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("IRIS_KILL_GRACE_SECONDS", str(KILL_GRACE))  # the agents inherit IRIS_*
+        env.setenv("IRIS_LEASE_SECONDS", str(LEASE))
         fc = start_cluster(
             tmp_path_factory.mktemp("iris-misuse"),
             [group("main", cpu=2, role="main"), group("gate", cpu=1, role="gate")],
@@ -271,7 +275,7 @@ def test_task_ignoring_sigterm_is_sigkilled_after_the_grace_period(shared: Fault
     elapsed = time.monotonic() - killed_at
     print(f"\njob kill -> SIGTERM-ignoring task group gone: {elapsed:.1f} s (grace {KILL_GRACE:g} s)")
     # The kill reaches the agent with its lease's next heartbeat (one interval at most), then the grace runs.
-    assert KILL_GRACE - 0.5 <= elapsed <= KILL_GRACE + LeaseSettings().interval + 4.0
+    assert KILL_GRACE - 0.5 <= elapsed <= KILL_GRACE + LeaseSettings(seconds=LEASE).interval + 4.0
     status = job.wait(timeout=30, raise_on_failure=False)
     assert JobState.KILLED == status.state
     assert [] == group_members(pgid)
