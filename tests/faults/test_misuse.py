@@ -172,10 +172,12 @@ def test_malformed_worker_registrations_are_refused_with_a_reason(shared: FaultC
     # The refused agent's own monitor ended once it had read its answer, and its history replays.
     wait_until(lambda: asyncio.run(_replay_closed_monitors(c.info.address, "main-0")) > 0, what="refused monitor")
 
-    running = c.client.submit_command(["sleep", "3"], **ON_MAIN)
+    gate = c.work / "refused"  # the task runs until the refused agent has exited (it was `sleep 3`)
+    running = c.client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], **ON_MAIN)
     wait_until(lambda: running.status().state == JobState.RUNNING, what="task running on main-0")
     same_host = serve_worker(c, "--worker-id", "main-0", "--cpu", "4")
     assert 0 != same_host.returncode and "already serves this worker id" in same_host.stderr, same_host.stderr
+    gate.touch()
     assert JobState.SUCCEEDED == running.wait(timeout=60).state  # the refused agent touched nothing
 
     refusals = {
