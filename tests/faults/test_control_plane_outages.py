@@ -20,7 +20,7 @@ from activities.contracts import worker_workflow_id
 from iris import Constraint, JobState, ResourceSpec
 from tests.support import holds_throughout, logged
 from worker_agent.agent import SESSION_SILENCE_SECONDS
-from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT
+from workflows.fleet.worker_workflow import session_heartbeat_timeout
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 from .test_component_faults import LOST_WORKER_AGENTS, read_runs, record_run_until
@@ -28,7 +28,10 @@ from .test_component_faults import LOST_WORKER_AGENTS, read_runs, record_run_unt
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 # The agents of the dead-controller test ask again after this long without an answer (product default 20 s):
 # the test waits for one unanswered registration, so the outage lasts this long, not 20 s.
-ANSWER_WAIT = 4.0
+ANSWER_WAIT = 2.0
+# They declare this heartbeat timeout (the default is 10 s): their sessions time out after 0.6 of it, 3 s, not 6 s,
+# so the paused agent's session is lost that much sooner.
+SESSION_AGENT_HEARTBEAT = 5.0
 
 
 def registered_session(log: Path) -> str | None:
@@ -52,6 +55,7 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     whose session was lost (paused past the heartbeat timeout) keeps trying to register instead of exiting;
     once the controller is back every agent is healthy and the task that ran through the outage finishes once."""
     monkeypatch.setenv("IRIS_REGISTRATION_ANSWER_WAIT_SECONDS", str(ANSWER_WAIT))  # the agents inherit IRIS_*
+    monkeypatch.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(SESSION_AGENT_HEARTBEAT))
     c: FaultCluster = make_cluster(
         group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"), kills_controller=True
     )
@@ -67,9 +71,9 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
 
     assert c.local.kill_process("controller", signal.SIGKILL, wait=5)
     assert c.local.kill_process("paused-0", signal.SIGSTOP)
-    wait_until(  # the server ended its session (the 6 s heartbeat timeout passed); the controller cannot hear it
+    wait_until(  # the server ended its session (its 3 s heartbeat timeout passed); the controller cannot hear it
         lambda: asyncio.run(_timed_out(c.info.address, monitor)),
-        timeout=SESSION_HEARTBEAT_TIMEOUT.total_seconds() + 30, interval=0.2,
+        timeout=session_heartbeat_timeout(SESSION_AGENT_HEARTBEAT).total_seconds() + 30, interval=0.2,
         what="the paused agent's session timed out",
     )  # fmt: skip
     retries = logged(c.local.log_path("worker-paused-0"), "registration_retry")
