@@ -11,7 +11,7 @@ from iris import JobState, ResourceSpec
 from .conftest import FaultCluster, MakeCluster, group, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="64m")
-FIRING_EVERY = 5  # seconds between the schedule's firings, at whole multiples on the clock
+FIRING_EVERY = 2  # seconds between the schedule's firings, at whole multiples on the clock (it was 5)
 
 
 def wait_for_file(path: str) -> float:
