@@ -30,9 +30,10 @@ from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
 # the server times the attempt out (HEARTBEAT, the agents' --heartbeat-timeout, which paces these tests: shorter
 # than the default, so a frozen agent need not stay stopped as long); a frozen agent stays stopped past both, and
 # a healthy task of 3 leases runs past both.
-LEASE = 4.0
-MARGIN = 2.0
-HEARTBEAT = 6.0
+# (Each was a third longer: 4, 2 and 6 s.)
+LEASE = 3.0
+MARGIN = 1.5
+HEARTBEAT = 4.5
 FROZEN = 2 * LEASE  # how long the agent stays stopped
 assert LEASE < HEARTBEAT < FROZEN < 3 * LEASE
 assert HEARTBEAT < HEARTBEAT_TIMEOUT.total_seconds()  # the agents' own, not the default
@@ -47,7 +48,7 @@ def record(what):
     os.write(fd, f"{task} {attempt} {worker} {what} {time.time():.3f}\\n".encode())
     os.fsync(fd)
 record("start")
-until = time.monotonic() + (first_seconds if attempt == "0" else 2.0)
+until = time.monotonic() + (first_seconds if attempt == "0" else 1.0)
 while time.monotonic() < until:
     time.sleep(0.1)
     record("alive")
