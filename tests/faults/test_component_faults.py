@@ -35,11 +35,12 @@ from workflows.tasks.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
 
-# The lost-worker tests' agents declare a 6 s heartbeat timeout (--heartbeat-timeout; the default is 10 s) and a
-# 5 s lease: a lost attempt is given up 6 s after its last heartbeat, then waits 1 s more for its lease to run
-# out (lease + margin - timeout, the default margin), a wait of its own as with the defaults (10 s, then 2 s).
-HEARTBEAT = 6.0
-LEASE = 5.0
+# The lost-worker tests' agents declare a 4.5 s heartbeat timeout (--heartbeat-timeout; the default is 10 s) and a
+# 3 s lease (they were 6 s and 5 s): a lost attempt is given up 4.5 s after its last heartbeat, then waits 0.5 s more
+# for its lease to run out (lease + margin - timeout, the default margin), a wait of its own as with the defaults
+# (10 s, then 2 s).
+HEARTBEAT = 4.5
+LEASE = 3.0
 LOST_WORKER_AGENTS = {"IRIS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT), "IRIS_LEASE_SECONDS": str(LEASE)}
 # What a lost attempt waits beyond the heartbeat timeout for its lease to run out.
 FENCE = fence_seconds([LeaseSettings(seconds=LEASE).detail()], HEARTBEAT) or 0.0
@@ -78,7 +79,7 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
     retried = wait_until(preempted, timeout=HEARTBEAT + FENCE + 3 * SLACK, interval=0.05, what="task preempted")
     detection = time.monotonic() - killed_at
     print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
-          f"(heartbeat timeout {HEARTBEAT:.0f} s, then {FENCE:g} s for the lease)")
+          f"(heartbeat timeout {HEARTBEAT:g} s, then {FENCE:g} s for the lease)")
     assert 0 == retried.failure_count
     ledger = c.local.home / "agents" / "victim-0" / "running"
     entries = {e.name: e.read_text() for e in ledger.iterdir()} if ledger.exists() else {}

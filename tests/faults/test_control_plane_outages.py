@@ -136,7 +136,7 @@ def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(
 ) -> None:
     """A job killed right after its worker was SIGKILLed ends KILLED once the attempt times out; the timeout
     is not taken for a preemption to retry (the kill wins), so no second attempt ever starts."""
-    for name, value in LOST_WORKER_AGENTS.items():  # the attempt times out after 6 s, not 10 s
+    for name, value in LOST_WORKER_AGENTS.items():  # the attempt times out after 4.5 s, not 10 s
         monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("victim", cpu=1, role="victim"), group("spare", cpu=1))
     runs = c.work / "runs"
