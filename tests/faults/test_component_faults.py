@@ -174,7 +174,7 @@ def test_status_answers_from_temporal_while_the_controller_is_down(
     (from its history), a running one by its state, a pending one saying why there is no reason;
     and a fresh client (no cache) gets the same, so nothing waits on the missing controller.
 
-    The fresh client's status query waits 1 s for the controller (IRIS_QUERY_TIMEOUT_SECONDS; 5 s by
+    The fresh client's status query waits 0.5 s for the controller (IRIS_QUERY_TIMEOUT_SECONDS; 5 s by
     default): every query it makes goes to the stopped controller and must time out, three of them."""
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
     done = c.client.submit_command(["sh", "-c", "exit 3"], resources=ONE_CPU)
@@ -186,7 +186,7 @@ def test_status_answers_from_temporal_while_the_controller_is_down(
 
     assert c.local.kill_process("controller", signal.SIGSTOP)
     try:
-        monkeypatch.setenv("IRIS_QUERY_TIMEOUT_SECONDS", "1")  # read by the fresh client only
+        monkeypatch.setenv("IRIS_QUERY_TIMEOUT_SECONDS", "0.5")  # read by the fresh client only
         fresh = IrisClient.connect(c.info.address, store=c.info.store_url)
         started = time.monotonic()
         finished = fresh.job_status(done.job_id)
