@@ -62,7 +62,7 @@ def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
     runs = c.work / "runs"
     script = (
         f'echo "$IRIS_ATTEMPT $IRIS_WORKER_ID $$" >> {runs}; '
-        'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi; sleep 1'
+        'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi'
     )
     job = c.client.submit_command(["sh", "-c", script], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
     first = wait_until(lambda: lines(runs), what="attempt 0 started")[0].split()
@@ -260,7 +260,7 @@ def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(
     assert c.local.kill_process("paused-0", signal.SIGSTOP)
     stopped_at = time.monotonic()
     job = c.client.submit_command(
-        ["sh", "-c", f'echo "$IRIS_TASK_INDEX $IRIS_ATTEMPT $IRIS_WORKER_ID" >> {runs}; sleep 1'],
+        ["sh", "-c", f'echo "$IRIS_TASK_INDEX $IRIS_ATTEMPT $IRIS_WORKER_ID" >> {runs}'],
         resources=ResourceSpec(cpu=1, memory="100m", replicas=8),
         constraints=[Constraint("zone", "EQ", "z")],
     )
