@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from activities.contracts import RUN_TASK, task_workflow_id
 from iris import IrisClient, JobState, ResourceSpec
@@ -16,6 +17,9 @@ from .conftest import FaultCluster, MakeCluster, group, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="100m")
 CHILDREN = 3
+# The agent's lease (10 s by default): a killed child's kill reaches the agent with its next renewal, every
+# lease / 3, so within 1 s, not 3 s.
+LEASE = 3.0
 
 
 def _child(work: str, tag: str) -> None:
@@ -70,9 +74,12 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(make_cluster: MakeCluster) -> None:
+def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The controller is SIGKILLed as the parent ends and again as its sweep is scheduled: once a controller
     is back, every child is killed (its process gone, KILLED naming the parent) and the parent SUCCEEDED."""
+    monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))  # the agent inherits IRIS_*
     c: FaultCluster = make_cluster(group("cpu", cpu=2), kills_controller=True)
     work = c.work
     job = c.client.submit(_parent, str(work), name="parent", resources=SMALL)
