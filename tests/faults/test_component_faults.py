@@ -329,7 +329,7 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
         max_retries_failure=2,
     )
     jobs = [
-        c.client.submit_command(["sleep", "0.5"], resources=ResourceSpec(cpu=0.5, memory="64m", replicas=3))
+        c.client.submit_command(["sleep", "0.2"], resources=ResourceSpec(cpu=0.5, memory="64m", replicas=3))
         for _ in range(10)
     ]
     deadline = time.monotonic() + 60  # ~15 s when healthy
