@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -81,6 +82,17 @@ def short_dead_controller_waits(
     for name, value in DEAD_CONTROLLER_ENV.items():
         env.setenv(name, value)
     return {**(dynamic_config or {}), **DEAD_CONTROLLER_SERVER}
+
+
+def worker_serve_refusal(args: Sequence[str], env: Mapping[str, str], home: Path) -> str:
+    """The stderr of `iris worker serve ARGS` pointed at nothing, with `env` added, after checking that it was refused
+    as a usage error (exit 2) before it reached anything."""
+    done = subprocess.run(
+        [sys.executable, "-m", "iris", "worker", "serve", *args, "--temporal", "127.0.0.1:1", "--store", "file:///x"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "IRIS_HOME": str(home), **env},
+    )  # fmt: skip
+    assert 2 == done.returncode, done.stderr
+    return done.stderr
 
 
 def wait_until(predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = "",

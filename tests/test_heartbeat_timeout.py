@@ -7,9 +7,6 @@ history records it) is tests/faults/test_fencing.py.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,14 +15,15 @@ import pytest
 from activities.contracts import DEFAULT_HEARTBEAT_TIMEOUT_SECONDS, heartbeat_timeout_seconds
 from activities.contracts.worker_rows import row_from_metadata, validate_metadata
 from activities.proto import cluster_pb2 as pb
+from tests.support import worker_serve_refusal
 from worker_agent.agent import (
     HEARTBEAT_FORWARD_SECONDS,
     HEARTBEAT_SECONDS,
     TASK_HEARTBEAT_FORWARD_SECONDS,
-    AgentConfig,
     _Pacing,
     metadata,
 )
+from worker_agent.agent_config import AgentConfig
 from worker_agent.leases.lease_settings import LeaseSettings
 from workflows.fleet.worker_workflow import SESSION_HEARTBEAT_TIMEOUT, session_heartbeat_timeout
 from workflows.scheduler.scheduler_carry import pack, unpack
@@ -62,12 +60,8 @@ def test_the_lease_beats_at_least_three_times_per_heartbeat_timeout() -> None:
 )
 def test_worker_serve_refuses_a_bad_heartbeat_timeout(args: list[str], env: dict[str, str], tmp_path: Path) -> None:
     """From the flag or the environment: a usage error naming the flag, before anything is reached."""
-    done = subprocess.run(
-        [sys.executable, "-m", "iris", "worker", "serve", *args, "--temporal", "127.0.0.1:1", "--store", "file:///x"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "IRIS_HOME": str(tmp_path), **env},
-    )  # fmt: skip
-    assert 2 == done.returncode, done.stderr
-    assert "heartbeat timeout (--heartbeat-timeout" in done.stderr, done.stderr
+    stderr = worker_serve_refusal(args, env, tmp_path)
+    assert "heartbeat timeout (--heartbeat-timeout" in stderr, stderr
 
 
 def test_an_agent_declares_it_and_the_scheduler_keeps_it_through_continue_as_new() -> None:

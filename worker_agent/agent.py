@@ -21,7 +21,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,7 +36,6 @@ from activities.coalescer import SignalCoalescer
 from activities.contracts import (
     CORDON_WORKERS,
     DEFAULT_HEARTBEAT_TIMEOUT_SECONDS,
-    DEFAULT_PORT_RANGE,
     LEASE_EXPIRED,
     LEASE_EXPIRED_REASON,
     MAX_RELEASE_BATCH,
@@ -61,13 +60,13 @@ from activities.contracts import (
 from activities.home import iris_home
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_attr
+from worker_agent.agent_config import AgentConfig
 from worker_agent.backoff import Backoff, pause
 from worker_agent.bundles import Bundles
 from worker_agent.checkpoints import CHECKPOINT_DIR_ENV, is_local, make_local, task_checkpoint_dir
 from worker_agent.distributed_env import distributed_env, endpoints, host_address
 from worker_agent.launches import Launches, LaunchUnreadableError
 from worker_agent.leases.lease import AttemptLease, Beat, run_leased
-from worker_agent.leases.lease_settings import LeaseSettings
 from worker_agent.object_store import open_blob_store, open_log_store
 from worker_agent.preemption import (
     NOTICE_FILE_ENV,
@@ -76,7 +75,7 @@ from worker_agent.preemption import (
     Notice,
     post_notice_file,
 )
-from worker_agent.registration import ANSWER_WAIT_SECONDS, RegistrationRefused, register_hosts
+from worker_agent.registration import RegistrationRefused, register_hosts
 from worker_agent.registration import describe_error as _describe
 from worker_agent.runtimes.base import (
     ContainerRuntime,
@@ -112,8 +111,6 @@ HEARTBEAT_FORWARD_SECONDS = 2.0
 # interval, worker_agent/leases/lease.py), which also bring a kill to the attempt; the SDK's copies only keep
 # the SDK from timing the activity out locally, so they go no more often than 0.8 x run_task's 10 s.
 TASK_HEARTBEAT_FORWARD_SECONDS = 8.0
-KILL_GRACE_SECONDS = 5.0  # a killed task's SIGTERM to SIGKILL, by default (`AgentConfig.kill_grace_seconds`)
-MAX_KILL_GRACE_SECONDS = 300.0
 # The WorkerWorkflow gives the session activity 30 s to start (SESSION_START_TIMEOUT); a session
 # that has not started or beaten for longer than this is over, whatever the server thinks.
 SESSION_SILENCE_SECONDS = 45.0
@@ -121,48 +118,6 @@ WORKER_RESTART_SECONDS = 2.0  # first pause before polling again after the Tempo
 WORKER_RESTART_CAP_SECONDS = 10.0  # the longest pause when it keeps failing
 STOP_REPORT_SECONDS = 2.0  # how long a stopping agent tries to tell Temporal its tasks were killed
 WORKER_SHUTDOWN = "WorkerShutdown"  # workflows.tasks.task_workflow.WORKER_SHUTDOWN
-
-
-@dataclass
-class AgentConfig:
-    worker_id: str
-    store_url: str
-    cpu_millis: int
-    memory_bytes: int
-    gpus: int = 0
-    tpus: int = 0
-    attributes: dict[str, Any] = field(default_factory=dict)
-    runtime: str = "process"
-    state_dir: Path | None = None  # where running task process groups are recorded
-    task_dir: Path | None = None  # root of the tasks' own directories (default: beside state_dir)
-    default_image: str = ""  # container image for jobs that name none
-    address: str = ""  # how other hosts reach this host's tasks ("" = the host's own address)
-    port_range: tuple[int, int] = DEFAULT_PORT_RANGE  # ports the scheduler may give this worker's tasks
-    # What a task needs to reach this cluster (iris.client.task_connection): Temporal, store, key files by path;
-    # and the files those variables name, mounted read-only into container tasks at the same paths.
-    cluster_env: dict[str, str] = field(default_factory=dict)
-    task_api: str = ""  # team mode: tasks reach this Iris API with their job's token (worker_agent/task_token.py)
-    cluster_files: list[str] = field(default_factory=list)
-    # Watch the GCE metadata server for a preemption or maintenance notice (None: when $GCE_METADATA_HOST
-    # is set); on one, every task gets SIGTERM and at least `notice_grace_seconds` before the SIGKILL.
-    watch_notices: bool | None = None
-    notice_grace_seconds: float = 30.0
-    # How long an attempt outlives this agent's last heartbeat Temporal recorded (docs/reliability.md).
-    lease: LeaseSettings = field(default_factory=LeaseSettings)
-    # How long a registration waits for the scheduler's answer before it is sent again (idempotent).
-    registration_answer_wait_seconds: float = ANSWER_WAIT_SECONDS
-    # A task killed here (`iris job kill`, a failed gang, the agent stopping) gets SIGTERM, then SIGKILL this many
-    # seconds later if its process group still runs (0 to MAX_KILL_GRACE_SECONDS).
-    kill_grace_seconds: float = KILL_GRACE_SECONDS
-
-    def __post_init__(self) -> None:
-        wait = self.registration_answer_wait_seconds
-        if not wait >= 1:
-            raise ValueError(f"registration_answer_wait_seconds: must be at least 1 second, got {wait}")
-        grace = self.kill_grace_seconds
-        if not 0 <= grace <= MAX_KILL_GRACE_SECONDS:
-            raise ValueError(f"kill grace (--kill-grace, IRIS_KILL_GRACE_SECONDS): must be at least 0 and at most "
-                             f"{MAX_KILL_GRACE_SECONDS:g} seconds, got {grace}")  # fmt: skip
 
 
 @dataclass(frozen=True)

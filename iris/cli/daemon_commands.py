@@ -178,7 +178,8 @@ def worker_serve(
     import structlog
 
     from iris.connection import is_api_url
-    from worker_agent.agent import AgentConfig, WorkerAgent, default_state_dir, default_task_dir
+    from worker_agent.agent import WorkerAgent, default_state_dir, default_task_dir
+    from worker_agent.agent_config import AgentConfig
     from worker_agent.registration import RegistrationRefused
     from worker_agent.runtimes.base import RuntimeName
     from worker_agent.runtimes.select import RuntimeOptions, make_runtime, shared_task_dir

@@ -7,14 +7,12 @@ tests/faults/test_misuse.py::test_task_ignoring_sigterm_is_sigkilled_after_the_g
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from worker_agent.agent import KILL_GRACE_SECONDS, AgentConfig
+from tests.support import worker_serve_refusal
+from worker_agent.agent_config import KILL_GRACE_SECONDS, AgentConfig
 
 
 def _config(grace: float) -> AgentConfig:
@@ -35,9 +33,5 @@ def test_the_grace_defaults_to_5_s_and_is_refused_out_of_range_naming_the_flag()
 @pytest.mark.parametrize(("args", "env"), [(["--kill-grace", "-1"], {}), ([], {"IRIS_KILL_GRACE_SECONDS": "301"})])
 def test_worker_serve_refuses_a_bad_kill_grace(args: list[str], env: dict[str, str], tmp_path: Path) -> None:
     """From the flag or the environment: a usage error naming the flag, before anything is reached."""
-    done = subprocess.run(
-        [sys.executable, "-m", "iris", "worker", "serve", *args, "--temporal", "127.0.0.1:1", "--store", "file:///x"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "IRIS_HOME": str(tmp_path), **env},
-    )  # fmt: skip
-    assert 2 == done.returncode, done.stderr
-    assert "--kill-grace" in done.stderr, done.stderr
+    stderr = worker_serve_refusal(args, env, tmp_path)
+    assert "--kill-grace" in stderr, stderr

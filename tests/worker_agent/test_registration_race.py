@@ -14,7 +14,8 @@ import pytest
 from temporalio.client import Client
 
 from worker_agent import agent as agent_module
-from worker_agent.agent import AgentConfig, WorkerAgent
+from worker_agent.agent import WorkerAgent
+from worker_agent.agent_config import AgentConfig
 
 
 async def test_a_session_lost_during_its_registration_is_still_lost_once_registered(
