@@ -47,14 +47,15 @@ def _reader(cls: type) -> Plan:
 _read_header = _reader(CarryHeader)
 _read_spec = _reader(SchedulingSpec)
 _ATTEMPTS = attrgetter("attempts")
-_STATE = attrgetter("state")
+_ROW_STATE = attrgetter("row.state")
 _WORKER_ID = attrgetter("worker_id")
 
 
 def counts(state: SchedulerState) -> list[int]:
     """Healthy and all workers, pending and running tasks: what a run that handed its state over still answers."""
     workers = state.workers
-    healthy = len(workers) - countOf(map(_STATE, workers.values()), WorkerState.LOST)
+    # The rows' own strings: a WorkerState made for each of 30,000 workers took ~40 ms of the closing task.
+    healthy = len(workers) - countOf(map(_ROW_STATE, workers.values()), WorkerState.LOST)
     return [healthy, len(workers), sum(map(len, map(_ATTEMPTS, state.pending.values()))), len(state.placements)]
 
 
