@@ -19,7 +19,7 @@ from temporalio import activity
 
 T = TypeVar("T")
 
-# Beat well inside the shortest heartbeat timeout callers use (10 s).
+# Beat well inside the shortest heartbeat timeout callers use (5 s, the scheduler's own activities).
 BEAT_SECONDS = 2.0
 
 

@@ -207,7 +207,7 @@ def _ends_with_its_children(local: LocalCluster, how: signal.Signals) -> None:
 def test_the_child_never_outlives_its_controller(dev_server: LocalCluster) -> None:
     """A controller SIGKILLed alone (not its group) leaves no process behind; one stopped with SIGTERM neither.
 
-    SIGTERM goes first: a SIGKILLed controller leaves its pass activity to time out (its 10 s heartbeat timeout)
+    SIGTERM goes first: a SIGKILLed controller leaves its pass activity to time out (its 5 s heartbeat timeout)
     before the next controller's scheduler passes again, while a stopped one hands it back at once."""
     _ends_with_its_children(dev_server, signal.SIGTERM)
     _ends_with_its_children(dev_server, signal.SIGKILL)

@@ -21,6 +21,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from activities.contracts import DELIVER_SIGNALS, Delivery, Release
+from activities.heartbeat import heartbeating, heartbeating_thread
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
@@ -33,7 +34,8 @@ from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
 # Seconds a reply or reason delivery takes: longer than `_load` sends for (~2.5 s), so the whole burst lands while
 # deliveries are out. (It was 9 s while deliveries were local activities, to outlast 80% of the workflow task's 10 s;
-# they are regular activities now and hold no task open. Under the deliveries' 10 s heartbeat timeout, as it must be.)
+# they are regular activities now and hold no task open. It beats meanwhile, as the deliveries do: their heartbeat
+# timeout is 5 s.)
 SLOW_DELIVERY = 4.0
 SPEC_FITS = SchedulingSpec(cpu_millis=100, memory_bytes=2**20)
 SPEC_NEVER = SchedulingSpec(cpu_millis=10**9, memory_bytes=2**20)
@@ -71,7 +73,7 @@ async def slow_deliver_signals(deliveries: list[Delivery], report_sent: bool = F
     """Replies and reasons as slow as on a loaded controller."""
     typed = [d if isinstance(d, Delivery) else Delivery(**d) for d in deliveries]
     if any(d.signal != "assigned" for d in typed):
-        await asyncio.sleep(SLOW_DELIVERY)
+        await heartbeating(asyncio.sleep(SLOW_DELIVERY))
     return await deliver_signals(typed, report_sent)
 
 
@@ -165,7 +167,8 @@ def _first_pass_slow(snapshot: bytes) -> bytes:
     """The real pass; the first one of a test takes SLOW_PASS seconds longer (a loaded controller)."""
     if not getattr(_first_pass_slow, "done", False):
         _first_pass_slow.done = True  # type: ignore[attr-defined]
-        time.sleep(SLOW_PASS)
+        with heartbeating_thread():  # beating, as the real pass does while it computes
+            time.sleep(SLOW_PASS)
     return find_assignments_activity(snapshot)  # type: ignore[no-any-return]
 
 
