@@ -23,7 +23,7 @@ from worker_agent.agent import SESSION_SILENCE_SECONDS
 from workflows.fleet.worker_workflow import session_heartbeat_timeout
 
 from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
-from .test_component_faults import LOST_WORKER_AGENTS, read_runs, record_run_until
+from .test_component_faults import FENCE, HEARTBEAT, LEASE, LOST_WORKER_AGENTS, read_runs, record_run_until
 
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
 # The agents of the dead-controller test ask again after this long without an answer (product default 20 s):
@@ -32,6 +32,13 @@ ANSWER_WAIT = 2.0
 # They declare this heartbeat timeout (the default is 10 s): their sessions time out after 0.6 of it, 3 s, not 6 s,
 # so the paused agent's session is lost that much sooner.
 SESSION_AGENT_HEARTBEAT = 5.0
+# The dead-server test's agents declare the lost-worker tests' heartbeat timeout and lease (LOST_WORKER_AGENTS: 4.5 s
+# and 3 s; the defaults are 10 s and 10 s), so its outage outlasts every timeout in play in 8 s, not 15 s: the agent
+# gives the attempt up 3 s after its last renewal (renewed every 1 s), the server loses the session 0.6 x 4.5 = 2.7 s
+# and the attempt 4.5 s after their last heartbeats, and the task workflow waits FENCE (0.5 s) more for the lease,
+# 5 s in all (lease + margin); 8 s leaves 3 s beyond the longest on a loaded machine.
+OUTAGE = HEARTBEAT + FENCE + 3.0
+assert max(LEASE, session_heartbeat_timeout(HEARTBEAT).total_seconds(), HEARTBEAT + FENCE) + 3.0 <= OUTAGE
 
 
 def registered_session(log: Path) -> str | None:
@@ -97,9 +104,14 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     assert ["controller", "temporal", "worker-paused-0", "worker-run-0"] == c.alive()
 
 
-def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_away(make_cluster: MakeCluster) -> None:
-    """With the dev server dead for 15 s under a running task, no agent exits, the task completes after the
-    server is back; and an agent told to stop (SIGTERM) while the server is away exits within seconds."""
+def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_away(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the dev server dead under a running task for longer than the agents' timeouts (OUTAGE: it was 15 s
+    with the default ones), no agent exits, the task completes after the server is back; and an agent told to
+    stop (SIGTERM) while the server is away exits within seconds."""
+    for name, value in LOST_WORKER_AGENTS.items():
+        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
     c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2), group("spare", cpu=1))
     # The task runs until the test lets it end, once the server is back: the attempt the outage cost (its lease ran
     # out) runs again then, and ends at once rather than after a fixed time (it was `sleep 20`, twice).
@@ -109,7 +121,10 @@ def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_awa
 
     assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
     everyone = ["controller", "worker-cpu-0", "worker-cpu-1", "worker-spare-0"]
-    holds_throughout(lambda: everyone == c.alive(), seconds=15.0, what="every daemon running with the server away")
+    holds_throughout(lambda: everyone == c.alive(), seconds=OUTAGE, what="every daemon running with the server away")
+    # The outage outlasted the lease: the agent running the task gave the attempt up while the server was away.
+    agents = ("cpu-0", "cpu-1", "spare-0")
+    assert 1 == sum(logged(c.local.log_path(f"worker-{w}"), "task_lease_expired") for w in agents)
     spare = c.local.status().pids["worker-spare-0"]  # type: ignore[union-attr]
     told_at = time.monotonic()
     assert c.local.kill_process("spare-0", signal.SIGTERM, wait=15)
