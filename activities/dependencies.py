@@ -25,7 +25,11 @@ from activities.proto import cluster_pb2 as pb
 
 log = structlog.get_logger("iris.dependencies")
 
-HEARTBEAT_EVERY = 5.0  # seconds; the workflow's heartbeat timeout is a few times this
+# Seconds between beats. The workflow's heartbeat timeout is 10 s (AWAIT_HEARTBEAT) and the SDK forwards at most one
+# beat per 0.8 x that, 8 s: a beat every 5 s puts one in each of those windows, so the server hears one every 8 s,
+# and a beat up to ~4 s late (a stalled event loop) still comes within the timeout. Only forwarded beats are calls:
+# beating more often would cost the controller's event loop (10,000 waits at most), not Temporal.
+HEARTBEAT_EVERY = 5.0
 MAX_BACKOFF = 10.0
 GONE = "GONE"
 """The state of a dependency Temporal no longer has (removed after its retention): not SUCCEEDED."""
