@@ -36,9 +36,9 @@ ENDED_RULE = "ended"
 AFTER_RULES = (SUCCEEDED_RULE, ENDED_RULE)
 
 AWAIT_HEARTBEAT = timedelta(seconds=10)
-"""A controller that dies mid-wait: the wait resumes on another this long after its last heartbeat (the scheduler's
-own activities' 10 s; it was 20 s). The SDK forwards at most one heartbeat per 0.8 x this, 8 s: 0.125 heartbeat
-calls a second per waiting dependency, a quarter of a running task's ~0.5 (125/s at 1,000 waiting, was 62.5/s)."""
+"""A controller that dies mid-wait: the wait resumes on another this long after its last heartbeat (a slice step's
+is of this order; it was 20 s). The SDK forwards at most one heartbeat per 0.8 x this, 8 s: 0.125 heartbeat calls
+a second per waiting dependency, a quarter of a running task's ~0.5 (125/s at 1,000 waiting, was 62.5/s)."""
 AWAIT_ATTEMPT = timedelta(days=1)  # one attempt's bound; the wait itself has none (retried forever)
 AWAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
