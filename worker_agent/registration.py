@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import structlog
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import (
     CONTROL_TASK_QUEUE,
@@ -44,6 +45,14 @@ WORKER_WORKFLOW = "WorkerWorkflow"  # started by name: the agent does not import
 ANSWER_WAIT_SECONDS = 20.0  # ask again after this long without an answer (the default; `answer_wait` sets it)
 _T = TypeVar("_T")
 RETRY_CAP_SECONDS = 5.0  # the longest pause between two tries: a restarted controller is found within it
+# The longest pause while the server answers that the scheduler does not exist yet: its controller is starting
+# (a cluster coming up starts its agents beside it). One cheap refused signal a second per agent, for seconds;
+# with the 5 s cap, an agent that began asking early found the scheduler up to 5 s late, at every cluster start.
+NOT_STARTED_CAP_SECONDS = 1.0
+
+
+class SchedulerNotStarted(Exception):  # noqa: N818 - reads as the outcome it names
+    """The server has no scheduler workflow yet (its controller has not started it)."""
 
 
 async def register_hosts(
@@ -72,6 +81,7 @@ async def register_hosts(
         return refused_here
     session = dataclasses.replace(session, registration=base64.b64encode(batch.SerializeToString()).decode())
     backoff = Backoff(first=0.2, cap=RETRY_CAP_SECONDS)
+    not_started = Backoff(first=0.2, cap=NOT_STARTED_CAP_SECONDS)
     monitor_started = False
 
     async def attempt(start_monitor: bool) -> Any:
@@ -96,7 +106,12 @@ async def register_hosts(
                 ),
             )
             monitor_started = True
-        await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
+        try:
+            await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise SchedulerNotStarted(describe_error(err)) from err
+            raise
         wait = answer_wait
         if deadline is not None:
             wait = max(1.0, min(wait, deadline - loop.time()))
@@ -117,10 +132,15 @@ async def register_hosts(
         except Exception as err:  # any failure to reach the control plane is tried again
             if deadline is not None and loop.time() > deadline:
                 raise RuntimeError(f"could not reach the Iris scheduler: {describe_error(err)}") from err
-            monitor_started = False  # cheap to ask again (USE_EXISTING), and it may have ended
-            delay = backoff.next()
+            if isinstance(err, SchedulerNotStarted):  # the monitor is there: only the signal is asked again
+                delay = not_started.next()
+                attempts = not_started.attempts
+            else:
+                monitor_started = False  # cheap to ask again (USE_EXISTING), and it may have ended
+                delay = backoff.next()
+                attempts = backoff.attempts
             log.warning(
-                "registration_retry", worker_id=session.worker_id, attempt=backoff.attempts,
+                "registration_retry", worker_id=session.worker_id, attempt=attempts,
                 retry_in=round(delay, 2), error=describe_error(err),
             )  # fmt: skip
             await pause(delay, stop)
