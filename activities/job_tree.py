@@ -45,9 +45,14 @@ def descendants_query(job_id: str, running_only: bool = True) -> str:
     return query + (" AND ExecutionStatus = 'Running'" if running_only else "")
 
 
-async def running_descendants(client: Client, job_id: str) -> list[str]:
-    """Ids of the jobs below `job_id` that visibility lists as running, shallowest first."""
-    ids = [wf.id async for wf in client.list_workflows(descendants_query(job_id))]
+async def running_descendants(client: Client, job_id: str, heartbeat: bool = False) -> list[str]:
+    """Ids of the jobs below `job_id` that visibility lists as running, shallowest first (`heartbeat`: beat for
+    each one listed, so a long listing of a big tree does not outlast the sweep's heartbeat timeout)."""
+    ids = []
+    async for wf in client.list_workflows(descendants_query(job_id)):
+        ids.append(wf.id)
+        if heartbeat:
+            activity.heartbeat()  # the SDK sends one at most every 0.8 x the heartbeat timeout
     return sorted(ids, key=lambda i: (i.count(JOB_ID_SEPARATOR), i))
 
 
@@ -68,7 +73,7 @@ async def kill_tree(client: Client, job_id: str, what: str, also: Sequence[str] 
 
     `what` became of `job_id` ("ended (FAILED)", "was killed") goes into each one's error.
     """
-    targets = list(dict.fromkeys([*also, *await running_descendants(client, job_id)]))
+    targets = list(dict.fromkeys([*also, *await running_descendants(client, job_id, heartbeat)]))
     gate = asyncio.Semaphore(MAX_SIGNALS_IN_FLIGHT)
 
     async def kill(target: str) -> bool:
