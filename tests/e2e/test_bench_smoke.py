@@ -52,7 +52,7 @@ def test_per_unit_splits_by_workflow_kind() -> None:
 
 def test_bench_runs_reports_and_stops_its_cluster(tmp_path: Path) -> None:
     home, out = tmp_path / "home", tmp_path / "bench.json"
-    argv = [sys.executable, "-m", "benchmarks", "--jobs", "4", "--latency-samples", "2", "--settle", "0.5"]
+    argv = [sys.executable, "-m", "benchmarks", "--jobs", "4", "--latency-samples", "2", "--settle", "0.05"]
     argv += ["--home", str(home), "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert 0 == proc.returncode, proc.stdout + proc.stderr
