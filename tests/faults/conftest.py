@@ -123,14 +123,20 @@ def make_cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     """Factory: start a fresh cluster with the given worker groups; everything is stopped after the test.
 
     `kills_controller`: the test SIGKILLs a controller and waits for the cluster to carry on, so Temporal
-    gives up on the dead one after seconds, not 10 s (tests.support.short_dead_controller_waits)."""
+    gives up on the dead one after seconds, not 10 s (tests.support.short_dead_controller_waits);
+    `sticky_timeout`: the controllers' --sticky-timeout instead of that one's."""
     started: list[FaultCluster] = []
 
     def make(
-        *groups: Mapping[str, Any], dynamic_config: Mapping[str, str] | None = None, kills_controller: bool = False
+        *groups: Mapping[str, Any],
+        dynamic_config: Mapping[str, str] | None = None,
+        kills_controller: bool = False,
+        sticky_timeout: float | None = None,
     ) -> FaultCluster:
         if kills_controller:
             dynamic_config = short_dead_controller_waits(monkeypatch, dynamic_config)
+        if sticky_timeout is not None:  # every controller started from now inherits it (at each restart too)
+            monkeypatch.setenv("IRIS_STICKY_TIMEOUT_SECONDS", f"{sticky_timeout:g}")
         fc = start_cluster(tmp_path_factory.mktemp("iris-fault"), groups, dynamic_config)
         started.append(fc)
         return fc

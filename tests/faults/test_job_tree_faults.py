@@ -20,6 +20,9 @@ CHILDREN = 3
 # The agent's lease (10 s by default): a killed child's kill reaches the agent with its next renewal, every
 # lease / 3, so within 1 s, not 3 s.
 LEASE = 3.0
+# The controllers' sticky timeout (3 s with kills_controller alone): after each kill, the parent's and the children's
+# workflows wait this long for the dead controller that ran them last before a live one runs them.
+STICKY = 1.0
 
 
 def _child(work: str, tag: str) -> None:
@@ -80,7 +83,7 @@ def test_a_sigkilled_controller_during_the_cleanup_leaves_no_descendant_running(
     """The controller is SIGKILLed as the parent ends and again as its sweep is scheduled: once a controller
     is back, every child is killed (its process gone, KILLED naming the parent) and the parent SUCCEEDED."""
     monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))  # the agent inherits IRIS_*
-    c: FaultCluster = make_cluster(group("cpu", cpu=2), kills_controller=True)
+    c: FaultCluster = make_cluster(group("cpu", cpu=2), kills_controller=True, sticky_timeout=STICKY)
     work = c.work
     job = c.client.submit(_parent, str(work), name="parent", resources=SMALL)
     tags = [f"child-{i}" for i in range(CHILDREN)]
