@@ -25,7 +25,7 @@ RECENT_CHILDREN = 100
 SWEEP_TIMEOUT = timedelta(minutes=2)
 SWEEP_HEARTBEAT = timedelta(seconds=5)
 """A controller killed mid-sweep: the sweep is retried elsewhere this long after its last heartbeat, while the
-descendants it had not reached yet run on. 5 s, not the 10 s of the controller's other activities: the sweep
+descendants it had not reached yet run on. 5 s (10 s until 2026-12-06), as the scheduler's own activities: the sweep
 beats at its start, for each job it lists and after each signal, none of which waits on anything but one
 Temporal RPC; the SDK sends a beat at most every 4 s (0.8 x this), so a sweep of a few seconds costs one or
 two; and a timeout taken in error only runs the idempotent sweep again (activities/job_tree.py)."""
