@@ -15,12 +15,13 @@ handed to the next run (the client SDK sends it again), and one delivered to the
 continued as new is refused by the receiver's validator (or dropped: the server then fails it), and
 sent again here.
 
-An update waits for the receiver's workflow task to take it, which a job's enqueue waits for too:
-as updates, 200 one-task jobs from 16 threads went through at 14.2-14.8 jobs/s instead of 15.7-15.9.
-So batches go as updates only in a storm: from a batch of UPDATE_FROM (what queued while the last
-was on its way: thousands of jobs a second) until the queue is empty again, up to UPDATES_IN_FLIGHT
-at once. One the receiver does not take within UPDATE_PATIENCE (its controller died) goes as a
-signal after all: a receiver of both must be idempotent, as the scheduler's enqueues are.
+An update waits for the receiver's workflow task to take it, and a job's enqueue waits for it too
+(200 one-task jobs from 16 threads went through at 14.2-14.8 jobs/s as updates, at 14.6-15.9 as
+signals, alternating runs on a noisy machine). So batches go as updates only in a storm: from a
+batch of UPDATE_FROM (what queued while the last was on its way: thousands of jobs a second) until
+the queue is empty again, up to UPDATES_IN_FLIGHT at once. One the receiver does not take within
+UPDATE_PATIENCE (its controller died) goes as a signal after all: a receiver of both must be
+idempotent, as the scheduler's enqueues are.
 """
 
 from __future__ import annotations
