@@ -7,6 +7,7 @@ the engine itself what is left.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -97,15 +98,20 @@ class EngineFleet:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Temporal and a controller; the engine agents are added per engine."""
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Temporal and a controller; the engine agents are added per engine. The engines' test image (a session
+    fixture) is written while the cluster starts: a second or two each, and neither needs the other."""
     home = tmp_path_factory.mktemp("iris-containers")
     local = LocalCluster(home)
-    info = local.up(components=("temporal", "controller"))
-    try:
-        yield Cluster(local, info)
-    finally:
-        local.down()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        starting = pool.submit(local.up, components=("temporal", "controller"))
+        try:
+            request.getfixturevalue("image_archive")
+            info = starting.result()
+            yield Cluster(local, info)
+        finally:
+            concurrent.futures.wait([starting])  # never `down` a cluster that is still coming up
+            local.down()
 
 
 @pytest.fixture(scope="module", params=list(GANGS))
@@ -305,9 +311,9 @@ def test_named_ports_of_container_tasks_are_reached_from_the_host(fleet: EngineF
     assert [] == fleet.client.resolve(job.job_id, "http")
 
 
-LEASE = 4.0  # the fenced agents' lease: the watchdog kills a frozen agent's container this long after a renewal
-MARGIN = 2.0
-HEARTBEAT = 6.0  # their --heartbeat-timeout: the server gives the attempt up this long after its last heartbeat
+LEASE = 3.0  # the fenced agents' lease: the watchdog kills a frozen agent's container this long after a renewal
+MARGIN = 1.5
+HEARTBEAT = 4.5  # their --heartbeat-timeout: the server gives the attempt up this long after its last heartbeat
 FROZEN = 2 * LEASE  # how long the agent stays stopped: past its lease and past the heartbeat timeout
 assert LEASE < HEARTBEAT < FROZEN  # the container dies while the agent is frozen; the task is lost before it wakes
 
