@@ -7,7 +7,9 @@ One small cluster (`auth: tokens`, two workers) for the module; users `ana` and 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import re
@@ -17,9 +19,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from temporalio.client import Client
@@ -39,6 +42,16 @@ TEAM_FLEET = {
 SMALL = ResourceSpec(cpu=0.1, memory="64m")
 # A task that imports Iris (its client): ~0.7 s of CPU, which a tenth of a core (its cgroup's limit) stretched to ~5 s.
 CLIENT_TASK = ResourceSpec(cpu=1, memory="256m")
+T = TypeVar("T")
+
+
+def concurrently(*calls: Callable[[], T]) -> list[T]:
+    """Each call's answer, in order, the calls made at once: for checks that do not depend on each other.
+
+    Most checks here run an `iris` command, ~0.7 s of which is Python starting and importing; one after
+    another they were most of this module's time."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        return [future.result() for future in [pool.submit(call) for call in calls]]
 
 
 @dataclass
@@ -90,8 +103,10 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
         assert 0o600 == admin_file.stat().st_mode & 0o777
         tokens = {"admin": admin_file.read_text().strip()}
         team = Team(local, info.dashboard_url, tokens, clients)
-        for name, flags in (("ana", ()), ("bob", ()), ("agent", ("--worker",))):
-            made = team.cli("admin", "auth", "add-user", name, *flags)
+        users = (("ana", ()), ("bob", ()), ("agent", ("--worker",)))
+        made_all = concurrently(*(functools.partial(team.cli, "admin", "auth", "add-user", name, *flags)
+                                  for name, flags in users))  # fmt: skip
+        for (name, _), made in zip(users, made_all, strict=True):
             assert 0 == made.returncode, made.stderr
             assert 1 == len(made.stdout.splitlines())
             tokens[name] = made.stdout.strip()
@@ -221,12 +236,15 @@ def test_a_worker_credential_serves_as_an_agent_and_nothing_else_does(team: Team
     credential are refused in one line, exit 3, before anything starts."""
     serve = ("worker", "serve", "--temporal", team.url, "--cpu", "1", "--memory", "1g", "--task-user", "",
              "--attribute", "taint:enrolled=true", "--attribute", "pool=enrolled")  # fmt: skip
-    for who, words in (("ana", "ana (user) may not serve as an agent"), (None, "needs a worker credential")):
-        refused = team.cli(who, *serve, "--worker-id", "intruder")
+    refusals = (("ana", "ana (user) may not serve as an agent"), (None, "needs a worker credential"))
+    *refused_all, made = concurrently(
+        *(functools.partial(team.cli, who, *serve, "--worker-id", "intruder") for who, _ in refusals),
+        functools.partial(team.cli, "admin", "auth", "add-user", "host-pool", "--worker"),
+    )
+    for (_, words), refused in zip(refusals, refused_all, strict=True):
         assert 3 == refused.returncode, refused.stderr
         assert [True] == [words in line for line in refused.stderr.splitlines()], refused.stderr
     assert "intruder" not in {w.worker_id for w in team.clients["admin"].list_workers()}
-    made = team.cli("admin", "auth", "add-user", "host-pool", "--worker")
     env = {**team.env(None), "IRIS_TOKEN": made.stdout.strip()}
     log = (tmp_path / "agent.log").open("w")
     agent = subprocess.Popen([sys.executable, "-m", "iris", *serve, "--worker-id", "enrolled"], env=env,
@@ -287,12 +305,18 @@ def test_every_user_reads_the_queue_the_teams_and_the_autoscaler(team: Team) -> 
     autoscaler status beside them answer a user in team mode, through the client and the CLI."""
     waiting = team.clients["bob"].submit_command(["true"], name="never-fits", resources=ResourceSpec(cpu=64))
     try:
-        wait_until(lambda: waiting.job_id in [r.job_id for r in team.clients["ana"].queue()], timeout=60,
-                   what="the unplaceable job in the queue")  # fmt: skip
+
+        def queued() -> subprocess.CompletedProcess[str]:
+            wait_until(lambda: waiting.job_id in [r.job_id for r in team.clients["ana"].queue()], timeout=60,
+                       what="the unplaceable job in the queue")  # fmt: skip
+            return team.cli("ana", "queue")
+
+        # While work waits the scheduler publishes its queue at most every 5 s: the other reads go meanwhile.
+        reads = ((("queue",), waiting.job_id), (("team", "list"), "vision"),
+                 (("autoscaler", "status"), "no scale groups"))  # fmt: skip
+        results = concurrently(queued, *(functools.partial(team.cli, "ana", *args) for args, _ in reads[1:]))
         assert "vision" in [t.team for t in team.clients["bob"].list_teams()]
-        for args, shown in ((("queue",), waiting.job_id), (("team", "list"), "vision"),
-                            (("autoscaler", "status"), "no scale groups")):  # fmt: skip
-            result = team.cli("ana", *args)
+        for (args, shown), result in zip(reads, results, strict=True):
             assert 0 == result.returncode and shown in result.stdout, (args, result.stdout, result.stderr)
     finally:
         team.clients["bob"].terminate(waiting.job_id)
@@ -309,15 +333,15 @@ def test_schedules_are_their_creators(team: Team) -> None:
         with pytest.raises(PermissionDeniedError, match=r"bob \(user\) may not pause, unpause, trigger or delete "
                                                         r"schedule ana-nightly: it belongs to ana"):  # fmt: skip
             bob.schedule("ana-nightly").pause()
-        refused = team.cli("bob", "schedule", "delete", "ana-nightly")
+        refused, listed = concurrently(functools.partial(team.cli, "bob", "schedule", "delete", "ana-nightly"),
+                                       functools.partial(team.cli, "bob", "schedule", "list"))  # fmt: skip
         assert 3 == refused.returncode and "it belongs to ana" in refused.stderr, refused.stderr
+        assert 0 == listed.returncode and "ana-nightly" in listed.stdout, listed.stderr
         sched.trigger()
         wait_until(lambda: sched.jobs(), timeout=60, what="the triggered job")
         job = sched.jobs()[0]
         assert "ana" == job.wait(timeout=120).user
         assert [36] == job.results()
-        listed = team.cli("bob", "schedule", "list")
-        assert 0 == listed.returncode and "ana-nightly" in listed.stdout, listed.stderr
         with (
             IrisClient.connect(team.url, token=team.tokens["ana"], user="bob") as posing,
             pytest.raises(PermissionDeniedError, match="ana may not create_schedule as bob"),
@@ -340,10 +364,11 @@ def test_results_and_logs_are_the_owners_and_admins(team: Team) -> None:
         bob.job(job.job_id).results()
     with pytest.raises(PermissionDeniedError, match="it belongs to ana"):
         bob.fetch_task_logs(job.job_id, 0)
-    refused = team.cli("bob", "job", "logs", job.job_id)
+    refused, read = concurrently(*(functools.partial(team.cli, who, "job", "logs", job.job_id)
+                                   for who in ("bob", "admin")))  # fmt: skip
     assert (3, "") == (refused.returncode, refused.stdout)
     assert 1 == len(refused.stderr.strip().splitlines()) and "belongs to ana" in refused.stderr
-    assert "hello from ana" in team.cli("admin", "job", "logs", job.job_id).stdout
+    assert "hello from ana" in read.stdout
     assert "hello from ana" in team.http("GET", f"/jobs/{job.job_id}", "ana")[1]  # the dashboard's log tail
     page = team.http("GET", f"/jobs/{job.job_id}", "bob")[1]
     assert "hello from ana" not in page and "for its owner and admins" in page
@@ -379,31 +404,35 @@ def test_a_bug_report_is_the_owners_and_admins_and_shows_no_control_plane_addres
     for another user (its log tails are the job's output), and it names no address behind Iris's checks."""
     job = team.clients["ana"].submit_command(["sh", "-c", "echo report-me; exit 3"], name="broken", resources=SMALL)
     assert JobState.FAILED == job.wait(timeout=120, raise_on_failure=False).state
-    for who in ("ana", "admin"):
-        made = team.cli(who, "job", "bug-report", job.job_id, "--output", "-")
+    report = ("job", "bug-report", job.job_id, "--output", "-")
+    *made_all, refused = concurrently(*(functools.partial(team.cli, who, *report) for who in ("ana", "admin", "bob")))
+    for made in made_all:  # ana's and the admin's
         assert 0 == made.returncode, made.stderr
         assert f"# Iris bug report: job `{job.job_id}`" in made.stdout and "report-me" in made.stdout
         assert "the cluster's own (team mode)" in made.stdout
-    refused = team.cli("bob", "job", "bug-report", job.job_id, "--output", "-")
     assert 3 == refused.returncode and "belongs to ana" in refused.stderr, refused.stderr
 
 
 def test_kill_is_the_owners_and_admins(team: Team) -> None:
     """Another user cannot kill (client, CLI, dashboard); the owner and an admin can (client, CLI, dashboard)."""
-    jobs = [sleeper(team) for _ in range(3)]
+    jobs = concurrently(*[functools.partial(sleeper, team)] * 3)
     with pytest.raises(PermissionDeniedError, match="bob \\(user\\) may not kill job"):
         team.clients["bob"].terminate(jobs[0].job_id)
-    assert 3 == team.cli("bob", "job", "kill", jobs[0].job_id).returncode
     info = team.local.status()
     assert info is not None  # a token with the cluster's own Temporal address still goes through the checks
-    assert 3 == team.cli("bob", "job", "kill", jobs[0].job_id, "--temporal", info.address).returncode
+    refused, refused_with_temporal, killed = concurrently(
+        functools.partial(team.cli, "bob", "job", "kill", jobs[0].job_id),
+        functools.partial(team.cli, "bob", "job", "kill", jobs[0].job_id, "--temporal", info.address),
+        functools.partial(team.cli, "admin", "job", "kill", jobs[1].job_id),
+    )
+    assert (3, 3) == (refused.returncode, refused_with_temporal.returncode)
     assert 403 == team.http("POST", f"/kill/{jobs[0].job_id}", "bob")[0]
     assert "Kill this job" not in team.http("GET", f"/jobs/{jobs[0].job_id}", "bob")[1]
     for who in ("ana", "admin"):
         assert "Kill this job" in team.http("GET", f"/jobs/{jobs[0].job_id}", who)[1]
     assert JobState.RUNNING == jobs[0].status().state
     assert team.clients["ana"].terminate(jobs[0].job_id)
-    assert 0 == team.cli("admin", "job", "kill", jobs[1].job_id).returncode
+    assert 0 == killed.returncode
     assert 303 == team.http("POST", f"/kill/{jobs[2].job_id}", "ana")[0]
     for job in jobs:
         assert JobState.KILLED == job.wait(timeout=60, raise_on_failure=False).state
@@ -415,14 +444,17 @@ def test_exec_is_the_owners_and_admins(team: Team) -> None:
     """`iris task exec` runs for the owner and an admin; another user is refused with exit 3."""
     job = sleeper(team)
     try:
-        for who in ("ana", "admin"):
-            done = team.cli(who, "task", "exec", job.job_id, "--", "echo", f"hi-{who}")
+        *done_all, refused, profile_refused = concurrently(
+            *(functools.partial(team.cli, who, "task", "exec", job.job_id, "--", "echo", f"hi-{who}")
+              for who in ("ana", "admin")),
+            functools.partial(team.cli, "bob", "task", "exec", job.job_id, "--", "echo", "hi"),
+            functools.partial(team.cli, "bob", "task", "profile", job.job_id, "--duration", "2"),
+        )  # fmt: skip
+        for who, done in zip(("ana", "admin"), done_all, strict=True):
             assert (0, f"hi-{who}\n") == (done.returncode, done.stdout), done.stderr
-        refused = team.cli("bob", "task", "exec", job.job_id, "--", "echo", "hi")
         assert 3 == refused.returncode and "belongs to ana" in refused.stderr
-        refused = team.cli("bob", "task", "profile", job.job_id, "--duration", "2")
-        assert (3, 1) == (refused.returncode, len(refused.stderr.splitlines())), refused.stderr
-        assert "belongs to ana" in refused.stderr
+        assert (3, 1) == (profile_refused.returncode, len(profile_refused.stderr.splitlines())), profile_refused.stderr
+        assert "belongs to ana" in profile_refused.stderr
         audit = [line for line in team.cli("admin", "auth", "audit", "--since", "5m").stdout.splitlines()
                  if job.job_id in line and "refused" in line]  # fmt: skip
         assert any(" profile " in f" {line} " for line in audit), audit  # it was audited as an exec
@@ -433,30 +465,42 @@ def test_exec_is_the_owners_and_admins(team: Team) -> None:
 
 def test_operator_actions_are_admins_only(team: Team) -> None:
     """Credits and cordon: a user is refused (client and CLI, exit 3), an admin succeeds."""
+    worker = team.clients["ana"].list_workers()[0].worker_id
     with pytest.raises(PermissionDeniedError, match="may not set credits"):
         team.clients["ana"].set_credits("ana", 1_000_000)
-    assert 3 == team.cli("ana", "user", "credits", "ana", "1000000").returncode
-    # A balance set while ana still runs a task would be charged for it when it ends: none runs now.
-    wait_until(lambda: all(u.running_tasks == 0 for u in team.clients["admin"].list_users() if u.user == "ana"),
-               timeout=60, what="ana's tasks released")  # fmt: skip
-    team.clients["admin"].set_credits("ana", 123)
-    assert 0 == team.cli("admin", "user", "credits", "bob", "77").returncode
-    wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
-               what="ana's credits set by the admin")  # fmt: skip
-    worker = team.clients["ana"].list_workers()[0].worker_id
     with pytest.raises(PermissionDeniedError, match="admins only"):
         team.clients["ana"].cordon_worker(worker)
-    assert 3 == team.cli("ana", "worker", "cordon", worker).returncode
+
+    def admin_sets_credits() -> subprocess.CompletedProcess[str]:
+        # A balance set while ana still runs a task would be charged for it when it ends: none runs now.
+        wait_until(lambda: all(u.running_tasks == 0 for u in team.clients["admin"].list_users() if u.user == "ana"),
+                   timeout=60, what="ana's tasks released")  # fmt: skip
+        team.clients["admin"].set_credits("ana", 123)
+        return team.cli("admin", "user", "credits", "bob", "77")
+
+    # The CLI's refusals (the last two for the audit log below) and the admin's credits, at once.
+    credits_refused, cordon_refused, revoke_refused, agent_refused, credits_set = concurrently(
+        functools.partial(team.cli, "ana", "user", "credits", "ana", "1000000"),
+        functools.partial(team.cli, "ana", "worker", "cordon", worker),
+        functools.partial(team.cli, "ana", "auth", "revoke", "bob"),
+        functools.partial(team.cli, "agent", "job", "list"),
+        admin_sets_credits,
+    )
+    assert (3, 3) == (credits_refused.returncode, cordon_refused.returncode)
+    assert 0 == credits_set.returncode
+    wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
+               what="ana's credits set by the admin")  # fmt: skip
     team.clients["admin"].cordon_worker(worker)
     wait_until(lambda: [w.cordoned for w in team.clients["ana"].list_workers() if w.worker_id == worker] == [True],
                timeout=30, what="the cordon seen")  # fmt: skip
-    row = next(line for line in team.cli("ana", "worker", "list").stdout.splitlines() if worker in line)
-    assert row.split("│")[3].strip() == "yes", row  # the CORDONED column
+    listed, audited = concurrently(functools.partial(team.cli, "ana", "worker", "list"),
+                                   functools.partial(team.cli, "admin", "auth", "audit", "--since", "5m"))  # fmt: skip
     team.clients["admin"].cordon_worker(worker, cordoned=False)
+    row = next(line for line in listed.stdout.splitlines() if worker in line)
+    assert row.split("│")[3].strip() == "yes", row  # the CORDONED column
     # Every refusal is in the audit log, whichever route refused it.
-    assert 3 == team.cli("ana", "auth", "revoke", "bob").returncode
-    assert 3 == team.cli("agent", "job", "list").returncode
-    audit = team.cli("admin", "auth", "audit", "--since", "5m").stdout
+    assert (3, 3) == (revoke_refused.returncode, agent_refused.returncode)
+    audit = audited.stdout
     assert "revoke (refused)" in audit and "read (refused)" in audit, audit
     refused = next(line for line in audit.splitlines() if "revoke (refused)" in line)
     assert "ana" in refused and "bob" in refused, refused  # who tried, and on whom
@@ -489,13 +533,18 @@ def test_credentials(team: Team) -> None:
         pytest.raises(PermissionDeniedError, match="worker credential"),
     ):
         agent.submit(lambda: 1, resources=SMALL)
-    assert "ana user\n" == team.cli("ana", "auth", "whoami").stdout
-    assert 3 == team.cli(None, "job", "list").returncode
-    missing = subprocess.run([sys.executable, "-m", "iris", "auth", "whoami"], capture_output=True, text=True,
-                             env={**team.env(None), "IRIS_TOKEN_FILE": "/nonexistent/token"}, timeout=60)  # fmt: skip
+    whoami, anonymous, missing, promoted = concurrently(
+        functools.partial(team.cli, "ana", "auth", "whoami"),
+        functools.partial(team.cli, None, "job", "list"),
+        lambda: subprocess.run([sys.executable, "-m", "iris", "auth", "whoami"], capture_output=True, text=True,
+                               env={**team.env(None), "IRIS_TOKEN_FILE": "/nonexistent/token"}, timeout=60),
+        functools.partial(team.cli, "ana", "auth", "add-user", "mallory", "--admin"),
+    )  # fmt: skip
+    assert "ana user\n" == whoami.stdout
+    assert 3 == anonymous.returncode
     assert (3, 1) == (missing.returncode, len(missing.stderr.splitlines())), missing.stderr
     assert "IRIS_TOKEN_FILE: cannot read /nonexistent/token" in missing.stderr
-    assert 3 == team.cli("ana", "auth", "add-user", "mallory", "--admin").returncode
+    assert 3 == promoted.returncode
 
 
 def test_dashboard_needs_a_credential(team: Team) -> None:
