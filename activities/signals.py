@@ -19,11 +19,11 @@ the scheduling of everything else; the scheduler waits for the late ones in the
 background, with more patience.
 
 Enqueues to the scheduler are coalesced per process: while one is on its way,
-the next ones wait and leave together as one `enqueue_batch` signal (in a storm,
-an update: activities/coalescer.py). Idle, an enqueue goes at once; in a storm,
-the singleton takes a few batches a second instead of one per job (one signal per
-job at 300 jobs/s kept its workflow tasks force-closed, >100 signals buffered
-during each, until a run passed the server's 10,000-signal limit).
+the next ones wait and leave together as one `enqueue_batch` signal. Idle, an
+enqueue goes at once; in a storm, the singleton takes a few signals a second
+instead of one per job (one signal per job at 300 jobs/s kept its workflow tasks
+force-closed, >100 signals buffered during each, until a run passed the server's
+10,000-signal limit).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def coalescer(client: Client, workflow_id: str) -> SignalCoalescer:
     found = by_workflow.get(workflow_id)
     if found is None:
         found = by_workflow[workflow_id] = SignalCoalescer(client, workflow_id, ENQUEUE_BATCH, MAX_ENQUEUE_BATCH,
-                                                           pack=EnqueueBatch.of, update=ENQUEUE_BATCH)
+                                                           pack=EnqueueBatch.of)
     return found
 
 

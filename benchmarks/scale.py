@@ -164,14 +164,12 @@ def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
 def _task_label(events: list[Any], index: int) -> str:
     """What a completed workflow task did, from the commands recorded right after it."""
     did = []
-    updates = 0  # taken in this task: their acceptance is recorded with its commands
     for event in events[index + 1 :]:
         if event.event_type in (
             EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
             EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
         ):
             break
-        updates += event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             did.append(event.activity_task_scheduled_event_attributes.activity_type.name)
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
@@ -188,8 +186,7 @@ def _task_label(events: list[Any], index: int) -> str:
             break
         signals += event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
     first = "the run's first (loads the carried state); " if events[index].event_id <= 4 else ""
-    taken = f"{signals} signals, {updates} updates in" if updates else f"{signals} signals in"
-    return f"{first}{taken}; then {', '.join(did) or 'nothing'}"
+    return f"{first}{signals} signals in; then {', '.join(did) or 'nothing'}"
 
 
 def host_metadata(index: int, session: str) -> pb.WorkerMetadata:

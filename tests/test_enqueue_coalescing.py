@@ -1,4 +1,4 @@
-"""Jobs' enqueues leave a controller in batches (signals, a storm's as updates), and the scheduler queues them all.
+"""Jobs' enqueues leave a controller as batch signals, and the scheduler queues every one of them.
 
 One signal per job at a few hundred jobs a second kept the singleton's workflow
 tasks force-closed (more than 100 signals buffered during each) until a run passed
@@ -27,7 +27,7 @@ from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 JOBS = 400
 
 
-async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_batches() -> None:
+async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_signals() -> None:
     activities = [find_assignments_activity, rebuild_scheduler]
     async with workflows_on_dev_server("coalescing", [SchedulerWorkflow], activities) as (client, queue):
         handle = await client.start_workflow(SchedulerWorkflow.run, None, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
@@ -45,19 +45,13 @@ async def test_a_storm_of_job_enqueues_reaches_the_scheduler_whole_in_a_few_batc
                 break
             await asyncio.sleep(0.1)
         assert 2 * JOBS == summary.pending_tasks
-        # A storm's batches go as updates (activities/coalescer.py); a batch below a storm's size as a signal.
-        batches = []
-        async for e in handle.fetch_history_events():
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-                sent = e.workflow_execution_signaled_event_attributes
-                batches.append((sent.signal_name, sent.input.payloads[0].data))
-            elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-                request = e.workflow_execution_update_accepted_event_attributes.accepted_request.input
-                batches.append((request.name, request.args.payloads[0].data))
-        assert len(batches) < JOBS / 4, f"{len(batches)} batches for {JOBS} jobs"
-        assert {"enqueue_batch"} == {name for name, _ in batches}
-        for _, data in batches:  # 400 jobs alike: each batch carries their spec once
-            batch = json.loads(data)
+        signals = [e async for e in handle.fetch_history_events()
+                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]  # fmt: skip
+        assert len(signals) < JOBS / 4, f"{len(signals)} signals for {JOBS} jobs"
+        assert {"enqueue_batch"} == {e.workflow_execution_signaled_event_attributes.signal_name
+                                     for e in signals}  # fmt: skip
+        for event in signals:  # 400 jobs alike: each batch carries their spec once
+            batch = json.loads(event.workflow_execution_signaled_event_attributes.input.payloads[0].data)
             assert 1 == len(batch["specs"]), batch["specs"]
         await handle.terminate("test done")
 

@@ -3,10 +3,10 @@
 Two workers serve it on one queue: one keeps no workflow in its cache (`max_cached_workflows=0`: every task
 and every query replays the history), the other caches and is restarted now and then, as a controller is,
 so its successor starts cold and takes tasks and queries for a run it does not hold. Meanwhile the test
-sends registrations, losses, cordons, enqueues (a third as updates, as a storm sends them) and releases, and
-asks every query the scheduler answers, at random moments from a seeded generator. At the end the whole
-history must replay with the current code, no workflow task may have failed, and no query may have changed
-the workflow's state (iris/controller/query_guard.py, on both workers).
+sends registrations, losses, cordons, enqueues and releases and asks every query the scheduler answers, at
+random moments from a seeded generator. At the end the whole history must
+replay with the current code, no workflow task may have failed, and no query may have changed the
+workflow's state (iris/controller/query_guard.py, on both workers).
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.coalescer import SignalCoalescer
 from activities.contracts import (
     AUTOSCALE_SNAPSHOT_QUERY,
     DASHBOARD_QUEUE_QUERY,
     DASHBOARD_WORKER_QUERY,
     DASHBOARD_WORKERS_QUERY,
-    ENQUEUE_BATCH,
     HEALTHY_WORKER_QUERY,
     PENDING_REASON,
     RECENT_ACTIONS_QUERY,
@@ -43,11 +41,10 @@ from activities.contracts import (
     Release,
 )
 from activities.contracts.announcing import AssignmentBatch
-from activities.contracts.queueing import EnqueueBatch
 from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
-from activities.signals import MAX_ENQUEUE_BATCH, deliver_assignments, deliver_signals
+from activities.signals import deliver_assignments, deliver_signals
 from iris.controller.control_plane import controller_replayer, controller_runner
 from iris.controller.query_guard import QueryGuard
 from iris.deploy.worker_versioning import deployment_config, promote
@@ -97,11 +94,8 @@ async def _worker(env: WorkflowEnvironment, queue: str, executor: concurrent.fut
 class Driver:
     """What one seed sends, and the queries' failures other than "not answered now"."""
 
-    def __init__(self, client: Client, handle: WorkflowHandle[Any, Any], rng: random.Random) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, Any], rng: random.Random) -> None:
         self.handle, self.rng = handle, rng
-        # A storm's coalescer: every batch an update (one not taken in 3 s, a controller restarting, goes as a signal).
-        self.storm = SignalCoalescer(client, handle.id, ENQUEUE_BATCH, MAX_ENQUEUE_BATCH, pack=EnqueueBatch.of,
-                                     update=ENQUEUE_BATCH, update_from=1)  # fmt: skip
         self.sessions: dict[str, str] = {}  # worker id -> its agent's session
         self.jobs: list[str] = []
         self.query_failures: list[str] = []
@@ -125,8 +119,7 @@ class Driver:
         elif action == "enqueue":
             job_id = f"job-{i}"
             self.jobs.append(job_id)
-            enqueue = Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0})
-            await (self.storm.send(enqueue) if rng.random() < 1 / 3 else h.signal("enqueue", enqueue))
+            await h.signal("enqueue", Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0}))
         elif action == "release" and self.jobs:
             await h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
 
@@ -165,7 +158,7 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
             await promote(client, TEST_BUILD)
             handle = await client.start_workflow(SchedulerWorkflow.run, id=queue, task_queue=queue,
                                                 task_timeout=TASK_TIMEOUT)
-            driver = Driver(client, handle, rng)
+            driver = Driver(handle, rng)
             for i in range(STEPS):
                 sends = [driver.step(i) for _ in range(rng.randint(1, 3))]
                 if rng.random() < 0.3:

@@ -155,7 +155,7 @@ UNVERSIONED_BUILD_ID = "iris-unversioned"
 does not digest every loaded module's code at each start to make one up."""
 
 ENQUEUE = "enqueue"  # one job's (or one retried task's) tasks to place
-ENQUEUE_BATCH = "enqueue_batch"  # a list of enqueues, coalesced by deliver_signals: a signal, in a storm an update
+ENQUEUE_BATCH = "enqueue_batch"  # a list of enqueues, coalesced by deliver_signals
 CLAIM = "claim"  # a task holds a place a scheduler that started empty does not know of
 RELEASE = "release"  # an attempt ended: its place is free
 RELEASE_BATCH = "release_batch"  # a list of Release, coalesced by an agent whose tasks ended
@@ -169,9 +169,6 @@ RELEASE_RESERVATION = "release_reservation"  # the reserving job ended (its job 
 CONFIGURE_SHARING = "configure_sharing"  # the cluster's sharing settings (a SharingSettings), from the controller
 SET_CREDITS = "set_credits"  # an operator sets a user's balance (a SetCredits)
 HEADROOM = "headroom"  # what each scale group can still bring, from the autoscaler when it changes
-RUN_HANDED_OVER = "RunHandedOver"
-"""The type of the error with which a run that continued as new refuses an update delivered to its last workflow task
-(after its state was packed): the sender sends it again, and the next run takes it (activities/coalescer.py)."""
 SCHEDULER_NOT_WHOLE = "iris: the scheduler's state is not whole"
 """The start of a query's refusal by a scheduler run that is loading the state its previous run carried over, or
 that handed it to the next: a partial answer would list part of the fleet as if it were all of it. Iris clients

@@ -27,7 +27,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
-from temporalio.exceptions import ApplicationError
 
 # The parts hold workflow code: sandboxed, as this module.
 from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
@@ -60,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
         RELEASE_RESERVATION,
         REMOVE_WORKERS,
         RESERVE,
-        RUN_HANDED_OVER,
         SET_CREDITS,
         SUMMARY_QUERY,
         WAKE_AUTOSCALER,
@@ -68,7 +66,6 @@ with workflow.unsafe.imports_passed_through():
         WORKERS_QUERY,
         Delivery,
         Release,
-        UnreadablePayload,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
@@ -292,22 +289,6 @@ class SchedulerWorkflow:
     @workflow.signal(name=ENQUEUE_BATCH)
     def enqueue_batch(self, raw: RawValue) -> None:
         self.queue.enqueue_batch(raw)
-
-    @workflow.update(name=ENQUEUE_BATCH)
-    def enqueue_batch_update(self, raw: RawValue) -> None:
-        """The same batch, sent as an update in a storm: a close is not refused for an update that comes in
-        meanwhile (activities/coalescer.py). Unreadable, it fails back to its sender rather than this task."""
-        try:
-            self.queue.enqueue_batch(raw)
-        except UnreadablePayload as err:
-            raise ApplicationError(str(err), type="UnreadablePayload", non_retryable=True) from err
-
-    @enqueue_batch_update.validator
-    def _not_handed_over(self, raw: RawValue) -> None:
-        """Delivered to the task that continued as new, after the state was packed: refused, and sent again to
-        the next run. Validators do not run on replay: the refusal is not in history, the acceptance is."""
-        if self.core.phase is SchedulerPhase.HANDED_OVER:
-            raise ApplicationError("this scheduler run handed its state to the next; send again", type=RUN_HANDED_OVER)
 
     @workflow.signal(name=CLAIM)
     def claim(self, claim: Claim) -> None:
