@@ -212,6 +212,15 @@ def test_the_state_is_packed_before_it_is_let_go() -> None:
         phase.transition(SchedulerPhase.SERVING, SchedulerEvent.LET_GO)
 
 
+def test_a_stale_pack_is_packed_again_and_only_while_closing() -> None:
+    """Signals that came in after the pack (the close waits a task for them) are in the next pack, never dropped."""
+    again = phase.transition(SchedulerPhase.CLOSING, SchedulerEvent.STALE)
+    assert (SchedulerPhase.CLOSING, (SchedulerEffect.PACK,)) == (again.next, again.effects)
+    for current in set(SchedulerPhase) - {SchedulerPhase.CLOSING}:
+        with pytest.raises(InvalidTransition):
+            phase.transition(current, SchedulerEvent.STALE)
+
+
 # -- the autoscaler's pace (workflows/fleet/autoscaler_pace.py)
 
 

@@ -29,7 +29,8 @@ from activities.signals import deliver_assignments, deliver_signals
 from iris.controller.control_plane import controller_replayer
 from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
-from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from workflows.scheduler.scheduler_reservations import RESERVATION_CHECK_SECONDS
+from workflows.scheduler.scheduler_workflow import CLOSE_SPLIT_AT, SchedulerWorkflow
 
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
 # Seconds a reply or reason delivery takes: longer than `_load` sends for (~2.5 s), so the whole burst lands while
@@ -97,7 +98,6 @@ async def test_signal_bursts_during_passes_replay_deterministically() -> None:
     assert result.replay_failure is None
 
 
-
 def _signals_while_delivering(events: Sequence[HistoryEvent]) -> int:
     """How many signals reached the run while one of its reply or reason deliveries was out."""
     out: set[int] = set()
@@ -157,6 +157,38 @@ async def test_a_run_continues_as_new_after_its_signal_budget() -> None:
                 summary = await closed.query("summary", result_type=pb.ClusterSummary)  # the counts handed over
                 assert summary.total_workers == summary.healthy_workers > 0, wf.run_id
         await handle.terminate("test done")
+
+
+async def test_signals_that_come_while_a_run_closes_are_in_the_next_run() -> None:
+    """Registrations sent without a pause until the first run has closed at its budget: every host is in the run
+    after. The run, its state large, packed it in one task and let it go after a timer, so what came in meanwhile
+    was applied and packed again (`STALE`) rather than lost, and the server could refuse a close only for what came
+    in during a task that packs nothing. The closed run replays (the close's timer and its rounds are in history)."""
+    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
+    async with workflows_on_dev_server("sched-close", [SchedulerWorkflow], activities) as (client, queue):
+        # The close's timer 0.5 s, not 1 ms, so signals certainly come in while it runs.
+        args = [None, BUDGET, RESERVATION_CHECK_SECONDS, 0.5]
+        started = await client.start_workflow(SchedulerWorkflow.run, args=args, id=queue, task_queue=queue)
+        first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
+        handle = client.get_workflow_handle(queue)
+        # A queue large enough that the pack gets a task of its own (a small state packs and closes in one).
+        await handle.signal("enqueue", Enqueue("big", SPEC_NEVER, dict.fromkeys(range(CLOSE_SPLIT_AT), 0)))
+        hosts = 0
+        while (await first.describe()).status == WorkflowExecutionStatus.RUNNING:
+            for _ in range(10):
+                await handle.signal("register_workers", _batch(hosts, 1, 0))
+                hosts += 1
+        for _ in range(100):  # the run after the close (no signal comes any more: a host missing now is lost)
+            if await _healthy(client, queue) == hosts:
+                break
+            await asyncio.sleep(0.1)
+        assert hosts == await _healthy(client, queue)
+        history = await first.fetch_history()
+        await handle.terminate("test done")
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == kinds[-1]
+    assert kinds.count(EventType.EVENT_TYPE_TIMER_FIRED) >= 2, "packed, signals came, packed again, ..."
+    await controller_replayer().replay_workflow(history)
 
 
 SLOW_PASS = 5.0

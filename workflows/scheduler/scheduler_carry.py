@@ -59,6 +59,11 @@ def counts(state: SchedulerState) -> list[int]:
     return [healthy, len(workers), sum(map(len, map(_ATTEMPTS, state.pending.values()))), len(state.placements)]
 
 
+def carried_items(state: SchedulerState) -> int:
+    """Workers, pending and running tasks: what a pack's time grows with."""
+    return len(state.workers) + sum(map(len, map(_ATTEMPTS, state.pending.values()))) + len(state.placements)
+
+
 def _queue(state: SchedulerState) -> pb.QueueRows:
     """The queue as columns; a spec shared by several jobs (by identity, or equal as written) is written once."""
     out = pb.QueueRows()

@@ -1,7 +1,7 @@
 """A scheduler run's phases, as one transition table (pure: no Temporal, no I/O).
 
     STARTING ──carried──▶ SERVING ──run_should_end──▶ CLOSING ──let_go──▶ HANDED_OVER
-        │                  ▲                            ▲
+        │                  ▲                            ▲  ⟲ stale
         └──empty──▶ REBUILDING (rebuilt)                │
                          └──────────run_should_end──────┘
 
@@ -11,7 +11,9 @@ What each phase allows:
 - REBUILDING: a run that started with no state asks the live workers and tasks to report
   (activities.recovery) and makes no pass until they have, or REBUILD_GRACE passed.
 - SERVING: passes, signals as they come.
-- CLOSING: the run continues as new: no pass; the signals still held are applied, then the state is packed.
+- CLOSING: the run continues as new: no pass; the signals still held are applied, then the state is packed, and
+  the run lets it go in the next workflow task, a short one (the server refuses a close when anything came in
+  during the task that closes). What came in between (`stale`) is applied and the state packed again.
 - HANDED_OVER: the state is packed and let go; a query that still reaches the run answers the counts handed
   over, or is refused (an Iris client asks again, and reaches the next run).
 
@@ -40,6 +42,7 @@ class SchedulerEvent(StrEnum):
     EMPTY = "empty"  # handed nothing: a terminated scheduler came back, or the first run
     REBUILT = "rebuilt"  # the fleet has reported (or the grace passed, or it could not be asked)
     RUN_SHOULD_END = "run_should_end"  # long history, signal budget spent, or another build current
+    STALE = "stale"  # signals came in after the pack: it no longer holds them
     LET_GO = "let_go"  # packed: the state goes to the next run
 
 
@@ -56,6 +59,7 @@ TRANSITIONS: dict[tuple[SchedulerPhase, SchedulerEvent], Step[SchedulerPhase, Sc
     (_P.REBUILDING, _E.REBUILT): Step(_P.SERVING),
     (_P.REBUILDING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),  # reports still due go to the next run
     (_P.SERVING, _E.RUN_SHOULD_END): Step(_P.CLOSING, (_X.PACK,)),
+    (_P.CLOSING, _E.STALE): Step(_P.CLOSING, (_X.PACK,)),
     (_P.CLOSING, _E.LET_GO): Step(_P.HANDED_OVER, (_X.CONTINUE_AS_NEW,)),
 }
 """Every legal move."""

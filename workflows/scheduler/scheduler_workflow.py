@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import zlib
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
@@ -71,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
     from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_actions import ActionRow
-    from workflows.scheduler.scheduler_carry import counts, pack
+    from workflows.scheduler.scheduler_carry import carried_items, counts, pack
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler.scheduler_dashboard import queue_page, worker_status, workers_page
     from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
@@ -87,6 +87,12 @@ PASS_INTERVAL = timedelta(seconds=1)
 SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives while a run closes
 # The next run starts on the build that is current then (the run itself is pinned to its own build).
 UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+# A closing run with a large state packs, then lets the state go in the next workflow task, after this timer
+# (`_close`); at most this many packs when signals keep coming, the last closing in its own task. From this many
+# carried workers and tasks (a pack of ~10 ms; 330,000 take ~200 ms).
+CLOSE_SECONDS = 0.001
+CLOSE_ROUNDS = 3
+CLOSE_SPLIT_AT = 20_000
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
@@ -98,13 +104,14 @@ class SchedulerWorkflow:
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state (loaded whole, in
         # SchedulerCore).
-        # The budget and the check are arguments, so a test can make them small (the sandbox re-imports us).
+        # The budget, the check and the close's timer are arguments, so a test can set them (the sandbox re-imports us).
         self.core = SchedulerCore(packed, signal_budget)
+        self.close_seconds = close_seconds
         self.sharing = Sharing(self.core)
         self.reserving = Reserving(self.core, reservation_check_seconds)
         self.registry = Registry(self.core, self.sharing, self.reserving)
@@ -122,7 +129,7 @@ class SchedulerWorkflow:
     @workflow.run
     async def run(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
     ) -> None:  # fmt: skip
         core = self.core
         if core.phase is SchedulerPhase.REBUILDING:
@@ -154,28 +161,53 @@ class SchedulerWorkflow:
             core.state.books.expire(workflow.now().timestamp(), core.state.pending)
             self.sharing.publish_users()
             if core.run_should_end():
-                core.move(SchedulerEvent.RUN_SHOULD_END)
-                await workflow.wait_condition(
-                    lambda: workflow.all_handlers_finished()
-                    and self.deliveries.late == 0  # their places are given back by this run
-                )
-                core.apply_held()
-                # One round: while 10,000 agents register, every round brings new registrations,
-                # and waiting for the last one let a run pass the server's signal limit. An
-                # agent without its answer registers again (idempotent) and the next run answers.
-                if core.replies:
-                    await self.deliveries.send_replies()
-                if core.replies:
-                    workflow.logger.info("%d registrations answered by the next run", len(core.replies))
-                core.apply_held()  # what came in meanwhile and waits: this run applies it
-                # Packed in this task, after the last held signal: its messages serialized (scheduler_carry).
-                self.registry.purge_lost(force=True)
-                packed = command_input(lambda: pack(core.state), b"")  # replayed: the next run has it
-                core.let_go(counts(core.state))
-                workflow.continue_as_new(
-                    args=[packed, core.signal_budget, self.reserving.check_seconds],
-                    initial_versioning_behavior=UPGRADE_ON_CONTINUE,
-                )
+                await self._close()
+
+    async def _close(self) -> NoReturn:
+        """Continue as new with the state packed; a large state in a workflow task of its own after the pack's.
+
+        The server refuses to close a run when anything came in during the task that closes it, and the SDK then
+        replays the whole run inside the task it redoes (1-2.5 s at 30,000 workers). The pack takes up to ~200 ms
+        at that size, so from CLOSE_SPLIT_AT carried workers and tasks it ends its task with a short timer and the
+        close follows in the next task, which does nothing else; what came in meanwhile makes the pack stale:
+        applied, and packed again (`STALE`), for up to CLOSE_ROUNDS packs, the last closing in the task that packed
+        it. A small state packs in milliseconds and closes in the same task (more rounds would only let a storm of
+        signals into the closing run for longer).
+        """
+        core = self.core
+        core.move(SchedulerEvent.RUN_SHOULD_END)
+        await self._settled()
+        core.apply_held()
+        # One round: while 10,000 agents register, every round brings new registrations,
+        # and waiting for the last one let a run pass the server's signal limit. An
+        # agent without its answer registers again (idempotent) and the next run answers.
+        if core.replies:
+            await self.deliveries.send_replies()
+        if core.replies:
+            workflow.logger.info("%d registrations answered by the next run", len(core.replies))
+        last_round = CLOSE_ROUNDS if carried_items(core.state) >= CLOSE_SPLIT_AT else 1
+        for rounds in range(1, last_round + 1):
+            core.apply_held()  # what came in meanwhile and waits: this run applies it
+            # Packed after the last held signal: its messages serialized (scheduler_carry).
+            self.registry.purge_lost(force=True)
+            packed = command_input(lambda: pack(core.state), b"")  # replayed: the next run has it
+            if rounds == last_round:
+                break
+            received = core.signals_received
+            await workflow.sleep(self.close_seconds)
+            if core.signals_received == received and not core.held:
+                break
+            core.move(SchedulerEvent.STALE)
+            await self._settled()
+        core.let_go(counts(core.state))
+        workflow.continue_as_new(
+            args=[packed, core.signal_budget, self.reserving.check_seconds, self.close_seconds],
+            initial_versioning_behavior=UPGRADE_ON_CONTINUE,
+        )
+
+    async def _settled(self) -> None:
+        """Until no handler runs and no delivery is late (their places are given back by this run)."""
+        await workflow.wait_condition(lambda: workflow.all_handlers_finished() and self.deliveries.late == 0)
 
     def _idle_timer(self) -> timedelta | None:
         """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
