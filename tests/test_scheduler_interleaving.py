@@ -16,6 +16,7 @@ import concurrent.futures
 import os
 import random
 import uuid
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,8 @@ class Driver:
         self.jobs: list[str] = []
         self.query_failures: list[str] = []
 
-    async def step(self, i: int) -> None:
+    def step(self, i: int) -> Awaitable[None]:
+        """Draw one action now and note what it does; the signal that sends it (nothing to send: a no-op)."""
         rng, h = self.rng, self.handle
         action = rng.choice(["register", "register", "lost", "cordon", "enqueue", "enqueue", "release", "register"])
         if action == "register":
@@ -109,22 +111,24 @@ class Driver:
             for host in range(rng.randint(1, 3)):
                 batch.workers.append(_host(agent, host, session))
                 self.sessions[f"a{agent}-h{host}"] = session
-            await h.signal("register_workers", batch)
+            return h.signal("register_workers", batch)
         elif action == "lost" and self.sessions:
             worker_id = rng.choice(sorted(self.sessions))
-            await h.signal("worker_lost", WorkerLost(worker_id, self.sessions[worker_id], "test"))
+            return h.signal("worker_lost", WorkerLost(worker_id, self.sessions[worker_id], "test"))
         elif action == "cordon" and self.sessions:
-            await h.signal("cordon_workers", CordonWorkers([rng.choice(sorted(self.sessions))], rng.random() < 0.7,
-                                                           "test"))  # fmt: skip
+            return h.signal("cordon_workers", CordonWorkers([rng.choice(sorted(self.sessions))], rng.random() < 0.7,
+                                                            "test"))  # fmt: skip
         elif action == "enqueue":
             job_id = f"job-{i}"
             self.jobs.append(job_id)
-            await h.signal("enqueue", Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0}))
+            return h.signal("enqueue", Enqueue(job_id, NEVER if rng.random() < 0.2 else FITS, {0: 0, 1: 0}))
         elif action == "release" and self.jobs:
-            await h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
+            return h.signal("release", Release(rng.choice(self.jobs), rng.randrange(2), 0))
+        return asyncio.sleep(0)
 
-    async def ask(self, kinds: int | None = None) -> None:
-        """One query of every kind the scheduler answers (or of `kinds` of them picked at random), in a random order."""
+    def ask(self, kinds: int | None = None) -> Awaitable[None]:
+        """One query of every kind the scheduler answers (or of `kinds` of them picked at random), in a random order:
+        picked now, asked one after another when awaited (asked at once, they took ~1 s each, not ~0.1 s)."""
         worker = next(iter(sorted(self.sessions)), "none")
         asks: list[tuple[str, list[Any]]] = [
             (HEALTHY_WORKER_QUERY, []), (SUMMARY_QUERY, []), (WORKERS_QUERY, []), (AUTOSCALE_SNAPSHOT_QUERY, []),
@@ -133,7 +137,10 @@ class Driver:
             (PENDING_REASON, [self.jobs[-1] if self.jobs else "none"]),
         ]  # fmt: skip
         self.rng.shuffle(asks)
-        for name, args in asks[:kinds]:
+        return self._asking(asks[:kinds])
+
+    async def _asking(self, asks: list[tuple[str, list[Any]]]) -> None:
+        for name, args in asks:
             try:
                 await self.handle.query(name, *args, rpc_timeout=QUERY_TIMEOUT)
             except WorkflowQueryFailedError as err:
@@ -160,15 +167,18 @@ async def test_random_interleavings_replay_and_queries_change_nothing(seed: int,
                                                 task_timeout=TASK_TIMEOUT)
             driver = Driver(handle, rng)
             for i in range(STEPS):
-                sends = [driver.step(i) for _ in range(rng.randint(1, 3))]
-                if rng.random() < 0.3:
-                    sends.append(driver.ask(KINDS_PER_ASK))
-                await asyncio.gather(*sends)
-                if rng.random() < 0.06:  # a controller restarts: its successor starts with an empty cache
+                # Drawn in the order they always were (the steps' and the ask's inside them): a seed sends what it did.
+                count, asked = rng.randint(1, 3), rng.random() < 0.3
+                sends = [driver.step(i) for _ in range(count)] + ([driver.ask(KINDS_PER_ASK)] if asked else [])
+                restart, pause = rng.random() < 0.06, rng.random() * 0.05
+                if restart:  # a controller restarts once it was asked: its successor starts with an empty cache
+                    await asyncio.gather(*sends)
                     await cached.shutdown()
                     cached = await _worker(env, queue, executor, cached=True)
                     runs.append(asyncio.create_task(cached.run()))
-                await asyncio.sleep(rng.random() * 0.05)
+                    await asyncio.sleep(pause)
+                else:  # the random pause before the next step runs while these are sent and asked
+                    await asyncio.gather(*sends, asyncio.sleep(pause))
             await driver.ask()
             await workflow_settled(handle)
             history = await handle.fetch_history()
