@@ -60,10 +60,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshFleet]:
     home = tmp_path_factory.mktemp("iris-ssh-fleet")
     metadata = FakeMetadata(tpu_vm_attributes("any", "v4-16", "2x2x2", worker=0, vms=2))
     tpu = FakeTpu().start()
-    # The agents on the "VMs" declare a 4 s heartbeat timeout with a 3 s lease: a preempted slice's attempts are lost
-    # 4 s after their VMs die and run again 1 s later (lease + margin - timeout), not 10 s + 2 s with the defaults.
+    # The agents on the "VMs" declare a 4 s heartbeat timeout with a 3 s lease and a 1 s margin: a preempted slice's
+    # attempts are lost 4 s after their VMs die and may run again at once (lease + margin - timeout = 0: the lease ran
+    # out 1 s before, on the one clock of this host, and the watchdog kills at the deadline), not 10 s + 2 s with the
+    # defaults. Measured (that test alone, load 4-8, 4 runs each): kill -> the gang running again 6.3-7.4 s; 7.6-10.4 s
+    # with a 2 s margin.
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GCE_METADATA_HOST": metadata.host,
-           "IRIS_HEARTBEAT_TIMEOUT_SECONDS": "4", "IRIS_LEASE_SECONDS": "3"}
+           "IRIS_HEARTBEAT_TIMEOUT_SECONDS": "4", "IRIS_LEASE_SECONDS": "3", "IRIS_LEASE_MARGIN_SECONDS": "1"}
     sshd = start_sshd(tmp_path_factory.mktemp("sshd"), hosts=3, env=env)
     manual_hosts, tpu_port = sshd.hosts[:2], sshd.ports[2]
     common = {"min_slices": 0, "max_slices": 1, "resources": {"cpu": 1, "memory": "1g"},
