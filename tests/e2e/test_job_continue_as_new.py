@@ -20,7 +20,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from iris import IrisClient, JobState, ResourceSpec
+from iris import IrisClient, JobState, ResourceSpec, TaskStatus
 from iris.config.cluster_file import parse_config
 from tests.support import Cluster, replay_run, running_cluster, wait_until
 from workflows.jobs.job_waves import HANDOVER_ATTEMPTS
@@ -65,6 +65,17 @@ async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[Workf
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
 
 
+async def _listed(address: str, job_id: str) -> list[WorkflowExecutionStatus | None]:
+    """Status of every run of the job as visibility lists them, oldest first, without fetching a history.
+
+    What a test polls on: `_runs` replays every run each time it is called, which a poll would pay for
+    at every turn; the test replays them all once (with `_runs`) after the wait.
+    """
+    client = await Client.connect(address)
+    runs = [(wf.start_time, wf.status) async for wf in client.list_workflows(f"WorkflowId='{job_id}'")]
+    return [status for _, status in sorted(runs, key=lambda r: r[0])]
+
+
 _EVENT_KINDS: dict[str, list[tuple[str, int]]] = {}
 """The commonest event types of each run `_runs` read: what a run that grew too long was made of."""
 
@@ -98,7 +109,7 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
     assert [1 if t.task_index % 3 == 0 else 0 for t in status.tasks] == [t.failure_count for t in status.tasks]
     assert [f"{job.job_id}/task-{i}" for i in range(REPLICAS)] == [t.task_id for t in status.tasks]
     # Listed completed, not only "not running": a listing that does not show the last run yet ends in a handover.
-    wait_until(lambda: asyncio.run(_runs(small_history.info.address, job.job_id))[-1][0]
+    wait_until(lambda: asyncio.run(_listed(small_history.info.address, job.job_id))[-1]
                == WorkflowExecutionStatus.COMPLETED, timeout=30, what="the last run listed completed")  # fmt: skip
     runs = asyncio.run(_runs(small_history.info.address, job.job_id, record="handover"))
     assert len(runs) > 2, runs  # it continued as new, more than once
@@ -123,22 +134,25 @@ def test_killing_a_handed_over_job_kills_the_tasks_earlier_runs_started(
 
     def handed_over_while_running() -> bool:
         st = job.status()
-        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
+        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_listed(address, job.job_id))) > 1
 
     def task_processes() -> list[psutil.Process]:
         # This job's, by its id in their environment: the machine may run other clusters' tasks of this command.
         return [p for p in psutil.process_iter(["cmdline"]) if sleeper == p.info["cmdline"] and _of_job(p, job.job_id)]
 
-    wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
+    wait_until(handed_over_while_running, timeout=120, interval=0.5, what="all 20 running, in a later run")
     assert 20 == len(task_processes())
 
     async def terminate_task(index: int) -> None:  # as Terminate in the UI does: the task reports nothing
         temporal = await Client.connect(address)
         await temporal.get_workflow_handle(f"{job.job_id}/task-{index}").terminate("test: terminated from outside")
 
+    def task_3_killed() -> TaskStatus | None:
+        task = job.status().tasks[3]
+        return task if task.state == "KILLED" else None
+
     asyncio.run(terminate_task(3))  # started by an earlier run: no child of the current one
-    lost = wait_until(lambda: (t := job.status().tasks[3]).state == "KILLED" and t, timeout=150, interval=0.5,
-                      what="the terminated task recorded by the job")  # fmt: skip
+    lost = wait_until(task_3_killed, timeout=150, interval=0.5, what="the terminated task recorded by the job")
     assert "terminated" in lost.error
     assert 19 == job.status().task_state_counts.get("RUNNING")
     assert job.terminate()
@@ -176,16 +190,16 @@ def test_a_handed_over_job_that_fails_kills_the_tasks_earlier_runs_started(
 
     def handed_over_while_running() -> bool:
         st = job.status()
-        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_runs(address, job.job_id))) > 1
+        return st.task_state_counts.get("RUNNING") == 20 and len(asyncio.run(_listed(address, job.job_id))) > 1
 
-    wait_until(handed_over_while_running, timeout=120, interval=1, what="all 20 running, in a later run")
+    wait_until(handed_over_while_running, timeout=120, interval=0.5, what="all 20 running, in a later run")
     go.touch()
     status = job.wait(timeout=120, raise_on_failure=False)
     assert JobState.FAILED == status.state
     assert {"FAILED": 1, "KILLED": 19} == status.task_state_counts
     assert "task 0 failed" in status.error
     # The job's state is published before its last run closes: wait for visibility to list it closed.
-    wait_until(lambda: asyncio.run(_runs(address, job.job_id))[-1][0] != WorkflowExecutionStatus.RUNNING,
+    wait_until(lambda: asyncio.run(_listed(address, job.job_id))[-1] != WorkflowExecutionStatus.RUNNING,
                timeout=30, what="the last run closed")  # fmt: skip
     runs = asyncio.run(_runs(address, job.job_id))
     assert WorkflowExecutionStatus.FAILED == runs[-1][0] and len(runs) > 1, runs
