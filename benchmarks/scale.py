@@ -173,7 +173,7 @@ def _task_label(events: list[Any], index: int) -> str:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             did.append(event.activity_task_scheduled_event_attributes.activity_type.name)
         elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-            did.append("continue-as-new (packs the state)")
+            did.append("continue-as-new")  # a large state was packed in the task before, which set a timer
         elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
             did.append("timer")
         elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
