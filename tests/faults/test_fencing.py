@@ -3,14 +3,22 @@ lets two attempts of a task overlap, for single tasks and for gangs (docs/reliab
 
 Each task appends `task attempt worker what time` records, fsynced, to a file outside the store while it
 runs; the attempts' spans, read back, must not overlap, and every task must end exactly once.
+
+The tests share one cluster (started once: a cluster each cost 4-8 s a test on a loaded machine). Each test has
+workers of its own, told apart by a `pool` attribute its jobs are constrained to, and a directory of its own for
+its records, so no test's fault (a frozen or cut-off agent) reaches another's workers or records; the healthy
+agent's long task runs from the module's start, beside the tests before it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +28,11 @@ from temporalio.client import Client
 from activities.contracts import RUN_TASK, task_workflow_id
 from benchmarks.attempt_records import ends, first_worker, overlaps, spans
 from benchmarks.partition import PartitionableAgent
-from iris import Constraint, CoschedulingConfig, JobState, ResourceSpec, TaskStatus
+from iris import Constraint, CoschedulingConfig, Job, JobState, ResourceSpec, TaskStatus
 from iris.config.cluster_file import LocalWorkerSpec
 from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
-from .conftest import FaultCluster, MakeCluster, group, lines, wait_until
+from .conftest import FaultCluster, group, lines, processes_mentioning, start_cluster, stop_cluster, wait_until
 
 # Short, so the test is: the watchdog kills a frozen agent's task a lease after its last renewal, well before
 # the server times the attempt out (HEARTBEAT, the agents' --heartbeat-timeout, which paces these tests: shorter
@@ -38,6 +46,13 @@ FROZEN = 2 * LEASE  # how long the agent stays stopped
 assert LEASE < HEARTBEAT < FROZEN < 3 * LEASE
 assert HEARTBEAT < HEARTBEAT_TIMEOUT.total_seconds()  # the agents' own, not the default
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+# Each test's workers: `pool` is the test's (its jobs are constrained to it).
+FLEET = (
+    group("victim", cpu=1, pool="frozen"), group("spare", cpu=2, pool="frozen"),
+    group("a", cpu=1, count=2, slice="a", pool="gang"), group("b", cpu=1, count=2, slice="b", pool="gang"),
+    group("cpu", cpu=1, pool="healthy"),  # its job starts with the module (`healthy_task`)
+    group("haven", cpu=2, pool="cut"),  # beside the partitionable agent the test starts itself
+)  # fmt: skip
 
 RECORDER = """\
 import os, sys, time
@@ -56,13 +71,41 @@ record("end")
 """
 
 
-@pytest.fixture(autouse=True)
-def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Agents of these clusters hold short leases and declare a short heartbeat timeout (the cluster's daemons
-    inherit IRIS_* settings)."""
-    monkeypatch.setenv("IRIS_LEASE_SECONDS", str(LEASE))
-    monkeypatch.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
-    monkeypatch.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(HEARTBEAT))
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
+    """The module's cluster, with every test's workers. Its agents (and the one a test starts itself) hold short
+    leases and declare a short heartbeat timeout: the daemons inherit IRIS_* settings."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("IRIS_LEASE_SECONDS", str(LEASE))
+        env.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
+        env.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(HEARTBEAT))
+        fc = start_cluster(tmp_path_factory.mktemp("iris-fencing"), FLEET)
+        try:
+            yield fc
+        finally:
+            stop_cluster(fc)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def healthy_task(shared: FaultCluster) -> Job:
+    """The healthy-agent test's job, submitted as the module starts: it runs its 3 leases on a worker of its own
+    while the tests before it fault theirs (nothing of it is theirs), so the test waits for its end, not the whole
+    task."""
+    return shared.client.submit_command(
+        ["sleep", str(3 * LEASE)], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "healthy")]
+    )
+
+
+@pytest.fixture
+def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
+    """The shared cluster, its scratch directory this test's own; any task process still naming that directory
+    afterwards (orphaned by a test that failed) is killed, as a cluster of its own would have been stopped."""
+    work = shared.work / request.node.name
+    work.mkdir()
+    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
+    for pid in processes_mentioning(str(work)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _attempt_timeouts(c: FaultCluster, job_id: str) -> tuple[list[float], list[str]]:
@@ -99,13 +142,12 @@ def _freeze(c: FaultCluster, worker_id: str, seconds: float) -> float:
     return time.time()
 
 
-def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
+def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(c: FaultCluster) -> None:
     """An agent SIGSTOPped for 2x the lease, past its heartbeat timeout (its task left running): the task is killed by
     the lease watchdog, runs again elsewhere only after, is recorded as a preemption saying the lease expired, and
     succeeds once. The server timed the attempt out after the agent's own heartbeat timeout, not the default."""
-    c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f"), group("spare", cpu=2, pool="f"))
     argv, records = _recorder(c)
-    job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "frozen")])
     wait_until(lambda: len(lines(records)) >= 3, timeout=60, what="attempt 0 running")
     assert "victim-0" == first_worker(records, "task-0")  # best fit: the tighter worker takes it
     stopped_at = _freeze(c, "victim-0", FROZEN)
@@ -135,14 +177,14 @@ def test_a_frozen_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_
     assert ([HEARTBEAT, HEARTBEAT], ["TIMEOUT_TYPE_HEARTBEAT"]) == _attempt_timeouts(c, job.job_id)
 
 
-def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_cluster: MakeCluster) -> None:
+def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(c: FaultCluster) -> None:
     """A gang member's agent SIGSTOPped for 2x the lease, past its heartbeat timeout: the whole gang moves to the
     other slice, and no member of its second attempt starts before the last record of any member of the first."""
-    c: FaultCluster = make_cluster(group("a", cpu=1, count=2, slice="a"), group("b", cpu=1, count=2, slice="b"))
     argv, records = _recorder(c)
     job = c.client.submit_command(
-        argv, resources=ResourceSpec(cpu=1, memory="100m", replicas=2), coscheduling=CoschedulingConfig("slice")
-    )
+        argv, resources=ResourceSpec(cpu=1, memory="100m", replicas=2), coscheduling=CoschedulingConfig("slice"),
+        constraints=[Constraint("pool", "EQ", "gang")],
+    )  # fmt: skip
     wait_until(lambda: len({line.split()[0] for line in lines(records)}) == 2, timeout=60, what="gang running")
     victim = first_worker(records, "task-0")
     stopped_at = _freeze(c, victim, FROZEN)
@@ -166,27 +208,24 @@ def test_a_gang_is_placed_again_only_once_every_members_lease_is_gone(make_clust
     assert {f"{job.job_id}/task-0": 1, f"{job.job_id}/task-1": 1} == ends(records)
 
 
-def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(make_cluster: MakeCluster) -> None:
+def test_a_task_on_a_healthy_agent_outlives_many_leases_and_runs_once(healthy_task: Job) -> None:
     """A task running 3x the lease (and past the heartbeat timeout) on a healthy agent is renewed all along:
     it runs once, uninterrupted."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=1))
-    job = c.client.submit_command(["sleep", str(3 * LEASE)], resources=ONE_CPU)
-    status = job.wait(timeout=120, raise_on_failure=False)
+    status = healthy_task.wait(timeout=120, raise_on_failure=False)
     assert (JobState.SUCCEEDED, 0, 0) == (status.state, status.tasks[0].attempt, status.tasks[0].preemption_count)
 
 
-def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(make_cluster: MakeCluster) -> None:
+def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(c: FaultCluster) -> None:
     """An agent cut off from Temporal for 2x the lease, past its heartbeat timeout (its link carries nothing either
     way; the agent itself runs on and its task with it): the task dies with its lease, runs again elsewhere only
     after, is recorded as a preemption saying the lease expired, and succeeds once; the agent outlives the
     partition."""
-    c: FaultCluster = make_cluster(group("spare", cpu=2, pool="f"))
-    spec = LocalWorkerSpec(worker_id="cut-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "f"})
+    spec = LocalWorkerSpec(worker_id="cut-0", cpu_millis=1000, memory_bytes=1 << 30, attributes={"pool": "cut"})
     agent = PartitionableAgent(c.local.home, spec, c.info.address, c.info.store_url)
     try:
         wait_until(lambda: c.healthy("cut-0"), timeout=60, what="the partitionable agent registered")
         argv, records = _recorder(c)
-        job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+        job = c.client.submit_command(argv, resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "cut")])
         wait_until(lambda: len(lines(records)) >= 3, timeout=60, what="attempt 0 running")
         assert "cut-0" == first_worker(records, "task-0")  # best fit: the tighter worker takes it
         agent.link.cut()
@@ -205,7 +244,7 @@ def test_a_partitioned_agents_task_dies_with_its_lease_before_it_runs_elsewhere(
     print(f"\nagent cut off -> attempt 0 killed {killed:.1f} s later (lease {LEASE:g} s); "
           f"attempt 1 started {restarted:.1f} s later")  # fmt: skip
     assert JobState.SUCCEEDED == final.state
-    assert ("spare-0", 1) == (final.tasks[0].worker_id, final.tasks[0].attempt)
+    assert ("haven-0", 1) == (final.tasks[0].worker_id, final.tasks[0].attempt)
     assert (1, 0) == (final.tasks[0].preemption_count, final.tasks[0].failure_count)
     assert killed < LEASE + 2.0  # by its lease, while the agent was cut off
     assert [] == overlaps(records)
