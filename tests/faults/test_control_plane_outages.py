@@ -32,6 +32,9 @@ ANSWER_WAIT = 2.0
 # They declare this heartbeat timeout (the default is 10 s): their sessions time out after 0.6 of it, 3 s, not 6 s,
 # so the paused agent's session is lost that much sooner.
 SESSION_AGENT_HEARTBEAT = 5.0
+# Its controllers' sticky timeout (3 s with kills_controller alone): after the restart, the workflows the dead
+# controller ran last (the scheduler's, the job's and its task's) wait this long for it before the new one runs them.
+STICKY = 1.0
 # The dead-server test's agents declare the lost-worker tests' heartbeat timeout and lease (LOST_WORKER_AGENTS: 4.5 s
 # and 3 s; the defaults are 10 s and 10 s), so its outage outlasts every timeout in play in 8 s, not 15 s: the agent
 # gives the attempt up 3 s after its last renewal (renewed every 1 s), the server loses the session 0.6 x 4.5 = 2.7 s
@@ -64,8 +67,9 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     monkeypatch.setenv("IRIS_REGISTRATION_ANSWER_WAIT_SECONDS", str(ANSWER_WAIT))  # the agents inherit IRIS_*
     monkeypatch.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(SESSION_AGENT_HEARTBEAT))
     c: FaultCluster = make_cluster(
-        group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"), kills_controller=True
-    )
+        group("run", cpu=1, role="run"), group("paused", cpu=1, role="paused"), kills_controller=True,
+        sticky_timeout=STICKY,
+    )  # fmt: skip
     on_run = [Constraint("role", "EQ", "run")]
     gate = c.work / "go"  # the task runs through the outage and ends when the test says
     job = c.client.submit(record_run_until, str(c.work), str(gate), resources=ONE_CPU, constraints=on_run)
@@ -92,11 +96,11 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     assert ["temporal", "worker-paused-0", "worker-run-0"] == c.alive()
     back_at = time.monotonic()
     c.local.restart_process("controller")
+    assert [] == [ln for ln in lines(runs) if " end " in ln]  # the task ran through the outage
+    gate.touch()  # it ends while the agents are made healthy again: neither waits for the other
 
     wait_until(lambda: c.healthy("paused-0") and c.healthy("run-0"), timeout=60, what="both workers healthy")
     print(f"\ncontroller restart -> every agent healthy: {time.monotonic() - back_at:.1f} s")
-    assert [] == [ln for ln in lines(runs) if " end " in ln]  # the task ran through the outage
-    gate.touch()
     status = job.wait(timeout=90)
     assert JobState.SUCCEEDED == status.state
     assert [0] == job.results()
