@@ -18,7 +18,7 @@ MAX_FIXED_SECONDS = 1.0
 OUTAGE_ENDS = ("restart", "SIGCONT", "heal")  # what ends the outage a sleep makes last
 LOOK_AHEAD = 2  # statements after the sleep (an enclosing `finally:` counts as following it)
 # Computed lengths that are not waits, by file and expression.
-NOT_WAITS = {("test_scheduler_interleaving.py", "rng.random() * 0.05"): "a random moment of under 50 ms"}
+NOT_WAITS = {("test_scheduler_interleaving.py", "pause"): "a random moment of under 50 ms (rng.random() * 0.05)"}
 
 
 def _sleep_seconds(statement: ast.stmt) -> float | str | None:
