@@ -169,6 +169,7 @@ def test_temporal_command_passes_dynamic_config_verbatim() -> None:
     assert "limit.historyCount.suggestContinueAsNew=20" in values
     assert "history.transferProcessorMaxPollRPS=1000" in values  # the default tuning stays
     assert "history.taskSchedulerEnableExecutionQueueScheduler=true" in values  # a busy workflow's tasks queue
+    assert 'history.timerProcessorMaxTimeShift="1ms"' in values  # a 1 ms timer fires in ms, not ~1 s
     with pytest.raises(ValueError, match="dynamic_config: invalid key"):
         temporal_command(binary=Path("t"), port=7, ui_port=8, db_path=Path("d"), dynamic_config={"a=b": "1"})
 
