@@ -93,9 +93,9 @@ UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 CLOSE_SECONDS = 0.001
 CLOSE_ROUNDS = 3
 CLOSE_SPLIT_AT = 20_000
-# A run that should end waits for a turn of its loop without signals, at most this many turns (each at least a pass
-# interval; a pass's snapshot is ~1 MB of history at 30,000 workers) or this many signal budgets (`_quiet`).
-CLOSE_DEFERRALS = 10
+# A run that should end waits for a turn of its loop without signals, at most this long (passes go on meanwhile,
+# at most one a second: ~1 MB of history each at 30,000 workers) or this many signal budgets (`_quiet`).
+CLOSE_WAIT_SECONDS = 10.0
 CLOSE_SIGNALS = 1.5
 
 
@@ -144,13 +144,13 @@ class SchedulerWorkflow:
                 REBUILD_SCHEDULER, result_type=dict[str, int], start_to_close_timeout=timedelta(minutes=30),
                 heartbeat_timeout=timedelta(minutes=2), retry_policy=RetryPolicy(maximum_attempts=5),
             )  # fmt: skip
-        deferred = 0  # loop turns the close waited for signals to stop coming (`_quiet`)
+        should_end_since: float | None = None  # when the close began to wait for signals to stop coming (`_quiet`)
         while True:
             received = core.signals_received
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
-                    timeout=PASS_INTERVAL if self._work_waits() or deferred else self._idle_timer(),
+                    timeout=PASS_INTERVAL if self._work_waits() or should_end_since else self._idle_timer(),
                 )
             core.dirty = False
             if core.reply_barrier:  # answers owed before a `configure`, before what came after it
@@ -167,21 +167,21 @@ class SchedulerWorkflow:
             core.state.books.expire(workflow.now().timestamp(), core.state.pending)
             self.sharing.publish_users()
             if core.run_should_end():
-                if self._quiet(core.signals_received - received, deferred):
+                should_end_since = core.now() if should_end_since is None else should_end_since
+                if self._quiet(core.signals_received - received, core.now() - should_end_since):
                     await self._close()
-                deferred += 1
 
-    def _quiet(self, arrived: int, deferred: int) -> bool:
+    def _quiet(self, arrived: int, waited: float) -> bool:
         """Whether a run that should end closes now: no signal came in during this turn of the loop.
 
         In a storm (enqueue batches every 5-15 ms at 30,000 workers) a close is nearly always refused, the server
         having taken a signal meanwhile, and the SDK replays the whole run to redo it (1-2.5 s). So the run serves on
-        until a turn brings no signal (a pass timer's), for at most CLOSE_DEFERRALS turns or CLOSE_SIGNALS budgets of
-        signals: the server's limits (its 10,000 signals a run, 50 MB of history) stay far off.
+        until a turn brings no signal (a pass timer's), for at most CLOSE_WAIT_SECONDS of workflow time or
+        CLOSE_SIGNALS budgets of signals: the server's limits (10,000 signals a run, 50 MB of history) stay far off.
         """
         core = self.core
         return (
-            arrived == 0 or deferred >= CLOSE_DEFERRALS
+            arrived == 0 or waited >= CLOSE_WAIT_SECONDS
             or core.signals_received >= CLOSE_SIGNALS * core.signal_budget
         )  # fmt: skip
 
