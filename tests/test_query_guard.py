@@ -54,3 +54,15 @@ def test_the_shared_core_is_pictured_once() -> None:
     picture = str(_picture(_Workflow()))
     assert 1 == picture.count("'_Core'")
     assert 2 == picture.count("<pictured>")
+
+
+def test_a_cache_is_left_out_wherever_the_walk_meets_its_holder() -> None:
+    """A part whose name sorts before `core` reaches the core first (the walk goes by name); `core.snapshot`
+    is still the listed cache, and the rest of the core is still state."""
+    w = _Workflow()
+    w.closing = _Part(w.core)  # type: ignore[attr-defined]
+    before = _picture(w)
+    w.core.snapshot = b"encoded by a query"
+    assert before == _picture(w)
+    w.core.pending["j"].append(2)
+    assert before != _picture(w)

@@ -29,8 +29,9 @@ from activities.signals import deliver_assignments, deliver_signals
 from iris.controller.control_plane import controller_replayer
 from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
+from workflows.scheduler.scheduler_close import CLOSE_SPLIT_AT
 from workflows.scheduler.scheduler_reservations import RESERVATION_CHECK_SECONDS
-from workflows.scheduler.scheduler_workflow import CLOSE_SPLIT_AT, SchedulerWorkflow
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 BUDGET = 40  # signals per run in the budget tests (production: SIGNAL_BUDGET)
 # Seconds a reply or reason delivery takes: longer than `_load` sends for (~2.5 s), so the whole burst lands while

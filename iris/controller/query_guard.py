@@ -44,15 +44,24 @@ class _TooBigError(Exception):
 
 def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
     """A comparable picture of `value`: nested containers, dataclasses, objects' attributes, protobufs
-    (None for a value of more than MAX_NODES parts). `skip`: attribute paths from `value` left out.
+    (None for a value of more than MAX_NODES parts). `skip`: attribute paths from `value` left out, wherever
+    the walk meets the object that holds them (a part may reach the shared core before `core` does).
 
     An object (not a container or a dataclass) is pictured once, where the walk first meets it, and
     named by that order afterwards: a workflow's parts all hold one shared core, walked once."""
     seen: set[int] = set()
     pictured: dict[int, int] = {}
     count = [0]
+    skipped: set[tuple[int, str]] = set()  # (the holding object's id, the attribute)
+    for dotted in skip:
+        *holder_path, attribute = dotted.split(".")
+        holder = value
+        for name in holder_path:
+            holder = getattr(holder, name, None)
+        if holder is not None:
+            skipped.add((id(holder), attribute))
 
-    def walk(v: Any, depth: int, path: str | None = None) -> Any:
+    def walk(v: Any, depth: int) -> Any:
         count[0] += 1
         if count[0] > MAX_NODES:
             raise _TooBigError
@@ -87,20 +96,15 @@ def fingerprint(value: Any, skip: frozenset[str] = frozenset()) -> Any:
                     pairs[name] = getattr(v, name)
             for name in getattr(type(v), "DERIVED", ()):  # read once and kept: a function of the rest
                 pairs.pop(name, None)
-            inner = {k: f"{path}.{k}" if path else k for k in pairs} if path is not None else {}
             return (
                 type(v).__name__,
-                tuple(
-                    (k, walk(x, depth + 1, inner.get(k)))
-                    for k, x in sorted(pairs.items())
-                    if inner.get(k) not in skip
-                ),
+                tuple((k, walk(x, depth + 1)) for k, x in sorted(pairs.items()) if (id(v), k) not in skipped),
             )
         finally:
             seen.discard(id(v))
 
     try:
-        return walk(value, 0, "")
+        return walk(value, 0)
     except _TooBigError:
         return None
 

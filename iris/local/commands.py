@@ -63,7 +63,7 @@ def free_port(preferred: object = None, *, avoid: int | None = None) -> int:
 # per child start); with the execution queue scheduler such tasks queue for that workflow instead
 # (docs/performance.md, "One very large job").
 # A timer shorter than a second fires ~1 s late by default (its task's time is shifted by up to this much), and the
-# scheduler's close waits for a 1 ms one (workflows/scheduler/scheduler_workflow.py, `_close`): measured, 1 ms timers
+# scheduler's close waits for a 1 ms one (workflows/scheduler/scheduler_close.py): measured, 1 ms timers
 # fired after 977-998 ms, with this after 2-7 ms (a few 96-193 ms); a 1 s timer fires after 1,002 ms; no idle CPU.
 SERVER_TUNING: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "1000",

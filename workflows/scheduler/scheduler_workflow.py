@@ -11,11 +11,11 @@ Runs are pinned to the controller build that started them (Worker Versioning); w
 operators make a new build current, the next workflow task sees it and the run
 continues as new onto that build, with its state (see docs/operators.md).
 
-A thin shell: this module holds the loop, the pass and continue-as-new, and every handler, each
+A thin shell: this module holds the loop and the pass, and every handler, each
 handing its signal or query to one part, a plain object of its own module: the registry
 (scheduler_registration), the queue and the commit (scheduler_queue), sharing (scheduler_sharing),
-the signals it sends (scheduler_delivery), reservations (scheduler_reservations) and the dashboard's
-pages (scheduler_dashboard). What they share, the state and the run's phase, is scheduler_core.
+the signals it sends (scheduler_delivery), reservations (scheduler_reservations), the dashboard's
+pages (scheduler_dashboard) and the run's close, continue-as-new (scheduler_close). What they share, the state and the run's phase, is scheduler_core.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import zlib
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
+from workflows.scheduler.scheduler_close import CLOSE_SECONDS, Closing
 from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler.scheduler_queue import Queue
 from workflows.scheduler.scheduler_registration import Registry
@@ -71,10 +72,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
     from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_actions import ActionRow
-    from workflows.scheduler.scheduler_carry import carried_items, counts, pack
     from workflows.scheduler.scheduler_core import SchedulerCore, held_in_turn
     from workflows.scheduler.scheduler_dashboard import queue_page, worker_status, workers_page
-    from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
+    from workflows.scheduler.scheduler_phase import SchedulerPhase
     from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState
     from workflows.scheduler.sharing_state import SharingSettings
 
@@ -85,18 +85,6 @@ PASS_INTERVAL = timedelta(seconds=1)
 # does. The server refuses signals past a per-run limit (`history.maximumSignalsPerExecution`,
 # 10,000 by default); senders retry a refused signal and it lands on the new run.
 SIGNAL_BUDGET = 2_000  # a fifth of the server's limit: room for what arrives while a run closes
-# The next run starts on the build that is current then (the run itself is pinned to its own build).
-UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
-# A closing run with a large state packs, then lets the state go in the next workflow task, after this timer
-# (`_close`); at most this many packs when signals keep coming, the last closing in its own task. From this many
-# carried workers and tasks (a pack of ~10 ms; 330,000 take ~200 ms).
-CLOSE_SECONDS = 0.001
-CLOSE_ROUNDS = 3
-CLOSE_SPLIT_AT = 20_000
-# A run that should end waits for a turn of its loop without signals, at most this long (passes go on meanwhile,
-# at most one a second: ~1 MB of history each at 30,000 workers) or this many signal budgets (`_quiet`).
-CLOSE_WAIT_SECONDS = 10.0
-CLOSE_SIGNALS = 1.5
 
 
 @workflow.defn(name="SchedulerWorkflow", versioning_behavior=VersioningBehavior.PINNED)
@@ -115,12 +103,12 @@ class SchedulerWorkflow:
         # SchedulerCore).
         # The budget, the check and the close's timer are arguments, so a test can set them (the sandbox re-imports us).
         self.core = SchedulerCore(packed, signal_budget)
-        self.close_seconds = close_seconds
         self.sharing = Sharing(self.core)
         self.reserving = Reserving(self.core, reservation_check_seconds)
         self.registry = Registry(self.core, self.sharing, self.reserving)
         self.queue = Queue(self.core, self.registry, self.sharing)
         self.deliveries = Deliveries(self.core, self.queue)
+        self.closing = Closing(self.core, self.registry, self.reserving, self.deliveries, close_seconds)
 
     @property
     def state(self) -> SchedulerState:
@@ -144,13 +132,12 @@ class SchedulerWorkflow:
                 REBUILD_SCHEDULER, result_type=dict[str, int], start_to_close_timeout=timedelta(minutes=30),
                 heartbeat_timeout=timedelta(minutes=2), retry_policy=RetryPolicy(maximum_attempts=5),
             )  # fmt: skip
-        should_end_since: float | None = None  # when the close began to wait for signals to stop coming (`_quiet`)
         while True:
             received = core.signals_received
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
-                    timeout=PASS_INTERVAL if self._work_waits() or should_end_since else self._idle_timer(),
+                    timeout=PASS_INTERVAL if self._work_waits() or self.closing.waiting else self._idle_timer(),
                 )
             core.dirty = False
             if core.reply_barrier:  # answers owed before a `configure`, before what came after it
@@ -166,70 +153,8 @@ class SchedulerWorkflow:
             self.reserving.publish_reservations()
             core.state.books.expire(workflow.now().timestamp(), core.state.pending)
             self.sharing.publish_users()
-            if core.run_should_end():
-                should_end_since = core.now() if should_end_since is None else should_end_since
-                if self._quiet(core.signals_received - received, core.now() - should_end_since):
-                    await self._close()
-
-    def _quiet(self, arrived: int, waited: float) -> bool:
-        """Whether a run that should end closes now: no signal came in during this turn of the loop.
-
-        In a storm (enqueue batches every 5-15 ms at 30,000 workers) a close is nearly always refused, the server
-        having taken a signal meanwhile, and the SDK replays the whole run to redo it (1-2.5 s). So the run serves on
-        until a turn brings no signal (a pass timer's), for at most CLOSE_WAIT_SECONDS of workflow time or
-        CLOSE_SIGNALS budgets of signals: the server's limits (10,000 signals a run, 50 MB of history) stay far off.
-        """
-        core = self.core
-        return (
-            arrived == 0 or waited >= CLOSE_WAIT_SECONDS
-            or core.signals_received >= CLOSE_SIGNALS * core.signal_budget
-        )  # fmt: skip
-
-    async def _close(self) -> NoReturn:
-        """Continue as new with the state packed; a large state in a workflow task of its own after the pack's.
-
-        The server refuses to close a run when anything came in during the task that closes it, and the SDK then
-        replays the whole run inside the task it redoes (1-2.5 s at 30,000 workers). The pack takes up to ~200 ms
-        at that size, so from CLOSE_SPLIT_AT carried workers and tasks it ends its task with a short timer and the
-        close follows in the next task, which does nothing else; what came in meanwhile makes the pack stale:
-        applied, and packed again (`STALE`), for up to CLOSE_ROUNDS packs, the last closing in the task that packed
-        it. A small state packs in milliseconds and closes in the same task (more rounds would only let a storm of
-        signals into the closing run for longer).
-        """
-        core = self.core
-        core.move(SchedulerEvent.RUN_SHOULD_END)
-        await self._settled()
-        core.apply_held()
-        # One round: while 10,000 agents register, every round brings new registrations,
-        # and waiting for the last one let a run pass the server's signal limit. An
-        # agent without its answer registers again (idempotent) and the next run answers.
-        if core.replies:
-            await self.deliveries.send_replies()
-        if core.replies:
-            workflow.logger.info("%d registrations answered by the next run", len(core.replies))
-        last_round = CLOSE_ROUNDS if carried_items(core.state) >= CLOSE_SPLIT_AT else 1
-        for rounds in range(1, last_round + 1):
-            core.apply_held()  # what came in meanwhile and waits: this run applies it
-            # Packed after the last held signal: its messages serialized (scheduler_carry).
-            self.registry.purge_lost(force=True)
-            packed = command_input(lambda: pack(core.state), b"")  # replayed: the next run has it
-            if rounds == last_round:
-                break
-            received = core.signals_received
-            await workflow.sleep(self.close_seconds)
-            if core.signals_received == received and not core.held:
-                break
-            core.move(SchedulerEvent.STALE)
-            await self._settled()
-        core.let_go(counts(core.state))
-        workflow.continue_as_new(
-            args=[packed, core.signal_budget, self.reserving.check_seconds, self.close_seconds],
-            initial_versioning_behavior=UPGRADE_ON_CONTINUE,
-        )
-
-    async def _settled(self) -> None:
-        """Until no handler runs and no delivery is late (their places are given back by this run)."""
-        await workflow.wait_condition(lambda: workflow.all_handlers_finished() and self.deliveries.late == 0)
+            if core.run_should_end() and self.closing.quiet(core.signals_received - received):
+                await self.closing.close()
 
     def _idle_timer(self) -> timedelta | None:
         """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
