@@ -61,7 +61,8 @@ def counts(state: SchedulerState) -> list[int]:
 
 def carried_items(state: SchedulerState) -> int:
     """Workers, pending and running tasks: what a pack's time grows with."""
-    return len(state.workers) + sum(map(len, map(_ATTEMPTS, state.pending.values()))) + len(state.placements)
+    _, workers, pending, running = counts(state)
+    return workers + pending + running
 
 
 def _queue(state: SchedulerState) -> pb.QueueRows:

@@ -15,7 +15,8 @@ A thin shell: this module holds the loop and the pass, and every handler, each
 handing its signal or query to one part, a plain object of its own module: the registry
 (scheduler_registration), the queue and the commit (scheduler_queue), sharing (scheduler_sharing),
 the signals it sends (scheduler_delivery), reservations (scheduler_reservations), the dashboard's
-pages (scheduler_dashboard) and the run's close, continue-as-new (scheduler_close). What they share, the state and the run's phase, is scheduler_core.
+pages (scheduler_dashboard) and the run's close, continue-as-new (scheduler_close). What they share,
+the state and the run's phase, is scheduler_core.
 """
 
 from __future__ import annotations
