@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 # The next run starts on the build that is current then (the run itself is pinned to its own build).
 UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # A run that should end waits for a turn of its loop without signals, at most this long (passes go on meanwhile,
-# at most one a second: ~1 MB of history each at 30,000 workers) or this many signal budgets.
+# at most one a second: ~1 MB of history each at 30,000 workers); not once its signal budget is spent.
 CLOSE_WAIT_SECONDS = 10.0
-CLOSE_SIGNALS = 1.5
 # From this many carried workers and tasks (a pack of ~10 ms; 330,000 take ~200 ms) the pack ends its task with a
 # timer this long and the close follows in the next task; at most this many packs when signals keep coming.
 CLOSE_SPLIT_AT = 20_000
@@ -60,16 +59,13 @@ class Closing:
 
     def quiet(self, arrived: int) -> bool:
         """Whether a run that should end closes now: no signal came in during this turn of the loop (`arrived`),
-        or it waited CLOSE_WAIT_SECONDS of workflow time, or took CLOSE_SIGNALS signal budgets: the server's limits
-        (10,000 signals a run, 50 MB of history) stay far off."""
+        or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the budget keeps a run far
+        below the server's 10,000 signals: a storm must not push it past; 50 MB of history stays far off too)."""
         core = self.core
         now = core.now()
         if self.should_end_since is None:
             self.should_end_since = now
-        return (
-            arrived == 0 or now - self.should_end_since >= CLOSE_WAIT_SECONDS
-            or core.signals_received >= CLOSE_SIGNALS * core.signal_budget
-        )  # fmt: skip
+        return arrived == 0 or now - self.should_end_since >= CLOSE_WAIT_SECONDS or core.signal_budget_spent()
 
     async def close(self) -> NoReturn:
         """Continue as new with the state packed; a large state packed in a workflow task of its own.
