@@ -8,6 +8,7 @@ goes into the autoscaler's history.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -49,10 +50,11 @@ from scheduler.types import Resources
 log = structlog.get_logger("iris.autoscaler")
 
 # How long a plan waits for the scheduler's snapshot; past it the tick is skipped ("scheduler not answering") and
-# the next asks again. Unbounded, a controller stopping while a plan waited never finished its stop: its worker
-# takes no more workflow tasks, so the scheduler's next one (which the query waits for) never ran, and this local
-# activity held the autoscaler's task, which the worker's shutdown waits for, until the stop's grace ran out and the
-# controller was SIGKILLed (`iris cluster down` took 10 s in 2 of 5 runs of tests/e2e/test_multislice_autoscale.py).
+# the next asks again. A plan also gives up as soon as its controller begins to stop (`_snapshot`): the stopping
+# worker takes no more workflow tasks, so the scheduler's next one, which the query may wait for, would not run here,
+# and this local activity holds the autoscaler's workflow task, which the worker's shutdown waits for. Unbounded,
+# the controller's stop ran out its grace and was SIGKILLed (`iris cluster down` took 10 s in 2 of 5 runs of
+# tests/e2e/test_multislice_autoscale.py).
 SNAPSHOT_QUERY_TIMEOUT = timedelta(seconds=5)
 
 SLICE_STATE = SearchAttributeKey.for_keyword(SLICE_STATE_ATTRIBUTE)
@@ -84,17 +86,34 @@ def _headroom_row(shape: GroupShape, slices: int) -> list[Any]:
             dict(shape.attributes)]  # fmt: skip
 
 
+async def _snapshot(client: Client) -> bytes | None:
+    """The scheduler's compact snapshot, or None when this controller begins to stop before it comes."""
+    scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
+    query = asyncio.ensure_future(
+        scheduler.query(AUTOSCALE_SNAPSHOT_QUERY, result_type=bytes, rpc_timeout=SNAPSHOT_QUERY_TIMEOUT)
+    )
+    stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    try:
+        await asyncio.wait({query, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        stopped = not query.done()
+        if stopped:
+            query.cancel()
+    return None if stopped else query.result()
+
+
 @activity.defn(name=AUTOSCALE_PLAN)
 async def autoscale_plan(inp: PlanInput) -> PlanResult:
     """Read the scheduler's snapshot and plan this tick's scale-ups and scale-downs."""
-    client = activity.client()
     try:
-        scheduler = client.get_workflow_handle(SCHEDULER_WORKFLOW_ID)
-        data = await scheduler.query(AUTOSCALE_SNAPSHOT_QUERY, result_type=bytes, rpc_timeout=SNAPSHOT_QUERY_TIMEOUT)
+        data = await _snapshot(activity.client())
     except RPCError as e:
         return PlanResult(error=f"scheduler not answering: {e.message}")
     except WorkflowQueryFailedError as e:  # e.g. a new run still loading its carried state: next tick
         return PlanResult(error=f"scheduler not answering: {e}")
+    if data is None:
+        return PlanResult(error="controller stopping")
     workers, pending = decode_snapshot(data)
     shapes = [group_shape(g) for g in inp.groups]
     views = [SliceView(s.slice_id, s.group, s.state, tuple(s.worker_ids), s.idle_since) for s in inp.slices]
