@@ -57,15 +57,18 @@ class Closing:
         """The run should have ended and waits for a quiet turn: its loop wakes at least every pass interval."""
         return self.should_end_since is not None
 
+    def begin_wait(self) -> None:
+        """The run should end: its wait for a quiet turn starts at the first call (later calls change nothing)."""
+        if self.should_end_since is None:
+            self.should_end_since = self.core.now()
+
     def quiet(self, arrived: int) -> bool:
-        """Whether a run that should end closes now: no signal came in during this turn of the loop (`arrived`),
+        """Whether a run that waits to close closes now: no signal came in during this turn of the loop (`arrived`),
         or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the budget keeps a run far
         below the server's 10,000 signals: a storm must not push it past; 50 MB of history stays far off too)."""
         core = self.core
-        now = core.now()
-        if self.should_end_since is None:
-            self.should_end_since = now
-        return arrived == 0 or now - self.should_end_since >= CLOSE_WAIT_SECONDS or core.signal_budget_spent()
+        waited = core.now() - (self.should_end_since if self.should_end_since is not None else core.now())
+        return arrived == 0 or waited >= CLOSE_WAIT_SECONDS or core.signal_budget_spent()
 
     async def close(self) -> NoReturn:
         """Continue as new with the state packed; a large state packed in a workflow task of its own.

@@ -154,8 +154,10 @@ class SchedulerWorkflow:
             self.reserving.publish_reservations()
             core.state.books.expire(workflow.now().timestamp(), core.state.pending)
             self.sharing.publish_users()
-            if core.run_should_end() and self.closing.quiet(core.signals_received - received):
-                await self.closing.close()
+            if core.run_should_end():
+                self.closing.begin_wait()
+                if self.closing.quiet(core.signals_received - received):
+                    await self.closing.close()
 
     def _idle_timer(self) -> timedelta | None:
         """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
