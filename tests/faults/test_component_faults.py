@@ -1,15 +1,24 @@
 """Kill or pause each component of a real local cluster and check that no work is lost or run twice.
 
-Every test starts its own cluster (the faults are destructive) and prints what
-it measured, e.g. how long it took to notice a SIGKILLed worker.
+Each test prints what it measured, e.g. how long it took to notice a SIGKILLed worker. The tests whose fault
+leaves the cluster whole again share one cluster (a cluster each cost 4-6 s a test on a loaded machine): the
+lost-worker tests fault only workers of their own, told apart by attributes their jobs are constrained to; the
+controller tests (stopped, and restarted with its scheduler terminated) check that the cluster carries on once
+the fault is over, and the dev server restart test, last, that every agent is healthy again. Each test runs its
+jobs on workers of its own and has a directory of its own for what its tasks write. They come last in the file:
+their cluster starts with the first of them and stays up to the module's end. The tests that SIGKILL the
+controller or need a dev server set up for them start their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +32,7 @@ from iris import (
     ResourceSpec,
     TaskState,
     TaskStatus,
+    WorkerStatus,
     get_job_info,
 )
 from tests.ops.cli import iris
@@ -33,7 +43,17 @@ from workflows.scheduler.scheduler_state import SchedulerState
 from workflows.tasks.fencing import fence_seconds
 from workflows.tasks.task_workflow import DISPATCH_TIMEOUT, HEARTBEAT_TIMEOUT
 
-from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
+from .conftest import (
+    FaultCluster,
+    MakeCluster,
+    group,
+    lines,
+    pid_running,
+    processes_mentioning,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
 
 # The lost-worker tests' agents declare a 4.5 s heartbeat timeout (--heartbeat-timeout; the default is 10 s) and a
 # 3 s lease (they were 6 s and 5 s): a lost attempt is given up 4.5 s after its last heartbeat, then waits 0.5 s more
@@ -48,62 +68,41 @@ assert HEARTBEAT < HEARTBEAT_TIMEOUT.total_seconds() and FENCE > 0
 DISPATCH = DISPATCH_TIMEOUT.total_seconds()
 SLACK = 6.0  # a loaded 2-core machine: timers, workflow tasks and polls all add latency
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
+# The shared cluster's workers, each test's told apart by an attribute its jobs are constrained to.
+FLEET = (
+    group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"),  # the SIGKILLed worker test's
+    group("paused", cpu=8, zone="z", role="paused"), group("other", cpu=16, zone="z"),  # the paused worker test's
+    group("cpu", cpu=1, pool="one"),  # the controller tests': one cpu, so a second job waits for the first
+    group("pair", cpu=1, count=2, pool="two"),  # the dev server restart test's: two jobs run, a third waits
+)  # fmt: skip
+ON_ONE = [Constraint("pool", "EQ", "one")]
+ON_TWO = [Constraint("pool", "EQ", "two")]
 
 
-def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
-    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A SIGKILLed agent's task is retried elsewhere as a preemption once its lease has run out; the task
-    process it left behind was killed by the lease watchdog meanwhile, and the agent restarted with the
-    same id registers again and takes work."""
-    for name, value in LOST_WORKER_AGENTS.items():
-        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
-    c: FaultCluster = make_cluster(group("victim", cpu=1, pool="f", role="victim"), group("spare", cpu=2, pool="f"))
-    runs = c.work / "runs"
-    script = (
-        f'echo "$IRIS_ATTEMPT $IRIS_WORKER_ID $$" >> {runs}; '
-        'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi'
-    )
-    job = c.client.submit_command(["sh", "-c", script], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
-    first = wait_until(lambda: lines(runs), what="attempt 0 started")[0].split()
-    assert ["0", "victim-0"] == first[:2]  # best fit: the tighter worker takes it
-    orphan = int(first[2])
-    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
+    """The module's cluster, with the sharing tests' workers. Its agents declare the lost-worker tests' heartbeat
+    timeout and lease (LOST_WORKER_AGENTS, inherited as they start; a test that starts an agent again sets them)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in LOST_WORKER_AGENTS.items():
+            env.setenv(name, value)
+        fc = start_cluster(tmp_path_factory.mktemp("iris-faults"), FLEET)
+    try:
+        yield fc
+    finally:
+        stop_cluster(fc)
 
-    killed_at = time.monotonic()
-    assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
-    def preempted() -> TaskStatus | None:
-        task = c.status(job.job_id).tasks[0]
-        return task if task.preemption_count >= 1 else None
 
-    retried = wait_until(preempted, timeout=HEARTBEAT + FENCE + 3 * SLACK, interval=0.05, what="task preempted")
-    detection = time.monotonic() - killed_at
-    print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
-          f"(heartbeat timeout {HEARTBEAT:g} s, then {FENCE:g} s for the lease)")
-    assert 0 == retried.failure_count
-    ledger = c.local.home / "agents" / "victim-0" / "running"
-    entries = {e.name: e.read_text() for e in ledger.iterdir()} if ledger.exists() else {}
-    assert not pid_running(orphan), entries  # its agent is dead, but its lease ran out: the watchdog killed it
-    assert detection < HEARTBEAT + FENCE + SLACK
-
-    final = job.wait(timeout=60)
-    task = final.tasks[0]
-    assert (TaskState.SUCCEEDED, "spare-0", 1, 0, 1) == (
-        task.state, task.worker_id, task.preemption_count, task.failure_count, task.attempt
-    )
-    victim = c.workers()["victim-0"]
-    assert (False, ()) == (victim.healthy, victim.running_tasks)
-
-    later = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
-    assert "spare-0" == later.wait(timeout=60).tasks[0].worker_id  # the dead worker gets no new work
-
-    restarted_at = time.monotonic()
-    c.local.start_worker(c.specs["victim-0"])
-    wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim healthy again")
-    print(f"agent restart -> healthy again: {time.monotonic() - restarted_at:.1f} s")
-    assert 2 == len(lines(runs))  # attempt 0 (killed) and attempt 1, nothing else
-    pinned = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("role", "EQ", "victim")])
-    assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id
+@pytest.fixture
+def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
+    """The shared cluster, its scratch directory this test's own; any task process still naming that directory
+    afterwards (orphaned by a test that failed) is killed, as a cluster of its own would have been stopped."""
+    work = shared.work / request.node.name
+    work.mkdir()
+    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
+    for pid in processes_mentioning(str(work)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def record_run_until(directory: str, gate: str) -> int:
@@ -169,130 +168,9 @@ def test_sigkilled_controller_restarts_and_the_job_finishes_once(make_cluster: M
     assert [0, 0, 0] == [t.preemption_count + t.failure_count for t in status.tasks]
 
 
-def test_status_answers_from_temporal_while_the_controller_is_down(
-    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the controller SIGSTOPped, `status` still answers within seconds: a finished job in full
-    (from its history), a running one by its state, a pending one saying why there is no reason;
-    and a fresh client (no cache) gets the same, so nothing waits on the missing controller.
-
-    The fresh client's status query waits 0.5 s for the controller (IRIS_QUERY_TIMEOUT_SECONDS; 5 s by
-    default): every query it makes goes to the stopped controller and must time out, three of them."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
-    done = c.client.submit_command(["sh", "-c", "exit 3"], resources=ONE_CPU)
-    assert JobState.FAILED == done.wait(timeout=60, raise_on_failure=False).state
-    running = c.client.submit_command(["sleep", "60"], resources=ONE_CPU)
-    wait_until(lambda: running.status().state == JobState.RUNNING, what="running")
-    queued = c.client.submit_command(["true"], resources=ONE_CPU)  # no room left: stays PENDING
-    wait_until(lambda: queued.status().pending_reason != "", what="a pending reason")
-
-    assert c.local.kill_process("controller", signal.SIGSTOP)
-    try:
-        monkeypatch.setenv("IRIS_QUERY_TIMEOUT_SECONDS", "0.5")  # read by the fresh client only
-        fresh = IrisClient.connect(c.info.address, store=c.info.store_url)
-        started = time.monotonic()
-        finished = fresh.job_status(done.job_id)
-        assert JobState.FAILED == finished.state
-        assert [3] == [t.exit_code for t in finished.tasks]  # the whole status, from the job's history
-        assert JobState.RUNNING == fresh.job_status(running.job_id).state
-        pending = fresh.job_status(queued.job_id)
-        assert JobState.PENDING == pending.state
-        assert "controller" in pending.pending_reason
-        elapsed = time.monotonic() - started
-        print(f"\nthree statuses with the controller stopped: {elapsed:.1f} s")
-        assert elapsed < 30  # each gives up on the controller after a few seconds, not the RPC's minute
-    finally:
-        c.local.kill_process("controller", signal.SIGCONT)
-    running.terminate()
-    assert JobState.SUCCEEDED == queued.wait(timeout=60).state  # and the controller carries on
-
-
 async def _all_jobs(address: str) -> dict[str, str]:
     client = await Client.connect(address)
     return {wf.id: str(wf.status) async for wf in client.list_workflows("WorkflowType='JobWorkflow'")}
-
-
-def test_temporal_server_restart_on_the_same_db_loses_no_job(make_cluster: MakeCluster) -> None:
-    """After the dev server is SIGKILLed and restarted on its SQLite file, every job is listed
-    with its state and all finish, while agents and controller stay up."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2))
-    done = c.client.submit_command(["true"], resources=ONE_CPU)
-    assert JobState.SUCCEEDED == done.wait(timeout=60).state
-    gate = c.work / "go"  # the running tasks end when the test says (during the outage), not after a fixed time
-    waits = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]
-    jobs = [c.client.submit_command(waits, resources=ONE_CPU) for _ in range(3)]
-    wait_until(lambda: sum(j.status().state == JobState.RUNNING for j in jobs) == 2, what="two running")
-    assert [JobState.PENDING] == [s for j in jobs if (s := j.status().state) != JobState.RUNNING]  # no room left
-
-    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
-    gate.touch()  # the two running tasks end while the server is away
-    everyone = ["controller", "worker-cpu-0", "worker-cpu-1"]
-    holds_throughout(lambda: everyone == c.alive(), seconds=3.0, what="nobody dies with the server")
-    down_at = time.monotonic()
-    c.local.restart_process("temporal")
-
-    def listed() -> dict[str, str] | None:
-        try:
-            return asyncio.run(_all_jobs(c.info.address))
-        except Exception:  # the restarted server may still be warming up
-            return None
-
-    ids = wait_until(listed, timeout=30, what="jobs listed again")
-    assert {done.job_id, *(j.job_id for j in jobs)} == set(ids)
-    assert JobState.SUCCEEDED == c.status(done.job_id).state
-    for j in jobs:
-        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=90).state
-    print(f"\ntemporal restart -> all 3 jobs done: {time.monotonic() - down_at:.1f} s; "
-          f"preemptions {[t.preemption_count for j in jobs for t in j.status().tasks]}")
-    assert [0, 0, 0] == [t.failure_count for j in jobs for t in j.status().tasks]
-    wait_until(lambda: all(w.healthy for w in c.workers().values()), timeout=30, what="workers healthy again")
-    assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
-    assert JobState.SUCCEEDED == c.client.submit_command(["true"], resources=ONE_CPU).wait(timeout=60).state
-
-
-def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(
-    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run
-    on it after SIGCONT, and its capacity comes back."""
-    for name, value in LOST_WORKER_AGENTS.items():
-        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
-    c: FaultCluster = make_cluster(group("paused", cpu=8, zone="z", role="paused"), group("other", cpu=16, zone="z"))
-    runs = c.work / "runs"
-    assert c.local.kill_process("paused-0", signal.SIGSTOP)
-    stopped_at = time.monotonic()
-    job = c.client.submit_command(
-        ["sh", "-c", f'echo "$IRIS_TASK_INDEX $IRIS_ATTEMPT $IRIS_WORKER_ID" >> {runs}'],
-        resources=ResourceSpec(cpu=1, memory="100m", replicas=8),
-        constraints=[Constraint("zone", "EQ", "z")],
-    )
-    wait_until(lambda: len(c.workers()["paused-0"].running_tasks) == 8, what="all 8 placed on the paused worker")
-    wait_until(
-        lambda: len(lines(runs)) == 8,
-        timeout=2 * DISPATCH + HEARTBEAT + 2 * SLACK, interval=0.05, what="all 8 started elsewhere",
-    )
-    moved = time.monotonic() - stopped_at
-    status = job.wait(timeout=60)
-    tasks = status.tasks
-    dispatch_failures = [t.attempt - t.preemption_count for t in tasks]
-    print(f"\nagent SIGSTOP -> all 8 tasks running elsewhere: {moved:.1f} s; per task "
-          f"(attempt, preemptions): {[(t.attempt, t.preemption_count) for t in tasks]}")
-    assert {"other-0"} == {t.worker_id for t in tasks}
-    assert [0] * 8 == [t.failure_count for t in tasks]
-    assert any(d > 0 for d in dispatch_failures)  # some were never picked up: released at the dispatch timeout
-    paused = c.workers()["paused-0"]
-    assert (False, ()) == (paused.healthy, paused.running_tasks)  # nothing committed on it while paused
-    # A frozen agent is not "down" (its process lives): cluster status names it among the unhealthy workers.
-    assert "workers: 1 healthy of 2 (unhealthy: paused-0)" in iris(c, "cluster", "status").stdout
-
-    assert c.local.kill_process("paused-0", signal.SIGCONT)
-    wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
-    full = c.client.submit_command(
-        ["true"], resources=ResourceSpec(cpu=8, memory="100m"), constraints=[Constraint("role", "EQ", "paused")]
-    )
-    assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
-    # It has taken new work since it woke: whatever its polls from before the pause handed it came first.
-    assert [] == [line for line in lines(runs) if "paused-0" in line]
 
 
 async def _scheduler_runs(address: str) -> list[SchedulerState | None]:
@@ -353,17 +231,153 @@ def test_scheduler_continues_as_new_and_carries_queued_and_running_work(make_clu
     assert job_runs > 1  # the gang's job continued-as-new between attempts
 
 
-def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers_and_tasks(
-    make_cluster: MakeCluster,
+def test_sigkilled_worker_task_is_retried_and_its_orphan_killed_on_return(
+    c: FaultCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A SIGKILLed agent's task is retried elsewhere as a preemption once its lease has run out; the task
+    process it left behind was killed by the lease watchdog meanwhile, and the agent restarted with the
+    same id registers again and takes work."""
+    for name, value in LOST_WORKER_AGENTS.items():
+        monkeypatch.setenv(name, value)  # the restarted agent inherits IRIS_*, as the cluster's did
+    runs = c.work / "runs"
+    script = (
+        f'echo "$IRIS_ATTEMPT $IRIS_WORKER_ID $$" >> {runs}; '
+        'if [ "$IRIS_ATTEMPT" = 0 ]; then exec sleep 300; fi'
+    )
+    job = c.client.submit_command(["sh", "-c", script], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    first = wait_until(lambda: lines(runs), what="attempt 0 started")[0].split()
+    assert ["0", "victim-0"] == first[:2]  # best fit: the tighter worker takes it
+    orphan = int(first[2])
+    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
+
+    killed_at = time.monotonic()
+    assert c.local.kill_process("victim-0", signal.SIGKILL, wait=5)
+    def preempted() -> TaskStatus | None:
+        task = c.status(job.job_id).tasks[0]
+        return task if task.preemption_count >= 1 else None
+
+    retried = wait_until(preempted, timeout=HEARTBEAT + FENCE + 3 * SLACK, interval=0.05, what="task preempted")
+    detection = time.monotonic() - killed_at
+    print(f"\nworker SIGKILL -> task WORKER_FAILED and retrying: {detection:.1f} s "
+          f"(heartbeat timeout {HEARTBEAT:g} s, then {FENCE:g} s for the lease)")
+    assert 0 == retried.failure_count
+    ledger = c.local.home / "agents" / "victim-0" / "running"
+    entries = {e.name: e.read_text() for e in ledger.iterdir()} if ledger.exists() else {}
+    assert not pid_running(orphan), entries  # its agent is dead, but its lease ran out: the watchdog killed it
+    assert detection < HEARTBEAT + FENCE + SLACK
+
+    final = job.wait(timeout=60)
+    task = final.tasks[0]
+    assert (TaskState.SUCCEEDED, "spare-0", 1, 0, 1) == (
+        task.state, task.worker_id, task.preemption_count, task.failure_count, task.attempt
+    )
+    victim = c.workers()["victim-0"]
+    assert (False, ()) == (victim.healthy, victim.running_tasks)
+
+    later = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "f")])
+    assert "spare-0" == later.wait(timeout=60).tasks[0].worker_id  # the dead worker gets no new work
+
+    restarted_at = time.monotonic()
+    c.local.start_worker(c.specs["victim-0"])
+    wait_until(lambda: c.healthy("victim-0"), timeout=30, what="victim healthy again")
+    print(f"agent restart -> healthy again: {time.monotonic() - restarted_at:.1f} s")
+    assert 2 == len(lines(runs))  # attempt 0 (killed) and attempt 1, nothing else
+    pinned = c.client.submit_command(["true"], resources=ONE_CPU, constraints=[Constraint("role", "EQ", "victim")])
+    assert "victim-0" == pinned.wait(timeout=60).tasks[0].worker_id
+
+
+
+def test_status_answers_from_temporal_while_the_controller_is_down(
+    c: FaultCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the controller SIGSTOPped, `status` still answers within seconds: a finished job in full
+    (from its history), a running one by its state, a pending one saying why there is no reason;
+    and a fresh client (no cache) gets the same, so nothing waits on the missing controller.
+
+    The fresh client's status query waits 0.5 s for the controller (IRIS_QUERY_TIMEOUT_SECONDS; 5 s by
+    default): every query it makes goes to the stopped controller and must time out, three of them."""
+    done = c.client.submit_command(["sh", "-c", "exit 3"], resources=ONE_CPU, constraints=ON_ONE)
+    assert JobState.FAILED == done.wait(timeout=60, raise_on_failure=False).state
+    running = c.client.submit_command(["sleep", "60"], resources=ONE_CPU, constraints=ON_ONE)
+    wait_until(lambda: running.status().state == JobState.RUNNING, what="running")
+    queued = c.client.submit_command(["true"], resources=ONE_CPU, constraints=ON_ONE)  # no room left: stays PENDING
+    wait_until(lambda: queued.status().pending_reason != "", what="a pending reason")
+
+    assert c.local.kill_process("controller", signal.SIGSTOP)
+    try:
+        monkeypatch.setenv("IRIS_QUERY_TIMEOUT_SECONDS", "0.5")  # read by the fresh client only
+        fresh = IrisClient.connect(c.info.address, store=c.info.store_url)
+        started = time.monotonic()
+        finished = fresh.job_status(done.job_id)
+        assert JobState.FAILED == finished.state
+        assert [3] == [t.exit_code for t in finished.tasks]  # the whole status, from the job's history
+        assert JobState.RUNNING == fresh.job_status(running.job_id).state
+        pending = fresh.job_status(queued.job_id)
+        assert JobState.PENDING == pending.state
+        assert "controller" in pending.pending_reason
+        elapsed = time.monotonic() - started
+        print(f"\nthree statuses with the controller stopped: {elapsed:.1f} s")
+        assert elapsed < 30  # each gives up on the controller after a few seconds, not the RPC's minute
+    finally:
+        c.local.kill_process("controller", signal.SIGCONT)
+    running.terminate()
+    assert JobState.SUCCEEDED == queued.wait(timeout=60).state  # and the controller carries on
+
+
+
+def test_paused_worker_loses_its_tasks_to_another_and_leaks_no_capacity(c: FaultCluster) -> None:
+    """Tasks placed on a SIGSTOPped agent move to another worker within the timeouts, never run
+    on it after SIGCONT, and its capacity comes back."""
+    runs = c.work / "runs"
+    assert c.local.kill_process("paused-0", signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    job = c.client.submit_command(
+        ["sh", "-c", f'echo "$IRIS_TASK_INDEX $IRIS_ATTEMPT $IRIS_WORKER_ID" >> {runs}'],
+        resources=ResourceSpec(cpu=1, memory="100m", replicas=8),
+        constraints=[Constraint("zone", "EQ", "z")],
+    )
+    wait_until(lambda: len(c.workers()["paused-0"].running_tasks) == 8, what="all 8 placed on the paused worker")
+    wait_until(
+        lambda: len(lines(runs)) == 8,
+        timeout=2 * DISPATCH + HEARTBEAT + 2 * SLACK, interval=0.05, what="all 8 started elsewhere",
+    )
+    moved = time.monotonic() - stopped_at
+    status = job.wait(timeout=60)
+    tasks = status.tasks
+    dispatch_failures = [t.attempt - t.preemption_count for t in tasks]
+    print(f"\nagent SIGSTOP -> all 8 tasks running elsewhere: {moved:.1f} s; per task "
+          f"(attempt, preemptions): {[(t.attempt, t.preemption_count) for t in tasks]}")
+    assert {"other-0"} == {t.worker_id for t in tasks}
+    assert [0] * 8 == [t.failure_count for t in tasks]
+    assert any(d > 0 for d in dispatch_failures)  # some were never picked up: released at the dispatch timeout
+    paused = c.workers()["paused-0"]
+    assert (False, ()) == (paused.healthy, paused.running_tasks)  # nothing committed on it while paused
+    # A frozen agent is not "down" (its process lives): cluster status names it among the unhealthy workers.
+    assert f"workers: {len(c.specs) - 1} healthy of {len(c.specs)} (unhealthy: paused-0)" in iris(
+        c, "cluster", "status"
+    ).stdout
+
+    assert c.local.kill_process("paused-0", signal.SIGCONT)
+    wait_until(lambda: c.healthy("paused-0"), timeout=30, what="paused worker re-registered")
+    full = c.client.submit_command(
+        ["true"], resources=ResourceSpec(cpu=8, memory="100m"), constraints=[Constraint("role", "EQ", "paused")]
+    )
+    assert "paused-0" == full.wait(timeout=60).tasks[0].worker_id  # all 8 cpus are free again
+    # It has taken new work since it woke: whatever its polls from before the pause handed it came first.
+    assert [] == [line for line in lines(runs) if "paused-0" in line]
+
+
+
+def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers_and_tasks(c: FaultCluster) -> None:
     """Terminate the singleton scheduler and restart the controller: the fresh scheduler learns the
     worker again, books the running task's place (so nothing is put beside it) and queues the waiting job."""
-    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=1))
     gate = c.work / "go"  # the first job runs until the test lets it end (8 s once ended before the checks)
-    running = c.client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU)
+    running = c.client.submit_command(
+        ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU, constraints=ON_ONE
+    )
     wait_until(lambda: c.status(running.job_id).state == JobState.RUNNING, what="first job running")
     # No room until the first ends; run before the test opens the gate (beside the first), it fails.
-    waiting = c.client.submit_command(["test", "-e", str(gate)], resources=ONE_CPU)
+    waiting = c.client.submit_command(["test", "-e", str(gate)], resources=ONE_CPU, constraints=ON_ONE)
     wait_until(lambda: c.status(waiting.job_id).pending_reason, what="second job waiting with a reason")
 
     async def scheduler_run() -> tuple[str, bool]:
@@ -380,8 +394,11 @@ def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers
     c.local.restart_process("controller")  # starts a scheduler, which finds itself empty
     wait_until(lambda: (run := asyncio.run(scheduler_run()))[0] != lost_run and run[1], timeout=60,
                what="a new scheduler running")  # fmt: skip
-    worker = wait_until(lambda: (w := c.workers().get("cpu-0")) and w.running_tasks and w, timeout=60,
-                        what="the worker registered again, the running task's place claimed")  # fmt: skip
+    def claimed() -> WorkerStatus | None:
+        w = c.workers().get("cpu-0")
+        return w if w is not None and w.running_tasks else None
+
+    worker = wait_until(claimed, timeout=60, what="the worker registered again, the running task's place claimed")
     assert worker.healthy
     assert (f"{running.job_id}/task-0",) == tuple(worker.running_tasks)
     assert JobState.PENDING == c.status(waiting.job_id).state  # not placed beside the running task
@@ -390,3 +407,43 @@ def test_a_terminated_scheduler_starts_again_empty_and_rebuilds_from_the_workers
     done = c.client.wait(waiting.job_id, timeout=60)
     assert JobState.SUCCEEDED == done.state
     assert 0 == done.tasks[0].failure_count  # it first ran once the first had ended
+
+
+def test_temporal_server_restart_on_the_same_db_loses_no_job(c: FaultCluster) -> None:
+    """After the dev server is SIGKILLed and restarted on its SQLite file, every job is listed
+    with its state and all finish, while agents and controller stay up."""
+    done = c.client.submit_command(["true"], resources=ONE_CPU, constraints=ON_TWO)
+    assert JobState.SUCCEEDED == done.wait(timeout=60).state
+    gate = c.work / "go"  # the running tasks end when the test says (during the outage), not after a fixed time
+    waits = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]
+    jobs = [c.client.submit_command(waits, resources=ONE_CPU, constraints=ON_TWO) for _ in range(3)]
+    wait_until(lambda: sum(j.status().state == JobState.RUNNING for j in jobs) == 2, what="two running")
+    assert [JobState.PENDING] == [s for j in jobs if (s := j.status().state) != JobState.RUNNING]  # no room left
+    earlier = set(asyncio.run(_all_jobs(c.info.address)))  # and the other tests' jobs (this one's may lag)
+
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    gate.touch()  # the two running tasks end while the server is away
+    everyone = sorted(["controller", *(f"worker-{w}" for w in c.specs)])
+    holds_throughout(lambda: everyone == c.alive(), seconds=3.0, what="nobody dies with the server")
+    down_at = time.monotonic()
+    c.local.restart_process("temporal")
+
+    def listed() -> dict[str, str] | None:
+        try:
+            return asyncio.run(_all_jobs(c.info.address))
+        except Exception:  # the restarted server may still be warming up
+            return None
+
+    ids = wait_until(listed, timeout=30, what="jobs listed again")
+    assert earlier | {done.job_id, *(j.job_id for j in jobs)} == set(ids)
+    assert JobState.SUCCEEDED == c.status(done.job_id).state
+    for j in jobs:
+        assert JobState.SUCCEEDED == c.client.wait(j.job_id, timeout=90).state
+    print(f"\ntemporal restart -> all 3 jobs done: {time.monotonic() - down_at:.1f} s; "
+          f"preemptions {[t.preemption_count for j in jobs for t in j.status().tasks]}")
+    assert [0, 0, 0] == [t.failure_count for j in jobs for t in j.status().tasks]
+    wait_until(lambda: all(w.healthy for w in c.workers().values()), timeout=30, what="workers healthy again")
+    assert sorted([*everyone, "temporal"]) == c.alive()
+    assert JobState.SUCCEEDED == c.client.submit_command(["true"], resources=ONE_CPU, constraints=ON_TWO).wait(
+        timeout=60
+    ).state
