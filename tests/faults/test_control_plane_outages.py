@@ -2,14 +2,22 @@
 
 An agent exits only when told to (SIGTERM) or on a configuration error; every failure to
 reach Temporal or the scheduler is retried until the control plane is back.
+
+The dead-server and killed-job tests share one cluster (a cluster each cost 4-6 s a test on a loaded machine):
+their agents declare the same timeouts, the killed-job test's job runs on a worker of its own, and it ends with
+that worker back; the dead-server test, which leaves its stopped agent down, comes last. The dead-controller
+test's agents and dev server are set up for it: it starts its own, first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +30,17 @@ from tests.support import holds_throughout, logged
 from worker_agent.agent import SESSION_SILENCE_SECONDS
 from workflows.fleet.worker_workflow import session_heartbeat_timeout
 
-from .conftest import FaultCluster, MakeCluster, group, lines, pid_running, wait_until
+from .conftest import (
+    FaultCluster,
+    MakeCluster,
+    group,
+    lines,
+    pid_running,
+    processes_mentioning,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
 from .test_component_faults import FENCE, HEARTBEAT, LEASE, LOST_WORKER_AGENTS, read_runs, record_run_until
 
 ONE_CPU = ResourceSpec(cpu=1, memory="100m")
@@ -42,6 +60,35 @@ STICKY = 1.0
 # 5 s in all (lease + margin); 8 s leaves 3 s beyond the longest on a loaded machine.
 OUTAGE = HEARTBEAT + FENCE + 3.0
 assert max(LEASE, session_heartbeat_timeout(HEARTBEAT).total_seconds(), HEARTBEAT + FENCE) + 3.0 <= OUTAGE
+# The shared cluster's workers: the killed-job test's victim, and the dead-server test's (`pool` "t": its job runs
+# on one of them, and it stops `spare-0` while the server is away).
+FLEET = (group("victim", cpu=1, role="victim"), group("cpu", cpu=1, count=2, pool="t"), group("spare", cpu=1, pool="t"))
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
+    """The module's cluster for the tests that share one. Its agents declare the lost-worker tests' heartbeat
+    timeout and lease (LOST_WORKER_AGENTS, inherited as they start; a test that starts an agent again sets them)."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in LOST_WORKER_AGENTS.items():
+            env.setenv(name, value)
+        fc = start_cluster(tmp_path_factory.mktemp("iris-outages"), FLEET)
+    try:
+        yield fc
+    finally:
+        stop_cluster(fc)
+
+
+@pytest.fixture
+def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
+    """The shared cluster, its scratch directory this test's own; any task process still naming that directory
+    afterwards (orphaned by a test that failed) is killed, as a cluster of its own would have been stopped."""
+    work = shared.work / request.node.name
+    work.mkdir()
+    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
+    for pid in processes_mentioning(str(work)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def registered_session(log: Path) -> str | None:
@@ -108,56 +155,14 @@ def test_agents_outlive_a_dead_controller_while_they_register_again(
     assert ["controller", "temporal", "worker-paused-0", "worker-run-0"] == c.alive()
 
 
-def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_away(
-    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the dev server dead under a running task for longer than the agents' timeouts (OUTAGE: it was 15 s
-    with the default ones), no agent exits, the task completes after the server is back; and an agent told to
-    stop (SIGTERM) while the server is away exits within seconds."""
-    for name, value in LOST_WORKER_AGENTS.items():
-        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
-    c: FaultCluster = make_cluster(group("cpu", cpu=1, count=2), group("spare", cpu=1))
-    # The task runs until the test lets it end, once the server is back: the attempt the outage cost (its lease ran
-    # out) runs again then, and ends at once rather than after a fixed time (it was `sleep 20`, twice).
-    gate = c.work / "go"
-    job = c.client.submit_command(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU)
-    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
-
-    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
-    everyone = ["controller", "worker-cpu-0", "worker-cpu-1", "worker-spare-0"]
-    holds_throughout(lambda: everyone == c.alive(), seconds=OUTAGE, what="every daemon running with the server away")
-    # The outage outlasted the lease: the agent running the task gave the attempt up while the server was away.
-    agents = ("cpu-0", "cpu-1", "spare-0")
-    assert 1 == sum(logged(c.local.log_path(f"worker-{w}"), "task_lease_expired") for w in agents)
-    spare = c.local.status().pids["worker-spare-0"]  # type: ignore[union-attr]
-    told_at = time.monotonic()
-    assert c.local.kill_process("spare-0", signal.SIGTERM, wait=15)
-    stopped_in = time.monotonic() - told_at
-    print(f"\nSIGTERM with Temporal away -> agent exited in {stopped_in:.1f} s")
-    assert not pid_running(spare)  # within the 15 s: no SIGKILL needed
-
-    c.local.restart_process("temporal")
-    back_at = time.monotonic()
-    wait_until(lambda: c.healthy("cpu-0") and c.healthy("cpu-1"), timeout=60, what="workers healthy again")
-    healthy_in = time.monotonic() - back_at
-    print(f"dev server back -> both agents healthy: {healthy_in:.1f} s")
-    # Their sessions ended with the outage (timed out once the server was back); each agent learns it from
-    # the server and registers again, not only after it has heard nothing for the silence limit.
-    assert healthy_in < SESSION_SILENCE_SECONDS
-    gate.touch()
-    status = c.client.wait(job.job_id, timeout=120)
-    assert JobState.SUCCEEDED == status.state
-    assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1"] == c.alive()
-
-
 def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(
-    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+    c: FaultCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A job killed right after its worker was SIGKILLed ends KILLED once the attempt times out; the timeout
     is not taken for a preemption to retry (the kill wins), so no second attempt ever starts."""
-    for name, value in LOST_WORKER_AGENTS.items():  # the attempt times out after 4.5 s, not 10 s
-        monkeypatch.setenv(name, value)  # the agents inherit IRIS_*
-    c: FaultCluster = make_cluster(group("victim", cpu=1, role="victim"), group("spare", cpu=1))
+    # The cluster's agents declare LOST_WORKER_AGENTS: the attempt times out after 4.5 s, not 10 s.
+    for name, value in LOST_WORKER_AGENTS.items():
+        monkeypatch.setenv(name, value)  # the restarted agent inherits IRIS_*, as the cluster's did
     runs = c.work / "runs"
     job = c.client.submit_command(
         ["sh", "-c", f'echo "$IRIS_ATTEMPT" >> {runs}; exec sleep 600'], resources=ONE_CPU,
@@ -174,3 +179,44 @@ def test_a_job_killed_as_its_worker_dies_ends_killed_and_runs_no_more(
                timeout=30, what="victim back, nothing of the job queued")  # fmt: skip
     assert () == c.workers()["victim-0"].running_tasks
     assert ["0"] == lines(runs)
+
+
+def test_agents_outlive_a_dead_temporal_server_and_stop_promptly_while_it_is_away(c: FaultCluster) -> None:
+    """With the dev server dead under a running task for longer than the agents' timeouts (OUTAGE: it was 15 s
+    with the default ones), no agent exits, the task completes after the server is back; and an agent told to
+    stop (SIGTERM) while the server is away exits within seconds."""
+    # The task runs until the test lets it end, once the server is back: the attempt the outage cost (its lease ran
+    # out) runs again then, and ends at once rather than after a fixed time (it was `sleep 20`, twice).
+    gate = c.work / "go"
+    job = c.client.submit_command(
+        ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"], resources=ONE_CPU,
+        constraints=[Constraint("pool", "EQ", "t")],
+    )  # fmt: skip
+    wait_until(lambda: c.status(job.job_id).state == JobState.RUNNING, what="job running")
+
+    assert c.local.kill_process("temporal", signal.SIGKILL, wait=5)
+    everyone = ["controller", "worker-cpu-0", "worker-cpu-1", "worker-spare-0", "worker-victim-0"]
+    holds_throughout(lambda: everyone == c.alive(), seconds=OUTAGE, what="every daemon running with the server away")
+    # The outage outlasted the lease: the agent running the task gave the attempt up while the server was away.
+    agents = ("cpu-0", "cpu-1", "spare-0")
+    assert 1 == sum(logged(c.local.log_path(f"worker-{w}"), "task_lease_expired") for w in agents)
+    spare = c.local.status().pids["worker-spare-0"]  # type: ignore[union-attr]
+    told_at = time.monotonic()
+    assert c.local.kill_process("spare-0", signal.SIGTERM, wait=15)
+    stopped_in = time.monotonic() - told_at
+    print(f"\nSIGTERM with Temporal away -> agent exited in {stopped_in:.1f} s")
+    assert not pid_running(spare)  # within the 15 s: no SIGKILL needed
+
+    c.local.restart_process("temporal")
+    back_at = time.monotonic()
+    wait_until(lambda: all(c.healthy(w) for w in ("cpu-0", "cpu-1", "victim-0")), timeout=60,
+               what="workers healthy again")  # fmt: skip
+    healthy_in = time.monotonic() - back_at
+    print(f"dev server back -> the three agents healthy: {healthy_in:.1f} s")
+    # Their sessions ended with the outage (timed out once the server was back); each agent learns it from
+    # the server and registers again, not only after it has heard nothing for the silence limit.
+    assert healthy_in < SESSION_SILENCE_SECONDS
+    gate.touch()
+    status = c.client.wait(job.job_id, timeout=120)
+    assert JobState.SUCCEEDED == status.state
+    assert ["controller", "temporal", "worker-cpu-0", "worker-cpu-1", "worker-victim-0"] == c.alive()
