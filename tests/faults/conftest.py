@@ -144,3 +144,16 @@ def make_cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     yield make
     for fc in started:
         stop_cluster(fc)
+
+
+@pytest.fixture
+def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
+    """A module's shared cluster (its module fixture `shared`), its scratch directory this test's own; any task
+    process still naming that directory afterwards (orphaned by a test that failed) is killed, as a cluster of its
+    own would have been stopped."""
+    work = shared.work / request.node.name
+    work.mkdir()
+    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
+    for pid in processes_mentioning(str(work)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

@@ -12,9 +12,7 @@ test's agents and dev server are set up for it: it starts its own, first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -36,7 +34,6 @@ from .conftest import (
     group,
     lines,
     pid_running,
-    processes_mentioning,
     start_cluster,
     stop_cluster,
     wait_until,
@@ -77,18 +74,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
         yield fc
     finally:
         stop_cluster(fc)
-
-
-@pytest.fixture
-def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
-    """The shared cluster, its scratch directory this test's own; any task process still naming that directory
-    afterwards (orphaned by a test that failed) is killed, as a cluster of its own would have been stopped."""
-    work = shared.work / request.node.name
-    work.mkdir()
-    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
-    for pid in processes_mentioning(str(work)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def registered_session(log: Path) -> str | None:

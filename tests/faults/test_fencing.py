@@ -13,8 +13,6 @@ agent's long task runs from the module's start, beside the tests before it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
 import sys
 import time
@@ -32,7 +30,7 @@ from iris import Constraint, CoschedulingConfig, Job, JobState, ResourceSpec, Ta
 from iris.config.cluster_file import LocalWorkerSpec
 from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
-from .conftest import FaultCluster, group, lines, processes_mentioning, start_cluster, stop_cluster, wait_until
+from .conftest import FaultCluster, group, lines, start_cluster, stop_cluster, wait_until
 
 # Short, so the test is: the watchdog kills a frozen agent's task a lease after its last renewal, well before
 # the server times the attempt out (HEARTBEAT, the agents' --heartbeat-timeout, which paces these tests: shorter
@@ -94,18 +92,6 @@ def healthy_task(shared: FaultCluster) -> Job:
     return shared.client.submit_command(
         ["sleep", str(3 * LEASE)], resources=ONE_CPU, constraints=[Constraint("pool", "EQ", "healthy")]
     )
-
-
-@pytest.fixture
-def c(shared: FaultCluster, request: pytest.FixtureRequest) -> Iterator[FaultCluster]:
-    """The shared cluster, its scratch directory this test's own; any task process still naming that directory
-    afterwards (orphaned by a test that failed) is killed, as a cluster of its own would have been stopped."""
-    work = shared.work / request.node.name
-    work.mkdir()
-    yield FaultCluster(shared.local, shared.info, shared.client, shared.specs, work)
-    for pid in processes_mentioning(str(work)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _attempt_timeouts(c: FaultCluster, job_id: str) -> tuple[list[float], list[str]]:
