@@ -115,6 +115,22 @@ def stop_cluster(fc: FaultCluster) -> None:
     _kill_leftovers(fc.local.home)
 
 
+@contextlib.contextmanager
+def module_cluster(
+    home: Path, groups: Sequence[Mapping[str, Any]], agent_env: Mapping[str, str]
+) -> Iterator[FaultCluster]:
+    """A cluster a test module shares (its `shared` fixture), stopped after the module. `agent_env` (IRIS_*
+    settings the daemons inherit) is set while it lives: its agents, and one a test starts again, declare them."""
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in agent_env.items():
+            env.setenv(name, value)
+        fc = start_cluster(home, groups)
+        try:
+            yield fc
+        finally:
+            stop_cluster(fc)
+
+
 MakeCluster = Callable[..., FaultCluster]
 
 

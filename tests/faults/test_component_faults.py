@@ -46,9 +46,8 @@ from .conftest import (
     MakeCluster,
     group,
     lines,
+    module_cluster,
     pid_running,
-    start_cluster,
-    stop_cluster,
     wait_until,
 )
 
@@ -79,15 +78,9 @@ ON_TWO = [Constraint("pool", "EQ", "two")]
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
     """The module's cluster, with the sharing tests' workers. Its agents declare the lost-worker tests' heartbeat
-    timeout and lease (LOST_WORKER_AGENTS, inherited as they start; a test that starts an agent again sets them)."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in LOST_WORKER_AGENTS.items():
-            env.setenv(name, value)
-        fc = start_cluster(tmp_path_factory.mktemp("iris-faults"), FLEET)
-    try:
+    timeout and lease (LOST_WORKER_AGENTS)."""
+    with module_cluster(tmp_path_factory.mktemp("iris-faults"), FLEET, LOST_WORKER_AGENTS) as fc:
         yield fc
-    finally:
-        stop_cluster(fc)
 
 
 def record_run_until(directory: str, gate: str) -> int:

@@ -33,9 +33,8 @@ from .conftest import (
     MakeCluster,
     group,
     lines,
+    module_cluster,
     pid_running,
-    start_cluster,
-    stop_cluster,
     wait_until,
 )
 from .test_component_faults import FENCE, HEARTBEAT, LEASE, LOST_WORKER_AGENTS, read_runs, record_run_until
@@ -65,15 +64,9 @@ FLEET = (group("victim", cpu=1, role="victim"), group("cpu", cpu=1, count=2, poo
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
     """The module's cluster for the tests that share one. Its agents declare the lost-worker tests' heartbeat
-    timeout and lease (LOST_WORKER_AGENTS, inherited as they start; a test that starts an agent again sets them)."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in LOST_WORKER_AGENTS.items():
-            env.setenv(name, value)
-        fc = start_cluster(tmp_path_factory.mktemp("iris-outages"), FLEET)
-    try:
+    timeout and lease (LOST_WORKER_AGENTS)."""
+    with module_cluster(tmp_path_factory.mktemp("iris-outages"), FLEET, LOST_WORKER_AGENTS) as fc:
         yield fc
-    finally:
-        stop_cluster(fc)
 
 
 def registered_session(log: Path) -> str | None:

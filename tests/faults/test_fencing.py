@@ -30,7 +30,7 @@ from iris import Constraint, CoschedulingConfig, Job, JobState, ResourceSpec, Ta
 from iris.config.cluster_file import LocalWorkerSpec
 from workflows.tasks.task_workflow import HEARTBEAT_TIMEOUT
 
-from .conftest import FaultCluster, group, lines, start_cluster, stop_cluster, wait_until
+from .conftest import FaultCluster, group, lines, module_cluster, wait_until
 
 # Short, so the test is: the watchdog kills a frozen agent's task a lease after its last renewal, well before
 # the server times the attempt out (HEARTBEAT, the agents' --heartbeat-timeout, which paces these tests: shorter
@@ -73,15 +73,10 @@ record("end")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultCluster]:
     """The module's cluster, with every test's workers. Its agents (and the one a test starts itself) hold short
     leases and declare a short heartbeat timeout: the daemons inherit IRIS_* settings."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("IRIS_LEASE_SECONDS", str(LEASE))
-        env.setenv("IRIS_LEASE_MARGIN_SECONDS", str(MARGIN))
-        env.setenv("IRIS_HEARTBEAT_TIMEOUT_SECONDS", str(HEARTBEAT))
-        fc = start_cluster(tmp_path_factory.mktemp("iris-fencing"), FLEET)
-        try:
-            yield fc
-        finally:
-            stop_cluster(fc)
+    agents = {"IRIS_LEASE_SECONDS": str(LEASE), "IRIS_LEASE_MARGIN_SECONDS": str(MARGIN),
+              "IRIS_HEARTBEAT_TIMEOUT_SECONDS": str(HEARTBEAT)}  # fmt: skip
+    with module_cluster(tmp_path_factory.mktemp("iris-fencing"), FLEET, agents) as fc:
+        yield fc
 
 
 @pytest.fixture(scope="module", autouse=True)
