@@ -19,7 +19,7 @@ from benchmarks.host import machine_info
 from benchmarks.iris_jobs import Entry, bench_config, measure_iris
 from benchmarks.report import BenchResult, format_report
 from benchmarks.session import quiet_logging, sigterm_as_interrupt, stop_cluster
-from iris.client.iris_client import AsyncIrisClient
+from iris.client.async_client import AsyncIrisClient
 from iris.local.cluster import ClusterInfo, LocalCluster
 
 

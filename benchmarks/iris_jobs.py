@@ -22,7 +22,8 @@ from activities.contracts import SCHEDULER_WORKFLOW_ID, task_workflow_id
 from benchmarks.figures import WARMUP_SAMPLES, Latency, Throughput, timed_gather
 from benchmarks.history import count_histories
 from benchmarks.host import CpuMeter
-from iris.client.iris_client import AsyncIrisClient, IrisClient
+from iris.client.async_client import AsyncIrisClient
+from iris.client.iris_client import IrisClient
 from iris.config.cluster_file import ClusterConfig, parse_config
 from iris.types import JobState, ResourceSpec
 

@@ -43,7 +43,7 @@ from temporalio.service import RPCError
 from benchmarks.history import event_seconds
 from benchmarks.iris_jobs import THROUGHPUT_COMMAND, _resources, bench_config
 from benchmarks.scale import _payload_sizes
-from iris.client.iris_client import AsyncIrisClient
+from iris.client.async_client import AsyncIrisClient
 from iris.connection import connect_client
 from iris.local.cluster import ClusterInfo, LocalCluster
 from iris.types import JobState, ResourceSpec

@@ -21,7 +21,8 @@ after_import("structlog", _log_to_stderr)
 
 if TYPE_CHECKING:
     from iris.auth.errors import AuthenticationError, PermissionDeniedError
-    from iris.client.iris_client import AsyncIrisClient, IrisClient, Job
+    from iris.client.async_client import AsyncIrisClient
+    from iris.client.iris_client import IrisClient, Job
     from iris.client.reservation_requests import ReservationStatus, ReservedWorker
     from iris.client.schedules import ScheduleStatus
     from iris.client.team_tables import QueueRow
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 # What `from iris import X` gives, imported when first asked for (PEP 562): a task's `get_job_info` does not load
 # the client and the Temporal SDK. Kept equal to `__all__` and the imports above (tests/test_import_cost.py).
 _EXPORTS = {
-    'AsyncIrisClient': 'iris.client.iris_client',
+    'AsyncIrisClient': 'iris.client.async_client',
     'AuthenticationError': 'iris.auth.errors',
     'Constraint': 'iris.types',
     'CoschedulingConfig': 'iris.types',

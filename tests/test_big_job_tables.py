@@ -23,7 +23,8 @@ from activities.contracts import result_blob_key, task_workflow_id
 from activities.proto import cluster_pb2 as pb
 from iris import JobFailedError, ResourceSpec
 from iris.cli.main import listed_tasks
-from iris.client.iris_client import AsyncIrisClient, _job_status
+from iris.client.async_client import AsyncIrisClient
+from iris.client.status_reads import _job_status
 from iris.client.submission import build_request
 from worker_agent.object_store import open_blob_store
 from workflows.jobs.job_handover import pack_handover, unpack_handover

@@ -33,10 +33,14 @@ def test_a_task_reading_its_identity_loads_neither_the_client_nor_the_sdk() -> N
 
 
 def test_the_public_api_still_gives_the_client_when_asked() -> None:
-    """The exports are loaded on first use, and are what they were."""
+    """The exports are loaded on first use, and are what they were; `IrisClient` itself loads no SDK (a team-mode
+    client never needs it: tests/auth/test_team_mode.py), `AsyncIrisClient` does."""
     loaded = loaded_after("import iris\nfrom iris.client.iris_client import IrisClient\n"
                           "assert iris.IrisClient is IrisClient")
-    assert "iris.client.iris_client" in loaded and "temporalio" in loaded
+    assert "iris.client.iris_client" in loaded and "temporalio" not in loaded
+    loaded = loaded_after("import iris\nfrom iris.client.async_client import AsyncIrisClient\n"
+                          "assert iris.AsyncIrisClient is AsyncIrisClient is iris.client.AsyncIrisClient")
+    assert "temporalio" in loaded
 
 
 def imported_by_command(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:

@@ -24,7 +24,7 @@ from iris.auth.connect import resolve_token as resolve_token
 from iris.auth.errors import AuthenticationError, PermissionDeniedError
 from iris.client.code_shipping import NotPlainDataError, unpickle_plain, unpickle_result
 from iris.client.job_control import IfExists
-from iris.client.submission import resolve_user
+from iris.client.submission import prepare_submission, resolve_user
 from iris.types import JobFailedError, JobStatus, UserStatus, WorkerStatus
 from worker_agent.storage import LogCursor
 from worker_agent.task_token import TOKEN_FILE_ENV
@@ -223,14 +223,10 @@ class RemoteIrisClient:
 
     async def submit(self, fn: Callable[..., Any], *args: Any, kwargs: dict[str, Any] | None = None,
                      **options: Any) -> str:  # fmt: skip
-        from iris.client.async_client import prepare_submission
-
         job = prepare_submission(options, fn=fn, args=args, kwargs=kwargs)  # checked here, as locally
         return await self._submit(job.request, job.payload, job.bundle, job.given, job.if_exists)
 
     async def submit_command(self, command: Sequence[str], **options: Any) -> str:
-        from iris.client.async_client import prepare_submission
-
         job = prepare_submission(options, command=command)
         return await self._submit(job.request, None, job.bundle, job.given, job.if_exists)
 

@@ -8,14 +8,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from iris.client.iris_client import AsyncIrisClient, IrisClient, Job  # what `iris.client` gave before the split
+    from iris.client.async_client import AsyncIrisClient  # what `iris.client` gave before the split
+    from iris.client.iris_client import IrisClient, Job
 
 __all__ = ["AsyncIrisClient", "IrisClient", "Job"]
+_EXPORTS = {"AsyncIrisClient": "iris.client.async_client", "IrisClient": "iris.client.iris_client",
+            "Job": "iris.client.iris_client"}  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    module = _EXPORTS.get(name)
+    if module is None:
         raise AttributeError(f"module 'iris.client' has no attribute {name!r}")
-    value = getattr(importlib.import_module("iris.client.iris_client"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

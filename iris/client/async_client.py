@@ -11,7 +11,6 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -39,11 +38,10 @@ from activities.contracts import (
 from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
 from iris.client import idempotent, team_tables
-from iris.client.bundle import zip_bundle
 from iris.client.child_jobs import child_job_id, inherit
 from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads, ask_scheduler
-from iris.client.code_shipping import pickle_callable, unpickle_result
-from iris.client.job_control import IfExists, check_dependencies, parse_if_exists, start_memo
+from iris.client.code_shipping import unpickle_result
+from iris.client.job_control import IfExists, check_dependencies, start_memo
 from iris.client.job_lookup import describe_job, is_missing
 from iris.client.status_reads import (
     _connect_reason,
@@ -53,14 +51,7 @@ from iris.client.status_reads import (
     _visibility_query,
     _visible_status,
 )
-from iris.client.submission import (
-    build_request,
-    check_option_names,
-    command_argv,
-    make_job_id,
-    resolve_user,
-    split_launch,
-)
+from iris.client.submission import make_job_id, prepare_submission, resolve_user, split_launch
 from iris.client.task_connection import require_cluster_address, task_parent
 from iris.connection import ADDRESS_ENV as ADDRESS_ENV
 from iris.connection import STORE_ENV as STORE_ENV
@@ -501,55 +492,3 @@ class AsyncIrisClient(ClusterReads):
 
     def read_new_logs(self, job_id: str, task_index: int, cursor: LogCursor | None) -> tuple[list[str], LogCursor]:
         return self.logs.read_new(job_id, task_index, cursor)
-
-
-@dataclass(frozen=True)
-class Submission:
-    """A submission checked and built, before anything is sent (what a client sends to start a job)."""
-
-    request: pb.JobRequest
-    payload: bytes | None  # the pickled call (`submit`); None for a command
-    bundle: tuple[str, bytes] | None
-    given: frozenset[str]  # the options the caller set (a child's own values win over its parent's)
-    if_exists: IfExists
-
-
-def prepare_submission(
-    options: dict[str, Any], *, fn: Callable[..., Any] | None = None, args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None, command: Sequence[str] | None = None,
-) -> Submission:  # fmt: skip
-    """Every check of `submit(fn, ...)` or `submit_command(command, ...)` (a direct client's and the Iris API
-    client's alike): a bad option is a ValueError naming it, an unknown one the caller's TypeError."""
-    check_option_names(options, "submit" if command is None else "submit_command", ("if_exists", "bundle"))
-    argv = command_argv(command) if command is not None else None
-    # Before a callable's name stands in for a missing one: reuse needs a name the caller chose (the function's
-    # would hand back another call of it, with other arguments).
-    if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
-    if argv is None:
-        if not callable(fn):
-            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-        options.setdefault("name", getattr(fn, "__name__", None) or "job")
-    bundle = _bundle(options.pop("bundle", None), options.get("setup"))
-    given = _given(options)
-    req = build_request(**options)
-    if argv is not None:
-        req.entrypoint.command.argv.extend(argv)
-        return Submission(req, None, bundle, given, if_exists)
-    assert fn is not None  # callable, checked above
-    return Submission(req, pickle_callable(fn, args, kwargs or {}), bundle, given, if_exists)
-
-
-def _given(options: Mapping[str, Any]) -> frozenset[str]:
-    """The options a submit set itself (a child's own values win over its parent's); an empty list is none."""
-    return frozenset(k for k, v in options.items() if v is not None and not (isinstance(v, (list, tuple)) and not v))
-
-
-def _bundle(directory: Any, setup: Any) -> tuple[str, bytes] | None:
-    """The zipped bundle of `directory` (validated before anything is uploaded or started)."""
-    if directory is None:
-        if setup:
-            raise ValueError("setup: needs a bundle (the directory it runs in)")
-        return None
-    if not isinstance(directory, (str, os.PathLike)):
-        raise ValueError(f"bundle must be a directory path, got {type(directory).__name__}")
-    return zip_bundle(directory)

@@ -1,9 +1,10 @@
-"""IrisClient: submit jobs and read their state, all through Temporal.
+"""IrisClient: submit jobs and read their state, through Temporal or, in team mode, the Iris API.
 
 `AsyncIrisClient` (iris/client/async_client.py) is the implementation; `IrisClient` is the blocking face
-the public API promises, running the async client on a private event loop thread. The names this module
-had before the async client and its helpers moved out are re-exported (`x as x`), so imports keep working.
-"""
+the public API promises, running the async client on a private event loop thread. In team mode the async
+client is `RemoteIrisClient` (iris/auth/remote.py), HTTP to the Iris API: the modules that read Temporal are
+imported by the methods that use them, so a team-mode client loads no Temporal SDK (~0.55 s of CPU of each
+`iris` command: tests/auth/test_team_mode.py). Schedules still load it (iris/client/schedules.py)."""
 
 from __future__ import annotations
 
@@ -14,37 +15,18 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from iris.client import endpoints, fleet_view, schedules
-from iris.client.async_client import ADDRESS_ENV as ADDRESS_ENV
-from iris.client.async_client import CONTROLLER_DOWN_REASON as CONTROLLER_DOWN_REASON
-from iris.client.async_client import MAX_DESCRIBE_INTERVAL as MAX_DESCRIBE_INTERVAL
-from iris.client.async_client import STORE_ENV as STORE_ENV
-from iris.client.async_client import AsyncIrisClient
-from iris.client.cluster_reads import QUERY_TIMEOUT as QUERY_TIMEOUT
-from iris.client.cluster_reads import READ_RETRY_SECONDS as READ_RETRY_SECONDS
-from iris.client.reservation_requests import ReservationStatus
-from iris.client.status_reads import _connect_reason as _connect_reason
-from iris.client.status_reads import _failed_job_status as _failed_job_status
-from iris.client.status_reads import _job_status as _job_status
-from iris.client.status_reads import _quoted as _quoted
-from iris.client.status_reads import _visibility_query as _visibility_query
-from iris.client.status_reads import _visible_status as _visible_status
-from iris.client.team_tables import QueueRow
-from iris.connection import TemporalSettings
-from iris.types import (
-    JobFailedError,
-    JobState,
-    JobStatus,
-    SliceStatus,
-    TaskState,
-    TaskStatus,
-    TeamStatus,
-    UserStatus,
-    WorkerStatus,
-)
-from worker_agent.object_store import Logs
+from iris.types import JobFailedError, JobState, TaskState
+
+if TYPE_CHECKING:
+    from iris.client.async_client import AsyncIrisClient
+    from iris.client.reservation_requests import ReservationStatus
+    from iris.client.schedules import ScheduleRef, ScheduleStatus
+    from iris.client.team_tables import QueueRow
+    from iris.connection import TemporalSettings
+    from iris.types import JobStatus, SliceStatus, TaskStatus, TeamStatus, UserStatus, WorkerStatus
+    from worker_agent.object_store import Logs
 
 T = TypeVar("T")
 
@@ -178,6 +160,8 @@ class IrisClient:
                 # Its HTTP session is closed on close(), when the client is collected, or at exit.
                 client._session_finalizer = weakref.finalize(client, _close_remote, loop, remote)
                 return client
+            from iris.client.async_client import AsyncIrisClient
+
             return cls(loop.run(AsyncIrisClient.connect(address, namespace, store=store, settings=settings,
                                                         user=user)), loop)  # fmt: skip
         except BaseException:
@@ -295,12 +279,16 @@ class IrisClient:
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             found = self._run(self._async.endpoints(job_id)).get(name, {})  # type: ignore[attr-defined]
             return [found[i] for i in sorted(found)]
+        from iris.client import endpoints
+
         return self._run(endpoints.resolve(self._async.temporal, job_id, name))
 
     def endpoints(self, job_id: str) -> dict[str, dict[int, str]]:
         """Every named port of the job's running tasks: name -> task index -> "host:port"."""
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             return self._run(self._async.endpoints(job_id))  # type: ignore[attr-defined,no-any-return]
+        from iris.client import endpoints
+
         return self._run(endpoints.job_endpoints(self._async.temporal, job_id))
 
     def list_workers(self) -> list[WorkerStatus]:
@@ -339,6 +327,8 @@ class IrisClient:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             return self._run(self._async.terminate_slice(slice_id, drain_timeout))  # type: ignore[attr-defined]
+        from iris.client import fleet_view
+
         return self._run(fleet_view.terminate_slice(self._async.temporal, slice_id, drain_timeout))
 
     def cordon_worker(self, worker_id: str, cordoned: bool = True) -> None:
@@ -346,31 +336,41 @@ class IrisClient:
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             self._run(self._async.cordon_worker(worker_id, cordoned))  # type: ignore[attr-defined]
             return
+        from iris.client import fleet_view
+
         self._run(fleet_view.cordon_worker(self._async.temporal, worker_id, cordoned))
 
-    # -- schedules (iris/client/schedules.py) --
+    # -- schedules (iris/client/schedules.py, imported by each method: Temporal's Schedules, through the SDK) --
 
     def create_schedule(self, name: str, fn: Callable[..., Any], *args: Any, cron: str, timezone: str = "UTC",
-                        overlap: str = "skip", **options: Any) -> schedules.ScheduleRef:
+                        overlap: str = "skip", **options: Any) -> ScheduleRef:
         """A Temporal Schedule named `name`: each firing submits `fn(*args)` as a job `<name>-<fire time>`,
         with the job `options` of `submit`. `overlap`: skip, buffer_one, allow_all or cancel_other."""
+        from iris.client import schedules
+
         self._run(schedules.create(self._async, name, fn, args, cron=cron, timezone=timezone, overlap=overlap,
                                    **options))  # fmt: skip
         return self.schedule(name)
 
     def create_command_schedule(self, name: str, command: Sequence[str], *, cron: str, timezone: str = "UTC",
-                                overlap: str = "skip", **options: Any) -> schedules.ScheduleRef:
+                                overlap: str = "skip", **options: Any) -> ScheduleRef:
         """`create_schedule` for a command (the options of `submit_command`)."""
+        from iris.client import schedules
+
         self._run(schedules.create(self._async, name, None, (), command=command, cron=cron, timezone=timezone,
                                    overlap=overlap, **options))  # fmt: skip
         return self.schedule(name)
 
-    def list_schedules(self) -> list[schedules.ScheduleStatus]:
+    def list_schedules(self) -> list[ScheduleStatus]:
         """Every schedule, by name."""
+        from iris.client import schedules
+
         return self._run(schedules.list_all(self._async))
 
-    def schedule(self, name: str) -> schedules.ScheduleRef:
+    def schedule(self, name: str) -> ScheduleRef:
         """The schedule `name` (its calls raise KeyError if there is none)."""
+        from iris.client import schedules
+
         return schedules.ScheduleRef(schedules.handle(self._async, name), self._run,
                                      lambda job_id: Job(self, job_id))  # fmt: skip
 
@@ -380,7 +380,7 @@ class IrisClient:
         return self._run(self._async.drain_worker(worker_id, timeout, on_progress=on_progress))
 
 
-__all__ = ["AsyncIrisClient", "IrisClient", "Job", "JobFailedError"]
+__all__ = ["IrisClient", "Job", "JobFailedError"]
 
 
 def _check_task_index(task_index: object, num_tasks: int) -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
-
-from temporalio.client import Client
+from typing import TYPE_CHECKING, Any
 
 from activities.contracts import RUN_TASK, task_workflow_id
+
+if TYPE_CHECKING:  # the SDK is the caller's (a Temporal client's): `iris job summary` in team mode loads none
+    from temporalio.client import Client
 
 __all__ = ["MAX_TASKS", "Usage", "live_usage"]
 

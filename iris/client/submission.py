@@ -13,7 +13,8 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -21,9 +22,10 @@ import scheduler
 from activities.contracts import INLINE_LAUNCH_BYTES
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import set_constraint
-from iris.client.bundle import setup_commands
+from iris.client.bundle import setup_commands, zip_bundle
 from iris.client.child_jobs import check_namespace
-from iris.client.job_control import add_job_control
+from iris.client.code_shipping import pickle_callable
+from iris.client.job_control import IfExists, add_job_control, parse_if_exists
 from iris.client.reservation_requests import add_reservation
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
 from scheduler.network import check_port_names
@@ -282,3 +284,55 @@ def split_launch(req: pb.JobRequest) -> bytes | None:
     req.env.clear()
     del req.setup[:]
     return launch.SerializeToString()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submission checked and built, before anything is sent (what a client sends to start a job)."""
+
+    request: pb.JobRequest
+    payload: bytes | None  # the pickled call (`submit`); None for a command
+    bundle: tuple[str, bytes] | None
+    given: frozenset[str]  # the options the caller set (a child's own values win over its parent's)
+    if_exists: IfExists
+
+
+def prepare_submission(
+    options: dict[str, Any], *, fn: Callable[..., Any] | None = None, args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None, command: Sequence[str] | None = None,
+) -> Submission:  # fmt: skip
+    """Every check of `submit(fn, ...)` or `submit_command(command, ...)` (a direct client's and the Iris API
+    client's alike): a bad option is a ValueError naming it, an unknown one the caller's TypeError."""
+    check_option_names(options, "submit" if command is None else "submit_command", ("if_exists", "bundle"))
+    argv = command_argv(command) if command is not None else None
+    # Before a callable's name stands in for a missing one: reuse needs a name the caller chose (the function's
+    # would hand back another call of it, with other arguments).
+    if_exists = parse_if_exists(options.pop("if_exists", "new"), options.get("name"))  # iris/client/idempotent.py
+    if argv is None:
+        if not callable(fn):
+            raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+        options.setdefault("name", getattr(fn, "__name__", None) or "job")
+    bundle = _bundle(options.pop("bundle", None), options.get("setup"))
+    given = _given(options)
+    req = build_request(**options)
+    if argv is not None:
+        req.entrypoint.command.argv.extend(argv)
+        return Submission(req, None, bundle, given, if_exists)
+    assert fn is not None  # callable, checked above
+    return Submission(req, pickle_callable(fn, args, kwargs or {}), bundle, given, if_exists)
+
+
+def _given(options: Mapping[str, Any]) -> frozenset[str]:
+    """The options a submit set itself (a child's own values win over its parent's); an empty list is none."""
+    return frozenset(k for k, v in options.items() if v is not None and not (isinstance(v, (list, tuple)) and not v))
+
+
+def _bundle(directory: Any, setup: Any) -> tuple[str, bytes] | None:
+    """The zipped bundle of `directory` (validated before anything is uploaded or started)."""
+    if directory is None:
+        if setup:
+            raise ValueError("setup: needs a bundle (the directory it runs in)")
+        return None
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ValueError(f"bundle must be a directory path, got {type(directory).__name__}")
+    return zip_bundle(directory)

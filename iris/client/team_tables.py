@@ -12,16 +12,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
-
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from typing import TYPE_CHECKING, Any
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from iris.types import JobState, JobStatus, TeamStatus
 from scheduler.reasons import format_bytes
 from scheduler.teams import DEFAULT_TEAM, DIMENSIONS, UNLIMITED
 from workflows.scheduler.teams_memo import QUEUE_MEMO, TEAMS_MEMO
+
+if TYPE_CHECKING:  # the SDK only to read the memo: the tables and their formats serve team mode's CLI without it
+    from temporalio.client import Client
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,8 @@ def queue_from_memo(memo: Mapping[str, Any]) -> list[QueueRow]:
 
 async def scheduler_memo(client: Client) -> Mapping[str, Any]:
     """The scheduler's memo (empty when no controller ever started)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
     try:
         desc = await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).describe()
     except RPCError as err:

@@ -33,7 +33,7 @@ from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.api import Gate, IrisApi, may
 from iris.auth.rules import Action
 from iris.client import schedules
-from iris.client.iris_client import AsyncIrisClient
+from iris.client.async_client import AsyncIrisClient
 from iris.client.team_tables import QueueView, amounts, scheduler_memo, teams_from_memo, when
 from iris.client.user_balances import list_users
 from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure

@@ -166,6 +166,41 @@ def test_iris_run_and_named_submissions_work_with_a_token(team: Team) -> None:
     team.clients["ana"].terminate(first.job_id)
 
 
+def sdk_modules(team: Team, *args: str) -> list[str]:
+    """The `temporalio` modules `iris ARGS`, run as ana, imports (`-X importtime` names each module imported: the
+    command leaves by `os._exit`, so nothing can be asked at its end); AssertionError if the command fails."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "iris", *args], env=team.env("ana"),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert 0 == done.returncode, done.stderr[-2000:]
+    names = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return sorted(m for m in names if m.startswith("temporalio"))
+
+
+def test_team_mode_clients_load_no_temporal_sdk(team: Team) -> None:
+    """A team-mode client is HTTP to the Iris API: `iris run`, the job reads, the queue and the tables, and the
+    Python client's connect, submit, wait and listing import no `temporalio` (each command paid ~0.55 s of CPU
+    for it, of ~0.7 s, until 2026-12-06)."""
+    job = team.clients["ana"].submit_command(["true"], name="light", resources=SMALL)
+    commands = [
+        ("run", "--name", "light-run", "--cpu", "0.1", "--memory", "64m", "--", "true"),
+        ("job", "status", job.job_id), ("job", "summary", job.job_id), ("job", "logs", job.job_id),
+        ("job", "list"), ("queue",), ("team", "list"), ("user", "list"), ("worker", "list"),
+    ]  # fmt: skip
+    api = ("import sys\nfrom iris import IrisClient, ResourceSpec\nwith IrisClient.connect() as client:\n"
+           "    small = ResourceSpec(cpu=0.1, memory='64m')\n"
+           "    client.submit_command(['true'], name='light-api', resources=small).wait(timeout=60)\n"
+           "    client.list_jobs()\n"
+           "print(sorted(m for m in sys.modules if m.startswith('temporalio')))")  # fmt: skip
+
+    def python_client() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", api], env=team.env("ana"), capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    client_run, *imported = concurrently(python_client, *(functools.partial(sdk_modules, team, *c) for c in commands))
+    assert (0, "[]") == (client_run.returncode, client_run.stdout.strip()), client_run.stderr[-2000:]
+    assert {c: [] for c in commands} == dict(zip(commands, imported, strict=True))
+
+
 def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
     """A job submitted from ana's task is ana's: bob cannot kill it or read its logs; ana can kill it."""
     parent = team.clients["ana"].submit(_submit_child, name="parent", resources=CLIENT_TASK)

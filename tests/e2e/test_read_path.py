@@ -23,7 +23,8 @@ from temporalio.client import (
 
 from activities.contracts import task_workflow_id
 from iris import IrisClient, JobState, JobStatus, ResourceSpec
-from iris.client.iris_client import AsyncIrisClient, _LoopThread
+from iris.client.async_client import AsyncIrisClient
+from iris.client.iris_client import _LoopThread
 from tests.support import Cluster
 from workflows.messages import TaskResult
 from workflows.visibility import MAX_ERROR_CHARS, MAX_JOB_ERROR_CHARS
