@@ -285,8 +285,3 @@ def local_user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
-
-
-def is_api_url(address: str | None) -> bool:
-    """Whether `address` names an Iris API (team mode: http(s)://HOST:PORT) rather than a Temporal frontend."""
-    return bool(address) and str(address).startswith(("http://", "https://"))

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from iris.auth.errors import AuthenticationError
-from iris.connection import ENV_PREFIX, is_api_url
+from iris.connection_env import ENV_PREFIX, is_api_url
 from worker_agent.task_token import TOKEN_FILE_ENV
 
 TOKEN_ENV = "IRIS_TOKEN"

@@ -177,7 +177,7 @@ def worker_serve(
 
     import structlog
 
-    from iris.connection import is_api_url
+    from iris.connection_env import is_api_url
     from worker_agent.agent import WorkerAgent, default_state_dir, default_task_dir
     from worker_agent.agent_config import AgentConfig
     from worker_agent.registration import RegistrationRefused

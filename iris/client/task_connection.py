@@ -18,8 +18,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from iris.connection import TemporalSettings, is_api_url
-from iris.connection_env import ADDRESS_ENV, ENV_PREFIX, STORE_ENV
+from iris.connection import TemporalSettings
+from iris.connection_env import ADDRESS_ENV, ENV_PREFIX, STORE_ENV, is_api_url
 from worker_agent.encryption import KEY_ENV, KEY_FILE_ENV
 
 JOB_ENV = "IRIS_JOB_ID"
