@@ -410,6 +410,7 @@ class IrisApi:
         what = request.match_info["what"]
         reads: dict[str, Callable[[], Awaitable[Any]]] = {
             "workers": self.iris.list_workers, "users": self.iris.list_users,
+            "user": lambda: self.iris.user_status(request.query.get("user", "")),
             "reservations": self.iris.list_reservations,
             "slices": lambda: self.iris.list_slices(request.query.get("include_ended") == "1"),
             "summary": lambda: self.iris.summary(float(request.query.get("budget", "3"))),

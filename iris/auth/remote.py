@@ -350,6 +350,10 @@ class RemoteIrisClient:
         result: list[UserStatus] = await self.get("/cluster/users")
         return result
 
+    async def user_status(self, user: str) -> UserStatus | None:
+        result: UserStatus | None = await self.get("/cluster/user", user=user)
+        return result
+
     async def list_reservations(self) -> Any:
         return await self.get("/cluster/reservations")
 

@@ -528,6 +528,8 @@ def test_operator_actions_are_admins_only(team: Team) -> None:
     assert 0 == credits_set.returncode
     wait_until(lambda: {u.user: u.credits for u in team.clients["bob"].list_users()}.get("ana") == 123, timeout=90,
                what="ana's credits set by the admin")  # fmt: skip
+    shown = team.cli("bob", "user", "credits", "ana")  # reading a balance is anyone's
+    assert (0, "ana: 123.00 credits left") == (shown.returncode, shown.stdout.split(",")[0].strip()), shown.stderr
     team.clients["admin"].cordon_worker(worker)
     wait_until(lambda: [w.cordoned for w in team.clients["ana"].list_workers() if w.worker_id == worker] == [True],
                timeout=30, what="the cordon seen")  # fmt: skip
