@@ -95,6 +95,17 @@ def worker_serve_refusal(args: Sequence[str], env: Mapping[str, str], home: Path
     return done.stderr
 
 
+def command_imports(
+    args: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`iris ARGS` run under `-X importtime`, and every module it imported from start to exit, in order (each is
+    named as it is imported: the command leaves by `os._exit`, so nothing can be asked at its end)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "iris", *args], cwd=cwd, env=dict(env),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    names = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return done, names
+
+
 def wait_until(predicate: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.1, what: str = "",
                explain: Callable[[], str] | None = None) -> T:  # fmt: skip
     """Poll `predicate` until it returns something truthy; that value, or AssertionError after `timeout` s (with

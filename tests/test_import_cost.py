@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import command_imports
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("temporalio", "structlog", "iris.client.iris_client", "iris.client.async_client", "workflows.jobs",
          "workflows.scheduler")
@@ -44,13 +46,10 @@ def test_the_public_api_still_gives_the_client_when_asked() -> None:
 
 
 def imported_by_command(*args: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
-    """The `heavy` modules `iris ARGS` imports from start to exit, with no cluster (`-X importtime` names each one
-    it imports: the command leaves by `os._exit`, so nothing can be asked at its end)."""
+    """The `heavy` modules `iris ARGS` imports from start to exit, with no cluster."""
     with tempfile.TemporaryDirectory() as home:
-        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "iris", *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                                          "IRIS_HOME": home})  # fmt: skip
-    names = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "IRIS_HOME": home}
+        done, names = command_imports(args, env, cwd=ROOT)
     assert names, done.stderr
     return sorted({m for m in names if m.startswith(heavy)})
 

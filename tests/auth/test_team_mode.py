@@ -31,7 +31,7 @@ from activities.proto import cluster_pb2 as pb
 from iris import AuthenticationError, Constraint, IrisClient, Job, JobState, PermissionDeniedError, ResourceSpec
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
-from tests.support import wait_until
+from tests.support import command_imports, wait_until
 
 TEAM_FLEET = {
     # A task token is refused within 0.5 s of its job's end (default 5 s), which the token test waits for.
@@ -167,12 +167,9 @@ def test_iris_run_and_named_submissions_work_with_a_token(team: Team) -> None:
 
 
 def sdk_modules(team: Team, *args: str) -> list[str]:
-    """The `temporalio` modules `iris ARGS`, run as ana, imports (`-X importtime` names each module imported: the
-    command leaves by `os._exit`, so nothing can be asked at its end); AssertionError if the command fails."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "iris", *args], env=team.env("ana"),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    """The `temporalio` modules `iris ARGS`, run as ana, imports; AssertionError if the command fails."""
+    done, names = command_imports(args, team.env("ana"))
     assert 0 == done.returncode, done.stderr[-2000:]
-    names = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     return sorted(m for m in names if m.startswith("temporalio"))
 
 
