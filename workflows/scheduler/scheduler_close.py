@@ -66,8 +66,8 @@ class Closing:
         """Whether a run that waits to close closes now: no signal came in during this turn of the loop (`arrived`),
         or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the budget keeps a run far
         below the server's 10,000 signals: a storm must not push it past; 50 MB of history stays far off too)."""
-        core = self.core
-        waited = core.now() - (self.should_end_since if self.should_end_since is not None else core.now())
+        core, since = self.core, self.should_end_since
+        waited = 0.0 if since is None else core.now() - since
         return arrived == 0 or waited >= CLOSE_WAIT_SECONDS or core.signal_budget_spent()
 
     async def close(self) -> NoReturn:
