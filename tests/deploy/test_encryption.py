@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,9 +233,16 @@ def test_the_codec_server_decrypts_a_job_input_for_an_authenticated_key_holder(k
             started = json.loads(shown.stdout)["events"][0]["workflowExecutionStartedEventAttributes"]
             return base64.b64decode(started["input"]["payloads"][0]["data"])
 
+        began = time.monotonic()
         assert SECRET.encode() in job_request(show("--codec-auth", f"Bearer {token}"))
-        refused = show()  # no token: the codec server answers 401 and nothing is decrypted
+        shown_in = time.monotonic() - began
+        # No token: the codec server answers 401 and nothing is decrypted. The CLI retries the history's
+        # decoding until its own 10 s deadline; it is given a shorter one here, still several times what the
+        # whole show took with the token (so a plaintext it was wrongly given would be printed within it).
+        refused = show("--command-timeout", f"{max(3.0, 5 * shown_in):.1f}s")
         assert SECRET not in refused.stdout + refused.stderr
+        # Nor in the input it printed, decoded (the JSON carries payloads in base64: a decrypted one reads as above).
+        assert not refused.stdout.strip() or SECRET.encode() not in job_request(refused)
     finally:
         server.terminate()
         server.wait(30)
