@@ -295,10 +295,10 @@ def test_a_cancel_other_schedule_kills_its_last_job_saying_why(client: IrisClien
 
 
 def test_a_throttled_arrays_own_cap_does_not_count_toward_its_scheduling_timeout(client: IrisClient) -> None:
-    """4 tasks of 2 s, one at a time, with a 3 s scheduling timeout on a fleet with room (a place takes a
+    """6 tasks of 1 s, one at a time, with a 3 s scheduling timeout on a fleet with room (a place takes a
     fraction of it): the last tasks wait for the ones before them far longer than 3 s in all (from the
     submission, and from the first task's end), but only for their cap, never for the fleet."""
-    job = client.submit_command(["sleep", "2"], resources=ResourceSpec(cpu=0.25, memory="64m", replicas=4),
+    job = client.submit_command(["sleep", "1"], resources=ResourceSpec(cpu=0.25, memory="64m", replicas=6),
                                 max_concurrent=1, scheduling_timeout=3)  # fmt: skip
     status = job.wait(timeout=180, raise_on_failure=False)
     assert JobState.SUCCEEDED == status.state, status.error
