@@ -14,6 +14,9 @@ from iris import IrisClient, JobState, ResourceSpec, get_job_info
 from tests.support import Cluster, wait_until
 
 SMALL = ResourceSpec(cpu=0.25, memory="128m")
+# For a task that connects a client: importing it takes ~0.5 s of CPU, which a quarter of a core's quota
+# stretches to ~2 s before the task can submit anything (each level of a tree paid that in turn).
+CLIENT = ResourceSpec(cpu=1, memory="128m")
 
 
 def _record_and_sleep(pid_dir: str, tag: str) -> None:
@@ -46,7 +49,7 @@ def _coordinator(pid_dir: str) -> dict[str, object]:
     """Submits two children (one submits a grandchild), waits for the quick one, and returns."""
     with IrisClient.connect() as client:
         quick = client.submit(_quick, name="quick", resources=SMALL, env={"OWN": "child"})
-        middle = client.submit(_middle, pid_dir, name="middle", resources=SMALL)
+        middle = client.submit(_middle, pid_dir, name="middle", resources=CLIENT)
         quick.wait(timeout=90)
         quick_env = quick.results()[0]
         deadline = time.monotonic() + 60
@@ -72,7 +75,7 @@ def test_a_parents_end_kills_its_running_descendants(client: IrisClient, tmp_pat
     """A callable job submits two children from its task (one submits a grandchild), waits for one and
     returns: the children are ids below it, inherit its namespace and env, and when it returns the
     still-running child and grandchild are killed (processes gone), KILLED with an error naming it."""
-    job = client.submit(_coordinator, str(tmp_path), name="coordinator", resources=SMALL, namespace="team-a",
+    job = client.submit(_coordinator, str(tmp_path), name="coordinator", resources=CLIENT, namespace="team-a",
                         env={"SHARED": "from-parent", "OWN": "parent"})
     status = job.wait(timeout=120)
     assert JobState.SUCCEEDED == status.state
@@ -106,7 +109,7 @@ def test_a_parents_end_kills_its_running_descendants(client: IrisClient, tmp_pat
 def _tree_root(pid_dir: str) -> None:
     """A root whose task submits a child (which submits a grandchild) and runs until it is killed."""
     with IrisClient.connect() as client:
-        client.submit(_middle, pid_dir, name="middle", resources=SMALL)
+        client.submit(_middle, pid_dir, name="middle", resources=CLIENT)
     _record_and_sleep(pid_dir, "root")
 
 
@@ -121,7 +124,7 @@ def _iris(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 def test_iris_job_kill_of_a_root_kills_a_three_level_tree(client: IrisClient, cluster: Cluster, tmp_path: Path) -> None:
     """`iris job list --tree` shows a 3-level tree, `iris job logs ROOT --children` prints every level's
     output, and `iris job kill ROOT` ends the root and every job below it; no process of the tree is left."""
-    job = client.submit(_tree_root, str(tmp_path), name="root", resources=SMALL)
+    job = client.submit(_tree_root, str(tmp_path), name="root", resources=CLIENT)
     wait_until(lambda: all((tmp_path / t).exists() for t in ("root", "middle", "grandchild")), timeout=90,
                what="three levels running")
     pids = [_pid(tmp_path, t) for t in ("root", "middle", "grandchild")]
@@ -171,7 +174,7 @@ def _failing_parent(pid_dir: str) -> None:
 
 def test_a_failed_parent_kills_its_running_child(client: IrisClient, tmp_path: Path) -> None:
     """A parent that fails takes its running child with it: KILLED, naming the parent and how it ended."""
-    job = client.submit(_failing_parent, str(tmp_path), name="failing", resources=SMALL)
+    job = client.submit(_failing_parent, str(tmp_path), name="failing", resources=CLIENT)
     assert JobState.FAILED == job.wait(timeout=120, raise_on_failure=False).state
     pid = _pid(tmp_path, "orphan")
     wait_until(lambda: _gone(pid), timeout=30, what="the child's process gone")
@@ -193,7 +196,7 @@ def test_kill_after_a_temporal_terminate_of_the_parent_still_kills_its_children(
 ) -> None:
     """A parent's workflow terminated from outside Iris runs no cleanup; `terminate` of it afterwards kills its
     children (and says something was killed)."""
-    job = client.submit(_parent_of_one, str(tmp_path), name="terminated", resources=SMALL)
+    job = client.submit(_parent_of_one, str(tmp_path), name="terminated", resources=CLIENT)
     wait_until(lambda: (tmp_path / "child").exists() and (tmp_path / "parent").exists(), timeout=90,
                what="parent and child running")
     child_pid = _pid(tmp_path, "child")
