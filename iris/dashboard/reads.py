@@ -68,10 +68,12 @@ JOBS_QUERY = "WorkflowType = 'JobWorkflow' AND ExecutionStatus != 'ContinuedAsNe
 
 
 class Waited:
-    """Wall time a request spent with at least one Temporal call in flight (its `Server-Timing` splits on it)."""
+    """Wall time a request spent with at least one Temporal call in flight (its `Server-Timing` splits on it),
+    and whether it was served a cached value past its ttl (`stale`: a fresh one is loading for the next)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.stale = False
         self._in_flight = 0
         self._since = 0.0
 
@@ -155,8 +157,11 @@ class Cached(Generic[T]):
     async def get(self) -> T:
         age = time.monotonic() - self._at
         if self._box is not None and self._ttl > 0 and age <= MAX_STALE_SECONDS:
-            if age > self._ttl and (self._refreshing is None or self._refreshing.done()):
-                self._refreshing = asyncio.create_task(self._refresh_quietly())
+            if age > self._ttl:
+                if self._refreshing is None or self._refreshing.done():
+                    self._refreshing = asyncio.create_task(self._refresh_quietly())
+                if (waited := WAITED.get()) is not None:
+                    waited.stale = True  # the page asks again soon, not a whole refresh period later
             return self._box[0]
         async with self._lock:
             if self._box is not None and 0 < self._ttl and time.monotonic() - self._at <= self._ttl:

@@ -72,6 +72,9 @@ from workflows.fleet.autoscaler_state import GroupStatus
 log = structlog.get_logger("iris.dashboard")
 
 REFRESH_SECONDS = 3
+STALE_HEADER = "X-Iris-Stale"
+"""Set on a page built from a cached read past its ttl: the live refresh (static/dashboard.js) asks again soon,
+when the fresh read this request started is there, rather than showing the old one for a whole period."""
 SAMPLE_SECONDS = 5.0
 """How often the queue depth is sampled for its picture (kept for the last hour)."""
 LOG_TAIL_LINES = 60
@@ -202,15 +205,16 @@ class Dashboard:
             viewer = login.viewer(request)
             html = self.env.get_template(context["template"]).render(
                 partial=partial, pages=login.pages(PAGES, viewer), ui=self.ui, refresh=REFRESH_SECONDS,
+                stale=waited.stale,
                 team=self.gate is not None, viewer=viewer, may_kill=lambda owner: may(viewer, Action.KILL, owner),
                 rendered_at=_ts(time.time()), **{k: v for k, v in context.items() if k != "template"},
             )  # fmt: skip
             elapsed = time.perf_counter() - started
-            return web.Response(
-                text=html, status=context["status"], content_type="text/html",
-                headers={"Server-Timing": f"temporal;dur={waited.seconds * 1000:.1f}, total;dur={elapsed * 1000:.1f}",
-                         "Cache-Control": "no-store"},
-            )  # fmt: skip
+            headers = {"Server-Timing": f"temporal;dur={waited.seconds * 1000:.1f}, total;dur={elapsed * 1000:.1f}",
+                       "Cache-Control": "no-store"}  # fmt: skip
+            if waited.stale:
+                headers[STALE_HEADER] = "1"
+            return web.Response(text=html, status=context["status"], content_type="text/html", headers=headers)
 
         return serve
 

@@ -342,3 +342,30 @@ async def test_visibility_answers_are_shared_by_request_and_failures_are_not_kep
         await cache.get("bad", lambda: load("bad"))
     assert "BAD" == await cache.get("bad", lambda: load("bad"))
     assert ["a", "b", "bad", "bad"] == calls
+
+
+async def test_a_request_served_a_stale_read_is_marked_so_its_page_asks_again_soon() -> None:
+    """A read past its ttl, served at once while the fresh one loads, marks its request stale (the page's next
+    refresh comes soon, not a whole period later); a fresh read does not."""
+    import asyncio
+
+    from iris.dashboard.reads import WAITED, Cached, Waited
+
+    loads = 0
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        return loads
+
+    cached = Cached(load, ttl=0.05)
+    requests = [Waited(), Waited(), Waited()]
+    WAITED.set(requests[0])
+    assert 1 == await cached.get()  # the first load, waited for
+    await asyncio.sleep(0.1)
+    WAITED.set(requests[1])
+    assert 1 == await cached.get()  # past its ttl: served, the fresh one loads behind
+    await asyncio.sleep(0.01)
+    WAITED.set(requests[2])
+    assert 2 == await cached.get()
+    assert [False, True, False] == [r.stale for r in requests]
