@@ -63,6 +63,10 @@ FLEET = {
         },
     ]
 }  # fmt: skip
+# The kill test's chains each wait out the dead controller's sticky queue once per workflow (the scheduler, then the
+# gang's task workflows; the slice after its step's heartbeat timeout): 3 s each with tests.support's setting. A live
+# controller takes its sticky tasks in milliseconds, and one that misses this only replays from the shared queue.
+STICKY_TIMEOUT = 1.5
 GANG = {
     "resources": ResourceSpec(cpu=0.5, memory="128m", replicas=4),
     "constraints": [Constraint("tpu-topology", "EQ", "v5e-16")],
@@ -76,6 +80,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     local = LocalCluster(home)
     with pytest.MonkeyPatch.context() as env:  # in this module only: its kill test waits for the dead controller
         dynamic_config = short_dead_controller_waits(env)
+        env.setenv("IRIS_STICKY_TIMEOUT_SECONDS", f"{STICKY_TIMEOUT:g}")  # every controller of the module's
         info = local.up(parse_config(FLEET, "fleet test config"), dynamic_config=dynamic_config)
         try:
             yield Cluster(local, info)
