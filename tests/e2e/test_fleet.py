@@ -194,7 +194,9 @@ def test_two_gangs_with_max_slices_1_run_one_after_the_other(
     fleet: Cluster, fleet_client: IrisClient, tmp_path: Path
 ) -> None:
     """Two 4-host gangs at once on a group of at most one slice: never two slices, the second runs after the first."""
-    jobs = [gang_job(fleet_client, tmp_path, seconds=2.0) for _ in range(2)]
+    # Each runs 1 s: the second gang is pending, asking for a slice the group may not add, from its submission (the
+    # slice's creation, ~2 s) to the first gang's end; the autoscaler plans every 1 s (scan_interval) meanwhile.
+    jobs = [gang_job(fleet_client, tmp_path, seconds=1.0) for _ in range(2)]
     most = 0
     deadline = time.monotonic() + 180
     while not all(j.status().done for j in jobs) and time.monotonic() < deadline:
