@@ -355,7 +355,8 @@ def _collector(path: Path) -> Iterator[int]:
 
     with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Append) as server:
         server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever's next look at its flag: every 0.5 s by default, a test's last 0.5 s
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         try:
             yield server.server_address[1]
