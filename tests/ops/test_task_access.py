@@ -103,7 +103,7 @@ def test_profile_writes_a_flame_graph_naming_the_spinning_function(
     cluster: Cluster, spinning: Job, tmp_path: Path
 ) -> None:
     svg = tmp_path / "profile.svg"
-    result = iris(cluster, "task", "profile", spinning.job_id, "--task", "1", "--duration", "2", "--output", str(svg))
+    result = iris(cluster, "task", "profile", spinning.job_id, "--task", "1", "--duration", "1", "--output", str(svg))
     assert 0 == result.returncode, result.stderr
     text = svg.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
@@ -184,19 +184,22 @@ def test_an_exec_command_lives_no_longer_than_the_cli_or_the_task(cluster: Clust
 
     started: list[subprocess.Popen[bytes]] = []
     try:
+        # Both started at once (each CLI's start is a second or more of a loaded machine's time): the second runs in
+        # task 1 through the first's kill, which must leave it running.
         cli = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--", "sleep", "3132"],
                                env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
         started.append(cli)
+        orphan = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--task", "1", "--",
+                                   "sleep", "3133"], env=cluster.env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)  # fmt: skip
+        started.append(orphan)
         wait_until(lambda: running("sleep 3132"), timeout=60, what="the exec'd command runs")
         cli.send_signal(signal.SIGTERM)
         cli.wait(timeout=30)
         wait_until(lambda: not running("sleep 3132"), timeout=30, what="the command killed with its client")
 
-        orphan = subprocess.Popen([sys.executable, "-m", "iris", "task", "exec", spinning.job_id, "--task", "1", "--",
-                                   "sleep", "3133"], env=cluster.env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE)  # fmt: skip
-        started.append(orphan)
         wait_until(lambda: running("sleep 3133"), timeout=60, what="the second exec'd command runs")
+        assert orphan.poll() is None, orphan.communicate()[1]  # the first one's kill left it running
         spinning.terminate()
         _, stderr = orphan.communicate(timeout=60)
         assert 1 == orphan.returncode and "ended: the command was killed with it" in stderr.decode(), stderr
