@@ -61,7 +61,10 @@ log = structlog.get_logger("iris.agent")
 
 RunningTasks = dict[tuple[str, int], tuple[TaskHandle, int, TaskSpec]]
 """The agent's running tasks by (job id, task index): their runtime handle, attempt and spec."""
-BEAT_SECONDS = 1.0
+BEAT_SECONDS = 0.25
+"""How often a running exec or profile beats and looks for its client's cancel (one heartbeat call each): an
+interrupted `iris task exec` leaves its command running at most this long. Sessions are few (a person runs them)."""
+CANCEL_ASK_TIMEOUT_SECONDS = 1.0  # one look's wait for the server; unanswered, the next beat asks again
 EXEC_SYNC_TIMEOUT_SECONDS = 3600  # containerd's ExecSync returns output only at the end: bounded
 
 
@@ -269,7 +272,7 @@ async def _cancel_asked() -> bool:
     )
     try:
         response = await client.workflow_service.record_activity_task_heartbeat(
-            request, retry=False, timeout=timedelta(seconds=BEAT_SECONDS)
+            request, retry=False, timeout=timedelta(seconds=CANCEL_ASK_TIMEOUT_SECONDS)
         )
     except RPCError as err:
         return err.status == RPCStatusCode.NOT_FOUND  # its workflow ended (cancelled and closed)
@@ -279,7 +282,7 @@ async def _cancel_asked() -> bool:
 
 
 async def _beating(work: Awaitable[int], alive: Callable[[], bool] = lambda: True) -> int:
-    """`work`'s result, heartbeating every second meanwhile; the work cancelled (killed) and TaskEndedError once
+    """`work`'s result, heartbeating every BEAT_SECONDS meanwhile; the work cancelled (killed) and TaskEndedError once
     `alive()` says the task it runs in is gone, CancelAskedError once a beat finds the cancel asked."""
     job = asyncio.ensure_future(work)
     try:

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.contracts import PROFILE_TASK, TaskAccessInput, TaskAccessResult, worker_task_queue
 
 PICK_UP_TIMEOUT = timedelta(seconds=30)  # a worker that does not take the command by then is not serving
-# The agent beats every second while the command runs; its SDK forwards a beat at most every 8 s (the task
+# The agent beats 4 times a second while the command runs; its SDK forwards a beat at most every 8 s (the task
 # queue's throttle, worker_agent/agent.py): a timeout well above that.
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 EXEC_LIMIT = timedelta(hours=24)  # an exec runs until it ends or the client stops waiting (and cancels)
