@@ -462,9 +462,13 @@ class WorkerAgent:
         handle = self._handles.get((inp.job_id, inp.task_index, inp.attempt))
         if handle is None:
             return False
+        key = (inp.job_id, inp.task_index, inp.attempt)
+        if inp.kill:  # its job's kill: as its cancellation would, a heartbeat sooner
+            self.log.info("task_killing", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt)
+            await self.runtime.kill(handle, self.config.kill_grace_seconds)
+            return True
         self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
                       grace_seconds=inp.grace_seconds)  # fmt: skip
-        key = (inp.job_id, inp.task_index, inp.attempt)
         self._post_notice(key, inp.reason)  # an eviction is a notice too
         self._preempted.setdefault(key, f"evicted: {inp.reason}")  # whatever it exits with now, even 0
         await self.runtime.kill(handle, max(0.0, inp.grace_seconds))

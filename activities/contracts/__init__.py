@@ -381,6 +381,8 @@ class StopTask:
 
     Its run_task then ends as usual, with the signal's exit; `stop_task` returns False when the attempt
     does not run here (not started yet, or over), and the task workflow cancels the attempt instead.
+    With `kill`, the attempt's job killed it: the agent's own kill grace, no notice, not a preemption. The
+    task workflow sends it beside the cancellation, which an agent hears of only with its next heartbeat.
     """
 
     job_id: str
@@ -388,6 +390,7 @@ class StopTask:
     attempt: int
     grace_seconds: float
     reason: str = ""  # why (the task's IRIS_PREEMPTION_NOTICE_FILE says it)
+    kill: bool = False
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from activities.contracts import STOP_TASK, StopTask, task_workflow_ids, worker_task_queue
 from iris import (
     Constraint,
     CoschedulingConfig,
@@ -202,6 +203,30 @@ def test_terminate_kills_running_tasks(client: IrisClient, tmp_path: Path) -> No
     assert [TaskState.KILLED, TaskState.KILLED] == [t.state for t in status.tasks]
     for i in (0, 1):
         assert pid_gone(int((tmp_path / f"pid-{i}").read_text()))
+
+
+def test_a_kill_reaches_the_agent_on_its_own_queue(client: IrisClient, tmp_path: Path) -> None:
+    """A killed task's workflow sends its agent a `stop_task` (a kill) beside the cancellation, which the agent
+    would hear of only with its next heartbeat (every 3 s): `iris job kill` stops a task's process at once."""
+    job = client.submit_command(["sh", "-c", f"echo $$ > {tmp_path}/pid; sleep 300"], resources=SMALL)
+    wait_until(lambda: (tmp_path / "pid").exists(), timeout=30, what="the task's process runs")
+    job.terminate()
+    assert TaskState.KILLED == job.wait(timeout=30, raise_on_failure=False).tasks[0].state
+    assert pid_gone(int((tmp_path / "pid").read_text()))
+
+    async def stops() -> list[dict[str, object]]:
+        handle = client._async.temporal.get_workflow_handle(next(task_workflow_ids(job.job_id, [0])))
+        converter = client._async.temporal.data_converter
+        sent = []
+        async for event in handle.fetch_history_events():
+            scheduled = event.activity_task_scheduled_event_attributes
+            if event.HasField("activity_task_scheduled_event_attributes") and scheduled.activity_type.name == STOP_TASK:
+                (stop,) = await converter.decode(scheduled.input.payloads, [StopTask])
+                sent.append({"attempt": stop.attempt, "kill": stop.kill, "queue": scheduled.task_queue.name})
+        return sent
+
+    worker = job.status().tasks[0].worker_id
+    assert [{"attempt": 0, "kill": True, "queue": worker_task_queue(worker)}] == client._run(stops())
 
 
 def test_terminate_stops_a_crash_looping_task(client: IrisClient) -> None:
