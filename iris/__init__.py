@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from iris.client.async_client import AsyncIrisClient
     from iris.client.iris_client import IrisClient, Job
     from iris.client.reservation_requests import ReservationStatus, ReservedWorker
-    from iris.client.schedules import ScheduleStatus
+    from iris.client.schedule_spec import ScheduleStatus
     from iris.client.team_tables import QueueRow
     from iris.preemption import PreemptionNotice, preemption_notice
     from iris.types import (
@@ -63,7 +63,7 @@ _EXPORTS = {
     'ReservationStatus': 'iris.client.reservation_requests',
     'ReservedWorker': 'iris.client.reservation_requests',
     'ResourceSpec': 'iris.types',
-    'ScheduleStatus': 'iris.client.schedules',
+    'ScheduleStatus': 'iris.client.schedule_spec',
     'SliceState': 'iris.types',
     'SliceStatus': 'iris.types',
     'TaskState': 'iris.types',

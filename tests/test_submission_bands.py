@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 from temporalio.client import Client
 
-from iris.client import schedules
+from iris.client import schedule_calls
 from iris.client.async_client import AsyncIrisClient
 from iris.client.submission import build_request, resolve_user
 
@@ -71,7 +71,7 @@ def test_iris_run_with_an_unknown_band_is_a_usage_error() -> None:
         (lambda c: c.submit_command(["true"], max_retries=1),
          "submit_command() got an unexpected keyword argument 'max_retries' "
          "(did you mean 'max_retries_failure' or 'max_retries_preemption'?)"),
-        (lambda c: schedules.create(c, "s", print, (), cron="* * * * *", prioriti="batch"),
+        (lambda c: schedule_calls.create(c, "s", print, (), cron="* * * * *", prioriti="batch"),
          "create_schedule() got an unexpected keyword argument 'prioriti' (did you mean 'priority'?)"),
     ],
 )

@@ -47,7 +47,7 @@ from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.schedule_api import ScheduleRoutes
 from iris.auth.verify import OidcVerifier, Verifiers
 from iris.auth.wire import Handler, answer
-from iris.client import fleet_view, schedules
+from iris.client import fleet_view, schedule_calls, schedules
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
 from iris.client.endpoints import job_endpoints
@@ -467,7 +467,7 @@ class IrisApi:
         await store.revoke_user(self.iris.temporal, name, by=who.name, unknown_ok=self.gate.oidc is not None)
         self.gate.directory.forget(name)
         # Their schedules would go on starting jobs as them: paused (an admin may unpause or delete them).
-        for owned in await schedules.list_all(self.iris):
+        for owned in await schedule_calls.list_all(self.iris):
             if owned.user == name and not owned.paused:
                 await schedules.AsyncSchedule(self.iris, owned.name).pause(f"paused: its owner {name} was revoked")
                 self.gate.audit(who, "schedule pause", owned.name, f"its owner {name} was revoked")

@@ -16,7 +16,7 @@ from aiohttp import web
 from activities.proto import cluster_pb2 as pb
 from iris.auth.rules import Action, Identity, authorize
 from iris.auth.wire import Handler, answer
-from iris.client import schedules
+from iris.client import schedule_calls, schedules
 
 
 class Api(Protocol):
@@ -56,7 +56,7 @@ class ScheduleRoutes:
 
     async def list(self, request: web.Request, who: Identity) -> web.StreamResponse:
         authorize(who, Action.READ)
-        return answer(await schedules.list_all(self.api.iris))
+        return answer(await schedule_calls.list_all(self.api.iris))
 
     async def act(self, request: web.Request, who: Identity) -> web.StreamResponse:
         op = request.match_info["op"]

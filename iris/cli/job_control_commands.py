@@ -49,7 +49,7 @@ def schedule_create(
 ) -> None:
     """Create schedule NAME: at each firing of --cron, submit CMD as a job named NAME-<fire time> (the options
     are `iris run`'s)."""
-    from iris.client.schedules import check_schedule
+    from iris.client.schedule_spec import check_schedule
     try:
         check_schedule(name, cron, timezone, overlap)
         options = job_options(command, name=None, **flags)

@@ -4,7 +4,7 @@
 the public API promises, running the async client on a private event loop thread. In team mode the async
 client is `RemoteIrisClient` (iris/auth/remote.py), HTTP to the Iris API: the modules that read Temporal are
 imported by the methods that use them, so a team-mode client loads no Temporal SDK (~0.55 s of CPU of each
-`iris` command: tests/auth/test_team_mode.py). Schedules still load it (iris/client/schedules.py)."""
+`iris` command: tests/auth/test_team_mode.py); schedules too (iris/client/schedule_calls.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from iris.types import JobFailedError, JobState, TaskState
 if TYPE_CHECKING:
     from iris.client.async_client import AsyncIrisClient
     from iris.client.reservation_requests import ReservationStatus
-    from iris.client.schedules import ScheduleRef, ScheduleStatus
+    from iris.client.schedule_spec import ScheduleRef, ScheduleStatus
     from iris.client.team_tables import QueueRow
     from iris.connection import TemporalSettings
     from iris.types import JobStatus, SliceStatus, TaskStatus, TeamStatus, UserStatus, WorkerStatus
@@ -340,39 +340,39 @@ class IrisClient:
 
         self._run(fleet_view.cordon_worker(self._async.temporal, worker_id, cordoned))
 
-    # -- schedules (iris/client/schedules.py, imported by each method: Temporal's Schedules, through the SDK) --
+    # -- schedules (iris/client/schedule_calls.py: Temporal's Schedules through the SDK, or the Iris API's) --
 
     def create_schedule(self, name: str, fn: Callable[..., Any], *args: Any, cron: str, timezone: str = "UTC",
                         overlap: str = "skip", **options: Any) -> ScheduleRef:
         """A Temporal Schedule named `name`: each firing submits `fn(*args)` as a job `<name>-<fire time>`,
         with the job `options` of `submit`. `overlap`: skip, buffer_one, allow_all or cancel_other."""
-        from iris.client import schedules
+        from iris.client import schedule_calls
 
-        self._run(schedules.create(self._async, name, fn, args, cron=cron, timezone=timezone, overlap=overlap,
+        self._run(schedule_calls.create(self._async, name, fn, args, cron=cron, timezone=timezone, overlap=overlap,
                                    **options))  # fmt: skip
         return self.schedule(name)
 
     def create_command_schedule(self, name: str, command: Sequence[str], *, cron: str, timezone: str = "UTC",
                                 overlap: str = "skip", **options: Any) -> ScheduleRef:
         """`create_schedule` for a command (the options of `submit_command`)."""
-        from iris.client import schedules
+        from iris.client import schedule_calls
 
-        self._run(schedules.create(self._async, name, None, (), command=command, cron=cron, timezone=timezone,
+        self._run(schedule_calls.create(self._async, name, None, (), command=command, cron=cron, timezone=timezone,
                                    overlap=overlap, **options))  # fmt: skip
         return self.schedule(name)
 
     def list_schedules(self) -> list[ScheduleStatus]:
         """Every schedule, by name."""
-        from iris.client import schedules
+        from iris.client import schedule_calls
 
-        return self._run(schedules.list_all(self._async))
+        return self._run(schedule_calls.list_all(self._async))
 
     def schedule(self, name: str) -> ScheduleRef:
         """The schedule `name` (its calls raise KeyError if there is none)."""
-        from iris.client import schedules
+        from iris.client import schedule_calls
+        from iris.client.schedule_spec import ScheduleRef
 
-        return schedules.ScheduleRef(schedules.handle(self._async, name), self._run,
-                                     lambda job_id: Job(self, job_id))  # fmt: skip
+        return ScheduleRef(schedule_calls.handle(self._async, name), self._run, lambda job_id: Job(self, job_id))
 
     def drain_worker(self, worker_id: str, timeout: float | None = None,
                      on_progress: Callable[[WorkerStatus], None] | None = None) -> WorkerStatus:

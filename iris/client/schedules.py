@@ -12,12 +12,9 @@ cron into calendars), which also marks the schedule as Iris's.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
-import zoneinfo
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,9 +33,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contracts import CONTROL_TASK_QUEUE
 from activities.proto import cluster_pb2 as pb
-from iris.client.code_shipping import pickle_callable
+from iris.client.schedule_spec import OVERLAP_NAMES, ScheduleStatus, check_schedule
 from iris.client.status_reads import _start_attributes
-from iris.client.submission import build_request, check_option_names, command_argv
 from workflows.jobs.job_workflow import JobWorkflow
 from workflows.visibility import initial_job_view
 
@@ -46,77 +42,10 @@ if TYPE_CHECKING:
     from iris.client.async_client import AsyncIrisClient
 
 MEMO_KEY = "iris_schedule"
-OVERLAPS = {
-    "skip": ScheduleOverlapPolicy.SKIP,
-    "buffer_one": ScheduleOverlapPolicy.BUFFER_ONE,
-    "allow_all": ScheduleOverlapPolicy.ALLOW_ALL,
-    "cancel_other": ScheduleOverlapPolicy.CANCEL_OTHER,
-}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+OVERLAPS = {name: ScheduleOverlapPolicy[name.upper()] for name in OVERLAP_NAMES}  # skip -> SKIP, ...
 _TRIGGERED: dict[str, float] = {}  # schedule -> when this process last triggered it (time.time())
 NEXT_RUNS = 3
 LISTING_WAIT = 10.0  # seconds create and delete wait for the listing to show them
-
-
-@dataclass(frozen=True)
-class ScheduleStatus:
-    """One schedule: its cron and time zone as given, whether paused, its next 3 firings, its latest jobs."""
-
-    name: str
-    cron: str
-    timezone: str
-    paused: bool
-    next_runs: tuple[datetime, ...]
-    recent_jobs: tuple[str, ...]  # ids of the jobs it started most recently, oldest first
-    overlap: str = "skip"
-    user: str = ""
-
-
-def check_schedule(name: Any, cron: Any, timezone: Any, overlap: Any) -> None:
-    """ValueError naming the field of a bad schedule option (the cron itself is Temporal's to parse)."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"name must be 1-100 letters, digits, '.', '_' or '-' (it starts each job's id), got {name!r}")
-    if not isinstance(cron, str) or not cron.strip():
-        raise ValueError(f"cron must be a cron expression such as '0 3 * * *', got {cron!r}")
-    if not isinstance(timezone, str):
-        raise ValueError(f"timezone must be an IANA time zone name such as 'UTC', got {timezone!r}")
-    try:
-        zoneinfo.ZoneInfo(timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"timezone: unknown time zone {timezone!r}") from None
-    if overlap not in OVERLAPS:
-        raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
-
-
-async def create(
-    client: AsyncIrisClient, name: str, fn: Callable[..., Any] | None, args: Sequence[Any], *,
-    command: Sequence[str] | None = None, cron: str, timezone: str = "UTC", overlap: str = "skip",
-    kwargs: dict[str, Any] | None = None, **options: Any,
-) -> None:  # fmt: skip
-    """Create the schedule `name`: each firing submits `fn(*args)` (or `command`) with the job `options`.
-
-    Checked and built here, by the caller; started by `start` (in team mode by the Iris API, as the caller)."""
-    check_option_names(options, "create_schedule" if command is None else "create_command_schedule",
-                       ("if_exists", "bundle"))
-    check_schedule(name, cron, timezone, overlap)
-    for refused in ("if_exists", "bundle"):
-        if options.get(refused) not in (None, "new"):
-            raise ValueError(f"{refused}: not an option of a schedule's jobs")
-        options.pop(refused, None)
-    if fn is not None and not callable(fn):
-        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-    options.setdefault("name", name)
-    req = build_request(**options)
-    if command is not None:
-        req.entrypoint.command.argv.extend(command_argv(command))
-    if client.user:
-        req.user = client.user
-    req.name, req.schedule = name, name
-    payload = pickle_callable(fn, tuple(args), kwargs or {}) if fn is not None else None
-    if getattr(client, "remote", False):  # team mode: the API starts it, as the verified caller
-        await client.create_schedule(req, payload, cron=cron, timezone=timezone, overlap=overlap)  # type: ignore[attr-defined]
-        return
-    await start(client, req, payload, cron=cron, timezone=timezone, overlap=overlap)
 
 
 async def start(
@@ -193,6 +122,20 @@ def _status(
     )
 
 
+async def list_temporal(client: AsyncIrisClient) -> list[ScheduleStatus]:
+    """Every Iris schedule Temporal lists, by name."""
+    out = []
+    async for entry in await client.temporal.list_schedules():
+        own = _memo_of(await entry.memo())
+        if own is None:
+            continue  # not Iris's
+        paused = bool(entry.schedule.state.paused) if entry.schedule is not None else False
+        info = entry.info
+        nexts, recent = (info.next_action_times, info.recent_actions) if info is not None else ([], [])
+        out.append(_status(entry.id, own, paused, nexts, recent))
+    return sorted(out, key=lambda s: s.name)
+
+
 async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool, paused: bool | None = None) -> None:
     """Wait (up to LISTING_WAIT seconds) until Temporal's listing shows `name` (or no longer does), and as
     `paused` when that is given.
@@ -209,22 +152,6 @@ async def _until_listed(client: AsyncIrisClient, name: str, *, listed: bool, pau
         if shown or asyncio.get_running_loop().time() >= deadline:
             return
         await asyncio.sleep(0.2)
-
-
-async def list_all(client: AsyncIrisClient) -> list[ScheduleStatus]:
-    """Every Iris schedule, by name."""
-    if getattr(client, "remote", False):
-        return await client.list_schedules()  # type: ignore[attr-defined,no-any-return]
-    out = []
-    async for entry in await client.temporal.list_schedules():
-        own = _memo_of(await entry.memo())
-        if own is None:
-            continue  # not Iris's
-        paused = bool(entry.schedule.state.paused) if entry.schedule is not None else False
-        info = entry.info
-        nexts, recent = (info.next_action_times, info.recent_actions) if info is not None else ([], [])
-        out.append(_status(entry.id, own, paused, nexts, recent))
-    return sorted(out, key=lambda s: s.name)
 
 
 class AsyncSchedule:
@@ -299,41 +226,4 @@ class AsyncSchedule:
         return list(dict.fromkeys(ids))  # a job that continued as new is listed once per run
 
 
-def handle(client: AsyncIrisClient, name: str) -> AsyncSchedule:
-    """The schedule `name`: Temporal's, or in team mode the Iris API's (iris/auth/remote.py), alike."""
-    if getattr(client, "remote", False):
-        return client.schedule(name)  # type: ignore[attr-defined,no-any-return]
-    return AsyncSchedule(client, name)
 
-
-class ScheduleRef:
-    """The blocking handle `IrisClient.schedule(name)` returns (see AsyncSchedule); `.jobs()` gives job handles."""
-
-    def __init__(self, inner: AsyncSchedule, run: Callable[[Coroutine[Any, Any, Any]], Any],
-                 job: Callable[[str], Any]) -> None:  # fmt: skip
-        self._inner, self._run, self._job = inner, run, job
-        self.name = inner.name
-
-    def __repr__(self) -> str:
-        return f"Schedule({self.name!r})"
-
-    def status(self) -> ScheduleStatus:
-        return self._run(self._inner.status())  # type: ignore[no-any-return]
-
-    def pause(self, note: str = "paused") -> None:
-        self._run(self._inner.pause(note))
-
-    def unpause(self, note: str = "unpaused") -> None:
-        self._run(self._inner.unpause(note))
-
-    def trigger(self) -> None:
-        """Submit one job now."""
-        self._run(self._inner.trigger())
-
-    def delete(self) -> None:
-        """Delete the schedule (its jobs run on)."""
-        self._run(self._inner.delete())
-
-    def jobs(self) -> list[Any]:
-        """A handle (as `submit` returns) for each job the schedule started, oldest first."""
-        return [self._job(job_id) for job_id in self._run(self._inner.job_ids())]

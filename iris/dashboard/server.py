@@ -32,7 +32,7 @@ from activities.contracts import (
 from activities.contracts.fleet import ControlPlaneAddress
 from iris.auth.api import Gate, IrisApi, may
 from iris.auth.rules import Action
-from iris.client import schedules
+from iris.client import schedule_calls
 from iris.client.async_client import AsyncIrisClient
 from iris.client.team_tables import QueueView, amounts, scheduler_memo, teams_from_memo, when
 from iris.client.user_balances import list_users
@@ -373,7 +373,7 @@ class Dashboard:
     async def schedules(self, request: web.Request) -> dict[str, Any]:
         """Every schedule (Temporal's list of schedules: one call, no workflow queried)."""
         return {"template": "schedules.html", "page": "schedules", "title": "Schedules",
-                "schedules": await schedules.list_all(self.iris), "utc": UTC}  # fmt: skip
+                "schedules": await schedule_calls.list_all(self.iris), "utc": UTC}  # fmt: skip
 
     async def users(self, request: web.Request) -> dict[str, Any]:
         """The table the scheduler publishes in its memo (one describe, no query)."""

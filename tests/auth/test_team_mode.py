@@ -174,19 +174,21 @@ def sdk_modules(team: Team, *args: str) -> list[str]:
 
 
 def test_team_mode_clients_load_no_temporal_sdk(team: Team) -> None:
-    """A team-mode client is HTTP to the Iris API: `iris run`, the job reads, the queue and the tables, and the
-    Python client's connect, submit, wait and listing import no `temporalio` (each command paid ~0.55 s of CPU
-    for it, of ~0.7 s, until 2026-12-06)."""
+    """A team-mode client is HTTP to the Iris API: `iris run`, the job reads, the queue, the tables and the
+    schedules, and the Python client's connect, submit, wait and listings import no `temporalio` (each command
+    paid ~0.55 s of CPU for it, of ~0.7 s, until 2026-12-06; a schedule command until later that day)."""
     job = team.clients["ana"].submit_command(["true"], name="light", resources=SMALL)
     commands = [
         ("run", "--name", "light-run", "--cpu", "0.1", "--memory", "64m", "--", "true"),
         ("job", "status", job.job_id), ("job", "summary", job.job_id), ("job", "logs", job.job_id),
-        ("job", "list"), ("queue",), ("team", "list"), ("user", "list"), ("worker", "list"),
+        ("job", "list"), ("queue",), ("team", "list"), ("user", "list"), ("worker", "list"), ("schedule", "list"),
+        ("schedule", "create", "light-sched", "--cron", "0 3 * * *", "--cpu", "0.1", "--memory", "64m", "--", "true"),
     ]  # fmt: skip
     api = ("import sys\nfrom iris import IrisClient, ResourceSpec\nwith IrisClient.connect() as client:\n"
            "    small = ResourceSpec(cpu=0.1, memory='64m')\n"
            "    client.submit_command(['true'], name='light-api', resources=small).wait(timeout=60)\n"
            "    client.list_jobs()\n"
+           "    client.list_schedules()\n"
            "print(sorted(m for m in sys.modules if m.startswith('temporalio')))")  # fmt: skip
 
     def python_client() -> subprocess.CompletedProcess[str]:
