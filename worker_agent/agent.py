@@ -186,6 +186,7 @@ class WorkerAgent:
         self.notice: Notice | None = None
         self._notice_files: dict[tuple[str, int, int], Path] = {}  # attempt -> its IRIS_PREEMPTION_NOTICE_FILE
         self._preempted: dict[tuple[str, int, int], str] = {}  # attempt -> why it was stopped
+        self._killed: set[tuple[str, int, int]] = set()  # attempts stopped at their workflow's word (a kill)
         self._stopping: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -465,6 +466,7 @@ class WorkerAgent:
         key = (inp.job_id, inp.task_index, inp.attempt)
         if inp.kill:  # its job's kill: as its cancellation would, a heartbeat sooner
             self.log.info("task_killing", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt)
+            self._killed.add(key)
             await self.runtime.kill(handle, self.config.kill_grace_seconds)
             return True
         self.log.info("task_stopping", job_id=inp.job_id, task_index=inp.task_index, attempt=inp.attempt,
@@ -589,12 +591,16 @@ class WorkerAgent:
         finally:
             self._notice_files.pop(key, None)
             preempted = self._preempted.pop(key, "")
+            killed = key in self._killed
+            self._killed.discard(key)
             await asyncio.to_thread(area.remove)
         exit_code = ended.exit_code
         tlog.info("task_exited", exit_code=exit_code, reason=ended.reason or None,
                   peak_memory_bytes=usage.peak_memory_bytes, cpu_seconds=round(usage.cpu_seconds, 3))  # fmt: skip
         released = await self._release(inp)
-        if exit_code == 0 and not returned:  # the callable's process ended before it returned (os._exit(0))
+        if exit_code == 0 and killed:  # it exited 0 on its SIGTERM: stopped by the kill, not a success
+            result = RunTaskResult(exit_code=0, error="killed (it exited 0 when stopped)", released=released)
+        elif exit_code == 0 and not returned:  # the callable's process ended before it returned (os._exit(0))
             gone = "the task's process exited 0 before its function returned (os._exit?): no result"
             result = RunTaskResult(exit_code=0, error=gone, released=released)
         elif exit_code == 0:
@@ -695,6 +701,7 @@ class WorkerAgent:
                 raise ApplicationError("worker agent shut down", type=WORKER_SHUTDOWN) from None
             if gone or (details is not None and details.timed_out):
                 raise
+            self._killed.add(key)
             # Stopped at its workflow's word (a kill, an eviction): the attempt ends with a result, which
             # the workflow waits for (WAIT_CANCELLATION_COMPLETED), so what it used is reported, as for
             # any other end (a cancellation carries no result).

@@ -229,6 +229,16 @@ def test_a_kill_reaches_the_agent_on_its_own_queue(client: IrisClient, tmp_path:
     assert [{"attempt": 0, "kill": True, "queue": worker_task_queue(worker)}] == client._run(stops())
 
 
+def test_a_killed_task_that_exits_0_on_its_sigterm_is_killed_not_succeeded(client: IrisClient, tmp_path: Path) -> None:
+    """A task that handles SIGTERM by exiting 0 was stopped by the kill: KILLED, as its job (it read SUCCEEDED)."""
+    script = f"trap 'exit 0' TERM; echo $$ > {tmp_path}/pid; sleep 300 & wait"
+    job = client.submit_command(["sh", "-c", script], resources=SMALL)
+    wait_until(lambda: (tmp_path / "pid").exists(), timeout=30, what="the task's process runs")
+    job.terminate()
+    status = job.wait(timeout=30, raise_on_failure=False)
+    assert (JobState.KILLED, TaskState.KILLED) == (status.state, status.tasks[0].state), status
+
+
 def test_terminate_stops_a_crash_looping_task(client: IrisClient) -> None:
     """A kill that reaches a task as an attempt fails on its own ends the task: it was counted as that
     attempt's failure and the task retried until its budget was spent (the job stayed RUNNING)."""
