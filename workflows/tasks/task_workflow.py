@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 # Workflow code: sandboxed, as this module.
+from workflows.tasks.attempt_stops import DISPATCH_TIMEOUT, evict, until_ended
 from workflows.tasks.task_signals import send_and_go_on, until_delivered
 
 with workflow.unsafe.imports_passed_through():
@@ -37,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         RUN_TASK,
         SCHEDULER_RESTARTED,
         SCHEDULER_WORKFLOW_ID,
-        STOP_TASK,
         TASK_ENDED,
         TASK_RETRYING,
         TASK_STATUS_QUERY,
@@ -57,8 +57,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tasks.fencing import fence_seconds
     from workflows.tasks.task_lifecycle import UNKILLABLE, TaskEffect, TaskEvent, transition
 
-DISPATCH_TIMEOUT = timedelta(seconds=5)   # a worker that does not pick the task up by then is skipped
-KILL_STOP_TIMEOUT = timedelta(seconds=60)  # a kill's stop_task: the agent's kill grace (5 s by default) and then some
 # The default heartbeat timeout of an attempt; its worker's agent may declare another (--heartbeat-timeout, handed
 # over with the placement: Assigned.heartbeat_timeout_seconds). The agent's lease beats at most every third of it
 # (worker_agent/leases/lease_settings.py), its SDK's every 0.8 of it: ~3 missed beats = lost; the wait for the lease
@@ -94,27 +92,15 @@ class TaskWorkflow:
         if self._evicted is None:
             self._evicted = msg
             if self._running is not None and not self._running.done():
-                asyncio.get_running_loop().create_task(self._stop(msg, self.result.worker_id))
+                asyncio.get_running_loop().create_task(self._evict(msg, self.result.worker_id))
 
-    async def _stop(self, msg: Evict, worker_id: str) -> None:
-        """Ask the worker's agent to stop the attempt with the grace; when it cannot (the attempt has not
-        started there, the agent is gone), cancel the attempt instead (the agent's own short grace)."""
-        inp = self._input
-        running = self._running
+    async def _evict(self, msg: Evict, worker_id: str) -> None:
+        """The eviction's stop (attempt_stops.evict), for the attempt still running when this starts."""
+        inp, running = self._input, self._running
         if inp is None or running is None:
             return
-        try:
-            stopped = await workflow.execute_activity(
-                STOP_TASK, StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds, msg.reason),
-                result_type=bool,
-                task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
-                start_to_close_timeout=timedelta(seconds=msg.grace_seconds + 30),
-                retry_policy=RetryPolicy(maximum_attempts=1), summary=f"evict attempt {msg.attempt}",
-            )  # fmt: skip
-        except ActivityError:
-            stopped = False
-        if not stopped and not running.done():
-            running.cancel()
+        stop = StopTask(inp.job_id, inp.task_index, msg.attempt, msg.grace_seconds, msg.reason)
+        await evict(running, stop, worker_id)
 
     @workflow.signal(name=ASSIGNED)
     def assigned(self, msg: Assigned) -> None:
@@ -310,28 +296,6 @@ class TaskWorkflow:
                     await asyncio.shield(timer)
         return True
 
-    async def _until_ended(
-        self, running: workflow.ActivityHandle[RunTaskResult], inp: TaskInput, worker_id: str
-    ) -> RunTaskResult:
-        """The attempt's result. A kill also tells the agent at once, on its own queue (`stop_task`): the
-        cancellation alone reaches it only with its next heartbeat, up to a lease beat (3 s) later."""
-        try:
-            return await asyncio.shield(running)
-        except asyncio.CancelledError:
-            if workflow.cancellation_reason() is None:
-                raise
-            if running.done():  # it ended as the kill came: what it reported, as without the stop
-                return await running
-        workflow.start_activity(
-            STOP_TASK, StopTask(inp.job_id, inp.task_index, self.attempt, 0.0, "killed", kill=True),
-            result_type=bool,
-            task_queue=worker_task_queue(worker_id), schedule_to_start_timeout=DISPATCH_TIMEOUT,
-            start_to_close_timeout=KILL_STOP_TIMEOUT,
-            retry_policy=RetryPolicy(maximum_attempts=1), summary=f"kill attempt {self.attempt}",
-        )  # fmt: skip
-        running.cancel()  # as before: the agent's next heartbeat hears of it, if the stop did not reach it
-        return await running
-
     async def _run_attempt(self, inp: TaskInput, assigned: Assigned) -> tuple[TaskEvent, str, bool]:
         """Run one attempt: how it ended as a task event, an error message, and whether its process started."""
         worker_id = assigned.worker_id
@@ -373,7 +337,8 @@ class TaskWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"task {inp.task_index} attempt {self.attempt} on {worker_id}",
             )
-            result = await self._until_ended(self._running, inp, worker_id)
+            kill = StopTask(inp.job_id, inp.task_index, self.attempt, 0.0, "killed", kill=True)
+            result = await until_ended(self._running, kill, worker_id)
         except ActivityError as err:
             cause = err.cause
             fenced = await self._fence(cause, worker_id, heartbeat_timeout)
