@@ -17,8 +17,9 @@ import workflows
 
 MAX_SILENT = timedelta(seconds=10)
 EXEMPT = {
-    ("tasks/task_workflow.py", "STOP_TASK"): "runs on the task's own agent for the kill's grace; when that agent is"
-    " gone the attempt's heartbeat timeout ends the attempt anyway, and the workflow cancels it",
+    ("tasks/attempt_stops.py", "STOP_TASK"): "runs on the task's own agent for the kill's grace; when that agent is"
+    " gone the attempt's heartbeat timeout ends the attempt anyway, and the workflow cancels it (a kill's stop is"
+    " sent beside the cancellation, and nothing waits for it)",
 }
 STARTS = ("execute_activity", "start_activity")
 
