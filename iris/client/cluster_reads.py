@@ -31,6 +31,8 @@ log = structlog.get_logger("iris.client.iris_client")
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long a status query waits for the controller before Iris answers from Temporal alone."""
+FAILING_CHECK_AFTER = 1.0
+"""A query unanswered this long makes Iris look whether the scheduler's workflow task is failing (one describe)."""
 READ_RETRY_SECONDS = 30.0
 """How long a read of the scheduler's state keeps asking while the controller is away (a restart takes seconds)."""
 _CONTROLLER_AWAY = frozenset({
@@ -53,22 +55,27 @@ async def ask_scheduler(
     A query is answered by the controller's workflow worker: right after a controller (or
     server) restart there may be none for a few seconds, which is no reason to fail a read.
     Each try waits at most QUERY_TIMEOUT; the last failure is raised once `budget` is spent.
-    A scheduler whose workflow task fails will not answer however long one waits: after a try
-    that got no answer, SchedulerFailingError with the failure's line, at once.
+    A scheduler whose workflow task fails will not answer however long one waits: once a try has gone
+    FAILING_CHECK_AFTER without an answer, SchedulerFailingError with the failure's line, at once.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget
     delay = 0.2
     while True:
         remaining = deadline - loop.time()
+        ask = asyncio.ensure_future(asyncio.wait_for(
+            temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
+                query, *args, result_type=result_type,
+                rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
+            ),
+            max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
+        ))  # fmt: skip
         try:
-            return await asyncio.wait_for(
-                temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query(
-                    query, *args, result_type=result_type,
-                    rpc_timeout=timedelta(seconds=max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining))),
-                ),
-                max(0.1, min(QUERY_TIMEOUT.total_seconds(), remaining)) + 0.5,
-            )  # fmt: skip
+            if not (await asyncio.wait({ask}, timeout=FAILING_CHECK_AFTER))[0]:
+                failing = await _failing(temporal)  # a failing task answers nothing: no need to wait it out
+                if failing is not None:
+                    raise SchedulerFailingError(failing)
+            return await ask
         except (RPCError, TimeoutError) as err:
             transient = isinstance(err, TimeoutError) or err.status in _CONTROLLER_AWAY
             if not transient:
@@ -79,6 +86,8 @@ async def ask_scheduler(
             if loop.time() + delay >= deadline:
                 raise
             log.info("scheduler_not_answering", query=query, error=str(err), retry_in=delay)
+        finally:
+            ask.cancel()
         await asyncio.sleep(delay * random.uniform(0.5, 1.0))
         delay = min(delay * 2, 2.0)
 

@@ -75,6 +75,12 @@ class NotServedYetError(Exception):
 
 # How long the scheduler's workflow task must keep failing before readiness gives up at once.
 FAILING_GRACE = 5.0
+# A query unanswered this long makes readiness look whether the scheduler's workflow task is failing.
+FAILING_CHECK_AFTER = 1.0
+
+
+class FailingError(RuntimeError):
+    """The scheduler's workflow task kept failing for FAILING_GRACE: waiting longer will not heal it."""
 
 
 async def _failing(client: Client | None) -> str | None:
@@ -88,6 +94,18 @@ async def _failing(client: Client | None) -> str | None:
     except Exception:  # not created yet, server busy: nothing to say
         return None
     return failing_line("scheduler", failure) if failure else None
+
+
+async def _still_failing(client: Client | None, since: float | None, read: str) -> float | None:
+    """Since when the scheduler's workflow task has been failing (None: it is not); FailingError past the grace."""
+    failing = await _failing(client)
+    if failing is None:
+        return None
+    if since is None:
+        return time.monotonic()
+    if time.monotonic() - since >= FAILING_GRACE:  # not one slow or unlucky task
+        raise FailingError(f"local cluster failed to start: {failing}{read}")
+    return since
 
 
 async def pinned_build(client: Client, workflow_id: str) -> str:
@@ -155,24 +173,24 @@ async def wait_until_ready(
                 raise StrandedError(f"local cluster failed to start: {stranded(old, build, home)}")
             if not await served_since_last_signal(client, SCHEDULER_WORKFLOW_ID, CONFIGURE_SCHEDULER):
                 raise NotServedYetError("the scheduler has not run a workflow task on the new controller yet")
-            count = await asyncio.wait_for(
+            ask = asyncio.ensure_future(asyncio.wait_for(
                 handle.query(HEALTHY_WORKER_QUERY, rpc_timeout=timedelta(seconds=min(5.0, remaining))),
                 remaining,
-            )
+            ))  # fmt: skip
+            try:
+                if not (await asyncio.wait({ask}, timeout=FAILING_CHECK_AFTER))[0]:
+                    failing_since = await _still_failing(client, failing_since, read)
+                count = await ask
+            finally:
+                ask.cancel()
             if count >= expected_workers:  # slices the autoscaler started count too
                 return
             last = f"scheduler reports {count} of {expected_workers} workers healthy"
-        except StrandedError:
+        except (StrandedError, FailingError):
             raise
         except Exception as e:  # not ready yet; the last reason is reported on timeout
             last = f"{type(e).__name__}: {e}"
-            failing = await _failing(client)
-            if failing is None:
-                failing_since = None
-            elif failing_since is None:
-                failing_since = time.monotonic()
-            elif time.monotonic() - failing_since >= FAILING_GRACE:  # not one slow or unlucky task
-                raise RuntimeError(f"local cluster failed to start: {failing}{read}") from None
+            failing_since = await _still_failing(client, failing_since, read)
         if time.monotonic() >= deadline:
             raise RuntimeError(f"local cluster not ready after {timeout:.0f}s ({last}){read}")
         await asyncio.sleep(0.25)

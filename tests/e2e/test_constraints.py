@@ -78,11 +78,12 @@ def test_a_string_attribute_that_reads_like_a_number_stays_a_string(cluster: Clu
     assert ran.wait(timeout=120).tasks[0].worker_id.startswith("cpu-")
     number = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", 1.1)],
                                    scheduling_timeout=3)  # fmt: skip
+    # the second waits out its timeout beside the first
+    text = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", "1.1")],
+                                 scheduling_timeout=3)  # fmt: skip
     status = number.wait(timeout=60, raise_on_failure=False)
     assert JobState.UNSCHEDULABLE == status.state
     assert "lack rev=1.1" in status.error, status.error
-    text = client.submit_command(["true"], resources=SMALL, constraints=[Constraint("rev", "EQ", "1.1")],
-                                 scheduling_timeout=3)  # fmt: skip
     assert 'lack rev="1.1"' in text.wait(timeout=60, raise_on_failure=False).error
     cli = iris(cluster, "run", "--cpu", "0.25", "--memory", "64m", "-c", 'rev="1.10"', "--", "true")
     assert 0 == cli.returncode, cli.stderr

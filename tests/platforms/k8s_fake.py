@@ -150,7 +150,10 @@ class FakeKubernetes:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(cert, key)
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        threading.Thread(target=self._server.serve_forever, name="fake-k8s", daemon=True).start()
+        # shutdown() waits for serve_forever's next look at its flag: every 0.5 s by default, each test's last 0.5 s
+        serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-k8s")
+        serve.daemon = True
+        serve.start()
 
     def stop(self) -> None:
         if self._server is not None:
