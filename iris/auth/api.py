@@ -54,7 +54,7 @@ from iris.client.endpoints import job_endpoints
 from iris.client.job_control import IfExists, parse_if_exists
 from iris.client.status_reads import _job_status
 from iris.client.submission import resolve_user
-from iris.client.task_exec import start_access
+from iris.client.task_access_runs import start_access
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
 from worker_agent.storage import LogCursor

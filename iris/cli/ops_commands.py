@@ -117,11 +117,13 @@ def job_bug_report(
     """One Markdown file with the job's request, status, errors, log tails, workers and workflow histories."""
     from pathlib import Path
 
-    from iris.client.bug_report import report
-
     client = iris_client(temporal, store)
-    remote = getattr(client._async, "remote", False)  # team mode: the controller writes it (iris/auth/api.py)
-    text: str = client._run(client._async.bug_report(job_id) if remote else report(client._async, job_id))  # type: ignore[attr-defined]
+    if getattr(client._async, "remote", False):  # team mode: the controller writes it (iris/auth/api.py)
+        text: str = client._run(client._async.bug_report(job_id))  # type: ignore[attr-defined]
+    else:  # reads Temporal's histories itself: the SDK is loaded only here
+        from iris.client.bug_report import report
+
+        text = client._run(report(client._async, job_id))
     if output == "-":
         sys.stdout.write(text)
         return

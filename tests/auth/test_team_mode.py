@@ -174,15 +174,18 @@ def sdk_modules(team: Team, *args: str) -> list[str]:
 
 
 def test_team_mode_clients_load_no_temporal_sdk(team: Team) -> None:
-    """A team-mode client is HTTP to the Iris API: `iris run`, the job reads, the queue, the tables and the
-    schedules, and the Python client's connect, submit, wait and listings import no `temporalio` (each command
-    paid ~0.55 s of CPU for it, of ~0.7 s, until 2026-12-06; a schedule command until later that day)."""
+    """A team-mode client is HTTP to the Iris API: `iris run`, the job reads, the queue, the tables, the
+    schedules, `task exec` and the bug report, and the Python client's connect, submit, wait and listings
+    import no `temporalio` (each command paid ~0.55 s of CPU for it, of ~0.7 s, until 2026-12-06; a schedule
+    command until later that day; `task exec` and `job bug-report` until 2026-12-07)."""
     job = team.clients["ana"].submit_command(["true"], name="light", resources=SMALL)
+    running = sleeper(team)
     commands = [
         ("run", "--name", "light-run", "--cpu", "0.1", "--memory", "64m", "--", "true"),
         ("job", "status", job.job_id), ("job", "summary", job.job_id), ("job", "logs", job.job_id),
         ("job", "list"), ("queue",), ("team", "list"), ("user", "list"), ("worker", "list"), ("schedule", "list"),
         ("schedule", "create", "light-sched", "--cron", "0 3 * * *", "--cpu", "0.1", "--memory", "64m", "--", "true"),
+        ("task", "exec", running.job_id, "--", "true"), ("job", "bug-report", job.job_id, "--output", "-"),
     ]  # fmt: skip
     api = ("import sys\nfrom iris import IrisClient, ResourceSpec\nwith IrisClient.connect() as client:\n"
            "    small = ResourceSpec(cpu=0.1, memory='64m')\n"
@@ -198,6 +201,7 @@ def test_team_mode_clients_load_no_temporal_sdk(team: Team) -> None:
     client_run, *imported = concurrently(python_client, *(functools.partial(sdk_modules, team, *c) for c in commands))
     assert (0, "[]") == (client_run.returncode, client_run.stdout.strip()), client_run.stderr[-2000:]
     assert {c: [] for c in commands} == dict(zip(commands, imported, strict=True))
+    running.terminate()
 
 
 def test_a_child_job_belongs_to_its_root_jobs_user(team: Team) -> None:
