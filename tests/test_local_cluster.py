@@ -7,6 +7,7 @@ readiness on their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -527,6 +528,47 @@ def test_the_supervisor_restarts_what_dies_and_down_stops_it_first(cluster: Loca
         assert not pid_alive(pid)
         assert process_group_members(pid) == []
     assert cluster.status() is None
+
+
+def _listening_on(port: int) -> socket.socket | None:
+    """A socket listening on `port`, or None while the port cannot be had (a killed server's sockets closing)."""
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the old server's clients: TIME_WAIT
+    try:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+    except OSError:
+        taken.close()
+        return None
+    return taken
+
+
+@pytest.mark.usefixtures("fake_commands")
+def test_a_server_the_supervisor_moves_to_new_ports_takes_the_cluster_along(cluster: LocalCluster) -> None:
+    """A killed dev server whose port another process took meanwhile comes back on new ports, and the controller
+    and the workers are started again with the new address; the supervisor goes on (it used to stop itself with
+    them, wait out its own stop's grace, kill itself, and leave the cluster down)."""
+    first = cluster.up(two_workers(), wait=False, supervise=True)
+    supervisor = first.pids["supervisor"]
+    os.kill(supervisor, signal.SIGSTOP)  # so the port is taken before it looks
+    try:
+        cluster.kill_process("temporal", signal.SIGKILL, wait=5.0)
+        with wait_until(lambda: _listening_on(int(first.address.rsplit(":", 1)[1])), timeout=30, what="the port"):
+            os.kill(supervisor, signal.SIGCONT)
+
+            def mended() -> ClusterInfo | None:
+                info = cluster.status()
+                if info is None or info.address == first.address or cluster.down_components(info):
+                    return None
+                restarted = all(info.pids.get(n) != first.pids[n] for n in ("controller", "worker-w-0", "worker-w-1"))
+                return info if restarted else None
+
+            info = wait_until(mended, timeout=60, what="the cluster back on a new address, restarted")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(supervisor, signal.SIGCONT)
+    assert supervisor == info.pids["supervisor"] and pid_alive(supervisor)
+    assert info.address in cluster.record.read()["argv"]["controller"]
 
 
 @pytest.mark.usefixtures("fake_commands")

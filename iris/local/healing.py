@@ -2,7 +2,8 @@
 
 `heal` starts whatever recorded process is down with its recorded command line (the dev server
 first, on its ports and database); only when another program now holds the dev server's port
-does it move to new ones, and then everything else is restarted with the new address. `stop`
+does it move to new ones, and then everything else is restarted with the new address (but the supervisor,
+which reads it from the record). `stop`
 stops the recorded processes tier by tier, and every local worker of the cluster's home found
 in the process table, through the local platform's `stop_processes`.
 """
@@ -58,7 +59,9 @@ def heal(
         moved = respawn(record, state, TEMPORAL, temporal_timeout)
         restarted.append(TEMPORAL)
         if moved:  # on new ports: everything else must be told the new address, by a restart
-            others = {n: p for n, p in record.processes(state).items() if n != TEMPORAL}
+            # but the supervisor, which reads the address from the record (and is the one healing, most often: it
+            # waited out its own stop's grace, then killed itself, and the cluster stayed down)
+            others = {n: p for n, p in record.processes(state).items() if n not in (TEMPORAL, SUPERVISOR)}
             stop_processes(others, STOP_GRACE_SECONDS)
             down = [TEMPORAL, *others]
     order = sorted((n for n in down if n != TEMPORAL), key=lambda n: (n == SUPERVISOR, n != CONTROLLER, n))

@@ -6,6 +6,8 @@ Starting, finding and stopping the cluster's processes is the local platform's
 
 from __future__ import annotations
 
+import contextlib
+import random
 import socket
 from pathlib import Path
 
@@ -27,7 +29,8 @@ def port_open(port: int) -> bool:
 
 
 def reserve_port(port: int = 0) -> int:
-    """Bind the loopback `port` (0: one the OS picks), then leave it in TIME_WAIT; the port, OSError if taken.
+    """Bind the loopback `port` (0: a free one below the OS's ephemeral range, see `_pick`), then leave it in
+    TIME_WAIT; the port, OSError if taken.
 
     A server of the local cluster binds its port seconds after `up` chose it (its process has to start
     first). Meanwhile the OS could hand a merely free port to any program that asks for one or connects
@@ -35,6 +38,9 @@ def reserve_port(port: int = 0) -> int:
     the port in TIME_WAIT for a minute: the OS gives it to no one else, neither to bind(0) nor to connect(),
     while a server that reuses the address (Go's listeners, asyncio's) binds it at once.
     """
+    if port == 0:
+        with contextlib.suppress(LookupError):
+            return _pick()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         server.bind((_HOST, port))
@@ -44,6 +50,29 @@ def reserve_port(port: int = 0) -> int:
             accepted, _ = server.accept()
             accepted.close()  # the accepting end closes first: its side, the port, goes to TIME_WAIT
     return bound
+
+
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICK = 15_000
+_PICK_TRIES = 20
+
+
+def _pick() -> int:
+    """A reserved port below the range the OS hands out to bind(0) and connect(); LookupError if none was had.
+
+    A server of the cluster that dies is started again on its port, which the OS, once the port is free, gives to
+    the next program that connects anywhere or asks for any port: a dev server killed in the suite came back to
+    find its port taken, moved, and left every client of the old address stranded. Below the ephemeral range only
+    a program that names the port can take it.
+    """
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    for _ in range(_PICK_TRIES if low > _LOWEST_PICK + 1_000 else 0):
+        with contextlib.suppress(OSError):
+            return reserve_port(random.randrange(_LOWEST_PICK, low))
+    raise LookupError("no free port below the ephemeral range")
 
 
 def port_free(port: int) -> bool:
