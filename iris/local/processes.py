@@ -53,25 +53,27 @@ def reserve_port(port: int = 0) -> int:
 
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LOWEST_PICK = 15_000
+PICKED_PORTS = range(10_000, 20_000)
+"""Where the cluster's servers' ports are picked: below the ports agents hand to tasks (20000-29999 by default,
+docs/distributed.md) and below Linux's ephemeral range (32768 and up by default)."""
 _PICK_TRIES = 20
 
 
 def _pick() -> int:
-    """A reserved port below the range the OS hands out to bind(0) and connect(); LookupError if none was had.
+    """A reserved port of PICKED_PORTS under the OS's ephemeral range; LookupError if none was had.
 
     A server of the cluster that dies is started again on its port, which the OS, once the port is free, gives to
     the next program that connects anywhere or asks for any port: a dev server killed in the suite came back to
-    find its port taken, moved, and left every client of the old address stranded. Below the ephemeral range only
-    a program that names the port can take it.
+    find its port taken, moved, and left every client of the old address stranded. Outside the ephemeral range
+    only a program that names the port can take it.
     """
     try:
-        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+        high = min(PICKED_PORTS.stop, int(_EPHEMERAL_RANGE.read_text().split()[0]))
     except (OSError, ValueError, IndexError):
-        low = 0
-    for _ in range(_PICK_TRIES if low > _LOWEST_PICK + 1_000 else 0):
+        high = 0
+    for _ in range(_PICK_TRIES if high > PICKED_PORTS.start + 1_000 else 0):
         with contextlib.suppress(OSError):
-            return reserve_port(random.randrange(_LOWEST_PICK, low))
+            return reserve_port(random.randrange(PICKED_PORTS.start, high))
     raise LookupError("no free port below the ephemeral range")
 
 
