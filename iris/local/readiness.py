@@ -178,14 +178,19 @@ async def wait_until_ready(
                 remaining,
             ))  # fmt: skip
             try:
-                if not (await asyncio.wait({ask}, timeout=FAILING_CHECK_AFTER))[0]:
+                answered = bool((await asyncio.wait({ask}, timeout=FAILING_CHECK_AFTER))[0])
+                if not answered:
                     failing_since = await _still_failing(client, failing_since, read)
-                count = await ask
+                # a failing task answers nothing: look again after the pause, not after the query's timeout
+                count = await ask if answered or failing_since is None else None
             finally:
                 ask.cancel()
-            if count >= expected_workers:  # slices the autoscaler started count too
+            if count is None:
+                last = "the scheduler's workflow task is failing"
+            elif count >= expected_workers:  # slices the autoscaler started count too
                 return
-            last = f"scheduler reports {count} of {expected_workers} workers healthy"
+            else:
+                last = f"scheduler reports {count} of {expected_workers} workers healthy"
         except (StrandedError, FailingError):
             raise
         except Exception as e:  # not ready yet; the last reason is reported on timeout
