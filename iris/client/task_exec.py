@@ -58,6 +58,7 @@ def exec_in_task(client: IrisClient, job_id: str, task_index: int, argv: list[st
 
 
 def _run(client: IrisClient, inp: TaskAccessInput, output: Callable[[bytes], object]) -> Outcome:
+    """Through Temporal (task_access_runs), imported only here: a team-mode client never loads the SDK."""
     from iris.client.task_access_runs import run_access
 
     return Outcome(*run_access(client, inp, output))
