@@ -186,7 +186,9 @@ class WorkerAgent:
         self.notice: Notice | None = None
         self._notice_files: dict[tuple[str, int, int], Path] = {}  # attempt -> its IRIS_PREEMPTION_NOTICE_FILE
         self._preempted: dict[tuple[str, int, int], str] = {}  # attempt -> why it was stopped
-        self._killed: set[tuple[str, int, int]] = set()  # attempts stopped at their workflow's word (a kill)
+        # Attempts stopped at their workflow's word (a kill's stop_task, or a cancellation: a kill, or an eviction
+        # whose stop did not reach this agent): a zero exit after it is not a success.
+        self._killed: set[tuple[str, int, int]] = set()
         self._stopping: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
