@@ -24,15 +24,13 @@ from iris.client import fleet_view, team_tables, user_balances
 from iris.client.reservation_requests import ReservationStatus, read_published
 from iris.client.status_reads import _worker_status
 from iris.client.team_tables import QueueRow
-from iris.controller.workflow_health import failing_line, workflow_task_failure
+from iris.controller.workflow_health import FAILING_CHECK_AFTER, failing_line, workflow_task_failure
 from iris.types import SliceStatus, TeamStatus, UserStatus, WorkerStatus
 
 log = structlog.get_logger("iris.client.iris_client")
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 """How long a status query waits for the controller before Iris answers from Temporal alone."""
-FAILING_CHECK_AFTER = 1.0
-"""A query unanswered this long makes Iris look whether the scheduler's workflow task is failing (one describe)."""
 READ_RETRY_SECONDS = 30.0
 """How long a read of the scheduler's state keeps asking while the controller is away (a restart takes seconds)."""
 _CONTROLLER_AWAY = frozenset({

@@ -18,6 +18,9 @@ from iris.query_retry import LOOKAHEAD_REFUSED
 
 # A failed workflow task is retried at once; one more attempt is already a failure, not a slow task.
 FAILING_FROM_ATTEMPT = 2
+FAILING_CHECK_AFTER = 1.0
+"""A query to a workflow unanswered this long makes its readers look whether its workflow task is failing (one
+describe): a failing task answers nothing, and waiting out the query's timeout only delays saying so."""
 
 
 async def workflow_task_failure(client: Client, workflow_id: str) -> str | None:

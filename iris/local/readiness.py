@@ -75,8 +75,6 @@ class NotServedYetError(Exception):
 
 # How long the scheduler's workflow task must keep failing before readiness gives up at once.
 FAILING_GRACE = 5.0
-# A query unanswered this long makes readiness look whether the scheduler's workflow task is failing.
-FAILING_CHECK_AFTER = 1.0
 
 
 class FailingError(RuntimeError):
@@ -150,7 +148,7 @@ async def wait_until_ready(
     `abort_if` returns a reason, raise RuntimeError naming the log files to read; at once when the
     scheduler is pinned to another build than `build` (this Iris's: the controller it starts serves no other).
     """
-    from iris.controller.workflow_health import served_since_last_signal
+    from iris.controller.workflow_health import FAILING_CHECK_AFTER, served_since_last_signal
 
     deadline = time.monotonic() + timeout
     last = "no answer yet"

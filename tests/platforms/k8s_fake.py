@@ -151,9 +151,9 @@ class FakeKubernetes:
             context.load_cert_chain(cert, key)
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         # shutdown() waits for serve_forever's next look at its flag: every 0.5 s by default, each test's last 0.5 s
-        serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-k8s")
-        serve.daemon = True
-        serve.start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-k8s", daemon=True
+        ).start()
 
     def stop(self) -> None:
         if self._server is not None:
