@@ -83,9 +83,14 @@ class Unschedulable:
 
 @dataclass
 class WorkerLost:
+    """Signal `worker_lost`, a liveness monitor -> the scheduler: the session's hosts are lost, all of an agent's in
+    one signal (one per host made a 100-host agent's end 100 history events, handlers and log lines: ~0.2 ms of
+    the scheduler's CPU each, 270 ms for a burst of them in the scale bench)."""
+
     worker_id: str
     session: str
     reason: str
+    more_worker_ids: list[str] = field(default_factory=list)  # the session's other hosts
 
 
 @dataclass

@@ -98,8 +98,8 @@ class WorkerWorkflow:
             # Refused: the agent is told why before the monitor ends. (A lost worker is reported at once.)
             await self._wait(lambda: self._answered)
         scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
-        for host in hosts:
-            await scheduler.signal(WORKER_LOST, WorkerLost(host, session.session, reason))
+        if hosts:
+            await scheduler.signal(WORKER_LOST, WorkerLost(hosts[0], session.session, reason, hosts[1:]))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
 

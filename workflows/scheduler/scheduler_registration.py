@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import set_attr
     from workflows.fleet.worker_lifecycle import WorkerEffect, WorkerEvent, WorkerState, transition
+    from workflows.lifecycle import Step
     from workflows.messages import (
         CordonWorkers,
         Evict,
@@ -43,6 +44,7 @@ QUARANTINE_MAX = timedelta(minutes=10)
 QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing (and 2**n must not overflow)
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
+LOST_NAMED = 5  # a session's lost hosts named in its log line (the rest counted)
 
 if TYPE_CHECKING:
     from workflows.scheduler.placement_index import Placement
@@ -61,9 +63,19 @@ class Registry:
 
     @held_in_turn
     def worker_lost(self, lost: WorkerLost) -> None:
-        worker = self.core.state.workers.get(lost.worker_id)
-        if worker is not None and worker.session == lost.session:
-            self.worker_event(worker, WorkerEvent.LOST, why=lost.reason)
+        """A liveness session ended: its hosts are lost, but for those registered since by another session."""
+        workers, stamped = self.core.state.workers, []
+        for worker_id in [lost.worker_id, *lost.more_worker_ids]:
+            worker = workers.get(worker_id)
+            if worker is None or worker.session != lost.session:
+                continue
+            if WorkerEffect.STAMP_LOST in self.worker_event(worker, WorkerEvent.LOST).effects:
+                stamped.append(worker_id)
+        if stamped:  # once for the session: a line per host was most of a 100-host agent's loss
+            self._reserving.reservations_lost(set(stamped))
+            more = f" and {len(stamped) - LOST_NAMED} more" if len(stamped) > LOST_NAMED else ""
+            workflow.logger.warning("%d workers lost (%s%s): %s", len(stamped), ", ".join(stamped[:LOST_NAMED]),
+                                    more, lost.reason)  # fmt: skip
 
     @held_in_turn
     def cordon_workers(self, request: CordonWorkers) -> None:
@@ -135,10 +147,11 @@ class Registry:
             self.worker_event(before, WorkerEvent.REGISTERED, row=row)
 
     def worker_event(
-        self, worker: WorkerEntry, event: WorkerEvent, *, row: pb.WorkerRow | None = None, why: str = ""
-    ) -> None:
+        self, worker: WorkerEntry, event: WorkerEvent, *, row: pb.WorkerRow | None = None
+    ) -> Step[WorkerState, WorkerEffect]:
         """Take `event` through the worker lifecycle table (InvalidTransition, failing the workflow task,
-        if it cannot happen now) and perform the effects it lists."""
+        if it cannot happen now) and perform the effects it lists; the step taken. A loss's reservations and
+        log line are the caller's (`worker_lost`), once for all of a session's hosts."""
         state = worker.state
         # The clock is read only where it matters: a burst of re-registrations (10,000 agents after a controller
         # restart) took ~4 us a host reading it.
@@ -164,8 +177,7 @@ class Registry:
             elif effect is WorkerEffect.STAMP_LOST:
                 worker.lost_at = self.core.now()
                 self.core.snapshot = None
-                self._reserving.reservations_lost({worker.worker_id})
-                workflow.logger.warning("worker %s lost: %s", worker.worker_id, why)
+        return step
 
     def _tell_lost_tasks(self, worker_ids: list[str], reason: str) -> None:
         """The attempts placed on removed workers are stopped now, as preemptions whose error names the cause
