@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import pickle
 from collections.abc import Callable, Sequence
@@ -170,10 +171,7 @@ class RemoteIrisClient:
         if user is not None:
             resolve_user(user)
         if token is None:
-            raise AuthenticationError(
-                f"the cluster at {url} runs in team mode: pass token= to connect(), "
-                "or set IRIS_TOKEN or IRIS_TOKEN_FILE"
-            )
+            raise await _without_token(url)
         session = aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"},
                                         timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))  # fmt: skip
         client = cls(url, token, session)
@@ -440,3 +438,29 @@ class RemoteSchedule:
     async def job_ids(self) -> list[str]:
         ids: list[str] = await self._call("jobs")
         return ids
+
+
+async def _without_token(url: str) -> Exception:
+    """Why a connection to `url` without a token fails: a team-mode API asks for one (AuthenticationError); anything
+    else that answers there is no Iris API, which no token would open (ValueError): an http(s) address pasted from
+    `iris cluster status`'s UI or dashboard line of a cluster not in team mode, or from another server."""
+    asked = url.rstrip("/") + PREFIX + "/whoami"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(asked, allow_redirects=False) as response,
+        ):
+            status, answer = response.status, None
+            if response.content_type == "application/json":
+                with contextlib.suppress(ValueError):  # not JSON after all: not the API's answer
+                    answer = await response.json()
+    except (TimeoutError, aiohttp.ClientError) as err:
+        return ConnectionError(f"cannot reach the Iris API at {url}: {err or type(err).__name__}")
+    if status == 401 and isinstance(answer, dict) and answer.get("error") == "authentication":
+        return AuthenticationError(
+            f"the cluster at {url} runs in team mode: pass token= to connect(), or set IRIS_TOKEN or IRIS_TOKEN_FILE"
+        )
+    return ValueError(
+        f"{url} is not an Iris API (it answered HTTP {status}): an http(s) address is a team-mode cluster's API; "
+        "a cluster not in team mode is reached at its Temporal HOST:PORT (`iris cluster status`, Temporal:)"
+    )

@@ -18,6 +18,7 @@ import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
 from iris.local.cluster import LocalCluster
+from tests.support import Cluster
 from workflows.jobs.job_workflow import MAX_REPLICAS
 
 from .conftest import assert_one_line_error, iris
@@ -249,6 +250,19 @@ def test_unreachable_temporal_is_one_line(no_cluster_env: dict[str, str]) -> Non
     """`--temporal` pointing at nothing fails in one line that names Temporal."""
     result = iris("job", "list", "--temporal", "127.0.0.1:1", env=no_cluster_env, timeout=120)
     assert_one_line_error(result, 1, "cannot reach Temporal at 127.0.0.1:1")
+
+
+def test_an_http_address_that_is_no_iris_api_says_so(at_once: AtOnce, cluster: Cluster) -> None:
+    """The UI's and the dashboard's addresses that `iris cluster status` prints for a cluster not in team mode, given
+    as the address: one line saying it is not an Iris API and where Temporal is named, not "runs in team mode"."""
+    env = at_once.no_cluster_env("http")
+    ui, dashboard = at_once.pair(
+        functools.partial(iris, "job", "list", "--temporal", cluster.info.ui_url, env=env),
+        functools.partial(iris, "job", "list", env={**env, "IRIS_TEMPORAL_ADDRESS": cluster.info.dashboard_url}),
+    )
+    for result, url in ((ui, cluster.info.ui_url), (dashboard, cluster.info.dashboard_url)):
+        line = assert_one_line_error(result, 2, f"{url} is not an Iris API", "Temporal HOST:PORT")
+        assert "team mode:" not in line
 
 
 def test_a_closed_pipe_ends_quietly(cluster_env: dict[str, str], client: IrisClient) -> None:
