@@ -131,10 +131,15 @@ def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
 
 
 def _connect_reason(err: Exception) -> str:
-    """The readable part of the SDK's connect error ("Connection refused", "dns error", ...)."""
+    """The readable part of the SDK's connect error ("Connection refused", "dns error", ...); where something
+    took the connection but did not answer as Temporal (a web server, the Temporal UI's port: "operation was
+    canceled"; a listener that says nothing: "Timeout expired"), a hint at which port to give."""
     text = str(err)
     found = re.search(r'message: "([^"]+)"', text) or re.search(r'ConnectError\("([^"]+)"', text)
-    return found.group(1) if found else text
+    reason = found.group(1) if found else text
+    if not re.search(r"(?i)refused|dns|resolve|unreachable|no route", reason):
+        reason += " (not Temporal's frontend? `iris cluster status` prints its address as Temporal:)"
+    return reason
 
 
 def _start_attributes(req: pb.JobRequest) -> TypedSearchAttributes:

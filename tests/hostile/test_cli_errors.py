@@ -265,6 +265,14 @@ def test_an_http_address_that_is_no_iris_api_says_so(at_once: AtOnce, cluster: C
         assert "team mode:" not in line
 
 
+def test_a_port_that_is_not_temporals_says_where_temporal_is(no_cluster_env: dict[str, str], cluster: Cluster) -> None:
+    """The Temporal UI's port given as Temporal's (HOST:PORT, as `iris cluster status` prints the UI's address): one
+    line that says so, not only the HTTP/2 error the connection ended with."""
+    ui = cluster.info.ui_url.removeprefix("http://")
+    result = iris("job", "list", "--temporal", ui, env=no_cluster_env, timeout=120)
+    assert_one_line_error(result, 1, f"cannot reach Temporal at {ui}", "prints its address as Temporal:")
+
+
 def test_a_closed_pipe_ends_quietly(cluster_env: dict[str, str], client: IrisClient) -> None:
     """`iris job logs J | head -1` stops without a BrokenPipe traceback."""
     job = client.submit_command(["sh", "-c", "seq 1 200000"], resources=ResourceSpec(cpu=0.5, memory="256m"))
