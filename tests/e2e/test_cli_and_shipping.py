@@ -111,8 +111,9 @@ def test_job_logs_follow_prints_until_the_job_ends(cluster: Cluster, client: Iri
     assert 0 == followed.returncode, followed.stderr
     assert ["tick-1", "tick-2", "tick-3"] == followed.stdout.splitlines()
     assert JobState.SUCCEEDED == job.status().state
-    # A job that waits, then ends unplaced: the wait says why on stderr, and so does the end (it was silent).
-    never = client.submit_command(["true"], resources=ResourceSpec(cpu=64, memory="64m"), scheduling_timeout=4)
+    # A job that waits, then ends unplaced: the wait says why on stderr, and so does the end (it was silent). Its
+    # timeout leaves the command time to start and see it wait: 4 s was once too short under load (it saw only the end).
+    never = client.submit_command(["true"], resources=ResourceSpec(cpu=64, memory="64m"), scheduling_timeout=10)
     waited = _iris(cluster, "job", "logs", never.job_id, "-f")
     assert 0 == waited.returncode and "" == waited.stdout, waited.stderr
     assert "PENDING" in waited.stderr and "waiting: " in waited.stderr, waited.stderr
