@@ -124,15 +124,16 @@ def task_profile(
     path = output or Path(f"{job_id.replace('/', '_')}-task{task}.svg")
     if not path.absolute().parent.is_dir():  # said now, not after sampling for --duration seconds
         raise fail(f"--output: no such directory: {path.absolute().parent}")
-    # The progress line once the profile is under way (a second in): a refusal or an error comes sooner and
-    # stays the one line on stderr that it is everywhere else.
+    client = iris_client(temporal, store)
+    # The progress line once the profile is under way (a second after connecting): a refusal or an error comes
+    # sooner and stays the one line on stderr that it is everywhere else. (Counted from the command's start, a
+    # refusal on a loaded machine once came after the line: the command's own start and connection took the second.)
     progress = threading.Timer(1.0, err.print, (f"profiling task {task} of {job_id} for {duration:g} s",),
                                {"markup": False, "highlight": False})  # fmt: skip
     progress.daemon = True
     progress.start()
     try:
-        outcome, svg = profile_task(iris_client(temporal, store), job_id, task, duration,
-                                    lambda data: sys.stderr.buffer.write(data))  # fmt: skip
+        outcome, svg = profile_task(client, job_id, task, duration, lambda data: sys.stderr.buffer.write(data))
     except TaskAccessError as e:
         raise fail(str(e), 1) from None
     finally:
