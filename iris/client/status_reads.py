@@ -132,12 +132,13 @@ def _failed_job_status(err: WorkflowFailureError) -> pb.JobStatus | None:
 
 def _connect_reason(err: Exception) -> str:
     """The readable part of the SDK's connect error ("Connection refused", "dns error", ...); where something
-    took the connection but did not answer as Temporal (a web server, the Temporal UI's port: "operation was
-    canceled"; a listener that says nothing: "Timeout expired"), a hint at which port to give."""
+    took the connection but did not answer as Temporal (a web server, the Temporal UI's port: "h2 protocol error",
+    "transport error" or "operation was canceled"; a listener that says nothing: "Timeout expired"), a hint at
+    which port to give."""
     text = str(err)
     found = re.search(r'message: "([^"]+)"', text) or re.search(r'ConnectError\("([^"]+)"', text)
     reason = found.group(1) if found else text
-    if not re.search(r"(?i)refused|dns|resolve|unreachable|no route", reason):
+    if re.search(r"(?i)h2 protocol|http2|transport error|operation was canceled|timeout expired|timed out", reason):
         reason += " (not Temporal's frontend? `iris cluster status` prints its address as Temporal:)"
     return reason
 
