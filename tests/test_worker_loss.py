@@ -24,6 +24,7 @@ from activities.scheduling import find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
 from iris.controller.control_plane import controller_replayer
 from tests.support import workflows_on_dev_server
+from tests.test_registration_burst import _host
 from workflows.fleet.worker_workflow import WorkerWorkflow
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
@@ -38,12 +39,7 @@ async def session_that_dies(session: WorkerSessionInput) -> None:
 
 
 def _batch(session: str, worker_ids: list[str]) -> pb.WorkerBatch:
-    hosts = []
-    for worker_id in worker_ids:
-        meta = pb.WorkerMetadata(worker_id=worker_id, host="127.0.0.1", agent_session=session)
-        meta.capacity.cpu_millis = 1000
-        meta.capacity.memory_bytes = 2**30
-        hosts.append(meta)
+    hosts = [_host(worker_id, session) for worker_id in worker_ids]
     batch, refused = batch_of_rows(hosts, f"no-such-agent-{session}")  # an answer to nobody is dropped
     assert {} == refused
     return batch

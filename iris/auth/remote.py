@@ -167,7 +167,8 @@ class RemoteIrisClient:
 
     @classmethod
     async def connect(cls, url: str, token: str | None, user: str | None = None) -> RemoteIrisClient:
-        """Reach the API at `url` and learn who `token` is; AuthenticationError if it is missing or refused."""
+        """Reach the API at `url` and learn who `token` is; AuthenticationError if it is missing or refused. Without a
+        token, what answers at `url` decides the error (`_without_token`): not every http(s) address is an Iris API."""
         if user is not None:
             resolve_user(user)
         if token is None:

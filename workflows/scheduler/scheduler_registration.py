@@ -1,6 +1,6 @@
 """The scheduler workflow's worker registry: registration, liveness, cordons and quarantine.
 
-Every change to a worker's state goes through the table in worker_lifecycle (`_worker_event`).
+Every change to a worker's state goes through the table in worker_lifecycle (`Registry.worker_event`).
 
 Registration is a signal carrying a batch of hosts (`register_workers`), sent by each agent's
 WorkerWorkflow and answered with a `registered` signal, so 10,000 agents do not queue updates on
