@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from iris.client.iris_client import IrisClient, Job
     from iris.client.reservation_requests import ReservationStatus, ReservedWorker
     from iris.client.schedule_spec import ScheduleStatus
-    from iris.client.team_tables import QueueRow
+    from iris.client.views.team_tables import QueueRow
     from iris.preemption import PreemptionNotice, preemption_notice
     from iris.types import (
         Constraint,
@@ -59,7 +59,7 @@ _EXPORTS = {
     'JobStatus': 'iris.types',
     'PermissionDeniedError': 'iris.auth.errors',
     'PreemptionNotice': 'iris.preemption',
-    'QueueRow': 'iris.client.team_tables',
+    'QueueRow': 'iris.client.views.team_tables',
     'ReservationStatus': 'iris.client.reservation_requests',
     'ReservedWorker': 'iris.client.reservation_requests',
     'ResourceSpec': 'iris.types',

@@ -8,7 +8,7 @@ import pytest
 
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import find_assignments_activity, share_from_pb
-from iris.client.user_balances import users_from_memo
+from iris.client.views.user_balances import users_from_memo
 from iris.config.cluster_file import parse_config
 from workflows.messages import SchedulingSpec
 from workflows.scheduler.placement_index import Placement

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from iris.client.team_tables import QueueView, queue_from_memo, teams_from_memo
+from iris.client.views.team_tables import QueueView, queue_from_memo, teams_from_memo
 from scheduler.teams import Team, Teams
 from scheduler.types import Resources
 from workflows.scheduler.placement_index import Placement, Placements

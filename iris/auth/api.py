@@ -47,7 +47,7 @@ from iris.auth.rules import Action, Identity, Role, authorize, decide
 from iris.auth.schedule_api import ScheduleRoutes
 from iris.auth.verify import OidcVerifier, Verifiers
 from iris.auth.wire import Handler, answer
-from iris.client import fleet_view, schedule_calls, schedules
+from iris.client import schedule_calls, schedules
 from iris.client.async_client import AsyncIrisClient
 from iris.client.bundle import BUNDLE_PREFIX
 from iris.client.endpoints import job_endpoints
@@ -55,6 +55,7 @@ from iris.client.job_control import IfExists, parse_if_exists
 from iris.client.status_reads import _job_status
 from iris.client.submission import resolve_user
 from iris.client.task_access_runs import start_access
+from iris.client.views import fleet_view
 from iris.types import JobFailedError, JobState, TaskState
 from worker_agent.object_store import open_log_store
 from worker_agent.storage import LogCursor

@@ -91,7 +91,7 @@ def print_fleet_status(client: IrisClient) -> None:
     """Each scale group's slices by state, and why a group is not scaling up or backs off."""
     from temporalio.service import RPCError
 
-    from iris.client import fleet_view
+    from iris.client.views import fleet_view
 
     try:
         status = client._run(fleet_view.autoscaler_status(client._async.temporal))

@@ -147,7 +147,7 @@ def autoscaler_status(
     import dataclasses
     import json
 
-    from iris.client.autoscaler_view import explain_group
+    from iris.client.views.autoscaler_view import explain_group
 
     client = iris_client(temporal, store)
     status = client._run(client._async.autoscaler_status())

@@ -43,7 +43,7 @@ def summary_row(t: TaskStatus, live: tuple[int, float, float] | None = None) -> 
 
 def job_summary(job_id: str, temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Per task: state, attempts, worker, exit code, duration, peak memory and CPU seconds of its latest attempt."""
-    from iris.client.live_usage import live_usage
+    from iris.client.views.live_usage import live_usage
 
     client = iris_client(temporal, store)
     s = client.job_status(job_id)

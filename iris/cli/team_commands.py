@@ -13,7 +13,7 @@ team_app = typer.Typer(help="Teams: guaranteed quotas, use, borrowed and lent ca
 
 def place_line(status: JobStatus) -> str:
     """`iris job status`'s line on a pending job's place in the queue ("" when it has none)."""
-    from iris.client.team_tables import when
+    from iris.client.views.team_tables import when
     if status.queue_position is None:
         return ""
     return f"queue position: {status.queue_position}  estimated start: {when(status.estimated_start)}" + (
@@ -24,7 +24,7 @@ def place_line(status: JobStatus) -> str:
 @team_app.command("list")
 def team_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """Every team: members, guaranteed quota, what it uses, what it borrows and lends, its pending jobs."""
-    from iris.client.team_tables import amounts
+    from iris.client.views.team_tables import amounts
     table = Table("TEAM", "MEMBERS", "QUOTA", "USED", "BORROWED", "LENT", "PENDING")
     for t in iris_client(temporal, store).list_teams():
         table.add_row(t.team, ", ".join(t.members) or "-", amounts(t.quota), amounts(t.used), amounts(t.borrowed),
@@ -34,7 +34,7 @@ def team_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
 
 def queue_list(temporal: TemporalOpt = None, store: StoreOpt = None) -> None:
     """The waiting jobs in the order the scheduler tries them, with estimated starts."""
-    from iris.client.team_tables import when
+    from iris.client.views.team_tables import when
     table = Table("POS", "JOB", "USER", "TEAM", "BAND", "ESTIMATED START")
     for row in iris_client(temporal, store).queue():
         table.add_row(str(row.position), row.job_id, row.user, row.team, row.band, when(row.estimated_start))

@@ -37,7 +37,7 @@ from activities.contracts import (
 )
 from activities.job_tree import kill_tree
 from activities.proto import cluster_pb2 as pb
-from iris.client import idempotent, team_tables
+from iris.client import idempotent
 from iris.client.child_jobs import child_job_id, inherit
 from iris.client.cluster_reads import QUERY_TIMEOUT, ClusterReads, ask_scheduler
 from iris.client.code_shipping import unpickle_result
@@ -53,6 +53,7 @@ from iris.client.status_reads import (
 )
 from iris.client.submission import make_job_id, prepare_submission, resolve_user, split_launch
 from iris.client.task_connection import require_cluster_address, task_parent
+from iris.client.views import team_tables
 from iris.connection import ADDRESS_ENV as ADDRESS_ENV
 from iris.connection import STORE_ENV as STORE_ENV
 from iris.connection import TemporalSettings

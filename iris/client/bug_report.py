@@ -236,7 +236,7 @@ async def report(client: AsyncIrisClient, job_id: str, *, team_mode: bool = Fals
     ]  # fmt: skip
     out += _status_section(status)
     if not status.done:
-        from iris.client import fleet_view
+        from iris.client.views import fleet_view
         try:
             scaling = await fleet_view.autoscaler_status(temporal)
         except RPCError:

@@ -20,10 +20,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.contracts import SCHEDULER_WORKFLOW_ID, SUMMARY_QUERY, WORKERS_QUERY
 from activities.contracts.worker_pages import all_workers
 from activities.proto import cluster_pb2 as pb
-from iris.client import fleet_view, team_tables, user_balances
 from iris.client.reservation_requests import ReservationStatus, read_published
 from iris.client.status_reads import _worker_status
-from iris.client.team_tables import QueueRow
+from iris.client.views import fleet_view, team_tables, user_balances
+from iris.client.views.team_tables import QueueRow
 from iris.controller.workflow_health import FAILING_CHECK_AFTER, failing_line, workflow_task_failure
 from iris.types import SliceStatus, TeamStatus, UserStatus, WorkerStatus
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from iris.client.async_client import AsyncIrisClient
     from iris.client.reservation_requests import ReservationStatus
     from iris.client.schedule_spec import ScheduleRef, ScheduleStatus
-    from iris.client.team_tables import QueueRow
+    from iris.client.views.team_tables import QueueRow
     from iris.connection import TemporalSettings
     from iris.types import JobStatus, SliceStatus, TaskStatus, TeamStatus, UserStatus, WorkerStatus
     from worker_agent.object_store import Logs
@@ -249,7 +249,7 @@ class IrisClient:
         """The running tasks' usage so far, from their attempts' last heartbeats (as `iris job summary` shows it)."""
         from dataclasses import replace
 
-        from iris.client.live_usage import live_usage
+        from iris.client.views.live_usage import live_usage
 
         running = [t.task_index for t in tasks if t.state == TaskState.RUNNING]
         if not running or getattr(self._async, "remote", False):  # team mode: the figures the job table holds
@@ -327,7 +327,7 @@ class IrisClient:
         """Scale a slice down now; False if it had already ended, KeyError if there is no such slice."""
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             return self._run(self._async.terminate_slice(slice_id, drain_timeout))  # type: ignore[attr-defined]
-        from iris.client import fleet_view
+        from iris.client.views import fleet_view
 
         return self._run(fleet_view.terminate_slice(self._async.temporal, slice_id, drain_timeout))
 
@@ -336,7 +336,7 @@ class IrisClient:
         if getattr(self._async, "remote", False):  # team mode: through the Iris API
             self._run(self._async.cordon_worker(worker_id, cordoned))  # type: ignore[attr-defined]
             return
-        from iris.client import fleet_view
+        from iris.client.views import fleet_view
 
         self._run(fleet_view.cordon_worker(self._async.temporal, worker_id, cordoned))
 

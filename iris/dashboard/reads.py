@@ -40,8 +40,8 @@ from activities.contracts import (
 )
 from activities.proto import cluster_pb2 as pb
 from activities.scheduling import queued_jobs, share_from_pb
-from iris.client import fleet_view
 from iris.client.reservation_requests import ReservationStatus, read_published
+from iris.client.views import fleet_view
 from iris.types import SliceStatus
 from scheduler.scheduling import queue_order
 from scheduler.sharing import FairQueue

@@ -34,8 +34,8 @@ from iris.auth.api import Gate, IrisApi, may
 from iris.auth.rules import Action
 from iris.client import schedule_calls
 from iris.client.async_client import AsyncIrisClient
-from iris.client.team_tables import QueueView, amounts, scheduler_memo, teams_from_memo, when
-from iris.client.user_balances import list_users
+from iris.client.views.team_tables import QueueView, amounts, scheduler_memo, teams_from_memo, when
+from iris.client.views.user_balances import list_users
 from iris.controller.workflow_health import failing_line, served_since_last_signal, workflow_task_failure
 from iris.dashboard import actions as action_log
 from iris.dashboard import login, temporal_proxy
@@ -95,7 +95,7 @@ def _ago(at: float | None) -> str:
 
 def group_now(group: GroupStatus, unmet: Mapping[str, str]) -> str:
     """What a scale group does now, in the words `iris autoscaler status` uses (the fleet page had its own)."""
-    from iris.client.autoscaler_view import explain_group
+    from iris.client.views.autoscaler_view import explain_group
 
     lines = explain_group(group, dict(unmet), time.time())
     return next((line.removeprefix("now: ") for line in lines if line.startswith("now: ")), "")

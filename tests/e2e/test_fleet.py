@@ -24,7 +24,7 @@ import pytest
 from temporalio.client import Client
 
 from iris import Constraint, CoschedulingConfig, IrisClient, Job, JobState, ResourceSpec, SliceState
-from iris.client.fleet_view import SLICE_STATE
+from iris.client.views.fleet_view import SLICE_STATE
 from iris.config.cluster_file import parse_config
 from iris.local.cluster import LocalCluster
 from tests.support import (

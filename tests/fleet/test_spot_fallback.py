@@ -36,7 +36,7 @@ from activities.contracts.fleet import (
 )
 from activities.contracts.fleet import StartSlice as StartSliceInput
 from activities.slices import SliceActivities
-from iris.client.autoscaler_view import explain_group
+from iris.client.views.autoscaler_view import explain_group
 from iris.deploy.temporal_setup import ensure_search_attributes
 from tests.platforms.tpu_fake import FakeTpu
 from tests.support import workflows_on_dev_server

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from iris import Constraint, IrisClient, ResourceSpec
-from iris.client.autoscaler_view import explain_group
+from iris.client.views.autoscaler_view import explain_group
 from iris.config.cluster_file import parse_config
 from tests.ops.cli import iris
 from tests.support import Cluster, running_cluster, wait_until

@@ -88,7 +88,7 @@ class QueueView:
 
     @classmethod
     def from_memo(cls, memo: Mapping[str, Any]) -> QueueView:
-        from iris.client.user_balances import users_from_memo
+        from iris.client.views.user_balances import users_from_memo
 
         teams = {member: row.team for row in teams_from_memo(memo) for member in row.members}
         spent = frozenset(u.user for u in users_from_memo(memo) if u.credits <= 0)
