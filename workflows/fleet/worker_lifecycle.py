@@ -60,4 +60,6 @@ TRANSITIONS: dict[tuple[WorkerState, WorkerEvent], Step[WorkerState, WorkerEffec
 """Every legal move."""
 
 
-transition = transition_function(TRANSITIONS, "worker in state", WorkerState)
+# No `coerce`: a row's state is a plain str, and a StrEnum member hashes and compares as its value, so the table
+# finds it as it is (and an unknown one is an InvalidTransition naming it).
+transition = transition_function(TRANSITIONS, "worker in state")
