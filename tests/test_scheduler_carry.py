@@ -111,6 +111,17 @@ def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
         unpack(head_and_placements + broken + _stream(data, 3))
 
 
+def test_a_carried_queue_that_names_a_spec_it_does_not_hold_is_refused() -> None:
+    """A job pointing past the queue's specs is a carry this build cannot load: said as such, not an IndexError."""
+    state = _state()
+    data = pack(state)
+    queue = pb.QueueRows.FromString(zlib.decompress(_stream(data, 3)))
+    assert len(state.pending) == len(queue.job_ids) > 0
+    queue.spec[-1] = len(queue.specs)
+    with pytest.raises(ValueError, match=r"names specs it does not hold \(1 held\)"):
+        unpack(data[: len(data) - len(_stream(data, 3))] + zlib.compress(queue.SerializeToString()))
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_any_state_a_run_reaches_is_carried_whole(seed: int) -> None:
     """Random releases, placements, replacements, enqueues, reasons and registrations: after each, what the
