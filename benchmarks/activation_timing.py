@@ -24,6 +24,7 @@ from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
 TOP = 8
 PROFILE_DIR = "IRIS_BENCH_PROFILE_DIR"  # set: each activation runs under cProfile, the longest few are kept there
 PROFILED = 3
+MAX_SPANS = 20_000  # activations whose time span is kept (a 30,000 x 300,000 run has ~700)
 
 
 class Timings:
@@ -37,6 +38,9 @@ class Timings:
         self.replay_cpu = 0.0  # seconds, all their replaying activations
         self.profile_dir = os.environ.get(PROFILE_DIR) or None
         self.profiles: list[tuple[float, str, cProfile.Profile]] = []  # the longest CPU first
+        # Every activation's [run id, wall-clock start and end (s), CPU ms]: what part of a long workflow task
+        # (its server times in history) the scheduler's code took, and how long the task waited before and after.
+        self.spans: list[list[Any]] = []
 
     def profiled(self, cpu: float, what: str, profile: cProfile.Profile) -> None:
         with self._lock:
@@ -45,9 +49,11 @@ class Timings:
                 self.profiles.sort(key=lambda row: -row[0])
                 del self.profiles[PROFILED:]
 
-    def add(self, cpu: float, wall: float, what: str) -> None:
+    def add(self, cpu: float, wall: float, what: str, span: tuple[str, float, float] | None = None) -> None:
         with self._lock:
             self.count += 1
+            if span is not None and len(self.spans) < MAX_SPANS:
+                self.spans.append([*span, round(cpu * 1000, 1)])
             if len(self.top) < TOP or cpu * 1000 > self.top[-1][0]:
                 self.top.append([round(cpu * 1000, 1), round(wall * 1000, 1), what])
                 self.top.sort(key=lambda row: -row[0])
@@ -75,7 +81,7 @@ class Timings:
         self.write_profiles()
         path.write_text(json.dumps({
             "activations": self.count, "top": self.top, "replays": self.replays,
-            "replay_cpu_ms": round(self.replay_cpu * 1000),
+            "replay_cpu_ms": round(self.replay_cpu * 1000), "spans": self.spans,
         }))  # fmt: skip
 
 
@@ -100,7 +106,7 @@ class _TimedInstance(WrappedInstance):
 
     def activate(self, act: Any) -> Any:
         profile = cProfile.Profile() if self._timings.profile_dir else None
-        cpu, wall = time.thread_time(), time.perf_counter()
+        cpu, wall, began = time.thread_time(), time.perf_counter(), time.time()
         completion = None
         try:
             if profile is not None:
@@ -112,7 +118,8 @@ class _TimedInstance(WrappedInstance):
                 profile.disable()
             jobs = sorted({job.WhichOneof("variant") or "" for job in act.jobs})
             what = ("replay: " if act.is_replaying else "") + ", ".join(jobs) + " -> " + _commands(completion)
-            self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what)
+            span = (act.run_id, began, time.time())
+            self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what, span)
             if profile is not None:
                 self._timings.profiled(time.thread_time() - cpu, what, profile)
             if act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too

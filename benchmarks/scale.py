@@ -57,6 +57,9 @@ ENQUEUE_SENDERS = 64  # enqueues in flight (the --enqueue-senders default): each
 TIMINGS_FILE = "activations.json"  # the controller's CPU time per scheduler activation (activation_timing)
 
 
+SPAN_SLACK = 0.005  # s: the server's and the controller's clocks are the machine's, read a moment apart
+
+
 @dataclass
 class ScaleFigures:
     workers: int
@@ -86,7 +89,8 @@ class ScaleFigures:
     # <= 200 ms at 10,000 workers x 100,000 pending (the deadlock detector fires at 2 s).
     workflow_task_seconds: list[float] = field(default_factory=list)
     longest_workflow_task: str = ""  # which one: its run's event number, and whether it began the run
-    # The longest workflow tasks by what they did (the commands they completed with): [ms, label].
+    # The longest workflow tasks by what they did (the commands they completed with): [ms, label, run id, started
+    # and completed (server times, s)].
     longest_workflow_tasks: list[list[Any]] = field(default_factory=list)
     lost_detect_seconds: float | None = None
     # The scheduler's own code per activation, measured in the controller (benchmarks.activation_timing):
@@ -144,8 +148,23 @@ class ScaleFigures:
             f"  longest workflow task  {durations[-1] * 1000:8.0f} ms  ({self.longest_workflow_task}; median"
             f" {durations[len(durations) // 2] * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms over {len(durations)};"
             " target <= 200 ms)\n"
-            + "\n".join(f"    {ms:8.0f} ms  {label}" for ms, label in self.longest_workflow_tasks)
+            + "\n".join(f"    {row[0]:8.0f} ms  {row[1]}{self._split(row)}" for row in self.longest_workflow_tasks)
         )
+
+    def _split(self, row: list[Any]) -> str:
+        """Where a long task's time went: the scheduler's code (its activations in the task's window, measured in
+        the controller) and the wait before and after it (the server's and the SDK's side, and the machine)."""
+        if len(row) < 5 or "spans" not in self.scheduler_activations:
+            return ""
+        run_id, began, ended = row[2], row[3], row[4]
+        inside = [s for s in self.scheduler_activations["spans"]
+                  if s[0] == run_id and s[1] >= began - SPAN_SLACK and s[2] <= ended + SPAN_SLACK]  # fmt: skip
+        if not inside:
+            return "\n                 (no activation of it seen in the controller)"
+        code = sum(s[2] - s[1] for s in inside) * 1000
+        before, after = (inside[0][1] - began) * 1000, (ended - inside[-1][2]) * 1000
+        return (f"\n                 (the scheduler's code {code:.0f} ms, {sum(s[3] for s in inside):.0f} ms of CPU;"
+                f" before it {max(0.0, before):.0f} ms, after it {max(0.0, after):.0f} ms)")  # fmt: skip
 
 
 def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
@@ -318,7 +337,7 @@ async def read_histories(client: Client, figures: ScaleFigures) -> None:
                     tops = figures.longest_workflow_tasks
                     if len(tops) < 8 or took * 1000 > tops[-1][0]:
                         label = f"run {wf.run_id[:8]} event {event.event_id}: {_task_label(events, index)}"
-                        tops.append([round(took * 1000), label])
+                        tops.append([round(took * 1000), label, wf.run_id, began, at])
                         tops.sort(key=lambda row: -row[0])
                         del tops[8:]
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:

@@ -37,6 +37,14 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert figures["lost_detect_seconds"] is not None  # the quiet agent's 10 hosts were reported lost
     assert "limits hit: none" in run.stdout
     assert figures["workflow_task_seconds"] and "longest workflow task" in run.stdout  # phase timing reported
+    # Each long task is split into the scheduler's code (its activations, timed in the controller) and the wait
+    # around it, which adds up to no more than the task's time in history.
+    for ms, _, run_id, began, ended in figures["longest_workflow_tasks"]:
+        spans = [s for s in figures["scheduler_activations"]["spans"] if s[0] == run_id and began - 0.005 <= s[1]]
+        inside = [s for s in spans if s[2] <= ended + 0.005]
+        assert inside, (ms, run_id)
+        assert sum(s[2] - s[1] for s in inside) * 1000 <= ms + 10
+    assert run.stdout.count("(the scheduler's code ") == len(figures["longest_workflow_tasks"])
     assert figures["replayed_runs"] >= figures["runs"] - 1  # every scheduler run (the open one may have no task yet)
     assert [] == figures["replay_failures"]
 
