@@ -22,9 +22,11 @@ with workflow.unsafe.imports_passed_through():
         CONTROL_TASK_QUEUE,
         DELIVER_SIGNALS,
         ENQUEUE,
+        RELEASE_BATCH,
         SCHEDULER_WORKFLOW_ID,
         TASK_KIND,
         Delivery,
+        Release,
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
@@ -40,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.tasks.task_workflow import TASK_WORKFLOW
     from workflows.visibility import KIND
 
+RELEASES_PER_SIGNAL = 1_000  # ~100 bytes each: a signal far below the 2 MB payload limit
 START_BATCH = 500  # children started per batch: Temporal allows 2,000 pending per workflow
 # A large plain job keeps open only a little more task children than it runs. Every open child
 # costs on each of the job's events: a 10,000-task job of `true` on 320 slots ran at 11.5 tasks/s
@@ -234,3 +237,15 @@ async def enqueue(queued: Enqueue) -> None:
     ):
         workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", queued.job_id)
         await workflow.sleep(1)
+
+
+async def release_for(releases: list[Release]) -> None:
+    """Give back the places of tasks whose workflows closed without returning, through the same local activity as
+    `enqueue`: a task cancelled before its first workflow task ran (its job killed as it started) never ran the code
+    that releases, and the scheduler may have placed it meanwhile. In batches, as an agent sends its tasks' ends;
+    a scheduler not found has nothing to give back."""
+    chunks = range(0, len(releases), RELEASES_PER_SIGNAL)
+    deliveries = [Delivery(SCHEDULER_WORKFLOW_ID, RELEASE_BATCH, releases[i : i + RELEASES_PER_SIGNAL]) for i in chunks]
+    await workflow.execute_local_activity(
+        DELIVER_SIGNALS, deliveries, result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
+    )

@@ -32,7 +32,7 @@ from workflows.jobs.job_dependencies import await_dependencies, cancelled_reason
 from workflows.jobs.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
 from workflows.jobs.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.jobs.job_tree import JobTree, announce_to_parent
-from workflows.jobs.job_waves import TaskChildren  # the parts hold workflow code: sandboxed
+from workflows.jobs.job_waves import TaskChildren, release_for  # the parts hold workflow code: sandboxed
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         TASK_ENDED,
         TASK_RETRYING,
         TASK_STARTED,
+        Release,
     )
     from activities.proto import cluster_pb2 as pb
     from workflows.jobs.job_lifecycle import JobEffect, JobEvent, JobPhase, transition
@@ -264,7 +265,7 @@ class JobWorkflow:
         """
         children = self.children
         while True:
-            self._record_ended()
+            await self._record_ended()
             if children.next_task < self.req.replicas and self._phase is JobPhase.ACTIVE:
                 await self._started(children.next_wave(self.req, self._running(), self._killing))
             if not children.open and not children.ended:
@@ -275,14 +276,28 @@ class JobWorkflow:
         if children.next_task < self.req.replicas:
             self._kill_unstarted()  # the job failed or was killed before its last waves started
 
-    def _record_ended(self) -> None:
+    async def _record_ended(self) -> None:
         children = self.children
+        unreleased: list[Release] = []
         while children.ended:
             index, result = children.ended.popleft()
             if index not in children.open:
                 continue  # recorded already: its child's end and its TASK_ENDED signal both came
             children.open.discard(index)
-            self._record(index, result if result is not None else _child_result(index, children.handles[index]))
+            if result is None:
+                result = self._ended_child(index, children.handles[index], unreleased)
+            self._record(index, result)
+        if unreleased:
+            await release_for(unreleased)
+
+    def _ended_child(
+        self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any], unreleased: list[Release]
+    ) -> TaskResult:
+        """A child's result; one whose workflow closed without returning (cancelled before it ran, terminated or
+        failed from outside) gave back no place, so it is added to `unreleased` at the attempt the table knows."""
+        if handle.cancelled() or handle.exception() is not None:
+            unreleased.append(Release(workflow.info().workflow_id, index, self.table.status.tasks[index].attempt))
+        return _child_result(index, handle)
 
     async def _started(self, start: Coroutine[Any, Any, bool]) -> None:
         """Start task children (job_waves); a job killed meanwhile cancels what started and ends the rest."""
@@ -310,7 +325,7 @@ class JobWorkflow:
     async def _continue_as_new(self) -> None:
         """Hand the job over to a new run with its tasks still running (job_handover)."""
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._record_ended()
+        await self._record_ended()
         if self._handover_due():
             self.memo.flush()
             hand_over(self.req, self.table, self.children, self.tree.has_children)
@@ -323,9 +338,12 @@ class JobWorkflow:
                 waiting[h] = i
         while waiting:
             done, _ = await workflow.wait(list(waiting), return_when=asyncio.FIRST_COMPLETED)
+            unreleased: list[Release] = []
             for handle in done:
                 index = waiting.pop(handle)
-                self._record(index, _child_result(index, handle))
+                self._record(index, self._ended_child(index, handle, unreleased))
+            if unreleased:
+                await release_for(unreleased)
 
     def _on(self, event: JobEvent, *, cause: TaskResult | None = None, attempt: int = 0) -> None:
         """Take `event` through the job's lifecycle table (InvalidTransition, failing the workflow task,
