@@ -16,12 +16,13 @@ from typing import NoReturn
 from temporalio import workflow
 
 from workflows.jobs.job_table import TaskTable  # the parts hold workflow code: sandboxed
-from workflows.jobs.job_waves import TaskChildren
+from workflows.jobs.job_waves import TaskChildren, release_for
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         FIND_LOST_TASKS,
         LostTask,
+        Release,
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
@@ -78,6 +79,8 @@ async def watch_adopted(children: TaskChildren, table: TaskTable) -> None:
             )))  # fmt: skip
             if not table.status.error:
                 table.status.error = cap_text(f"task {task.index} killed: {error}", MAX_JOB_ERROR_CHARS)
+        if lost:  # none of them gave its place back (job_workflow `_ended_child`, for this run's children)
+            await release_for([Release(job_id, t.index, table.status.tasks[t.index].attempt) for t in lost])
 
 
 def handover_due(children: TaskChildren, active: bool) -> bool:
