@@ -17,6 +17,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
+from workflows.jobs.job_table import read_task_result  # the parts hold workflow code: sandboxed
+
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
         CONTROL_TASK_QUEUE,
@@ -39,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         TaskInput,
         TaskResult,
     )
+    from workflows.states import TaskState
     from workflows.tasks.task_workflow import TASK_WORKFLOW
     from workflows.visibility import KIND
 
@@ -237,6 +240,22 @@ async def enqueue(queued: Enqueue) -> None:
     ):
         workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", queued.job_id)
         await workflow.sleep(1)
+
+
+def ended_child(index: int, handle: workflow.ChildWorkflowHandle[Any, Any], attempt: int,
+                unreleased: list[Release]) -> TaskResult:  # fmt: skip
+    """An ended child's result, which it hands over raw (`start` starts it so), decoded by the converter's plan.
+
+    A child whose workflow closed without returning (cancelled before it ran, terminated or failed from outside)
+    gave back no place: it is added to `unreleased` at `attempt` (its row's in the job's table), for `release_for`.
+    """
+    if handle.cancelled() or handle.exception() is not None:
+        unreleased.append(Release(workflow.info().workflow_id, index, attempt))
+    try:
+        raw: RawValue = handle.result()
+    except BaseException as err:  # the child itself failed or was terminated from outside
+        return TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
+    return read_task_result(raw)
 
 
 async def release_for(releases: list[Release]) -> None:

@@ -32,7 +32,7 @@ from workflows.jobs.job_dependencies import await_dependencies, cancelled_reason
 from workflows.jobs.job_handover import cancel_adopted, hand_over, handover_due, unpack_handover, watch_adopted
 from workflows.jobs.job_table import JobMemo, TaskTable, read_task_result, read_task_started
 from workflows.jobs.job_tree import JobTree, announce_to_parent
-from workflows.jobs.job_waves import TaskChildren, release_for  # the parts hold workflow code: sandboxed
+from workflows.jobs.job_waves import TaskChildren, ended_child, release_for  # the parts hold workflow code: sandboxed
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
@@ -285,19 +285,11 @@ class JobWorkflow:
                 continue  # recorded already: its child's end and its TASK_ENDED signal both came
             children.open.discard(index)
             if result is None:
-                result = self._ended_child(index, children.handles[index], unreleased)
+                result = ended_child(index, children.handles[index], self.table.status.tasks[index].attempt, unreleased)
             self._record(index, result)
         if unreleased:
             await release_for(unreleased)
 
-    def _ended_child(
-        self, index: int, handle: workflow.ChildWorkflowHandle[Any, Any], unreleased: list[Release]
-    ) -> TaskResult:
-        """A child's result; one whose workflow closed without returning (cancelled before it ran, terminated or
-        failed from outside) gave back no place, so it is added to `unreleased` at the attempt the table knows."""
-        if handle.cancelled() or handle.exception() is not None:
-            unreleased.append(Release(workflow.info().workflow_id, index, self.table.status.tasks[index].attempt))
-        return _child_result(index, handle)
 
     async def _started(self, start: Coroutine[Any, Any, bool]) -> None:
         """Start task children (job_waves); a job killed meanwhile cancels what started and ends the rest."""
@@ -341,7 +333,7 @@ class JobWorkflow:
             unreleased: list[Release] = []
             for handle in done:
                 index = waiting.pop(handle)
-                self._record(index, self._ended_child(index, handle, unreleased))
+                self._record(index, ended_child(index, handle, self.table.status.tasks[index].attempt, unreleased))
             if unreleased:
                 await release_for(unreleased)
 
@@ -404,11 +396,3 @@ class JobWorkflow:
             )
         return result
 
-
-def _child_result(index: int, handle: workflow.ChildWorkflowHandle[Any, Any]) -> TaskResult:
-    """The child's result, which it hands over raw (job_waves starts it so): decoded by the converter's plan."""
-    try:
-        raw: RawValue = handle.result()
-    except BaseException as err:  # the child itself failed or was terminated from outside
-        return TaskResult(task_index=index, state=TaskState.KILLED, error=f"task workflow ended: {err}")
-    return read_task_result(raw)
