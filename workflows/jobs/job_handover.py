@@ -79,7 +79,7 @@ async def watch_adopted(children: TaskChildren, table: TaskTable) -> None:
             )))  # fmt: skip
             if not table.status.error:
                 table.status.error = cap_text(f"task {task.index} killed: {error}", MAX_JOB_ERROR_CHARS)
-        if lost:  # none of them gave its place back (job_workflow `_ended_child`, for this run's children)
+        if lost:  # none of them gave its place back (job_waves `ended_child`, for this run's children)
             await release_for([Release(job_id, t.index, table.status.tasks[t.index].attempt) for t in lost])
 
 

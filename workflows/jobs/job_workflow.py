@@ -290,7 +290,6 @@ class JobWorkflow:
         if unreleased:
             await release_for(unreleased)
 
-
     async def _started(self, start: Coroutine[Any, Any, bool]) -> None:
         """Start task children (job_waves); a job killed meanwhile cancels what started and ends the rest."""
         if not await start:
