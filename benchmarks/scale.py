@@ -154,7 +154,7 @@ class ScaleFigures:
     def _split(self, row: list[Any]) -> str:
         """Where a long task's time went: the scheduler's code (its activations in the task's window, measured in
         the controller) and the wait before and after it (the server's and the SDK's side, and the machine)."""
-        if len(row) < 5 or "spans" not in self.scheduler_activations:
+        if "spans" not in self.scheduler_activations:
             return ""
         run_id, began, ended = row[2], row[3], row[4]
         inside = [s for s in self.scheduler_activations["spans"]

@@ -12,11 +12,8 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Sequence
 
-from temporalio import workflow
 from temporalio.client import WorkflowFailureError
-from temporalio.common import RawValue
 from temporalio.worker import Worker
 
 from activities.contracts import CONTROL_TASK_QUEUE, ENQUEUE, KILL_JOB, RELEASE_BATCH, SCHEDULER_WORKFLOW_ID
@@ -26,37 +23,18 @@ from iris.controller.control_plane import controller_runner
 from iris.deploy.temporal_setup import ensure_search_attributes
 from iris.deploy.worker_versioning import deployment_config
 from tests.support import TEST_BUILD, workflows_on_dev_server
+from tests.test_task_worker_lost import SchedulerSink
 from workflows.jobs.job_workflow import JobWorkflow
 from workflows.tasks.task_workflow import TaskWorkflow
 
 
-@workflow.defn(name="SchedulerRecorder", sandboxed=False)  # a stub: nothing to guard
-class SchedulerRecorder:
-    """Stands in for the scheduler under its workflow id: records the signals it is sent (name, payload)."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, str]] = []
-
-    @workflow.run
-    async def run(self) -> None:
-        await workflow.wait_condition(lambda: False)
-
-    @workflow.signal(dynamic=True)
-    def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        self.received.append((name, args[0].payload.data.decode() if args else ""))
-
-    @workflow.query
-    def signals(self) -> list[tuple[str, str]]:
-        return self.received
-
-
 async def test_a_job_killed_as_it_starts_gives_back_its_unstarted_tasks_places() -> None:
-    async with workflows_on_dev_server("cancel-race", [JobWorkflow, SchedulerRecorder], [deliver_signals]) as (
+    async with workflows_on_dev_server("cancel-race", [JobWorkflow, SchedulerSink], [deliver_signals]) as (
         client,
         queue,
     ):
         assert all(step.outcome != "failed" for step in await ensure_search_attributes(client))  # a task's kind
-        scheduler = await client.start_workflow(SchedulerRecorder.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        scheduler = await client.start_workflow(SchedulerSink.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
         job_id = f"race-{uuid.uuid4().hex[:8]}"
         req = pb.JobRequest(job_id=job_id, user="ana", replicas=2, submitted_at=1.0,
                             resources=pb.Resources(cpu_millis=100, memory_bytes=1 << 26),
@@ -64,7 +42,7 @@ async def test_a_job_killed_as_it_starts_gives_back_its_unstarted_tasks_places()
         job = await client.start_workflow("JobWorkflow", req, id=job_id, task_queue=queue)
 
         async with asyncio.timeout(30):  # the job enqueued its tasks (their children wait for a poller)
-            while not any(name.startswith(ENQUEUE) for name, _ in await scheduler.query(SchedulerRecorder.signals)):  # noqa: ASYNC110 - another workflow's state
+            while not any(name.startswith(ENQUEUE) for name, _ in await scheduler.query(SchedulerSink.signals)):  # noqa: ASYNC110 - another workflow's state
                 await asyncio.sleep(0.1)
         await job.signal(KILL_JOB, "killed as it started")
         control = deployment_config(TEST_BUILD)
@@ -72,7 +50,7 @@ async def test_a_job_killed_as_it_starts_gives_back_its_unstarted_tasks_places()
                           workflow_runner=controller_runner(), deployment_config=control):  # fmt: skip
             with contextlib.suppress(WorkflowFailureError):
                 await asyncio.wait_for(job.result(), timeout=60)
-        received = await scheduler.query(SchedulerRecorder.signals)
+        received = await scheduler.query(SchedulerSink.signals)
     # Both tasks' places, at the attempt they were enqueued with: neither could give its place back itself.
     released = [(r["task_index"], r["attempt"]) for name, data in received if name == RELEASE_BATCH
                 for r in json.loads(data)]  # fmt: skip

@@ -40,7 +40,11 @@ from workflows.tasks.task_workflow import TaskWorkflow
 
 @workflow.defn(name="SchedulerSink", sandboxed=False)  # a stub: nothing to guard
 class SchedulerSink:
-    """Stands in for the scheduler under its workflow id: takes the task's release (and any other signal)."""
+    """Stands in for the scheduler under its workflow id: takes the task's release (and any other signal), and
+    answers `signals` with each one's name and payload as received."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, str]] = []
 
     @workflow.run
     async def run(self) -> None:
@@ -48,7 +52,11 @@ class SchedulerSink:
 
     @workflow.signal(dynamic=True)
     def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        pass
+        self.received.append((name, args[0].payload.data.decode() if args else ""))
+
+    @workflow.query
+    def signals(self) -> list[tuple[str, str]]:
+        return self.received
 
 
 @activity.defn(name=RUN_TASK)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
-from benchmarks.scale import SchedulerClosedError, _check_scheduler
+from benchmarks.scale import SPAN_SLACK, SchedulerClosedError, _check_scheduler
 from tests.support import workflows_on_dev_server
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
@@ -40,8 +40,8 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     # Each long task is split into the scheduler's code (its activations, timed in the controller) and the wait
     # around it, which adds up to no more than the task's time in history.
     for ms, _, run_id, began, ended in figures["longest_workflow_tasks"]:
-        spans = [s for s in figures["scheduler_activations"]["spans"] if s[0] == run_id and began - 0.005 <= s[1]]
-        inside = [s for s in spans if s[2] <= ended + 0.005]
+        spans = [s for s in figures["scheduler_activations"]["spans"] if s[0] == run_id and began - SPAN_SLACK <= s[1]]
+        inside = [s for s in spans if s[2] <= ended + SPAN_SLACK]
         assert inside, (ms, run_id)
         assert sum(s[2] - s[1] for s in inside) * 1000 <= ms + 10
     assert run.stdout.count("(the scheduler's code ") == len(figures["longest_workflow_tasks"])
