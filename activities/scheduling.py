@@ -1,6 +1,6 @@
 """The scheduling activity: decode a compact snapshot, run the pure scheduler, encode the plan.
 
-The snapshot and plan travel as zlib-compressed binary protobuf so that a
+The snapshot and plan travel as compressed binary protobuf (activities/proto/compressed.py) so that a
 10k-worker, 100k-task pass stays far below Temporal's 2 MB payload limit.
 """
 
@@ -17,7 +17,7 @@ import scheduler
 from activities.heartbeat import heartbeating_thread
 from activities.pass_pool import run_pass
 from activities.proto import cluster_pb2 as pb
-from activities.proto import plan_batches
+from activities.proto import compressed, plan_batches
 from activities.proto.values import constraint_fields, get_attr
 from scheduler.accounting import DecayedUsage, Rates, UserAccount
 from scheduler.attributes import split_soft
@@ -64,7 +64,7 @@ def constraints_from_pb(messages: Iterable[pb.Constraint], seen: dict[tuple[byte
 
 def decode_snapshot(data: bytes) -> tuple[list[WorkerSnapshot], list[PendingJob]]:
     """The fleet and the demand, as the autoscaler sees them (with reservations: `demand_view`)."""
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(data, "snapshot"))
     workers, jobs = snapshot_from_pb(snap)
     if snap.reservations:
         return demand_view(workers, jobs, decode_reservations(snap))
@@ -333,7 +333,7 @@ def encode_plan(
             plan.effective_bands[job_id] = str(band)
     for waiting in queue:
         plan.queue.add(job_id=waiting.job_id, estimated_start=waiting.start or 0.0, basis=cap_reason(waiting.basis))
-    return zlib.compress(plan.SerializeToString(), 1)
+    return compressed.compress(plan.SerializeToString())
 
 
 @activity.defn(name=FIND_ASSIGNMENTS)
@@ -348,7 +348,7 @@ def find_assignments_activity(snapshot: bytes) -> bytes:
 
 def plan_pass(snapshot: bytes) -> bytes:
     """The pass itself, pure CPU: the compressed snapshot in, the compressed plan out."""
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(snapshot))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(snapshot, "snapshot"))
     workers, jobs = snapshot_from_pb(snap)
     known = known_reasons(snap)
     reservations = decode_reservations(snap) if snap.reservations else ()

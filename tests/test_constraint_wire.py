@@ -9,12 +9,12 @@ with every field set through all of them and compare what the pure scheduler rec
 from __future__ import annotations
 
 import dataclasses
-import zlib
 
 import pytest
 from temporalio.converter import DataConverter
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import decode_reservations, find_assignments_activity, snapshot_from_pb
 from iris.client.submission import build_request
 from iris.security.codec import data_converter
@@ -84,7 +84,7 @@ def test_a_job_s_constraints_reach_the_pass_whole() -> None:
     state.pending["ana/j"] = PendingEntry("ana/j", enqueue.spec, enqueue.attempts, 3.0)
     carried = unpack(pack(state))
     assert state == carried
-    _, jobs = snapshot_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(carried, 10.0))))
+    _, jobs = snapshot_from_pb(pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(carried, 10.0))))
     (job,) = jobs
     assert _typed(tuple(c for c in SENT if not c.soft)) == _typed(job.constraints)
     assert _typed(tuple(c for c in SENT if c.soft)) == _typed(job.preferences)
@@ -144,7 +144,7 @@ def test_a_job_stored_before_the_key_rule_is_still_scheduled() -> None:
         q.placed.append(0)
         q.room_at.append(0.0)
     plan = pb.SchedulingPlan.FromString(
-        zlib.decompress(find_assignments_activity(zlib.compress(snap.SerializeToString())))
+        compressed.decompress(find_assignments_activity(compressed.compress(snap.SerializeToString())))
     )
     assert ["ana/new"] == [a.job_id for a in plan.assignments]
     assert "zone in" in plan.pending_reasons["ana/old"]

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner
 from activities.heartbeat import heartbeating_thread
 from activities.pass_pool import MIN_BYTES_ENV, PASS_PROCESS_MIN_BYTES, POOL, PassProcessError, run_pass
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import plan_pass
 from iris import IrisClient
 from iris.local.cluster import LocalCluster
@@ -70,7 +70,7 @@ def test_a_big_pass_gives_the_same_plan_in_the_child(pool_stopped: None) -> None
     here = plan_pass(snapshot)
     there = POOL.run(plan_pass, snapshot)
     assert here == there
-    plan = pb.SchedulingPlan.FromString(zlib.decompress(there))
+    plan = pb.SchedulingPlan.FromString(compressed.decompress(there))
     assert 0 < len(plan.assignments)
     child = POOL.pid()
     assert child not in (None, os.getpid())

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import copy
-import zlib
 
 from activities.proto import cluster_pb2 as pb
-from activities.proto import plan_batches
+from activities.proto import compressed, plan_batches
 from activities.scheduling import find_assignments_activity
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
@@ -41,7 +40,7 @@ def _state() -> SchedulerState:
 
 
 def _plan(state: SchedulerState) -> pb.SchedulingPlan:
-    return pb.SchedulingPlan.FromString(zlib.decompress(find_assignments_activity(encode_snapshot(state, NOW))))
+    return pb.SchedulingPlan.FromString(compressed.decompress(find_assignments_activity(encode_snapshot(state, NOW))))
 
 
 def _scheduler(state: SchedulerState) -> Queue:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-import zlib
 
 import pytest
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import decode_reservations, encode_plan, snapshot_from_pb
 from iris import Constraint, ResourceSpec
 from iris.cli.reservation_commands import _rows, parse_reserve
@@ -38,10 +38,10 @@ def _reserve(state: SchedulerState, job_id: str = "p", entries: int = 2) -> None
 
 def _pass(state: SchedulerState) -> pb.SchedulingPlan:
     """One pass as the workflow and the activity do it: encode, schedule, decode the plan."""
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 110.0)))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, 110.0)))
     workers, jobs = snapshot_from_pb(snap)
     result = find_assignments(workers, jobs, reservations=decode_reservations(snap))
-    return pb.SchedulingPlan.FromString(zlib.decompress(encode_plan(result)))
+    return pb.SchedulingPlan.FromString(compressed.decompress(encode_plan(result)))
 
 
 def test_state_with_reservations_packs_and_comes_back() -> None:
@@ -52,7 +52,7 @@ def test_state_with_reservations_packs_and_comes_back() -> None:
     r.held, r.lost, r.reason, r.held_at = {0: "w0"}, {1: "w9"}, "entry 1 waits", 105.0
     assert state == unpack(pack(state))
     plain = _state()
-    assert b"\"rsv\":" not in zlib.decompress(pack(plain))
+    assert b"\"rsv\":" not in compressed.decompress(pack(plain))
 
 
 def test_a_pass_holds_the_reservation_and_the_commit_book_keeps_it() -> None:

@@ -9,11 +9,13 @@ import zlib
 from dataclasses import replace
 
 import pytest
+import zstandard
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.contracts import SCHEDULER_NOT_WHOLE, Release
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
 from tests.support import workflows_on_dev_server
@@ -22,7 +24,7 @@ from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import CordonWorkers, Enqueue
 from workflows.scheduler.placement_index import Placement
-from workflows.scheduler.scheduler_carry import counts, pack, unpack
+from workflows.scheduler.scheduler_carry import STREAMS, counts, pack, unpack
 from workflows.scheduler.scheduler_core import SchedulerCore
 from workflows.scheduler.scheduler_phase import SchedulerEvent, SchedulerPhase
 from workflows.scheduler.scheduler_state import PendingEntry, SchedulerState, WorkerEntry
@@ -78,7 +80,7 @@ def test_a_spec_shared_by_queued_jobs_is_carried_once() -> None:
     for n in range(200):
         state.pending[f"array-{n}"] = PendingEntry(f"array-{n}", SPEC_FITS, {0: 0}, 10.0 + n)
     state.pending["copy"] = PendingEntry("copy", replace(SPEC_FITS), {0: 0}, 500.0)  # equal, another object
-    queue = pb.QueueRows.FromString(zlib.decompress(_stream(pack(state), 3)))
+    queue = pb.QueueRows.FromString(compressed.decompress(_stream(pack(state), 3)))
     assert 1 == len(queue.specs) and 202 == len(queue.job_ids)
     again = unpack(pack(state))
     assert 1 == len({id(e.spec) for e in again.pending.values()})
@@ -86,19 +88,29 @@ def test_a_spec_shared_by_queued_jobs_is_carried_once() -> None:
 
 
 def _stream(data: bytes, n: int) -> bytes:
-    """The carry's n-th zlib stream (0: the header), still compressed."""
+    """The carry from its n-th frame on (0: the header), still compressed."""
     for _ in range(n):
-        z = zlib.decompressobj()
+        z = zstandard.ZstdDecompressor().decompressobj()
         z.decompress(data)
         data = z.unused_data
     return data
 
 
+def test_a_carry_an_earlier_build_wrote_in_zlib_still_loads() -> None:
+    """A scheduler continues as new onto a new build with the old build's carry: zlib frames read as well."""
+    state = _state()
+    data = pack(state)
+    parts = compressed.split(data, STREAMS, "carry")
+    assert data.startswith(b"\x28\xb5\x2f\xfd") and len(b"".join(parts)) > len(data)
+    old = b"".join(zlib.compress(part, 1) for part in parts)
+    assert pack(unpack(old)) == data
+
+
 def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
     data = pack(_state())
-    header = json.loads(zlib.decompress(data))
+    header = json.loads(compressed.decompress(data))
     header["port_cursors"] = "twelve"
-    bad_header = zlib.compress(json.dumps(header).encode()) + _stream(data, 1)
+    bad_header = compressed.compress(json.dumps(header).encode()) + _stream(data, 1)
     with pytest.raises(ValueError, match="header does not read as a CarryHeader"):
         unpack(bad_header)
     with pytest.raises(ValueError, match="cut short in its queue"):
@@ -106,7 +118,7 @@ def test_a_carry_that_does_not_read_is_refused_naming_it() -> None:
     head_and_placements = data[: len(data) - len(_stream(data, 2))]
     with pytest.raises(ValueError, match="cut short in its workers"):
         unpack(head_and_placements)
-    broken = zlib.compress(b"\xff\xff\xff")
+    broken = compressed.compress(b"\xff\xff\xff")
     with pytest.raises(ValueError, match="workers or queue do not parse"):
         unpack(head_and_placements + broken + _stream(data, 3))
 
@@ -115,11 +127,11 @@ def test_a_carried_queue_that_names_a_spec_it_does_not_hold_is_refused() -> None
     """A job pointing past the queue's specs is a carry this build cannot load: said as such, not an IndexError."""
     state = _state()
     data = pack(state)
-    queue = pb.QueueRows.FromString(zlib.decompress(_stream(data, 3)))
+    queue = pb.QueueRows.FromString(compressed.decompress(_stream(data, 3)))
     assert len(state.pending) == len(queue.job_ids) > 0
     queue.spec[-1] = len(queue.specs)
     with pytest.raises(ValueError, match=r"names specs it does not hold \(1 held\)"):
-        unpack(data[: len(data) - len(_stream(data, 3))] + zlib.compress(queue.SerializeToString()))
+        unpack(data[: len(data) - len(_stream(data, 3))] + compressed.compress(queue.SerializeToString()))
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import zlib
-
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import MAX_REASON, cap_reason, encode_plan, known_reasons, share_from_pb, snapshot_from_pb
 from scheduler.types import SchedulingResult
 from workflows.fleet.worker_lifecycle import WorkerState
@@ -61,7 +60,7 @@ def test_fleet_scale_state_fits_one_payload() -> None:
 def test_plan_carries_only_reasons_that_changed() -> None:
     """A reason the scheduler already holds (by crc32) is left out; a new or changed one is sent, capped."""
     state = _fleet(workers=2, jobs=3, tasks_per_job=1, placed_per_worker=0)
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 1e9 + 5)))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, 1e9 + 5)))
     known = known_reasons(snap)
     long = "x" * (MAX_REASON + 50)
     result = SchedulingResult(
@@ -71,7 +70,7 @@ def test_plan_carries_only_reasons_that_changed() -> None:
             "job-000002": long,
         },
     )
-    plan = pb.SchedulingPlan.FromString(zlib.decompress(encode_plan(result, known)))
+    plan = pb.SchedulingPlan.FromString(compressed.decompress(encode_plan(result, known)))
     assert {"job-000001": "0/2 workers: 2 lack pool=gpu", "job-000002": cap_reason(long)} == dict(plan.pending_reasons)
     assert MAX_REASON == len(plan.pending_reasons["job-000002"])
 
@@ -81,7 +80,7 @@ def test_the_snapshot_holds_the_fleet_the_queue_and_the_running_work() -> None:
     the running tasks where they run; a cordoned worker is left out, and so are the tasks on it."""
     state = _fleet(workers=7, jobs=5, tasks_per_job=2, placed_per_worker=1)
     state.workers["host-00006"].cordoned = True
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 1e9 + 5)))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, 1e9 + 5)))
     workers, jobs = snapshot_from_pb(snap)
     assert [f"host-{i:05d}" for i in range(6)] == [w.worker_id for w in workers]
     assert {(7500, 31 << 30)} == {(w.free.cpu_millis, w.free.memory_bytes) for w in workers}

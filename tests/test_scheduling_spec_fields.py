@@ -10,13 +10,13 @@ of any encoder fails here by name.
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from typing import Any
 
 from temporalio.converter import DataConverter
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import jobs_from_pb
 from iris.security.codec import data_converter
 from workflows.messages import ConstraintSpec, Enqueue, SchedulingSpec
@@ -91,7 +91,7 @@ def test_every_field_the_pass_reads_reaches_it() -> None:
         state.pending[job_id] = PendingEntry(job_id, spec, {4: 0, 5: 0}, 5.0)
     for i in range(2):
         state.placements[task_workflow_id("plain", i)] = Placement("plain", i, 0, "w0", 1500, 3 << 30, 2, 4)
-    data = zlib.decompress(encode_snapshot(state, now=10.0))
+    data = compressed.decompress(encode_snapshot(state, now=10.0))
     jobs = {j.job_id: j for j in jobs_from_pb(pb.SchedulingSnapshot.FromString(data))}
     for job_id, spec in (("plain", _spec()), ("gang", _spec(**GANG))):
         job = jobs[job_id]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import zlib
-
 import pytest
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import find_assignments_activity, share_from_pb
 from iris.client.views.user_balances import users_from_memo
 from iris.config.cluster_file import parse_config
@@ -43,7 +42,7 @@ def _gang_state(victim_band: str = "batch", preemptor_band: str = "interactive")
 
 
 def _pass(state: SchedulerState) -> pb.SchedulingPlan:
-    return pb.SchedulingPlan.FromString(zlib.decompress(find_assignments_activity(encode_snapshot(state, NOW))))
+    return pb.SchedulingPlan.FromString(compressed.decompress(find_assignments_activity(encode_snapshot(state, NOW))))
 
 
 def test_a_higher_band_gang_evicts_the_whole_lower_gang_and_waits_for_it() -> None:
@@ -92,7 +91,7 @@ def test_evicting_and_unschedulable_placements_are_not_candidates_again() -> Non
     state = _gang_state()
     state.books.holds["other"] = Hold(["s-9"], {"sweep/task-0": 0}, NOW)
     state.workers["s-1"].cordoned = True
-    share = share_from_pb(pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, NOW))))
+    share = share_from_pb(pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, NOW))))
     assert share is not None
     running = [sorted((t.task_index, t.worker_id) for t in job.tasks) for job in share.running]
     assert [[(2, "s-2"), (3, "s-3")]] == running

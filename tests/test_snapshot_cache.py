@@ -4,12 +4,12 @@ scheduling activity reads of it is what the state says, whether the run is new o
 from __future__ import annotations
 
 import random
-import zlib
 
 import pytest
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import share_from_pb, snapshot_from_pb
 from scheduler.types import Resources
 from workflows.fleet.worker_lifecycle import WorkerState
@@ -27,7 +27,7 @@ def _vector(r: Resources | None) -> tuple[int, ...]:
 
 def decoded(data: bytes) -> tuple[object, ...]:
     """What the scheduling activity reads of a snapshot, as plain values in an order of their own."""
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(data))
     workers, jobs = snapshot_from_pb(snap)
     share = share_from_pb(snap)
     assert share is not None
@@ -175,7 +175,7 @@ def test_a_jobs_wait_is_read_from_its_submission_time() -> None:
     """The snapshot carries when a job was submitted; the activity reads its wait against the pass's time."""
     state = SchedulerState()
     state.pending["j"] = PendingEntry("j", SchedulingSpec(cpu_millis=100, memory_bytes=1), {0: 0}, 40.0)
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 100.0)))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, 100.0)))
     assert [40.0] == list(snap.queue.submitted_at)
     assert 60.0 == snapshot_from_pb(snap)[1][0].waited_seconds
 

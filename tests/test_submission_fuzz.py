@@ -5,7 +5,6 @@ plan) without a crash: placed, timed out, or pending with a reason.
 
 from __future__ import annotations
 
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import find_assignments_activity
 from iris.client.submission import build_request, command_argv
 from iris.types import Constraint, CoschedulingConfig, ResourceSpec
@@ -124,7 +124,7 @@ def test_every_submission_is_rejected_naming_a_field_or_scheduled_without_crash(
         workers=_fleet(),
         pending={"j": PendingEntry("j", spec, dict.fromkeys(range(req.replicas), 0), 0.0)},
     )
-    plan = pb.SchedulingPlan.FromString(zlib.decompress(find_assignments_activity(encode_snapshot(state, 1.0))))
+    plan = pb.SchedulingPlan.FromString(compressed.decompress(find_assignments_activity(encode_snapshot(state, 1.0))))
     placed = {a.task_index for a in plan.assignments}
     timed_out = {t.task_index for t in plan.timed_out}
     assert placed | timed_out == set(range(req.replicas)) or plan.pending_reasons.get("j")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import zlib
 
 import yaml
 from temporalio.converter import DataConverter
 
 from activities.contracts.dataclass_json import plan_for, to_plain
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import plan_pass, policy_from_pb, share_from_pb
 from iris.config.cluster_file import parse_config
 from iris.config.sharing import SharingFile, sharing_document
@@ -65,7 +65,7 @@ def test_every_encoder_keeps_the_teams() -> None:
     state = SchedulerState(store_url="memory://teams")
     state.books = Books(settings)
     assert settings == unpack(pack(state)).books.settings  # continue-as-new
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(encode_snapshot(state, 100.0)))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(encode_snapshot(state, 100.0)))
     share = share_from_pb(snap)
     assert share is not None
     assert EXPECTED == share.teams
@@ -90,9 +90,9 @@ def test_durations_reach_the_snapshot_and_estimates_come_back_in_the_plan() -> N
     state.pending["queued"] = PendingEntry("queued", SPEC_FITS, {0: 0}, 50.0)
     state.books.recent.extend([60.0, 100.0, 80.0])
     data = encode_snapshot(state, 100.0)
-    snap = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    snap = pb.SchedulingSnapshot.FromString(compressed.decompress(data))
     assert 80.0 == snap.share.typical_task_seconds
-    plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_pass(data)))
+    plan = pb.SchedulingPlan.FromString(compressed.decompress(plan_pass(data)))
     assert ["queued"] == [e.job_id for e in plan.queue]
     assert 120.0 == plan.queue[0].estimated_start  # the running task (started at 40) ends at 40 + 80
     assert plan.queue[0].basis.startswith("first in the queue, once running work frees what it needs")

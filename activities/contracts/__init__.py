@@ -175,7 +175,7 @@ that handed it to the next: a partial answer would list part of the fleet as if 
 ask again (iris/query_retry.py)."""
 SUMMARY_QUERY = "summary"  # counts of workers and tasks (ClusterSummary)
 WORKERS_QUERY = "workers"  # every worker with its capacity and placed tasks (WorkerList)
-AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # zlib(SchedulingSnapshot)
+AUTOSCALE_SNAPSHOT_QUERY = "autoscale_snapshot"  # a compressed SchedulingSnapshot (activities/proto/compressed.py)
 RECENT_ACTIONS_QUERY = "recent_actions"  # the scheduler's last placements, requeues and cordons, oldest first
 DASHBOARD_WORKERS_QUERY = "dashboard_workers"  # one filtered page of workers, with counts (DashboardWorkers)
 DASHBOARD_WORKER_QUERY = "dashboard_worker"  # one worker with all its running tasks (WorkerStatus)

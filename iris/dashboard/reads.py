@@ -15,7 +15,6 @@ import base64
 import binascii
 import contextlib
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextvars import ContextVar
@@ -39,6 +38,7 @@ from activities.contracts import (
     SCHEDULER_WORKFLOW_ID,
 )
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import queued_jobs, share_from_pb
 from iris.client.reservation_requests import ReservationStatus, read_published
 from iris.client.views import fleet_view
@@ -291,7 +291,8 @@ class Snapshot:
 
     def __init__(self, data: bytes, previous: Snapshot | None = None) -> None:
         self.data = data
-        self._message = pb.SchedulingSnapshot.FromString(zlib.decompress(data)) if data else pb.SchedulingSnapshot()
+        raw = compressed.decompress(data, "snapshot") if data else b""
+        self._message = pb.SchedulingSnapshot.FromString(raw)
         self._previous = previous
         self._queue: list[pb.SchedulingJob] | None = None
         self._rows: list[QueuedJob] = []

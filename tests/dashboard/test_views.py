@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import share_from_pb, snapshot_from_pb
 from iris.dashboard.actions import Action, ActionFilter, Scan, merge, visibility_time
 from iris.dashboard.charts import DepthHistory, Usage, capacity_bars, depth_line
@@ -200,7 +200,7 @@ def test_the_queue_shows_two_users_in_the_fair_share_order_the_pass_uses() -> No
     assert ["bo-1", "ana-1", "ana-2", "broke-1"] == snapshot.job_ids
     assert ["interactive", "interactive", "interactive", "batch"] == [snapshot.band(j) for j in snapshot.queue]
     assert ["bo", "ana", "ana", "cy"] == [job.user for job in snapshot.queue]
-    message = pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    message = pb.SchedulingSnapshot.FromString(compressed.decompress(data))
     workers, jobs = snapshot_from_pb(message)
     plan = find_assignments(workers, jobs, share=share_from_pb(message))
     assert [snapshot.job_ids[0]] == [a.job_id for a in plan.assignments]

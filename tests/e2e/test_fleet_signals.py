@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import zlib
 
 from temporalio.client import Client
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.scheduling import worker_ids
 from iris import Constraint, IrisClient, JobState, ResourceSpec
 from iris.config.cluster_file import LocalWorkerSpec
@@ -22,7 +22,7 @@ ON_CPU = {"resources": ResourceSpec(cpu=0.5, memory="256m"), "constraints": [Con
 
 async def _snapshot(temporal: Client) -> pb.SchedulingSnapshot:
     data = await temporal.get_workflow_handle(SCHEDULER_WORKFLOW_ID).query("autoscale_snapshot", result_type=bytes)
-    return pb.SchedulingSnapshot.FromString(zlib.decompress(data))
+    return pb.SchedulingSnapshot.FromString(compressed.decompress(data))
 
 
 def _cordoned(client: IrisClient) -> set[str]:

@@ -9,7 +9,6 @@ their workflow ids.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from datetime import timedelta
 from typing import NoReturn
 
@@ -26,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         task_workflow_id,
     )
     from activities.proto import cluster_pb2 as pb
+    from activities.proto import compressed
     from workflows.messages import TaskResult
     from workflows.states import TaskState
     from workflows.visibility import (
@@ -44,11 +44,11 @@ LOST_TASK_CHECK_MAX = timedelta(minutes=10)
 def pack_handover(handover: pb.JobHandover) -> bytes:
     """Binary protobuf, compressed: a 10,000-row table is ~2 MB as Temporal's default JSON
     (its payload limit) and ~100 KB this way, in ~15 ms."""
-    return zlib.compress(handover.SerializeToString(), 1)
+    return compressed.compress(handover.SerializeToString())
 
 
 def unpack_handover(data: bytes) -> pb.JobHandover:
-    return pb.JobHandover.FromString(zlib.decompress(data))
+    return pb.JobHandover.FromString(compressed.decompress(data, "job handover"))
 
 
 async def watch_adopted(children: TaskChildren, table: TaskTable) -> None:

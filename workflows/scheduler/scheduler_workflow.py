@@ -22,7 +22,6 @@ the state and the run's phase, is scheduler_core.
 from __future__ import annotations
 
 import contextlib
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -70,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         Release,
     )
     from activities.proto import cluster_pb2 as pb
+    from activities.proto import compressed
     from workflows.messages import Claim, CordonWorkers, RemoveWorkers, Reserve, SetCredits, WorkerLost
     from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_actions import ActionRow
@@ -202,7 +202,7 @@ class SchedulerWorkflow:
             return
         plan_bytes = await passing
         core.apply_held()  # what came in during the pass and waits, before the plan is read
-        plan = pb.SchedulingPlan.FromString(zlib.decompress(plan_bytes))
+        plan = pb.SchedulingPlan.FromString(compressed.decompress(plan_bytes, "scheduling plan"))
         if plan.assignments or plan.timed_out:
             core.snapshot = None
         self.sharing.queue_entries = list(plan.queue)
@@ -342,7 +342,7 @@ class SchedulerWorkflow:
 
     @workflow.query(name=AUTOSCALE_SNAPSHOT_QUERY)
     def autoscale_snapshot(self) -> bytes:
-        """zlib(SchedulingSnapshot): the healthy, uncordoned workers' free capacity and the queue.
+        """The compressed SchedulingSnapshot: the healthy, uncordoned workers' free capacity and the queue.
 
         The autoscaler asks every few seconds; the last pass's encoding is reused until the state changes.
         """

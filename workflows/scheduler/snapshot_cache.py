@@ -22,6 +22,7 @@ from __future__ import annotations
 import zlib
 
 from activities.proto import cluster_pb2 as pb
+from activities.proto import compressed
 from activities.proto.values import set_constraint
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
@@ -59,7 +60,7 @@ class SnapshotCache:
         self.specs: dict[int, tuple[SchedulingSpec, bytes]] = {}  # id(spec) -> (the spec, `_spec_piece`)
 
     def build(self, state: SchedulerState, now: float) -> bytes:
-        """zlib(SchedulingSnapshot) of the state, keeping the specs it encodes for the next pass."""
+        """The compressed SchedulingSnapshot of the state, keeping the specs it encodes for the next pass."""
         return _build(self, state, now, keep=True)
 
     def encode(self, state: SchedulerState, now: float) -> bytes:
@@ -68,7 +69,7 @@ class SnapshotCache:
 
 
 def encode_snapshot(state: SchedulerState, now: float) -> bytes:
-    """zlib(SchedulingSnapshot) of the state, from nothing (tests, tools, and the cache's reference)."""
+    """The compressed SchedulingSnapshot of the state, from nothing (tests, tools, and the cache's reference)."""
     return SnapshotCache().encode(state, now)
 
 
@@ -78,7 +79,7 @@ def _build(cache: SnapshotCache, state: SchedulerState, now: float, *, keep: boo
     _queue(snap.queue, state, cache, keep)
     _running(snap.share, state, layout)
     reservation_state.encode(snap, state, now)
-    return zlib.compress(snap.SerializeToString(), 1)
+    return compressed.compress(snap.SerializeToString())
 
 
 def _fleet(fleet: pb.SchedulingFleet, state: SchedulerState, now: float) -> list[str]:
