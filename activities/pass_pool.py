@@ -7,7 +7,7 @@ the machine's cores.
 
 One long-lived child per controller process (`max_workers=1`: passes are one at a time anyway),
 started with `spawn` (a multi-threaded process is never forked). It is started by the first
-snapshot of `PASS_PROCESS_MIN_BYTES` or more; the passes of small clusters run in the activity's
+snapshot of `PASS_PROCESS_MIN_BYTES` or more (uncompressed); the passes of small clusters run in the activity's
 thread, so a small cluster never starts the child nor waits for it.
 The child exits within `WATCH_SECONDS` when its parent is gone, even a SIGKILLed one. As with any
 `spawn`, the child imports the parent's main module: a script that serves a controller needs the
@@ -31,16 +31,19 @@ from typing import TypeVar
 
 import structlog
 
+from activities.proto import compressed
+
 T = TypeVar("T")
 
 log = structlog.get_logger("activities.pass_pool")
 
 MIN_BYTES_ENV = "IRIS_PASS_PROCESS_MIN_BYTES"
-PASS_PROCESS_MIN_BYTES = 16 * 1024
-"""Compressed snapshots this big or bigger are scheduled in the child: in the scale bench's shape, ~2,000 workers
-with 20,000 tasks queued, a pass of ~0.1 s of CPU. Smaller passes cost little GIL and a small cluster's controller
-never starts the child (~0.5 s of CPU, ~60 MB). Set MIN_BYTES_ENV to 0 to send every pass to the child (tests),
-or to "off" to keep every pass in-process."""
+PASS_PROCESS_MIN_BYTES = 256 * 1024
+"""Snapshots this big or bigger, uncompressed, are scheduled in the child: in the scale bench's shape, ~2,000 workers
+with 20,000 tasks queued (~280 KB), a pass of ~0.1 s of CPU. Uncompressed, because how well a snapshot compresses
+depends on its contents and on the compression (~3 KB of zstd per 100 KB of snapshot, ~7 KB of zlib). Smaller
+passes cost little GIL and a small cluster's controller never starts the child (~0.5 s of CPU, ~60 MB). Set
+MIN_BYTES_ENV to 0 to send every pass to the child (tests), or to "off" to keep every pass in-process."""
 WATCH_SECONDS = 0.5  # how often the child checks that its parent lives
 RETRY_START_SECONDS = 60.0  # after a child failed to start, passes run in-process this long before a new try
 POLL_SECONDS = 0.25  # how often the waiting thread wakes: a cancellation is raised in it between waits
@@ -173,7 +176,7 @@ def run_pass(fn: Callable[[bytes], T], snapshot: bytes) -> T:
     controller, and only in a cluster whose passes take a good part of that anyway.
     """
     least = min_bytes()
-    if least is not None and len(snapshot) >= least and POOL.available():
+    if least is not None and compressed.content_size(snapshot) >= least and POOL.available():
         return POOL.run(fn, snapshot)
     return fn(snapshot)
 

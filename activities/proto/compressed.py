@@ -34,6 +34,16 @@ def decompress(data: bytes, what: str = "payload") -> bytes:
         raise ValueError(f"the {what} does not decompress: {e}") from e
 
 
+def content_size(data: bytes) -> int:
+    """What `decompress` returns, in bytes, read from the frame's header (a zstd frame written here says it); for
+    a frame that does not say, its own size."""
+    if data.startswith(_ZSTD_MAGIC):
+        size = zstandard.frame_content_size(data)
+        if size >= 0:
+            return int(size)
+    return len(data)
+
+
 def split(data: bytes, names: Sequence[str], what: str) -> list[bytes]:
     """Frames written one after another (`b"".join(map(compress, parts))`), one part per name, decompressed."""
     out = []

@@ -75,8 +75,8 @@ class Closing:
         """Continue as new with the state packed; a large state packed in a workflow task of its own.
 
         From CLOSE_SPLIT_AT carried workers and tasks the pack starts and ends its task with a short timer and the
-        close follows in the next task; what came in meanwhile makes the pack stale: applied, and packed again (`STALE`),
-        for up to CLOSE_ROUNDS packs, the last closing in the task that packed it. A small state packs in
+        close follows in the next task; what came in meanwhile makes the pack stale: applied, and packed again
+        (`STALE`), for up to CLOSE_ROUNDS packs, the last closing in the task that packed it. A small state packs in
         milliseconds and closes in the same task (more rounds would only let a storm into the closing run longer).
         """
         core = self.core
