@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import zstandard
 
 LEVEL = 1
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first four bytes (RFC 8878); a zlib stream starts 0x78
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first four bytes (RFC 8878); a zlib stream starts 0x78
 
 
 def compress(data: bytes) -> bytes:
@@ -27,7 +27,7 @@ def compress(data: bytes) -> bytes:
 def decompress(data: bytes, what: str = "payload") -> bytes:
     """What `compress` (or an earlier build's zlib) wrote; a ValueError naming `what` when it is neither."""
     try:
-        if data.startswith(_ZSTD_MAGIC):
+        if data.startswith(ZSTD_MAGIC):
             return zstandard.decompress(data)
         return zlib.decompress(data)
     except (zstandard.ZstdError, zlib.error) as e:
@@ -37,7 +37,7 @@ def decompress(data: bytes, what: str = "payload") -> bytes:
 def content_size(data: bytes) -> int:
     """What `decompress` returns, in bytes, read from the frame's header (a zstd frame written here says it); for
     a frame that does not say, its own size."""
-    if data.startswith(_ZSTD_MAGIC):
+    if data.startswith(ZSTD_MAGIC):
         size = zstandard.frame_content_size(data)
         if size >= 0:
             return int(size)
@@ -49,7 +49,7 @@ def split(data: bytes, names: Sequence[str], what: str) -> list[bytes]:
     out = []
     rest = data
     for name in names:
-        z = zstandard.ZstdDecompressor().decompressobj() if rest.startswith(_ZSTD_MAGIC) else zlib.decompressobj()
+        z = zstandard.ZstdDecompressor().decompressobj() if rest.startswith(ZSTD_MAGIC) else zlib.decompressobj()
         try:
             out.append(z.decompress(rest))
         except (zstandard.ZstdError, zlib.error) as e:
