@@ -135,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from benchmarks.heartbeats import main as heartbeats_main
 
         return heartbeats_main(argv[1:])
+    if argv[:1] == ["client-exit"]:  # how often a submit-and-exit script dies at exit, with and without the grace
+        from benchmarks.client_exit import main as exit_main
+
+        return exit_main(argv[1:])
     if argv[:1] == ["scale"]:  # the scheduler at fleet scale: its own server and synthetic agents
         from benchmarks.scale import main as scale_main
 

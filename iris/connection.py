@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from iris import exit_grace
 from iris.connection_env import ADDRESS_ENV as ADDRESS_ENV
 from iris.connection_env import ENV_PREFIX as ENV_PREFIX
 from iris.connection_env import STORE_ENV as STORE_ENV
@@ -235,6 +236,7 @@ async def connect_client(
         kwargs["runtime"] = runtime
     if identity is not None:
         kwargs["identity"] = identity
+    exit_grace.client_opened()  # its exit lets the SDK's threads finish their calls (iris/exit_grace.py)
     return await Client.connect(
         address,
         namespace=namespace,

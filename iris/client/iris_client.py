@@ -9,7 +9,6 @@ imported by the methods that use them, so a team-mode client loads no Temporal S
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import sys
 import threading
@@ -17,6 +16,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from iris import exit_grace
 from iris.types import JobFailedError, JobState, TaskState
 
 if TYPE_CHECKING:
@@ -71,15 +71,14 @@ _OPEN: weakref.WeakSet[IrisClient] = weakref.WeakSet()
 
 def _close_open_clients() -> None:
     """At exit, close what the program left open, before the interpreter finalizes: no task of the client's
-    loop is left for the Temporal SDK's runtime threads to complete into a finalizing interpreter. (A script
-    can still abort at exit now and then, `Fatal Python error: PyGILState_Release`, when those threads call
-    in anyway: temporalio/sdk-python#300; the CLI leaves by `os._exit`, `iris.cli.error_lines.exit_now`.)"""
+    loop is left for the Temporal SDK's runtime threads to complete into a finalizing interpreter. Then
+    iris.exit_grace lets those threads finish the calls they completed (temporalio/sdk-python#300)."""
     for client in list(_OPEN):
         with contextlib.suppress(Exception):
             client.close()
 
 
-atexit.register(_close_open_clients)
+exit_grace.on_exit(_close_open_clients)
 
 
 def _close_remote(loop: _LoopThread, remote: Any) -> None:
