@@ -20,6 +20,7 @@ from typing import Any
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 
 from iris.controller.runner_wrapper import WrappedInstance, WrappingRunner
+from iris.query_retry import CLOSED_RUN_REFUSED
 
 TOP = 8
 PROFILE_DIR = "IRIS_BENCH_PROFILE_DIR"  # set: each activation runs under cProfile, the longest few are kept there
@@ -36,6 +37,8 @@ class Timings:
         # server hands it to the closed run, which the controller no longer caches), or an eviction.
         self.replays = 0
         self.replay_cpu = 0.0  # seconds, all their replaying activations
+        # Runs that had continued as new, refused such a replay (iris/controller/closed_run_guard.py).
+        self.closed_refusals = 0
         self.profile_dir = os.environ.get(PROFILE_DIR) or None
         self.profiles: list[tuple[float, str, cProfile.Profile]] = []  # the longest CPU first
         # Every activation's [run id, wall-clock start and end (s), CPU ms]: what part of a long workflow task
@@ -59,6 +62,10 @@ class Timings:
                 self.top.sort(key=lambda row: -row[0])
                 del self.top[TOP:]
 
+    def refused_closed(self, first: bool) -> None:
+        with self._lock:
+            self.closed_refusals += first
+
     def replayed(self, cpu: float, first: bool) -> None:
         with self._lock:
             self.replays += first
@@ -81,8 +88,15 @@ class Timings:
         self.write_profiles()
         path.write_text(json.dumps({
             "activations": self.count, "top": self.top, "replays": self.replays,
-            "replay_cpu_ms": round(self.replay_cpu * 1000), "spans": self.spans,
+            "replay_cpu_ms": round(self.replay_cpu * 1000), "closed_refusals": self.closed_refusals,
+            "spans": self.spans,
         }))  # fmt: skip
+
+
+def _refused_closed(completion: Any) -> bool:
+    """Whether the closed-run guard refused the activation (a query reached a run that had continued as new)."""
+    return completion is not None and completion.HasField("failed") and \
+        completion.failed.failure.message.startswith(CLOSED_RUN_REFUSED)
 
 
 def _commands(completion: Any) -> str:
@@ -122,7 +136,9 @@ class _TimedInstance(WrappedInstance):
             self._timings.add(time.thread_time() - cpu, time.perf_counter() - wall, what, span)
             if profile is not None:
                 self._timings.profiled(time.thread_time() - cpu, what, profile)
-            if act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too
+            if _refused_closed(completion):
+                self._timings.refused_closed(first="initialize_workflow" in jobs)
+            elif act.is_replaying and jobs != ["query_workflow"]:  # a query alone is flagged replaying too
                 self._timings.replayed(time.thread_time() - cpu, first="initialize_workflow" in jobs)
 
 

@@ -175,8 +175,10 @@ def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
              f" {timings.get('activations', 0)} activations; wall time beside)"]  # fmt: skip
     lines += [f"    {cpu:8.0f} ms CPU {wall:6.0f} ms wall  {what}" for cpu, wall, what in top]
     replays, replay_ms = timings.get("replays", 0), timings.get("replay_cpu_ms", 0)
-    lines.append(f"  runs replayed in full   {replays:5d}     ({replay_ms} ms of CPU; a query that reached a run as it"
-                 " continued as new is answered by replaying it)")  # fmt: skip
+    lines.append(f"  runs replayed in full   {replays:5d}     ({replay_ms} ms of CPU; a run replayed from its first"
+                 " event in the controller)")  # fmt: skip
+    lines.append(f"  closed runs refused     {timings.get('closed_refusals', 0):5d}     (a query that reached a run"
+                 " after it continued as new, asked again of the current run: iris/controller/closed_run_guard.py)")
     return lines
 
 

@@ -1,8 +1,10 @@
 """Queries a controller refused for a moment are asked again, so a caller sees the answer, not the refusal.
 
-Two refusals pass soon:
+Three refusals pass soon:
 - a query that would have run a workflow past its history (iris.controller.lookahead_guard says why): by the
   time it is asked again the run has been evicted and rebuilt from its history, or the pending task has run;
+- a query that reached a scheduler run after it continued as new (iris.controller.closed_run_guard): asked
+  again, it goes to the current run;
 - a query for the scheduler's whole state while its run loads what the previous run carried over, or after it
   handed the state to the next (activities.contracts.SCHEDULER_NOT_WHOLE): a few seconds at 10,000 workers.
 
@@ -21,6 +23,9 @@ from activities.contracts import SCHEDULER_NOT_WHOLE
 
 LOOKAHEAD_REFUSED = "iris: query look-ahead refused"
 """The start of the failure a controller gives a query that would have run a workflow past its history."""
+CLOSED_RUN_REFUSED = "iris: query of a run that continued as new refused"
+"""The start of the failure a controller gives a query that reached a scheduler run after it continued as new
+(iris.controller.closed_run_guard): asked again, the query goes to the current run."""
 
 ATTEMPTS = 8
 PAUSE = 0.05  # seconds before the second attempt, doubled for each next one up to MAX_PAUSE (~3.5 s in all)
@@ -39,7 +44,7 @@ class _Outbound(OutboundInterceptor):
             try:
                 return await super().query_workflow(input)
             except WorkflowQueryFailedError as err:
-                if LOOKAHEAD_REFUSED in str(err):
+                if LOOKAHEAD_REFUSED in str(err) or CLOSED_RUN_REFUSED in str(err):
                     refused_ahead += 1
                     if refused_ahead == ATTEMPTS:
                         raise
@@ -52,7 +57,8 @@ class _Outbound(OutboundInterceptor):
 
 
 class QueryRetry(Interceptor):
-    """A client interceptor: a query refused with LOOKAHEAD_REFUSED (up to ATTEMPTS times) or SCHEDULER_NOT_WHOLE
+    """A client interceptor: a query refused with LOOKAHEAD_REFUSED or CLOSED_RUN_REFUSED (up to ATTEMPTS times in
+    all) or SCHEDULER_NOT_WHOLE
     (for up to NOT_WHOLE_SECONDS) is asked again."""
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:

@@ -209,9 +209,14 @@ def forget_workers(cluster: Cluster, worker_ids: list[str]) -> None:
 
 @contextlib.asynccontextmanager
 async def workflows_on_dev_server(
-    name: str, workflows: Sequence[type], activities: Sequence[Callable[..., Any]], runner: WorkflowRunner | None = None
+    name: str,
+    workflows: Sequence[type],
+    activities: Sequence[Callable[..., Any]],
+    runner: WorkflowRunner | None = None,
+    unsandboxed_runner: WorkflowRunner | None = None,
 ) -> AsyncIterator[tuple[Client, str]]:
-    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue.
+    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue (`runner` runs the
+    sandboxed ones, `unsandboxed_runner` the others, when given).
 
     The worker is a version of the control deployment made current, as a controller's is (Iris
     workflows declare how they are versioned, which only a versioned worker accepts). Yields the
@@ -224,6 +229,7 @@ async def workflows_on_dev_server(
             async with Worker(
                 env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
                 activity_executor=executor, workflow_runner=runner or controller_runner(),
+                **({"unsandboxed_workflow_runner": unsandboxed_runner} if unsandboxed_runner is not None else {}),
                 interceptors=[PayloadGuard()],  # an unreadable signal is dropped, as a controller drops it
                 deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip

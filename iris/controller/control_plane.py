@@ -52,6 +52,7 @@ from iris.client.job_lookup import describe_job
 from iris.config.cluster_file import ClusterConfig, ScaleGroupConfig
 from iris.connection import TemporalSettings
 from iris.controller import observability
+from iris.controller.closed_run_guard import ClosedRunRunner
 from iris.controller.gc_tuning import tune_for_controller
 from iris.controller.lookahead_guard import LookaheadRunner
 from iris.controller.payload_guard import GuardedRunner, PayloadGuard
@@ -173,8 +174,9 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 def controller_runner() -> WorkflowRunner:
     """What a controller's workflow worker runs workflows in: the sandbox, with the signals it drops recorded
-    (payload_guard) and no query's look-ahead let through (lookahead_guard)."""
-    return GuardedRunner(LookaheadRunner(workflow_runner()))
+    (payload_guard), no query's look-ahead let through (lookahead_guard) and no scheduler run replayed for a
+    query after it continued as new (closed_run_guard)."""
+    return GuardedRunner(ClosedRunRunner(LookaheadRunner(workflow_runner()), [SchedulerWorkflow.__name__]))
 
 
 def controller_replayer(
