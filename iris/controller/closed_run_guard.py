@@ -6,10 +6,12 @@ history from its first event: at 30,000 workers x 300,000 tasks 0.47-0.56 s of C
 process, at the moment the next run's first task loads the carried state. The two share the GIL, and such a load
 took twice its CPU time in wall time (244 ms for 120 ms of CPU, the longest scheduler task of its bench run).
 
-A run that a later run of this controller names as the run it continued from (`continued_run_id`) is closed. An
-instance of such a run can only be replaying for a query (a closed run has no more tasks), so its activations are
-refused before the workflow code runs: at once if the next run started first, else from the replay's next
-activation. The query fails with
+A run is known closed on this controller once core evicted it for WORKFLOW_EXECUTION_ENDING after it continued
+as new (core does so only when the server took that last task), or once a later run names it as the run it continued
+from (`continued_run_id`). An instance of such a run can only be replaying for a query (a closed run has no more
+tasks), so its activations are refused before the workflow code runs. In the scale bench, knowing it from the next
+run alone still let the replay's first activation (loading the carried state, ~120 ms of CPU) run beside the next
+run's load whenever the query's replay started first. The query fails with
 CLOSED_RUN_REFUSED; Iris's clients ask it again (iris.query_retry), and the server hands it to the current run.
 Only the workflow types given are guarded (the scheduler's is the one whose replay is long). A controller that did
 not see the next run start (another controller, or one restarted since) still answers by replaying, as before.
@@ -50,6 +52,9 @@ class ClosedRuns:
             return run_id in self._runs
 
 
+_ENDING = activation_pb.RemoveFromCache.EvictionReason.WORKFLOW_EXECUTION_ENDING
+
+
 class _GuardedInstance(WrappedInstance):
     """An instance of a guarded type: once its run is known closed, it answers no activation but its eviction
     (checked at each activation: a replay already under way when the next run starts stops at its next one)."""
@@ -58,12 +63,21 @@ class _GuardedInstance(WrappedInstance):
         super().__init__(inner)
         self._run_id = run_id
         self._closed = closed
+        self._continuing = False  # an activation of this instance ended with continue-as-new
 
     def activate(self, act: activation_pb.WorkflowActivation) -> completion_pb.WorkflowActivationCompletion:
-        if self._run_id not in self._closed or all(
-            job.WhichOneof("variant") == "remove_from_cache" for job in act.jobs
-        ):
+        if all(job.WhichOneof("variant") == "remove_from_cache" for job in act.jobs):
+            # Core evicts a run for WORKFLOW_EXECUTION_ENDING only once the server took its last task (a task the
+            # server refused, e.g. for signals that came meanwhile, is evicted as UNHANDLED_COMMAND and replayed).
+            if self._continuing and any(job.remove_from_cache.reason == _ENDING for job in act.jobs):
+                self._closed.followed(self._run_id)  # known closed even before the next run's first task
             return self._inner.activate(act)
+        if self._run_id not in self._closed:
+            completion = self._inner.activate(act)
+            self._continuing = self._continuing or completion.HasField("successful") and any(
+                command.HasField("continue_as_new_workflow_execution") for command in completion.successful.commands
+            )
+            return completion
         completion = completion_pb.WorkflowActivationCompletion()
         completion.failed.failure.message = (
             f"{CLOSED_RUN_REFUSED}: run {self._run_id} has continued as new; the current run answers"
