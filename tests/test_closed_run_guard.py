@@ -189,43 +189,36 @@ def _refused(completion: completion_pb.WorkflowActivationCompletion) -> bool:
     return completion.HasField("failed") and completion.failed.failure.message.startswith(CLOSED_RUN_REFUSED)
 
 
-def test_a_run_evicted_as_ending_after_continuing_as_new_refuses_its_replay_before_the_next_run_starts() -> None:
-    """Core evicts a run for WORKFLOW_EXECUTION_ENDING once the server took its last task: a query's replay that
-    starts before the next run's first task is refused from its first activation."""
+def _replay_after(last_command: str, eviction: str) -> tuple[bool, int]:
+    """A run whose live instance ended its last activation with `last_command` and was evicted for `eviction`,
+    then replayed (for a query) on the same controller: whether the replay's first activation was refused, and how
+    many activations reached its workflow code."""
     runner = ClosedRunRunner(UnsandboxedWorkflowRunner(), ["SchedulerWorkflow"])
     live, inner = _instance(runner, "p")
     live.activate(_act("p", "initialize_workflow"))
-    inner.commands = ["continue_as_new_workflow_execution"]
+    inner.commands = [last_command]
     live.activate(_act("p", "fire_timer"))
-    live.activate(_act("p", "remove_from_cache", "WORKFLOW_EXECUTION_ENDING"))
+    live.activate(_act("p", "remove_from_cache", eviction))
     replay, replayed = _instance(runner, "p")
-    assert _refused(replay.activate(_act("p", "initialize_workflow")))
-    assert 0 == replayed.activations  # no workflow code ran
-    replay.activate(_act("p", "remove_from_cache", "LANG_REQUESTED"))  # its eviction goes through
-    assert 1 == replayed.activations
+    refused = _refused(replay.activate(_act("p", "initialize_workflow")))
+    replay.activate(_act("p", "remove_from_cache", "LANG_REQUESTED"))  # an eviction always goes through
+    return refused, replayed.activations
+
+
+def test_a_run_evicted_as_ending_after_continuing_as_new_refuses_its_replay_before_the_next_run_starts() -> None:
+    """Core evicts a run for WORKFLOW_EXECUTION_ENDING once the server took its last task: a query's replay that
+    starts before the next run's first task is refused from its first activation, and runs no workflow code."""
+    assert (True, 1) == _replay_after("continue_as_new_workflow_execution", "WORKFLOW_EXECUTION_ENDING")
 
 
 def test_a_continue_as_new_the_server_refused_is_replayed_as_usual() -> None:
     """A last task the server refused (signals came meanwhile) is evicted as UNHANDLED_COMMAND: the run goes on, and
     its replay must run."""
-    runner = ClosedRunRunner(UnsandboxedWorkflowRunner(), ["SchedulerWorkflow"])
-    live, inner = _instance(runner, "p")
-    inner.commands = ["continue_as_new_workflow_execution"]
-    live.activate(_act("p", "initialize_workflow"))
-    live.activate(_act("p", "remove_from_cache", "UNHANDLED_COMMAND"))
-    replay, replayed = _instance(runner, "p")
-    assert not _refused(replay.activate(_act("p", "initialize_workflow")))
-    assert 1 == replayed.activations
+    assert (False, 2) == _replay_after("continue_as_new_workflow_execution", "UNHANDLED_COMMAND")
 
 
 def test_a_run_that_ended_without_continuing_is_not_refused() -> None:
-    runner = ClosedRunRunner(UnsandboxedWorkflowRunner(), ["SchedulerWorkflow"])
-    live, inner = _instance(runner, "p")
-    inner.commands = ["complete_workflow_execution"]
-    live.activate(_act("p", "initialize_workflow"))
-    live.activate(_act("p", "remove_from_cache", "WORKFLOW_EXECUTION_ENDING"))
-    replay, _ = _instance(runner, "p")
-    assert not _refused(replay.activate(_act("p", "initialize_workflow")))
+    assert (False, 2) == _replay_after("complete_workflow_execution", "WORKFLOW_EXECUTION_ENDING")
 
 
 def test_a_replay_under_way_stops_when_the_next_run_starts() -> None:

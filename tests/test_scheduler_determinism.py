@@ -15,10 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowQueryFailedError
 
 from activities.contracts import DELIVER_SIGNALS, Delivery, Release
 from activities.heartbeat import heartbeating, heartbeating_thread
@@ -26,7 +27,10 @@ from activities.proto import cluster_pb2 as pb
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import FIND_ASSIGNMENTS, find_assignments_activity
 from activities.signals import deliver_assignments, deliver_signals
-from iris.controller.control_plane import controller_replayer
+from iris.controller.control_plane import controller_replayer, controller_runner, workflow_runner
+from iris.controller.lookahead_guard import LookaheadRunner
+from iris.controller.payload_guard import GuardedRunner
+from iris.query_retry import CLOSED_RUN_REFUSED
 from tests.support import workflow_settled, workflows_on_dev_server
 from workflows.messages import Enqueue, SchedulingSpec
 from workflows.scheduler.scheduler_close import CLOSE_SPLIT_AT
@@ -126,13 +130,20 @@ async def _healthy(client: Client, workflow_id: str) -> int:
     return int(await client.get_workflow_handle(workflow_id).query("healthy_worker_count"))
 
 
-async def test_a_run_continues_as_new_after_its_signal_budget() -> None:
+@pytest.mark.parametrize("ran_the_closed_run", [True, False], ids=["its-controller", "another-controller"])
+async def test_a_run_continues_as_new_after_its_signal_budget(ran_the_closed_run: bool) -> None:
     """Past SIGNAL_BUDGET received signals the scheduler starts a new run carrying every worker.
 
-    (The server refuses signals past a per-run limit; the budget keeps every run well below it.)
+    (The server refuses signals past a per-run limit; the budget keeps every run well below it.) A query that
+    reaches a closed run (one without a run id can, while the next run starts) is refused by the controller that ran
+    it, and asked again of the current run (iris/controller/closed_run_guard.py); a controller that knows nothing of
+    it (without that guard here) replays the run, which answers with the workers it handed over.
     """
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
-    async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities) as (client, queue):
+    runner = controller_runner() if ran_the_closed_run else GuardedRunner(LookaheadRunner(workflow_runner()))
+    async with workflows_on_dev_server("sched-budget", [SchedulerWorkflow], activities, runner=runner) as (
+        client, queue,
+    ):  # fmt: skip
         await client.start_workflow(SchedulerWorkflow.run, args=[None, BUDGET], id=queue, task_queue=queue)
         handle = client.get_workflow_handle(queue)
         for agent in range(100):
@@ -149,14 +160,20 @@ async def test_a_run_continues_as_new_after_its_signal_budget() -> None:
                 break
             await asyncio.sleep(0.1)
         assert len(runs) >= 2, runs
-        # A run that continued as new let go of its state (so it is freed at once), yet a query that
-        # reaches it (one without a run id can, while the next run starts) still gets its workers.
+        # A run that continued as new let go of its state (so it is freed at once), yet a query that reaches it
+        # gets its workers, or is refused to be asked again of the current run by the controller that ran it.
+        bare = Client(client.service_client, namespace=client.namespace)  # no retry: a refusal is seen
         for wf in runs:
             if wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
-                closed = client.get_workflow_handle(queue, run_id=wf.run_id)
+                closed = bare.get_workflow_handle(queue, run_id=wf.run_id)
+                if ran_the_closed_run:
+                    with pytest.raises(WorkflowQueryFailedError, match=CLOSED_RUN_REFUSED):
+                        await closed.query("healthy_worker_count")
+                    continue
                 assert await closed.query("healthy_worker_count") > 0, wf.run_id
                 summary = await closed.query("summary", result_type=pb.ClusterSummary)  # the counts handed over
                 assert summary.total_workers == summary.healthy_workers > 0, wf.run_id
+        assert 100 == await _healthy(client, queue)  # asked without a run id: the current run answers
         await handle.terminate("test done")
 
 
