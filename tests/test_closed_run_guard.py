@@ -233,6 +233,6 @@ def test_a_replay_under_way_stops_when_the_next_run_starts() -> None:
 def test_the_closed_runs_remembered_are_the_latest() -> None:
     closed = ClosedRuns()
     for i in range(REMEMBERED + 10):
-        closed.followed(f"run-{i}")
+        closed.add(f"run-{i}")
     assert "run-9" not in closed
     assert "run-10" in closed and f"run-{REMEMBERED + 9}" in closed

@@ -7,14 +7,16 @@ process, at the moment the next run's first task loads the carried state. The tw
 took twice its CPU time in wall time (244 ms for 120 ms of CPU, the longest scheduler task of its bench run).
 
 A run is known closed on this controller once core evicted it for WORKFLOW_EXECUTION_ENDING after it continued
-as new (core does so only when the server took that last task), or once a later run names it as the run it continued
-from (`continued_run_id`). An instance of such a run can only be replaying for a query (a closed run has no more
-tasks), so its activations are refused before the workflow code runs. In the scale bench, knowing it from the next
-run alone still let the replay's first activation (loading the carried state, ~120 ms of CPU) run beside the next
-run's load whenever the query's replay started first. The query fails with
+as new (core does so only when the server took that last task), or once a later run names it as the run it
+continued from (`continued_run_id`). An instance of such a run can only be replaying for a query (a closed run has
+no more tasks), so its activations are refused before the workflow code runs. (Knowing it from the next run alone
+was not enough in the scale bench: when the query's replay started first, its first activation, loading the old
+run's carried state, ~120 ms of CPU, still ran beside the next run's load.) The query fails with
 CLOSED_RUN_REFUSED; Iris's clients ask it again (iris.query_retry), and the server hands it to the current run.
+
 Only the workflow types given are guarded (the scheduler's is the one whose replay is long). A controller that did
-not see the next run start (another controller, or one restarted since) still answers by replaying, as before.
+not run the closed run's last task nor see the next run start (another controller, or one restarted since) still
+answers by replaying, as before.
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ REMEMBERED = 256
 
 
 class ClosedRuns:
-    """The runs known to have been continued by a later run: at most REMEMBERED, the oldest forgotten first."""
+    """The runs known to have continued as new: at most REMEMBERED, the oldest forgotten first."""
 
     def __init__(self) -> None:
         self._runs: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()  # instances are created from the workflow executor's threads
 
-    def followed(self, run_id: str) -> None:
+    def add(self, run_id: str) -> None:
         with self._lock:
             self._runs[run_id] = None
             while len(self._runs) > REMEMBERED:
@@ -70,13 +72,14 @@ class _GuardedInstance(WrappedInstance):
             # Core evicts a run for WORKFLOW_EXECUTION_ENDING only once the server took its last task (a task the
             # server refused, e.g. for signals that came meanwhile, is evicted as UNHANDLED_COMMAND and replayed).
             if self._continuing and any(job.remove_from_cache.reason == _ENDING for job in act.jobs):
-                self._closed.followed(self._run_id)  # known closed even before the next run's first task
+                self._closed.add(self._run_id)  # known closed even before the next run's first task
             return self._inner.activate(act)
         if self._run_id not in self._closed:
             completion = self._inner.activate(act)
-            self._continuing = self._continuing or completion.HasField("successful") and any(
+            if completion.HasField("successful") and any(
                 command.HasField("continue_as_new_workflow_execution") for command in completion.successful.commands
-            )
+            ):
+                self._continuing = True
             return completion
         completion = completion_pb.WorkflowActivationCompletion()
         completion.failed.failure.message = (
@@ -98,5 +101,5 @@ class ClosedRunRunner(WrappingRunner):
         if info.workflow_type not in self.types:
             return instance
         if info.continued_run_id is not None:
-            self.closed.followed(info.continued_run_id)
+            self.closed.add(info.continued_run_id)
         return _GuardedInstance(instance, info.run_id, self.closed)
