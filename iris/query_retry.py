@@ -58,8 +58,7 @@ class _Outbound(OutboundInterceptor):
 
 class QueryRetry(Interceptor):
     """A client interceptor: a query refused with LOOKAHEAD_REFUSED or CLOSED_RUN_REFUSED (up to ATTEMPTS times in
-    all) or SCHEDULER_NOT_WHOLE
-    (for up to NOT_WHOLE_SECONDS) is asked again."""
+    all) or SCHEDULER_NOT_WHOLE (for up to NOT_WHOLE_SECONDS) is asked again."""
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
         return _Outbound(next)

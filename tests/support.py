@@ -20,7 +20,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecution, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker, WorkflowReplayResult, WorkflowRunner
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowReplayResult, WorkflowRunner
 
 from activities.contracts import AUTOSCALER_WORKFLOW_ID
 from iris.controller.control_plane import controller_replayer, controller_runner
@@ -229,7 +229,7 @@ async def workflows_on_dev_server(
             async with Worker(
                 env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
                 activity_executor=executor, workflow_runner=runner or controller_runner(),
-                **({"unsandboxed_workflow_runner": unsandboxed_runner} if unsandboxed_runner is not None else {}),
+                unsandboxed_workflow_runner=unsandboxed_runner or UnsandboxedWorkflowRunner(),
                 interceptors=[PayloadGuard()],  # an unreadable signal is dropped, as a controller drops it
                 deployment_config=deployment_config(TEST_BUILD),
             ):  # fmt: skip

@@ -28,6 +28,7 @@ import contextlib
 import math
 import re
 import secrets
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -66,7 +67,6 @@ _T = TypeVar("_T")
 _API_TIMEOUT_SECONDS: Final = 60
 _LOG_DRAIN_SECONDS: Final = 10.0
 _CATCH_UP_MAX_BYTES: Final = 16 << 20  # the most output of a task that its end reads again (`_catch_up_logs`)
-SIGKILL_EXIT: Final = 128 + 9  # a container's exit status when SIGKILL ended it (the OOM killer's signal)
 OOM_EVENT_SECONDS: Final = 1.0  # how long a SIGKILLed container's OOM flag is waited for (`_oom_killed`)
 _POOL_SIZE: Final = 256
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
@@ -305,7 +305,8 @@ class DockerRuntime(ContainerRuntime[_Running]):
         # lose its last lines to the race `_catch_up_logs` closes.
         if code != -1 and not running.log_pump.is_alive() and running.logged[0] <= _CATCH_UP_MAX_BYTES:
             await self._call(self._catch_up_logs, running)
-        oom = await self._oom_killed(running.container_id, sigkilled=code == SIGKILL_EXIT and not running.stopped)
+        sigkilled = signal_exit_code(code) == -signal.SIGKILL and not running.stopped  # the OOM killer's signal
+        oom = await self._oom_killed(running.container_id, sigkilled)
         await self._remove(running.container_id)
         if oom:
             return TaskExit(code, oom_reason(running.memory_bytes), oom_killed=True)
