@@ -28,7 +28,6 @@ import contextlib
 import math
 import re
 import secrets
-import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,7 +66,6 @@ _T = TypeVar("_T")
 _API_TIMEOUT_SECONDS: Final = 60
 _LOG_DRAIN_SECONDS: Final = 10.0
 _CATCH_UP_MAX_BYTES: Final = 16 << 20  # the most output of a task that its end reads again (`_catch_up_logs`)
-OOM_EVENT_SECONDS: Final = 1.0  # how long a SIGKILLed container's OOM flag is waited for (`_oom_killed`)
 _POOL_SIZE: Final = 256
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 _ACCELERATOR_GLOBS: Final = ("accel*", "vfio/*", "nvidia[0-9]*", "nvidiactl", "nvidia-uvm*")  # under /dev
@@ -305,28 +303,14 @@ class DockerRuntime(ContainerRuntime[_Running]):
         # lose its last lines to the race `_catch_up_logs` closes.
         if code != -1 and not running.log_pump.is_alive() and running.logged[0] <= _CATCH_UP_MAX_BYTES:
             await self._call(self._catch_up_logs, running)
-        sigkilled = signal_exit_code(code) == -signal.SIGKILL and not running.stopped  # the OOM killer's signal
-        oom = await self._oom_killed(running.container_id, sigkilled)
+        oom = False
+        with contextlib.suppress(APIError, DockerException):
+            state = (await self._call(self._client.inspect_container, running.container_id))["State"]
+            oom = bool(state.get("OOMKilled"))
         await self._remove(running.container_id)
         if oom:
             return TaskExit(code, oom_reason(running.memory_bytes), oom_killed=True)
         return TaskExit(signal_exit_code(code) if running.stopped else code)
-
-    async def _oom_killed(self, container_id: str, sigkilled: bool) -> bool:
-        """Whether the engine says the kernel OOM-killed the container. Docker sets `OOMKilled` when containerd's
-        OOM event reaches it, which may come after the exit that `wait` returned on: a SIGKILL we did not send is
-        asked about again for up to OOM_EVENT_SECONDS (CI once saw a 64 MiB hog end as a bare `exit code 137`)."""
-        deadline = asyncio.get_running_loop().time() + (OOM_EVENT_SECONDS if sigkilled else 0.0)
-        while True:
-            try:
-                state = (await self._call(self._client.inspect_container, container_id))["State"]
-            except (APIError, DockerException):
-                return False
-            if state.get("OOMKilled"):
-                return True
-            if asyncio.get_running_loop().time() >= deadline:
-                return False
-            await asyncio.sleep(0.1)
 
     async def _remove(self, container_id: str) -> None:
         try:
