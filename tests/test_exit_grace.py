@@ -22,7 +22,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     seen: list[Any] = []
     monkeypatch.setattr(exit_grace, "_closers", [])
     monkeypatch.setattr(exit_grace, "_opened", False)
-    monkeypatch.setattr(exit_grace.time, "sleep", lambda seconds: seen.append(("sleep", seconds)))
+    monkeypatch.setattr(exit_grace, "_sleep", lambda seconds: seen.append(("sleep", seconds)))
     return seen
 
 
