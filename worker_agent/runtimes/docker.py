@@ -28,9 +28,12 @@ import contextlib
 import math
 import re
 import secrets
+import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -66,6 +69,7 @@ _T = TypeVar("_T")
 _API_TIMEOUT_SECONDS: Final = 60
 _LOG_DRAIN_SECONDS: Final = 10.0
 _CATCH_UP_MAX_BYTES: Final = 16 << 20  # the most output of a task that its end reads again (`_catch_up_logs`)
+_OOM_EVENT_WAIT_SECONDS: Final = 1.0  # how long a SIGKILLed container's late ``oom`` event is waited for
 _POOL_SIZE: Final = 256
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")
 _ACCELERATOR_GLOBS: Final = ("accel*", "vfio/*", "nvidia[0-9]*", "nvidiactl", "nvidia-uvm*")  # under /dev
@@ -307,10 +311,30 @@ class DockerRuntime(ContainerRuntime[_Running]):
         with contextlib.suppress(APIError, DockerException):
             state = (await self._call(self._client.inspect_container, running.container_id))["State"]
             oom = bool(state.get("OOMKilled"))
-        await self._remove(running.container_id)
+            if not oom and signal_exit_code(code) == -signal.SIGKILL and not running.stopped:
+                oom = await self._call(self._oom_event, running.container_id, state.get("StartedAt", ""))
+        await self._remove(running.container_id)  # after the events: a removed container's late OOM is dropped
         if oom:
             return TaskExit(code, oom_reason(running.memory_bytes), oom_killed=True)
         return TaskExit(signal_exit_code(code) if running.stopped else code)
+
+    def _oom_event(self, container_id: str, started_at: str) -> bool:
+        """Whether the engine logged an ``oom`` event for the container, waiting `_OOM_EVENT_WAIT_SECONDS` for one.
+
+        Docker (20.10 here) sets ``OOMKilled`` only when containerd's OOM event comes before the exit; one that
+        comes after is still logged as the container's ``oom`` event. Twice in six runs of the suite under load, a
+        task OOM-killed at 64 MiB was read as a bare SIGKILL, and reading the flag again for a second did not help.
+        Asked only for a SIGKILL Iris did not send (an OOM kill or someone's ``docker kill``).
+        """
+        since = _unix_seconds(started_at) or int(time.time()) - 24 * 3600
+        until = int(time.time() + _OOM_EVENT_WAIT_SECONDS) + 1  # whole seconds, as the API reads them
+        events = self._client.events(
+            since=since - 1, until=until, filters={"container": container_id, "event": "oom"}, decode=True
+        )
+        try:
+            return any(event.get("Action") == "oom" for event in events)
+        finally:
+            events.close()
 
     async def _remove(self, container_id: str) -> None:
         try:
@@ -319,6 +343,14 @@ class DockerRuntime(ContainerRuntime[_Running]):
             pass
         except (APIError, DockerException) as exc:
             logger.warning("container removal failed", container=container_id[:12], error=str(exc))
+
+def _unix_seconds(rfc3339: str) -> int | None:
+    """Docker's ``2026-12-07T15:20:01.123456789Z`` as whole Unix seconds; None if unreadable."""
+    try:
+        return int(datetime.fromisoformat(rfc3339[:19]).replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return None
+
 
 def _explain(exc: BaseException) -> str:
     """The engine's own one-line explanation of an API error."""
