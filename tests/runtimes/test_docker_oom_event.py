@@ -27,7 +27,7 @@ def _without_oom_flag(runtime: DockerRuntime) -> None:
         found["State"]["OOMKilled"] = False
         return found
 
-    runtime._client.inspect_container = late_flag  # type: ignore[method-assign]
+    runtime._client.inspect_container = late_flag  # type: ignore[method-assign,assignment]
 
 
 async def test_an_oom_kill_whose_flag_came_late_is_reported_from_the_oom_event(
