@@ -9,9 +9,10 @@ sends its agent's registration again, a reserving job its reservation, a waiting
 task enqueues itself again, a task that holds a place claims it. Visibility lags by a moment; anything it misses started
 after the new scheduler did, and so reported to it on its own.
 
-So only what started before the new scheduler's run is asked. What started after it reports to it anyway: a
-cluster's first scheduler starts empty while its agents are registering, and asking those monitors again sent the
-scheduler a second registration of up to 59 of 100 agents in the scale bench, in the middle of that storm.
+So only the monitors that started before the new scheduler's run are asked: one that started after it belongs to
+an agent that registers with it anyway. A cluster's first scheduler starts empty while its agents are registering,
+and asking those monitors again sent the scheduler a second registration of up to 59 of 100 agents in the scale
+bench, in the middle of that storm.
 """
 
 from __future__ import annotations
@@ -36,18 +37,21 @@ from activities.heartbeat import heartbeating
 
 log = structlog.get_logger("iris.recovery")
 MAX_IN_FLIGHT = 64
+# What is asked, in order, and whether only the runs that started by the new scheduler's start are. Only monitors:
+# a monitor never continues as new, so its run's start is its session's. A job or task run may have continued as new
+# after the scheduler started while its work was placed by the one before, and is always asked.
 ASKED = (
-    ("WorkerWorkflow", REGISTER_AGAIN),  # workers first: claims then land on known workers
-    ("JobWorkflow", SCHEDULER_RESTARTED),  # a reserving job asks for its reservation again
-    ("TaskWorkflow", SCHEDULER_RESTARTED),
+    ("WorkerWorkflow", REGISTER_AGAIN, True),  # workers first: claims then land on known workers
+    ("JobWorkflow", SCHEDULER_RESTARTED, False),  # a reserving job asks for its reservation again
+    ("TaskWorkflow", SCHEDULER_RESTARTED, False),
 )
 
 
 async def ask_to_report(
     client: Client, heartbeat: bool = False, started_before: datetime | None = None
 ) -> dict[str, int]:
-    """Signal every running worker monitor and task (those that started by `started_before`, if given); how many of
-    each were asked."""
+    """Signal every running worker monitor (those that started by `started_before`, if given), job and task; how many
+    of each were asked."""
     gate = asyncio.Semaphore(MAX_IN_FLIGHT)
     asked: dict[str, int] = {}
 
@@ -61,9 +65,9 @@ async def ask_to_report(
                 raise
             return True
 
-    for workflow_type, signal in ASKED:
+    for workflow_type, signal, by_start in ASKED:
         query = f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Running'"
-        if started_before is not None:
+        if by_start and started_before is not None:
             query += f" AND StartTime <= '{started_before.astimezone(UTC).isoformat()}'"
         sends = [ask(wf.id, wf.run_id, signal) async for wf in client.list_workflows(query)]
         asked[workflow_type] = sum(await asyncio.gather(*sends))
@@ -74,8 +78,8 @@ async def ask_to_report(
 
 @activity.defn(name=REBUILD_SCHEDULER)
 async def rebuild_scheduler() -> dict[str, int]:
-    """Ask the live workers and tasks that started before this scheduler run to report to it again (it started
-    empty)."""
+    """Ask the live workers (those whose monitor started before this scheduler run) and tasks to report to it again
+    (it started empty)."""
     info = activity.info()
     client = activity.client()
     run = await client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id).describe()

@@ -1,8 +1,9 @@
-"""A scheduler that started empty asks only what started before it to report again.
+"""A scheduler that started empty asks only the monitors that started before it to register again; every job.
 
-What started after it (a monitor whose agent is registering right now, a task enqueueing) reports to it on its own:
-asking it too sent a cluster's first scheduler a second registration from up to 59 of 100 agents in the scale bench,
-in the middle of their registration storm. Real dev server, the real `rebuild_scheduler` activity.
+A monitor that started after it belongs to an agent registering with it right now: asking it too sent a cluster's
+first scheduler a second registration from up to 59 of 100 agents in the scale bench, in the middle of their
+registration storm. A job's run may have continued as new after the scheduler started while the one before placed
+its work, so jobs and tasks are asked whenever they started. Real dev server, the real `rebuild_scheduler` activity.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior
 
-from activities.contracts import REBUILD_SCHEDULER, REGISTER_AGAIN
+from activities.contracts import REBUILD_SCHEDULER, REGISTER_AGAIN, SCHEDULER_RESTARTED
 from activities.recovery import rebuild_scheduler
 from tests.support import workflows_on_dev_server
 
@@ -33,6 +34,26 @@ class CountingMonitor:
 
     @workflow.signal(name=REGISTER_AGAIN)
     def register_again(self) -> None:
+        self.asked += 1
+
+    @workflow.query
+    def times_asked(self) -> int:
+        return self.asked
+
+
+@workflow.defn(name="JobWorkflow", sandboxed=False, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+class CountingJob:
+    """Stands in for a job's run: counts how often it was told the scheduler restarted."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal(name=SCHEDULER_RESTARTED)
+    def scheduler_restarted(self) -> None:
         self.asked += 1
 
     @workflow.query
@@ -61,7 +82,7 @@ class EmptyScheduler:
 
 async def _listed(client: Client, workflow_ids: set[str]) -> None:
     """Wait until visibility lists every one of `workflow_ids` as running (it lags the start by a moment)."""
-    query = "WorkflowType = 'WorkerWorkflow' AND ExecutionStatus = 'Running'"
+    query = "ExecutionStatus = 'Running'"
     for _ in range(300):
         running = {wf.id async for wf in client.list_workflows(query)}
         if workflow_ids <= running:
@@ -71,7 +92,8 @@ async def _listed(client: Client, workflow_ids: set[str]) -> None:
 
 
 async def test_a_rebuilt_scheduler_asks_the_monitors_that_started_before_it_not_those_after() -> None:
-    async with workflows_on_dev_server("rebuild", [CountingMonitor, EmptyScheduler], [rebuild_scheduler]) as (
+    workflows = [CountingMonitor, CountingJob, EmptyScheduler]
+    async with workflows_on_dev_server("rebuild", workflows, [rebuild_scheduler]) as (
         client,
         queue,
     ):
@@ -80,11 +102,13 @@ async def test_a_rebuilt_scheduler_asks_the_monitors_that_started_before_it_not_
         await _listed(client, {before.id})
         scheduler = await client.start_workflow(EmptyScheduler.run, id=f"scheduler-{tag}", task_queue=queue)
         after = await client.start_workflow(CountingMonitor.run, id=f"monitor-after-{tag}", task_queue=queue)
-        await _listed(client, {before.id, after.id})  # both listed: only the start time tells them apart
+        job = await client.start_workflow(CountingJob.run, id=f"job-after-{tag}", task_queue=queue)
+        await _listed(client, {before.id, after.id, job.id})  # all listed: only the start time tells them apart
 
         await scheduler.signal(EmptyScheduler.rebuild)
         asked = await scheduler.result()
 
-        assert asked == {"WorkerWorkflow": 1, "JobWorkflow": 0, "TaskWorkflow": 0}
+        assert asked == {"WorkerWorkflow": 1, "JobWorkflow": 1, "TaskWorkflow": 0}
         assert await before.query(CountingMonitor.times_asked) == 1
         assert await after.query(CountingMonitor.times_asked) == 0
+        assert await job.query(CountingJob.times_asked) == 1  # a job run that started later may have continued as new
