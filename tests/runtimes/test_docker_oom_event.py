@@ -1,8 +1,8 @@
-"""Docker's OOM report when the engine's flag comes too late: the container's `oom` event decides.
+"""Docker's OOM report when the engine's flag is not set: the container's `oom` event decides.
 
-Docker 20.10 sets a container's `OOMKilled` only when containerd's OOM event reaches it before the exit; a late one
-is still logged as the container's `oom` event. Twice in six runs of the suite a task OOM-killed at 64 MiB was
-reported as a bare `exit code 137`. Here the flag is hidden (as when the event came late) on a real dockerd.
+Docker takes a container's `OOMKilled` from containerd's OOM event as it handles the exit, and logs the `oom` event
+whenever it comes. Twice in six runs of the suite a task OOM-killed at 64 MiB was reported as a bare `exit code
+137`. Here the flag is hidden (as when the event came late) on a real dockerd.
 """
 
 from __future__ import annotations

@@ -321,10 +321,11 @@ class DockerRuntime(ContainerRuntime[_Running]):
     def _oom_event(self, container_id: str, started_at: str) -> bool:
         """Whether the engine logged an ``oom`` event for the container, waiting `_OOM_EVENT_WAIT_SECONDS` for one.
 
-        Docker (20.10 here) sets ``OOMKilled`` only when containerd's OOM event comes before the exit; one that
-        comes after is still logged as the container's ``oom`` event. Twice in six runs of the suite under load, a
-        task OOM-killed at 64 MiB was read as a bare SIGKILL, and reading the flag again for a second did not help.
-        Asked only for a SIGKILL Iris did not send (an OOM kill or someone's ``docker kill``).
+        The engine's second record of an OOM kill: ``OOMKilled`` is taken from containerd's OOM event as the exit is
+        handled (and, depending on the Docker version, set or not when that event comes later), the event is logged
+        whenever it comes. Twice in six runs of the suite under load a task OOM-killed at 64 MiB was read as a bare
+        SIGKILL, and reading the flag again for a second did not help. Asked only for a SIGKILL Iris did not send
+        (an OOM kill or someone's ``docker kill``).
         """
         since = _unix_seconds(started_at) or int(time.time()) - 24 * 3600
         until = int(time.time() + _OOM_EVENT_WAIT_SECONDS) + 1  # whole seconds, as the API reads them
