@@ -15,7 +15,7 @@ def test_the_probe_prints_both_forms_side_by_side(capsys: pytest.CaptureFixture[
     assert 0 == main(["--workers", "20", "--placed", "200", "--pending", "100", "--tasks-per-job", "10"])
     out = capsys.readouterr().out
     assert "20 workers, 200 placed, 100 queued (10 jobs)" in out
-    for row in ("hand over (pack)", "take over (load)", "carried bytes (zlib)", "objects the collector tracks"):
+    for row in ("hand over (pack)", "take over (load)", "carried bytes (compressed)", "objects the collector tracks"):
         assert row in out, out
 
 
