@@ -41,6 +41,7 @@ import docker
 import structlog
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
+from worker_agent.runtimes import kernel_oom
 from worker_agent.runtimes.base import (
     LABEL_JOB_ID,
     LABEL_TASK_ID,
@@ -312,20 +313,24 @@ class DockerRuntime(ContainerRuntime[_Running]):
             state = (await self._call(self._client.inspect_container, running.container_id))["State"]
             oom = bool(state.get("OOMKilled"))
             if not oom and signal_exit_code(code) == -signal.SIGKILL and not running.stopped:
-                oom = await self._call(self._oom_event, running.container_id, state.get("StartedAt", ""))
+                oom = await self._call(self._oom_recorded, running.container_id, state.get("StartedAt", ""))
         await self._remove(running.container_id)  # after the events: a removed container's late OOM is dropped
         if oom:
             return TaskExit(code, oom_reason(running.memory_bytes), oom_killed=True)
         return TaskExit(signal_exit_code(code) if running.stopped else code)
 
+    def _oom_recorded(self, container_id: str, started_at: str) -> bool:
+        """Whether a SIGKILL Iris did not send (an OOM kill or someone's ``docker kill``) was the kernel's OOM killer,
+        though the engine's ``OOMKilled`` is false: the kernel's log says (kernel_oom.py; the engine's OOM event can
+        miss a task killed as it started), or, when that log cannot be read (not root), the engine's ``oom`` event."""
+        recorded = kernel_oom.oom_killed(container_id)
+        return recorded if recorded is not None else self._oom_event(container_id, started_at)
+
     def _oom_event(self, container_id: str, started_at: str) -> bool:
         """Whether the engine logged an ``oom`` event for the container, waiting `_OOM_EVENT_WAIT_SECONDS` for one.
 
-        The engine's second record of an OOM kill: ``OOMKilled`` is taken from containerd's OOM event as the exit is
-        handled (and, depending on the Docker version, set or not when that event comes later), the event is logged
-        whenever it comes. Twice in six runs of the suite under load a task OOM-killed at 64 MiB was read as a bare
-        SIGKILL, and reading the flag again for a second did not help. Asked only for a SIGKILL Iris did not send
-        (an OOM kill or someone's ``docker kill``).
+        ``OOMKilled`` is taken from containerd's OOM event as the exit is handled (and, depending on the Docker
+        version, set or not when that event comes later); the event is logged whenever it comes.
         """
         since = _unix_seconds(started_at) or int(time.time()) - 24 * 3600
         until = int(time.time() + _OOM_EVENT_WAIT_SECONDS) + 1  # whole seconds, as the API reads them
