@@ -350,6 +350,7 @@ class DockerRuntime(ContainerRuntime[_Running]):
         except (APIError, DockerException) as exc:
             logger.warning("container removal failed", container=container_id[:12], error=str(exc))
 
+
 def _unix_seconds(rfc3339: str) -> int | None:
     """Docker's ``2026-12-07T15:20:01.123456789Z`` as whole Unix seconds; None if unreadable."""
     try:

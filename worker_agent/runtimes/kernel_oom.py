@@ -3,7 +3,8 @@
 The kernel writes one ``oom-kill:`` record per OOM kill, naming the killed task's cgroup (``task_memcg=``), at the
 moment of the kill. An engine learns of the kill later and can miss it: containerd's runc shim adds a container's
 cgroup to its OOM watcher only after ``runc start`` returns, so a task OOM-killed in its first milliseconds on a
-stalled shim leaves Docker's ``OOMKilled`` false and no ``oom`` event (twice in six runs of the suite under load).
+stalled shim leaves Docker's ``OOMKilled`` false and no ``oom`` event (the likely cause of a 64 MiB task reported as
+a bare exit 137 in two of six runs of the suite under load; not reproduced outside them).
 The kernel's record has no such race. Reading it needs root (``/dev/kmsg``); kubelet's cAdvisor reads OOM kills the
 same way.
 """
