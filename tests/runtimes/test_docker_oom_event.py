@@ -40,7 +40,7 @@ async def _run_hog(dockerd: PrivateDockerd, log_store: LogStore, worker_id: str,
     runtime = DockerRuntime(worker_id=worker_id, docker_host=dockerd.url)
     _without_oom_flag(runtime)
     if not event:  # the shim never watched the task: no event either
-        runtime._oom_event = lambda container_id, started_at: False  # type: ignore[method-assign]
+        runtime._oom_event = lambda container_id: False  # type: ignore[method-assign]
     try:
         handle = await runtime.start(_spec(log_store, HOG, memory_bytes=64 << 20))
         return await asyncio.wait_for(runtime.wait(handle), 120)

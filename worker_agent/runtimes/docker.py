@@ -33,7 +33,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -313,30 +312,30 @@ class DockerRuntime(ContainerRuntime[_Running]):
             state = (await self._call(self._client.inspect_container, running.container_id))["State"]
             oom = bool(state.get("OOMKilled"))
             if not oom and signal_exit_code(code) == -signal.SIGKILL and not running.stopped:
-                oom = await self._call(self._oom_recorded, running.container_id, state.get("StartedAt", ""))
+                oom = await self._call(self._oom_recorded, running.container_id)
         await self._remove(running.container_id)  # after the events: a removed container's late OOM is dropped
         if oom:
             return TaskExit(code, oom_reason(running.memory_bytes), oom_killed=True)
         return TaskExit(signal_exit_code(code) if running.stopped else code)
 
-    def _oom_recorded(self, container_id: str, started_at: str) -> bool:
+    def _oom_recorded(self, container_id: str) -> bool:
         """Whether a SIGKILL Iris did not send (an OOM kill or someone's ``docker kill``) was the kernel's OOM killer,
         though the engine's ``OOMKilled`` is false: the kernel's log says (kernel_oom.py; the engine's OOM event can
         miss a task killed as it started), or, when that log cannot be read (not root), the engine's ``oom`` event."""
         recorded = kernel_oom.oom_killed(container_id)
-        return recorded if recorded is not None else self._oom_event(container_id, started_at)
+        return recorded if recorded is not None else self._oom_event(container_id)
 
-    def _oom_event(self, container_id: str, started_at: str) -> bool:
+    def _oom_event(self, container_id: str) -> bool:
         """Whether the engine logged an ``oom`` event for the container, waiting `_OOM_EVENT_WAIT_SECONDS` for one.
 
         ``OOMKilled`` is taken from containerd's OOM event as the exit is handled (and, depending on the Docker
         version, set or not when that event comes later); the event is logged whenever it comes.
         """
-        since = _unix_seconds(started_at) or int(time.time()) - 24 * 3600
-        until = int(time.time() + _OOM_EVENT_WAIT_SECONDS) + 1  # whole seconds, as the API reads them
+        now = int(time.time())  # whole seconds, as the API reads them; the filter keeps this container's events only
         events = self._client.events(
-            since=since - 1, until=until, filters={"container": container_id, "event": "oom"}, decode=True
-        )
+            since=now - 24 * 3600, until=now + 1 + math.ceil(_OOM_EVENT_WAIT_SECONDS),
+            filters={"container": container_id, "event": "oom"}, decode=True,
+        )  # fmt: skip
         try:
             return any(event.get("Action") == "oom" for event in events)
         finally:
@@ -349,14 +348,6 @@ class DockerRuntime(ContainerRuntime[_Running]):
             pass
         except (APIError, DockerException) as exc:
             logger.warning("container removal failed", container=container_id[:12], error=str(exc))
-
-
-def _unix_seconds(rfc3339: str) -> int | None:
-    """Docker's ``2026-12-07T15:20:01.123456789Z`` as whole Unix seconds; None if unreadable."""
-    try:
-        return int(datetime.fromisoformat(rfc3339[:19]).replace(tzinfo=UTC).timestamp())
-    except ValueError:
-        return None
 
 
 def _explain(exc: BaseException) -> str:
