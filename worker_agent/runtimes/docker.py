@@ -331,9 +331,9 @@ class DockerRuntime(ContainerRuntime[_Running]):
         ``OOMKilled`` is taken from containerd's OOM event as the exit is handled (and, depending on the Docker
         version, set or not when that event comes later); the event is logged whenever it comes.
         """
-        now = int(time.time())  # whole seconds, as the API reads them; the filter keeps this container's events only
+        now = time.time()  # the API reads whole seconds; the filter keeps this container's events only
         events = self._client.events(
-            since=now - 24 * 3600, until=now + 1 + math.ceil(_OOM_EVENT_WAIT_SECONDS),
+            since=int(now) - 24 * 3600, until=math.ceil(now + _OOM_EVENT_WAIT_SECONDS),
             filters={"container": container_id, "event": "oom"}, decode=True,
         )  # fmt: skip
         try:
