@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecution, WorkflowHandle, WorkflowHistory
-from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowReplayResult, WorkflowRunner
 
@@ -215,26 +214,20 @@ async def workflows_on_dev_server(
     activities: Sequence[Callable[..., Any]],
     runner: WorkflowRunner | None = None,
     unsandboxed_runner: WorkflowRunner | None = None,
-    queue: str | None = None,
-    data_converter: DataConverter | None = None,
 ) -> AsyncIterator[tuple[Client, str]]:
-    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue, or on `queue`
-    (`runner` runs the sandboxed ones, `unsandboxed_runner` the others, when given). The worker converts payloads
-    with `data_converter` (Iris's: `iris.security.codec.data_converter`), by default with the SDK's.
+    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue (`runner` runs the
+    sandboxed ones, `unsandboxed_runner` the others, when given).
 
     The worker is a version of the control deployment made current, as a controller's is (Iris
     workflows declare how they are versioned, which only a versioned worker accepts). Yields the
     client and the queue; the worker and the server are stopped on the way out.
     """
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
-    queue = queue or f"{name}-{uuid.uuid4().hex[:8]}"
-    served = env.client
-    if data_converter is not None:
-        served = Client(env.client.service_client, namespace=env.client.namespace, data_converter=data_converter)
+    queue = f"{name}-{uuid.uuid4().hex[:8]}"
     try:
         with concurrent.futures.ThreadPoolExecutor(4) as executor:
             async with Worker(
-                served, task_queue=queue, workflows=list(workflows), activities=list(activities),
+                env.client, task_queue=queue, workflows=list(workflows), activities=list(activities),
                 activity_executor=executor, workflow_runner=runner or controller_runner(),
                 unsandboxed_workflow_runner=unsandboxed_runner or UnsandboxedWorkflowRunner(),
                 interceptors=[PayloadGuard()],  # an unreadable signal is dropped, as a controller drops it
@@ -242,10 +235,7 @@ async def workflows_on_dev_server(
             ):  # fmt: skip
                 await promote(env.client, TEST_BUILD)
                 # Asked as an Iris client asks: a query the look-ahead guard refused is asked again.
-                client = Client(
-                    env.client.service_client, namespace=env.client.namespace, interceptors=[QueryRetry()],
-                    data_converter=served.data_converter,
-                )
+                client = Client(env.client.service_client, namespace=env.client.namespace, interceptors=[QueryRetry()])
                 yield client, queue
     finally:
         await env.shutdown()

@@ -192,28 +192,6 @@ def test_a_big_message_travels_binary_and_a_small_one_as_readable_json() -> None
 
 
 @pytest.mark.parametrize("key", [None, "key"], ids=["plaintext", "encrypted"])
-def test_a_message_sent_compressed_reads_back_whole_and_a_broken_one_is_refused_by_name(key: str | None) -> None:
-    """What an agent sends compressed (its registration) reads back as the message, encrypted or not; a frame that
-    does not decompress fails to convert (the SDK then drops that one signal) with a line saying so."""
-    from activities.proto import cluster_pb2 as pb
-    from activities.proto.values import ZSTD_PROTOBUF_ENCODING, binary_payload
-
-    converter = data_converter(_key() if key else None)
-    batch = pb.WorkerBatch(reply_to="iris-worker-w0-s0")
-    for i in range(100):
-        batch.workers.add(worker_id=f"w{i}", host=f"10.0.0.{i}", agent_session="s0")
-    sent = binary_payload(batch, compressed=True).payload
-    assert ZSTD_PROTOBUF_ENCODING == sent.metadata["encoding"]
-    assert len(sent.data) * 5 < batch.ByteSize()
-    [stored] = asyncio.run(converter.encode([binary_payload(batch, compressed=True)]))
-    assert [batch] == asyncio.run(converter.decode([stored], [pb.WorkerBatch]))
-    broken = Payload(metadata=dict(sent.metadata), data=sent.data[:-9])
-    with pytest.raises(RuntimeError, match="binary/zstd-protobuf could not be converted") as refused:
-        converter.payload_converter.from_payloads([broken], [pb.WorkerBatch])
-    assert "the compressed message does not decompress" in str(refused.value.__cause__)
-
-
-@pytest.mark.parametrize("key", [None, "key"], ids=["plaintext", "encrypted"])
 def test_the_converter_converts_alike_in_every_context(key: str | None) -> None:
     """A controller's runner gives every payload its run's own context instead of asking the sandbox which
     command it belongs to (iris/controller/runner_wrapper.py): right only while no part of Iris's converter

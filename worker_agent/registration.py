@@ -7,8 +7,6 @@ checked (activities/contracts/worker_rows.py): a host it refuses itself is never
 Signals have no in-flight limit, so 10,000 agents registering at once queue
 nothing on the singleton; a refusal still comes back with its reason. The
 signal is sent again if no answer comes (registering is idempotent), for as long as it takes.
-The batch goes compressed (a 64-host slice's rows, 16.4 KiB of mostly repeated names and attributes, in 0.6 KiB):
-a storm of registrations is that much less for the server to write and the scheduler's task to read.
 """
 
 from __future__ import annotations
@@ -85,9 +83,6 @@ async def register_hosts(
     backoff = Backoff(first=0.2, cap=RETRY_CAP_SECONDS)
     not_started = Backoff(first=0.2, cap=NOT_STARTED_CAP_SECONDS)
     monitor_started = False
-    # Compressed until a try goes unanswered: a scheduler of an earlier release drops what it cannot read, and
-    # hears the next try, sent as those releases sent it (docs/operators.md, "Upgrades").
-    compressed = True
 
     async def attempt(start_monitor: bool) -> Any:
         """One try: the monitor (if asked), the signal, then the answer or a timeout."""
@@ -112,9 +107,7 @@ async def register_hosts(
             )
             monitor_started = True
         try:
-            await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(
-                REGISTER_WORKERS, binary_payload(batch, compressed=compressed)
-            )
+            await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise SchedulerNotStarted(describe_error(err)) from err
@@ -144,7 +137,6 @@ async def register_hosts(
                 attempts = not_started.attempts
             else:
                 monitor_started = False  # cheap to ask again (USE_EXISTING), and it may have ended
-                compressed = False
                 delay = backoff.next()
                 attempts = backoff.attempts
             log.warning(

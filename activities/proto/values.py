@@ -62,27 +62,15 @@ def constraint_fields(c: pb.Constraint) -> tuple[str, str, Any, bool]:
     return c.key, c.op, get_attr(c.value) if c.HasField("value") else None, c.soft
 
 
-ZSTD_PROTOBUF_ENCODING = b"binary/zstd-protobuf"
-"""A protobuf message's bytes in one zstd frame (activities/proto/compressed.py); Iris's converter reads it."""
-
-
-def binary_payload(message: Message, compressed: bool = False) -> RawValue:
+def binary_payload(message: Message) -> RawValue:
     """`message` as a binary/protobuf payload, whatever its size (Iris's converter writes a message under 8 KiB
     as JSON, iris/security/codec.py; an agent's batch of hosts is about that size).
 
     The receiving handler, typed with the message class, reads either; the binary one is parsed in C,
     the JSON one field by field in Python (6,900 hosts' registrations took ~0.3 s of a scheduler task).
-    `compressed` writes it as ZSTD_PROTOBUF_ENCODING, which only Iris's converter of this release on reads:
-    a 64-host slice's registration is 16.4 KiB as protobuf and 0.6 KiB compressed (docs/performance.md).
     """
     from temporalio.api.common.v1 import Payload
     from temporalio.common import RawValue
 
-    data = message.SerializeToString()
-    encoding = b"binary/protobuf"
-    if compressed:
-        from activities.proto.compressed import compress
-
-        data, encoding = compress(data), ZSTD_PROTOBUF_ENCODING
-    metadata = {"encoding": encoding, "messageType": message.DESCRIPTOR.full_name.encode()}
-    return RawValue(Payload(metadata=metadata, data=data))
+    metadata = {"encoding": b"binary/protobuf", "messageType": message.DESCRIPTOR.full_name.encode()}
+    return RawValue(Payload(metadata=metadata, data=message.SerializeToString()))

@@ -41,8 +41,6 @@ from temporalio.converter import (
 
 from activities.contracts import UnreadablePayload
 from activities.contracts.dataclass_json import UnplainError, plan_for, to_plain
-from activities.proto.compressed import decompress
-from activities.proto.values import ZSTD_PROTOBUF_ENCODING
 from worker_agent.encryption import (
     KEY_ENV,
     KEY_FILE_ENV,
@@ -189,26 +187,6 @@ class _LargeMessageBinaryConverter(BinaryProtoPayloadConverter):
         return None
 
 
-class _CompressedMessageConverter(BinaryProtoPayloadConverter):
-    """Reads a protobuf message written compressed (`binary_payload(..., compressed=True)`: an agent's registration,
-    16.4 KiB of protobuf for a 64-host slice, most of it repeated names). Writes nothing: a value is compressed
-    only where its sender chose to, so what clients of earlier releases read is unchanged."""
-
-    @property
-    def encoding(self) -> str:
-        return ZSTD_PROTOBUF_ENCODING.decode()
-
-    def to_payload(self, value: Any) -> Payload | None:
-        return None
-
-    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
-        try:
-            data = decompress(payload.data, "compressed message")
-        except ValueError as err:
-            raise RuntimeError(str(err)) from err
-        return super().from_payload(Payload(metadata=payload.metadata, data=data), type_hint)
-
-
 class IrisPayloadConverter(CompositePayloadConverter):
     """The SDK's default converters (messages decoded by plan, big protobuf messages written binary), plus a
     one-line error for payloads this process cannot decrypt."""
@@ -222,7 +200,6 @@ class IrisPayloadConverter(CompositePayloadConverter):
                 continue  # one converter per encoding: the large-message one, before the JSON one, reads these
             else:
                 if c.encoding == "json/protobuf":
-                    converters.append(_CompressedMessageConverter())
                     converters.append(_LargeMessageBinaryConverter())
                 converters.append(c)
         super().__init__(*converters, _EncryptedPayloadRefusal())

@@ -134,11 +134,10 @@ class WorkerWorkflow:
             self._registering = asyncio.get_running_loop().create_task(self._register(self._input.registration))
 
     async def _register(self, registration: str) -> None:
-        # Binary and compressed, as the agent sends it (activities.proto.values.binary_payload): the SDK's converter
-        # writes a message as JSON, which the scheduler parses field by field in Python. A rebuilt scheduler hears
-        # every agent's batch again at once: 82 batches (8,200 hosts) took its task 0.59 s of JSON parsing. The
-        # scheduler that asks is a run of the current build, as this auto-upgrading monitor is: it reads them.
-        batch = binary_payload(pb.WorkerBatch.FromString(base64.b64decode(registration)), compressed=True)
+        # Binary, as the agent sends it (activities.proto.values.binary_payload): the SDK's converter writes a
+        # message as JSON, which the scheduler parses field by field in Python. A rebuilt scheduler hears
+        # every agent's batch again at once: 82 batches (8,200 hosts) took its task 0.59 s of JSON parsing.
+        batch = binary_payload(pb.WorkerBatch.FromString(base64.b64decode(registration)))
         try:
             await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
         except Exception as err:  # no scheduler (again): the next one asks again
