@@ -10,7 +10,8 @@ Choices, and why:
   collectives reach peers by host address) and with a pod-wide PID namespace, so the sandbox's
   pause process is PID 1: a SIGTERM reaches the task (a bare PID 1 ignores it).
 - Limits from the job's request: a CPU quota per 100 ms period and a hard memory limit; an
-  OOM kill is reported as such (the CRI says ``reason: OOMKilled``).
+  OOM kill is reported as such (the CRI says ``reason: OOMKilled``; where it does not, for a SIGKILL
+  Iris did not send, the kernel's own log decides: kernel_oom.py, the race it covers is the runc shim's).
 - Only the task's own paths are mounted, at the same path, plus the task runner's code
   read-only; accelerator device nodes of the host are passed through when present.
 - Labels ``iris-job-id``, ``iris-task-id``, ``iris-attempt``, ``iris-worker-id`` on pod and
@@ -28,6 +29,7 @@ import json
 import math
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -38,6 +40,7 @@ from typing import BinaryIO, Final
 import grpc
 import structlog
 
+from worker_agent.runtimes import kernel_oom
 from worker_agent.runtimes.base import (
     LABEL_JOB_ID,
     LABEL_TASK_ID,
@@ -319,9 +322,18 @@ class ContainerdRuntime(ContainerRuntime[_Running]):
         shutil.rmtree(running.log_dir, ignore_errors=True)
         if status is None:
             return TaskExit(-1, "the container vanished from containerd before it exited")
-        if status.reason == "OOMKilled":
+        if status.reason == "OOMKilled" or await self._oom_recorded(running, status.exit_code):
             return TaskExit(status.exit_code, oom_reason(running.memory_bytes), oom_killed=True)
         return TaskExit(signal_exit_code(status.exit_code) if running.stopped else status.exit_code)
+
+    @staticmethod
+    async def _oom_recorded(running: _Running, exit_code: int) -> bool:
+        """Whether a SIGKILL Iris did not send was the kernel's OOM killer though the CRI gave no reason: containerd
+        takes ``OOMKilled`` from the same runc shim's OOM watch as Docker does, which can miss a task killed as it
+        started. False when the kernel's log cannot be read (not root): the CRI has no OOM event to ask instead."""
+        if running.stopped or signal_exit_code(exit_code) != -signal.SIGKILL:
+            return False
+        return await asyncio.to_thread(kernel_oom.oom_killed, running.container_id) is True
 
     async def _wait_exited(self, container_id: str) -> cri.ContainerStatus | None:
         """Poll the container's status (with backoff) until it has exited; None if it is gone."""
