@@ -32,6 +32,7 @@ from iris.connection import connect_client
 from iris.controller.control_plane import controller_runner, ensure_scheduler
 from iris.controller.gc_tuning import tune_for_controller
 from iris.deploy.worker_versioning import build_id, deployment_config, promote
+from workflows.fleet.registrar_workflow import RegistrarWorkflow
 from workflows.fleet.worker_workflow import WorkerWorkflow
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
@@ -68,7 +69,7 @@ async def serve(address: str, timings_path: Path | None = None) -> None:
         worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
-            workflows=[SchedulerWorkflow, WorkerWorkflow],
+            workflows=[SchedulerWorkflow, WorkerWorkflow, RegistrarWorkflow],
             activities=[find_assignments_activity, deliver_or_count, assignments_or_count, rebuild_scheduler],
             activity_executor=executor,
             max_concurrent_workflow_tasks=200,

@@ -28,6 +28,7 @@ from activities.contracts import (
     CONTROL_TASK_QUEUE,
     KIND_ATTRIBUTE,
     REGISTER_WORKERS,
+    REGISTRAR_WORKFLOW_ID,
     REGISTRATION_UPDATE,
     SCHEDULER_WORKFLOW_ID,
     WORKER_KIND,
@@ -83,6 +84,9 @@ async def register_hosts(
     backoff = Backoff(first=0.2, cap=RETRY_CAP_SECONDS)
     not_started = Backoff(first=0.2, cap=NOT_STARTED_CAP_SECONDS)
     monitor_started = False
+    # Through the registrar until a try goes unanswered: a registrar no controller runs (one of an earlier release
+    # after a rollback) would hold the registration; the scheduler itself hears every later try.
+    via_registrar = True
 
     async def attempt(start_monitor: bool) -> Any:
         """One try: the monitor (if asked), the signal, then the answer or a timeout."""
@@ -106,12 +110,7 @@ async def register_hosts(
                 ),
             )
             monitor_started = True
-        try:
-            await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, binary_payload(batch))
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise SchedulerNotStarted(describe_error(err)) from err
-            raise
+        await _send(client, batch, via_registrar)
         wait = answer_wait
         if deadline is not None:
             wait = max(1.0, min(wait, deadline - loop.time()))
@@ -137,6 +136,7 @@ async def register_hosts(
                 attempts = not_started.attempts
             else:
                 monitor_started = False  # cheap to ask again (USE_EXISTING), and it may have ended
+                via_registrar = False
                 delay = backoff.next()
                 attempts = backoff.attempts
             log.warning(
@@ -145,6 +145,25 @@ async def register_hosts(
             )  # fmt: skip
             await pause(delay, stop)
     return None
+
+
+async def _send(client: Client, batch: pb.WorkerBatch, via_registrar: bool) -> None:
+    """Signal `batch` to the registrar (workflows/fleet/registrar_workflow.py), or to the scheduler where there is
+    none (a controller of an earlier release) or `via_registrar` is False; SchedulerNotStarted when neither is."""
+    payload = binary_payload(batch)
+    if via_registrar:
+        try:
+            await client.get_workflow_handle(REGISTRAR_WORKFLOW_ID).signal(REGISTER_WORKERS, payload)
+            return
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+    try:
+        await client.get_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, payload)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise SchedulerNotStarted(describe_error(err)) from err
+        raise
 
 
 async def _unless_stopped(work: Awaitable[_T], stop: asyncio.Event | None) -> _T | None:

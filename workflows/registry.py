@@ -8,6 +8,7 @@ autoscaler twice (measured: a third of the controller's CPU under load).
 
 from workflows.auth.auth_workflow import AuthWorkflow
 from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.registrar_workflow import RegistrarWorkflow
 from workflows.fleet.slice_workflow import SliceWorkflow
 from workflows.fleet.worker_workflow import WorkerWorkflow
 from workflows.jobs.job_workflow import JobWorkflow
@@ -16,4 +17,4 @@ from workflows.tasks.task_access_workflow import TaskAccessWorkflow
 from workflows.tasks.task_workflow import TaskWorkflow
 
 ALL_WORKFLOWS = [JobWorkflow, TaskWorkflow, SchedulerWorkflow, WorkerWorkflow, SliceWorkflow, AutoscalerWorkflow,
-                 TaskAccessWorkflow, AuthWorkflow]
+                 TaskAccessWorkflow, AuthWorkflow, RegistrarWorkflow]

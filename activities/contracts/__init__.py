@@ -15,6 +15,7 @@ from typing import Any
 
 # -- names shared by the control plane, the worker agents and the client
 SCHEDULER_WORKFLOW_ID = "iris-scheduler"
+REGISTRAR_WORKFLOW_ID = "iris-registrar"
 AUTOSCALER_WORKFLOW_ID = "iris-autoscaler"
 CONTROL_TASK_QUEUE = "iris-control"
 WAIT_TASK_QUEUE = "iris-waits"  # long waits of the control plane (a job's dependencies): their own activity slots
@@ -49,8 +50,10 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 }
 """Name -> Temporal type (`Keyword`, `Int`): the dev server's flags and the controller's registration."""
 JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND = "Job", "Task", "Worker", "Scheduler"
-SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND = "Slice", "Autoscaler", "TaskAccess"
-KINDS = (JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND)
+SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND, REGISTRAR_KIND = "Slice", "Autoscaler", "TaskAccess", "Registrar"
+KINDS = (
+    JOB_KIND, TASK_KIND, WORKER_KIND, SCHEDULER_KIND, SLICE_KIND, AUTOSCALER_KIND, TASK_ACCESS_KIND, REGISTRAR_KIND
+)
 """Every value IrisKind takes: the README's saved queries filter the Temporal UI by them."""
 
 
@@ -160,6 +163,7 @@ CLAIM = "claim"  # a task holds a place a scheduler that started empty does not 
 RELEASE = "release"  # an attempt ended: its place is free
 RELEASE_BATCH = "release_batch"  # a list of Release, coalesced by an agent whose tasks ended
 REGISTER_WORKERS = "register_workers"  # one agent's hosts (a WorkerBatch), answered by REGISTERED
+REGISTER_WORKER_BATCHES = "register_worker_batches"  # agents' batches handed on by the registrar (a WorkerBatches)
 WORKER_LOST = "worker_lost"  # a liveness session ended
 CORDON_WORKERS = "cordon_workers"  # no new work on these workers (or again)
 REMOVE_WORKERS = "remove_workers"  # these workers are gone for good
@@ -196,6 +200,8 @@ KILL_JOB = "kill"  # terminate the job (the reason)
 CHILD_STARTED = "child_started"  # a child job started (its id): the job's end must sweep its tree
 JOB_STATUS_QUERY = "job_status"  # the job, a summary past 2,000 tasks (workflows/jobs/job_summary.py)
 JOB_TASKS_QUERY = "job_tasks"  # task rows start..stop, zlib(JobStatus) (workflows/jobs/job_summary.py)
+# RegistrarWorkflow
+# REGISTER_WORKERS (above): one agent's hosts, handed on to the scheduler
 # WorkerWorkflow
 REGISTERED = "registered"  # the scheduler's answer to REGISTER_WORKERS (a RegistrationReply)
 REGISTER_AGAIN = "register_again"  # a scheduler that started empty: send the session's registration again

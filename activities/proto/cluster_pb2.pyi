@@ -191,6 +191,12 @@ class WorkerBatch(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[WorkerRow]
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerMetadata, _Mapping]]] = ..., reply_to: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ...) -> None: ...
 
+class WorkerBatches(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[WorkerBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[WorkerBatch, _Mapping]]] = ...) -> None: ...
+
 class TaskStatus(_message.Message):
     __slots__ = ("task_index", "task_id", "state", "worker_id", "attempt", "failure_count", "preemption_count", "exit_code", "error", "has_exit_code", "result_blob", "peak_memory_bytes", "cpu_seconds", "duration_seconds", "endpoints")
     class EndpointsEntry(_message.Message):

@@ -33,6 +33,8 @@ from activities.contracts import (
     JOB_STATE_ATTRIBUTE,
     JOB_USER_ATTRIBUTE,
     KIND_ATTRIBUTE,
+    REGISTRAR_KIND,
+    REGISTRAR_WORKFLOW_ID,
     SCHEDULER_KIND,
     SCHEDULER_WORKFLOW_ID,
     SUMMARY_QUERY,
@@ -67,6 +69,7 @@ from iris.security import codec
 from iris.types import JobState
 from workflows.fleet.autoscaler_state import AutoscalerConfig, ScaleGroup
 from workflows.fleet.autoscaler_workflow import AutoscalerWorkflow
+from workflows.fleet.registrar_workflow import RegistrarWorkflow
 from workflows.registry import ALL_WORKFLOWS
 from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 from workflows.scheduler.sharing_state import SharingSettings
@@ -88,6 +91,15 @@ async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSetti
     await handle.signal(SchedulerWorkflow.configure, store_url)
     if sharing is not None:  # a controller without a config leaves the settings as the last one set them
         await handle.signal(CONFIGURE_SHARING, sharing)
+    await client.start_workflow(  # agents register through it (workflows/fleet/registrar_workflow.py)
+        RegistrarWorkflow.run,
+        None,
+        id=REGISTRAR_WORKFLOW_ID,
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, REGISTRAR_KIND)]),
+        static_summary="Iris registrar: agents' registrations, handed on to the scheduler",
+    )
 
 
 def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         REGISTER_AGAIN,
         REGISTER_WORKERS,
         REGISTERED,
+        REGISTRAR_WORKFLOW_ID,
         REGISTRATION_UPDATE,
         SCHEDULER_WORKFLOW_ID,
         WORKER_LOST,
@@ -138,10 +139,13 @@ class WorkerWorkflow:
         # message as JSON, which the scheduler parses field by field in Python. A rebuilt scheduler hears
         # every agent's batch again at once: 82 batches (8,200 hosts) took its task 0.59 s of JSON parsing.
         batch = binary_payload(pb.WorkerBatch.FromString(base64.b64decode(registration)))
-        try:
-            await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
-        except Exception as err:  # no scheduler (again): the next one asks again
-            workflow.logger.warning("registration not sent again: %s", err)
+        try:  # through the registrar, as the agent sends it: a rebuilt scheduler hears every monitor at once
+            await workflow.get_external_workflow_handle(REGISTRAR_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
+        except Exception:  # no registrar (a controller of an earlier release started the scheduler)
+            try:
+                await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
+            except Exception as err:  # no scheduler (again): the next one asks again
+                workflow.logger.warning("registration not sent again: %s", err)
         finally:
             self._registering = None
 

@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         PENDING_REASON,
         REBUILD_SCHEDULER,
         RECENT_ACTIONS_QUERY,
+        REGISTER_WORKER_BATCHES,
         REGISTER_WORKERS,
         RELEASE,
         RELEASE_BATCH,
@@ -251,6 +252,12 @@ class SchedulerWorkflow:
     @workflow.signal(name=REGISTER_WORKERS)
     def register_workers(self, batch: pb.WorkerBatch) -> None:
         self.registry.register_workers(batch)
+
+    @workflow.signal(name=REGISTER_WORKER_BATCHES)
+    def register_worker_batches(self, batches: pb.WorkerBatches) -> None:
+        """Agents' batches as the registrar hands them on (workflows/fleet/registrar_workflow.py)."""
+        for batch in batches.batches:
+            self.registry.register_workers(batch)
 
     @workflow.signal(name=WORKER_LOST)
     def worker_lost(self, lost: WorkerLost) -> None:

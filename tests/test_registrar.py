@@ -1,0 +1,168 @@
+"""Registrations reach the scheduler through the registrar: a storm of them arrives one signal at a time.
+
+A signal holds its workflow's lock in the Temporal server while it is written, so a storm of registrations sent
+straight to the scheduler queued its own workflow-task completions behind them (docs/performance.md). Agents signal
+the registrar instead; it hands on what came in meanwhile in one signal at a time. Real scheduler, registrar and
+agents' registration code on a dev server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.common import VersioningBehavior
+
+with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for the probe
+    from activities.contracts import (
+        CONTROL_TASK_QUEUE,
+        REGISTERED,
+        REGISTRAR_WORKFLOW_ID,
+        SCHEDULER_WORKFLOW_ID,
+        WorkerSessionInput,
+    )
+    from activities.contracts.worker_rows import batch_of_rows
+    from activities.proto import cluster_pb2 as pb
+    from activities.proto.values import binary_payload
+    from activities.recovery import rebuild_scheduler
+    from activities.scheduling import find_assignments_activity
+    from activities.signals import deliver_assignments, deliver_signals
+    from iris.controller.control_plane import controller_replayer
+    from iris.deploy.temporal_setup import ensure_search_attributes
+    from tests.support import workflows_on_dev_server
+    from worker_agent.registration import register_hosts
+    from workflows.fleet.registrar_workflow import RegistrarWorkflow
+    from workflows.fleet.worker_workflow import WorkerWorkflow
+    from workflows.messages import RegistrationReply
+    from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+
+ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
+AGENTS, HOSTS = 40, 50
+
+
+@workflow.defn(name="AgentProbe", versioning_behavior=VersioningBehavior.PINNED)
+class AgentProbe:
+    """Stands in for an agent's monitor: waits for the scheduler's answer and returns the refused hosts."""
+
+    def __init__(self) -> None:
+        self._reply: RegistrationReply | None = None
+
+    @workflow.signal(name=REGISTERED)
+    def registered(self, reply: RegistrationReply) -> None:
+        self._reply = reply
+
+    @workflow.run
+    async def run(self) -> dict[str, str]:
+        await workflow.wait_condition(lambda: self._reply is not None)
+        assert self._reply is not None
+        return dict(self._reply.refused)
+
+
+def _batch(agent: int, reply_to: str) -> pb.WorkerBatch:
+    hosts = []
+    for host in range(HOSTS):
+        meta = pb.WorkerMetadata(worker_id=f"a{agent}-h{host}", host="127.0.0.1", agent_session=f"s{agent}")
+        meta.capacity.cpu_millis, meta.capacity.memory_bytes = 1000, 2**30
+        hosts.append(meta)
+    batch, refused = batch_of_rows(hosts, reply_to)
+    assert {} == refused
+    return batch
+
+
+def _signals(events: list, name: str) -> int:  # type: ignore[type-arg]
+    return sum(
+        1 for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == name
+    )  # fmt: skip
+
+
+async def _failed_to_hand_on(registrar: WorkflowHandle[Any, Any], within: float = 30.0) -> None:
+    """Once the registrar's history records a signal to the scheduler that failed (no such workflow)."""
+    failed = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED
+    deadline = asyncio.get_running_loop().time() + within
+    while not any([e.event_type == failed async for e in registrar.fetch_history_events()]):
+        assert asyncio.get_running_loop().time() < deadline, "the registrar never tried the absent scheduler"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_storm_of_registrations_reaches_the_scheduler_one_signal_at_a_time() -> None:
+    workflows = [SchedulerWorkflow, RegistrarWorkflow, AgentProbe]
+    async with workflows_on_dev_server("registrar", workflows, ACTIVITIES) as (client, queue):
+        scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        registrar = await client.start_workflow(RegistrarWorkflow.run, id=REGISTRAR_WORKFLOW_ID, task_queue=queue)
+        probes = [await client.start_workflow(AgentProbe.run, id=f"probe-{n}", task_queue=queue) for n in range(AGENTS)]
+        await asyncio.gather(*(
+            registrar.signal("register_workers", binary_payload(_batch(agent, probe.id)))
+            for agent, probe in enumerate(probes)
+        ))  # fmt: skip
+        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in probes]
+        healthy = int(await scheduler.query("healthy_worker_count"))
+        at_scheduler = [e async for e in scheduler.fetch_history_events()]
+        at_registrar = [e async for e in registrar.fetch_history_events()]
+        histories = [await scheduler.fetch_history(), await registrar.fetch_history()]
+        await scheduler.terminate("test done")
+        await registrar.terminate("test done")
+
+    assert [{}] * AGENTS == answers  # every agent heard back
+    assert AGENTS * HOSTS == healthy
+    assert 0 == _signals(at_scheduler, "register_workers")
+    handed_on = _signals(at_scheduler, "register_worker_batches")
+    assert 1 <= handed_on < AGENTS, handed_on  # batches that came together went together
+    in_flight, most = 0, 0
+    for e in at_registrar:  # each signal to the scheduler is delivered before the next is sent
+        if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
+            in_flight += 1
+        elif e.event_type == EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED:
+            in_flight -= 1
+        most = max(most, in_flight)
+    assert 1 == most
+    replayer = controller_replayer([SchedulerWorkflow, RegistrarWorkflow])
+    for history in histories:
+        assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
+
+
+async def test_registrations_wait_in_the_registrar_for_a_scheduler_and_a_carried_one_is_handed_on() -> None:
+    """Before the scheduler starts, the registrar holds what came; a run that continued as new hands on the batches
+    its last run carried over."""
+    workflows = [SchedulerWorkflow, RegistrarWorkflow, AgentProbe]
+    async with workflows_on_dev_server("registrar-wait", workflows, ACTIVITIES) as (client, queue):
+        early, carried = [
+            await client.start_workflow(AgentProbe.run, id=f"probe-{name}", task_queue=queue)
+            for name in ("early", "carried")
+        ]
+        registrar = await client.start_workflow(
+            RegistrarWorkflow.run, pb.WorkerBatches(batches=[_batch(1, carried.id)]), id=REGISTRAR_WORKFLOW_ID,
+            task_queue=queue,
+        )  # fmt: skip
+        await registrar.signal("register_workers", binary_payload(_batch(0, early.id)))
+        await _failed_to_hand_on(registrar)  # it tried, found no scheduler, and waits to try again
+        scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in (early, carried)]
+        healthy = int(await scheduler.query("healthy_worker_count"))
+        await scheduler.terminate("test done")
+        await registrar.terminate("test done")
+    assert [{}, {}] == answers
+    assert 2 * HOSTS == healthy
+
+
+async def test_an_agent_whose_registration_the_registrar_holds_for_good_registers_with_the_scheduler() -> None:
+    """After a rollback to a controller that does not run the registrar, a registrar run is left that nobody
+    serves: the agent's try through it goes unanswered, and its next try goes to the scheduler itself."""
+    async with workflows_on_dev_server(
+        "registrar-gone", [SchedulerWorkflow, WorkerWorkflow], ACTIVITIES, queue=CONTROL_TASK_QUEUE
+    ) as (client, queue):
+        assert all(step.outcome != "failed" for step in await ensure_search_attributes(client))
+        await client.start_workflow(
+            "RegistrarWorkflow", id=REGISTRAR_WORKFLOW_ID, task_queue="nobody-serves-this"
+        )
+        await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        session = WorkerSessionInput("gone-0", "s0", announced=True, task_queue=queue)
+        meta = pb.WorkerMetadata(worker_id="gone-0", host="127.0.0.1", agent_session="s0")
+        meta.capacity.cpu_millis, meta.capacity.memory_bytes = 1000, 2**30
+        refused = await register_hosts(client, session, [meta], timeout=60, answer_wait=2.0)
+    assert {} == refused
