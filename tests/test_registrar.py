@@ -9,6 +9,7 @@ agents' registration code on a dev server.
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this mo
     from worker_agent.registration import register_hosts
     from workflows.fleet.registrar_workflow import RegistrarWorkflow
     from workflows.fleet.worker_workflow import WorkerWorkflow
-    from workflows.messages import RegistrationReply
+    from workflows.messages import RegistrarCarry, RegistrarItem, RegistrationReply, WorkerLost
     from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
@@ -126,28 +127,43 @@ async def test_a_storm_of_registrations_reaches_the_scheduler_one_signal_at_a_ti
         assert (await replayer.replay_workflow(history, raise_on_replay_failure=False)).replay_failure is None
 
 
-async def test_registrations_wait_in_the_registrar_for_a_scheduler_and_a_carried_one_is_handed_on() -> None:
-    """Before the scheduler starts, the registrar holds what came; a run that continued as new hands on the batches
-    its last run carried over."""
+async def test_what_waits_for_a_scheduler_is_handed_on_in_order_and_a_carried_run_hands_on_its_own() -> None:
+    """Before the scheduler starts, the registrar holds what came; a session's end held behind its registration
+    reaches the scheduler after it (its hosts are lost, not left healthy); a run that continued as new hands on
+    what its last run carried over, first."""
     workflows = [SchedulerWorkflow, RegistrarWorkflow, AgentProbe]
     async with workflows_on_dev_server("registrar-wait", workflows, ACTIVITIES) as (client, queue):
-        early, carried = [
+        carried, early, ended = [
             await client.start_workflow(AgentProbe.run, id=f"probe-{name}", task_queue=queue)
-            for name in ("early", "carried")
+            for name in ("carried", "early", "ended")
         ]
+        batch = base64.b64encode(_batch(0, carried.id).SerializeToString()).decode()
         registrar = await client.start_workflow(
-            RegistrarWorkflow.run, pb.WorkerBatches(batches=[_batch(1, carried.id)]), id=REGISTRAR_WORKFLOW_ID,
+            RegistrarWorkflow.run, RegistrarCarry([RegistrarItem(batch=batch)]), id=REGISTRAR_WORKFLOW_ID,
             task_queue=queue,
         )  # fmt: skip
-        await registrar.signal("register_workers", binary_payload(_batch(0, early.id)))
+        await registrar.signal("register_workers", binary_payload(_batch(1, early.id)))
+        await registrar.signal("register_workers", binary_payload(_batch(2, ended.id)))
+        hosts = [f"a2-h{host}" for host in range(HOSTS)]
+        await registrar.signal("worker_lost", WorkerLost(hosts[0], "s2", "the agent stopped", hosts[1:]))
         await _failed_to_hand_on(registrar)  # it tried, found no scheduler, and waits to try again
         scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
-        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in (early, carried)]
-        healthy = int(await scheduler.query("healthy_worker_count"))
+        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in (carried, early, ended)]
+        for _ in range(300):  # the loss is handed on after the registrations are answered
+            workers = {w.worker_id: w for w in (await scheduler.query("workers")).workers}
+            if len(workers) == 3 * HOSTS and not any(workers[h].healthy for h in hosts):
+                break
+            await asyncio.sleep(0.1)
+        history = await registrar.fetch_history()
         await scheduler.terminate("test done")
         await registrar.terminate("test done")
-    assert [{}, {}] == answers
-    assert 2 * HOSTS == healthy
+    replayed = await controller_replayer([RegistrarWorkflow]).replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None  # a failed hand-on, its retry and a loss in line replay
+    assert [{}, {}, {}] == answers
+    assert 3 * HOSTS == len(workers)
+    assert {f"a{agent}-h{host}" for agent in (0, 1) for host in range(HOSTS)} == {
+        w.worker_id for w in workers.values() if w.healthy
+    }
 
 
 async def test_an_agent_whose_registration_the_registrar_holds_for_good_registers_with_the_scheduler() -> None:

@@ -94,6 +94,22 @@ class WorkerLost:
 
 
 @dataclass
+class RegistrarItem:
+    """What the registrar holds, in arrival order, as its run carries it to the next: an agent's batch (base64 of a
+    WorkerBatch, as `WorkerSessionInput.registration` carries one) or a session's end."""
+
+    batch: str = ""
+    lost: WorkerLost | None = None
+
+
+@dataclass
+class RegistrarCarry:
+    """The registrar's input when it continues as new: what it had not handed on to the scheduler yet."""
+
+    items: list[RegistrarItem] = field(default_factory=list)
+
+
+@dataclass
 class TaskRetrying:
     """A task goes back to the queue; the job updates its table."""
 

@@ -98,9 +98,8 @@ class WorkerWorkflow:
         if session.announced and self._reply is not None and not hosts:
             # Refused: the agent is told why before the monitor ends. (A lost worker is reported at once.)
             await self._wait(lambda: self._answered)
-        scheduler = workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID)
         if hosts:
-            await scheduler.signal(WORKER_LOST, WorkerLost(hosts[0], session.session, reason, hosts[1:]))
+            await _to_scheduler(WORKER_LOST, WorkerLost(hosts[0], session.session, reason, hosts[1:]))
         workflow.set_current_details(f"worker {session.worker_id}: lost ({reason})")
         return reason
 
@@ -139,13 +138,10 @@ class WorkerWorkflow:
         # message as JSON, which the scheduler parses field by field in Python. A rebuilt scheduler hears
         # every agent's batch again at once: 82 batches (8,200 hosts) took its task 0.59 s of JSON parsing.
         batch = binary_payload(pb.WorkerBatch.FromString(base64.b64decode(registration)))
-        try:  # through the registrar, as the agent sends it: a rebuilt scheduler hears every monitor at once
-            await workflow.get_external_workflow_handle(REGISTRAR_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
-        except Exception:  # no registrar (a controller of an earlier release started the scheduler)
-            try:
-                await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(REGISTER_WORKERS, batch)
-            except Exception as err:  # no scheduler (again): the next one asks again
-                workflow.logger.warning("registration not sent again: %s", err)
+        try:  # a rebuilt scheduler hears every monitor at once: through the registrar, as the agent sends it
+            await _to_scheduler(REGISTER_WORKERS, batch)
+        except Exception as err:  # no scheduler (again): the next one asks again
+            workflow.logger.warning("registration not sent again: %s", err)
         finally:
             self._registering = None
 
@@ -156,3 +152,13 @@ class WorkerWorkflow:
         assert self._reply is not None
         self._answered = True
         return self._reply
+
+
+async def _to_scheduler(signal: str, arg: object) -> None:
+    """Signal the scheduler through the registrar (workflows/fleet/registrar_workflow.py), which keeps a session's
+    registration and its end in order; straight where there is no registrar (a controller of an earlier release
+    started the scheduler)."""
+    try:
+        await workflow.get_external_workflow_handle(REGISTRAR_WORKFLOW_ID).signal(signal, arg)
+    except Exception:  # no registrar
+        await workflow.get_external_workflow_handle(SCHEDULER_WORKFLOW_ID).signal(signal, arg)
