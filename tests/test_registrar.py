@@ -13,54 +13,33 @@ import base64
 from datetime import timedelta
 from typing import Any
 
-from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
-from temporalio.common import VersioningBehavior
 
-with workflow.unsafe.imports_passed_through():  # the sandbox re-imports this module for the probe
-    from activities.contracts import (
-        CONTROL_TASK_QUEUE,
-        REGISTERED,
-        REGISTRAR_WORKFLOW_ID,
-        SCHEDULER_WORKFLOW_ID,
-        WorkerSessionInput,
-    )
-    from activities.contracts.worker_rows import batch_of_rows
-    from activities.proto import cluster_pb2 as pb
-    from activities.proto.values import binary_payload
-    from activities.recovery import rebuild_scheduler
-    from activities.scheduling import find_assignments_activity
-    from activities.signals import deliver_assignments, deliver_signals
-    from iris.controller.control_plane import controller_replayer
-    from iris.deploy.temporal_setup import ensure_search_attributes
-    from tests.support import workflows_on_dev_server
-    from worker_agent.registration import register_hosts
-    from workflows.fleet.registrar_workflow import RegistrarWorkflow
-    from workflows.fleet.worker_workflow import WorkerWorkflow
-    from workflows.messages import RegistrarCarry, RegistrarItem, RegistrationReply, WorkerLost
-    from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
+from activities.contracts import (
+    CONTROL_TASK_QUEUE,
+    REGISTRAR_WORKFLOW_ID,
+    SCHEDULER_WORKFLOW_ID,
+    WorkerSessionInput,
+)
+from activities.contracts.worker_rows import batch_of_rows
+from activities.proto import cluster_pb2 as pb
+from activities.proto.values import binary_payload
+from activities.recovery import rebuild_scheduler
+from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_assignments, deliver_signals
+from iris.controller.control_plane import controller_replayer
+from iris.deploy.temporal_setup import ensure_search_attributes
+from tests.support import workflows_on_dev_server
+from tests.test_registration_burst import RegistrationProbe  # stands in for an agent's monitor
+from worker_agent.registration import register_hosts
+from workflows.fleet.registrar_workflow import RegistrarWorkflow
+from workflows.fleet.worker_workflow import WorkerWorkflow
+from workflows.messages import RegistrarCarry, RegistrarItem, WorkerLost
+from workflows.scheduler.scheduler_workflow import SchedulerWorkflow
 
 ACTIVITIES = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
 AGENTS, HOSTS = 40, 50
-
-
-@workflow.defn(name="AgentProbe", versioning_behavior=VersioningBehavior.PINNED)
-class AgentProbe:
-    """Stands in for an agent's monitor: waits for the scheduler's answer and returns the refused hosts."""
-
-    def __init__(self) -> None:
-        self._reply: RegistrationReply | None = None
-
-    @workflow.signal(name=REGISTERED)
-    def registered(self, reply: RegistrationReply) -> None:
-        self._reply = reply
-
-    @workflow.run
-    async def run(self) -> dict[str, str]:
-        await workflow.wait_condition(lambda: self._reply is not None)
-        assert self._reply is not None
-        return dict(self._reply.refused)
 
 
 def _batch(agent: int, reply_to: str) -> pb.WorkerBatch:
@@ -92,11 +71,12 @@ async def _failed_to_hand_on(registrar: WorkflowHandle[Any, Any], within: float 
 
 
 async def test_a_storm_of_registrations_reaches_the_scheduler_one_signal_at_a_time() -> None:
-    workflows = [SchedulerWorkflow, RegistrarWorkflow, AgentProbe]
+    workflows = [SchedulerWorkflow, RegistrarWorkflow, RegistrationProbe]
     async with workflows_on_dev_server("registrar", workflows, ACTIVITIES) as (client, queue):
         scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
         registrar = await client.start_workflow(RegistrarWorkflow.run, id=REGISTRAR_WORKFLOW_ID, task_queue=queue)
-        probes = [await client.start_workflow(AgentProbe.run, id=f"probe-{n}", task_queue=queue) for n in range(AGENTS)]
+        probe = RegistrationProbe.run
+        probes = [await client.start_workflow(probe, id=f"probe-{n}", task_queue=queue) for n in range(AGENTS)]
         await asyncio.gather(*(
             registrar.signal("register_workers", binary_payload(_batch(agent, probe.id)))
             for agent, probe in enumerate(probes)
@@ -131,10 +111,10 @@ async def test_what_waits_for_a_scheduler_is_handed_on_in_order_and_a_carried_ru
     """Before the scheduler starts, the registrar holds what came; a session's end held behind its registration
     reaches the scheduler after it (its hosts are lost, not left healthy); a run that continued as new hands on
     what its last run carried over, first."""
-    workflows = [SchedulerWorkflow, RegistrarWorkflow, AgentProbe]
+    workflows = [SchedulerWorkflow, RegistrarWorkflow, RegistrationProbe]
     async with workflows_on_dev_server("registrar-wait", workflows, ACTIVITIES) as (client, queue):
         carried, early, ended = [
-            await client.start_workflow(AgentProbe.run, id=f"probe-{name}", task_queue=queue)
+            await client.start_workflow(RegistrationProbe.run, id=f"probe-{name}", task_queue=queue)
             for name in ("carried", "early", "ended")
         ]
         batch = base64.b64encode(_batch(0, carried.id).SerializeToString()).decode()

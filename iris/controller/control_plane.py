@@ -14,9 +14,10 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import structlog
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
@@ -78,28 +79,33 @@ log = structlog.get_logger("iris.controller.control_plane")
 KIND = SearchAttributeKey.for_keyword(KIND_ATTRIBUTE)
 
 
-async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSettings | None = None) -> None:
-    handle = await client.start_workflow(
-        SchedulerWorkflow.run,
+async def start_singleton(
+    client: Client, run: Any, workflow_id: str, kind: str, summary: str, **options: Any
+) -> WorkflowHandle[Any, Any]:
+    """Start one of the control plane's singletons on the control queue, or find the running one (its handle)."""
+    return await client.start_workflow(
+        run,
         None,
-        id=SCHEDULER_WORKFLOW_ID,
+        id=workflow_id,
         task_queue=CONTROL_TASK_QUEUE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, SCHEDULER_KIND)]),
-        static_summary="Iris scheduler (singleton)",
+        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, kind)]),
+        static_summary=summary,
+        **options,
+    )
+
+
+async def ensure_scheduler(client: Client, store_url: str, sharing: SharingSettings | None = None) -> None:
+    handle = await start_singleton(
+        client, SchedulerWorkflow.run, SCHEDULER_WORKFLOW_ID, SCHEDULER_KIND, "Iris scheduler (singleton)"
     )
     await handle.signal(SchedulerWorkflow.configure, store_url)
     if sharing is not None:  # a controller without a config leaves the settings as the last one set them
         await handle.signal(CONFIGURE_SHARING, sharing)
-    await client.start_workflow(  # agents register through it (workflows/fleet/registrar_workflow.py)
-        RegistrarWorkflow.run,
-        None,
-        id=REGISTRAR_WORKFLOW_ID,
-        task_queue=CONTROL_TASK_QUEUE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, REGISTRAR_KIND)]),
-        static_summary="Iris registrar: agents' registrations, handed on to the scheduler",
-    )
+    await start_singleton(  # agents register through it (workflows/fleet/registrar_workflow.py)
+        client, RegistrarWorkflow.run, REGISTRAR_WORKFLOW_ID, REGISTRAR_KIND,
+        "Iris registrar: agents' registrations, handed on to the scheduler",
+    )  # fmt: skip
 
 
 def scale_group(cfg: ScaleGroupConfig) -> ScaleGroup:
@@ -146,17 +152,10 @@ async def ensure_autoscaler(client: Client, config: AutoscalerConfig | None) -> 
             if desc.status == WorkflowExecutionStatus.RUNNING:
                 return
         config = AutoscalerConfig()
-    await client.start_workflow(
-        AutoscalerWorkflow.run,
-        None,
-        id=AUTOSCALER_WORKFLOW_ID,
-        task_queue=CONTROL_TASK_QUEUE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(KIND, AUTOSCALER_KIND)]),
-        static_summary="Iris autoscaler (singleton)",
-        start_signal=CONFIGURE_AUTOSCALER,
-        start_signal_args=[config],
-    )
+    await start_singleton(
+        client, AutoscalerWorkflow.run, AUTOSCALER_WORKFLOW_ID, AUTOSCALER_KIND, "Iris autoscaler (singleton)",
+        start_signal=CONFIGURE_AUTOSCALER, start_signal_args=[config],
+    )  # fmt: skip
 
 
 # Modules the sandbox shares between workflow runs instead of re-importing them for each: only
