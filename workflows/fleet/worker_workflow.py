@@ -7,10 +7,12 @@ agent's --heartbeat-timeout: 6 s by default), or the agent shuts down, the
 scheduler is told the worker is lost and this workflow ends. A restarted
 agent registers a new session and starts a fresh WorkerWorkflow.
 
-Registration (for agents that set `announced`): the agent signals the
-scheduler `register_workers` with this workflow as `reply_to`, then waits on
-this workflow's `registration` update, which returns the scheduler's answer.
-No update ever waits on the singleton, so 10,000 agents can register at once.
+Registration (for agents that set `announced`): the agent signals
+`register_workers` with this workflow as `reply_to`, through the registrar
+(registrar_workflow.py), then waits on this workflow's `registration` update,
+which returns the scheduler's answer. No update ever waits on the singleton, so
+10,000 agents can register at once. The session's end goes through the registrar
+too, behind its registration.
 
 Each session has a monitor of its own (the workflow id names the session), so
 an agent that claims a worker id already in use never touches the running
