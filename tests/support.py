@@ -215,15 +215,20 @@ async def workflows_on_dev_server(
     runner: WorkflowRunner | None = None,
     unsandboxed_runner: WorkflowRunner | None = None,
     queue: str | None = None,
+    dynamic_config: Mapping[str, str] | None = None,
 ) -> AsyncIterator[tuple[Client, str]]:
-    """A fresh dev server and a worker serving `workflows` and `activities` on a new task queue, or on `queue`
-    (`runner` runs the sandboxed ones, `unsandboxed_runner` the others, when given).
+    """A fresh dev server (with `dynamic_config` values, e.g. a low continue-as-new suggestion) and a worker serving
+    `workflows` and `activities` on a new task queue, or on `queue` (`runner` runs the sandboxed ones,
+    `unsandboxed_runner` the others, when given).
 
     The worker is a version of the control deployment made current, as a controller's is (Iris
     workflows declare how they are versioned, which only a versioned worker accepts). Yields the
     client and the queue; the worker and the server are stopped on the way out.
     """
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=WAL_ARGS)
+    extra = [a for key, value in (dynamic_config or {}).items() for a in ("--dynamic-config-value", f"{key}={value}")]
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL), dev_server_extra_args=[*WAL_ARGS, *extra]
+    )
     queue = queue or f"{name}-{uuid.uuid4().hex[:8]}"
     try:
         with concurrent.futures.ThreadPoolExecutor(4) as executor:

@@ -162,3 +162,28 @@ async def test_an_agent_whose_registration_the_registrar_holds_for_good_register
         meta.capacity.cpu_millis, meta.capacity.memory_bytes = 1000, 2**30
         refused = await register_hosts(client, session, [meta], timeout=60, answer_wait=2.0)
     assert {} == refused
+
+
+async def test_a_registrar_that_continues_as_new_in_a_storm_loses_nothing() -> None:
+    """With Temporal suggesting a new run every 40 events, a storm of registrations spans several registrar runs:
+    every agent still hears back and every host is registered."""
+    workflows = [SchedulerWorkflow, RegistrarWorkflow, RegistrationProbe]
+    suggest = {"limit.historyCount.suggestContinueAsNew": "40"}
+    async with workflows_on_dev_server("registrar-can", workflows, ACTIVITIES, dynamic_config=suggest) as (
+        client,
+        queue,
+    ):
+        scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
+        registrar = await client.start_workflow(RegistrarWorkflow.run, id=REGISTRAR_WORKFLOW_ID, task_queue=queue)
+        probe = RegistrationProbe.run
+        probes = [await client.start_workflow(probe, id=f"probe-{n}", task_queue=queue) for n in range(AGENTS)]
+        for agent, waiting in enumerate(probes):  # a few at a time, so that runs end between them
+            await registrar.signal("register_workers", binary_payload(_batch(agent, waiting.id)))
+        answers = [await waiting.result(rpc_timeout=timedelta(seconds=60)) for waiting in probes]
+        healthy = int(await scheduler.query("healthy_worker_count"))
+        runs = [r async for r in client.list_workflows(f"WorkflowId = '{REGISTRAR_WORKFLOW_ID}'")]
+        await scheduler.terminate("test done")
+        await client.get_workflow_handle(REGISTRAR_WORKFLOW_ID).terminate("test done")
+    assert [{}] * AGENTS == answers
+    assert AGENTS * HOSTS == healthy
+    assert len(runs) > 1, "the registrar continued as new"
