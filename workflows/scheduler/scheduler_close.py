@@ -4,9 +4,12 @@ A part of SchedulerWorkflow, as the registry and the queue are (scheduler_workfl
 
 The server refuses to close a run when a signal came in during the task that closes it (UNHANDLED_COMMAND), and
 the SDK then replays the whole run inside the task it redoes: 1-2.5 s at 30,000 workers, where enqueue batches
-come every 5-15 ms in a storm and the pack takes up to ~200 ms. So a run that should end serves on until a turn of
-its loop brings no signal (`quiet`), and a large state is packed in a workflow task of its own, the close following
-in the next one, which does nothing else (`close`). docs/performance.md, "A close that waits for a quiet turn".
+come every 5-15 ms in a storm and the pack takes up to ~100 ms. So a run that should end serves on until its loop's
+pass interval passes without a signal (`quiet`), and packs in the task that timer starts, before any pass (so no
+commit shares it); a large state closes in the next task, which does nothing else (`close`): the one timer left
+here, kept because the server has no way to hand a signal that comes during a close to the next run
+(temporalio/temporal#1289). docs/performance.md, "A close that waits for a quiet turn" and "A close on a wake of
+its own".
 """
 
 from __future__ import annotations
@@ -64,9 +67,14 @@ class Closing:
             self.should_end_since = self.core.now()
 
     def quiet(self, arrived: int) -> bool:
-        """Whether a run that waits to close closes now: no signal came in during this turn of the loop (`arrived`),
-        or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the budget keeps a run far
-        below the server's 10,000 signals: a storm must not push it past; 50 MB of history stays far off too)."""
+        """Whether a run that waits to close closes on this wake: no signal came in while it waited (`arrived`: the
+        pass interval passed), or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the
+        budget keeps a run far below the server's 10,000 signals: a storm must not push it past; 50 MB of history
+        stays far off too).
+
+        The loop asks only on a wake of this kind, a task of its own (a signal's or the timer's), and before any
+        pass: so the close never shares a task with a plan's commit (50-80 ms of CPU at 30,000 workers).
+        """
         core, since = self.core, self.should_end_since
         waited = 0.0 if since is None else core.now() - since
         return arrived == 0 or waited >= CLOSE_WAIT_SECONDS or core.signal_budget_spent()
@@ -74,8 +82,8 @@ class Closing:
     async def close(self) -> NoReturn:
         """Continue as new with the state packed; a large state packed in a workflow task of its own.
 
-        From CLOSE_SPLIT_AT carried workers and tasks the pack starts and ends its task with a short timer and the
-        close follows in the next task; what came in meanwhile makes the pack stale: applied, and packed again
+        From CLOSE_SPLIT_AT carried workers and tasks the pack ends its task with a short timer and the close
+        follows in the next task; what came in meanwhile makes the pack stale: applied, and packed again
         (`STALE`), for up to CLOSE_ROUNDS packs, the last closing in the task that packed it. A small state packs in
         milliseconds and closes in the same task (more rounds would only let a storm into the closing run longer).
         """
@@ -91,10 +99,6 @@ class Closing:
         if core.replies:
             workflow.logger.info("%d registrations answered by the next run", len(core.replies))
         last_round = CLOSE_ROUNDS if carried_items(core.state) >= CLOSE_SPLIT_AT else 1
-        if last_round > 1:
-            # The turn that decided to close may have committed a plan in this task (50-80 ms of CPU at 30,000
-            # workers); with a pack of 70-100 ms after it, the task passed 200 ms. The pack starts a task instead.
-            await workflow.sleep(self.close_seconds)
         for rounds in range(1, last_round + 1):
             core.apply_held()  # what came in meanwhile and waits: this run applies it
             # Packed after the last held signal: its messages serialized (scheduler_carry).

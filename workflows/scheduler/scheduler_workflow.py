@@ -136,16 +136,23 @@ class SchedulerWorkflow:
             )  # fmt: skip
         while True:
             received = core.signals_received
+            # A run that should end closes on a wake of its own (`Closing`): a new signal, or the pass interval with
+            # none. Never on its own flags, which a commit sets in the task it runs in: the close's task holds no
+            # commit, and the pack starts a task of its own without a timer to end the one before.
+            closing = self.closing.waiting
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
-                    timeout=PASS_INTERVAL if self._work_waits() or self.closing.waiting else self._idle_timer(),
+                    (lambda: core.signals_received > received) if closing
+                    else lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
+                    timeout=PASS_INTERVAL if closing or self._work_waits() else self._idle_timer(),
                 )
             core.dirty = False
             if core.reply_barrier:  # answers owed before a `configure`, before what came after it
                 await self.deliveries.send_replies()
             if core.held:
                 core.apply_held()
+            if closing and self.closing.quiet(core.signals_received - received):
+                await self.closing.close()
             if self._work_waits() and not core.signal_budget_spent() and not core.rebuild_holds():
                 await self._scheduling_pass()
             if core.replies:
@@ -157,8 +164,6 @@ class SchedulerWorkflow:
             self.sharing.publish_users()
             if core.run_should_end():
                 self.closing.begin_wait()
-                if self.closing.quiet(core.signals_received - received):
-                    await self.closing.close()
 
     def _idle_timer(self) -> timedelta | None:
         """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
