@@ -7,18 +7,12 @@ idempotent at the scheduler.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
 
+from workflows.jobs.job_waves import tell_scheduler  # workflow code: sandboxed
+
 with workflow.unsafe.imports_passed_through():
-    from activities.contracts import (
-        DELIVER_SIGNALS,
-        RELEASE_RESERVATION,
-        RESERVE,
-        SCHEDULER_WORKFLOW_ID,
-        Delivery,
-    )
+    from activities.contracts import RELEASE_RESERVATION, RESERVE
     from activities.proto import cluster_pb2 as pb
     from activities.proto.values import constraint_fields
     from workflows.messages import ConstraintSpec, Reserve
@@ -33,16 +27,6 @@ def reserve_request(job_id: str, req: pb.JobRequest) -> Reserve:
         tolerations=list(req.tolerations),
         user=req.user,
     )
-
-
-async def tell_scheduler(signal: str, arg: object) -> None:
-    """Signal the scheduler through the local activity; again each second while it does not exist yet."""
-    delivery = Delivery(SCHEDULER_WORKFLOW_ID, signal, arg)
-    while await workflow.execute_local_activity(
-        DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
-    ):
-        workflow.logger.warning("scheduler not found; %s sent again in 1 s", signal)
-        await workflow.sleep(1)
 
 
 async def hold(job_id: str, req: pb.JobRequest) -> None:

@@ -229,16 +229,21 @@ class TaskChildren:
 
 
 async def enqueue(queued: Enqueue) -> None:
-    """Hand the tasks to the scheduler through a local activity, which costs no extra workflow task.
+    """Hand the tasks to the scheduler (`tell_scheduler`: no extra workflow task, and again while it is not there)."""
+    await tell_scheduler(ENQUEUE, queued)
 
-    The scheduler is started by the controller before it serves; should it not
-    exist yet, the job tries again each second rather than fail.
+
+async def tell_scheduler(signal: str, arg: object) -> None:
+    """Signal the scheduler through a local activity, which costs no extra workflow task.
+
+    The scheduler is started by the controller before it serves; should it not exist yet, the job tries again
+    each second rather than fail (an enqueue, and a reserving job's hold and release: job_reservation).
     """
-    delivery = Delivery(SCHEDULER_WORKFLOW_ID, ENQUEUE, queued)
+    delivery = Delivery(SCHEDULER_WORKFLOW_ID, signal, arg)
     while await workflow.execute_local_activity(
         DELIVER_SIGNALS, [delivery], result_type=list[int], start_to_close_timeout=timedelta(seconds=30)
     ):
-        workflow.logger.warning("scheduler not found; enqueueing %s again in 1 s", queued.job_id)
+        workflow.logger.warning("scheduler not found; %s sent again in 1 s", signal)
         await workflow.sleep(1)
 
 

@@ -22,6 +22,7 @@ the state and the run's phase, is scheduler_core.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +30,7 @@ from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
-from workflows.scheduler.scheduler_close import CLOSE_SECONDS, Closing
+from workflows.scheduler.scheduler_close import CLOSE_SECONDS, QUIET_WINDOW, Closing
 from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler.scheduler_queue import Queue
 from workflows.scheduler.scheduler_registration import Registry
@@ -136,16 +137,18 @@ class SchedulerWorkflow:
             )  # fmt: skip
         while True:
             received = core.signals_received
-            # A run that should end closes on a wake of its own (`Closing`): a new signal, or the pass interval with
-            # none. Never on its own flags, which a commit sets in the task it runs in: the close's task holds no
-            # commit, and the pack starts a task of its own without a timer to end the one before.
+            # A run that should end closes on a wake of its own (`Closing`): a new signal, or QUIET_WINDOW with none.
+            # Never on its own flags, which a commit sets in the task it runs in: the close's task holds no commit,
+            # and the pack starts a task of its own without a timer to end the one before.
             closing = self.closing.waiting
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    (lambda: core.signals_received > received) if closing
-                    else lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
-                    timeout=PASS_INTERVAL if closing or self._work_waits() else self._idle_timer(),
-                )
+                if closing:
+                    await workflow.wait_condition(self._signal_since(received), timeout=QUIET_WINDOW)
+                else:
+                    await workflow.wait_condition(
+                        lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
+                        timeout=PASS_INTERVAL if self._work_waits() else self._idle_timer(),
+                    )
             core.dirty = False
             if core.reply_barrier:  # answers owed before a `configure`, before what came after it
                 await self.deliveries.send_replies()
@@ -164,6 +167,10 @@ class SchedulerWorkflow:
             self.sharing.publish_users()
             if core.run_should_end():
                 self.closing.begin_wait()
+
+    def _signal_since(self, received: int) -> Callable[[], bool]:
+        """Whether a signal came in since the run had received `received`."""
+        return lambda: self.core.signals_received > received
 
     def _idle_timer(self) -> timedelta | None:
         """With no pass due: wake for the reservations' checks, or for a user table whose publication waits."""
