@@ -216,10 +216,11 @@ async def workflows_on_dev_server(
     unsandboxed_runner: WorkflowRunner | None = None,
     queue: str | None = None,
     dynamic_config: Mapping[str, str] | None = None,
+    max_cached_workflows: int = 1000,
 ) -> AsyncIterator[tuple[Client, str]]:
     """A fresh dev server (with `dynamic_config` values, e.g. a low continue-as-new suggestion) and a worker serving
     `workflows` and `activities` on a new task queue, or on `queue` (`runner` runs the sandboxed ones,
-    `unsandboxed_runner` the others, when given).
+    `unsandboxed_runner` the others, when given; `max_cached_workflows=0`: every workflow task replays its run).
 
     The worker is a version of the control deployment made current, as a controller's is (Iris
     workflows declare how they are versioned, which only a versioned worker accepts). Yields the
@@ -237,7 +238,7 @@ async def workflows_on_dev_server(
                 activity_executor=executor, workflow_runner=runner or controller_runner(),
                 unsandboxed_workflow_runner=unsandboxed_runner or UnsandboxedWorkflowRunner(),
                 interceptors=[PayloadGuard()],  # an unreadable signal is dropped, as a controller drops it
-                deployment_config=deployment_config(TEST_BUILD),
+                deployment_config=deployment_config(TEST_BUILD), max_cached_workflows=max_cached_workflows,
             ):  # fmt: skip
                 await promote(env.client, TEST_BUILD)
                 # Asked as an Iris client asks: a query the look-ahead guard refused is asked again.

@@ -179,17 +179,18 @@ async def test_a_run_continues_as_new_after_its_signal_budget(ran_the_closed_run
 
 async def test_signals_that_come_while_a_run_closes_are_in_the_next_run() -> None:
     """Registrations sent without a pause until the first run has closed at its budget: every host is in the run
-    after. The run, its state large, packed it in one task and let it go after a timer, so what came in meanwhile
-    was applied and packed again (`STALE`) rather than lost, and the server could refuse a close only for what came
-    in during a task that packs nothing. The closed run replays (the close's timer and its rounds are in history)."""
+    after. The run, its state large, packed it and handed it over only on a later wake, so what came in meanwhile was
+    applied and packed again (`STALE`) rather than lost, and the server could refuse a close only for what came in
+    during a task that packs nothing. The closed run replays."""
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
     async with workflows_on_dev_server("sched-close", [SchedulerWorkflow], activities) as (client, queue):
-        # The close's timer 0.5 s, not 1 ms, so signals certainly come in while it runs.
+        # The close's quiet wait 0.5 s, not 50 ms, so signals certainly come in while it waits.
         args = [None, BUDGET, RESERVATION_CHECK_SECONDS, 0.5]
         started = await client.start_workflow(SchedulerWorkflow.run, args=args, id=queue, task_queue=queue)
         first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
         handle = client.get_workflow_handle(queue)
-        # A queue large enough that the pack gets a task of its own (a small state packs and closes in one).
+        # A queue large enough that the pack is handed over in a task of its own (a small state packs and closes in
+        # one).
         await handle.signal("enqueue", Enqueue("big", SPEC_NEVER, dict.fromkeys(range(CLOSE_SPLIT_AT), 0)))
         hosts = 0
         while (await first.describe()).status == WorkflowExecutionStatus.RUNNING:
@@ -205,8 +206,47 @@ async def test_signals_that_come_while_a_run_closes_are_in_the_next_run() -> Non
         await handle.terminate("test done")
     kinds = [e.event_type for e in history.events]
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == kinds[-1]
-    assert kinds.count(EventType.EVENT_TYPE_TIMER_FIRED) >= 2, "packed, signals came, packed again, ..."
+    assert _tasks_after_budget(kinds) >= 2, "packed, then handed over on a later wake"
     await controller_replayer().replay_workflow(history)
+
+
+def _tasks_after_budget(kinds: Sequence[EventType.ValueType]) -> int:
+    """Workflow tasks completed from the signal that spent the run's budget (BUDGET) to its close."""
+    signaled = [i for i, kind in enumerate(kinds) if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    return kinds[signaled[BUDGET - 1]:].count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+
+
+async def test_a_pack_made_before_a_replay_is_handed_over_whole() -> None:
+    """A worker that keeps no run in its cache replays the run at every workflow task, so the task that hands the
+    pack over replays the one that packed it: the state is packed again there, and the next run has all of it.
+    (The pack is not built on replay, where history holds the close's input: the hand-over had sent an empty one,
+    and the next run started with nothing.)"""
+    activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
+    async with workflows_on_dev_server(
+        "sched-replayed-pack", [SchedulerWorkflow], activities, max_cached_workflows=0
+    ) as (client, queue):  # fmt: skip
+        started = await client.start_workflow(SchedulerWorkflow.run, args=[None, BUDGET], id=queue, task_queue=queue)
+        first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
+        handle = client.get_workflow_handle(queue)
+        await handle.signal("enqueue", Enqueue("big", SPEC_NEVER, dict.fromkeys(range(CLOSE_SPLIT_AT), 0)))
+        for host in range(BUDGET - 1):  # the budget spent: the run packs, and hands over on its next quiet wake
+            await handle.signal("register_workers", _batch(host, 1, 0))
+        for _ in range(300):
+            if (await first.describe()).status != WorkflowExecutionStatus.RUNNING:
+                break
+            await asyncio.sleep(0.1)
+        summary = pb.ClusterSummary()
+        for _ in range(100):
+            summary = await handle.query("summary", result_type=pb.ClusterSummary)
+            if summary.healthy_workers == BUDGET - 1:
+                break
+            await asyncio.sleep(0.1)
+        history = await first.fetch_history()
+        await handle.terminate("test done")
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW == history.events[-1].event_type
+    carried = history.events[-1].workflow_execution_continued_as_new_event_attributes.input.payloads[0].data
+    assert carried, "the close handed over an empty pack"
+    assert (BUDGET - 1, CLOSE_SPLIT_AT) == (summary.healthy_workers, summary.pending_tasks)
 
 
 SLOW_PASS = 5.0

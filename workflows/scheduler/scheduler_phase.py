@@ -12,8 +12,8 @@ What each phase allows:
   (activities.recovery) and makes no pass until they have, or REBUILD_GRACE passed.
 - SERVING: passes, signals as they come.
 - CLOSING: the run continues as new: no pass; the signals still held are applied, then the state is packed, and
-  the run lets it go in the next workflow task, a short one (the server refuses a close when anything came in
-  during the task that closes). What came in between (`stale`) is applied and the state packed again.
+  the run lets it go on its next wake if nothing came in (a short task: the server refuses a close when anything
+  came in during the task that closes). What came in between (`stale`) is applied and the state packed again.
 - HANDED_OVER: the state is packed and let go; a query that still reaches the run answers the counts handed
   over, or is refused (an Iris client asks again, and reaches the next run).
 

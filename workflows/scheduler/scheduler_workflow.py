@@ -30,7 +30,7 @@ from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
-from workflows.scheduler.scheduler_close import CLOSE_SECONDS, QUIET_WINDOW, Closing
+from workflows.scheduler.scheduler_close import QUIET_SECONDS, Closing
 from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler.scheduler_queue import Queue
 from workflows.scheduler.scheduler_registration import Registry
@@ -99,19 +99,20 @@ class SchedulerWorkflow:
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, quiet_seconds: float = QUIET_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state (loaded whole, in
         # SchedulerCore).
-        # The budget, the check and the close's timer are arguments, so a test can set them (the sandbox re-imports us).
+        # The budget, the check and the close's quiet wait are arguments, so a test can set them (the sandbox
+        # re-imports us).
         self.core = SchedulerCore(packed, signal_budget)
         self.sharing = Sharing(self.core)
         self.reserving = Reserving(self.core, reservation_check_seconds)
         self.registry = Registry(self.core, self.sharing, self.reserving)
         self.queue = Queue(self.core, self.registry, self.sharing)
         self.deliveries = Deliveries(self.core, self.queue)
-        self.closing = Closing(self.core, self.registry, self.reserving, self.deliveries, close_seconds)
+        self.closing = Closing(self.core, self.registry, self.reserving, self.deliveries, quiet_seconds)
 
     @property
     def state(self) -> SchedulerState:
@@ -124,7 +125,7 @@ class SchedulerWorkflow:
     @workflow.run
     async def run(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, quiet_seconds: float = QUIET_SECONDS,
     ) -> None:  # fmt: skip
         core = self.core
         if core.phase is SchedulerPhase.REBUILDING:
@@ -137,13 +138,13 @@ class SchedulerWorkflow:
             )  # fmt: skip
         while True:
             received = core.signals_received
-            # A run that should end closes on a wake of its own (`Closing`): a new signal, or QUIET_WINDOW with none.
-            # Never on its own flags, which a commit sets in the task it runs in: the close's task holds no commit,
-            # and the pack starts a task of its own without a timer to end the one before.
+            # A run that should end packs and hands over on wakes of its own (scheduler_close): a new signal, or a
+            # short wait with none. Never on its own flags, which a commit sets in the task it runs in: neither the
+            # pack nor the hand-over shares a task with a commit, and no timer is needed to end one.
             closing = self.closing.waiting
             with contextlib.suppress(TimeoutError):
                 if closing:
-                    await workflow.wait_condition(self._signal_since(received), timeout=QUIET_WINDOW)
+                    await workflow.wait_condition(self._signal_since(received), timeout=self.closing.quiet_seconds)
                 else:
                     await workflow.wait_condition(
                         lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
@@ -154,8 +155,8 @@ class SchedulerWorkflow:
                 await self.deliveries.send_replies()
             if core.held:
                 core.apply_held()
-            if closing and self.closing.quiet(core.signals_received - received):
-                await self.closing.close()
+            if closing and await self.closing.on_wake(core.signals_received - received):
+                continue  # packed: handed over on the next wake if it is quiet (a pass now would make the pack stale)
             if self._work_waits() and not core.signal_budget_spent() and not core.rebuild_holds():
                 await self._scheduling_pass()
             if core.replies:
