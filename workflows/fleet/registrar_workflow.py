@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.messages import RegistrarCarry, RegistrarItem, WorkerLost
 
 MAX_SIGNAL_BYTES = 512 * 1024  # one signal's batches at most (a payload may be 2 MiB); one batch always goes
-NO_SCHEDULER_PAUSE = timedelta(seconds=1)  # before trying again when the scheduler is not there
+NO_SCHEDULER_RETRY_AFTER = timedelta(seconds=1)  # before trying again when the scheduler is not there
 
 Held = pb.WorkerBatch | WorkerLost
 
@@ -68,7 +68,7 @@ class RegistrarWorkflow:
             except Exception as err:  # no scheduler (yet): hand them on when it is there
                 self._waiting[:0] = taken
                 workflow.logger.warning("registrations not handed on, trying again: %s", err)
-                await workflow.sleep(NO_SCHEDULER_PAUSE)
+                await workflow.sleep(NO_SCHEDULER_RETRY_AFTER)
         workflow.continue_as_new(RegistrarCarry([_item(held) for held in self._waiting]))
 
     def _take(self) -> list[Held]:
