@@ -184,7 +184,7 @@ async def test_signals_that_come_while_a_run_closes_are_in_the_next_run() -> Non
     during a task that packs nothing. The closed run replays."""
     activities = [find_assignments_activity, deliver_signals, deliver_assignments, rebuild_scheduler]
     async with workflows_on_dev_server("sched-close", [SchedulerWorkflow], activities) as (client, queue):
-        # The close's quiet wait 0.5 s, not 50 ms, so signals certainly come in while it waits.
+        # The close's wait after a pack 0.5 s, not 1 ms, so signals certainly come in while it waits.
         args = [None, BUDGET, RESERVATION_CHECK_SECONDS, 0.5]
         started = await client.start_workflow(SchedulerWorkflow.run, args=args, id=queue, task_queue=queue)
         first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)

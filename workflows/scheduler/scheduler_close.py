@@ -7,15 +7,17 @@ the SDK then replays the whole run inside the task it redoes: 1-2.5 s at 30,000 
 come every 5-15 ms in a storm. The server has no way to hand such a signal to the next run instead
 (temporalio/temporal#1289), so the close is a short task that nothing came in before:
 
-- a run that should end serves on until its wait for a signal times out (`quiet_seconds`, 50 ms), and packs its
+- a run that should end serves on until its wait for a signal times out (QUIET_SECONDS, 50 ms), and packs its
   state in the task that timer starts, before any pass: no plan's commit shares that task;
-- it hands the pack over on the next wake if that one is quiet too, in a task that does nothing else; a signal
-  first makes the pack stale: applied, and packed again (`STALE`), at most CLOSE_ROUNDS packs, the last handed
-  over in the task that packed it;
+- it hands the pack over on the next wake if no signal came in meanwhile, in a task that does nothing else. That
+  wait is as short as the server allows (`close_seconds`, 1 ms): the pack's task must be recorded first, or the
+  close would hold the pack's ~100 ms at 30,000 workers, and every millisecond more lets more signals in first. A
+  signal first makes the pack stale: applied, and packed again (`STALE`), at most CLOSE_ROUNDS packs, the last
+  handed over in the task that packed it;
 - a small state (under CLOSE_SPLIT_AT carried workers and tasks) packs in milliseconds and hands over at once.
 
-Both waits are the loop's own wait for a signal, not a timer whose only work is to end a task. docs/performance.md,
-"A close that waits for a quiet turn" and "A close on a wake of its own".
+Both waits are the loop's own wait for a signal (SchedulerWorkflow.run). docs/performance.md, "A close that waits
+for a quiet turn" and "A close on a wake of its own".
 """
 
 from __future__ import annotations
@@ -39,14 +41,16 @@ if TYPE_CHECKING:
 UPGRADE_ON_CONTINUE = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # A run that should end packs once this passes without a signal (its loop's wait: a workflow task of its own), at
 # most CLOSE_WAIT_SECONDS after it should have ended (passes go on meanwhile, at most one a second: ~1 MB of
-# history each at 30,000 workers); at once when its signal budget is spent. It hands the pack over once this passes
-# again without one. With the pass interval here (1 s) every close stood scheduling still a second longer: 64-67 s
-# to place 300,000 tasks, against 53-54 s. A run argument (a test's may be longer), carried to the next run.
+# history each at 30,000 workers); at once when its signal budget is spent. With the pass interval here (1 s) every
+# close stood scheduling still a second longer: 64-67 s to place 300,000 tasks, against 53-54 s.
 QUIET_SECONDS = 0.05
 CLOSE_WAIT_SECONDS = 10.0
 # From this many carried workers and tasks (a pack of ~10 ms; 330,000 take ~100 ms) a pack is handed over in a task
-# of its own, after a quiet wait; at most this many packs when signals keep coming.
+# of its own, after a wait this long for a signal (a run argument, so a test's may be longer; carried to the next
+# run); at most this many packs when signals keep coming. Waiting QUIET_SECONDS here instead, a stream of a signal
+# every 50 ms or faster would make every close pack three times and hand over in the third pack's task.
 CLOSE_SPLIT_AT = 20_000
+CLOSE_SECONDS = 0.001
 CLOSE_ROUNDS = 3
 
 
@@ -55,22 +59,25 @@ class Closing:
 
     def __init__(
         self, core: SchedulerCore, registry: Registry, reserving: Reserving, deliveries: Deliveries,
-        quiet_seconds: float = QUIET_SECONDS,
+        close_seconds: float = CLOSE_SECONDS,
     ) -> None:  # fmt: skip
         self.core = core
         self.registry = registry
         self.reserving = reserving
         self.deliveries = deliveries
-        # A run of the build before carried its close timer (1 ms) in this place: not shorter than the default.
-        self.quiet_seconds = max(quiet_seconds, QUIET_SECONDS)
+        self.close_seconds = close_seconds  # CLOSE_SECONDS, or a test's (a run argument, carried to the next run)
         self.should_end_since: float | None = None  # workflow time the run first should have ended
         self.packed: bytes | None = None  # the state packed on a quiet wake, handed over if the next is quiet too
         self.packs = 0
 
     @property
     def waiting(self) -> bool:
-        """The run should have ended: its loop waits for a signal or `quiet_seconds` and asks `on_wake`."""
+        """The run should have ended: its loop waits for a signal or `wait_seconds` and asks `on_wake`."""
         return self.should_end_since is not None
+
+    def wait_seconds(self) -> float:
+        """How long the closing run's loop waits for a signal: for a quiet moment, or, packed, for its task's end."""
+        return QUIET_SECONDS if self.packed is None else self.close_seconds
 
     def begin_wait(self) -> None:
         """The run should end: its wait for a quiet moment starts at the first call (later calls change nothing)."""
@@ -79,7 +86,7 @@ class Closing:
 
     def quiet(self, arrived: int) -> bool:
         """Whether a run that waits to close packs on this wake: no signal came in while it waited (`arrived`:
-        `quiet_seconds` passed), or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the
+        QUIET_SECONDS passed), or it waited CLOSE_WAIT_SECONDS of workflow time, or its signal budget is spent (the
         budget keeps a run far below the server's 10,000 signals: a storm must not push it past; 50 MB of history
         stays far off too).
 
@@ -134,7 +141,7 @@ class Closing:
             packed = command_input(lambda: pack(core.state), b"")
         core.let_go(counts(core.state))
         workflow.continue_as_new(
-            args=[packed, core.signal_budget, self.reserving.check_seconds, self.quiet_seconds],
+            args=[packed, core.signal_budget, self.reserving.check_seconds, self.close_seconds],
             initial_versioning_behavior=UPGRADE_ON_CONTINUE,
         )
 

@@ -30,7 +30,7 @@ from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy, VersioningBehavior
 
 # The parts hold workflow code: sandboxed, as this module.
-from workflows.scheduler.scheduler_close import QUIET_SECONDS, Closing
+from workflows.scheduler.scheduler_close import CLOSE_SECONDS, Closing
 from workflows.scheduler.scheduler_delivery import PASS_HEARTBEAT, Deliveries
 from workflows.scheduler.scheduler_queue import Queue
 from workflows.scheduler.scheduler_registration import Registry
@@ -99,20 +99,19 @@ class SchedulerWorkflow:
     @workflow.init
     def __init__(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, quiet_seconds: float = QUIET_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
     ) -> None:  # fmt: skip
         # State is taken here, not in run(): signals delivered in a new run's first workflow
         # task are handled before run() starts and must land on the carried-over state (loaded whole, in
         # SchedulerCore).
-        # The budget, the check and the close's quiet wait are arguments, so a test can set them (the sandbox
-        # re-imports us).
+        # The budget, the check and the close's wait are arguments, so a test can set them (the sandbox re-imports us).
         self.core = SchedulerCore(packed, signal_budget)
         self.sharing = Sharing(self.core)
         self.reserving = Reserving(self.core, reservation_check_seconds)
         self.registry = Registry(self.core, self.sharing, self.reserving)
         self.queue = Queue(self.core, self.registry, self.sharing)
         self.deliveries = Deliveries(self.core, self.queue)
-        self.closing = Closing(self.core, self.registry, self.reserving, self.deliveries, quiet_seconds)
+        self.closing = Closing(self.core, self.registry, self.reserving, self.deliveries, close_seconds)
 
     @property
     def state(self) -> SchedulerState:
@@ -125,7 +124,7 @@ class SchedulerWorkflow:
     @workflow.run
     async def run(
         self, packed: bytes | None = None, signal_budget: int = SIGNAL_BUDGET,
-        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, quiet_seconds: float = QUIET_SECONDS,
+        reservation_check_seconds: float = RESERVATION_CHECK_SECONDS, close_seconds: float = CLOSE_SECONDS,
     ) -> None:  # fmt: skip
         core = self.core
         if core.phase is SchedulerPhase.REBUILDING:
@@ -140,11 +139,11 @@ class SchedulerWorkflow:
             received = core.signals_received
             # A run that should end packs and hands over on wakes of its own (scheduler_close): a new signal, or a
             # short wait with none. Never on its own flags, which a commit sets in the task it runs in: neither the
-            # pack nor the hand-over shares a task with a commit, and no timer is needed to end one.
+            # pack nor the hand-over shares a task with a commit.
             closing = self.closing.waiting
             with contextlib.suppress(TimeoutError):
                 if closing:
-                    await workflow.wait_condition(self._signal_since(received), timeout=self.closing.quiet_seconds)
+                    await workflow.wait_condition(self._signal_since(received), timeout=self.closing.wait_seconds())
                 else:
                     await workflow.wait_condition(
                         lambda: core.dirty or bool(core.replies),  # answers owed: state, not a flag (send_replies)
