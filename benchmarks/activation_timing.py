@@ -26,6 +26,7 @@ TOP = 8
 PROFILE_DIR = "IRIS_BENCH_PROFILE_DIR"  # set: each activation runs under cProfile, the longest few are kept there
 PROFILED = 3
 MAX_SPANS = 20_000  # activations whose time span is kept (a 30,000 x 300,000 run has ~700)
+MAX_OTHERS = 200_000  # other workflows' activations whose span is kept (a 30,000 x 300,000 run has ~2,000)
 
 
 class Timings:
@@ -44,6 +45,9 @@ class Timings:
         # Every activation's [run id, wall-clock start and end (s), CPU ms]: what part of a long workflow task
         # (its server times in history) the scheduler's code took, and how long the task waited before and after.
         self.spans: list[list[Any]] = []
+        # Every other workflow's activation in the controller, [wall-clock start, end (s)]: what the controller ran
+        # while a long scheduler task waited before its code (the agents' monitors starting, the registrar).
+        self.others: list[list[float]] = []
 
     def profiled(self, cpu: float, what: str, profile: cProfile.Profile) -> None:
         with self._lock:
@@ -61,6 +65,11 @@ class Timings:
                 self.top.append([round(cpu * 1000, 1), round(wall * 1000, 1), what])
                 self.top.sort(key=lambda row: -row[0])
                 del self.top[TOP:]
+
+    def other(self, began: float, ended: float) -> None:
+        with self._lock:
+            if len(self.others) < MAX_OTHERS:
+                self.others.append([began, ended])
 
     def refused_closed(self, first: bool) -> None:
         with self._lock:
@@ -89,7 +98,7 @@ class Timings:
         path.write_text(json.dumps({
             "activations": self.count, "top": self.top, "replays": self.replays,
             "replay_cpu_ms": round(self.replay_cpu * 1000), "closed_refusals": self.closed_refusals,
-            "spans": self.spans,
+            "spans": self.spans, "others": self.others,
         }))  # fmt: skip
 
 
@@ -158,4 +167,21 @@ class TimedRunner(WrappingRunner):
         return instance
 
     def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _TimedInstance(instance, self.timings) if det.defn.name == self.workflow_type else instance
+        if det.defn.name == self.workflow_type:
+            return _TimedInstance(instance, self.timings)
+        return _SpannedInstance(instance, self.timings)
+
+
+class _SpannedInstance(WrappedInstance):
+    """Another workflow's instance: only when its activations ran (`Timings.others`)."""
+
+    def __init__(self, inner: WorkflowInstance, timings: Timings) -> None:
+        super().__init__(inner)
+        self._timings = timings
+
+    def activate(self, act: Any) -> Any:
+        began = time.time()
+        try:
+            return self._inner.activate(act)
+        finally:
+            self._timings.other(began, time.time())

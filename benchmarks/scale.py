@@ -163,8 +163,17 @@ class ScaleFigures:
             return "\n                 (no activation of it seen in the controller)"
         code = sum(s[2] - s[1] for s in inside) * 1000
         before, after = (inside[0][1] - began) * 1000, (ended - inside[-1][2]) * 1000
+        busy = _overlap(self.scheduler_activations.get("others", []), began, inside[0][1])
         return (f"\n                 (the scheduler's code {code:.0f} ms, {sum(s[3] for s in inside):.0f} ms of CPU;"
-                f" before it {max(0.0, before):.0f} ms, after it {max(0.0, after):.0f} ms)")  # fmt: skip
+                f" before it {max(0.0, before):.0f} ms, after it {max(0.0, after):.0f} ms;"
+                f" other workflows' code before it {busy[1]:.0f} ms in {busy[0]} activations)")  # fmt: skip
+
+
+def _overlap(spans: list[list[float]], began: float, ended: float) -> tuple[int, float]:
+    """How many of `spans` ([start, end] wall-clock seconds) overlap [began, ended], and for how many ms in all (the
+    controller's threads share one interpreter: time another workflow's code ran there is time the wait can hold)."""
+    inside = [min(end, ended) - max(start, began) for start, end in spans if start < ended and end > began]
+    return len(inside), sum(inside) * 1000
 
 
 def _activation_lines_of(timings: dict[str, Any]) -> list[str]:
