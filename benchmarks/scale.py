@@ -164,9 +164,12 @@ class ScaleFigures:
         code = sum(s[2] - s[1] for s in inside) * 1000
         before, after = (inside[0][1] - began) * 1000, (ended - inside[-1][2]) * 1000
         busy = _overlap(self.scheduler_activations.get("others", []), began, inside[0][1])
+        # An earlier run's activations (its eviction from the cache, once it continued as new, runs its teardown).
+        earlier = _overlap([s[1:3] for s in self.scheduler_activations["spans"] if s[0] != run_id], began, inside[0][1])
         return (f"\n                 (the scheduler's code {code:.0f} ms, {sum(s[3] for s in inside):.0f} ms of CPU;"
                 f" before it {max(0.0, before):.0f} ms, after it {max(0.0, after):.0f} ms;"
-                f" other workflows' code before it {busy[1]:.0f} ms in {busy[0]} activations)")  # fmt: skip
+                f" other workflows' code before it {busy[1]:.0f} ms in {busy[0]} activations"
+                + (f", another scheduler run's {earlier[1]:.0f} ms" if earlier[0] else "") + ")")  # fmt: skip
 
 
 def _overlap(spans: list[list[float]], began: float, ended: float) -> tuple[int, float]:
