@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio import workflow
 
-from workflows.scheduler.scheduler_queue import MAX_COMMIT_PER_PASS  # a part of the workflow: sandboxed, as this module
+from workflows.scheduler.scheduler_queue import MAX_COMMIT_PER_PASS  # a part of the workflow, as this module
 
 with workflow.unsafe.imports_passed_through():
     from activities.contracts import (
