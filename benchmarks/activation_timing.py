@@ -66,10 +66,11 @@ class Timings:
                 self.top.sort(key=lambda row: -row[0])
                 del self.top[TOP:]
 
-    def other(self, began: float, ended: float) -> None:
+    def other(self, began: float, ended: float, created: str = "") -> None:
+        """Another workflow's activation, or (`created`: its type) the creation of its run's instance."""
         with self._lock:
             if len(self.others) < MAX_OTHERS:
-                self.others.append([began, ended])
+                self.others.append([began, ended, created])
 
     def refused_closed(self, first: bool) -> None:
         with self._lock:
@@ -160,10 +161,12 @@ class TimedRunner(WrappingRunner):
         self.timings = timings
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        cpu, wall = time.thread_time(), time.perf_counter()
+        cpu, wall, began = time.thread_time(), time.perf_counter(), time.time()
         instance = super().create_instance(det)
         if det.defn.name == self.workflow_type:
             self.timings.add(time.thread_time() - cpu, time.perf_counter() - wall, "a run's sandbox created")
+        # Any new run's sandbox is made in the controller's interpreter, before its first activation.
+        self.timings.other(began, time.time(), created=det.defn.name)
         return instance
 
     def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:

@@ -163,12 +163,15 @@ class ScaleFigures:
             return "\n                 (no activation of it seen in the controller)"
         code = sum(s[2] - s[1] for s in inside) * 1000
         before, after = (inside[0][1] - began) * 1000, (ended - inside[-1][2]) * 1000
-        busy = _overlap(self.scheduler_activations.get("others", []), began, inside[0][1])
+        others = self.scheduler_activations.get("others", [])
+        busy = _overlap([o[:2] for o in others if not o[2:] or not o[2]], began, inside[0][1])
+        made = _overlap([o[:2] for o in others if o[2:] and o[2]], began, inside[0][1])
         # An earlier run's activations (its eviction from the cache, once it continued as new, runs its teardown).
         earlier = _overlap([s[1:3] for s in self.scheduler_activations["spans"] if s[0] != run_id], began, inside[0][1])
         return (f"\n                 (the scheduler's code {code:.0f} ms, {sum(s[3] for s in inside):.0f} ms of CPU;"
                 f" before it {max(0.0, before):.0f} ms, after it {max(0.0, after):.0f} ms;"
                 f" other workflows' code before it {busy[1]:.0f} ms in {busy[0]} activations"
+                + (f" and {made[1]:.0f} ms making {made[0]} new runs" if made[0] else "")
                 + (f", another scheduler run's {earlier[1]:.0f} ms" if earlier[0] else "") + ")")  # fmt: skip
 
 
