@@ -47,7 +47,7 @@ class Timings:
         self.spans: list[list[Any]] = []
         # Every other workflow's activation in the controller, [wall-clock start, end (s)]: what the controller ran
         # while a long scheduler task waited before its code (the agents' monitors starting, the registrar).
-        self.others: list[list[float]] = []
+        self.others: list[list[Any]] = []  # [start, end, the type whose run was made there or ""]
 
     def profiled(self, cpu: float, what: str, profile: cProfile.Profile) -> None:
         with self._lock:
@@ -166,7 +166,7 @@ class TimedRunner(WrappingRunner):
         if det.defn.name == self.workflow_type:
             self.timings.add(time.thread_time() - cpu, time.perf_counter() - wall, "a run's sandbox created")
         # Any new run's sandbox is made in the controller's interpreter, before its first activation.
-        self.timings.other(began, time.time(), created=det.defn.name)
+        self.timings.other(began, time.time(), created=det.defn.name or "")
         return instance
 
     def wrap(self, instance: WorkflowInstance, det: WorkflowInstanceDetails) -> WorkflowInstance:
