@@ -204,6 +204,25 @@ def test_carried_placements_come_back_whole_with_their_index() -> None:
         Placements.from_carried(broken.SerializeToString())
 
 
+def test_a_loaded_carry_reads_changes_and_carries_its_jobs_in_order() -> None:
+    """A run reads only the jobs it asks for from a carry (placement_index.JobColumns), so asking of a job that holds
+    no place must add nothing, and a job emptied and placed again goes to the end of the order, as before a carry."""
+    placements = Placements()
+    for job_id in ("c", "a", "b"):
+        placements.place_job(job_id, (250, 1 << 20, 0, 0, "u", "", False), [(0, 1, "w0"), (1, 1, "w1")], NOW)
+    loaded = Placements.from_carried(placements.carried())
+    assert (loaded.placed("nope"), loaded.columns("nope"), list(loaded.of_job("nope"))) == (0, None, [])
+    assert task_workflow_id("nope", 0) not in loaded and loaded.placed_attempt("nope", 0) == -1
+    assert loaded.release(task_workflow_id("a", 0), 1) is not None
+    assert loaded.release(task_workflow_id("a", 1), 1) is not None  # "a" holds no place now
+    loaded.place_job("a", (500, 1 << 20, 0, 0, "u", "", False), [(3, 2, "w2")], NOW + 1)
+    again = Placements.from_carried(loaded.carried())
+    assert list(again.jobs) == ["c", "b", "a"] and "nope" not in again.jobs
+    assert again == loaded and len(again) == 5
+    assert (again.used, again.jobs) == recount(again)
+    assert again[task_workflow_id("a", 3)].worker_id == "w2"
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_reservation_book_reads_the_index_as_a_recount_would(seed: int) -> None:
     """A reservation's book (work outside the trees per worker; each tree's use per worker) reads the
