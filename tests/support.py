@@ -382,3 +382,20 @@ def plans_since(address: str, mark: PlanMark) -> int:
     """How many plans the autoscaler has made since `mark`: each is a chance it had to act (a new run's all count)."""
     now = autoscaler_mark(address)
     return now.plans - mark.plans if now.run_id == mark.run_id else now.plans
+
+
+def memo_not_carried(earlier: WorkflowHistory, later: WorkflowHistory) -> list[str]:
+    """The memo keys whose last value in run `earlier` (given at its start, or upserted since) run `later`, the one it
+    continued as, did not start with (workflows/memo.py: given no memo, the server starts the next run with the memo
+    the closing run started with)."""
+    memo = dict(earlier.events[0].workflow_execution_started_event_attributes.memo.fields)
+    for event in earlier.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED:
+            for key, value in event.workflow_properties_modified_event_attributes.upserted_memo.fields.items():
+                # The server removes a key upserted as None or as an empty list (its MergeMapOfPayload).
+                if value.metadata.get("encoding") == b"binary/null" or value.data in (b"null", b"[]"):
+                    memo.pop(key, None)
+                else:
+                    memo[key] = value
+    started = later.events[0].workflow_execution_started_event_attributes.memo.fields
+    return sorted(key for key, value in memo.items() if key not in started or started[key] != value)

@@ -13,16 +13,17 @@ import asyncio
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import psutil
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 
 from iris import IrisClient, Job, JobState, ResourceSpec, TaskStatus
 from iris.config.cluster_file import parse_config
-from tests.support import Cluster, replay_run, running_cluster, wait_until
+from tests.support import Cluster, memo_not_carried, replay_run, running_cluster, wait_until
 from workflows.jobs.job_waves import HANDOVER_ATTEMPTS
 
 FLEET = {
@@ -57,11 +58,16 @@ async def _runs(address: str, job_id: str, record: str = "") -> list[tuple[Workf
     """
     client = await Client.connect(address)
     runs = []
+    started = {}
     async for wf in client.list_workflows(f"WorkflowId='{job_id}' OR WorkflowId='{job_id}/task-0'"):
         history = await replay_run(client, wf, record)
         if wf.id == job_id:
             runs.append((wf.start_time, wf.status, len(history.events)))
+            started[wf.run_id] = wf.start_time
+            _HISTORIES.setdefault(job_id, {})[wf.run_id] = history
             _EVENT_KINDS[wf.run_id] = Counter(EventType.Name(e.event_type) for e in history.events).most_common(8)
+    by_start = dict(sorted(_HISTORIES.get(job_id, {}).items(), key=lambda item: started.get(item[0]) or 0))
+    _HISTORIES[job_id] = by_start
     return [(status, n) for _, status, n in sorted(runs, key=lambda r: r[0])]
 
 
@@ -76,6 +82,8 @@ async def _listed(address: str, job_id: str) -> list[WorkflowExecutionStatus | N
     return [status for _, status in sorted(runs, key=lambda r: r[0])]
 
 
+_HISTORIES: dict[str, dict[str, WorkflowHistory]] = {}
+"""Each job's runs' histories as `_runs` last read them, by run id, oldest first."""
 _EVENT_KINDS: dict[str, list[tuple[str, int]]] = {}
 """The commonest event types of each run `_runs` read: what a run that grew too long was made of."""
 
@@ -116,6 +124,9 @@ def test_job_hands_over_running_tasks_to_its_next_runs(
     assert all(s == WorkflowExecutionStatus.CONTINUED_AS_NEW for s, _ in runs[:-1]), runs
     assert WorkflowExecutionStatus.COMPLETED == runs[-1][0]
     assert all(n < 300 for _, n in runs), (runs, _EVENT_KINDS)  # no run holds the whole job
+    histories = list(_HISTORIES[job.job_id].values())
+    # Each run starts with the memo the last one published (its state and counts), not the one it started with.
+    assert [] == [key for earlier, later in pairwise(histories) for key in memo_not_carried(earlier, later)]
     listed = wait_until(lambda: [j for j in client.list_jobs(state="SUCCEEDED") if j.job_id == job.job_id],
                         timeout=10, what="the job listed from visibility")  # fmt: skip
     assert {"SUCCEEDED": REPLICAS} == listed[0].task_state_counts

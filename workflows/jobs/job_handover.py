@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from activities.proto import cluster_pb2 as pb
     from activities.proto import compressed
+    from workflows.memo import memo_now
     from workflows.messages import TaskResult
     from workflows.states import TaskState
     from workflows.visibility import (
@@ -98,7 +99,7 @@ def hand_over(req: pb.JobRequest, table: TaskTable, children: TaskChildren, has_
         next_task=children.next_task, has_children=has_children,
     )  # fmt: skip
     workflow.logger.info("job %s continues as new with %d tasks open", table.status.job_id, len(children.open))
-    workflow.continue_as_new(args=[req, None, pack_handover(handover)])
+    workflow.continue_as_new(args=[req, None, pack_handover(handover)], memo=memo_now())  # as published now
 
 
 async def cancel_adopted(indexes: list[int]) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.memo import memo_now
     from workflows.scheduler.replayed_inputs import command_input
     from workflows.scheduler.scheduler_carry import carried_items, counts, pack
     from workflows.scheduler.scheduler_phase import SchedulerEvent
@@ -142,6 +143,7 @@ class Closing:
         core.let_go(counts(core.state))
         workflow.continue_as_new(
             args=[packed, core.signal_budget, self.reserving.check_seconds, self.close_seconds],
+            memo=memo_now(),  # the published tables as they are now, not as this run started (workflows/memo.py)
             initial_versioning_behavior=UPGRADE_ON_CONTINUE,
         )
 
