@@ -41,7 +41,10 @@ async def test_the_next_run_starts_with_the_tables_the_last_one_published() -> N
         first = client.get_workflow_handle(queue, run_id=started.first_execution_run_id)
         handle = client.get_workflow_handle(queue)
         await handle.signal("enqueue", Enqueue("job-a", NEVER_FITS, {0: 0, 1: 0}))
-        await asyncio.sleep(1.5)  # a pass, then the tables published with alice's queued job
+        for _ in range(100):  # a pass, then the tables published with alice's queued job
+            if await (await handle.describe()).memo_value(USERS_MEMO, default=None):
+                break
+            await asyncio.sleep(0.1)
         for agent in range(BUDGET):  # the budget spent: the run continues as new
             await handle.signal("register_workers", _host(agent))
         for _ in range(300):
