@@ -205,7 +205,7 @@ def test_carried_placements_come_back_whole_with_their_index() -> None:
 
 
 def test_a_loaded_carry_reads_changes_and_carries_its_jobs_in_order() -> None:
-    """A run reads only the jobs it asks for from a carry (placement_index.JobColumns), so asking of a job that holds
+    """A run reads only the jobs it asks for from a carry (job_columns.JobColumns), so asking of a job that holds
     no place must add nothing, and a job emptied and placed again goes to the end of the order, as before a carry."""
     placements = Placements()
     for job_id in ("c", "a", "b"):

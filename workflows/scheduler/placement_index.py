@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 
 from activities.contracts import task_workflow_id
 from activities.proto import cluster_pb2 as pb
+from workflows.scheduler.job_columns import JobColumns
 from workflows.scheduler.placement_views import NO_PORTS, JobPlacements, JobsView, Placement, split_key
 
 Shape = tuple[int, int, int, int, str, str, bool]  # a run's: cpu_millis, memory_bytes, gpus, tpus, user, band, gang
@@ -31,56 +32,6 @@ COMPACT_AT = 1_000  # worker names no placement refers to, beyond which a carry 
 
 def _columns(run: pb.PlacedRun) -> tuple[Any, Any, Any, Any]:
     return run.task_indices, run.attempts, run.workers, run.placed_at
-
-
-class JobColumns(Mapping[str, pb.PlacedJob]):
-    """Job id -> its columns in the store, in the order the jobs were first placed.
-
-    A job's message is made (a wrapper over the store's columns, kept from then on) the first time it is asked for:
-    making all of a carry's at once cost a run's first task ~20 ms at 30,000 running jobs, where most tasks of a run
-    read a few jobs.
-    """
-
-    __slots__ = ("_made", "_order", "_store")
-
-    def __init__(self, store: pb.PlacedState, order: Iterable[str] = ()) -> None:
-        self._store = store.jobs
-        self._order = dict.fromkeys(order)
-        self._made: dict[str, pb.PlacedJob] = {}
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._order)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._order
-
-    def get(self, job_id: str, default: Any = None) -> Any:
-        job = self._made.get(job_id)
-        if job is None:
-            if job_id not in self._order:  # not `self._store[job_id]`, which would add an empty job to the store
-                return default
-            job = self._made[job_id] = self._store[job_id]
-        return job
-
-    def __getitem__(self, job_id: str) -> pb.PlacedJob:
-        job = self.get(job_id)
-        if job is None:
-            raise KeyError(job_id)
-        return job
-
-    def add(self, job_id: str) -> pb.PlacedJob:
-        """A job placed for the first time: its empty columns, made in the store."""
-        self._order[job_id] = None
-        job = self._made[job_id] = self._store[job_id]
-        return job
-
-    def remove(self, job_id: str) -> None:
-        """A job with no place left: out of the order and the store."""
-        del self._order[job_id], self._store[job_id]
-        self._made.pop(job_id, None)
 
 
 class Placements(MutableMapping[str, Placement]):
