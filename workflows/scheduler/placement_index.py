@@ -388,4 +388,3 @@ class Placements(MutableMapping[str, Placement]):
 
 
 __all__ = ["NO_PORTS", "JobPlacements", "JobsView", "Placement", "Placements", "Shape"]
-
