@@ -164,8 +164,8 @@ class ScaleFigures:
         code = sum(s[2] - s[1] for s in inside) * 1000
         before, after = (inside[0][1] - began) * 1000, (ended - inside[-1][2]) * 1000
         others = self.scheduler_activations.get("others", [])
-        busy = _overlap([o[:2] for o in others if not o[2:] or not o[2]], began, inside[0][1])
-        made = _overlap([o[:2] for o in others if o[2:] and o[2]], began, inside[0][1])
+        busy = _overlap([o[:2] for o in others if not o[2]], began, inside[0][1])  # [start, end, type if a new run]
+        made = _overlap([o[:2] for o in others if o[2]], began, inside[0][1])
         # An earlier run's activations (its eviction from the cache, once it continued as new, runs its teardown).
         earlier = _overlap([s[1:3] for s in self.scheduler_activations["spans"] if s[0] != run_id], began, inside[0][1])
         return (f"\n                 (the scheduler's code {code:.0f} ms, {sum(s[3] for s in inside):.0f} ms of CPU;"
