@@ -160,6 +160,44 @@ def test_the_snapshot_is_what_the_state_says(seed: int) -> None:
         assert expected(state, now) == decoded(data)
 
 
+def _changed(value: object) -> object:
+    """Another value of the same kind."""
+    if isinstance(value, WorkerState):
+        return WorkerState.QUARANTINED if value is WorkerState.READY else WorkerState.READY
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-changed"
+    if isinstance(value, tuple):
+        return tuple(v + 1 for v in value)
+    raise AssertionError(f"no other value for {value!r}")
+
+
+SETTABLE = sorted(name for name, v in vars(WorkerEntry).items() if isinstance(v, property) and v.fset is not None)
+
+
+@pytest.mark.parametrize("name", SETTABLE)
+def test_a_worker_changed_after_a_pass_is_sent_as_it_is_now(name: str) -> None:
+    """Each worker keeps its serialized row for the next passes; every setter of a worker (all of them, read
+    from the class) makes the next pass send the row as it is now, as a new run would."""
+    state = SchedulerState()
+    for i in range(3):
+        state.workers[f"w{i}"] = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, 2, 0, {"zone": f"z{i % 2}"})
+    cache = SnapshotCache()
+    cache.build(state, 10.0)
+    worker = state.workers["w1"]
+    setattr(worker, name, _changed(getattr(worker, name)))
+    if name == "worker_id":  # a worker keyed by its id: taken in under its new one
+        state.workers[worker.worker_id] = state.workers.pop("w1")
+    assert _fleet_rows(cache.build(state, 10.0)) == _fleet_rows(encode_snapshot(unpack(pack(state)), 10.0))
+
+
+def _fleet_rows(data: bytes) -> list[pb.WorkerRow]:
+    return list(map(pb.WorkerRow.FromString, pb.SchedulingSnapshot.FromString(compressed.decompress(data)).fleet.rows))
+
+
 def test_a_query_leaves_the_cache_as_it_was() -> None:
     """The autoscaler's query reads the cache but never fills it (queries are not replayed)."""
     state = SchedulerState()

@@ -15,6 +15,7 @@ its work is kept from new work for a while (quarantine).
 from __future__ import annotations
 
 from datetime import timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from temporalio import workflow
@@ -45,6 +46,8 @@ QUARANTINE_DOUBLINGS = 5  # 30 s * 2**5 > 10 min: more doublings change nothing 
 LOST_RETENTION = timedelta(minutes=5)  # a lost worker is listed as unhealthy this long, then removed
 PURGE_INTERVAL = timedelta(minutes=1)
 LOST_NAMED = 5  # a session's lost hosts named in its log line (the rest counted)
+_ROW = attrgetter("row")
+_ROW_STATE = attrgetter("row.state")
 
 if TYPE_CHECKING:
     from workflows.scheduler.placement_index import Placement
@@ -205,7 +208,10 @@ class Registry:
             return
         self._last_purge = now
         cutoff = now - LOST_RETENTION.total_seconds()
-        gone = [w.worker_id for w in self.core.state.workers.values() if not w.healthy and 0 < w.lost_at < cutoff]
+        lost = WorkerState.LOST
+        # Read from the rows in C (every run's first wake does this: 15-30 ms at 30,000 workers through properties)
+        rows = map(_ROW, self.core.state.workers.values())
+        gone = [row.worker_id for row in rows if row.state == lost and 0 < row.lost_at < cutoff]
         if gone:
             self.forget(gone)
             workflow.logger.info("removed %d workers lost more than %s ago", len(gone), LOST_RETENTION)
@@ -213,7 +219,8 @@ class Registry:
     def healthy_worker_count(self) -> int:
         if self.core.handed_over is not None:  # this run continued as new: as it handed the state over
             return self.core.handed_over.healthy_workers
-        return sum(1 for w in self.core.state.workers.values() if w.healthy)
+        lost = WorkerState.LOST
+        return sum(state != lost for state in map(_ROW_STATE, self.core.state.workers.values()))
 
     def workers(self, after: str = "") -> pb.WorkerList:
         """One page of the workers, in id order from after `after`, with what is placed there (refused while the

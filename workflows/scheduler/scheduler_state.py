@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from activities.contracts import DEFAULT_PORT_RANGE
 from activities.proto import cluster_pb2 as pb
@@ -33,8 +33,19 @@ def _row_field(name: str, doc: str) -> Any:
 
     def put(self: WorkerEntry, value: Any) -> None:
         setattr(self.row, name, value)
+        self._piece = None
 
     return property(get, put, doc=doc)
+
+
+class PassRow(NamedTuple):
+    """What a pass's snapshot takes of a worker: whether it may place there, and its row serialized."""
+
+    state: str
+    cordoned: bool
+    suspect_until: float
+    worker_id: str
+    serialized: bytes
 
 
 class WorkerEntry:
@@ -42,10 +53,13 @@ class WorkerEntry:
 
     A run's workers load as one parse of their rows (a view each), not as objects decoded field by field;
     the attributes are decoded when first read (a pass reads them only when a worker's shape is new to it).
+    Its row changes only through the setters below, each of which drops the `PassRow` kept for the next
+    snapshot (`pass_row`): so a pass reads a worker's row from the upb message only after it changed.
     """
 
-    __slots__ = ("_attributes", "row")
-    DERIVED = ("_attributes",)  # decoded from the row when first read (iris/controller/query_guard.py)
+    __slots__ = ("_attributes", "_piece", "row")
+    # Functions of the row, made when first read (iris/controller/query_guard.py)
+    DERIVED = ("_attributes", "_piece")
 
     def __init__(
         self, worker_id: str, session: str, cpu_millis: int, memory_bytes: int, gpus: int, tpus: int,
@@ -64,13 +78,25 @@ class WorkerEntry:
         for key, value in ordered.items():
             set_attr(self.row.attributes[key], value)
         self._attributes: dict[str, Any] | None = ordered
+        self._piece: PassRow | None = None
 
     @classmethod
     def of(cls, row: pb.WorkerRow) -> WorkerEntry:
         """A view of a row as it is (a carried one: nothing copied, nothing decoded yet)."""
         entry = cls.__new__(cls)
-        entry.row, entry._attributes = row, None
+        entry.row, entry._attributes, entry._piece = row, None, None
         return entry
+
+    def pass_row(self) -> PassRow:
+        """The worker as a pass's snapshot takes it, kept until the row changes. Reading four fields of 30,000
+        upb rows and serializing them took ~20 ms of every pass's snapshot; few rows change between passes."""
+        piece = self._piece
+        if piece is None:
+            row = self.row
+            piece = self._piece = PassRow(
+                row.state, row.cordoned, row.suspect_until, row.worker_id, row.SerializeToString()
+            )
+        return piece
 
     worker_id = _row_field("worker_id", "")
     session = _row_field("session", "its agent's liveness session")
@@ -99,6 +125,7 @@ class WorkerEntry:
     @state.setter
     def state(self, value: WorkerState) -> None:
         self.row.state = value
+        self._piece = None
 
     @property
     def port_range(self) -> tuple[int, int]:
@@ -108,6 +135,7 @@ class WorkerEntry:
     @port_range.setter
     def port_range(self, value: tuple[int, int]) -> None:
         self.row.port_range_start, self.row.port_range_end = value
+        self._piece = None
 
     @property
     def attributes(self) -> dict[str, Any]:
