@@ -179,9 +179,10 @@ SETTABLE = sorted(name for name, v in vars(WorkerEntry).items() if isinstance(v,
 
 
 @pytest.mark.parametrize("name", SETTABLE)
-def test_a_worker_changed_after_a_pass_is_sent_as_it_is_now(name: str) -> None:
-    """Each worker keeps its serialized row for the next passes; every setter of a worker (all of them, read
-    from the class) makes the next pass send the row as it is now, as a new run would."""
+def test_a_worker_changed_after_a_pass_is_sent_and_carried_as_it_is_now(name: str) -> None:
+    """Each worker keeps its serialized row for the next passes and the carry; every setter of a worker (all of
+    them, read from the class) makes the next pass send the row as it is now, as a new run would, and the next
+    run take it as it is now."""
     state = SchedulerState()
     for i in range(3):
         state.workers[f"w{i}"] = WorkerEntry(f"w{i}", "s", 4_000, 8 << 30, 2, 0, {"zone": f"z{i % 2}"})
@@ -191,7 +192,9 @@ def test_a_worker_changed_after_a_pass_is_sent_as_it_is_now(name: str) -> None:
     setattr(worker, name, _changed(getattr(worker, name)))
     if name == "worker_id":  # a worker keyed by its id: taken in under its new one
         state.workers[worker.worker_id] = state.workers.pop("w1")
-    assert _fleet_rows(cache.build(state, 10.0)) == _fleet_rows(encode_snapshot(unpack(pack(state)), 10.0))
+    carried = unpack(pack(state))
+    assert [w.row for w in state.workers.values()] == [w.row for w in carried.workers.values()]
+    assert _fleet_rows(cache.build(state, 10.0)) == _fleet_rows(encode_snapshot(carried, 10.0))
 
 
 def _fleet_rows(data: bytes) -> list[pb.WorkerRow]:

@@ -760,6 +760,12 @@ class WorkerRows(_message.Message):
     workers: _containers.RepeatedCompositeFieldContainer[WorkerRow]
     def __init__(self, workers: _Optional[_Iterable[_Union[WorkerRow, _Mapping]]] = ...) -> None: ...
 
+class SerializedWorkerRows(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, workers: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
 class QueueRows(_message.Message):
     __slots__ = ("specs", "job_ids", "spec", "submitted_at", "room_at", "tasks", "task_indices", "attempts", "reason_job_ids", "reasons")
     SPECS_FIELD_NUMBER: _ClassVar[int]

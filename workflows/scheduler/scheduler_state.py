@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from activities.contracts import DEFAULT_PORT_RANGE
@@ -42,6 +42,8 @@ def _row_field(name: str, doc: str) -> Any:
 # What a pass's snapshot takes of a worker: its state, cordoned, suspect_until and worker_id (whether a pass may
 # place there), and its row serialized. A plain tuple, made in C for a whole fleet at once (`pass_rows`).
 PassRow = tuple[str, bool, float, str, bytes]
+ROW_ID = itemgetter(3)  # a PassRow's worker_id
+ROW_BYTES = itemgetter(4)  # a PassRow's serialized row
 _ROW = attrgetter("row")
 _PIECE = attrgetter("_piece")
 _PASS_FIELDS = tuple(map(attrgetter, ("state", "cordoned", "suspect_until", "worker_id")))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import zlib
 from itertools import repeat
-from operator import itemgetter
 
 from activities.proto import cluster_pb2 as pb
 from activities.proto import compressed
@@ -31,11 +30,8 @@ from activities.proto.values import set_constraint
 from workflows.fleet.worker_lifecycle import WorkerState
 from workflows.messages import SchedulingSpec
 from workflows.scheduler import reservation_state
-from workflows.scheduler.scheduler_state import SchedulerState, pass_rows
+from workflows.scheduler.scheduler_state import ROW_BYTES, ROW_ID, SchedulerState, pass_rows
 from workflows.scheduler.sharing_state import fill_share_header
-
-_WORKER_ID = itemgetter(3)  # of a PassRow: state, cordoned, suspect_until, worker_id, serialized
-_SERIALIZED = itemgetter(4)
 
 
 def _spec_piece(spec: SchedulingSpec) -> bytes:
@@ -101,8 +97,8 @@ def _fleet(fleet: pb.SchedulingFleet, state: SchedulerState, now: float) -> list
         for row in pass_rows(state.workers.values())
         if row[0] != lost and not row[1] and row[2] <= now and row[3] not in held
     ]
-    layout = list(map(_WORKER_ID, chosen))
-    fleet.rows.extend(map(_SERIALIZED, chosen))
+    layout = list(map(ROW_ID, chosen))
+    fleet.rows.extend(map(ROW_BYTES, chosen))
     if layout:
         used = map(state.placements.used.get, layout, repeat((0, 0, 0, 0)))
         cpu, memory, gpus, tpus = zip(*used, strict=True)
