@@ -121,8 +121,14 @@ def parse_dynamic_config(item: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Start the cluster, measure, print (and write `--json`), always stop the cluster; the exit code. SIGTERM is
+    Ctrl-C in every bench: each stops the servers, controllers and agents it started (the scale bench's dev server
+    and controller outlived a terminated bench)."""
+    with sigterm_as_interrupt():
+        return _main(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["chaos"]:  # faults under a mixed load on a supervised local cluster
         from benchmarks.chaos import main as chaos_main
 
@@ -182,20 +188,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     result: BenchResult | None = None
     try:
-        with sigterm_as_interrupt():
-            started = time.monotonic()
-            print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
-            info = cluster.up(bench_config(), dynamic_config=args.dynamic_config or None)
-            print(
-                f"cluster up in {time.monotonic() - started:.1f} s at {info.address}; measuring ...",
-                file=sys.stderr,
-                flush=True,
+        started = time.monotonic()
+        print(f"starting a local cluster in {home} ...", file=sys.stderr, flush=True)
+        info = cluster.up(bench_config(), dynamic_config=args.dynamic_config or None)
+        print(
+            f"cluster up in {time.monotonic() - started:.1f} s at {info.address}; measuring ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        result = asyncio.run(
+            run_bench(
+                info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config, args.settle
             )
-            result = asyncio.run(
-                run_bench(
-                    info, args.jobs, args.latency_samples, not args.no_timeline, args.dynamic_config, args.settle
-                )
-            )
+        )
     except KeyboardInterrupt:
         print("interrupted; stopping the cluster", file=sys.stderr)
         return 130

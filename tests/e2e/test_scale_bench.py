@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from activities.contracts import SCHEDULER_WORKFLOW_ID
@@ -47,6 +51,43 @@ def test_scale_bench_places_everything_and_reports(tmp_path: Path) -> None:
     assert run.stdout.count("(the scheduler's code ") == len(figures["longest_workflow_tasks"])
     assert figures["replayed_runs"] >= figures["runs"] - 1  # every scheduler run (the open one may have no task yet)
     assert [] == figures["replay_failures"]
+
+
+def _command_lines(procs: list[psutil.Process]) -> list[str]:
+    lines = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            lines.append(" ".join(proc.cmdline()))
+    return lines
+
+
+def test_a_terminated_scale_bench_stops_its_server_and_controller() -> None:
+    """SIGTERM stops the bench as Ctrl-C does: the dev server and the controller it started go with it (they
+    outlived a terminated bench)."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "scale", "--workers", "40", "--pending", "300", "--hosts-per-agent",
+         "10", "--timeout", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not any("scale_controller" in line for line in _command_lines(started)):
+            assert bench.poll() is None and time.monotonic() < deadline, "the bench's controller did not start"
+            time.sleep(0.1)
+            started = psutil.Process(bench.pid).children(recursive=True)
+        assert any("temporal" in line and "start-dev" in line for line in _command_lines(started))
+        bench.send_signal(signal.SIGTERM)
+        assert 130 == bench.wait(timeout=60)
+        _, alive = psutil.wait_procs(started, timeout=30)
+        assert [] == _command_lines(alive)
+    finally:
+        for proc in started:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        if bench.poll() is None:
+            bench.kill()
+        bench.communicate(timeout=30)
 
 
 async def test_the_bench_stops_waiting_once_the_scheduler_is_terminated() -> None:
