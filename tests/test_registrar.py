@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -53,6 +52,13 @@ def _batch(agent: int, reply_to: str) -> pb.WorkerBatch:
     return batch
 
 
+async def _answer(probe: WorkflowHandle[Any, Any]) -> dict[str, str]:
+    """The agent's answer; a minute at most (`result` follows its long polls for ever: an answer no run sent left
+    the test waiting for pytest's 600 s)."""
+    answer: dict[str, str] = await asyncio.wait_for(probe.result(), timeout=60)
+    return answer
+
+
 def _signals(events: list, name: str) -> int:  # type: ignore[type-arg]
     return sum(
         1 for e in events
@@ -81,7 +87,7 @@ async def test_a_storm_of_registrations_reaches_the_scheduler_one_signal_at_a_ti
             registrar.signal("register_workers", binary_payload(_batch(agent, probe.id)))
             for agent, probe in enumerate(probes)
         ))  # fmt: skip
-        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in probes]
+        answers = [await _answer(probe) for probe in probes]
         healthy = int(await scheduler.query("healthy_worker_count"))
         at_scheduler = [e async for e in scheduler.fetch_history_events()]
         at_registrar = [e async for e in registrar.fetch_history_events()]
@@ -128,7 +134,7 @@ async def test_what_waits_for_a_scheduler_is_handed_on_in_order_and_a_carried_ru
         await registrar.signal("worker_lost", WorkerLost(hosts[0], "s2", "the agent stopped", hosts[1:]))
         await _failed_to_hand_on(registrar)  # it tried, found no scheduler, and waits to try again
         scheduler = await client.start_workflow(SchedulerWorkflow.run, id=SCHEDULER_WORKFLOW_ID, task_queue=queue)
-        answers = [await probe.result(rpc_timeout=timedelta(seconds=60)) for probe in (carried, early, ended)]
+        answers = [await _answer(probe) for probe in (carried, early, ended)]
         for _ in range(300):  # the loss is handed on after the registrations are answered
             workers = {w.worker_id: w for w in (await scheduler.query("workers")).workers}
             if len(workers) == 3 * HOSTS and not any(workers[h].healthy for h in hosts):
@@ -179,7 +185,7 @@ async def test_a_registrar_that_continues_as_new_in_a_storm_loses_nothing() -> N
         probes = [await client.start_workflow(probe, id=f"probe-{n}", task_queue=queue) for n in range(AGENTS)]
         for agent, waiting in enumerate(probes):  # a few at a time, so that runs end between them
             await registrar.signal("register_workers", binary_payload(_batch(agent, waiting.id)))
-        answers = [await waiting.result(rpc_timeout=timedelta(seconds=60)) for waiting in probes]
+        answers = [await _answer(waiting) for waiting in probes]
         healthy = int(await scheduler.query("healthy_worker_count"))
         runs = [r async for r in client.list_workflows(f"WorkflowId = '{REGISTRAR_WORKFLOW_ID}'")]
         await scheduler.terminate("test done")

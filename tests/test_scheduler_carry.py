@@ -13,16 +13,18 @@ import zstandard
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.contracts import SCHEDULER_NOT_WHOLE, Release
+from activities.contracts import REGISTERED, SCHEDULER_NOT_WHOLE, Delivery, Release
 from activities.proto import cluster_pb2 as pb
 from activities.proto import compressed
 from activities.recovery import rebuild_scheduler
 from activities.scheduling import find_assignments_activity
+from activities.signals import deliver_assignments, deliver_signals
 from tests.support import workflows_on_dev_server
+from tests.test_registration_burst import RegistrationProbe
 from tests.test_release_batch import announced_to_tasks_that_exist, tasks_that_exist
 from tests.test_scheduler_determinism import SPEC_FITS
 from workflows.fleet.worker_lifecycle import WorkerState
-from workflows.messages import CordonWorkers, Enqueue
+from workflows.messages import CordonWorkers, Enqueue, RegistrationReply
 from workflows.scheduler.placement_index import Placement
 from workflows.scheduler.scheduler_carry import STREAMS, counts, pack, unpack
 from workflows.scheduler.scheduler_core import SchedulerCore
@@ -218,6 +220,21 @@ async def test_a_carried_state_serves_from_the_runs_first_task(client_and_queue:
     kinds = {e.activity_task_scheduled_event_attributes.activity_type.name for e in events
              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}  # fmt: skip
     assert kinds <= {"find_assignments", "deliver_signals", "deliver_assignments", "rebuild_scheduler"}  # no pause
+
+
+async def test_answers_a_run_still_owed_are_sent_by_the_next() -> None:
+    """A closing run answers registrations in its first round only; one that came in while those answers were out
+    is carried with the state, and the next run answers it first. (No run answered it: its agent waited, and a
+    registrar test that spans continue-as-new waited for pytest's timeout.)"""
+    workflows, activities = [SchedulerWorkflow, RegistrationProbe], [deliver_signals, find_assignments_activity,
+                                                                      deliver_assignments, rebuild_scheduler]
+    async with workflows_on_dev_server("owed-answers", workflows, activities) as (client, queue):
+        probe = await client.start_workflow(RegistrationProbe.run, id=f"{queue}-agent", task_queue=queue)
+        state = _state()
+        state.replies = [Delivery(probe.id, REGISTERED, RegistrationReply({"w99": "a refusal, to tell it apart"}))]
+        handle = await client.start_workflow(SchedulerWorkflow.run, args=[pack(state)], id=queue, task_queue=queue)
+        assert {"w99": "a refusal, to tell it apart"} == await asyncio.wait_for(probe.result(), timeout=60)
+        await handle.terminate("test done")
 
 
 @pytest.fixture

@@ -101,6 +101,7 @@ def pack(state: SchedulerState) -> bytes:
         port_cursors=state.port_cursors,
         books=state.books.carried(),
         reservations=list(state.reservations.values()),
+        replies=list(state.replies),
     )
     # The rows as their entries keep them serialized for passes (most made by a pass already): copying 30,000 rows
     # into a WorkerRows to serialize them took 30-45 ms of the closing task.
@@ -126,6 +127,7 @@ def unpack(data: bytes) -> SchedulerState:
     state.actions = new_ring(header.actions)
     for held in header.reservations:
         state.reservations[held.reservation_id] = held
+    state.replies = header.replies
     state.placements = Placements.from_carried(placed)
     state.ported = set(state.placements.holding_ports())
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from activities.contracts import Delivery
 from workflows.scheduler.reservation_state import HeldReservation
 from workflows.scheduler.sharing_state import CarriedBooks
 
@@ -22,3 +23,4 @@ class CarryHeader:
     port_cursors: dict[str, int] = field(default_factory=dict)
     books: CarriedBooks = field(default_factory=CarriedBooks)
     reservations: list[HeldReservation] = field(default_factory=list)
+    replies: list[Delivery] = field(default_factory=list)  # answers owed, each `arg` as its JSON

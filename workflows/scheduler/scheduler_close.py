@@ -114,8 +114,9 @@ class Closing:
         await self._settled()
         core.apply_held()
         # Answered in the first round only: while 10,000 agents register, every round brings new registrations, and
-        # waiting for the last one let a run pass the server's signal limit. An agent without its answer registers
-        # again (idempotent) and the next run answers.
+        # waiting for the last one let a run pass the server's signal limit. Answers still owed are carried: the
+        # next run sends them before it applies anything else (a registration answered by no run left its agent
+        # waiting to register again).
         if core.replies and self.packs == 0:
             await self.deliveries.send_replies()
             if core.replies:

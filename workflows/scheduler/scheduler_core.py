@@ -47,8 +47,8 @@ def held_in_turn(handler: F) -> F:
     """A part's signal handler that takes its turn: signals are applied in arrival order, and while some
     wait, so does this one.
 
-    They wait behind a `configure` that came while registration answers were owed (`reply_barrier`), until
-    those answers are sent (`apply_held`). Counted on arrival.
+    They wait behind answers owed before them (`reply_barrier`: those a `configure` came after, or those the last
+    run carried), until those answers are sent (`apply_held`). Counted on arrival.
     """
 
     @functools.wraps(handler)
@@ -81,10 +81,10 @@ class SchedulerCore:
         self.dirty = False
         self.signals_received = 0  # in this run (the signal budget)
         self.signal_budget = signal_budget
-        self.replies: list[Delivery] = []  # registration answers not sent yet
-        # A `configure` came while answers were owed: they are sent before any later signal is applied
-        # (SchedulerWorkflow.configure says why).
-        self.reply_barrier = False
+        # Answers owed go out before any later signal is applied: those the last run carried (sent at the loop's
+        # first wake, before a pass: not in this task, which loads the state), and those owed when a `configure`
+        # came (SchedulerWorkflow.configure says why).
+        self.reply_barrier = bool(self.state.replies)
         self.reports = 0  # claims and enqueues received: how many of the tasks asked may have answered
         self.rebuilding: ActivityHandle[dict[str, int]] | None = None  # the fleet asked to report again
         self._rebuilt_at: float | None = None
@@ -104,6 +104,15 @@ class SchedulerCore:
     @state.setter
     def state(self, value: SchedulerState) -> None:
         self._state = value
+
+    @property
+    def replies(self) -> list[Delivery]:
+        """Answers owed, not sent yet: part of the state, so a close carries them to the next run."""
+        return self.state.replies
+
+    @replies.setter
+    def replies(self, value: list[Delivery]) -> None:
+        self.state.replies = value
 
     def whole(self) -> SchedulerState:
         """The state, for a query that answers from all of it (workers, dashboard pages, the autoscaler's snapshot).

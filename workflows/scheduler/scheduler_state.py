@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from activities.contracts import DEFAULT_PORT_RANGE
+from activities.contracts import DEFAULT_PORT_RANGE, Delivery
 from activities.proto import cluster_pb2 as pb
 from activities.proto.values import get_attr, set_attr
 from workflows.fleet.worker_lifecycle import WorkerState
@@ -189,6 +189,9 @@ class SchedulerState:
     ported: set[str] = field(default_factory=set)
     reservations: dict[str, HeldReservation] = field(default_factory=dict)  # reservation id -> it, oldest first
     books: Books = field(default_factory=Books)  # accounts, sharing settings, evictions under way
+    # Answers owed (registrations' replies, evictions), sent by the loop (Deliveries.send_replies). Carried: a run
+    # that hands over before sending them leaves them to the next, which sends them first.
+    replies: list[Delivery] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.placements, Placements):  # a plain dict (tests): indexed from here on

@@ -152,7 +152,7 @@ class SchedulerWorkflow:
                         timeout=PASS_INTERVAL if self._work_waits() else self._idle_timer(),
                     )
             core.dirty = False
-            if core.reply_barrier:  # answers owed before a `configure`, before what came after it
+            if core.reply_barrier:  # answers owed before what came after them (a `configure`; the last run's)
                 await self.deliveries.send_replies()
             if core.held:
                 core.apply_held()
