@@ -6,7 +6,8 @@ and loading is parsing them: milliseconds, no Python object per placement (DESIG
 four compressed frames, one after the other (activities/proto/compressed.py):
 
 1. the header (`CarryHeader`, scheduler_carry_schema: the store, accounts and sharing settings, reservations,
-   the actions log, port cursors), written and read by the one message codec (activities/contracts/dataclass_json.py);
+   the actions log, port cursors, answers still owed), written and read by the one message codec
+   (activities/contracts/dataclass_json.py);
 2. the placements, `pb.PlacedState`;
 3. the workers, `pb.WorkerRows`, in their order (written as `pb.SerializedWorkerRows`, the same on the wire, from the
    rows each entry keeps serialized);
